@@ -1,0 +1,120 @@
+"""Stage taps: what a kernel recorded about one stage of one tile.
+
+A tap holds the OUTPUT of a stage as the kernel saw it:
+
+| stage                | values                                   | shape                |
+|----------------------|------------------------------------------|----------------------|
+| descriptor_a / _b    | shared-memory byte image of one k-block  | 1-D uint8 [nbytes]   |
+| load_a               | A tile as the MMA reads it, logical (m,k)| [BM, BK] operand dtype|
+| load_b               | B tile as the MMA reads it, logical (k,n)| [BK, BN] operand dtype|
+| mma                  | accumulator after k-block `k_block`      | [BM, BN] acc dtype   |
+| epilogue_<step>      | tile after that epilogue sub-step        | [BM, BN]             |
+
+`mask` (bool, same shape) marks the elements that were actually recorded: a thread
+that taps only the fragment it holds fills part of a tile. `None` means all of it.
+Tile coordinates are in units of the output tile (BM, BN); k-blocks in units of BK.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+DESCRIPTOR_STAGES = ("descriptor_a", "descriptor_b")
+LOAD_STAGES = ("load_a", "load_b")
+EPILOGUE_STEPS = ("scale", "alpha_beta", "bias", "activation", "cast")
+EPILOGUE_STAGES = tuple(f"epilogue_{s}" for s in EPILOGUE_STEPS) + ("epilogue_store",)
+# Pipeline order: the comparator walks stages in this order.
+STAGES = DESCRIPTOR_STAGES + LOAD_STAGES + ("mma",) + EPILOGUE_STAGES
+# Stages a kernel can tap (epilogue_store is read from the output tensor itself).
+TAP_STAGES = STAGES[:-1]
+
+
+class TapError(ValueError):
+    """A tap that is not self-consistent."""
+
+
+@dataclass(frozen=True)
+class Tap:
+    stage: str
+    tile: tuple[int, int]
+    values: torch.Tensor
+    k_block: Optional[int] = None
+    slot: Optional[int] = None
+    cta: Optional[int] = None
+    mask: Optional[torch.Tensor] = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.stage not in TAP_STAGES:
+            raise TapError(f"tap stage {self.stage!r} is unknown; allowed: {', '.join(TAP_STAGES)}")
+        if len(self.tile) != 2 or any((not isinstance(t, int)) or t < 0 for t in self.tile):
+            raise TapError(f"tap tile {self.tile!r} must be two non-negative ints (tile_m, tile_n)")
+        if not isinstance(self.values, torch.Tensor):
+            raise TapError(f"tap values for {self.stage} must be a torch.Tensor, got {type(self.values).__name__}")
+        want_dim = 1 if self.stage in DESCRIPTOR_STAGES else 2
+        if self.values.dim() != want_dim:
+            raise TapError(
+                f"tap {self.stage} tile {self.tile}: values must be {want_dim}-D, got shape {tuple(self.values.shape)}")
+        if self.stage in DESCRIPTOR_STAGES and self.values.dtype != torch.uint8:
+            raise TapError(f"tap {self.stage}: a shared-memory image must be uint8 bytes, got {self.values.dtype}")
+        needs_k = self.stage in DESCRIPTOR_STAGES + LOAD_STAGES
+        if needs_k and (self.k_block is None or self.k_block < 0):
+            raise TapError(f"tap {self.stage} tile {self.tile}: k_block is required and must be >= 0")
+        if self.k_block is not None and self.k_block < 0:
+            raise TapError(f"tap {self.stage} tile {self.tile}: k_block {self.k_block} is negative")
+        if self.mask is not None:
+            if self.mask.dtype != torch.bool or tuple(self.mask.shape) != tuple(self.values.shape):
+                raise TapError(
+                    f"tap {self.stage} tile {self.tile}: mask must be bool with shape {tuple(self.values.shape)}, "
+                    f"got {self.mask.dtype} {tuple(self.mask.shape)}")
+
+    @property
+    def key(self) -> tuple:
+        """Identity of a tap within a run: (stage, tile, k_block)."""
+        return (self.stage, self.tile, self.k_block)
+
+    def describe(self) -> str:
+        kb = "" if self.k_block is None else f" k-block {self.k_block}"
+        return f"{self.stage} tile {self.tile}{kb}"
+
+
+@dataclass(frozen=True)
+class DescriptorRecord:
+    """The fields of a TMA tensor map as the kernel (or its host code) encoded them.
+
+    Dimensions and strides are innermost first, as `cuTensorMapEncodeTiled` takes them;
+    strides are in bytes and exclude the innermost (which is the element size).
+    """
+
+    operand: str  # "a" or "b"
+    dtype: str
+    global_dims: tuple[int, ...]
+    global_strides: tuple[int, ...]
+    box_dims: tuple[int, ...]
+    element_strides: tuple[int, ...]
+    swizzle: int  # bytes: 0, 32, 64 or 128
+    oob_fill: str  # "zero" or "nan"
+
+    def __post_init__(self) -> None:
+        if self.operand not in ("a", "b"):
+            raise TapError(f"descriptor operand {self.operand!r} must be 'a' or 'b'")
+        rank = len(self.global_dims)
+        if not 1 <= rank <= 5:
+            raise TapError(f"descriptor {self.operand}: rank {rank} must be 1..5")
+        if len(self.global_strides) != rank - 1:
+            raise TapError(f"descriptor {self.operand}: {len(self.global_strides)} strides for rank {rank}, "
+                           f"expected {rank - 1}")
+        for name in ("box_dims", "element_strides"):
+            if len(getattr(self, name)) != rank:
+                raise TapError(f"descriptor {self.operand}: {name} has {len(getattr(self, name))} entries "
+                               f"for rank {rank}")
+        if self.swizzle not in (0, 32, 64, 128):
+            raise TapError(f"descriptor {self.operand}: swizzle {self.swizzle} must be 0, 32, 64 or 128")
+        if self.oob_fill not in ("zero", "nan"):
+            raise TapError(f"descriptor {self.operand}: oob_fill {self.oob_fill!r} must be 'zero' or 'nan'")
+
+    @property
+    def stage(self) -> str:
+        return f"descriptor_{self.operand}"
