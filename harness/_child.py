@@ -1,0 +1,233 @@
+"""The kernel child process: `python -m harness._child RUN_DIR`.
+
+Data path: request.json + kernel.cubin + inputs.safetensors -> context, module, device buffers
+(inputs uploaded, outputs poisoned) -> sink pointer written into the `__device__` sink symbol ->
+tensor maps encoded against the device buffers -> launch -> synchronize -> outputs.safetensors and
+status.json. Every phase is appended to progress.jsonl first, so a parent that has to kill a hung
+child still knows how far it got.
+
+Constraints: cuda-python only (no torch, no numpy), so start-up stays light and nothing initialises
+CUDA behind our back. After a sticky error (illegal address, trap) the context is dead: the child
+only records what happened and exits; the operating system reclaims the GPU state.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import mmap
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from harness import _protocol as P
+from harness import _tensorio
+from harness import cuda_driver as cu
+from harness.launch import KernelParams, LaunchSpec, TensorMapArg, argument_bytes
+from harness.tensormap import TensorMapError, encode
+
+# Phases whose CUDA errors are the kernel's (or its launch's) doing.
+_KERNEL_PHASES = ("launch", "sync", "download")
+_LOAD_PHASES = ("load",)
+
+
+class _Mapped:
+    """A shared, writable mmap of a file and its address, closed in order."""
+
+    def __init__(self, path: Path, size: int):
+        self._fd = os.open(path, os.O_RDWR)
+        self.size = size
+        self.mm = mmap.mmap(self._fd, max(size, 1), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self._anchor = ctypes.c_char.from_buffer(self.mm)
+        self.address = ctypes.addressof(self._anchor)
+
+    def close(self) -> None:
+        del self._anchor
+        self.mm.close()
+        os.close(self._fd)
+
+
+def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
+    req = json.loads((run_dir / P.REQUEST).read_text())
+    if req.get("protocol") != P.PROTOCOL_VERSION:
+        raise RuntimeError(f"request protocol {req.get('protocol')!r}, this child speaks {P.PROTOCOL_VERSION}")
+    launch = LaunchSpec.from_dict(req["launch"])
+    tensors: dict = req["tensors"]
+    sink_req = req.get("sink")
+
+    phase = "init"
+    status["phase"] = phase
+    progress.mark(phase)
+    cu.init()
+
+    phase = status["phase"] = "context"
+    progress.mark(phase)
+    ctx = cu.Context(int(req.get("device", 0)))
+    status["device"] = {"ordinal": ctx.ordinal, "name": ctx.name,
+                        "compute_capability": list(ctx.compute_capability)}
+    try:
+        status["device"]["driver_version"] = int(cu.call("cuDriverGetVersion"))
+    except cu.CudaError:
+        pass
+
+    phase = status["phase"] = "load"
+    progress.mark(phase)
+    module = cu.Module((run_dir / P.CUBIN).read_bytes())
+    func = module.function(req["entry"])
+    if launch.shared_mem_bytes > 48 * 1024:
+        func.set_max_dynamic_shared(launch.shared_mem_bytes)
+    if launch.cluster != (1, 1, 1) and launch.cluster[0] * launch.cluster[1] * launch.cluster[2] > 8:
+        func.allow_non_portable_cluster()
+    sink_symbol = None
+    if sink_req is not None:
+        sym_ptr, sym_size = module.global_(sink_req["symbol"])
+        if sym_size != 8:
+            raise cu.CudaError(500, "CUDA_ERROR_NOT_FOUND",
+                               f"__device__ symbol {sink_req['symbol']!r} has {sym_size} bytes; the sink symbol "
+                               f"must be a pointer (8 bytes)", "cuModuleGetGlobal")
+        sink_symbol = sym_ptr
+    status["function"] = {"num_regs": func.attribute("CU_FUNC_ATTRIBUTE_NUM_REGS"),
+                          "static_shared_bytes": func.attribute("CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES"),
+                          "local_bytes": func.attribute("CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES")}
+
+    phase = status["phase"] = "alloc"
+    progress.mark(phase)
+    dptrs: dict[str, int] = {}
+    for name, info in tensors.items():
+        dptrs[name] = cu.mem_alloc(int(info["nbytes"]))
+
+    phase = status["phase"] = "upload"
+    progress.mark(phase)
+    inputs_path = run_dir / P.INPUTS
+    if inputs_path.exists() and inputs_path.stat().st_size > 0:
+        entries = _tensorio.entries(inputs_path)
+        src = _Mapped(inputs_path, inputs_path.stat().st_size)
+        try:
+            for e in entries:
+                cu.memcpy_htod(dptrs[e.name], src.address + e.offset, e.nbytes)
+        finally:
+            src.close()
+    for name, info in tensors.items():
+        if info["role"] == "out":
+            cu.memset_d8(dptrs[name], P.POISON_BYTE if req.get("poison_outputs", True) else 0,
+                         int(info["nbytes"]))
+
+    sink_map = None
+    sink_mem = None
+    sink_mode = None
+    if sink_req is not None:
+        phase = status["phase"] = "sink"
+        progress.mark(phase)
+        sink_size = int(sink_req["size"])
+        sink_map = _Mapped(Path(sink_req["file"]), sink_size)
+        if sink_req.get("host_mapped", True):
+            try:
+                # Whole pages: the mapping is page-aligned and covers them (older drivers insist).
+                pages = -(-sink_size // mmap.PAGESIZE) * mmap.PAGESIZE
+                sink_mem = cu.host_register_mapped(sink_map.address, pages)
+                sink_mode, sink_dev = P.SINK_FILE, sink_mem.device_ptr
+            except cu.CudaError as exc:
+                status["sink_register_error"] = str(exc)
+                sink_mem = cu.host_alloc_mapped(sink_size)
+                ctypes.memmove(sink_mem.host_ptr, sink_map.address, sink_size)
+                sink_mode, sink_dev = P.SINK_PINNED_COPY, sink_mem.device_ptr
+        else:
+            sink_dev = cu.mem_alloc(sink_size)
+            cu.memcpy_htod(sink_dev, sink_map.address, sink_size)
+            sink_mode = P.SINK_DEVICE_COPY
+        cu.memcpy_htod(sink_symbol, sink_dev.to_bytes(8, "little"))
+        status["sink_mode"] = sink_mode
+        progress.mark("sink_ready", sink_mode=sink_mode)
+
+    phase = status["phase"] = "encode"
+    progress.mark(phase)
+    maps = []
+    for a in launch.args:
+        if isinstance(a, TensorMapArg):
+            maps.append(encode(a.spec, dptrs[a.tensor_name]))
+    params = KernelParams(argument_bytes(launch, dptrs, maps))
+
+    def copy_pinned_sink() -> None:
+        if sink_mode == P.SINK_PINNED_COPY:
+            ctypes.memmove(sink_map.address, sink_mem.host_ptr, sink_map.size)
+            progress.mark("sink_copied", sink_mode=sink_mode)
+
+    try:
+        phase = status["phase"] = "launch"
+        progress.mark(phase)
+        t0 = time.perf_counter()
+        cu.launch(func, launch.grid, launch.block, launch.shared_mem_bytes, params.address,
+                  cluster=launch.cluster)
+        phase = status["phase"] = "sync"
+        progress.mark(phase)
+        cu.synchronize()
+        status["kernel_s"] = time.perf_counter() - t0
+    finally:
+        copy_pinned_sink()
+
+    phase = status["phase"] = "download"
+    progress.mark(phase)
+    if sink_mode == P.SINK_DEVICE_COPY:
+        cu.memcpy_dtoh_into(sink_map.address, sink_dev, sink_map.size)
+        progress.mark("sink_copied", sink_mode=sink_mode)
+    out_specs = [(n, i["st_dtype"], i["shape"]) for n, i in tensors.items() if i["role"] in ("out", "inout")]
+    if out_specs:
+        out_path = run_dir / P.OUTPUTS
+        tmp = run_dir / (P.OUTPUTS + ".tmp")
+        entries = _tensorio.create(tmp, out_specs)
+        total = tmp.stat().st_size
+        dst = _Mapped(tmp, total)
+        try:
+            for e in entries:
+                cu.memcpy_dtoh_into(dst.address + e.offset, dptrs[e.name], e.nbytes)
+            dst.mm.flush()
+        finally:
+            dst.close()
+        os.replace(tmp, out_path)
+    status["status"] = "OK"
+    status["phase"] = "done"
+    progress.mark("done")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m harness._child RUN_DIR", file=sys.stderr)
+        return 2
+    run_dir = Path(argv[0])
+    progress = P.Progress(run_dir)
+    progress.mark("start", pid=os.getpid())
+    status: dict = {"status": "HARNESS_ERROR", "phase": "start", "pid": os.getpid()}
+    t0 = time.monotonic()
+    try:
+        _run(run_dir, progress, status)
+    except cu.CudaError as exc:
+        phase = status.get("phase", "start")
+        if phase in _KERNEL_PHASES:
+            status["status"] = "CUDA_ERROR"
+        elif phase in _LOAD_PHASES:
+            status["status"] = "LOAD_ERROR"
+        else:
+            status["status"] = "SETUP_ERROR"
+        status.update(error_code=exc.code, error_name=exc.name, error_call=exc.call, sticky=exc.sticky,
+                      message=f"{exc} (phase {phase})")
+    except TensorMapError as exc:
+        status.update(status="SETUP_ERROR", message=f"tensor map rejected: {exc}")
+    except Exception as exc:  # a harness defect or a broken request: report it, do not crash
+        status.update(status="HARNESS_ERROR", message=f"{type(exc).__name__}: {exc}",
+                      traceback=traceback.format_exc())
+    status["child_s"] = time.monotonic() - t0
+    status["torch_imported"] = "torch" in sys.modules
+    P.write_json_atomic(run_dir / P.STATUS, status)
+    progress.mark("exit", status=status["status"])
+    progress.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: after a sticky error, driver clean-up at exit can take long or crash;
+    # everything that matters is on disk.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

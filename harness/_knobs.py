@@ -1,0 +1,82 @@
+"""Environment knobs read by the harness, declared once each: name, type, default, one line of doc.
+
+Read them through `get(name)`; the value is parsed on every call, so a test can set the
+variable and see the change. An unparsable value raises KnobError naming the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+
+class KnobError(ValueError):
+    """An ORACLE_* environment variable holds a value that cannot be parsed."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    parse: Callable[[str], object]
+    default: Callable[[], object]
+    doc: str
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError("must be > 0")
+    return value
+
+
+def _bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("must be one of 1/0, true/false, yes/no, on/off")
+
+
+def _optional_path(text: str) -> Optional[Path]:
+    return Path(text).expanduser() if text else None
+
+
+KNOBS: dict[str, Knob] = {
+    k.name: k
+    for k in (
+        Knob("ORACLE_CACHE_DIR", lambda s: Path(s).expanduser(),
+             lambda: Path("~/.cache/oracle").expanduser(),
+             "Directory of the build cache (cubins and their build logs)."),
+        Knob("ORACLE_NVCC", str, lambda: "nvcc",
+             "The nvcc executable (a name looked up on PATH, or a path)."),
+        Knob("ORACLE_NVCC_TIMEOUT_S", _positive_float, lambda: 900.0,
+             "Seconds one nvcc compile may take before it is killed and reported as a BuildError."),
+        Knob("ORACLE_KERNEL_TIMEOUT_S", _positive_float, lambda: 60.0,
+             "Default wall-clock limit in seconds for one kernel run's child process (start-up included)."),
+        Knob("ORACLE_KEEP_RUN_DIR", _bool, lambda: False,
+             "Keep each run's temporary directory (request, inputs, outputs, logs) for inspection."),
+        Knob("ORACLE_SINK_DIR", _optional_path, lambda: None,
+             "Directory for the file-backed host-mapped trace sink; default /dev/shm when writable, "
+             "else the run directory."),
+    )
+}
+
+
+def get(name: str):
+    """The typed value of knob `name` (its default when the variable is unset or empty)."""
+    knob = KNOBS[name]
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return knob.default()
+    try:
+        return knob.parse(raw)
+    except ValueError as exc:
+        raise KnobError(f"environment variable {name}={raw!r} is invalid: {exc}. {knob.doc}") from None
+
+
+def describe() -> str:
+    """One line per knob, for documentation and `--help` text."""
+    return "\n".join(f"{k.name}: {k.doc}" for k in KNOBS.values())

@@ -1,0 +1,341 @@
+"""Build CUDA sources to cubins with nvcc, cached on disk.
+
+Data path: source (a file or text) -> its local includes, resolved and hashed -> a cache key over
+source, local headers, the whole `harness/include` tree, the trace header version, flags, defines,
+the CUTLASS wheel version and `nvcc --version` -> `<cache>/cubin/<kk>/<key>.cubin` (+ `.json`
+with the build log). A hit never runs nvcc, not even `nvcc --version` (that answer is cached too,
+keyed by the nvcc binary's path, size and mtime).
+
+Constraints: needs nvcc (no GPU); writes are atomic (temp file + os.replace), so builds racing on
+one key never expose half a cubin; CUTLASS/CuTe headers come from the `nvidia-cutlass` wheel when it
+is installed (found without importing it), and their absence only matters to sources that use them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional, Sequence, Union
+
+from harness import _knobs
+
+# Bump when the meaning of a cache entry changes (flags added by default, layout of the key...).
+BUILD_KEY_VERSION = 1
+
+HARNESS_INCLUDE_DIR = Path(__file__).resolve().parent / "include"
+TRACE_HEADER = HARNESS_INCLUDE_DIR / "oracle_trace" / "trace.cuh"
+
+DEFAULT_FLAGS = ("-std=c++17", "-O3", "--expt-relaxed-constexpr", "-lineinfo")
+
+_ARCH_RE = re.compile(r"^sm_(\d{2,3})([af]?)$")
+_INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.MULTILINE)
+_TRACE_VERSION_RES = (
+    re.compile(r"^[ \t]*#[ \t]*define[ \t]+ORACLE_TRACE_VERSION[ \t]+(\S+)", re.MULTILINE),
+    re.compile(r"\bconstexpr[ \t]+[\w:]+[ \t]+kVersion[ \t]*=[ \t]*([^;]+);"),
+)
+_DEFINE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+CUBIN_MAGICS = {b"\x7fELF": "ELF cubin", b"\x50\xed\x55\xba": "fatbin"}
+
+
+class BuildError(RuntimeError):
+    """nvcc failed (or could not run). `stderr` holds nvcc's own words, `command` the argv."""
+
+    def __init__(self, message: str, *, stderr: str = "", command: Sequence[str] = ()):
+        self.stderr = stderr
+        self.command = tuple(command)
+        full = message if not stderr else f"{message}\n--- nvcc output ---\n{stderr.rstrip()}"
+        super().__init__(full)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    cubin_path: Path
+    cached: bool
+    key: str
+    log: str = ""  # nvcc's stdout+stderr of the build that produced the cubin (warnings)
+    command: tuple[str, ...] = field(default=(), compare=False)
+
+    def read(self) -> bytes:
+        return load_cubin(self.cubin_path)
+
+
+# --------------------------------------------------------------------------- locations
+
+
+def cutlass_include_dirs() -> tuple[Path, ...]:
+    """CUTLASS/CuTe include dirs of the `nvidia-cutlass` wheel, or () when it is not installed."""
+    try:
+        spec = importlib.util.find_spec("cutlass_library")
+    except (ImportError, ValueError):
+        return ()
+    if spec is None or not spec.submodule_search_locations:
+        return ()
+    for loc in spec.submodule_search_locations:
+        src = Path(loc) / "source"
+        dirs = [d for d in (src / "include", src / "tools" / "util" / "include") if d.is_dir()]
+        if dirs and (dirs[0] / "cute").is_dir():
+            return tuple(dirs)
+    return ()
+
+
+def cutlass_version() -> str:
+    try:
+        return importlib.metadata.version("nvidia-cutlass")
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def trace_header_version() -> str:
+    """The trace header's version (`#define ORACLE_TRACE_VERSION n` or `constexpr ... kVersion = n;`),
+    "absent" / "unversioned" otherwise. The whole include tree is hashed too; this names the part."""
+    try:
+        text = TRACE_HEADER.read_text(errors="replace")
+    except OSError:
+        return "absent"
+    for pattern in _TRACE_VERSION_RES:
+        m = pattern.search(text)
+        if m:
+            return m.group(1).strip()
+    return "unversioned"
+
+
+def default_cache_dir() -> Path:
+    return _knobs.get("ORACLE_CACHE_DIR")
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def arch_flags(arch: str) -> tuple[str, ...]:
+    """`sm_90a` -> ('-gencode=arch=compute_90a,code=sm_90a',)."""
+    m = _ARCH_RE.match(arch)
+    if not m:
+        raise ValueError(f"arch {arch!r} must look like sm_90a, sm_90 or sm_100a")
+    num, suffix = m.groups()
+    return (f"-gencode=arch=compute_{num}{suffix},code=sm_{num}{suffix}",)
+
+
+def define_flags(defines: Mapping[str, object]) -> tuple[str, ...]:
+    """-D flags in sorted order; a value of None or True gives `-DNAME`."""
+    out = []
+    for name in sorted(defines):
+        if not _DEFINE_NAME_RE.match(name):
+            raise ValueError(f"define name {name!r} is not a C identifier")
+        value = defines[name]
+        if value is None or value is True:
+            out.append(f"-D{name}")
+        elif value is False:
+            out.append(f"-D{name}=0")
+        else:
+            out.append(f"-D{name}={value}")
+    return tuple(out)
+
+
+def load_cubin(path: Union[str, os.PathLike]) -> bytes:
+    """The bytes of a prebuilt cubin (or fatbin), checked by magic so a wrong file fails early."""
+    data = Path(path).read_bytes()
+    if data[:4] not in CUBIN_MAGICS:
+        raise BuildError(f"{path} is not a cubin or fatbin (first bytes {data[:4]!r}, "
+                         f"expected one of {', '.join(CUBIN_MAGICS.values())})")
+    return data
+
+
+def _text(data: Union[str, bytes, None]) -> str:
+    if data is None:
+        return ""
+    return data.decode(errors="replace") if isinstance(data, bytes) else data
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def tree_digest(root: Path) -> str:
+    """Hash of every file's relative path and content under `root` ("" when it does not exist)."""
+    if not root.is_dir():
+        return ""
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts:
+            h.update(str(p.relative_to(root)).encode() + b"\0" + _sha256(p.read_bytes()).encode() + b"\n")
+    return h.hexdigest()
+
+
+def local_includes(text: str, source_dir: Optional[Path], search_dirs: Sequence[Path]) -> dict[str, str]:
+    """Every header reachable through #include that resolves to a file in `source_dir` (quoted
+    includes only) or `search_dirs`, recursively: {resolved path: sha256}. Headers not found there
+    (CUDA, the standard library, CUTLASS) are left to the version parts of the key. #if is ignored,
+    so this over-approximates, which only costs a rebuild."""
+    found: dict[str, str] = {}
+    pending: list[tuple[str, Optional[Path]]] = [(text, source_dir)]
+    while pending:
+        body, here = pending.pop()
+        for quote, name in _INCLUDE_RE.findall(body):
+            candidates = ([here] if (quote == '"' and here is not None) else []) + list(search_dirs)
+            for d in candidates:
+                p = (d / name)
+                if p.is_file():
+                    key = str(p.resolve())
+                    if key not in found:
+                        data = p.read_bytes()
+                        found[key] = _sha256(data)
+                        pending.append((data.decode(errors="replace"), p.resolve().parent))
+                    break
+    return found
+
+
+def _nvcc_path(nvcc: Optional[str]) -> str:
+    name = nvcc or _knobs.get("ORACLE_NVCC")
+    path = shutil.which(name)
+    if path is None:
+        raise BuildError(f"nvcc not found (looked for {name!r} on PATH; set ORACLE_NVCC to its path)")
+    return path
+
+
+def nvcc_version(nvcc_path: str, cache_dir: Path) -> str:
+    """`nvcc --version`, cached on disk by the binary's real path, size and mtime."""
+    real = os.path.realpath(nvcc_path)
+    st = os.stat(real)
+    ident = _sha256(f"{real}\0{st.st_size}\0{st.st_mtime_ns}".encode())[:32]
+    memo = cache_dir / "nvcc-version" / f"{ident}.txt"
+    try:
+        return memo.read_text()
+    except OSError:
+        pass
+    try:
+        proc = subprocess.run([nvcc_path, "--version"], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"could not run {nvcc_path} --version: {exc}") from None
+    if proc.returncode != 0:
+        raise BuildError(f"{nvcc_path} --version failed with exit code {proc.returncode}",
+                         stderr=proc.stderr, command=[nvcc_path, "--version"])
+    _atomic_write(memo, proc.stdout.encode())
+    return proc.stdout
+
+
+# --------------------------------------------------------------------------- build
+
+
+def _resolve_source(source: Union[str, os.PathLike]) -> tuple[str, Optional[Path], str]:
+    """(text, directory of the file or None, display name). A str with a newline is source text;
+    any other str or a PathLike is a path."""
+    if isinstance(source, str) and "\n" in source:
+        return source, None, "<source text>"
+    path = Path(source)
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        raise BuildError(f"cannot read CUDA source {path}: {exc.strerror or exc}") from None
+    return text, path.resolve().parent, str(path)
+
+
+def build_cubin(
+    source: Union[str, os.PathLike],
+    *,
+    arch: str = "sm_90a",
+    defines: Optional[Mapping[str, object]] = None,
+    include_dirs: Sequence[Union[str, os.PathLike]] = (),
+    extra_flags: Sequence[str] = (),
+    cache_dir: Optional[Union[str, os.PathLike]] = None,
+    nvcc: Optional[str] = None,
+) -> BuildResult:
+    """Compile `source` (a path, or CUDA source text containing a newline) to a cubin, or return
+    the cached one. Raises BuildError with nvcc's output when the compile fails."""
+    text, source_dir, display = _resolve_source(source)
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    user_dirs = tuple(Path(d).expanduser().resolve() for d in include_dirs)
+    cutlass_dirs = cutlass_include_dirs()
+    search = user_dirs + (HARNESS_INCLUDE_DIR,)
+
+    flags = (("-cubin",) + arch_flags(arch) + DEFAULT_FLAGS + define_flags(defines or {})
+             + tuple(extra_flags))
+    # nvcc itself looks next to a source file for quoted includes.
+    include_flags = tuple(f"-I{d}" for d in search + cutlass_dirs)
+
+    nvcc_path = _nvcc_path(nvcc)
+    key_parts = {
+        "key_version": BUILD_KEY_VERSION,
+        "source": _sha256(text.encode()),
+        "local_headers": sorted(local_includes(text, source_dir, search).values()),
+        "harness_include": tree_digest(HARNESS_INCLUDE_DIR),
+        "trace_header_version": trace_header_version(),
+        "flags": list(flags),
+        # Directories matter only through what they contain (hashed above); their number and
+        # order matter because they decide which header wins.
+        "include_dirs": [str(d) for d in user_dirs],
+        "cutlass": cutlass_version() if cutlass_dirs else "absent",
+        "nvcc": nvcc_version(nvcc_path, cache),
+    }
+    key = _sha256(json.dumps(key_parts, sort_keys=True).encode())
+    out_dir = cache / "cubin" / key[:2]
+    cubin_path = out_dir / f"{key}.cubin"
+    meta_path = out_dir / f"{key}.json"
+
+    if cubin_path.is_file():
+        log, command = "", ()
+        try:
+            meta = json.loads(meta_path.read_text())
+            log, command = meta.get("log", ""), tuple(meta.get("command", ()))
+        except (OSError, ValueError):
+            pass
+        return BuildResult(cubin_path=cubin_path, cached=True, key=key, log=log, command=command)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    timeout = _knobs.get("ORACLE_NVCC_TIMEOUT_S")
+    with tempfile.TemporaryDirectory(prefix="oracle-build-", dir=out_dir) as tmp:
+        tmpdir = Path(tmp)
+        if source_dir is None:
+            src_file = tmpdir / "source.cu"
+            src_file.write_text(text)
+        else:
+            src_file = Path(source).resolve()
+        tmp_cubin = tmpdir / "out.cubin"
+        command = [nvcc_path, *flags, *include_flags, "-o", str(tmp_cubin), str(src_file)]
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise BuildError(f"nvcc did not finish compiling {display} within {timeout:g} s "
+                             f"(ORACLE_NVCC_TIMEOUT_S)", stderr=_text(exc.stderr), command=command) from None
+        except OSError as exc:
+            raise BuildError(f"could not run nvcc ({nvcc_path}): {exc}", command=command) from None
+        log = (proc.stdout or "") + (proc.stderr or "")
+        if proc.returncode != 0:
+            raise BuildError(f"nvcc failed to compile {display} (exit code {proc.returncode})",
+                             stderr=log, command=command)
+        if not tmp_cubin.is_file():
+            raise BuildError(f"nvcc reported success for {display} but wrote no cubin", stderr=log,
+                             command=command)
+        data = tmp_cubin.read_bytes()
+        meta = {"source": display, "command": command, "log": log, "key_parts": key_parts,
+                "seconds": round(time.monotonic() - started, 3)}
+        # The metadata first: whoever sees the cubin also finds its log.
+        _atomic_write(meta_path, json.dumps(meta, indent=1).encode())
+        _atomic_write(cubin_path, data)
+    return BuildResult(cubin_path=cubin_path, cached=False, key=key, log=log, command=tuple(command))

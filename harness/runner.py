@@ -1,0 +1,436 @@
+"""Run one kernel launch in a child process with a time limit, and bring back its outputs and sink.
+
+Data path: run_kernel(cubin, entry, launch, tensors, sink) -> a temporary run directory
+(request.json, kernel.cubin, inputs.safetensors) and a sink file -> `python -m harness._child RUN_DIR`
+in a new process group (a fresh interpreter, CUDA through cuda-python only) -> the parent waits with
+the time limit -> status.json, outputs.safetensors, progress.jsonl and the sink file -> KernelRun.
+
+Constraints: an illegal address or trap kills the CUDA context for good and a hang never returns,
+so the kernel never runs in the caller's process; nothing the child does (crash, hang, garbage
+files) raises here. On a timeout the whole process group is killed. The host-mapped sink is a
+shared file (in /dev/shm when possible) registered with the driver, so the taps written before a
+fault or a hang are still readable by the parent. Tensors are CPU torch tensors; the kernel sees a
+dense row-major copy of each (`.contiguous()`).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional, Sequence, Union
+
+import torch
+
+from harness import _knobs
+from harness import _protocol as P
+from harness import _tensorio
+from harness.build import CUBIN_MAGICS, BuildError, BuildResult, build_cubin, load_cubin
+from harness.launch import LaunchSpec, TensorMapArg
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CHILD = (sys.executable, "-X", "faulthandler", "-m", "harness._child")
+TAIL_CHARS = 8000
+KILL_GRACE_S = 30.0
+MAX_SINK_BYTES = 1 << 34
+
+TORCH_TO_ST: dict[torch.dtype, str] = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
+    torch.uint8: "U8", torch.bool: "BOOL",
+}
+for _name in ("uint16", "uint32", "uint64"):
+    if hasattr(torch, _name):
+        TORCH_TO_ST[getattr(torch, _name)] = _name.replace("uint", "U")
+ST_TO_TORCH = {v: k for k, v in TORCH_TO_ST.items()}
+
+# Tensor-map dtype name -> torch dtypes a buffer of that map may have.
+MAP_DTYPE_TORCH: dict[str, tuple[torch.dtype, ...]] = {
+    "fp32": (torch.float32,), "fp16": (torch.float16,), "bf16": (torch.bfloat16,),
+    "e4m3": (torch.float8_e4m3fn,), "e5m2": (torch.float8_e5m2,), "int8": (torch.int8,),
+    "uint8": (torch.uint8,), "int32": (torch.int32,),
+}
+
+
+class RunnerError(ValueError):
+    """The run request itself is wrong (names, dtypes, sizes); raised before any child starts."""
+
+
+class RunStatus(str, enum.Enum):
+    OK = "OK"
+    CUDA_ERROR = "CUDA_ERROR"  # the launch or the kernel failed (illegal address, trap, bad config)
+    TIMEOUT = "TIMEOUT"  # the child did not finish in time and was killed
+    CRASHED = "CRASHED"  # the child died without reporting (signal, abort)
+    LOAD_ERROR = "LOAD_ERROR"  # the cubin, the entry point or the sink symbol could not be loaded
+    SETUP_ERROR = "SETUP_ERROR"  # no driver/device, out of memory, a tensor map the driver refused
+    BUILD_ERROR = "BUILD_ERROR"  # nvcc failed (run_source only; build_cubin raises BuildError)
+    HARNESS_ERROR = "HARNESS_ERROR"  # the child failed outside CUDA (a defect here, or a bad request)
+
+
+KERNEL_FAULTS = frozenset({RunStatus.CUDA_ERROR, RunStatus.TIMEOUT, RunStatus.CRASHED})
+
+
+@dataclass(frozen=True)
+class SinkRequest:
+    """The trace sink: `init_bytes` (e.g. trace_format.sink_init_bytes(...)) go into a buffer whose
+    device address is written into the `__device__` pointer `symbol` before the launch. Host-mapped
+    (pinned host memory the kernel writes over PCIe) survives a kernel fault; device memory is faster
+    but can be read back only after a clean run."""
+
+    init_bytes: bytes
+    symbol: str = "oracle_trace_sink"
+    host_mapped: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.init_bytes, (bytes, bytearray, memoryview)) or len(self.init_bytes) == 0:
+            raise RunnerError("SinkRequest.init_bytes must be non-empty bytes (the sink's initial image)")
+        if len(self.init_bytes) > MAX_SINK_BYTES:
+            raise RunnerError(f"SinkRequest of {len(self.init_bytes)} bytes exceeds {MAX_SINK_BYTES}")
+        object.__setattr__(self, "init_bytes", bytes(self.init_bytes))
+        if not isinstance(self.symbol, str) or not self.symbol or any(c.isspace() for c in self.symbol):
+            raise RunnerError(f"SinkRequest.symbol {self.symbol!r} must be a symbol name")
+
+
+@dataclass(frozen=True)
+class KernelRun:
+    status: RunStatus
+    message: str = ""
+    error_code: Optional[int] = None
+    error_name: Optional[str] = None
+    error_call: Optional[str] = None
+    phase: Optional[str] = None  # the child's last phase (see harness._protocol.PHASES)
+    outputs: Mapping[str, torch.Tensor] = field(default_factory=dict)  # only when OK
+    sink: Optional[bytes] = None  # the raw sink after the run, when it could be recovered
+    sink_source: Optional[str] = None  # host_mapped_file | host_pinned_copy | device_copy
+    elapsed_s: float = 0.0  # the child's whole life, start-up included
+    kernel_s: Optional[float] = None  # launch to end of synchronize, host clock
+    returncode: Optional[int] = None
+    stderr_tail: str = ""
+    stdout_tail: str = ""
+    device: Mapping[str, object] = field(default_factory=dict)
+    function: Mapping[str, object] = field(default_factory=dict)  # registers, static smem, local bytes
+    run_dir: Optional[str] = None  # kept only with keep_dir / ORACLE_KEEP_RUN_DIR
+
+    @property
+    def ok(self) -> bool:
+        return self.status is RunStatus.OK
+
+    @property
+    def kernel_fault(self) -> bool:
+        """The kernel (not the harness) failed: report KERNEL_ERROR with whatever sink came back."""
+        return self.status in KERNEL_FAULTS
+
+    def describe(self) -> str:
+        code = f" {self.error_name} ({self.error_code})" if self.error_code is not None else ""
+        sink = "no sink" if self.sink is None else f"sink {len(self.sink)} bytes from {self.sink_source}"
+        return f"{self.status.value}{code} at phase {self.phase}; {sink}; {self.elapsed_s:.2f} s: {self.message}"
+
+
+# --------------------------------------------------------------------------- request checks
+
+
+def _as_cubin_bytes(cubin) -> bytes:
+    if isinstance(cubin, BuildResult):
+        return _as_cubin_bytes(cubin.cubin_path)
+    if isinstance(cubin, (bytes, bytearray, memoryview)):
+        data = bytes(cubin)
+        if data[:4] not in CUBIN_MAGICS:
+            raise RunnerError(f"cubin bytes start with {data[:4]!r}, not a cubin or fatbin")
+        return data
+    if isinstance(cubin, (str, os.PathLike)):
+        try:
+            return load_cubin(cubin)
+        except (OSError, BuildError) as exc:
+            raise RunnerError(f"cannot use {cubin} as a cubin: {exc}") from None
+    raise RunnerError(f"cubin must be bytes, a path or a BuildResult, got {type(cubin).__name__}")
+
+
+def _check_request(launch: LaunchSpec, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    if not isinstance(launch, LaunchSpec):
+        raise RunnerError(f"launch must be a LaunchSpec, got {type(launch).__name__}")
+    roles = launch.tensor_roles()
+    missing = [n for n in roles if n not in tensors]
+    if missing:
+        raise RunnerError(f"the launch names tensors {missing} that were not given; given: {sorted(tensors)}")
+    unused = [n for n in tensors if n not in roles]
+    if unused:
+        raise RunnerError(f"tensors {unused} are not used by any argument of the launch")
+    dense: dict[str, torch.Tensor] = {}
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise RunnerError(f"tensor {name!r} is a {type(t).__name__}, not a torch.Tensor")
+        if t.device.type != "cpu":
+            raise RunnerError(f"tensor {name!r} is on {t.device}; pass CPU tensors (the kernel runs in a "
+                              f"child process that uploads them)")
+        if t.dtype not in TORCH_TO_ST:
+            raise RunnerError(f"tensor {name!r} has dtype {t.dtype}; supported: "
+                              f"{', '.join(str(d) for d in TORCH_TO_ST)}")
+        dense[name] = t.detach().contiguous()
+    for i, a in enumerate(launch.args):
+        if isinstance(a, TensorMapArg):
+            t = dense[a.tensor_name]
+            if t.dtype not in MAP_DTYPE_TORCH[a.spec.dtype]:
+                raise RunnerError(f"args[{i}]: the tensor map is {a.spec.dtype} but tensor {a.tensor_name!r} "
+                                  f"is {t.dtype}")
+            nbytes = t.numel() * t.element_size()
+            if a.spec.extent_bytes > nbytes:
+                raise RunnerError(f"args[{i}]: the tensor map over {a.tensor_name!r} spans {a.spec.extent_bytes} "
+                                  f"bytes (dims {a.spec.global_dims}, strides {a.spec.global_strides}) but the "
+                                  f"tensor has {nbytes}")
+    return dense
+
+
+def _sink_dir(run_dir: Path) -> Path:
+    chosen = _knobs.get("ORACLE_SINK_DIR")
+    if chosen is not None:
+        return chosen
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK | os.X_OK):
+        return shm
+    return run_dir
+
+
+def _write_sink_file(run_dir: Path, init: bytes) -> Path:
+    """A file holding the sink's initial bytes, with its pages reserved up front: on tmpfs a page
+    that cannot be allocated later would kill the child with SIGBUS instead of an error here."""
+    directory = _sink_dir(run_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix="oracle-sink-", suffix=".bin", dir=directory)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, len(init))
+        except OSError as exc:
+            os.close(fd)
+            os.unlink(name)
+            if directory == run_dir:
+                raise RunnerError(f"cannot reserve {len(init)} bytes for the sink in {directory}: {exc}") from None
+            fd, name = tempfile.mkstemp(prefix="oracle-sink-", suffix=".bin", dir=run_dir)
+            os.posix_fallocate(fd, 0, len(init))
+        os.pwrite(fd, init, 0)
+    finally:
+        os.close(fd)
+    return Path(name)
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - TAIL_CHARS))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.kill()
+    except OSError:
+        pass
+
+
+def _kill_and_reap(proc: subprocess.Popen) -> Optional[int]:
+    """SIGKILL the child's process group and wait a bounded time for it to go: a process stuck in
+    the driver's teardown must not hang the caller (None: it had not exited yet)."""
+    _kill_group(proc)
+    try:
+        return proc.wait(timeout=KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    path = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + path if path else "")
+    env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    return env
+
+
+def _read_outputs(run_dir: Path) -> dict[str, torch.Tensor]:
+    found, _ = _tensorio.read(run_dir / P.OUTPUTS)
+    out = {}
+    for name, (entry, data) in found.items():
+        dtype = ST_TO_TORCH[entry.dtype]
+        if entry.nbytes == 0:
+            out[name] = torch.empty(entry.shape, dtype=dtype)
+        else:
+            out[name] = torch.frombuffer(bytearray(data), dtype=dtype).reshape(entry.shape)
+    return out
+
+
+# --------------------------------------------------------------------------- run
+
+
+def run_kernel(
+    cubin: Union[bytes, str, os.PathLike, BuildResult],
+    entry: str,
+    launch: LaunchSpec,
+    tensors: Mapping[str, torch.Tensor],
+    *,
+    sink: Optional[SinkRequest] = None,
+    timeout_s: Optional[float] = None,
+    poison_outputs: bool = True,
+    device: int = 0,
+    child_cmd: Optional[Sequence[str]] = None,
+    keep_dir: Optional[bool] = None,
+) -> KernelRun:
+    """Run `entry` from `cubin` once with `launch` in a child process; see the module docstring.
+
+    `timeout_s` (default ORACLE_KERNEL_TIMEOUT_S) bounds the child's whole life, start-up included.
+    `child_cmd` replaces the child's argv prefix (the run directory is appended), e.g. to run it under
+    compute-sanitizer, or a stand-in child in tests. `keep_dir` (default ORACLE_KEEP_RUN_DIR) keeps the
+    run directory and reports it in KernelRun.run_dir. Raises RunnerError for a malformed request;
+    never raises for anything the kernel or the child does.
+    """
+    if not isinstance(entry, str) or not entry:
+        raise RunnerError(f"entry {entry!r} must be the kernel's (extern \"C\" or mangled) name")
+    if sink is not None and not isinstance(sink, SinkRequest):
+        raise RunnerError(f"sink must be a SinkRequest, got {type(sink).__name__}")
+    timeout = float(_knobs.get("ORACLE_KERNEL_TIMEOUT_S") if timeout_s is None else timeout_s)
+    if not (timeout > 0 and math.isfinite(timeout)):
+        raise RunnerError(f"timeout_s {timeout_s!r} must be a positive number of seconds")
+    keep = _knobs.get("ORACLE_KEEP_RUN_DIR") if keep_dir is None else bool(keep_dir)
+    image = _as_cubin_bytes(cubin)
+    dense = _check_request(launch, tensors)
+    roles = launch.tensor_roles()
+
+    run_dir = Path(tempfile.mkdtemp(prefix="oracle-run-"))
+    sink_file: Optional[Path] = None
+    proc: Optional[subprocess.Popen] = None
+    try:
+        (run_dir / P.CUBIN).write_bytes(image)
+        records = {}
+        for name, t in dense.items():
+            records[name] = {"role": roles[name], "st_dtype": TORCH_TO_ST[t.dtype], "shape": list(t.shape),
+                             "nbytes": t.numel() * t.element_size(), "torch_dtype": str(t.dtype)}
+        uploads = [(n, TORCH_TO_ST[t.dtype], tuple(t.shape), t.reshape(-1).view(torch.uint8).numpy())
+                   for n, t in dense.items() if roles[n] in ("in", "inout")]
+        _tensorio.write(run_dir / P.INPUTS, uploads, {"entry": entry})
+        sink_doc = None
+        if sink is not None:
+            sink_file = _write_sink_file(run_dir, sink.init_bytes)
+            sink_doc = {"symbol": sink.symbol, "size": len(sink.init_bytes), "host_mapped": sink.host_mapped,
+                        "file": str(sink_file)}
+        request = {"protocol": P.PROTOCOL_VERSION, "entry": entry, "launch": launch.to_dict(),
+                   "tensors": records, "sink": sink_doc, "device": int(device),
+                   "poison_outputs": bool(poison_outputs), "timeout_s": timeout}
+        P.write_json_atomic(run_dir / P.REQUEST, request)
+
+        argv = list(child_cmd if child_cmd is not None else DEFAULT_CHILD) + [str(run_dir)]
+        started = time.monotonic()
+        timed_out = False
+        with open(run_dir / P.STDOUT, "wb") as out, open(run_dir / P.STDERR, "wb") as err:
+            try:
+                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                        cwd=str(run_dir), env=_child_env(), start_new_session=True)
+            except OSError as exc:
+                return KernelRun(status=RunStatus.HARNESS_ERROR, message=f"could not start the child {argv}: {exc}",
+                                 phase=None)
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                rc = _kill_and_reap(proc)
+        elapsed = time.monotonic() - started
+        _kill_group(proc)  # stray grandchildren
+        return _collect(run_dir, rc, timed_out, timeout, elapsed, sink_file, sink, keep)
+    finally:
+        if proc is not None and proc.poll() is None:
+            _kill_and_reap(proc)
+        if sink_file is not None:
+            try:
+                sink_file.unlink()
+            except OSError:
+                pass
+        if not keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def run_source(source: Union[str, os.PathLike], entry: str, launch: LaunchSpec,
+               tensors: Mapping[str, torch.Tensor], *, build: Optional[Mapping[str, object]] = None,
+               **run_kwargs) -> KernelRun:
+    """build_cubin(source, **build) then run_kernel(...); a compile error comes back as a KernelRun
+    with status BUILD_ERROR and nvcc's output as the message instead of an exception."""
+    try:
+        res = build_cubin(source, **dict(build or {}))
+    except BuildError as exc:
+        return KernelRun(status=RunStatus.BUILD_ERROR, message=str(exc))
+    return run_kernel(res, entry, launch, tensors, **run_kwargs)
+
+
+def _signal_name(rc: int) -> str:
+    try:
+        return signal.Signals(-rc).name
+    except ValueError:
+        return f"signal {-rc}"
+
+
+def _collect(run_dir: Path, rc: Optional[int], timed_out: bool, timeout: float, elapsed: float,
+             sink_file: Optional[Path], sink: Optional[SinkRequest], keep: bool) -> KernelRun:
+    progress = P.read_progress(run_dir)
+    phases = [r["phase"] for r in progress]
+    last_phase = next((p for p in reversed(phases) if p in P.PHASES), None)
+    doc, why = P.read_status(run_dir)
+    stderr_tail = _tail(run_dir / P.STDERR)
+    stdout_tail = _tail(run_dir / P.STDOUT)
+
+    # The sink: readable when the kernel was launched and its bytes are (or were copied) in the file.
+    sink_bytes, sink_source = None, None
+    if sink is not None and sink_file is not None and "launch" in phases:
+        ready = [r for r in progress if r["phase"] == "sink_ready"]
+        mode = ready[-1].get("sink_mode") if ready else None
+        copied = any(r["phase"] == "sink_copied" for r in progress)
+        if mode == P.SINK_FILE or (mode in (P.SINK_PINNED_COPY, P.SINK_DEVICE_COPY) and copied):
+            try:
+                with open(sink_file, "rb") as f:
+                    sink_bytes = f.read(len(sink.init_bytes))
+                sink_source = mode
+            except OSError:
+                pass
+
+    common = dict(phase=last_phase, sink=sink_bytes, sink_source=sink_source, elapsed_s=elapsed,
+                  returncode=rc, stderr_tail=stderr_tail, stdout_tail=stdout_tail,
+                  run_dir=str(run_dir) if keep else None)
+    if doc is not None:
+        status = RunStatus(doc["status"])
+        outputs: dict = {}
+        message = str(doc.get("message", ""))
+        if timed_out:
+            message = (message + "; " if message else "") + \
+                f"the child reported but did not exit within {timeout:g} s and was killed"
+        if status is RunStatus.OK:
+            try:
+                outputs = _read_outputs(run_dir) if (run_dir / P.OUTPUTS).exists() else {}
+            except (_tensorio.TensorFileError, OSError, KeyError) as exc:
+                status, message = RunStatus.HARNESS_ERROR, f"the child's outputs are unreadable: {exc}"
+        if doc.get("traceback"):
+            message = f"{message}\n{doc['traceback']}"
+        return KernelRun(status=status, message=message, error_code=doc.get("error_code"),
+                         error_name=doc.get("error_name"), error_call=doc.get("error_call"),
+                         outputs=outputs, kernel_s=doc.get("kernel_s"), device=doc.get("device") or {},
+                         function=doc.get("function") or {}, **common)
+    if timed_out:
+        where = {"sync": "the kernel was still running", "launch": "the launch call did not return"}.get(
+            last_phase or "", f"the child was in phase {last_phase}")
+        killed = ("the child's process group was killed" if rc is not None else
+                  f"the child was sent SIGKILL but had not exited {KILL_GRACE_S:g} s later")
+        return KernelRun(status=RunStatus.TIMEOUT, message=f"no result within {timeout:g} s ({where}); {killed}",
+                         **common)
+    how = "no exit status" if rc is None else _signal_name(rc) if rc < 0 else f"exit code {rc}"
+    return KernelRun(status=RunStatus.CRASHED,
+                     message=f"the child died ({how}) in phase {last_phase}: {why}", **common)

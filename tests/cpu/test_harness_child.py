@@ -1,0 +1,192 @@
+"""The real child (harness._child) end to end under the real runner, with the driver emulated in
+host memory: "device" buffers are ctypes buffers, a launch runs a Python stand-in of the kernel that
+reads its arguments through the kernelParams pointer array exactly as the driver would. This covers
+request parsing, upload, poisoning, the sink symbol, tensor-map encoding order, argument packing,
+error mapping and the output files without a GPU."""
+
+import struct
+import sys
+
+import torch
+
+from harness import _protocol as P
+from harness.launch import LaunchSpec, ScalarArg, TensorArg, TensorMapArg
+from harness.runner import RunStatus, SinkRequest, run_kernel
+from harness.tensormap import TensorMapSpec
+
+CUBIN = b"\x7fELF" + b"\0" * 60
+
+EMULATED_CHILD = r'''
+import ctypes, os, struct, sys
+from harness import _child, cuda_driver as cu
+
+MEM = []
+STATE = {"pending": None}
+SYMBOL = ctypes.create_string_buffer(8)
+
+def alloc(n):
+    buf = ctypes.create_string_buffer(max(int(n), 1))
+    MEM.append(buf)
+    return ctypes.addressof(buf)
+
+def htod(dptr, src, nbytes=None):
+    if isinstance(src, int):
+        ctypes.memmove(dptr, src, nbytes)
+    else:
+        data = bytes(src)[: (len(src) if nbytes is None else nbytes)]
+        ctypes.memmove(dptr, data, len(data))
+
+class Function:
+    def __init__(self, name): self.name = name
+    def set_max_dynamic_shared(self, n): pass
+    def allow_non_portable_cluster(self): pass
+    def attribute(self, name): return 0
+
+class Module:
+    def __init__(self, image): assert image[:4] == b"\x7fELF"
+    def function(self, name):
+        if name not in KERNELS:
+            raise cu.CudaError(500, "CUDA_ERROR_NOT_FOUND", f"no kernel named {name!r}", "cuModuleGetFunction")
+        return Function(name)
+    def global_(self, name):
+        if name != "oracle_trace_sink":
+            raise cu.CudaError(500, "CUDA_ERROR_NOT_FOUND", f"no __device__ symbol named {name!r}", "cuModuleGetGlobal")
+        return ctypes.addressof(SYMBOL), 8
+
+class Context:
+    def __init__(self, device): self.ordinal, self.name, self.compute_capability = device, "emulated", (9, 0)
+
+def register(addr, n):
+    if os.environ.get("EMULATED_REGISTER_FAILS"):
+        raise cu.CudaError(1, "CUDA_ERROR_INVALID_VALUE", "refused", "cuMemHostRegister")
+    return cu.HostMapped(addr, addr, n, True)
+
+def host_alloc(n):
+    a = alloc(n)
+    return cu.HostMapped(a, a, n, False)
+
+def args(params, n):
+    ptrs = (ctypes.c_void_p * n).from_address(params)
+    return ptrs
+
+def q(p): return struct.unpack("<Q", ctypes.string_at(p, 8))[0]
+def i32(p): return struct.unpack("<i", ctypes.string_at(p, 4))[0]
+
+def tap(word):
+    sink = q(ctypes.addressof(SYMBOL))
+    if sink:
+        (ctypes.c_uint32 * 2).from_address(sink)[:] = [0xC0FFEE00 | word, 7]
+
+def vadd(params):
+    a = args(params, 4)
+    n = i32(a[3])
+    x, y, z = (ctypes.c_float * (n + 1)).from_address(q(a[0])), (ctypes.c_float * (n + 1)).from_address(q(a[1])), \
+        (ctypes.c_float * (n + 1)).from_address(q(a[2]))
+    for i in range(n):
+        z[i] = x[i] + y[i]
+    tap(4)
+
+def fault(params):
+    tap(1)
+    STATE["pending"] = cu.CudaError(700, "CUDA_ERROR_ILLEGAL_ADDRESS", "illegal address", "cuCtxSynchronize")
+
+def tma(params):
+    a = args(params, 3)
+    encoded = ctypes.string_at(a[0], 128)
+    (ctypes.c_int64 * 2).from_address(q(a[2]))[:] = [int(encoded[:8] == ctypes.string_at(a[1], 8)),
+                                                     int(encoded[8:12] == b"bf16")]
+
+KERNELS = {"vadd": vadd, "fault": fault, "tma": tma}
+
+def launch(function, grid, block, smem, params, cluster=None, stream=0):
+    KERNELS[function.name](params)
+
+def synchronize():
+    err, STATE["pending"] = STATE["pending"], None
+    if err is not None:
+        raise err
+
+def encode(spec, address):
+    return struct.pack("<Q", address) + spec.dtype.encode().ljust(120, b"\0")
+
+cu.init = lambda: None
+cu.call = lambda name, *a: 12080 if name == "cuDriverGetVersion" else None
+cu.Context, cu.Module = Context, Module
+cu.mem_alloc, cu.memcpy_htod = alloc, htod
+cu.memcpy_dtoh_into = lambda h, d, n: ctypes.memmove(h, d, n)
+cu.memset_d8 = lambda d, v, n: ctypes.memset(d, v, n)
+cu.host_register_mapped, cu.host_alloc_mapped = register, host_alloc
+cu.launch, cu.synchronize = launch, synchronize
+_child.encode = encode
+_child.main(sys.argv[1:])
+'''
+
+CHILD = [sys.executable, "-c", EMULATED_CHILD]
+N = 33
+
+
+def vadd_run(**kw):
+    x = torch.arange(N + 1, dtype=torch.float32)
+    launch = LaunchSpec(grid=1, block=32, args=[TensorArg("x"), TensorArg("y"), TensorArg("z", "out"), ScalarArg(N)])
+    tensors = {"x": x, "y": 10 * x, "z": torch.zeros(N + 1)}
+    return run_kernel(CUBIN, kw.pop("entry", "vadd"), launch, tensors, child_cmd=CHILD, timeout_s=60, **kw)
+
+
+def test_ok_run_outputs_poison_and_sink():
+    run = vadd_run(sink=SinkRequest(bytes(32)))
+    assert run.ok, run.describe() + run.stderr_tail
+    z = run.outputs["z"]
+    assert torch.equal(z[:N], 11 * torch.arange(N, dtype=torch.float32))
+    assert torch.isnan(z[N]), "the element no one wrote keeps the poison"
+    assert run.sink_source == P.SINK_FILE
+    assert struct.unpack("<2I", run.sink[:8]) == (0xC0FFEE04, 7)
+    assert run.device["name"] == "emulated" and run.device["driver_version"] == 12080
+
+
+def test_without_poison_outputs_start_at_zero():
+    run = vadd_run(poison_outputs=False)
+    assert run.ok and run.outputs["z"][N] == 0
+
+
+def test_device_sink_is_copied_back_after_a_clean_run():
+    run = vadd_run(sink=SinkRequest(bytes(32), host_mapped=False))
+    assert run.ok and run.sink_source == P.SINK_DEVICE_COPY
+    assert struct.unpack("<I", run.sink[:4])[0] == 0xC0FFEE04
+
+
+def test_registration_failure_falls_back_to_pinned_memory(monkeypatch):
+    monkeypatch.setenv("EMULATED_REGISTER_FAILS", "1")
+    run = vadd_run(sink=SinkRequest(bytes(32)))
+    assert run.ok and run.sink_source == P.SINK_PINNED_COPY
+    assert struct.unpack("<I", run.sink[:4])[0] == 0xC0FFEE04
+
+
+def test_fault_maps_to_cuda_error_with_the_sink():
+    run = vadd_run(entry="fault", sink=SinkRequest(bytes(32)))
+    assert run.status is RunStatus.CUDA_ERROR and run.kernel_fault
+    assert (run.error_code, run.error_name, run.phase) == (700, "CUDA_ERROR_ILLEGAL_ADDRESS", "sync")
+    assert struct.unpack("<I", run.sink[:4])[0] == 0xC0FFEE01
+    assert run.outputs == {}
+
+
+def test_fallback_sink_is_recovered_after_a_fault_too(monkeypatch):
+    monkeypatch.setenv("EMULATED_REGISTER_FAILS", "1")
+    run = vadd_run(entry="fault", sink=SinkRequest(bytes(32)))
+    assert run.status is RunStatus.CUDA_ERROR and run.sink_source == P.SINK_PINNED_COPY
+    assert struct.unpack("<I", run.sink[:4])[0] == 0xC0FFEE01
+
+
+def test_load_errors():
+    run = vadd_run(entry="missing")
+    assert run.status is RunStatus.LOAD_ERROR and run.error_code == 500 and "missing" in run.message
+    run = vadd_run(sink=SinkRequest(bytes(8), symbol="other_sink"))
+    assert run.status is RunStatus.LOAD_ERROR and "other_sink" in run.message and run.sink is None
+
+
+def test_tensor_map_is_encoded_against_its_tensor():
+    spec = TensorMapSpec(dtype="bf16", global_dims=(64, 8), global_strides=(128,), box_dims=(64, 8), swizzle=128)
+    launch = LaunchSpec(grid=1, block=32, args=[TensorMapArg("a", spec), TensorArg("a"), TensorArg("out", "out")])
+    run = run_kernel(CUBIN, "tma", launch, {"a": torch.zeros(8, 64, dtype=torch.bfloat16),
+                                            "out": torch.zeros(2, dtype=torch.int64)}, child_cmd=CHILD, timeout_s=60)
+    assert run.ok, run.describe()
+    assert run.outputs["out"].tolist() == [1, 1]
