@@ -1,0 +1,875 @@
+"""The binary trace of `oracle_trace/trace.cuh`: constants, the sink header, a strict parser, an encoder.
+
+Data path: the host builds the sink with `sink_init_bytes` (header with the selection of stages,
+tiles and k-blocks, then a zeroed record area), points the kernel's `oracle_trace_sink` symbol at
+it, launches, copies it back and calls `parse_trace`, which returns `harness.taps.Tap` and
+`DescriptorRecord` objects. `TraceWriter` produces the same bytes in pure Python, so the parser
+and everything downstream can be tested without a GPU.
+
+Constraints: little-endian; format version 1 only; tiles up to 65535 x 65535 elements; the
+k-block selection is a 1024-wide window. Every malformed input raises a `TraceFormatError`
+subclass whose message names the field, the value and the byte offset. The format itself is
+specified in docs/trace-format.md; tests/cpu/test_trace_constants.py checks that the numbers
+here agree with the header.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from harness.taps import DESCRIPTOR_STAGES, LOAD_STAGES, TAP_STAGES, DescriptorRecord, Tap, TapError
+
+# --------------------------------------------------------------------------------------------
+# Constants (mirrored in harness/include/oracle_trace/trace.cuh)
+# --------------------------------------------------------------------------------------------
+
+MAGIC = 0x4352544F  # bytes b"OTRC"
+VERSION = 1
+HEADER_BYTES = 512
+MAX_TILES = 32
+KBLOCK_WINDOW = 1024
+FLAG_ALL_K_BLOCKS = 1
+KNOWN_FLAGS = FLAG_ALL_K_BLOCKS
+COMMIT_TAG = 0xC0DE
+RECORD_HEAD_BYTES = 40
+RECORD_ALIGN = 8
+MAX_TILE_DIM = 65535
+NONE = -1  # no k-block / no slot / any tile
+
+STAGE_CODES: dict[str, int] = {
+    "descriptor_a": 1,
+    "descriptor_b": 2,
+    "load_a": 3,
+    "load_b": 4,
+    "mma": 5,
+    "epilogue_scale": 6,
+    "epilogue_alpha_beta": 7,
+    "epilogue_bias": 8,
+    "epilogue_activation": 9,
+    "epilogue_cast": 10,
+}
+STAGE_NAMES: dict[int, str] = {v: k for k, v in STAGE_CODES.items()}
+if tuple(STAGE_CODES) != TAP_STAGES:  # the codes follow the pipeline order of harness.taps
+    raise ImportError(f"trace stage codes {tuple(STAGE_CODES)} do not follow TAP_STAGES {TAP_STAGES}")
+ALL_STAGES_MASK = sum(1 << c for c in STAGE_CODES.values())
+
+DTYPE_CODES: dict[str, int] = {"fp32": 1, "fp16": 2, "bf16": 3, "e4m3": 4, "e5m2": 5, "int8": 6, "int32": 7}
+DTYPE_NAMES: dict[int, str] = {v: k for k, v in DTYPE_CODES.items()}
+DTYPE_TORCH: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "e4m3": torch.float8_e4m3fn,
+    "e5m2": torch.float8_e5m2,
+    "int8": torch.int8,
+    "int32": torch.int32,
+}
+DTYPE_SIZE: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1, "int8": 1, "int32": 4}
+# numpy types that hold the raw bits of each element size
+_BITS = {1: np.uint8, 2: np.int16, 4: np.int32}
+_TORCH_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
+
+
+class RecordKind(enum.IntEnum):
+    ELEMENTS = 1
+    BLOCK = 2
+    BYTES = 3
+    DESCRIPTOR = 4
+    PAD = 5
+
+
+OPERAND_CODES = {"a": 0, "b": 1}
+OOB_FILL_CODES = {"zero": 0, "nan": 1}
+SWIZZLE_BYTES = (0, 32, 64, 128)
+
+# Struct layouts, little-endian, with the field offsets the header's static_asserts pin.
+HEADER_FIXED = struct.Struct("<IHHQQIIIIiI")  # first 48 bytes of the sink header
+HEADER_OFFSETS = {
+    "magic": 0, "version": 4, "header_bytes": 6, "capacity": 8, "cursor": 16, "dropped": 24,
+    "flags": 28, "stage_mask": 32, "n_tiles": 36, "kb_base": 40, "tiles": 64, "kb_bits": 320,
+}
+TILE_SELECTOR = struct.Struct("<ii")
+RECORD_HEAD = struct.Struct("<IHHBBHIIiiiiHH")
+RECORD_HEAD_OFFSETS = {
+    "size": 0, "kind": 4, "commit": 6, "stage": 8, "dtype": 9, "thread": 12, "cta": 16, "tile_m": 20,
+    "tile_n": 24, "k_block": 28, "slot": 32, "shape_rows": 36, "shape_cols": 38,
+}
+ELEMENTS_BODY = struct.Struct("<II")  # count, reserved; then u32 coords[count], values
+BLOCK_BODY = struct.Struct("<HHHH")  # row0, col0, rows, cols; then values row-major
+BYTES_BODY = struct.Struct("<IIII")  # offset, nbytes, total_bytes, reserved; then data
+DESCRIPTOR_BODY = struct.Struct("<BBHB3x5Q4Q5I5I")
+DESCRIPTOR_BODY_OFFSETS = {"dims": 8, "strides": 48, "box": 80, "element_strides": 100}
+STRUCT_SIZES = {
+    "SinkHeader": HEADER_BYTES, "TileSelector": TILE_SELECTOR.size, "RecordHead": RECORD_HEAD.size,
+    "ElementsBody": ELEMENTS_BODY.size, "BlockBody": BLOCK_BODY.size, "BytesBody": BYTES_BODY.size,
+    "DescriptorBody": DESCRIPTOR_BODY.size,
+}
+_TILES_OFFSET = HEADER_OFFSETS["tiles"]
+_KB_BITS_OFFSET = HEADER_OFFSETS["kb_bits"]
+assert HEADER_FIXED.size == 48 and RECORD_HEAD.size == RECORD_HEAD_BYTES and DESCRIPTOR_BODY.size == 120
+
+
+def _round_up(x: int, a: int = RECORD_ALIGN) -> int:
+    return (x + a - 1) // a * a
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------
+
+
+class TraceFormatError(ValueError):
+    """A trace buffer that does not follow the format; `offset` is the byte offset, if known."""
+
+    def __init__(self, message: str, offset: Optional[int] = None) -> None:
+        self.offset = offset
+        where = "" if offset is None else f" (at byte offset {offset})"
+        super().__init__(message + where)
+
+
+class TraceHeaderError(TraceFormatError):
+    """Wrong magic, version, header size, capacity or selection fields."""
+
+
+class TraceTruncatedError(TraceFormatError):
+    """The buffer ends before the header or before the records the cursor announces."""
+
+
+class TraceRecordError(TraceFormatError):
+    """A record with a bad size, an uncommitted record, or bytes past the cursor."""
+
+
+class TraceCodeError(TraceFormatError):
+    """An unknown record kind, stage or dtype code, or a kind not allowed for its stage."""
+
+
+class TraceCoordinateError(TraceFormatError):
+    """A record shape that does not match the block sizes, or an element outside its tile."""
+
+
+class TraceConflictError(TraceFormatError):
+    """Records of one tap that disagree: values of the same element, dtype, image size."""
+
+
+# --------------------------------------------------------------------------------------------
+# Selection and sink header
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TraceSelection:
+    """What the kernel records: stages, output tiles and k-blocks.
+
+    tiles: None records every tile; else up to 32 (tile_m, tile_n) selectors where -1 (or None)
+    matches any index, so (3, -1) is a whole row of tiles. k_blocks: None records every
+    k-block; else k-blocks inside one 1024-wide window. Stages without a k-block (epilogue)
+    ignore the k-block selection.
+    """
+
+    tiles: Optional[tuple[tuple[int, int], ...]] = None
+    k_blocks: Optional[tuple[int, ...]] = None
+    stages: tuple[str, ...] = TAP_STAGES
+
+    def __post_init__(self) -> None:
+        if self.tiles is not None:
+            tiles = []
+            for t in self.tiles:
+                if not isinstance(t, (tuple, list)) or len(t) != 2:
+                    raise ValueError(f"selection tile {t!r} must be a pair (tile_m, tile_n)")
+                pair = tuple(NONE if v is None else v for v in t)
+                if any(isinstance(v, bool) or not isinstance(v, int) or v < NONE or v > 2**31 - 1 for v in pair):
+                    raise ValueError(f"selection tile {t!r}: each index must be an int >= 0, or -1/None for any")
+                tiles.append(pair)
+            if len(tiles) > MAX_TILES:
+                raise ValueError(f"selection has {len(tiles)} tiles; at most {MAX_TILES} fit in the header "
+                                 f"(use -1 wildcards for whole rows or columns of tiles)")
+            object.__setattr__(self, "tiles", tuple(tiles))
+        if self.k_blocks is not None:
+            kbs = tuple(sorted(set(self.k_blocks)))
+            for kb in kbs:
+                if isinstance(kb, bool) or not isinstance(kb, int) or kb < 0 or kb > 2**31 - 1:
+                    raise ValueError(f"selection k-block {kb!r} must be an int >= 0")
+            if kbs and kbs[-1] - kbs[0] >= KBLOCK_WINDOW:
+                raise ValueError(f"selection k-blocks span {kbs[0]}..{kbs[-1]}; they must fit in a window of "
+                                 f"{KBLOCK_WINDOW} (select fewer, or all with k_blocks=None)")
+            object.__setattr__(self, "k_blocks", kbs)
+        stages = tuple(dict.fromkeys(self.stages))
+        for s in stages:
+            if s not in STAGE_CODES:
+                raise ValueError(f"selection stage {s!r} is unknown; allowed: {', '.join(STAGE_CODES)}")
+        object.__setattr__(self, "stages", stages)
+
+    def records_tile(self, tile: tuple[int, int]) -> bool:
+        if self.tiles is None:
+            return True
+        return any((sm < 0 or sm == tile[0]) and (sn < 0 or sn == tile[1]) for sm, sn in self.tiles)
+
+    def records_k_block(self, k_block: Optional[int]) -> bool:
+        return k_block is None or k_block < 0 or self.k_blocks is None or k_block in self.k_blocks
+
+    def records(self, stage: str, tile: tuple[int, int], k_block: Optional[int]) -> bool:
+        return stage in self.stages and self.records_tile(tile) and self.records_k_block(k_block)
+
+
+@dataclass(frozen=True)
+class SinkHeader:
+    """The sink header as the parser read it."""
+
+    version: int
+    header_bytes: int
+    capacity: int
+    cursor: int
+    dropped: int
+    flags: int
+    selection: TraceSelection
+
+    @property
+    def area(self) -> int:
+        """Bytes of the record area."""
+        return self.capacity - self.header_bytes
+
+    @property
+    def used(self) -> int:
+        """Bytes of the record area that hold records (the cursor, clipped to the area)."""
+        return min(self.cursor, self.area)
+
+    @property
+    def extent(self) -> int:
+        """Bytes from the start of the buffer that a reader must copy back: header plus records."""
+        return self.header_bytes + self.used
+
+
+def _encode_header(capacity: int, selection: TraceSelection, cursor: int = 0, dropped: int = 0,
+                   magic: int = MAGIC, version: int = VERSION) -> bytes:
+    flags = 0
+    kb_base = 0
+    bits = [0] * (KBLOCK_WINDOW // 32)
+    if selection.k_blocks is None:
+        flags |= FLAG_ALL_K_BLOCKS
+    elif selection.k_blocks:
+        kb_base = selection.k_blocks[0]
+        for kb in selection.k_blocks:
+            d = kb - kb_base
+            bits[d >> 5] |= 1 << (d & 31)
+    tiles = ((NONE, NONE),) if selection.tiles is None else selection.tiles
+    stage_mask = sum(1 << STAGE_CODES[s] for s in selection.stages)
+    head = bytearray(HEADER_BYTES)
+    HEADER_FIXED.pack_into(head, 0, magic, version, HEADER_BYTES, capacity, cursor, dropped, flags, stage_mask,
+                           len(tiles), kb_base, 0)
+    for i, (tm, tn) in enumerate(tiles):
+        TILE_SELECTOR.pack_into(head, _TILES_OFFSET + 8 * i, tm, tn)
+    struct.pack_into(f"<{len(bits)}I", head, _KB_BITS_OFFSET, *bits)
+    return bytes(head)
+
+
+def _check_capacity(capacity: int) -> None:
+    if isinstance(capacity, bool) or not isinstance(capacity, int):
+        raise ValueError(f"sink capacity must be an int, got {type(capacity).__name__}")
+    if capacity < HEADER_BYTES + RECORD_ALIGN or capacity % RECORD_ALIGN or capacity >= 2**63:
+        raise ValueError(f"sink capacity {capacity} must be a multiple of {RECORD_ALIGN}, at least "
+                         f"{HEADER_BYTES + RECORD_ALIGN} (the {HEADER_BYTES}-byte header plus records)")
+
+
+def sink_init_bytes(capacity: int, tiles: Optional[Iterable] = None, k_blocks: Optional[Iterable[int]] = None, *,
+                    stages: Optional[Iterable[str]] = None,
+                    descriptors: Sequence[DescriptorRecord] = ()) -> bytes:
+    """The whole initial sink, `capacity` bytes: header with the selection, then a zeroed record area.
+
+    Copy all of it to the sink memory before the launch (the record area must be zero).
+    `descriptors` are TMA descriptor fields known to the host; they are pre-written as records.
+    """
+    _check_capacity(capacity)
+    selection = TraceSelection(
+        tiles=None if tiles is None else tuple(tuple(t) for t in tiles),
+        k_blocks=None if k_blocks is None else tuple(k_blocks),
+        stages=TAP_STAGES if stages is None else tuple(stages),
+    )
+    records = b"".join(encode_descriptor(d) for d in descriptors)
+    if len(records) > capacity - HEADER_BYTES:
+        raise ValueError(f"{len(descriptors)} host descriptor records need {len(records)} bytes, more than the "
+                         f"{capacity - HEADER_BYTES}-byte record area of a {capacity}-byte sink")
+    out = bytearray(capacity)
+    out[:HEADER_BYTES] = _encode_header(capacity, selection, cursor=len(records))
+    out[HEADER_BYTES:HEADER_BYTES + len(records)] = records
+    return bytes(out)
+
+
+def _buffer(buf) -> memoryview:
+    if isinstance(buf, torch.Tensor):
+        if buf.dtype != torch.uint8 or buf.dim() != 1:
+            raise TypeError(f"a trace tensor must be 1-D uint8, got {buf.dtype} {tuple(buf.shape)}")
+        buf = buf.detach().cpu().contiguous().numpy()
+    try:
+        mv = memoryview(buf)
+    except TypeError:
+        raise TypeError(f"a trace buffer must be bytes-like, got {type(buf).__name__}") from None
+    return mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
+
+
+def parse_header(buf) -> SinkHeader:
+    """Read and check the sink header (the first HEADER_BYTES bytes are enough)."""
+    mv = _buffer(buf)
+    if len(mv) < HEADER_FIXED.size:
+        raise TraceTruncatedError(f"trace buffer has {len(mv)} bytes, fewer than the {HEADER_FIXED.size}-byte "
+                                  f"fixed header", 0)
+    (magic, version, header_bytes, capacity, cursor, dropped, flags, stage_mask, n_tiles, kb_base,
+     _) = HEADER_FIXED.unpack_from(mv, 0)
+    if magic != MAGIC:
+        raise TraceHeaderError(f"trace magic is 0x{magic:08x}, expected 0x{MAGIC:08x} ('OTRC'): not a trace "
+                               f"sink, or the sink was never initialised", 0)
+    if version != VERSION:
+        raise TraceHeaderError(f"trace format version {version} is not supported; this parser reads version "
+                               f"{VERSION}", HEADER_OFFSETS["version"])
+    if header_bytes != HEADER_BYTES:
+        raise TraceHeaderError(f"trace header_bytes is {header_bytes}, expected {HEADER_BYTES}",
+                               HEADER_OFFSETS["header_bytes"])
+    if len(mv) < HEADER_BYTES:
+        raise TraceTruncatedError(f"trace buffer has {len(mv)} bytes, fewer than the {HEADER_BYTES}-byte header", 0)
+    if capacity < HEADER_BYTES + RECORD_ALIGN or capacity % RECORD_ALIGN:
+        raise TraceHeaderError(f"trace capacity {capacity} must be a multiple of {RECORD_ALIGN} and at least "
+                               f"{HEADER_BYTES + RECORD_ALIGN}", HEADER_OFFSETS["capacity"])
+    if len(mv) > capacity:
+        raise TraceHeaderError(f"trace buffer has {len(mv)} bytes but its header says capacity {capacity}",
+                               HEADER_OFFSETS["capacity"])
+    if flags & ~KNOWN_FLAGS:
+        raise TraceHeaderError(f"trace header flags 0x{flags:x} has unknown bits (known: 0x{KNOWN_FLAGS:x})",
+                               HEADER_OFFSETS["flags"])
+    if stage_mask & ~ALL_STAGES_MASK:
+        raise TraceHeaderError(f"trace stage_mask 0x{stage_mask:x} selects unknown stage codes "
+                               f"(known mask 0x{ALL_STAGES_MASK:x})", HEADER_OFFSETS["stage_mask"])
+    if n_tiles > MAX_TILES:
+        raise TraceHeaderError(f"trace n_tiles {n_tiles} exceeds {MAX_TILES}", HEADER_OFFSETS["n_tiles"])
+    if cursor % RECORD_ALIGN:
+        raise TraceHeaderError(f"trace cursor {cursor} is not a multiple of {RECORD_ALIGN}", HEADER_OFFSETS["cursor"])
+    if cursor > capacity - HEADER_BYTES and dropped == 0:
+        raise TraceHeaderError(f"trace cursor {cursor} is past the {capacity - HEADER_BYTES}-byte record area but "
+                               f"no record was counted as dropped", HEADER_OFFSETS["cursor"])
+    tiles = []
+    for i in range(n_tiles):
+        off = _TILES_OFFSET + 8 * i
+        tm, tn = TILE_SELECTOR.unpack_from(mv, off)
+        if tm < NONE or tn < NONE:
+            raise TraceHeaderError(f"trace tile selector {i} is ({tm}, {tn}); indices must be >= -1", off)
+        tiles.append((tm, tn))
+    if flags & FLAG_ALL_K_BLOCKS:
+        k_blocks = None
+    else:
+        if kb_base < 0:
+            raise TraceHeaderError(f"trace kb_base {kb_base} is negative", HEADER_OFFSETS["kb_base"])
+        words = struct.unpack_from(f"<{KBLOCK_WINDOW // 32}I", mv, _KB_BITS_OFFSET)
+        k_blocks = tuple(kb_base + 32 * w + b for w, word in enumerate(words) for b in range(32) if word >> b & 1)
+    stages = tuple(s for s, c in STAGE_CODES.items() if stage_mask >> c & 1)
+    all_tiles = any(tm < 0 and tn < 0 for tm, tn in tiles)
+    selection = TraceSelection(tiles=None if all_tiles else tuple(tiles), k_blocks=k_blocks, stages=stages)
+    return SinkHeader(version=version, header_bytes=header_bytes, capacity=capacity, cursor=cursor,
+                      dropped=dropped, flags=flags, selection=selection)
+
+
+def trace_extent(header: bytes) -> int:
+    """How many bytes of a sink to copy back, given its first HEADER_BYTES bytes."""
+    return parse_header(header[:HEADER_BYTES]).extent
+
+
+# --------------------------------------------------------------------------------------------
+# Parser
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TraceResult:
+    """What a trace held: assembled taps, descriptor records and the bookkeeping."""
+
+    taps: tuple[Tap, ...]
+    descriptors: tuple[DescriptorRecord, ...]
+    dropped: int  # records the kernel could not fit
+    capacity: int  # bytes of the sink
+    used_bytes: int  # bytes of the record area holding records
+    records: int  # records read (pad records not counted)
+    warnings: tuple[str, ...]
+    selection: TraceSelection = field(default_factory=TraceSelection)
+
+    @property
+    def complete(self) -> bool:
+        """Nothing dropped and nothing skipped: every tap the kernel made is here."""
+        return self.dropped == 0 and not self.warnings
+
+    def get(self, stage: str, tile: tuple[int, int], k_block: Optional[int] = None) -> Optional[Tap]:
+        """The tap with this key, or None."""
+        key = (stage, tuple(tile), k_block)
+        return next((t for t in self.taps if t.key == key), None)
+
+    def of_stage(self, stage: str) -> tuple[Tap, ...]:
+        return tuple(t for t in self.taps if t.stage == stage)
+
+
+@dataclass
+class _Piece:
+    """Values of one record on its way into a tap (linear element indices + raw bits)."""
+
+    offset: int
+    dtype: str
+    shape: tuple[int, int]
+    index: np.ndarray  # int64 linear indices (or byte offsets)
+    bits: np.ndarray
+    slot: int
+    cta: int
+    total: int = 0  # byte images: size of the whole image
+
+
+def _expected_shape(stage: str, block_m: int, block_n: int, block_k: int) -> tuple[int, int]:
+    if stage == "load_a":
+        return (block_m, block_k)
+    if stage == "load_b":
+        return (block_k, block_n)
+    return (block_m, block_n)
+
+
+def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool = False) -> TraceResult:
+    """Parse a sink copied back from the device into taps and descriptor records.
+
+    `buf` is bytes-like (or a 1-D uint8 tensor): the whole sink, or at least its header and
+    records (`SinkHeader.extent` bytes). Block sizes give the expected tile shapes: load_a
+    [block_m, block_k], load_b [block_k, block_n], mma and epilogue [block_m, block_n].
+    `partial=True` is for a kernel that did not finish (crash, timeout): records that were
+    reserved but not committed are skipped with a warning instead of raising.
+    Element and block records with the same (stage, tile, k_block) become one dense Tap whose
+    `mask` marks the recorded elements.
+    """
+    for name, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TILE_DIM:
+            raise ValueError(f"parse_trace: {name}={v!r} must be an int in 1..{MAX_TILE_DIM}")
+    mv = _buffer(buf)
+    header = parse_header(mv)
+    start, end = header.header_bytes, header.header_bytes + header.used
+    if len(mv) < end:
+        raise TraceTruncatedError(f"trace buffer ends at byte {len(mv)} but the cursor says records run to byte "
+                                  f"{end}", len(mv))
+    tail = np.frombuffer(mv, dtype=np.uint8, offset=end, count=len(mv) - end)
+    nz = np.flatnonzero(tail)
+    if nz.size:
+        raise TraceRecordError(f"non-zero byte 0x{int(tail[nz[0]]):02x} past the cursor (end of records at byte "
+                               f"{end}): a record written without a reservation, or a sink not zeroed before "
+                               f"the launch", end + int(nz[0]))
+
+    warnings: list[str] = []
+    pieces: dict[tuple, list[_Piece]] = defaultdict(list)
+    descriptors: list[DescriptorRecord] = []
+    unselected: set[tuple] = set()
+    n_records = 0
+    off = start
+    while off < end:
+        if end - off < 8:
+            raise TraceRecordError(f"{end - off} bytes left at the end of the records, too few for a record", off)
+        size, kind_code, commit = struct.unpack_from("<IHH", mv, off)
+        if size == 0:
+            if partial:
+                warnings.append(f"record at byte {off} was reserved but never written (the kernel stopped); "
+                                f"the {end - off} bytes after it cannot be read")
+                break
+            raise TraceRecordError("record size is 0: a reservation that was never written (pass partial=True for "
+                                   "a kernel that did not finish)", off)
+        if size % RECORD_ALIGN or size < 8:
+            raise TraceRecordError(f"record size {size} is not a positive multiple of {RECORD_ALIGN}", off)
+        if off + size > end:
+            raise TraceRecordError(f"record of {size} bytes runs to byte {off + size}, past the end of the records "
+                                   f"at byte {end} (the cursor)", off)
+        if commit != COMMIT_TAG:
+            if partial:
+                warnings.append(f"record at byte {off} ({size} bytes) was not committed (the kernel stopped while "
+                                f"writing it); skipped")
+                off += size
+                continue
+            raise TraceRecordError(f"record commit tag is 0x{commit:04x}, expected 0x{COMMIT_TAG:04x}: the record "
+                                   f"was not completed (pass partial=True for a kernel that did not finish)", off + 6)
+        try:
+            kind = RecordKind(kind_code)
+        except ValueError:
+            raise TraceCodeError(f"record kind {kind_code} is unknown; known: "
+                                 f"{', '.join(f'{k.value}={k.name}' for k in RecordKind)}", off + 4) from None
+        if kind is RecordKind.PAD:
+            if off + size != header.header_bytes + header.area or header.cursor <= header.area:
+                raise TraceRecordError("pad record that does not close an overflowed record area", off)
+            off += size
+            continue
+        if size < RECORD_HEAD_BYTES:
+            raise TraceRecordError(f"record size {size} is smaller than the {RECORD_HEAD_BYTES}-byte record head", off)
+        _, _, _, stage_code, dtype_code, _, thread, cta, tile_m, tile_n, k_block, slot, rows, cols = \
+            RECORD_HEAD.unpack_from(mv, off)
+        stage = STAGE_NAMES.get(stage_code)
+        if stage is None:
+            raise TraceCodeError(f"record stage code {stage_code} is unknown; known: "
+                                 f"{', '.join(f'{c}={s}' for s, c in STAGE_CODES.items())}", off + 8)
+        dtype = DTYPE_NAMES.get(dtype_code)
+        if dtype is None:
+            raise TraceCodeError(f"record dtype code {dtype_code} is unknown; known: "
+                                 f"{', '.join(f'{c}={d}' for d, c in DTYPE_CODES.items())}", off + 9)
+        rec = mv[off:off + size]
+        n_records += 1
+        if kind is RecordKind.DESCRIPTOR:
+            descriptors.append(_parse_descriptor(rec, off, stage, dtype))
+            off += size
+            continue
+        # tile-bound records
+        if tile_m < 0 or tile_n < 0:
+            raise TraceCoordinateError(f"{stage} record tile ({tile_m}, {tile_n}) is negative", off + 20)
+        if k_block < NONE or slot < NONE:
+            raise TraceCoordinateError(f"{stage} record k_block {k_block} / slot {slot} must be >= -1", off + 28)
+        if (stage in DESCRIPTOR_STAGES or stage in LOAD_STAGES) and k_block < 0:
+            raise TraceCoordinateError(f"{stage} record tile ({tile_m}, {tile_n}) has no k-block; the stage needs one",
+                                       off + 28)
+        kb = None if k_block < 0 else k_block
+        key = (stage, (tile_m, tile_n), kb)
+        if not header.selection.records(stage, (tile_m, tile_n), kb) and key not in unselected:
+            unselected.add(key)
+            warnings.append(f"record at byte {off}: {stage} tile ({tile_m}, {tile_n}) k-block {kb} was not selected "
+                            f"by the sink header (the kernel ignored the selection)")
+        if kind is RecordKind.BYTES:
+            if stage not in DESCRIPTOR_STAGES:
+                raise TraceCodeError(f"a byte-image record must have stage descriptor_a or descriptor_b, not {stage}",
+                                     off + 8)
+            pieces[key].append(_parse_bytes(rec, off, dtype, slot, cta))
+        else:
+            if stage in DESCRIPTOR_STAGES:
+                raise TraceCodeError(f"{kind.name.lower()} record for {stage}: descriptor stages hold byte images "
+                                     f"(Bytes records) only", off + 8)
+            shape = _expected_shape(stage, block_m, block_n, block_k)
+            if (rows, cols) != shape:
+                raise TraceCoordinateError(
+                    f"{stage} record tile ({tile_m}, {tile_n}) says the tile is {rows}x{cols}, but block sizes "
+                    f"(block_m={block_m}, block_n={block_n}, block_k={block_k}) make it {shape[0]}x{shape[1]}",
+                    off + 36)
+            if kind is RecordKind.ELEMENTS:
+                pieces[key].append(_parse_elements(rec, off, stage, dtype, shape, slot, cta))
+            else:
+                pieces[key].append(_parse_block(rec, off, stage, dtype, shape, slot, cta))
+        off += size
+
+    taps = []
+    order = {s: i for i, s in enumerate(TAP_STAGES)}
+    for key in sorted(pieces, key=lambda k: (order[k[0]], k[1], -1 if k[2] is None else k[2])):
+        taps.append(_assemble(key, pieces[key], warnings))
+    unique_descriptors = tuple(dict.fromkeys(descriptors))
+    return TraceResult(taps=tuple(taps), descriptors=unique_descriptors, dropped=header.dropped,
+                       capacity=header.capacity, used_bytes=header.used, records=n_records,
+                       warnings=tuple(warnings), selection=header.selection)
+
+
+def _expect_size(rec: memoryview, off: int, want: int, what: str) -> None:
+    if len(rec) != _round_up(want):
+        raise TraceRecordError(f"{what} record is {len(rec)} bytes, but its contents need {want} "
+                               f"(= {_round_up(want)} with padding)", off)
+
+
+def _parse_elements(rec, off, stage, dtype, shape, slot, cta) -> _Piece:
+    if len(rec) < RECORD_HEAD_BYTES + ELEMENTS_BODY.size:
+        raise TraceRecordError(f"element record of {len(rec)} bytes has no room for its count", off)
+    count, _ = ELEMENTS_BODY.unpack_from(rec, RECORD_HEAD_BYTES)
+    isz = DTYPE_SIZE[dtype]
+    base = RECORD_HEAD_BYTES + ELEMENTS_BODY.size
+    _expect_size(rec, off, base + count * (4 + isz), f"{stage} element ({count} elements of {dtype})")
+    coords = np.frombuffer(rec, dtype="<u4", count=count, offset=base)
+    rows = (coords & 0xFFFF).astype(np.int64)
+    cols = (coords >> 16).astype(np.int64)
+    bad = np.flatnonzero((rows >= shape[0]) | (cols >= shape[1]))
+    if bad.size:
+        i = int(bad[0])
+        raise TraceCoordinateError(f"{stage} element {i} at (row {rows[i]}, col {cols[i]}) is outside the "
+                                   f"{shape[0]}x{shape[1]} tile", off + base + 4 * i)
+    bits = np.frombuffer(rec, dtype=np.dtype(_BITS[isz]).newbyteorder("<"), count=count,
+                         offset=base + 4 * count).astype(_BITS[isz])
+    return _Piece(off, dtype, shape, rows * shape[1] + cols, bits, slot, cta)
+
+
+def _parse_block(rec, off, stage, dtype, shape, slot, cta) -> _Piece:
+    if len(rec) < RECORD_HEAD_BYTES + BLOCK_BODY.size:
+        raise TraceRecordError(f"block record of {len(rec)} bytes has no room for its rectangle", off)
+    row0, col0, nrows, ncols = BLOCK_BODY.unpack_from(rec, RECORD_HEAD_BYTES)
+    isz = DTYPE_SIZE[dtype]
+    base = RECORD_HEAD_BYTES + BLOCK_BODY.size
+    _expect_size(rec, off, base + nrows * ncols * isz, f"{stage} block ({nrows}x{ncols} of {dtype})")
+    if row0 + nrows > shape[0] or col0 + ncols > shape[1]:
+        raise TraceCoordinateError(f"{stage} block rows {row0}..{row0 + nrows - 1}, cols {col0}..{col0 + ncols - 1} "
+                                   f"is outside the {shape[0]}x{shape[1]} tile", off + RECORD_HEAD_BYTES)
+    n = nrows * ncols
+    bits = np.frombuffer(rec, dtype=np.dtype(_BITS[isz]).newbyteorder("<"), count=n,
+                         offset=base).astype(_BITS[isz])
+    r = np.repeat(np.arange(row0, row0 + nrows, dtype=np.int64), ncols)
+    c = np.tile(np.arange(col0, col0 + ncols, dtype=np.int64), nrows)
+    return _Piece(off, dtype, shape, r * shape[1] + c, bits, slot, cta)
+
+
+def _parse_bytes(rec, off, dtype, slot, cta) -> _Piece:
+    if len(rec) < RECORD_HEAD_BYTES + BYTES_BODY.size:
+        raise TraceRecordError(f"byte-image record of {len(rec)} bytes has no room for its chunk header", off)
+    offset, nbytes, total, _ = BYTES_BODY.unpack_from(rec, RECORD_HEAD_BYTES)
+    base = RECORD_HEAD_BYTES + BYTES_BODY.size
+    _expect_size(rec, off, base + nbytes, f"byte-image ({nbytes} bytes)")
+    if total == 0 or offset + nbytes > total:
+        raise TraceCoordinateError(f"byte-image chunk {offset}..{offset + nbytes} does not fit the {total}-byte image",
+                                   off + RECORD_HEAD_BYTES)
+    bits = np.frombuffer(rec, dtype=np.uint8, count=nbytes, offset=base).copy()
+    return _Piece(off, dtype, (0, 0), np.arange(offset, offset + nbytes, dtype=np.int64), bits, slot, cta, total)
+
+
+def _parse_descriptor(rec, off, stage, dtype) -> DescriptorRecord:
+    _expect_size(rec, off, RECORD_HEAD_BYTES + DESCRIPTOR_BODY.size, "descriptor")
+    if stage not in DESCRIPTOR_STAGES:
+        raise TraceCodeError(f"descriptor record with stage {stage}; it must be descriptor_a or descriptor_b", off + 8)
+    v = DESCRIPTOR_BODY.unpack_from(rec, RECORD_HEAD_BYTES)
+    operand_code, rank, swizzle, oob = v[0], v[1], v[2], v[3]
+    dims, strides, box, estr = v[4:9], v[9:13], v[13:18], v[18:23]
+    body = off + RECORD_HEAD_BYTES
+    operand = {c: n for n, c in OPERAND_CODES.items()}.get(operand_code)
+    if operand is None or f"descriptor_{operand}" != stage:
+        raise TraceCodeError(f"descriptor operand code {operand_code} does not match its stage {stage}", body)
+    if not 1 <= rank <= 5:
+        raise TraceCodeError(f"descriptor rank {rank} must be 1..5", body + 1)
+    if swizzle not in SWIZZLE_BYTES:
+        raise TraceCodeError(f"descriptor swizzle {swizzle} must be one of {SWIZZLE_BYTES} bytes", body + 2)
+    fill = {c: n for n, c in OOB_FILL_CODES.items()}.get(oob)
+    if fill is None:
+        raise TraceCodeError(f"descriptor oob_fill code {oob} is unknown; known: {OOB_FILL_CODES}", body + 4)
+    try:
+        return DescriptorRecord(operand=operand, dtype=dtype, global_dims=tuple(dims[:rank]),
+                                global_strides=tuple(strides[:rank - 1]), box_dims=tuple(box[:rank]),
+                                element_strides=tuple(estr[:rank]), swizzle=swizzle, oob_fill=fill)
+    except TapError as e:
+        raise TraceCodeError(f"descriptor record is not valid: {e}", off) from None
+
+
+def _assemble(key: tuple, parts: list[_Piece], warnings: list[str]) -> Tap:
+    stage, tile, kb = key
+    first = parts[0]
+    where = f"{stage} tile {tile} k-block {kb}"
+    for p in parts[1:]:
+        if p.dtype != first.dtype:
+            raise TraceConflictError(f"{where}: record has dtype {p.dtype} but the record at byte {first.offset} "
+                                     f"has {first.dtype}", p.offset + 9)
+        if p.total != first.total:
+            raise TraceConflictError(f"{where}: byte image is {p.total} bytes here but {first.total} in the record "
+                                     f"at byte {first.offset}", p.offset + RECORD_HEAD_BYTES)
+    slots = sorted({p.slot for p in parts})
+    ctas = sorted({p.cta for p in parts})
+    if len(slots) > 1:
+        warnings.append(f"{where}: records disagree on the pipeline slot {slots}; the tap keeps {first.slot}")
+    if len(ctas) > 1:
+        warnings.append(f"{where}: written by several CTAs {ctas}; the tap keeps CTA {first.cta}")
+    image = stage in DESCRIPTOR_STAGES
+    n = first.total if image else first.shape[0] * first.shape[1]
+    index = np.concatenate([p.index for p in parts])
+    bits = np.concatenate([p.bits for p in parts])
+    source = np.concatenate([np.full(p.index.size, p.offset, dtype=np.int64) for p in parts])
+    order = np.argsort(index, kind="stable")
+    index, bits, source = index[order], bits[order], source[order]
+    same = np.flatnonzero((index[1:] == index[:-1]) & (bits[1:] != bits[:-1]))
+    if same.size:
+        i = int(same[0])
+        pos = int(index[i])
+        what = f"byte {pos}" if image else f"element (row {pos // first.shape[1]}, col {pos % first.shape[1]})"
+        m = (1 << 8 * bits.dtype.itemsize) - 1
+        raise TraceConflictError(f"{where}: {what} recorded twice with different values (bits 0x{int(bits[i]) & m:x} "
+                                 f"in the record at byte {int(source[i])}, 0x{int(bits[i + 1]) & m:x} in the "
+                                 f"record at byte {int(source[i + 1])})", int(source[i + 1]))
+    dense = np.zeros(n, dtype=bits.dtype)
+    mask = np.zeros(n, dtype=bool)
+    dense[index] = bits
+    mask[index] = True
+    if image:
+        values = torch.from_numpy(dense)
+    else:
+        values = torch.from_numpy(dense).view(DTYPE_TORCH[first.dtype]).reshape(first.shape)
+        mask = mask.reshape(first.shape)
+    tmask = None if mask.all() else torch.from_numpy(mask)
+    try:
+        return Tap(stage=stage, tile=tile, values=values, k_block=kb, slot=None if first.slot < 0 else first.slot,
+                   cta=first.cta, mask=tmask)
+    except TapError as e:
+        raise TraceFormatError(f"{where}: the records do not make a valid tap: {e}", first.offset) from None
+
+
+# --------------------------------------------------------------------------------------------
+# Encoder
+# --------------------------------------------------------------------------------------------
+
+ValuesLike = Union[torch.Tensor, np.ndarray, Sequence[float]]
+
+
+def _dtype_name(values, dtype: Optional[str]) -> str:
+    if dtype is not None:
+        if dtype not in DTYPE_CODES:
+            raise ValueError(f"dtype {dtype!r} is unknown; known: {', '.join(DTYPE_CODES)}")
+        return dtype
+    if isinstance(values, torch.Tensor):
+        for name, t in DTYPE_TORCH.items():
+            if values.dtype == t:
+                return name
+        raise ValueError(f"torch dtype {values.dtype} has no trace dtype; known: {', '.join(DTYPE_CODES)}")
+    raise ValueError("dtype is required when values are not a torch tensor")
+
+
+def _value_bytes(values: ValuesLike, dtype: str) -> bytes:
+    """Raw little-endian bits of `values` in `dtype`."""
+    if not isinstance(values, torch.Tensor):
+        values = torch.as_tensor(np.asarray(values, dtype=np.float64 if dtype not in ("int8", "int32") else np.int64))
+    t = values.detach().cpu().reshape(-1)
+    if t.dtype != DTYPE_TORCH[dtype]:
+        t = t.to(DTYPE_TORCH[dtype])
+    return t.contiguous().view(_TORCH_BITS[DTYPE_SIZE[dtype]]).numpy().astype(
+        np.dtype(_BITS[DTYPE_SIZE[dtype]]).newbyteorder("<")).tobytes()
+
+
+def encode_record(kind: int, body: bytes, *, stage: str, dtype: str, tile: tuple[int, int] = (NONE, NONE),
+                  k_block: int = NONE, slot: int = NONE, cta: int = 0, thread: int = 0,
+                  shape: tuple[int, int] = (0, 0), commit: bool = True, stage_code: Optional[int] = None,
+                  dtype_code: Optional[int] = None) -> bytes:
+    """One record: head + body, padded to RECORD_ALIGN. The *_code overrides write raw codes (for tests)."""
+    size = _round_up(RECORD_HEAD_BYTES + len(body))
+    head = RECORD_HEAD.pack(size, int(kind), COMMIT_TAG if commit else 0,
+                            STAGE_CODES[stage] if stage_code is None else stage_code,
+                            DTYPE_CODES[dtype] if dtype_code is None else dtype_code, 0, thread, cta,
+                            tile[0], tile[1], NONE if k_block is None else k_block, NONE if slot is None else slot,
+                            shape[0], shape[1])
+    return (head + body).ljust(size, b"\0")
+
+
+def encode_descriptor(d: DescriptorRecord, *, cta: int = 0, thread: int = 0) -> bytes:
+    """A Descriptor record for the fields of `d`."""
+    rank = len(d.global_dims)
+    pad = lambda xs, n: tuple(xs) + (0,) * (n - len(xs))  # noqa: E731
+    body = DESCRIPTOR_BODY.pack(OPERAND_CODES[d.operand], rank, d.swizzle, OOB_FILL_CODES[d.oob_fill],
+                                *pad(d.global_dims, 5), *pad(d.global_strides, 4), *pad(d.box_dims, 5),
+                                *pad(d.element_strides, 5))
+    return encode_record(RecordKind.DESCRIPTOR, body, stage=d.stage, dtype=d.dtype, cta=cta, thread=thread)
+
+
+class TraceWriter:
+    """Builds trace buffers in pure Python, record by record, as a kernel would.
+
+    Each method appends one record and returns its byte offset in the buffer. `to_bytes()`
+    lays them out after the header; records that do not fit are dropped and the area is
+    closed with a pad record, exactly as the device does. `raw()` appends arbitrary bytes,
+    for building corrupt buffers.
+    """
+
+    def __init__(self, capacity: int = 1 << 20, *, tiles: Optional[Iterable] = None,
+                 k_blocks: Optional[Iterable[int]] = None, stages: Optional[Iterable[str]] = None) -> None:
+        _check_capacity(capacity)
+        self.capacity = capacity
+        self.selection = TraceSelection(
+            tiles=None if tiles is None else tuple(tuple(t) for t in tiles),
+            k_blocks=None if k_blocks is None else tuple(k_blocks),
+            stages=TAP_STAGES if stages is None else tuple(stages))
+        self._records: list[bytes] = []
+
+    def _offset(self) -> int:
+        return HEADER_BYTES + sum(len(r) for r in self._records)
+
+    def raw(self, data: bytes) -> int:
+        off = self._offset()
+        self._records.append(bytes(data))
+        return off
+
+    def elements(self, stage: str, tile: tuple[int, int], rows: Sequence[int], cols: Sequence[int],
+                 values: ValuesLike, *, shape: tuple[int, int], k_block: Optional[int] = None,
+                 slot: Optional[int] = None, dtype: Optional[str] = None, cta: int = 0, thread: int = 0,
+                 commit: bool = True) -> int:
+        """An element record: values[i] sits at (rows[i], cols[i]) of a tile of `shape`."""
+        dtype = _dtype_name(values, dtype)
+        rows = [int(r) for r in rows]
+        cols = [int(c) for c in cols]
+        if len(rows) != len(cols):
+            raise ValueError(f"{len(rows)} rows but {len(cols)} cols")
+        vb = _value_bytes(values, dtype)
+        if len(vb) != len(rows) * DTYPE_SIZE[dtype]:
+            raise ValueError(f"{len(vb) // DTYPE_SIZE[dtype]} values for {len(rows)} coordinates")
+        coords = struct.pack(f"<{len(rows)}I", *((r & 0xFFFF) | (c & 0xFFFF) << 16 for r, c in zip(rows, cols)))
+        body = ELEMENTS_BODY.pack(len(rows), 0) + coords + vb
+        return self.raw(encode_record(RecordKind.ELEMENTS, body, stage=stage, dtype=dtype, tile=tile,
+                                      k_block=k_block, slot=slot, cta=cta, thread=thread, shape=shape, commit=commit))
+
+    def block(self, stage: str, tile: tuple[int, int], values: ValuesLike, *, shape: tuple[int, int],
+              row0: int = 0, col0: int = 0, k_block: Optional[int] = None, slot: Optional[int] = None,
+              dtype: Optional[str] = None, cta: int = 0, thread: int = 0, commit: bool = True) -> int:
+        """A block record: the 2-D `values` sit at rows row0.., cols col0.. of a tile of `shape`."""
+        dtype = _dtype_name(values, dtype)
+        arr = values if isinstance(values, torch.Tensor) else torch.as_tensor(np.asarray(values))
+        if arr.dim() != 2:
+            raise ValueError(f"block values must be 2-D, got shape {tuple(arr.shape)}")
+        body = BLOCK_BODY.pack(row0, col0, arr.shape[0], arr.shape[1]) + _value_bytes(arr, dtype)
+        return self.raw(encode_record(RecordKind.BLOCK, body, stage=stage, dtype=dtype, tile=tile, k_block=k_block,
+                                      slot=slot, cta=cta, thread=thread, shape=shape, commit=commit))
+
+    def image(self, stage: str, tile: tuple[int, int], data: bytes, *, k_block: int, offset: int = 0,
+              total_bytes: Optional[int] = None, dtype: str = "bf16", shape: tuple[int, int] = (0, 0),
+              slot: Optional[int] = None, cta: int = 0, thread: int = 0, commit: bool = True) -> int:
+        """A byte-image chunk: `data` at `offset` of a `total_bytes` shared-memory image."""
+        data = bytes(data)
+        total = offset + len(data) if total_bytes is None else total_bytes
+        body = BYTES_BODY.pack(offset, len(data), total, 0) + data
+        return self.raw(encode_record(RecordKind.BYTES, body, stage=stage, dtype=dtype, tile=tile, k_block=k_block,
+                                      slot=slot, cta=cta, thread=thread, shape=shape, commit=commit))
+
+    def descriptor(self, d: DescriptorRecord, *, cta: int = 0, thread: int = 0) -> int:
+        return self.raw(encode_descriptor(d, cta=cta, thread=thread))
+
+    def tap(self, tap: Tap, *, dtype: Optional[str] = None, shape: Optional[tuple[int, int]] = None,
+            records: int = 1) -> list[int]:
+        """Encode a whole Tap: byte images as Bytes chunks, dense tiles as Block bands, masked
+        tiles as Element records; split into `records` records."""
+        if tap.stage in DESCRIPTOR_STAGES:
+            data = tap.values.contiguous().numpy().tobytes()
+            keep = np.ones(len(data), bool) if tap.mask is None else tap.mask.numpy()
+            idx = np.flatnonzero(keep)
+            offs = []
+            for part in np.array_split(idx, records):
+                if part.size == 0:
+                    continue
+                # contiguous runs only
+                runs = np.split(part, np.flatnonzero(np.diff(part) != 1) + 1)
+                for run in runs:
+                    lo, hi = int(run[0]), int(run[-1]) + 1
+                    offs.append(self.image(tap.stage, tap.tile, data[lo:hi], k_block=tap.k_block, offset=lo,
+                                           total_bytes=len(data), dtype=dtype or "bf16", slot=tap.slot,
+                                           cta=tap.cta or 0))
+            return offs
+        shape = tuple(tap.values.shape) if shape is None else shape
+        if tap.mask is None:
+            bands = np.array_split(np.arange(tap.values.shape[0]), records)
+            return [self.block(tap.stage, tap.tile, tap.values[int(b[0]):int(b[-1]) + 1], shape=shape, row0=int(b[0]),
+                               k_block=tap.k_block, slot=tap.slot, dtype=dtype, cta=tap.cta or 0)
+                    for b in bands if b.size]
+        idx = np.flatnonzero(tap.mask.reshape(-1).numpy())
+        flat = tap.values.reshape(-1)
+        cols = tap.values.shape[1]
+        return [self.elements(tap.stage, tap.tile, (part // cols).tolist(), (part % cols).tolist(),
+                              flat[torch.from_numpy(part)], shape=shape, k_block=tap.k_block, slot=tap.slot,
+                              dtype=dtype or _dtype_name(flat, None), cta=tap.cta or 0)
+                for part in np.array_split(idx, records) if part.size]
+
+    def to_bytes(self, *, cursor: Optional[int] = None, dropped: Optional[int] = None, magic: int = MAGIC,
+                 version: int = VERSION, length: Optional[int] = None) -> bytes:
+        """The sink as the device would leave it. Overrides write corrupt header fields; `length`
+        cuts (or must not exceed) the returned buffer."""
+        area = self.capacity - HEADER_BYTES
+        body = bytearray(area)
+        pos = 0
+        n_dropped = 0
+        for r in self._records:
+            if pos + len(r) > area:
+                n_dropped += 1
+                if pos < area:  # the straddling reservation closes the area
+                    body[pos:pos + 8] = struct.pack("<IHH", area - pos, RecordKind.PAD, COMMIT_TAG)
+            else:
+                body[pos:pos + len(r)] = r
+            pos += len(r)
+        head = _encode_header(self.capacity, self.selection, cursor=pos if cursor is None else cursor,
+                              dropped=n_dropped if dropped is None else dropped, magic=magic, version=version)
+        out = head + bytes(body)
+        return out if length is None else out[:length]

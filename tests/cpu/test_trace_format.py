@@ -1,0 +1,568 @@
+"""Trace format: round trips through TraceWriter and parse_trace, and every error path."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from harness import trace_format as tf
+from harness.taps import DescriptorRecord, Tap
+from harness.trace_format import (
+    TraceCodeError,
+    TraceConflictError,
+    TraceCoordinateError,
+    TraceFormatError,
+    TraceHeaderError,
+    TraceRecordError,
+    TraceSelection,
+    TraceTruncatedError,
+    TraceWriter,
+    parse_header,
+    parse_trace,
+    sink_init_bytes,
+)
+
+BM, BN, BK = 16, 8, 4
+BLOCKS = dict(block_m=BM, block_n=BN, block_k=BK)
+
+
+def _rand(shape, dtype: str, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    if dtype in ("int8", "int32"):
+        return torch.randint(-100, 100, shape, generator=g).to(tf.DTYPE_TORCH[dtype])
+    return (torch.randn(shape, generator=g) * 3).to(tf.DTYPE_TORCH[dtype])
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+
+
+def _one_mma(w: TraceWriter, **kw) -> int:
+    args = dict(shape=(BM, BN), k_block=0)
+    args.update(kw)
+    return w.elements("mma", (0, 0), [1, 2], [3, 4], torch.tensor([1.0, 2.0]), **args)
+
+
+# ------------------------------------------------------------------------------------------
+# round trips
+# ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", list(tf.DTYPE_CODES))
+@pytest.mark.parametrize("stage,shape", [("load_a", (BM, BK)), ("load_b", (BK, BN)), ("mma", (BM, BN)),
+                                         ("epilogue_cast", (BM, BN))])
+def test_dense_tap_round_trip_is_bit_exact(dtype, stage, shape):
+    values = _rand(shape, dtype, seed=list(tf.DTYPE_CODES).index(dtype) * 10 + len(stage))
+    if dtype not in ("int8", "int32"):
+        values.view(-1)[0] = float("nan")  # NaN bits survive
+    kb = None if stage.startswith("epilogue") else 3
+    tap = Tap(stage=stage, tile=(2, 5), values=values, k_block=kb, slot=1 if kb is not None else None, cta=7)
+    w = TraceWriter(1 << 16)
+    w.tap(tap, records=3)
+    res = parse_trace(w.to_bytes(), **BLOCKS)
+    assert res.complete and res.records == 3
+    (got,) = res.taps
+    assert got.key == tap.key and got.slot == tap.slot and got.cta == 7
+    assert got.mask is None
+    assert _same_bits(got.values, values)
+
+
+def test_masked_element_taps_assemble_with_mask():
+    acc = _rand((BM, BN), "fp32")
+    w = TraceWriter(1 << 16)
+    # four "threads" each hold a strided fragment; one fragment is missing
+    for t in range(3):
+        rows = [r for r in range(BM) for c in range(BN) if (r * BN + c) % 4 == t]
+        cols = [c for r in range(BM) for c in range(BN) if (r * BN + c) % 4 == t]
+        w.elements("mma", (1, 1), rows, cols, acc[rows, cols], shape=(BM, BN), k_block=0, thread=t)
+    (tap,) = parse_trace(w.to_bytes(), **BLOCKS).taps
+    want_mask = (torch.arange(BM * BN).reshape(BM, BN) % 4) != 3
+    assert torch.equal(tap.mask, want_mask)
+    assert torch.equal(tap.values[want_mask], acc[want_mask])
+    assert (tap.values[~want_mask] == 0).all()
+
+
+def test_all_fragments_give_a_full_tap_without_mask():
+    acc = _rand((BM, BN), "bf16")
+    w = TraceWriter(1 << 16)
+    for t in range(4):
+        idx = [i for i in range(BM * BN) if i % 4 == t]
+        w.elements("epilogue_cast", (0, 3), [i // BN for i in idx], [i % BN for i in idx], acc.view(-1)[idx],
+                   shape=(BM, BN))
+    (tap,) = parse_trace(w.to_bytes(), **BLOCKS).taps
+    assert tap.mask is None and tap.k_block is None and _same_bits(tap.values, acc)
+
+
+def test_identical_duplicates_are_accepted():
+    w = TraceWriter(1 << 16)
+    _one_mma(w)
+    _one_mma(w, thread=5)  # a replicated fragment
+    (tap,) = parse_trace(w.to_bytes(), **BLOCKS).taps
+    assert int(tap.mask.sum()) == 2 and tap.values[1, 3] == 1.0
+
+
+def test_conflicting_duplicates_are_an_error():
+    w = TraceWriter(1 << 16)
+    _one_mma(w)
+    second = w.elements("mma", (0, 0), [2], [4], torch.tensor([2.5]), shape=(BM, BN), k_block=0)
+    with pytest.raises(TraceConflictError, match=r"row 2, col 4.*twice") as e:
+        parse_trace(w.to_bytes(), **BLOCKS)
+    assert e.value.offset == second
+
+
+def test_byte_images_assemble_from_chunks():
+    image = bytes(np.random.default_rng(1).integers(0, 256, 512, dtype=np.uint8))
+    w = TraceWriter(1 << 16)
+    w.image("descriptor_b", (0, 1), image[256:], k_block=2, offset=256, total_bytes=512, dtype="e4m3")
+    w.image("descriptor_b", (0, 1), image[:256], k_block=2, offset=0, total_bytes=512, dtype="e4m3")
+    (tap,) = parse_trace(w.to_bytes(), **BLOCKS).taps
+    assert tap.stage == "descriptor_b" and tap.values.dtype == torch.uint8 and tap.mask is None
+    assert tap.values.numpy().tobytes() == image
+
+
+def test_byte_image_with_a_hole_has_a_mask():
+    w = TraceWriter(1 << 16)
+    w.image("descriptor_a", (0, 0), b"\x01" * 16, k_block=0, offset=16, total_bytes=64)
+    (tap,) = parse_trace(w.to_bytes(), **BLOCKS).taps
+    assert tap.mask.tolist() == [False] * 16 + [True] * 16 + [False] * 32
+
+
+def test_byte_image_conflicts_are_errors():
+    w = TraceWriter(1 << 16)
+    w.image("descriptor_a", (0, 0), b"\x01" * 16, k_block=0, offset=0, total_bytes=64)
+    w.image("descriptor_a", (0, 0), b"\x02" * 16, k_block=0, offset=8, total_bytes=64)
+    with pytest.raises(TraceConflictError, match="byte 8 recorded twice"):
+        parse_trace(w.to_bytes(), **BLOCKS)
+    w = TraceWriter(1 << 16)
+    w.image("descriptor_a", (0, 0), b"\x01" * 16, k_block=0, offset=0, total_bytes=64)
+    w.image("descriptor_a", (0, 0), b"\x01" * 16, k_block=0, offset=16, total_bytes=128)
+    with pytest.raises(TraceConflictError, match="128 bytes here but 64"):
+        parse_trace(w.to_bytes(), **BLOCKS)
+
+
+def test_dtype_disagreement_between_records_is_an_error():
+    w = TraceWriter(1 << 16)
+    _one_mma(w)
+    w.elements("mma", (0, 0), [5], [5], torch.tensor([1.0], dtype=torch.float16), shape=(BM, BN), k_block=0)
+    with pytest.raises(TraceConflictError, match="dtype fp16"):
+        parse_trace(w.to_bytes(), **BLOCKS)
+
+
+def test_slot_and_cta_disagreement_are_warnings():
+    w = TraceWriter(1 << 16)
+    w.elements("load_a", (0, 0), [0], [0], torch.tensor([1.0]), shape=(BM, BK), k_block=1, slot=0, cta=3)
+    w.elements("load_a", (0, 0), [0], [1], torch.tensor([1.0]), shape=(BM, BK), k_block=1, slot=1, cta=4)
+    res = parse_trace(w.to_bytes(), **BLOCKS)
+    (tap,) = res.taps
+    assert tap.slot == 0 and tap.cta == 3
+    assert any("pipeline slot" in m for m in res.warnings) and any("several CTAs" in m for m in res.warnings)
+    assert not res.complete
+
+
+def test_taps_come_in_pipeline_order():
+    w = TraceWriter(1 << 16)
+    w.elements("epilogue_bias", (0, 0), [0], [0], torch.tensor([1.0]), shape=(BM, BN))
+    for kb in (2, 0, 1):
+        w.elements("mma", (0, 0), [0], [0], torch.tensor([float(kb)]), shape=(BM, BN), k_block=kb)
+    w.elements("load_b", (1, 0), [0], [0], torch.tensor([1.0]), shape=(BK, BN), k_block=0)
+    w.elements("load_b", (0, 0), [0], [0], torch.tensor([1.0]), shape=(BK, BN), k_block=0)
+    res = parse_trace(w.to_bytes(), **BLOCKS)
+    assert [t.key for t in res.taps] == [("load_b", (0, 0), 0), ("load_b", (1, 0), 0), ("mma", (0, 0), 0),
+                                         ("mma", (0, 0), 1), ("mma", (0, 0), 2), ("epilogue_bias", (0, 0), None)]
+    assert res.get("mma", (0, 0), 2).values[0, 0] == 2.0
+    assert res.get("mma", (0, 0), 9) is None
+    assert len(res.of_stage("mma")) == 3
+
+
+def test_descriptor_records_round_trip_and_deduplicate():
+    d = DescriptorRecord(operand="b", dtype="e4m3", global_dims=(4096, 1024, 3), global_strides=(4096, 4096 * 1024),
+                         box_dims=(128, 64, 1), element_strides=(1, 1, 1), swizzle=128, oob_fill="nan")
+    w = TraceWriter(1 << 16)
+    w.descriptor(d)
+    w.descriptor(d, cta=1)  # every CTA wrote the same
+    res = parse_trace(w.to_bytes(), **BLOCKS)
+    assert res.descriptors == (d,) and res.taps == ()
+
+
+def test_host_descriptors_in_the_initial_sink():
+    d = DescriptorRecord(operand="a", dtype="bf16", global_dims=(64, 32), global_strides=(128,), box_dims=(64, 16),
+                         element_strides=(1, 1), swizzle=128, oob_fill="zero")
+    buf = sink_init_bytes(4096, descriptors=[d])
+    assert len(buf) == 4096
+    res = parse_trace(buf, **BLOCKS)
+    assert res.descriptors == (d,) and res.used_bytes == tf.RECORD_HEAD_BYTES + tf.DESCRIPTOR_BODY.size
+    with pytest.raises(ValueError, match="host descriptor records"):
+        sink_init_bytes(tf.HEADER_BYTES + 8, descriptors=[d])
+
+
+def test_parser_accepts_buffer_types_and_the_extent_only():
+    w = TraceWriter(1 << 16)
+    _one_mma(w)
+    full = w.to_bytes()
+    extent = tf.trace_extent(full[:tf.HEADER_BYTES])
+    assert extent == tf.HEADER_BYTES + tf._round_up(tf.RECORD_HEAD_BYTES + 8 + 2 * 8)
+    for buf in (full, bytearray(full), memoryview(full), np.frombuffer(full, np.uint8),
+                torch.frombuffer(bytearray(full), dtype=torch.uint8), full[:extent]):
+        (tap,) = parse_trace(buf, **BLOCKS).taps
+        assert tap.values[2, 4] == 2.0
+
+
+def test_empty_sink_parses_to_nothing():
+    res = parse_trace(sink_init_bytes(1024), **BLOCKS)
+    assert res.taps == () and res.descriptors == () and res.records == 0 and res.complete and res.capacity == 1024
+
+
+# ------------------------------------------------------------------------------------------
+# selection and header
+# ------------------------------------------------------------------------------------------
+
+
+def test_selection_round_trips_through_the_header():
+    buf = sink_init_bytes(2048, tiles=[(1, 2), (3, None), (-1, 0)], k_blocks=range(100, 104),
+                          stages=["mma", "load_a"])
+    h = parse_header(buf)
+    assert h.capacity == 2048 and h.cursor == 0 and h.dropped == 0
+    assert h.selection.tiles == ((1, 2), (3, -1), (-1, 0))
+    assert h.selection.k_blocks == (100, 101, 102, 103)
+    assert h.selection.stages == ("load_a", "mma")
+    s = h.selection
+    assert s.records("mma", (3, 9), 101) and s.records("mma", (7, 0), 100) and not s.records("mma", (1, 3), 100)
+    assert not s.records("mma", (1, 2), 99) and not s.records("epilogue_cast", (1, 2), None)
+    # raw bits: the window starts at the smallest k-block
+    assert struct.unpack_from("<i", buf, tf.HEADER_OFFSETS["kb_base"])[0] == 100
+    assert struct.unpack_from("<I", buf, tf.HEADER_OFFSETS["kb_bits"])[0] == 0b1111
+
+
+def test_default_selection_is_everything():
+    h = parse_header(sink_init_bytes(1024))
+    assert h.selection == TraceSelection()
+    assert h.flags == tf.FLAG_ALL_K_BLOCKS
+    assert struct.unpack_from("<ii", sink_init_bytes(1024), tf.HEADER_OFFSETS["tiles"]) == (-1, -1)
+    assert h.selection.records("descriptor_a", (123, 456), 10**6)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(tiles=[(i, 0) for i in range(33)]), "at most 32"),
+    (dict(tiles=[(0, -2)]), "-1/None for any"),
+    (dict(tiles=[(0,)]), "pair"),
+    (dict(k_blocks=[0, 1024]), "window of 1024"),
+    (dict(k_blocks=[-1]), ">= 0"),
+    (dict(stages=["mma", "epilogue_store"]), "unknown"),
+])
+def test_bad_selections_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        sink_init_bytes(1024, **kwargs)
+
+
+@pytest.mark.parametrize("capacity", [0, 512, 1023, 1 << 63, 12.0])
+def test_bad_capacities_are_refused(capacity):
+    with pytest.raises(ValueError, match="capacity"):
+        sink_init_bytes(capacity)
+
+
+def test_unselected_records_are_reported():
+    w = TraceWriter(1 << 16, tiles=[(0, 0)], k_blocks=[0], stages=["mma"])
+    _one_mma(w)
+    w.elements("mma", (0, 1), [0], [0], torch.tensor([1.0]), shape=(BM, BN), k_block=0)
+    res = parse_trace(w.to_bytes(), **BLOCKS)
+    assert len(res.taps) == 2
+    assert len(res.warnings) == 1 and "tile (0, 1)" in res.warnings[0] and "not selected" in res.warnings[0]
+
+
+# ------------------------------------------------------------------------------------------
+# overflow
+# ------------------------------------------------------------------------------------------
+
+
+def test_overflow_counts_dropped_records_and_keeps_the_rest():
+    w = TraceWriter(tf.HEADER_BYTES + 200)
+    for t in range(6):  # 64-byte records: 3 fit, 1 straddles the end, 2 lie beyond
+        _one_mma(w, thread=t)
+    buf = w.to_bytes()
+    h = parse_header(buf)
+    assert h.cursor == 6 * 64 and h.dropped == 3 and h.used == 200
+    # the straddling record closed the area with a pad
+    assert struct.unpack_from("<IHH", buf, tf.HEADER_BYTES + 192) == (8, tf.RecordKind.PAD, tf.COMMIT_TAG)
+    res = parse_trace(buf, **BLOCKS)
+    assert res.dropped == 3 and res.records == 3 and not res.complete
+    assert res.used_bytes == 200
+
+
+def test_exact_fit_overflow_needs_no_pad():
+    w = TraceWriter(tf.HEADER_BYTES + 128)
+    for t in range(3):
+        _one_mma(w, thread=t)
+    res = parse_trace(w.to_bytes(), **BLOCKS)
+    assert res.dropped == 1 and res.records == 2
+
+
+# ------------------------------------------------------------------------------------------
+# header errors
+# ------------------------------------------------------------------------------------------
+
+
+def _valid() -> bytearray:
+    w = TraceWriter(1024)
+    _one_mma(w)
+    return bytearray(w.to_bytes())
+
+
+def _put(buf: bytearray, fmt: str, off: int, *v) -> bytearray:
+    struct.pack_into(fmt, buf, off, *v)
+    return buf
+
+
+def test_wrong_magic():
+    with pytest.raises(TraceHeaderError, match="magic is 0x00000000") as e:
+        parse_trace(bytes(1024), **BLOCKS)
+    assert e.value.offset == 0 and isinstance(e.value, TraceFormatError) and isinstance(e.value, ValueError)
+
+
+def test_wrong_version():
+    with pytest.raises(TraceHeaderError, match="version 2 is not supported") as e:
+        parse_trace(_put(_valid(), "<H", 4, 2), **BLOCKS)
+    assert "byte offset 4" in str(e.value)
+
+
+def test_wrong_header_size():
+    with pytest.raises(TraceHeaderError, match="header_bytes is 256"):
+        parse_trace(_put(_valid(), "<H", 6, 256), **BLOCKS)
+
+
+@pytest.mark.parametrize("n", [0, 10, 47, 48, 511])
+def test_truncated_header(n):
+    with pytest.raises(TraceTruncatedError, match="fewer than"):
+        parse_trace(bytes(_valid()[:n]), **BLOCKS)
+
+
+def test_truncated_records():
+    buf = bytes(_valid())
+    with pytest.raises(TraceTruncatedError, match="cursor says records run to byte 576") as e:
+        parse_trace(buf[:560], **BLOCKS)
+    assert e.value.offset == 560
+
+
+def test_buffer_longer_than_capacity():
+    with pytest.raises(TraceHeaderError, match="capacity 1024"):
+        parse_trace(bytes(_valid()) + b"\0" * 8, **BLOCKS)
+
+
+@pytest.mark.parametrize("field,fmt,value,match", [
+    ("capacity", "<Q", 100, "capacity 100"),
+    ("capacity", "<Q", 1028, "multiple of 8"),
+    ("flags", "<I", 6, "unknown bits"),
+    ("stage_mask", "<I", 1, "unknown stage codes"),
+    ("stage_mask", "<I", 1 << 11, "unknown stage codes"),
+    ("n_tiles", "<I", 33, "exceeds 32"),
+    ("cursor", "<Q", 12, "not a multiple of 8"),
+    ("cursor", "<Q", 1024, "no record was counted as dropped"),
+])
+def test_bad_header_fields(field, fmt, value, match):
+    buf = _put(_valid(), fmt, tf.HEADER_OFFSETS[field], value)
+    with pytest.raises(TraceHeaderError, match=match) as e:
+        parse_trace(buf, **BLOCKS)
+    assert e.value.offset == tf.HEADER_OFFSETS[field]
+
+
+def test_bad_tile_selector():
+    buf = _put(_valid(), "<ii", tf.HEADER_OFFSETS["tiles"], 0, -5)
+    with pytest.raises(TraceHeaderError, match=r"\(0, -5\)"):
+        parse_trace(buf, **BLOCKS)
+
+
+def test_bad_block_sizes_are_refused():
+    with pytest.raises(ValueError, match="block_k"):
+        parse_trace(bytes(_valid()), block_m=16, block_n=8, block_k=0)
+
+
+# ------------------------------------------------------------------------------------------
+# record errors
+# ------------------------------------------------------------------------------------------
+
+REC = tf.HEADER_BYTES  # offset of the first record
+
+
+def test_nonzero_bytes_past_the_cursor():
+    buf = _valid()
+    buf[700] = 0x5A
+    with pytest.raises(TraceRecordError, match="past the cursor") as e:
+        parse_trace(buf, **BLOCKS)
+    assert e.value.offset == 700
+
+
+def test_record_running_past_the_cursor():
+    buf = _put(_valid(), "<Q", tf.HEADER_OFFSETS["cursor"], 56)  # the record is 64 bytes
+    buf[REC + 56:REC + 64] = bytes(8)
+    with pytest.raises(TraceRecordError, match="past the end of the records") as e:
+        parse_trace(buf, **BLOCKS)
+    assert e.value.offset == REC
+
+
+def test_record_size_not_aligned():
+    with pytest.raises(TraceRecordError, match="not a positive multiple of 8"):
+        parse_trace(_put(_valid(), "<I", REC, 60), **BLOCKS)
+
+
+def test_record_smaller_than_its_head():
+    buf = _put(_valid(), "<I", REC, 32)
+    buf = _put(buf, "<Q", tf.HEADER_OFFSETS["cursor"], 32)
+    buf[REC + 32:REC + 64] = bytes(32)
+    with pytest.raises(TraceRecordError, match="smaller than the 40-byte record head"):
+        parse_trace(buf, **BLOCKS)
+
+
+def test_record_size_disagrees_with_contents():
+    buf = _put(_valid(), "<I", REC + 40, 3)  # count 3 instead of 2
+    with pytest.raises(TraceRecordError, match="3 elements"):
+        parse_trace(buf, **BLOCKS)
+
+
+def test_unwritten_reservation_strict_and_partial():
+    w = TraceWriter(1024)
+    _one_mma(w)
+    w.raw(bytes(64))  # reserved, never written (the kernel died)
+    buf = w.to_bytes()
+    with pytest.raises(TraceRecordError, match="size is 0") as e:
+        parse_trace(buf, **BLOCKS)
+    assert e.value.offset == REC + 64
+    res = parse_trace(buf, **BLOCKS, partial=True)
+    assert len(res.taps) == 1 and "never written" in res.warnings[0] and not res.complete
+
+
+def test_uncommitted_record_strict_and_partial():
+    w = TraceWriter(1024)
+    _one_mma(w, commit=False)
+    w.elements("mma", (0, 0), [0], [0], torch.tensor([9.0]), shape=(BM, BN), k_block=0)
+    buf = w.to_bytes()
+    with pytest.raises(TraceRecordError, match="commit tag is 0x0000") as e:
+        parse_trace(buf, **BLOCKS)
+    assert e.value.offset == REC + 6
+    res = parse_trace(buf, **BLOCKS, partial=True)
+    (tap,) = res.taps
+    assert int(tap.mask.sum()) == 1 and tap.values[0, 0] == 9.0
+    assert "not committed" in res.warnings[0]
+
+
+def test_misplaced_pad_record():
+    w = TraceWriter(1024)
+    w.raw(struct.pack("<IHH", 8, tf.RecordKind.PAD, tf.COMMIT_TAG))
+    with pytest.raises(TraceRecordError, match="pad record"):
+        parse_trace(w.to_bytes(), **BLOCKS)
+
+
+def test_unknown_kind():
+    with pytest.raises(TraceCodeError, match="record kind 9 is unknown") as e:
+        parse_trace(_put(_valid(), "<H", REC + 4, 9), **BLOCKS)
+    assert e.value.offset == REC + 4
+
+
+def test_unknown_stage():
+    with pytest.raises(TraceCodeError, match="stage code 11 is unknown") as e:
+        parse_trace(_put(_valid(), "<B", REC + 8, 11), **BLOCKS)
+    assert e.value.offset == REC + 8
+    with pytest.raises(TraceCodeError, match="stage code 0 is unknown"):
+        parse_trace(_put(_valid(), "<B", REC + 8, 0), **BLOCKS)
+
+
+def test_unknown_dtype():
+    with pytest.raises(TraceCodeError, match="dtype code 8 is unknown") as e:
+        parse_trace(_put(_valid(), "<B", REC + 9, 8), **BLOCKS)
+    assert e.value.offset == REC + 9
+
+
+def test_element_outside_the_tile():
+    w = TraceWriter(1024)
+    w.elements("mma", (0, 0), [0, BM], [0, 0], torch.tensor([1.0, 2.0]), shape=(BM, BN), k_block=0)
+    with pytest.raises(TraceCoordinateError, match=rf"element 1 at \(row {BM}, col 0\) is outside") as e:
+        parse_trace(w.to_bytes(), **BLOCKS)
+    assert e.value.offset == REC + 48 + 4
+    w = TraceWriter(1024)
+    w.elements("mma", (0, 0), [0], [-1], torch.tensor([1.0]), shape=(BM, BN), k_block=0)  # -1 -> 65535
+    with pytest.raises(TraceCoordinateError, match="col 65535"):
+        parse_trace(w.to_bytes(), **BLOCKS)
+
+
+def test_block_outside_the_tile():
+    w = TraceWriter(1024)
+    w.block("load_a", (0, 0), torch.zeros(4, BK), shape=(BM, BK), row0=BM - 2, k_block=0)
+    with pytest.raises(TraceCoordinateError, match="outside the 16x4 tile"):
+        parse_trace(w.to_bytes(), **BLOCKS)
+
+
+def test_tile_shape_must_match_the_block_sizes():
+    w = TraceWriter(1024)
+    w.block("load_b", (0, 0), torch.zeros(BN, BK), shape=(BN, BK), k_block=0)  # transposed B tile
+    with pytest.raises(TraceCoordinateError, match=r"says the tile is 8x4.*make it 4x8") as e:
+        parse_trace(w.to_bytes(), **BLOCKS)
+    assert e.value.offset == REC + 36
+
+
+def test_negative_tile_and_missing_k_block():
+    w = TraceWriter(1024)
+    w.elements("mma", (-1, 0), [0], [0], torch.tensor([1.0]), shape=(BM, BN), k_block=0)
+    with pytest.raises(TraceCoordinateError, match="negative"):
+        parse_trace(w.to_bytes(), **BLOCKS)
+    w = TraceWriter(1024)
+    w.elements("load_a", (0, 0), [0], [0], torch.tensor([1.0]), shape=(BM, BK))
+    with pytest.raises(TraceCoordinateError, match="load_a record tile \\(0, 0\\) has no k-block"):
+        parse_trace(w.to_bytes(), **BLOCKS)
+    w = TraceWriter(1024)
+    w.elements("mma", (0, 0), [0], [0], torch.tensor([1.0]), shape=(BM, BN), k_block=-3)
+    with pytest.raises(TraceCoordinateError, match="k_block -3"):
+        parse_trace(w.to_bytes(), **BLOCKS)
+
+
+def test_record_kind_must_fit_the_stage():
+    w = TraceWriter(1024)
+    w.elements("descriptor_a", (0, 0), [0], [0], torch.tensor([1.0]), shape=(BM, BK), k_block=0)
+    with pytest.raises(TraceCodeError, match="descriptor stages hold byte images"):
+        parse_trace(w.to_bytes(), **BLOCKS)
+    w = TraceWriter(1024)
+    w.image("load_a", (0, 0), b"\0" * 8, k_block=0)
+    with pytest.raises(TraceCodeError, match="byte-image record must have stage descriptor"):
+        parse_trace(w.to_bytes(), **BLOCKS)
+
+
+def test_byte_chunk_outside_its_image():
+    w = TraceWriter(1024)
+    w.image("descriptor_a", (0, 0), b"\0" * 16, k_block=0, offset=56, total_bytes=64)
+    with pytest.raises(TraceCoordinateError, match="does not fit the 64-byte image"):
+        parse_trace(w.to_bytes(), **BLOCKS)
+
+
+def _descriptor_buf(**overrides) -> bytearray:
+    d = DescriptorRecord(operand="a", dtype="fp16", global_dims=(64, 32), global_strides=(128,), box_dims=(64, 16),
+                         element_strides=(1, 1), swizzle=64, oob_fill="zero")
+    w = TraceWriter(1024)
+    w.descriptor(d)
+    buf = bytearray(w.to_bytes())
+    body = REC + tf.RECORD_HEAD_BYTES
+    for name, (fmt, off, value) in overrides.items():
+        struct.pack_into(fmt, buf, (REC if name in ("stage",) else body) + off, value)
+    return buf
+
+
+@pytest.mark.parametrize("name,fmt,off,value,match", [
+    ("operand", "<B", 0, 1, "does not match its stage"),
+    ("rank", "<B", 1, 0, "rank 0"),
+    ("rank", "<B", 1, 6, "rank 6"),
+    ("swizzle", "<H", 2, 16, "swizzle 16"),
+    ("oob_fill", "<B", 4, 2, "oob_fill code 2"),
+    ("stage", "<B", 8, tf.STAGE_CODES["mma"], "descriptor record with stage mma"),
+])
+def test_bad_descriptor_fields(name, fmt, off, value, match):
+    with pytest.raises(TraceCodeError, match=match):
+        parse_trace(_descriptor_buf(**{name: (fmt, off, value)}), **BLOCKS)
+
+
+def test_every_error_is_a_trace_format_error_and_a_value_error():
+    for cls in (TraceHeaderError, TraceTruncatedError, TraceRecordError, TraceCodeError, TraceCoordinateError,
+                TraceConflictError):
+        assert issubclass(cls, TraceFormatError) and issubclass(cls, ValueError)
