@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
-from harness import _knobs
+from harness import knobs as _knobs
 
 # Bump when the meaning of a cache entry changes (flags added by default, layout of the key...).
 BUILD_KEY_VERSION = 1

@@ -30,7 +30,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 import torch
 
-from harness import _knobs
+from harness import knobs as _knobs
 from harness import _protocol as P
 from harness import _tensorio
 from harness.build import CUBIN_MAGICS, BuildError, BuildResult, build_cubin, load_cubin

@@ -23,6 +23,9 @@ class Knob:
     default: Callable[[], object]
     doc: str
 
+    def get(self):
+        return get(self.name)
+
 
 def _positive_float(text: str) -> float:
     value = float(text)
@@ -63,6 +66,14 @@ KNOBS: dict[str, Knob] = {
              "else the run directory."),
     )
 }
+
+
+def register(knob: Knob) -> Knob:
+    """Declare a knob of a layer above the harness (the oracle's own) in the same table."""
+    if knob.name in KNOBS and KNOBS[knob.name] is not knob:
+        raise ValueError(f"knob {knob.name} is declared twice")
+    KNOBS[knob.name] = knob
+    return knob
 
 
 def get(name: str):
