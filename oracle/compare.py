@@ -1,0 +1,274 @@
+"""Per-tile comparison of a received tensor against an expected one, returning evidence.
+
+Whole-tensor metrics hide a single bad tile, so every metric is computed per tile and the worst
+tile is what is judged. A comparison is either bit-exact (data movement: NaN matches NaN) or
+bounded per element (`bound`, same shape). Elements can be excluded (`mask` False): elements a
+kernel did not record, or padding past the real extent that no valid output depends on.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+
+FIRST_BAD = 5  # bad elements reported per tile
+TRIVIAL = 1e-30  # |expected| at or below this carries no information
+
+
+class Status(str, enum.Enum):
+    MATCH = "MATCH"
+    MISMATCH = "MISMATCH"
+    MISTRUSTED = "MISTRUSTED"  # nothing to discriminate: expected all zero
+    NOT_RUN = "NOT_RUN"  # no tap to compare, or nothing to feed it
+
+
+@dataclass(frozen=True)
+class BadElement:
+    row: int  # global coordinates in the stage's tensor space
+    col: int
+    received: float
+    expected: float
+    bound: float
+
+    def to_json(self) -> dict:
+        return {"row": self.row, "col": self.col, "received": _num(self.received),
+                "expected": _num(self.expected), "bound": _num(self.bound)}
+
+
+@dataclass(frozen=True)
+class TileMetrics:
+    tile: tuple[int, int]
+    k_block: Optional[int]
+    compared: int
+    excluded: int
+    mismatches: int
+    max_abs_err: float
+    max_rel_err: float
+    max_ratio: float  # worst err / bound; the smallest bound scale that would have passed
+    rel_l2: float
+    cosine: float
+    amplification: float  # sum|received| / sum|expected|
+    nan_received: int
+    nan_expected: int
+    inf_received: int
+    inf_expected: int
+    trivial: bool
+    exact: bool
+    first_bad: tuple[BadElement, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return self.mismatches == 0
+
+    @property
+    def nonfinite(self) -> bool:
+        return self.nan_received + self.inf_received > self.nan_expected + self.inf_expected
+
+    def to_json(self) -> dict:
+        d = {k: _num(getattr(self, k)) for k in (
+            "compared", "excluded", "mismatches", "max_abs_err", "max_rel_err", "max_ratio", "rel_l2", "cosine",
+            "amplification", "nan_received", "nan_expected", "inf_received", "inf_expected", "trivial", "exact")}
+        d["tile"] = list(self.tile)
+        d["k_block"] = self.k_block
+        d["min_passing_bound_scale"] = _num(self.max_ratio)
+        d["min_passing_atol"] = _num(self.max_abs_err)
+        d["first_bad"] = [b.to_json() for b in self.first_bad]
+        return d
+
+
+@dataclass(frozen=True)
+class Comparison:
+    status: Status
+    tiles: tuple[TileMetrics, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def worst(self) -> Optional[TileMetrics]:
+        if not self.tiles:
+            return None
+        return max(self.tiles, key=lambda t: (not t.passed, t.max_ratio, t.mismatches, t.max_abs_err))
+
+    @property
+    def first_bad_tile(self) -> Optional[TileMetrics]:
+        """The failing unit that comes first in pipeline order: earliest k-block, then tile."""
+        bad = [t for t in self.tiles if not t.passed]
+        if not bad:
+            return None
+        return min(bad, key=lambda t: (t.k_block if t.k_block is not None else -1, t.tile))
+
+    @property
+    def first_nonfinite_tile(self) -> Optional[TileMetrics]:
+        bad = [t for t in self.tiles if t.nonfinite]
+        return min(bad, key=lambda t: (t.k_block if t.k_block is not None else -1, t.tile)) if bad else None
+
+    def with_notes(self, *notes: str) -> "Comparison":
+        return Comparison(self.status, self.tiles, self.notes + tuple(n for n in notes if n))
+
+    def to_json(self) -> dict:
+        w = self.worst
+        return {"status": self.status.value, "units": len(self.tiles),
+                "failing_units": sum(not t.passed for t in self.tiles),
+                "worst_tile": w.to_json() if w else None, "notes": list(self.notes)}
+
+
+NOT_RUN = Comparison(Status.NOT_RUN)
+
+
+def combine(parts: Sequence[Comparison], *notes: str) -> Comparison:
+    """One comparison out of several (e.g. one per tap)."""
+    tiles = tuple(t for p in parts for t in p.tiles)
+    all_notes = tuple(n for p in parts for n in p.notes) + tuple(n for n in notes if n)
+    all_notes = tuple(dict.fromkeys(all_notes))
+    if not tiles:
+        return Comparison(Status.NOT_RUN, (), all_notes)
+    if any(not t.passed for t in tiles):
+        status = Status.MISMATCH
+    elif all(t.trivial for t in tiles):
+        status = Status.MISTRUSTED
+    else:
+        status = Status.MATCH
+    return Comparison(status, tiles, all_notes)
+
+
+def _num(v):
+    if isinstance(v, bool) or isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+    return v
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    size = x.element_size()
+    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[size]
+    return x.contiguous().view(as_int)
+
+
+def _exact_equal(r: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    same = _bits(r) == _bits(e)
+    if r.is_floating_point():
+        same |= torch.isnan(r) & torch.isnan(e)
+    return same
+
+
+def _tiles(x: torch.Tensor, th: int, tw: int, fill) -> torch.Tensor:
+    """[H, W] -> [Th, Tw, th*tw], padding with `fill`."""
+    h, w = x.shape
+    th_n, tw_n = -(-h // th), -(-w // tw)
+    if (th_n * th, tw_n * tw) != (h, w):
+        p = torch.full((th_n * th, tw_n * tw), fill, dtype=x.dtype, device=x.device)
+        p[:h, :w] = x
+        x = p
+    return x.reshape(th_n, th, tw_n, tw).permute(0, 2, 1, 3).reshape(th_n, tw_n, th * tw)
+
+
+def compare(received: torch.Tensor, expected: torch.Tensor, *, bound: Optional[torch.Tensor] = None,
+            mask: Optional[torch.Tensor] = None, tile_shape: Optional[tuple[int, int]] = None,
+            origin: tuple[int, int] = (0, 0), tile_index: Optional[tuple[int, int]] = None,
+            k_block: Optional[int] = None, max_detail_tiles: int = 64) -> Comparison:
+    """Compare two 2-D tensors tile by tile.
+
+    bound None means bit-exact. `tile_shape` splits the tensors into tiles (default: one tile);
+    `origin` is the global coordinate of element [0, 0]; `tile_index` names the single tile when
+    no split is asked for (default: origin // shape)."""
+    if received.shape != expected.shape:
+        raise ValueError(f"received shape {tuple(received.shape)} != expected shape {tuple(expected.shape)}")
+    if received.dim() != 2:
+        raise ValueError(f"compare takes 2-D tensors, got {received.dim()}-D")
+    h, w = received.shape
+    th, tw = tile_shape or (h, w)
+    th, tw = max(th, 1), max(tw, 1)
+    exact = bound is None
+    dev = received.device
+    keep = torch.ones(h, w, dtype=torch.bool, device=dev) if mask is None else mask.to(dev)
+    if exact:
+        if received.dtype != expected.dtype:
+            raise ValueError(f"bit-exact compare needs one dtype, got {received.dtype} and {expected.dtype}")
+        ok = _exact_equal(received, expected)
+    r = received.to(torch.float64)
+    e = expected.to(dev, torch.float64)
+    err = (r - e).abs()
+    r_nan, e_nan = torch.isnan(r), torch.isnan(e)
+    r_inf, e_inf = torch.isinf(r), torch.isinf(e)
+    if not exact:
+        b = bound.to(dev, torch.float64)
+        both_nan = r_nan & e_nan
+        same_inf = r_inf & e_inf & (torch.sign(r) == torch.sign(e))
+        finite_both = torch.isfinite(r) & torch.isfinite(e)
+        ok = both_nan | same_inf | (finite_both & (err <= b))
+        ratio = torch.where(finite_both, err / b.clamp(min=1e-300), torch.full_like(err, math.inf))
+        ratio = torch.where(finite_both & (err == 0), torch.zeros_like(err), ratio)
+        ratio = torch.where(both_nan | same_inf, torch.zeros_like(err), ratio)
+    else:
+        b = torch.zeros_like(err)
+        ratio = torch.where(ok, torch.zeros_like(err), torch.full_like(err, math.inf))
+    bad = ~ok & keep
+    finite = torch.isfinite(r) & torch.isfinite(e) & keep
+    err_f = torch.where(finite, err, torch.zeros_like(err))
+    rel = torch.where(finite & (e.abs() > TRIVIAL), err / e.abs().clamp(min=TRIVIAL), torch.zeros_like(err))
+    ratio = torch.where(keep, ratio, torch.zeros_like(ratio))
+    rf = torch.where(finite, r, torch.zeros_like(r))
+    ef = torch.where(finite, e, torch.zeros_like(e))
+
+    def T(x, fill=0):
+        return _tiles(x, th, tw, fill)
+
+    n_cmp = T(keep).sum(-1)
+    n_exc = T(~keep).sum(-1)
+    n_bad = T(bad).sum(-1)
+    max_abs = T(err_f).amax(-1)
+    max_rel = T(rel).amax(-1)
+    max_ratio = T(ratio).amax(-1)
+    diff_sq = T((rf - ef) ** 2).sum(-1)
+    e_sq = T(ef * ef).sum(-1)
+    r_sq = T(rf * rf).sum(-1)
+    dot = T(rf * ef).sum(-1)
+    sum_r = T(rf.abs()).sum(-1)
+    sum_e = T(ef.abs()).sum(-1)
+    nan_r, nan_e = T(r_nan & keep).sum(-1), T(e_nan & keep).sum(-1)
+    inf_r, inf_e = T(r_inf & keep).sum(-1), T(e_inf & keep).sum(-1)
+    informative = T((e.abs() > TRIVIAL) & keep).sum(-1)
+
+    stats = torch.stack([n_cmp, n_exc, n_bad, nan_r, nan_e, inf_r, inf_e, informative]).cpu().tolist()
+    fstats = torch.stack([max_abs, max_rel, max_ratio, diff_sq, e_sq, r_sq, dot, sum_r, sum_e]).cpu().tolist()
+    tiles_h, tiles_w = n_cmp.shape
+    grid_single = tile_shape is None
+    base_ti = tile_index if (grid_single and tile_index is not None) else (origin[0] // th, origin[1] // tw)
+    out = []
+    detail_budget = max_detail_tiles
+    for i in range(tiles_h):
+        for j in range(tiles_w):
+            (cmp_, exc, nbad, nr, ne, ir, ie, info) = (s[i][j] for s in stats)
+            if cmp_ == 0:
+                continue
+            (mabs, mrel, mrat, dsq, esq, rsq, dt, sr, se) = (s[i][j] for s in fstats)
+            first = ()
+            if nbad and detail_budget > 0:
+                detail_budget -= 1
+                first = _first_bad(bad, r, e, b, i * th, j * tw, th, tw, origin)
+            out.append(TileMetrics(
+                tile=(base_ti[0] + i, base_ti[1] + j), k_block=k_block, compared=cmp_, excluded=exc,
+                mismatches=nbad, max_abs_err=mabs, max_rel_err=mrel, max_ratio=mrat,
+                rel_l2=math.sqrt(dsq / esq) if esq > 0 else (0.0 if dsq == 0 else math.inf),
+                cosine=dt / math.sqrt(esq * rsq) if esq > 0 and rsq > 0 else (1.0 if esq == rsq else 0.0),
+                amplification=sr / se if se > 0 else (1.0 if sr == 0 else math.inf),
+                nan_received=nr, nan_expected=ne, inf_received=ir, inf_expected=ie,
+                trivial=info == 0, exact=exact, first_bad=first))
+    return combine([Comparison(Status.MATCH, tuple(out))]) if out else Comparison(Status.NOT_RUN)
+
+
+def _first_bad(bad, r, e, b, r0, c0, th, tw, origin) -> tuple[BadElement, ...]:
+    sub = bad[r0:r0 + th, c0:c0 + tw]
+    idx = sub.nonzero()[:FIRST_BAD].cpu().tolist()
+    res = []
+    for ii, jj in idx:
+        gi, gj = r0 + ii, c0 + jj
+        res.append(BadElement(origin[0] + gi, origin[1] + gj, float(r[gi, gj]), float(e[gi, gj]), float(b[gi, gj])))
+    return tuple(res)

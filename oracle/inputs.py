@@ -1,0 +1,223 @@
+"""Operands of a problem and the controlled input ladder.
+
+Inputs are designed so that a bug points at itself:
+- ones: A = B = 1 (and scales, C, bias = 1): every accumulator element equals K, so the output
+  has one analytic value;
+- index: each operand value encodes where it came from, (row mod P, col mod Q), exactly in the
+  dtype, so a misplaced element names its source;
+- ktag: A = 1 and every row of B in k-block j holds 2^(j mod T): the accumulator, divided by BK,
+  is a binary record of which k-blocks were summed;
+- random[:seed]: seeded normal values (the default seed is 0);
+- dump:PATH: tensors from a dump file (captured, so not controlled).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from kernels_ref.dtypes import DTYPES, FP8
+from oracle.problem import ProblemSpec
+
+LADDER = ("ones", "index", "ktag", "random")
+KTAG_PERIOD = 16
+
+
+class InputError(ValueError):
+    """Operands that do not fit the problem."""
+
+
+@dataclass(frozen=True)
+class Operands:
+    """Logical operands: A [M, K], B [K, N], C [M, N]; bias [M] or [N]; scales by kind
+    (tensor [1], row [M], col [N], block [ceil(rows/g), ceil(K/gk)])."""
+
+    a: torch.Tensor
+    b: torch.Tensor
+    c: Optional[torch.Tensor] = None
+    bias: Optional[torch.Tensor] = None
+    scale_a: Optional[torch.Tensor] = None
+    scale_b: Optional[torch.Tensor] = None
+
+    def named(self) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in (("a", self.a), ("b", self.b), ("c", self.c), ("bias", self.bias),
+                                  ("scale_a", self.scale_a), ("scale_b", self.scale_b)) if v is not None}
+
+    def to(self, device) -> "Operands":
+        return Operands(**{k: v.to(device) for k, v in self.named().items()})
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where the inputs came from. Only controlled inputs can give a VERDICT."""
+
+    ladder: str  # ones | index | ktag | random | dump | captured
+    seed: Optional[int] = None
+    source: Optional[str] = None  # a file, for dumps
+
+    @property
+    def controlled(self) -> bool:
+        return self.ladder in LADDER
+
+    def describe(self) -> str:
+        if self.ladder == "random":
+            return f"random (seed {self.seed})"
+        if self.source:
+            return f"{self.ladder} ({self.source})"
+        return self.ladder
+
+
+def expected_shapes(spec: ProblemSpec) -> dict[str, Optional[tuple[int, ...]]]:
+    m, n, k = spec.m, spec.n, spec.k
+    shapes: dict[str, Optional[tuple[int, ...]]] = {"a": (m, k), "b": (k, n), "c": None, "bias": None,
+                                                    "scale_a": None, "scale_b": None}
+    if spec.beta != 0:
+        shapes["c"] = (m, n)
+    if spec.bias != "none":
+        shapes["bias"] = (m,) if spec.bias == "row" else (n,)
+    for op, rows in (("a", m), ("b", n)):
+        s = getattr(spec, f"scale_{op}")
+        if s.kind == "tensor":
+            shapes[f"scale_{op}"] = (1,)
+        elif s.kind in ("row", "col"):
+            shapes[f"scale_{op}"] = (rows,)
+        elif s.kind == "block":
+            shapes[f"scale_{op}"] = (-(-rows // s.block[0]), -(-k // s.block[1]))
+    return shapes
+
+
+def check_operands(spec: ProblemSpec, ops: Operands) -> None:
+    """Raise InputError naming the tensor, its shape or dtype, and what the problem needs."""
+    shapes = expected_shapes(spec)
+    dtypes = {"a": DTYPES[spec.a_dtype].torch, "b": DTYPES[spec.b_dtype].torch}
+    if spec.c_dtype:
+        dtypes["c"] = DTYPES[spec.c_dtype].torch
+    given = ops.named()
+    for name, shape in shapes.items():
+        t = given.get(name)
+        if shape is None:
+            if t is not None:
+                raise InputError(f"operand {name!r} was given but the problem does not use it")
+            continue
+        if t is None:
+            raise InputError(f"operand {name!r} is missing: the problem needs shape {list(shape)}")
+        if tuple(t.shape) != shape:
+            raise InputError(f"operand {name!r} has shape {list(t.shape)}, the problem needs {list(shape)}")
+        want = dtypes.get(name, torch.float32)
+        if t.dtype != want:
+            raise InputError(f"operand {name!r} has dtype {t.dtype}, the problem needs {want}")
+
+
+def _cast(x: torch.Tensor, name: str) -> torch.Tensor:
+    return x.to(DTYPES[name].torch)
+
+
+def _index_grid(name: str) -> tuple[int, int]:
+    """(P, Q): values 1..P*Q are exact integers in the dtype."""
+    return {"fp32": (2048, 2048), "fp16": (32, 64), "bf16": (16, 16), "e4m3": (4, 4),
+            "e5m2": (2, 4), "int8": (8, 15)}[name]
+
+
+def index_values(rows: int, cols: int, name: str) -> torch.Tensor:
+    """value = (r mod P) * Q + (c mod Q) + 1: an exact integer in dtype `name`."""
+    p, q = _index_grid(name)
+    r = torch.arange(rows).remainder(p)[:, None]
+    c = torch.arange(cols).remainder(q)[None, :]
+    return (r * q + c + 1).to(torch.float64)
+
+
+def decode_index(value: float, name: str) -> Optional[tuple[int, int]]:
+    """The (row mod P, col mod Q) an index-encoded value came from, or None if it is not one."""
+    p, q = _index_grid(name)
+    if not math.isfinite(value) or value != int(value) or not 1 <= value <= p * q:
+        return None
+    v = int(value) - 1
+    return v // q, v % q
+
+
+def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0) -> Operands:
+    """Controlled inputs for `spec` (CPU tensors)."""
+    if ladder not in LADDER:
+        raise InputError(f"input ladder {ladder!r} is unknown; choose one of {', '.join(LADDER)} or dump:PATH")
+    m, n, k = spec.m, spec.n, spec.k
+    g = torch.Generator().manual_seed(seed)
+    shapes = expected_shapes(spec)
+
+    def rnd(*shape, scale=1.0):
+        return torch.randn(*shape, generator=g, dtype=torch.float64) * scale
+
+    if ladder == "ones":
+        a, b = torch.ones(m, k), torch.ones(k, n)
+    elif ladder == "index":
+        a, b = index_values(m, k, spec.a_dtype), index_values(k, n, spec.b_dtype)
+    elif ladder == "ktag":
+        a = torch.ones(m, k)
+        kb = torch.arange(k) // spec.tile.bk
+        b = (2.0 ** (kb % KTAG_PERIOD)).to(torch.float64)[:, None].expand(k, n).clone()
+    else:
+        if spec.a_dtype == "int8":
+            a = torch.randint(-8, 9, (m, k), generator=g).double()
+            b = torch.randint(-8, 9, (k, n), generator=g).double()
+        else:
+            a, b = rnd(m, k), rnd(k, n)
+    a, b = _cast(a, spec.a_dtype), _cast(b, spec.b_dtype)
+
+    def aux(name):
+        shape = shapes[name]
+        if shape is None:
+            return None
+        if ladder == "random":
+            if name.startswith("scale"):
+                return (torch.rand(*shape, generator=g, dtype=torch.float64) * 1.5 + 0.5).float()
+            return rnd(*shape).float()
+        if ladder == "index" and name in ("c", "bias"):
+            return torch.arange(math.prod(shape), dtype=torch.float32).remainder(64).reshape(shape)
+        return torch.ones(shape, dtype=torch.float32)
+
+    c = aux("c")
+    if c is not None:
+        c = c.to(DTYPES[spec.c_dtype].torch)
+    return Operands(a=a, b=b, c=c, bias=aux("bias"), scale_a=aux("scale_a"), scale_b=aux("scale_b"))
+
+
+def analytic_ones_value(spec: ProblemSpec) -> Optional[float]:
+    """With the 'ones' ladder every output element is this value (before the output cast)."""
+    x = float(spec.k)
+    x = spec.alpha * x + spec.beta * 1.0 + (1.0 if spec.bias != "none" else 0.0)
+    act = spec.activation
+    if act == "relu":
+        x = max(x, 0.0)
+    elif act == "gelu_erf":
+        x = 0.5 * x * (1 + math.erf(x / math.sqrt(2)))
+    elif act == "gelu_tanh":
+        x = 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    elif act == "silu":
+        x = x / (1 + math.exp(-x)) if x > -700 else 0.0
+    return x
+
+
+def ktag_expected_code(spec: ProblemSpec, k_blocks: int) -> float:
+    """sum over k-blocks 0..k_blocks-1 of BK*2^(j mod T) with ragged last block: the ktag
+    accumulator after `k_blocks` blocks (A = 1)."""
+    bk = spec.tile.bk
+    total = 0.0
+    for j in range(k_blocks):
+        width = min(bk, spec.k - j * bk)
+        total += width * 2.0 ** (j % KTAG_PERIOD)
+    return total
+
+
+def decode_ktag(diff: float, bk: int) -> Optional[str]:
+    """Explain an accumulator error under the ktag ladder: which k-block (mod T) is extra or missing."""
+    if not math.isfinite(diff) or diff == 0:
+        return None
+    units = diff / bk
+    mag = abs(units)
+    j = round(math.log2(mag)) if mag > 0 else None
+    if j is None or 2.0**j != mag or not 0 <= j < KTAG_PERIOD:
+        return None
+    what = "summed once too often" if units > 0 else "missing"
+    return f"a k-block j with j mod {KTAG_PERIOD} = {j} was {what}"

@@ -1,0 +1,264 @@
+"""The problem specification: a validated, frozen description of one GEMM-like problem.
+
+D = cast(activation(alpha * scale(A @ B) + beta * C + bias)), with A [M, K], B [K, N] given
+logically (the majors say how they are stored) and block scales, if any, applied per k-block
+inside the main loop. Every invalid field raises `SpecError` naming the field, the value and
+what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from kernels_ref.dtypes import DTYPES, FP8
+
+OPERAND_DTYPES = ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int8")
+ACC_DTYPES = ("fp32", "fp16", "int32")
+OUT_DTYPES = ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int32")
+C_DTYPES = ("fp32", "fp16", "bf16")
+MAJORS = ("row", "col")
+SWIZZLES = (0, 32, 64, 128)
+OOB_FILLS = ("zero", "nan")
+ACTIVATIONS = ("none", "relu", "gelu_erf", "gelu_tanh", "silu")
+BIAS_AXES = ("none", "row", "col")
+SCALE_KINDS_A = ("none", "tensor", "row", "block")
+SCALE_KINDS_B = ("none", "tensor", "col", "block")
+
+
+class SpecError(ValueError):
+    """A problem specification that is not valid."""
+
+
+def _require(ok: bool, field: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise SpecError(f"{field}={value!r} is not allowed: {allowed}")
+
+
+def _positive_int(field: str, value: Any) -> None:
+    _require(isinstance(value, int) and not isinstance(value, bool) and value > 0, field, value,
+             "must be a positive integer")
+
+
+@dataclass(frozen=True)
+class Tile:
+    """The CTA output tile (BM x BN) and the k-block depth BK of the kernel's main loop."""
+
+    bm: int = 128
+    bn: int = 128
+    bk: int = 64
+
+    def __post_init__(self) -> None:
+        for f in ("bm", "bn", "bk"):
+            _positive_int(f"tile.{f}", getattr(self, f))
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How one operand is scaled.
+
+    kind: none | tensor | row (A, per m) | col (B, per n) | block. A block scale covers
+    `block` = (rows, k) elements of A's (m, k) or (cols, k) of B's (n, k): DeepSeek-style fp8 uses
+    (1, 128) for activations and (128, 128) for weights. Block scales act inside the main loop
+    (per k-block); the others act in the epilogue.
+    """
+
+    kind: str = "none"
+    block: Optional[tuple[int, int]] = None
+
+    def validate(self, operand: str) -> None:
+        kinds = SCALE_KINDS_A if operand == "a" else SCALE_KINDS_B
+        _require(self.kind in kinds, f"scale_{operand}.kind", self.kind, f"one of {', '.join(kinds)}")
+        if self.kind == "block":
+            ok = (isinstance(self.block, tuple) and len(self.block) == 2
+                  and all(isinstance(v, int) and v > 0 for v in self.block))
+            _require(ok, f"scale_{operand}.block", self.block,
+                     "a block scale needs (rows, k), two positive integers, e.g. (1, 128)")
+        else:
+            _require(self.block is None, f"scale_{operand}.block", self.block,
+                     f"only a 'block' scale has a block shape (kind is {self.kind!r})")
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    m: int
+    n: int
+    k: int
+    a_dtype: str = "bf16"
+    b_dtype: str = "bf16"
+    acc_dtype: str = "fp32"
+    out_dtype: str = "bf16"
+    c_dtype: Optional[str] = None
+    a_major: str = "row"
+    b_major: str = "col"
+    c_major: str = "row"
+    d_major: str = "row"
+    tile: Tile = Tile()
+    swizzle_a: int = 0
+    swizzle_b: int = 0
+    oob_fill: str = "zero"
+    promotion_interval: Optional[int] = None
+    scale_a: Scale = Scale()
+    scale_b: Scale = Scale()
+    alpha: float = 1.0
+    beta: float = 0.0
+    bias: str = "none"
+    activation: str = "none"
+    saturate: bool = False
+    batch: int = 1
+
+    def __post_init__(self) -> None:
+        for f in ("m", "n", "k", "batch"):
+            _positive_int(f, getattr(self, f))
+        _require(isinstance(self.tile, Tile), "tile", self.tile, "must be a Tile(bm, bn, bk)")
+        for f in ("a_dtype", "b_dtype"):
+            _require(getattr(self, f) in OPERAND_DTYPES, f, getattr(self, f), f"one of {', '.join(OPERAND_DTYPES)}")
+        _require(self.acc_dtype in ACC_DTYPES, "acc_dtype", self.acc_dtype, f"one of {', '.join(ACC_DTYPES)}")
+        _require(self.out_dtype in OUT_DTYPES, "out_dtype", self.out_dtype, f"one of {', '.join(OUT_DTYPES)}")
+        a, b = self.a_dtype, self.b_dtype
+        if a in FP8 or b in FP8:
+            _require(a in FP8 and b in FP8, "b_dtype" if a in FP8 else "a_dtype", b if a in FP8 else a,
+                     "an fp8 operand needs the other operand in fp8 too (e4m3 or e5m2)")
+        else:
+            _require(a == b, "b_dtype", b, f"must equal a_dtype ({a}) unless both are fp8")
+        if self.acc_dtype == "int32" or a == "int8":
+            _require(a == "int8" and self.acc_dtype == "int32", "acc_dtype", self.acc_dtype,
+                     "int8 operands accumulate in int32, and int32 accumulation takes int8 operands")
+        if self.acc_dtype == "fp16":
+            _require(a == "fp16", "acc_dtype", self.acc_dtype, "fp16 accumulation is defined for fp16 operands only")
+        if self.out_dtype == "int32":
+            _require(self.acc_dtype == "int32" and not self.has_float_epilogue, "out_dtype", self.out_dtype,
+                     "an int32 output needs int32 accumulation and no scale, alpha, beta, bias or activation")
+        for f in ("a_major", "b_major", "c_major", "d_major"):
+            _require(getattr(self, f) in MAJORS, f, getattr(self, f), "'row' or 'col'")
+        for op in ("a", "b"):
+            sw = getattr(self, f"swizzle_{op}")
+            _require(sw in SWIZZLES, f"swizzle_{op}", sw, "0, 32, 64 or 128 (bytes)")
+            if sw:
+                inner = self.smem_inner_elements(op) * DTYPES[getattr(self, f"{op}_dtype")].itemsize
+                _require(inner % sw == 0, f"swizzle_{op}", sw,
+                         f"the tile's contiguous extent ({inner} bytes) must be a multiple of the swizzle span")
+        _require(self.oob_fill in OOB_FILLS, "oob_fill", self.oob_fill, "'zero' or 'nan'")
+        if self.oob_fill == "nan":
+            _require(a != "int8", "oob_fill", self.oob_fill, "integer operands have no NaN")
+        if self.promotion_interval is not None:
+            p = self.promotion_interval
+            _require(a in FP8, "promotion_interval", p, "applies to fp8 operands only")
+            _require(isinstance(p, int) and p > 0 and p % 32 == 0 and self.tile.bk % p == 0,
+                     "promotion_interval", p, f"a multiple of 32 that divides tile.bk ({self.tile.bk})")
+        self.scale_a.validate("a")
+        self.scale_b.validate("b")
+        blocks = [s for s in (self.scale_a, self.scale_b) if s.kind == "block"]
+        if blocks:
+            _require(a in FP8 and self.acc_dtype == "fp32", "scale_a.kind" if self.scale_a.kind == "block"
+                     else "scale_b.kind", "block", "block scales need fp8 operands and fp32 accumulation")
+            _require(len(blocks) == 2, "scale_b.kind" if self.scale_a.kind == "block" else "scale_a.kind",
+                     (self.scale_b if self.scale_a.kind == "block" else self.scale_a).kind,
+                     "block scaling needs block scales on both A and B")
+            gk = self.scale_a.block[1]
+            _require(self.scale_b.block[1] == gk, "scale_b.block", self.scale_b.block,
+                     f"the k extent must equal scale_a's ({gk})")
+            _require(gk % self.tile.bk == 0, "scale_a.block", self.scale_a.block,
+                     f"the k extent must be a multiple of tile.bk ({self.tile.bk})")
+        for f in ("alpha", "beta"):
+            v = getattr(self, f)
+            _require(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), f, v,
+                     "must be a finite number")
+        if self.beta != 0:
+            _require(self.c_dtype in C_DTYPES, "c_dtype", self.c_dtype,
+                     f"beta != 0 reads C, so c_dtype must be one of {', '.join(C_DTYPES)}")
+        elif self.c_dtype is not None:
+            _require(self.c_dtype in C_DTYPES, "c_dtype", self.c_dtype, f"one of {', '.join(C_DTYPES)}")
+        _require(self.bias in BIAS_AXES, "bias", self.bias, f"one of {', '.join(BIAS_AXES)}")
+        _require(self.activation in ACTIVATIONS, "activation", self.activation, f"one of {', '.join(ACTIVATIONS)}")
+        _require(isinstance(self.saturate, bool), "saturate", self.saturate, "must be true or false")
+
+    # -- derived facts -----------------------------------------------------------------------
+    @property
+    def has_float_epilogue(self) -> bool:
+        return (self.alpha != 1.0 or self.beta != 0.0 or self.bias != "none" or self.activation != "none"
+                or self.scale_a.kind != "none" or self.scale_b.kind != "none")
+
+    @property
+    def block_scaled(self) -> bool:
+        return self.scale_a.kind == "block"
+
+    @property
+    def tiles_m(self) -> int:
+        return -(-self.m // self.tile.bm)
+
+    @property
+    def tiles_n(self) -> int:
+        return -(-self.n // self.tile.bn)
+
+    @property
+    def k_blocks(self) -> int:
+        return -(-self.k // self.tile.bk)
+
+    def smem_inner_elements(self, operand: str) -> int:
+        """Elements along the contiguous dimension of one operand k-block tile in shared memory."""
+        t = self.tile
+        if operand == "a":
+            return t.bk if self.a_major == "row" else t.bm
+        return t.bn if self.b_major == "row" else t.bk
+
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k * self.batch
+
+    def describe(self) -> str:
+        t = self.tile
+        return (f"{self.m}x{self.n}x{self.k} {self.a_dtype}x{self.b_dtype}->{self.out_dtype} "
+                f"(acc {self.acc_dtype}, tile {t.bm}x{t.bn}x{t.bk})")
+
+    # -- JSON --------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        for s in ("scale_a", "scale_b"):
+            if d[s]["block"] is not None:
+                d[s]["block"] = list(d[s]["block"])
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ProblemSpec":
+        if not isinstance(d, Mapping):
+            raise SpecError(f"a problem spec must be a JSON object, got {type(d).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise SpecError(f"unknown problem field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        kw = dict(d)
+        if "tile" in kw:
+            kw["tile"] = _sub(Tile, kw["tile"], "tile")
+        for s in ("scale_a", "scale_b"):
+            if s in kw:
+                sd = dict(_as_mapping(kw[s], s))
+                if sd.get("block") is not None:
+                    sd["block"] = tuple(sd["block"])
+                kw[s] = _sub(Scale, sd, s)
+        try:
+            return cls(**kw)
+        except TypeError as e:
+            raise SpecError(f"problem spec: {e}") from None
+
+
+def _as_mapping(v: Any, field: str) -> Mapping:
+    if isinstance(v, Mapping):
+        return v
+    raise SpecError(f"{field} must be an object, got {v!r}")
+
+
+def _sub(cls, v: Any, field: str):
+    if isinstance(v, cls):
+        return v
+    if isinstance(v, (list, tuple)) and cls is Tile:
+        if len(v) != 3:
+            raise SpecError(f"tile={list(v)!r} is not allowed: give three sizes [bm, bn, bk]")
+        return Tile(*v)
+    m = _as_mapping(v, field)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(m) - known)
+    if unknown:
+        raise SpecError(f"unknown {field} field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return cls(**m)
