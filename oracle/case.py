@@ -1,0 +1,296 @@
+"""A live case: the problem, the kernel to build, how to launch it, and what to trace.
+
+Described in TOML (one file, every section but [problem] optional) and overridable from the
+command line:
+
+    [problem]                 # oracle.problem.ProblemSpec fields
+    m = 200
+    n = 136
+    k = 72
+    tile = [64, 64, 16]
+
+    [kernel]
+    source = "simple_gemm.cu"  # relative to the TOML file
+    entry = "simple_gemm_bf16_traced"
+    defines = { ORACLE_TRACE = 1 }
+
+    [launch]
+    grid = ["tiles_n", "tiles_m", 1]   # ints or expressions of the problem's sizes
+    block = [16, 16, 1]
+    shared_mem_bytes = 0
+    args = ["a", "b", "c", "d", "bias", "m", "n", "k", "lda", "ldb", "ldc", "ldd", "alpha", "beta",
+            { i32 = 2 }]
+
+    [trace]
+    tiles = [[0, 0], [3, 2]]   # default: the first, a middle and the last tile
+    k_blocks = "all"           # or a list
+    capacity_mb = 64
+
+Launch arguments: an operand name (a, b, c, d, bias, scale_a, scale_b) is a device pointer
+(stored in its declared major; `null` or an operand the problem does not use is a null
+pointer); a size name (m, n, k, lda, ldb, ldc, ldd, tiles_m, tiles_n, k_blocks) is an i32;
+alpha and beta are f32; `{ i32 = 7 }` (or u32, i64, u64, f32, f64) is a literal;
+`{ tensormap = "a" }` is the operand's TMA tensor map passed by value.
+Expressions (grid, literals) may use + - * //, min, max, cdiv and the names above plus
+num_sms (the GPU's multiprocessor count).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import tomllib
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from oracle.problem import ProblemSpec, SpecError
+
+OPERANDS = ("a", "b", "c", "d", "bias", "scale_a", "scale_b")
+SIZE_NAMES = ("m", "n", "k", "lda", "ldb", "ldc", "ldd", "tiles_m", "tiles_n", "k_blocks", "tiles")
+LITERAL_TYPES = ("i32", "u32", "i64", "u64", "f32", "f64")
+DEFAULT_CAPACITY_MB = 64
+
+
+class CaseError(ValueError):
+    """A case description that cannot be used; the message names the key."""
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    source: Optional[str]  # a .cu file
+    entry: str
+    defines: Mapping[str, str] = field(default_factory=dict)
+    arch: str = "sm_90a"
+    cubin: Optional[str] = None  # a prebuilt cubin instead of the source
+
+
+@dataclass(frozen=True)
+class Arg:
+    kind: str  # "operand" | "size" | "float" | "literal" | "tensormap" | "null"
+    name: str = ""
+    ctype: str = ""
+    expr: Union[str, int, float, None] = None
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    grid: tuple[Union[int, str], ...]
+    block: tuple[int, int, int]
+    args: tuple[Arg, ...]
+    shared_mem_bytes: int = 0
+    cluster: tuple[int, int, int] = (1, 1, 1)
+
+
+@dataclass(frozen=True)
+class TracePlan:
+    tiles: Optional[tuple[tuple[int, int], ...]] = None  # None: a default sample
+    k_blocks: Optional[tuple[int, ...]] = None  # None: all
+    capacity_mb: int = DEFAULT_CAPACITY_MB
+
+
+@dataclass(frozen=True)
+class Case:
+    spec: ProblemSpec
+    kernel: Optional[KernelSource]
+    launch: Optional[LaunchPlan]
+    trace: TracePlan
+    path: Optional[str] = None
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value as TOML would read it (numbers, true/false, [lists], strings bare or quoted)."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def parse_assignments(pairs: Sequence[str]) -> dict[str, Any]:
+    out = {}
+    for item in pairs:
+        for part in _split_top(item):
+            if "=" not in part:
+                raise CaseError(f"problem setting {part!r} must look like key=value")
+            key, val = part.split("=", 1)
+            out[key.strip()] = parse_value(val.strip())
+    return out
+
+
+def _split_top(s: str) -> list[str]:
+    """Split on commas outside brackets: 'm=1,tile=[64,64,16]' -> ['m=1', 'tile=[64,64,16]']."""
+    parts, depth, cur = [], 0, ""
+    for ch in s:
+        depth += ch in "[{"
+        depth -= ch in "]}"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *, source: Optional[str] = None,
+              entry: Optional[str] = None) -> Case:
+    doc: dict = {}
+    base = os.getcwd()
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                doc = tomllib.load(f)
+        except FileNotFoundError:
+            raise CaseError(f"case file {path!r} does not exist") from None
+        except tomllib.TOMLDecodeError as e:
+            raise CaseError(f"case file {path!r} is not valid TOML: {e}") from None
+        base = os.path.dirname(os.path.abspath(path))
+    unknown = sorted(set(doc) - {"problem", "kernel", "launch", "trace"})
+    if unknown:
+        raise CaseError(f"unknown section(s) {', '.join(unknown)}; allowed: problem, kernel, launch, trace")
+    prob = dict(doc.get("problem", {}))
+    prob.update(dict(problem_overrides))
+    if not prob:
+        raise CaseError("no problem given: use a [problem] table or --problem m=...,n=...,k=...")
+    try:
+        spec = ProblemSpec.from_json(prob)
+    except SpecError as e:
+        raise CaseError(f"problem: {e}") from None
+    kernel = _kernel(doc.get("kernel"), base, source, entry)
+    launch = _launch(doc["launch"]) if "launch" in doc else None
+    trace = _trace(doc.get("trace", {}))
+    return Case(spec, kernel, launch, trace, path)
+
+
+def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Optional[str]) -> Optional[KernelSource]:
+    sec = dict(sec or {})
+    unknown = sorted(set(sec) - {"source", "entry", "defines", "arch", "cubin"})
+    if unknown:
+        raise CaseError(f"[kernel]: unknown key(s) {', '.join(unknown)}; allowed: source, entry, defines, arch, cubin")
+    src = source or (os.path.join(base, sec["source"]) if "source" in sec else None)
+    cubin = os.path.join(base, sec["cubin"]) if "cubin" in sec else None
+    ent = entry or sec.get("entry")
+    if src is None and cubin is None and ent is None:
+        return None
+    if ent is None:
+        raise CaseError("the kernel's entry point is missing: [kernel] entry = \"...\" or --entry NAME")
+    if src is None and cubin is None:
+        raise CaseError("the kernel needs a source (.cu) or a prebuilt cubin: [kernel] source/cubin or --kernel FILE")
+    defines = {str(k): str(v) for k, v in dict(sec.get("defines", {})).items()}
+    return KernelSource(src, ent, defines, str(sec.get("arch", "sm_90a")), cubin)
+
+
+def _triple(v, key: str) -> tuple:
+    if isinstance(v, (int, str)):
+        v = [v]
+    if not isinstance(v, list) or not 1 <= len(v) <= 3:
+        raise CaseError(f"[launch] {key} must be a list of 1 to 3 entries, got {v!r}")
+    return tuple(list(v) + [1] * (3 - len(v)))
+
+
+def _launch(sec: dict) -> LaunchPlan:
+    unknown = sorted(set(sec) - {"grid", "block", "shared_mem_bytes", "args", "cluster"})
+    if unknown:
+        raise CaseError(f"[launch]: unknown key(s) {', '.join(unknown)}")
+    for key in ("grid", "block", "args"):
+        if key not in sec:
+            raise CaseError(f"[launch] needs {key!r}")
+    block = _triple(sec["block"], "block")
+    if not all(isinstance(b, int) and b > 0 for b in block):
+        raise CaseError(f"[launch] block must be positive integers, got {list(block)}")
+    args = tuple(_arg(a, i) for i, a in enumerate(sec["args"]))
+    smem = sec.get("shared_mem_bytes", 0)
+    if not isinstance(smem, int) or smem < 0:
+        raise CaseError(f"[launch] shared_mem_bytes must be a non-negative integer, got {smem!r}")
+    return LaunchPlan(_triple(sec["grid"], "grid"), block, args, smem, _triple(sec.get("cluster", [1, 1, 1]),
+                                                                                 "cluster"))
+
+
+def _arg(a, i: int) -> Arg:
+    where = f"[launch] args[{i}]"
+    if isinstance(a, str):
+        if a in OPERANDS:
+            return Arg("operand", a)
+        if a in SIZE_NAMES:
+            return Arg("size", a)
+        if a in ("alpha", "beta"):
+            return Arg("float", a)
+        if a == "null":
+            return Arg("null")
+        raise CaseError(f"{where} = {a!r} is unknown; operands {', '.join(OPERANDS)}, sizes {', '.join(SIZE_NAMES)},"
+                        f" alpha, beta, null, or a table like {{ i32 = 3 }} / {{ tensormap = \"a\" }}")
+    if isinstance(a, dict) and len(a) == 1:
+        (key, val), = a.items()
+        if key in LITERAL_TYPES:
+            return Arg("literal", ctype=key, expr=val)
+        if key == "tensormap":
+            if val not in ("a", "b"):
+                raise CaseError(f"{where}: tensormap must be \"a\" or \"b\", got {val!r}")
+            return Arg("tensormap", val)
+    raise CaseError(f"{where} = {a!r} is not an argument description")
+
+
+def _trace(sec: dict) -> TracePlan:
+    unknown = sorted(set(sec) - {"tiles", "k_blocks", "capacity_mb"})
+    if unknown:
+        raise CaseError(f"[trace]: unknown key(s) {', '.join(unknown)}")
+    tiles = sec.get("tiles")
+    if tiles is not None:
+        if not isinstance(tiles, list) or not all(isinstance(t, list) and len(t) == 2 for t in tiles):
+            raise CaseError(f"[trace] tiles must be a list of [tile_m, tile_n] pairs, got {tiles!r}")
+        tiles = tuple((int(t[0]), int(t[1])) for t in tiles)
+    kbs = sec.get("k_blocks", "all")
+    if kbs == "all":
+        kbs = None
+    elif isinstance(kbs, list) and all(isinstance(x, int) and x >= 0 for x in kbs):
+        kbs = tuple(kbs)
+    else:
+        raise CaseError(f"[trace] k_blocks must be \"all\" or a list of k-block indices, got {kbs!r}")
+    cap = sec.get("capacity_mb", DEFAULT_CAPACITY_MB)
+    if not isinstance(cap, int) or not 1 <= cap <= 4096:
+        raise CaseError(f"[trace] capacity_mb must be an integer 1..4096, got {cap!r}")
+    return TracePlan(tiles, kbs, cap)
+
+
+def with_trace(case: Case, tiles=None, k_blocks=None) -> Case:
+    t = case.trace
+    return replace(case, trace=TracePlan(tiles if tiles is not None else t.tiles,
+                                         k_blocks if k_blocks is not None else t.k_blocks, t.capacity_mb))
+
+
+# -- expressions -----------------------------------------------------------------------------
+_FUNCS = {"min": min, "max": max, "cdiv": lambda a, b: -(-a // b)}
+
+
+def evaluate(expr: Union[str, int, float], names: Mapping[str, int], where: str) -> Union[int, float]:
+    """Evaluate a small arithmetic expression over known names; nothing else is allowed."""
+    if isinstance(expr, (int, float)) and not isinstance(expr, bool):
+        return expr
+    if not isinstance(expr, str):
+        raise CaseError(f"{where}: {expr!r} is not a number or an expression")
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError:
+        raise CaseError(f"{where}: {expr!r} is not a valid expression") from None
+
+    def ev(node):
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in names:
+                raise CaseError(f"{where}: unknown name {node.id!r} in {expr!r}; known: {', '.join(sorted(names))}")
+            return names[node.id]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)):
+            a, b = ev(node.left), ev(node.right)
+            return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}.get(type(node.op), None) \
+                if not isinstance(node.op, ast.FloorDiv) else a // b
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS \
+                and not node.keywords:
+            return _FUNCS[node.func.id](*[ev(a) for a in node.args])
+        raise CaseError(f"{where}: {expr!r} uses something other than numbers, names, + - * //, min, max, cdiv")
+
+    return ev(tree)

@@ -1,0 +1,230 @@
+"""Command line: a thin shell over the library. `python -m oracle <command> --help`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from typing import Optional, Sequence
+
+from oracle.diagnose import EXIT_CODES, EXIT_USAGE
+
+DEMO_DUMP = os.path.join(os.path.dirname(__file__), "data", "demo.safetensors")
+
+
+class UsageError(Exception):
+    """Bad arguments or bad input: exit code 2."""
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Judge a kernel stage by stage and name the first divergent stage.
+
+    Offline: a dump (--dump FILE) or the embedded demo (--demo).
+    Live (needs a GPU): build, run and trace a kernel, then judge it:
+        --problem CASE.toml            the problem, and optionally [kernel], [launch], [trace]
+        --problem m=256,n=256,k=512    or inline problem fields (override the TOML's)
+        --kernel FILE.cu --entry NAME  the kernel (override the TOML's [kernel])
+        --inputs ones|index|ktag|random[:seed]|dump:PATH
+    Prints a table, one row per stage with the teacher-forced and chained verdicts, then one
+    sentence naming the first divergence. Exit codes: 0 match, 1 divergence, 2 bad usage or
+    input, 3 kernel error, 4 oracle untrusted, 5 mistrusted (nothing could discriminate)."""
+    from oracle import report
+    from oracle.differential import analyze
+
+    modes = [bool(args.dump), bool(args.demo), bool(args.kernel or args.problem)]
+    if sum(modes) != 1:
+        raise UsageError("give one of --dump FILE, --demo, or a live kernel (--problem CASE.toml and/or "
+                         "--kernel FILE.cu --entry NAME)")
+    extra = {}
+    if args.kernel or args.problem:
+        rec, extra = _live_recording(args)
+        source = rec.kernel
+    else:
+        from oracle.recording import Recording
+
+        source = DEMO_DUMP if args.demo else args.dump
+        rec = Recording.load(source)
+    an = analyze(rec)
+    if args.save_dump:
+        rec.save(args.save_dump)
+    if not args.quiet:
+        print(report.render(an))
+        if args.save_dump:
+            print(f"saved the recording to {args.save_dump}")
+    if args.json:
+        report.write_json(an, args.json, extra={"source": source, **extra})
+    return EXIT_CODES[an.verdict]
+
+
+def _live_recording(args: argparse.Namespace):
+    from oracle.case import CaseError, load_case, parse_assignments, with_trace
+    from oracle.inputs import Operands, Provenance, make_operands
+    from oracle.live import run_live
+
+    toml_path, inline = None, []
+    for p in args.problem or []:
+        if p.endswith(".toml"):
+            if toml_path:
+                raise UsageError("give at most one case TOML with --problem")
+            toml_path = p
+        else:
+            inline.append(p)
+    case = load_case(toml_path, parse_assignments(inline + list(args.set or [])), source=args.kernel,
+                     entry=args.entry)
+    if args.trace_tiles or args.trace_k_blocks:
+        tiles = tuple(tuple(int(v) for v in t.split(",")) for t in args.trace_tiles.split()) \
+            if args.trace_tiles else None
+        kbs = tuple(int(v) for v in args.trace_k_blocks.split(",")) if args.trace_k_blocks else None
+        case = with_trace(case, tiles, kbs)
+    ladder, _, arg = (args.inputs or "random").partition(":")
+    if ladder == "dump":
+        from oracle.recording import Recording
+
+        if not arg:
+            raise UsageError("--inputs dump:PATH needs a path")
+        ops = Recording.load(arg).operands
+        prov = Provenance("dump", source=arg)
+    else:
+        try:
+            seed = int(arg) if arg else 0
+        except ValueError:
+            raise UsageError(f"--inputs {args.inputs!r}: the seed must be an integer") from None
+        if arg and ladder != "random":
+            raise UsageError(f"--inputs {args.inputs!r}: only random takes a seed")
+        ops = make_operands(case.spec, ladder, seed)
+        prov = Provenance(ladder, seed if ladder == "random" else None)
+    if not isinstance(ops, Operands):
+        raise CaseError("inputs could not be made")
+    live = run_live(case, ops, prov, timeout_s=args.timeout)
+    extra = {"run": {"status": live.run.status.value, "message": live.run.message,
+                     "elapsed_s": live.run.elapsed_s, "kernel_s": live.run.kernel_s,
+                     "build_cached": live.build_cached}}
+    return live.recording, extra
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Write a synthetic dump made by a Python model of a kernel, optionally with one defect.
+
+    Useful to see what the oracle reports for each defect class without a GPU."""
+    from oracle.inputs import Provenance, make_operands
+    from oracle.problem import ProblemSpec, Tile
+    from oracle.simulate import DEFECTS, Injection, simulate
+
+    if args.defect and args.defect not in DEFECTS:
+        raise UsageError(f"--defect {args.defect!r} is unknown; known: {', '.join(DEFECTS)}")
+    m, n, k = args.shape
+    spec = ProblemSpec(m=m, n=n, k=k, a_dtype=args.dtype, b_dtype=args.dtype, out_dtype=args.out_dtype,
+                       tile=Tile(*args.tile), swizzle_a=args.swizzle, swizzle_b=args.swizzle)
+    ops = make_operands(spec, args.inputs, args.seed)
+    inj = Injection(args.defect, tuple(args.defect_tile), args.defect_k_block) if args.defect else None
+    if inj is not None and inj.problems(spec):
+        raise UsageError(f"--defect {args.defect} cannot show here: {'; '.join(inj.problems(spec))}")
+    tiles = [tuple(args.defect_tile)] if args.defect else [(0, 0)]
+    rec = simulate(spec, ops, Provenance(args.inputs, args.seed), injection=inj, tap_tiles=tiles)
+    rec.save(args.out)
+    print(f"wrote {args.out}: {rec.kernel}, {spec.describe()}, {len(rec.taps)} taps (synthetic)")
+    return 0
+
+
+def cmd_knobs(args: argparse.Namespace) -> int:
+    """List every ORACLE_* environment knob with its default, current value and meaning."""
+    from tabulate import tabulate
+
+    from oracle import knobs
+
+    rows = [[k.name, k.default(), os.environ.get(k.name, ""), k.doc] for k in knobs.ALL]
+    print(tabulate(rows, headers=["knob", "default", "set to", "meaning"]))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m oracle",
+                                description="Differential oracle for GEMM-like CUDA kernels: names the first "
+                                            "stage whose results diverge.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("compare", help="judge a recorded run stage by stage", description=cmd_compare.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("--dump", metavar="FILE", help="a dump file (safetensors + JSON metadata)")
+    c.add_argument("--demo", action="store_true", help="the embedded demo recording (no GPU needed)")
+    c.add_argument("--problem", action="append", metavar="CASE.toml|k=v,...",
+                   help="live: a case TOML and/or inline problem fields (repeatable)")
+    c.add_argument("--set", action="append", metavar="k=v", help="live: override one problem field")
+    c.add_argument("--kernel", metavar="FILE.cu", help="live: the kernel source")
+    c.add_argument("--entry", metavar="NAME", help="live: the kernel's extern \"C\" entry point")
+    c.add_argument("--inputs", metavar="LADDER", default="random",
+                   help="live: ones | index | ktag | random[:seed] | dump:PATH (default random:0)")
+    c.add_argument("--trace-tiles", metavar="\"TM,TN ...\"", help="live: output tiles to trace (default: first, "
+                   "middle, last)")
+    c.add_argument("--trace-k-blocks", metavar="KB,KB,...", help="live: k-blocks to trace (default: all)")
+    c.add_argument("--timeout", type=float, metavar="S", help="live: kernel time limit (default "
+                   "ORACLE_KERNEL_TIMEOUT_S)")
+    c.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
+    c.add_argument("--save-dump", metavar="PATH", help="save the judged recording as a dump to PATH")
+    c.add_argument("--quiet", action="store_true", help="print nothing; the exit code and --json say it all")
+    c.set_defaults(func=cmd_compare)
+
+    s = sub.add_parser("simulate", help="write a synthetic dump with an optional defect",
+                       description=cmd_simulate.__doc__)
+    s.add_argument("--out", required=True, metavar="PATH")
+    s.add_argument("--defect", default=None)
+    s.add_argument("--defect-tile", type=int, nargs=2, default=(0, 0), metavar=("TM", "TN"))
+    s.add_argument("--defect-k-block", type=int, default=1)
+    s.add_argument("--shape", type=int, nargs=3, default=(128, 128, 256), metavar=("M", "N", "K"))
+    s.add_argument("--tile", type=int, nargs=3, default=(64, 64, 64), metavar=("BM", "BN", "BK"))
+    s.add_argument("--dtype", default="bf16")
+    s.add_argument("--out-dtype", default="bf16")
+    s.add_argument("--swizzle", type=int, default=128)
+    s.add_argument("--inputs", default="random")
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(func=cmd_simulate)
+
+    k = sub.add_parser("knobs", help="list the ORACLE_* environment knobs", description=cmd_knobs.__doc__)
+    k.set_defaults(func=cmd_knobs)
+    return p
+
+
+def _choose_triton_backend() -> None:
+    """Without a GPU, Triton can only run under its interpreter: select it before triton loads."""
+    if "TRITON_INTERPRET" not in os.environ and "triton" not in sys.modules:
+        import torch
+
+        if not torch.cuda.is_available():
+            os.environ["TRITON_INTERPRET"] = "1"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    _choose_triton_backend()
+    from harness.build import BuildError
+    from harness.dump import DumpError
+    from harness.launch import LaunchError
+    from harness.runner import RunnerError
+    from harness.tensormap import TensorMapError
+    from harness.trace_format import TraceFormatError
+    from oracle.case import CaseError
+    from oracle.inputs import InputError
+    from oracle.knobs import KnobError
+    from oracle.problem import SpecError
+    from oracle.recording import RecordingError
+
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return EXIT_USAGE if e.code else 0
+    try:
+        return args.func(args)
+    except (UsageError, DumpError, SpecError, RecordingError, InputError, KnobError, CaseError, BuildError,
+            LaunchError, RunnerError, TraceFormatError, TensorMapError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception:
+        traceback.print_exc()
+        print("error: the oracle itself failed (above); its verdict cannot be trusted", file=sys.stderr)
+        return EXIT_CODES_INTERNAL
+
+
+EXIT_CODES_INTERNAL = 4

@@ -1,0 +1,33 @@
+"""The oracle's environment knobs, declared in the one table the harness keeps
+(harness.knobs): name, type, default, one line of doc. `python -m oracle knobs` lists them all;
+the README does too."""
+
+from __future__ import annotations
+
+from harness.knobs import KNOBS, Knob, KnobError, register  # noqa: F401  (KnobError is re-exported)
+
+
+def _choice(*allowed: str):
+    def parse(s: str) -> str:
+        if s not in allowed:
+            raise ValueError(f"expected one of {', '.join(allowed)}")
+        return s
+    return parse
+
+
+def _positive_int(s: str) -> int:
+    v = int(s)
+    if v <= 0:
+        raise ValueError("expected a positive integer")
+    return v
+
+
+DEVICE = register(Knob("ORACLE_DEVICE", _choice("auto", "cpu", "cuda"), lambda: "auto",
+                       "Where the Triton references run: cuda when a GPU is visible (auto), or forced."))
+CROSS_CHECK_TILES = register(Knob("ORACLE_CROSS_CHECK_TILES", _positive_int, lambda: 2,
+                                  "Tiles on which the Triton references are checked against the float64 host "
+                                  "specs on every run."))
+MAX_DETAIL_TILES = register(Knob("ORACLE_MAX_DETAIL_TILES", _positive_int, lambda: 64,
+                                 "Failing tiles per stage for which the first bad elements are extracted."))
+
+ALL = tuple(KNOBS.values())

@@ -1,0 +1,172 @@
+"""A live run: build the kernel, run it in a child process with the trace sink, and turn what
+came back (output, taps, or the error and the taps recovered) into a Recording.
+
+The kernel never runs in this process: an illegal address or a trap poisons a CUDA context
+for good, and a hang must not hang the oracle (harness.runner).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+import torch
+
+from harness import trace_format
+from harness.build import build_cubin, load_cubin
+from harness.launch import LaunchSpec, ScalarArg, TensorArg, TensorMapArg
+from harness.runner import KernelRun, SinkRequest, run_kernel
+from harness.tensormap import operand_tensormap
+from kernels_ref.dtypes import DTYPES
+from oracle.case import Case, CaseError, evaluate
+from oracle.inputs import Operands, Provenance, analytic_ones_value
+from oracle.recording import Recording
+
+@dataclass(frozen=True)
+class LiveRun:
+    recording: Recording
+    run: KernelRun
+    build_cached: Optional[bool]
+    trace_notes: tuple[str, ...]
+
+
+def _storage(x: torch.Tensor, major: str) -> torch.Tensor:
+    """A logical matrix laid out in memory by its major: row = as is, col = transposed storage."""
+    return x.contiguous() if major == "row" else x.t().contiguous()
+
+
+def _from_storage(x: torch.Tensor, major: str) -> torch.Tensor:
+    return x if major == "row" else x.t().contiguous()
+
+
+def default_trace_tiles(case: Case) -> tuple[tuple[int, int], ...]:
+    """The first tile, a middle one and the last (ragged) one: where defects like to hide."""
+    s = case.spec
+    return tuple(dict.fromkeys([(0, 0), (s.tiles_m // 2, s.tiles_n // 2), (s.tiles_m - 1, s.tiles_n - 1)]))
+
+
+def _names(case: Case) -> dict[str, int]:
+    s = case.spec
+    ld = {"lda": s.k if s.a_major == "row" else s.m, "ldb": s.n if s.b_major == "row" else s.k,
+          "ldc": s.n if s.c_major == "row" else s.m, "ldd": s.n if s.d_major == "row" else s.m}
+    names = {"m": s.m, "n": s.n, "k": s.k, "tiles_m": s.tiles_m, "tiles_n": s.tiles_n, "k_blocks": s.k_blocks,
+             "tiles": s.tiles_m * s.tiles_n, "batch": s.batch, **ld}
+    names["num_sms"] = _num_sms()
+    return names
+
+
+def _num_sms() -> int:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).multi_processor_count
+    return 132  # an H200; only used when describing a launch without a GPU
+
+
+def launch_spec(case: Case, ops: Operands) -> tuple[LaunchSpec, dict[str, torch.Tensor]]:
+    """The harness launch and the tensors in memory order, from the case's argument list."""
+    if case.launch is None:
+        raise CaseError("the case has no [launch] table: the oracle cannot guess the kernel's arguments")
+    s = case.spec
+    names = _names(case)
+    lp = case.launch
+    storage = {"a": _storage(ops.a, s.a_major), "b": _storage(ops.b, s.b_major)}
+    if ops.c is not None:
+        storage["c"] = _storage(ops.c, s.c_major)
+    for n in ("bias", "scale_a", "scale_b"):
+        v = getattr(ops, n)
+        if v is not None:
+            storage[n] = v.contiguous()
+    d_shape = (s.m, s.n) if s.d_major == "row" else (s.n, s.m)
+    storage["d"] = torch.empty(d_shape, dtype=DTYPES[s.out_dtype].torch)
+    args, used = [], {}
+    for i, a in enumerate(lp.args):
+        where = f"[launch] args[{i}]"
+        if a.kind == "operand":
+            if a.name in storage:
+                args.append(TensorArg(a.name, "out" if a.name == "d" else "in"))
+                used[a.name] = storage[a.name]
+            else:
+                args.append(ScalarArg(0, "u64"))  # the problem does not use it: a null pointer
+        elif a.kind == "null":
+            args.append(ScalarArg(0, "u64"))
+        elif a.kind == "size":
+            args.append(ScalarArg(int(names[a.name]), "i32"))
+        elif a.kind == "float":
+            args.append(ScalarArg(float(getattr(s, a.name)), "f32"))
+        elif a.kind == "literal":
+            v = evaluate(a.expr, names, where)
+            args.append(ScalarArg(float(v) if a.ctype.startswith("f") else int(v), a.ctype))
+        elif a.kind == "tensormap":
+            op = a.name
+            rows, cols = (s.m, s.k) if op == "a" else (s.k, s.n)
+            tm = operand_tensormap(op, getattr(s, f"{op}_major"), rows, cols, getattr(s, f"{op}_dtype"),
+                                   s.tile.bm if op == "a" else s.tile.bn, s.tile.bk, getattr(s, f"swizzle_{op}"),
+                                   s.oob_fill)
+            args.append(TensorMapArg(op, tm))
+            used[op] = storage[op]
+    grid = tuple(int(evaluate(g, names, "[launch] grid")) for g in lp.grid)
+    spec = LaunchSpec(grid=grid, block=lp.block, args=tuple(args), shared_mem_bytes=lp.shared_mem_bytes,
+                      cluster=lp.cluster)
+    return spec, used
+
+
+def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Optional[float] = None) -> LiveRun:
+    if case.kernel is None:
+        raise CaseError("no kernel to run: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
+    k = case.kernel
+    launch, tensors = launch_spec(case, ops)  # before building: a bad launch table fails fast
+    cached = None
+    if k.cubin:
+        cubin = load_cubin(k.cubin)
+    else:
+        defines = {"ORACLE_TRACE": "1", **k.defines}
+        br = build_cubin(k.source, arch=k.arch, defines=defines)  # the trace header's folder is always searched
+        cubin, cached = load_cubin(br.cubin_path), br.cached
+    s = case.spec
+    tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case)
+    init = trace_format.sink_init_bytes(case.trace.capacity_mb << 20, tiles=tiles, k_blocks=case.trace.k_blocks)
+    run = run_kernel(cubin, k.entry, launch, tensors, sink=SinkRequest(init), timeout_s=timeout_s)
+    notes = []
+    taps, descriptors = (), ()
+    if run.sink is not None:
+        trace = trace_format.parse_trace(run.sink, block_m=s.tile.bm, block_n=s.tile.bn, block_k=s.tile.bk,
+                                         partial=not run.ok)
+        taps, descriptors = trace.taps, trace.descriptors
+        notes.extend(trace.warnings)
+        if trace.dropped:
+            notes.append(f"{trace.dropped} tap record(s) were dropped: the {case.trace.capacity_mb} MB sink was full "
+                         f"([trace] capacity_mb)")
+        notes.append(f"trace: {len(taps)} taps from {trace.records} records, {trace.used_bytes} bytes "
+                     f"({run.sink_source})")
+    output = None
+    if run.ok:
+        output = _from_storage(run.outputs["d"], s.d_major)
+    kernel_error = None if run.ok else run.describe()
+    if not run.ok and not run.kernel_fault:
+        raise CaseError(f"the kernel could not be run: {run.describe()}\n{run.stderr_tail}")
+    rec = Recording(spec=s, operands=ops, output=output, provenance=provenance, taps=taps,
+                    descriptors=descriptors, kernel=k.entry, kernel_error=kernel_error,
+                    environment=_environment(run))
+    if provenance.ladder == "ones" and output is not None:
+        notes.append(_ones_check(rec))
+    rec = replace(rec, notes=tuple(notes))
+    return LiveRun(rec, run, cached, tuple(notes))
+
+
+def _environment(run: KernelRun) -> dict:
+    from harness.dump import environment
+
+    env = environment()
+    env["device"] = dict(run.device)
+    env["function"] = dict(run.function)
+    return env
+
+
+def _ones_check(rec: Recording) -> str:
+    """With all-ones inputs every output element has one analytic value."""
+    s = rec.spec
+    want = analytic_ones_value(s)
+    exp = torch.tensor(want, dtype=torch.float32).to(DTYPES[s.out_dtype].torch).float()
+    got = rec.output.float()
+    bad = int((got != exp).sum())
+    status = "holds everywhere" if bad == 0 else f"FAILS at {bad} of {got.numel()} elements"
+    return f"analytic check (ones): every output element must equal {float(exp):g} (K = {s.k}); it {status}"

@@ -1,0 +1,167 @@
+"""Reports of an analysis: a human table with one closing sentence, and a JSON document.
+
+The JSON (schema `oracle.report/1`) is what machines read: `verdict`, `first_divergence`,
+`stages` (name, teacher_forced, chained, worst_tile, details), plus the problem, inputs,
+confounds, the reference cross-check and the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Optional
+
+from tabulate import tabulate
+
+from oracle.compare import Comparison, Status, TileMetrics, _num
+from oracle.differential import Analysis, FirstDivergence, StageResult
+from oracle.diagnose import Verdict
+
+SCHEMA = "oracle.report/1"
+
+
+def _fmt(v: Optional[float], digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return str(v)
+    if v == 0:
+        return "0"
+    return f"{v:.{digits}g}"
+
+
+def _worst(st: StageResult) -> Optional[TileMetrics]:
+    cands = [c.worst for c in (st.teacher_forced, st.chained) if c.worst is not None]
+    if not cands:
+        return None
+    return max(cands, key=lambda t: (not t.passed, t.max_ratio, t.mismatches))
+
+
+def _where(t: Optional[TileMetrics]) -> str:
+    if t is None:
+        return "-"
+    kb = "" if t.k_block is None else f" kb {t.k_block}"
+    return f"({t.tile[0]}, {t.tile[1]}){kb}"
+
+
+def _status(c: Comparison) -> str:
+    return c.status.value if c.status is not Status.NOT_RUN else "-"
+
+
+def table(an: Analysis) -> str:
+    rows = []
+    for st in an.stages:
+        w = _worst(st)
+        rows.append([st.name, _status(st.teacher_forced), _status(st.chained), _where(w),
+                     "exact" if w is not None and w.exact and w.passed else _fmt(w.max_ratio if w else None),
+                     _fmt(w.max_abs_err if w else None), _fmt(w.amplification if w else None),
+                     f"{w.nan_received}/{w.nan_expected}" if w else "-",
+                     f"{w.inf_received}/{w.inf_expected}" if w else "-",
+                     f"{w.mismatches}/{w.compared}" if w else "-"])
+    return tabulate(rows, headers=["stage", "teacher-forced", "chained", "worst tile", "err/bound", "max |err|",
+                                   "amplif.", "NaN r/e", "Inf r/e", "bad/compared"])
+
+
+def sentence(an: Analysis) -> str:
+    d = an.diagnosis
+    if d.verdict is Verdict.DIVERGED and an.first is not None:
+        f = an.first
+        kb = f", k-block {f.k_block}" if f.k_block is not None else ""
+        el = ""
+        if f.element is not None:
+            el = (f", element ({f.element[0]}, {f.element[1]}) [in tile {f.element_in_tile}]: received "
+                  f"{_fmt(f.received, 6)}, expected {_fmt(f.expected, 6)} (bound {_fmt(f.bound)})")
+        why = ("controlled inputs, teacher-forced" if f.kind.value == "VERDICT" else
+               "; ".join(an.open_confounds) or d.reason)
+        s = f"First divergence: {f.stage} at tile {f.tile}{kb}{el}. {f.kind.value} ({why})."
+        if f.hint:
+            s += f" Hint: {f.hint}."
+        if not d.root_cause:
+            s += f" {d.reason}."
+        if d.inherited:
+            s += f" Inherited downstream: {', '.join(d.inherited)}."
+        return s
+    if d.verdict is Verdict.KERNEL_ERROR:
+        return f"KERNEL_ERROR: {an.recording.kernel_error}. {d.reason}."
+    if d.verdict is Verdict.ORACLE_UNTRUSTED:
+        return f"ORACLE_UNTRUSTED: {d.reason}: {'; '.join(an.cross_check)}. The kernel is not judged."
+    return f"{d.verdict.value}: {d.reason}."
+
+
+def render(an: Analysis) -> str:
+    rec = an.recording
+    lines = []
+    if rec.synthetic:
+        lines.append("SYNTHETIC: this recording was made by a Python model of a kernel with an injected defect, "
+                     "not by a real kernel.")
+    lines.append(f"kernel {rec.kernel}: {rec.spec.describe()}; inputs {rec.provenance.describe()}; "
+                 f"references on {an.device}")
+    lines.append("")
+    lines.append(table(an))
+    lines.append("")
+    for c in an.handled_confounds:
+        lines.append(f"handled: {c}")
+    for c in an.open_confounds:
+        lines.append(f"confound: {c}")
+    if an.first_nonfinite:
+        stage, tile, kb, el = an.first_nonfinite
+        kbs = f" k-block {kb}" if kb is not None else ""
+        lines.append(f"first NaN/Inf: {stage} tile {tile}{kbs}" + (f" element {el}" if el else ""))
+    notes = list(rec.notes)
+    for st in an.stages:  # how the diverging stage was fed, and any stage that has something to say
+        for c in (st.teacher_forced, st.chained):
+            notes.extend(n for n in c.notes if st.name == an.diagnosis.stage or not n.startswith("fed from"))
+    for n in dict.fromkeys(notes):
+        lines.append(f"note: {n}")
+    lines.append(sentence(an))
+    return "\n".join(lines)
+
+
+def _first_json(f: Optional[FirstDivergence]) -> Optional[dict]:
+    if f is None:
+        return None
+    return {"stage": f.stage, "tile": list(f.tile), "k_block": f.k_block,
+            "element": list(f.element) if f.element else None,
+            "element_in_tile": list(f.element_in_tile) if f.element_in_tile else None,
+            "received": _num(f.received), "expected": _num(f.expected), "bound": _num(f.bound),
+            "kind": f.kind.value, "comparison": f.comparison, "hint": f.hint}
+
+
+def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None) -> dict:
+    rec = an.recording
+    stages = []
+    for st in an.stages:
+        w = _worst(st)
+        stages.append({"name": st.name, "teacher_forced": st.teacher_forced.status.value,
+                       "chained": st.chained.status.value, "worst_tile": w.to_json() if w else None,
+                       "details": {"teacher_forced": st.teacher_forced.to_json(),
+                                   "chained": st.chained.to_json()}})
+    nf = an.first_nonfinite
+    doc = {
+        "schema": SCHEMA,
+        "verdict": an.verdict.value,
+        "summary": sentence(an),
+        "first_divergence": _first_json(an.first),
+        "stages": stages,
+        "problem": rec.spec.to_json(),
+        "kernel": {"name": rec.kernel, "error": rec.kernel_error},
+        "inputs": {"ladder": rec.provenance.ladder, "seed": rec.provenance.seed, "source": rec.provenance.source,
+                   "controlled": rec.provenance.controlled},
+        "synthetic": rec.synthetic,
+        "confounds": {"open": list(an.open_confounds), "handled": list(an.handled_confounds)},
+        "notes": list(rec.notes),
+        "cross_check": {"ok": not an.cross_check, "problems": list(an.cross_check)},
+        "first_nonfinite": None if nf is None else {"stage": nf[0], "tile": list(nf[1]), "k_block": nf[2],
+                                                    "element": list(nf[3]) if nf[3] else None},
+        "reference_device": an.device,
+        "environment": dict(rec.environment),
+    }
+    if extra:
+        doc.update(extra)
+    return doc
+
+
+def write_json(an: Analysis, path: str, extra: Optional[dict[str, Any]] = None) -> None:
+    with open(path, "w") as f:
+        json.dump(to_json(an, extra), f, indent=2, allow_nan=False, default=str)
+        f.write("\n")

@@ -1,0 +1,87 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from oracle.cli import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_demo_names_the_injected_defect(tmp_path, capsys):
+    j = tmp_path / "r.json"
+    code = main(["compare", "--demo", "--json", str(j)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert out.startswith("SYNTHETIC:")
+    assert "First divergence: mma at tile (1, 1), k-block 2" in out
+    doc = json.loads(j.read_text())
+    assert doc["schema"] == "oracle.report/1" and doc["verdict"] == "DIVERGED" and doc["synthetic"] is True
+    fd = doc["first_divergence"]
+    assert (fd["stage"], fd["tile"], fd["k_block"], fd["kind"]) == ("mma", [1, 1], 2, "VERDICT")
+    assert set(fd) >= {"stage", "tile", "k_block", "element", "received", "expected", "kind"}
+    names = [s["name"] for s in doc["stages"]]
+    assert all(n.split("_")[0] in ("descriptor", "load", "mma", "epilogue") for n in names)
+    assert all({"name", "teacher_forced", "chained", "worst_tile"} <= set(s) for s in doc["stages"])
+
+
+def test_shipped_demo_is_what_the_demo_module_makes(tmp_path):
+    from oracle.demo import DEMO_PATH, build_demo_recording
+    from oracle.recording import Recording
+
+    shipped = Recording.load(DEMO_PATH)
+    made = build_demo_recording()
+    assert shipped.spec == made.spec and len(shipped.taps) == len(made.taps)
+    assert shipped.output.view(-1).view(dtype=__import__("torch").int16).equal(
+        made.output.view(-1).view(dtype=__import__("torch").int16))
+
+
+@pytest.mark.parametrize("argv", [[], ["compare"], ["compare", "--demo", "--dump", "x"], ["nonsense"]])
+def test_bad_usage_exits_2(argv, capsys):
+    assert main(argv) == 2
+
+
+def test_bad_dump_exits_2_with_a_named_problem(tmp_path, capsys):
+    p = tmp_path / "bad.safetensors"
+    p.write_bytes(b"not a dump at all")
+    assert main(["compare", "--dump", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.safetensors" in err and "error:" in err
+
+
+def test_simulate_then_compare_round_trip(tmp_path, capsys):
+    p = tmp_path / "sim.safetensors"
+    assert main(["simulate", "--out", str(p), "--defect", "epilogue_scale_twice"]) == 2  # the spec has no scale
+    assert "needs a per-column scale" in capsys.readouterr().err
+    assert main(["simulate", "--out", str(p), "--defect", "load_stale_slot", "--defect-tile", "1", "0"]) == 0
+    assert main(["compare", "--dump", str(p), "--quiet"]) == 1
+    assert main(["simulate", "--out", str(p)]) == 0
+    assert main(["compare", "--dump", str(p), "--quiet"]) == 0
+
+
+def test_live_mode_without_a_launch_is_a_usage_error(tmp_path, capsys):
+    case = tmp_path / "c.toml"
+    case.write_text('[problem]\nm = 8\nn = 8\nk = 8\n[kernel]\nsource = "k.cu"\nentry = "k"\n')
+    assert main(["compare", "--problem", str(case)]) == 2
+    assert "[launch]" in capsys.readouterr().err
+    with open(case, "a") as f:
+        f.write('[launch]\ngrid = [1]\nblock = [32]\nargs = ["d"]\n')
+    assert main(["compare", "--problem", str(case)]) == 2
+    assert "cannot read CUDA source" in capsys.readouterr().err
+
+
+def test_knobs_lists_every_knob(capsys):
+    assert main(["knobs"]) == 0
+    out = capsys.readouterr().out
+    for name in ("ORACLE_DEVICE", "ORACLE_CACHE_DIR", "ORACLE_KERNEL_TIMEOUT_S"):
+        assert name in out
+
+
+def test_module_entry_point_runs_without_a_gpu():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = ROOT
+    r = subprocess.run([sys.executable, "-m", "oracle", "compare", "--demo", "--quiet"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stderr

@@ -1,0 +1,129 @@
+"""The differential on recordings from the Python kernel model: every defect class is localised
+to its stage, correct kernels MATCH, and confounds make drafts."""
+
+import dataclasses
+
+import pytest
+
+from oracle.diagnose import Kind, Verdict
+from oracle.differential import analyze
+from oracle.inputs import Provenance, make_operands
+from oracle.problem import ProblemSpec, Scale, Tile
+from oracle.simulate import Injection, simulate
+
+BASE = ProblemSpec(m=128, n=128, k=192, tile=Tile(64, 64, 64), swizzle_a=128, swizzle_b=128)
+EPI = dataclasses.replace(BASE, scale_b=Scale("col"), bias="col", activation="gelu_erf", out_dtype="fp32")
+CAST = dataclasses.replace(BASE, out_dtype="e4m3", saturate=True, alpha=64.0)
+
+
+def run(spec, defect=None, tile=(1, 0), kb=1, ladder="random", **kw):
+    ops = make_operands(spec, ladder, seed=3)
+    inj = Injection(defect, tile, kb) if defect else None
+    rec = simulate(spec, ops, Provenance(ladder, 3 if ladder == "random" else None), injection=inj,
+                   tap_tiles=kw.pop("tap_tiles", [tile]), **kw)
+    return analyze(rec)
+
+
+@pytest.mark.parametrize("spec, defect, stage, kb", [
+    (BASE, "descriptor_swizzle", "descriptor_a", 1),
+    (BASE, "load_stale_slot", "load_a", 1),
+    (BASE, "load_transposed", "load_a", 1),
+    (BASE, "mma_kblock_twice", "mma", 1),
+    (BASE, "mma_no_reset", "mma", 0),
+    (BASE, "mma_fp16_acc", "mma", 0),
+    (EPI, "epilogue_scale_twice", "epilogue_scale", None),
+    (EPI, "epilogue_bias_axis", "epilogue_bias", None),
+    (EPI, "epilogue_gelu_tanh", "epilogue_activation", None),
+    (CAST, "epilogue_cast_nosat", "epilogue_cast", None),
+])
+def test_each_defect_is_localised_to_its_stage(spec, defect, stage, kb):
+    an = run(spec, defect)
+    assert an.verdict is Verdict.DIVERGED
+    assert an.first.stage == stage, an.first
+    assert an.first.tile == (1, 0)
+    assert an.first.k_block == kb
+    assert an.kind is Kind.VERDICT
+    assert an.diagnosis.root_cause
+
+
+def test_swapped_store_is_localised_at_the_store():
+    an = run(BASE, "store_swapped", tile=(0, 1), tap_tiles=[(0, 1), (1, 0)])
+    assert an.verdict is Verdict.DIVERGED and an.first.stage == "epilogue_store"
+    assert an.first.tile in ((0, 1), (1, 0))
+
+
+@pytest.mark.parametrize("spec", [BASE, EPI, CAST,
+                                  dataclasses.replace(BASE, m=100, n=90, k=150),
+                                  dataclasses.replace(BASE, a_major="col", b_major="row", swizzle_a=0, swizzle_b=64)])
+def test_correct_kernel_matches(spec):
+    an = run(spec, tap_tiles=[(0, 0), (1, 1)])
+    assert an.verdict is Verdict.MATCH, [(s.name, s.teacher_forced.status, s.chained.status) for s in an.stages]
+    assert not an.cross_check
+
+
+def test_padding_confound_is_excluded_and_said():
+    # batch 8 < MMA tile: rows past M hold stale data in the taps; the kernel is still correct
+    spec = ProblemSpec(m=8, n=128, k=192, tile=Tile(64, 64, 64), swizzle_a=128, swizzle_b=128)
+    an = run(spec, tap_tiles=[(0, 0), (0, 1)], stale_padding=True)
+    assert an.verdict is Verdict.MATCH
+    assert any("padding" in h for h in an.handled_confounds)
+
+
+def test_uncontrolled_inputs_make_a_draft():
+    spec = BASE
+    ops = make_operands(spec, "random", seed=3)
+    rec = simulate(spec, ops, Provenance("dump", source="capture.safetensors"),
+                   injection=Injection("mma_kblock_twice", (1, 0), 1), tap_tiles=[(1, 0)])
+    an = analyze(rec)
+    assert an.first.stage == "mma" and an.kind is Kind.DRAFT
+    assert any("not controlled" in c for c in an.open_confounds)
+
+
+def test_without_taps_only_the_output_is_judged_as_a_draft():
+    an = run(BASE, "mma_kblock_twice", tap_tiles=[])
+    assert an.verdict is Verdict.DIVERGED and an.first.stage == "epilogue_store"
+    assert not an.diagnosis.root_cause and an.kind is Kind.DRAFT
+    assert an.first.tile == (1, 0)
+
+
+def test_partial_fragment_taps_still_localise():
+    an = run(BASE, "mma_kblock_twice", partial_mma=True)
+    assert an.first.stage == "mma" and an.first.k_block == 1
+
+
+def test_index_input_names_the_source_of_a_misplaced_element():
+    an = run(BASE, "load_transposed", ladder="index")
+    assert an.first.stage == "load_a" and "encodes A[" in an.first.hint
+
+
+def test_ktag_input_names_the_k_block_counted_twice():
+    an = run(BASE, "mma_kblock_twice", ladder="ktag", kb=2)
+    assert an.first.stage == "mma" and an.first.k_block == 2
+    assert "j mod 16 = 2 was summed once too often" in an.first.hint
+
+
+def test_broken_reference_makes_the_oracle_untrusted(monkeypatch):
+    from kernels_ref import mma
+
+    real = mma.mma_trajectory_host
+    monkeypatch.setattr(mma, "mma_trajectory_host", lambda *a, **k: real(*a, **k) * 1.5)
+    an = run(BASE, "mma_kblock_twice")
+    assert an.verdict is Verdict.ORACLE_UNTRUSTED and an.cross_check
+
+
+def test_kernel_error_with_no_output():
+    ops = make_operands(BASE, "random", 0)
+    rec = simulate(BASE, ops, Provenance("random", 0), tap_tiles=[(0, 0)])
+    rec = dataclasses.replace(rec, output=None, kernel_error="CUDA_ERROR_ILLEGAL_ADDRESS (700)")
+    an = analyze(rec)
+    assert an.verdict is Verdict.KERNEL_ERROR
+    assert [s.name for s in an.stages][:2] == ["descriptor_a", "descriptor_b"]  # recovered taps still judged
+
+
+def test_all_zero_inputs_are_mistrusted():
+    import torch
+
+    ops = make_operands(BASE, "random", 0)
+    zeros = dataclasses.replace(ops, a=torch.zeros_like(ops.a), b=torch.zeros_like(ops.b))
+    rec = simulate(BASE, zeros, Provenance("random", 0), tap_tiles=[])
+    assert analyze(rec).verdict is Verdict.MISTRUSTED
