@@ -1,0 +1,145 @@
+"""Plumbing shared by the reference stages: argument checks, bit views, launch options.
+
+Kernels never read a floating-point operand through Triton's own conversions: every tensor is
+passed as a same-width integer view and decoded in-kernel (see `_codec`), so the interpreter and
+the GPU see identical bits. This module holds the Python side of that convention.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+import torch
+import triton
+
+from kernels_ref.dtypes import DTYPES, name_of  # noqa: F401  (name_of is re-exported to the stages)
+
+# Constexpr codes for element types inside kernels; `_codec` dispatches on them.
+CODES: dict[str, int] = {"fp32": 0, "fp16": 1, "bf16": 2, "e4m3": 3, "e5m2": 4, "int8": 5, "int32": 6}
+FLOAT_NAMES = ("fp32", "fp16", "bf16", "e4m3", "e5m2")
+
+# Quiet NaN bit patterns a TMA "nan" out-of-bounds fill writes, per element type.
+NAN_BITS: dict[str, int] = {"fp32": 0x7FC00000, "fp16": 0x7E00, "bf16": 0x7FC0, "e4m3": 0x7F, "e5m2": 0x7E}
+
+OOB_FILLS = ("zero", "nan")
+OPERANDS = ("a", "b")
+MAJORS = ("row", "col")
+SWIZZLES = (0, 32, 64, 128)
+
+_INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32}
+
+
+@triton.jit
+def _probe_kernel(x):
+    pass
+
+
+def interpreting() -> bool:
+    """True when Triton kernels run under the interpreter (TRITON_INTERPRET=1 at import)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(_probe_kernel, InterpretedFunction)
+
+
+def launch_options(device: torch.device, num_warps: Optional[int] = None) -> dict:
+    """Compile options for every launch. On the GPU, fp-contraction is off so that a*b+c rounds
+    twice, as the float64 host specifications (and the interpreter) do."""
+    if interpreting():
+        return {}
+    opts = {"enable_fp_fusion": False}
+    if num_warps is not None:
+        opts["num_warps"] = num_warps
+    return opts
+
+
+def check_device(*named: tuple[str, Optional[torch.Tensor]]) -> torch.device:
+    """All given tensors on one device, and one that can run the kernels here."""
+    dev = None
+    first = None
+    for name, t in named:
+        if t is None:
+            continue
+        if dev is None:
+            dev, first = t.device, name
+        elif t.device != dev:
+            raise ValueError(f"{name} is on {t.device} but {first} is on {dev}; all tensors must share a device")
+    if dev is None:
+        raise ValueError("no tensor given")
+    if dev.type == "cpu" and not interpreting():
+        raise ValueError(f"{first} is on the CPU, which Triton can run only under its interpreter: "
+                         "set TRITON_INTERPRET=1 before triton is imported, or pass CUDA tensors")
+    return dev
+
+
+def require_tensor(name: str, x, ndim: Optional[int | Sequence[int]] = None) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if x.dim() not in allowed:
+            raise ValueError(f"{name} must be {' or '.join(f'{d}-D' for d in allowed)}, "
+                             f"got shape {tuple(x.shape)}")
+    return x
+
+
+def dtype_name(name: str, x: torch.Tensor, allowed: Iterable[str] = tuple(DTYPES)) -> str:
+    """Short dtype name of tensor `name`, checked against `allowed`."""
+    allowed = tuple(allowed)
+    try:
+        short = name_of(x.dtype)
+    except ValueError:
+        short = None
+    if short not in allowed:
+        raise ValueError(f"{name} has dtype {x.dtype}; allowed: {', '.join(allowed)}")
+    return short
+
+
+def require_choice(name: str, value, allowed: Sequence) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not allowed; allowed: {', '.join(repr(a) for a in allowed)}")
+
+
+def require_index(name: str, value, limit: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < limit:
+        raise ValueError(f"{name}={value!r} is out of range; allowed: 0..{limit - 1}")
+    return value
+
+
+def bits_view(x: torch.Tensor) -> torch.Tensor:
+    """Same-width signed-integer view (any strides) of a tensor; kernels load raw bits from it."""
+    return x.view(_INT_VIEW[x.element_size()])
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def pad_dim(n: int, minimum: int = 16) -> int:
+    """Power-of-two extent >= n (and >= minimum) that a Triton block of n elements occupies."""
+    return max(minimum, triton.next_power_of_2(n))
+
+
+def dot_k_min(dtype_names: Iterable[str]) -> int:
+    """Smallest k extent a tl.dot accepts for these operand types (8-bit types need 32)."""
+    return 32 if any(DTYPES[d].itemsize == 1 for d in dtype_names) else 16
+
+
+def f32(t: torch.Tensor) -> torch.Tensor:
+    """Round a float64 tensor to the nearest fp32 value (RNE), kept as float64."""
+    return t.to(torch.float32).to(torch.float64)
+
+
+def reasons_error(reasons: list[str]) -> ValueError:
+    return ValueError("; ".join(reasons))
+
+
+def as_index_tensor(name: str, pairs, device: torch.device) -> torch.Tensor:
+    """[T, 2] int32 tensor from a list of index pairs."""
+    try:
+        t = torch.as_tensor(list(pairs) if not isinstance(pairs, torch.Tensor) else pairs, dtype=torch.int64)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{name} must be a list of (int, int) pairs: {e}") from None
+    if t.dim() != 2 or t.shape[1] != 2 or t.shape[0] == 0:
+        raise ValueError(f"{name} must be a non-empty list of (int, int) pairs, got shape {tuple(t.shape)}")
+    return t.to(torch.int32).to(device).contiguous()
+

@@ -1,0 +1,151 @@
+"""Full reference GEMM: descriptor -> load -> mma -> epilogue in one fused kernel.
+
+Data path: for each output tile (tm, tn) and each k-block, the operand boxes are read with the
+descriptor's out-of-bounds fill (`descriptor._box_bits`, the same helper `load_tile` uses; the
+swizzled shared-memory image is not materialised because `tile_from_image(operand_image(.))` is the
+identity on the tile), accumulated by `mma._mma_kblock` in the declared precision (via
+`mma._mainloop`), then passed through `epilogue._epilogue_tile` (scale -> alpha_beta -> bias ->
+activation -> cast) and stored as D [M, N] in ep.out_dtype. So
+  gemm(a, b, ...) == epilogue(mma_accumulate(a, b, ...), ep, ...)   bit for bit.
+
+Constraints: those of the mma and epilogue stages (see their docstrings). The default tile
+(128 x 128 x 64) suits the GPU; under the interpreter pass small tiles. An int32 accumulator
+enters the epilogue converted to fp32 (RNE), an fp16 accumulator exactly.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Optional, Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels_ref import _common as C
+from kernels_ref._codec import _to_storage
+from kernels_ref.dtypes import DTYPES
+from kernels_ref.epilogue import Epilogue, _epilogue_tile, _Operands, epilogue_host
+from kernels_ref.epilogue import check_supported as _epilogue_check_supported
+from kernels_ref.mma import _Cfg, _loop_count, _mainloop, _scale_args, _validate_mm, mma_accumulate_host
+from kernels_ref.mma import check_supported as _mma_check_supported
+
+
+@triton.jit
+def _gemm_kernel(a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, M, N, K, n_kb,
+                 sca_ptr, sca_r, sca_c, scb_ptr, scb_r, scb_c, out_ptr, so_r, so_c,
+                 rs_ptr, rs_s, cs_ptr, cs_s, ts_ptr, alpha, beta, c_ptr, c_r, c_c, bias_ptr, bias_s,
+                 A_DT: tl.constexpr, A_W: tl.constexpr, A_NAN: tl.constexpr,
+                 B_DT: tl.constexpr, B_W: tl.constexpr, B_NAN: tl.constexpr, FILL_NAN: tl.constexpr,
+                 ACC: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                 BMP: tl.constexpr, BNP: tl.constexpr, KS: tl.constexpr, KSP: tl.constexpr,
+                 NCHUNK: tl.constexpr, NSTEP: tl.constexpr, PROMO: tl.constexpr,
+                 SCALED: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr, GK: tl.constexpr,
+                 SA_DT: tl.constexpr, SA_W: tl.constexpr, SB_DT: tl.constexpr, SB_W: tl.constexpr,
+                 HAS_RS: tl.constexpr, RS_DT: tl.constexpr, RS_W: tl.constexpr,
+                 HAS_CS: tl.constexpr, CS_DT: tl.constexpr, CS_W: tl.constexpr,
+                 HAS_TS: tl.constexpr, TS_DT: tl.constexpr, TS_W: tl.constexpr,
+                 HAS_C: tl.constexpr, C_DT: tl.constexpr, C_W: tl.constexpr,
+                 AXIS: tl.constexpr, B_DT_EP: tl.constexpr, B_W_EP: tl.constexpr,
+                 ACT: tl.constexpr, OUT: tl.constexpr, SAT: tl.constexpr, OUT_W: tl.constexpr,
+                 GROUP_M: tl.constexpr, INTERP: tl.constexpr, N_KB_I: tl.constexpr):
+    # Grouped tile order (L2 reuse on the GPU); the result does not depend on it.
+    pid = tl.program_id(0)
+    n_tm = tl.cdiv(M, BM)
+    n_tn = tl.cdiv(N, BN)
+    per_group = GROUP_M * n_tn
+    first_m = (pid // per_group) * GROUP_M
+    group_size = tl.minimum(n_tm - first_m, GROUP_M)
+    tm = first_m + (pid % per_group) % group_size
+    tn = (pid % per_group) // group_size
+    m0 = tm * BM
+    n0 = tn * BN
+    acc, _unused = _mainloop(a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0, M, N, K,
+                             _loop_count(n_kb, INTERP, N_KB_I),
+                             sca_ptr, sca_r, sca_c, scb_ptr, scb_r, scb_c, out_ptr, 0, 0, 0, out_ptr, 0, 0, 0,
+                             A_DT, A_W, A_NAN, B_DT, B_W, B_NAN, FILL_NAN, ACC, BM, BN, BK, BMP, BNP, KS, KSP,
+                             NCHUNK, NSTEP, PROMO, SCALED, GM, GN, GK, SA_DT, SA_W, SB_DT, SB_W, False, False,
+                             INTERP)
+    x = acc.to(tl.float32)
+    i = tl.arange(0, BMP)
+    j = tl.arange(0, BNP)
+    rows = m0 + i
+    cols = n0 + j
+    x1, x2, x3, x4, bits = _epilogue_tile(x, rows, cols, M, N, rs_ptr, rs_s, cs_ptr, cs_s, ts_ptr, alpha, beta,
+                                          c_ptr, c_r, c_c, bias_ptr, bias_s, HAS_RS, RS_DT, RS_W, HAS_CS, CS_DT,
+                                          CS_W, HAS_TS, TS_DT, TS_W, HAS_C, C_DT, C_W, AXIS, B_DT_EP, B_W_EP,
+                                          ACT, OUT, SAT)
+    mask = ((rows < M) & (i < BM))[:, None] & ((cols < N) & (j < BN))[None, :]
+    tl.store(out_ptr + rows[:, None] * so_r + cols[None, :] * so_c, _to_storage(bits, OUT_W), mask=mask)
+
+
+def check_supported(a_dtype: str, b_dtype: str, acc: str = "fp32", block_m: int = 128, block_n: int = 128,
+                    block_k: int = 64, promotion_interval: Optional[int] = None,
+                    block_scale_group: Optional[Sequence[int]] = None, scaled: bool = False,
+                    ep: Epilogue = Epilogue()) -> list[str]:
+    """Reasons this GEMM cannot be modelled (empty list: supported): the mma stage's and the
+    epilogue stage's reasons together."""
+    return (_mma_check_supported(a_dtype, b_dtype, acc, block_m, block_n, block_k, promotion_interval,
+                              block_scale_group, scaled)
+            + _epilogue_check_supported(ep.out_dtype, ep.activation, ep.bias_axis))
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, *, block_m: int = 128, block_n: int = 128, block_k: int = 64,
+         acc: str = "fp32", promotion_interval: Optional[int] = None, ep: Epilogue = Epilogue(),
+         c: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
+         row_scale: Optional[torch.Tensor] = None, col_scale: Optional[torch.Tensor] = None,
+         tensor_scale: Optional[torch.Tensor] = None, scale_a_block: Optional[torch.Tensor] = None,
+         scale_b_block: Optional[torch.Tensor] = None, block_scale_group: Optional[Sequence[int]] = None,
+         oob_fill: str = "zero") -> torch.Tensor:
+    """D = epilogue(A @ B) [M, N] in ep.out_dtype, in one fused kernel (module docstring)."""
+    if not isinstance(ep, Epilogue):
+        raise ValueError(f"ep must be an Epilogue, got {type(ep).__name__}")
+    ad, bd = _validate_mm(a, b, block_m, block_n, block_k, acc, promotion_interval, scale_a_block, scale_b_block,
+                            block_scale_group, oob_fill)
+    M, K = a.shape
+    N = b.shape[1]
+    ops = _Operands(M, N, ep, c, bias, row_scale, col_scale, tensor_scale)
+    dev = C.check_device(("a", a), ("b", b), ("scale_a_block", scale_a_block), ("scale_b_block", scale_b_block),
+                         *ops.tensors())
+    out = torch.empty((M, N), dtype=DTYPES[ep.out_dtype].torch, device=dev)
+    if M == 0 or N == 0:
+        return out
+    ob = C.bits_view(out)
+    ab, bb = C.bits_view(a), C.bits_view(b)
+    cfg = _Cfg(ad, bd, acc, block_m, block_n, block_k, promotion_interval)
+    sargs, smeta = _scale_args(scale_a_block, scale_b_block, block_scale_group, ab)
+    eargs, emeta = ops.kernel_args(ab)
+    emeta["B_DT_EP"] = emeta.pop("B_DT")
+    emeta["B_W_EP"] = emeta.pop("B_W")
+    grid = (C.cdiv(M, block_m) * C.cdiv(N, block_n),)
+    _gemm_kernel[grid](
+        ab, ab.stride(0), ab.stride(1), bb, bb.stride(0), bb.stride(1), M, N, K, C.cdiv(K, block_k), *sargs,
+        ob, ob.stride(0), ob.stride(1), *eargs, BK=block_k, OUT_W=out.element_size(), GROUP_M=8,
+        N_KB_I=C.cdiv(K, block_k) if C.interpreting() else 0,
+        **cfg.meta, **cfg.fill(oob_fill), **smeta, **emeta, **C.launch_options(dev, cfg.num_warps))
+    return out
+
+
+def gemm_host(a: torch.Tensor, b: torch.Tensor, *, block_m: int = 128, block_n: int = 128, block_k: int = 64,
+              acc: str = "fp32", promotion_interval: Optional[int] = None, ep: Epilogue = Epilogue(),
+              c: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
+              row_scale: Optional[torch.Tensor] = None, col_scale: Optional[torch.Tensor] = None,
+              tensor_scale: Optional[torch.Tensor] = None, scale_a_block: Optional[torch.Tensor] = None,
+              scale_b_block: Optional[torch.Tensor] = None, block_scale_group: Optional[Sequence[int]] = None,
+              oob_fill: str = "zero") -> torch.Tensor:
+    """Host spec of `gemm`: mma_accumulate_host then epilogue_host (CPU, ep.out_dtype)."""
+    acc_v = mma_accumulate_host(a, b, block_m, block_n, block_k, acc, promotion_interval, scale_a_block,
+                                  scale_b_block, block_scale_group, oob_fill=oob_fill)
+    return epilogue_host(acc_v, ep, c=c, bias=bias, row_scale=row_scale, col_scale=col_scale,
+                           tensor_scale=tensor_scale)
+
+
+class _CallableModule(types.ModuleType):
+    """`kernels_ref.gemm` is this module and, called, the `gemm` function."""
+
+    def __call__(self, *args, **kwargs):
+        return gemm(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

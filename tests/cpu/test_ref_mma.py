@@ -1,0 +1,342 @@
+"""MMA stage: accumulator semantics (fp32, fp16 per-MMA-step rounding, int32, fp8 promotion,
+block scales) against the float64 host spec and against independent statements of each rule."""
+
+import numpy as np
+import pytest
+import torch
+
+from kernels_ref import load as L
+from kernels_ref import mma as X
+from kernels_ref.dtypes import DTYPES
+
+U32 = 2.0 ** -24
+
+
+def _gen(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def _ints(shape, lo, hi, dtype, seed):
+    """Small integers: exactly representable in every operand type and summed exactly in fp32."""
+    return torch.randint(lo, hi + 1, shape, generator=_gen(seed)).to(dtype)
+
+
+def _same(got, want):
+    """Equal values, NaN where NaN (float64 comparison)."""
+    g, w = got.detach().cpu().double(), want.detach().cpu().double()
+    return g.shape == w.shape and torch.equal(g.isnan(), w.isnan()) and torch.equal(g.nan_to_num(0), w.nan_to_num(0))
+
+
+PAIRS = [("fp32", "fp32"), ("fp16", "fp16"), ("bf16", "bf16"), ("e4m3", "e4m3"), ("e5m2", "e5m2"), ("e4m3", "e5m2")]
+
+
+@pytest.mark.parametrize("ad,bd", PAIRS)
+def test_fp32_acc_exact_inputs_bit_exact(ad, bd):
+    M, N, K = 33, 47, 2500
+    a = _ints((M, K), -8, 8, DTYPES[ad].torch, 1)
+    b = _ints((K, N), -8, 8, DTYPES[bd].torch, 2)
+    got = X.mma_accumulate(a, b, 32, 24, 128)  # ragged in M, N and K; BN not a power of two
+    assert got.dtype == torch.float32 and got.shape == (M, N)
+    exact = a.double() @ b.double()
+    assert _same(got, exact)
+    assert _same(X.mma_accumulate_host(a, b, 32, 24, 128), exact)
+
+
+@pytest.mark.parametrize("ad", ["fp32", "fp16", "bf16", "e4m3", "e5m2"])
+def test_fp32_acc_random_within_rounding_bound(ad):
+    M, N, K, BK = 40, 24, 700, 64
+    a = (torch.randn(M, K, generator=_gen(3)) * 2).to(DTYPES[ad].torch)
+    b = torch.randn(K, N, generator=_gen(4)).to(DTYPES[ad].torch)
+    got, s = X.mma_accumulate(a, b, 32, 16, BK, with_abs_sum=True)
+    host, s_host = X.mma_accumulate_host(a, b, 32, 16, BK, with_abs_sum=True)
+    exact = a.double() @ b.double()
+    s_exact = a.double().abs() @ b.double().abs()
+    n_kb = -(-K // BK)
+    bound = (BK + n_kb + 2) * U32 * s_exact
+    assert torch.all((got.double() - exact).abs() <= bound)
+    assert torch.all((host - exact).abs() <= bound)
+    assert torch.all((got.double() - host).abs() <= bound)
+    assert torch.allclose(s.double(), s_exact, rtol=1e-5, atol=0)
+    assert torch.allclose(s_host, s_exact, rtol=1e-12, atol=0)
+
+
+def _fp16_emulation(a, b, mma_k):
+    """Independent statement of the fp16 accumulator: numpy fp16 register, fp32 per-step sums."""
+    a64, b64 = a.double().numpy(), b.double().numpy()
+    acc = np.zeros((a.shape[0], b.shape[1]), dtype=np.float16)
+    for k0 in range(0, a.shape[1], mma_k):
+        s = (a64[:, k0:k0 + mma_k] @ b64[k0:k0 + mma_k, :]).astype(np.float32)
+        acc = (acc.astype(np.float32) + s).astype(np.float16)
+    return torch.from_numpy(acc.astype(np.float64))
+
+
+def test_fp16_acc_rounds_after_every_mma_step():
+    M, N, K = 16, 16, 1024
+    a = torch.ones(M, K, dtype=torch.float16)
+    b = torch.full((K, N), 1365 / 4096, dtype=torch.float16)  # 16 products sum to 5.33203125 exactly
+    got = X.mma_accumulate(a, b, 16, 16, 64, acc="fp16")
+    assert got.dtype == torch.float16
+    want = _fp16_emulation(a, b, 16)
+    assert _same(got, want)
+    assert _same(X.mma_accumulate_host(a, b, 16, 16, 64, acc="fp16"), want)
+    fp32 = X.mma_accumulate(a, b, 16, 16, 64, acc="fp32")
+    assert float(fp32[0, 0]) == 64 * 5.33203125  # exact in fp32 ...
+    assert float(got[0, 0]) != float(fp32[0, 0])  # ... but not in the fp16 register
+
+
+def test_fp16_acc_stagnates_and_overflows():
+    # acc 2048 + 1 rounds back to 2048 in fp16 (ties to even); fp32 would give 2049.
+    a = torch.zeros(16, 16, dtype=torch.float16)
+    a[:, 0] = 1
+    b = torch.ones(16, 16, dtype=torch.float16)
+    prev = torch.full((16, 16), 2048.0, dtype=torch.float16)
+    assert torch.all(X.mma_step(prev, a, b, acc="fp16") == 2048)
+    assert torch.all(X.mma_step(prev.float(), a, b, acc="fp32") == 2049)
+    # overflow: 16 steps of 16 * 256 = 4096 reach 65536 > 65504 -> inf
+    a = torch.ones(16, 256, dtype=torch.float16)
+    b = torch.full((256, 16), 256.0, dtype=torch.float16)
+    got = X.mma_accumulate(a, b, 16, 16, 64, acc="fp16")
+    assert torch.isinf(got).all()
+    assert torch.isinf(X.mma_accumulate_host(a, b, 16, 16, 64, acc="fp16")).all()
+
+
+@pytest.mark.parametrize("ad,bd", [("e4m3", "e4m3"), ("e5m2", "e4m3")])
+def test_fp16_acc_with_fp8_operands(ad, bd):
+    M, N, K = 20, 18, 640
+    a = (torch.randn(M, K, generator=_gen(5)) * 3).to(DTYPES[ad].torch)
+    b = (torch.randn(K, N, generator=_gen(6)) * 3).to(DTYPES[bd].torch)
+    got = X.mma_accumulate(a, b, 16, 16, 64, acc="fp16")
+    want = _fp16_emulation(a, b, 32)  # fp8 MMA steps are 32 deep
+    host = X.mma_accumulate_host(a, b, 16, 16, 64, acc="fp16")
+    # fp8 products are exact in fp32 and 32 of them are exact here unless the exponents spread
+    # far; a differing per-step fp32 sum can move the fp16 result by at most a few ulps.
+    ulp = torch.clamp(want.abs(), min=2.0 ** -14) * 2.0 ** -10
+    assert torch.all((got.double() - want).abs() <= 2 * ulp)
+    assert torch.all((host - want).abs() <= 2 * ulp)
+    assert (got.double() == want).float().mean() > 0.95
+
+
+def test_int8_exact_accumulation():
+    M, N, K = 35, 29, 3000
+    a = torch.randint(-128, 128, (M, K), generator=_gen(7), dtype=torch.int8)
+    b = torch.randint(-128, 128, (K, N), generator=_gen(8), dtype=torch.int8)
+    got, s = X.mma_accumulate(a, b, 32, 16, 128, acc="int32", with_abs_sum=True)
+    assert got.dtype == torch.int32
+    want = a.long() @ b.long()
+    assert torch.equal(got.long(), want)
+    assert torch.equal(X.mma_accumulate_host(a, b, 32, 16, 128, acc="int32").long(), want)
+    assert torch.allclose(s.double(), (a.double().abs() @ b.double().abs()), rtol=1e-6)
+
+
+def test_truncate_mantissa_host_rule():
+    v = torch.tensor([1 + 2.0 ** -13, 1 + 2.0 ** -14, -(1 + 2.0 ** -14), 3.0 * 2 ** 20 + 1, float("inf"),
+                      float("nan"), 0.0, 1e-40], dtype=torch.float64)
+    t = X.truncate_mantissa_host(v)
+    assert t[0] == 1 + 2.0 ** -13 and t[1] == 1.0 and t[2] == -1.0 and t[3] == 3.0 * 2 ** 20
+    assert torch.isinf(t[4]) and torch.isnan(t[5]) and t[6] == 0
+    assert 0 < t[7] <= v[7]
+
+
+def _promotion_case():
+    a = torch.zeros(16, 64)
+    b = torch.zeros(64, 16)
+    a[:, :32] = 16.0
+    b[:32, :] = 32.0  # first MMA step: 32 * 512 = 16384
+    a[:, 32] = 1.0
+    b[32, :] = 1.0  # second MMA step: 1
+    a[8:, :] *= -1  # negative rows: truncation goes toward zero
+    return a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+
+
+def test_fp8_promotion_truncates_inside_the_interval():
+    a, b = _promotion_case()
+    promoted = X.mma_accumulate(a, b, 16, 16, 64, promotion_interval=64)
+    assert torch.all(promoted[:8] == 16384) and torch.all(promoted[8:] == -16384)
+    each_step = X.mma_accumulate(a, b, 16, 16, 64, promotion_interval=32)
+    plain = X.mma_accumulate(a, b, 16, 16, 64)
+    assert torch.all(each_step[:8] == 16385) and torch.all(plain[8:] == -16385)
+    assert _same(X.mma_accumulate_host(a, b, 16, 16, 64, promotion_interval=64), promoted)
+    assert _same(X.mma_step(None, a, b, promotion_interval=64), promoted)
+    assert _same(X.mma_step_host(None, a, b, promotion_interval=64), promoted)
+
+
+def _spread_fp8(shape, seed):
+    """e4m3 values 1.mmm * 2^e, e in [-2, 2], random sign: a 32-deep sum of products spans about
+    21 bits, so it is exact in fp32 but does not fit the 13-bit promotion mantissa."""
+    g = _gen(seed)
+    mant = torch.randint(8, 16, shape, generator=g).double() / 8
+    exp = torch.randint(-2, 3, shape, generator=g).double()
+    sign = torch.randint(0, 2, shape, generator=g).double() * 2 - 1
+    return (sign * mant * 2.0 ** exp).to(torch.float8_e4m3fn)
+
+
+@pytest.mark.parametrize("bk,p", [(64, 32), (128, 64), (128, 128)])
+def test_fp8_promotion_matches_host(bk, p):
+    M, N, K = 24, 40, 1000
+    a, b = _spread_fp8((M, K), bk + p), _spread_fp8((K, N), bk + p + 1)
+    got = X.mma_accumulate(a, b, 16, 32, bk, promotion_interval=p)
+    host = X.mma_accumulate_host(a, b, 16, 32, bk, promotion_interval=p)
+    assert _same(got, host)
+    plain = X.mma_accumulate(a, b, 16, 32, bk)
+    exact = a.double() @ b.double()
+    s = a.double().abs() @ b.double().abs()
+    assert torch.all((plain.double() - exact).abs() <= 4 * U32 * s)
+    assert not torch.equal(got, plain)  # the limited-precision accumulation is visible ...
+    assert torch.all((got.double() - exact).abs() <= (K // 32) * 2.0 ** -12 * s)  # ... and bounded
+
+
+def _scaled_case(seed, pow2=True):
+    M, N, K = 45, 70, 300
+    g = _gen(seed)
+    a = _ints((M, K), -6, 6, torch.float8_e4m3fn, seed)
+    b = _ints((K, N), -6, 6, torch.float8_e4m3fn, seed + 1)
+    gm, gn, gk = 1, 32, 64
+    shape_a, shape_b = (M, -(-K // gk)), (-(-N // gn), -(-K // gk))
+    if pow2:
+        sa = 2.0 ** torch.randint(-3, 4, shape_a, generator=g).float()
+        sb = 2.0 ** torch.randint(-3, 4, shape_b, generator=g).float()
+    else:
+        sa = torch.rand(shape_a, generator=g) + 0.5
+        sb = torch.rand(shape_b, generator=g) + 0.5
+    return a, b, sa, sb, (gm, gn, gk)
+
+
+def _scaled_exact(a, b, sa, sb, group, bk):
+    gm, gn, gk = group
+    M, K = a.shape
+    N = b.shape[1]
+    out = torch.zeros(M, N, dtype=torch.float64)
+    for k0 in range(0, K, bk):
+        kc = k0 // gk
+        part = a.double()[:, k0:k0 + bk] @ b.double()[k0:k0 + bk, :]
+        out += part * sa.double()[torch.arange(M) // gm, kc][:, None] * sb.double()[torch.arange(N) // gn, kc][None, :]
+    return out
+
+
+def test_block_scales_exact():
+    a, b, sa, sb, grp = _scaled_case(11)
+    got, s = X.mma_accumulate(a, b, 16, 32, 32, scale_a=sa, scale_b=sb, block_scale_group=grp, with_abs_sum=True)
+    want = _scaled_exact(a, b, sa, sb, grp, 32)
+    assert _same(got, want)
+    assert _same(X.mma_accumulate_host(a, b, 16, 32, 32, scale_a=sa, scale_b=sb, block_scale_group=grp), want)
+    s_want = _scaled_exact(a.float().abs().to(a.dtype), b.float().abs().to(b.dtype), sa, sb, grp, 32)
+    assert torch.allclose(s.double(), s_want, rtol=1e-6)
+    # scales on the wrong axis give something else: the stage can tell
+    wrong = X.mma_accumulate(a, b, 16, 32, 32, scale_a=sa, scale_b=torch.ones_like(sb), block_scale_group=grp)
+    assert not torch.equal(wrong, got)
+
+
+def test_block_scales_random_and_with_promotion():
+    a, b, sa, sb, grp = _scaled_case(12, pow2=False)
+    got = X.mma_accumulate(a, b, 16, 32, 64, scale_a=sa, scale_b=sb, block_scale_group=grp)
+    host = X.mma_accumulate_host(a, b, 16, 32, 64, scale_a=sa, scale_b=sb, block_scale_group=grp)
+    assert _same(got, host)  # integer operands: every partial product is exact, so is each rounding order
+    exact = _scaled_exact(a, b, sa, sb, grp, 64)
+    assert torch.allclose(got.double(), exact, rtol=1e-5, atol=1e-3)
+    pro = X.mma_accumulate(a, b, 16, 32, 64, promotion_interval=32, scale_a=sa, scale_b=sb, block_scale_group=grp)
+    pro_host = X.mma_accumulate_host(a, b, 16, 32, 64, promotion_interval=32, scale_a=sa, scale_b=sb,
+                                     block_scale_group=grp)
+    assert _same(pro, pro_host)
+
+
+def test_trajectory_is_teacher_forced_steps():
+    a, b, sa, sb, grp = _scaled_case(13, pow2=False)
+    BM, BN, BK = 16, 32, 32
+    tiles = [(0, 0), (2, 1), (1, 2)]
+    traj, s_traj = X.mma_trajectory(a, b, tiles, BM, BN, BK, promotion_interval=32, scale_a=sa, scale_b=sb,
+                                    block_scale_group=grp, with_abs_sum=True)
+    n_kb = -(-a.shape[1] // BK)
+    assert traj.shape == (3, n_kb, BM, BN) and traj.dtype == torch.float32
+    host = X.mma_trajectory_host(a, b, tiles, BM, BN, BK, promotion_interval=32, scale_a=sa, scale_b=sb,
+                                 block_scale_group=grp)
+    assert _same(traj, host)
+    full = X.mma_accumulate(a, b, BM, BN, BK, promotion_interval=32, scale_a=sa, scale_b=sb, block_scale_group=grp)
+    M, N = full.shape
+    for t, (tm, tn) in enumerate(tiles):
+        rows = slice(tm * BM, min((tm + 1) * BM, M))
+        cols = slice(tn * BN, min((tn + 1) * BN, N))
+        last = traj[t, -1][:rows.stop - rows.start, :cols.stop - cols.start]
+        assert _same(last, full[rows, cols])
+        prev = None
+        for kb in range(n_kb):
+            ridx = (tm * BM + torch.arange(BM)).clamp(max=M - 1)
+            cidx = (tn * BN + torch.arange(BN)).clamp(max=N - 1)
+            kc = kb * BK // grp[2]
+            ra = torch.where(tm * BM + torch.arange(BM) < M, sa[ridx // grp[0], kc], 0.0)
+            cb = torch.where(tn * BN + torch.arange(BN) < N, sb[cidx // grp[1], kc], 0.0)
+            step, s_step = X.mma_step(prev, L.load_tile(a, "a", tm, kb, BM, BK), L.load_tile(b, "b", tn, kb, BN, BK),
+                                      promotion_interval=32, scale_a=ra, scale_b=cb, with_abs_sum=True)
+            assert _same(step, traj[t, kb]), (t, kb)
+            s_prev = s_traj[t, kb - 1] if kb else 0
+            assert torch.allclose(s_step, s_traj[t, kb] - s_prev, rtol=1e-5, atol=1e-3)
+            prev = step
+
+
+def test_mma_step_batched_and_host():
+    T0, T1, BM, BN, BK = 2, 3, 16, 24, 64
+    a = (torch.randn(T0, T1, BM, BK, generator=_gen(21)) * 4).to(torch.float16)
+    b = (torch.randn(T0, T1, BK, BN, generator=_gen(22)) * 4).to(torch.float16)
+    prev = (torch.randn(T0, T1, BM, BN, generator=_gen(23)) * 100).to(torch.float16)
+    got = X.mma_step(prev, a, b, acc="fp16")
+    assert got.shape == (T0, T1, BM, BN) and got.dtype == torch.float16
+    host = X.mma_step_host(prev, a, b, acc="fp16")
+    # a different fp32 order inside one MMA step can flip one fp16 rounding of an intermediate
+    # accumulator, whose size is bounded by |prev| + sum |a||b|
+    scale = prev.double().abs() + a.double().abs() @ b.double().abs()
+    assert torch.all((got.double() - host).abs() <= (BK // 16) * 2.0 ** -10 * scale)
+    assert (got.double() == host).float().mean() > 0.98
+    zero = X.mma_step(torch.zeros_like(prev), a, b, acc="fp16")
+    assert torch.equal(X.mma_step(None, a, b, acc="fp16"), zero)
+    one = X.mma_step(prev[1, 2], a[1, 2], b[1, 2], acc="fp16")
+    assert torch.equal(one, got[1, 2])
+    ai = _ints((4, 32, 32), -128, 127, torch.int8, 24)
+    bi = _ints((4, 32, 32), -128, 127, torch.int8, 25)
+    pi = torch.randint(-1000, 1000, (4, 32, 32), generator=_gen(26), dtype=torch.int32)
+    assert torch.equal(X.mma_step(pi, ai, bi, acc="int32").long(), pi.long() + ai.long() @ bi.long())
+
+
+def test_oob_nan_fill_reaches_the_accumulator():
+    a = torch.randn(40, 100, generator=_gen(30)).to(torch.bfloat16)
+    b = torch.randn(100, 36, generator=_gen(31)).to(torch.bfloat16)
+    assert torch.isnan(X.mma_accumulate(a, b, 16, 16, 64, oob_fill="nan")).all()  # K=100 is ragged
+    a2, b2 = a[:, :64], b[:64, :]  # K a multiple of BK: only M/N padding is NaN, which feeds no output
+    got = X.mma_accumulate(a2, b2, 16, 16, 64, oob_fill="nan")
+    assert torch.equal(got, X.mma_accumulate(a2, b2, 16, 16, 64))
+    traj = X.mma_trajectory(a2, b2, [(2, 2)], 16, 16, 64, oob_fill="nan")
+    assert torch.isnan(traj[0, 0, 8:, :]).all() and not torch.isnan(traj[0, 0, :8, :4]).any()
+    host = X.mma_trajectory_host(a2, b2, [(2, 2)], 16, 16, 64, oob_fill="nan")
+    assert torch.equal(traj.isnan(), host.isnan())
+    assert torch.allclose(traj.double().nan_to_num(0), host.nan_to_num(0), rtol=1e-5, atol=1e-5)
+
+
+def test_check_supported_and_errors():
+    assert X.check_supported("bf16", "bf16", "fp32", 128, 128, 64) == []
+    assert X.check_supported("e4m3", "e5m2", "fp32", 128, 128, 128, 128, (1, 128, 128), True) == []
+    r = X.check_supported("bf16", "bf16", "fp16", 64, 64, 64)
+    assert len(r) == 1 and "acc='fp16'" in r[0]
+    r = X.check_supported("fp16", "fp16", "fp16", 64, 64, 40)
+    assert len(r) == 1 and "multiple" in r[0]
+    r = X.check_supported("e4m3", "e4m3", "fp32", 64, 64, 64, 48)
+    assert len(r) == 1 and "promotion_interval" in r[0]
+    r = X.check_supported("bf16", "bf16", "fp32", 64, 64, 64, 64)
+    assert len(r) == 1 and "fp8" in r[0]
+    r = X.check_supported("e4m3", "e4m3", "fp32", 64, 64, 64, None, (1, 128, 96), True)
+    assert len(r) == 1 and "gk=96" in r[0]
+    r = X.check_supported("int8", "fp16", "int32", 64, 64, 64)
+    assert len(r) == 1 and "int8" in r[0]
+    a = torch.zeros(32, 64, dtype=torch.bfloat16)
+    b = torch.zeros(64, 32, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="acc="):
+        X.mma_accumulate(a, b, 16, 16, 32, acc="fp64")
+    with pytest.raises(ValueError, match=r"a must be \[M, K\]"):
+        X.mma_accumulate(a, a, 16, 16, 32)
+    with pytest.raises(ValueError, match="together"):
+        X.mma_accumulate(a, b, 16, 16, 32, scale_a=torch.ones(32, 1))
+    f8a, f8b = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="scale_b has shape"):
+        X.mma_accumulate(f8a, f8b, 16, 16, 32, scale_a=torch.ones(32, 1), scale_b=torch.ones(2, 2),
+                         block_scale_group=(1, 16, 64))
+    with pytest.raises(ValueError, match="tiles"):
+        X.mma_trajectory(a, b, [(2, 0)], 16, 16, 32)
+    with pytest.raises(ValueError, match="acc_prev has dtype"):
+        X.mma_step(torch.zeros(16, 16), a[:16, :32].half(), b[:32, :16].half(), acc="fp16")
