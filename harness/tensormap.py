@@ -47,13 +47,15 @@ MAX_RANK = 5
 MAX_GLOBAL_DIM = 2**32
 MAX_STRIDE = 2**40  # exclusive
 MAX_BOX_DIM = 256
+MIN_RANK = 2
 MAX_ELEMENT_STRIDE = 8
 ADDRESS_ALIGNMENT = 16
 STRIDE_MULTIPLE = 16
 
 RULES: dict[str, str] = {
     "dtype": f"dtype is one of {', '.join(MAP_DTYPES)}",
-    "rank": f"rank (number of global dims) is 1..{MAX_RANK}",
+    "rank": f"rank (number of global dims) is {MIN_RANK}..{MAX_RANK} (the H200's driver refused every "
+            f"rank-1 map in a 600-map sweep, so they are refused here too)",
     "field_count": "global_strides has rank-1 entries; box_dims and element_strides have rank entries",
     "integer": "every dim, stride, box and element stride is an int",
     "global_dim_range": "every global dim is 1..2^32",
@@ -96,8 +98,8 @@ def tensormap_problems(dtype: str, global_dims: Sequence[int], global_strides: S
     if dtype not in MAP_DTYPES:
         p.append(("dtype", f"dtype {dtype!r} has no tensor-map type; allowed: {', '.join(MAP_DTYPES)}"))
     rank = len(global_dims)
-    if not 1 <= rank <= MAX_RANK:
-        p.append(("rank", f"global_dims has rank {rank}; allowed 1..{MAX_RANK}"))
+    if not MIN_RANK <= rank <= MAX_RANK:
+        p.append(("rank", f"global_dims has rank {rank}; allowed {MIN_RANK}..{MAX_RANK}"))
     if len(global_strides) != max(rank - 1, 0):
         p.append(("field_count", f"global_strides has {len(global_strides)} entries for rank {rank}; "
                                  f"expected {max(rank - 1, 0)} (the innermost stride is the element size)"))

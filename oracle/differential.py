@@ -89,7 +89,8 @@ class _Context:
     def __init__(self, rec: Recording, device: torch.device):
         self.rec, self.spec, self.dev = rec, rec.spec, device
         ops = rec.operands.to(device)
-        self.a, self.b, self.c, self.bias = ops.a, ops.b, ops.c, ops.bias
+        self.a, self.b, self.c = ops.a, ops.b, ops.c
+        self.bias = ops.bias.float() if ops.bias is not None else None
         spec = self.spec
         self.row_scale = ops.scale_a.float() if spec.scale_a.kind == "row" else None
         self.col_scale = ops.scale_b.float() if spec.scale_b.kind == "col" else None

@@ -95,6 +95,7 @@ def check_operands(spec: ProblemSpec, ops: Operands) -> None:
     dtypes = {"a": DTYPES[spec.a_dtype].torch, "b": DTYPES[spec.b_dtype].torch}
     if spec.c_dtype:
         dtypes["c"] = DTYPES[spec.c_dtype].torch
+    dtypes["bias"] = DTYPES[spec.bias_dtype].torch
     given = ops.named()
     for name, shape in shapes.items():
         t = given.get(name)
@@ -180,7 +181,10 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0) -> O
     c = aux("c")
     if c is not None:
         c = c.to(DTYPES[spec.c_dtype].torch)
-    return Operands(a=a, b=b, c=c, bias=aux("bias"), scale_a=aux("scale_a"), scale_b=aux("scale_b"))
+    bias = aux("bias")
+    if bias is not None:
+        bias = bias.to(DTYPES[spec.bias_dtype].torch)
+    return Operands(a=a, b=b, c=c, bias=bias, scale_a=aux("scale_a"), scale_b=aux("scale_b"))
 
 
 def analytic_ones_value(spec: ProblemSpec) -> Optional[float]:

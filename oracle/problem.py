@@ -105,6 +105,7 @@ class ProblemSpec:
     alpha: float = 1.0
     beta: float = 0.0
     bias: str = "none"
+    bias_dtype: str = "fp32"
     activation: str = "none"
     saturate: bool = False
     batch: int = 1
@@ -172,6 +173,7 @@ class ProblemSpec:
         elif self.c_dtype is not None:
             _require(self.c_dtype in C_DTYPES, "c_dtype", self.c_dtype, f"one of {', '.join(C_DTYPES)}")
         _require(self.bias in BIAS_AXES, "bias", self.bias, f"one of {', '.join(BIAS_AXES)}")
+        _require(self.bias_dtype in C_DTYPES, "bias_dtype", self.bias_dtype, f"one of {', '.join(C_DTYPES)}")
         _require(self.activation in ACTIVATIONS, "activation", self.activation, f"one of {', '.join(ACTIVATIONS)}")
         _require(isinstance(self.saturate, bool), "saturate", self.saturate, "must be true or false")
 

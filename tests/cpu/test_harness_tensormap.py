@@ -24,6 +24,7 @@ def test_a_valid_spec_fills_defaults():
 BROKEN = [
     ("dtype", dict(dtype="fp64")),
     ("rank", dict(global_dims=(), global_strides=(), box_dims=())),
+    ("rank", dict(global_dims=(16,), global_strides=(), box_dims=(16,), element_strides=(1,))),
     ("rank", dict(global_dims=(2,) * 6, global_strides=(16,) * 5, box_dims=(8,) * 6)),
     ("field_count", dict(global_strides=(512, 1024))),
     ("field_count", dict(box_dims=(64,))),
@@ -75,7 +76,7 @@ def test_nan_fill_is_fine_for_float_maps():
 def test_limits_are_inclusive():
     spec(global_dims=(2**32, 1), global_strides=(2**40 - 16,), box_dims=(64, 256),
          element_strides=(8, 8))
-    spec(global_dims=(16,), global_strides=(), box_dims=(16,), swizzle=0, dtype="int8")
+    spec(global_dims=(16, 1), global_strides=(16,), box_dims=(16, 1), swizzle=0, dtype="int8")
 
 
 def test_misaligned_address_is_refused_before_the_driver():
