@@ -115,11 +115,26 @@ def _mma_kblock(acc, s_acc, scale, a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0,
             q = tl.zeros([BMP, BNP], tl.float32)
         for j in tl.static_range(NSTEP):
             kk = k0 + (c * NSTEP + j) * KS
-            a_bits = _box_bits(a_ptr, sa_m, sa_k, m0, kk, M, K, BM, KS, BMP, KSP, A_W, FILL_NAN, A_NAN)
-            b_bits = _box_bits(b_ptr, sb_k, sb_n, kk, n0, K, N, KS, BN, KSP, BNP, B_W, FILL_NAN, B_NAN)
-            s = _dot(_dot_operand(a_bits, A_DT, INTERP), _dot_operand(b_bits, B_DT, INTERP), F32)
+            if ACC == 1:
+                # fp16 accumulation: each mma_k-deep step is summed in fp32 one k at a time (outer
+                # products on the CUDA cores). A 16-deep tl.dot gave wrong sums on sm_90 (triton 3.6).
+                s = tl.zeros([BMP, BNP], tl.float32)
+                sabs = tl.zeros([BMP, BNP], tl.float32)
+                for kq in tl.static_range(KS):
+                    a1 = _decode_f32(_box_bits(a_ptr, sa_m, sa_k, m0, kk + kq, M, K, BM, 1, BMP, 1, A_W, FILL_NAN,
+                                               A_NAN), A_DT)
+                    b1 = _decode_f32(_box_bits(b_ptr, sb_k, sb_n, kk + kq, n0, K, N, 1, BN, 1, BNP, B_W, FILL_NAN,
+                                               B_NAN), B_DT)
+                    s = s + a1 * b1
+                    if WITH_ABS:
+                        sabs = sabs + tl.abs(a1) * tl.abs(b1)
+            else:
+                a_bits = _box_bits(a_ptr, sa_m, sa_k, m0, kk, M, K, BM, KS, BMP, KSP, A_W, FILL_NAN, A_NAN)
+                b_bits = _box_bits(b_ptr, sb_k, sb_n, kk, n0, K, N, KS, BN, KSP, BNP, B_W, FILL_NAN, B_NAN)
+                s = _dot(_dot_operand(a_bits, A_DT, INTERP), _dot_operand(b_bits, B_DT, INTERP), F32)
+                if WITH_ABS:
+                    sabs = _dot(_abs_operand(a_bits, A_DT, INTERP), _abs_operand(b_bits, B_DT, INTERP), F32)
             if WITH_ABS:
-                sabs = _dot(_abs_operand(a_bits, A_DT, INTERP), _abs_operand(b_bits, B_DT, INTERP), F32)
                 if SCALED:
                     sabs = sabs * tl.abs(scale)
                 s_acc = s_acc + sabs
