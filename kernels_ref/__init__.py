@@ -12,6 +12,9 @@ Every stage has a Triton launcher (runs on the input's device: CUDA, or the CPU 
 TRITON_INTERPRET=1), a `*_host` specification on the CPU, and `check_supported(...)` returning
 the reasons a configuration cannot be modelled. Operands are logical: A [M, K], B [K, N].
 
+Not a stage: `kernels_ref.gemm_fast` (import it by name) is a fast TMA-persistent GEMM for
+Hopper, the speed peer that benchmarks set beside cuBLAS and the kernel under test.
+
 Depends only on triton, torch and numpy; importable by any project with plain tensors.
 """
 
