@@ -26,10 +26,11 @@ from harness import _protocol as P
 from harness import _tensorio
 from harness import cuda_driver as cu
 from harness.launch import KernelParams, LaunchSpec, TensorMapArg, argument_bytes
+from harness.stats import Policy, percentile, relative_standard_error, stop_reason
 from harness.tensormap import TensorMapError, encode
 
 # Phases whose CUDA errors are the kernel's (or its launch's) doing.
-_KERNEL_PHASES = ("launch", "sync", "download")
+_KERNEL_PHASES = ("launch", "sync", "download", "time")
 _LOAD_PHASES = ("load",)
 
 
@@ -186,9 +187,80 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
         finally:
             dst.close()
         os.replace(tmp, out_path)
+    timing = req.get("timing")
+    if timing:
+        phase = status["phase"] = "time"
+        progress.mark(phase)
+        fn = module.function(timing["entry"]) if timing.get("entry") else func
+        if timing.get("entry") and launch.shared_mem_bytes > 48 * 1024:
+            fn.set_max_dynamic_shared(launch.shared_mem_bytes)
+        if sink_symbol is not None:
+            cu.memcpy_htod(sink_symbol, bytes(8))  # a null sink: every tap is off while timing
+        status["timing"] = _time_kernel(fn, launch, params, timing, progress)
+        if out_specs and not any(i["role"] == "inout" for i in tensors.values()):
+            # verification after timing: the reps must reproduce the verified output
+            status["timing"]["verified_after"] = _same_outputs(run_dir / P.OUTPUTS, dptrs)
     status["status"] = "OK"
     status["phase"] = "done"
     progress.mark("done")
+
+
+def _time_kernel(fn, launch: LaunchSpec, params, timing: dict, progress: P.Progress) -> dict:
+    """Device-event timing of the kernel under test, the same rule as oracle.timing: warm-up,
+    the L2 flushed before every rep (outside the timed region), adaptive stop on the relative
+    standard error of the median (harness.stats)."""
+    policy = Policy(warmup_ms=float(timing.get("warmup_ms", 25.0)), min_reps=int(timing.get("min_reps", 10)),
+                    max_reps=int(timing.get("max_reps", 500)), rse_target=float(timing.get("rse_target", 0.02)),
+                    max_ms=float(timing.get("max_ms", 2000.0)))
+    flush_bytes = int(timing.get("flush_bytes", 0))
+    flush = cu.mem_alloc(flush_bytes) if flush_bytes else None
+    start, stop = cu.event_create(), cu.event_create()
+
+    def rep() -> float:
+        if flush is not None:
+            cu.memset_d8(flush, 0, flush_bytes)
+        cu.event_record(start)
+        cu.launch(fn, launch.grid, launch.block, launch.shared_mem_bytes, params.address, cluster=launch.cluster)
+        cu.event_record(stop)
+        return cu.event_elapsed_ms(start, stop)
+
+    try:
+        t0 = time.perf_counter()
+        while (time.perf_counter() - t0) * 1e3 < policy.warmup_ms:
+            rep()
+        samples: list[float] = []
+        t0 = time.perf_counter()
+        reason = None
+        while reason is None:
+            samples.append(rep())
+            reason = stop_reason(len(samples), relative_standard_error(samples),
+                                 (time.perf_counter() - t0) * 1e3, policy)
+        cu.synchronize()
+    finally:
+        cu.event_destroy(start)
+        cu.event_destroy(stop)
+        if flush is not None:
+            cu.mem_free(flush)
+    s = sorted(samples)
+    progress.mark("timed", reps=len(s))
+    return {"mode": "events", "cold_l2": flush is not None, "reps": len(s), "stop": reason,
+            "median_ms": percentile(s, 0.5), "p10_ms": percentile(s, 0.1), "p90_ms": percentile(s, 0.9),
+            "min_ms": s[0], "rse": relative_standard_error(s), "samples_ms": samples}
+
+
+def _same_outputs(outputs_path: Path, dptrs: dict) -> bool:
+    """Download the outputs again and compare them byte for byte with the verified ones."""
+    size = outputs_path.stat().st_size
+    ref = _Mapped(outputs_path, size)
+    try:
+        for e in _tensorio.entries(outputs_path):
+            buf = ctypes.create_string_buffer(e.nbytes)
+            cu.memcpy_dtoh_into(ctypes.addressof(buf), dptrs[e.name], e.nbytes)
+            if buf.raw != ref.mm[e.offset:e.offset + e.nbytes]:
+                return False
+    finally:
+        ref.close()
+    return True
 
 
 def main(argv: list[str]) -> int:

@@ -421,3 +421,25 @@ def encode_tensor_map_tiled(data_type: int, global_address: int, global_dims: Se
         drv.CUtensorMapL2promotion(l2_promotion), drv.CUtensorMapFloatOOBfill(oob_fill),
     )
     return ctypes.string_at(_int(tmap.getPtr()), TENSOR_MAP_BYTES)
+
+
+# --------------------------------------------------------------------------- events
+
+
+def event_create():
+    """A CUDA event with timing enabled."""
+    return call("cuEventCreate", 0)
+
+
+def event_record(event, stream: int = 0) -> None:
+    call("cuEventRecord", event, stream)
+
+
+def event_elapsed_ms(start, end) -> float:
+    """Milliseconds between two recorded events (waits for `end`)."""
+    call("cuEventSynchronize", end)
+    return float(call("cuEventElapsedTime", start, end))
+
+
+def event_destroy(event) -> None:
+    call("cuEventDestroy", event)

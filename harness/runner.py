@@ -119,6 +119,7 @@ class KernelRun:
     device: Mapping[str, object] = field(default_factory=dict)
     function: Mapping[str, object] = field(default_factory=dict)  # registers, static smem, local bytes
     run_dir: Optional[str] = None  # kept only with keep_dir / ORACLE_KEEP_RUN_DIR
+    timing: Optional[Mapping[str, object]] = None  # the kernel's own timing, when asked (see _child)
 
     @property
     def ok(self) -> bool:
@@ -288,13 +289,17 @@ def run_kernel(
     device: int = 0,
     child_cmd: Optional[Sequence[str]] = None,
     keep_dir: Optional[bool] = None,
+    timing: Optional[Mapping[str, object]] = None,
 ) -> KernelRun:
     """Run `entry` from `cubin` once with `launch` in a child process; see the module docstring.
 
     `timeout_s` (default ORACLE_KERNEL_TIMEOUT_S) bounds the child's whole life, start-up included.
     `child_cmd` replaces the child's argv prefix (the run directory is appended), e.g. to run it under
     compute-sanitizer, or a stand-in child in tests. `keep_dir` (default ORACLE_KEEP_RUN_DIR) keeps the
-    run directory and reports it in KernelRun.run_dir. Raises RunnerError for a malformed request;
+    run directory and reports it in KernelRun.run_dir. `timing` ({"entry", "min_reps", "max_reps",
+    "rse_target", "max_ms", "warmup_ms", "flush_bytes"}, all optional) times the kernel after the
+    verified run, with the sink off, and checks the outputs again afterwards (KernelRun.timing).
+    Raises RunnerError for a malformed request;
     never raises for anything the kernel or the child does.
     """
     if not isinstance(entry, str) or not entry:
@@ -328,7 +333,8 @@ def run_kernel(
                         "file": str(sink_file)}
         request = {"protocol": P.PROTOCOL_VERSION, "entry": entry, "launch": launch.to_dict(),
                    "tensors": records, "sink": sink_doc, "device": int(device),
-                   "poison_outputs": bool(poison_outputs), "timeout_s": timeout}
+                   "poison_outputs": bool(poison_outputs), "timeout_s": timeout,
+                   "timing": dict(timing) if timing else None}
         P.write_json_atomic(run_dir / P.REQUEST, request)
 
         argv = list(child_cmd if child_cmd is not None else DEFAULT_CHILD) + [str(run_dir)]
@@ -423,7 +429,7 @@ def _collect(run_dir: Path, rc: Optional[int], timed_out: bool, timeout: float, 
         return KernelRun(status=status, message=message, error_code=doc.get("error_code"),
                          error_name=doc.get("error_name"), error_call=doc.get("error_call"),
                          outputs=outputs, kernel_s=doc.get("kernel_s"), device=doc.get("device") or {},
-                         function=doc.get("function") or {}, **common)
+                         function=doc.get("function") or {}, timing=doc.get("timing"), **common)
     if timed_out:
         where = {"sync": "the kernel was still running", "launch": "the launch call did not return"}.get(
             last_phase or "", f"the child was in phase {last_phase}")

@@ -12,6 +12,7 @@ command line:
     [kernel]
     source = "simple_gemm.cu"  # relative to the TOML file
     entry = "simple_gemm_bf16_traced"
+    time_entry = "simple_gemm_bf16"   # optional: time the untraced entry (default: entry, sink off)
     defines = { ORACLE_TRACE = 1 }
 
     [launch]
@@ -62,6 +63,7 @@ class KernelSource:
     defines: Mapping[str, str] = field(default_factory=dict)
     arch: str = "sm_90a"
     cubin: Optional[str] = None  # a prebuilt cubin instead of the source
+    time_entry: Optional[str] = None  # the untraced entry point to time (default: `entry`, sink off)
 
 
 @dataclass(frozen=True)
@@ -164,9 +166,10 @@ def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *,
 
 def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Optional[str]) -> Optional[KernelSource]:
     sec = dict(sec or {})
-    unknown = sorted(set(sec) - {"source", "entry", "defines", "arch", "cubin"})
+    unknown = sorted(set(sec) - {"source", "entry", "defines", "arch", "cubin", "time_entry"})
     if unknown:
-        raise CaseError(f"[kernel]: unknown key(s) {', '.join(unknown)}; allowed: source, entry, defines, arch, cubin")
+        raise CaseError(f"[kernel]: unknown key(s) {', '.join(unknown)}; allowed: source, entry, defines, arch, "
+                        f"cubin, time_entry")
     src = source or (os.path.join(base, sec["source"]) if "source" in sec else None)
     cubin = os.path.join(base, sec["cubin"]) if "cubin" in sec else None
     ent = entry or sec.get("entry")
@@ -177,7 +180,8 @@ def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Option
     if src is None and cubin is None:
         raise CaseError("the kernel needs a source (.cu) or a prebuilt cubin: [kernel] source/cubin or --kernel FILE")
     defines = {str(k): str(v) for k, v in dict(sec.get("defines", {})).items()}
-    return KernelSource(src, ent, defines, str(sec.get("arch", "sm_90a")), cubin)
+    time_entry = sec.get("time_entry") if entry is None else None  # a new --entry drops the TOML's
+    return KernelSource(src, ent, defines, str(sec.get("arch", "sm_90a")), cubin, time_entry)
 
 
 def _triple(v, key: str) -> tuple:

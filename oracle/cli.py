@@ -33,12 +33,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from oracle.differential import analyze
 
     modes = [bool(args.dump), bool(args.demo), bool(args.kernel or args.problem)]
+    if args.time and not modes[2]:
+        raise UsageError("--time needs a live kernel: a recording has nothing to time")
     if sum(modes) != 1:
         raise UsageError("give one of --dump FILE, --demo, or a live kernel (--problem CASE.toml and/or "
                          "--kernel FILE.cu --entry NAME)")
-    extra = {}
+    extra, perf = {}, None
     if args.kernel or args.problem:
-        rec, extra = _live_recording(args)
+        rec, extra, perf = _live_recording(args)
         source = rec.kernel
     else:
         from oracle.recording import Recording
@@ -50,6 +52,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         rec.save(args.save_dump)
     if not args.quiet:
         print(report.render(an))
+        if perf is not None:
+            print()
+            print(report.performance_table(perf))
         if args.save_dump:
             print(f"saved the recording to {args.save_dump}")
     if args.json:
@@ -96,11 +101,24 @@ def _live_recording(args: argparse.Namespace):
         prov = Provenance(ladder, seed if ladder == "random" else None)
     if not isinstance(ops, Operands):
         raise CaseError("inputs could not be made")
-    live = run_live(case, ops, prov, timeout_s=args.timeout)
+    timing = None
+    if args.time:
+        from oracle.perf import kernel_timing_request
+
+        timing = kernel_timing_request()
+    live = run_live(case, ops, prov, timeout_s=args.timeout, timing=timing)
     extra = {"run": {"status": live.run.status.value, "message": live.run.message,
                      "elapsed_s": live.run.elapsed_s, "kernel_s": live.run.kernel_s,
                      "build_cached": live.build_cached}}
-    return live.recording, extra
+    perf = None
+    if args.time and live.run.ok:
+        from oracle.perf import Performance, kernel_path, reference_paths
+
+        k = kernel_path(case.spec, live.run.timing, case.kernel.time_entry or case.kernel.entry)
+        refs, notes = reference_paths(case.spec, ops)
+        perf = Performance(tuple(([k] if k else []) + refs), tuple(notes))
+        extra["performance"] = perf.to_json()
+    return live.recording, extra, perf
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -158,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--trace-tiles", metavar="\"TM,TN ...\"", help="live: output tiles to trace (default: first, "
                    "middle, last)")
     c.add_argument("--trace-k-blocks", metavar="KB,KB,...", help="live: k-blocks to trace (default: all)")
+    c.add_argument("--time", action="store_true",
+                   help="live: also time the kernel, the Triton reference and cuBLAS (same discipline)")
     c.add_argument("--timeout", type=float, metavar="S", help="live: kernel time limit (default "
                    "ORACLE_KERNEL_TIMEOUT_S)")
     c.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")

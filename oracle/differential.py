@@ -24,7 +24,6 @@ from kernels_ref import descriptor as ref_descriptor
 from kernels_ref import epilogue as ref_epilogue
 from kernels_ref import load as ref_load
 from kernels_ref import mma as ref_mma
-from kernels_ref.dtypes import DTYPES
 from oracle import knobs, tolerance
 from oracle.compare import NOT_RUN, Comparison, Status, combine, compare
 from oracle.diagnose import Diagnosis, Kind, StageOutcome, Verdict, evidence_kind, first_divergence
@@ -469,7 +468,6 @@ def _teacher_forced_epilogue(ctx: _Context, tile, step_index: int, mma_finals: d
 def _store_stage(ctx: _Context, chain, mma_finals: dict) -> StageResult:
     """The output D in global memory: chained against the reference GEMM over every tile, and
     teacher-forced per tapped tile against the kernel's last epilogue tap placed at its coordinates."""
-    spec = ctx.spec
     if ctx.output is None:
         return StageResult("epilogue_store", NOT_RUN, NOT_RUN)
     y_ref, b_ref = chain["cast"]

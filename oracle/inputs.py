@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from kernels_ref.dtypes import DTYPES, FP8
+from kernels_ref.dtypes import DTYPES
 from oracle.problem import ProblemSpec
 
 LADDER = ("ones", "index", "ktag", "random")

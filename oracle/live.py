@@ -109,7 +109,10 @@ def launch_spec(case: Case, ops: Operands) -> tuple[LaunchSpec, dict[str, torch.
     return spec, used
 
 
-def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Optional[float] = None) -> LiveRun:
+def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Optional[float] = None,
+             timing: Optional[dict] = None) -> LiveRun:
+    """Build, run and trace `case` once; with `timing` (oracle.perf.kernel_timing_request) the
+    child then times the kernel (case.kernel.time_entry if set) with the sink off."""
     if case.kernel is None:
         raise CaseError("no kernel to run: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
     k = case.kernel
@@ -124,7 +127,9 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
     s = case.spec
     tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case)
     init = trace_format.sink_init_bytes(case.trace.capacity_mb << 20, tiles=tiles, k_blocks=case.trace.k_blocks)
-    run = run_kernel(cubin, k.entry, launch, tensors, sink=SinkRequest(init), timeout_s=timeout_s)
+    if timing is not None and k.time_entry:
+        timing = {**timing, "entry": k.time_entry}
+    run = run_kernel(cubin, k.entry, launch, tensors, sink=SinkRequest(init), timeout_s=timeout_s, timing=timing)
     notes = []
     taps, descriptors = (), ()
     if run.sink is not None:

@@ -165,3 +165,13 @@ def write_json(an: Analysis, path: str, extra: Optional[dict[str, Any]] = None) 
     with open(path, "w") as f:
         json.dump(to_json(an, extra), f, indent=2, allow_nan=False, default=str)
         f.write("\n")
+
+
+def performance_table(perf) -> str:
+    """Times of both paths; `speed` is the peer's time over the kernel's (>1: the kernel is faster)."""
+    ratios = perf.ratios()
+    rows = [[p.name, f"{p.median_ms:.4g}", f"{p.tflops:.4g}", f"{ratios[p.name]:.3g}" if p.name in ratios else "-",
+             p.reps, f"{p.rse:.2%}", p.mode, p.note] for p in perf.paths]
+    out = tabulate(rows, headers=["path", "median ms", "TFLOP/s", "kernel speed vs", "reps", "rse", "timed by",
+                                  "note"])
+    return out + "".join(f"\nnote: {n}" for n in perf.notes)

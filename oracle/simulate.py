@@ -113,7 +113,7 @@ def simulate(spec: ProblemSpec, ops: Operands, provenance: Provenance, *, inject
     kernel whose batch is smaller than its MMA tile does: correct, but the taps hold garbage there."""
     t = spec.tile
     bm, bn, bk = t.bm, t.bn, t.bk
-    m, n, k = spec.m, spec.n, spec.k
+    m, n = spec.m, spec.n
     kb_n = spec.k_blocks
     fill = math.nan if spec.oob_fill == "nan" else 0.0
     a_pad = _pad(ops.a, spec.tiles_m * bm, kb_n * bk, fill)

@@ -96,3 +96,16 @@ def test_cli_survives_crashing_and_hanging_kernels(tmp_path, entry, code):
     assert doc["verdict"] == "KERNEL_ERROR"
     assert doc["kernel"]["error"]
     assert any("taps from" in n for n in doc["notes"]), doc["notes"]  # taps recovered before the fault
+
+
+def test_cli_times_both_paths(tmp_path):
+    j = tmp_path / "timed.json"
+    r = _cli("--problem", CASE, "--set", "m=1024", "--set", "n=1024", "--set", "k=1024", "--time", "--json", str(j))
+    assert r.returncode == 0, r.stdout + r.stderr
+    perf = json.load(open(j))["performance"]
+    names = [p["name"] for p in perf["paths"]]
+    assert names[0] == "kernel" and "triton" in names and "cublas" in names, perf
+    for p in perf["paths"]:
+        assert p["median_ms"] > 0 and p["reps"] >= 10 and p["TFLOPs"] > 0
+    assert "OUTPUT CHANGED" not in perf["paths"][0]["note"]
+    assert "kernel speed vs" in r.stdout
