@@ -145,6 +145,25 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Benchmark-and-verify a list of live cases (needs a GPU).
+
+    Every case is judged stage by stage first, then timed (kernel, Triton reference, cuBLAS).
+    Prints progress and a results table; --jsonl PATH writes one JSON object per case with the
+    environment. --shard i/n runs cases i, i+n, ... (0-based). With several visible GPUs one
+    worker process runs per GPU. Exit codes: 0 every case matches, 1 a case diverges (or is
+    mistrusted or the oracle untrusted), 2 bad usage or a broken case, 3 a kernel error."""
+    from oracle.bench import run_bench, table
+
+    rows, code = run_bench(args.cases, shard_text=args.shard, jsonl=args.jsonl, workers=args.workers,
+                           time_cases=not args.no_time)
+    print(table(rows))
+    for r in rows:
+        if r.get("error"):
+            print(f"{r['name']}: {r['error']}", file=sys.stderr)
+    return code
+
+
 def cmd_knobs(args: argparse.Namespace) -> int:
     """List every ORACLE_* environment knob with its default, current value and meaning."""
     from tabulate import tabulate
@@ -199,6 +218,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--inputs", default="random")
     s.add_argument("--seed", type=int, default=0)
     s.set_defaults(func=cmd_simulate)
+
+    b = sub.add_parser("bench", help="benchmark-and-verify a list of live cases", description=cmd_bench.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("--cases", required=True, metavar="FILE.toml")
+    b.add_argument("--shard", metavar="i/n", help="run cases i, i+n, i+2n, ... (0-based)")
+    b.add_argument("--jsonl", metavar="PATH", help="write one JSON line per case, with the environment")
+    b.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per visible GPU)")
+    b.add_argument("--no-time", action="store_true", help="verify only")
+    b.set_defaults(func=cmd_bench)
 
     k = sub.add_parser("knobs", help="list the ORACLE_* environment knobs", description=cmd_knobs.__doc__)
     k.set_defaults(func=cmd_knobs)

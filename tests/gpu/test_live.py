@@ -109,3 +109,15 @@ def test_cli_times_both_paths(tmp_path):
         assert p["median_ms"] > 0 and p["reps"] >= 10 and p["TFLOPs"] > 0
     assert "OUTPUT CHANGED" not in perf["paths"][0]["note"]
     assert "kernel speed vs" in r.stdout
+
+
+def test_bench_verifies_then_times_every_case(tmp_path):
+    out = tmp_path / "bench.jsonl"
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    r = subprocess.run([sys.executable, "-m", "oracle", "bench", "--cases", "benchmarks/cases_simple_gemm.toml",
+                        "--jsonl", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 5 and all(row["verdict"] == "MATCH" for row in rows)
+    assert all({"kernel", "triton", "cublas"} <= {p["name"] for p in row["performance"]["paths"]} for row in rows)
+    assert all(row["environment"]["gpu"] for row in rows)

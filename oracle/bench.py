@@ -1,0 +1,225 @@
+"""Benchmark-and-verify: run a list of live cases, judge every one stage by stage, then time it.
+
+A cases file (TOML):
+
+    [defaults]                 # applied to every case (each case may override any key)
+    case = "../harness/examples/simple_gemm.toml"   # a live case file, relative to this file
+    inputs = "random:0"
+    time = true
+
+    [[case]]
+    name = "bf16-ragged"
+    set = { m = 200, n = 136, k = 72 }               # problem overrides
+
+    [[case]]
+    name = "fp16-1024"
+    entry = "simple_gemm_fp16_traced"
+    set = { m = 1024, n = 1024, k = 1024, a_dtype = "fp16", b_dtype = "fp16", out_dtype = "fp16" }
+
+Every case is verified (the differential's verdict) before it is timed; a diverging case is
+not timed. `--shard i/n` keeps cases i, i+n, i+2n, ... (0-based) so a sweep splits across
+machines or job arrays; with several visible GPUs one worker process runs per GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from oracle.case import CaseError
+
+CASE_KEYS = ("name", "case", "entry", "set", "inputs", "time", "trace_tiles", "timeout")
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    name: str
+    case: str
+    entry: Optional[str] = None
+    overrides: dict = field(default_factory=dict)
+    inputs: str = "random:0"
+    time: bool = True
+    timeout: Optional[float] = None
+
+
+def load_cases(path: str) -> list[BenchCase]:
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except FileNotFoundError:
+        raise CaseError(f"cases file {path!r} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise CaseError(f"cases file {path!r} is not valid TOML: {e}") from None
+    unknown = sorted(set(doc) - {"defaults", "case"})
+    if unknown:
+        raise CaseError(f"cases file {path!r}: unknown table(s) {', '.join(unknown)}; allowed: defaults, case")
+    base = os.path.dirname(os.path.abspath(path))
+    defaults = dict(doc.get("defaults", {}))
+    out = []
+    for i, raw in enumerate(doc.get("case", [])):
+        entry = {**defaults, **raw}
+        bad = sorted(set(entry) - set(CASE_KEYS))
+        if bad:
+            raise CaseError(f"case #{i}: unknown key(s) {', '.join(bad)}; allowed: {', '.join(CASE_KEYS)}")
+        if "case" not in entry:
+            raise CaseError(f"case #{i}: no live case file (key 'case', here or in [defaults])")
+        name = entry.get("name") or f"case{i}"
+        sets = dict(defaults.get("set", {}))
+        sets.update(raw.get("set", {}))
+        out.append(BenchCase(name, os.path.join(base, entry["case"]), entry.get("entry"), sets,
+                             str(entry.get("inputs", "random:0")), bool(entry.get("time", True)),
+                             entry.get("timeout")))
+    if not out:
+        raise CaseError(f"cases file {path!r} has no [[case]] entries")
+    names = [c.name for c in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise CaseError(f"cases file {path!r}: duplicate case name(s) {', '.join(dup)}")
+    return out
+
+
+def parse_shard(text: Optional[str]) -> tuple[int, int]:
+    if not text:
+        return 0, 1
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise CaseError(f"--shard {text!r} must look like i/n (0-based i < n)") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise CaseError(f"--shard {text!r}: need 0 <= i < n")
+    return i, n
+
+
+def shard(cases: Sequence[BenchCase], i: int, n: int) -> list[BenchCase]:
+    return [c for j, c in enumerate(cases) if j % n == i]
+
+
+def run_case(bc: BenchCase) -> dict:
+    """Verify, then time, one case. Never raises for what the kernel does: the row says."""
+    from oracle.case import load_case
+    from oracle.differential import analyze
+    from oracle.inputs import Provenance, make_operands
+    from oracle.live import run_live
+    from oracle.perf import Performance, kernel_path, kernel_timing_request, reference_paths
+
+    row: dict[str, Any] = {"name": bc.name, "case": bc.case, "entry": bc.entry, "set": bc.overrides}
+    t0 = time.perf_counter()
+    try:
+        case = load_case(bc.case, bc.overrides, entry=bc.entry)
+        ladder, _, arg = bc.inputs.partition(":")
+        seed = int(arg) if arg else 0
+        ops = make_operands(case.spec, ladder, seed)
+        live = run_live(case, ops, Provenance(ladder, seed if ladder == "random" else None), timeout_s=bc.timeout,
+                        timing=kernel_timing_request() if bc.time else None)
+        an = analyze(live.recording)
+    except Exception as e:  # a broken case is a row, not the end of the sweep
+        row.update(verdict="ERROR", error=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
+        return row
+    row["problem"] = case.spec.describe()
+    row["verdict"] = an.verdict.value
+    if an.first is not None:
+        f = an.first
+        row["first_divergence"] = {"stage": f.stage, "tile": list(f.tile), "k_block": f.k_block,
+                                   "kind": f.kind.value}
+    if bc.time and an.verdict.value == "MATCH" and live.run.ok:
+        k = kernel_path(case.spec, live.run.timing, case.kernel.time_entry or case.kernel.entry)
+        refs, notes = reference_paths(case.spec, ops)
+        perf = Performance(tuple(([k] if k else []) + refs), tuple(notes))
+        row["performance"] = perf.to_json()
+    row["seconds"] = time.perf_counter() - t0
+    return row
+
+
+def environment() -> dict:
+    from harness.dump import environment as env
+
+    return env()
+
+
+def _progress(i: int, n: int, row: dict, stream) -> None:
+    perf = row.get("performance", {})
+    k = next((p for p in perf.get("paths", []) if p["name"] == "kernel"), None)
+    t = f" {k['median_ms']:.4g} ms {k['TFLOPs']:.4g} TFLOP/s" if k else ""
+    bar = "#" * int(20 * i / n)
+    print(f"[{bar:<20}] {i}/{n} {row['name']}: {row['verdict']}{t}", file=stream, flush=True)
+
+
+def table(rows: Sequence[dict]) -> str:
+    from tabulate import tabulate
+
+    out = []
+    for r in rows:
+        perf = {p["name"]: p for p in r.get("performance", {}).get("paths", [])}
+        speed = r.get("performance", {}).get("kernel_speed_vs", {})
+        fd = r.get("first_divergence")
+        out.append([r["name"], r["verdict"], f"{fd['stage']} {tuple(fd['tile'])} kb {fd['k_block']}" if fd else "-",
+                    *(f"{perf[p]['median_ms']:.4g}" if p in perf else "-" for p in ("kernel", "triton", "cublas")),
+                    f"{perf['kernel']['TFLOPs']:.4g}" if "kernel" in perf else "-",
+                    f"{speed['cublas']:.3g}" if "cublas" in speed else "-"])
+    return tabulate(out, headers=["case", "verdict", "first divergence", "kernel ms", "triton ms", "cublas ms",
+                                  "kernel TFLOP/s", "speed vs cuBLAS"])
+
+
+def visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optional[str] = None,
+              workers: Optional[int] = None, time_cases: bool = True, stream=sys.stderr) -> tuple[list[dict], int]:
+    """Run the sweep; returns (rows, exit code: 0 all match, 1 a divergence, 3 a kernel error, 2 a broken case)."""
+    cases = load_cases(cases_path)
+    i, n = parse_shard(shard_text)
+    mine = shard(cases, i, n)
+    if not time_cases:
+        mine = [BenchCase(**{**c.__dict__, "time": False}) for c in mine]
+    gpus = visible_gpus() if workers is None else workers
+    env = environment()
+    if gpus > 1 and len(mine) > 1:
+        rows = _run_workers(cases_path, shard_text or "0/1", gpus, time_cases, stream)
+    else:
+        rows = []
+        for j, c in enumerate(mine):
+            rows.append(run_case(c))
+            _progress(j + 1, len(mine), rows[-1], stream)
+    if jsonl:
+        with open(jsonl, "w") as f:
+            for r in rows:
+                f.write(json.dumps({"environment": env, **r}, default=str) + "\n")
+    verdicts = {r["verdict"] for r in rows}
+    code = 3 if "KERNEL_ERROR" in verdicts else 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED"} \
+        else 2 if "ERROR" in verdicts else 0
+    return rows, code
+
+
+def _run_workers(cases_path: str, shard_text: str, gpus: int, time_cases: bool, stream) -> list[dict]:
+    """One worker process per GPU, each a sub-shard of this shard, its results in JSON lines."""
+    import tempfile
+
+    i, n = parse_shard(shard_text)
+    procs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for g in range(gpus):
+            out = os.path.join(tmp, f"worker{g}.jsonl")
+            # cases j with j % n == i, split again by GPU: j % (n * gpus) == i + n * g
+            argv = [sys.executable, "-m", "oracle", "bench", "--cases", cases_path, "--shard",
+                    f"{i + n * g}/{n * gpus}", "--jsonl", out, "--workers", "1"] + ([] if time_cases else ["--no-time"])
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(g))
+            procs.append((subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL), out))
+        rows = []
+        for p, out in procs:
+            p.wait()
+            if os.path.exists(out):
+                with open(out) as f:
+                    rows.extend(json.loads(line) for line in f if line.strip())
+    for r in rows:
+        r.pop("environment", None)
+        _progress(len(rows), len(rows), r, stream)
+    return rows

@@ -1,0 +1,42 @@
+import pytest
+
+from oracle.bench import BenchCase, load_cases, parse_shard, shard
+from oracle.case import CaseError
+from oracle.cli import main
+
+
+def test_shipped_case_list_loads_and_shards():
+    cases = load_cases("benchmarks/cases_simple_gemm.toml")
+    assert len(cases) == 5 and cases[3].entry == "simple_gemm_fp16_traced"
+    assert cases[0].overrides == {"m": 200, "n": 136, "k": 72}
+    parts = [shard(cases, i, 2) for i in range(2)]
+    assert [c.name for c in parts[0]] + [c.name for c in parts[1]] != []
+    assert sorted(c.name for p in parts for c in p) == sorted(c.name for c in cases)
+    assert not set(c.name for c in parts[0]) & set(c.name for c in parts[1])
+
+
+@pytest.mark.parametrize("text", ["3/2", "a/b", "1", "-1/2", "0/0"])
+def test_bad_shards_are_refused(text):
+    with pytest.raises(CaseError):
+        parse_shard(text)
+
+
+def test_bad_case_files_are_named(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("[[case]]\nname = 'x'\nflavour = 1\n")
+    with pytest.raises(CaseError, match="unknown key"):
+        load_cases(str(p))
+    p.write_text("[[case]]\nname = 'x'\n")
+    with pytest.raises(CaseError, match="no live case file"):
+        load_cases(str(p))
+    p.write_text("[defaults]\ncase = 'a.toml'\n[[case]]\nname = 'x'\n[[case]]\nname = 'x'\n")
+    with pytest.raises(CaseError, match="duplicate"):
+        load_cases(str(p))
+
+
+def test_a_broken_case_is_a_row_and_exit_2(tmp_path, capsys):
+    p = tmp_path / "c.toml"
+    p.write_text("[defaults]\ncase = 'missing.toml'\n[[case]]\nname = 'x'\n")
+    assert main(["bench", "--cases", str(p), "--workers", "1", "--jsonl", str(tmp_path / "r.jsonl")]) == 2
+    line = (tmp_path / "r.jsonl").read_text().splitlines()[0]
+    assert '"verdict": "ERROR"' in line and "environment" in line
