@@ -30,4 +30,8 @@ CROSS_CHECK_TILES = register(Knob("ORACLE_CROSS_CHECK_TILES", _positive_int, lam
 MAX_DETAIL_TILES = register(Knob("ORACLE_MAX_DETAIL_TILES", _positive_int, lambda: 64,
                                  "Failing tiles per stage for which the first bad elements are extracted."))
 
+ZOO_RECORD_DIR = register(Knob("ORACLE_ZOO_RECORD_DIR", lambda s: s, lambda: None,
+                               "Where the GPU zoo tests save each live recording under its manifest name "
+                               "(unset: not saved)."))
+
 ALL = tuple(KNOBS.values())

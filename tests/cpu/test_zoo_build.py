@@ -1,0 +1,434 @@
+"""The bug zoo holds together without a GPU: its manifest, its builds, and the sm80 GEMM's layouts.
+
+- tests/zoo/manifest.json: every entry names a source, an entry point and a case that exist, a
+  defect and the stage the oracle must name (the oracle's own stage names), problem overrides the
+  case accepts, and where its recorded dump goes;
+- (nvcc) every manifest entry point is in the cubin built with -DORACLE_TRACE, every variant is in
+  the build without it, no function of either spills registers or uses a stack (ptxas -v), and the
+  correct variants' untraced SASS does not change when ORACLE_TRACE is on;
+- (nvcc) the sm80 GEMM's index maps (zoo/sm80_gemm/sm80_layout.cuh), printed by a host program
+  compiled from the same header, fed through a model of cp.async, ldmatrix and
+  mma.sync.m16n8k16 written from the PTX ISA's fragment tables: every fragment map is a bijection
+  onto its 16x16 / 16x8 tile, every warp computes its part of A_tile @ B_tile, the accumulator
+  elements are tapped at the (row, col) where the MMA put them, and the load taps show what the
+  MMAs read (also through ldmatrix .trans, the transposed_a defect).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.taps import STAGES
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFEST = ROOT / "tests" / "zoo" / "manifest.json"
+SM80_DIR = ROOT / "zoo" / "sm80_gemm"
+SM80_SOURCE = SM80_DIR / "sm80_gemm.cu"
+ENTRY_KEYS = {"name", "kernel", "case", "defect", "expected_stage", "problem", "dump"}
+OPTIONAL_KEYS = {"seed", "note"}
+
+# Every variant of the sm80 GEMM (the ZOO_SM80_* lists in sm80_gemm.cu): (dtype, defect).
+SM80_VARIANTS = [("bf16", None), ("fp16", None)] + [("bf16", d) for d in (
+    "stale_slot", "transposed_a", "unmasked_tail", "uninit_padding", "uninit_rows", "kblock_twice", "no_reset",
+    "bias_row", "gelu_tanh", "alpha_twice", "swapped_store")] + [("fp16", "fp16_acc")]
+
+
+def _entry_name(dtype: str, defect) -> str:
+    return f"zoo_sm80_{dtype}" + (f"_{defect}" if defect else "")
+
+
+def _manifest() -> list[dict]:
+    with open(MANIFEST) as f:
+        return json.load(f)
+
+
+# -- the manifest ---------------------------------------------------------------------------------
+def test_manifest_is_well_formed():
+    from oracle.case import load_case
+
+    doc = _manifest()
+    assert isinstance(doc, list) and doc, "the manifest is a non-empty JSON list of entries"
+    names = [e.get("name") for e in doc]
+    assert len(set(names)) == len(names), f"duplicate entry names: {sorted(n for n in names if names.count(n) > 1)}"
+    for e in doc:
+        where = f"manifest entry {e.get('name')!r}"
+        assert ENTRY_KEYS <= set(e), f"{where} lacks {sorted(ENTRY_KEYS - set(e))}"
+        unknown = set(e) - ENTRY_KEYS - OPTIONAL_KEYS
+        assert not unknown, f"{where} has unknown keys {sorted(unknown)}"
+        assert re.fullmatch(r"[a-z0-9_]+", e["name"]), where
+        src, sep, fn = e["kernel"].partition(":")
+        assert sep and fn, f"{where}: kernel must be 'path/to/source.cu:entry_point', got {e['kernel']!r}"
+        assert (ROOT / src).is_file(), f"{where}: {src} does not exist"
+        assert fn.endswith("_traced"), f"{where}: a live run needs the traced entry point, got {fn}"
+        assert (ROOT / e["case"]).is_file(), f"{where}: case {e['case']} does not exist"
+        assert e["expected_stage"] is None or e["expected_stage"] in STAGES, \
+            f"{where}: expected_stage {e['expected_stage']!r} is not one of {', '.join(STAGES)}"
+        if e["defect"] is None:
+            assert e["expected_stage"] is None, f"{where}: a correct variant must MATCH (expected_stage null)"
+        else:
+            assert f"_{e['defect']}_" in fn, f"{where}: entry point {fn} does not carry the defect {e['defect']!r}"
+        if e["expected_stage"] is None and e["defect"] is not None:
+            assert e.get("note"), f"{where}: a defect the oracle must not blame needs a note saying why"
+        assert isinstance(e["problem"], dict) and {"m", "n", "k"} <= set(e["problem"]), \
+            f"{where}: problem overrides must give at least m, n and k"
+        assert isinstance(e.get("seed", 0), int), where
+        dump = Path(e["dump"])
+        assert dump.parent == Path("tests/zoo/dumps") and dump.name == f"{e['name']}.safetensors", \
+            f"{where}: dump must be tests/zoo/dumps/{e['name']}.safetensors, got {e['dump']}"
+        case = load_case(str(ROOT / e["case"]), e["problem"], entry=fn)  # the overrides make a valid problem
+        assert case.kernel is not None and case.launch is not None, where
+        assert Path(case.kernel.source).resolve() == (ROOT / src).resolve(), \
+            f"{where}: the case builds {case.kernel.source}, the manifest names {src}"
+
+
+def test_manifest_covers_every_sm80_defect_once_and_the_correct_variants():
+    doc = [e for e in _manifest() if e["kernel"].startswith("zoo/sm80_gemm/")]
+    fns = {e["kernel"].partition(":")[2] for e in doc}
+    assert fns == {_entry_name(d, x) + "_traced" for d, x in SM80_VARIANTS}
+    defects = [e["defect"] for e in doc if e["defect"] is not None]
+    assert sorted(defects) == sorted(x for _, x in SM80_VARIANTS if x), defects
+    small = [e for e in doc if e["defect"] is None and e["problem"]["m"] <= 16]
+    assert small, "a correct small-batch run (m <= 16: rows past M are padding in a 128-row tile) is missing"
+
+
+def test_sm80_case_launch_matches_the_kernel():
+    with open(SM80_DIR / "sm80_gemm.toml", "rb") as f:
+        doc = tomllib.load(f)
+    text = SM80_SOURCE.read_text()
+    assert doc["launch"]["block"] == [256, 1, 1]
+    assert doc["launch"]["shared_mem_bytes"] == 65536
+    assert "65536 bytes" in text and "block (256, 1, 1)" in text
+    assert doc["problem"]["tile"] == [128, 128, 32] and doc["problem"]["b_major"] == "col"
+
+
+# -- builds ---------------------------------------------------------------------------------------
+def _cuobjdump() -> str | None:
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    try:
+        import triton
+    except Exception:
+        return None
+    path = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(path) if path.exists() else None
+
+
+def _entry_symbols(cubin: Path) -> set[str]:
+    text = subprocess.run([_cuobjdump(), "-symbols", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return {line.split()[-1] for line in text.splitlines() if "STO_ENTRY" in line}
+
+
+def _all_symbols(cubin: Path) -> str:
+    return subprocess.run([_cuobjdump(), "-symbols", str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
+def _ptxas_usage(log: str) -> dict[str, tuple[int, int, int]]:
+    """{function: (stack frame bytes, spill store bytes, spill load bytes)} from `ptxas -v`."""
+    out, current = {}, None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)'", line)
+        if m:
+            current = m.group(1)
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and current is not None:
+            out[current] = tuple(int(x) for x in m.groups())
+            current = None
+    return out
+
+
+def _sass(cubin: Path) -> dict[str, list[str]]:
+    text = subprocess.run([_cuobjdump(), "--dump-sass", str(cubin)], capture_output=True, text=True,
+                          check=True).stdout
+    funcs: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        m = re.match(r"\s*Function : (\S+)", line)
+        if m:
+            current = m.group(1)
+            funcs[current] = []
+            continue
+        if current is not None and "identifier" not in line and ".cu" not in line:
+            norm = " ".join(line.split())
+            if norm:
+                funcs[current].append(norm)
+    return funcs
+
+
+@pytest.fixture(scope="module")
+def sm80_builds():
+    if _cuobjdump() is None:
+        pytest.skip("This test needs cuobjdump (from the CUDA toolkit or the triton package), and neither has it.")
+    from harness.build import build_cubin
+
+    def build(defines):
+        return build_cubin(SM80_SOURCE, defines=defines, extra_flags=("--ptxas-options=-v",))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        traced = pool.submit(build, {"ORACLE_TRACE": "1"})
+        plain = pool.submit(build, {})
+        return {"traced": traced.result(), "plain": plain.result()}
+
+
+@pytest.mark.nvcc
+def test_every_manifest_entry_point_is_in_the_traced_cubin(sm80_builds):
+    syms = _entry_symbols(sm80_builds["traced"].cubin_path)
+    want = {e["kernel"].partition(":")[2] for e in _manifest() if e["kernel"].startswith("zoo/sm80_gemm/")}
+    assert want <= syms, f"missing entry points: {sorted(want - syms)}"
+    expected = {_entry_name(d, x) + "_traced" for d, x in SM80_VARIANTS} | {"zoo_sm80_bf16", "zoo_sm80_fp16"}
+    assert syms == expected, f"unexpected entry points {sorted(syms ^ expected)}"
+    assert "oracle_trace_sink" in _all_symbols(sm80_builds["traced"].cubin_path)
+
+
+@pytest.mark.nvcc
+def test_the_untraced_build_has_every_variant_and_no_sink(sm80_builds):
+    syms = _entry_symbols(sm80_builds["plain"].cubin_path)
+    assert syms == {_entry_name(d, x) for d, x in SM80_VARIANTS}
+    assert "oracle_trace_sink" not in _all_symbols(sm80_builds["plain"].cubin_path)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("build", ["traced", "plain"])
+def test_no_function_spills_or_uses_a_stack(sm80_builds, build):
+    result = sm80_builds[build]
+    usage = _ptxas_usage(result.log)
+    assert set(usage) == _entry_symbols(result.cubin_path), f"ptxas -v output not understood:\n{result.log[:2000]}"
+    bad = {f: u for f, u in usage.items() if u != (0, 0, 0)}
+    assert not bad, f"(stack frame, spill stores, spill loads) bytes: {bad}"
+
+
+@pytest.mark.nvcc
+def test_untraced_correct_variants_are_the_same_with_tracing_compiled_in(sm80_builds):
+    on, off = _sass(sm80_builds["traced"].cubin_path), _sass(sm80_builds["plain"].cubin_path)
+    for name in ("zoo_sm80_bf16", "zoo_sm80_fp16"):
+        assert on[name] == off[name], name
+        assert on[f"{name}_traced"] != off[name], name
+
+
+# -- the layouts, through a model of the PTX instructions -------------------------------------------
+PROBE = r'''
+#include <cstdio>
+#include "sm80_layout.cuh"
+using namespace zoo_sm80;
+
+static void list_begin(const char* name, bool* first) {
+  std::printf("%s\"%s\": [", *first ? "" : ",\n", name);
+  *first = false;
+}
+
+int main() {
+  bool first = true;
+  std::printf("{");
+  std::printf("\"consts\": {\"BM\": %d, \"BN\": %d, \"BK\": %d, \"stages\": %d, \"warps\": %d, \"threads\": %d, "
+              "\"frags_m\": %d, \"frags_n\": %d, \"ksteps\": %d, \"acc\": %d, \"copies_a\": %d, \"copies_b\": %d, "
+              "\"smem_bytes\": %d, \"stage_elems\": %d, \"tile_a_elems\": %d}",
+              kBM, kBN, kBK, kStages, kWarps, kThreads, kFragsM, kFragsN, kKSteps, kAcc, kCopiesA, kCopiesB,
+              kSmemBytes, kStageElems, kTileAElems);
+  first = false;
+  list_begin("smem", &first);
+  for (int r = 0; r < kBM; ++r)
+    for (int c = 0; c < kBK; ++c) std::printf("%s%d", r + c ? "," : "", smem_offset(r, c));
+  std::printf("]");
+  list_begin("smem_t8", &first);
+  for (int r = 0; r < kBM; ++r)
+    for (int c = 0; c < kBK; ++c) std::printf("%s%d", r + c ? "," : "", smem_offset_t8(r, c));
+  std::printf("]");
+  list_begin("a_ldm", &first);  // [warp][ks][mi][lane] -> [row, col]
+  for (int w = 0; w < kWarps; ++w) for (int ks = 0; ks < kKSteps; ++ks) for (int mi = 0; mi < kFragsM; ++mi)
+    for (int l = 0; l < 32; ++l)
+      std::printf("%s[%d,%d]", (w + ks + mi + l) ? "," : "", a_ldm_row(w, l, mi), a_ldm_col(l, ks));
+  std::printf("]");
+  list_begin("b_ldm", &first);  // [warp][ks][p][lane] -> [n, k]
+  for (int w = 0; w < kWarps; ++w) for (int ks = 0; ks < kKSteps; ++ks) for (int p = 0; p < kFragsN / 2; ++p)
+    for (int l = 0; l < 32; ++l)
+      std::printf("%s[%d,%d]", (w + ks + p + l) ? "," : "", b_ldm_row(w, l, p), b_ldm_col(l, ks));
+  std::printf("]");
+  list_begin("acc", &first);  // [warp][lane][i] -> [row, col]
+  for (int w = 0; w < kWarps; ++w) for (int l = 0; l < 32; ++l) for (int i = 0; i < kAcc; ++i)
+    std::printf("%s[%d,%d]", (w + l + i) ? "," : "", acc_row(w, l, i), acc_col(w, l, i));
+  std::printf("]");
+  list_begin("copy", &first);  // [tid][j] -> [row, chunk], j < max(copies)
+  const int copies = kCopiesA > kCopiesB ? kCopiesA : kCopiesB;
+  for (int t = 0; t < kThreads; ++t) for (int j = 0; j < copies; ++j)
+    std::printf("%s[%d,%d]", (t + j) ? "," : "", copy_row(t, j), copy_chunk(t, j));
+  std::printf("]}\n");
+  return 0;
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory) -> dict:
+    if shutil.which("nvcc") is None:
+        pytest.skip("This test needs nvcc on PATH to compile CUDA, and it is not installed here.")
+    tmp = tmp_path_factory.mktemp("sm80_probe")
+    src, exe = tmp / "probe.cu", tmp / "probe"
+    src.write_text(PROBE)
+    cmd = ["nvcc", "-std=c++17", f"-I{SM80_DIR}", "-o", str(exe), str(src)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, f"nvcc failed ({' '.join(cmd)}):\n{proc.stdout}{proc.stderr}"
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    doc = json.loads(out)
+    c = doc["consts"]
+    doc["smem"] = np.array(doc["smem"]).reshape(c["BM"], c["BK"])
+    doc["smem_t8"] = np.array(doc["smem_t8"]).reshape(c["BM"], c["BK"])
+    doc["a_ldm"] = np.array(doc["a_ldm"]).reshape(c["warps"], c["ksteps"], c["frags_m"], 32, 2)
+    doc["b_ldm"] = np.array(doc["b_ldm"]).reshape(c["warps"], c["ksteps"], c["frags_n"] // 2, 32, 2)
+    doc["acc"] = np.array(doc["acc"]).reshape(c["warps"], 32, c["acc"], 2)
+    doc["copy"] = np.array(doc["copy"]).reshape(c["threads"], -1, 2)
+    return doc
+
+
+# The PTX model. Registers are lists of 32-bit words, each a pair (lower half, upper half) of
+# 16-bit elements; a fragment element index i lives in register i // 2, half i % 2.
+def ldmatrix_x4(smem: np.ndarray, row_offsets: list[int], trans: bool) -> list[list[tuple]]:
+    """ldmatrix.sync.aligned.m8n8.x4(.trans).b16: lanes 8j..8j+7 address the rows of matrix j
+    (eight consecutive elements each); register j of lane l gets row l // 4, elements 2(l % 4) and
+    2(l % 4) + 1 of matrix j (with .trans: column l // 4, rows 2(l % 4) and 2(l % 4) + 1)."""
+    mats = [np.stack([smem[row_offsets[8 * j + i]:row_offsets[8 * j + i] + 8] for i in range(8)]) for j in range(4)]
+    regs = []
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        if trans:
+            regs.append([(m[2 * t, g], m[2 * t + 1, g]) for m in mats])
+        else:
+            regs.append([(m[g, 2 * t], m[g, 2 * t + 1]) for m in mats])
+    return regs
+
+
+def a_frag_pos(lane: int, i: int) -> tuple[int, int]:
+    """m16n8k16 A (.f16/.bf16) element a_i of a lane: PTX ISA, matrix fragments for mma.m16n8k16."""
+    g, t = lane >> 2, lane % 4
+    row = g if (0 <= i < 2 or 4 <= i < 6) else g + 8
+    col = t * 2 + (i & 1) + (8 if i >= 4 else 0)
+    return row, col
+
+
+def b_frag_pos(lane: int, i: int) -> tuple[int, int]:
+    """m16n8k16 B element b_i: (k, n)."""
+    g, t = lane >> 2, lane % 4
+    return t * 2 + (i & 1) + (8 if i >= 2 else 0), g
+
+
+def c_frag_pos(lane: int, i: int) -> tuple[int, int]:
+    """m16n8k16 C/D element c_i: (row, col)."""
+    g, t = lane >> 2, lane % 4
+    return g + (8 if i >= 2 else 0), t * 2 + (i & 1)
+
+
+def _gather(regs, pos, shape) -> np.ndarray:
+    """A warp's fragment registers -> the matrix they hold; each position exactly once."""
+    out = np.full(shape, np.nan)
+    seen = np.zeros(shape, dtype=int)
+    for lane in range(32):
+        for i in range(2 * len(regs[lane])):
+            r, c = pos(lane, i)
+            out[r, c] = regs[lane][i // 2][i % 2]
+            seen[r, c] += 1
+    assert (seen == 1).all(), "a fragment map is not a bijection onto its tile"
+    return out
+
+
+def test_ptx_fragment_maps_are_bijections():
+    for pos, shape, n in ((a_frag_pos, (16, 16), 8), (b_frag_pos, (16, 8), 4), (c_frag_pos, (16, 8), 4)):
+        cells = {pos(lane, i) for lane in range(32) for i in range(n)}
+        assert len(cells) == 32 * n == shape[0] * shape[1]
+        assert all(0 <= r < shape[0] and 0 <= c < shape[1] for r, c in cells)
+
+
+def _cta_product(lay: dict, smem_a: np.ndarray, smem_b: np.ndarray, trans_a: bool) -> np.ndarray:
+    """Run every warp of the CTA through the model; return the [BM, BN] tile the accumulators
+    form when each element is placed at the kernel's acc_row / acc_col."""
+    c = lay["consts"]
+    tile = np.full((c["BM"], c["BN"]), np.nan)
+    for w in range(c["warps"]):
+        acc = np.zeros((32, c["acc"]))
+        for ks in range(c["ksteps"]):
+            a_frags = []
+            for mi in range(c["frags_m"]):
+                offs = [int(lay["smem"][r, k]) for r, k in lay["a_ldm"][w, ks, mi]]
+                a_frags.append(_gather(ldmatrix_x4(smem_a, offs, trans_a), a_frag_pos, (16, 16)))
+            b_frags = []
+            for p in range(c["frags_n"] // 2):
+                offs = [int(lay["smem"][n, k]) for n, k in lay["b_ldm"][w, ks, p]]
+                regs = ldmatrix_x4(smem_b, offs, False)
+                b_frags.append(_gather([r[0:2] for r in regs], b_frag_pos, (16, 8)))
+                b_frags.append(_gather([r[2:4] for r in regs], b_frag_pos, (16, 8)))
+            for mi in range(c["frags_m"]):
+                for ni in range(c["frags_n"]):
+                    d = a_frags[mi] @ b_frags[ni]
+                    for lane in range(32):
+                        for e in range(4):
+                            acc[lane, (mi * c["frags_n"] + ni) * 4 + e] += d[c_frag_pos(lane, e)]
+        for lane in range(32):
+            for i in range(c["acc"]):
+                r, col = lay["acc"][w, lane, i]
+                assert np.isnan(tile[r, col]), "two accumulator elements claim one tile element"
+                tile[r, col] = acc[lane, i]
+    assert not np.isnan(tile).any(), "tile elements no accumulator element covers"
+    return tile
+
+
+def _slot_images(lay: dict, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Random integer A [BM, BK] and B^T [BN, BK] tiles, copied into slot images the way the
+    kernel's copies place them (chunk by chunk, each chunk contiguous)."""
+    c = lay["consts"]
+    a = rng.integers(-8, 9, size=(c["BM"], c["BK"])).astype(np.float64)
+    bt = rng.integers(-8, 9, size=(c["BN"], c["BK"])).astype(np.float64)
+    images = []
+    for src, copies in ((a, c["copies_a"]), (bt, c["copies_b"])):
+        img = np.full(src.shape[0] * c["BK"], np.nan)
+        for t in range(c["threads"]):
+            for j in range(copies):
+                r, ch = lay["copy"][t, j]
+                dst = int(lay["smem"][r, 8 * ch])
+                assert [int(lay["smem"][r, 8 * ch + e]) for e in range(8)] == list(range(dst, dst + 8)), \
+                    "a 16-byte chunk is not contiguous in shared memory"
+                assert np.isnan(img[dst:dst + 8]).all(), "two copies write one chunk"
+                img[dst:dst + 8] = src[r, 8 * ch:8 * ch + 8]
+        assert not np.isnan(img).any(), "the copies leave part of the slot unwritten"
+        images.append(img)
+    return a, bt, images[0], images[1]
+
+
+@pytest.mark.nvcc
+def test_layout_constants(layout):
+    c = layout["consts"]
+    assert (c["BM"], c["BN"], c["BK"]) == (128, 128, 32)
+    assert c["smem_bytes"] == c["stages"] * c["stage_elems"] * 2 == 65536
+    assert c["threads"] == 256 and c["acc"] * c["threads"] == c["BM"] * c["BN"]
+
+
+@pytest.mark.nvcc
+def test_every_warp_computes_its_part_of_the_tile_product(layout):
+    rng = np.random.default_rng(7)
+    a, bt, smem_a, smem_b = _slot_images(layout, rng)
+    # what the load taps record: the logical tiles read back through the kernel's tap layouts
+    tap_a = smem_a[layout["smem"]]
+    tap_b = smem_b[layout["smem"]].T  # B tap is (k, n) = slot[smem_offset(n, k)]
+    assert (tap_a == a).all() and (tap_b == bt.T).all()
+    tile = _cta_product(layout, smem_a, smem_b, trans_a=False)
+    assert (tile == a @ bt.T).all()  # integers: exact
+
+
+@pytest.mark.nvcc
+def test_transposed_a_tap_shows_what_ldmatrix_trans_feeds_the_mma(layout):
+    rng = np.random.default_rng(8)
+    a, bt, smem_a, smem_b = _slot_images(layout, rng)
+    tap_a = smem_a[layout["smem_t8"]]  # the defect's load_a tap layout
+    blocks = a.reshape(16, 8, 4, 8).transpose(0, 3, 2, 1).reshape(128, 32)  # every 8x8 block transposed
+    assert (tap_a == blocks).all()
+    assert not (tap_a == a).all()
+    tile = _cta_product(layout, smem_a, smem_b, trans_a=True)
+    assert (tile == tap_a @ bt.T).all()  # the mma stage fed from this tap matches exactly
+    assert not (tile == a @ bt.T).all()
