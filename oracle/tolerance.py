@@ -104,8 +104,8 @@ def ulp(y: torch.Tensor, dtype_name: str) -> torch.Tensor:
     fi = torch.finfo(d.torch)
     mant = round(-math.log2(d.unit_roundoff)) - 1
     a = y.abs().to(torch.float64).clamp(min=fi.tiny)
-    e = torch.floor(torch.log2(a))
-    return torch.pow(2.0, e - mant)
+    _, e = torch.frexp(a)  # exact, where log2 on a GPU can land just under an integer at a power of two
+    return torch.pow(2.0, (e - 1 - mant).to(torch.float64))
 
 
 # Step bounds on an exactly known input. Each returns (own_bound, gain) as float64 tensors.

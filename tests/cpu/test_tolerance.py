@@ -90,3 +90,7 @@ def test_ulp_of_formats():
     assert tolerance.ulp(y, "bf16").tolist() == [2**-7, 2**-6, 2.0]
     assert tolerance.ulp(y, "e4m3").tolist() == [2**-3, 2**-2, 32.0]
     assert tolerance.ulp(torch.tensor([0.0]), "fp16").tolist() == [2**-24]
+    powers = torch.tensor([2.0**e for e in range(-6, 15)], dtype=torch.float64)
+    assert tolerance.ulp(powers, "bf16").tolist() == [2.0**(e - 7) for e in range(-6, 15)]
+    assert tolerance.ulp(torch.nextafter(powers, torch.zeros_like(powers)), "bf16").tolist() == \
+        [2.0**(e - 8) for e in range(-6, 15)]
