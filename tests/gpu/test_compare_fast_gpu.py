@@ -1,0 +1,136 @@
+"""compare_fast compiled on the H200: against the torch reference at 8192 x 8192, its extra memory
+(O(tiles), never a full-size temporary), int64 offsets past 2^31 elements, and the dispatch from
+`compare`. Each test seeds its own inputs."""
+
+import math
+
+import pytest
+import torch
+
+from oracle.compare import FAST_MIN_ELEMENTS, Status, compare, compare_reference
+from oracle.compare_fast import NSTAT, S_GENERAL, compare_fast, inline_bound, tile_stats
+
+pytestmark = pytest.mark.gpu
+DEV = "cuda"
+N = 8192
+RTOL, ATOL = 1.6e-2, 1e-5
+EXACT_FIELDS = ("tile", "k_block", "compared", "excluded", "mismatches", "max_abs_err", "nan_received",
+                "nan_expected", "inf_received", "inf_expected", "trivial", "exact", "first_bad")
+
+
+def _close(a, b, rel, abs_=0.0):
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= rel * max(abs(a), abs(b)) + abs_
+
+
+def assert_same(fast, ref, quotient_rel=2e-6):
+    """Identical counts, maxima and first bad elements; sums up to summation order; quotients of
+    tiles the fast pass vouched for up to float32 rounding."""
+    assert fast.status is ref.status, (fast.status, ref.status)
+    assert len(fast.tiles) == len(ref.tiles)
+    for a, b in zip(fast.tiles, ref.tiles):
+        for f in EXACT_FIELDS:
+            assert getattr(a, f) == getattr(b, f) or f == "first_bad", (a.tile, f, getattr(a, f), getattr(b, f))
+        # repr: NaN never equals NaN, but its repr does
+        assert [repr((x.row, x.col, x.received, x.expected, x.bound)) for x in a.first_bad] == \
+            [repr((x.row, x.col, x.received, x.expected, x.bound)) for x in b.first_bad], a.tile
+        for f in ("max_ratio", "max_rel_err"):
+            assert _close(getattr(a, f), getattr(b, f), quotient_rel), (a.tile, f, getattr(a, f), getattr(b, f))
+        for f in ("rel_l2", "amplification"):
+            assert _close(getattr(a, f), getattr(b, f), 1e-5, 1e-12), (a.tile, f, getattr(a, f), getattr(b, f))
+        assert _close(a.cosine, b.cosine, 0.0, 2e-6), (a.tile, a.cosine, b.cosine)
+
+
+def _inputs(seed, n=N, dtype=torch.bfloat16):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    e = torch.randn(n, n, device=DEV, generator=g)
+    r = e * (1 + 4e-3 * (2 * torch.rand(n, n, device=DEV, generator=g) - 1))
+    return r.to(dtype), e.to(dtype)
+
+
+def _general(stats) -> int:
+    return int(stats.rows[..., S_GENERAL].sum())
+
+
+def test_bf16_8192_matches_the_reference_with_a_bad_tile_and_nonfinite_values():
+    r, e = _inputs(1)
+    r[1024:1152, 2048:2176] = 0  # tile (8, 16) zeroed
+    r[5000, 77] = math.nan  # tile (39, 0)
+    e[6000, 6000] = r[6000, 6000] = math.inf  # same-sign inf: a match, counted apart
+    fast = compare_fast(r, e, rtol=RTOL, atol=ATOL, tile_shape=(128, 128))
+    ref = compare_reference(r, e, bound=inline_bound(e, RTOL, ATOL), tile_shape=(128, 128))
+    assert_same(fast, ref)
+    assert {t.tile for t in fast.tiles if not t.passed} == {(8, 16), (39, 0)}
+    assert _general(tile_stats(r, e, rtol=RTOL, atol=ATOL, tile_shape=(128, 128))) == 3
+    slow = compare_fast(r, e, rtol=RTOL, atol=ATOL, tile_shape=(128, 128), fast_pass=False)
+    assert_same(slow, ref, quotient_rel=0.0)  # the compiled float64 pass is the reference
+
+
+def test_bound_tensors_masks_and_float32():
+    r, e = _inputs(2, dtype=torch.float32)
+    bound = inline_bound(e, RTOL, ATOL).double()
+    mask = torch.ones(N, N, dtype=torch.bool, device=DEV)
+    mask[-100:, :] = False
+    r[-50:, :] = 1e6  # stale rows, excluded
+    r[300, 4000] += 1.0
+    fast = compare_fast(r, e, bound=bound, mask=mask, tile_shape=(256, 64))
+    assert_same(fast, compare_reference(r, e, bound=bound, mask=mask, tile_shape=(256, 64)))
+    assert fast.first_bad_tile.first_bad[0].row == 300
+    rb, eb = _inputs(3)
+    assert_same(compare_fast(rb, eb, bound=inline_bound(eb, RTOL, ATOL), tile_shape=(128, 128)),
+                compare_reference(rb, eb, bound=inline_bound(eb, RTOL, ATOL), tile_shape=(128, 128)))
+
+
+def test_exact_mode_bf16_and_fp8():
+    _, e = _inputs(4)
+    r = e.clone()
+    r[7, 9] = -r[7, 9]
+    assert_same(compare_fast(r, e, tile_shape=(128, 128)), compare_reference(r, e, tile_shape=(128, 128)))
+    e8 = e.to(torch.float8_e4m3fn)
+    c = compare_fast(e8.clone(), e8, tile_shape=(128, 128))
+    assert c.status is Status.MATCH and _general(tile_stats(e8.clone(), e8, tile_shape=(128, 128))) == 0
+
+
+def test_extra_memory_is_o_tiles_and_bounded_for_one_big_tile():
+    r, e = _inputs(5)
+    extra = {}
+    for key, (a, b, ts) in {"tiles_8192": (r, e, (128, 128)), "one_8192": (r, e, None),
+                            "one_4096": (r[:4096, :4096], e[:4096, :4096], None)}.items():
+        compare_fast(a, b, rtol=RTOL, atol=ATOL, tile_shape=ts)  # compile outside the measurement
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        c = compare_fast(a, b, rtol=RTOL, atol=ATOL, tile_shape=ts)
+        torch.cuda.synchronize()
+        extra[key] = torch.cuda.max_memory_allocated() - base
+        assert c.status is Status.MATCH
+    tiles = (N // 128) ** 2
+    assert extra["tiles_8192"] <= 2 * tiles * NSTAT * 8 + (1 << 20), extra  # partial rows (and their fold)
+    # one tile: at most MAX_PROGRAMS_PER_TILE rows, whatever the size (8192^2 already has that many)
+    assert extra["one_4096"] <= extra["one_8192"] <= (4 << 20), extra
+    assert extra["tiles_8192"] < r.numel() * r.element_size() // 100, extra
+
+
+def test_int64_offsets_past_2_31_elements():
+    rows, cols = 32768, 65600  # 2.15e9 one-byte elements
+    e = torch.randint(0, 120, (rows, cols), dtype=torch.uint8, device=DEV).view(torch.float8_e4m3fn)
+    r = e.clone()
+    r.view(torch.uint8)[-1, -1] ^= 1
+    c = compare_fast(r, e, tile_shape=(1024, 1024))
+    bad = [t for t in c.tiles if not t.passed]
+    assert len(bad) == 1 and (bad[0].first_bad[0].row, bad[0].first_bad[0].col) == (rows - 1, cols - 1)
+    assert sum(t.compared for t in c.tiles) == rows * cols
+
+
+def test_compare_dispatches_large_cuda_tensors_to_the_fast_path():
+    r, e = _inputs(6, n=2048)
+    assert r.numel() >= FAST_MIN_ELEMENTS
+    bound = inline_bound(e, RTOL, ATOL)
+    assert compare(r, e, bound=bound, tile_shape=(128, 128)) == compare_fast(r, e, bound=bound,
+                                                                              tile_shape=(128, 128))
+    small_r, small_e = r[:64, :64].contiguous(), e[:64, :64].contiguous()
+    assert compare(small_r, small_e, bound=bound[:64, :64]) == compare_reference(small_r, small_e,
+                                                                                  bound=bound[:64, :64])
