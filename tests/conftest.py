@@ -2,8 +2,11 @@
 (marker `gpu`) needs a CUDA device and is skipped with a reason elsewhere."""
 
 import os
+import sys
 
 import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shared test helpers (compare_checks)
 
 try:
     import torch

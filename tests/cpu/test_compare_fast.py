@@ -11,43 +11,9 @@ import pytest
 import torch
 
 from oracle.compare import Status, compare_reference
+from compare_checks import assert_same  # noqa: E402  (tests/ is on sys.path)
 from oracle.compare_fast import (S_GENERAL, FastConfig, check_supported, compare_fast, inline_bound,
                                  tile_stats)
-
-EXACT_FIELDS = ("tile", "k_block", "compared", "excluded", "mismatches", "max_abs_err", "nan_received",
-                "nan_expected", "inf_received", "inf_expected", "trivial", "exact", "first_bad")
-
-
-def _close(a, b, rel, abs_=0.0):
-    if math.isnan(a) or math.isnan(b):
-        return math.isnan(a) and math.isnan(b)
-    if math.isinf(a) or math.isinf(b):
-        return a == b
-    return abs(a - b) <= rel * max(abs(a), abs(b)) + abs_
-
-
-def assert_same(fast, ref, quotient_rel=2e-6):
-    assert fast.status is ref.status, (fast.status, ref.status)
-    assert len(fast.tiles) == len(ref.tiles)
-    for a, b in zip(fast.tiles, ref.tiles):
-        for f in EXACT_FIELDS:
-            va, vb = getattr(a, f), getattr(b, f)
-            if f == "first_bad":
-                assert len(va) == len(vb), (a.tile, va, vb)
-                for x, y in zip(va, vb):
-                    assert (x.row, x.col) == (y.row, y.col), (a.tile, x, y)
-                    for g in ("received", "expected", "bound"):
-                        assert _close(getattr(x, g), getattr(y, g), 0.0), (a.tile, g, x, y)
-            elif isinstance(va, float):
-                assert _close(va, vb, 0.0), (a.tile, f, va, vb)
-            else:
-                assert va == vb, (a.tile, f, va, vb)
-        for f in ("max_ratio", "max_rel_err"):
-            assert _close(getattr(a, f), getattr(b, f), quotient_rel), (a.tile, f, getattr(a, f), getattr(b, f))
-        for f in ("rel_l2", "amplification"):
-            assert _close(getattr(a, f), getattr(b, f), 1e-5, 1e-12), (a.tile, f, getattr(a, f), getattr(b, f))
-        assert _close(a.cosine, b.cosine, 0.0, 2e-6), (a.tile, a.cosine, b.cosine)
-
 
 def check(received, expected, *, rtol=None, atol=None, bound=None, expect_general=None, slow=True, **kw):
     """compare_fast against the reference, and with slow=True its float64 pass alone too; returns
