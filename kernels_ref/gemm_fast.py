@@ -330,8 +330,11 @@ def gemm_fast(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype = torc
                             "(b must be given as [N, K], K-major; pass b_kn.t().contiguous() for a [K, N] b)")
     if a.device != b.device:
         raise GemmFastError(f"b is on {b.device} but a is on {a.device}; all tensors must share a device")
-    if config is None:
-        config = DEFAULTS.get(IN_DTYPES.get(a.dtype, "bf16"))
+    if config is None:  # the dtype's default, or the first candidate whose tiles fit this output type
+        name = IN_DTYPES.get(a.dtype, "bf16")
+        fitting = [c for c in CANDIDATES.get(name, ())
+                   if not check_supported(a.dtype, b.dtype, M, N, K, out_dtype, c, fp8_acc)]
+        config = fitting[0] if fitting else DEFAULTS.get(name)
     if not isinstance(config, GemmConfig):
         raise GemmFastError(f"config must be a GemmConfig, got {type(config).__name__}")
     reasons = check_supported(a.dtype, b.dtype, M, N, K, out_dtype, config, fp8_acc)
