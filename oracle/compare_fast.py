@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
@@ -73,8 +73,8 @@ _B_MIN = 2.0 ** -100  # bounds below this only pass exact zeros on the fast pass
 
 @dataclass(frozen=True)
 class FastConfig:
-    """Launch shape of the statistics kernel. `rows_per_program` rows of one tile per program,
-    `block_m` rows per loop step (all columns of the strip, up to 128 or 256 at a time)."""
+    """Launch shape of the fast pass: `rows_per_program` rows of one tile (and up to 256 of its
+    columns) per program, `block_m` rows per loop step (up to 128 columns a step)."""
     rows_per_program: int = 128
     block_m: int = 16
     num_warps: int = 4
@@ -96,8 +96,9 @@ DEFAULT_CONFIG = FastConfig(128, 16, 4)
 # Candidates the benchmark tries (the fastest is chosen in the run that measures it).
 CANDIDATE_CONFIGS = (
     FastConfig(128, 8, 4), FastConfig(128, 16, 4), FastConfig(64, 16, 4), FastConfig(64, 8, 4),
-    FastConfig(32, 32, 4), FastConfig(64, 32, 8), FastConfig(128, 32, 8), FastConfig(64, 64, 8),
-    FastConfig(128, 16, 4, 3), FastConfig(32, 16, 2), FastConfig(128, 64, 16),
+    FastConfig(128, 32, 4), FastConfig(128, 8, 2), FastConfig(32, 32, 4), FastConfig(64, 32, 8),
+    FastConfig(128, 32, 8), FastConfig(64, 64, 8), FastConfig(128, 16, 4, 3), FastConfig(32, 16, 2),
+    FastConfig(128, 64, 16),
 )
 
 
@@ -265,12 +266,9 @@ def _chain8(x, y, acc):
 
 
 @triton.jit
-def _fdot(x, y, acc, BM: tl.constexpr, BN: tl.constexpr, VEC: tl.constexpr, CHAIN: tl.constexpr):
-    """acc [BM, BN // VEC] + the sum of x * y over each thread's VEC columns, as one chain of fmas
-    (CHAIN; a product per element then a tree of sums otherwise)."""
-    if not CHAIN:
-        out = acc + tl.sum(tl.reshape(x * y, (BM, BN // VEC, VEC)), axis=2)
-    elif VEC == 1:
+def _fdot(x, y, acc, BM: tl.constexpr, BN: tl.constexpr, VEC: tl.constexpr):
+    """acc [BM, BN // VEC] + the sum of x * y over each thread's VEC columns, as one chain of fmas."""
+    if VEC == 1:
         out = tl.fma(tl.reshape(x, (BM, BN)), tl.reshape(y, (BM, BN)), acc)
     elif VEC == 2:
         out = _chain2(tl.reshape(x, (BM, BN // 2, 2)), tl.reshape(y, (BM, BN // 2, 2)), acc)
@@ -279,19 +277,8 @@ def _fdot(x, y, acc, BM: tl.constexpr, BN: tl.constexpr, VEC: tl.constexpr, CHAI
     elif VEC == 8:
         out = _chain8(tl.reshape(x, (BM, BN // 8, 2, 2, 2)), tl.reshape(y, (BM, BN // 8, 2, 2, 2)), acc)
     else:
-        out = acc + _fsum(x * y, BM, BN, VEC)
+        out = acc + tl.sum(tl.reshape(x * y, (BM, BN // VEC, VEC)), axis=2)
     return out
-
-
-@triton.jit
-def _fsum(x, BM: tl.constexpr, BN: tl.constexpr, VEC: tl.constexpr):
-    """Sum within each thread's vector of VEC columns: [BM, BN] -> [BM, BN // VEC]."""
-    return tl.sum(tl.reshape(x, (BM, BN // VEC, VEC)), axis=2)
-
-
-@triton.jit
-def _fmax(x, BM: tl.constexpr, BN: tl.constexpr, VEC: tl.constexpr):
-    return tl.max(tl.reshape(x, (BM, BN // VEC, VEC)), axis=2)
 
 
 @triton.jit
@@ -337,6 +324,7 @@ def _fast_pass(out_ptr, pid, r_ptr, e_ptr, b_ptr, m_ptr, lut_r_ptr, lut_e_ptr, r
     """The float32 pass over the strips k, k + G, ... of tile (ti, tj). Stores its row and returns
     True when the pass vouches for it (see the module docstring); returns False (storing nothing)
     otherwise."""
+    FS: tl.constexpr = (BM, BN // VEC, VEC)  # each thread's VEC columns on the last axis
     ar_m = tl.arange(0, BM)
     ar_n = tl.arange(0, BN)
     z = tl.zeros([BM, BN // VEC], tl.float32)
@@ -384,7 +372,7 @@ def _fast_pass(out_ptr, pid, r_ptr, e_ptr, b_ptr, m_ptr, lut_r_ptr, lut_e_ptr, r
                     br = tl.load(r_ptr + o_r, mask=keep, other=0)
                     be = tl.load(e_ptr + o_e, mask=keep, other=0)
                 if HAS_MASK or not EVEN:
-                    a_keep += _fsum(keep.to(tl.int32), BM, BN, VEC)
+                    a_keep += tl.sum(tl.reshape(keep.to(tl.int32), FS), axis=2)
                 if PAIRS:
                     r = br.to(tl.float32, bitcast=True)
                     e = be.to(tl.float32, bitcast=True)
@@ -393,9 +381,12 @@ def _fast_pass(out_ptr, pid, r_ptr, e_ptr, b_ptr, m_ptr, lut_r_ptr, lut_e_ptr, r
                     e = _decode32(be, lut_e_ptr, E_KIND)
                 ae = tl.abs(e)
                 if B_MODE == 0:
-                    a_x = a_x | _fmax((br != be).to(tl.int32), BM, BN, VEC)
-                    a_e2 = _fdot(e, e, a_e2, BM, BN, VEC, FUSED)
-                    a_se += _fsum(ae, BM, BN, VEC)
+                    a_x = a_x | tl.max(tl.reshape((br != be).to(tl.int32), FS), axis=2)
+                    if FUSED:
+                        a_e2 = _fdot(e, e, a_e2, BM, BN, VEC)
+                    else:
+                        a_e2 += tl.sum(tl.reshape(e * e, FS), axis=2)
+                    a_se += tl.sum(tl.reshape(ae, FS), axis=2)
                 else:
                     d = r - e
                     ad = tl.abs(d)
@@ -412,7 +403,7 @@ def _fast_pass(out_ptr, pid, r_ptr, e_ptr, b_ptr, m_ptr, lut_r_ptr, lut_e_ptr, r
                             b = b64.to(tl.float32)
                         else:
                             b = _decode32(bb, lut_e_ptr, B_KIND)
-                        a_sb += _fsum(b, BM, BN, VEC)
+                        a_sb += tl.sum(tl.reshape(b, FS), axis=2)
                     t = b
                     if CHECK_SUB:
                         if SUB_MODE == 1:
@@ -420,7 +411,7 @@ def _fast_pass(out_ptr, pid, r_ptr, e_ptr, b_ptr, m_ptr, lut_r_ptr, lut_e_ptr, r
                         elif SUB_MODE == 2:
                             bv = d - r
                             lo = (r - (d - bv)) + (-e - bv)
-                            a_x = a_x | _fmax((lo != 0.0).to(tl.int32), BM, BN, VEC)
+                            a_x = a_x | tl.max(tl.reshape((lo != 0.0).to(tl.int32), FS), axis=2)
                         # a nonzero difference needs a bound >= 2^-100 (see the quotients below)
                         t = tl.where(b >= 7.888609052210118e-31, t, 0.0)
                     if B_KIND == 5:
@@ -430,24 +421,30 @@ def _fast_pass(out_ptr, pid, r_ptr, e_ptr, b_ptr, m_ptr, lut_r_ptr, lut_e_ptr, r
                         else:
                             t64 = b64
                         t64 = tl.where(b >= 7.888609052210118e-31, t64, 0.0)
-                        a_x = a_x | _fmax((ad.to(tl.float64) > t64).to(tl.int32), BM, BN, VEC)
+                        a_x = a_x | tl.max(tl.reshape((ad.to(tl.float64) > t64).to(tl.int32), FS), axis=2)
                     elif CHECK_SUB:
-                        a_flag = tl.maximum(a_flag, _fmax(ad - t, BM, BN, VEC))
+                        a_flag = tl.maximum(a_flag, tl.max(tl.reshape(ad - t, FS), axis=2))
                     if B_MODE == 1 and not CHECK_SUB:
                         ratio = _div(ad, b, ON_GPU)
                     else:
                         ratio = tl.where(ad > 0.0, _div(ad, b, ON_GPU), 0.0)
-                    a_abs = tl.maximum(a_abs, _fmax(ad, BM, BN, VEC))
-                    a_ratio = tl.maximum(a_ratio, _fmax(ratio, BM, BN, VEC))
+                    a_abs = tl.maximum(a_abs, tl.max(tl.reshape(ad, FS), axis=2))
+                    a_ratio = tl.maximum(a_ratio, tl.max(tl.reshape(ratio, FS), axis=2))
                     # |e| > TRIVIAL: in float32, |e| >= the float32 number just above 1e-30
                     rel = tl.where(ae >= 1.0000000031710769e-30, _div(ad, ae, ON_GPU), 0.0)
-                    a_rel = tl.maximum(a_rel, _fmax(rel, BM, BN, VEC))
-                    a_d2 = _fdot(d, d, a_d2, BM, BN, VEC, FUSED)
-                    a_e2 = _fdot(e, e, a_e2, BM, BN, VEC, FUSED)
-                    a_r2 = _fdot(r, r, a_r2, BM, BN, VEC, FUSED)
-                    a_dot = _fdot(r, e, a_dot, BM, BN, VEC, FUSED)
-                    a_sr += _fsum(tl.abs(r), BM, BN, VEC)
-                    a_se += _fsum(ae, BM, BN, VEC)
+                    a_rel = tl.maximum(a_rel, tl.max(tl.reshape(rel, FS), axis=2))
+                    if FUSED:
+                        a_d2 = _fdot(d, d, a_d2, BM, BN, VEC)
+                        a_e2 = _fdot(e, e, a_e2, BM, BN, VEC)
+                        a_r2 = _fdot(r, r, a_r2, BM, BN, VEC)
+                        a_dot = _fdot(r, e, a_dot, BM, BN, VEC)
+                    else:
+                        a_d2 += tl.sum(tl.reshape(d * d, FS), axis=2)
+                        a_e2 += tl.sum(tl.reshape(e * e, FS), axis=2)
+                        a_r2 += tl.sum(tl.reshape(r * r, FS), axis=2)
+                        a_dot += tl.sum(tl.reshape(r * e, FS), axis=2)
+                    a_sr += tl.sum(tl.reshape(tl.abs(r), FS), axis=2)
+                    a_se += tl.sum(tl.reshape(ae, FS), axis=2)
     if HAS_MASK or not EVEN:
         n_keep = tl.sum(a_keep)
     else:
@@ -518,13 +515,15 @@ def _general_pass(out_ptr, pid, r_ptr, e_ptr, b_ptr, m_ptr, lut_r_ptr, lut_e_ptr
                   ti, tj, k, G, NS, NSUB_N, H, W, TH, TW, PM, PN,
                   s_rh, s_rw, s_eh, s_ew, s_bh, s_bw, s_mh, s_mw, rtol, atol,
                   R_KIND: tl.constexpr, E_KIND: tl.constexpr, B_KIND: tl.constexpr, B_MODE: tl.constexpr,
-                  HAS_MASK: tl.constexpr, ON_GPU: tl.constexpr, GBM: tl.constexpr, BN: tl.constexpr):
+                  HAS_MASK: tl.constexpr, EVEN: tl.constexpr, ON_GPU: tl.constexpr, GBM: tl.constexpr,
+                  BN: tl.constexpr, GVEC: tl.constexpr):
     """The float64 pass over the strips k, k + G, ... of tile (ti, tj), element by element as the
-    reference computes it."""
+    reference computes it. Each thread folds its GVEC columns into its accumulators every step."""
+    FS: tl.constexpr = (GBM, BN // GVEC, GVEC)  # each thread's GVEC columns on the last axis
     ar_m = tl.arange(0, GBM)
     ar_n = tl.arange(0, BN)
-    z = tl.zeros([GBM, BN], tl.float64)
-    zi = tl.zeros([GBM, BN], tl.int32)
+    z = tl.zeros([GBM, BN // GVEC], tl.float64)
+    zi = tl.zeros([GBM, BN // GVEC], tl.int32)
     c_keep = zi
     c_bad = zi
     c_nan_r = zi
@@ -542,19 +541,31 @@ def _general_pass(out_ptr, pid, r_ptr, e_ptr, b_ptr, m_ptr, lut_r_ptr, lut_e_ptr
     g_dot = z
     g_sr = z
     g_se = z
-    g_first = tl.full([GBM, BN], 4611686018427387904, tl.int64)
+    g_first = tl.full([GBM, BN // GVEC], 4611686018427387904, tl.int64)
     for st in range(k, NS, G):
         row0, col0, row_end, col_end = _strip(st, ti, tj, H, W, TH, TW, PM, PN, NSUB_N)
         for rr in range(0, PM, GBM):
             rows64 = (row0 + rr + ar_m).to(tl.int64)
             for cc in range(0, PN, BN):
                 cols = col0 + cc + ar_n
-                keep = (rows64 < row_end)[:, None] & (cols < col_end)[None, :]
-                if HAS_MASK:
-                    keep = keep & (tl.load(m_ptr + rows64[:, None] * s_mh + cols[None, :] * s_mw,
-                                           mask=keep, other=0) != 0)
-                br = tl.load(r_ptr + rows64[:, None] * s_rh + cols[None, :] * s_rw, mask=keep, other=0)
-                be = tl.load(e_ptr + rows64[:, None] * s_eh + cols[None, :] * s_ew, mask=keep, other=0)
+                o_r = rows64[:, None] * s_rh + cols[None, :] * s_rw
+                o_e = rows64[:, None] * s_eh + cols[None, :] * s_ew
+                o_b = rows64[:, None] * s_bh + cols[None, :] * s_bw
+                if EVEN and not HAS_MASK:
+                    keep = tl.full([GBM, BN], 1, tl.int1)
+                    br = tl.load(r_ptr + o_r)
+                    be = tl.load(e_ptr + o_e)
+                    if B_MODE == 2:
+                        bb = tl.load(b_ptr + o_b)
+                else:
+                    keep = (rows64 < row_end)[:, None] & (cols < col_end)[None, :]
+                    if HAS_MASK:
+                        keep = keep & (tl.load(m_ptr + rows64[:, None] * s_mh + cols[None, :] * s_mw,
+                                               mask=keep, other=0) != 0)
+                    br = tl.load(r_ptr + o_r, mask=keep, other=0)
+                    be = tl.load(e_ptr + o_e, mask=keep, other=0)
+                    if B_MODE == 2:
+                        bb = tl.load(b_ptr + o_b, mask=keep, other=0)
                 r = _decode64(br, lut_r_ptr, R_KIND)
                 e = _decode64(be, lut_e_ptr, E_KIND)
                 rn = r != r
@@ -570,7 +581,6 @@ def _general_pass(out_ptr, pid, r_ptr, e_ptr, b_ptr, m_ptr, lut_r_ptr, lut_e_ptr
                     if B_MODE == 1:
                         b = _bound32(tl.abs(_decode32(be, lut_e_ptr, E_KIND)), rtol, atol, ON_GPU).to(tl.float64)
                     else:
-                        bb = tl.load(b_ptr + rows64[:, None] * s_bh + cols[None, :] * s_bw, mask=keep, other=0)
                         b = _decode64(bb, lut_e_ptr, B_KIND)
                     same = (rn & en) | (ri & ei & (r == e))
                     ok = same | (fin & (err <= b))
@@ -587,25 +597,27 @@ def _general_pass(out_ptr, pid, r_ptr, e_ptr, b_ptr, m_ptr, lut_r_ptr, lut_e_ptr
                 rf = tl.where(fk, r, 0.0)
                 ef = tl.where(fk, e, 0.0)
                 df = rf - ef
-                c_keep += keep.to(tl.int32)
-                c_bad += bad.to(tl.int32)
-                c_nan_r += (rn & keep).to(tl.int32)
-                c_nan_e += (en & keep).to(tl.int32)
-                c_inf_r += (ri & keep).to(tl.int32)
-                c_inf_e += (ei & keep).to(tl.int32)
-                c_info += (big & keep).to(tl.int32)
-                c_rnan += rnan.to(tl.int32)
-                g_abs = tl.maximum(g_abs, tl.where(fk, err, 0.0))
-                g_rel = tl.maximum(g_rel, tl.where(fk & big, err / tl.where(big, ae, 1.0), 0.0))
-                g_ratio = tl.maximum(g_ratio, tl.where(rnan, 0.0, ratio))
-                g_d2 += df * df
-                g_e2 += ef * ef
-                g_r2 += rf * rf
-                g_dot += rf * ef
-                g_sr += tl.abs(rf)
-                g_se += tl.abs(ef)
+                c_keep += tl.sum(tl.reshape(keep.to(tl.int32), FS), axis=2)
+                c_bad += tl.sum(tl.reshape(bad.to(tl.int32), FS), axis=2)
+                c_nan_r += tl.sum(tl.reshape((rn & keep).to(tl.int32), FS), axis=2)
+                c_nan_e += tl.sum(tl.reshape((en & keep).to(tl.int32), FS), axis=2)
+                c_inf_r += tl.sum(tl.reshape((ri & keep).to(tl.int32), FS), axis=2)
+                c_inf_e += tl.sum(tl.reshape((ei & keep).to(tl.int32), FS), axis=2)
+                c_info += tl.sum(tl.reshape((big & keep).to(tl.int32), FS), axis=2)
+                c_rnan += tl.sum(tl.reshape(rnan.to(tl.int32), FS), axis=2)
+                g_abs = tl.maximum(g_abs, tl.max(tl.reshape(tl.where(fk, err, 0.0), FS), axis=2))
+                rel = tl.where(fk & big, err / tl.where(big, ae, 1.0), 0.0)
+                g_rel = tl.maximum(g_rel, tl.max(tl.reshape(rel, FS), axis=2))
+                g_ratio = tl.maximum(g_ratio, tl.max(tl.reshape(tl.where(rnan, 0.0, ratio), FS), axis=2))
+                g_d2 += tl.sum(tl.reshape(df * df, FS), axis=2)
+                g_e2 += tl.sum(tl.reshape(ef * ef, FS), axis=2)
+                g_r2 += tl.sum(tl.reshape(rf * rf, FS), axis=2)
+                g_dot += tl.sum(tl.reshape(rf * ef, FS), axis=2)
+                g_sr += tl.sum(tl.reshape(tl.abs(rf), FS), axis=2)
+                g_se += tl.sum(tl.reshape(tl.abs(ef), FS), axis=2)
                 lin = rows64[:, None] * W + cols[None, :]
-                g_first = tl.minimum(g_first, tl.where(bad, lin, 4611686018427387904))
+                lin = tl.where(bad, lin, 4611686018427387904)
+                g_first = tl.minimum(g_first, tl.min(tl.reshape(lin, FS), axis=2))
     _store_row(out_ptr, pid, tl.sum(c_keep), tl.sum(c_bad), tl.sum(c_nan_r), tl.sum(c_nan_e),
                tl.sum(c_inf_r), tl.sum(c_inf_e), tl.sum(c_info), tl.max(g_abs), tl.max(g_rel),
                tl.max(g_ratio), tl.sum(c_rnan), tl.sum(g_d2), tl.sum(g_e2), tl.sum(g_r2), tl.sum(g_dot),
@@ -663,7 +675,8 @@ def _general_kernel(
     s_rh, s_rw, s_eh, s_ew, s_bh, s_bw, s_mh, s_mw,
     rtol, atol,
     R_KIND: tl.constexpr, E_KIND: tl.constexpr, B_KIND: tl.constexpr, B_MODE: tl.constexpr,
-    HAS_MASK: tl.constexpr, ON_GPU: tl.constexpr, GBM: tl.constexpr, BN: tl.constexpr, CH: tl.constexpr,
+    HAS_MASK: tl.constexpr, EVEN: tl.constexpr, ON_GPU: tl.constexpr, GBM: tl.constexpr, BN: tl.constexpr,
+    GVEC: tl.constexpr, CH: tl.constexpr,
 ):
     """A few persistent programs scan the marks and run the float64 pass for the marked programs
     (a kernel of its own, so that its registers do not weigh on the fast pass)."""
@@ -679,7 +692,7 @@ def _general_kernel(
                     _general_pass(out_ptr, q, r_ptr, e_ptr, b_ptr, m_ptr, lut_r_ptr, lut_e_ptr,
                                   ti, tj, k, G, NS, NSUB_N, H, W, TH, TW, PM, PN,
                                   s_rh, s_rw, s_eh, s_ew, s_bh, s_bw, s_mh, s_mw, rtol, atol,
-                                  R_KIND, E_KIND, B_KIND, B_MODE, HAS_MASK, ON_GPU, GBM, BN)
+                                  R_KIND, E_KIND, B_KIND, B_MODE, HAS_MASK, EVEN, ON_GPU, GBM, BN, GVEC)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -787,6 +800,8 @@ def tile_stats(received: torch.Tensor, expected: torch.Tensor, *, bound: Optiona
     nbytes = received.element_size() + expected.element_size() + (mask is not None)
     nbytes += bound.element_size() if bound is not None else 0
     plan = _plan(h, w, tile_shape, cfg, nbytes)
+    if config is None and _interpreting():  # the interpreter pays per step, not per register
+        plan = replace(plan, bm=_next_pow2(plan.pm), even=plan.even and plan.pm == _next_pow2(plan.pm))
     if h == 0 or w == 0:
         return TileStats(torch.zeros(plan.tiles_h, plan.tiles_w, NSTAT, dtype=torch.float64, device=dev),
                          (h, w), (plan.th, plan.tw), 0)
@@ -838,8 +853,10 @@ def tile_stats(received: torch.Tensor, expected: torch.Tensor, *, bound: Optiona
             rp, ep = received.view(torch.int32), expected.view(torch.int32)
         except RuntimeError:  # not viewable as pairs (odd strides or offsets)
             pairs, rp, ep = False, rv, ev
-    # the float64 pass keeps two elements per thread (its registers); the interpreter takes big steps
-    gbm = max(1, min(_next_pow2(plan.pm), (64 * cfg.num_warps if on_gpu else 4096) // plan.bn))
+    # the float64 pass: one vector of at most 8 elements per thread and step (its registers); the
+    # interpreter takes big steps
+    gvec = max(1, min(4 if K_LUT in (kr.kind, ke.kind) else 8, vec))
+    gbm = max(1, min(_next_pow2(plan.pm), (32 * gvec * cfg.num_warps if on_gpu else 4096) // plan.bn))
     geo = (h, w, plan.th, plan.tw, plan.pm, plan.pn, plan.nsub_n, plan.strips, plan.per_tile, plan.tiles_w)
     strides = (rv.stride(0), rv.stride(1), ev.stride(0), ev.stride(1), s_bh, s_bw, s_mh, s_mw)
     kinds = dict(R_KIND=kr.kind, E_KIND=ke.kind, B_KIND=kb, B_MODE=b_mode, HAS_MASK=mask is not None,
@@ -853,9 +870,10 @@ def tile_stats(received: torch.Tensor, expected: torch.Tensor, *, bound: Optiona
         out[:, S_GENERAL] = -1.0
     # chunks of 16 marks: when every program is marked, the float64 pass still spreads over the GPU
     ch = 16
-    sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 4
-    _general_kernel[(max(1, min(-(-plan.programs // ch), 8 * sms)),)](
-        out, rv, ev, bv, mv, lut_r, lut_e, *geo, plan.programs, *strides, rt, at, GBM=gbm, CH=ch, **kinds)
+    most = 8 * torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 2
+    _general_kernel[(max(1, min(-(-plan.programs // ch), most)),)](
+        out, rv, ev, bv, mv, lut_r, lut_e, *geo, plan.programs, *strides, rt, at, EVEN=plan.even and gbm <= plan.pm
+        and plan.pm % gbm == 0, GBM=gbm, GVEC=gvec, CH=ch, **kinds)
     return TileStats(_fold(out, plan), (h, w), (plan.th, plan.tw), plan.programs)
 
 
@@ -882,33 +900,46 @@ def compare_fast(received: torch.Tensor, expected: torch.Tensor, *, bound: Optio
     exact = bound is None and rtol is None
     h, w = stats.shape
     th, tw = stats.tile_shape
-    rows = stats.rows.cpu().tolist()
+    ints, floats = _tile_fields(stats.rows.cpu())
     base_ti = tile_index if (tile_shape is None and tile_index is not None) else (origin[0] // th, origin[1] // tw)
     out = []
     budget = max_detail_tiles
-    for i, row in enumerate(rows):
+    for i, (irow, frow) in enumerate(zip(ints, floats)):
         in_h = min(th, h - i * th)
-        for j, s in enumerate(row):
-            cmp_ = int(s[S_COMPARED])
+        for j, ((cmp_, nbad, nr, ne, ir, ie, info, first_lin), (mabs, mrel, mratio, rel_l2, cosine, ampl)) in \
+                enumerate(zip(irow, frow)):
             if cmp_ == 0:
                 continue
-            nbad = int(s[S_BAD])
             first = ()
             if nbad and budget > 0:
                 budget -= 1
-                first = _first_bad(received, expected, bound, rtol, atol, mask, exact, int(s[S_FIRST_BAD]),
+                first = _first_bad(received, expected, bound, rtol, atol, mask, exact, first_lin,
                                    (i * th, min(h, i * th + th)), (j * tw, min(w, j * tw + tw)), origin)
-            dsq, esq, rsq, dt, sr, se = (s[S_D2], s[S_E2], s[S_R2], s[S_DOT], s[S_SUM_R], s[S_SUM_E])
             out.append(TileMetrics(
                 tile=(base_ti[0] + i, base_ti[1] + j), k_block=k_block, compared=cmp_,
-                excluded=in_h * min(tw, w - j * tw) - cmp_, mismatches=nbad, max_abs_err=s[S_MAX_ABS],
-                max_rel_err=s[S_MAX_REL], max_ratio=math.nan if s[S_RATIO_NAN] else s[S_MAX_RATIO],
-                rel_l2=math.sqrt(dsq / esq) if esq > 0 else (0.0 if dsq == 0 else math.inf),
-                cosine=dt / math.sqrt(esq * rsq) if esq > 0 and rsq > 0 else (1.0 if esq == rsq else 0.0),
-                amplification=sr / se if se > 0 else (1.0 if sr == 0 else math.inf),
-                nan_received=int(s[S_NAN_R]), nan_expected=int(s[S_NAN_E]), inf_received=int(s[S_INF_R]),
-                inf_expected=int(s[S_INF_E]), trivial=s[S_INFO] == 0, exact=exact, first_bad=first))
+                excluded=in_h * min(tw, w - j * tw) - cmp_, mismatches=nbad, max_abs_err=mabs, max_rel_err=mrel,
+                max_ratio=mratio, rel_l2=rel_l2, cosine=cosine, amplification=ampl, nan_received=nr,
+                nan_expected=ne, inf_received=ir, inf_expected=ie, trivial=info == 0, exact=exact, first_bad=first))
     return combine([Comparison(Status.MATCH, tuple(out))]) if out else Comparison(Status.NOT_RUN)
+
+
+def _tile_fields(rows: torch.Tensor) -> tuple[list, list]:
+    """Folded rows [tiles_h, tiles_w, NSTAT] (CPU, float64) -> per tile the integer fields
+    (compared, mismatches, NaN/Inf counts, informative, first bad index) and the float fields
+    (max_abs_err, max_rel_err, max_ratio, rel_l2, cosine, amplification), the latter by the
+    reference's formulas (IEEE division and square root, like `math`)."""
+    c = rows.unbind(-1)
+    dsq, esq, rsq, dot, sr, se = c[S_D2], c[S_E2], c[S_R2], c[S_DOT], c[S_SUM_R], c[S_SUM_E]
+    inf, nan = torch.tensor(math.inf, dtype=torch.float64), torch.tensor(math.nan, dtype=torch.float64)
+    one, zero = torch.tensor(1.0, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
+    rel_l2 = torch.where(esq > 0, torch.sqrt(dsq / esq), torch.where(dsq == 0, zero, inf))
+    cosine = torch.where((esq > 0) & (rsq > 0), dot / torch.sqrt(esq * rsq), torch.where(esq == rsq, one, zero))
+    ampl = torch.where(se > 0, sr / se, torch.where(sr == 0, one, inf))
+    ratio = torch.where(c[S_RATIO_NAN] > 0, nan, c[S_MAX_RATIO])
+    floats = torch.stack([c[S_MAX_ABS], c[S_MAX_REL], ratio, rel_l2, cosine, ampl], -1).tolist()
+    ints = torch.stack([c[S_COMPARED], c[S_BAD], c[S_NAN_R], c[S_NAN_E], c[S_INF_R], c[S_INF_E], c[S_INFO],
+                        c[S_FIRST_BAD]], -1).to(torch.int64).tolist()
+    return ints, floats
 
 
 def _first_bad(received, expected, bound, rtol, atol, mask, exact, first_lin, row_span, col_span,

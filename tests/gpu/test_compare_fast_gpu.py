@@ -15,6 +15,8 @@ pytestmark = pytest.mark.gpu
 DEV = "cuda"
 N = 8192
 RTOL, ATOL = 1.6e-2, 1e-5
+
+
 def _inputs(seed, n=N, dtype=torch.bfloat16):
     g = torch.Generator(device=DEV).manual_seed(seed)
     e = torch.randn(n, n, device=DEV, generator=g)
