@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from cuda_tools import cuobjdump, sass_by_function  # tests/ is on sys.path
 
 pytestmark = pytest.mark.nvcc
 
@@ -27,18 +27,6 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "harness" / "examples"
 INCLUDE = ROOT / "harness" / "include"
 ARCH = "-gencode=arch=compute_90a,code=sm_90a"
-
-
-def _cuobjdump() -> str | None:
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    try:
-        import triton
-    except Exception:
-        return None
-    path = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    return str(path) if path.exists() else None
 
 
 def _build(src: Path, out: Path, *defines: str) -> Path:
@@ -49,29 +37,8 @@ def _build(src: Path, out: Path, *defines: str) -> Path:
     return out
 
 
-def _sass(cubin: Path) -> dict[str, list[str]]:
-    """Per-function SASS lines, whitespace-normalised, without file names."""
-    tool = _cuobjdump()
-    text = subprocess.run([tool, "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
-    funcs: dict[str, list[str]] = {}
-    current = None
-    for line in text.splitlines():
-        m = re.match(r"\s*Function : (\S+)", line)
-        if m:
-            current = m.group(1)
-            funcs[current] = []
-            continue
-        if current is None or "identifier" in line or str(cubin.parent) in line:
-            continue
-        norm = " ".join(line.split())
-        if norm:
-            funcs[current].append(norm)
-    assert funcs, f"no functions in the SASS of {cubin}"
-    return funcs
-
-
 def _symbols(cubin: Path) -> str:
-    return subprocess.run([_cuobjdump(), "-elf", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return subprocess.run([cuobjdump(), "-elf", str(cubin)], capture_output=True, text=True, check=True).stdout
 
 
 def _symtab_names(cubin: Path) -> list[str]:
@@ -84,7 +51,7 @@ def _symtab_names(cubin: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def cubins(tmp_path_factory) -> dict[str, Path]:
-    if _cuobjdump() is None:
+    if cuobjdump() is None:
         pytest.skip("This test needs cuobjdump (from the CUDA toolkit or the triton package), and neither has it.")
     tmp = tmp_path_factory.mktemp("sass")
     jobs = {
@@ -102,7 +69,7 @@ def cubins(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_header_with_tracing_off_adds_nothing(cubins):
-    none, off = _sass(cubins["none"]), _sass(cubins["off"])
+    none, off = sass_by_function(cubins["none"]), sass_by_function(cubins["off"])
     assert set(none) == {"sass_identity_gemm", "sass_identity_gemm_untraced"}
     assert off == none
     assert _symtab_names(cubins["off"]) == _symtab_names(cubins["none"])  # no variable, no function added
@@ -110,7 +77,7 @@ def test_header_with_tracing_off_adds_nothing(cubins):
 
 
 def test_tracing_on_changes_the_traced_kernel(cubins):
-    none, on = _sass(cubins["none"]), _sass(cubins["on"])
+    none, on = sass_by_function(cubins["none"]), sass_by_function(cubins["on"])
     assert on["sass_identity_gemm"] != none["sass_identity_gemm"]
     assert len(on["sass_identity_gemm"]) > len(none["sass_identity_gemm"])
     # the instantiation with its Trace switch off is untouched even with the machinery on
@@ -119,7 +86,7 @@ def test_tracing_on_changes_the_traced_kernel(cubins):
 
 
 def test_simple_gemm_untraced_entry_points_do_not_change(cubins):
-    off, on = _sass(cubins["gemm_off"]), _sass(cubins["gemm_on"])
+    off, on = sass_by_function(cubins["gemm_off"]), sass_by_function(cubins["gemm_on"])
     plain = {f"simple_gemm_{d}" for d in ("fp32", "fp16", "bf16")}
     assert set(off) == plain
     assert set(on) == plain | {f"{p}_traced" for p in plain}
@@ -130,8 +97,8 @@ def test_simple_gemm_untraced_entry_points_do_not_change(cubins):
 
 def test_faults_build_with_and_without_tracing(cubins):
     names = {"fault_illegal_address", "fault_trap", "fault_hang"}
-    assert set(_sass(cubins["faults_off"])) == names
-    on = _sass(cubins["faults_on"])
+    assert set(sass_by_function(cubins["faults_off"])) == names
+    on = sass_by_function(cubins["faults_on"])
     assert set(on) == names
     assert any("BPT.TRAP" in line for line in on["fault_trap"])
     assert any("NANOSLEEP" in line for line in on["fault_hang"])

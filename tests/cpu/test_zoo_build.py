@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cuda_tools import cuobjdump, sass_by_function  # tests/ is on sys.path
 
 from harness.taps import STAGES
 
@@ -111,25 +112,13 @@ def test_sm80_case_launch_matches_the_kernel():
 
 
 # -- builds ---------------------------------------------------------------------------------------
-def _cuobjdump() -> str | None:
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    try:
-        import triton
-    except Exception:
-        return None
-    path = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    return str(path) if path.exists() else None
-
-
 def _entry_symbols(cubin: Path) -> set[str]:
-    text = subprocess.run([_cuobjdump(), "-symbols", str(cubin)], capture_output=True, text=True, check=True).stdout
+    text = subprocess.run([cuobjdump(), "-symbols", str(cubin)], capture_output=True, text=True, check=True).stdout
     return {line.split()[-1] for line in text.splitlines() if "STO_ENTRY" in line}
 
 
 def _all_symbols(cubin: Path) -> str:
-    return subprocess.run([_cuobjdump(), "-symbols", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return subprocess.run([cuobjdump(), "-symbols", str(cubin)], capture_output=True, text=True, check=True).stdout
 
 
 def _ptxas_usage(log: str) -> dict[str, tuple[int, int, int]]:
@@ -147,27 +136,9 @@ def _ptxas_usage(log: str) -> dict[str, tuple[int, int, int]]:
     return out
 
 
-def _sass(cubin: Path) -> dict[str, list[str]]:
-    text = subprocess.run([_cuobjdump(), "--dump-sass", str(cubin)], capture_output=True, text=True,
-                          check=True).stdout
-    funcs: dict[str, list[str]] = {}
-    current = None
-    for line in text.splitlines():
-        m = re.match(r"\s*Function : (\S+)", line)
-        if m:
-            current = m.group(1)
-            funcs[current] = []
-            continue
-        if current is not None and "identifier" not in line and ".cu" not in line:
-            norm = " ".join(line.split())
-            if norm:
-                funcs[current].append(norm)
-    return funcs
-
-
 @pytest.fixture(scope="module")
 def sm80_builds():
-    if _cuobjdump() is None:
+    if cuobjdump() is None:
         pytest.skip("This test needs cuobjdump (from the CUDA toolkit or the triton package), and neither has it.")
     from harness.build import build_cubin
 
@@ -209,7 +180,7 @@ def test_no_function_spills_or_uses_a_stack(sm80_builds, build):
 
 @pytest.mark.nvcc
 def test_untraced_correct_variants_are_the_same_with_tracing_compiled_in(sm80_builds):
-    on, off = _sass(sm80_builds["traced"].cubin_path), _sass(sm80_builds["plain"].cubin_path)
+    on, off = sass_by_function(sm80_builds["traced"].cubin_path), sass_by_function(sm80_builds["plain"].cubin_path)
     for name in ("zoo_sm80_bf16", "zoo_sm80_fp16"):
         assert on[name] == off[name], name
         assert on[f"{name}_traced"] != off[name], name
