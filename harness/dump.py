@@ -9,11 +9,14 @@ Tensors: the operands and output under `input.<name>` / `output.<name>`, and eve
      "taps": [{"stage", "tile", "k_block", "slot", "cta", "dtype", "shape", "partial"}, ...],
      "descriptors": [{"operand", "dtype", "global_dims", ...}, ...]}
 
+A path ending in `.gz` is written as a gzip stream of the same bytes (the recorded zoo traces are
+mostly zero padding, which compresses well); `load_dump` recognises a gzip stream by its magic.
 `load_dump` checks everything it reads and raises DumpError naming the problem.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import platform
@@ -65,11 +68,32 @@ def save_dump(path: str, dump: Dump) -> None:
     doc = {"format": FORMAT, "version": VERSION, "meta": dict(dump.meta), "taps": tap_meta,
            "descriptors": [asdict(d) for d in dump.descriptors]}
     tmp = f"{path}.tmp.{os.getpid()}"
-    save_file(tensors, tmp, metadata={META_KEY: json.dumps(doc)})
+    if str(path).endswith(".gz"):  # a gzip stream of the same safetensors bytes
+        from safetensors.torch import save
+
+        with gzip.open(tmp, "wb", compresslevel=9) as f:
+            f.write(save(tensors, metadata={META_KEY: json.dumps(doc)}))
+    else:
+        save_file(tensors, tmp, metadata={META_KEY: json.dumps(doc)})
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)  # a plain file, as open() would make it
     os.replace(tmp, path)
+
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _safetensors_metadata(data: bytes) -> dict:
+    """The __metadata__ table of safetensors bytes (8-byte little-endian header length, JSON)."""
+    if len(data) < 8:
+        raise DumpError("the safetensors stream is shorter than its 8-byte header length")
+    n = int.from_bytes(data[:8], "little")
+    if n > len(data) - 8:
+        raise DumpError(f"the safetensors header claims {n} bytes, the stream has {len(data) - 8}")
+    head = json.loads(data[8:8 + n])
+    meta = head.get("__metadata__", {}) if isinstance(head, dict) else {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def load_dump(path: str) -> Dump:
@@ -78,9 +102,19 @@ def load_dump(path: str) -> Dump:
     if not os.path.isfile(path):
         raise DumpError(f"dump {path!r} does not exist or is not a file")
     try:
-        with safe_open(path, framework="pt") as f:
-            meta = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        with open(path, "rb") as raw:
+            gzipped = raw.read(2) == GZIP_MAGIC
+        if gzipped:
+            from safetensors.torch import load
+
+            with gzip.open(path, "rb") as f:
+                data = f.read()
+            tensors = load(data)
+            meta = _safetensors_metadata(data)
+        else:
+            with safe_open(path, framework="pt") as f:
+                meta = f.metadata() or {}
+                tensors = {k: f.get_tensor(k) for k in f.keys()}
     except DumpError:
         raise
     except Exception as e:  # safetensors raises its own error types for bad headers and short files

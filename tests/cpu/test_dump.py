@@ -22,10 +22,13 @@ def _dump():
                 meta={"problem": {"m": 3}, "note": "x"})
 
 
-def test_round_trip_keeps_everything(tmp_path):
+@pytest.mark.parametrize("name", ["run.safetensors", "run.safetensors.gz"])
+def test_round_trip_keeps_everything(tmp_path, name):
     d = _dump()
-    p = str(tmp_path / "run.safetensors")
+    p = str(tmp_path / name)
     save_dump(p, d)
+    if name.endswith(".gz"):
+        assert open(p, "rb").read(2) == b"\x1f\x8b", "a .gz dump is a gzip stream"
     back = load_dump(p)
     assert back.meta == d.meta and back.descriptors == d.descriptors
     for name in ("a", "b"):
@@ -76,6 +79,15 @@ def test_malformed_metadata_is_named(tmp_path, edit, message):
 
 def test_truncated_file(tmp_path):
     p = tmp_path / "cut.safetensors"
+    save_dump(str(p), _dump())
+    raw = p.read_bytes()
+    p.write_bytes(raw[:len(raw) // 2])
+    with pytest.raises(DumpError, match="truncated or corrupt"):
+        load_dump(str(p))
+
+
+def test_truncated_gzip_dump(tmp_path):
+    p = tmp_path / "cut.safetensors.gz"
     save_dump(str(p), _dump())
     raw = p.read_bytes()
     p.write_bytes(raw[:len(raw) // 2])
