@@ -31,7 +31,18 @@ Launch arguments: an operand name (a, b, c, d, bias, scale_a, scale_b) is a devi
 (stored in its declared major; `null` or an operand the problem does not use is a null
 pointer); a size name (m, n, k, lda, ldb, ldc, ldd, tiles_m, tiles_n, k_blocks) is an i32;
 alpha and beta are f32; `{ i32 = 7 }` (or u32, i64, u64, f32, f64) is a literal;
-`{ tensormap = "a" }` is the operand's TMA tensor map passed by value.
+`{ tensormap = "a" }` is the operand's TMA tensor map passed by value, built from the problem
+(dims, leading dimension, tile box, swizzle_a / swizzle_b, oob_fill). The map is the kernel's host
+code, so a case may change what that host code does:
+    { tensormap = "b", rows = "cdiv(n, 16) * 16" }   the operand lives in a buffer padded to that
+        many rows along M (A) or N (B), and the map covers them; the padding rows hold stale data
+        (a deterministic junk pattern), as in a batch padded to the MMA tile
+    stride_bytes = EXPR    the map's leading-dimension stride in bytes (default: the real one)
+    box_inner = EXPR       the box's contiguous extent in elements (default: the k-block, or
+                           the swizzle span when narrower)
+    swizzle = 0|32|64|128  the map's swizzle (default: the problem's)
+    oob_fill = "zero"|"nan"
+The oracle records every map it encodes as the run's descriptor fields (descriptor stage).
 Expressions (grid, literals) may use + - * //, min, max, cdiv and the names above plus
 num_sms (the GPU's multiprocessor count).
 """
@@ -50,6 +61,7 @@ OPERANDS = ("a", "b", "c", "d", "bias", "scale_a", "scale_b")
 SIZE_NAMES = ("m", "n", "k", "lda", "ldb", "ldc", "ldd", "tiles_m", "tiles_n", "k_blocks", "tiles")
 LITERAL_TYPES = ("i32", "u32", "i64", "u64", "f32", "f64")
 DEFAULT_CAPACITY_MB = 64
+TENSORMAP_OPTIONS = ("rows", "stride_bytes", "box_inner", "swizzle", "oob_fill")
 
 
 class CaseError(ValueError):
@@ -72,6 +84,7 @@ class Arg:
     name: str = ""
     ctype: str = ""
     expr: Union[str, int, float, None] = None
+    options: tuple[tuple[str, Any], ...] = ()  # tensormap: host-side choices (see the module doc)
 
 
 @dataclass(frozen=True)
@@ -139,17 +152,8 @@ def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *,
     doc: dict = {}
     base = os.getcwd()
     if path is not None:
-        try:
-            with open(path, "rb") as f:
-                doc = tomllib.load(f)
-        except FileNotFoundError:
-            raise CaseError(f"case file {path!r} does not exist") from None
-        except tomllib.TOMLDecodeError as e:
-            raise CaseError(f"case file {path!r} is not valid TOML: {e}") from None
+        doc = _read_case(path, ())
         base = os.path.dirname(os.path.abspath(path))
-    unknown = sorted(set(doc) - {"problem", "kernel", "launch", "trace"})
-    if unknown:
-        raise CaseError(f"unknown section(s) {', '.join(unknown)}; allowed: problem, kernel, launch, trace")
     prob = dict(doc.get("problem", {}))
     prob.update(dict(problem_overrides))
     if not prob:
@@ -162,6 +166,40 @@ def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *,
     launch = _launch(doc["launch"]) if "launch" in doc else None
     trace = _trace(doc.get("trace", {}))
     return Case(spec, kernel, launch, trace, path)
+
+
+def _read_case(path: str, seen: tuple[str, ...]) -> dict:
+    """The TOML of a case with its `extends` chain merged: a case may name a base case file
+    (relative to itself) and replace keys of its tables; the base's file paths stay its own."""
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except FileNotFoundError:
+        raise CaseError(f"case file {path!r} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise CaseError(f"case file {path!r} is not valid TOML: {e}") from None
+    unknown = sorted(set(doc) - {"problem", "kernel", "launch", "trace", "extends"})
+    if unknown:
+        raise CaseError(f"{path}: unknown section(s) {', '.join(unknown)}; allowed: problem, kernel, launch, trace, "
+                        f"extends")
+    here = os.path.dirname(os.path.abspath(path))
+    for key in ("source", "cubin"):
+        if key in doc.get("kernel", {}):
+            doc["kernel"][key] = os.path.join(here, doc["kernel"][key])
+    parent = doc.pop("extends", None)
+    if parent is None:
+        return doc
+    if not isinstance(parent, str):
+        raise CaseError(f"{path}: extends must be the path of a case file, got {parent!r}")
+    parent_path = os.path.normpath(os.path.join(here, parent))
+    if parent_path in seen or len(seen) > 8:
+        raise CaseError(f"{path}: extends forms a cycle or a chain deeper than 8: {' -> '.join(seen + (parent_path,))}")
+    merged = _read_case(parent_path, seen + (os.path.abspath(path),))
+    for section, table in doc.items():
+        if not isinstance(table, dict):
+            raise CaseError(f"{path}: [{section}] must be a table")
+        merged[section] = {**merged.get(section, {}), **table}
+    return merged
 
 
 def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Optional[str]) -> Optional[KernelSource]:
@@ -223,14 +261,27 @@ def _arg(a, i: int) -> Arg:
             return Arg("null")
         raise CaseError(f"{where} = {a!r} is unknown; operands {', '.join(OPERANDS)}, sizes {', '.join(SIZE_NAMES)},"
                         f" alpha, beta, null, or a table like {{ i32 = 3 }} / {{ tensormap = \"a\" }}")
+    if isinstance(a, dict) and "tensormap" in a:
+        val = a["tensormap"]
+        if val not in ("a", "b"):
+            raise CaseError(f"{where}: tensormap must be \"a\" or \"b\", got {val!r}")
+        opts = {k: v for k, v in a.items() if k != "tensormap"}
+        unknown = sorted(set(opts) - set(TENSORMAP_OPTIONS))
+        if unknown:
+            raise CaseError(f"{where}: unknown tensormap option(s) {', '.join(unknown)}; "
+                            f"known: {', '.join(TENSORMAP_OPTIONS)}")
+        if "swizzle" in opts and opts["swizzle"] not in (0, 32, 64, 128):
+            raise CaseError(f"{where}: swizzle must be 0, 32, 64 or 128, got {opts['swizzle']!r}")
+        if "oob_fill" in opts and opts["oob_fill"] not in ("zero", "nan"):
+            raise CaseError(f"{where}: oob_fill must be \"zero\" or \"nan\", got {opts['oob_fill']!r}")
+        for k in ("rows", "stride_bytes", "box_inner"):
+            if k in opts and not isinstance(opts[k], (str, int)):
+                raise CaseError(f"{where}: {k} must be an integer or an expression, got {opts[k]!r}")
+        return Arg("tensormap", val, options=tuple(sorted(opts.items())))
     if isinstance(a, dict) and len(a) == 1:
         (key, val), = a.items()
         if key in LITERAL_TYPES:
             return Arg("literal", ctype=key, expr=val)
-        if key == "tensormap":
-            if val not in ("a", "b"):
-                raise CaseError(f"{where}: tensormap must be \"a\" or \"b\", got {val!r}")
-            return Arg("tensormap", val)
     raise CaseError(f"{where} = {a!r} is not an argument description")
 
 

@@ -96,17 +96,54 @@ def launch_spec(case: Case, ops: Operands) -> tuple[LaunchSpec, dict[str, torch.
             v = evaluate(a.expr, names, where)
             args.append(ScalarArg(float(v) if a.ctype.startswith("f") else int(v), a.ctype))
         elif a.kind == "tensormap":
-            op = a.name
-            rows, cols = (s.m, s.k) if op == "a" else (s.k, s.n)
-            tm = operand_tensormap(op, getattr(s, f"{op}_major"), rows, cols, getattr(s, f"{op}_dtype"),
-                                   s.tile.bm if op == "a" else s.tile.bn, s.tile.bk, getattr(s, f"swizzle_{op}"),
-                                   s.oob_fill)
-            args.append(TensorMapArg(op, tm))
-            used[op] = storage[op]
+            tm, storage[a.name] = _tensormap(case, a, storage[a.name], names, where)
+            args.append(TensorMapArg(a.name, tm))
+            used[a.name] = storage[a.name]
     grid = tuple(int(evaluate(g, names, "[launch] grid")) for g in lp.grid)
     spec = LaunchSpec(grid=grid, block=lp.block, args=tuple(args), shared_mem_bytes=lp.shared_mem_bytes,
                       cluster=lp.cluster)
     return spec, used
+
+
+def _tensormap(case: Case, a, stored: torch.Tensor, names: dict, where: str):
+    """The operand's tensor map with the case's host-side options, and its storage (padded when
+    the map covers padding rows)."""
+    s = case.spec
+    op, opts = a.name, dict(a.options)
+    major = getattr(s, f"{op}_major")
+    rows, cols = (s.m, s.k) if op == "a" else (s.k, s.n)
+    tm = operand_tensormap(op, major, rows, cols, getattr(s, f"{op}_dtype"), s.tile.bm if op == "a" else s.tile.bn,
+                           s.tile.bk, opts.get("swizzle", getattr(s, f"swizzle_{op}")),
+                           opts.get("oob_fill", s.oob_fill))
+    changes = {}
+    if "rows" in opts:
+        # the padded extent of M (A) or N (B): rows for a row-major A, columns for a col-major B
+        padded = int(evaluate(opts["rows"], names, f"{where} rows"))
+        mn_axis = 1 if (op == "a") == (major == "row") else 0  # the map dimension that runs along M / N
+        real = tm.global_dims[mn_axis]
+        if padded < real:
+            raise CaseError(f"{where}: rows = {padded} is fewer than the operand's {real}")
+        if mn_axis == 0:
+            raise CaseError(f"{where}: rows pads the outer dimension; operand {op} ({major}-major) has M/N "
+                            f"contiguous, which this option does not pad")
+        dims = list(tm.global_dims)
+        dims[1] = padded
+        changes["global_dims"] = tuple(dims)
+        stored = torch.cat([stored, stale_rows(padded - real, stored.shape[1], stored.dtype, seed=padded)])
+    if "stride_bytes" in opts:
+        changes["global_strides"] = (int(evaluate(opts["stride_bytes"], names, f"{where} stride_bytes")),)
+    if "box_inner" in opts:
+        changes["box_dims"] = (int(evaluate(opts["box_inner"], names, f"{where} box_inner")),) + tm.box_dims[1:]
+    if changes:
+        tm = replace(tm, **changes)  # validated again: the driver's rules still hold
+    return tm, stored
+
+
+def stale_rows(rows: int, cols: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """Junk left in padding rows by an earlier use of the buffer: finite, large, deterministic."""
+    g = torch.Generator().manual_seed(0x5EED + seed)
+    junk = torch.randn(rows, cols, generator=g, dtype=torch.float32) * 64
+    return junk.to(dtype) if dtype.is_floating_point else junk.clamp(-127, 127).to(dtype)
 
 
 def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Optional[float] = None,
@@ -117,6 +154,8 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
         raise CaseError("no kernel to run: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
     k = case.kernel
     launch, tensors = launch_spec(case, ops)  # before building: a bad launch table fails fast
+    host_maps = tuple(a.spec.to_descriptor_record(a.tensor_name) for a in launch.args
+                      if isinstance(a, TensorMapArg))
     cached = None
     if k.cubin:
         cubin = load_cubin(k.cubin)
@@ -142,6 +181,7 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
                          f"([trace] capacity_mb)")
         notes.append(f"trace: {len(taps)} taps from {trace.records} records, {trace.used_bytes} bytes "
                      f"({run.sink_source})")
+    descriptors = tuple(descriptors) + host_maps  # the maps the host encoded for this launch
     output = None
     if run.ok:
         output = _from_storage(run.outputs["d"], s.d_major)
