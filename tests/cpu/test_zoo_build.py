@@ -35,7 +35,7 @@ MANIFEST = ROOT / "tests" / "zoo" / "manifest.json"
 SM80_DIR = ROOT / "zoo" / "sm80_gemm"
 SM80_SOURCE = SM80_DIR / "sm80_gemm.cu"
 ENTRY_KEYS = {"name", "kernel", "case", "defect", "expected_stage", "problem", "dump"}
-OPTIONAL_KEYS = {"seed", "note"}
+OPTIONAL_KEYS = {"seed", "note", "trace", "record_problem"}
 
 # Every variant of the sm80 GEMM (the ZOO_SM80_* lists in sm80_gemm.cu): (dtype, defect).
 SM80_VARIANTS = [("bf16", None), ("fp16", None)] + [("bf16", d) for d in (
@@ -75,6 +75,8 @@ def test_manifest_is_well_formed():
             f"{where}: expected_stage {e['expected_stage']!r} is not one of {', '.join(STAGES)}"
         if e["defect"] is None:
             assert e["expected_stage"] is None, f"{where}: a correct variant must MATCH (expected_stage null)"
+        elif (e["expected_stage"] or "").startswith("descriptor_"):  # host-side: the case builds the bad map
+            assert Path(e["case"]).stem == e["defect"], f"{where}: case {e['case']} does not carry {e['defect']!r}"
         else:
             assert f"_{e['defect']}_" in fn, f"{where}: entry point {fn} does not carry the defect {e['defect']!r}"
         if e["expected_stage"] is None and e["defect"] is not None:
@@ -83,12 +85,30 @@ def test_manifest_is_well_formed():
             f"{where}: problem overrides must give at least m, n and k"
         assert isinstance(e.get("seed", 0), int), where
         dump = Path(e["dump"])
-        assert dump.parent == Path("tests/zoo/dumps") and dump.name == f"{e['name']}.safetensors", \
-            f"{where}: dump must be tests/zoo/dumps/{e['name']}.safetensors, got {e['dump']}"
-        case = load_case(str(ROOT / e["case"]), e["problem"], entry=fn)  # the overrides make a valid problem
+        assert dump.parent == Path("tests/zoo/dumps") and dump.name == f"{e['name']}.safetensors.gz", \
+            f"{where}: dump must be tests/zoo/dumps/{e['name']}.safetensors.gz, got {e['dump']}"
+        if "trace" in e:
+            assert set(e["trace"]) <= {"tiles", "k_blocks"} and e["trace"]["tiles"], f"{where}: trace {e['trace']}"
+        for prob in [e["problem"]] + ([e["record_problem"]] if "record_problem" in e else []):
+            load_case(str(ROOT / e["case"]), prob, entry=fn)  # the overrides make a valid problem
+        case = load_case(str(ROOT / e["case"]), e["problem"], entry=fn)
         assert case.kernel is not None and case.launch is not None, where
         assert Path(case.kernel.source).resolve() == (ROOT / src).resolve(), \
             f"{where}: the case builds {case.kernel.source}, the manifest names {src}"
+
+
+def test_manifest_covers_every_hopper_defect():
+    doc = [e for e in _manifest() if e["kernel"].startswith("zoo/hopper_gemm/")]
+    defects = sorted(e["defect"] for e in doc if e["defect"] is not None)
+    kernel = sorted(n.replace("zoo_hopper_", "").split("_", 1)[1] for n in HOPPER_DEFECTIVE)
+    kernel = [k.replace("tensor_e4m3out_", "").replace("tensor_", "").replace("rowcol_", "") for k in kernel]
+    assert defects == sorted(kernel + ["wrong_stride", "narrow_box", "no_swizzle", "nan_fill"])
+    stages = {e["expected_stage"] for e in doc}
+    assert {"descriptor_a", "descriptor_b", "load_a", "mma", "epilogue_scale", "epilogue_bias", "epilogue_activation",
+            "epilogue_cast", "epilogue_store", None} <= stages
+    confound = [e for e in doc if e["defect"] is None and e["problem"]["n"] < 16]
+    assert confound and confound[0]["problem"] == {"m": 1024, "n": 8, "k": 6144}, \
+        "the padding confound (batch 8 < MMA N 16, K = 6144, OUT = 1024, bf16) is missing"
 
 
 def test_manifest_covers_every_sm80_defect_once_and_the_correct_variants():
@@ -184,6 +204,78 @@ def test_untraced_correct_variants_are_the_same_with_tracing_compiled_in(sm80_bu
     for name in ("zoo_sm80_bf16", "zoo_sm80_fp16"):
         assert on[name] == off[name], name
         assert on[f"{name}_traced"] != off[name], name
+
+
+# -- the Hopper GEMM's builds --------------------------------------------------------------------
+HOPPER_SOURCE = ROOT / "zoo" / "hopper_gemm" / "hopper_gemm.cu"
+HOPPER_CORRECT = ["zoo_hopper_bf16", "zoo_hopper_bf16_n16", "zoo_hopper_fp16", "zoo_hopper_e4m3_tensor",
+                  "zoo_hopper_e4m3_rowcol", "zoo_hopper_e4m3_block", "zoo_hopper_e4m3_tensor_e4m3out"]
+HOPPER_DEFECTIVE = ["zoo_hopper_bf16_stale_slot", "zoo_hopper_bf16_transposed_a", "zoo_hopper_bf16_kblock_twice",
+                    "zoo_hopper_bf16_no_reset", "zoo_hopper_fp16_fp16_acc", "zoo_hopper_e4m3_tensor_scale_twice",
+                    "zoo_hopper_e4m3_rowcol_col_scale_row", "zoo_hopper_bf16_bias_row", "zoo_hopper_bf16_gelu_tanh",
+                    "zoo_hopper_e4m3_tensor_e4m3out_cast_no_sat", "zoo_hopper_bf16_swapped_store"]
+
+
+@pytest.fixture(scope="module")
+def hopper_builds():
+    if cuobjdump() is None:
+        pytest.skip("This test needs cuobjdump (from the CUDA toolkit or the triton package), and neither has it.")
+    from harness.build import build_cubin, cutlass_include_dirs
+
+    if not cutlass_include_dirs():
+        pytest.skip("The Hopper GEMM is written with CuTe: install the nvidia-cutlass wheel for its headers.")
+
+    def build(defines):
+        return build_cubin(HOPPER_SOURCE, defines=defines, extra_flags=("--ptxas-options=-v",))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        traced = pool.submit(build, {"ORACLE_TRACE": "1"})
+        plain = pool.submit(build, {})
+        return {"traced": traced.result(), "plain": plain.result()}
+
+
+@pytest.mark.nvcc
+def test_hopper_entry_points_traced_and_plain(hopper_builds):
+    traced = _entry_symbols(hopper_builds["traced"].cubin_path)
+    want = {e["kernel"].partition(":")[2] for e in _manifest() if e["kernel"].startswith("zoo/hopper_gemm/")}
+    assert want <= traced, f"missing entry points: {sorted(want - traced)}"
+    assert traced == {f"{n}_traced" for n in HOPPER_CORRECT + HOPPER_DEFECTIVE} | set(HOPPER_CORRECT)
+    assert _entry_symbols(hopper_builds["plain"].cubin_path) == set(HOPPER_CORRECT + HOPPER_DEFECTIVE)
+    assert "oracle_trace_sink" not in _all_symbols(hopper_builds["plain"].cubin_path)
+
+
+@pytest.mark.nvcc
+def test_hopper_bf16_production_variants_do_not_spill(hopper_builds):
+    # The fp8 variants hold two fragments (the k-block's partial sum beside the accumulator) and do
+    # spill a little; the bf16 ones, timed in the warm-path benchmark, must not.
+    usage = _ptxas_usage(hopper_builds["plain"].log)
+    for name in ("zoo_hopper_bf16", "zoo_hopper_bf16_n16"):
+        assert usage[name] == (0, 0, 0), (name, usage[name])
+
+
+@pytest.mark.nvcc
+def test_hopper_untraced_variants_are_the_same_with_tracing_compiled_in(hopper_builds):
+    on, off = sass_by_function(hopper_builds["traced"].cubin_path), sass_by_function(hopper_builds["plain"].cubin_path)
+    for name in HOPPER_CORRECT:
+        assert on[name] == off[name], name
+        assert on[f"{name}_traced"] != off[name], name
+
+
+def test_hopper_cases_launch_what_the_kernel_needs():
+    text = HOPPER_SOURCE.read_text()
+    for case, smem, tx in (("hopper_gemm.toml", 133120, 32768), ("hopper_gemm_n16.toml", 75776, 18432)):
+        from oracle.case import load_case
+
+        c = load_case(str(ROOT / "zoo" / "hopper_gemm" / case))
+        assert c.launch.block == (256, 1, 1) and c.launch.shared_mem_bytes == smem
+        assert str(smem) in text and str(tx) in text
+        assert c.launch.args[-1].expr == tx  # tx_bytes = (BM + BN) * 128
+        t = c.spec.tile
+        assert (t.bm + t.bn) * 128 == tx and (c.spec.swizzle_a, c.spec.swizzle_b) == (128, 128)
+        # sizeof(SharedStorage): 4 slots of (BM + BN) rows of 128 bytes, then the barriers, rounded up to
+        # the 1 KiB alignment of the struct; plus 1 KiB to align the dynamic shared memory base
+        storage = -(-(4 * (t.bm + t.bn) * 128 + 64) // 1024) * 1024
+        assert smem == storage + 1024
 
 
 # -- the layouts, through a model of the PTX instructions -------------------------------------------

@@ -1,0 +1,81 @@
+"""The bug zoo's manifest, read once, and what each kernel of the zoo taps: shared by the GPU test
+(live runs), the offline test (recorded dumps) and the build checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+from harness.taps import STAGES
+from oracle.case import Case, load_case, with_trace
+from oracle.compare import Status
+from oracle.diagnose import Verdict
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = ROOT / "tests" / "zoo" / "manifest.json"
+EPILOGUE_TAPS = {"epilogue_alpha_beta", "epilogue_bias", "epilogue_activation", "epilogue_cast"}
+
+
+def entries(kernel_dir: Optional[str] = None) -> list[dict]:
+    with open(MANIFEST) as f:
+        doc = json.load(f)
+    return [e for e in doc if kernel_dir is None or e["kernel"].startswith(kernel_dir)]
+
+
+def entry_case(entry: dict, problem: Optional[dict] = None) -> Case:
+    """The entry's live case: its case file, problem overrides, traced entry point and trace selection."""
+    src, _, fn = entry["kernel"].partition(":")
+    case = load_case(str(ROOT / entry["case"]), problem or entry["problem"], source=str(ROOT / src), entry=fn)
+    trace = entry.get("trace")
+    if trace:
+        kbs = trace.get("k_blocks", "all")
+        case = with_trace(case, tiles=tuple(tuple(t) for t in trace["tiles"]),
+                          k_blocks=None if kbs == "all" else tuple(kbs))
+    return case
+
+
+def tapped_stages(entry: dict, case: Case) -> set[str]:
+    """The stages the entry's kernel taps."""
+    stages = {"load_a", "load_b", "mma"} | EPILOGUE_TAPS
+    if entry["kernel"].startswith("zoo/hopper_gemm/"):
+        stages |= {"descriptor_a", "descriptor_b"}
+        if case.spec.scale_a.kind in ("tensor", "row") or case.spec.scale_b.kind in ("tensor", "col"):
+            stages.add("epilogue_scale")
+    return stages
+
+
+def _traced_padding(case: Case) -> bool:
+    """Does a traced tile reach past M or N (so that its taps hold padding)?"""
+    s = case.spec
+    tiles = case.trace.tiles or ((s.tiles_m - 1, s.tiles_n - 1),)
+    return any((tm + 1) * s.tile.bm > s.m or (tn + 1) * s.tile.bn > s.n for tm, tn in tiles)
+
+
+def stage_table(an) -> dict:
+    return {s.name: (s.teacher_forced.status.value, s.chained.status.value) for s in an.stages}
+
+
+def check_judgement(entry: dict, case: Case, an) -> None:
+    """The oracle's judgement of one run must be what the manifest says."""
+    table = stage_table(an)
+    assert not an.cross_check, an.cross_check
+    tapped = tapped_stages(entry, case)
+    recorded = {s.name for s in an.stages if s.teacher_forced.status is not Status.NOT_RUN
+                or s.chained.status is not Status.NOT_RUN}
+    want = entry["expected_stage"]
+    if want is None:
+        assert an.verdict is Verdict.MATCH, (an.diagnosis.reason, an.first, table)
+        forced = {s.name for s in an.stages if s.teacher_forced.status is Status.MATCH}
+        chained = {s.name for s in an.stages if s.chained.status is Status.MATCH}
+        teacher_forced = tapped if "descriptor_a" in tapped else tapped - {"load_a", "load_b"}
+        assert teacher_forced | {"epilogue_store"} <= forced, table
+        assert {"load_a", "load_b", "mma", "epilogue_store"} <= chained, table
+        if _traced_padding(case):
+            assert an.handled_confounds, "rows past M or N were compared: the padding confound was not handled"
+        return
+    assert want in recorded, (want, sorted(recorded), table)
+    assert an.verdict is Verdict.DIVERGED, (an.diagnosis.reason, table)
+    assert an.first.stage == want, (an.first, an.diagnosis.reason, table)
+    upstream = [s for s in an.stages if STAGES.index(s.name) < STAGES.index(want)]
+    assert all(Status.MISMATCH not in (s.teacher_forced.status, s.chained.status) for s in upstream), table
