@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 
 from oracle.diagnose import EXIT_CODES, EXIT_USAGE
 
-DEMO_DUMP = os.path.join(os.path.dirname(__file__), "data", "demo.safetensors")
+from oracle.demo import DEMO_PATH as DEMO_DUMP
 
 
 class UsageError(Exception):

@@ -10,32 +10,33 @@ from oracle.cli import main
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_demo_names_the_injected_defect(tmp_path, capsys):
+def test_demo_names_the_planted_defect(tmp_path, capsys):
     j = tmp_path / "r.json"
     code = main(["compare", "--demo", "--json", str(j)])
     out = capsys.readouterr().out
     assert code == 1
-    assert out.startswith("SYNTHETIC:")
-    assert "First divergence: mma at tile (1, 1), k-block 2" in out
+    assert out.startswith("kernel zoo_hopper_bf16_kblock_twice_traced:")  # a real kernel, not a model
+    assert "First divergence: mma at tile (0, 0), k-block 1" in out and "VERDICT" in out
     doc = json.loads(j.read_text())
-    assert doc["schema"] == "oracle.report/1" and doc["verdict"] == "DIVERGED" and doc["synthetic"] is True
+    assert doc["schema"] == "oracle.report/1" and doc["verdict"] == "DIVERGED" and doc["synthetic"] is False
     fd = doc["first_divergence"]
-    assert (fd["stage"], fd["tile"], fd["k_block"], fd["kind"]) == ("mma", [1, 1], 2, "VERDICT")
+    assert (fd["stage"], fd["tile"], fd["k_block"], fd["kind"]) == ("mma", [0, 0], 1, "VERDICT")
     assert set(fd) >= {"stage", "tile", "k_block", "element", "received", "expected", "kind"}
     names = [s["name"] for s in doc["stages"]]
     assert all(n.split("_")[0] in ("descriptor", "load", "mma", "epilogue") for n in names)
     assert all({"name", "teacher_forced", "chained", "worst_tile"} <= set(s) for s in doc["stages"])
 
 
-def test_shipped_demo_is_what_the_demo_module_makes(tmp_path):
-    from oracle.demo import DEMO_PATH, build_demo_recording
-    from oracle.recording import Recording
+def test_shipped_demo_is_the_zoo_recording():
+    import json as _json
 
-    shipped = Recording.load(DEMO_PATH)
-    made = build_demo_recording()
-    assert shipped.spec == made.spec and len(shipped.taps) == len(made.taps)
-    assert shipped.output.view(-1).view(dtype=__import__("torch").int16).equal(
-        made.output.view(-1).view(dtype=__import__("torch").int16))
+    from oracle.demo import DEMO_PATH, DEMO_ZOO_ENTRY
+
+    with open(os.path.join(ROOT, "tests", "zoo", "manifest.json")) as f:
+        entry = next(e for e in _json.load(f) if e["name"] == DEMO_ZOO_ENTRY)
+    assert entry["expected_stage"] == "mma"
+    with open(DEMO_PATH, "rb") as a, open(os.path.join(ROOT, entry["dump"]), "rb") as b:
+        assert a.read() == b.read(), "oracle/data/demo.safetensors.gz is not the zoo's recording"
 
 
 @pytest.mark.parametrize("argv", [[], ["compare"], ["compare", "--demo", "--dump", "x"], ["nonsense"]])

@@ -9,7 +9,7 @@ a live run selects. Each manifest entry's recording, analysed by the oracle, mus
 entry's expected stage (MATCH where none), with every stage upstream of it clean: the shapes and
 defect sites chosen for the GPU run are shown to be discriminating before it runs. What this
 cannot show, that the CUDA code does what the model does, the GPU tier
-(tests/gpu/test_zoo_sm80.py) does.
+(tests/gpu/test_zoo.py) does.
 """
 
 from __future__ import annotations
