@@ -34,7 +34,7 @@ from typing import Any, Optional, Sequence
 
 from oracle.case import CaseError
 
-CASE_KEYS = ("name", "case", "entry", "set", "inputs", "time", "trace_tiles", "timeout")
+CASE_KEYS = ("name", "case", "entry", "set", "inputs", "time", "trace_tiles", "trace_k_blocks", "timeout")
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,8 @@ class BenchCase:
     inputs: str = "random:0"
     time: bool = True
     timeout: Optional[float] = None
+    trace_tiles: Optional[tuple] = None  # None: the case's [trace] (or its default sample)
+    trace_k_blocks: Optional[tuple] = None
 
 
 def load_cases(path: str) -> list[BenchCase]:
@@ -72,9 +74,16 @@ def load_cases(path: str) -> list[BenchCase]:
         name = entry.get("name") or f"case{i}"
         sets = dict(defaults.get("set", {}))
         sets.update(raw.get("set", {}))
+        tiles, kbs = entry.get("trace_tiles"), entry.get("trace_k_blocks")
+        if tiles is not None and not (isinstance(tiles, list) and all(
+                isinstance(t, list) and len(t) == 2 and all(isinstance(v, int) for v in t) for t in tiles)):
+            raise CaseError(f"case #{i}: trace_tiles must be a list of [tile_m, tile_n] pairs, got {tiles!r}")
+        if kbs is not None and not (isinstance(kbs, list) and all(isinstance(v, int) and v >= 0 for v in kbs)):
+            raise CaseError(f"case #{i}: trace_k_blocks must be a list of k-block indices, got {kbs!r}")
         out.append(BenchCase(name, os.path.join(base, entry["case"]), entry.get("entry"), sets,
                              str(entry.get("inputs", "random:0")), bool(entry.get("time", True)),
-                             entry.get("timeout")))
+                             entry.get("timeout"), tuple(tuple(t) for t in tiles) if tiles else None,
+                             tuple(kbs) if kbs else None))
     if not out:
         raise CaseError(f"cases file {path!r} has no [[case]] entries")
     names = [c.name for c in out]
@@ -102,7 +111,7 @@ def shard(cases: Sequence[BenchCase], i: int, n: int) -> list[BenchCase]:
 
 def run_case(bc: BenchCase) -> dict:
     """Verify, then time, one case. Never raises for what the kernel does: the row says."""
-    from oracle.case import load_case
+    from oracle.case import load_case, with_trace
     from oracle.differential import analyze
     from oracle.inputs import Provenance, make_operands
     from oracle.live import run_live
@@ -112,10 +121,16 @@ def run_case(bc: BenchCase) -> dict:
     t0 = time.perf_counter()
     try:
         case = load_case(bc.case, bc.overrides, entry=bc.entry)
+        if bc.trace_tiles or bc.trace_k_blocks:
+            case = with_trace(case, bc.trace_tiles, bc.trace_k_blocks)
         ladder, _, arg = bc.inputs.partition(":")
         seed = int(arg) if arg else 0
-        ops = make_operands(case.spec, ladder, seed)
-        live = run_live(case, ops, Provenance(ladder, seed if ladder == "random" else None), timeout_s=bc.timeout,
+        import torch
+
+        gen = "cuda" if torch.cuda.is_available() else "cpu"
+        ops = make_operands(case.spec, ladder, seed, generator=gen)
+        live = run_live(case, ops, Provenance(ladder, seed if ladder == "random" else None, generator=gen),
+                        timeout_s=bc.timeout,
                         timing=kernel_timing_request() if bc.time else None)
         an = analyze(live.recording)
     except Exception as e:  # a broken case is a row, not the end of the sweep

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 import traceback
 from typing import Optional, Sequence
 
@@ -39,6 +40,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError("give one of --dump FILE, --demo, or a live kernel (--problem CASE.toml and/or "
                          "--kernel FILE.cu --entry NAME)")
     extra, perf = {}, None
+    t0 = time.perf_counter()
     if args.kernel or args.problem:
         rec, extra, perf = _live_recording(args)
         source = rec.kernel
@@ -47,7 +49,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         source = DEMO_DUMP if args.demo else args.dump
         rec = Recording.load(source)
+    t1 = time.perf_counter()
     an = analyze(rec)
+    phases = dict(extra.pop("phases_s", {}), recording=t1 - t0, analyze=time.perf_counter() - t1)
     if args.save_dump:
         rec.save(args.save_dump)
     if not args.quiet:
@@ -58,7 +62,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.save_dump:
             print(f"saved the recording to {args.save_dump}")
     if args.json:
-        report.write_json(an, args.json, extra={"source": source, **extra})
+        phases["report"] = time.perf_counter() - t1 - phases["analyze"]
+        report.write_json(an, args.json, extra={"source": source, "phases_s": phases, **extra})
     return EXIT_CODES[an.verdict]
 
 
@@ -83,6 +88,7 @@ def _live_recording(args: argparse.Namespace):
         kbs = tuple(int(v) for v in args.trace_k_blocks.split(",")) if args.trace_k_blocks else None
         case = with_trace(case, tiles, kbs)
     ladder, _, arg = (args.inputs or "random").partition(":")
+    inputs_s = 0.0
     if ladder == "dump":
         from oracle.recording import Recording
 
@@ -97,8 +103,11 @@ def _live_recording(args: argparse.Namespace):
             raise UsageError(f"--inputs {args.inputs!r}: the seed must be an integer") from None
         if arg and ladder != "random":
             raise UsageError(f"--inputs {args.inputs!r}: only random takes a seed")
-        ops = make_operands(case.spec, ladder, seed)
-        prov = Provenance(ladder, seed if ladder == "random" else None)
+        t_in = time.perf_counter()
+        gen = _generator()
+        ops = make_operands(case.spec, ladder, seed, generator=gen)
+        inputs_s = time.perf_counter() - t_in
+        prov = Provenance(ladder, seed if ladder == "random" else None, generator=gen)
     if not isinstance(ops, Operands):
         raise CaseError("inputs could not be made")
     timing = None
@@ -109,7 +118,8 @@ def _live_recording(args: argparse.Namespace):
     live = run_live(case, ops, prov, timeout_s=args.timeout, timing=timing)
     extra = {"run": {"status": live.run.status.value, "message": live.run.message,
                      "elapsed_s": live.run.elapsed_s, "kernel_s": live.run.kernel_s,
-                     "build_cached": live.build_cached}}
+                     "build_cached": live.build_cached},
+             "phases_s": dict(live.phases_s or {}, inputs=inputs_s)}
     perf = None
     if args.time and live.run.ok:
         from oracle.perf import Performance, kernel_path, reference_paths
@@ -119,6 +129,13 @@ def _live_recording(args: argparse.Namespace):
         perf = Performance(tuple(([k] if k else []) + refs), tuple(notes))
         extra["performance"] = perf.to_json()
     return live.recording, extra, perf
+
+
+def _generator() -> str:
+    """Live runs draw random inputs on the GPU (fast at any size); see oracle.inputs.make_operands."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

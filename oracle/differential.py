@@ -105,6 +105,7 @@ class _Context:
         self.output = rec.output.to(device) if rec.output is not None else None
         self.taps: dict[tuple, Tap] = {t.key: t for t in rec.taps}
         self.padding_excluded: dict[str, int] = {}
+        self._ref_tiles: dict[tuple[str, int, int], torch.Tensor] = {}
         t = spec.tile
         self.bm, self.bn, self.bk = t.bm, t.bn, t.bk
 
@@ -151,8 +152,21 @@ class _Context:
 
     def ref_tile(self, op: str, tile: tuple[int, int], kb: int) -> torch.Tensor:
         idx = tile[0] if op == "a" else tile[1]
-        return ref_load.load_tile(self.operand(op), op, idx, kb, self.bm if op == "a" else self.bn, self.bk,
-                                  self.spec.oob_fill)
+        key = (op, idx, kb)
+        if key not in self._ref_tiles:
+            self.prefetch_ref_tiles(op, [(tile, kb)])
+        return self._ref_tiles[key]
+
+    def prefetch_ref_tiles(self, op: str, sites) -> None:
+        """Load the reference operand tiles of many (tile, k-block) sites in one launch."""
+        pairs = sorted({((t[0] if op == "a" else t[1]), kb) for t, kb in sites} -
+                       {(i, kb) for o, i, kb in self._ref_tiles if o == op})
+        if not pairs:
+            return
+        tiles = ref_load.load_tiles(self.operand(op), op, pairs, self.bm if op == "a" else self.bn, self.bk,
+                                    self.spec.oob_fill)
+        for (idx, kb), t in zip(pairs, tiles):
+            self._ref_tiles[(op, idx, kb)] = t
 
     def tile_slice(self, vec: Optional[torch.Tensor], start: int, size: int) -> Optional[torch.Tensor]:
         if vec is None:
@@ -255,6 +269,7 @@ def _load_stage(ctx: _Context, op: str) -> StageResult:
     block_mn = ctx.bm if op == "a" else ctx.bn
     tf, ch = [], []
     missing_upstream = 0
+    ctx.prefetch_ref_tiles(op, [(t.tile, t.k_block) for t in ctx.taps_of(stage)])
     for tap in ctx.taps_of(stage):
         received = tap.values.to(ctx.dev)
         mask = ctx.tap_mask(tap)
@@ -307,6 +322,9 @@ def _mma_stage(ctx: _Context, last_kb: int) -> tuple[StageResult, dict]:
         by_tile.setdefault(t.tile, {})[kb_of[id(t)]] = t
     tf, ch = [], []
     untapped_operands = 0
+    for op in ("a", "b"):  # the reference operands that stand in for untapped ones, in one launch each
+        ctx.prefetch_ref_tiles(op, [(t.tile, j) for t in taps for j in range(kb_of[id(t)] + 1)
+                                    if (f"load_{op}", t.tile, j) not in ctx.taps])
     for t in taps:
         kb = kb_of[id(t)]
         i = row_of[t.tile]
@@ -520,10 +538,11 @@ def _cross_check(ctx: _Context, tiles: Sequence[tuple[int, int]]) -> list[str]:
     a_cpu, b_cpu = ctx.a.cpu(), ctx.b.cpu()
     last_kb = spec.k_blocks - 1
     for tile in tiles:
+        a_h, b_h, sa_h, sb_h, local = _host_operands(ctx, tile, a_cpu, b_cpu)
         for op in ("a", "b"):
-            idx = tile[0] if op == "a" else tile[1]
+            idx = local[0] if op == "a" else local[1]
             bmn = ctx.bm if op == "a" else ctx.bn
-            x = a_cpu if op == "a" else b_cpu
+            x = a_h if op == "a" else b_h
             for kb in sorted({0, last_kb}):
                 got = ctx.ref_tile(op, tile, kb).cpu()
                 want = ref_load.load_tile_host(x, op, idx, kb, bmn, ctx.bk, spec.oob_fill)
@@ -533,16 +552,13 @@ def _cross_check(ctx: _Context, tiles: Sequence[tuple[int, int]]) -> list[str]:
         kw = dict(acc=spec.acc_dtype, promotion_interval=spec.promotion_interval, scale_a=ctx.block_a,
                   scale_b=ctx.block_b, block_scale_group=ctx.group)
         traj = ref_mma.mma_trajectory(ctx.a, ctx.b, [tile], ctx.bm, ctx.bn, ctx.bk, oob_fill=spec.oob_fill, **kw)
-        host_kw = dict(kw, scale_a=ctx.block_a.cpu() if ctx.block_a is not None else None,
-                       scale_b=ctx.block_b.cpu() if ctx.block_b is not None else None)
-        host = ref_mma.mma_trajectory_host(a_cpu, b_cpu, [tile], ctx.bm, ctx.bn, ctx.bk, oob_fill=spec.oob_fill,
+        host_kw = dict(kw, scale_a=sa_h, scale_b=sb_h)
+        host = ref_mma.mma_trajectory_host(a_h, b_h, [local], ctx.bm, ctx.bn, ctx.bk, oob_fill=spec.oob_fill,
                                            **host_kw)
-        s = ref_mma.mma_trajectory_host(_abs_operand(a_cpu), _abs_operand(b_cpu), [tile], ctx.bm, ctx.bn, ctx.bk,
+        s = ref_mma.mma_trajectory_host(_abs_operand(a_h), _abs_operand(b_h), [local], ctx.bm, ctx.bn, ctx.bk,
                                         **dict(host_kw, acc="fp32", promotion_interval=None,
-                                               scale_a=host_kw["scale_a"].abs() if ctx.block_a is not None
-                                               else None,
-                                               scale_b=host_kw["scale_b"].abs() if ctx.block_b is not None
-                                               else None))
+                                               scale_a=sa_h.abs() if sa_h is not None else None,
+                                               scale_b=sb_h.abs() if sb_h is not None else None))
         bound = tolerance.mma_bound(spec, torch.zeros_like(s[0, last_kb]), s[0, last_kb], spec.k)
         c = compare(traj[0, last_kb].cpu().double(), host[0, last_kb].double(), bound=bound.double())
         if c.status is Status.MISMATCH:
@@ -563,6 +579,22 @@ def _cross_check(ctx: _Context, tiles: Sequence[tuple[int, int]]) -> list[str]:
                 problems.append(f"epilogue_{step} tile {tile}: Triton != host spec")
             host_x = y.cpu().double()
     return problems
+
+
+def _host_operands(ctx: _Context, tile, a_cpu, b_cpu):
+    """The rows of A and columns of B (and block scales) that one tile reads, for the float64 host
+    specs, with the tile's index in them: the specs then never widen whole operands to float64."""
+    tm, tn = tile
+    sa = ctx.block_a.cpu() if ctx.block_a is not None else None
+    sb = ctx.block_b.cpu() if ctx.block_b is not None else None
+    if sa is not None and (ctx.bm % ctx.group[0] or ctx.bn % ctx.group[1]):
+        return a_cpu, b_cpu, sa, sb, tile  # block scales that straddle tiles: keep everything
+    a = a_cpu[tm * ctx.bm:(tm + 1) * ctx.bm]
+    b = b_cpu[:, tn * ctx.bn:(tn + 1) * ctx.bn]
+    if sa is not None:
+        sa = sa[tm * ctx.bm // ctx.group[0]:(tm + 1) * ctx.bm // ctx.group[0]]
+        sb = sb[tn * ctx.bn // ctx.group[1]:(tn + 1) * ctx.bn // ctx.group[1]]
+    return a, b, sa, sb, (0, 0)
 
 
 def _host_epilogue_step(ctx, step, x, vec: _Vectors) -> torch.Tensor:

@@ -57,6 +57,7 @@ class Provenance:
     ladder: str  # ones | index | ktag | random | dump | captured
     seed: Optional[int] = None
     source: Optional[str] = None  # a file, for dumps
+    generator: str = "cpu"  # random: the device whose generator drew the values ("cpu" or "cuda")
 
     @property
     def controlled(self) -> bool:
@@ -64,7 +65,8 @@ class Provenance:
 
     def describe(self) -> str:
         if self.ladder == "random":
-            return f"random (seed {self.seed})"
+            return f"random (seed {self.seed})" if self.generator == "cpu" else \
+                f"random (seed {self.seed}, drawn on {self.generator})"
         if self.source:
             return f"{self.ladder} ({self.source})"
         return self.ladder
@@ -113,7 +115,7 @@ def check_operands(spec: ProblemSpec, ops: Operands) -> None:
 
 
 def _cast(x: torch.Tensor, name: str) -> torch.Tensor:
-    return x.to(DTYPES[name].torch)
+    return x.to(DTYPES[name].torch).cpu()
 
 
 def _index_grid(name: str) -> tuple[int, int]:
@@ -139,16 +141,24 @@ def decode_index(value: float, name: str) -> Optional[tuple[int, int]]:
     return v // q, v % q
 
 
-def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0) -> Operands:
-    """Controlled inputs for `spec` (CPU tensors)."""
+def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, generator: str = "cpu") -> Operands:
+    """Controlled inputs for `spec` (CPU tensors).
+
+    `generator` names the device whose random generator draws the random ladder: "cpu" (float64
+    draws, the default) or "cuda" (float32 draws on the GPU, then copied back: a 4096^2 problem's
+    inputs in milliseconds instead of a second or more). The same seed gives different values on
+    the two; each is reproducible, and Provenance.generator records which was used."""
     if ladder not in LADDER:
         raise InputError(f"input ladder {ladder!r} is unknown; choose one of {', '.join(LADDER)} or dump:PATH")
+    if generator not in ("cpu", "cuda"):
+        raise InputError(f"generator {generator!r} must be 'cpu' or 'cuda'")
     m, n, k = spec.m, spec.n, spec.k
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=generator).manual_seed(seed)
+    draw = torch.float64 if generator == "cpu" else torch.float32
     shapes = expected_shapes(spec)
 
     def rnd(*shape, scale=1.0):
-        return torch.randn(*shape, generator=g, dtype=torch.float64) * scale
+        return torch.randn(*shape, generator=g, dtype=draw, device=generator) * scale
 
     if ladder == "ones":
         a, b = torch.ones(m, k), torch.ones(k, n)
@@ -160,8 +170,8 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0) -> O
         b = (2.0 ** (kb % KTAG_PERIOD)).to(torch.float64)[:, None].expand(k, n).clone()
     else:
         if spec.a_dtype == "int8":
-            a = torch.randint(-8, 9, (m, k), generator=g).double()
-            b = torch.randint(-8, 9, (k, n), generator=g).double()
+            a = torch.randint(-8, 9, (m, k), generator=g, device=generator).to(draw)
+            b = torch.randint(-8, 9, (k, n), generator=g, device=generator).to(draw)
         else:
             a, b = rnd(m, k), rnd(k, n)
     a, b = _cast(a, spec.a_dtype), _cast(b, spec.b_dtype)
@@ -172,7 +182,7 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0) -> O
             return None
         if ladder == "random":
             if name.startswith("scale"):
-                return (torch.rand(*shape, generator=g, dtype=torch.float64) * 1.5 + 0.5).float()
+                return (torch.rand(*shape, generator=g, dtype=draw, device=generator) * 1.5 + 0.5).float().cpu()
             return rnd(*shape).float()
         if ladder == "index" and name in ("c", "bias"):
             return torch.arange(math.prod(shape), dtype=torch.float32).remainder(64).reshape(shape)
@@ -180,10 +190,10 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0) -> O
 
     c = aux("c")
     if c is not None:
-        c = c.to(DTYPES[spec.c_dtype].torch)
+        c = _cast(c, spec.c_dtype)
     bias = aux("bias")
     if bias is not None:
-        bias = bias.to(DTYPES[spec.bias_dtype].torch)
+        bias = _cast(bias, spec.bias_dtype)
     return Operands(a=a, b=b, c=c, bias=bias, scale_a=aux("scale_a"), scale_b=aux("scale_b"))
 
 

@@ -7,6 +7,7 @@ for good, and a hang must not hang the oracle (harness.runner).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -28,6 +29,7 @@ class LiveRun:
     run: KernelRun
     build_cached: Optional[bool]
     trace_notes: tuple[str, ...]
+    phases_s: dict = None  # wall seconds of build, run (the child, with transfers) and parse
 
 
 def _storage(x: torch.Tensor, major: str) -> torch.Tensor:
@@ -153,6 +155,7 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
     if case.kernel is None:
         raise CaseError("no kernel to run: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
     k = case.kernel
+    t0 = time.perf_counter()
     launch, tensors = launch_spec(case, ops)  # before building: a bad launch table fails fast
     host_maps = tuple(a.spec.to_descriptor_record(a.tensor_name) for a in launch.args
                       if isinstance(a, TensorMapArg))
@@ -168,7 +171,9 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
     init = trace_format.sink_init_bytes(case.trace.capacity_mb << 20, tiles=tiles, k_blocks=case.trace.k_blocks)
     if timing is not None and k.time_entry:
         timing = {**timing, "entry": k.time_entry}
+    t1 = time.perf_counter()
     run = run_kernel(cubin, k.entry, launch, tensors, sink=SinkRequest(init), timeout_s=timeout_s, timing=timing)
+    t2 = time.perf_counter()
     notes = []
     taps, descriptors = (), ()
     if run.sink is not None:
@@ -194,7 +199,8 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
     if provenance.ladder == "ones" and output is not None:
         notes.append(_ones_check(rec))
     rec = replace(rec, notes=tuple(notes))
-    return LiveRun(rec, run, cached, tuple(notes))
+    phases = {"build": t1 - t0, "run": t2 - t1, "parse": time.perf_counter() - t2}
+    return LiveRun(rec, run, cached, tuple(notes), phases)
 
 
 def _environment(run: KernelRun) -> dict:

@@ -77,7 +77,7 @@ class Recording:
     def save(self, path: str) -> None:
         meta = {"problem": self.spec.to_json(),
                 "provenance": {"ladder": self.provenance.ladder, "seed": self.provenance.seed,
-                               "source": self.provenance.source},
+                               "source": self.provenance.source, "generator": self.provenance.generator},
                 "kernel": {"name": self.kernel, "error": self.kernel_error}, "synthetic": self.synthetic,
                 "confounds": list(self.confounds), "notes": list(self.notes), "environment": dict(self.environment or environment())}
         outputs = {"d": self.output} if self.output is not None else {}
@@ -102,7 +102,8 @@ class Recording:
         if "a" not in dump.inputs or "b" not in dump.inputs:
             raise DumpError(f"dump {path!r}: operands A and B are required (input.a, input.b)")
         rec = cls(spec=spec, operands=Operands(**dump.inputs), output=dump.outputs.get("d"),
-                  provenance=Provenance(prov["ladder"], prov.get("seed"), prov.get("source") or path),
+                  provenance=Provenance(prov["ladder"], prov.get("seed"), prov.get("source") or path,
+                                        prov.get("generator", "cpu")),
                   taps=dump.taps, descriptors=dump.descriptors, kernel=kernel.get("name", "unknown"),
                   kernel_error=kernel.get("error"), synthetic=bool(meta.get("synthetic", False)),
                   confounds=tuple(meta.get("confounds") or ()), notes=tuple(meta.get("notes") or ()),
