@@ -40,3 +40,27 @@ def test_a_broken_case_is_a_row_and_exit_2(tmp_path, capsys):
     assert main(["bench", "--cases", str(p), "--workers", "1", "--jsonl", str(tmp_path / "r.jsonl")]) == 2
     line = (tmp_path / "r.jsonl").read_text().splitlines()[0]
     assert '"verdict": "ERROR"' in line and "environment" in line
+
+
+def test_zoo_case_list_loads_with_its_trace_selection():
+    cases = {c.name: c for c in load_cases("benchmarks/cases_zoo.toml")}
+    assert len(cases) == 6
+    big = cases["hopper-bf16-4096"]
+    assert big.overrides == {"m": 4096, "n": 4096, "k": 4096} and big.trace_k_blocks == (0, 1, 32, 63)
+    assert cases["hopper-bf16-ragged-1000x1000x2048"].trace_k_blocks == (0, 1, 16, 31)  # from [defaults]
+    assert cases["hopper-e4m3-block-2048"].entry == "zoo_hopper_e4m3_block_traced"
+    from oracle.case import load_case
+
+    for c in cases.values():  # every case makes a valid problem for its kernel
+        spec = load_case(c.case, c.overrides, entry=c.entry).spec
+        assert max(c.trace_k_blocks) < spec.k_blocks, c.name
+
+
+def test_bad_trace_selections_are_named(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text("[[case]]\ncase = 'a.toml'\ntrace_tiles = [1, 2]\n")
+    with pytest.raises(CaseError, match="trace_tiles must be a list"):
+        load_cases(str(p))
+    p.write_text("[[case]]\ncase = 'a.toml'\ntrace_k_blocks = [-1]\n")
+    with pytest.raises(CaseError, match="trace_k_blocks must be a list"):
+        load_cases(str(p))
