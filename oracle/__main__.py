@@ -1,5 +1,5 @@
 import sys
 
-from oracle.cli import main
+from oracle.server import entry
 
-sys.exit(main())
+sys.exit(entry())

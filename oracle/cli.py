@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 import traceback
 from typing import Optional, Sequence
@@ -138,6 +139,17 @@ def _generator() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Keep one warm oracle answering commands on a Unix socket (see oracle.server).
+
+    Start it once, then set ORACLE_SERVER to the socket: `python -m oracle compare ...` (and
+    bench, simulate, knobs) run in the server without paying for `import torch` and Triton's
+    kernel loading again, and print here. Without a server the commands run in their own process."""
+    from oracle.server import serve
+
+    return serve(args.socket)
+
+
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Write a synthetic dump made by a Python model of a kernel, optionally with one defect.
 
@@ -247,6 +259,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("knobs", help="list the ORACLE_* environment knobs", description=cmd_knobs.__doc__)
     k.set_defaults(func=cmd_knobs)
+
+    v = sub.add_parser("serve", help="keep a warm oracle answering commands on a Unix socket",
+                       description=cmd_serve.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    v.add_argument("--socket", default=os.path.join(tempfile.gettempdir(), f"oracle-{os.getuid()}.sock"),
+                   help="the socket path (default: %(default)s); point ORACLE_SERVER at it")
+    v.set_defaults(func=cmd_serve)
     return p
 
 

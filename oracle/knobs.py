@@ -34,4 +34,8 @@ ZOO_RECORD_DIR = register(Knob("ORACLE_ZOO_RECORD_DIR", lambda s: s, lambda: Non
                                "Where the GPU zoo tests save each live recording under its manifest name "
                                "(unset: not saved)."))
 
+SERVER = register(Knob("ORACLE_SERVER", lambda s: s, lambda: None,
+                       "The Unix socket of a warm `python -m oracle serve`: commands run there "
+                       "(unset: in the calling process)."))
+
 ALL = tuple(KNOBS.values())
