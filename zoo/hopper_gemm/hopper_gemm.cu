@@ -89,6 +89,7 @@
 #include <cutlass/numeric_types.h>
 
 #include "oracle_trace/trace.cuh"
+#include "../common/activation.cuh"
 
 namespace zoo_hopper {
 using namespace cute;
@@ -162,25 +163,6 @@ struct SharedStorage {
   alignas(8) uint64_t full[Cfg::kStages];
   alignas(8) uint64_t empty[Cfg::kStages];
 };
-
-__device__ __forceinline__ float gelu_tanh(float v) {
-  return 0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-}
-
-template <int Defect>
-__device__ __forceinline__ float activate(float v, int activation) {
-  switch (activation) {
-    case 1:
-      return fmaxf(v, 0.f);
-    case 2:
-      if constexpr (Defect == kGeluTanh) return gelu_tanh(v);  // the defect: gelu declared with erf
-      return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
-    case 3:
-      return gelu_tanh(v);
-    default:
-      return v;
-  }
-}
 
 template <class TOut, int Defect>
 __device__ __forceinline__ TOut to_out(float v) {
@@ -402,7 +384,7 @@ __device__ __forceinline__ void gemm(const CUtensorMap* tma_a, const CUtensorMap
     tap_step(Stage::EpilogueBias);
 
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) v[i] = activate<D>(v[i], p.activation);
+    for (int i = 0; i < kAcc; ++i) v[i] = zoo::activate<D == kGeluTanh>(v[i], p.activation);
     tap_step(Stage::EpilogueActivation);
 
     TOut out[kAcc];

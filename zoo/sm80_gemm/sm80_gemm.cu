@@ -91,6 +91,7 @@
 #include <type_traits>
 
 #include "oracle_trace/trace.cuh"
+#include "../common/activation.cuh"
 #include "sm80_layout.cuh"
 
 namespace zoo_sm80 {
@@ -195,25 +196,6 @@ __device__ __forceinline__ void mma_f16acc(float* c, const uint32_t (&a)[4], uin
   c[1] = flo.y;
   c[2] = fhi.x;
   c[3] = fhi.y;
-}
-
-__device__ __forceinline__ float gelu_tanh(float v) {
-  return 0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)));
-}
-
-template <int Defect>
-__device__ __forceinline__ float activate(float v, int activation) {
-  switch (activation) {
-    case 1:
-      return fmaxf(v, 0.f);
-    case 2:
-      if constexpr (Defect == kGeluTanh) return gelu_tanh(v);  // the defect: gelu declared with erf
-      return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
-    case 3:
-      return gelu_tanh(v);
-    default:
-      return v;
-  }
 }
 
 // Tap layouts: value (r, c) of the logical tile is slot[layout(r, c)].
@@ -403,7 +385,7 @@ __device__ __forceinline__ void gemm(const T* __restrict__ A, const T* __restric
     tap_step(Stage::EpilogueBias);
 
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) v[i] = activate<Defect>(v[i], activation);
+    for (int i = 0; i < kAcc; ++i) v[i] = zoo::activate<Defect == kGeluTanh>(v[i], activation);
     tap_step(Stage::EpilogueActivation);
 
     T out[kAcc];
