@@ -6,6 +6,10 @@
 - (nvcc) every manifest entry point is in the cubin built with -DORACLE_TRACE, every variant is in
   the build without it, no function of either spills registers or uses a stack (ptxas -v), and the
   correct variants' untraced SASS does not change when ORACLE_TRACE is on;
+- (nvcc) the Hopper GEMM's shared-memory slot layouts (zoo/hopper_gemm/hopper_layout.cuh),
+  printed by a host program through the same CuTe tensors the kernel and its load taps use: they
+  are exactly where a 128-byte-swizzled TMA box puts each element, and the transposed_a view is a
+  permutation of the same slot;
 - (nvcc) the sm80 GEMM's index maps (zoo/sm80_gemm/sm80_layout.cuh), printed by a host program
   compiled from the same header, fed through a model of cp.async, ldmatrix and
   mma.sync.m16n8k16 written from the PTX ISA's fragment tables: every fragment map is a bijection
@@ -276,6 +280,89 @@ def test_hopper_cases_launch_what_the_kernel_needs():
         # the 1 KiB alignment of the struct; plus 1 KiB to align the dynamic shared memory base
         storage = -(-(4 * (t.bm + t.bn) * 128 + 64) // 1024) * 1024
         assert smem == storage + 1024
+
+
+HOPPER_PROBE = r'''
+#include <cstdio>
+#include <cstdlib>
+#include "hopper_layout.cuh"
+using namespace zoo_hopper;
+
+// every element offset of a (rows, cols, 4) slot ring, row-major per slot
+template <class T, class L>
+static void dump(const char* name, int rows, int cols, bool first) {
+  T* base = static_cast<T*>(std::aligned_alloc(1024, sizeof(T) * rows * cols * 4));
+  auto t = cute::make_tensor(cute::make_smem_ptr(base), L{});
+  std::printf("%s\"%s\": [", first ? "" : ",\n", name);
+  for (int s = 0; s < 4; ++s)
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) std::printf("%s%d", s + r + c ? "," : "", element_offset(t, base, r, c, s));
+  std::printf("]");
+  std::free(base);
+}
+
+int main() {
+  using B16 = SmemLayouts<cutlass::bfloat16_t, 128, 16, 64, 4, false>;
+  using B16T = SmemLayouts<cutlass::bfloat16_t, 128, 16, 64, 4, true>;
+  using F8 = SmemLayouts<cutlass::float_e4m3_t, 128, 16, 128, 4, false>;
+  std::printf("{");
+  dump<cutlass::bfloat16_t, B16::A>("bf16_a", 128, 64, true);
+  dump<cutlass::bfloat16_t, B16::B>("bf16_b", 16, 64, false);
+  dump<cutlass::bfloat16_t, B16T::AMma>("bf16_a_mn", 128, 64, false);
+  dump<cutlass::float_e4m3_t, F8::A>("e4m3_a", 128, 128, false);
+  std::printf("}\n");
+  return 0;
+}
+'''
+
+
+@pytest.fixture(scope="module")
+def hopper_offsets(tmp_path_factory) -> dict:
+    if shutil.which("nvcc") is None:
+        pytest.skip("This test needs nvcc on PATH to compile CUDA, and it is not installed here.")
+    from harness.build import cutlass_include_dirs
+
+    if not cutlass_include_dirs():
+        pytest.skip("The Hopper layouts are CuTe layouts: install the nvidia-cutlass wheel for its headers.")
+    tmp = tmp_path_factory.mktemp("hopper_probe")
+    src, exe = tmp / "probe.cu", tmp / "probe"
+    src.write_text(HOPPER_PROBE)
+    cmd = ["nvcc", "-std=c++17", "--expt-relaxed-constexpr", f"-I{HOPPER_SOURCE.parent}"] + \
+        [f"-I{d}" for d in cutlass_include_dirs()] + ["-o", str(exe), str(src)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, f"nvcc failed ({' '.join(cmd)}):\n{proc.stdout}{proc.stderr}"
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    return {k: np.array(v) for k, v in json.loads(out).items()}
+
+
+def _tma_offsets(rows: int, cols: int, itemsize: int) -> np.ndarray:
+    """Where a 128B-swizzled TMA box of (cols, rows) puts element (slot, row, col), in elements."""
+    from harness.tensormap import swizzle_offset
+
+    out = []
+    for s in range(4):
+        for r in range(rows):
+            for c in range(cols):
+                out.append(swizzle_offset(s * rows * 128 + r * 128 + c * itemsize, 128) // itemsize)
+    return np.array(out)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name, rows, cols, itemsize", [("bf16_a", 128, 64, 2), ("bf16_b", 16, 64, 2),
+                                                        ("e4m3_a", 128, 128, 1)])
+def test_hopper_slot_layouts_are_what_the_tma_writes(hopper_offsets, name, rows, cols, itemsize):
+    # the layout the MMAs read and the load taps read through, against the TMA's swizzle formula
+    assert np.array_equal(hopper_offsets[name], _tma_offsets(rows, cols, itemsize))
+
+
+@pytest.mark.nvcc
+def test_hopper_transposed_a_view_reads_the_same_bytes_elsewhere(hopper_offsets):
+    mn, k = hopper_offsets["bf16_a_mn"], hopper_offsets["bf16_a"]
+    assert np.array_equal(np.sort(mn), np.sort(k))  # a permutation of the slot ring
+    moved = mn != k
+    assert moved.mean() > 0.9, "the MN-major view must read almost every element from another place"
+    per_slot = 128 * 64
+    assert np.array_equal(mn[:per_slot] // per_slot, np.zeros(per_slot)), "it stays inside its slot"
 
 
 # -- the layouts, through a model of the PTX instructions -------------------------------------------

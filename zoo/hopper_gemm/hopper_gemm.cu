@@ -90,6 +90,7 @@
 
 #include "oracle_trace/trace.cuh"
 #include "../common/activation.cuh"
+#include "hopper_layout.cuh"
 
 namespace zoo_hopper {
 using namespace cute;
@@ -143,16 +144,10 @@ struct Config {
   static constexpr GMMA::Major kMajorA = Defect_ == kTransposedA ? GMMA::Major::MN : GMMA::Major::K;
   using MmaOp = decltype(GMMA::ss_op_selector<T, T, AccT, TileShape, kMajorA, GMMA::Major::K>());
   using TiledMma = decltype(make_tiled_mma(MmaOp{}));
-  // What the TMA writes: K-major, 128-byte swizzle, one 128-byte row per m (n).
-  using SmemLayoutA = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{},
-                                             Shape<Int<kBM>, Int<kBK>, Int<kStages>>{}));
-  using SmemLayoutB = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{},
-                                             Shape<Int<kBN>, Int<kBK>, Int<kStages>>{}));
-  // How the MMAs read A: the same, or (transposed_a) an MN-major view of the same bytes.
-  using SmemLayoutAMma = conditional_t<
-      Defect_ == kTransposedA,
-      decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<T>{}, Shape<Int<kBM>, Int<kBK>, Int<kStages>>{})),
-      SmemLayoutA>;
+  using Layouts = SmemLayouts<T, kBM, kBN, kBK, kStages, Defect_ == kTransposedA>;  // hopper_layout.cuh
+  using SmemLayoutA = typename Layouts::A;
+  using SmemLayoutB = typename Layouts::B;
+  using SmemLayoutAMma = typename Layouts::AMma;
   static constexpr int kStageA = kBM * kBK, kStageB = kBN * kBK;
 };
 
@@ -282,13 +277,10 @@ __device__ __forceinline__ void gemm(const CUtensorMap* tma_a, const CUtensorMap
         const Site read{tm, tn, kb, rs};
         const TT* a = reinterpret_cast<const TT*>(s.a);
         const TT* b = reinterpret_cast<const TT*>(s.b);
-        // element offsets through the swizzled tensors (a swizzled layout alone does not apply its swizzle)
-        Tr::tap_smem_tile(Stage::LoadA, read, a, BM, BK,
-                          [&](int r, int c) { return static_cast<int>(raw_pointer_cast(&sA(r, c, rs)) - s.a); }, ct,
-                          128);
-        Tr::tap_smem_tile(Stage::LoadB, read, b, BK, BN,
-                          [&](int r, int c) { return static_cast<int>(raw_pointer_cast(&sB(c, r, rs)) - s.b); }, ct,
-                          128);
+        Tr::tap_smem_tile(Stage::LoadA, read, a, BM, BK, [&](int r, int c) { return element_offset(sA, s.a, r, c, rs); },
+                          ct, 128);
+        Tr::tap_smem_tile(Stage::LoadB, read, b, BK, BN, [&](int r, int c) { return element_offset(sB, s.b, c, r, rs); },
+                          ct, 128);
       }
 
       if constexpr (Cfg::kFp8) {
