@@ -8,7 +8,7 @@
 //   descriptor   two TMA tensor maps built by the host (the case's [launch] table): A [M, K] and
 //                B [N, K], both K-major, box (BK, BM) / (BK, BN), 128-byte swizzle, zero OOB fill.
 //                One box per operand and k-block; BK * sizeof(T) = 128 bytes.
-//   load         a 4-slot shared-memory ring (CuTe GMMA::Layout_K_SW128_Atom tiles). Warpgroup 0,
+//   load         a 4-slot shared-memory ring (GMMA::Layout_K_SW128_Atom tiles, hopper_layout.cuh). Warpgroup 0,
 //                one thread, is the producer: it waits for a slot to be empty, arms the slot's
 //                full barrier with `tx_bytes` and issues the two TMA loads. Warpgroup 1 (128
 //                threads) consumes: it waits on the full barrier, runs the MMAs and frees the slot.
@@ -34,7 +34,7 @@
 //             unsigned tx_bytes)
 //   zoo_hopper_bf16        bf16 x bf16 -> bf16, BN 128
 //   zoo_hopper_bf16_n16    the same with BN 16 (a batch on the MMA's N side)
-//   zoo_hopper_fp16        fp16 x fp16 -> bf16 (with fp16_acc only)
+//   zoo_hopper_fp16        fp16 x fp16 -> bf16 (the correct twin of the fp16_acc defect)
 //   zoo_hopper_e4m3_tensor e4m3 x e4m3 -> bf16, per-tensor scales scale_a[0], scale_b[0]
 //   zoo_hopper_e4m3_rowcol e4m3 x e4m3 -> bf16, scale_a[M] per row, scale_b[N] per column
 //   zoo_hopper_e4m3_block  e4m3 x e4m3 -> bf16, block scales scale_a [M, kbs] (1 x 128) and
