@@ -8,8 +8,8 @@
 //   descriptor   two TMA tensor maps built by the host (the case's [launch] table): A [M, K] and
 //                B [N, K], both K-major, box (BK, BM) / (BK, BN), 128-byte swizzle, zero OOB fill.
 //                One box per operand and k-block; BK * sizeof(T) = 128 bytes.
-//   load         a 4-slot shared-memory ring (GMMA::Layout_K_SW128_Atom tiles, hopper_layout.cuh). Warpgroup 0,
-//                one thread, is the producer: it waits for a slot to be empty, arms the slot's
+//   load         a 4-slot shared-memory ring (GMMA::Layout_K_SW128_Atom tiles, hopper_layout.cuh).
+//                Warpgroup 0, one thread, is the producer: it waits for a slot to be empty, arms the slot's
 //                full barrier with `tx_bytes` and issues the two TMA loads. Warpgroup 1 (128
 //                threads) consumes: it waits on the full barrier, runs the MMAs and frees the slot.
 //   mma          WGMMA (SS, fp32 accumulators in registers), one CuTe TiledMMA atom 64 x BN x k
