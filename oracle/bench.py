@@ -28,11 +28,10 @@ import os
 import subprocess
 import sys
 import time
-import tomllib
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from oracle.case import CaseError
+from oracle.case import CaseError, read_toml, trace_plan
 
 CASE_KEYS = ("name", "case", "entry", "set", "inputs", "time", "trace_tiles", "trace_k_blocks", "timeout")
 
@@ -51,13 +50,7 @@ class BenchCase:
 
 
 def load_cases(path: str) -> list[BenchCase]:
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except FileNotFoundError:
-        raise CaseError(f"cases file {path!r} does not exist") from None
-    except tomllib.TOMLDecodeError as e:
-        raise CaseError(f"cases file {path!r} is not valid TOML: {e}") from None
+    doc = read_toml(path, "cases file")
     unknown = sorted(set(doc) - {"defaults", "case"})
     if unknown:
         raise CaseError(f"cases file {path!r}: unknown table(s) {', '.join(unknown)}; allowed: defaults, case")
@@ -74,16 +67,11 @@ def load_cases(path: str) -> list[BenchCase]:
         name = entry.get("name") or f"case{i}"
         sets = dict(defaults.get("set", {}))
         sets.update(raw.get("set", {}))
-        tiles, kbs = entry.get("trace_tiles"), entry.get("trace_k_blocks")
-        if tiles is not None and not (isinstance(tiles, list) and all(
-                isinstance(t, list) and len(t) == 2 and all(isinstance(v, int) for v in t) for t in tiles)):
-            raise CaseError(f"case #{i}: trace_tiles must be a list of [tile_m, tile_n] pairs, got {tiles!r}")
-        if kbs is not None and not (isinstance(kbs, list) and all(isinstance(v, int) and v >= 0 for v in kbs)):
-            raise CaseError(f"case #{i}: trace_k_blocks must be a list of k-block indices, got {kbs!r}")
+        sel = {key: entry[f"trace_{key}"] for key in ("tiles", "k_blocks") if f"trace_{key}" in entry}
+        plan = trace_plan(sel, where=f"case #{i}: trace")
         out.append(BenchCase(name, os.path.join(base, entry["case"]), entry.get("entry"), sets,
                              str(entry.get("inputs", "random:0")), bool(entry.get("time", True)),
-                             entry.get("timeout"), tuple(tuple(t) for t in tiles) if tiles else None,
-                             tuple(kbs) if kbs else None))
+                             entry.get("timeout"), plan.tiles, plan.k_blocks))
     if not out:
         raise CaseError(f"cases file {path!r} has no [[case]] entries")
     names = [c.name for c in out]

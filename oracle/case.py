@@ -164,20 +164,25 @@ def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *,
         raise CaseError(f"problem: {e}") from None
     kernel = _kernel(doc.get("kernel"), base, source, entry)
     launch = _launch(doc["launch"]) if "launch" in doc else None
-    trace = _trace(doc.get("trace", {}))
+    trace = trace_plan(doc.get("trace", {}))
     return Case(spec, kernel, launch, trace, path)
+
+
+def read_toml(path: str, what: str) -> dict:
+    """A TOML file as a dict; a missing or malformed file is a CaseError naming `what` and the path."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise CaseError(f"{what} {path!r} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise CaseError(f"{what} {path!r} is not valid TOML: {e}") from None
 
 
 def _read_case(path: str, seen: tuple[str, ...]) -> dict:
     """The TOML of a case with its `extends` chain merged: a case may name a base case file
     (relative to itself) and replace keys of its tables; the base's file paths stay its own."""
-    try:
-        with open(path, "rb") as f:
-            doc = tomllib.load(f)
-    except FileNotFoundError:
-        raise CaseError(f"case file {path!r} does not exist") from None
-    except tomllib.TOMLDecodeError as e:
-        raise CaseError(f"case file {path!r} is not valid TOML: {e}") from None
+    doc = read_toml(path, "case file")
     unknown = sorted(set(doc) - {"problem", "kernel", "launch", "trace", "extends"})
     if unknown:
         raise CaseError(f"{path}: unknown section(s) {', '.join(unknown)}; allowed: problem, kernel, launch, trace, "
@@ -285,26 +290,32 @@ def _arg(a, i: int) -> Arg:
     raise CaseError(f"{where} = {a!r} is not an argument description")
 
 
-def _trace(sec: dict) -> TracePlan:
+def trace_plan(sec: Mapping[str, Any], where: str = "[trace]") -> TracePlan:
+    """A trace selection (tiles, k_blocks, capacity_mb), checked; `where` names it in errors."""
     unknown = sorted(set(sec) - {"tiles", "k_blocks", "capacity_mb"})
     if unknown:
-        raise CaseError(f"[trace]: unknown key(s) {', '.join(unknown)}")
+        raise CaseError(f"{where}: unknown key(s) {', '.join(unknown)}")
     tiles = sec.get("tiles")
     if tiles is not None:
-        if not isinstance(tiles, list) or not all(isinstance(t, list) and len(t) == 2 for t in tiles):
-            raise CaseError(f"[trace] tiles must be a list of [tile_m, tile_n] pairs, got {tiles!r}")
-        tiles = tuple((int(t[0]), int(t[1])) for t in tiles)
+        if not isinstance(tiles, list) or not all(
+                isinstance(t, list) and len(t) == 2 and all(_index(v) for v in t) for t in tiles):
+            raise CaseError(f"{where} tiles must be a list of [tile_m, tile_n] pairs, got {tiles!r}")
+        tiles = tuple((t[0], t[1]) for t in tiles)
     kbs = sec.get("k_blocks", "all")
     if kbs == "all":
         kbs = None
-    elif isinstance(kbs, list) and all(isinstance(x, int) and x >= 0 for x in kbs):
+    elif isinstance(kbs, list) and all(_index(x) for x in kbs):
         kbs = tuple(kbs)
     else:
-        raise CaseError(f"[trace] k_blocks must be \"all\" or a list of k-block indices, got {kbs!r}")
+        raise CaseError(f"{where} k_blocks must be \"all\" or a list of k-block indices, got {kbs!r}")
     cap = sec.get("capacity_mb", DEFAULT_CAPACITY_MB)
     if not isinstance(cap, int) or not 1 <= cap <= 4096:
-        raise CaseError(f"[trace] capacity_mb must be an integer 1..4096, got {cap!r}")
+        raise CaseError(f"{where} capacity_mb must be an integer 1..4096, got {cap!r}")
     return TracePlan(tiles, kbs, cap)
+
+
+def _index(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def with_trace(case: Case, tiles=None, k_blocks=None) -> Case:

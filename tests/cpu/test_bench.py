@@ -59,8 +59,8 @@ def test_zoo_case_list_loads_with_its_trace_selection():
 def test_bad_trace_selections_are_named(tmp_path):
     p = tmp_path / "c.toml"
     p.write_text("[[case]]\ncase = 'a.toml'\ntrace_tiles = [1, 2]\n")
-    with pytest.raises(CaseError, match="trace_tiles must be a list"):
+    with pytest.raises(CaseError, match="case #0: trace tiles must be a list"):
         load_cases(str(p))
     p.write_text("[[case]]\ncase = 'a.toml'\ntrace_k_blocks = [-1]\n")
-    with pytest.raises(CaseError, match="trace_k_blocks must be a list"):
+    with pytest.raises(CaseError, match="case #0: trace k_blocks must be"):
         load_cases(str(p))

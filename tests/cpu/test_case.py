@@ -108,3 +108,15 @@ def test_a_wrong_box_is_named_field_by_field():
     desc_a = next(s for s in an.stages if s.name == "descriptor_a")
     assert any("box_dims: kernel (32, 128), expected (64, 128)" in n for n in desc_a.teacher_forced.notes)
     assert an.first.stage == "descriptor_a"
+
+
+@pytest.mark.parametrize("table, message", [
+    ('tiles = [[0, "1"]]', r"\[trace\] tiles must be a list of \[tile_m, tile_n\] pairs"),
+    ('tiles = [[0, -1]]', r"\[trace\] tiles must be a list"),
+    ('k_blocks = [true]', r"\[trace\] k_blocks must be"),
+    ('capacity_mb = 0', r"\[trace\] capacity_mb must be an integer"),
+])
+def test_bad_trace_selections_are_named(tmp_path, table, message):
+    (tmp_path / "x.toml").write_text(f'extends = "{HOPPER / "hopper_gemm.toml"}"\n[trace]\n{table}\n')
+    with pytest.raises(CaseError, match=message):
+        load_case(str(tmp_path / "x.toml"))
