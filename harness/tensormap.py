@@ -307,6 +307,12 @@ def operand_tensormap(operand: str, major: str, rows: int, cols: int, dtype: str
                          swizzle=swizzle, oob_fill=oob_fill, l2_promotion=l2_promotion)
 
 
+def mn_dim(operand: str, major: str) -> int:
+    """The dimension of `operand_tensormap`'s map that runs along M (A) or N (B): 1 when K is
+    contiguous (A row-major, B col-major), else 0."""
+    return 1 if (operand == "a") == (major == "row") else 0
+
+
 def inner_boxes(spec: TensorMapSpec, tile_inner_extent: int) -> int:
     """How many boxes side by side load a tile whose contiguous extent is `tile_inner_extent`."""
     if tile_inner_extent % spec.box_dims[0] != 0:

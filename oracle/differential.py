@@ -225,15 +225,14 @@ def _descriptor_fields(ctx: _Context, op: str) -> list[Comparison]:
     recs = [d for d in ctx.rec.descriptors if d.operand == op]
     if not recs:
         return []
-    from harness.tensormap import operand_tensormap
+    from harness.tensormap import mn_dim, operand_tensormap
 
     spec = ctx.spec
     rows, cols = (spec.m, spec.k) if op == "a" else (spec.k, spec.n)
     want = operand_tensormap(op, getattr(spec, f"{op}_major"), rows, cols, getattr(spec, f"{op}_dtype"),
                              ctx.bm if op == "a" else ctx.bn, ctx.bk, getattr(spec, f"swizzle_{op}"),
                              spec.oob_fill).to_descriptor_record(op)
-    # the map dimension that runs along M (A) or N (B): the outer one of a K-major operand
-    mn_axis = 1 if (op == "a") == (getattr(spec, f"{op}_major") == "row") else 0
+    mn_axis = mn_dim(op, getattr(spec, f"{op}_major"))
     out = []
     for got in recs:
         diffs, notes = [], []
@@ -322,8 +321,10 @@ def _mma_stage(ctx: _Context, last_kb: int) -> tuple[StageResult, dict]:
         by_tile.setdefault(t.tile, {})[kb_of[id(t)]] = t
     tf, ch = [], []
     untapped_operands = 0
+    # teacher-forced: each tap's span starts after the nearest earlier accumulator tap of its tile
+    j0_of = {id(t): max((j for j in by_tile[t.tile] if j < kb_of[id(t)]), default=-1) for t in taps}
     for op in ("a", "b"):  # the reference operands that stand in for untapped ones, in one launch each
-        ctx.prefetch_ref_tiles(op, [(t.tile, j) for t in taps for j in range(kb_of[id(t)] + 1)
+        ctx.prefetch_ref_tiles(op, [(t.tile, j) for t in taps for j in range(j0_of[id(t)] + 1, kb_of[id(t)] + 1)
                                     if (f"load_{op}", t.tile, j) not in ctx.taps])
     for t in taps:
         kb = kb_of[id(t)]
@@ -335,9 +336,7 @@ def _mma_stage(ctx: _Context, last_kb: int) -> tuple[StageResult, dict]:
         bound = tolerance.mma_bound(spec, torch.zeros_like(s_traj[i, kb]), s_traj[i, kb], n_k)
         ch.append(compare(received, traj[i, kb].float(), bound=bound, mask=mask, origin=origin, tile_index=t.tile,
                           k_block=kb))
-        # teacher-forced: from the nearest earlier accumulator tap of this tile (or zero at the start)
-        earlier = [j for j in by_tile[t.tile] if j < kb]
-        j0 = max(earlier) if earlier else -1
+        j0 = j0_of[id(t)]  # -1: from zero at the start
         acc = by_tile[t.tile][j0].values.to(ctx.dev) if j0 >= 0 else None
         start_abs = acc.float().abs() if acc is not None else torch.zeros(ctx.bm, ctx.bn, device=ctx.dev)
         if acc is None:

@@ -17,7 +17,7 @@ from harness import trace_format
 from harness.build import build_cubin, load_cubin
 from harness.launch import LaunchSpec, ScalarArg, TensorArg, TensorMapArg
 from harness.runner import KernelRun, SinkRequest, run_kernel
-from harness.tensormap import operand_tensormap
+from harness.tensormap import mn_dim, operand_tensormap
 from kernels_ref.dtypes import DTYPES
 from oracle.case import Case, CaseError, evaluate
 from oracle.inputs import Operands, Provenance, analytic_ones_value
@@ -121,7 +121,7 @@ def _tensormap(case: Case, a, stored: torch.Tensor, names: dict, where: str):
     if "rows" in opts:
         # the padded extent of M (A) or N (B): rows for a row-major A, columns for a col-major B
         padded = int(evaluate(opts["rows"], names, f"{where} rows"))
-        mn_axis = 1 if (op == "a") == (major == "row") else 0  # the map dimension that runs along M / N
+        mn_axis = mn_dim(op, major)
         real = tm.global_dims[mn_axis]
         if padded < real:
             raise CaseError(f"{where}: rows = {padded} is fewer than the operand's {real}")

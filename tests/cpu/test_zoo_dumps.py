@@ -25,3 +25,22 @@ def test_recorded_zoo_trace_is_judged_as_the_manifest_says(entry):
     assert rec.spec == case.spec, "the dump was recorded for another problem than the manifest's"
     assert tapped_stages(entry, case) <= {t.stage for t in rec.taps}
     check_judgement(entry, case, analyze(rec))
+
+
+@pytest.mark.parametrize("name, dropped, stage", [("sm80_bf16_correct", (1, 2), None),
+                                                  ("sm80_bf16_kblock_twice", (0,), "mma")])
+def test_a_trace_with_k_blocks_left_out_is_judged_the_same(name, dropped, stage):
+    # a sparse k-block selection: the mma stage is teacher-forced across the gaps from the nearest
+    # earlier accumulator tap, the reference operand tiles standing in for the untapped ones
+    from dataclasses import replace
+
+    rec = Recording.load(str(ROOT / "tests" / "zoo" / "dumps" / f"{name}.safetensors.gz"))
+    kept = tuple(t for t in rec.taps if t.k_block not in dropped)
+    assert len(kept) < len(rec.taps)
+    an = analyze(replace(rec, taps=kept))
+    mma = next(s for s in an.stages if s.name == "mma")
+    assert any("were not tapped" in n for n in mma.teacher_forced.notes), mma.teacher_forced.notes
+    if stage is None:
+        assert an.verdict.value == "MATCH", an.diagnosis.reason
+    else:
+        assert an.first.stage == stage and an.first.k_block == 1, an.first
