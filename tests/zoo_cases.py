@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from harness.taps import STAGES
-from oracle.case import Case, load_case, with_trace
+from oracle.case import Case, load_case, trace_plan, with_trace
 from oracle.compare import Status
 from oracle.diagnose import Verdict
 
@@ -27,18 +27,16 @@ def entry_case(entry: dict, problem: Optional[dict] = None) -> Case:
     """The entry's live case: its case file, problem overrides, traced entry point and trace selection."""
     src, _, fn = entry["kernel"].partition(":")
     case = load_case(str(ROOT / entry["case"]), problem or entry["problem"], source=str(ROOT / src), entry=fn)
-    trace = entry.get("trace")
-    if trace:
-        kbs = trace.get("k_blocks", "all")
-        case = with_trace(case, tiles=tuple(tuple(t) for t in trace["tiles"]),
-                          k_blocks=None if kbs == "all" else tuple(kbs))
+    if "trace" in entry:
+        plan = trace_plan(entry["trace"], where=f"manifest entry {entry['name']!r} trace")
+        case = with_trace(case, plan.tiles, plan.k_blocks)
     return case
 
 
-def tapped_stages(entry: dict, case: Case) -> set[str]:
-    """The stages the entry's kernel taps."""
+def tapped_stages(case: Case) -> set[str]:
+    """The stages the case's zoo kernel taps."""
     stages = {"load_a", "load_b", "mma"} | EPILOGUE_TAPS
-    if entry["kernel"].startswith("zoo/hopper_gemm/"):
+    if Path(case.kernel.source).resolve().parent == ROOT / "zoo" / "hopper_gemm":
         stages |= {"descriptor_a", "descriptor_b"}
         if case.spec.scale_a.kind in ("tensor", "row") or case.spec.scale_b.kind in ("tensor", "col"):
             stages.add("epilogue_scale")
@@ -56,14 +54,14 @@ def stage_table(an) -> dict:
     return {s.name: (s.teacher_forced.status.value, s.chained.status.value) for s in an.stages}
 
 
-def check_judgement(entry: dict, case: Case, an) -> None:
-    """The oracle's judgement of one run must be what the manifest says."""
+def check_judgement(want: Optional[str], case: Case, an) -> None:
+    """The oracle's judgement of one run must be `want`: the first divergent stage, or None for a
+    MATCH with every tapped stage compared (teacher-forced and chained)."""
     table = stage_table(an)
     assert not an.cross_check, an.cross_check
-    tapped = tapped_stages(entry, case)
+    tapped = tapped_stages(case)
     recorded = {s.name for s in an.stages if s.teacher_forced.status is not Status.NOT_RUN
                 or s.chained.status is not Status.NOT_RUN}
-    want = entry["expected_stage"]
     if want is None:
         assert an.verdict is Verdict.MATCH, (an.diagnosis.reason, an.first, table)
         forced = {s.name for s in an.stages if s.teacher_forced.status is Status.MATCH}

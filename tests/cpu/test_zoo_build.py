@@ -160,19 +160,24 @@ def _ptxas_usage(log: str) -> dict[str, tuple[int, int, int]]:
     return out
 
 
-@pytest.fixture(scope="module")
-def sm80_builds():
+def _traced_and_plain(source: Path) -> dict:
+    """`source` built with and without -DORACLE_TRACE (ptxas -v in the logs), side by side."""
     if cuobjdump() is None:
         pytest.skip("This test needs cuobjdump (from the CUDA toolkit or the triton package), and neither has it.")
     from harness.build import build_cubin
 
     def build(defines):
-        return build_cubin(SM80_SOURCE, defines=defines, extra_flags=("--ptxas-options=-v",))
+        return build_cubin(source, defines=defines, extra_flags=("--ptxas-options=-v",))
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         traced = pool.submit(build, {"ORACLE_TRACE": "1"})
         plain = pool.submit(build, {})
         return {"traced": traced.result(), "plain": plain.result()}
+
+
+@pytest.fixture(scope="module")
+def sm80_builds():
+    return _traced_and_plain(SM80_SOURCE)
 
 
 @pytest.mark.nvcc
@@ -222,20 +227,11 @@ HOPPER_DEFECTIVE = ["zoo_hopper_bf16_stale_slot", "zoo_hopper_bf16_transposed_a"
 
 @pytest.fixture(scope="module")
 def hopper_builds():
-    if cuobjdump() is None:
-        pytest.skip("This test needs cuobjdump (from the CUDA toolkit or the triton package), and neither has it.")
-    from harness.build import build_cubin, cutlass_include_dirs
+    from harness.build import cutlass_include_dirs
 
     if not cutlass_include_dirs():
         pytest.skip("The Hopper GEMM is written with CuTe: install the nvidia-cutlass wheel for its headers.")
-
-    def build(defines):
-        return build_cubin(HOPPER_SOURCE, defines=defines, extra_flags=("--ptxas-options=-v",))
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        traced = pool.submit(build, {"ORACLE_TRACE": "1"})
-        plain = pool.submit(build, {})
-        return {"traced": traced.result(), "plain": plain.result()}
+    return _traced_and_plain(HOPPER_SOURCE)
 
 
 @pytest.mark.nvcc
