@@ -138,7 +138,6 @@ struct Config {
   static constexpr int kScale = Scale;
   static constexpr bool kFp8 = sizeof(T) == 1;
   static constexpr int kBM = 128, kBN = BN, kBK = 128 / static_cast<int>(sizeof(T)), kStages = 4;
-  static constexpr int kThreads = 256;
   using TileShape = Shape<Int<kBM>, Int<kBN>, Int<kBK>>;
   using AccT = conditional_t<Defect_ == kFp16Acc, half_t, float>;
   static constexpr GMMA::Major kMajorA = Defect_ == kTransposedA ? GMMA::Major::MN : GMMA::Major::K;
@@ -463,16 +462,12 @@ using Fp16 = Config<half_t, bf16, 128, kNoScale, kCorrect>;
   X(zoo_hopper_e4m3_tensor_e4m3out_cast_no_sat##SUFFIX, E4m3TensorE4m3CastNoSat, TRACE) \
   X(zoo_hopper_bf16_swapped_store##SUFFIX, Bf16SwappedStore, TRACE)
 
-#if defined(ZOO_HOPPER_ONLY)  // development: one variant, traced
-ZOO_HOPPER_ENTRY(zoo_hopper_only_traced, ZOO_HOPPER_ONLY, true)
-#else
 ZOO_HOPPER_CORRECT(ZOO_HOPPER_ENTRY, , false)
 #if defined(ORACLE_TRACE)
 ZOO_HOPPER_CORRECT(ZOO_HOPPER_ENTRY, _traced, true)
 ZOO_HOPPER_DEFECTIVE(ZOO_HOPPER_ENTRY, _traced, true)
 #else
 ZOO_HOPPER_DEFECTIVE(ZOO_HOPPER_ENTRY, , false)
-#endif
 #endif
 
 #undef ZOO_HOPPER_CORRECT
