@@ -24,6 +24,7 @@ from kernels_ref import descriptor as ref_descriptor
 from kernels_ref import epilogue as ref_epilogue
 from kernels_ref import load as ref_load
 from kernels_ref import mma as ref_mma
+from kernels_ref.dtypes import DTYPES
 from oracle import knobs, tolerance
 from oracle.compare import NOT_RUN, Comparison, Status, combine, compare
 from oracle.diagnose import Diagnosis, Kind, StageOutcome, Verdict, evidence_kind, first_divergence
@@ -438,12 +439,36 @@ def _run_epilogue(ctx: _Context, x: torch.Tensor, bound: torch.Tensor, first_ste
         x = y
 
 
-def _epilogue_stages(ctx: _Context, acc_full, s_full, mma_finals: dict) -> list[StageResult]:
+def _reference_chain(ctx: _Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The reference pipeline over the whole output: each epilogue step's values and bound."""
     spec = ctx.spec
-    chain: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    kw = dict(acc=spec.acc_dtype, promotion_interval=spec.promotion_interval, scale_a=ctx.block_a,
+              scale_b=ctx.block_b, block_scale_group=ctx.group)
+    acc_full = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **kw).float()
+    s_full = ref_mma.mma_accumulate(_abs_operand(ctx.a), _abs_operand(ctx.b), ctx.bm, ctx.bn, ctx.bk,
+                                    **dict(kw, acc="fp32", promotion_interval=None,
+                                           scale_a=ctx.block_a.abs() if ctx.block_a is not None else None,
+                                           scale_b=ctx.block_b.abs() if ctx.block_b is not None else None)).double()
     bound0 = tolerance.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k).double()
-    for step, y, b in _run_epilogue(ctx, acc_full, bound0, 0, _Vectors(ctx, None)):
-        chain[step] = (y, b)
+    return {step: (y, b) for step, y, b in _run_epilogue(ctx, acc_full, bound0, 0, _Vectors(ctx, None))}
+
+
+def expected_output(spec, operands, device: Optional[torch.device] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference D of the whole problem and its per-element bound: what epilogue_store's chained
+    comparison holds the output to. D is in the output dtype where the bound is zero everywhere
+    (bit-exact), else float32; the bound is float64 (0 = bit-exact)."""
+    from oracle.inputs import Provenance
+
+    rec = Recording(spec=spec, operands=operands, output=None, provenance=Provenance("captured"),
+                    kernel_error="none: a reference-only recording")
+    rec.validate()
+    ctx = _Context(rec, device or reference_device())
+    y, b = _reference_chain(ctx)["cast"]
+    exact = bool((b == 0).all())
+    return (y.to(DTYPES[spec.out_dtype].torch) if exact else y.float()), b
+
+
+def _epilogue_stages(ctx: _Context, chain, mma_finals: dict) -> list[StageResult]:
     results = []
     # Upstream sources of a tile, in pipeline order: the final accumulator, then each sub-step.
     for si, step in enumerate(EPILOGUE_STEPS):
@@ -640,14 +665,7 @@ def analyze(rec: Recording, device: Optional[torch.device] = None) -> Analysis:
         stages.append(_load_stage(ctx, op))
     mma_result, finals = _mma_stage(ctx, spec.k_blocks - 1)
     stages.append(mma_result)
-    kw = dict(acc=spec.acc_dtype, promotion_interval=spec.promotion_interval, scale_a=ctx.block_a,
-              scale_b=ctx.block_b, block_scale_group=ctx.group)
-    acc_full = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **kw)
-    s_full = ref_mma.mma_accumulate(_abs_operand(ctx.a), _abs_operand(ctx.b), ctx.bm, ctx.bn, ctx.bk,
-                                    **dict(kw, acc="fp32", promotion_interval=None,
-                                           scale_a=ctx.block_a.abs() if ctx.block_a is not None else None,
-                                           scale_b=ctx.block_b.abs() if ctx.block_b is not None else None))
-    stages.extend(_epilogue_stages(ctx, acc_full.float(), s_full.double(), finals))
+    stages.extend(_epilogue_stages(ctx, _reference_chain(ctx), finals))
     assert [s.name for s in stages] == list(STAGES), "stage order drifted from harness.taps.STAGES"
 
     diag = first_divergence([s.outcome for s in stages], kernel_error=rec.kernel_error is not None,
