@@ -45,6 +45,8 @@ class Tap:
     slot: Optional[int] = None
     cta: Optional[int] = None
     mask: Optional[torch.Tensor] = field(default=None, compare=False)
+    partial: Optional[int] = None  # the split-K / stream-K work unit of a split tile
+    group: Optional[int] = None  # the batch entry or group of a batched / grouped GEMM
 
     def __post_init__(self) -> None:
         if self.stage not in TAP_STAGES:
@@ -62,8 +64,10 @@ class Tap:
         needs_k = self.stage in DESCRIPTOR_STAGES + LOAD_STAGES
         if needs_k and (self.k_block is None or self.k_block < 0):
             raise TapError(f"tap {self.stage} tile {self.tile}: k_block is required and must be >= 0")
-        if self.k_block is not None and self.k_block < 0:
-            raise TapError(f"tap {self.stage} tile {self.tile}: k_block {self.k_block} is negative")
+        for name in ("k_block", "slot", "cta", "partial", "group"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise TapError(f"tap {self.stage} tile {self.tile}: {name} {v!r} must be a non-negative int or None")
         if self.mask is not None:
             if self.mask.dtype != torch.bool or tuple(self.mask.shape) != tuple(self.values.shape):
                 raise TapError(
@@ -77,7 +81,9 @@ class Tap:
 
     def describe(self) -> str:
         kb = "" if self.k_block is None else f" k-block {self.k_block}"
-        return f"{self.stage} tile {self.tile}{kb}"
+        part = "" if self.partial is None else f" partial {self.partial}"
+        group = "" if self.group is None else f" group {self.group}"
+        return f"{self.stage} tile {self.tile}{kb}{part}{group}"
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ it, launches, copies it back and calls `parse_trace`, which returns `harness.tap
 `DescriptorRecord` objects. `TraceWriter` produces the same bytes in pure Python, so the parser
 and everything downstream can be tested without a GPU.
 
-Constraints: little-endian; format version 1 only; tiles up to 65535 x 65535 elements; the
-k-block selection is a 1024-wide window. Every malformed input raises a `TraceFormatError`
+Constraints: little-endian; format version 2 is written, versions 1 and 2 are read (version 1 has
+40-byte record heads without partial and group, and no per-stage drop counts); tiles up to
+65535 x 65535 elements; the k-block selection is a 1024-wide window. Every malformed input raises a `TraceFormatError`
 subclass whose message names the field, the value and the byte offset. The format itself is
 specified in docs/trace-format.md; tests/cpu/test_trace_constants.py checks that the numbers
 here agree with the header.
@@ -31,14 +32,16 @@ from harness.taps import DESCRIPTOR_STAGES, LOAD_STAGES, TAP_STAGES, DescriptorR
 # --------------------------------------------------------------------------------------------
 
 MAGIC = 0x4352544F  # bytes b"OTRC"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 HEADER_BYTES = 512
 MAX_TILES = 32
 KBLOCK_WINDOW = 1024
 FLAG_ALL_K_BLOCKS = 1
 KNOWN_FLAGS = FLAG_ALL_K_BLOCKS
 COMMIT_TAG = 0xC0DE
-RECORD_HEAD_BYTES = 40
+RECORD_HEAD_BYTES = 48
+STAGE_COUNTERS = 16  # dropped_by_stage[] entries in the header, indexed by stage code
 RECORD_ALIGN = 8
 MAX_TILE_DIM = 65535
 NONE = -1  # no k-block / no slot / any tile
@@ -94,13 +97,16 @@ HEADER_FIXED = struct.Struct("<IHHQQIIIIiI")  # first 48 bytes of the sink heade
 HEADER_OFFSETS = {
     "magic": 0, "version": 4, "header_bytes": 6, "capacity": 8, "cursor": 16, "dropped": 24,
     "flags": 28, "stage_mask": 32, "n_tiles": 36, "kb_base": 40, "tiles": 64, "kb_bits": 320,
+    "dropped_by_stage": 448,
 }
 TILE_SELECTOR = struct.Struct("<ii")
-RECORD_HEAD = struct.Struct("<IHHBBHIIiiiiHH")
+RECORD_HEAD = struct.Struct("<IHHBBHIIiiiiHHii")
+RECORD_HEAD_V1 = struct.Struct("<IHHBBHIIiiiiHH")  # version 1: no partial, no group
 RECORD_HEAD_OFFSETS = {
     "size": 0, "kind": 4, "commit": 6, "stage": 8, "dtype": 9, "thread": 12, "cta": 16, "tile_m": 20,
-    "tile_n": 24, "k_block": 28, "slot": 32, "shape_rows": 36, "shape_cols": 38,
+    "tile_n": 24, "k_block": 28, "slot": 32, "shape_rows": 36, "shape_cols": 38, "partial": 40, "group": 44,
 }
+HEAD_BYTES_OF_VERSION = {1: RECORD_HEAD_V1.size, 2: RECORD_HEAD.size}
 ELEMENTS_BODY = struct.Struct("<II")  # count, reserved; then u32 coords[count], values
 BLOCK_BODY = struct.Struct("<HHHH")  # row0, col0, rows, cols; then values row-major
 BYTES_BODY = struct.Struct("<IIII")  # offset, nbytes, total_bytes, reserved; then data
@@ -113,7 +119,9 @@ STRUCT_SIZES = {
 }
 _TILES_OFFSET = HEADER_OFFSETS["tiles"]
 _KB_BITS_OFFSET = HEADER_OFFSETS["kb_bits"]
+_DROPPED_BY_STAGE = struct.Struct(f"<{STAGE_COUNTERS}I")
 assert HEADER_FIXED.size == 48 and RECORD_HEAD.size == RECORD_HEAD_BYTES and DESCRIPTOR_BODY.size == 120
+assert HEADER_OFFSETS["dropped_by_stage"] + _DROPPED_BY_STAGE.size == HEADER_BYTES
 
 
 def _round_up(x: int, a: int = RECORD_ALIGN) -> int:
@@ -229,6 +237,12 @@ class SinkHeader:
     dropped: int
     flags: int
     selection: TraceSelection
+    dropped_by_stage: Optional[tuple[tuple[str, int], ...]] = None  # None: a version-1 sink does not say
+
+    @property
+    def head_bytes(self) -> int:
+        """Bytes of a record head in this version."""
+        return HEAD_BYTES_OF_VERSION[self.version]
 
     @property
     def area(self) -> int:
@@ -247,7 +261,7 @@ class SinkHeader:
 
 
 def _encode_header(capacity: int, selection: TraceSelection, cursor: int = 0, dropped: int = 0,
-                   magic: int = MAGIC, version: int = VERSION) -> bytes:
+                   magic: int = MAGIC, version: int = VERSION, dropped_by_stage: Sequence[int] = ()) -> bytes:
     flags = 0
     kb_base = 0
     bits = [0] * (KBLOCK_WINDOW // 32)
@@ -266,6 +280,9 @@ def _encode_header(capacity: int, selection: TraceSelection, cursor: int = 0, dr
     for i, (tm, tn) in enumerate(tiles):
         TILE_SELECTOR.pack_into(head, _TILES_OFFSET + 8 * i, tm, tn)
     struct.pack_into(f"<{len(bits)}I", head, _KB_BITS_OFFSET, *bits)
+    if version >= 2:
+        counts = list(dropped_by_stage) + [0] * (STAGE_COUNTERS - len(dropped_by_stage))
+        _DROPPED_BY_STAGE.pack_into(head, HEADER_OFFSETS["dropped_by_stage"], *counts)
     return bytes(head)
 
 
@@ -324,9 +341,9 @@ def parse_header(buf) -> SinkHeader:
     if magic != MAGIC:
         raise TraceHeaderError(f"trace magic is 0x{magic:08x}, expected 0x{MAGIC:08x} ('OTRC'): not a trace "
                                f"sink, or the sink was never initialised", 0)
-    if version != VERSION:
-        raise TraceHeaderError(f"trace format version {version} is not supported; this parser reads version "
-                               f"{VERSION}", HEADER_OFFSETS["version"])
+    if version not in READABLE_VERSIONS:
+        raise TraceHeaderError(f"trace format version {version} is not supported; this parser reads versions "
+                               f"{', '.join(map(str, READABLE_VERSIONS))}", HEADER_OFFSETS["version"])
     if header_bytes != HEADER_BYTES:
         raise TraceHeaderError(f"trace header_bytes is {header_bytes}, expected {HEADER_BYTES}",
                                HEADER_OFFSETS["header_bytes"])
@@ -368,8 +385,19 @@ def parse_header(buf) -> SinkHeader:
     stages = tuple(s for s, c in STAGE_CODES.items() if stage_mask >> c & 1)
     all_tiles = any(tm < 0 and tn < 0 for tm, tn in tiles)
     selection = TraceSelection(tiles=None if all_tiles else tuple(tiles), k_blocks=k_blocks, stages=stages)
+    by_stage = None
+    if version >= 2:
+        counts = _DROPPED_BY_STAGE.unpack_from(mv, HEADER_OFFSETS["dropped_by_stage"])
+        for code, n in enumerate(counts):
+            if n and code not in STAGE_NAMES:
+                raise TraceHeaderError(f"trace dropped_by_stage[{code}] is {n}, but {code} is no stage code",
+                                       HEADER_OFFSETS["dropped_by_stage"] + 4 * code)
+        if sum(counts) > dropped:
+            raise TraceHeaderError(f"trace dropped_by_stage sums to {sum(counts)}, more than the {dropped} records "
+                                   f"counted as dropped", HEADER_OFFSETS["dropped_by_stage"])
+        by_stage = tuple((STAGE_NAMES[c], n) for c, n in enumerate(counts) if n)
     return SinkHeader(version=version, header_bytes=header_bytes, capacity=capacity, cursor=cursor,
-                      dropped=dropped, flags=flags, selection=selection)
+                      dropped=dropped, flags=flags, selection=selection, dropped_by_stage=by_stage)
 
 
 def trace_extent(header: bytes) -> int:
@@ -394,11 +422,15 @@ class TraceResult:
     records: int  # records read (pad records not counted)
     warnings: tuple[str, ...]
     selection: TraceSelection = field(default_factory=TraceSelection)
+    dropped_by_stage: Optional[tuple[tuple[str, int], ...]] = None  # None: the format version does not say
+    needed_bytes: int = 0  # bytes the kernel reserved (the cursor), whether or not they fitted
+    torn: int = 0  # records reserved but never completed (a kernel that stopped)
+    version: int = VERSION
 
     @property
     def complete(self) -> bool:
         """Nothing dropped and nothing skipped: every tap the kernel made is here."""
-        return self.dropped == 0 and not self.warnings
+        return self.dropped == 0 and self.torn == 0 and not self.warnings
 
     def get(self, stage: str, tile: tuple[int, int], k_block: Optional[int] = None) -> Optional[Tap]:
         """The tap with this key, or None."""
@@ -439,14 +471,16 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
     [block_m, block_k], load_b [block_k, block_n], mma and epilogue [block_m, block_n].
     `partial=True` is for a kernel that did not finish (crash, timeout): records that were
     reserved but not committed are skipped with a warning instead of raising.
-    Element and block records with the same (stage, tile, k_block) become one dense Tap whose
-    `mask` marks the recorded elements.
+    Element and block records with the same (stage, tile, k_block, partial, group) become one
+    dense Tap whose `mask` marks the recorded elements.
     """
     for name, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TILE_DIM:
             raise ValueError(f"parse_trace: {name}={v!r} must be an int in 1..{MAX_TILE_DIM}")
     mv = _buffer(buf)
     header = parse_header(mv)
+    hb = header.head_bytes
+    head = RECORD_HEAD if header.version >= 2 else RECORD_HEAD_V1
     start, end = header.header_bytes, header.header_bytes + header.used
     if len(mv) < end:
         raise TraceTruncatedError(f"trace buffer ends at byte {len(mv)} but the cursor says records run to byte "
@@ -463,6 +497,7 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
     descriptors: list[DescriptorRecord] = []
     unselected: set[tuple] = set()
     n_records = 0
+    torn = 0
     off = start
     while off < end:
         if end - off < 8:
@@ -472,6 +507,7 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
             if partial:
                 warnings.append(f"record at byte {off} was reserved but never written (the kernel stopped); "
                                 f"the {end - off} bytes after it cannot be read")
+                torn += 1
                 break
             raise TraceRecordError("record size is 0: a reservation that was never written (pass partial=True for "
                                    "a kernel that did not finish)", off)
@@ -484,6 +520,7 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
             if partial:
                 warnings.append(f"record at byte {off} ({size} bytes) was not committed (the kernel stopped while "
                                 f"writing it); skipped")
+                torn += 1
                 off += size
                 continue
             raise TraceRecordError(f"record commit tag is 0x{commit:04x}, expected 0x{COMMIT_TAG:04x}: the record "
@@ -498,10 +535,11 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
                 raise TraceRecordError("pad record that does not close an overflowed record area", off)
             off += size
             continue
-        if size < RECORD_HEAD_BYTES:
-            raise TraceRecordError(f"record size {size} is smaller than the {RECORD_HEAD_BYTES}-byte record head", off)
-        _, _, _, stage_code, dtype_code, _, thread, cta, tile_m, tile_n, k_block, slot, rows, cols = \
-            RECORD_HEAD.unpack_from(mv, off)
+        if size < hb:
+            raise TraceRecordError(f"record size {size} is smaller than the {hb}-byte record head", off)
+        fields = head.unpack_from(mv, off)
+        _, _, _, stage_code, dtype_code, _, thread, cta, tile_m, tile_n, k_block, slot, rows, cols = fields[:14]
+        part, group = fields[14:] if header.version >= 2 else (NONE, NONE)
         stage = STAGE_NAMES.get(stage_code)
         if stage is None:
             raise TraceCodeError(f"record stage code {stage_code} is unknown; known: "
@@ -513,7 +551,7 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
         rec = mv[off:off + size]
         n_records += 1
         if kind is RecordKind.DESCRIPTOR:
-            descriptors.append(_parse_descriptor(rec, off, stage, dtype))
+            descriptors.append(_parse_descriptor(rec, off, stage, dtype, hb))
             off += size
             continue
         # tile-bound records
@@ -521,11 +559,13 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
             raise TraceCoordinateError(f"{stage} record tile ({tile_m}, {tile_n}) is negative", off + 20)
         if k_block < NONE or slot < NONE:
             raise TraceCoordinateError(f"{stage} record k_block {k_block} / slot {slot} must be >= -1", off + 28)
+        if part < NONE or group < NONE:
+            raise TraceCoordinateError(f"{stage} record partial {part} / group {group} must be >= -1", off + 40)
         if (stage in DESCRIPTOR_STAGES or stage in LOAD_STAGES) and k_block < 0:
             raise TraceCoordinateError(f"{stage} record tile ({tile_m}, {tile_n}) has no k-block; the stage needs one",
                                        off + 28)
         kb = None if k_block < 0 else k_block
-        key = (stage, (tile_m, tile_n), kb)
+        key = (stage, (tile_m, tile_n), kb, None if part < 0 else part, None if group < 0 else group)
         if not header.selection.records(stage, (tile_m, tile_n), kb) and key not in unselected:
             unselected.add(key)
             warnings.append(f"record at byte {off}: {stage} tile ({tile_m}, {tile_n}) k-block {kb} was not selected "
@@ -534,7 +574,7 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
             if stage not in DESCRIPTOR_STAGES:
                 raise TraceCodeError(f"a byte-image record must have stage descriptor_a or descriptor_b, not {stage}",
                                      off + 8)
-            pieces[key].append(_parse_bytes(rec, off, dtype, slot, cta))
+            pieces[key].append(_parse_bytes(rec, off, dtype, slot, cta, hb))
         else:
             if stage in DESCRIPTOR_STAGES:
                 raise TraceCodeError(f"{kind.name.lower()} record for {stage}: descriptor stages hold byte images "
@@ -546,19 +586,23 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
                     f"(block_m={block_m}, block_n={block_n}, block_k={block_k}) make it {shape[0]}x{shape[1]}",
                     off + 36)
             if kind is RecordKind.ELEMENTS:
-                pieces[key].append(_parse_elements(rec, off, stage, dtype, shape, slot, cta))
+                pieces[key].append(_parse_elements(rec, off, stage, dtype, shape, slot, cta, hb))
             else:
-                pieces[key].append(_parse_block(rec, off, stage, dtype, shape, slot, cta))
+                pieces[key].append(_parse_block(rec, off, stage, dtype, shape, slot, cta, hb))
         off += size
 
     taps = []
     order = {s: i for i, s in enumerate(TAP_STAGES)}
-    for key in sorted(pieces, key=lambda k: (order[k[0]], k[1], -1 if k[2] is None else k[2])):
-        taps.append(_assemble(key, pieces[key], warnings))
+    none_first = (lambda v: -1 if v is None else v)  # noqa: E731
+    for key in sorted(pieces, key=lambda k: (order[k[0]], k[1], none_first(k[2]), none_first(k[3]),
+                                             none_first(k[4]))):
+        taps.append(_assemble(key, pieces[key], warnings, hb))
     unique_descriptors = tuple(dict.fromkeys(descriptors))
     return TraceResult(taps=tuple(taps), descriptors=unique_descriptors, dropped=header.dropped,
                        capacity=header.capacity, used_bytes=header.used, records=n_records,
-                       warnings=tuple(warnings), selection=header.selection)
+                       warnings=tuple(warnings), selection=header.selection,
+                       dropped_by_stage=header.dropped_by_stage, needed_bytes=header.cursor, torn=torn,
+                       version=header.version)
 
 
 def _expect_size(rec: memoryview, off: int, want: int, what: str) -> None:
@@ -567,12 +611,12 @@ def _expect_size(rec: memoryview, off: int, want: int, what: str) -> None:
                                f"(= {_round_up(want)} with padding)", off)
 
 
-def _parse_elements(rec, off, stage, dtype, shape, slot, cta) -> _Piece:
-    if len(rec) < RECORD_HEAD_BYTES + ELEMENTS_BODY.size:
+def _parse_elements(rec, off, stage, dtype, shape, slot, cta, hb) -> _Piece:
+    if len(rec) < hb + ELEMENTS_BODY.size:
         raise TraceRecordError(f"element record of {len(rec)} bytes has no room for its count", off)
-    count, _ = ELEMENTS_BODY.unpack_from(rec, RECORD_HEAD_BYTES)
+    count, _ = ELEMENTS_BODY.unpack_from(rec, hb)
     isz = DTYPE_SIZE[dtype]
-    base = RECORD_HEAD_BYTES + ELEMENTS_BODY.size
+    base = hb + ELEMENTS_BODY.size
     _expect_size(rec, off, base + count * (4 + isz), f"{stage} element ({count} elements of {dtype})")
     coords = np.frombuffer(rec, dtype="<u4", count=count, offset=base)
     rows = (coords & 0xFFFF).astype(np.int64)
@@ -587,16 +631,16 @@ def _parse_elements(rec, off, stage, dtype, shape, slot, cta) -> _Piece:
     return _Piece(off, dtype, shape, rows * shape[1] + cols, bits, slot, cta)
 
 
-def _parse_block(rec, off, stage, dtype, shape, slot, cta) -> _Piece:
-    if len(rec) < RECORD_HEAD_BYTES + BLOCK_BODY.size:
+def _parse_block(rec, off, stage, dtype, shape, slot, cta, hb) -> _Piece:
+    if len(rec) < hb + BLOCK_BODY.size:
         raise TraceRecordError(f"block record of {len(rec)} bytes has no room for its rectangle", off)
-    row0, col0, nrows, ncols = BLOCK_BODY.unpack_from(rec, RECORD_HEAD_BYTES)
+    row0, col0, nrows, ncols = BLOCK_BODY.unpack_from(rec, hb)
     isz = DTYPE_SIZE[dtype]
-    base = RECORD_HEAD_BYTES + BLOCK_BODY.size
+    base = hb + BLOCK_BODY.size
     _expect_size(rec, off, base + nrows * ncols * isz, f"{stage} block ({nrows}x{ncols} of {dtype})")
     if row0 + nrows > shape[0] or col0 + ncols > shape[1]:
         raise TraceCoordinateError(f"{stage} block rows {row0}..{row0 + nrows - 1}, cols {col0}..{col0 + ncols - 1} "
-                                   f"is outside the {shape[0]}x{shape[1]} tile", off + RECORD_HEAD_BYTES)
+                                   f"is outside the {shape[0]}x{shape[1]} tile", off + hb)
     n = nrows * ncols
     bits = np.frombuffer(rec, dtype=np.dtype(_BITS[isz]).newbyteorder("<"), count=n,
                          offset=base).astype(_BITS[isz])
@@ -605,27 +649,27 @@ def _parse_block(rec, off, stage, dtype, shape, slot, cta) -> _Piece:
     return _Piece(off, dtype, shape, r * shape[1] + c, bits, slot, cta)
 
 
-def _parse_bytes(rec, off, dtype, slot, cta) -> _Piece:
-    if len(rec) < RECORD_HEAD_BYTES + BYTES_BODY.size:
+def _parse_bytes(rec, off, dtype, slot, cta, hb) -> _Piece:
+    if len(rec) < hb + BYTES_BODY.size:
         raise TraceRecordError(f"byte-image record of {len(rec)} bytes has no room for its chunk header", off)
-    offset, nbytes, total, _ = BYTES_BODY.unpack_from(rec, RECORD_HEAD_BYTES)
-    base = RECORD_HEAD_BYTES + BYTES_BODY.size
+    offset, nbytes, total, _ = BYTES_BODY.unpack_from(rec, hb)
+    base = hb + BYTES_BODY.size
     _expect_size(rec, off, base + nbytes, f"byte-image ({nbytes} bytes)")
     if total == 0 or offset + nbytes > total:
         raise TraceCoordinateError(f"byte-image chunk {offset}..{offset + nbytes} does not fit the {total}-byte image",
-                                   off + RECORD_HEAD_BYTES)
+                                   off + hb)
     bits = np.frombuffer(rec, dtype=np.uint8, count=nbytes, offset=base).copy()
     return _Piece(off, dtype, (0, 0), np.arange(offset, offset + nbytes, dtype=np.int64), bits, slot, cta, total)
 
 
-def _parse_descriptor(rec, off, stage, dtype) -> DescriptorRecord:
-    _expect_size(rec, off, RECORD_HEAD_BYTES + DESCRIPTOR_BODY.size, "descriptor")
+def _parse_descriptor(rec, off, stage, dtype, hb) -> DescriptorRecord:
+    _expect_size(rec, off, hb + DESCRIPTOR_BODY.size, "descriptor")
     if stage not in DESCRIPTOR_STAGES:
         raise TraceCodeError(f"descriptor record with stage {stage}; it must be descriptor_a or descriptor_b", off + 8)
-    v = DESCRIPTOR_BODY.unpack_from(rec, RECORD_HEAD_BYTES)
+    v = DESCRIPTOR_BODY.unpack_from(rec, hb)
     operand_code, rank, swizzle, oob = v[0], v[1], v[2], v[3]
     dims, strides, box, estr = v[4:9], v[9:13], v[13:18], v[18:23]
-    body = off + RECORD_HEAD_BYTES
+    body = off + hb
     operand = {c: n for n, c in OPERAND_CODES.items()}.get(operand_code)
     if operand is None or f"descriptor_{operand}" != stage:
         raise TraceCodeError(f"descriptor operand code {operand_code} does not match its stage {stage}", body)
@@ -644,17 +688,18 @@ def _parse_descriptor(rec, off, stage, dtype) -> DescriptorRecord:
         raise TraceCodeError(f"descriptor record is not valid: {e}", off) from None
 
 
-def _assemble(key: tuple, parts: list[_Piece], warnings: list[str]) -> Tap:
-    stage, tile, kb = key
+def _assemble(key: tuple, parts: list[_Piece], warnings: list[str], hb: int) -> Tap:
+    stage, tile, kb, part, group = key
     first = parts[0]
-    where = f"{stage} tile {tile} k-block {kb}"
+    where = f"{stage} tile {tile} k-block {kb}" + (f" partial {part}" if part is not None else "") + \
+        (f" group {group}" if group is not None else "")
     for p in parts[1:]:
         if p.dtype != first.dtype:
             raise TraceConflictError(f"{where}: record has dtype {p.dtype} but the record at byte {first.offset} "
                                      f"has {first.dtype}", p.offset + 9)
         if p.total != first.total:
             raise TraceConflictError(f"{where}: byte image is {p.total} bytes here but {first.total} in the record "
-                                     f"at byte {first.offset}", p.offset + RECORD_HEAD_BYTES)
+                                     f"at byte {first.offset}", p.offset + hb)
     slots = sorted({p.slot for p in parts})
     ctas = sorted({p.cta for p in parts})
     if len(slots) > 1:
@@ -689,7 +734,7 @@ def _assemble(key: tuple, parts: list[_Piece], warnings: list[str]) -> Tap:
     tmask = None if mask.all() else torch.from_numpy(mask)
     try:
         return Tap(stage=stage, tile=tile, values=values, k_block=kb, slot=None if first.slot < 0 else first.slot,
-                   cta=first.cta, mask=tmask)
+                   cta=first.cta, mask=tmask, partial=part, group=group)
     except TapError as e:
         raise TraceFormatError(f"{where}: the records do not make a valid tap: {e}", first.offset) from None
 
@@ -728,25 +773,33 @@ def _value_bytes(values: ValuesLike, dtype: str) -> bytes:
 def encode_record(kind: int, body: bytes, *, stage: str, dtype: str, tile: tuple[int, int] = (NONE, NONE),
                   k_block: int = NONE, slot: int = NONE, cta: int = 0, thread: int = 0,
                   shape: tuple[int, int] = (0, 0), commit: bool = True, stage_code: Optional[int] = None,
-                  dtype_code: Optional[int] = None) -> bytes:
-    """One record: head + body, padded to RECORD_ALIGN. The *_code overrides write raw codes (for tests)."""
-    size = _round_up(RECORD_HEAD_BYTES + len(body))
-    head = RECORD_HEAD.pack(size, int(kind), COMMIT_TAG if commit else 0,
-                            STAGE_CODES[stage] if stage_code is None else stage_code,
-                            DTYPE_CODES[dtype] if dtype_code is None else dtype_code, 0, thread, cta,
-                            tile[0], tile[1], NONE if k_block is None else k_block, NONE if slot is None else slot,
-                            shape[0], shape[1])
-    return (head + body).ljust(size, b"\0")
+                  dtype_code: Optional[int] = None, partial: Optional[int] = None, group: Optional[int] = None,
+                  version: int = VERSION) -> bytes:
+    """One record: head + body, padded to RECORD_ALIGN. The *_code overrides write raw codes (for tests);
+    `version` 1 writes the old 40-byte head (no partial, no group)."""
+    fields = (int(kind), COMMIT_TAG if commit else 0, STAGE_CODES[stage] if stage_code is None else stage_code,
+              DTYPE_CODES[dtype] if dtype_code is None else dtype_code, 0, thread, cta, tile[0], tile[1],
+              NONE if k_block is None else k_block, NONE if slot is None else slot, shape[0], shape[1])
+    if version >= 2:
+        head_struct = RECORD_HEAD
+        fields += (NONE if partial is None else partial, NONE if group is None else group)
+    else:
+        if partial is not None or group is not None:
+            raise ValueError("a version-1 record head has no partial or group")
+        head_struct = RECORD_HEAD_V1
+    size = _round_up(head_struct.size + len(body))
+    return (head_struct.pack(size, *fields) + body).ljust(size, b"\0")
 
 
-def encode_descriptor(d: DescriptorRecord, *, cta: int = 0, thread: int = 0) -> bytes:
+def encode_descriptor(d: DescriptorRecord, *, cta: int = 0, thread: int = 0, version: int = VERSION) -> bytes:
     """A Descriptor record for the fields of `d`."""
     rank = len(d.global_dims)
     pad = lambda xs, n: tuple(xs) + (0,) * (n - len(xs))  # noqa: E731
     body = DESCRIPTOR_BODY.pack(OPERAND_CODES[d.operand], rank, d.swizzle, OOB_FILL_CODES[d.oob_fill],
                                 *pad(d.global_dims, 5), *pad(d.global_strides, 4), *pad(d.box_dims, 5),
                                 *pad(d.element_strides, 5))
-    return encode_record(RecordKind.DESCRIPTOR, body, stage=d.stage, dtype=d.dtype, cta=cta, thread=thread)
+    return encode_record(RecordKind.DESCRIPTOR, body, stage=d.stage, dtype=d.dtype, cta=cta, thread=thread,
+                         version=version)
 
 
 class TraceWriter:
@@ -759,9 +812,13 @@ class TraceWriter:
     """
 
     def __init__(self, capacity: int = 1 << 20, *, tiles: Optional[Iterable] = None,
-                 k_blocks: Optional[Iterable[int]] = None, stages: Optional[Iterable[str]] = None) -> None:
+                 k_blocks: Optional[Iterable[int]] = None, stages: Optional[Iterable[str]] = None,
+                 version: int = VERSION) -> None:
         _check_capacity(capacity)
+        if version not in READABLE_VERSIONS:
+            raise ValueError(f"version {version} is not a trace format version ({READABLE_VERSIONS})")
         self.capacity = capacity
+        self.version = version
         self.selection = TraceSelection(
             tiles=None if tiles is None else tuple(tuple(t) for t in tiles),
             k_blocks=None if k_blocks is None else tuple(k_blocks),
@@ -779,7 +836,7 @@ class TraceWriter:
     def elements(self, stage: str, tile: tuple[int, int], rows: Sequence[int], cols: Sequence[int],
                  values: ValuesLike, *, shape: tuple[int, int], k_block: Optional[int] = None,
                  slot: Optional[int] = None, dtype: Optional[str] = None, cta: int = 0, thread: int = 0,
-                 commit: bool = True) -> int:
+                 commit: bool = True, partial: Optional[int] = None, group: Optional[int] = None) -> int:
         """An element record: values[i] sits at (rows[i], cols[i]) of a tile of `shape`."""
         dtype = _dtype_name(values, dtype)
         rows = [int(r) for r in rows]
@@ -792,11 +849,13 @@ class TraceWriter:
         coords = struct.pack(f"<{len(rows)}I", *((r & 0xFFFF) | (c & 0xFFFF) << 16 for r, c in zip(rows, cols)))
         body = ELEMENTS_BODY.pack(len(rows), 0) + coords + vb
         return self.raw(encode_record(RecordKind.ELEMENTS, body, stage=stage, dtype=dtype, tile=tile,
-                                      k_block=k_block, slot=slot, cta=cta, thread=thread, shape=shape, commit=commit))
+                                      k_block=k_block, slot=slot, cta=cta, thread=thread, shape=shape, commit=commit,
+                                      partial=partial, group=group, version=self.version))
 
     def block(self, stage: str, tile: tuple[int, int], values: ValuesLike, *, shape: tuple[int, int],
               row0: int = 0, col0: int = 0, k_block: Optional[int] = None, slot: Optional[int] = None,
-              dtype: Optional[str] = None, cta: int = 0, thread: int = 0, commit: bool = True) -> int:
+              dtype: Optional[str] = None, cta: int = 0, thread: int = 0, commit: bool = True,
+              partial: Optional[int] = None, group: Optional[int] = None) -> int:
         """A block record: the 2-D `values` sit at rows row0.., cols col0.. of a tile of `shape`."""
         dtype = _dtype_name(values, dtype)
         arr = values if isinstance(values, torch.Tensor) else torch.as_tensor(np.asarray(values))
@@ -804,20 +863,23 @@ class TraceWriter:
             raise ValueError(f"block values must be 2-D, got shape {tuple(arr.shape)}")
         body = BLOCK_BODY.pack(row0, col0, arr.shape[0], arr.shape[1]) + _value_bytes(arr, dtype)
         return self.raw(encode_record(RecordKind.BLOCK, body, stage=stage, dtype=dtype, tile=tile, k_block=k_block,
-                                      slot=slot, cta=cta, thread=thread, shape=shape, commit=commit))
+                                      slot=slot, cta=cta, thread=thread, shape=shape, commit=commit, partial=partial,
+                                      group=group, version=self.version))
 
     def image(self, stage: str, tile: tuple[int, int], data: bytes, *, k_block: int, offset: int = 0,
               total_bytes: Optional[int] = None, dtype: str = "bf16", shape: tuple[int, int] = (0, 0),
-              slot: Optional[int] = None, cta: int = 0, thread: int = 0, commit: bool = True) -> int:
+              slot: Optional[int] = None, cta: int = 0, thread: int = 0, commit: bool = True,
+              partial: Optional[int] = None, group: Optional[int] = None) -> int:
         """A byte-image chunk: `data` at `offset` of a `total_bytes` shared-memory image."""
         data = bytes(data)
         total = offset + len(data) if total_bytes is None else total_bytes
         body = BYTES_BODY.pack(offset, len(data), total, 0) + data
         return self.raw(encode_record(RecordKind.BYTES, body, stage=stage, dtype=dtype, tile=tile, k_block=k_block,
-                                      slot=slot, cta=cta, thread=thread, shape=shape, commit=commit))
+                                      slot=slot, cta=cta, thread=thread, shape=shape, commit=commit, partial=partial,
+                                      group=group, version=self.version))
 
     def descriptor(self, d: DescriptorRecord, *, cta: int = 0, thread: int = 0) -> int:
-        return self.raw(encode_descriptor(d, cta=cta, thread=thread))
+        return self.raw(encode_descriptor(d, cta=cta, thread=thread, version=self.version))
 
     def tap(self, tap: Tap, *, dtype: Optional[str] = None, shape: Optional[tuple[int, int]] = None,
             records: int = 1) -> list[int]:
@@ -837,39 +899,46 @@ class TraceWriter:
                     lo, hi = int(run[0]), int(run[-1]) + 1
                     offs.append(self.image(tap.stage, tap.tile, data[lo:hi], k_block=tap.k_block, offset=lo,
                                            total_bytes=len(data), dtype=dtype or "bf16", slot=tap.slot,
-                                           cta=tap.cta or 0))
+                                           cta=tap.cta or 0, partial=tap.partial, group=tap.group))
             return offs
         shape = tuple(tap.values.shape) if shape is None else shape
         if tap.mask is None:
             bands = np.array_split(np.arange(tap.values.shape[0]), records)
             return [self.block(tap.stage, tap.tile, tap.values[int(b[0]):int(b[-1]) + 1], shape=shape, row0=int(b[0]),
-                               k_block=tap.k_block, slot=tap.slot, dtype=dtype, cta=tap.cta or 0)
+                               k_block=tap.k_block, slot=tap.slot, dtype=dtype, cta=tap.cta or 0,
+                               partial=tap.partial, group=tap.group)
                     for b in bands if b.size]
         idx = np.flatnonzero(tap.mask.reshape(-1).numpy())
         flat = tap.values.reshape(-1)
         cols = tap.values.shape[1]
         return [self.elements(tap.stage, tap.tile, (part // cols).tolist(), (part % cols).tolist(),
                               flat[torch.from_numpy(part)], shape=shape, k_block=tap.k_block, slot=tap.slot,
-                              dtype=dtype or _dtype_name(flat, None), cta=tap.cta or 0)
+                              dtype=dtype or _dtype_name(flat, None), cta=tap.cta or 0,
+                              partial=tap.partial, group=tap.group)
                 for part in np.array_split(idx, records) if part.size]
 
     def to_bytes(self, *, cursor: Optional[int] = None, dropped: Optional[int] = None, magic: int = MAGIC,
-                 version: int = VERSION, length: Optional[int] = None) -> bytes:
+                 version: Optional[int] = None, length: Optional[int] = None) -> bytes:
         """The sink as the device would leave it. Overrides write corrupt header fields; `length`
         cuts (or must not exceed) the returned buffer."""
         area = self.capacity - HEADER_BYTES
         body = bytearray(area)
         pos = 0
         n_dropped = 0
+        by_stage = [0] * STAGE_COUNTERS
         for r in self._records:
             if pos + len(r) > area:
                 n_dropped += 1
+                if len(r) > 8:
+                    by_stage[r[8] % STAGE_COUNTERS] += 1
                 if pos < area:  # the straddling reservation closes the area
                     body[pos:pos + 8] = struct.pack("<IHH", area - pos, RecordKind.PAD, COMMIT_TAG)
             else:
                 body[pos:pos + len(r)] = r
             pos += len(r)
         head = _encode_header(self.capacity, self.selection, cursor=pos if cursor is None else cursor,
-                              dropped=n_dropped if dropped is None else dropped, magic=magic, version=version)
+                              dropped=n_dropped if dropped is None else dropped, magic=magic,
+                              version=self.version if version is None else version,
+                              dropped_by_stage=by_stage)
         out = head + bytes(body)
         return out if length is None else out[:length]

@@ -57,7 +57,7 @@ def test_scalar_constants_agree():
         "kMagic": tf.MAGIC, "kVersion": tf.VERSION, "kHeaderBytes": tf.HEADER_BYTES, "kMaxTiles": tf.MAX_TILES,
         "kKBlockWindow": tf.KBLOCK_WINDOW, "kFlagAllKBlocks": tf.FLAG_ALL_K_BLOCKS, "kCommitTag": tf.COMMIT_TAG,
         "kRecordHeadBytes": tf.RECORD_HEAD_BYTES, "kRecordAlign": tf.RECORD_ALIGN, "kMaxTileDim": tf.MAX_TILE_DIM,
-        "kNone": tf.NONE,
+        "kNone": tf.NONE, "kStageCounters": tf.STAGE_COUNTERS,
     }
     assert c == expected
 
@@ -122,7 +122,7 @@ def test_record_head_offsets_agree():
     head = {f: o for (s, f), o in offsets.items() if s == "RecordHead"}
     assert head == tf.RECORD_HEAD_OFFSETS
     fields = ["size", "kind", "commit", "stage", "dtype", None, "thread", "cta", "tile_m", "tile_n", "k_block", "slot",
-              "shape_rows", "shape_cols"]
+              "shape_rows", "shape_cols", "partial", "group"]
     for name, off in zip(fields, _struct_offsets(tf.RECORD_HEAD.format)):
         if name is not None:
             assert tf.RECORD_HEAD_OFFSETS[name] == off, name

@@ -281,26 +281,71 @@ def test_unselected_records_are_reported():
 # ------------------------------------------------------------------------------------------
 
 
+MMA_REC = tf._round_up(tf.RECORD_HEAD_BYTES + 8 + 2 * (4 + 4))  # _one_mma: two fp32 elements
+
+
 def test_overflow_counts_dropped_records_and_keeps_the_rest():
-    w = TraceWriter(tf.HEADER_BYTES + 200)
-    for t in range(6):  # 64-byte records: 3 fit, 1 straddles the end, 2 lie beyond
+    w = TraceWriter(tf.HEADER_BYTES + 3 * MMA_REC + 8)
+    for t in range(6):  # 3 fit, 1 straddles the end, 2 lie beyond
         _one_mma(w, thread=t)
     buf = w.to_bytes()
     h = parse_header(buf)
-    assert h.cursor == 6 * 64 and h.dropped == 3 and h.used == 200
+    assert h.cursor == 6 * MMA_REC and h.dropped == 3 and h.used == 3 * MMA_REC + 8
+    assert h.dropped_by_stage == (("mma", 3),)
     # the straddling record closed the area with a pad
-    assert struct.unpack_from("<IHH", buf, tf.HEADER_BYTES + 192) == (8, tf.RecordKind.PAD, tf.COMMIT_TAG)
+    assert struct.unpack_from("<IHH", buf, tf.HEADER_BYTES + 3 * MMA_REC) == (8, tf.RecordKind.PAD, tf.COMMIT_TAG)
     res = parse_trace(buf, **BLOCKS)
     assert res.dropped == 3 and res.records == 3 and not res.complete
-    assert res.used_bytes == 200
+    assert res.used_bytes == 3 * MMA_REC + 8 and res.needed_bytes == 6 * MMA_REC
+    assert res.dropped_by_stage == (("mma", 3),)
 
 
 def test_exact_fit_overflow_needs_no_pad():
-    w = TraceWriter(tf.HEADER_BYTES + 128)
+    w = TraceWriter(tf.HEADER_BYTES + 2 * MMA_REC)
     for t in range(3):
         _one_mma(w, thread=t)
     res = parse_trace(w.to_bytes(), **BLOCKS)
     assert res.dropped == 1 and res.records == 2
+
+
+def test_drops_are_counted_per_stage():
+    w = TraceWriter(tf.HEADER_BYTES + MMA_REC)
+    _one_mma(w)
+    w.elements("epilogue_cast", (0, 0), [0], [0], torch.tensor([1.0]), shape=(BM, BN))
+    w.elements("epilogue_bias", (0, 0), [0], [0], torch.tensor([1.0]), shape=(BM, BN))
+    res = parse_trace(w.to_bytes(), **BLOCKS)
+    assert dict(res.dropped_by_stage) == {"epilogue_cast": 1, "epilogue_bias": 1}
+
+
+def test_drop_counts_that_exceed_the_total_are_rejected():
+    w = TraceWriter(1024)
+    _one_mma(w)
+    buf = bytearray(w.to_bytes())
+    struct.pack_into("<I", buf, tf.HEADER_OFFSETS["dropped_by_stage"] + 4 * tf.STAGE_CODES["mma"], 5)
+    with pytest.raises(tf.TraceHeaderError, match="dropped_by_stage"):
+        parse_trace(bytes(buf), **BLOCKS)
+
+
+def test_version_1_buffers_still_parse():
+    w = TraceWriter(1 << 16, version=1)
+    _one_mma(w)
+    w.block("load_a", (0, 0), torch.ones(BM, BK), shape=(BM, BK), k_block=0)
+    buf = w.to_bytes()
+    assert parse_header(buf).version == 1 and parse_header(buf).dropped_by_stage is None
+    res = parse_trace(buf, **BLOCKS)
+    assert res.version == 1 and {t.stage for t in res.taps} == {"mma", "load_a"}
+    assert res.get("load_a", (0, 0), 0).values.float().sum() == BM * BK
+
+
+def test_partials_and_groups_are_kept_apart():
+    # two split-K partials of one tile tap the same k-block with different values: two taps
+    w = TraceWriter(1 << 16)
+    w.elements("mma", (0, 0), [0], [0], torch.tensor([1.0]), shape=(BM, BN), k_block=2, partial=0)
+    w.elements("mma", (0, 0), [0], [0], torch.tensor([5.0]), shape=(BM, BN), k_block=2, partial=1)
+    w.elements("mma", (0, 0), [0], [0], torch.tensor([7.0]), shape=(BM, BN), k_block=2, group=3)
+    res = parse_trace(w.to_bytes(), **BLOCKS)
+    got = {(t.partial, t.group): float(t.values[0, 0]) for t in res.taps}
+    assert got == {(0, None): 1.0, (1, None): 5.0, (None, 3): 7.0}
 
 
 # ------------------------------------------------------------------------------------------
@@ -326,8 +371,8 @@ def test_wrong_magic():
 
 
 def test_wrong_version():
-    with pytest.raises(TraceHeaderError, match="version 2 is not supported") as e:
-        parse_trace(_put(_valid(), "<H", 4, 2), **BLOCKS)
+    with pytest.raises(TraceHeaderError, match="version 3 is not supported") as e:
+        parse_trace(_put(_valid(), "<H", 4, 3), **BLOCKS)
     assert "byte offset 4" in str(e.value)
 
 
@@ -344,7 +389,7 @@ def test_truncated_header(n):
 
 def test_truncated_records():
     buf = bytes(_valid())
-    with pytest.raises(TraceTruncatedError, match="cursor says records run to byte 576") as e:
+    with pytest.raises(TraceTruncatedError, match=f"cursor says records run to byte {tf.HEADER_BYTES + MMA_REC}") as e:
         parse_trace(buf[:560], **BLOCKS)
     assert e.value.offset == 560
 
@@ -398,8 +443,8 @@ def test_nonzero_bytes_past_the_cursor():
 
 
 def test_record_running_past_the_cursor():
-    buf = _put(_valid(), "<Q", tf.HEADER_OFFSETS["cursor"], 56)  # the record is 64 bytes
-    buf[REC + 56:REC + 64] = bytes(8)
+    buf = _put(_valid(), "<Q", tf.HEADER_OFFSETS["cursor"], MMA_REC - 8)
+    buf[REC + MMA_REC - 8:REC + MMA_REC] = bytes(8)
     with pytest.raises(TraceRecordError, match="past the end of the records") as e:
         parse_trace(buf, **BLOCKS)
     assert e.value.offset == REC
@@ -413,13 +458,13 @@ def test_record_size_not_aligned():
 def test_record_smaller_than_its_head():
     buf = _put(_valid(), "<I", REC, 32)
     buf = _put(buf, "<Q", tf.HEADER_OFFSETS["cursor"], 32)
-    buf[REC + 32:REC + 64] = bytes(32)
-    with pytest.raises(TraceRecordError, match="smaller than the 40-byte record head"):
+    buf[REC + 32:REC + MMA_REC] = bytes(MMA_REC - 32)
+    with pytest.raises(TraceRecordError, match=f"smaller than the {tf.RECORD_HEAD_BYTES}-byte record head"):
         parse_trace(buf, **BLOCKS)
 
 
 def test_record_size_disagrees_with_contents():
-    buf = _put(_valid(), "<I", REC + 40, 3)  # count 3 instead of 2
+    buf = _put(_valid(), "<I", REC + tf.RECORD_HEAD_BYTES, 3)  # count 3 instead of 2
     with pytest.raises(TraceRecordError, match="3 elements"):
         parse_trace(buf, **BLOCKS)
 
@@ -431,7 +476,7 @@ def test_unwritten_reservation_strict_and_partial():
     buf = w.to_bytes()
     with pytest.raises(TraceRecordError, match="size is 0") as e:
         parse_trace(buf, **BLOCKS)
-    assert e.value.offset == REC + 64
+    assert e.value.offset == REC + MMA_REC
     res = parse_trace(buf, **BLOCKS, partial=True)
     assert len(res.taps) == 1 and "never written" in res.warnings[0] and not res.complete
 
@@ -482,7 +527,7 @@ def test_element_outside_the_tile():
     w.elements("mma", (0, 0), [0, BM], [0, 0], torch.tensor([1.0, 2.0]), shape=(BM, BN), k_block=0)
     with pytest.raises(TraceCoordinateError, match=rf"element 1 at \(row {BM}, col 0\) is outside") as e:
         parse_trace(w.to_bytes(), **BLOCKS)
-    assert e.value.offset == REC + 48 + 4
+    assert e.value.offset == REC + tf.RECORD_HEAD_BYTES + 8 + 4
     w = TraceWriter(1024)
     w.elements("mma", (0, 0), [0], [-1], torch.tensor([1.0]), shape=(BM, BN), k_block=0)  # -1 -> 65535
     with pytest.raises(TraceCoordinateError, match="col 65535"):

@@ -43,9 +43,13 @@
 //                  swizzle_bytes, oob_fill)                one thread: TMA descriptor fields
 //   set_sink(void* ptr)                                    host, runtime API, this TU's symbol
 //
+// Site{tile_m, tile_n, k_block, slot, partial, group}: where a tap belongs; `partial` names the
+// split-K split or stream-K work unit of a split tile, `group` the batch entry or group.
+//
 // Selection: every tap checks the sink's selection (stages, tiles, k-blocks) itself;
 // call selected() first only to skip work that prepares a tap. Records that do not
-// fit are counted in the header's `dropped` field, never lost silently.
+// fit are counted in the header's `dropped` field and per stage in `dropped_by_stage`,
+// never lost silently.
 
 #ifndef ORACLE_TRACE_TRACE_CUH_
 #define ORACLE_TRACE_TRACE_CUH_
@@ -72,16 +76,17 @@ namespace oracle_trace {
 // ---------------------------------------------------------------------------------
 
 constexpr uint32_t kMagic = 0x4352544Fu;  // bytes "OTRC" in little-endian order
-constexpr uint32_t kVersion = 1u;
+constexpr uint32_t kVersion = 2u;         // 1: 40-byte heads, no per-stage drop counts
 constexpr uint32_t kHeaderBytes = 512u;
 constexpr uint32_t kMaxTiles = 32u;         // tile selectors in the header
 constexpr uint32_t kKBlockWindow = 1024u;   // k-blocks the bitmap covers, from kb_base
 constexpr uint32_t kFlagAllKBlocks = 1u;    // header flags bit: every k-block is selected
 constexpr uint32_t kCommitTag = 0xC0DEu;    // high half of a committed record's kind word
-constexpr uint32_t kRecordHeadBytes = 40u;
+constexpr uint32_t kRecordHeadBytes = 48u;
 constexpr uint32_t kRecordAlign = 8u;
 constexpr uint32_t kMaxTileDim = 65535u;    // rows and cols are 16-bit
-constexpr int kNone = -1;                   // no k-block / no pipeline slot / any tile
+constexpr int kNone = -1;                   // no k-block / slot / partial / group; any tile
+constexpr uint32_t kStageCounters = 16u;    // dropped_by_stage[] entries, indexed by stage code
 
 // Stage codes, in the oracle's pipeline order (harness/taps.py TAP_STAGES).
 enum class Stage : uint8_t {
@@ -150,7 +155,7 @@ struct SinkHeader {
   uint32_t reserved1[4];
   TileSelector tiles[kMaxTiles];         // a tile is recorded if any selector matches
   uint32_t kb_bits[kKBlockWindow / 32];  // bit i: k-block kb_base + i is recorded
-  uint32_t reserved2[16];
+  uint32_t dropped_by_stage[kStageCounters];  // records that did not fit, by stage code
 };
 
 struct RecordHead {
@@ -168,6 +173,8 @@ struct RecordHead {
   int32_t slot;     // pipeline slot, kNone if not applicable
   uint16_t shape_rows;  // shape of the whole tile the record belongs to
   uint16_t shape_cols;
+  int32_t partial;  // split-K / stream-K work unit of the tile, kNone if the tile is not split
+  int32_t group;    // batch entry or group of a grouped GEMM, kNone if not applicable
 };
 
 struct ElementsBody {  // then uint32 coords[count] (row | col << 16), then values
@@ -215,6 +222,7 @@ static_assert(offsetof(SinkHeader, n_tiles) == 36, "SinkHeader.n_tiles");
 static_assert(offsetof(SinkHeader, kb_base) == 40, "SinkHeader.kb_base");
 static_assert(offsetof(SinkHeader, tiles) == 64, "SinkHeader.tiles");
 static_assert(offsetof(SinkHeader, kb_bits) == 320, "SinkHeader.kb_bits");
+static_assert(offsetof(SinkHeader, dropped_by_stage) == 448, "SinkHeader.dropped_by_stage");
 static_assert(sizeof(RecordHead) == kRecordHeadBytes, "RecordHead layout");
 static_assert(offsetof(RecordHead, size) == 0, "RecordHead.size");
 static_assert(offsetof(RecordHead, kind) == 4, "RecordHead.kind");
@@ -229,6 +237,8 @@ static_assert(offsetof(RecordHead, k_block) == 28, "RecordHead.k_block");
 static_assert(offsetof(RecordHead, slot) == 32, "RecordHead.slot");
 static_assert(offsetof(RecordHead, shape_rows) == 36, "RecordHead.shape_rows");
 static_assert(offsetof(RecordHead, shape_cols) == 38, "RecordHead.shape_cols");
+static_assert(offsetof(RecordHead, partial) == 40, "RecordHead.partial");
+static_assert(offsetof(RecordHead, group) == 44, "RecordHead.group");
 static_assert(sizeof(ElementsBody) == 8, "ElementsBody layout");
 static_assert(sizeof(BlockBody) == 8, "BlockBody layout");
 static_assert(sizeof(BytesBody) == 16, "BytesBody layout");
@@ -243,12 +253,15 @@ static_assert(offsetof(DescriptorBody, element_strides) == 100, "DescriptorBody.
 // so instrumented code parses in every build).
 // ---------------------------------------------------------------------------------
 
-// Where a tap belongs: output tile (in BM x BN units), k-block (BK units), pipeline slot.
+// Where a tap belongs: output tile (in BM x BN units), k-block (BK units), pipeline slot,
+// the partial of a split tile (split-K split / stream-K work unit) and the group or batch entry.
 struct Site {
   int tile_m;
   int tile_n;
   int k_block = kNone;
   int slot = kNone;
+  int partial = kNone;
+  int group = kNone;
 };
 
 // One element a thread holds: its (row, col) inside the tile and its value.
@@ -402,15 +415,16 @@ ORACLE_TRACE_DEVICE void store_commit(unsigned char* rec, RecordKind kind) {
 }
 
 // Reserve `bytes` (a multiple of kRecordAlign) in the record area; nullptr if it does
-// not fit, in which case the record is counted as dropped. The one reservation that
-// straddles the end of the area closes it with a Pad record, so that every byte up
-// to the end is accounted for.
-ORACLE_TRACE_DEVICE unsigned char* reserve(SinkHeader* h, uint32_t bytes) {
+// not fit, in which case the record is counted as dropped (in total and for its stage).
+// The one reservation that straddles the end of the area closes it with a Pad record,
+// so that every byte up to the end is accounted for.
+ORACLE_TRACE_DEVICE unsigned char* reserve(SinkHeader* h, uint32_t bytes, Stage stage) {
   const unsigned long long area = h->capacity - h->header_bytes;
   const unsigned long long off = atomicAdd(&h->cursor, static_cast<unsigned long long>(bytes));
   unsigned char* base = reinterpret_cast<unsigned char*>(h) + h->header_bytes;
   if (off + bytes > area) {
     atomicAdd(&h->dropped, 1u);
+    atomicAdd(&h->dropped_by_stage[static_cast<uint32_t>(stage) % kStageCounters], 1u);
     if (off < area) {
       unsigned char* pad = base + off;
       *reinterpret_cast<volatile uint32_t*>(pad) = static_cast<uint32_t>(area - off);
@@ -437,6 +451,8 @@ ORACLE_TRACE_DEVICE void write_head(unsigned char* rec, Stage stage, DType dtype
   r->slot = site.slot;
   r->shape_rows = static_cast<uint16_t>(shape_rows);
   r->shape_cols = static_cast<uint16_t>(shape_cols);
+  r->partial = site.partial;
+  r->group = site.group;
 }
 
 // Warp-cooperative reservation: the lowest active lane reserves, all get the pointer.
@@ -457,9 +473,9 @@ ORACLE_TRACE_DEVICE WarpSlot warp_slot() {
   return w;
 }
 
-ORACLE_TRACE_DEVICE unsigned char* warp_reserve(SinkHeader* h, const WarpSlot& w, uint32_t bytes) {
+ORACLE_TRACE_DEVICE unsigned char* warp_reserve(SinkHeader* h, const WarpSlot& w, uint32_t bytes, Stage stage) {
   unsigned long long p = 0;
-  if (w.rank == 0) p = reinterpret_cast<unsigned long long>(reserve(h, bytes));
+  if (w.rank == 0) p = reinterpret_cast<unsigned long long>(reserve(h, bytes, stage));
   p = __shfl_sync(w.mask, p, w.leader);
   return reinterpret_cast<unsigned char*>(p);
 }
@@ -498,7 +514,7 @@ ORACLE_TRACE_DEVICE void tap_elements(Stage stage, const Site& site, int tile_ro
   const uint32_t n = static_cast<uint32_t>(count);
   const uint32_t bytes =
       detail::round_up(kRecordHeadBytes + sizeof(ElementsBody) + n * 4u + n * sizeof(T), kRecordAlign);
-  unsigned char* rec = detail::reserve(h, bytes);
+  unsigned char* rec = detail::reserve(h, bytes, stage);
   if (rec == nullptr) return;
   detail::write_head(rec, stage, dtype, site, tile_rows, tile_cols);
   ElementsBody* body = reinterpret_cast<ElementsBody*>(rec + kRecordHeadBytes);
@@ -542,7 +558,7 @@ ORACLE_TRACE_DEVICE void tap_smem_tile(Stage stage, const Site& site, const T* s
   const detail::WarpSlot w = detail::warp_slot();
   const uint32_t n = static_cast<uint32_t>((r1 - r0) * cols);
   const uint32_t bytes = detail::round_up(kRecordHeadBytes + sizeof(BlockBody) + n * sizeof(T), kRecordAlign);
-  unsigned char* rec = detail::warp_reserve(h, w, bytes);
+  unsigned char* rec = detail::warp_reserve(h, w, bytes, stage);
   if (rec == nullptr) return;
   if (w.rank == 0) {
     detail::write_head(rec, stage, dtype, site, rows, cols);
@@ -583,7 +599,7 @@ ORACLE_TRACE_DEVICE void tap_smem_bytes(Stage stage, const Site& site, const voi
   const detail::WarpSlot w = detail::warp_slot();
   const uint32_t len = o1 - o0;
   const uint32_t bytes = detail::round_up(kRecordHeadBytes + sizeof(BytesBody) + len, kRecordAlign);
-  unsigned char* rec = detail::warp_reserve(h, w, bytes);
+  unsigned char* rec = detail::warp_reserve(h, w, bytes, stage);
   if (rec == nullptr) return;
   if (w.rank == 0) {
     detail::write_head(rec, stage, dtype, site, tile_rows, tile_cols);
@@ -615,9 +631,9 @@ ORACLE_TRACE_DEVICE void tap_descriptor(Operand operand, DType dtype, int rank, 
   const Stage stage = operand == Operand::A ? Stage::DescriptorA : Stage::DescriptorB;
   if (h == nullptr || rank < 1 || rank > 5 || !detail::stage_selected(h, stage)) return;
   const uint32_t bytes = kRecordHeadBytes + sizeof(DescriptorBody);
-  unsigned char* rec = detail::reserve(h, bytes);
+  unsigned char* rec = detail::reserve(h, bytes, stage);
   if (rec == nullptr) return;
-  detail::write_head(rec, stage, dtype, Site{kNone, kNone, kNone, kNone}, 0, 0);
+  detail::write_head(rec, stage, dtype, Site{kNone, kNone, kNone, kNone, kNone, kNone}, 0, 0);
   DescriptorBody* body = reinterpret_cast<DescriptorBody*>(rec + kRecordHeadBytes);
   body->operand = static_cast<uint8_t>(operand);
   body->rank = static_cast<uint8_t>(rank);
