@@ -163,7 +163,9 @@ def load_dump(path: str) -> Dump:
     descriptors = []
     for i, dm in enumerate(doc["descriptors"]):
         try:
-            descriptors.append(DescriptorRecord(**{k: tuple(v) if isinstance(v, list) else v for k, v in dm.items()}))
+            fields = {k: tuple(v) if isinstance(v, list) else v for k, v in dm.items()}
+            fields.setdefault("source", "unknown")  # recordings before the source was kept
+            descriptors.append(DescriptorRecord(**fields))
         except (TapError, TypeError) as e:
             raise DumpError(f"dump {path!r}: descriptor #{i}: {e}") from None
     inputs = {k[len("input."):]: v for k, v in tensors.items() if k.startswith("input.")}

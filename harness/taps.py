@@ -32,6 +32,9 @@ STAGES = DESCRIPTOR_STAGES + LOAD_STAGES + ("mma",) + EPILOGUE_STAGES
 TAP_STAGES = STAGES[:-1]
 
 
+DESCRIPTOR_SOURCES = ("kernel", "host", "unknown")
+
+
 class TapError(ValueError):
     """A tap that is not self-consistent."""
 
@@ -102,8 +105,13 @@ class DescriptorRecord:
     element_strides: tuple[int, ...]
     swizzle: int  # bytes: 0, 32, 64 or 128
     oob_fill: str  # "zero" or "nan"
+    # who made the record: "kernel" (tap_descriptor in the kernel), "host" (the harness encoded it
+    # from the case: it checks the case file, not the kernel), "unknown" (an older recording)
+    source: str = "kernel"
 
     def __post_init__(self) -> None:
+        if self.source not in DESCRIPTOR_SOURCES:
+            raise TapError(f"descriptor source {self.source!r} must be one of {', '.join(DESCRIPTOR_SOURCES)}")
         if self.operand not in ("a", "b"):
             raise TapError(f"descriptor operand {self.operand!r} must be 'a' or 'b'")
         rank = len(self.global_dims)

@@ -210,14 +210,14 @@ class TensorMapSpec:
     def from_dict(cls, d: dict) -> "TensorMapSpec":
         return cls(**d)
 
-    def to_descriptor_record(self, operand: str):
-        """The fields as a harness.taps.DescriptorRecord for `operand` ("a" or "b")."""
+    def to_descriptor_record(self, operand: str, source: str = "host"):
+        """The fields as a harness.taps.DescriptorRecord for `operand` ("a" or "b"), made by the host."""
         from harness.taps import DescriptorRecord  # torch is imported there; keep it out of the child
 
         return DescriptorRecord(operand=operand, dtype=self.dtype, global_dims=self.global_dims,
                                 global_strides=self.global_strides, box_dims=self.box_dims,
                                 element_strides=self.element_strides, swizzle=self.swizzle,
-                                oob_fill=self.oob_fill)
+                                oob_fill=self.oob_fill, source=source)
 
     def driver_args(self, global_address: int) -> dict:
         """The arguments of cuda_driver.encode_tensor_map_tiled, enums as ints."""

@@ -3,17 +3,22 @@
 Whole-tensor metrics hide a single bad tile, so every metric is computed per tile and the worst
 tile is what is judged. A comparison is either bit-exact (data movement: NaN matches NaN) or
 bounded per element (`bound`, same shape). Elements can be excluded (`mask` False): elements a
-kernel did not record, or padding past the real extent that no valid output depends on.
+kernel did not record, or padding past the real extent that no valid output depends on. Elements
+marked `unwritten` (an output still holding the harness's poison) fail whatever they hold.
+A comparison also carries its evidence (oracle.evidence): what fed it and what was masked.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import torch
+
+from oracle.evidence import Evidence, FieldCheck, sites_json
 
 FIRST_BAD = 5  # bad elements reported per tile
 TRIVIAL = 1e-30  # |expected| at or below this carries no information
@@ -33,10 +38,11 @@ class BadElement:
     received: float
     expected: float
     bound: float
+    unwritten: bool = False  # the output element still holds the poison: the kernel never wrote it
 
     def to_json(self) -> dict:
         return {"row": self.row, "col": self.col, "received": _num(self.received),
-                "expected": _num(self.expected), "bound": _num(self.bound)}
+                "expected": _num(self.expected), "bound": _num(self.bound), "unwritten": self.unwritten}
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,9 @@ class TileMetrics:
     trivial: bool
     exact: bool
     first_bad: tuple[BadElement, ...] = ()
+    unwritten: int = 0  # output elements still holding the poison
+    fed_by: str = ""  # oracle.evidence.Feed value: what fed the expected side of this unit
+    stand_ins: tuple = ()  # (stage, tile, k_block) of upstream taps that were missing: the reference stood in
 
     @property
     def passed(self) -> bool:
@@ -71,12 +80,14 @@ class TileMetrics:
     def to_json(self) -> dict:
         d = {k: _num(getattr(self, k)) for k in (
             "compared", "excluded", "mismatches", "max_abs_err", "max_rel_err", "max_ratio", "rel_l2", "cosine",
-            "amplification", "nan_received", "nan_expected", "inf_received", "inf_expected", "trivial", "exact")}
+            "amplification", "nan_received", "nan_expected", "inf_received", "inf_expected", "trivial", "exact",
+            "unwritten", "fed_by")}
         d["tile"] = list(self.tile)
         d["k_block"] = self.k_block
         d["min_passing_bound_scale"] = _num(self.max_ratio)
         d["min_passing_atol"] = _num(self.max_abs_err)
         d["first_bad"] = [b.to_json() for b in self.first_bad]
+        d["stand_ins"] = sites_json(self.stand_ins)
         return d
 
 
@@ -85,6 +96,17 @@ class Comparison:
     status: Status
     tiles: tuple[TileMetrics, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    fields: tuple[FieldCheck, ...] = ()  # descriptor fields checked (no elements)
+    evidence: Evidence = field(default_factory=Evidence)
+
+    @property
+    def compared(self) -> int:
+        """Elements compared, over every unit."""
+        return sum(t.compared for t in self.tiles)
+
+    @property
+    def field_mismatches(self) -> tuple[FieldCheck, ...]:
+        return tuple(f for f in self.fields if not f.ok)
 
     @property
     def worst(self) -> Optional[TileMetrics]:
@@ -106,12 +128,21 @@ class Comparison:
         return min(bad, key=lambda t: (t.k_block if t.k_block is not None else -1, t.tile)) if bad else None
 
     def with_notes(self, *notes: str) -> "Comparison":
-        return Comparison(self.status, self.tiles, self.notes + tuple(n for n in notes if n))
+        return dataclasses.replace(self, notes=self.notes + tuple(n for n in notes if n))
+
+    def labelled(self, evidence: Evidence) -> "Comparison":
+        """The same comparison, its units and its evidence saying what fed it."""
+        feed = evidence.feeds[0].value if len(evidence.feeds) == 1 else \
+            " + ".join(f.value for f in evidence.feeds)
+        tiles = tuple(dataclasses.replace(t, fed_by=feed, stand_ins=evidence.stand_ins) for t in self.tiles)
+        return dataclasses.replace(self, tiles=tiles, evidence=self.evidence.merge(evidence))
 
     def to_json(self) -> dict:
         w = self.worst
         return {"status": self.status.value, "units": len(self.tiles),
                 "failing_units": sum(not t.passed for t in self.tiles),
+                "compared": self.compared, "evidence": self.evidence.to_json(),
+                "fields": [f.to_json() for f in self.fields],
                 "worst_tile": w.to_json() if w else None, "notes": list(self.notes)}
 
 
@@ -119,19 +150,24 @@ NOT_RUN = Comparison(Status.NOT_RUN)
 
 
 def combine(parts: Sequence[Comparison], *notes: str) -> Comparison:
-    """One comparison out of several (e.g. one per tap)."""
+    """One comparison out of several (e.g. one per tap): a failing unit or a mismatching field
+    fails it; nothing compared (no unit, no field) leaves it NOT_RUN."""
     tiles = tuple(t for p in parts for t in p.tiles)
+    fields = tuple(f for p in parts for f in p.fields)
     all_notes = tuple(n for p in parts for n in p.notes) + tuple(n for n in notes if n)
     all_notes = tuple(dict.fromkeys(all_notes))
-    if not tiles:
-        return Comparison(Status.NOT_RUN, (), all_notes)
-    if any(not t.passed for t in tiles):
+    evidence = Evidence()
+    for p in parts:
+        evidence = evidence.merge(p.evidence)
+    if any(not t.passed for t in tiles) or any(not f.ok for f in fields):
         status = Status.MISMATCH
-    elif all(t.trivial for t in tiles):
+    elif not tiles and not fields:
+        status = Status.NOT_RUN
+    elif tiles and all(t.trivial for t in tiles):
         status = Status.MISTRUSTED
     else:
         status = Status.MATCH
-    return Comparison(status, tiles, all_notes)
+    return Comparison(status, tiles, all_notes, fields, evidence)
 
 
 def _num(v):
@@ -175,7 +211,8 @@ FAST_MIN_ELEMENTS = 1 << 20  # CUDA tensors from this size on take the one-pass 
 def compare(received: torch.Tensor, expected: torch.Tensor, *, bound: Optional[torch.Tensor] = None,
             mask: Optional[torch.Tensor] = None, tile_shape: Optional[tuple[int, int]] = None,
             origin: tuple[int, int] = (0, 0), tile_index: Optional[tuple[int, int]] = None,
-            k_block: Optional[int] = None, max_detail_tiles: int = 64) -> Comparison:
+            k_block: Optional[int] = None, max_detail_tiles: int = 64,
+            unwritten: Optional[torch.Tensor] = None) -> Comparison:
     """Compare two 2-D tensors tile by tile.
 
     bound None means bit-exact. `tile_shape` splits the tensors into tiles (default: one tile);
@@ -186,6 +223,8 @@ def compare(received: torch.Tensor, expected: torch.Tensor, *, bound: Optional[t
     memory, the same Comparison); everything else to `compare_reference`, the specification."""
     kw = dict(bound=bound, mask=mask, tile_shape=tile_shape, origin=origin, tile_index=tile_index,
               k_block=k_block, max_detail_tiles=max_detail_tiles)
+    if unwritten is not None and bool(unwritten.any()):
+        return compare_reference(received, expected, unwritten=unwritten, **kw)
     if received.is_cuda and received.numel() >= FAST_MIN_ELEMENTS and received.shape == expected.shape:
         from oracle.compare_fast import check_supported, compare_fast
 
@@ -198,7 +237,8 @@ def compare(received: torch.Tensor, expected: torch.Tensor, *, bound: Optional[t
 def compare_reference(received: torch.Tensor, expected: torch.Tensor, *, bound: Optional[torch.Tensor] = None,
                       mask: Optional[torch.Tensor] = None, tile_shape: Optional[tuple[int, int]] = None,
                       origin: tuple[int, int] = (0, 0), tile_index: Optional[tuple[int, int]] = None,
-                      k_block: Optional[int] = None, max_detail_tiles: int = 64) -> Comparison:
+                      k_block: Optional[int] = None, max_detail_tiles: int = 64,
+                      unwritten: Optional[torch.Tensor] = None) -> Comparison:
     """The reference comparison in torch, float64 element by element: the specification of every
     metric (see `compare` for the arguments). Its temporaries grow with the tensors."""
     if received.shape != expected.shape:
@@ -232,6 +272,10 @@ def compare_reference(received: torch.Tensor, expected: torch.Tensor, *, bound: 
     else:
         b = torch.zeros_like(err)
         ratio = torch.where(ok, torch.zeros_like(err), torch.full_like(err, math.inf))
+    never = torch.zeros_like(keep) if unwritten is None else unwritten.to(dev) & keep
+    if unwritten is not None:
+        ok = ok & ~never
+        ratio = torch.where(never, torch.full_like(ratio, math.inf), ratio)
     bad = ~ok & keep
     finite = torch.isfinite(r) & torch.isfinite(e) & keep
     err_f = torch.where(finite, err, torch.zeros_like(err))
@@ -258,8 +302,9 @@ def compare_reference(received: torch.Tensor, expected: torch.Tensor, *, bound: 
     nan_r, nan_e = T(r_nan & keep).sum(-1), T(e_nan & keep).sum(-1)
     inf_r, inf_e = T(r_inf & keep).sum(-1), T(e_inf & keep).sum(-1)
     informative = T((e.abs() > TRIVIAL) & keep).sum(-1)
+    n_never = T(never).sum(-1)
 
-    stats = torch.stack([n_cmp, n_exc, n_bad, nan_r, nan_e, inf_r, inf_e, informative]).cpu().tolist()
+    stats = torch.stack([n_cmp, n_exc, n_bad, nan_r, nan_e, inf_r, inf_e, informative, n_never]).cpu().tolist()
     fstats = torch.stack([max_abs, max_rel, max_ratio, diff_sq, e_sq, r_sq, dot, sum_r, sum_e]).cpu().tolist()
     tiles_h, tiles_w = n_cmp.shape
     grid_single = tile_shape is None
@@ -268,14 +313,14 @@ def compare_reference(received: torch.Tensor, expected: torch.Tensor, *, bound: 
     detail_budget = max_detail_tiles
     for i in range(tiles_h):
         for j in range(tiles_w):
-            (cmp_, exc, nbad, nr, ne, ir, ie, info) = (s[i][j] for s in stats)
+            (cmp_, exc, nbad, nr, ne, ir, ie, info, nvr) = (s[i][j] for s in stats)
             if cmp_ == 0:
                 continue
             (mabs, mrel, mrat, dsq, esq, rsq, dt, sr, se) = (s[i][j] for s in fstats)
             first = ()
             if nbad and detail_budget > 0:
                 detail_budget -= 1
-                first = _first_bad(bad, r, e, b, i * th, j * tw, th, tw, origin)
+                first = _first_bad(bad, r, e, b, i * th, j * tw, th, tw, origin, never)
             out.append(TileMetrics(
                 tile=(base_ti[0] + i, base_ti[1] + j), k_block=k_block, compared=cmp_, excluded=exc,
                 mismatches=nbad, max_abs_err=mabs, max_rel_err=mrel, max_ratio=mrat,
@@ -283,15 +328,16 @@ def compare_reference(received: torch.Tensor, expected: torch.Tensor, *, bound: 
                 cosine=dt / math.sqrt(esq * rsq) if esq > 0 and rsq > 0 else (1.0 if esq == rsq else 0.0),
                 amplification=sr / se if se > 0 else (1.0 if sr == 0 else math.inf),
                 nan_received=nr, nan_expected=ne, inf_received=ir, inf_expected=ie,
-                trivial=info == 0, exact=exact, first_bad=first))
+                trivial=info == 0, exact=exact, first_bad=first, unwritten=nvr))
     return combine([Comparison(Status.MATCH, tuple(out))]) if out else Comparison(Status.NOT_RUN)
 
 
-def _first_bad(bad, r, e, b, r0, c0, th, tw, origin) -> tuple[BadElement, ...]:
+def _first_bad(bad, r, e, b, r0, c0, th, tw, origin, never) -> tuple[BadElement, ...]:
     sub = bad[r0:r0 + th, c0:c0 + tw]
     idx = sub.nonzero()[:FIRST_BAD].cpu().tolist()
     res = []
     for ii, jj in idx:
         gi, gj = r0 + ii, c0 + jj
-        res.append(BadElement(origin[0] + gi, origin[1] + gj, float(r[gi, gj]), float(e[gi, gj]), float(b[gi, gj])))
+        res.append(BadElement(origin[0] + gi, origin[1] + gj, float(r[gi, gj]), float(e[gi, gj]), float(b[gi, gj]),
+                              bool(never[gi, gj])))
     return tuple(res)

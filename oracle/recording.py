@@ -13,6 +13,7 @@ import torch
 
 from harness.dump import Dump, DumpError, environment, load_dump, save_dump
 from harness.taps import DESCRIPTOR_STAGES, DescriptorRecord, Tap
+from harness.trace_format import TraceAccount
 from kernels_ref.dtypes import DTYPES
 from oracle.inputs import InputError, Operands, Provenance, check_operands
 from oracle.problem import ProblemSpec, SpecError
@@ -36,6 +37,9 @@ class Recording:
     confounds: tuple[str, ...] = ()  # declared by the recorder, e.g. runtime-gated taps
     notes: tuple[str, ...] = ()  # what the recorder wants the reader to know (dropped taps, checks)
     environment: Mapping[str, Any] = field(default_factory=dict)
+    trace: Optional[TraceAccount] = None  # the trace's selection and what it lost; None: not a live trace
+    output_poison: Optional[int] = None  # the byte D was filled with before the launch; None: unknown
+    command: tuple[str, ...] = ()  # the command line that made the run, to re-run it with other taps
 
     def validate(self) -> None:
         """Raise RecordingError naming what does not fit the problem."""
@@ -53,6 +57,11 @@ class Recording:
                 raise RecordingError(f"output D has dtype {self.output.dtype}, the problem's out_dtype is {want}")
         if self.kernel_error is None and self.output is None:
             raise RecordingError("the recording has no output D and no kernel error")
+        p = self.output_poison
+        if p is not None and (isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= 255):
+            raise RecordingError(f"output_poison={p!r} must be a byte value 0..255 or None")
+        if not all(isinstance(a, str) for a in self.command):
+            raise RecordingError(f"command must be a list of strings, got {list(self.command)!r}")
         t = spec.tile
         for tap in self.taps:
             tm, tn = tap.tile
@@ -79,7 +88,10 @@ class Recording:
                 "provenance": {"ladder": self.provenance.ladder, "seed": self.provenance.seed,
                                "source": self.provenance.source, "generator": self.provenance.generator},
                 "kernel": {"name": self.kernel, "error": self.kernel_error}, "synthetic": self.synthetic,
-                "confounds": list(self.confounds), "notes": list(self.notes), "environment": dict(self.environment or environment())}
+                "confounds": list(self.confounds), "notes": list(self.notes),
+                "environment": dict(self.environment or environment()),
+                "trace": self.trace.to_json() if self.trace is not None else None,
+                "output_poison": self.output_poison, "command": list(self.command)}
         outputs = {"d": self.output} if self.output is not None else {}
         save_dump(path, Dump(inputs=self.operands.named(), outputs=outputs, taps=self.taps,
                              descriptors=self.descriptors, meta=meta))
@@ -101,13 +113,24 @@ class Recording:
             raise DumpError(f"dump {path!r}: unknown input tensor(s) {', '.join(unknown)}")
         if "a" not in dump.inputs or "b" not in dump.inputs:
             raise DumpError(f"dump {path!r}: operands A and B are required (input.a, input.b)")
+        try:
+            trace = TraceAccount.from_json(meta["trace"]) if meta.get("trace") is not None else None
+        except ValueError as e:
+            raise DumpError(f"dump {path!r}: metadata field trace: {e}") from None
+        command = meta.get("command") or []
+        if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+            raise DumpError(f"dump {path!r}: metadata field command must be a list of strings, got {command!r}")
+        poison = meta.get("output_poison")
+        if poison is not None and (isinstance(poison, bool) or not isinstance(poison, int) or not 0 <= poison <= 255):
+            raise DumpError(f"dump {path!r}: metadata field output_poison={poison!r} must be a byte value or null")
         rec = cls(spec=spec, operands=Operands(**dump.inputs), output=dump.outputs.get("d"),
                   provenance=Provenance(prov["ladder"], prov.get("seed"), prov.get("source") or path,
                                         prov.get("generator", "cpu")),
                   taps=dump.taps, descriptors=dump.descriptors, kernel=kernel.get("name", "unknown"),
                   kernel_error=kernel.get("error"), synthetic=bool(meta.get("synthetic", False)),
                   confounds=tuple(meta.get("confounds") or ()), notes=tuple(meta.get("notes") or ()),
-                  environment=meta.get("environment") or {})
+                  environment=meta.get("environment") or {}, trace=trace, output_poison=poison,
+                  command=tuple(command))
         try:
             rec.validate()
         except RecordingError as e:

@@ -14,8 +14,9 @@ from typing import Any, Optional
 from tabulate import tabulate
 
 from oracle.compare import Comparison, Status, TileMetrics, _num
-from oracle.differential import Analysis, FirstDivergence, StageResult
 from oracle.diagnose import Verdict
+from oracle.differential import Analysis, FirstDivergence, StageResult
+from oracle.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Feed, describe_sites, sites_json
 
 SCHEMA = "oracle.report/1"
 
@@ -48,43 +49,97 @@ def _status(c: Comparison) -> str:
     return c.status.value if c.status is not Status.NOT_RUN else "-"
 
 
+_FEED_SHORT = {Feed.KERNEL: "kernel", Feed.GLOBAL: "global", Feed.STAND_IN: "stand-in", Feed.REFERENCE: "reference",
+               Feed.FIELDS: "fields"}
+_MASK_SHORT = {PADDING: "pad", UNRECORDED: "unrec", UPSTREAM_UNRECORDED: "up-unrec"}
+
+
+def _deciding(st: StageResult) -> Comparison:
+    """The comparison a stage's row counts: teacher-forced when it ran, else chained."""
+    return st.teacher_forced if st.teacher_forced.status is not Status.NOT_RUN or \
+        st.teacher_forced.evidence.masked_total else st.chained
+
+
+def _fed_by(c: Comparison) -> str:
+    return "+".join(_FEED_SHORT[f] for f in c.evidence.feeds) or "-"
+
+
+def _masked(c: Comparison) -> str:
+    ev = c.evidence
+    return " ".join(f"{n} {_MASK_SHORT[r]}" for r, n in ev.masked) or "0"
+
+
 def table(an: Analysis) -> str:
     rows = []
     for st in an.stages:
         w = _worst(st)
-        rows.append([st.name, _status(st.teacher_forced), _status(st.chained), _where(w),
+        d = _deciding(st)
+        fields = f" +{len(d.fields)} fields" if d.fields else ""
+        counted = d.status is not Status.NOT_RUN or d.evidence.masked_total
+        rows.append([st.name, _status(st.teacher_forced), _status(st.chained),
+                     _fed_by(st.teacher_forced) if st.teacher_forced.evidence.feeds else "-", _where(w),
                      "exact" if w is not None and w.exact and w.passed else _fmt(w.max_ratio if w else None),
                      _fmt(w.max_abs_err if w else None), _fmt(w.amplification if w else None),
                      f"{w.nan_received}/{w.nan_expected}" if w else "-",
                      f"{w.inf_received}/{w.inf_expected}" if w else "-",
-                     f"{w.mismatches}/{w.compared}" if w else "-"])
-    return tabulate(rows, headers=["stage", "teacher-forced", "chained", "worst tile", "err/bound", "max |err|",
-                                   "amplif.", "NaN r/e", "Inf r/e", "bad/compared"])
+                     (f"{sum(t.mismatches for t in d.tiles) + len(d.field_mismatches)}/{d.compared}{fields}"
+                      if counted else "-"),
+                     _masked(d) if counted else "-"])
+    return tabulate(rows, headers=["stage", "teacher-forced", "chained", "fed by", "worst tile", "err/bound",
+                                   "max |err|", "amplif.", "NaN r/e", "Inf r/e", "bad/compared", "masked"])
+
+
+def _feed_phrase(f: FirstDivergence) -> str:
+    return {"kernel tap": "teacher-forced on the kernel's own taps",
+            "global memory": "fed with the operand in global memory, its real input",
+            "descriptor fields": "the descriptor's own fields"}.get(f.fed_by, "teacher-forced")
 
 
 def sentence(an: Analysis) -> str:
     d = an.diagnosis
     if d.verdict is Verdict.DIVERGED and an.first is not None:
         f = an.first
-        kb = f", k-block {f.k_block}" if f.k_block is not None else ""
-        el = ""
-        if f.element is not None:
-            el = (f", element ({f.element[0]}, {f.element[1]}) [in tile {f.element_in_tile}]: received "
-                  f"{_fmt(f.received, 6)}, expected {_fmt(f.expected, 6)} (bound {_fmt(f.bound)})")
-        why = ("controlled inputs, teacher-forced" if f.kind.value == "VERDICT" else
-               "; ".join(an.open_confounds) or d.reason)
-        s = f"First divergence: {f.stage} at tile {f.tile}{kb}{el}. {f.kind.value} ({why})."
+        if f.field is not None:
+            where = f": {f.field.describe()}"
+        else:
+            where = (f" at tile {f.tile}" if f.tile is not None else "") + \
+                (f", k-block {f.k_block}" if f.k_block is not None else "")
+            if f.element is not None:
+                got = "never written" if f.unwritten else f"received {_fmt(f.received, 6)}"
+                where += (f", element ({f.element[0]}, {f.element[1]}) [in tile {f.element_in_tile}]: {got}, "
+                          f"expected {_fmt(f.expected, 6)} (bound {_fmt(f.bound)})")
+        if f.kind.value == "VERDICT":
+            why = f"controlled inputs, {_feed_phrase(f)}"
+        else:
+            why = "; ".join(filter(None, [d.reason if not d.root_cause else "", *an.open_confounds])) or \
+                (f"fed by reference stand-ins for {describe_sites(f.stand_ins)}" if f.stand_ins else d.reason)
+        s = f"First divergence: {f.stage}{where}. {f.kind.value} ({why})."
+        if f.stand_ins and f.kind.value == "DRAFT" and d.root_cause:
+            s += (f" {f.stage} was fed reference stand-ins for {describe_sites(f.stand_ins)}, which the kernel did not "
+                  f"tap: the error may lie there.")
         if f.hint:
             s += f" Hint: {f.hint}."
-        if not d.root_cause:
-            s += f" {d.reason}."
+        if f.missing:
+            s += f" For a VERDICT it needs: {'; '.join(f.missing)}."
         if d.inherited:
             s += f" Inherited downstream: {', '.join(d.inherited)}."
+        if d.unexplained:
+            tiles = ", ".join(map(str, d.unexplained[:4])) + (" and others" if len(d.unexplained) > 4 else "")
+            s += f" Also diverging, in tiles the root cause does not cover (not traced there): {tiles}."
         return s
     if d.verdict is Verdict.KERNEL_ERROR:
         return f"KERNEL_ERROR: {an.recording.kernel_error}. {d.reason}."
     if d.verdict is Verdict.ORACLE_UNTRUSTED:
         return f"ORACLE_UNTRUSTED: {d.reason}: {'; '.join(an.cross_check)}. The kernel is not judged."
+    if d.verdict is Verdict.MATCH:
+        compared = sum(_deciding(st).compared for st in an.stages)
+        s = f"MATCH: {d.reason} ({compared} elements compared)."
+        incomplete = [c for c in an.open_confounds if c.startswith("incomplete trace")]
+        if incomplete:
+            s += " The trace was incomplete, so a defect in what was lost would not show: " + "; ".join(incomplete) + "."
+        if an.unobserved:
+            s += " Not seen: " + "; ".join(an.unobserved) + "."
+        return s
     return f"{d.verdict.value}: {d.reason}."
 
 
@@ -103,6 +158,11 @@ def render(an: Analysis) -> str:
         lines.append(f"handled: {c}")
     for c in an.open_confounds:
         lines.append(f"confound: {c}")
+    for st in an.stages:  # elements a comparison could not see because the kernel did not record them
+        for label, c in (("teacher-forced", st.teacher_forced), ("chained", st.chained)):
+            ev = c.evidence
+            if ev.masked_count(UNRECORDED) or ev.masked_count(UPSTREAM_UNRECORDED):
+                lines.append(f"masked: {st.name} {label}: {c.compared} compared; not compared: {ev.describe_masked()}")
     if an.first_nonfinite:
         stage, tile, kb, el = an.first_nonfinite
         kbs = f" k-block {kb}" if kb is not None else ""
@@ -120,11 +180,14 @@ def render(an: Analysis) -> str:
 def _first_json(f: Optional[FirstDivergence]) -> Optional[dict]:
     if f is None:
         return None
-    return {"stage": f.stage, "tile": list(f.tile), "k_block": f.k_block,
+    return {"stage": f.stage, "tile": list(f.tile) if f.tile is not None else None, "k_block": f.k_block,
             "element": list(f.element) if f.element else None,
             "element_in_tile": list(f.element_in_tile) if f.element_in_tile else None,
             "received": _num(f.received), "expected": _num(f.expected), "bound": _num(f.bound),
-            "kind": f.kind.value, "comparison": f.comparison, "hint": f.hint}
+            "kind": f.kind.value, "comparison": f.comparison, "hint": f.hint, "fed_by": f.fed_by or None,
+            "stand_ins": sites_json(f.stand_ins), "field": f.field.to_json() if f.field else None,
+            "untraced_tiles": [list(t) for t in f.untraced], "rerun": f.rerun, "unwritten": f.unwritten,
+            "missing": list(f.missing)}
 
 
 def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None) -> dict:
@@ -132,8 +195,11 @@ def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None) -> dict:
     stages = []
     for st in an.stages:
         w = _worst(st)
+        d = _deciding(st)
         stages.append({"name": st.name, "teacher_forced": st.teacher_forced.status.value,
-                       "chained": st.chained.status.value, "worst_tile": w.to_json() if w else None,
+                       "chained": st.chained.status.value, "fed_by": [f.value for f in st.teacher_forced.evidence.feeds],
+                       "compared": d.compared, "masked": dict(d.evidence.masked),
+                       "worst_tile": w.to_json() if w else None,
                        "details": {"teacher_forced": st.teacher_forced.to_json(),
                                    "chained": st.chained.to_json()}})
     nf = an.first_nonfinite
@@ -150,6 +216,8 @@ def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None) -> dict:
         "synthetic": rec.synthetic,
         "confounds": {"open": list(an.open_confounds), "handled": list(an.handled_confounds)},
         "notes": list(rec.notes),
+        "unobserved": list(an.unobserved),
+        "trace": rec.trace.to_json() if rec.trace is not None else None,
         "cross_check": {"ok": not an.cross_check, "problems": list(an.cross_check)},
         "first_nonfinite": None if nf is None else {"stage": nf[0], "tile": list(nf[1]), "k_block": nf[2],
                                                     "element": list(nf[3]) if nf[3] else None},

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from oracle.case import CaseError, load_case
+from oracle import report
 from oracle.differential import analyze
 from oracle.inputs import make_operands
 from oracle.live import launch_spec, stale_rows
@@ -106,8 +107,10 @@ def test_a_map_over_padding_rows_is_the_padding_confound_not_a_mismatch():
 def test_a_wrong_box_is_named_field_by_field():
     an = _recorded("hopper_bf16_narrow_box")
     desc_a = next(s for s in an.stages if s.name == "descriptor_a")
-    assert any("box_dims: kernel (32, 128), expected (64, 128)" in n for n in desc_a.teacher_forced.notes)
-    assert an.first.stage == "descriptor_a"
+    (bad,) = desc_a.teacher_forced.field_mismatches
+    assert (bad.field, bad.received, bad.expected) == ("box_dims", "(32, 128)", "(64, 128)")
+    assert an.first.stage == "descriptor_a" and an.first.field == bad and an.first.tile is None
+    assert "box_dims: (32, 128), expected (64, 128)" in report.sentence(an)
 
 
 @pytest.mark.parametrize("table, message", [

@@ -1,0 +1,119 @@
+"""The whole differential: every stage's references run on the recording, in pipeline order, then
+the first divergence and what the report may claim about it.
+
+descriptor -> load -> mma -> epilogue sub-steps -> store, each compared teacher-forced (fed with
+the kernel's own upstream tap) and chained (fed with the reference pipeline); the Triton
+references are cross-checked against their float64 host specs on a few tiles of every run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from harness.taps import STAGES
+from kernels_ref.dtypes import DTYPES
+from oracle import knobs
+from oracle.diagnose import Diagnosis, Kind, Verdict, first_divergence
+from oracle.differential.context import Context, StageResult
+from oracle.differential.cross_check import cross_check
+from oracle.differential.epilogue import epilogue_stages, reference_chain
+from oracle.differential.findings import (FirstDivergence, first_finding, first_nonfinite, mixing_confound,
+                                              trace_confounds, unobserved)
+from oracle.differential.mma import mma_stage
+from oracle.differential.operands import descriptor_stage, load_stage
+from oracle.recording import Recording, RecordingError
+
+
+@dataclass(frozen=True)
+class Analysis:
+    recording: Recording
+    stages: tuple[StageResult, ...]
+    cross_check: tuple[str, ...]  # disagreements between Triton references and host specs
+    diagnosis: Diagnosis
+    kind: Kind
+    open_confounds: tuple[str, ...]
+    handled_confounds: tuple[str, ...]
+    first: Optional[FirstDivergence]
+    first_nonfinite: Optional[tuple[str, tuple[int, int], Optional[int], Optional[tuple[int, int]]]]
+    device: str
+    unobserved: tuple[str, ...] = ()  # what the run did not see (stages without taps, stand-ins, tiles)
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.diagnosis.verdict
+
+
+def reference_device() -> torch.device:
+    want = knobs.DEVICE.get()
+    if want == "cuda" or (want == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def _refuse_unjudged(rec: Recording) -> None:
+    spec = rec.spec
+    if spec.batch != 1:
+        raise RecordingError(f"batch={spec.batch}: the differential judges one GEMM at a time; "
+                             f"record each batch entry as its own run")
+    split = [t.describe() for t in rec.taps if t.partial is not None or t.group is not None]
+    if split:
+        raise RecordingError(f"{len(split)} tap(s) name a partial or a group (first: {split[0]}): split-K, "
+                             f"stream-K and grouped taps are not judged by this differential")
+
+
+def analyze(rec: Recording, device: Optional[torch.device] = None) -> Analysis:
+    rec.validate()
+    _refuse_unjudged(rec)
+    spec = rec.spec
+    dev = device or reference_device()
+    ctx = Context(rec, dev)
+    if rec.kernel_error is not None and rec.output is None and not rec.taps:
+        diag = first_divergence([], kernel_error=True)
+        return Analysis(rec, (), (), diag, Kind.DRAFT, tuple(trace_confounds(ctx)), (), None, None, str(dev))
+
+    tapped = sorted(ctx.traced_tiles)
+    n_check = knobs.CROSS_CHECK_TILES.get()
+    sample = tapped[:n_check] or sorted({(0, 0), (spec.tiles_m - 1, spec.tiles_n - 1)})[:n_check]
+    cross = tuple(cross_check(ctx, sample))
+
+    stages: list[StageResult] = [descriptor_stage(ctx, op) for op in ("a", "b")]
+    stages += [load_stage(ctx, op) for op in ("a", "b")]
+    mma_result, finals = mma_stage(ctx)
+    stages.append(mma_result)
+    stages.extend(epilogue_stages(ctx, reference_chain(ctx), finals))
+    assert [s.name for s in stages] == list(STAGES), "stage order drifted from harness.taps.STAGES"
+
+    diag = first_divergence([s.outcome for s in stages], kernel_error=rec.kernel_error is not None,
+                            references_trusted=not cross, traced_tiles=ctx.traced_tiles)
+    handled = ()
+    if ctx.padding_excluded:
+        per = ", ".join(f"{stage} {n}" for stage, n in ctx.padding_excluded.items())
+        handled = (f"padding confound: tap elements past the real extent (rows >= M={spec.m} or columns >= "
+                   f"N={spec.n}) feed no valid output and were excluded ({per})",)
+    open_conf = list(rec.confounds)
+    if not rec.provenance.controlled:
+        open_conf.append(f"inputs are not controlled ({rec.provenance.describe()}): a localisation on them is a "
+                         f"draft until reproduced on a controlled input")
+    open_conf.extend(mixing_confound(ctx))
+    open_conf.extend(trace_confounds(ctx))
+    first, kind = first_finding(ctx, stages, diag, confounds=open_conf)
+    return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, first_nonfinite(stages),
+                    str(dev), tuple(unobserved(ctx, stages)))
+
+
+def expected_output(spec, operands, device: Optional[torch.device] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference D of the whole problem and its per-element bound: what epilogue_store's chained
+    comparison holds the output to. D is in the output dtype where the bound is zero everywhere
+    (bit-exact), else float32; the bound is float64 (0 = bit-exact)."""
+    from oracle.inputs import Provenance
+
+    rec = Recording(spec=spec, operands=operands, output=None, provenance=Provenance("captured"),
+                    kernel_error="none: a reference-only recording")
+    rec.validate()
+    ctx = Context(rec, device or reference_device())
+    y, b = reference_chain(ctx)["cast"]
+    exact = bool((b == 0).all())
+    return (y.to(DTYPES[spec.out_dtype].torch) if exact else y.float()), b
