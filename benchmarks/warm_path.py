@@ -17,6 +17,9 @@ oracle): one warming call, then `--runs` timed calls each. And, as the
 peer measured in the same run, the wall time of a bare `python -c "import torch"`: every process
 that uses torch pays it before the oracle does anything.
 
+Every run's report also says whether its trace was complete: records dropped, the sink's size,
+what the kernel needed, and whether the sink had to be measured and the kernel launched again.
+
 Goal (reported, not enforced): <= 3 s warm. Reported for the plain command (`goal_met_cli`), the
 command through the server (`goal_met_served`) and the in-process call (`goal_met_in_process`). Exit code 0 when every run succeeded with the expected
 verdict (MATCH) and nothing was recompiled, 1 otherwise.
@@ -52,7 +55,9 @@ def _triton_cache() -> Path:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=4096)
-    ap.add_argument("--runs", type=int, default=5, help="timed warm runs (after one warming run)")
+    ap.add_argument("--runs", type=int, default=5, help="timed warm runs of the plain command (after one warming run)")
+    ap.add_argument("--other-runs", type=int, default=None,
+                    help="timed runs in-process and through the server (default: --runs)")
     ap.add_argument("--trace-k-blocks", default=None, help="k-blocks to trace (default: all)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -74,10 +79,13 @@ def main(argv=None) -> int:
             proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
             wall = time.perf_counter() - t0
             doc = json.loads(report.read_text()) if report.is_file() else {}
+            trace = doc.get("trace") or {}
             row = {"run": i, "warm": i > 0, "wall_s": round(wall, 3), "exit": proc.returncode,
                    "verdict": doc.get("verdict"), "build_cached": doc.get("run", {}).get("build_cached"),
+                   "dropped": trace.get("dropped"), "sink_bytes": trace.get("capacity"),
+                   "needed_bytes": trace.get("needed_bytes"), "relaunched": trace.get("relaunched"),
                    "phases_s": {k: round(v, 3) for k, v in doc.get("phases_s", {}).items()}}
-            if proc.returncode != 0 or doc.get("verdict") != "MATCH":
+            if proc.returncode != 0 or doc.get("verdict") != "MATCH" or trace.get("dropped") != 0:
                 ok = False
                 row["stderr"] = proc.stderr[-2000:]
             snapshot = {k: _files(d) for k, d in caches.items()}
@@ -99,6 +107,7 @@ def main(argv=None) -> int:
 
     from oracle.cli import main as oracle_main
 
+    others = args.runs if args.other_runs is None else args.other_runs
     in_process = []
     with tempfile.TemporaryDirectory() as tmp:
         argv = cmd[3:]  # without "python -m oracle"
@@ -106,7 +115,7 @@ def main(argv=None) -> int:
         cwd = os.getcwd()
         os.chdir(ROOT)
         try:
-            for i in range(args.runs + 1):
+            for i in range(others + 1):
                 t0 = time.perf_counter()
                 code = oracle_main(argv)
                 if i:
@@ -126,7 +135,7 @@ def main(argv=None) -> int:
             env = {**os.environ, "ORACLE_SERVER": sock}
             cmd_s = list(cmd)
             cmd_s[cmd_s.index("--json") + 1] = str(Path(tmp) / "r.json")
-            for i in range(args.runs + 1):
+            for i in range(others + 1):
                 t0 = time.perf_counter()
                 proc = subprocess.run(cmd_s, cwd=ROOT, capture_output=True, text=True, env=env)
                 wall = time.perf_counter() - t0
@@ -157,6 +166,7 @@ def main(argv=None) -> int:
         "goal_met_served": statistics.median(served) <= GOAL_S,
         "goal_met_in_process": statistics.median(in_process) <= GOAL_S,
         "nothing_recompiled": all(not r.get("new_cache_files") and r["build_cached"] for r in runs[1:]),
+        "all_match_nothing_dropped": all(r["verdict"] == "MATCH" and r["dropped"] == 0 for r in runs),
         "runs": runs,
     }
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1))

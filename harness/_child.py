@@ -50,6 +50,100 @@ class _Mapped:
         os.close(self._fd)
 
 
+class _Sink:
+    """The trace sink: a shared file the parent reads afterwards, made visible to the kernel as
+    host-mapped memory (the file's own pages, else a pinned copy) or as device memory, and its
+    address written into the kernel's sink symbol. `regrow` replaces it with a larger one holding
+    the same initial bytes (header with the new capacity, pre-written records, zeros)."""
+
+    def __init__(self, path: Path, size: int, prefix: int, host_mapped: bool, symbol: int, status: dict):
+        self.path, self.size, self.host_mapped, self.symbol, self.status = path, size, host_mapped, symbol, status
+        self.mem = None
+        self.dev = 0
+        self.map = None
+        self._open()
+        self.prefix = bytes(self.map.mm[:max(prefix, 512)])  # header + pre-written records, before any launch
+
+    def _open(self) -> None:
+        self.map = _Mapped(self.path, self.size)
+        if self.host_mapped:
+            try:
+                # Whole pages: the mapping is page-aligned and covers them (older drivers insist).
+                pages = -(-self.size // mmap.PAGESIZE) * mmap.PAGESIZE
+                self.mem = cu.host_register_mapped(self.map.address, pages)
+                self.mode, self.dev = P.SINK_FILE, self.mem.device_ptr
+            except cu.CudaError as exc:
+                self.status["sink_register_error"] = str(exc)
+                self.mem = cu.host_alloc_mapped(self.size)
+                ctypes.memmove(self.mem.host_ptr, self.map.address, self.size)
+                self.mode, self.dev = P.SINK_PINNED_COPY, self.mem.device_ptr
+        else:
+            self.dev = cu.mem_alloc(self.size)
+            cu.memcpy_htod(self.dev, self.map.address, self.size)
+            self.mode = P.SINK_DEVICE_COPY
+        cu.memcpy_htod(self.symbol, self.dev.to_bytes(8, "little"))
+
+    def _close(self) -> None:
+        if self.mode == P.SINK_DEVICE_COPY:
+            cu.mem_free(self.dev)
+        elif self.mem is not None:
+            self.mem.free()
+        self.mem = None
+        self.map.close()
+
+    def _header(self) -> bytes:
+        if self.mode == P.SINK_DEVICE_COPY:
+            buf = ctypes.create_string_buffer(32)
+            cu.memcpy_dtoh_into(ctypes.addressof(buf), self.dev, 32)
+            return buf.raw
+        if self.mode == P.SINK_PINNED_COPY:
+            return ctypes.string_at(self.mem.host_ptr, 32)
+        return bytes(self.map.mm[:32])
+
+    def dropped(self) -> int:
+        return int.from_bytes(self._header()[24:28], "little")
+
+    def needed(self) -> int:
+        """Bytes a sink needs to hold every record of the last launch: header plus the cursor."""
+        return 512 + int.from_bytes(self._header()[16:24], "little")
+
+    def copy_back(self, progress: P.Progress) -> None:
+        if self.mode == P.SINK_PINNED_COPY:
+            ctypes.memmove(self.map.address, self.mem.host_ptr, self.size)
+            progress.mark("sink_copied", sink_mode=self.mode)
+
+    def download(self, progress: P.Progress) -> None:
+        if self.mode == P.SINK_DEVICE_COPY:
+            cu.memcpy_dtoh_into(self.map.address, self.dev, self.size)
+            progress.mark("sink_copied", sink_mode=self.mode)
+
+    def regrow(self, size: int) -> bool:
+        """A fresh sink of `size` bytes in place of this one; False (this one kept) when the file
+        cannot grow."""
+        fresh = self.path.with_name(self.path.name + ".grow")
+        try:
+            fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, size)
+                head = bytearray(self.prefix)
+                head[8:16] = size.to_bytes(8, "little")  # the capacity field
+                os.pwrite(fd, bytes(head), 0)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self.status["sink_regrow_error"] = f"a {size}-byte sink could not be made: {exc}"
+            try:
+                fresh.unlink()
+            except OSError:
+                pass
+            return False
+        self._close()
+        os.replace(fresh, self.path)
+        self.size = size
+        self._open()
+        return True
+
+
 def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
     req = json.loads((run_dir / P.REQUEST).read_text())
     if req.get("protocol") != P.PROTOCOL_VERSION:
@@ -102,45 +196,31 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
     phase = status["phase"] = "upload"
     progress.mark(phase)
     inputs_path = run_dir / P.INPUTS
-    if inputs_path.exists() and inputs_path.stat().st_size > 0:
-        entries = _tensorio.entries(inputs_path)
-        src = _Mapped(inputs_path, inputs_path.stat().st_size)
-        try:
-            for e in entries:
-                cu.memcpy_htod(dptrs[e.name], src.address + e.offset, e.nbytes)
-        finally:
-            src.close()
-    for name, info in tensors.items():
-        if info["role"] == "out":
-            cu.memset_d8(dptrs[name], P.POISON_BYTE if req.get("poison_outputs", True) else 0,
-                         int(info["nbytes"]))
+    poison = P.POISON_BYTE if req.get("poison_outputs", True) else 0
 
-    sink_map = None
-    sink_mem = None
-    sink_mode = None
+    def prepare_tensors() -> None:
+        """Inputs uploaded, outputs poisoned: before the launch, and again before a relaunch."""
+        if inputs_path.exists() and inputs_path.stat().st_size > 0:
+            entries = _tensorio.entries(inputs_path)
+            src = _Mapped(inputs_path, inputs_path.stat().st_size)
+            try:
+                for e in entries:
+                    cu.memcpy_htod(dptrs[e.name], src.address + e.offset, e.nbytes)
+            finally:
+                src.close()
+        for name, info in tensors.items():
+            if info["role"] == "out":
+                cu.memset_d8(dptrs[name], poison, int(info["nbytes"]))
+
+    prepare_tensors()
+    sink = None
     if sink_req is not None:
         phase = status["phase"] = "sink"
         progress.mark(phase)
-        sink_size = int(sink_req["size"])
-        sink_map = _Mapped(Path(sink_req["file"]), sink_size)
-        if sink_req.get("host_mapped", True):
-            try:
-                # Whole pages: the mapping is page-aligned and covers them (older drivers insist).
-                pages = -(-sink_size // mmap.PAGESIZE) * mmap.PAGESIZE
-                sink_mem = cu.host_register_mapped(sink_map.address, pages)
-                sink_mode, sink_dev = P.SINK_FILE, sink_mem.device_ptr
-            except cu.CudaError as exc:
-                status["sink_register_error"] = str(exc)
-                sink_mem = cu.host_alloc_mapped(sink_size)
-                ctypes.memmove(sink_mem.host_ptr, sink_map.address, sink_size)
-                sink_mode, sink_dev = P.SINK_PINNED_COPY, sink_mem.device_ptr
-        else:
-            sink_dev = cu.mem_alloc(sink_size)
-            cu.memcpy_htod(sink_dev, sink_map.address, sink_size)
-            sink_mode = P.SINK_DEVICE_COPY
-        cu.memcpy_htod(sink_symbol, sink_dev.to_bytes(8, "little"))
-        status["sink_mode"] = sink_mode
-        progress.mark("sink_ready", sink_mode=sink_mode)
+        sink = _Sink(Path(sink_req["file"]), int(sink_req["size"]), int(sink_req.get("prefix", 0)),
+                     bool(sink_req.get("host_mapped", True)), sink_symbol, status)
+        status["sink_mode"] = sink.mode
+        progress.mark("sink_ready", sink_mode=sink.mode)
 
     phase = status["phase"] = "encode"
     progress.mark(phase)
@@ -150,29 +230,42 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
             maps.append(encode(a.spec, dptrs[a.tensor_name]))
     params = KernelParams(argument_bytes(launch, dptrs, maps))
 
-    def copy_pinned_sink() -> None:
-        if sink_mode == P.SINK_PINNED_COPY:
-            ctypes.memmove(sink_map.address, sink_mem.host_ptr, sink_map.size)
-            progress.mark("sink_copied", sink_mode=sink_mode)
+    def launch_once() -> None:
+        try:
+            status["phase"] = "launch"
+            progress.mark("launch")
+            t0 = time.perf_counter()
+            cu.launch(func, launch.grid, launch.block, launch.shared_mem_bytes, params.address,
+                      cluster=launch.cluster)
+            status["phase"] = "sync"
+            progress.mark("sync")
+            cu.synchronize()
+            status["kernel_s"] = time.perf_counter() - t0
+        finally:
+            if sink is not None:
+                sink.copy_back(progress)
 
-    try:
-        phase = status["phase"] = "launch"
-        progress.mark(phase)
-        t0 = time.perf_counter()
-        cu.launch(func, launch.grid, launch.block, launch.shared_mem_bytes, params.address,
-                  cluster=launch.cluster)
-        phase = status["phase"] = "sync"
-        progress.mark(phase)
-        cu.synchronize()
-        status["kernel_s"] = time.perf_counter() - t0
-    finally:
-        copy_pinned_sink()
+    launch_once()
+    max_size = int(sink_req.get("max_size") or 0) if sink_req is not None else 0
+    if sink is not None and max_size and sink.dropped():
+        # The sink was sized from an estimate and overflowed: the cursor says what every record
+        # needs. Launch once more with a sink of that size (inputs restored, outputs poisoned again).
+        need = sink.needed()
+        over = {"first_capacity": sink.size, "needed": need, "max_size": max_size, "relaunched": False}
+        status["sink_overflow"] = over
+        if need <= max_size:
+            status["phase"] = "sink"
+            progress.mark("sink_regrow", needed=need)
+            if sink.regrow(min(max_size, -(-need // 4096) * 4096)):
+                prepare_tensors()
+                launch_once()
+                over["relaunched"] = True
+        status["sink_size"] = sink.size
 
     phase = status["phase"] = "download"
     progress.mark(phase)
-    if sink_mode == P.SINK_DEVICE_COPY:
-        cu.memcpy_dtoh_into(sink_map.address, sink_dev, sink_map.size)
-        progress.mark("sink_copied", sink_mode=sink_mode)
+    if sink is not None:
+        sink.download(progress)
     out_specs = [(n, i["st_dtype"], i["shape"]) for n, i in tensors.items() if i["role"] in ("out", "inout")]
     if out_specs:
         out_path = run_dir / P.OUTPUTS

@@ -81,21 +81,34 @@ KERNEL_FAULTS = frozenset({RunStatus.CUDA_ERROR, RunStatus.TIMEOUT, RunStatus.CR
 
 @dataclass(frozen=True)
 class SinkRequest:
-    """The trace sink: `init_bytes` (e.g. trace_format.sink_init_bytes(...)) go into a buffer whose
-    device address is written into the `__device__` pointer `symbol` before the launch. Host-mapped
-    (pinned host memory the kernel writes over PCIe) survives a kernel fault; device memory is faster
-    but can be read back only after a clean run."""
+    """The trace sink: a buffer of `capacity` bytes (default: len(init_bytes)) that starts with
+    `init_bytes` (e.g. trace_format.sink_init_bytes(...), or just its header and pre-written records
+    from trace_format.sink_prefix) and is zero after them; its device address is written into the
+    `__device__` pointer `symbol` before the launch. Host-mapped (pinned host memory the kernel writes
+    over PCIe) survives a kernel fault; device memory is faster but can be read back only after a
+    clean run. With `max_bytes`, a launch whose records did not fit is run once more with a sink of
+    the size its cursor measured, if that is at most `max_bytes` (KernelRun.sink_overflow says so)."""
 
     init_bytes: bytes
     symbol: str = "oracle_trace_sink"
     host_mapped: bool = True
+    capacity: Optional[int] = None
+    max_bytes: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.init_bytes, (bytes, bytearray, memoryview)) or len(self.init_bytes) == 0:
             raise RunnerError("SinkRequest.init_bytes must be non-empty bytes (the sink's initial image)")
-        if len(self.init_bytes) > MAX_SINK_BYTES:
-            raise RunnerError(f"SinkRequest of {len(self.init_bytes)} bytes exceeds {MAX_SINK_BYTES}")
         object.__setattr__(self, "init_bytes", bytes(self.init_bytes))
+        cap = len(self.init_bytes) if self.capacity is None else self.capacity
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < len(self.init_bytes):
+            raise RunnerError(f"SinkRequest.capacity {self.capacity!r} must be an int of at least the "
+                              f"{len(self.init_bytes)} initial bytes")
+        object.__setattr__(self, "capacity", cap)
+        for name, v in (("capacity", cap), ("max_bytes", self.max_bytes)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v > MAX_SINK_BYTES):
+                raise RunnerError(f"SinkRequest.{name} {v!r} must be an int of at most {MAX_SINK_BYTES} bytes")
+        if self.max_bytes is not None and self.max_bytes < cap:
+            raise RunnerError(f"SinkRequest.max_bytes {self.max_bytes} is smaller than its capacity {cap}")
         if not isinstance(self.symbol, str) or not self.symbol or any(c.isspace() for c in self.symbol):
             raise RunnerError(f"SinkRequest.symbol {self.symbol!r} must be a symbol name")
 
@@ -120,6 +133,8 @@ class KernelRun:
     function: Mapping[str, object] = field(default_factory=dict)  # registers, static smem, local bytes
     run_dir: Optional[str] = None  # kept only with keep_dir / ORACLE_KEEP_RUN_DIR
     timing: Optional[Mapping[str, object]] = None  # the kernel's own timing, when asked (see _child)
+    # the first launch's sink overflowed: {"first_capacity", "needed", "max_size", "relaunched"}
+    sink_overflow: Optional[Mapping[str, object]] = None
 
     @property
     def ok(self) -> bool:
@@ -200,26 +215,44 @@ def _sink_dir(run_dir: Path) -> Path:
     return run_dir
 
 
-def _write_sink_file(run_dir: Path, init: bytes) -> Path:
-    """A file holding the sink's initial bytes, with its pages reserved up front: on tmpfs a page
-    that cannot be allocated later would kill the child with SIGBUS instead of an error here."""
+def _write_sink_file(run_dir: Path, init: bytes, capacity: int) -> Path:
+    """A file of `capacity` bytes starting with the sink's initial bytes, zero after them, its
+    pages reserved up front: on tmpfs a page that cannot be allocated later would kill the child
+    with SIGBUS instead of an error here."""
     directory = _sink_dir(run_dir)
     directory.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix="oracle-sink-", suffix=".bin", dir=directory)
     try:
         try:
-            os.posix_fallocate(fd, 0, len(init))
+            os.posix_fallocate(fd, 0, capacity)
         except OSError as exc:
             os.close(fd)
             os.unlink(name)
             if directory == run_dir:
-                raise RunnerError(f"cannot reserve {len(init)} bytes for the sink in {directory}: {exc}") from None
+                raise RunnerError(f"cannot reserve {capacity} bytes for the sink in {directory}: {exc}") from None
             fd, name = tempfile.mkstemp(prefix="oracle-sink-", suffix=".bin", dir=run_dir)
-            os.posix_fallocate(fd, 0, len(init))
+            try:
+                os.posix_fallocate(fd, 0, capacity)
+            except OSError as exc2:
+                raise RunnerError(f"cannot reserve {capacity} bytes for the sink in {run_dir}: {exc2}") from None
         os.pwrite(fd, init, 0)
     finally:
         os.close(fd)
     return Path(name)
+
+
+def _read_sink(path: Path) -> bytes:
+    """The sink's header and records: the bytes its header says hold records (the zero rest of a
+    large sink is not read); the whole file when the header cannot say."""
+    from harness.trace_format import HEADER_BYTES, TraceFormatError, trace_extent
+
+    with open(path, "rb") as f:
+        head = f.read(HEADER_BYTES)
+        try:
+            extent = trace_extent(head)
+        except TraceFormatError:
+            return head + f.read(MAX_SINK_BYTES)  # the parser names what is wrong
+        return head + f.read(max(0, extent - len(head)))
 
 
 def _tail(path: Path) -> str:
@@ -328,9 +361,9 @@ def run_kernel(
         _tensorio.write(run_dir / P.INPUTS, uploads, {"entry": entry})
         sink_doc = None
         if sink is not None:
-            sink_file = _write_sink_file(run_dir, sink.init_bytes)
-            sink_doc = {"symbol": sink.symbol, "size": len(sink.init_bytes), "host_mapped": sink.host_mapped,
-                        "file": str(sink_file)}
+            sink_file = _write_sink_file(run_dir, sink.init_bytes, sink.capacity)
+            sink_doc = {"symbol": sink.symbol, "size": sink.capacity, "prefix": len(sink.init_bytes),
+                        "max_size": sink.max_bytes, "host_mapped": sink.host_mapped, "file": str(sink_file)}
         request = {"protocol": P.PROTOCOL_VERSION, "entry": entry, "launch": launch.to_dict(),
                    "tensors": records, "sink": sink_doc, "device": int(device),
                    "poison_outputs": bool(poison_outputs), "timeout_s": timeout,
@@ -403,8 +436,7 @@ def _collect(run_dir: Path, rc: Optional[int], timed_out: bool, timeout: float, 
         copied = any(r["phase"] == "sink_copied" for r in progress)
         if mode == P.SINK_FILE or (mode in (P.SINK_PINNED_COPY, P.SINK_DEVICE_COPY) and copied):
             try:
-                with open(sink_file, "rb") as f:
-                    sink_bytes = f.read(len(sink.init_bytes))
+                sink_bytes = _read_sink(sink_file)
                 sink_source = mode
             except OSError:
                 pass
@@ -429,7 +461,8 @@ def _collect(run_dir: Path, rc: Optional[int], timed_out: bool, timeout: float, 
         return KernelRun(status=status, message=message, error_code=doc.get("error_code"),
                          error_name=doc.get("error_name"), error_call=doc.get("error_call"),
                          outputs=outputs, kernel_s=doc.get("kernel_s"), device=doc.get("device") or {},
-                         function=doc.get("function") or {}, timing=doc.get("timing"), **common)
+                         function=doc.get("function") or {}, timing=doc.get("timing"),
+                         sink_overflow=doc.get("sink_overflow"), **common)
     if timed_out:
         where = {"sync": "the kernel was still running", "launch": "the launch call did not return"}.get(
             last_phase or "", f"the child was in phase {last_phase}")

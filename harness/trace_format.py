@@ -294,14 +294,11 @@ def _check_capacity(capacity: int) -> None:
                          f"{HEADER_BYTES + RECORD_ALIGN} (the {HEADER_BYTES}-byte header plus records)")
 
 
-def sink_init_bytes(capacity: int, tiles: Optional[Iterable] = None, k_blocks: Optional[Iterable[int]] = None, *,
-                    stages: Optional[Iterable[str]] = None,
-                    descriptors: Sequence[DescriptorRecord] = ()) -> bytes:
-    """The whole initial sink, `capacity` bytes: header with the selection, then a zeroed record area.
-
-    Copy all of it to the sink memory before the launch (the record area must be zero).
-    `descriptors` are TMA descriptor fields known to the host; they are pre-written as records.
-    """
+def sink_prefix(capacity: int, tiles: Optional[Iterable] = None, k_blocks: Optional[Iterable[int]] = None, *,
+                stages: Optional[Iterable[str]] = None, descriptors: Sequence[DescriptorRecord] = ()) -> bytes:
+    """The start of an initial sink of `capacity` bytes: the header with the selection, then the
+    pre-written records. Every byte after it must be zero (harness.runner.SinkRequest zero-fills).
+    `descriptors` are TMA descriptor fields known to the host; they are pre-written as records."""
     _check_capacity(capacity)
     selection = TraceSelection(
         tiles=None if tiles is None else tuple(tuple(t) for t in tiles),
@@ -312,10 +309,17 @@ def sink_init_bytes(capacity: int, tiles: Optional[Iterable] = None, k_blocks: O
     if len(records) > capacity - HEADER_BYTES:
         raise ValueError(f"{len(descriptors)} host descriptor records need {len(records)} bytes, more than the "
                          f"{capacity - HEADER_BYTES}-byte record area of a {capacity}-byte sink")
-    out = bytearray(capacity)
-    out[:HEADER_BYTES] = _encode_header(capacity, selection, cursor=len(records))
-    out[HEADER_BYTES:HEADER_BYTES + len(records)] = records
-    return bytes(out)
+    return _encode_header(capacity, selection, cursor=len(records)) + records
+
+
+def sink_init_bytes(capacity: int, tiles: Optional[Iterable] = None, k_blocks: Optional[Iterable[int]] = None, *,
+                    stages: Optional[Iterable[str]] = None,
+                    descriptors: Sequence[DescriptorRecord] = ()) -> bytes:
+    """The whole initial sink, `capacity` bytes: `sink_prefix`, then a zeroed record area.
+
+    Copy all of it to the sink memory before the launch (the record area must be zero)."""
+    head = sink_prefix(capacity, tiles, k_blocks, stages=stages, descriptors=descriptors)
+    return head + bytes(capacity - len(head))
 
 
 def _buffer(buf) -> memoryview:

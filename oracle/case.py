@@ -25,7 +25,10 @@ command line:
     [trace]
     tiles = [[0, 0], [3, 2]]   # default: the first, a middle and the last tile
     k_blocks = "all"           # or a list
-    capacity_mb = 64
+    stages = "all"             # or a list of the stages the kernel taps (harness.taps.TAP_STAGES)
+    capacity_mb = 2048         # the most the sink may take (default ORACLE_TRACE_MAX_MB); the sink
+                               # is sized to the selection, and a launch that overflows it is run
+                               # once more with the measured size
 
 Launch arguments: an operand name (a, b, c, d, bias, scale_a, scale_b) is a device pointer
 (stored in its declared major; `null` or an operand the problem does not use is a null
@@ -60,7 +63,7 @@ from oracle.problem import ProblemSpec, SpecError
 OPERANDS = ("a", "b", "c", "d", "bias", "scale_a", "scale_b")
 SIZE_NAMES = ("m", "n", "k", "lda", "ldb", "ldc", "ldd", "tiles_m", "tiles_n", "k_blocks", "tiles")
 LITERAL_TYPES = ("i32", "u32", "i64", "u64", "f32", "f64")
-DEFAULT_CAPACITY_MB = 64
+MAX_CAPACITY_MB = 65536
 TENSORMAP_OPTIONS = ("rows", "stride_bytes", "box_inner", "swizzle", "oob_fill")
 
 
@@ -100,7 +103,8 @@ class LaunchPlan:
 class TracePlan:
     tiles: Optional[tuple[tuple[int, int], ...]] = None  # None: a default sample
     k_blocks: Optional[tuple[int, ...]] = None  # None: all
-    capacity_mb: int = DEFAULT_CAPACITY_MB
+    stages: Optional[tuple[str, ...]] = None  # None: every tap stage
+    capacity_mb: Optional[int] = None  # the sink's ceiling; None: the ORACLE_TRACE_MAX_MB knob
 
 
 @dataclass(frozen=True)
@@ -291,8 +295,8 @@ def _arg(a, i: int) -> Arg:
 
 
 def trace_plan(sec: Mapping[str, Any], where: str = "[trace]") -> TracePlan:
-    """A trace selection (tiles, k_blocks, capacity_mb), checked; `where` names it in errors."""
-    unknown = sorted(set(sec) - {"tiles", "k_blocks", "capacity_mb"})
+    """A trace selection (tiles, k_blocks, stages, capacity_mb), checked; `where` names it in errors."""
+    unknown = sorted(set(sec) - {"tiles", "k_blocks", "stages", "capacity_mb"})
     if unknown:
         raise CaseError(f"{where}: unknown key(s) {', '.join(unknown)}")
     tiles = sec.get("tiles")
@@ -308,20 +312,49 @@ def trace_plan(sec: Mapping[str, Any], where: str = "[trace]") -> TracePlan:
         kbs = tuple(kbs)
     else:
         raise CaseError(f"{where} k_blocks must be \"all\" or a list of k-block indices, got {kbs!r}")
-    cap = sec.get("capacity_mb", DEFAULT_CAPACITY_MB)
-    if not isinstance(cap, int) or not 1 <= cap <= 4096:
-        raise CaseError(f"{where} capacity_mb must be an integer 1..4096, got {cap!r}")
-    return TracePlan(tiles, kbs, cap)
+    stages = trace_stages(sec.get("stages", "all"), f"{where} stages")
+    cap = sec.get("capacity_mb")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_CAPACITY_MB):
+        raise CaseError(f"{where} capacity_mb must be an integer 1..{MAX_CAPACITY_MB}, got {cap!r}")
+    return TracePlan(tiles, kbs, stages, cap)
+
+
+def trace_stages(value: Any, where: str) -> Optional[tuple[str, ...]]:
+    """"all" (None) or a non-empty list of tap stage names."""
+    from harness.taps import TAP_STAGES
+
+    if value == "all":
+        return None
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v in TAP_STAGES for v in value):
+        raise CaseError(f"{where} must be \"all\" or a list of stages from {', '.join(TAP_STAGES)}, got {value!r}")
+    return tuple(dict.fromkeys(value))
+
+
+def check_trace_selection(case: Case) -> None:
+    """The selection against the problem: every traced tile inside the tile grid, every traced
+    k-block inside 0..k_blocks-1 (a CaseError before anything is built or launched)."""
+    s, t = case.spec, case.trace
+    for tm, tn in t.tiles or ():
+        if tm >= s.tiles_m or tn >= s.tiles_n:
+            raise CaseError(f"trace tile ({tm}, {tn}) is outside the {s.tiles_m} x {s.tiles_n} tile grid of "
+                            f"{s.describe()}; tiles are 0..{s.tiles_m - 1}, 0..{s.tiles_n - 1}")
+    for kb in t.k_blocks or ():
+        if kb >= s.k_blocks:
+            raise CaseError(f"trace k-block {kb} is outside 0..{s.k_blocks - 1} (K = {s.k} in k-blocks of "
+                            f"{s.tile.bk})")
 
 
 def _index(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
-def with_trace(case: Case, tiles=None, k_blocks=None) -> Case:
+def with_trace(case: Case, tiles=None, k_blocks=None, stages=None) -> Case:
     t = case.trace
-    return replace(case, trace=TracePlan(tiles if tiles is not None else t.tiles,
-                                         k_blocks if k_blocks is not None else t.k_blocks, t.capacity_mb))
+    return replace(case, trace=replace(t, tiles=tiles if tiles is not None else t.tiles,
+                                       k_blocks=k_blocks if k_blocks is not None else t.k_blocks,
+                                       stages=stages if stages is not None else t.stages))
 
 
 # -- expressions -----------------------------------------------------------------------------

@@ -69,7 +69,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _live_recording(args: argparse.Namespace):
-    from oracle.case import CaseError, load_case, parse_assignments, with_trace
+    from oracle.case import CaseError, load_case, parse_assignments, trace_stages, with_trace
     from oracle.inputs import Operands, Provenance, make_operands
     from oracle.live import run_live
 
@@ -83,11 +83,11 @@ def _live_recording(args: argparse.Namespace):
             inline.append(p)
     case = load_case(toml_path, parse_assignments(inline + list(args.set or [])), source=args.kernel,
                      entry=args.entry)
-    if args.trace_tiles or args.trace_k_blocks:
-        tiles = tuple(tuple(int(v) for v in t.split(",")) for t in args.trace_tiles.split()) \
-            if args.trace_tiles else None
-        kbs = tuple(int(v) for v in args.trace_k_blocks.split(",")) if args.trace_k_blocks else None
-        case = with_trace(case, tiles, kbs)
+    if args.trace_tiles or args.trace_k_blocks or args.trace_stages:
+        tiles = _tiles_flag(args.trace_tiles) if args.trace_tiles else None
+        kbs = _indices_flag("--trace-k-blocks", args.trace_k_blocks) if args.trace_k_blocks else None
+        stages = trace_stages(args.trace_stages, "--trace-stages") if args.trace_stages else None
+        case = with_trace(case, tiles, kbs, stages)
     ladder, _, arg = (args.inputs or "random").partition(":")
     inputs_s = 0.0
     if ladder == "dump":
@@ -116,7 +116,8 @@ def _live_recording(args: argparse.Namespace):
         from oracle.perf import kernel_timing_request
 
         timing = kernel_timing_request()
-    live = run_live(case, ops, prov, timeout_s=args.timeout, timing=timing)
+    live = run_live(case, ops, prov, timeout_s=args.timeout, timing=timing,
+                    command=("python", "-m", "oracle", *getattr(args, "argv", ("compare",))))
     extra = {"run": {"status": live.run.status.value, "message": live.run.message,
                      "elapsed_s": live.run.elapsed_s, "kernel_s": live.run.kernel_s,
                      "build_cached": live.build_cached},
@@ -130,6 +131,33 @@ def _live_recording(args: argparse.Namespace):
         perf = Performance(tuple(([k] if k else []) + refs), tuple(notes))
         extra["performance"] = perf.to_json()
     return live.recording, extra, perf
+
+
+def _indices_flag(flag: str, text: str) -> tuple[int, ...]:
+    """'0,3,7' -> (0, 3, 7): non-negative integers, or a UsageError naming the flag."""
+    out = []
+    for part in text.replace(" ", ",").split(","):
+        if not part:
+            continue
+        if not part.isdigit():
+            raise UsageError(f"{flag} {text!r}: {part!r} is not a non-negative integer")
+        out.append(int(part))
+    if not out:
+        raise UsageError(f"{flag} {text!r} names nothing")
+    return tuple(out)
+
+
+def _tiles_flag(text: str) -> tuple[tuple[int, int], ...]:
+    """'0,0 31,31' -> ((0, 0), (31, 31))."""
+    tiles = []
+    for pair in text.split():
+        idx = _indices_flag("--trace-tiles", pair)
+        if len(idx) != 2:
+            raise UsageError(f"--trace-tiles {text!r}: {pair!r} is not a pair TM,TN")
+        tiles.append(idx)
+    if not tiles:
+        raise UsageError(f"--trace-tiles {text!r} names no tile")
+    return tuple(tiles)
 
 
 def _generator() -> str:
@@ -224,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--trace-tiles", metavar="\"TM,TN ...\"", help="live: output tiles to trace (default: first, "
                    "middle, last)")
     c.add_argument("--trace-k-blocks", metavar="KB,KB,...", help="live: k-blocks to trace (default: all)")
+    c.add_argument("--trace-stages", metavar="STAGE,...", help="live: stages to trace (default: all; name only "
+                   "those the kernel taps to size the sink tighter)")
     c.add_argument("--time", action="store_true",
                    help="live: also time the kernel, the Triton reference and cuBLAS (same discipline)")
     c.add_argument("--timeout", type=float, metavar="S", help="live: kernel time limit (default "
@@ -292,10 +322,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from oracle.recording import RecordingError
 
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:
         return EXIT_USAGE if e.code else 0
+    args.argv = tuple(argv)
     try:
         return args.func(args)
     except (UsageError, DumpError, SpecError, RecordingError, InputError, KnobError, CaseError, BuildError,

@@ -30,6 +30,10 @@ CROSS_CHECK_TILES = register(Knob("ORACLE_CROSS_CHECK_TILES", _positive_int, lam
 MAX_DETAIL_TILES = register(Knob("ORACLE_MAX_DETAIL_TILES", _positive_int, lambda: 64,
                                  "Failing tiles per stage for which the first bad elements are extracted."))
 
+TRACE_MAX_MB = register(Knob("ORACLE_TRACE_MAX_MB", _positive_int, lambda: 2048,
+                             "The most a live run's trace sink may take, in MiB (a case's [trace] capacity_mb "
+                             "overrides it): the sink is sized to the selection up to this."))
+
 ZOO_RECORD_DIR = register(Knob("ORACLE_ZOO_RECORD_DIR", lambda s: s, lambda: None,
                                "Where the GPU zoo tests save each live recording under its manifest name "
                                "(unset: not saved)."))

@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
 from harness import trace_format
+from harness._protocol import POISON_BYTE
 from harness.build import build_cubin, load_cubin
 from harness.launch import LaunchSpec, ScalarArg, TensorArg, TensorMapArg
 from harness.runner import KernelRun, SinkRequest, run_kernel
+from harness.taps import TAP_STAGES
 from harness.tensormap import mn_dim, operand_tensormap
+from harness.trace_budget import TraceBudget, trace_budget
 from kernels_ref.dtypes import DTYPES
-from oracle.case import Case, CaseError, evaluate
+from oracle import knobs
+from oracle.case import Case, CaseError, check_trace_selection, evaluate
 from oracle.inputs import Operands, Provenance, analytic_ones_value
 from oracle.recording import Recording
 
@@ -148,14 +152,47 @@ def stale_rows(rows: int, cols: int, dtype: torch.dtype, seed: int) -> torch.Ten
     return junk.to(dtype) if dtype.is_floating_point else junk.clamp(-127, 127).to(dtype)
 
 
+MIN_SINK_BYTES = 1 << 20
+
+
+def trace_selection(case: Case) -> trace_format.TraceSelection:
+    tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case)
+    return trace_format.TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks,
+                                       stages=case.trace.stages or TAP_STAGES)
+
+
+def sink_budget(case: Case) -> tuple[TraceBudget, int]:
+    """The selection's size and the ceiling the sink may grow to (bytes); a selection that cannot
+    fit under the ceiling is refused here, before anything is built or launched."""
+    s = case.spec
+    size = {f"descriptor_{op}": DTYPES[getattr(s, f"{op}_dtype")].itemsize for op in "ab"}
+    size.update({f"load_{op}": DTYPES[getattr(s, f"{op}_dtype")].itemsize for op in "ab"})
+    size["epilogue_cast"] = DTYPES[s.out_dtype].itemsize
+    budget = trace_budget(trace_selection(case), tiles_m=s.tiles_m, tiles_n=s.tiles_n, k_blocks=s.k_blocks,
+                          block_m=s.tile.bm, block_n=s.tile.bn, block_k=s.tile.bk, itemsize=size)
+    mb = case.trace.capacity_mb or knobs.TRACE_MAX_MB.get()
+    ceiling = mb << 20
+    if budget.least > ceiling:
+        per_tile = max(1, (budget.least - 512) // max(budget.tiles, 1))
+        raise CaseError(f"the trace selection ({budget.describe()}) cannot fit in the {mb} MiB ceiling of the sink: "
+                        f"raise it (ORACLE_TRACE_MAX_MB, or [trace] capacity_mb) or narrow the selection: "
+                        f"--trace-tiles with at most {max(1, ceiling // per_tile)} tile(s), fewer --trace-k-blocks, "
+                        f"or --trace-stages naming only the stages the kernel taps")
+    return budget, ceiling
+
+
 def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Optional[float] = None,
-             timing: Optional[dict] = None) -> LiveRun:
+             timing: Optional[dict] = None, command: Sequence[str] = ()) -> LiveRun:
     """Build, run and trace `case` once; with `timing` (oracle.perf.kernel_timing_request) the
-    child then times the kernel (case.kernel.time_entry if set) with the sink off."""
+    child then times the kernel (case.kernel.time_entry if set) with the sink off. `command`: the
+    command line that asked for the run, kept in the recording so a report can say how to re-run
+    it with other tiles traced."""
     if case.kernel is None:
         raise CaseError("no kernel to run: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
     k = case.kernel
     t0 = time.perf_counter()
+    check_trace_selection(case)
+    budget, ceiling = sink_budget(case)
     launch, tensors = launch_spec(case, ops)  # before building: a bad launch table fails fast
     host_maps = tuple(a.spec.to_descriptor_record(a.tensor_name) for a in launch.args
                       if isinstance(a, TensorMapArg))
@@ -167,25 +204,32 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
         br = build_cubin(k.source, arch=k.arch, defines=defines)  # the trace header's folder is always searched
         cubin, cached = load_cubin(br.cubin_path), br.cached
     s = case.spec
-    tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case)
-    init = trace_format.sink_init_bytes(case.trace.capacity_mb << 20, tiles=tiles, k_blocks=case.trace.k_blocks)
+    sel = trace_selection(case)
+    capacity = min(ceiling, max(MIN_SINK_BYTES, -(-budget.estimate // 4096) * 4096))
+    prefix = trace_format.sink_prefix(capacity, tiles=sel.tiles, k_blocks=sel.k_blocks, stages=sel.stages)
     if timing is not None and k.time_entry:
         timing = {**timing, "entry": k.time_entry}
     t1 = time.perf_counter()
-    run = run_kernel(cubin, k.entry, launch, tensors, sink=SinkRequest(init), timeout_s=timeout_s, timing=timing)
+    run = run_kernel(cubin, k.entry, launch, tensors, sink=SinkRequest(prefix, capacity=capacity, max_bytes=ceiling),
+                     timeout_s=timeout_s, timing=timing)
     t2 = time.perf_counter()
     notes = []
-    taps, descriptors = (), ()
+    taps, descriptors, account = (), (), None
+    over = run.sink_overflow or {}
+    if over:
+        notes.append(f"the first launch's {over['first_capacity']}-byte sink (sized from the selection: "
+                     f"{budget.describe()}) overflowed; the kernel needed {over['needed']} bytes, " +
+                     ("so it was launched again with a sink of that size" if over.get("relaunched") else
+                      f"more than the {ceiling >> 20} MiB ceiling (ORACLE_TRACE_MAX_MB), so the trace is incomplete"))
     if run.sink is not None:
         trace = trace_format.parse_trace(run.sink, block_m=s.tile.bm, block_n=s.tile.bn, block_k=s.tile.bk,
                                          partial=not run.ok)
         taps, descriptors = trace.taps, trace.descriptors
+        account = trace_format.account_of(trace, relaunched=bool(over.get("relaunched")),
+                                          first_capacity=over.get("first_capacity"))
         notes.extend(trace.warnings)
-        if trace.dropped:
-            notes.append(f"{trace.dropped} tap record(s) were dropped: the {case.trace.capacity_mb} MB sink was full "
-                         f"([trace] capacity_mb)")
-        notes.append(f"trace: {len(taps)} taps from {trace.records} records, {trace.used_bytes} bytes "
-                     f"({run.sink_source})")
+        notes.append(f"trace: {len(taps)} taps from {trace.records} records, {trace.used_bytes} of {trace.capacity} "
+                     f"sink bytes ({run.sink_source})" + ("" if trace.complete else f", {trace.dropped} dropped"))
     descriptors = tuple(descriptors) + host_maps  # the maps the host encoded for this launch
     output = None
     if run.ok:
@@ -195,7 +239,8 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
         raise CaseError(f"the kernel could not be run: {run.describe()}\n{run.stderr_tail}")
     rec = Recording(spec=s, operands=ops, output=output, provenance=provenance, taps=taps,
                     descriptors=descriptors, kernel=k.entry, kernel_error=kernel_error,
-                    environment=_environment(run))
+                    environment=_environment(run), trace=account, output_poison=POISON_BYTE,
+                    command=tuple(command))
     if provenance.ladder == "ones" and output is not None:
         notes.append(_ones_check(rec))
     rec = replace(rec, notes=tuple(notes))

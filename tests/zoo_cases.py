@@ -10,7 +10,7 @@ from typing import Optional
 from harness.taps import STAGES
 from oracle.case import Case, load_case, trace_plan, with_trace
 from oracle.compare import Status
-from oracle.diagnose import Verdict
+from oracle.diagnose import Kind, Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "tests" / "zoo" / "manifest.json"
@@ -66,8 +66,7 @@ def check_judgement(want: Optional[str], case: Case, an) -> None:
         assert an.verdict is Verdict.MATCH, (an.diagnosis.reason, an.first, table)
         forced = {s.name for s in an.stages if s.teacher_forced.status is Status.MATCH}
         chained = {s.name for s in an.stages if s.chained.status is Status.MATCH}
-        teacher_forced = tapped if "descriptor_a" in tapped else tapped - {"load_a", "load_b"}
-        assert teacher_forced | {"epilogue_store"} <= forced, table
+        assert tapped | {"epilogue_store"} <= forced, table  # loads without TMA: against global memory
         assert {"load_a", "load_b", "mma", "epilogue_store"} <= chained, table
         if _traced_padding(case):
             assert an.handled_confounds, "rows past M or N were compared: the padding confound was not handled"
@@ -75,5 +74,7 @@ def check_judgement(want: Optional[str], case: Case, an) -> None:
     assert want in recorded, (want, sorted(recorded), table)
     assert an.verdict is Verdict.DIVERGED, (an.diagnosis.reason, table)
     assert an.first.stage == want, (an.first, an.diagnosis.reason, table)
+    # every tap of the stage's input was recorded on controlled inputs: nothing less than a VERDICT
+    assert an.first.kind is Kind.VERDICT, (an.first, an.open_confounds)
     upstream = [s for s in an.stages if STAGES.index(s.name) < STAGES.index(want)]
     assert all(Status.MISMATCH not in (s.teacher_forced.status, s.chained.status) for s in upstream), table

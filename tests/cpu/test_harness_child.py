@@ -96,7 +96,26 @@ def tma(params):
     (ctypes.c_int64 * 2).from_address(q(a[2]))[:] = [int(encoded[:8] == ctypes.string_at(a[1], 8)),
                                                      int(encoded[8:12] == b"bf16")]
 
-KERNELS = {"vadd": vadd, "fault": fault, "tma": tma}
+def overflow(params):
+    # six trace records, reserved as the device does: the ones past the area are dropped
+    sink = q(ctypes.addressof(SYMBOL))
+    record = bytes.fromhex(os.environ["EMULATED_RECORD"])
+    head = (ctypes.c_uint64 * 3).from_address(sink)
+    area = head[1] - 512
+    for _ in range(6):
+        off = head[2]
+        head[2] = off + len(record)
+        if off + len(record) > area:
+            counts = (ctypes.c_uint32 * 1).from_address(sink + 24)
+            counts[0] += 1
+            by_stage = (ctypes.c_uint32 * 16).from_address(sink + 448)
+            by_stage[record[8]] += 1
+            if off < area:
+                ctypes.memmove(sink + 512 + off, struct.pack("<IHH", area - off, 5, 0xC0DE), 8)
+        else:
+            ctypes.memmove(sink + 512 + off, record, len(record))
+
+KERNELS = {"vadd": vadd, "fault": fault, "tma": tma, "overflow": overflow}
 
 def launch(function, grid, block, smem, params, cluster=None, stream=0):
     KERNELS[function.name](params)
@@ -190,3 +209,33 @@ def test_tensor_map_is_encoded_against_its_tensor():
                                             "out": torch.zeros(2, dtype=torch.int64)}, child_cmd=CHILD, timeout_s=60)
     assert run.ok, run.describe()
     assert run.outputs["out"].tolist() == [1, 1]
+
+
+def _overflowing_run(monkeypatch, capacity, max_bytes):
+    from harness import trace_format as tf
+
+    rec = tf.encode_record(tf.RecordKind.ELEMENTS, tf.ELEMENTS_BODY.pack(1, 0) + struct.pack("<If", 0, 1.0),
+                           stage="mma", dtype="fp32", tile=(0, 0), k_block=0, shape=(4, 4))
+    monkeypatch.setenv("EMULATED_RECORD", rec.hex())
+    prefix = tf.sink_prefix(capacity)
+    run = vadd_run(entry="overflow", sink=SinkRequest(prefix, capacity=capacity, max_bytes=max_bytes))
+    assert run.ok, run.describe() + run.stderr_tail
+    return run, tf.parse_trace(run.sink, block_m=4, block_n=4, block_k=4), len(rec)
+
+
+def test_an_overflowing_sink_is_measured_and_the_kernel_launched_again(monkeypatch):
+    run, res, size = _overflowing_run(monkeypatch, 512 + 2 * 64, max_bytes=1 << 16)
+    assert run.sink_overflow["relaunched"] and run.sink_overflow["needed"] == 512 + 6 * size
+    assert res.dropped == 0 and res.records == 6 and res.capacity >= 512 + 6 * size
+
+
+def test_an_overflow_past_the_ceiling_keeps_the_first_run_and_says_so(monkeypatch):
+    run, res, size = _overflowing_run(monkeypatch, 512 + 2 * 64, max_bytes=512 + 3 * 64)
+    assert run.sink_overflow == {"first_capacity": 640, "needed": 512 + 6 * size, "max_size": 704,
+                                 "relaunched": False}
+    assert res.dropped == 4 and dict(res.dropped_by_stage) == {"mma": 4}
+
+
+def test_without_a_ceiling_an_overflow_is_left_as_it_is(monkeypatch):
+    run, res, _ = _overflowing_run(monkeypatch, 512 + 2 * 64, max_bytes=None)
+    assert run.sink_overflow is None and res.dropped == 4

@@ -1,0 +1,67 @@
+"""How many bytes a trace selection records, before the launch.
+
+Data path: the selection (stages, tile selectors, k-blocks) x the problem's tile grid and k-block
+count x the tile shape and element sizes -> the sites a kernel may tap -> two sizes: `least`, what
+any encoding of one complete tap per site needs (values alone, one record head per tap), and
+`estimate`, what the usual encodings need (per-thread element records with their coordinates and
+heads, per-warp image chunks). The harness sizes the sink to the estimate and, when a launch still
+overflows, launches once more with the size the device's cursor measured (harness.runner).
+
+Constraints: a kernel that taps an element several times (replicated fragments) or taps fewer
+stages than selected moves the real size away from the estimate; `least` assumes every selected
+stage is tapped, so a selection is refused before the launch only when it cannot fit at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from harness.taps import DESCRIPTOR_STAGES, LOAD_STAGES
+from harness.trace_format import DESCRIPTOR_BODY, RECORD_HEAD_BYTES, TraceSelection
+
+_ELEMENT_OVERHEAD = 4 + 8  # a coordinate per element, and a record head shared by ~8 elements
+_WARP_RECORDS = 32  # image / block records of one tap: at most one per warp of a 1024-thread CTA
+
+
+@dataclass(frozen=True)
+class TraceBudget:
+    tiles: int  # tiles of the grid the selection records
+    k_blocks: int  # k-blocks it records
+    stages: tuple[str, ...]
+    least: int  # bytes (header included) that one complete tap per site needs at the least
+    estimate: int  # bytes (header included) the usual encodings need
+
+    def describe(self) -> str:
+        return (f"{self.tiles} tile(s) x {self.k_blocks} k-block(s) x {len(self.stages)} stage(s): "
+                f"about {self.estimate / 2**20:.1f} MiB (at least {self.least / 2**20:.1f} MiB)")
+
+
+def trace_budget(selection: TraceSelection, *, tiles_m: int, tiles_n: int, k_blocks: int, block_m: int,
+                 block_n: int, block_k: int, itemsize: Mapping[str, int]) -> TraceBudget:
+    """`itemsize`: bytes of one tapped element per stage (a missing stage counts 4)."""
+    if selection.tiles is None or any(tm < 0 and tn < 0 for tm, tn in selection.tiles):
+        n_tiles = tiles_m * tiles_n
+    else:  # tiles matched by any selector, counted without enumerating a large grid
+        whole_rows = {tm for tm, tn in selection.tiles if tn < 0 and tm < tiles_m}
+        whole_cols = {tn for tm, tn in selection.tiles if tm < 0 and tn < tiles_n}
+        exact = {(tm, tn) for tm, tn in selection.tiles if 0 <= tm < tiles_m and 0 <= tn < tiles_n}
+        n_tiles = len(whole_rows) * tiles_n + len(whole_cols) * tiles_m - len(whole_rows) * len(whole_cols)
+        n_tiles += sum(1 for tm, tn in exact if tm not in whole_rows and tn not in whole_cols)
+    n_kb = k_blocks if selection.k_blocks is None else sum(1 for kb in selection.k_blocks if kb < k_blocks)
+    least = estimate = 512
+    for stage in selection.stages:
+        size = itemsize.get(stage, 4)
+        if stage in DESCRIPTOR_STAGES:
+            rows = block_m if stage.endswith("_a") else block_n
+            n = rows * block_k * size
+            site_least, site_est = n + RECORD_HEAD_BYTES + 16, n + _WARP_RECORDS * (RECORD_HEAD_BYTES + 24)
+            site_est += RECORD_HEAD_BYTES + DESCRIPTOR_BODY.size  # a tapped descriptor
+        else:
+            shape = {"load_a": (block_m, block_k), "load_b": (block_k, block_n)}.get(stage, (block_m, block_n))
+            n = shape[0] * shape[1]
+            site_least, site_est = n * size + RECORD_HEAD_BYTES + 8, n * (size + _ELEMENT_OVERHEAD)
+        sites = n_tiles * (n_kb if stage in DESCRIPTOR_STAGES + LOAD_STAGES + ("mma",) else 1)
+        least += sites * site_least
+        estimate += sites * site_est
+    return TraceBudget(n_tiles, n_kb, tuple(selection.stages), least, estimate)

@@ -1,0 +1,56 @@
+"""The trace sink is sized to the selection before anything is built or launched, and a selection
+that cannot fit, or names tiles and k-blocks the problem does not have, is refused first."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from zoo_cases import ROOT  # tests/ is on sys.path
+
+from harness.trace_budget import trace_budget
+from harness.trace_format import TraceSelection
+from oracle.case import CaseError, load_case, with_trace
+from oracle.inputs import Provenance, make_operands
+from oracle.live import run_live, sink_budget
+
+HOPPER = ROOT / "zoo" / "hopper_gemm" / "hopper_gemm.toml"
+BIG = {"m": 4096, "n": 4096, "k": 4096}
+EIGHT = ((0, 0), (31, 31), (0, 31), (31, 0), (15, 16), (16, 15), (7, 23), (23, 7))
+
+
+def test_eight_tiles_of_a_4096_cube_fit_the_default_ceiling():
+    # the selection that overflowed a fixed 64 MB sink: every k-block of eight tiles
+    case = with_trace(load_case(str(HOPPER), BIG), EIGHT, None)
+    budget, ceiling = sink_budget(case)
+    assert budget.tiles == 8 and budget.k_blocks == 64
+    assert 64 << 20 < budget.least <= budget.estimate <= ceiling
+
+
+def test_a_selection_that_cannot_fit_is_refused_with_advice():
+    case = with_trace(load_case(str(HOPPER), BIG), EIGHT, None)
+    case = dataclasses.replace(case, trace=dataclasses.replace(case.trace, capacity_mb=16))
+    with pytest.raises(CaseError, match=r"cannot fit in the 16 MiB ceiling.*--trace-tiles with at most 1 tile"):
+        sink_budget(case)
+
+
+def test_naming_the_tapped_stages_shrinks_the_budget():
+    case = with_trace(load_case(str(HOPPER), BIG), EIGHT, None)
+    only = with_trace(case, stages=("mma",))
+    assert sink_budget(only)[0].estimate < sink_budget(case)[0].estimate / 2
+
+
+@pytest.mark.parametrize("tiles, kbs, match", [(((999, 999),), None, r"trace tile \(999, 999\) is outside the 3 x 4"),
+                                               (None, (3, 40), r"trace k-block 40 is outside 0..8")])
+def test_a_selection_outside_the_problem_is_refused_before_the_build(tmp_path, tiles, kbs, match):
+    case = with_trace(load_case(str(HOPPER)), tiles, kbs)
+    case = dataclasses.replace(case, kernel=dataclasses.replace(case.kernel, source=str(tmp_path / "missing.cu")))
+    ops = make_operands(case.spec, "ones", 0)
+    with pytest.raises(CaseError, match=match):
+        run_live(case, ops, Provenance("ones"))
+
+
+def test_wildcard_selectors_count_each_tile_once():
+    sel = TraceSelection(tiles=((2, -1), (-1, 3), (2, 3), (0, 0)))
+    b = trace_budget(sel, tiles_m=4, tiles_n=5, k_blocks=2, block_m=8, block_n=8, block_k=8, itemsize={})
+    assert b.tiles == 5 + 4 - 1 + 1
