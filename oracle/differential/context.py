@@ -181,14 +181,20 @@ class Context:
     # -- the output's poison -------------------------------------------------------------------
     def unwritten(self, got: torch.Tensor, expected: torch.Tensor) -> Optional[torch.Tensor]:
         """Elements of the output `got` that still hold the poison byte pattern the harness wrote
-        before the launch (and whose reference is not that very pattern); None when the recording
-        does not say how D was poisoned."""
+        before the launch; None when the recording does not say how D was poisoned.
+
+        In a float output the pattern of 0xFF bytes is a NaN that arithmetic never produces (CUDA
+        writes canonical NaNs: 0x7FFF in bf16 and fp16, 0x7FFFFFFF in fp32, 0x7F in e4m3), so it
+        means "never written" even where the reference is NaN. In an integer output the pattern is a
+        value (-1): there it counts as unwritten only where the reference differs from it."""
         p = self.rec.output_poison
         if p is None:
             return None
         size = got.element_size()
-        raw = got.contiguous().view(torch.uint8).reshape(*got.shape, size)
-        held = (raw == p).all(-1)
+        held = (got.contiguous().view(torch.uint8).reshape(*got.shape, size) == p).all(-1)
+        pattern = torch.full((size,), p, dtype=torch.uint8).view(got.dtype)
+        if got.is_floating_point() and bool(torch.isnan(pattern.float()).all()):
+            return held
         want = expected.to(got.dtype).contiguous().view(torch.uint8).reshape(*got.shape, size)
         return held & ~(want == p).all(-1)
 
