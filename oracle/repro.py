@@ -49,7 +49,7 @@ from harness.trace_format import STAGE_CODES, TraceSelection
 from kernels_ref.dtypes import name_of
 from oracle.case import Case, CaseError
 from oracle.inputs import Operands, Provenance, check_operands
-from oracle.live import default_trace_tiles, launch_spec
+from oracle.live import _names, default_trace_tiles, launch_spec
 
 FORMAT = "oracle-repro"
 VERSION = 1
@@ -364,6 +364,9 @@ def _readme(case: Case, prov: Provenance, launch: LaunchSpec, build: _Build, ref
            "No expected.bin/bound.bin were written: repro computes its own reference (below).")
     tiles = "all" if selection.tiles is None else " ".join(f"({tm}, {tn})" for tm, tn in selection.tiles)
     kbs = "all" if selection.k_blocks is None else ", ".join(map(str, selection.k_blocks))
+    exprs = [str(g) for g in case.launch.grid] + [str(a.expr) for a in case.launch.args if a.kind == "literal"]
+    sms = (f"\nGrid and literals were evaluated with num_sms = {_names(case)['num_sms']} (the GPU of the machine that "
+           f"wrote this, or an H200's 132 without one).") if any("num_sms" in e for e in exprs) else ""
     cubin_note = ("The untraced build is the traced one with a null sink (the case has no time_entry)."
                   if build.shared else f"The untraced build has no ORACLE_TRACE and launches {build.entry_plain}.")
     return f"""A standalone reproducer of one kernel launch, written by `python -m oracle repro`.
@@ -388,7 +391,7 @@ name is printed, e.g. cudaErrorIllegalAddress; taps written before it are in sin
 MISTRUSTED (every reference value is zero).
 
 Launch (launch.txt): grid {launch.grid}, block {launch.block}, cluster {launch.cluster}, dynamic
-shared memory {launch.shared_mem_bytes} bytes, {len(launch.args)} arguments.
+shared memory {launch.shared_mem_bytes} bytes, {len(launch.args)} arguments.{sms}
 Tensor maps, encoded by repro with cuTensorMapEncodeTiled (dims and box innermost first):
 {chr(10).join(map_lines)}
 Trace selection (repro_traced): tiles {tiles}; k-blocks {kbs}; sink {case.trace.capacity_mb} MB,
