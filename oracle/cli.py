@@ -94,9 +94,13 @@ def _case_and_inputs(args: argparse.Namespace, base: Optional[dict] = None, entr
     overrides = {**(base or {}), **parse_assignments(inline + list(args.set or []))}
     case = load_case(toml_path, overrides, source=args.kernel, entry=args.entry or entry)
     if args.trace_tiles or args.trace_k_blocks:
-        tiles = tuple(tuple(int(v) for v in t.split(",")) for t in args.trace_tiles.split()) \
-            if args.trace_tiles else None
-        kbs = tuple(int(v) for v in args.trace_k_blocks.split(",")) if args.trace_k_blocks else None
+        try:
+            tiles = tuple(tuple(int(v) for v in t.split(",")) for t in args.trace_tiles.split()) \
+                if args.trace_tiles else None
+            kbs = tuple(int(v) for v in args.trace_k_blocks.split(",")) if args.trace_k_blocks else None
+        except ValueError:
+            raise UsageError(f"--trace-tiles {args.trace_tiles!r} / --trace-k-blocks {args.trace_k_blocks!r}: give "
+                             f"tiles as \"TM,TN TM,TN\" and k-blocks as KB,KB,... (integers)") from None
         case = with_trace(case, tiles, kbs)
     ladder, _, arg = (args.inputs or "random").partition(":")
     inputs_s = 0.0

@@ -154,6 +154,15 @@ def test_tensor_maps_are_the_ones_the_harness_encodes(tmp_path, case_file, probl
     assert f"strides {list(maps[0].spec.global_strides)} bytes" in readme
 
 
+def test_the_command_line_trace_selection_reaches_launch_txt(tmp_path):
+    out = tmp_path / "t"
+    assert cli.main(["repro", "--problem", str(SIMPLE), "--inputs", "ktag", "--trace-tiles", "1,2 3,0",
+                     "--trace-k-blocks", "4,2", "--out", str(out)]) == 0
+    assert _single(out, "trace_tiles") == ["1,2", "3,0"]
+    assert _single(out, "trace_k_blocks") == ["2", "4"]
+    assert json.loads((out / "repro.json").read_text())["provenance"]["ladder"] == "ktag"
+
+
 def test_a_zoo_entry_without_time_entry_shares_one_cubin(tmp_path):
     from zoo_cases import entries, entry_case  # tests/ is on sys.path
 
@@ -247,6 +256,8 @@ def test_bad_input_is_an_error_line_not_a_traceback(tmp_path, capsys):
     assert "give the case TOML with --problem" in capsys.readouterr().err
     assert cli.main(["repro", "--problem", str(SIMPLE), "--inputs", "ones:3", "--out", str(tmp_path / "y")]) == 2
     assert "only random takes a seed" in capsys.readouterr().err
+    assert cli.main(["repro", "--problem", str(SIMPLE), "--trace-tiles", "a,b", "--out", str(tmp_path / "t")]) == 2
+    assert "--trace-tiles 'a,b'" in capsys.readouterr().err
     out, _ = _write(load_case(str(SIMPLE), {"m": 8, "n": 8, "k": 16}), out=tmp_path / "never_run")
     assert cli.main(["compare", "--repro-dir", str(out.path)]) == 2
     assert "run the reproducer first" in capsys.readouterr().err
