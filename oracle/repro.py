@@ -234,7 +234,7 @@ def _launch_text(case: Case, launch: LaunchSpec, build: _Build, selection: Trace
              f"timeout_s {TIMEOUT_S}"]
     case_args = list(case.launch.args)
     maps = [a for a in launch.args if isinstance(a, TensorMapArg)]
-    for i, a in enumerate(maps):
+    for a in maps:
         lines.append(_map_line(a.spec, a.tensor_name, a.tensor_name))
     for i, a in enumerate(launch.args):
         described = f"args[{i}] {_describe_arg(case_args[i] if i < len(case_args) else None)}"

@@ -163,6 +163,16 @@ def test_the_command_line_trace_selection_reaches_launch_txt(tmp_path):
     assert json.loads((out / "repro.json").read_text())["provenance"]["ladder"] == "ktag"
 
 
+def test_a_large_output_s_float32_bound_is_never_below_the_oracle_s():
+    from oracle.repro import BOUND_F64_LIMIT, _bound_tensor
+
+    b = torch.rand(4096, dtype=torch.float64) * 10.0 ** torch.randint(-30, 5, (4096,)).double()
+    small, large = _bound_tensor(b, 4096), _bound_tensor(b, BOUND_F64_LIMIT + 1)
+    assert small.dtype == torch.float64 and torch.equal(small, b)
+    assert large.dtype == torch.float32 and bool((large.double() >= b).all())
+    assert bool((large.double() - b <= b * 2.0 ** -23).all())  # one float32 ulp at most
+
+
 def test_a_zoo_entry_without_time_entry_shares_one_cubin(tmp_path):
     from zoo_cases import entries, entry_case  # tests/ is on sys.path
 
