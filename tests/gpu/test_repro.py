@@ -65,6 +65,12 @@ def _tree_digest(kernel_dir: Path) -> str:
     return h.hexdigest()
 
 
+def _template_digest() -> str:
+    from oracle.repro import TEMPLATE
+
+    return hashlib.sha256(TEMPLATE.read_bytes()).hexdigest()
+
+
 def _build_lines(makefile: Path) -> list[str]:
     return [line for line in makefile.read_text().splitlines()
             if line.startswith(("KERNEL_FLAGS :=", "TRACED_DEFINES :=", "PLAIN_CUBIN :="))]
@@ -108,6 +114,7 @@ def prebuild(out: Path) -> dict:
             if p.name != "kernel_traced.cubin":
                 shutil.rmtree(p) if p.is_dir() else p.unlink()
     info["repro"], info["repro_traced"] = "bin/repro", "bin/repro_traced"
+    info["repro_cu"] = _template_digest()
     (out / "prebuilt.json").write_text(json.dumps(info, indent=1) + "\n")
     return info
 
@@ -163,6 +170,7 @@ def runs(tmp_path_factory) -> dict:
     from oracle.live import run_live
 
     root, info = _prebuilt()
+    assert info.get("repro_cu") == _template_digest(), f"{root}/bin was built from another repro.cu: prebuild again"
     work = tmp_path_factory.mktemp("repro_gpu")
     jobs = []
     for e in entries():
