@@ -22,7 +22,8 @@ class UsageError(Exception):
 def cmd_compare(args: argparse.Namespace) -> int:
     """Judge a kernel stage by stage and name the first divergent stage.
 
-    Offline: a dump (--dump FILE) or the embedded demo (--demo).
+    Offline: a dump (--dump FILE), the embedded demo (--demo), or the run of a standalone
+    reproducer (--repro-dir DIR: its inputs, D and the sink.bin of repro_traced; --sink FILE).
     Live (needs a GPU): build, run and trace a kernel, then judge it:
         --problem CASE.toml            the problem, and optionally [kernel], [launch], [trace]
         --problem m=256,n=256,k=512    or inline problem fields (override the TOML's)
@@ -34,17 +35,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from oracle import report
     from oracle.differential import analyze
 
-    modes = [bool(args.dump), bool(args.demo), bool(args.kernel or args.problem)]
+    modes = [bool(args.dump), bool(args.demo), bool(args.kernel or args.problem), bool(args.repro_dir)]
     if args.time and not modes[2]:
         raise UsageError("--time needs a live kernel: a recording has nothing to time")
     if sum(modes) != 1:
-        raise UsageError("give one of --dump FILE, --demo, or a live kernel (--problem CASE.toml and/or "
-                         "--kernel FILE.cu --entry NAME)")
+        raise UsageError("give one of --dump FILE, --demo, --repro-dir DIR, or a live kernel (--problem CASE.toml "
+                         "and/or --kernel FILE.cu --entry NAME)")
+    if args.sink and not args.repro_dir:
+        raise UsageError("--sink FILE goes with --repro-dir DIR")
     extra, perf = {}, None
     t0 = time.perf_counter()
     if args.kernel or args.problem:
         rec, extra, perf = _live_recording(args)
         source = rec.kernel
+    elif args.repro_dir:
+        from oracle.repro_run import load_repro_run
+
+        rec = load_repro_run(args.repro_dir, sink=args.sink)
+        source = args.repro_dir
     else:
         from oracle.recording import Recording
 
@@ -68,10 +76,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_CODES[an.verdict]
 
 
-def _live_recording(args: argparse.Namespace):
+def _case_and_inputs(args: argparse.Namespace, base: Optional[dict] = None, entry: Optional[str] = None):
+    """The live case and its inputs from the command line: (case, operands, provenance, seconds
+    spent making the inputs). `base` holds problem fields under the inline ones and --set;
+    `entry` is the entry point when --entry is not given."""
     from oracle.case import CaseError, load_case, parse_assignments, trace_stages, with_trace
     from oracle.inputs import Operands, Provenance, make_operands
-    from oracle.live import run_live
 
     toml_path, inline = None, []
     for p in args.problem or []:
@@ -81,12 +91,12 @@ def _live_recording(args: argparse.Namespace):
             toml_path = p
         else:
             inline.append(p)
-    case = load_case(toml_path, parse_assignments(inline + list(args.set or [])), source=args.kernel,
-                     entry=args.entry)
-    if args.trace_tiles or args.trace_k_blocks or args.trace_stages:
+    overrides = {**(base or {}), **parse_assignments(inline + list(args.set or []))}
+    case = load_case(toml_path, overrides, source=args.kernel, entry=args.entry or entry)
+    if args.trace_tiles or args.trace_k_blocks or getattr(args, "trace_stages", None):
         tiles = _tiles_flag(args.trace_tiles) if args.trace_tiles else None
         kbs = _indices_flag("--trace-k-blocks", args.trace_k_blocks) if args.trace_k_blocks else None
-        stages = trace_stages(args.trace_stages, "--trace-stages") if args.trace_stages else None
+        stages = trace_stages(args.trace_stages, "--trace-stages") if getattr(args, "trace_stages", None) else None
         case = with_trace(case, tiles, kbs, stages)
     ladder, _, arg = (args.inputs or "random").partition(":")
     inputs_s = 0.0
@@ -111,6 +121,13 @@ def _live_recording(args: argparse.Namespace):
         prov = Provenance(ladder, seed if ladder == "random" else None, generator=gen)
     if not isinstance(ops, Operands):
         raise CaseError("inputs could not be made")
+    return case, ops, prov, inputs_s
+
+
+def _live_recording(args: argparse.Namespace):
+    from oracle.live import run_live
+
+    case, ops, prov, inputs_s = _case_and_inputs(args)
     timing = None
     if args.time:
         from oracle.perf import kernel_timing_request
@@ -165,6 +182,55 @@ def _generator() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    """Write a standalone reproducer: a directory with repro.cu, a Makefile, the inputs as binary
+    files and the oracle's reference D and bounds, that builds with nvcc alone and runs without
+    Python (oracle.repro; README.txt in the directory says everything).
+        --problem CASE.toml [--set k=v] [--kernel FILE.cu --entry NAME]
+        --inputs ones|index|ktag|random[:seed]|dump:PATH   --trace-tiles, --trace-k-blocks
+        --dump FILE     the problem and inputs of a recording (the case TOML still gives the
+                        kernel and its launch; the entry point is the recording's)
+        --out DIR       the directory (new, or a reproducer written before)
+    Then: make -C DIR && DIR/repro prints MATCH or DIVERGED (exit 0 / 1, 3 for a kernel error);
+    make -C DIR TRACE=1 && DIR/repro_traced writes DIR/sink.bin, and
+    python -m oracle compare --repro-dir DIR judges it stage by stage."""
+    from oracle.repro import write_repro
+
+    base, entry, rec = None, None, None
+    if args.dump:
+        from oracle.recording import Recording
+
+        if args.inputs:
+            raise UsageError("--dump FILE already gives the inputs: drop --inputs")
+        if not (args.problem or args.kernel):
+            raise UsageError("a recording holds no kernel source or launch table: give the case TOML with --problem "
+                             "(and --kernel/--entry if the case does not name them)")
+        rec = Recording.load(args.dump)
+        base = rec.spec.to_json()
+        if not rec.synthetic and rec.kernel not in ("", "unknown"):
+            entry = rec.kernel
+    elif not (args.problem or args.kernel):
+        raise UsageError("give a live case (--problem CASE.toml and/or --kernel FILE.cu --entry NAME) or --dump FILE")
+    if rec is not None:
+        args.inputs = f"dump:{args.dump}"
+    case, ops, prov, _ = _case_and_inputs(args, base=base, entry=entry)
+    if rec is not None:
+        prov = rec.provenance  # the recording says where its values came from
+    out = write_repro(case, ops, prov, args.out, reference=not args.no_reference)
+    inputs = sorted(f for f in out.files if f.endswith(".bin") and f not in ("expected.bin", "bound.bin"))
+    kernel_files = [f for f in out.files if f.startswith("kernel/")]
+    print(f"wrote {out.path}: {case.spec.describe()}, inputs {prov.describe()}")
+    print(f"  repro.cu, Makefile, README.txt, launch.txt, problem.txt, inputs.txt, {', '.join(inputs)}")
+    print("  expected.bin, bound.bin: the oracle's reference D and per-element bounds" if out.reference else
+          "  no expected.bin/bound.bin: repro computes its own double-precision reference")
+    print(f"  kernel: {out.entry_traced} (traced), {out.entry_plain} (untraced); {len(kernel_files)} source file(s) "
+          f"under kernel/")
+    print(f"build and run:  make -C {out.path} && {out.path}/repro")
+    print(f"traced:         make -C {out.path} TRACE=1 && {out.path}/repro_traced && "
+          f"python -m oracle compare --repro-dir {out.path}")
+    return 0
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -242,6 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("--dump", metavar="FILE", help="a dump file (safetensors + JSON metadata)")
     c.add_argument("--demo", action="store_true", help="the embedded demo recording (no GPU needed)")
+    c.add_argument("--repro-dir", metavar="DIR", help="the run of a reproducer (python -m oracle repro): its "
+                   "inputs, D and sink.bin")
+    c.add_argument("--sink", metavar="FILE", help="with --repro-dir: the sink file (default DIR/sink.bin)")
     c.add_argument("--problem", action="append", metavar="CASE.toml|k=v,...",
                    help="live: a case TOML and/or inline problem fields (repeatable)")
     c.add_argument("--set", action="append", metavar="k=v", help="live: override one problem field")
@@ -287,6 +356,23 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--no-time", action="store_true", help="verify only")
     b.set_defaults(func=cmd_bench)
 
+    r = sub.add_parser("repro", help="write a standalone reproducer (.cu + Makefile, no Python needed)",
+                       description=cmd_repro.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("--problem", action="append", metavar="CASE.toml|k=v,...",
+                   help="a case TOML and/or inline problem fields (repeatable)")
+    r.add_argument("--set", action="append", metavar="k=v", help="override one problem field")
+    r.add_argument("--kernel", metavar="FILE.cu", help="the kernel source")
+    r.add_argument("--entry", metavar="NAME", help="the kernel's traced extern \"C\" entry point")
+    r.add_argument("--inputs", metavar="LADDER", default=None,
+                   help="ones | index | ktag | random[:seed] | dump:PATH (default random:0)")
+    r.add_argument("--dump", metavar="FILE", help="take the problem and the inputs from a recording")
+    r.add_argument("--trace-tiles", metavar="\"TM,TN ...\"", help="output tiles the traced build records")
+    r.add_argument("--trace-k-blocks", metavar="KB,KB,...", help="k-blocks the traced build records")
+    r.add_argument("--no-reference", action="store_true",
+                   help="write no expected.bin/bound.bin: repro computes its own host reference")
+    r.add_argument("--out", required=True, metavar="DIR", help="the directory to write")
+    r.set_defaults(func=cmd_repro)
+
     k = sub.add_parser("knobs", help="list the ORACLE_* environment knobs", description=cmd_knobs.__doc__)
     k.set_defaults(func=cmd_knobs)
 
@@ -320,6 +406,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from oracle.knobs import KnobError
     from oracle.problem import SpecError
     from oracle.recording import RecordingError
+    from oracle.repro import ReproError
 
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -331,7 +418,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return args.func(args)
     except (UsageError, DumpError, SpecError, RecordingError, InputError, KnobError, CaseError, BuildError,
-            LaunchError, RunnerError, TraceFormatError, TensorMapError) as e:
+            LaunchError, RunnerError, TraceFormatError, TensorMapError, ReproError) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -181,6 +181,11 @@ def sink_budget(case: Case) -> tuple[TraceBudget, int]:
     return budget, ceiling
 
 
+def initial_sink_bytes(budget: TraceBudget, ceiling: int) -> int:
+    """The sink a launch starts with: the selection's estimate, at least MIN_SINK_BYTES, at most the ceiling."""
+    return min(ceiling, max(MIN_SINK_BYTES, -(-budget.estimate // 4096) * 4096))
+
+
 def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Optional[float] = None,
              timing: Optional[dict] = None, command: Sequence[str] = ()) -> LiveRun:
     """Build, run and trace `case` once; with `timing` (oracle.perf.kernel_timing_request) the
@@ -205,7 +210,7 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
         cubin, cached = load_cubin(br.cubin_path), br.cached
     s = case.spec
     sel = trace_selection(case)
-    capacity = min(ceiling, max(MIN_SINK_BYTES, -(-budget.estimate // 4096) * 4096))
+    capacity = initial_sink_bytes(budget, ceiling)
     prefix = trace_format.sink_prefix(capacity, tiles=sel.tiles, k_blocks=sel.k_blocks, stages=sel.stages)
     if timing is not None and k.time_entry:
         timing = {**timing, "entry": k.time_entry}

@@ -25,7 +25,7 @@ import sys
 from typing import Optional, Sequence
 
 MAX_REQUEST_BYTES = 1 << 20
-FORWARDED = ("compare", "bench", "simulate", "knobs")  # `serve` itself never is
+FORWARDED = ("compare", "bench", "simulate", "knobs", "repro")  # `serve` itself never is
 
 
 def _send(conn: socket.socket, doc: dict) -> None:

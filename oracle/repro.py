@@ -1,0 +1,533 @@
+"""Track B: a standalone reproducer of a live case, written as a directory that builds with nvcc
+alone and runs without Python.
+
+Data path: Case + Operands -> the launch the oracle itself makes (oracle.live.launch_spec: the
+tensors in storage order, tensor maps with the case's host-side options, grid and arguments
+evaluated) -> a directory:
+
+  repro.cu       the host program, the same for every case (oracle/repro_files/repro.cu)
+  Makefile       nvcc builds kernel[_traced].cubin from the unchanged kernel source with the
+                 oracle's arch, flags and include paths, and the host programs repro / repro_traced
+  launch.txt     entry points, cubins, grid, block, cluster, dynamic shared memory, arguments (floats
+                 as bits), tensor-map fields, trace selection
+  problem.txt    the problem, for the host reference
+  inputs.txt     one line per binary file: name, role, dtype, shape, bytes, file
+  <name>.bin     the inputs as the kernel reads them: raw little-endian, the operand's storage order
+                 (a map over padding rows reads a buffer that holds them)
+  expected.bin   the oracle's reference D (oracle.differential.expected_output), logical [M, N]
+  bound.bin      its per-element bound: fp64, or fp32 rounded up for outputs above BOUND_F64_LIMIT
+  kernel/        copies of the kernel source and its local headers (kernel/src/...) and of the trace
+                 header (kernel/include/oracle_trace/)
+  repro.json     the same facts for `python -m oracle compare --repro-dir` (oracle.repro_run)
+  README.txt     the commands, the launch and the tensor maps
+
+Constraints: the C++ side evaluates nothing: every size, grid entry and literal is a number here.
+The untraced build launches the case's time_entry built without ORACLE_TRACE when there is one,
+else the traced entry from the traced build with a null sink (then both builds share one cubin).
+The directory is self-contained except for the CUDA toolkit and the CUTLASS headers (a Makefile
+variable, defaulting to the nvidia-cutlass wheel of the machine that wrote it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from harness.build import DEFAULT_FLAGS, HARNESS_INCLUDE_DIR, arch_flags, cutlass_include_dirs, define_flags, \
+    local_includes
+from harness.launch import LaunchSpec, ScalarArg, StructArg, TensorArg, TensorMapArg
+from harness.runner import RunnerError, _check_request
+from harness.tensormap import TensorMapSpec
+from harness.trace_format import STAGE_CODES, TraceSelection
+from kernels_ref.dtypes import name_of
+from oracle.case import Case, CaseError
+from oracle.inputs import Operands, Provenance, check_operands
+from oracle.live import _names, default_trace_tiles, launch_spec
+
+FORMAT = "oracle-repro"
+VERSION = 1
+TEMPLATE = Path(__file__).resolve().parent / "repro_files" / "repro.cu"
+BOUND_F64_LIMIT = 1 << 22  # outputs with more elements get a float32 bound.bin (rounded up)
+TIMEOUT_S = 60
+# Files a run of the reproducer writes; a new generation into the same directory removes them.
+RUN_OUTPUTS = ("d.bin", "sink.bin", "result.txt")
+
+
+class ReproError(ValueError):
+    """A reproducer that cannot be written or read back; the message names the file or field."""
+
+
+@dataclass(frozen=True)
+class ReproDir:
+    """What write_repro wrote."""
+
+    path: Path
+    files: tuple[str, ...]  # relative to path
+    entry_traced: str
+    entry_plain: str
+    cubin_traced: str
+    cubin_plain: str
+    reference: bool  # expected.bin and bound.bin were written
+
+
+@dataclass(frozen=True)
+class _Build:
+    """How the two cubins are made: the kernel source (None for a prebuilt cubin) and defines."""
+
+    source: Optional[Path]
+    prebuilt: Optional[Path]
+    arch: str
+    traced_defines: dict
+    plain_defines: dict
+    entry_traced: str
+    entry_plain: str
+
+    @property
+    def shared(self) -> bool:
+        """The untraced run uses the traced cubin (same defines, or a prebuilt cubin)."""
+        return self.prebuilt is not None or self.plain_defines == self.traced_defines
+
+    @property
+    def cubin_plain(self) -> str:
+        return "kernel_traced.cubin" if self.shared else "kernel.cubin"
+
+
+def _build_plan(case: Case) -> _Build:
+    k = case.kernel
+    traced = {"ORACLE_TRACE": "1", **dict(k.defines)}
+    if k.time_entry:
+        plain = {n: v for n, v in dict(k.defines).items() if n != "ORACLE_TRACE"}
+        entry_plain = k.time_entry
+    else:  # the traced entry only exists with ORACLE_TRACE: the same build, with a null sink
+        plain, entry_plain = traced, k.entry
+    return _Build(Path(k.source) if k.source else None, Path(k.cubin) if k.cubin else None, k.arch, traced, plain,
+                  k.entry, entry_plain)
+
+
+# -------------------------------------------------------------------------------- the kernel files
+
+
+def _copy_kernel(source: Path, out: Path) -> tuple[str, list[str]]:
+    """Copy the source, every local header it reaches and the trace header tree under out/kernel;
+    return the source's path relative to `out` and every copied file's."""
+    text = source.read_text(errors="replace")
+    found = [Path(p) for p in local_includes(text, source.resolve().parent, (HARNESS_INCLUDE_DIR,))]
+    harness_root = HARNESS_INCLUDE_DIR.resolve()
+    own = [source.resolve()] + [p for p in found if harness_root not in p.parents]
+    root = Path(os.path.commonpath([str(p.parent) for p in own]))
+    copied = []
+    for p in own:
+        dst = out / "kernel" / "src" / p.relative_to(root)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(p, dst)  # the mtime is kept: an unchanged source does not rebuild the cubin
+        copied.append(str(dst.relative_to(out)))
+    for p in sorted(harness_root.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts:
+            dst = out / "kernel" / "include" / p.relative_to(harness_root)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(p, dst)
+            copied.append(str(dst.relative_to(out)))
+    main = str((out / "kernel" / "src" / source.resolve().relative_to(root)).relative_to(out))
+    return main, copied
+
+
+# -------------------------------------------------------------------------------- tensors
+
+
+def _raw(t: torch.Tensor) -> bytes:
+    """The tensor's elements, little-endian, in memory (row-major) order."""
+    t = t.detach().cpu().contiguous()
+    return t.reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def _dtype_name(t: torch.Tensor) -> str:
+    return "fp64" if t.dtype == torch.float64 else name_of(t.dtype)
+
+
+def _shape(shape) -> str:
+    return "x".join(str(int(s)) for s in shape)
+
+
+def _major_of(spec, name: str) -> Optional[str]:
+    """A matrix operand's major ("row"/"col"), None for vectors."""
+    if name in ("a", "b", "c", "d"):
+        return getattr(spec, f"{name}_major")
+    return None
+
+
+def _bound_tensor(b: torch.Tensor, n_elements: int) -> torch.Tensor:
+    """The bound in float64, or in float32 rounded up (never below the oracle's) for large outputs."""
+    b = b.detach().cpu().double()
+    if n_elements <= BOUND_F64_LIMIT:
+        return b
+    b32 = b.float()
+    low = b32.double() < b
+    return torch.where(low, torch.nextafter(b32, torch.full_like(b32, float("inf"))), b32)
+
+
+# -------------------------------------------------------------------------------- text files
+
+
+def _hex_bits(value: float, ctype: str) -> str:
+    fmt, ifmt = ("<f", "<I") if ctype == "f32" else ("<d", "<Q")
+    return hex(struct.unpack(ifmt, struct.pack(fmt, float(value)))[0])
+
+
+def _arg_line(a, described: str) -> str:
+    if isinstance(a, TensorArg):
+        return f"arg ptr {a.name}  # {described}"
+    if isinstance(a, ScalarArg):
+        if a.ctype in ("f32", "f64"):
+            return f"arg {a.ctype} {_hex_bits(a.value, a.ctype)} {float(a.value)!r}  # {described}"
+        return f"arg {a.ctype} {int(a.value)}  # {described}"
+    if isinstance(a, StructArg):
+        return f"arg bytes {a.data.hex()}  # {described}"
+    raise ReproError(f"argument {a!r} has no place in launch.txt")
+
+
+def _describe_arg(case_arg) -> str:
+    if case_arg is None:
+        return ""
+    if case_arg.kind in ("operand", "size", "float"):
+        return case_arg.name
+    if case_arg.kind == "literal":
+        return f"{{ {case_arg.ctype} = {case_arg.expr!r} }}"
+    if case_arg.kind == "tensormap":
+        opts = "".join(f", {k} = {v!r}" for k, v in case_arg.options)
+        return f"{{ tensormap = {case_arg.name!r}{opts} }}"
+    return case_arg.kind
+
+
+def _map_line(spec: TensorMapSpec, buffer: str, operand: str) -> str:
+    d = spec.driver_args(0)
+    fields = dict(operand=operand, buffer=buffer, dtype=spec.dtype, data_type=d["data_type"], rank=spec.rank,
+                  dims=",".join(map(str, spec.global_dims)), strides=",".join(map(str, spec.global_strides)) or "-",
+                  box=",".join(map(str, spec.box_dims)), element_strides=",".join(map(str, spec.element_strides)),
+                  interleave=d["interleave"], swizzle=d["swizzle"], l2_promotion=d["l2_promotion"],
+                  oob_fill=d["oob_fill"])
+    return "tensormap " + " ".join(f"{k}={v}" for k, v in fields.items()) + \
+        f"  # swizzle {spec.swizzle}B, L2 promotion {spec.l2_promotion}B, OOB fill {spec.oob_fill}"
+
+
+def map_summary(spec: TensorMapSpec) -> str:
+    """The fields of a map as cuTensorMapEncodeTiled receives them, in words."""
+    d = spec.driver_args(0)
+    return (f"dtype {spec.dtype} (CUtensorMapDataType {d['data_type']}), rank {spec.rank}, dims "
+            f"{list(spec.global_dims)}, strides {list(spec.global_strides)} bytes, box {list(spec.box_dims)}, "
+            f"element strides {list(spec.element_strides)}, interleave {spec.interleave}, swizzle {spec.swizzle}B, "
+            f"L2 promotion {spec.l2_promotion}B, OOB fill {spec.oob_fill}")
+
+
+def _launch_text(case: Case, launch: LaunchSpec, build: _Build, selection: TraceSelection) -> str:
+    lines = ["# launch.txt: what repro launches; every value fully evaluated by python -m oracle repro",
+             f"entry_traced {build.entry_traced}", f"entry_plain {build.entry_plain}",
+             "cubin_traced kernel_traced.cubin", f"cubin_plain {build.cubin_plain}",
+             "grid " + " ".join(map(str, launch.grid)), "block " + " ".join(map(str, launch.block)),
+             "cluster " + " ".join(map(str, launch.cluster)), f"shared_mem_bytes {launch.shared_mem_bytes}",
+             f"timeout_s {TIMEOUT_S}"]
+    case_args = list(case.launch.args)
+    maps = [a for a in launch.args if isinstance(a, TensorMapArg)]
+    for a in maps:
+        lines.append(_map_line(a.spec, a.tensor_name, a.tensor_name))
+    for i, a in enumerate(launch.args):
+        described = f"args[{i}] {_describe_arg(case_args[i] if i < len(case_args) else None)}"
+        if isinstance(a, TensorMapArg):
+            lines.append(f"arg tensormap {maps.index(a)}  # {described}")
+        elif isinstance(a, ScalarArg) and a.ctype == "u64" and a.value == 0 and i < len(case_args) \
+                and case_args[i].kind in ("operand", "null"):
+            lines.append(f"arg u64 0  # {described}: a null pointer (not used by the problem)")
+        else:
+            lines.append(_arg_line(a, described))
+    tiles = selection.tiles
+    lines.append("trace_tiles" + ("" if tiles is None else " " + " ".join(f"{tm},{tn}" for tm, tn in tiles)))
+    kbs = selection.k_blocks
+    lines.append("trace_k_blocks " + ("all" if kbs is None else " ".join(map(str, kbs))))
+    lines.append(f"trace_capacity_bytes {sink_bytes(case)}")
+    return "\n".join(lines) + "\n"
+
+
+def sink_bytes(case: Case) -> int:
+    """The sink the traced reproducer allocates: what a live run of the case starts with."""
+    from oracle.live import initial_sink_bytes, sink_budget
+
+    return initial_sink_bytes(*sink_budget(case))
+
+
+def _problem_text(case: Case) -> str:
+    s = case.spec
+    t = s.tile
+    lines = ["# problem.txt: the problem, for repro's host reference (oracle.problem.ProblemSpec)",
+             f"describe {s.describe()}", f"m {s.m}", f"n {s.n}", f"k {s.k}", f"tile {t.bm} {t.bn} {t.bk}"]
+    for f in ("a_dtype", "b_dtype", "acc_dtype", "out_dtype", "a_major", "b_major", "c_major", "d_major", "bias",
+              "bias_dtype", "activation", "oob_fill"):
+        lines.append(f"{f} {getattr(s, f)}")
+    lines.append(f"c_dtype {s.c_dtype or 'none'}")
+    lines.append(f"alpha {float(s.alpha).hex()}  # {s.alpha!r}")
+    lines.append(f"beta {float(s.beta).hex()}  # {s.beta!r}")
+    lines.append(f"saturate {int(s.saturate)}")
+    lines.append(f"promotion_interval {s.promotion_interval or 'none'}")
+    for op in ("a", "b"):
+        sc = getattr(s, f"scale_{op}")
+        lines.append(f"scale_{op} {sc.kind}" + (f" {sc.block[0]} {sc.block[1]}" if sc.block else ""))
+    return "\n".join(lines) + "\n"
+
+
+# -------------------------------------------------------------------------------- Makefile, README
+
+
+def _makefile(build: _Build, kernel_main: Optional[str], kernel_files: list[str]) -> str:
+    cutlass = [str(d) for d in cutlass_include_dirs()]
+    cutlass_inc = cutlass[0] if cutlass else ""
+    cutlass_util = cutlass[1] if len(cutlass) > 1 else ""
+    kernel_flags = " ".join(("-cubin",) + arch_flags(build.arch) + DEFAULT_FLAGS)
+    out = [
+        "# Makefile of a standalone reproducer written by `python -m oracle repro`; nvcc is all it needs.",
+        "#   make             the untraced cubin and ./repro (the production entry point, no sink)",
+        "#   make TRACE=1     the traced cubin and ./repro_traced (the traced entry point; writes sink.bin)",
+        "#   make host        only the host programs (repro --check-only needs no cubin and no GPU)",
+        "# Variables: NVCC (another compiler, to bisect nvcc versions), CUTLASS_INCLUDE and",
+        "# CUTLASS_UTIL_INCLUDE (the CUTLASS/CuTe headers), KERNEL_CUBIN_FROM and KERNEL_TRACED_CUBIN_FROM",
+        "# (copy a cubin built from the same source with the same flags, e.g. another reproducer's, instead",
+        "# of compiling), HOST_FLAGS.",
+        "NVCC ?= nvcc",
+        f"CUTLASS_INCLUDE ?= {cutlass_inc}",
+        f"CUTLASS_UTIL_INCLUDE ?= {cutlass_util}",
+        "KERNEL_CUBIN_FROM ?=",
+        "KERNEL_TRACED_CUBIN_FROM ?=",
+        "TRACE ?= 0",
+        "# the oracle's own build (harness/build.py): arch, flags, then the trace header and CUTLASS",
+        f"KERNEL_FLAGS := {kernel_flags}",
+        f"TRACED_DEFINES := {' '.join(define_flags(build.traced_defines))}",
+        f"PLAIN_DEFINES := {' '.join(define_flags(build.plain_defines))}",
+        "INCLUDES := -Ikernel/include $(if $(CUTLASS_INCLUDE),-I$(CUTLASS_INCLUDE)) "
+        "$(if $(CUTLASS_UTIL_INCLUDE),-I$(CUTLASS_UTIL_INCLUDE))",
+        f"KERNEL_SOURCE := {kernel_main or ''}",
+        f"KERNEL_FILES := {' '.join(kernel_files)}",
+        "HOST_FLAGS ?= -std=c++17 -O2 -g",
+        f"PLAIN_CUBIN := {build.cubin_plain}",
+        "",
+        "ifeq ($(TRACE),1)",
+        "all: repro_traced",
+        "else",
+        "all: repro",
+        "endif",
+        "",
+        "# repro needs its cubin at run time only: an order-only prerequisite; `make host` skips it",
+        "REPRO_NEEDS ?= $(PLAIN_CUBIN)",
+        "TRACED_NEEDS ?= kernel_traced.cubin",
+        "host:",
+        "\t$(MAKE) repro repro_traced REPRO_NEEDS= TRACED_NEEDS=",
+        ".PHONY: all host run run_traced sanitize clean",
+        "",
+    ]
+    if build.prebuilt is None:
+        out += ["kernel_traced.cubin: $(KERNEL_FILES)",
+                "ifneq ($(KERNEL_TRACED_CUBIN_FROM),)",
+                "\tcp $(KERNEL_TRACED_CUBIN_FROM) $@",
+                "else",
+                "\t$(NVCC) $(KERNEL_FLAGS) $(TRACED_DEFINES) $(INCLUDES) -o $@ $(KERNEL_SOURCE)",
+                "endif", ""]
+        if not build.shared:
+            out += ["kernel.cubin: $(KERNEL_FILES)",
+                    "ifneq ($(KERNEL_CUBIN_FROM),)",
+                    "\tcp $(KERNEL_CUBIN_FROM) $@",
+                    "else",
+                    "\t$(NVCC) $(KERNEL_FLAGS) $(PLAIN_DEFINES) $(INCLUDES) -o $@ $(KERNEL_SOURCE)",
+                    "endif", ""]
+    out += [
+        "# the host programs: repro.cu alone, no kernel code (it loads the cubin at run time)",
+        "repro: repro.cu | $(REPRO_NEEDS)",
+        "\t$(NVCC) $(HOST_FLAGS) -Ikernel/include -DORACLE_REPRO_TRACED=0 -o $@ repro.cu",
+        "repro_traced: repro.cu | $(TRACED_NEEDS)",
+        "\t$(NVCC) $(HOST_FLAGS) -Ikernel/include -DORACLE_REPRO_TRACED=1 -o $@ repro.cu",
+        "",
+        "run: repro",
+        "\t./repro",
+        "run_traced: repro_traced",
+        "\t./repro_traced",
+        "sanitize: repro",
+        "\tcompute-sanitizer --tool memcheck --error-exitcode 99 ./repro --timeout 600",
+        "clean:",
+        "\trm -f repro repro_traced" + ("" if build.prebuilt else " kernel.cubin kernel_traced.cubin")
+        + " " + " ".join(RUN_OUTPUTS),
+    ]
+    return "\n".join(out) + "\n"
+
+
+def _readme(case: Case, prov: Provenance, launch: LaunchSpec, build: _Build, reference: bool,
+            selection: TraceSelection) -> str:
+    s = case.spec
+    maps = [a for a in launch.args if isinstance(a, TensorMapArg)]
+    map_lines = [f"  {i}: over {a.tensor_name}: {map_summary(a.spec)}" for i, a in enumerate(maps)] or ["  (none)"]
+    ref = ("expected.bin and bound.bin hold the oracle's reference D and per-element bounds\n"
+           "(oracle.differential.expected_output), so repro judges D with the oracle's own numbers." if reference else
+           "No expected.bin/bound.bin were written: repro computes its own reference (below).")
+    tiles = "all" if selection.tiles is None else " ".join(f"({tm}, {tn})" for tm, tn in selection.tiles)
+    kbs = "all" if selection.k_blocks is None else ", ".join(map(str, selection.k_blocks))
+    exprs = [str(g) for g in case.launch.grid] + [str(a.expr) for a in case.launch.args if a.kind == "literal"]
+    sms = (f"\nGrid and literals were evaluated with num_sms = {_names(case)['num_sms']} (the GPU of the machine that "
+           f"wrote this, or an H200's 132 without one).") if any("num_sms" in e for e in exprs) else ""
+    cubin_note = ("The untraced build is the traced one with a null sink (the case has no time_entry)."
+                  if build.shared else f"The untraced build has no ORACLE_TRACE and launches {build.entry_plain}.")
+    return f"""A standalone reproducer of one kernel launch, written by `python -m oracle repro`.
+
+Problem: {s.describe()}; inputs: {prov.describe()}.
+Kernel: {build.entry_traced} (traced), {build.entry_plain} (untraced). {cubin_note}
+
+Build and run (the CUDA toolkit is all it needs; CUTLASS headers: make CUTLASS_INCLUDE=...):
+  make && ./repro                  the production entry point; prints MATCH or DIVERGED
+  make TRACE=1 && ./repro_traced   the traced entry point; writes sink.bin
+  python -m oracle compare --repro-dir .    judges sink.bin stage by stage (needs the oracle)
+  compute-sanitizer --tool memcheck ./repro --timeout 600      (or: make sanitize)
+  cuda-gdb --args ./repro          (add -G to KERNEL_FLAGS in the Makefile for device-side stepping)
+  ncu --clock-control none ./repro
+  make clean && make NVCC=/path/to/other/nvcc && ./repro     bisect compilers
+
+Options of repro: --dir DIR (the files; default: the executable's directory), --cubin FILE,
+--timeout S (default {TIMEOUT_S}; 0: wait forever), --host-reference (ignore expected.bin),
+--check-only [EXPECTED D] (judge a D file without running anything; no GPU needed).
+Exit codes: 0 MATCH, 1 DIVERGED, 2 bad usage or input files, 3 kernel error (the CUDA error's
+name is printed, e.g. cudaErrorIllegalAddress; taps written before it are in sink.bin), 5
+MISTRUSTED (every reference value is zero).
+
+Launch (launch.txt): grid {launch.grid}, block {launch.block}, cluster {launch.cluster}, dynamic
+shared memory {launch.shared_mem_bytes} bytes, {len(launch.args)} arguments.{sms}
+Tensor maps, encoded by repro with cuTensorMapEncodeTiled (dims and box innermost first):
+{chr(10).join(map_lines)}
+Trace selection (repro_traced): tiles {tiles}; k-blocks {kbs}; sink {sink_bytes(case)} bytes (sized
+to the selection as a live run sizes it), host-mapped pinned memory.
+
+Inputs (inputs.txt): raw little-endian binaries in the order the kernel reads them (an operand in
+its major; a map over padding rows reads a buffer that holds them). D is poisoned with 0xFF bytes
+before the launch; elements still holding them are counted as never written.
+
+Reference: {ref}
+Without them (or with --host-reference) repro computes D in double precision from the inputs
+(GEMM with block scales per k-group, scale, alpha/beta, bias, activation, cast) and uses a
+conservative worst-case bound, looser than the oracle's: 1.25 (eps |alpha| S + 2^-20 (|alpha v| +
+|beta c| + |bias|)) + 2^-14 (|x| + |y|) for gelu/silu + one ulp of the output type at |y|, with
+S = sum_k |a||b| (times |scales|) and eps = K 2^-23 for fp32 accumulation (+ 2^-10 P/32 for fp8
+partial sums over P), 2 ceil(K/16) 2^-11 for fp16, 0 for int32. It says which reference it used.
+Comparison: per BM x BN tile ({s.tile.bm} x {s.tile.bn}); bit-exact when every bound is zero (NaN
+matches NaN), else |received - expected| <= bound; it prints the worst tile (err/bound), the
+first bad element, NaN/Inf counts and the never-written count.
+"""
+
+
+# -------------------------------------------------------------------------------- the writer
+
+
+def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir, *,
+                reference: bool = True) -> ReproDir:
+    """Write the reproducer of `case` with `operands` into `out_dir` (created; a previous
+    reproducer there is replaced, any other non-empty directory is refused). With `reference`,
+    expected.bin and bound.bin come from oracle.differential.expected_output."""
+    if case.kernel is None:
+        raise CaseError("no kernel to reproduce: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
+    check_operands(case.spec, operands)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ReproError(f"--out {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / "repro.json").is_file():
+        raise ReproError(f"--out {out} is a non-empty directory that holds no reproducer; choose a new one")
+    launch, tensors = launch_spec(case, operands)
+    try:
+        _check_request(launch, tensors)  # the harness's own checks: dtypes, maps inside their buffers
+    except RunnerError as e:
+        raise ReproError(f"the launch cannot be reproduced: {e}") from None
+    build = _build_plan(case)
+    tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case)
+    try:
+        selection = TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks)
+    except ValueError as e:
+        raise CaseError(f"trace selection: {e}") from None
+    out.mkdir(parents=True, exist_ok=True)
+    for name in RUN_OUTPUTS:
+        (out / name).unlink(missing_ok=True)
+    files: list[str] = []
+
+    def write(name: str, data) -> None:
+        path = out / name
+        if isinstance(data, str):
+            path.write_text(data)
+        else:
+            path.write_bytes(data)
+        files.append(name)
+
+    kernel_main, kernel_files = None, []
+    if build.prebuilt is not None:
+        shutil.copy2(build.prebuilt, out / "kernel_traced.cubin")
+        files.append("kernel_traced.cubin")
+    else:
+        if out.joinpath("kernel").is_dir():
+            shutil.rmtree(out / "kernel")
+        kernel_main, kernel_files = _copy_kernel(build.source, out)
+        files += kernel_files
+
+    s = case.spec
+    roles = launch.tensor_roles()
+    manifest, tensor_meta = ["# inputs.txt: the binary files of repro; shapes in storage order"], {}
+    logical = {"d": (s.m, s.n), **{n: tuple(t.shape) for n, t in operands.named().items()}}
+    for name, t in tensors.items():
+        role = roles[name]
+        major = _major_of(s, name)
+        fname = f"{name}.bin"
+        dtype = _dtype_name(t)
+        nbytes = t.numel() * t.element_size()
+        line = (f"tensor name={name} role={role} dtype={dtype} shape={_shape(t.shape)} bytes={nbytes} file={fname}"
+                f" logical={_shape(logical[name])}" + (f" major={major}" if major else ""))
+        manifest.append(line)
+        tensor_meta[name] = {"file": fname, "role": role, "dtype": dtype, "storage_shape": list(t.shape),
+                             "shape": list(logical[name]), "major": major}
+        if role != "out":
+            write(fname, _raw(t))
+    if reference:
+        from oracle.differential import expected_output
+
+        y, b = expected_output(s, operands)
+        y, b = y.cpu(), _bound_tensor(b, s.m * s.n)
+        for name, t in (("expected", y), ("bound", b)):
+            manifest.append(f"tensor name={name} role={name} dtype={_dtype_name(t)} shape={_shape(t.shape)} "
+                            f"bytes={t.numel() * t.element_size()} file={name}.bin logical={_shape(t.shape)} "
+                            f"major=row")
+            write(f"{name}.bin", _raw(t))
+    write("inputs.txt", "\n".join(manifest) + "\n")
+    write("launch.txt", _launch_text(case, launch, build, selection))
+    write("problem.txt", _problem_text(case))
+    write("repro.cu", TEMPLATE.read_text())
+    write("Makefile", _makefile(build, kernel_main, kernel_files))
+    write("README.txt", _readme(case, provenance, launch, build, reference, selection))
+    maps = [{"buffer": a.tensor_name, "spec": a.spec.to_dict()} for a in launch.args if isinstance(a, TensorMapArg)]
+    doc = {"format": FORMAT, "version": VERSION, "problem": s.to_json(),
+           "provenance": {"ladder": provenance.ladder, "seed": provenance.seed, "source": provenance.source,
+                          "generator": provenance.generator},
+           "kernel": {"entry_traced": build.entry_traced, "entry_plain": build.entry_plain,
+                      "source": str(build.source) if build.source else None,
+                      "cubin_traced": "kernel_traced.cubin", "cubin_plain": build.cubin_plain},
+           "launch": launch.to_dict() | {"args": [_json_arg(a) for a in launch.args]},
+           "tensormaps": maps, "tensors": tensor_meta,
+           "trace": {"tiles": None if selection.tiles is None else [list(t) for t in selection.tiles],
+                     "k_blocks": None if selection.k_blocks is None else list(selection.k_blocks),
+                     "capacity_bytes": sink_bytes(case), "stages": list(STAGE_CODES)},
+           "reference": reference}
+    write("repro.json", json.dumps(doc, indent=1) + "\n")
+    return ReproDir(out, tuple(files), build.entry_traced, build.entry_plain, "kernel_traced.cubin",
+                    build.cubin_plain, reference)
+
+
+def _json_arg(a) -> dict:
+    if isinstance(a, TensorMapArg):
+        return {"kind": "tensormap", "tensor_name": a.tensor_name}
+    if isinstance(a, TensorArg):
+        return {"kind": "tensor", "name": a.name, "role": a.role}
+    if isinstance(a, ScalarArg):
+        return {"kind": "scalar", "value": a.value, "ctype": a.ctype}
+    return {"kind": "struct", "hex": a.data.hex()}
+

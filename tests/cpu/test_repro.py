@@ -1,0 +1,498 @@
+"""Track B without a GPU: `python -m oracle repro` writes a reproducer whose files say exactly
+what the oracle's own launch is, `python -m oracle compare --repro-dir` reads a run of it back,
+and (marker nvcc) the directory builds with make alone and its host program judges D the
+oracle's way: a wrong tile, a NaN, a never-written element, a bit-exact reference, its own host
+reference; its argument bytes and initial sink header are the harness's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from harness.launch import ScalarArg, TensorArg, TensorMapArg
+from harness.trace_format import TraceWriter, parse_header, sink_init_bytes
+from oracle import cli
+from oracle.case import load_case, with_trace
+from oracle.differential import analyze, expected_output
+from oracle.inputs import Provenance, make_operands
+from oracle.live import launch_spec, stale_rows
+from oracle.repro import ReproError, sink_bytes, write_repro
+from oracle.repro_run import load_repro_run
+
+ROOT = Path(__file__).resolve().parents[2]
+SIMPLE = ROOT / "harness" / "examples" / "simple_gemm.toml"
+HOPPER = ROOT / "zoo" / "hopper_gemm"
+
+
+def _manifest(d: Path) -> dict[str, dict[str, str]]:
+    out = {}
+    for line in (d / "inputs.txt").read_text().splitlines():
+        if line.startswith("tensor "):
+            kv = dict(t.split("=", 1) for t in line.split()[1:])
+            out[kv["name"]] = kv
+    return out
+
+
+def _launch_lines(d: Path, key: str) -> list[list[str]]:
+    return [line.split("#")[0].split()[1:] for line in (d / "launch.txt").read_text().splitlines()
+            if line.split() and line.split()[0] == key]
+
+
+def _single(d: Path, key: str) -> list[str]:
+    (vals,) = _launch_lines(d, key)
+    return vals
+
+
+def _write(case, ladder="ones", seed=0, out=None, **kw):
+    ops = make_operands(case.spec, ladder, seed)
+    prov = Provenance(ladder, seed if ladder == "random" else None)
+    return write_repro(case, ops, prov, out, **kw), ops
+
+
+def _storage_bytes(x: torch.Tensor, major: str) -> bytes:
+    x = x.contiguous() if major == "row" else x.t().contiguous()
+    return x.reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+# -- what the files say ---------------------------------------------------------------------------
+def test_simple_gemm_reproducer_files(tmp_path, capsys):
+    out = tmp_path / "sg"
+    assert cli.main(["repro", "--problem", str(SIMPLE), "--inputs", "ones", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"make -C {out} && {out}/repro" in printed
+    case = load_case(str(SIMPLE))
+    ops = make_operands(case.spec, "ones")
+    launch, tensors = launch_spec(case, ops)
+
+    man = _manifest(out)
+    assert set(man) == {"a", "b", "d", "bias", "expected", "bound"}  # beta = 0: no C
+    for name, t in tensors.items():
+        kv = man[name]
+        assert kv["shape"] == "x".join(map(str, t.shape)) and int(kv["bytes"]) == t.numel() * t.element_size()
+        if kv["role"] == "in":
+            assert (out / kv["file"]).read_bytes() == t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    assert np.all(np.fromfile(out / "a.bin", dtype=np.uint16) == 0x3F80)  # bf16 ones
+    assert not (out / "d.bin").exists()  # written by a run
+
+    assert _single(out, "grid") == [str(g) for g in launch.grid] == ["3", "4", "1"]
+    assert _single(out, "block") == ["16", "16", "1"]
+    args = _launch_lines(out, "arg")
+    assert len(args) == len(launch.args) == 15
+    for (kind, value, *_), a in zip(args, launch.args):
+        if isinstance(a, TensorArg):
+            assert (kind, value) == ("ptr", a.name)
+        elif kind in ("f32", "f64"):
+            assert int(value, 16).to_bytes(4 if kind == "f32" else 8, "little") == a.to_bytes()
+        else:
+            assert (kind, int(value)) == (a.ctype, a.value)
+    assert _single(out, "entry_traced") == ["simple_gemm_bf16_traced"]
+    assert _single(out, "entry_plain") == ["simple_gemm_bf16"]  # the case's time_entry, built without taps
+    assert _single(out, "cubin_plain") == ["kernel.cubin"]
+
+    y, b = expected_output(case.spec, ops)
+    assert np.array_equal(np.fromfile(out / "expected.bin", dtype=np.float32).reshape(200, 136), y.float().numpy())
+    assert np.array_equal(np.fromfile(out / "bound.bin", dtype=np.float64).reshape(200, 136), b.numpy())
+
+    make = (out / "Makefile").read_text()
+    assert "KERNEL_FLAGS := -cubin -gencode=arch=compute_90a,code=sm_90a -std=c++17 -O3 --expt-relaxed-constexpr " \
+           "-lineinfo" in make
+    assert re.search(r"^TRACED_DEFINES := -DORACLE_TRACE=1$", make, re.M)
+    assert re.search(r"^PLAIN_DEFINES := $", make, re.M)
+    assert "CUTLASS_INCLUDE ?=" in make
+    assert (out / "kernel" / "src" / "simple_gemm.cu").read_bytes() == (SIMPLE.parent / "simple_gemm.cu").read_bytes()
+    assert (out / "kernel" / "include" / "oracle_trace" / "trace.cuh").read_bytes() == \
+        (ROOT / "harness" / "include" / "oracle_trace" / "trace.cuh").read_bytes()
+    assert (out / "repro.cu").read_bytes() == (ROOT / "oracle" / "repro_files" / "repro.cu").read_bytes()
+    assert "compute-sanitizer --tool memcheck" in (out / "README.txt").read_text()
+
+
+@pytest.mark.parametrize("case_file, problem", [
+    ("defects/wrong_stride.toml", {"m": 40, "n": 24, "k": 96}),
+    ("defects/narrow_box.toml", {"m": 40, "n": 24, "k": 96}),
+    ("defects/no_swizzle.toml", {"m": 40, "n": 24, "k": 96}),
+    ("defects/nan_fill.toml", {"m": 40, "n": 24, "k": 96}),
+    ("hopper_gemm_n16.toml", {"m": 128, "n": 8, "k": 256}),
+])
+def test_tensor_maps_are_the_ones_the_harness_encodes(tmp_path, case_file, problem):
+    case = load_case(str(HOPPER / case_file), problem)
+    out, ops = _write(case, "random", 1, tmp_path / "r")
+    launch, tensors = launch_spec(case, ops)
+    maps = [a for a in launch.args if isinstance(a, TensorMapArg)]
+    lines = _launch_lines(out.path, "tensormap")
+    assert len(lines) == len(maps) == 2
+    for toks, a in zip(lines, maps):
+        kv = dict(t.split("=", 1) for t in toks)
+        want = a.spec.driver_args(0)
+        assert kv["buffer"] == a.tensor_name
+        assert int(kv["data_type"]) == want["data_type"] and int(kv["rank"]) == a.spec.rank
+        assert tuple(map(int, kv["dims"].split(","))) == want["global_dims"]
+        assert tuple(map(int, kv["strides"].split(","))) == want["global_strides"]
+        assert tuple(map(int, kv["box"].split(","))) == want["box_dims"]
+        assert tuple(map(int, kv["element_strides"].split(","))) == want["element_strides"]
+        for field in ("interleave", "swizzle", "l2_promotion", "oob_fill"):
+            assert int(kv[field]) == want[field], field
+        # the buffer the map reads is the one the harness uploads (padding rows included)
+        t = tensors[a.tensor_name]
+        assert (out.path / f"{a.tensor_name}.bin").read_bytes() == t.reshape(-1).view(torch.uint8).numpy().tobytes()
+    arg_maps = [vals for vals in _launch_lines(out.path, "arg") if vals[0] == "tensormap"]
+    assert [v[1] for v in arg_maps] == ["0", "1"]
+    if case_file == "hopper_gemm_n16.toml":  # B covers 16 rows: 8 real, then 8 of stale data
+        b = np.fromfile(out.path / "b.bin", dtype=np.uint16).reshape(16, 256)
+        real = ops.b.t().contiguous().view(torch.int16).numpy().view(np.uint16)
+        stale = stale_rows(8, 256, torch.bfloat16, seed=16).view(torch.int16).numpy().view(np.uint16)
+        assert np.array_equal(b[:8], real) and np.array_equal(b[8:], stale)
+        assert _manifest(out.path)["b"]["shape"] == "16x256" and _manifest(out.path)["b"]["logical"] == "256x8"
+    readme = (out.path / "README.txt").read_text()
+    assert f"strides {list(maps[0].spec.global_strides)} bytes" in readme
+
+
+def test_the_command_line_trace_selection_reaches_launch_txt(tmp_path):
+    out = tmp_path / "t"
+    assert cli.main(["repro", "--problem", str(SIMPLE), "--inputs", "ktag", "--trace-tiles", "1,2 3,0",
+                     "--trace-k-blocks", "4,2", "--out", str(out)]) == 0
+    assert _single(out, "trace_tiles") == ["1,2", "3,0"]
+    assert _single(out, "trace_k_blocks") == ["2", "4"]
+    assert json.loads((out / "repro.json").read_text())["provenance"]["ladder"] == "ktag"
+
+
+def test_a_large_output_s_float32_bound_is_never_below_the_oracle_s():
+    from oracle.repro import BOUND_F64_LIMIT, _bound_tensor
+
+    b = torch.rand(4096, dtype=torch.float64) * 10.0 ** torch.randint(-30, 5, (4096,)).double()
+    small, large = _bound_tensor(b, 4096), _bound_tensor(b, BOUND_F64_LIMIT + 1)
+    assert small.dtype == torch.float64 and torch.equal(small, b)
+    assert large.dtype == torch.float32 and bool((large.double() >= b).all())
+    assert bool((large.double() - b <= b * 2.0 ** -23).all())  # one float32 ulp at most
+
+
+def test_a_zoo_entry_without_time_entry_shares_one_cubin(tmp_path):
+    from zoo_cases import entries, entry_case  # tests/ is on sys.path
+
+    entry = next(e for e in entries() if e["name"] == "hopper_bf16_stale_slot")
+    out, _ = _write(entry_case(entry), "ones", out=tmp_path / "z")
+    assert out.entry_plain == out.entry_traced == "zoo_hopper_bf16_stale_slot_traced"
+    assert _single(out.path, "cubin_plain") == ["kernel_traced.cubin"]
+    make = (out.path / "Makefile").read_text()
+    assert "kernel.cubin:" not in make and "PLAIN_CUBIN := kernel_traced.cubin" in make
+    assert _single(out.path, "trace_tiles") == ["0,0"]
+    assert sorted(p.name for p in (out.path / "kernel" / "src").rglob("*") if p.is_file()) == \
+        ["activation.cuh", "hopper_gemm.cu", "hopper_layout.cuh"]
+
+
+def test_a_recording_gives_problem_inputs_and_entry(tmp_path):
+    from oracle.recording import Recording
+
+    dump = ROOT / "tests" / "zoo" / "dumps" / "hopper_bf16_kblock_twice.safetensors.gz"
+    rec = Recording.load(str(dump))
+    out = tmp_path / "d"
+    assert cli.main(["repro", "--dump", str(dump), "--problem", str(HOPPER / "hopper_gemm.toml"),
+                     "--out", str(out)]) == 0
+    assert _single(out, "entry_traced") == [rec.kernel]
+    assert (out / "a.bin").read_bytes() == _storage_bytes(rec.operands.a, rec.spec.a_major)
+    assert (out / "b.bin").read_bytes() == _storage_bytes(rec.operands.b, rec.spec.b_major)
+    doc = json.loads((out / "repro.json").read_text())
+    assert doc["problem"] == rec.spec.to_json()
+    assert doc["provenance"]["ladder"] == rec.provenance.ladder and doc["provenance"]["seed"] == rec.provenance.seed
+
+
+# -- a run read back ------------------------------------------------------------------------------
+def _fake_run(out: Path, rec, *, ok: bool = True, traced: bool = True) -> None:
+    """What repro_traced leaves behind, made from a simulated recording: d.bin, sink.bin, result.txt."""
+    s = rec.spec
+    w = TraceWriter(1 << 20, tiles=[(0, 0)])
+    for tap in rec.taps:
+        w.tap(tap)
+    (out / "sink.bin").write_bytes(w.to_bytes())
+    if ok:
+        (out / "d.bin").write_bytes(_storage_bytes(rec.output, s.d_major))
+        (out / "result.txt").write_text(f"status ok\nentry x_traced\ntraced {int(traced)}\n")
+    else:
+        (out / "result.txt").write_text("status kernel_error\nerror cudaErrorIllegalAddress\nmessage an illegal "
+                                        "memory access was encountered\n")
+
+
+def test_compare_judges_a_reproducer_run_stage_by_stage(tmp_path, capsys):
+    from oracle.simulate import Injection, simulate
+
+    case = load_case(str(SIMPLE), {"m": 64, "n": 64, "k": 48})
+    out, ops = _write(case, "random", 1, tmp_path / "r")
+    prov = Provenance("random", 1)
+    rec = simulate(case.spec, ops, prov, injection=Injection("mma_kblock_twice", (0, 0), 1), tap_tiles=[(0, 0)])
+    _fake_run(out.path, rec)
+    report = tmp_path / "report.json"
+    assert cli.main(["compare", "--repro-dir", str(out.path), "--json", str(report)]) == 1
+    doc = json.loads(report.read_text())
+    assert doc["first_divergence"]["stage"] == "mma" == analyze(rec).first.stage
+    assert doc["first_divergence"]["k_block"] == 1
+    back = load_repro_run(out.path)
+    assert torch.equal(back.operands.a, ops.a) and torch.equal(back.output, rec.output)
+    assert {t.key for t in back.taps} == {t.key for t in rec.taps}
+    capsys.readouterr()
+
+    _fake_run(out.path, rec, ok=False)  # a fault: the taps before it, no D
+    assert cli.main(["compare", "--repro-dir", str(out.path)]) == 3
+    assert "cudaErrorIllegalAddress" in capsys.readouterr().out
+
+
+def test_compare_reads_the_maps_repro_encoded_as_descriptor_records(tmp_path):
+    case = load_case(str(HOPPER / "defects" / "narrow_box.toml"), {"m": 40, "n": 24, "k": 96})
+    out, ops = _write(case, "ones", out=tmp_path / "n")
+    launch, _ = launch_spec(case, ops)
+    (out.path / "d.bin").write_bytes(bytes(40 * 24 * 2))  # an all-zero D of the untraced build
+    (out.path / "result.txt").write_text("status ok\nentry zoo_hopper_bf16\ntraced 0\n")
+    rec = load_repro_run(out.path)
+    want = [a.spec.to_descriptor_record(a.tensor_name) for a in launch.args if isinstance(a, TensorMapArg)]
+    assert list(rec.descriptors) == want and want[0].box_dims == (32, 128)
+    assert not rec.taps and any("untraced build" in n for n in rec.notes)
+
+
+def test_bad_input_is_an_error_line_not_a_traceback(tmp_path, capsys):
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    assert cli.main(["repro", "--problem", str(SIMPLE), "--inputs", "ones", "--out", str(busy)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "holds no reproducer" in err and "Traceback" not in err
+    assert (busy / "notes.txt").read_text() == "mine"
+    assert cli.main(["repro", "--dump", "x.safetensors", "--out", str(tmp_path / "x")]) == 2
+    assert "give the case TOML with --problem" in capsys.readouterr().err
+    assert cli.main(["repro", "--problem", str(SIMPLE), "--inputs", "ones:3", "--out", str(tmp_path / "y")]) == 2
+    assert "only random takes a seed" in capsys.readouterr().err
+    assert cli.main(["repro", "--problem", str(SIMPLE), "--trace-tiles", "a,b", "--out", str(tmp_path / "t")]) == 2
+    assert "--trace-tiles 'a,b'" in capsys.readouterr().err
+    out, _ = _write(load_case(str(SIMPLE), {"m": 8, "n": 8, "k": 16}), out=tmp_path / "never_run")
+    assert cli.main(["compare", "--repro-dir", str(out.path)]) == 2
+    assert "run the reproducer first" in capsys.readouterr().err
+    assert cli.main(["compare", "--demo", "--sink", "s.bin"]) == 2
+    with pytest.raises(ReproError, match="no repro.json"):
+        load_repro_run(tmp_path / "busy")
+
+
+# -- built with nvcc: the host program's own logic, no GPU needed ------------------------------
+def _run(cmd, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
+
+
+def _make(d: Path, *targets: str) -> None:
+    proc = _run(["make", "-C", d, *targets], timeout=1800)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def simple_build(tmp_path_factory) -> Path:
+    """simple_gemm with ones, built with `make` and `make TRACE=1` exactly as a user would."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("This test needs nvcc on PATH to compile CUDA, and it is not installed here.")
+    d = tmp_path_factory.mktemp("repro") / "simple"
+    assert cli.main(["repro", "--problem", str(SIMPLE), "--inputs", "ones", "--out", str(d)]) == 0
+    _make(d)
+    _make(d, "TRACE=1")
+    return d
+
+
+def _data_copy(src: Path, dst: Path) -> Path:
+    """The data files of a reproducer (not its binaries): the host program runs on them with --dir."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("repro", "repro_traced", "*.cubin", "kernel"))
+    return dst
+
+
+def _set_d(d: Path, values: torch.Tensor, dtype=torch.bfloat16) -> None:
+    (d / "d.bin").write_bytes(values.to(dtype).contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+
+
+def _expected(d: Path, shape=(200, 136)) -> torch.Tensor:
+    return torch.from_numpy(np.fromfile(d / "expected.bin", dtype=np.float32).reshape(shape).copy())
+
+
+@pytest.mark.nvcc
+def test_make_builds_the_oracle_s_cubins(simple_build):
+    from cuda_tools import cuobjdump, sass_by_function  # tests/ is on sys.path
+    from harness.build import build_cubin
+
+    for f in ("kernel.cubin", "kernel_traced.cubin", "repro", "repro_traced"):
+        assert (simple_build / f).is_file(), f
+    if cuobjdump() is None:
+        pytest.skip("cuobjdump is needed to compare the SASS")
+    src = SIMPLE.parent / "simple_gemm.cu"
+    for cubin, defines in (("kernel.cubin", {}), ("kernel_traced.cubin", {"ORACLE_TRACE": "1"})):
+        ours = sass_by_function(simple_build / cubin)
+        oracle = sass_by_function(build_cubin(src, defines=defines).cubin_path)
+        assert ours == oracle, cubin  # the same machine code the oracle's live run launches
+    syms = _run([cuobjdump(), "-symbols", simple_build / "kernel_traced.cubin"]).stdout
+    assert "simple_gemm_bf16_traced" in syms and "oracle_trace_sink" in syms
+
+
+@pytest.mark.nvcc
+def test_check_only_match_and_a_wrong_tile(simple_build, tmp_path):
+    d = _data_copy(simple_build, tmp_path / "d")
+    exp = _expected(d)
+    _set_d(d, exp)
+    proc = _run([simple_build / "repro", "--dir", d, "--check-only"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "verdict: MATCH" in proc.stdout and "the oracle's reference D" in proc.stdout
+    bad = exp.clone()
+    bad[70, 130] += 1.0  # 73 -> 74 in tile (1, 2): exact in bf16, far past the bound
+    _set_d(d, bad)
+    proc = _run([simple_build / "repro", "--dir", d, "--check-only"])
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "worst tile (1, 2)" in proc.stdout and "bad 1/512" in proc.stdout
+    assert "first bad element: (70, 130) in tile (1, 2) [(6, 2) in the tile]: received 74, expected 73" in proc.stdout
+    assert proc.stdout.rstrip().endswith("verdict: DIVERGED")
+
+
+@pytest.mark.nvcc
+def test_check_only_counts_nan_and_never_written(simple_build, tmp_path):
+    d = _data_copy(simple_build, tmp_path / "d")
+    exp = _expected(d)
+    raw = bytearray(exp.to(torch.bfloat16).view(torch.uint8).numpy().tobytes())
+    i = (5 * 136 + 5) * 2
+    raw[i:i + 2] = b"\xc0\x7f"  # a quiet NaN (0x7fc0), not the poison's bits
+    (d / "d.bin").write_bytes(bytes(raw))
+    proc = _run([simple_build / "repro", "--check-only", "--dir", d])
+    assert proc.returncode == 1 and "NaN r/e 1/0" in proc.stdout and "never written 0" in proc.stdout
+    raw = bytearray(exp.to(torch.bfloat16).view(torch.uint8).numpy().tobytes())
+    i = (199 * 136 + 135) * 2
+    raw[i:i + 2] = b"\xff\xff"  # the poison, never overwritten
+    (d / "d.bin").write_bytes(bytes(raw))
+    proc = _run([simple_build / "repro", "--check-only", "--dir", d])
+    assert proc.returncode == 1
+    assert "worst tile (3, 2)" in proc.stdout and "never written 1" in proc.stdout
+    assert "(199, 135) in tile (3, 2)" in proc.stdout and "never written: still the 0xFF poison" in proc.stdout
+
+
+@pytest.mark.nvcc
+def test_check_only_bit_exact_reference(simple_build, tmp_path):
+    # zero bounds and an expected D in the output type: bits must match (so -0 is not +0)
+    d = _data_copy(simple_build, tmp_path / "d")
+    exp = _expected(d).to(torch.bfloat16)
+    man = (d / "inputs.txt").read_text()
+    man = man.replace("name=expected role=expected dtype=fp32 shape=200x136 bytes=108800",
+                      "name=expected role=expected dtype=bf16 shape=200x136 bytes=54400")
+    (d / "inputs.txt").write_text(man)
+    zero = exp.clone()
+    zero[0, 0] = 0.0
+    (d / "expected.bin").write_bytes(zero.view(torch.uint8).numpy().tobytes())
+    (d / "bound.bin").write_bytes(bytes(200 * 136 * 8))
+    _set_d(d, zero)
+    assert _run([simple_build / "repro", "--check-only", "--dir", d]).returncode == 0
+    neg = zero.clone()
+    neg[0, 0] = -0.0
+    _set_d(d, neg)
+    proc = _run([simple_build / "repro", "--check-only", "--dir", d])
+    assert proc.returncode == 1 and "first bad element: (0, 0)" in proc.stdout
+
+
+@pytest.mark.nvcc
+def test_check_only_own_host_reference_and_bad_files(simple_build, tmp_path):
+    d = _data_copy(simple_build, tmp_path / "d")
+    exp = _expected(d)
+    _set_d(d, exp)
+    (d / "expected.bin").unlink()
+    (d / "bound.bin").unlink()
+    proc = _run([simple_build / "repro", "--check-only", "--dir", d])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "own double-precision host reference" in proc.stdout
+    bad = exp.clone()
+    bad[64:128, 0:64] *= 1.5  # a whole tile 1.5x too large
+    _set_d(d, bad)
+    proc = _run([simple_build / "repro", "--check-only", "--dir", d])
+    assert proc.returncode == 1 and "bad elements 4096 in 1 of 12 tiles" in proc.stdout
+    (d / "d.bin").write_bytes(b"\0" * 10)
+    proc = _run([simple_build / "repro", "--check-only", "--dir", d])
+    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and "d.bin has 10 bytes" in proc.stderr
+    proc = _run([simple_build / "repro", "--check-only", "--bogus"])
+    assert proc.returncode == 2 and "unknown option --bogus" in proc.stderr
+
+
+HOST_REFERENCE_CASES = [
+    ("simple_gemm", SIMPLE, {"m": 70, "n": 72, "k": 200}),
+    ("sm80_c_bias_gelu", ROOT / "zoo" / "sm80_gemm" / "sm80_gemm.toml", {"m": 40, "n": 24, "k": 104}),
+    ("hopper_fp16", HOPPER / "hopper_gemm.toml",
+     {"m": 40, "n": 24, "k": 96, "a_dtype": "fp16", "b_dtype": "fp16"}),
+    ("e4m3_tensor", HOPPER / "hopper_gemm_e4m3.toml", {"m": 40, "n": 24, "k": 256}),
+    ("e4m3_rowcol", HOPPER / "hopper_gemm_e4m3.toml",
+     {"m": 40, "n": 24, "k": 256, "scale_a": {"kind": "row"}, "scale_b": {"kind": "col"}}),
+    ("e4m3_block", HOPPER / "hopper_gemm_e4m3.toml",
+     {"m": 40, "n": 24, "k": 256, "scale_a": {"kind": "block", "block": [1, 128]},
+      "scale_b": {"kind": "block", "block": [128, 128]}}),
+    ("e4m3_out_saturating", HOPPER / "hopper_gemm_e4m3.toml",
+     {"m": 40, "n": 24, "k": 256, "out_dtype": "e4m3", "saturate": True, "alpha": 96.0}),
+]
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name, case_file, problem", HOST_REFERENCE_CASES, ids=[c[0] for c in HOST_REFERENCE_CASES])
+def test_own_host_reference_agrees_with_the_oracle(simple_build, tmp_path, name, case_file, problem):
+    from kernels_ref.dtypes import DTYPES
+
+    case = load_case(str(case_file), problem)
+    s = case.spec
+    out, ops = _write(case, "random", 7, tmp_path / name)
+    y, _ = expected_output(s, ops)
+    want = y.to(DTYPES[s.out_dtype].torch)
+    _set_d(out.path, want, want.dtype)
+    proc = _run([simple_build / "repro", "--dir", out.path, "--check-only", "--host-reference"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # the oracle's D is inside the host bound
+    assert "own double-precision host reference" in proc.stdout
+    bad = want.float().clone()
+    v, top = float(bad[s.m - 1, s.n - 1]), float(bad.abs().max()) + 1
+    bad[s.m - 1, s.n - 1] = -(abs(v) + top) if v >= 0 else abs(v) + top  # another sign, far off
+    _set_d(out.path, bad, want.dtype)
+    proc = _run([simple_build / "repro", "--dir", out.path, "--check-only", "--host-reference"])
+    assert proc.returncode == 1 and f"first bad element: ({s.m - 1}, {s.n - 1})" in proc.stdout, proc.stdout
+
+
+@pytest.mark.nvcc
+def test_dry_run_packs_the_harness_s_argument_bytes_and_sink_header(simple_build, tmp_path):
+    case = with_trace(load_case(str(HOPPER / "hopper_gemm_n16.toml"), {"m": 128, "n": 8, "k": 256}),
+                      tiles=((0, 0),), k_blocks=(1, 3))
+    out, ops = _write(case, "random", 2, tmp_path / "n16")
+    launch, _ = launch_spec(case, ops)
+    proc = _run([simple_build / "repro_traced", "--dir", out.path, "--dry-run"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    printed = dict(re.findall(r"^arg (\d+) (.+)$", proc.stdout, re.M))
+    assert len(printed) == len(launch.args)
+    for i, a in enumerate(launch.args):
+        if isinstance(a, ScalarArg):
+            assert printed[str(i)] == f"bytes {a.to_bytes().hex()}", i
+        elif isinstance(a, TensorArg):
+            assert printed[str(i)] == f"ptr {a.name}"
+        else:
+            assert printed[str(i)].startswith("tensormap ")
+    header = (out.path / "sink_init.bin").read_bytes()
+    want = sink_init_bytes(sink_bytes(case), tiles=[(0, 0)], k_blocks=[1, 3])
+    assert header == want[:512]
+    h = parse_header(header)
+    assert h.selection.tiles == ((0, 0),) and h.selection.k_blocks == (1, 3)
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow
+def test_a_hopper_descriptor_defect_builds_traced(tmp_path):
+    """The CuTe Hopper GEMM (every variant of the source, as the oracle builds it): minutes here."""
+    from cuda_tools import cuobjdump
+    from harness.build import cutlass_include_dirs
+
+    if not cutlass_include_dirs():
+        pytest.skip("The Hopper GEMM is written with CuTe: install the nvidia-cutlass wheel for its headers.")
+    d = tmp_path / "wrong_stride"
+    assert cli.main(["repro", "--problem", str(HOPPER / "defects" / "wrong_stride.toml"), "--problem",
+                     "m=40,n=24,k=96", "--inputs", "random:1", "--out", str(d)]) == 0
+    _make(d, "TRACE=1")
+    assert (d / "kernel_traced.cubin").is_file() and (d / "repro_traced").is_file()
+    if cuobjdump():
+        syms = _run([cuobjdump(), "-symbols", d / "kernel_traced.cubin"]).stdout
+        assert "zoo_hopper_bf16_traced" in syms and "oracle_trace_sink" in syms
+    proc = _run([d / "repro_traced", "--dry-run"])  # its own directory by default
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "tensormap 0 over a (operand a, bf16): data type BFLOAT16 (9), rank 2, dims [96, 40], strides [64] bytes" \
+        in proc.stdout  # (k - 64) * 2 bytes: the planted stride
+    assert "dynamic shared memory 133120 bytes" in proc.stdout

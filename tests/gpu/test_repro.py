@@ -1,0 +1,265 @@
+"""Track B on the GPU: the standalone reproducer of every zoo entry says what the oracle says.
+
+For every entry of tests/zoo/manifest.json and the inputs `ones` and `random:1`:
+- the reproducer is written (python's write_repro, the same operands for both sides), and the
+  oracle's live run of the same case and operands is judged on its output (the epilogue_store
+  comparison: D against expected_output's reference and bounds);
+- the reproducer's untraced program prints the same output verdict (MATCH / DIVERGED);
+- with random:1, its traced program's sink.bin, judged by the oracle (compare --repro-dir), names
+  the manifest's first stage (or MATCHes with every tapped stage compared, for a correct entry);
+- the reproducers of the correct entries are clean under compute-sanitizer --tool memcheck.
+
+Builds are shared: one traced cubin per kernel source (the zoo's cases have no time_entry, so the
+untraced program runs the traced build with a null sink) and one pair of host programs for every
+reproducer (repro.cu does not depend on the case; --dir, --cubin). The oracle's live runs use the
+same cubins, so nothing is compiled on the GPU machine.
+
+Prebuild here, with nvcc (about 2 minutes on 2 cores; about 27 MB):
+    python tests/gpu/test_repro.py --prebuild .carry/repro-prebuilt
+Run on the H200 (carry .carry/repro-prebuilt; a few minutes):
+    ORACLE_REPRO_PREBUILT=.carry/repro-prebuilt python -m pytest -q tests/gpu/test_repro.py
+Without the prebuilt folder the test builds it first (nvcc there: about 2 minutes more).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+# run as a script (the prebuild), this worktree's packages and tests/ come first
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
+from zoo_cases import check_judgement, entries, entry_case  # noqa: E402
+
+from oracle.inputs import Provenance, make_operands  # noqa: E402
+from oracle.repro import write_repro  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+LADDERS = ("ones", "random:1")
+PREBUILT_ENV = "ORACLE_REPRO_PREBUILT"
+WORKERS = 8
+
+
+# -- the shared builds -----------------------------------------------------------------------------
+def _source_key(entry: dict) -> str:
+    return Path(entry["kernel"].partition(":")[0]).stem
+
+
+def _tree_digest(kernel_dir: Path) -> str:
+    """The copied kernel sources of a reproducer: a prebuilt cubin serves only the same tree."""
+    h = hashlib.sha256()
+    for p in sorted(kernel_dir.rglob("*")):
+        if p.is_file():
+            h.update(str(p.relative_to(kernel_dir)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _template_digest() -> str:
+    from oracle.repro import TEMPLATE
+
+    return hashlib.sha256(TEMPLATE.read_bytes()).hexdigest()
+
+
+def _build_lines(makefile: Path) -> list[str]:
+    return [line for line in makefile.read_text().splitlines()
+            if line.startswith(("KERNEL_FLAGS :=", "TRACED_DEFINES :=", "PLAIN_CUBIN :="))]
+
+
+def _ladder(text: str):
+    name, _, seed = text.partition(":")
+    seed = int(seed) if seed else 0
+    return name, seed, Provenance(name, seed if name == "random" else None)
+
+
+def prebuild(out: Path) -> dict:
+    """One reproducer per zoo source built with make (the traced cubin), and the host programs
+    built once without debug info: what the GPU run needs, small enough to carry."""
+    out.mkdir(parents=True, exist_ok=True)
+    first = {}
+    for e in entries():
+        first.setdefault(_source_key(e), e)
+    info = {"sources": {}}
+
+    def build(key_entry):
+        key, e = key_entry
+        case = entry_case(e)
+        name, seed, prov = _ladder("ones")
+        d = out / key
+        write_repro(case, make_operands(case.spec, name, seed), prov, d, reference=False)
+        proc = subprocess.run(["make", "-C", str(d), "kernel_traced.cubin"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"make kernel_traced.cubin in {d} failed:\n{proc.stdout}{proc.stderr}")
+        return key, {"cubin": f"{key}/kernel_traced.cubin", "kernel_digest": _tree_digest(d / "kernel"),
+                     "build": _build_lines(d / "Makefile")}
+
+    with ThreadPoolExecutor(2) as pool:
+        built = list(pool.map(build, sorted(first.items())))
+        host = pool.submit(_build_host, out, next(iter(first)))
+        host.result()
+    for key, meta in built:
+        info["sources"][key] = meta
+    for key in first:  # keep the cubins only: the reproducers themselves are written on the GPU side
+        for p in (out / key).iterdir():
+            if p.name != "kernel_traced.cubin":
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+    info["repro"], info["repro_traced"] = "bin/repro", "bin/repro_traced"
+    info["repro_cu"] = _template_digest()
+    (out / "prebuilt.json").write_text(json.dumps(info, indent=1) + "\n")
+    return info
+
+
+def _build_host(out: Path, key: str) -> None:
+    (out / "bin").mkdir(exist_ok=True)
+    src = out / key / "repro.cu"
+    for name, traced in (("repro", 0), ("repro_traced", 1)):
+        cmd = ["nvcc", "-std=c++17", "-O2", f"-I{out / key / 'kernel' / 'include'}", f"-DORACLE_REPRO_TRACED={traced}",
+               "-o", str(out / "bin" / name), str(src)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
+
+
+def _prebuilt() -> tuple[Path, dict]:
+    root = Path(os.environ.get(PREBUILT_ENV, ROOT / ".carry" / "repro-prebuilt"))
+    if not (root / "prebuilt.json").is_file():
+        if shutil.which("nvcc") is None:
+            pytest.skip(f"No prebuilt reproducers in {root} ({PREBUILT_ENV}) and no nvcc to build them.")
+        prebuild(root)
+    return root, json.loads((root / "prebuilt.json").read_text())
+
+
+# -- the runs ---------------------------------------------------------------------------------------
+def _verdict(stdout: str) -> str:
+    m = re.findall(r"^verdict: (\w+)", stdout, re.M)
+    return m[-1] if m else "NONE"
+
+
+def _oracle_output_verdict(rec) -> str:
+    """The oracle's judgement of D: epilogue_store's chained comparison (differential._store_stage)."""
+    from oracle import knobs
+    from oracle.compare import Status, compare
+    from oracle.differential import expected_output
+
+    if rec.output is None:
+        return "KERNEL_ERROR"
+    y, b = expected_output(rec.spec, rec.operands)
+    out = rec.output.to(y.device)
+    exact = bool((b == 0).all())
+    c = compare(out, y.to(out.dtype) if exact else y, bound=None if exact else b,
+                tile_shape=(rec.spec.tile.bm, rec.spec.tile.bn), max_detail_tiles=knobs.MAX_DETAIL_TILES.get())
+    return {Status.MATCH: "MATCH", Status.MISMATCH: "DIVERGED", Status.MISTRUSTED: "MISTRUSTED"}[c.status]
+
+
+def _correct(entry: dict) -> bool:
+    return entry["defect"] is None
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    from oracle.live import run_live
+
+    root, info = _prebuilt()
+    assert info.get("repro_cu") == _template_digest(), f"{root}/bin was built from another repro.cu: prebuild again"
+    work = tmp_path_factory.mktemp("repro_gpu")
+    jobs = []
+    for e in entries():
+        meta = info["sources"][_source_key(e)]
+        case = entry_case(e)
+        for text in LADDERS:
+            name, seed, prov = _ladder(text)
+            ops = make_operands(case.spec, name, seed)
+            d = write_repro(case, ops, prov, work / e["name"] / name).path
+            assert _tree_digest(d / "kernel") == meta["kernel_digest"], \
+                f"{root} was built from other sources than {e['kernel']}: prebuild again"
+            assert _build_lines(d / "Makefile") == meta["build"], "the prebuilt cubin has other flags: prebuild again"
+            jobs.append((e, text, case, ops, prov, d, root / meta["cubin"]))
+
+    def run_one(job):
+        e, text, case, ops, prov, d, cubin = job
+        live = run_live(replace(case, kernel=replace(case.kernel, cubin=str(cubin))), ops, prov, timeout_s=120)
+        res = {"live": live.recording}
+        cmd = [str(root / info["repro"]), "--dir", str(d), "--cubin", str(cubin)]
+        res["plain"] = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if text != "ones":
+            cmd = [str(root / info["repro_traced"]), "--dir", str(d), "--cubin", str(cubin)]
+            res["traced"] = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        return res
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        done = list(pool.map(run_one, jobs))
+    results = {}
+    for job, res in zip(jobs, done):
+        e, text, case, ops, prov, d, cubin = job
+        res.update(case=case, dir=d, cubin=cubin, oracle=_oracle_output_verdict(res["live"]))
+        results[(e["name"], text)] = res
+
+    def sanitize(job):
+        e, text, case, ops, prov, d, cubin = job
+        cmd = ["compute-sanitizer", "--tool", "memcheck", "--error-exitcode", "99", str(root / info["repro"]),
+               "--dir", str(d), "--cubin", str(cubin), "--timeout", "600"]
+        return e["name"], subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+    checked = [j for j in jobs if _correct(j[0]) and j[1] == "random:1"]
+    if shutil.which("compute-sanitizer"):
+        with ThreadPoolExecutor(4) as pool:
+            for name, proc in pool.map(sanitize, checked):
+                results[(name, "random:1")]["memcheck"] = proc
+    return results
+
+
+def _out(proc) -> str:
+    return f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}"
+
+
+@pytest.mark.parametrize("ladder", LADDERS)
+@pytest.mark.parametrize("entry", entries(), ids=lambda e: e["name"])
+def test_repro_prints_the_oracle_s_output_verdict(runs, entry, ladder):
+    r = runs[(entry["name"], ladder)]
+    plain = r["plain"]
+    assert r["oracle"] in ("MATCH", "DIVERGED"), (r["oracle"], r["live"].kernel_error)
+    assert _verdict(plain.stdout) == r["oracle"], _out(plain)
+    assert plain.returncode == {"MATCH": 0, "DIVERGED": 1}[r["oracle"]], _out(plain)
+    assert "the oracle's reference D" in plain.stdout
+    if "traced" in r:
+        assert _verdict(r["traced"].stdout) == r["oracle"], _out(r["traced"])
+
+
+@pytest.mark.parametrize("entry", entries(), ids=lambda e: e["name"])
+def test_repro_traced_sink_names_the_manifest_s_stage(runs, entry):
+    from oracle.differential import analyze
+    from oracle.repro_run import load_repro_run
+
+    r = runs[(entry["name"], "random:1")]
+    assert (r["dir"] / "sink.bin").is_file(), _out(r["traced"])
+    rec = load_repro_run(r["dir"])
+    assert rec.taps, "the traced reproducer recorded no taps"
+    assert not any("dropped" in n for n in rec.notes), rec.notes
+    check_judgement(entry["expected_stage"], r["case"], analyze(rec))
+
+
+@pytest.mark.parametrize("entry", [e for e in entries() if _correct(e)], ids=lambda e: e["name"])
+def test_correct_reproducers_are_clean_under_memcheck(runs, entry):
+    if shutil.which("compute-sanitizer") is None:
+        pytest.skip("compute-sanitizer is not on PATH.")
+    proc = runs[(entry["name"], "random:1")]["memcheck"]
+    assert proc.returncode == 0, _out(proc)
+    assert "ERROR SUMMARY: 0 errors" in proc.stdout + proc.stderr, _out(proc)
+    assert _verdict(proc.stdout) == "MATCH", _out(proc)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "--prebuild":
+        sys.exit("usage: python tests/gpu/test_repro.py --prebuild DIR")
+    built = prebuild(Path(sys.argv[2]))
+    print(json.dumps(built, indent=1))
