@@ -112,7 +112,7 @@ def sentence(an: Analysis) -> str:
             why = f"controlled inputs, {_feed_phrase(f)}"
         else:
             why = "; ".join(filter(None, [d.reason if not d.root_cause else "", *an.open_confounds])) or \
-                (f"fed by reference stand-ins for {describe_sites(f.stand_ins)}" if f.stand_ins else d.reason)
+                ("teacher-forced through reference stand-ins" if f.stand_ins else d.reason)
         s = f"First divergence: {f.stage}{where}. {f.kind.value} ({why})."
         if f.stand_ins and f.kind.value == "DRAFT" and d.root_cause:
             s += (f" {f.stage} was fed reference stand-ins for {describe_sites(f.stand_ins)}, which the kernel did not "

@@ -161,7 +161,8 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
                        (f" ({', '.join(before)} not teacher-forced)" if before else ""))
     stand_ins = unit.stand_ins if unit is not None else ()
     if stand_ins:
-        missing.append(f"the kernel's own {describe_sites(stand_ins)} (a reference value stood in for each)")
+        missing.append(f"the kernel's own {describe_sites(stand_ins)} (a reference value stood in for each; "
+                       f"{_how_to_record(ctx, stand_ins)})")
     kind = evidence_kind(diag, inputs_controlled=controlled, confounds=confounds, stand_ins=stand_ins)
     if unit is None:
         return FirstDivergence(st.name, None, None, None, None, None, None, None, kind, which, None,
@@ -180,6 +181,22 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
                            _hint(ctx, st.name, el), fed_by=unit.fed_by, stand_ins=stand_ins,
                            untraced=diag.untraced, rerun=rerun, unwritten=bool(el and el.unwritten),
                            missing=tuple(missing) if kind is Kind.DRAFT else ()), kind
+
+
+def _how_to_record(ctx: Context, sites) -> str:
+    """What would bring the missing taps: a wider selection, or a tap the kernel does not have yet."""
+    acc = ctx.rec.trace
+    stages = sorted({s for s, _, _ in sites}, key=STAGES.index)
+    if acc is not None:
+        sel = acc.selection
+        unselected = [s for s in stages if s not in sel.stages]
+        if unselected:
+            return f"trace them: --trace-stages with {', '.join(unselected)}"
+        kbs = sorted({kb for _, _, kb in sites if kb is not None and not sel.records_k_block(kb)})
+        if kbs:
+            return f"trace them: --trace-k-blocks with {', '.join(map(str, kbs))}"
+    return (f"the kernel did not record them: tap {', '.join(stages)} in the kernel (tap_smem_tile / "
+            f"tap_elements / tap_smem_bytes, see docs/trace-format.md)")
 
 
 def _chosen_unit(cmp: Comparison, diag: Diagnosis) -> Optional[TileMetrics]:
