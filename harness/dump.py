@@ -64,7 +64,7 @@ def save_dump(path: str, dump: Dump) -> None:
             tensors[f"tap.{i}.mask"] = tap.mask.detach().to("cpu").contiguous()
         tap_meta.append({"stage": tap.stage, "tile": list(tap.tile), "k_block": tap.k_block, "slot": tap.slot,
                          "cta": tap.cta, "dtype": _dtype_name(tap.values.dtype), "shape": list(tap.values.shape),
-                         "partial": tap.mask is not None})
+                         "partial": tap.mask is not None, "k_partial": tap.partial, "group": tap.group})
     doc = {"format": FORMAT, "version": VERSION, "meta": dict(dump.meta), "taps": tap_meta,
            "descriptors": [asdict(d) for d in dump.descriptors]}
     tmp = f"{path}.tmp.{os.getpid()}"
@@ -157,7 +157,8 @@ def load_dump(path: str) -> Dump:
         mask = take(f"tap.{i}.mask", where) if tm["partial"] else None
         try:
             taps.append(Tap(stage=tm["stage"], tile=tuple(tm["tile"]), values=values, k_block=tm["k_block"],
-                            slot=tm.get("slot"), cta=tm.get("cta"), mask=mask))
+                            slot=tm.get("slot"), cta=tm.get("cta"), mask=mask, partial=tm.get("k_partial"),
+                            group=tm.get("group")))
         except (TapError, TypeError) as e:
             raise DumpError(f"dump {path!r}: {where}: {e}") from None
     descriptors = []

@@ -7,7 +7,8 @@ A tap holds the OUTPUT of a stage as the kernel saw it:
 | descriptor_a / _b    | shared-memory byte image of one k-block  | 1-D uint8 [nbytes]   |
 | load_a               | A tile as the MMA reads it, logical (m,k)| [BM, BK] operand dtype|
 | load_b               | B tile as the MMA reads it, logical (k,n)| [BK, BN] operand dtype|
-| mma                  | accumulator after k-block `k_block`      | [BM, BN] acc dtype   |
+| mma                  | accumulator after k-block `k_block` (of its `partial`, for a split tile) | [BM, BN] acc dtype |
+| reduce               | a split tile's partials summed: the accumulator the epilogue reads | [BM, BN] acc dtype |
 | epilogue_<step>      | tile after that epilogue sub-step        | [BM, BN]             |
 
 `mask` (bool, same shape) marks the elements that were actually recorded: a thread
@@ -27,7 +28,7 @@ LOAD_STAGES = ("load_a", "load_b")
 EPILOGUE_STEPS = ("scale", "alpha_beta", "bias", "activation", "cast")
 EPILOGUE_STAGES = tuple(f"epilogue_{s}" for s in EPILOGUE_STEPS) + ("epilogue_store",)
 # Pipeline order: the comparator walks stages in this order.
-STAGES = DESCRIPTOR_STAGES + LOAD_STAGES + ("mma",) + EPILOGUE_STAGES
+STAGES = DESCRIPTOR_STAGES + LOAD_STAGES + ("mma", "reduce") + EPILOGUE_STAGES
 # Stages a kernel can tap (epilogue_store is read from the output tensor itself).
 TAP_STAGES = STAGES[:-1]
 
@@ -79,8 +80,13 @@ class Tap:
 
     @property
     def key(self) -> tuple:
-        """Identity of a tap within a run: (stage, tile, k_block)."""
+        """Identity of a tap within an unsplit, ungrouped run: (stage, tile, k_block)."""
         return (self.stage, self.tile, self.k_block)
+
+    @property
+    def site(self) -> tuple:
+        """Identity of a tap within its group: (stage, tile, k_block, partial)."""
+        return (self.stage, self.tile, self.k_block, self.partial)
 
     def describe(self) -> str:
         kb = "" if self.k_block is None else f" k-block {self.k_block}"

@@ -57,10 +57,11 @@ STAGE_CODES: dict[str, int] = {
     "epilogue_bias": 8,
     "epilogue_activation": 9,
     "epilogue_cast": 10,
+    "reduce": 11,  # after epilogue_cast in code, between mma and the epilogue in pipeline order
 }
 STAGE_NAMES: dict[int, str] = {v: k for k, v in STAGE_CODES.items()}
-if tuple(STAGE_CODES) != TAP_STAGES:  # the codes follow the pipeline order of harness.taps
-    raise ImportError(f"trace stage codes {tuple(STAGE_CODES)} do not follow TAP_STAGES {TAP_STAGES}")
+if set(STAGE_CODES) != set(TAP_STAGES):  # one code for every stage a kernel can tap
+    raise ImportError(f"trace stage codes {tuple(STAGE_CODES)} do not cover TAP_STAGES {TAP_STAGES}")
 ALL_STAGES_MASK = sum(1 << c for c in STAGE_CODES.values())
 
 DTYPE_CODES: dict[str, int] = {"fp32": 1, "fp16": 2, "bf16": 3, "e4m3": 4, "e5m2": 5, "int8": 6, "int32": 7}
@@ -208,11 +209,10 @@ class TraceSelection:
                 raise ValueError(f"selection k-blocks span {kbs[0]}..{kbs[-1]}; they must fit in a window of "
                                  f"{KBLOCK_WINDOW} (select fewer, or all with k_blocks=None)")
             object.__setattr__(self, "k_blocks", kbs)
-        stages = tuple(dict.fromkeys(self.stages))
-        for s in stages:
+        for s in self.stages:
             if s not in STAGE_CODES:
-                raise ValueError(f"selection stage {s!r} is unknown; allowed: {', '.join(STAGE_CODES)}")
-        object.__setattr__(self, "stages", stages)
+                raise ValueError(f"selection stage {s!r} is unknown; allowed: {', '.join(TAP_STAGES)}")
+        object.__setattr__(self, "stages", tuple(s for s in TAP_STAGES if s in set(self.stages)))
 
     def records_tile(self, tile: tuple[int, int]) -> bool:
         if self.tiles is None:
@@ -386,7 +386,7 @@ def parse_header(buf) -> SinkHeader:
             raise TraceHeaderError(f"trace kb_base {kb_base} is negative", HEADER_OFFSETS["kb_base"])
         words = struct.unpack_from(f"<{KBLOCK_WINDOW // 32}I", mv, _KB_BITS_OFFSET)
         k_blocks = tuple(kb_base + 32 * w + b for w, word in enumerate(words) for b in range(32) if word >> b & 1)
-    stages = tuple(s for s, c in STAGE_CODES.items() if stage_mask >> c & 1)
+    stages = tuple(s for s in TAP_STAGES if stage_mask >> STAGE_CODES[s] & 1)
     all_tiles = any(tm < 0 and tn < 0 for tm, tn in tiles)
     selection = TraceSelection(tiles=None if all_tiles else tuple(tiles), k_blocks=k_blocks, stages=stages)
     by_stage = None

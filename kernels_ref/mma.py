@@ -729,3 +729,33 @@ def mma_accumulate_host(a: torch.Tensor, b: torch.Tensor, block_m: int, block_n:
                                    block_scale_group, oob_fill, with_abs_sum, keep=False)
     out, s = traj[0, -1], straj[0, -1]
     return (out, s) if with_abs_sum else out
+
+
+# ----------------------------------------------------------------------------------------------
+# partials (split-K, stream-K)
+# ----------------------------------------------------------------------------------------------
+
+
+def _k_slice(a: torch.Tensor, b: torch.Tensor, block_k: int, kb_begin: int, kb_end: int, scales) -> tuple:
+    n_kb = C.cdiv(a.shape[1], block_k)
+    if not (isinstance(kb_begin, int) and isinstance(kb_end, int) and 0 <= kb_begin < kb_end <= n_kb):
+        raise ValueError(f"partial k-blocks {kb_begin}..{kb_end} must satisfy 0 <= begin < end <= {n_kb}")
+    if any(s is not None for s in scales):
+        raise ValueError("a partial with block scales is not modelled: pass no scale_a / scale_b")
+    k0, k1 = kb_begin * block_k, min(a.shape[1], kb_end * block_k)
+    return a[:, k0:k1], b[k0:k1]
+
+
+def partial_trajectory(a: torch.Tensor, b: torch.Tensor, tiles, block_m: int, block_n: int, block_k: int,
+                       kb_begin: int, kb_end: int, **kw):
+    """The accumulator of a partial that sums k-blocks kb_begin..kb_end-1 from zero, after each of
+    them: [T, kb_end - kb_begin, BM, BN] (mma_trajectory of the operands' k-slice; same keywords)."""
+    a_s, b_s = _k_slice(a, b, block_k, kb_begin, kb_end, (kw.get("scale_a"), kw.get("scale_b")))
+    return mma_trajectory(a_s, b_s, tiles, block_m, block_n, block_k, **kw)
+
+
+def partial_trajectory_host(a: torch.Tensor, b: torch.Tensor, tiles, block_m: int, block_n: int, block_k: int,
+                            kb_begin: int, kb_end: int, **kw):
+    """Host spec of `partial_trajectory` (float64 CPU)."""
+    a_s, b_s = _k_slice(a, b, block_k, kb_begin, kb_end, (kw.get("scale_a"), kw.get("scale_b")))
+    return mma_trajectory_host(a_s, b_s, tiles, block_m, block_n, block_k, **kw)

@@ -67,6 +67,7 @@ class TileMetrics:
     first_bad: tuple[BadElement, ...] = ()
     unwritten: int = 0  # output elements still holding the poison
     fed_by: str = ""  # oracle.evidence.Feed value: what fed the expected side of this unit
+    partial: Optional[int] = None  # the partial of a split tile the unit belongs to
     stand_ins: tuple = ()  # (stage, tile, k_block) of upstream taps that were missing: the reference stood in
 
     @property
@@ -84,6 +85,7 @@ class TileMetrics:
             "unwritten", "fed_by")}
         d["tile"] = list(self.tile)
         d["k_block"] = self.k_block
+        d["partial"] = self.partial
         d["min_passing_bound_scale"] = _num(self.max_ratio)
         d["min_passing_atol"] = _num(self.max_abs_err)
         d["first_bad"] = [b.to_json() for b in self.first_bad]
@@ -120,7 +122,8 @@ class Comparison:
         bad = [t for t in self.tiles if not t.passed]
         if not bad:
             return None
-        return min(bad, key=lambda t: (t.k_block if t.k_block is not None else -1, t.tile))
+        return min(bad, key=lambda t: (t.k_block if t.k_block is not None else -1, t.tile,
+                                       t.partial if t.partial is not None else -1))
 
     @property
     def first_nonfinite_tile(self) -> Optional[TileMetrics]:

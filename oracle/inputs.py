@@ -73,13 +73,16 @@ class Provenance:
 
 
 def expected_shapes(spec: ProblemSpec) -> dict[str, Optional[tuple[int, ...]]]:
-    m, n, k = spec.m, spec.n, spec.k
-    shapes: dict[str, Optional[tuple[int, ...]]] = {"a": (m, k), "b": (k, n), "c": None, "bias": None,
-                                                    "scale_a": None, "scale_b": None}
+    """Logical shapes. A grouped or batched problem: A [total M, K], B [groups, K, N], C [total M, N],
+    a column bias per group [groups, N]."""
+    m, n, k = spec.total_m, spec.n, spec.k
+    groups = spec.group_sizes
+    shapes: dict[str, Optional[tuple[int, ...]]] = {"a": (m, k), "b": (k, n) if groups is None else (len(groups), k, n),
+                                                    "c": None, "bias": None, "scale_a": None, "scale_b": None}
     if spec.beta != 0:
         shapes["c"] = (m, n)
     if spec.bias != "none":
-        shapes["bias"] = (m,) if spec.bias == "row" else (n,)
+        shapes["bias"] = (m,) if spec.bias == "row" else (n,) if groups is None else (len(groups), n)
     for op, rows in (("a", m), ("b", n)):
         s = getattr(spec, f"scale_{op}")
         if s.kind == "tensor":
@@ -152,7 +155,8 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
         raise InputError(f"input ladder {ladder!r} is unknown; choose one of {', '.join(LADDER)} or dump:PATH")
     if generator not in ("cpu", "cuda"):
         raise InputError(f"generator {generator!r} must be 'cpu' or 'cuda'")
-    m, n, k = spec.m, spec.n, spec.k
+    m, n, k = spec.total_m, spec.n, spec.k
+    n_groups = len(spec.group_sizes) if spec.group_sizes is not None else None
     g = torch.Generator(device=generator).manual_seed(seed)
     draw = torch.float64 if generator == "cpu" else torch.float32
     shapes = expected_shapes(spec)
@@ -174,6 +178,13 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
             b = torch.randint(-8, 9, (k, n), generator=g, device=generator).to(draw)
         else:
             a, b = rnd(m, k), rnd(k, n)
+    if n_groups is not None:  # one B per group: random ones differ, controlled ones repeat
+        if ladder == "random":
+            rest = [b.to(draw)] + [(torch.randint(-8, 9, (k, n), generator=g, device=generator).to(draw)
+                                    if spec.a_dtype == "int8" else rnd(k, n)) for _ in range(n_groups - 1)]
+            b = torch.stack([x.to(draw) for x in rest])
+        else:
+            b = b[None].expand(n_groups, k, n).clone()
     a, b = _cast(a, spec.a_dtype), _cast(b, spec.b_dtype)
 
     def aux(name):

@@ -4,6 +4,12 @@ D = cast(activation(alpha * scale(A @ B) + beta * C + bias)), with A [M, K], B [
 logically (the majors say how they are stored) and block scales, if any, applied per k-block
 inside the main loop. Every invalid field raises `SpecError` naming the field, the value and
 what is allowed.
+
+A tile's k-blocks may be accumulated in partials that a reduction sums (`splits`: split-K, each
+split an even share of the k-blocks; `stream_k_workers`: stream-K, the tiles' k-blocks dealt out
+evenly to that many workers, oracle.partition). A problem may be grouped (`groups`: MoE-style
+contiguous groups along M of the given sizes, each with its own B; A [M, K] and D [M, N] hold the
+groups one after the other) or batched (`batch` entries of one shape, stored the same way).
 """
 
 from __future__ import annotations
@@ -109,6 +115,9 @@ class ProblemSpec:
     activation: str = "none"
     saturate: bool = False
     batch: int = 1
+    splits: int = 1
+    stream_k_workers: Optional[int] = None
+    groups: Optional[tuple[int, ...]] = None  # M of each group (0 allowed); m is their sum
 
     def __post_init__(self) -> None:
         for f in ("m", "n", "k", "batch"):
@@ -176,6 +185,28 @@ class ProblemSpec:
         _require(self.bias_dtype in C_DTYPES, "bias_dtype", self.bias_dtype, f"one of {', '.join(C_DTYPES)}")
         _require(self.activation in ACTIVATIONS, "activation", self.activation, f"one of {', '.join(ACTIVATIONS)}")
         _require(isinstance(self.saturate, bool), "saturate", self.saturate, "must be true or false")
+        _positive_int("splits", self.splits)
+        _require(self.splits <= self.k_blocks, "splits", self.splits,
+                 f"at most the {self.k_blocks} k-blocks (K = {self.k}, tile.bk = {self.tile.bk})")
+        if self.stream_k_workers is not None:
+            _positive_int("stream_k_workers", self.stream_k_workers)
+            _require(self.splits == 1, "stream_k_workers", self.stream_k_workers,
+                     "stream-K and split-K (splits > 1) are two ways to split k: give one of them")
+        if self.partitioned:
+            _require(not self.block_scaled, "splits" if self.splits > 1 else "stream_k_workers",
+                     self.splits if self.splits > 1 else self.stream_k_workers,
+                     "split accumulation is not modelled with block scales")
+        if self.groups is not None:
+            g = self.groups
+            _require(isinstance(g, tuple) and len(g) > 0 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                                 and v >= 0 for v in g),
+                     "groups", g, "a non-empty list of group sizes along M (non-negative integers)")
+            _require(sum(g) == self.m, "groups", g, f"the group sizes must add up to m = {self.m}")
+            _require(self.batch == 1, "batch", self.batch, "a grouped problem has no batch (give groups or batch)")
+            _require(self.scale_a.kind in ("none", "tensor") and self.scale_b.kind in ("none", "tensor"),
+                     "scale_a.kind" if self.scale_a.kind not in ("none", "tensor") else "scale_b.kind",
+                     self.scale_a.kind if self.scale_a.kind not in ("none", "tensor") else self.scale_b.kind,
+                     "a grouped or batched problem takes per-tensor scales only")
 
     # -- derived facts -----------------------------------------------------------------------
     @property
@@ -186,6 +217,24 @@ class ProblemSpec:
     @property
     def block_scaled(self) -> bool:
         return self.scale_a.kind == "block"
+
+    @property
+    def partitioned(self) -> bool:
+        """Are a tile's k-blocks accumulated in partials (split-K or stream-K)?"""
+        return self.splits > 1 or self.stream_k_workers is not None
+
+    @property
+    def group_sizes(self) -> Optional[tuple[int, ...]]:
+        """M of every group of a grouped or batched problem, None for a single GEMM."""
+        if self.groups is not None:
+            return self.groups
+        return (self.m,) * self.batch if self.batch > 1 else None
+
+    @property
+    def total_m(self) -> int:
+        """Rows of A and D: every group's or batch entry's rows one after the other."""
+        sizes = self.group_sizes
+        return sum(sizes) if sizes is not None else self.m
 
     @property
     def tiles_m(self) -> int:
@@ -220,6 +269,8 @@ class ProblemSpec:
         for s in ("scale_a", "scale_b"):
             if d[s]["block"] is not None:
                 d[s]["block"] = list(d[s]["block"])
+        if d["groups"] is not None:
+            d["groups"] = list(d["groups"])
         return d
 
     @classmethod
@@ -231,6 +282,8 @@ class ProblemSpec:
         if unknown:
             raise SpecError(f"unknown problem field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         kw = dict(d)
+        if isinstance(kw.get("groups"), list):
+            kw["groups"] = tuple(kw["groups"])
         if "tile" in kw:
             kw["tile"] = _sub(Tile, kw["tile"], "tile")
         for s in ("scale_a", "scale_b"):

@@ -49,9 +49,9 @@ class Recording:
         except InputError as e:
             raise RecordingError(str(e)) from None
         if self.output is not None:
-            if tuple(self.output.shape) != (spec.m, spec.n):
+            if tuple(self.output.shape) != (spec.total_m, spec.n):
                 raise RecordingError(f"output D has shape {list(self.output.shape)}, the problem needs "
-                                     f"[{spec.m}, {spec.n}]")
+                                     f"[{spec.total_m}, {spec.n}]")
             want = DTYPES[spec.out_dtype].torch
             if self.output.dtype != want:
                 raise RecordingError(f"output D has dtype {self.output.dtype}, the problem's out_dtype is {want}")
@@ -63,10 +63,26 @@ class Recording:
         if not all(isinstance(a, str) for a in self.command):
             raise RecordingError(f"command must be a list of strings, got {list(self.command)!r}")
         t = spec.tile
+        sizes = spec.group_sizes
         for tap in self.taps:
             tm, tn = tap.tile
-            if not (tm < spec.tiles_m and tn < spec.tiles_n):
-                raise RecordingError(f"{tap.describe()}: tile is outside the {spec.tiles_m}x{spec.tiles_n} tile grid")
+            if sizes is not None:
+                if tap.group is None or tap.group >= len(sizes):
+                    raise RecordingError(f"{tap.describe()}: a grouped problem's taps must name their group "
+                                         f"0..{len(sizes) - 1}")
+                tiles_m = -(-sizes[tap.group] // t.bm)
+            else:
+                if tap.group is not None:
+                    raise RecordingError(f"{tap.describe()}: the problem has no groups")
+                tiles_m = spec.tiles_m
+            if spec.partitioned and tap.stage == "mma" and tap.partial is None:
+                raise RecordingError(f"{tap.describe()}: the problem splits k into partials, so its mma taps must "
+                                     f"name their partial")
+            if not spec.partitioned and tap.partial is not None:
+                raise RecordingError(f"{tap.describe()}: the problem's k is not split (splits = 1, no stream-K), "
+                                     f"but the tap names a partial")
+            if not (tm < tiles_m and tn < spec.tiles_n):
+                raise RecordingError(f"{tap.describe()}: tile is outside the {tiles_m}x{spec.tiles_n} tile grid")
             if tap.k_block is not None and tap.k_block >= spec.k_blocks:
                 raise RecordingError(f"{tap.describe()}: k-block is outside 0..{spec.k_blocks - 1}")
             shape = tuple(tap.values.shape)

@@ -102,7 +102,9 @@ def sentence(an: Analysis) -> str:
         if f.field is not None:
             where = f": {f.field.describe()}"
         else:
-            where = (f" at tile {f.tile}" if f.tile is not None else "") + \
+            where = (f" in group {f.group}" if f.group is not None else "") + \
+                (f" at tile {f.tile}" if f.tile is not None else "") + \
+                (f", partial {f.partial}" if f.partial is not None else "") + \
                 (f", k-block {f.k_block}" if f.k_block is not None else "")
             if f.element is not None:
                 got = "never written" if f.unwritten else f"received {_fmt(f.received, 6)}"
@@ -151,6 +153,10 @@ def render(an: Analysis) -> str:
                      "not by a real kernel.")
     lines.append(f"kernel {rec.kernel}: {rec.spec.describe()}; inputs {rec.provenance.describe()}; "
                  f"references on {an.device}")
+    if an.groups:
+        lines.append(f"grouped run ({an.whole.spec.describe()}, {len(an.groups)} groups); the stages below are "
+                     f"group {an.group}'s:")
+        lines.extend(f"  {o.describe()}" for o in an.groups)
     lines.append("")
     lines.append(table(an))
     lines.append("")
@@ -187,7 +193,7 @@ def _first_json(f: Optional[FirstDivergence]) -> Optional[dict]:
             "kind": f.kind.value, "comparison": f.comparison, "hint": f.hint, "fed_by": f.fed_by or None,
             "stand_ins": sites_json(f.stand_ins), "field": f.field.to_json() if f.field else None,
             "untraced_tiles": [list(t) for t in f.untraced], "rerun": f.rerun, "unwritten": f.unwritten,
-            "missing": list(f.missing)}
+            "missing": list(f.missing), "partial": f.partial, "group": f.group}
 
 
 def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None) -> dict:
@@ -209,7 +215,7 @@ def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None) -> dict:
         "summary": sentence(an),
         "first_divergence": _first_json(an.first),
         "stages": stages,
-        "problem": rec.spec.to_json(),
+        "problem": (an.whole or rec).spec.to_json(),
         "kernel": {"name": rec.kernel, "error": rec.kernel_error},
         "inputs": {"ladder": rec.provenance.ladder, "seed": rec.provenance.seed, "source": rec.provenance.source,
                    "controlled": rec.provenance.controlled},
@@ -217,6 +223,10 @@ def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None) -> dict:
         "confounds": {"open": list(an.open_confounds), "handled": list(an.handled_confounds)},
         "notes": list(rec.notes),
         "unobserved": list(an.unobserved),
+        "group": an.group,
+        "groups": [{"group": o.group, "row0": o.row0, "rows": o.rows,
+                    "verdict": o.verdict.value if o.verdict else None, "stage": o.stage, "kind": o.kind}
+                   for o in an.groups],
         "trace": rec.trace.to_json() if rec.trace is not None else None,
         "cross_check": {"ok": not an.cross_check, "problems": list(an.cross_check)},
         "first_nonfinite": None if nf is None else {"stage": nf[0], "tile": list(nf[1]), "k_block": nf[2],

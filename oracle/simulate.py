@@ -18,6 +18,7 @@ import torch
 from harness.taps import Tap
 from kernels_ref.dtypes import DTYPES
 from oracle.inputs import Operands, Provenance
+from oracle.partition import group_offsets, tile_partials
 from oracle.problem import ProblemSpec
 from oracle.recording import Recording
 
@@ -33,7 +34,14 @@ DEFECTS = {
     "epilogue_gelu_tanh": "gelu uses the tanh approximation instead of erf",
     "epilogue_cast_nosat": "the fp8 cast does not saturate",
     "store_swapped": "the defect tile is stored at swapped (m, n) tile coordinates",
+    "reduce_partial_twice": "the reduction adds the first partial of the defect tile twice",
+    "reduce_partial_missing": "the reduction leaves out the last partial of the defect tile",
+    "partial_overlap": "the defect tile's partial 1 starts one k-block early (it overlaps partial 0)",
+    "group_wrong_b": "the defect group is multiplied by the next group's B",
+    "group_offset": "the defect group reads A from one row past its first row",
 }
+SPLIT_DEFECTS = ("reduce_partial_twice", "reduce_partial_missing", "partial_overlap")
+GROUP_DEFECTS = ("group_wrong_b", "group_offset")
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,7 @@ class Injection:
     defect: str
     tile: tuple[int, int] = (0, 0)
     k_block: int = 1
+    group: Optional[int] = None  # a grouped problem: the group the defect is in (default 0)
 
     def __post_init__(self):
         if self.defect not in DEFECTS:
@@ -50,6 +59,12 @@ class Injection:
         """Why this defect would have no effect on `spec` (empty: it will show)."""
         d, (tm, tn), kb = self.defect, self.tile, self.k_block
         out = []
+        if d in SPLIT_DEFECTS and not spec.partitioned:
+            out.append(f"{d} needs a split problem (splits > 1 or stream_k_workers)")
+        if d in GROUP_DEFECTS and (spec.group_sizes is None or len(spec.group_sizes) < 2):
+            out.append(f"{d} needs a grouped problem with at least two groups")
+        if spec.group_sizes is not None:
+            return out
         if not (tm < spec.tiles_m and tn < spec.tiles_n):
             out.append(f"tile {self.tile} is outside the {spec.tiles_m}x{spec.tiles_n} tile grid")
         if d in ("descriptor_swizzle", "load_stale_slot", "load_transposed", "mma_kblock_twice") \
@@ -110,7 +125,11 @@ def simulate(spec: ProblemSpec, ops: Operands, provenance: Provenance, *, inject
              tap_tiles: Optional[Sequence[tuple[int, int]]] = None, partial_mma: bool = False,
              stale_padding: bool = False, kernel: str = "simulated_gemm") -> Recording:
     """Run the model. `stale_padding` fills A's rows past M with leftovers of another problem, as a
-    kernel whose batch is smaller than its MMA tile does: correct, but the taps hold garbage there."""
+    kernel whose batch is smaller than its MMA tile does: correct, but the taps hold garbage there.
+    A split problem accumulates each tile in its partials (oracle.partition), each from zero, and
+    taps them and their reduction; a grouped one runs every group as its own GEMM."""
+    if spec.group_sizes is not None:
+        return _simulate_groups(spec, ops, provenance, injection, tap_tiles, kernel)
     t = spec.tile
     bm, bn, bk = t.bm, t.bn, t.bk
     m, n = spec.m, spec.n
@@ -140,48 +159,28 @@ def simulate(spec: ProblemSpec, ops: Operands, provenance: Provenance, *, inject
             if bad and inj.defect == "mma_no_reset" and stale_acc is not None:
                 acc = stale_acc.clone()
             prev_tiles = None
-            for kb in range(kb_n):
-                tiles = {}
-                for op, src, sl in (("a", a_pad, (slice(tm * bm, tm * bm + bm), slice(kb * bk, kb * bk + bk))),
-                                    ("b", b_pad, (slice(kb * bk, kb * bk + bk), slice(tn * bn, tn * bn + bn)))):
-                    logical = src[sl].clone()
-                    major = getattr(spec, f"{op}_major")
-                    span = getattr(spec, f"swizzle_{op}")
-                    write_span = span
-                    if bad and inj.defect == "descriptor_swizzle" and op == "a" and kb == inj.k_block:
-                        write_span = 128 if span != 128 else 64
-                    img = _smem_image(_storage(logical, op, major), write_span)
-                    # the MMA's view: unswizzle with the DECLARED layout
-                    view = _unimage(img, op, major, logical.shape, logical.dtype, span)
-                    if bad and inj.defect == "load_stale_slot" and kb == inj.k_block and prev_tiles is not None:
-                        view = prev_tiles[op]
-                    if bad and inj.defect == "load_transposed" and op == "a" and kb == inj.k_block:
-                        view = view.t().contiguous()
-                    tiles[op] = view
-                    if tapped:
-                        taps.append(Tap(f"descriptor_{op}", here, img, k_block=kb, slot=kb % 2))
-                        taps.append(Tap(f"load_{op}", here, view.clone(), k_block=kb, slot=kb % 2))
-                prev_tiles = tiles
-                part = tiles["a"].float() @ tiles["b"].float()
-                if spec.block_scaled:
-                    gm, gk = spec.scale_a.block
-                    gn = spec.scale_b.block[0]
-                    rows = (tm * bm + torch.arange(bm)).clamp(max=m - 1) // gm
-                    cols = (tn * bn + torch.arange(bn)).clamp(max=n - 1) // gn
-                    g = kb * bk // gk
-                    part = part * ops.scale_a[rows, g][:, None] * ops.scale_b[cols, g][None, :]
-                if bad and inj.defect == "mma_kblock_twice" and kb == inj.k_block:
-                    part = part * 2
-                acc = (acc.float() + part).to(acc.dtype)
+            finals = []
+            for piece in tile_partials(spec, here):
+                pidx = piece.index if spec.partitioned else None
+                begin = piece.kb_begin
+                if bad and inj.defect == "partial_overlap" and piece.index == 1:
+                    begin -= 1
+                if spec.partitioned and not (bad and inj.defect == "mma_no_reset"):
+                    acc = torch.zeros_like(acc)
+                acc = _run_partial(spec, ops, here, range(begin, piece.kb_end), pidx, acc, a_pad, b_pad, inj, bad,
+                                   tapped, taps, partial_mma, m, n)
+                finals.append(acc.float())
+            if spec.partitioned:
+                parts = list(finals)
+                if bad and inj.defect == "reduce_partial_twice":
+                    parts.append(parts[0])
+                if bad and inj.defect == "reduce_partial_missing":
+                    parts = parts[:-1]
+                acc = torch.zeros(bm, bn)
+                for x in parts:
+                    acc = acc + x
                 if tapped:
-                    mask = None
-                    if partial_mma:
-                        mask = torch.zeros(bm, bn, dtype=torch.bool)
-                        mask[::2, :] = True  # as if only the even-row fragments were tapped
-                    vals = acc.float().clone()
-                    if mask is not None:
-                        vals[~mask] = 0
-                    taps.append(Tap("mma", here, vals, k_block=kb, mask=mask))
+                    taps.append(Tap("reduce", here, acc.clone()))
             stale_acc = acc.float()
             y = acc.float()
             steps = {}
@@ -235,6 +234,57 @@ def simulate(spec: ProblemSpec, ops: Operands, provenance: Provenance, *, inject
                      taps=tuple(taps), kernel=kernel if inj is None else f"{kernel}[{inj.defect}]", synthetic=True)
 
 
+def _run_partial(spec, ops, here, kbs, pidx, acc, a_pad, b_pad, inj, bad, tapped, taps, partial_mma, m, n):
+    """The k-blocks `kbs` of tile `here` accumulated into `acc` (partial `pidx` of a split tile), tapped."""
+    t = spec.tile
+    bm, bn, bk = t.bm, t.bn, t.bk
+    tm, tn = here
+    prev_tiles = None
+    for kb in kbs:
+        tiles = {}
+        for op, src, sl in (("a", a_pad, (slice(tm * bm, tm * bm + bm), slice(kb * bk, kb * bk + bk))),
+                            ("b", b_pad, (slice(kb * bk, kb * bk + bk), slice(tn * bn, tn * bn + bn)))):
+            logical = src[sl].clone()
+            major = getattr(spec, f"{op}_major")
+            span = getattr(spec, f"swizzle_{op}")
+            write_span = span
+            if bad and inj.defect == "descriptor_swizzle" and op == "a" and kb == inj.k_block:
+                write_span = 128 if span != 128 else 64
+            img = _smem_image(_storage(logical, op, major), write_span)
+            # the MMA's view: unswizzle with the DECLARED layout
+            view = _unimage(img, op, major, logical.shape, logical.dtype, span)
+            if bad and inj.defect == "load_stale_slot" and kb == inj.k_block and prev_tiles is not None:
+                view = prev_tiles[op]
+            if bad and inj.defect == "load_transposed" and op == "a" and kb == inj.k_block:
+                view = view.t().contiguous()
+            tiles[op] = view
+            if tapped:
+                taps.append(Tap(f"descriptor_{op}", here, img, k_block=kb, slot=kb % 2, partial=pidx))
+                taps.append(Tap(f"load_{op}", here, view.clone(), k_block=kb, slot=kb % 2, partial=pidx))
+        prev_tiles = tiles
+        part = tiles["a"].float() @ tiles["b"].float()
+        if spec.block_scaled:
+            gm, gk = spec.scale_a.block
+            gn = spec.scale_b.block[0]
+            rows = (tm * bm + torch.arange(bm)).clamp(max=m - 1) // gm
+            cols = (tn * bn + torch.arange(bn)).clamp(max=n - 1) // gn
+            g = kb * bk // gk
+            part = part * ops.scale_a[rows, g][:, None] * ops.scale_b[cols, g][None, :]
+        if bad and inj.defect == "mma_kblock_twice" and kb == inj.k_block:
+            part = part * 2
+        acc = (acc.float() + part).to(acc.dtype)
+        if tapped:
+            mask = None
+            if partial_mma:
+                mask = torch.zeros(bm, bn, dtype=torch.bool)
+                mask[::2, :] = True  # as if only the even-row fragments were tapped
+            vals = acc.float().clone()
+            if mask is not None:
+                vals[~mask] = 0
+            taps.append(Tap("mma", here, vals, k_block=kb, mask=mask, partial=pidx))
+    return acc
+
+
 def _unimage(img, op, major, shape, dtype, span) -> torch.Tensor:
     """Inverse of _smem_image: the logical tile the MMA reads."""
     k_inner = (op == "a" and major == "row") or (op == "b" and major == "col")
@@ -272,3 +322,38 @@ def _activation(x: torch.Tensor, kind: str) -> torch.Tensor:
     if kind == "silu":
         return x * torch.sigmoid(x)
     return x
+
+
+def _simulate_groups(spec: ProblemSpec, ops: Operands, provenance: Provenance, inj: Optional[Injection],
+                     tap_tiles, kernel: str) -> Recording:
+    """Every group as its own GEMM (oracle.partition): its taps name the group, D's rows follow."""
+    import dataclasses
+
+    if inj is not None and inj.problems(spec):
+        raise ValueError(f"defect {inj.defect} cannot show on {spec.describe()}: {'; '.join(inj.problems(spec))}")
+    offs = group_offsets(spec)
+    sizes = spec.group_sizes
+    bad_group = None if inj is None else (inj.group or 0)
+    taps, rows = [], []
+    for g, m_g in enumerate(sizes):
+        if m_g == 0:
+            continue
+        o = offs[g]
+        a = ops.a[o:o + m_g]
+        b = ops.b[g]
+        if g == bad_group and inj.defect == "group_offset":
+            a = torch.cat([ops.a[o + 1:o + 1 + m_g], torch.zeros(max(0, o + 1 + m_g - spec.total_m), spec.k,
+                                                                  dtype=ops.a.dtype)])
+        if g == bad_group and inj.defect == "group_wrong_b":
+            b = ops.b[(g + 1) % len(sizes)]
+        bias = None if ops.bias is None else (ops.bias[o:o + m_g] if spec.bias == "row" else ops.bias[g])
+        sub = dataclasses.replace(spec, m=m_g, groups=None, batch=1)
+        sub_ops = Operands(a=a, b=b, c=None if ops.c is None else ops.c[o:o + m_g], bias=bias,
+                           scale_a=ops.scale_a, scale_b=ops.scale_b)
+        inner = inj if g == bad_group and inj.defect not in GROUP_DEFECTS else None
+        rec = simulate(sub, sub_ops, provenance, injection=inner, tap_tiles=tap_tiles, kernel=kernel)
+        taps.extend(dataclasses.replace(t, group=g) for t in rec.taps)
+        rows.append(rec.output)
+    name = kernel if inj is None else f"{kernel}[{inj.defect}]"
+    return Recording(spec=spec, operands=ops, output=torch.cat(rows), provenance=provenance, taps=tuple(taps),
+                     kernel=name, synthetic=True)

@@ -138,3 +138,10 @@ def cast_bound(bound_in: torch.Tensor, y: torch.Tensor, out_dtype: str) -> torch
     """A cast is exact on an exact input; otherwise the input bound plus one output ulp."""
     lookup("epilogue_cast", out_dtype)
     return torch.where(bound_in > 0, bound_in + ulp(y, out_dtype), torch.zeros_like(bound_in))
+
+
+def reduce_bound(abs_sum: torch.Tensor, n_partials: int) -> torch.Tensor:
+    """Bound on a sum of `n_partials` fp32 partials done in any order, against the reference's sum in
+    partial order: each of the n-1 additions rounds once on either side, at most u of the running
+    magnitude, which sum |p| bounds (deterministic: the order is not known)."""
+    return 2.0 * max(n_partials - 1, 0) * U32 * abs_sum

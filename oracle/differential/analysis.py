@@ -8,6 +8,7 @@ references are cross-checked against their float64 host specs on a few tiles of 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -20,10 +21,12 @@ from oracle.diagnose import Diagnosis, Kind, Verdict, first_divergence
 from oracle.differential.context import Context, StageResult
 from oracle.differential.cross_check import cross_check
 from oracle.differential.epilogue import epilogue_stages, reference_chain
+from oracle.differential.groups import GroupOutcome, deciding, group_recordings
 from oracle.differential.findings import (FirstDivergence, first_finding, first_nonfinite, mixing_confound,
                                               trace_confounds, unobserved)
 from oracle.differential.mma import mma_stage
 from oracle.differential.operands import descriptor_stage, load_stage
+from oracle.differential.reduce import reduce_stage
 from oracle.recording import Recording, RecordingError
 
 
@@ -40,6 +43,9 @@ class Analysis:
     first_nonfinite: Optional[tuple[str, tuple[int, int], Optional[int], Optional[tuple[int, int]]]]
     device: str
     unobserved: tuple[str, ...] = ()  # what the run did not see (stages without taps, stand-ins, tiles)
+    group: Optional[int] = None  # a grouped or batched run: the group these stages are of
+    groups: tuple = ()  # a grouped or batched run: every group's outcome (oracle.differential.groups)
+    whole: Optional[Recording] = None  # a grouped or batched run: the recording of the whole run
 
     @property
     def verdict(self) -> Verdict:
@@ -53,20 +59,30 @@ def reference_device() -> torch.device:
     return torch.device("cpu")
 
 
-def _refuse_unjudged(rec: Recording) -> None:
-    spec = rec.spec
-    if spec.batch != 1:
-        raise RecordingError(f"batch={spec.batch}: the differential judges one GEMM at a time; "
-                             f"record each batch entry as its own run")
-    split = [t.describe() for t in rec.taps if t.partial is not None or t.group is not None]
-    if split:
-        raise RecordingError(f"{len(split)} tap(s) name a partial or a group (first: {split[0]}): split-K, "
-                             f"stream-K and grouped taps are not judged by this differential")
-
-
 def analyze(rec: Recording, device: Optional[torch.device] = None) -> Analysis:
     rec.validate()
-    _refuse_unjudged(rec)
+    if rec.spec.group_sizes is not None:
+        return _analyze_groups(rec, device)
+    return _analyze_one(rec, device)
+
+
+def _analyze_groups(rec: Recording, device) -> Analysis:
+    parts = group_recordings(rec)
+    judged = [(g, o, _analyze_one(sub, device)) for g, o, sub in parts if sub is not None]
+    if not judged:
+        raise RecordingError(f"every group of {rec.spec.describe()} is empty: there is nothing to judge")
+    outcomes = []
+    for g, o, sub in parts:
+        an = next((a for gg, _, a in judged if gg == g), None)
+        outcomes.append(GroupOutcome(g, o, rec.spec.group_sizes[g], None if an is None else an.verdict,
+                                     an.first.stage if an is not None and an.first else None,
+                                     an.first.kind.value if an is not None and an.first else None))
+    g, _, an = judged[deciding([a for _, _, a in judged])]
+    first = dataclasses.replace(an.first, group=g) if an.first is not None else None
+    return dataclasses.replace(an, group=g, groups=tuple(outcomes), whole=rec, first=first)
+
+
+def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analysis:
     spec = rec.spec
     dev = device or reference_device()
     ctx = Context(rec, dev)
@@ -82,8 +98,9 @@ def analyze(rec: Recording, device: Optional[torch.device] = None) -> Analysis:
     stages: list[StageResult] = [descriptor_stage(ctx, op) for op in ("a", "b")]
     stages += [load_stage(ctx, op) for op in ("a", "b")]
     mma_result, finals = mma_stage(ctx)
-    stages.append(mma_result)
-    stages.extend(epilogue_stages(ctx, reference_chain(ctx), finals))
+    reduce_result, sources = reduce_stage(ctx, finals)
+    stages += [mma_result, reduce_result]
+    stages.extend(epilogue_stages(ctx, reference_chain(ctx), sources))
     assert [s.name for s in stages] == list(STAGES), "stage order drifted from harness.taps.STAGES"
 
     diag = first_divergence([s.outcome for s in stages], kernel_error=rec.kernel_error is not None,

@@ -9,6 +9,7 @@ too. Elements past K are compared: they do feed the sum.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
@@ -19,6 +20,7 @@ from kernels_ref import load as ref_load
 from oracle.compare import Comparison, Status, compare
 from oracle.diagnose import StageOutcome
 from oracle.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Evidence, Feed
+from oracle.partition import Partial, partial_of, tile_partials
 from oracle.recording import Recording
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -46,6 +48,17 @@ class StageResult:
 NOT_RUN_STAGE = Comparison(Status.NOT_RUN)
 
 
+@dataclass(frozen=True)
+class Source:
+    """The accumulator a tile's epilogue is fed with, as the kernel had it: its final mma tap, its
+    reduce tap, or its partials summed by the reference (a stand-in for an untapped reduction)."""
+
+    values: torch.Tensor
+    recorded: torch.Tensor
+    name: str
+    stand_ins: tuple = ()
+
+
 class Context:
     """What the stage comparisons share: operands and vectors on the reference device, the taps by
     key, the geometry, the reference operand tiles fetched so far, and the padding bookkeeping."""
@@ -68,7 +81,7 @@ class Context:
         self.group = ((spec.scale_a.block[0], spec.scale_b.block[0], spec.scale_a.block[1])
                       if spec.block_scaled else None)
         self.output = rec.output.to(device) if rec.output is not None else None
-        self.taps: dict[tuple, Tap] = {t.key: t for t in rec.taps}
+        self.taps: dict[tuple, Tap] = {t.site: t for t in rec.taps}
         self.traced_tiles = frozenset(t.tile for t in rec.taps)
         self.padding_excluded: dict[str, int] = {}
         self._ref_tiles: dict[tuple[str, int, int], torch.Tensor] = {}
@@ -78,7 +91,11 @@ class Context:
     # -- taps and geometry ---------------------------------------------------------------------
     def taps_of(self, stage: str) -> list[Tap]:
         return sorted((t for t in self.rec.taps if t.stage == stage),
-                      key=lambda t: (t.tile, -1 if t.k_block is None else t.k_block))
+                      key=lambda t: (t.tile, -1 if t.partial is None else t.partial,
+                                     -1 if t.k_block is None else t.k_block))
+
+    def tap(self, stage: str, tile, k_block=None, partial=None) -> Optional[Tap]:
+        return self.taps.get((stage, tuple(tile), k_block, partial))
 
     def valid_mask(self, stage: str, tile: tuple[int, int], shape) -> torch.Tensor:
         """True where the element can feed a valid output (see module docstring)."""
@@ -124,6 +141,17 @@ class Context:
         if stage.endswith("_b"):
             return (k_block or 0) * self.bk, tn * self.bn
         return tm * self.bm, tn * self.bn
+
+    def partials(self, tile) -> tuple[Partial, ...]:
+        return tile_partials(self.spec, tuple(tile))
+
+    def partial(self, tile, index) -> Partial:
+        """The partial a tap names (None: the one partial of a tile that is not split); a partial the
+        problem's decomposition does not have holds no k-block."""
+        if index is None:
+            return Partial(0, 0, self.spec.k_blocks)
+        found = partial_of(self.partials(tile), index)
+        return found if found is not None else Partial(index, 0, 0)
 
     def has_tma(self, op: str) -> bool:
         """Does anything say operand `op` travels through a TMA copy (an image tap or map fields)?"""
@@ -202,7 +230,7 @@ class Context:
     def judge(self, received: torch.Tensor, expected: torch.Tensor, *, feed: Feed, valid: torch.Tensor,
               recorded: Optional[torch.Tensor] = None, upstream: Optional[torch.Tensor] = None,
               bound: Optional[torch.Tensor] = None, stand_ins=(), unwritten: Optional[torch.Tensor] = None,
-              **kw) -> Comparison:
+              partial: Optional[int] = None, **kw) -> Comparison:
         """compare() over the elements that were observed on both sides, labelled with what fed
         the expected side and what was masked and why."""
         mask = valid
@@ -214,4 +242,6 @@ class Context:
             masked[UPSTREAM_UNRECORDED] = int((mask & ~upstream).sum())
             mask = mask & upstream
         cmp = compare(received, expected, bound=bound, mask=mask, unwritten=unwritten, **kw)
+        if partial is not None:
+            cmp = dataclasses.replace(cmp, tiles=tuple(dataclasses.replace(t, partial=partial) for t in cmp.tiles))
         return cmp.labelled(Evidence.of(feed, masked, stand_ins))

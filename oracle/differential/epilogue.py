@@ -25,6 +25,7 @@ from oracle.compare import combine
 from oracle.differential.context import NOT_RUN_STAGE, Context, StageResult
 from oracle.differential.mma import abs_kwargs, abs_operand, mma_kwargs
 from oracle.evidence import Feed
+from oracle.partition import tile_partials
 
 
 class Vectors:
@@ -114,23 +115,30 @@ def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]
     s_full = ref_mma.mma_accumulate(abs_operand(ctx.a), abs_operand(ctx.b), ctx.bm, ctx.bn, ctx.bk,
                                     **abs_kwargs(ctx)).double()
     bound0 = tolerance.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k).double()
+    if spec.partitioned:  # the partials' reduction, in whatever order the kernel sums them
+        most = max(len(tile_partials(spec, (tm, tn))) for tm in range(spec.tiles_m) for tn in range(spec.tiles_n))
+        bound0 = bound0 + tolerance.reduce_bound(s_full, most)
     return {step: (y, b) for step, y, b in run_epilogue(ctx, acc_full, bound0, 0, Vectors(ctx, None))}
 
 
-def _teacher_forced(ctx: Context, tile, step_index: int, mma_finals: dict):
+def _teacher_forced(ctx: Context, tile, step_index: int, sources: dict):
     """The reference for epilogue step `step_index` (len(EPILOGUE_STEPS): the store) fed from the
-    kernel's nearest upstream tap of the tile. Returns (values, bound, recorded mask of the source,
-    stand-ins, note) or None when nothing upstream was tapped."""
+    kernel's nearest upstream tap of the tile (an epilogue step, else the accumulator source: the
+    final mma tap, the reduce tap, or the partials summed). Returns (values, bound, recorded mask of
+    the source, stand-ins, note) or None when nothing upstream was tapped."""
     spec = ctx.spec
     for up in range(step_index - 1, -2, -1):
-        src = ctx.taps.get((f"epilogue_{EPILOGUE_STEPS[up]}", tile, None)) if up >= 0 else mma_finals.get(tile)
+        src = ctx.tap(f"epilogue_{EPILOGUE_STEPS[up]}", tile) if up >= 0 else sources.get(tile)
         if src is None:
             continue
         skipped = [s for s in EPILOGUE_STEPS[up + 1:step_index] if step_acts(spec, s)]
         stand_ins = tuple((f"epilogue_{s}", tile, None) for s in skipped)
-        name = src.stage if up >= 0 else "mma (final accumulator)"
-        note = f"the kernel's {name} tap" + (f" through untapped {', '.join(f'epilogue_{s}' for s in skipped)}"
-                                             if skipped else "")
+        if up >= 0:
+            name, recorded = f"the kernel's {src.stage} tap", ctx.recorded(src)
+        else:
+            name, recorded = f"the kernel's {src.name}", src.recorded
+            stand_ins = tuple(src.stand_ins) + stand_ins
+        note = name + (f" through untapped {', '.join(f'epilogue_{s}' for s in skipped)}" if skipped else "")
         y = src.values.to(ctx.dev)
         b = torch.zeros(y.shape, dtype=torch.float64, device=ctx.dev)
         last = min(step_index, len(EPILOGUE_STEPS) - 1)  # the store runs every step up to the cast
@@ -138,11 +146,11 @@ def _teacher_forced(ctx: Context, tile, step_index: int, mma_finals: dict):
             for step, y, b in run_epilogue(ctx, y, b, up + 1, Vectors(ctx, tile)):
                 if step == EPILOGUE_STEPS[last]:
                     break
-        return y, b, ctx.recorded(src), stand_ins, note
+        return y, b, recorded, stand_ins, note
     return None
 
 
-def epilogue_stages(ctx: Context, chain, mma_finals: dict) -> list[StageResult]:
+def epilogue_stages(ctx: Context, chain, sources: dict) -> list[StageResult]:
     results = []
     for si, step in enumerate(EPILOGUE_STEPS):
         stage = f"epilogue_{step}"
@@ -158,7 +166,7 @@ def epilogue_stages(ctx: Context, chain, mma_finals: dict) -> list[StageResult]:
             exact = step == "cast" and bool((bnd == 0).all())
             ch.append(ctx.judge(received, exp.to(received.dtype) if exact else exp, feed=Feed.REFERENCE, valid=valid,
                                 recorded=recorded, bound=None if exact else bnd, **where))
-            fed = _teacher_forced(ctx, tap.tile, si, mma_finals)
+            fed = _teacher_forced(ctx, tap.tile, si, sources)
             if fed is not None:
                 y, b, upstream, stand_ins, note = fed
                 exact = bool((b == 0).all()) and y.dtype == received.dtype
@@ -167,11 +175,11 @@ def epilogue_stages(ctx: Context, chain, mma_finals: dict) -> list[StageResult]:
                               stand_ins=stand_ins, **where)
                 tf.append(c.with_notes(f"fed from {note}"))
         results.append(StageResult(stage, combine(tf) if tf else NOT_RUN_STAGE, combine(ch) if ch else NOT_RUN_STAGE))
-    results.append(store_stage(ctx, chain, mma_finals))
+    results.append(store_stage(ctx, chain, sources))
     return results
 
 
-def store_stage(ctx: Context, chain, mma_finals: dict) -> StageResult:
+def store_stage(ctx: Context, chain, sources: dict) -> StageResult:
     """D in global memory: chained against the reference over every tile, and teacher-forced per
     tapped tile against the kernel's last epilogue tap placed at its coordinates."""
     if ctx.output is None:
@@ -183,10 +191,10 @@ def store_stage(ctx: Context, chain, mma_finals: dict) -> StageResult:
     ch = ctx.judge(out, want, feed=Feed.REFERENCE, valid=torch.ones(out.shape, dtype=torch.bool, device=ctx.dev),
                    bound=None if exact else b_ref, unwritten=ctx.unwritten(out, y_ref), tile_shape=(ctx.bm, ctx.bn),
                    max_detail_tiles=knobs.MAX_DETAIL_TILES.get())
-    tiles = sorted({t.tile for t in ctx.rec.taps if t.stage.startswith("epilogue")} | set(mma_finals))
+    tiles = sorted({t.tile for t in ctx.rec.taps if t.stage.startswith("epilogue")} | set(sources))
     tf = []
     for tile in tiles:
-        fed = _teacher_forced(ctx, tile, len(EPILOGUE_STEPS), mma_finals)
+        fed = _teacher_forced(ctx, tile, len(EPILOGUE_STEPS), sources)
         if fed is None:
             continue
         y, b, upstream, stand_ins, note = fed

@@ -45,6 +45,8 @@ class FirstDivergence:
     rerun: Optional[str] = None  # the command that re-runs with the failing tile traced
     unwritten: bool = False  # the first bad element was never written (it holds the poison)
     missing: tuple[str, ...] = ()  # what a VERDICT would need
+    partial: Optional[int] = None  # the partial of a split tile
+    group: Optional[int] = None  # the group (or batch entry) of a grouped run
 
 
 # -- confounds -------------------------------------------------------------------------------
@@ -180,7 +182,7 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
                            el.expected if el else None, el.bound if el else None, kind, which,
                            _hint(ctx, st.name, el), fed_by=unit.fed_by, stand_ins=stand_ins,
                            untraced=diag.untraced, rerun=rerun, unwritten=bool(el and el.unwritten),
-                           missing=tuple(missing) if kind is Kind.DRAFT else ()), kind
+                           missing=tuple(missing) if kind is Kind.DRAFT else (), partial=unit.partial), kind
 
 
 def _how_to_record(ctx: Context, sites) -> str:

@@ -7,6 +7,9 @@
   reference tile stands in for it and the comparison says so (its finding is a draft). An
   accumulator element is compared only if the kernel recorded the accumulator it started from and
   every element of its row of A and its column of B in the span.
+A split tile (split-K, stream-K) is judged partial by partial: each partial's trajectory starts
+from zero at its first k-block (oracle.partition); a tap outside its partial's range is named and
+left out of the trajectory.
 """
 
 from __future__ import annotations
@@ -50,80 +53,109 @@ def _block_abs(ctx: Context, tile, kb) -> torch.Tensor:
 
 
 def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
-    """The stage, and the final accumulator tap of each tile (what the epilogue is fed with)."""
+    """The stage, and the final accumulator tap of each tile's partials: {(tile, partial): tap}, the
+    partial None for a tile that is not split (what the reduction, or the epilogue, is fed with)."""
     spec = ctx.spec
-    last_kb = spec.k_blocks - 1
     taps = ctx.taps_of("mma")
-    finals: dict[tuple[int, int], Tap] = {}
+    finals: dict[tuple, Tap] = {}
     if not taps:
         return StageResult("mma", NOT_RUN_STAGE, NOT_RUN_STAGE), finals
-    kb_of = {id(t): (last_kb if t.k_block is None else t.k_block) for t in taps}
+    notes = []
+    runs: dict[tuple, dict[int, Tap]] = {}  # (tile, partial) -> {k-block: tap}, in-range taps only
     for t in taps:
-        if kb_of[id(t)] == last_kb:
-            finals[t.tile] = t
-    tiles = sorted({t.tile for t in taps})
-    traj = ref_mma.mma_trajectory(ctx.a, ctx.b, tiles, ctx.bm, ctx.bn, ctx.bk, oob_fill=spec.oob_fill,
-                                  **mma_kwargs(ctx))
-    s_traj = ref_mma.mma_trajectory(abs_operand(ctx.a), abs_operand(ctx.b), tiles, ctx.bm, ctx.bn, ctx.bk,
-                                    **abs_kwargs(ctx))
-    row_of = {tile: i for i, tile in enumerate(tiles)}
-    by_tile: dict[tuple[int, int], dict[int, Tap]] = {}
-    for t in taps:
-        by_tile.setdefault(t.tile, {})[kb_of[id(t)]] = t
+        part = ctx.partial(t.tile, t.partial)
+        kb = part.kb_end - 1 if t.k_block is None else t.k_block
+        if not part.holds(kb):
+            notes.append(f"mma tile {t.tile} {part.describe()} tapped k-block {kb}, outside its range: the kernel's "
+                         f"partials overlap, or do not follow the problem's decomposition (splits / stream_k_workers)")
+            continue
+        runs.setdefault((t.tile, t.partial), {})[kb] = t
+        if kb == part.kb_end - 1:
+            finals[(t.tile, t.partial)] = t
     tf, ch = [], []
-    # teacher-forced: each tap's span starts after the nearest earlier accumulator tap of its tile
-    j0_of = {id(t): max((j for j in by_tile[t.tile] if j < kb_of[id(t)]), default=-1) for t in taps}
-    for op in ("a", "b"):  # the reference operands that stand in for untapped ones, in one launch each
-        ctx.prefetch_ref_tiles(op, [(t.tile, j) for t in taps for j in range(j0_of[id(t)] + 1, kb_of[id(t)] + 1)
-                                    if (f"load_{op}", t.tile, j) not in ctx.taps])
-    for t in taps:
-        kb = kb_of[id(t)]
-        i = row_of[t.tile]
-        received = t.values.to(ctx.dev).float()
-        recorded = ctx.recorded(t)
-        valid = ctx.valid_mask("mma", t.tile, tuple(received.shape))
-        ctx.note_padding("mma", valid, recorded)
-        where = dict(origin=ctx.origin("mma", t.tile, kb), tile_index=t.tile, k_block=kb)
-        n_k = min((kb + 1) * ctx.bk, spec.k)
-        bound = tolerance.mma_bound(spec, torch.zeros_like(s_traj[i, kb]), s_traj[i, kb], n_k)
-        ch.append(ctx.judge(received, traj[i, kb].float(), feed=Feed.REFERENCE, valid=valid, recorded=recorded,
-                            bound=bound, **where))
+    for (tile, p_index), by_kb in sorted(runs.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
+        part = ctx.partial(tile, p_index)
+        traj, s_traj = _partial_reference(ctx, tile, part)
+        kbs = sorted(by_kb)
+        for op in ("a", "b"):  # the reference operands that stand in for untapped ones, in one launch each
+            ctx.prefetch_ref_tiles(op, [(tile, j) for j in range(part.kb_begin, kbs[-1] + 1)
+                                        if ctx.tap(f"load_{op}", tile, j, p_index) is None])
+        for kb in kbs:
+            t = by_kb[kb]
+            j0 = max((j for j in kbs if j < kb), default=None)  # None: from zero at the partial's start
+            c_tf, c_ch = _judge_span(ctx, t, part, kb, j0, by_kb, traj, s_traj)
+            tf.append(c_tf)
+            ch.append(c_ch)
+    return StageResult("mma", combine(tf, *notes), combine(ch, *notes)), finals
 
-        j0 = j0_of[id(t)]  # -1: from zero at the start
-        upstream = torch.ones_like(recorded)
-        if j0 >= 0:
-            start = by_tile[t.tile][j0]
-            acc = start.values.to(ctx.dev)
-            upstream &= ctx.recorded(start)
-            start_abs = acc.float().abs()
+
+def _partial_reference(ctx: Context, tile, part):
+    """The reference accumulator of one partial of one tile after each of its k-blocks, and S."""
+    spec = ctx.spec
+    if part.kb_begin == 0 and part.kb_end == spec.k_blocks:
+        traj = ref_mma.mma_trajectory(ctx.a, ctx.b, [tile], ctx.bm, ctx.bn, ctx.bk, oob_fill=spec.oob_fill,
+                                      **mma_kwargs(ctx))
+        s_traj = ref_mma.mma_trajectory(abs_operand(ctx.a), abs_operand(ctx.b), [tile], ctx.bm, ctx.bn, ctx.bk,
+                                        **abs_kwargs(ctx))
+    else:
+        traj = ref_mma.partial_trajectory(ctx.a, ctx.b, [tile], ctx.bm, ctx.bn, ctx.bk, part.kb_begin, part.kb_end,
+                                          oob_fill=spec.oob_fill, **mma_kwargs(ctx))
+        s_traj = ref_mma.partial_trajectory(abs_operand(ctx.a), abs_operand(ctx.b), [tile], ctx.bm, ctx.bn, ctx.bk,
+                                            part.kb_begin, part.kb_end, **abs_kwargs(ctx))
+    return traj[0], s_traj[0]  # [k-blocks of the partial, BM, BN], local index kb - kb_begin
+
+
+def _judge_span(ctx: Context, t: Tap, part, kb: int, j0, by_kb: dict, traj, s_traj):
+    """Chained and teacher-forced comparisons of one accumulator tap (k-block kb of its partial)."""
+    spec = ctx.spec
+    b0 = part.kb_begin
+    received = t.values.to(ctx.dev).float()
+    recorded = ctx.recorded(t)
+    valid = ctx.valid_mask("mma", t.tile, tuple(received.shape))
+    ctx.note_padding("mma", valid, recorded)
+    where = dict(origin=ctx.origin("mma", t.tile, kb), tile_index=t.tile, k_block=kb)
+    n_k = min((kb + 1) * ctx.bk, spec.k) - b0 * ctx.bk
+    bound = tolerance.mma_bound(spec, torch.zeros_like(s_traj[kb - b0]), s_traj[kb - b0], n_k)
+    c_ch = ctx.judge(received, traj[kb - b0].float(), feed=Feed.REFERENCE, valid=valid, recorded=recorded,
+                     bound=bound, partial=t.partial, **where)
+
+    upstream = torch.ones_like(recorded)
+    if j0 is not None:
+        start = by_kb[j0]
+        acc = start.values.to(ctx.dev)
+        upstream &= ctx.recorded(start)
+        start_abs = acc.float().abs()
+        first = j0 + 1
+    else:
+        acc = torch.zeros(ctx.bm, ctx.bn, device=ctx.dev, dtype=traj.dtype)
+        start_abs = torch.zeros(ctx.bm, ctx.bn, device=ctx.dev)
+        first = b0
+    span_s = s_traj[kb - b0] - (s_traj[first - 1 - b0] if first > b0 else 0)
+    stand_ins = []
+    for j in range(first, kb + 1):
+        a_t = ctx.tap("load_a", t.tile, j, t.partial)
+        b_t = ctx.tap("load_b", t.tile, j, t.partial)
+        if a_t is None:
+            stand_ins.append(("load_a", t.tile, j))
+            a_tile = ctx.ref_tile("a", t.tile, j)
         else:
-            acc = torch.zeros(ctx.bm, ctx.bn, device=ctx.dev, dtype=traj.dtype)
-            start_abs = torch.zeros(ctx.bm, ctx.bn, device=ctx.dev)
-        span_s = s_traj[i, kb] - (s_traj[i, j0] if j0 >= 0 else 0)
-        stand_ins = []
-        for j in range(j0 + 1, kb + 1):
-            a_t = ctx.taps.get(("load_a", t.tile, j))
-            b_t = ctx.taps.get(("load_b", t.tile, j))
-            if a_t is None:
-                stand_ins.append(("load_a", t.tile, j))
-                a_tile = ctx.ref_tile("a", t.tile, j)
-            else:
-                a_tile = a_t.values.to(ctx.dev)
-                upstream &= ctx.recorded(a_t).all(dim=1)[:, None]
-            if b_t is None:
-                stand_ins.append(("load_b", t.tile, j))
-                b_tile = ctx.ref_tile("b", t.tile, j)
-            else:
-                b_tile = b_t.values.to(ctx.dev)
-                upstream &= ctx.recorded(b_t).all(dim=0)[None, :]
-            if a_t is not None or b_t is not None:  # the kernel's own operands may differ in magnitude
-                span_s = span_s - (s_traj[i, j] - (s_traj[i, j - 1] if j > 0 else 0)) + \
-                    abs_operand(a_tile).float() @ abs_operand(b_tile).float() * _block_abs(ctx, t.tile, j)
-            sa, sb = ctx.block_scales(t.tile, j)
-            acc = ref_mma.mma_step(acc.to(traj.dtype), a_tile, b_tile, acc=spec.acc_dtype,
-                                   promotion_interval=spec.promotion_interval, scale_a=sa, scale_b=sb)
-        n_span = min((kb + 1) * ctx.bk, spec.k) - (j0 + 1) * ctx.bk
-        bound = tolerance.mma_bound(spec, start_abs, span_s, max(n_span, 1))
-        tf.append(ctx.judge(received, acc.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL, valid=valid,
-                            recorded=recorded, upstream=upstream, bound=bound, stand_ins=stand_ins, **where))
-    return StageResult("mma", combine(tf), combine(ch)), finals
+            a_tile = a_t.values.to(ctx.dev)
+            upstream &= ctx.recorded(a_t).all(dim=1)[:, None]
+        if b_t is None:
+            stand_ins.append(("load_b", t.tile, j))
+            b_tile = ctx.ref_tile("b", t.tile, j)
+        else:
+            b_tile = b_t.values.to(ctx.dev)
+            upstream &= ctx.recorded(b_t).all(dim=0)[None, :]
+        if a_t is not None or b_t is not None:  # the kernel's own operands may differ in magnitude
+            span_s = span_s - (s_traj[j - b0] - (s_traj[j - 1 - b0] if j > b0 else 0)) + \
+                abs_operand(a_tile).float() @ abs_operand(b_tile).float() * _block_abs(ctx, t.tile, j)
+        sa, sb = ctx.block_scales(t.tile, j)
+        acc = ref_mma.mma_step(acc.to(traj.dtype), a_tile, b_tile, acc=spec.acc_dtype,
+                               promotion_interval=spec.promotion_interval, scale_a=sa, scale_b=sb)
+    n_span = min((kb + 1) * ctx.bk, spec.k) - first * ctx.bk
+    bound = tolerance.mma_bound(spec, start_abs, span_s, max(n_span, 1))
+    c_tf = ctx.judge(received, acc.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL, valid=valid,
+                     recorded=recorded, upstream=upstream, bound=bound, stand_ins=stand_ins, partial=t.partial,
+                     **where)
+    return c_tf, c_ch

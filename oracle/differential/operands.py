@@ -112,7 +112,7 @@ def load_stage(ctx: Context, op: str) -> StageResult:
         where = dict(origin=ctx.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
         ref = ctx.ref_tile(op, tap.tile, tap.k_block)
         ch.append(ctx.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded, **where))
-        up = ctx.taps.get((f"descriptor_{op}", tap.tile, tap.k_block))
+        up = ctx.tap(f"descriptor_{op}", tap.tile, tap.k_block, tap.partial)
         if up is not None:
             fed = ref_load.tile_from_image(up.values.to(ctx.dev), op, major, block_mn, ctx.bk, dname, sw)
             tf.append(ctx.judge(received, fed, feed=Feed.KERNEL, valid=valid, recorded=recorded,

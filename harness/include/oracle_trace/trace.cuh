@@ -88,7 +88,7 @@ constexpr uint32_t kMaxTileDim = 65535u;    // rows and cols are 16-bit
 constexpr int kNone = -1;                   // no k-block / slot / partial / group; any tile
 constexpr uint32_t kStageCounters = 16u;    // dropped_by_stage[] entries, indexed by stage code
 
-// Stage codes, in the oracle's pipeline order (harness/taps.py TAP_STAGES).
+// Stage codes (harness/trace_format.py STAGE_CODES); the pipeline order is harness/taps.py STAGES.
 enum class Stage : uint8_t {
   DescriptorA = 1,
   DescriptorB = 2,
@@ -100,6 +100,7 @@ enum class Stage : uint8_t {
   EpilogueBias = 8,
   EpilogueActivation = 9,
   EpilogueCast = 10,
+  Reduce = 11,  // a split tile's partials summed; in pipeline order between Mma and the epilogue
 };
 
 // Element types (kernels_ref/dtypes.py names: fp32 fp16 bf16 e4m3 e5m2 int8 int32).
