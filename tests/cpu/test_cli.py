@@ -23,7 +23,7 @@ def test_demo_names_the_planted_defect(tmp_path, capsys):
     assert (fd["stage"], fd["tile"], fd["k_block"], fd["kind"]) == ("mma", [0, 0], 1, "VERDICT")
     assert set(fd) >= {"stage", "tile", "k_block", "element", "received", "expected", "kind"}
     names = [s["name"] for s in doc["stages"]]
-    assert all(n.split("_")[0] in ("descriptor", "load", "mma", "epilogue") for n in names)
+    assert all(n.split("_")[0] in ("descriptor", "load", "mma", "reduce", "epilogue") for n in names)
     assert all({"name", "teacher_forced", "chained", "worst_tile"} <= set(s) for s in doc["stages"])
 
 
