@@ -224,22 +224,31 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
 
     phase = status["phase"] = "encode"
     progress.mark(phase)
-    maps = []
-    for a in launch.args:
-        if isinstance(a, TensorMapArg):
-            maps.append(encode(a.spec, dptrs[a.tensor_name]))
-    params = KernelParams(argument_bytes(launch, dptrs, maps))
+
+    def packed(spec: LaunchSpec) -> KernelParams:
+        maps = [encode(a.spec, dptrs[a.tensor_name]) for a in spec.args if isinstance(a, TensorMapArg)]
+        return KernelParams(argument_bytes(spec, dptrs, maps))
+
+    # the first launch, then any later ones ([[launch.next]]), in order, on the same buffers
+    sequence = [(func, launch, packed(launch))]
+    for item in req.get("then") or []:
+        nxt = LaunchSpec.from_dict(item["launch"])
+        fn = module.function(item["entry"])
+        if nxt.shared_mem_bytes > 48 * 1024:
+            fn.set_max_dynamic_shared(nxt.shared_mem_bytes)
+        sequence.append((fn, nxt, packed(nxt)))
+    params = sequence[0][2]
 
     def launch_once() -> None:
         try:
-            status["phase"] = "launch"
-            progress.mark("launch")
             t0 = time.perf_counter()
-            cu.launch(func, launch.grid, launch.block, launch.shared_mem_bytes, params.address,
-                      cluster=launch.cluster)
-            status["phase"] = "sync"
-            progress.mark("sync")
-            cu.synchronize()
+            for i, (fn, spec, par) in enumerate(sequence):
+                status["phase"] = "launch"
+                progress.mark("launch", index=i)
+                cu.launch(fn, spec.grid, spec.block, spec.shared_mem_bytes, par.address, cluster=spec.cluster)
+                status["phase"] = "sync"
+                progress.mark("sync", index=i)
+                cu.synchronize()
             status["kernel_s"] = time.perf_counter() - t0
         finally:
             if sink is not None:

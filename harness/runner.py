@@ -170,10 +170,13 @@ def _as_cubin_bytes(cubin) -> bytes:
     raise RunnerError(f"cubin must be bytes, a path or a BuildResult, got {type(cubin).__name__}")
 
 
-def _check_request(launch: LaunchSpec, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _check_request(launch: LaunchSpec, tensors: Mapping[str, torch.Tensor],
+                   later: Sequence[LaunchSpec] = ()) -> dict[str, torch.Tensor]:
     if not isinstance(launch, LaunchSpec):
         raise RunnerError(f"launch must be a LaunchSpec, got {type(launch).__name__}")
-    roles = launch.tensor_roles()
+    roles = dict(launch.tensor_roles())
+    for spec in later:
+        roles.update({n: r for n, r in spec.tensor_roles().items() if n not in roles})
     missing = [n for n in roles if n not in tensors]
     if missing:
         raise RunnerError(f"the launch names tensors {missing} that were not given; given: {sorted(tensors)}")
@@ -323,6 +326,7 @@ def run_kernel(
     child_cmd: Optional[Sequence[str]] = None,
     keep_dir: Optional[bool] = None,
     timing: Optional[Mapping[str, object]] = None,
+    then: Sequence[tuple[str, LaunchSpec]] = (),
 ) -> KernelRun:
     """Run `entry` from `cubin` once with `launch` in a child process; see the module docstring.
 
@@ -332,6 +336,9 @@ def run_kernel(
     run directory and reports it in KernelRun.run_dir. `timing` ({"entry", "min_reps", "max_reps",
     "rse_target", "max_ms", "warmup_ms", "flush_bytes"}, all optional) times the kernel after the
     verified run, with the sink off, and checks the outputs again afterwards (KernelRun.timing).
+    `then`: (entry, launch) pairs run after the first launch, in order, on the same tensors (e.g. a
+    reduction kernel after the kernel that writes the partials); the sink stays set for all of them,
+    and `timing` is refused with them (it times one launch).
     Raises RunnerError for a malformed request;
     never raises for anything the kernel or the child does.
     """
@@ -344,8 +351,18 @@ def run_kernel(
         raise RunnerError(f"timeout_s {timeout_s!r} must be a positive number of seconds")
     keep = _knobs.get("ORACLE_KEEP_RUN_DIR") if keep_dir is None else bool(keep_dir)
     image = _as_cubin_bytes(cubin)
-    dense = _check_request(launch, tensors)
+    then = tuple(then)
+    for i, item in enumerate(then):
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) and item[0]
+                and isinstance(item[1], LaunchSpec)):
+            raise RunnerError(f"then[{i}] must be (entry, LaunchSpec), got {item!r}")
+    if then and timing:
+        raise RunnerError("timing times one launch; this run has more than one (then)")
+    dense = _check_request(launch, tensors, [spec for _, spec in then])
     roles = launch.tensor_roles()
+    for _, spec in then:
+        for name, role in spec.tensor_roles().items():
+            roles[name] = "inout" if roles.get(name, role) != role else role
 
     run_dir = Path(tempfile.mkdtemp(prefix="oracle-run-"))
     sink_file: Optional[Path] = None
@@ -367,7 +384,8 @@ def run_kernel(
         request = {"protocol": P.PROTOCOL_VERSION, "entry": entry, "launch": launch.to_dict(),
                    "tensors": records, "sink": sink_doc, "device": int(device),
                    "poison_outputs": bool(poison_outputs), "timeout_s": timeout,
-                   "timing": dict(timing) if timing else None}
+                   "timing": dict(timing) if timing else None,
+                   "then": [{"entry": e, "launch": spec.to_dict()} for e, spec in then]}
         P.write_json_atomic(run_dir / P.REQUEST, request)
 
         argv = list(child_cmd if child_cmd is not None else DEFAULT_CHILD) + [str(run_dir)]

@@ -60,8 +60,11 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from oracle.problem import ProblemSpec, SpecError
 
-OPERANDS = ("a", "b", "c", "d", "bias", "scale_a", "scale_b")
-SIZE_NAMES = ("m", "n", "k", "lda", "ldb", "ldc", "ldd", "tiles_m", "tiles_n", "k_blocks", "tiles")
+OPERANDS = ("a", "b", "c", "d", "bias", "scale_a", "scale_b", "group_offsets")
+SIZE_NAMES = ("m", "n", "k", "lda", "ldb", "ldc", "ldd", "tiles_m", "tiles_n", "k_blocks", "tiles", "total_m",
+              "splits", "stream_k_workers", "groups", "group_tiles_m", "max_partials")
+WORKSPACE_INITS = ("zero", "poison", "stale")
+WORKSPACE_DTYPES = ("uint8", "int32", "fp32")
 LITERAL_TYPES = ("i32", "u32", "i64", "u64", "f32", "f64")
 MAX_CAPACITY_MB = 65536
 TENSORMAP_OPTIONS = ("rows", "stride_bytes", "box_inner", "swizzle", "oob_fill")
@@ -83,7 +86,7 @@ class KernelSource:
 
 @dataclass(frozen=True)
 class Arg:
-    kind: str  # "operand" | "size" | "float" | "literal" | "tensormap" | "null"
+    kind: str  # "operand" | "size" | "float" | "literal" | "tensormap" | "workspace" | "null"
     name: str = ""
     ctype: str = ""
     expr: Union[str, int, float, None] = None
@@ -97,6 +100,19 @@ class LaunchPlan:
     args: tuple[Arg, ...]
     shared_mem_bytes: int = 0
     cluster: tuple[int, int, int] = (1, 1, 1)
+    entry: Optional[str] = None  # a later launch's kernel (the first launch runs [kernel] entry)
+    next: tuple["LaunchPlan", ...] = ()  # kernels launched after this one, in order, on the same buffers
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A buffer the harness allocates for every launch and fills before it: zeros, the 0xFF poison,
+    or stale data (a deterministic junk pattern, as an earlier use of the buffer leaves it)."""
+
+    name: str
+    bytes: Union[int, str]  # an expression of the problem's sizes
+    init: str = "zero"
+    dtype: str = "uint8"  # what stale data looks like: bytes, small int32s, or finite fp32 values
 
 
 @dataclass(frozen=True)
@@ -114,6 +130,7 @@ class Case:
     launch: Optional[LaunchPlan]
     trace: TracePlan
     path: Optional[str] = None
+    workspaces: tuple[Workspace, ...] = ()
 
 
 def parse_value(text: str) -> Any:
@@ -169,7 +186,39 @@ def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *,
     kernel = _kernel(doc.get("kernel"), base, source, entry)
     launch = _launch(doc["launch"]) if "launch" in doc else None
     trace = trace_plan(doc.get("trace", {}))
-    return Case(spec, kernel, launch, trace, path)
+    workspaces = _workspaces(doc.get("workspace", {}))
+    if launch is not None:
+        declared = {w.name for w in workspaces}
+        for plan in (launch,) + launch.next:
+            for i, a in enumerate(plan.args):
+                if a.kind == "workspace" and a.name not in declared:
+                    raise CaseError(f"[launch] args[{i}]: workspace {a.name!r} is not declared; declared: "
+                                    f"{', '.join(sorted(declared)) or 'none'} ([workspace.NAME] tables)")
+    return Case(spec, kernel, launch, trace, path, workspaces)
+
+
+def _workspaces(sec) -> tuple[Workspace, ...]:
+    if not isinstance(sec, dict):
+        raise CaseError(f"[workspace] must be a table of [workspace.NAME] tables, got {sec!r}")
+    out = []
+    for name, w in sec.items():
+        where = f"[workspace.{name}]"
+        if not name.isidentifier():
+            raise CaseError(f"{where}: the name must be an identifier")
+        if not isinstance(w, dict):
+            raise CaseError(f"{where} must be a table with bytes, init and dtype")
+        unknown = sorted(set(w) - {"bytes", "init", "dtype"})
+        if unknown:
+            raise CaseError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: bytes, init, dtype")
+        if "bytes" not in w or isinstance(w["bytes"], bool) or not isinstance(w["bytes"], (int, str)):
+            raise CaseError(f"{where} bytes must be an integer or an expression, got {w.get('bytes')!r}")
+        init, dtype = w.get("init", "zero"), w.get("dtype", "uint8")
+        if init not in WORKSPACE_INITS:
+            raise CaseError(f"{where} init must be one of {', '.join(WORKSPACE_INITS)}, got {init!r}")
+        if dtype not in WORKSPACE_DTYPES:
+            raise CaseError(f"{where} dtype must be one of {', '.join(WORKSPACE_DTYPES)}, got {dtype!r}")
+        out.append(Workspace(name, w["bytes"], init, dtype))
+    return tuple(out)
 
 
 def read_toml(path: str, what: str) -> dict:
@@ -187,10 +236,10 @@ def _read_case(path: str, seen: tuple[str, ...]) -> dict:
     """The TOML of a case with its `extends` chain merged: a case may name a base case file
     (relative to itself) and replace keys of its tables; the base's file paths stay its own."""
     doc = read_toml(path, "case file")
-    unknown = sorted(set(doc) - {"problem", "kernel", "launch", "trace", "extends"})
+    unknown = sorted(set(doc) - {"problem", "kernel", "launch", "trace", "workspace", "extends"})
     if unknown:
         raise CaseError(f"{path}: unknown section(s) {', '.join(unknown)}; allowed: problem, kernel, launch, trace, "
-                        f"extends")
+                        f"workspace, extends")
     here = os.path.dirname(os.path.abspath(path))
     for key in ("source", "cubin"):
         if key in doc.get("kernel", {}):
@@ -239,10 +288,21 @@ def _triple(v, key: str) -> tuple:
     return tuple(list(v) + [1] * (3 - len(v)))
 
 
-def _launch(sec: dict) -> LaunchPlan:
-    unknown = sorted(set(sec) - {"grid", "block", "shared_mem_bytes", "args", "cluster"})
+def _launch(sec: dict, where: str = "[launch]") -> LaunchPlan:
+    if not isinstance(sec, dict):
+        raise CaseError(f"{where} must be a table, got {sec!r}")
+    allowed = {"grid", "block", "shared_mem_bytes", "args", "cluster"} | ({"next"} if where == "[launch]" else {"entry"})
+    unknown = sorted(set(sec) - allowed)
     if unknown:
-        raise CaseError(f"[launch]: unknown key(s) {', '.join(unknown)}")
+        raise CaseError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    nxt = ()
+    if "next" in sec:
+        if not isinstance(sec["next"], list):
+            raise CaseError("[[launch.next]] must be an array of tables (one per kernel launched after the first)")
+        nxt = tuple(_launch(t, f"[[launch.next]] #{i}") for i, t in enumerate(sec["next"]))
+        for i, t in enumerate(nxt):
+            if not isinstance(t.entry, str) or not t.entry:
+                raise CaseError(f"[[launch.next]] #{i} needs entry = \"kernel name\"")
     for key in ("grid", "block", "args"):
         if key not in sec:
             raise CaseError(f"[launch] needs {key!r}")
@@ -254,7 +314,8 @@ def _launch(sec: dict) -> LaunchPlan:
     if not isinstance(smem, int) or smem < 0:
         raise CaseError(f"[launch] shared_mem_bytes must be a non-negative integer, got {smem!r}")
     return LaunchPlan(_triple(sec["grid"], "grid"), block, args, smem, _triple(sec.get("cluster", [1, 1, 1]),
-                                                                                 "cluster"))
+                                                                                 "cluster"),
+                      sec.get("entry"), nxt)
 
 
 def _arg(a, i: int) -> Arg:
@@ -270,6 +331,10 @@ def _arg(a, i: int) -> Arg:
             return Arg("null")
         raise CaseError(f"{where} = {a!r} is unknown; operands {', '.join(OPERANDS)}, sizes {', '.join(SIZE_NAMES)},"
                         f" alpha, beta, null, or a table like {{ i32 = 3 }} / {{ tensormap = \"a\" }}")
+    if isinstance(a, dict) and "workspace" in a:
+        if len(a) != 1 or not isinstance(a["workspace"], str):
+            raise CaseError(f"{where}: a workspace argument is {{ workspace = \"NAME\" }}, got {a!r}")
+        return Arg("workspace", a["workspace"])
     if isinstance(a, dict) and "tensormap" in a:
         val = a["tensormap"]
         if val not in ("a", "b"):

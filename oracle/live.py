@@ -24,6 +24,7 @@ from harness.trace_budget import TraceBudget, trace_budget
 from kernels_ref.dtypes import DTYPES
 from oracle import knobs
 from oracle.case import Case, CaseError, check_trace_selection, evaluate
+from oracle.partition import group_offsets, tile_partials
 from oracle.inputs import Operands, Provenance, analytic_ones_value
 from oracle.recording import Recording
 
@@ -37,12 +38,13 @@ class LiveRun:
 
 
 def _storage(x: torch.Tensor, major: str) -> torch.Tensor:
-    """A logical matrix laid out in memory by its major: row = as is, col = transposed storage."""
-    return x.contiguous() if major == "row" else x.t().contiguous()
+    """A logical matrix (or a stack of them: B of a grouped problem) laid out in memory by its
+    major: row = as is, col = each matrix transposed."""
+    return x.contiguous() if major == "row" else x.transpose(-1, -2).contiguous()
 
 
 def _from_storage(x: torch.Tensor, major: str) -> torch.Tensor:
-    return x if major == "row" else x.t().contiguous()
+    return x if major == "row" else x.transpose(-1, -2).contiguous()
 
 
 def default_trace_tiles(case: Case) -> tuple[tuple[int, int], ...]:
@@ -57,6 +59,16 @@ def _names(case: Case) -> dict[str, int]:
           "ldc": s.n if s.c_major == "row" else s.m, "ldd": s.n if s.d_major == "row" else s.m}
     names = {"m": s.m, "n": s.n, "k": s.k, "tiles_m": s.tiles_m, "tiles_n": s.tiles_n, "k_blocks": s.k_blocks,
              "tiles": s.tiles_m * s.tiles_n, "batch": s.batch, **ld}
+    sizes = s.group_sizes
+    names.update(total_m=s.total_m, splits=s.splits, stream_k_workers=s.stream_k_workers or 0,
+                 groups=len(sizes) if sizes else 0,
+                 group_tiles_m=sum(-(-g // s.tile.bm) for g in sizes) if sizes else s.tiles_m,
+                 max_partials=max(len(tile_partials(s, (tm, tn))) for tm in range(s.tiles_m)
+                                  for tn in range(s.tiles_n)) if s.partitioned else 1)
+    if sizes:  # leading dimensions of the stacked operands
+        names["lda"] = s.k if s.a_major == "row" else s.total_m
+        names["ldc"] = s.n if s.c_major == "row" else s.total_m
+        names["ldd"] = s.n if s.d_major == "row" else s.total_m
     names["num_sms"] = _num_sms()
     return names
 
@@ -68,12 +80,21 @@ def _num_sms() -> int:
 
 
 def launch_spec(case: Case, ops: Operands) -> tuple[LaunchSpec, dict[str, torch.Tensor]]:
-    """The harness launch and the tensors in memory order, from the case's argument list."""
+    """The harness launch of the case's first kernel and the tensors in memory order."""
+    sequence, used = launch_sequence(case, ops)
+    if len(sequence) > 1:
+        raise CaseError(f"the case launches {len(sequence)} kernels ([[launch.next]]); use launch_sequence")
+    return sequence[0][1], used
+
+
+def launch_sequence(case: Case, ops: Operands) -> tuple[list[tuple[str, LaunchSpec]], dict[str, torch.Tensor]]:
+    """Every launch of the case ((entry, LaunchSpec): [launch], then [[launch.next]] in order) and the
+    tensors they share, in memory order: operands, D, the group offsets of a grouped problem and the
+    declared workspaces, each filled as declared."""
     if case.launch is None:
         raise CaseError("the case has no [launch] table: the oracle cannot guess the kernel's arguments")
     s = case.spec
     names = _names(case)
-    lp = case.launch
     storage = {"a": _storage(ops.a, s.a_major), "b": _storage(ops.b, s.b_major)}
     if ops.c is not None:
         storage["c"] = _storage(ops.c, s.c_major)
@@ -81,17 +102,55 @@ def launch_spec(case: Case, ops: Operands) -> tuple[LaunchSpec, dict[str, torch.
         v = getattr(ops, n)
         if v is not None:
             storage[n] = v.contiguous()
-    d_shape = (s.m, s.n) if s.d_major == "row" else (s.n, s.m)
+    d_shape = (s.total_m, s.n) if s.d_major == "row" else (s.n, s.total_m)
     storage["d"] = torch.empty(d_shape, dtype=DTYPES[s.out_dtype].torch)
-    args, used = [], {}
+    offsets = group_offsets(s)
+    if offsets is not None:
+        storage["group_offsets"] = torch.tensor(offsets, dtype=torch.int32)
+    for w in case.workspaces:
+        storage[f"ws_{w.name}"] = workspace_buffer(w, int(evaluate(w.bytes, names, f"[workspace.{w.name}] bytes")))
+    used: dict[str, torch.Tensor] = {}
+    sequence = [(case.kernel.entry if case.kernel else "", _one_launch(case, case.launch, "[launch]", storage,
+                                                                       names, used))]
+    for i, plan in enumerate(case.launch.next):
+        sequence.append((plan.entry, _one_launch(case, plan, f"[[launch.next]] #{i}", storage, names, used)))
+    return sequence, used
+
+
+def workspace_buffer(w, nbytes: int) -> torch.Tensor:
+    """A workspace's bytes as declared: zeros, the 0xFF poison, or stale data."""
+    if nbytes <= 0:
+        raise CaseError(f"[workspace.{w.name}] bytes evaluates to {nbytes}; it must be positive")
+    size = {"uint8": 1, "int32": 4, "fp32": 4}[w.dtype]
+    count = -(-nbytes // size)
+    if w.init == "zero":
+        return torch.zeros(count * size, dtype=torch.uint8)
+    if w.init == "poison":
+        return torch.full((count * size,), POISON_BYTE, dtype=torch.uint8)
+    g = torch.Generator().manual_seed(0x57A1E + count)
+    if w.dtype == "fp32":
+        junk = (torch.randn(count, generator=g) * 64).float()
+    elif w.dtype == "int32":
+        junk = torch.randint(1, 16, (count,), generator=g, dtype=torch.int32)
+    else:
+        junk = torch.randint(0, 256, (count,), generator=g, dtype=torch.int64).to(torch.uint8)
+    return junk.view(torch.uint8).clone()
+
+
+def _one_launch(case: Case, lp, where0: str, storage: dict, names: dict, used: dict) -> LaunchSpec:
+    s = case.spec
+    args = []
     for i, a in enumerate(lp.args):
-        where = f"[launch] args[{i}]"
+        where = f"{where0} args[{i}]"
         if a.kind == "operand":
             if a.name in storage:
                 args.append(TensorArg(a.name, "out" if a.name == "d" else "in"))
                 used[a.name] = storage[a.name]
             else:
                 args.append(ScalarArg(0, "u64"))  # the problem does not use it: a null pointer
+        elif a.kind == "workspace":
+            args.append(TensorArg(f"ws_{a.name}", "inout"))
+            used[f"ws_{a.name}"] = storage[f"ws_{a.name}"]
         elif a.kind == "null":
             args.append(ScalarArg(0, "u64"))
         elif a.kind == "size":
@@ -102,13 +161,14 @@ def launch_spec(case: Case, ops: Operands) -> tuple[LaunchSpec, dict[str, torch.
             v = evaluate(a.expr, names, where)
             args.append(ScalarArg(float(v) if a.ctype.startswith("f") else int(v), a.ctype))
         elif a.kind == "tensormap":
+            if s.group_sizes is not None:
+                raise CaseError(f"{where}: tensor maps of a grouped or batched problem are not built by the harness")
             tm, storage[a.name] = _tensormap(case, a, storage[a.name], names, where)
             args.append(TensorMapArg(a.name, tm))
             used[a.name] = storage[a.name]
-    grid = tuple(int(evaluate(g, names, "[launch] grid")) for g in lp.grid)
-    spec = LaunchSpec(grid=grid, block=lp.block, args=tuple(args), shared_mem_bytes=lp.shared_mem_bytes,
+    grid = tuple(int(evaluate(g, names, f"{where0} grid")) for g in lp.grid)
+    return LaunchSpec(grid=grid, block=lp.block, args=tuple(args), shared_mem_bytes=lp.shared_mem_bytes,
                       cluster=lp.cluster)
-    return spec, used
 
 
 def _tensormap(case: Case, a, stored: torch.Tensor, names: dict, where: str):
@@ -170,6 +230,9 @@ def sink_budget(case: Case) -> tuple[TraceBudget, int]:
     size["epilogue_cast"] = DTYPES[s.out_dtype].itemsize
     budget = trace_budget(trace_selection(case), tiles_m=s.tiles_m, tiles_n=s.tiles_n, k_blocks=s.k_blocks,
                           block_m=s.tile.bm, block_n=s.tile.bn, block_k=s.tile.bk, itemsize=size)
+    if s.group_sizes is not None:  # a tile selector matches that tile in every group
+        g = len(s.group_sizes)
+        budget = replace(budget, least=512 + g * (budget.least - 512), estimate=512 + g * (budget.estimate - 512))
     mb = case.trace.capacity_mb or knobs.TRACE_MAX_MB.get()
     ceiling = mb << 20
     if budget.least > ceiling:
@@ -198,7 +261,10 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
     t0 = time.perf_counter()
     check_trace_selection(case)
     budget, ceiling = sink_budget(case)
-    launch, tensors = launch_spec(case, ops)  # before building: a bad launch table fails fast
+    sequence, tensors = launch_sequence(case, ops)  # before building: a bad launch table fails fast
+    launch = sequence[0][1]
+    if timing is not None and len(sequence) > 1:
+        raise CaseError(f"the case launches {len(sequence)} kernels: timing measures one launch")
     host_maps = tuple(a.spec.to_descriptor_record(a.tensor_name) for a in launch.args
                       if isinstance(a, TensorMapArg))
     cached = None
@@ -216,7 +282,7 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
         timing = {**timing, "entry": k.time_entry}
     t1 = time.perf_counter()
     run = run_kernel(cubin, k.entry, launch, tensors, sink=SinkRequest(prefix, capacity=capacity, max_bytes=ceiling),
-                     timeout_s=timeout_s, timing=timing)
+                     timeout_s=timeout_s, timing=timing, then=sequence[1:])
     t2 = time.perf_counter()
     notes = []
     taps, descriptors, account = (), (), None
