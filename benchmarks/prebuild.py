@@ -18,7 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-CASES = ("zoo/hopper_gemm/hopper_gemm.toml", "zoo/sm80_gemm/sm80_gemm.toml", "harness/examples/simple_gemm.toml",
+CASES = ("zoo/hopper_gemm/hopper_gemm.toml", "zoo/sm80_gemm/sm80_gemm.toml", "zoo/split_gemm/splitk_serial.toml",
+         "harness/examples/simple_gemm.toml",
          "harness/examples/fault_trap.toml")
 
 

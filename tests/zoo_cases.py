@@ -35,6 +35,9 @@ def entry_case(entry: dict, problem: Optional[dict] = None) -> Case:
 
 def tapped_stages(case: Case) -> set[str]:
     """The stages the case's zoo kernel taps."""
+    if Path(case.kernel.source).resolve().parent == ROOT / "zoo" / "split_gemm":
+        stages = {"load_a", "load_b", "mma", "epilogue_alpha_beta", "epilogue_bias", "epilogue_cast"}
+        return stages | ({"reduce"} if case.spec.partitioned else set())
     stages = {"load_a", "load_b", "mma"} | EPILOGUE_TAPS
     if Path(case.kernel.source).resolve().parent == ROOT / "zoo" / "hopper_gemm":
         stages |= {"descriptor_a", "descriptor_b"}
@@ -54,9 +57,10 @@ def stage_table(an) -> dict:
     return {s.name: (s.teacher_forced.status.value, s.chained.status.value) for s in an.stages}
 
 
-def check_judgement(want: Optional[str], case: Case, an) -> None:
+def check_judgement(want: Optional[str], case: Case, an, entry: Optional[dict] = None) -> None:
     """The oracle's judgement of one run must be `want`: the first divergent stage, or None for a
-    MATCH with every tapped stage compared (teacher-forced and chained)."""
+    MATCH with every tapped stage compared (teacher-forced and chained); with the manifest entry,
+    also its expected group and partial."""
     table = stage_table(an)
     assert not an.cross_check, an.cross_check
     tapped = tapped_stages(case)
@@ -76,5 +80,8 @@ def check_judgement(want: Optional[str], case: Case, an) -> None:
     assert an.first.stage == want, (an.first, an.diagnosis.reason, table)
     # every tap of the stage's input was recorded on controlled inputs: nothing less than a VERDICT
     assert an.first.kind is Kind.VERDICT, (an.first, an.open_confounds)
+    for key, got in (("expected_group", an.first.group), ("expected_partial", an.first.partial)):
+        if entry is not None and key in entry:
+            assert got == entry[key], (key, got, entry[key], an.first)
     upstream = [s for s in an.stages if STAGES.index(s.name) < STAGES.index(want)]
     assert all(Status.MISMATCH not in (s.teacher_forced.status, s.chained.status) for s in upstream), table

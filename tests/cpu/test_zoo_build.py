@@ -39,7 +39,7 @@ MANIFEST = ROOT / "tests" / "zoo" / "manifest.json"
 SM80_DIR = ROOT / "zoo" / "sm80_gemm"
 SM80_SOURCE = SM80_DIR / "sm80_gemm.cu"
 ENTRY_KEYS = {"name", "kernel", "case", "defect", "expected_stage", "problem", "dump"}
-OPTIONAL_KEYS = {"seed", "note", "trace", "record_problem"}
+OPTIONAL_KEYS = {"seed", "note", "trace", "record_problem", "expected_group", "expected_partial"}
 
 # Every variant of the sm80 GEMM (the ZOO_SM80_* lists in sm80_gemm.cu): (dtype, defect).
 SM80_VARIANTS = [("bf16", None), ("fp16", None)] + [("bf16", d) for d in (
@@ -79,8 +79,8 @@ def test_manifest_is_well_formed():
             f"{where}: expected_stage {e['expected_stage']!r} is not one of {', '.join(STAGES)}"
         if e["defect"] is None:
             assert e["expected_stage"] is None, f"{where}: a correct variant must MATCH (expected_stage null)"
-        elif (e["expected_stage"] or "").startswith("descriptor_"):  # host-side: the case builds the bad map
-            assert Path(e["case"]).stem == e["defect"], f"{where}: case {e['case']} does not carry {e['defect']!r}"
+        elif Path(e["case"]).stem == e["defect"]:  # host-side: the case builds the bad map or workspace
+            assert "/defects/" in e["case"], f"{where}: a host-side defect's case lives under defects/"
         else:
             assert f"_{e['defect']}_" in fn, f"{where}: entry point {fn} does not carry the defect {e['defect']!r}"
         if e["expected_stage"] is None and e["defect"] is not None:

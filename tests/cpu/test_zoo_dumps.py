@@ -25,7 +25,7 @@ def test_recorded_zoo_trace_is_judged_as_the_manifest_says(entry):
     case = entry_case(entry, entry.get("record_problem") or entry["problem"])
     assert rec.spec == case.spec, "the dump was recorded for another problem than the manifest's"
     assert tapped_stages(case) <= {t.stage for t in rec.taps}
-    check_judgement(entry["expected_stage"], case, analyze(rec))
+    check_judgement(entry["expected_stage"], case, analyze(rec), entry)
 
 
 @pytest.mark.parametrize("name, dropped, stage", [("sm80_bf16_correct", (1, 2), None),

@@ -245,7 +245,7 @@ def test_repro_traced_sink_names_the_manifest_s_stage(runs, entry):
     rec = load_repro_run(r["dir"])
     assert rec.taps, "the traced reproducer recorded no taps"
     assert not any("dropped" in n for n in rec.notes), rec.notes
-    check_judgement(entry["expected_stage"], r["case"], analyze(rec))
+    check_judgement(entry["expected_stage"], r["case"], analyze(rec), entry)
 
 
 @pytest.mark.parametrize("entry", [e for e in entries() if _correct(e)], ids=lambda e: e["name"])

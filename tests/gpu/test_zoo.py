@@ -46,4 +46,4 @@ def test_zoo_variant_is_judged_as_the_manifest_says(entry):
         assert rec.trace is not None and rec.trace.complete, rec.notes
         want = tapped_stages(case)
         assert want <= {t.stage for t in rec.taps}, (sorted(want - {t.stage for t in rec.taps}), problem)
-        check_judgement(entry["expected_stage"], case, analyze(rec))
+        check_judgement(entry["expected_stage"], case, analyze(rec), entry)
