@@ -128,8 +128,8 @@ def run_case(bc: BenchCase) -> dict:
     row["verdict"] = an.verdict.value
     if an.first is not None:
         f = an.first
-        row["first_divergence"] = {"stage": f.stage, "tile": list(f.tile), "k_block": f.k_block,
-                                   "kind": f.kind.value}
+        row["first_divergence"] = {"stage": f.stage, "tile": list(f.tile) if f.tile else None, "k_block": f.k_block,
+                                   "partial": f.partial, "group": f.group, "kind": f.kind.value}
     if bc.time and an.verdict.value == "MATCH" and live.run.ok:
         k = kernel_path(case.spec, live.run.timing, case.kernel.time_entry or case.kernel.entry)
         refs, notes = reference_paths(case.spec, ops)
@@ -185,13 +185,26 @@ def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optio
         mine = [BenchCase(**{**c.__dict__, "time": False}) for c in mine]
     gpus = visible_gpus() if workers is None else workers
     env = environment()
+    indices = [j for j in range(len(cases)) if j % n == i]
     if gpus > 1 and len(mine) > 1:
-        rows = _run_workers(cases_path, shard_text or "0/1", gpus, time_cases, stream)
+        from oracle.workers import run_workers
+
+        def argv(sub: str, out: str) -> list[str]:
+            return ["bench", "--cases", cases_path, "--shard", sub, "--jsonl", out, "--workers", "1"] + \
+                ([] if time_cases else ["--no-time"])
+
+        rows = run_workers(argv, (i, n), gpus, indices, stream=stream)
+        for r in rows:
+            r.pop("environment", None)
+            _progress(len(rows), len(rows), r, stream)
     else:
+        from oracle.workers import device_of_this_process
+
+        here = device_of_this_process()
         rows = []
-        for j, c in enumerate(mine):
-            rows.append(run_case(c))
-            _progress(j + 1, len(mine), rows[-1], stream)
+        for j, c in zip(indices, mine):
+            rows.append({"index": j, **run_case(c), **here})
+            _progress(len(rows), len(mine), rows[-1], stream)
     if jsonl:
         with open(jsonl, "w") as f:
             for r in rows:
@@ -200,29 +213,3 @@ def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optio
     code = 3 if "KERNEL_ERROR" in verdicts else 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED"} \
         else 2 if "ERROR" in verdicts else 0
     return rows, code
-
-
-def _run_workers(cases_path: str, shard_text: str, gpus: int, time_cases: bool, stream) -> list[dict]:
-    """One worker process per GPU, each a sub-shard of this shard, its results in JSON lines."""
-    import tempfile
-
-    i, n = parse_shard(shard_text)
-    procs = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for g in range(gpus):
-            out = os.path.join(tmp, f"worker{g}.jsonl")
-            # cases j with j % n == i, split again by GPU: j % (n * gpus) == i + n * g
-            argv = [sys.executable, "-m", "oracle", "bench", "--cases", cases_path, "--shard",
-                    f"{i + n * g}/{n * gpus}", "--jsonl", out, "--workers", "1"] + ([] if time_cases else ["--no-time"])
-            env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(g))
-            procs.append((subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL), out))
-        rows = []
-        for p, out in procs:
-            p.wait()
-            if os.path.exists(out):
-                with open(out) as f:
-                    rows.extend(json.loads(line) for line in f if line.strip())
-    for r in rows:
-        r.pop("environment", None)
-        _progress(len(rows), len(rows), r, stream)
-    return rows

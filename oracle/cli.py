@@ -63,6 +63,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     phases = dict(extra.pop("phases_s", {}), recording=t1 - t0, analyze=time.perf_counter() - t1)
     if args.save_dump:
         rec.save(args.save_dump)
+    if getattr(args, "plots", None):
+        from oracle.plots import write_plots
+
+        try:
+            for path in write_plots(an, args.plots):
+                print(f"wrote {path}", file=sys.stderr)
+        except RuntimeError as e:
+            raise UsageError(str(e)) from None
     if not args.quiet:
         print(report.render(an))
         if perf is not None:
@@ -287,6 +295,43 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Benchmark-and-verify a torch op (module:function) over a sweep of shapes and dtypes.
+
+    The op takes the operands and returns D (torch.matmul, torch._scaled_mm, a custom op). Every
+    case is judged by the oracle (output only, tile by tile, with the case's numerics model), then
+    timed against cuBLAS under the oracle's timing discipline. The sweep: --sweep FILE.toml (see
+    oracle/verify.py), or --shape MxNxK (repeatable) with --dtype and --call. --shard i/n keeps
+    cases i, i+n, ...; one worker per visible GPU. Exit codes: 0 every case matches, 1 a
+    divergence, 2 bad usage or a broken case."""
+    from oracle.verify import load_sweep, run_verify, shape_cases, table
+
+    if bool(args.sweep) == bool(args.shape):
+        raise UsageError("give --sweep FILE.toml or --shape MxNxK (one of them)")
+    cases = load_sweep(args.sweep) if args.sweep else shape_cases(args.shape, args.dtype, args.call)
+    sweep_argv = ["--sweep", args.sweep] if args.sweep else \
+        [x for s in args.shape for x in ("--shape", s)] + ["--dtype", args.dtype, "--call", args.call]
+    rows, code = run_verify(args.op, cases, shard_text=args.shard, jsonl=args.jsonl, workers=args.workers,
+                            sweep_argv=sweep_argv)
+    print(table(rows))
+    return code
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    """What a bug report needs: GPU, driver, CUDA, nvcc, torch, triton, cuda-python, the CUTLASS
+    wheel, the oracle's version and its knobs (--json for machines)."""
+    from oracle.environment import describe, report_environment
+
+    env = report_environment()
+    if args.json:
+        import json
+
+        print(json.dumps(env, indent=1, default=str))
+    else:
+        print(describe(env))
+    return 0
+
+
 def cmd_knobs(args: argparse.Namespace) -> int:
     """List every ORACLE_* environment knob with its default, current value and meaning."""
     from tabulate import tabulate
@@ -330,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     c.add_argument("--save-dump", metavar="PATH", help="save the judged recording as a dump to PATH")
     c.add_argument("--quiet", action="store_true", help="print nothing; the exit code and --json say it all")
+    c.add_argument("--plots", metavar="DIR", help="write PNG pictures of every diverging stage to DIR (matplotlib)")
     c.set_defaults(func=cmd_compare)
 
     s = sub.add_parser("simulate", help="write a synthetic dump with an optional defect",
@@ -372,6 +418,22 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write no expected.bin/bound.bin: repro computes its own host reference")
     r.add_argument("--out", required=True, metavar="DIR", help="the directory to write")
     r.set_defaults(func=cmd_repro)
+
+    vf = sub.add_parser("verify", help="benchmark-and-verify a torch op over a sweep", description=cmd_verify.__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    vf.add_argument("--op", required=True, metavar="MODULE:FUNCTION", help="the op, e.g. torch:matmul")
+    vf.add_argument("--sweep", metavar="FILE.toml", help="the cases (oracle/verify.py)")
+    vf.add_argument("--shape", action="append", metavar="MxNxK", help="a case shape (repeatable)")
+    vf.add_argument("--dtype", default="bf16", help="operand type for --shape cases (default bf16)")
+    vf.add_argument("--call", default="matmul", choices=("matmul", "scaled_mm"), help="how the op is called")
+    vf.add_argument("--shard", metavar="i/n", help="run cases i, i+n, ... (0-based)")
+    vf.add_argument("--jsonl", metavar="PATH", help="one JSON line per case, with the environment")
+    vf.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per visible GPU)")
+    vf.set_defaults(func=cmd_verify)
+
+    e = sub.add_parser("env", help="print what a bug report needs", description=cmd_env.__doc__)
+    e.add_argument("--json", action="store_true", help="as JSON")
+    e.set_defaults(func=cmd_env)
 
     k = sub.add_parser("knobs", help="list the ORACLE_* environment knobs", description=cmd_knobs.__doc__)
     k.set_defaults(func=cmd_knobs)

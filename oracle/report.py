@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from typing import Any, Optional
 
 from tabulate import tabulate
@@ -237,6 +238,22 @@ def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None) -> dict:
     if extra:
         doc.update(extra)
     return doc
+
+
+SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "report_schema.json")
+
+
+def schema() -> dict:
+    """The JSON Schema of a report (oracle/report_schema.json, shipped with the package)."""
+    with open(SCHEMA_PATH) as f:
+        return json.load(f)
+
+
+def validate(doc: dict) -> None:
+    """Raise jsonschema.ValidationError if `doc` is not an oracle.report/1 document (needs jsonschema)."""
+    import jsonschema
+
+    jsonschema.validate(doc, schema(), cls=jsonschema.Draft202012Validator)
 
 
 def write_json(an: Analysis, path: str, extra: Optional[dict[str, Any]] = None) -> None:

@@ -1,6 +1,7 @@
 """Test tiers. The CPU tier runs everywhere with Triton under its interpreter; the GPU tier
 (marker `gpu`) needs a CUDA device and is skipped with a reason elsewhere."""
 
+import json
 import os
 import sys
 
@@ -36,3 +37,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "nvcc" in item.keywords and shutil.which("nvcc") is None:
             item.add_marker(skip_nvcc)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _every_report_follows_its_schema():
+    """Every report any test makes (oracle.report.to_json) is validated against the shipped JSON
+    Schema (oracle/report_schema.json), so the schema and the reports cannot drift apart."""
+    try:
+        import jsonschema  # noqa: F401
+    except ImportError:  # the dev extra installs it; without it the schema test says so
+        yield
+        return
+    from oracle import report
+
+    real = report.to_json
+
+    def checked(an, extra=None):
+        doc = real(an, extra)
+        report.validate(json.loads(json.dumps(doc, allow_nan=False, default=str)))
+        return doc
+
+    report.to_json = checked
+    yield
+    report.to_json = real

@@ -26,6 +26,26 @@ from oracle.recording import Recording
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[torch.Tensor]:
+    """err/bound per element of one failing unit (float32 on the CPU), for pictures."""
+    shape = kw.get("tile_shape")
+    r, e = received.double(), expected.to(received.device).double()
+    if bound is None:
+        same = bits(received) == bits(expected.to(received.dtype)) if received.dtype == expected.dtype else r == e
+        out = torch.where(same | (torch.isnan(r) & torch.isnan(e)), 0.0, float("inf"))
+    else:
+        out = (r - e).abs() / bound.to(r.device).double().clamp(min=1e-300)
+        out = torch.where(torch.isnan(r) & torch.isnan(e), 0.0, out)
+    if unwritten is not None:
+        out = torch.where(unwritten.to(out.device), float("inf"), out)
+    out = torch.where(mask.to(out.device), out, 0.0)
+    if shape is not None:  # one tile of a split comparison
+        origin = kw.get("origin", (0, 0))
+        r0, c0 = unit.tile[0] * shape[0] - origin[0], unit.tile[1] * shape[1] - origin[1]
+        out = out[r0:r0 + shape[0], c0:c0 + shape[1]]
+    return out.float().cpu()
+
+
 def bits(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous().view(_INT_OF_SIZE[x.element_size()])
 
@@ -242,6 +262,10 @@ class Context:
             masked[UPSTREAM_UNRECORDED] = int((mask & ~upstream).sum())
             mask = mask & upstream
         cmp = compare(received, expected, bound=bound, mask=mask, unwritten=unwritten, **kw)
+        if cmp.status is Status.MISMATCH:
+            cmp = dataclasses.replace(cmp, tiles=tuple(
+                dataclasses.replace(t, ratio_map=ratio_map(received, expected, bound, mask, unwritten, t, kw))
+                if not t.passed else t for t in cmp.tiles))
         if partial is not None:
             cmp = dataclasses.replace(cmp, tiles=tuple(dataclasses.replace(t, partial=partial) for t in cmp.tiles))
         return cmp.labelled(Evidence.of(feed, masked, stand_ins))
