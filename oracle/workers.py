@@ -36,15 +36,17 @@ def sub_shard(shard: tuple[int, int], gpus: int, g: int) -> str:
 
 
 def run_workers(argv_for: Callable[[str, str], Sequence[str]], shard: tuple[int, int], gpus: int,
-                expected: Sequence[int], *, stream=sys.stderr, env: dict = None) -> list[dict]:
-    """Start one worker per GPU: argv_for(sub_shard_text, jsonl_path) is its command line. Returns
-    every row in `index` order; a case whose row is missing gets an ERROR row naming its worker."""
+                expected: Sequence[int], *, stream=sys.stderr, env: dict = None,
+                prefix: Sequence[str] = (sys.executable, "-m", "oracle")) -> list[dict]:
+    """Start one worker per GPU: prefix + argv_for(sub_shard_text, jsonl_path) is its command line.
+    Returns every row in `index` order; a case whose row is missing gets an ERROR row naming its
+    worker."""
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         procs = []
         for g in range(gpus):
             out = os.path.join(tmp, f"worker{g}.jsonl")
-            argv = [sys.executable, "-m", "oracle", *argv_for(sub_shard(shard, gpus, g), out)]
+            argv = [*prefix, *argv_for(sub_shard(shard, gpus, g), out)]
             wenv = dict(os.environ if env is None else env, CUDA_VISIBLE_DEVICES=str(g), **ENV_KEEP)
             procs.append((g, subprocess.Popen(argv, env=wenv, stdout=subprocess.DEVNULL), out))
         for g, p, out in procs:
