@@ -141,6 +141,37 @@ def gemm_host(a: torch.Tensor, b: torch.Tensor, *, block_m: int = 128, block_n: 
                            tensor_scale=tensor_scale)
 
 
+def _check_groups(a: torch.Tensor, b: torch.Tensor, offsets) -> list[int]:
+    offs = [int(o) for o in offsets]
+    if b.dim() != 3 or len(offs) != b.shape[0] + 1 or offs[0] != 0 or offs[-1] != a.shape[0] or \
+            any(x > y for x, y in zip(offs, offs[1:])):
+        raise ValueError(f"grouped gemm: B must be [groups, K, N] and offsets {offs} the groups' first rows in A "
+                         f"(groups + 1 non-decreasing entries from 0 to M = {a.shape[0]})")
+    return offs
+
+
+def grouped_gemm(a: torch.Tensor, b: torch.Tensor, offsets, *, bias: Optional[torch.Tensor] = None, **kw):
+    """A grouped (MoE) GEMM: rows [offsets[g], offsets[g + 1]) of A times B[g] (B [groups, K, N]), with
+    the group's bias row (bias [groups, N]); a batched GEMM is groups of one size. Each group is
+    `gemm` with the same keywords; D [M, N] holds the groups' rows in order."""
+    offs = _check_groups(a, b, offsets)
+    ep = kw.get("ep", Epilogue())
+    out = torch.empty((a.shape[0], b.shape[2]), dtype=DTYPES[ep.out_dtype].torch, device=a.device)
+    for g in range(b.shape[0]):
+        if offs[g + 1] > offs[g]:
+            out[offs[g]:offs[g + 1]] = gemm(a[offs[g]:offs[g + 1]], b[g], bias=None if bias is None else bias[g],
+                                            **kw)
+    return out
+
+
+def grouped_gemm_host(a: torch.Tensor, b: torch.Tensor, offsets, *, bias: Optional[torch.Tensor] = None, **kw):
+    """Host spec of `grouped_gemm` (CPU)."""
+    offs = _check_groups(a, b, offsets)
+    parts = [gemm_host(a[offs[g]:offs[g + 1]].cpu(), b[g].cpu(), bias=None if bias is None else bias[g].cpu(), **kw)
+             for g in range(b.shape[0]) if offs[g + 1] > offs[g]]
+    return torch.cat(parts) if parts else torch.empty((0, b.shape[2]))
+
+
 class _CallableModule(types.ModuleType):
     """`kernels_ref.gemm` is this module and, called, the `gemm` function."""
 

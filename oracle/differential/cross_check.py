@@ -10,6 +10,7 @@ import torch
 from kernels_ref import epilogue as ref_epilogue
 from kernels_ref import load as ref_load
 from kernels_ref import mma as ref_mma
+from kernels_ref import reduce as ref_reduce
 from oracle import tolerance
 from oracle.compare import Status, compare
 from oracle.differential.context import Context
@@ -64,7 +65,32 @@ def cross_check(ctx: Context, tiles: Sequence[tuple[int, int]]) -> list[str]:
             if c.status is Status.MISMATCH:
                 problems.append(f"epilogue_{step} tile {tile}: Triton != host spec")
             host_x = y.cpu().double()
+        if spec.partitioned:
+            problems.extend(_partials_cross_check(ctx, tile, a_h, b_h, local))
     return problems
+
+
+def _partials_cross_check(ctx: Context, tile, a_h, b_h, local) -> list[str]:
+    """The partial references (each partial from zero) and the reduction against their host specs."""
+    spec = ctx.spec
+    out, finals = [], []
+    for p in ctx.partials(tile):
+        got = ref_mma.partial_trajectory(ctx.a, ctx.b, [tile], ctx.bm, ctx.bn, ctx.bk, p.kb_begin, p.kb_end,
+                                         oob_fill=spec.oob_fill, acc=spec.acc_dtype)
+        want = ref_mma.partial_trajectory_host(a_h, b_h, [local], ctx.bm, ctx.bn, ctx.bk, p.kb_begin, p.kb_end,
+                                               oob_fill=spec.oob_fill, acc=spec.acc_dtype)
+        s = ref_mma.partial_trajectory_host(abs_operand(a_h), abs_operand(b_h), [local], ctx.bm, ctx.bn, ctx.bk,
+                                            p.kb_begin, p.kb_end, acc="fp32")
+        n_k = min(p.kb_end * ctx.bk, spec.k) - p.kb_begin * ctx.bk
+        bound = tolerance.mma_bound(spec, torch.zeros_like(s[0, -1]), s[0, -1], n_k)
+        c = compare(got[0, -1].cpu().double(), want[0, -1].double(), bound=bound.double())
+        if c.status is Status.MISMATCH:
+            out.append(f"mma tile {tile} {p.describe()}: Triton partial != host spec")
+        finals.append(got[0, -1].float())
+    stack = torch.stack(finals)
+    if not torch.equal(ref_reduce.reduce_partials(stack).cpu().double(), ref_reduce.reduce_partials_host(stack)):
+        out.append(f"reduce tile {tile}: Triton != host spec")
+    return out
 
 
 def _host_operands(ctx: Context, tile, a_cpu, b_cpu):

@@ -132,3 +132,25 @@ def test_a_split_tile_without_a_reduce_tap_feeds_its_epilogue_through_a_stand_in
     first_epi = next(s for s in an.stages if s.name == "epilogue_scale")
     assert ("reduce", (0, 0), None) in first_epi.teacher_forced.evidence.stand_ins
     assert "stand-ins for reduce tile (0, 0)" in report.sentence(an)
+
+
+def test_grouped_reference_matches_its_host_spec():
+    from kernels_ref import gemm
+
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(90, 64, generator=g).bfloat16()
+    b = torch.randn(3, 64, 40, generator=g).bfloat16()
+    offs = [0, 30, 30, 90][:3] + [90]
+    b = b[:3]
+    got = gemm.grouped_gemm(a, b, offs, block_m=32, block_n=32, block_k=32)
+    want = gemm.grouped_gemm_host(a, b, offs, block_m=32, block_n=32, block_k=32)
+    assert got.shape == (90, 40) and torch.equal(got.float(), want.float())
+    with pytest.raises(ValueError, match="offsets"):
+        gemm.grouped_gemm(a, b, [0, 10, 90])
+
+
+def test_a_broken_partial_reference_makes_the_oracle_untrusted(monkeypatch):
+    real = ref_reduce.reduce_partials_host
+    monkeypatch.setattr(ref_reduce, "reduce_partials_host", lambda x: real(x) * 1.5)
+    an = _judge(SPLIT)
+    assert an.verdict is Verdict.ORACLE_UNTRUSTED and any("reduce" in p for p in an.cross_check)
