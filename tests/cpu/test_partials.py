@@ -132,3 +132,19 @@ def test_a_split_tile_without_a_reduce_tap_feeds_its_epilogue_through_a_stand_in
     first_epi = next(s for s in an.stages if s.name == "epilogue_scale")
     assert ("reduce", (0, 0), None) in first_epi.teacher_forced.evidence.stand_ins
     assert "stand-ins for reduce tile (0, 0)" in report.sentence(an)
+
+
+def test_a_grouped_problem_s_expected_output_is_every_group_s_in_row_order():
+    from oracle.differential import expected_output
+    from oracle.inputs import Operands
+
+    ops = make_operands(GROUPED, "random", 1)
+    y, b = expected_output(GROUPED, ops)
+    assert tuple(y.shape) == tuple(b.shape) == (218, 64) and y.dtype == torch.float32
+    offs = group_offsets(GROUPED)
+    for g, m_g in enumerate(GROUPED.groups):
+        if m_g == 0:
+            continue
+        sub = dataclasses.replace(GROUPED, m=m_g, groups=None)
+        yg, bg = expected_output(sub, Operands(a=ops.a[offs[g]:offs[g + 1]], b=ops.b[g]))
+        assert torch.equal(y[offs[g]:offs[g + 1]], yg) and torch.equal(b[offs[g]:offs[g + 1]], bg), g
