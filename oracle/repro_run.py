@@ -15,6 +15,7 @@ Constraints: nothing here runs a kernel; a missing or malformed file is a ReproE
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -24,6 +25,7 @@ from harness import trace_format
 from harness.tensormap import TensorMapSpec
 from kernels_ref.dtypes import DTYPES
 from oracle.inputs import Operands, Provenance
+from oracle.live import _ones_check
 from oracle.problem import ProblemSpec, SpecError
 from oracle.recording import Recording
 from oracle.repro import FORMAT, READABLE_VERSIONS, ReproError
@@ -136,4 +138,6 @@ def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
         rec.validate()
     except ValueError as e:
         raise ReproError(f"{root}: the run does not fit its problem: {e}") from None
+    if provenance.ladder == "ones" and output is not None:  # as a live run checks it
+        rec = replace(rec, notes=rec.notes + (_ones_check(rec),))
     return rec

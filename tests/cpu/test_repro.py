@@ -463,6 +463,7 @@ def test_compare_reads_the_maps_repro_encoded_as_descriptor_records(tmp_path):
     want = [a.spec.to_descriptor_record(a.tensor_name) for a in launch.args if isinstance(a, TensorMapArg)]
     assert list(rec.descriptors) == want and want[0].box_dims == (32, 128)
     assert not rec.taps and any("untraced build" in n for n in rec.notes)
+    assert any(n.startswith("analytic check (ones)") and "FAILS at 960 of 960" in n for n in rec.notes)
 
 
 def test_bad_input_is_an_error_line_not_a_traceback(tmp_path, capsys):
