@@ -208,6 +208,16 @@ def _check_request(launch: LaunchSpec, tensors: Mapping[str, torch.Tensor],
     return dense
 
 
+def sequence_roles(launch: LaunchSpec, later: Sequence[LaunchSpec] = ()) -> dict[str, str]:
+    """The role of every tensor over a launch and the launches after it: a tensor that one launch
+    reads and another writes is 'inout' (uploaded, never poisoned, downloaded)."""
+    roles = launch.tensor_roles()
+    for spec in later:
+        for name, role in spec.tensor_roles().items():
+            roles[name] = "inout" if roles.get(name, role) != role else role
+    return roles
+
+
 def _sink_dir(run_dir: Path) -> Path:
     chosen = _knobs.get("ORACLE_SINK_DIR")
     if chosen is not None:
@@ -359,10 +369,7 @@ def run_kernel(
     if then and timing:
         raise RunnerError("timing times one launch; this run has more than one (then)")
     dense = _check_request(launch, tensors, [spec for _, spec in then])
-    roles = launch.tensor_roles()
-    for _, spec in then:
-        for name, role in spec.tensor_roles().items():
-            roles[name] = "inout" if roles.get(name, role) != role else role
+    roles = sequence_roles(launch, [spec for _, spec in then])
 
     run_dir = Path(tempfile.mkdtemp(prefix="oracle-run-"))
     sink_file: Optional[Path] = None

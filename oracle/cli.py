@@ -233,8 +233,9 @@ def cmd_repro(args: argparse.Namespace) -> int:
     print(f"  repro.cu, Makefile, README.txt, launch.txt, problem.txt, inputs.txt, {', '.join(inputs)}")
     print("  expected.bin, bound.bin: the oracle's reference D and per-element bounds" if out.reference else
           "  no expected.bin/bound.bin: repro computes its own double-precision reference")
-    print(f"  kernel: {out.entry_traced} (traced), {out.entry_plain} (untraced); {len(kernel_files)} source file(s) "
-          f"under kernel/")
+    what = "kernel" if len(out.entries_traced) == 1 else f"{len(out.entries_traced)} launches, in order"
+    print(f"  {what}: {', '.join(out.entries_traced)} (traced), {', '.join(out.entries_plain)} (untraced); "
+          f"{len(kernel_files)} source file(s) under kernel/")
     print(f"build and run:  make -C {out.path} && {out.path}/repro")
     print(f"traced:         make -C {out.path} TRACE=1 && {out.path}/repro_traced && "
           f"python -m oracle compare --repro-dir {out.path}")

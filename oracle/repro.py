@@ -1,20 +1,25 @@
 """Track B: a standalone reproducer of a live case, written as a directory that builds with nvcc
 alone and runs without Python.
 
-Data path: Case + Operands -> the launch the oracle itself makes (oracle.live.launch_spec: the
-tensors in storage order, tensor maps with the case's host-side options, grid and arguments
-evaluated) -> a directory:
+Data path: Case + Operands -> the launches the oracle itself makes (oracle.live.launch_sequence:
+[launch] then every [[launch.next]], the tensors they share in storage order, workspaces filled as
+declared, tensor maps with the case's host-side options, grids and arguments evaluated) -> a
+directory:
 
   repro.cu       the host program, the same for every case (oracle/repro_files/repro.cu)
   Makefile       nvcc builds kernel[_traced].cubin from the unchanged kernel source with the
                  oracle's arch, flags and include paths, and the host programs repro / repro_traced
-  launch.txt     entry points, cubins, grid, block, cluster, dynamic shared memory, arguments (floats
-                 as bits), tensor-map fields, trace selection
-  problem.txt    the problem, for the host reference
+  launch.txt     cubins, trace selection, then every launch in order: entry points, grid, block,
+                 cluster, dynamic shared memory, arguments (floats as bits), tensor-map fields
+  problem.txt    the problem (group sizes included), for the host reference
   inputs.txt     one line per binary file: name, role, dtype, shape, bytes, file
   <name>.bin     the inputs as the kernel reads them: raw little-endian, the operand's storage order
-                 (a map over padding rows reads a buffer that holds them)
-  expected.bin   the oracle's reference D (oracle.differential.expected_output), logical [M, N]
+                 (a map over padding rows reads a buffer that holds them; B of a grouped problem is
+                 its stack of matrices, each in B's major); the group offsets; every workspace
+                 (ws_NAME.bin, role inout) with the bytes the harness fills it with before the first
+                 launch (zeros, the 0xFF poison or its stale pattern), never compared
+  expected.bin   the oracle's reference D (oracle.differential.expected_output), logical
+                 [total M, N] (a grouped problem: every group's rows in order)
   bound.bin      its per-element bound: fp64, or fp32 rounded up for outputs above BOUND_F64_LIMIT
   kernel/        copies of the kernel source and its local headers (kernel/src/...) and of the trace
                  header (kernel/include/oracle_trace/)
@@ -22,8 +27,9 @@ evaluated) -> a directory:
   README.txt     the commands, the launch and the tensor maps
 
 Constraints: the C++ side evaluates nothing: every size, grid entry and literal is a number here.
-The untraced build launches the case's time_entry built without ORACLE_TRACE when there is one,
-else the traced entry from the traced build with a null sink (then both builds share one cubin).
+The untraced build launches the case's time_entry built without ORACLE_TRACE when there is one and
+the case launches one kernel, else the traced entries from the traced build with a null sink (then
+both builds share one cubin; time_entry names no untraced kernel for a later launch).
 The directory is self-contained except for the CUDA toolkit and the CUTLASS headers (a Makefile
 variable, defaulting to the nvidia-cutlass wheel of the machine that wrote it).
 """
@@ -42,17 +48,18 @@ import torch
 
 from harness.build import DEFAULT_FLAGS, HARNESS_INCLUDE_DIR, arch_flags, cutlass_include_dirs, define_flags, \
     local_includes
-from harness.launch import LaunchSpec, ScalarArg, StructArg, TensorArg, TensorMapArg
-from harness.runner import RunnerError, _check_request
+from harness.launch import ScalarArg, StructArg, TensorArg, TensorMapArg
+from harness.runner import RunnerError, _check_request, sequence_roles
 from harness.tensormap import TensorMapSpec
 from harness.trace_format import STAGE_CODES, TraceSelection
 from kernels_ref.dtypes import name_of
-from oracle.case import Case, CaseError
+from oracle.case import Case, CaseError, LaunchPlan
 from oracle.inputs import Operands, Provenance, check_operands
-from oracle.live import _names, default_trace_tiles, launch_spec
+from oracle.live import _names, default_trace_tiles, launch_sequence
 
 FORMAT = "oracle-repro"
-VERSION = 1
+VERSION = 2  # 2: every launch of the case, workspaces, grouped problems
+READABLE_VERSIONS = (1, 2)
 TEMPLATE = Path(__file__).resolve().parent / "repro_files" / "repro.cu"
 BOUND_F64_LIMIT = 1 << 22  # outputs with more elements get a float32 bound.bin (rounded up)
 TIMEOUT_S = 60
@@ -70,24 +77,34 @@ class ReproDir:
 
     path: Path
     files: tuple[str, ...]  # relative to path
-    entry_traced: str
-    entry_plain: str
+    entries_traced: tuple[str, ...]  # every launch's, in order
+    entries_plain: tuple[str, ...]
     cubin_traced: str
     cubin_plain: str
     reference: bool  # expected.bin and bound.bin were written
 
+    @property
+    def entry_traced(self) -> str:
+        return self.entries_traced[0]
+
+    @property
+    def entry_plain(self) -> str:
+        return self.entries_plain[0]
+
 
 @dataclass(frozen=True)
 class _Build:
-    """How the two cubins are made: the kernel source (None for a prebuilt cubin) and defines."""
+    """How the two cubins are made: the kernel source (None for a prebuilt cubin), defines, and
+    the entry point of every launch in each build."""
 
     source: Optional[Path]
     prebuilt: Optional[Path]
     arch: str
     traced_defines: dict
     plain_defines: dict
-    entry_traced: str
-    entry_plain: str
+    entries_traced: tuple[str, ...]
+    entries_plain: tuple[str, ...]
+    time_entry_unused: bool = False  # a time_entry the untraced build cannot use (later launches)
 
     @property
     def shared(self) -> bool:
@@ -98,17 +115,31 @@ class _Build:
     def cubin_plain(self) -> str:
         return "kernel_traced.cubin" if self.shared else "kernel.cubin"
 
+    @property
+    def entry_traced(self) -> str:
+        return self.entries_traced[0]
+
+    @property
+    def entry_plain(self) -> str:
+        return self.entries_plain[0]
+
 
 def _build_plan(case: Case) -> _Build:
     k = case.kernel
     traced = {"ORACLE_TRACE": "1", **dict(k.defines)}
-    if k.time_entry:
+    entries = (k.entry,) + tuple(plan.entry for plan in case.launch.next)
+    if k.time_entry and len(entries) == 1:
         plain = {n: v for n, v in dict(k.defines).items() if n != "ORACLE_TRACE"}
-        entry_plain = k.time_entry
-    else:  # the traced entry only exists with ORACLE_TRACE: the same build, with a null sink
-        plain, entry_plain = traced, k.entry
+        entries_plain = (k.time_entry,)
+    else:  # the traced entries only exist with ORACLE_TRACE: the same build, with a null sink
+        plain, entries_plain = traced, entries
     return _Build(Path(k.source) if k.source else None, Path(k.cubin) if k.cubin else None, k.arch, traced, plain,
-                  k.entry, entry_plain)
+                  entries, entries_plain, time_entry_unused=bool(k.time_entry) and len(entries) > 1)
+
+
+def _plans(case: Case) -> tuple[LaunchPlan, ...]:
+    """The case's launch tables in launch order: [launch], then every [[launch.next]]."""
+    return (case.launch,) + tuple(case.launch.next)
 
 
 # -------------------------------------------------------------------------------- the kernel files
@@ -148,7 +179,7 @@ def _raw(t: torch.Tensor) -> bytes:
 
 
 def _dtype_name(t: torch.Tensor) -> str:
-    return "fp64" if t.dtype == torch.float64 else name_of(t.dtype)
+    return {torch.float64: "fp64", torch.uint8: "uint8"}.get(t.dtype) or name_of(t.dtype)
 
 
 def _shape(shape) -> str:
@@ -199,6 +230,8 @@ def _describe_arg(case_arg) -> str:
         return case_arg.name
     if case_arg.kind == "literal":
         return f"{{ {case_arg.ctype} = {case_arg.expr!r} }}"
+    if case_arg.kind == "workspace":
+        return f"{{ workspace = {case_arg.name!r} }}"
     if case_arg.kind == "tensormap":
         opts = "".join(f", {k} = {v!r}" for k, v in case_arg.options)
         return f"{{ tensormap = {case_arg.name!r}{opts} }}"
@@ -225,31 +258,34 @@ def map_summary(spec: TensorMapSpec) -> str:
             f"L2 promotion {spec.l2_promotion}B, OOB fill {spec.oob_fill}")
 
 
-def _launch_text(case: Case, launch: LaunchSpec, build: _Build, selection: TraceSelection) -> str:
+def _launch_text(case: Case, sequence: list, build: _Build, selection: TraceSelection) -> str:
     lines = ["# launch.txt: what repro launches; every value fully evaluated by python -m oracle repro",
-             f"entry_traced {build.entry_traced}", f"entry_plain {build.entry_plain}",
-             "cubin_traced kernel_traced.cubin", f"cubin_plain {build.cubin_plain}",
-             "grid " + " ".join(map(str, launch.grid)), "block " + " ".join(map(str, launch.block)),
-             "cluster " + " ".join(map(str, launch.cluster)), f"shared_mem_bytes {launch.shared_mem_bytes}",
-             f"timeout_s {TIMEOUT_S}"]
-    case_args = list(case.launch.args)
-    maps = [a for a in launch.args if isinstance(a, TensorMapArg)]
-    for a in maps:
-        lines.append(_map_line(a.spec, a.tensor_name, a.tensor_name))
-    for i, a in enumerate(launch.args):
-        described = f"args[{i}] {_describe_arg(case_args[i] if i < len(case_args) else None)}"
-        if isinstance(a, TensorMapArg):
-            lines.append(f"arg tensormap {maps.index(a)}  # {described}")
-        elif isinstance(a, ScalarArg) and a.ctype == "u64" and a.value == 0 and i < len(case_args) \
-                and case_args[i].kind in ("operand", "null"):
-            lines.append(f"arg u64 0  # {described}: a null pointer (not used by the problem)")
-        else:
-            lines.append(_arg_line(a, described))
+             "cubin_traced kernel_traced.cubin", f"cubin_plain {build.cubin_plain}", f"timeout_s {TIMEOUT_S}"]
     tiles = selection.tiles
     lines.append("trace_tiles" + ("" if tiles is None else " " + " ".join(f"{tm},{tn}" for tm, tn in tiles)))
     kbs = selection.k_blocks
     lines.append("trace_k_blocks " + ("all" if kbs is None else " ".join(map(str, kbs))))
     lines.append(f"trace_capacity_bytes {sink_bytes(case)}")
+    lines.append(f"launches {len(sequence)}  # run in this order on the same buffers, each to completion")
+    for index, ((_, launch), plan) in enumerate(zip(sequence, _plans(case))):
+        where = "[launch]" if index == 0 else f"[[launch.next]] #{index - 1}"
+        lines += [f"launch {index}  # {where}", f"entry_traced {build.entries_traced[index]}",
+                  f"entry_plain {build.entries_plain[index]}",
+                  "grid " + " ".join(map(str, launch.grid)), "block " + " ".join(map(str, launch.block)),
+                  "cluster " + " ".join(map(str, launch.cluster)), f"shared_mem_bytes {launch.shared_mem_bytes}"]
+        case_args = list(plan.args)
+        maps = [a for a in launch.args if isinstance(a, TensorMapArg)]
+        for a in maps:
+            lines.append(_map_line(a.spec, a.tensor_name, a.tensor_name))
+        for i, a in enumerate(launch.args):
+            described = f"args[{i}] {_describe_arg(case_args[i] if i < len(case_args) else None)}"
+            if isinstance(a, TensorMapArg):
+                lines.append(f"arg tensormap {maps.index(a)}  # {described}")
+            elif isinstance(a, ScalarArg) and a.ctype == "u64" and a.value == 0 and i < len(case_args) \
+                    and case_args[i].kind in ("operand", "null"):
+                lines.append(f"arg u64 0  # {described}: a null pointer (not used by the problem)")
+            else:
+                lines.append(_arg_line(a, described))
     return "\n".join(lines) + "\n"
 
 
@@ -264,7 +300,14 @@ def _problem_text(case: Case) -> str:
     s = case.spec
     t = s.tile
     lines = ["# problem.txt: the problem, for repro's host reference (oracle.problem.ProblemSpec)",
-             f"describe {s.describe()}", f"m {s.m}", f"n {s.n}", f"k {s.k}", f"tile {t.bm} {t.bn} {t.bk}"]
+             f"describe {s.describe()}", f"m {s.m}", f"n {s.n}", f"k {s.k}", f"tile {t.bm} {t.bn} {t.bk}",
+             f"total_m {s.total_m}  # rows of A and D"]
+    sizes = s.group_sizes
+    if sizes is None:
+        lines.append("group_sizes none")
+    else:  # each group its own GEMM: rows of A and D in order, B[g], bias[g]; tiled from its first row
+        lines.append("group_sizes " + " ".join(map(str, sizes)) + ("  # groups" if s.groups is not None else
+                                                                  f"  # a batch of {s.batch}"))
     for f in ("a_dtype", "b_dtype", "acc_dtype", "out_dtype", "a_major", "b_major", "c_major", "d_major", "bias",
               "bias_dtype", "activation", "oob_fill"):
         lines.append(f"{f} {getattr(s, f)}")
@@ -361,25 +404,60 @@ def _makefile(build: _Build, kernel_main: Optional[str], kernel_files: list[str]
     return "\n".join(out) + "\n"
 
 
-def _readme(case: Case, prov: Provenance, launch: LaunchSpec, build: _Build, reference: bool,
-            selection: TraceSelection) -> str:
+def _readme(case: Case, prov: Provenance, sequence: list, build: _Build, reference: bool,
+            selection: TraceSelection, workspaces: list) -> str:
     s = case.spec
-    maps = [a for a in launch.args if isinstance(a, TensorMapArg)]
-    map_lines = [f"  {i}: over {a.tensor_name}: {map_summary(a.spec)}" for i, a in enumerate(maps)] or ["  (none)"]
     ref = ("expected.bin and bound.bin hold the oracle's reference D and per-element bounds\n"
            "(oracle.differential.expected_output), so repro judges D with the oracle's own numbers." if reference else
            "No expected.bin/bound.bin were written: repro computes its own reference (below).")
     tiles = "all" if selection.tiles is None else " ".join(f"({tm}, {tn})" for tm, tn in selection.tiles)
     kbs = "all" if selection.k_blocks is None else ", ".join(map(str, selection.k_blocks))
-    exprs = [str(g) for g in case.launch.grid] + [str(a.expr) for a in case.launch.args if a.kind == "literal"]
-    sms = (f"\nGrid and literals were evaluated with num_sms = {_names(case)['num_sms']} (the GPU of the machine that "
-           f"wrote this, or an H200's 132 without one).") if any("num_sms" in e for e in exprs) else ""
-    cubin_note = ("The untraced build is the traced one with a null sink (the case has no time_entry)."
-                  if build.shared else f"The untraced build has no ORACLE_TRACE and launches {build.entry_plain}.")
-    return f"""A standalone reproducer of one kernel launch, written by `python -m oracle repro`.
+    exprs = [str(g) for plan in _plans(case) for g in plan.grid] + \
+        [str(a.expr) for plan in _plans(case) for a in plan.args if a.kind == "literal"]
+    sms = (f"\nGrids and literals were evaluated with num_sms = {_names(case)['num_sms']} (the GPU of the machine "
+           f"that wrote this, or an H200's 132 without one).") if any("num_sms" in e for e in exprs) else ""
+    if build.time_entry_unused:
+        cubin_note = (f"The untraced build is the traced one with a null sink: the case's time_entry "
+                      f"({case.kernel.time_entry}) names the untraced kernel of one launch, and this case launches "
+                      f"{len(sequence)}.")
+    elif build.shared:
+        cubin_note = "The untraced build is the traced one with a null sink (the case has no time_entry)."
+    else:
+        cubin_note = f"The untraced build has no ORACLE_TRACE and launches {build.entry_plain}."
+    launch_lines = []
+    for i, (_, launch) in enumerate(sequence):
+        maps = [a for a in launch.args if isinstance(a, TensorMapArg)]
+        plain = "" if build.entries_plain[i] == build.entries_traced[i] else f" (untraced: {build.entries_plain[i]})"
+        launch_lines.append(f"  {i}: {build.entries_traced[i]}{plain}: grid {launch.grid}, block {launch.block}, "
+                            f"cluster {launch.cluster}, dynamic shared memory {launch.shared_mem_bytes} bytes, "
+                            f"{len(launch.args)} arguments")
+        launch_lines += [f"     tensor map {j} over {a.tensor_name}: {map_summary(a.spec)}" for j, a in enumerate(maps)]
+    many = len(sequence) > 1
+    order = ("\nThe launches run in this order on the same buffers, each to completion before the next; the\n"
+             "traced build keeps the sink set for all of them. A kernel error names its launch and entry."
+             if many else "")
+    ws_text = ""
+    if workspaces:
+        ws_text = ("\nWorkspaces (role inout; uploaded before the first launch, never compared):\n" +
+                   "\n".join(f"  {name}: {nbytes} bytes, {how}" for name, nbytes, how in workspaces))
+    groups = ""
+    if s.group_sizes is not None:
+        what = f"{len(s.groups)} groups" if s.groups is not None else f"a batch of {s.batch}"
+        groups = (f"\nThe problem is {what} of {', '.join(map(str, s.group_sizes))} rows along M: A [{s.total_m}, "
+                  f"{s.k}], B [{len(s.group_sizes)}, {s.k}, {s.n}] (each matrix in B's major), D [{s.total_m}, "
+                  f"{s.n}];\nevery group is its own GEMM (B[g], its bias), tiled from its first row, and D is "
+                  f"judged group by group.")
+    tiling = ", counted from each group's first row" if groups else ""
+    plural = "s, in launch order" if many else ""
+    if build.entries_plain == build.entries_traced:
+        kernels = f"Kernel{plural}: {', '.join(build.entries_traced)}."
+    else:
+        kernels = f"Kernel{plural}: {', '.join(build.entries_traced)} (traced), {', '.join(build.entries_plain)} " \
+                  f"(untraced)."
+    return f"""A standalone reproducer of a case's kernel launches, written by `python -m oracle repro`.
 
-Problem: {s.describe()}; inputs: {prov.describe()}.
-Kernel: {build.entry_traced} (traced), {build.entry_plain} (untraced). {cubin_note}
+Problem: {s.describe()}; inputs: {prov.describe()}.{groups}
+{kernels} {cubin_note}
 
 Build and run (the CUDA toolkit is all it needs; CUTLASS headers: make CUTLASS_INCLUDE=...):
   make && ./repro                  the production entry point; prints MATCH or DIVERGED
@@ -391,31 +469,32 @@ Build and run (the CUDA toolkit is all it needs; CUTLASS headers: make CUTLASS_I
   make clean && make NVCC=/path/to/other/nvcc && ./repro     bisect compilers
 
 Options of repro: --dir DIR (the files; default: the executable's directory), --cubin FILE,
---timeout S (default {TIMEOUT_S}; 0: wait forever), --host-reference (ignore expected.bin),
---check-only [EXPECTED D] (judge a D file without running anything; no GPU needed).
-Exit codes: 0 MATCH, 1 DIVERGED, 2 bad usage or input files, 3 kernel error (the CUDA error's
-name is printed, e.g. cudaErrorIllegalAddress; taps written before it are in sink.bin), 5
+--timeout S (default {TIMEOUT_S}, for all launches together; 0: wait forever), --host-reference
+(ignore expected.bin), --check-only [EXPECTED D] (judge a D file without running anything; no GPU
+needed). Exit codes: 0 MATCH, 1 DIVERGED, 2 bad usage or input files, 3 kernel error (the CUDA
+error's name is printed, e.g. cudaErrorIllegalAddress; taps written before it are in sink.bin), 5
 MISTRUSTED (every reference value is zero).
 
-Launch (launch.txt): grid {launch.grid}, block {launch.block}, cluster {launch.cluster}, dynamic
-shared memory {launch.shared_mem_bytes} bytes, {len(launch.args)} arguments.{sms}
-Tensor maps, encoded by repro with cuTensorMapEncodeTiled (dims and box innermost first):
-{chr(10).join(map_lines)}
+Launches (launch.txt), tensor maps encoded by repro with cuTensorMapEncodeTiled (dims and box
+innermost first):
+{chr(10).join(launch_lines)}{order}{sms}
 Trace selection (repro_traced): tiles {tiles}; k-blocks {kbs}; sink {sink_bytes(case)} bytes (sized
 to the selection as a live run sizes it), host-mapped pinned memory.
 
 Inputs (inputs.txt): raw little-endian binaries in the order the kernel reads them (an operand in
 its major; a map over padding rows reads a buffer that holds them). D is poisoned with 0xFF bytes
-before the launch; elements still holding them are counted as never written.
+before the first launch; elements still holding them are counted as never written.{ws_text}
 
 Reference: {ref}
 Without them (or with --host-reference) repro computes D in double precision from the inputs
-(GEMM with block scales per k-group, scale, alpha/beta, bias, activation, cast) and uses a
-conservative worst-case bound, looser than the oracle's: 1.25 (eps |alpha| S + 2^-20 (|alpha v| +
-|beta c| + |bias|)) + 2^-14 (|x| + |y|) for gelu/silu + one ulp of the output type at |y|, with
-S = sum_k |a||b| (times |scales|) and eps = K 2^-23 for fp32 accumulation (+ 2^-10 P/32 for fp8
-partial sums over P), 2 ceil(K/16) 2^-11 for fp16, 0 for int32. It says which reference it used.
-Comparison: per BM x BN tile ({s.tile.bm} x {s.tile.bn}); bit-exact when every bound is zero (NaN
+(GEMM with block scales per k-group, scale, alpha/beta, bias, activation, cast; a grouped problem
+group by group with B[g]) and uses a conservative worst-case bound, looser than the oracle's:
+1.25 (eps |alpha| S + 2^-20 (|alpha v| + |beta c| + |bias|)) + 2^-14 (|x| + |y|) for gelu/silu + one
+ulp of the output type at |y|, with S = sum_k |a||b| (times |scales|) and eps = K 2^-23 for fp32
+accumulation (+ 2^-10 P/32 for fp8 partial sums over P), 2 ceil(K/16) 2^-11 for fp16, 0 for int32;
+the order in which partials are summed (split-K, stream-K) is inside it. It says which reference
+it used.
+Comparison: per BM x BN tile ({s.tile.bm} x {s.tile.bn}{tiling}); bit-exact when every bound is zero (NaN
 matches NaN), else |received - expected| <= bound; it prints the worst tile (err/bound), the
 first bad element, NaN/Inf counts and the never-written count.
 """
@@ -437,9 +516,10 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
         raise ReproError(f"--out {out} exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not (out / "repro.json").is_file():
         raise ReproError(f"--out {out} is a non-empty directory that holds no reproducer; choose a new one")
-    launch, tensors = launch_spec(case, operands)
+    sequence, tensors = launch_sequence(case, operands)
+    first, later = sequence[0][1], [spec for _, spec in sequence[1:]]
     try:
-        _check_request(launch, tensors)  # the harness's own checks: dtypes, maps inside their buffers
+        _check_request(first, tensors, later)  # the harness's own checks: dtypes, maps inside their buffers
     except RunnerError as e:
         raise ReproError(f"the launch cannot be reproduced: {e}") from None
     build = _build_plan(case)
@@ -451,6 +531,8 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
     out.mkdir(parents=True, exist_ok=True)
     for name in RUN_OUTPUTS:
         (out / name).unlink(missing_ok=True)
+    for old in out.glob("*.bin"):  # inputs of an earlier reproducer that this one may not have
+        old.unlink()
     files: list[str] = []
 
     def write(name: str, data) -> None:
@@ -472,53 +554,67 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
         files += kernel_files
 
     s = case.spec
-    roles = launch.tensor_roles()
+    roles = sequence_roles(first, later)
+    declared = {f"ws_{w.name}": w for w in case.workspaces}
     manifest, tensor_meta = ["# inputs.txt: the binary files of repro; shapes in storage order"], {}
-    logical = {"d": (s.m, s.n), **{n: tuple(t.shape) for n, t in operands.named().items()}}
+    logical = {"d": (s.total_m, s.n), **{n: tuple(t.shape) for n, t in operands.named().items()}}
+    workspaces = []
     for name, t in tensors.items():
         role = roles[name]
         major = _major_of(s, name)
         fname = f"{name}.bin"
         dtype = _dtype_name(t)
         nbytes = t.numel() * t.element_size()
+        shape = logical.get(name, tuple(t.shape))
         line = (f"tensor name={name} role={role} dtype={dtype} shape={_shape(t.shape)} bytes={nbytes} file={fname}"
-                f" logical={_shape(logical[name])}" + (f" major={major}" if major else ""))
-        manifest.append(line)
+                f" logical={_shape(shape)}" + (f" major={major}" if major else ""))
         tensor_meta[name] = {"file": fname, "role": role, "dtype": dtype, "storage_shape": list(t.shape),
-                             "shape": list(logical[name]), "major": major}
+                             "shape": list(shape), "major": major}
+        w = declared.get(name)
+        if w is not None:
+            line += f" workspace={w.name} init={w.init} init_dtype={w.dtype}"
+            tensor_meta[name]["workspace"] = {"name": w.name, "bytes": nbytes, "init": w.init, "dtype": w.dtype}
+            how = {"zero": "zeros", "poison": "the 0xFF poison",
+                   "stale": f"stale data (the harness's deterministic {w.dtype} junk pattern)"}[w.init]
+            workspaces.append((w.name, nbytes, f"{how}, {fname}"))
+        manifest.append(line)
         if role != "out":
             write(fname, _raw(t))
     if reference:
         from oracle.differential import expected_output
 
         y, b = expected_output(s, operands)
-        y, b = y.cpu(), _bound_tensor(b, s.m * s.n)
+        y, b = y.cpu(), _bound_tensor(b, s.total_m * s.n)
         for name, t in (("expected", y), ("bound", b)):
             manifest.append(f"tensor name={name} role={name} dtype={_dtype_name(t)} shape={_shape(t.shape)} "
                             f"bytes={t.numel() * t.element_size()} file={name}.bin logical={_shape(t.shape)} "
                             f"major=row")
             write(f"{name}.bin", _raw(t))
     write("inputs.txt", "\n".join(manifest) + "\n")
-    write("launch.txt", _launch_text(case, launch, build, selection))
+    write("launch.txt", _launch_text(case, sequence, build, selection))
     write("problem.txt", _problem_text(case))
     write("repro.cu", TEMPLATE.read_text())
     write("Makefile", _makefile(build, kernel_main, kernel_files))
-    write("README.txt", _readme(case, provenance, launch, build, reference, selection))
-    maps = [{"buffer": a.tensor_name, "spec": a.spec.to_dict()} for a in launch.args if isinstance(a, TensorMapArg)]
+    write("README.txt", _readme(case, provenance, sequence, build, reference, selection, workspaces))
+    maps = [{"launch": i, "buffer": a.tensor_name, "spec": a.spec.to_dict()}
+            for i, (_, launch) in enumerate(sequence) for a in launch.args if isinstance(a, TensorMapArg)]
     doc = {"format": FORMAT, "version": VERSION, "problem": s.to_json(),
            "provenance": {"ladder": provenance.ladder, "seed": provenance.seed, "source": provenance.source,
                           "generator": provenance.generator},
            "kernel": {"entry_traced": build.entry_traced, "entry_plain": build.entry_plain,
+                      "entries_traced": list(build.entries_traced), "entries_plain": list(build.entries_plain),
                       "source": str(build.source) if build.source else None,
                       "cubin_traced": "kernel_traced.cubin", "cubin_plain": build.cubin_plain},
-           "launch": launch.to_dict() | {"args": [_json_arg(a) for a in launch.args]},
+           "launches": [{"entry_traced": build.entries_traced[i], "entry_plain": build.entries_plain[i]}
+                        | launch.to_dict() | {"args": [_json_arg(a) for a in launch.args]}
+                        for i, (_, launch) in enumerate(sequence)],
            "tensormaps": maps, "tensors": tensor_meta,
            "trace": {"tiles": None if selection.tiles is None else [list(t) for t in selection.tiles],
                      "k_blocks": None if selection.k_blocks is None else list(selection.k_blocks),
                      "capacity_bytes": sink_bytes(case), "stages": list(STAGE_CODES)},
            "reference": reference}
     write("repro.json", json.dumps(doc, indent=1) + "\n")
-    return ReproDir(out, tuple(files), build.entry_traced, build.entry_plain, "kernel_traced.cubin",
+    return ReproDir(out, tuple(files), build.entries_traced, build.entries_plain, "kernel_traced.cubin",
                     build.cubin_plain, reference)
 
 

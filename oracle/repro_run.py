@@ -2,10 +2,12 @@
 
 Data path: a directory written by oracle.repro.write_repro and run by its repro / repro_traced
 -> repro.json (problem, provenance, entry points, tensor maps, tensors) + the input files (the
-operands, back in logical form) + result.txt (ok, or the kernel's CUDA error) + d.bin (the
-output D, after a clean run) + sink.bin (the traced build's sink, parsed with
-harness.trace_format.parse_trace, partially after a fault) -> Recording, with the encoded maps
-added as descriptor records as a live run adds them.
+operands, back in logical form: B of a grouped problem as its stack [groups, K, N]) + result.txt
+(ok, or the kernel's CUDA error and the launch it came from) + d.bin (the output D of every group,
+after a clean run) + sink.bin (the traced build's sink over every launch, parsed with
+harness.trace_format.parse_trace, partially after a fault: taps with their partial and group)
+-> Recording, as a live run records it: the first launch's encoded maps added as descriptor
+records, the trace's account, D's 0xFF poison.
 
 Constraints: nothing here runs a kernel; a missing or malformed file is a ReproError naming it.
 """
@@ -13,6 +15,7 @@ Constraints: nothing here runs a kernel; a missing or malformed file is a ReproE
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -22,9 +25,10 @@ from harness import trace_format
 from harness.tensormap import TensorMapSpec
 from kernels_ref.dtypes import DTYPES
 from oracle.inputs import Operands, Provenance
+from oracle.live import _ones_check
 from oracle.problem import ProblemSpec, SpecError
 from oracle.recording import Recording
-from oracle.repro import FORMAT, VERSION, ReproError
+from oracle.repro import FORMAT, READABLE_VERSIONS, ReproError
 
 
 def _read_tensor(path: Path, meta: dict) -> torch.Tensor:
@@ -48,13 +52,18 @@ def _read_tensor(path: Path, meta: dict) -> torch.Tensor:
 
 
 def _logical(stored: torch.Tensor, meta: dict) -> torch.Tensor:
-    """Storage order -> the logical tensor, leaving out padding rows a map covered."""
+    """Storage order -> the logical tensor (a matrix, or a stack of them), leaving out padding rows
+    a map covered."""
     shape = tuple(int(s) for s in meta["shape"])
     if meta.get("major") is None:
         return stored.reshape(shape).clone()
-    real = shape if meta["major"] == "row" else shape[::-1]
-    x = stored[:real[0], :real[1]]
-    return (x if meta["major"] == "row" else x.t()).contiguous()
+    if stored.dim() != len(shape) or len(shape) < 2:
+        raise ReproError(f"{meta.get('file')}: storage shape {list(stored.shape)} does not hold a matrix of logical "
+                         f"shape {list(shape)}")
+    col = meta["major"] == "col"
+    rows, cols = (shape[-1], shape[-2]) if col else (shape[-2], shape[-1])
+    x = stored[..., :rows, :cols]
+    return (x.transpose(-1, -2) if col else x).contiguous()
 
 
 def _result(path: Path) -> dict:
@@ -80,9 +89,9 @@ def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
         raise ReproError(f"{root} holds no repro.json: not a directory written by python -m oracle repro") from None
     except json.JSONDecodeError as e:
         raise ReproError(f"{root / 'repro.json'} is not valid JSON: {e}") from None
-    if doc.get("format") != FORMAT or doc.get("version") != VERSION:
+    if doc.get("format") != FORMAT or doc.get("version") not in READABLE_VERSIONS:
         raise ReproError(f"{root / 'repro.json'}: format {doc.get('format')!r} version {doc.get('version')!r}; "
-                         f"this oracle reads {FORMAT!r} version {VERSION}")
+                         f"this oracle reads {FORMAT!r} versions {', '.join(map(str, READABLE_VERSIONS))}")
     try:
         spec = ProblemSpec.from_json(doc["problem"])
     except SpecError as e:
@@ -112,13 +121,14 @@ def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
         taps, descriptors = trace.taps, trace.descriptors
         notes.extend(trace.warnings)
         account = trace_format.account_of(trace)
-        notes.append(f"trace: {len(taps)} taps from {trace.records} records, {trace.used_bytes} bytes "
-                     f"(repro's host-mapped sink, {sink_path.name})")
+        notes.append(f"trace: {len(taps)} taps from {trace.records} records, {trace.used_bytes} of {trace.capacity} "
+                     f"sink bytes (repro's host-mapped sink, {sink_path.name})" +
+                     ("" if trace.complete else f", {trace.dropped} dropped"))
     elif ok and not traced:
         notes.append("the untraced build ran: no taps (make TRACE=1 && ./repro_traced records them)")
     host_maps = tuple(TensorMapSpec.from_dict({k: tuple(v) if isinstance(v, list) else v
                                                for k, v in m["spec"].items()}).to_descriptor_record(m["buffer"])
-                      for m in doc["tensormaps"])
+                      for m in doc["tensormaps"] if m.get("launch", 0) == 0)  # a live run adds the first launch's
     error = None if ok else f"{result.get('error', 'unknown')}: {result.get('message', '')}".strip()
     rec = Recording(spec=spec, operands=ops, output=output, provenance=provenance, taps=taps,
                     descriptors=tuple(descriptors) + host_maps, kernel=entry, kernel_error=error,
@@ -128,4 +138,6 @@ def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
         rec.validate()
     except ValueError as e:
         raise ReproError(f"{root}: the run does not fit its problem: {e}") from None
+    if provenance.ladder == "ones" and output is not None:  # as a live run checks it
+        rec = replace(rec, notes=rec.notes + (_ones_check(rec),))
     return rec

@@ -124,12 +124,19 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
 def expected_output(spec, operands, device: Optional[torch.device] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The reference D of the whole problem and its per-element bound: what epilogue_store's chained
     comparison holds the output to. D is in the output dtype where the bound is zero everywhere
-    (bit-exact), else float32; the bound is float64 (0 = bit-exact)."""
+    (bit-exact), else float32; the bound is float64 (0 = bit-exact). A grouped or batched problem's
+    D is every group's, each judged as its own GEMM (oracle.differential.groups), rows in order."""
     from oracle.inputs import Provenance
 
     rec = Recording(spec=spec, operands=operands, output=None, provenance=Provenance("captured"),
                     kernel_error="none: a reference-only recording")
     rec.validate()
+    if spec.group_sizes is not None:
+        parts = [expected_output(sub.spec, sub.operands, device) for _, _, sub in group_recordings(rec)
+                 if sub is not None]
+        exact = all(bool((b == 0).all()) for _, b in parts)
+        ys = [y if exact else y.float() for y, _ in parts]
+        return torch.cat(ys), torch.cat([b for _, b in parts])
     ctx = Context(rec, device or reference_device())
     y, b = reference_chain(ctx)["cast"]
     exact = bool((b == 0).all())

@@ -1,15 +1,19 @@
 // repro.cu -- the host program of a standalone reproducer written by `python -m oracle repro`.
 //
 // Data path: the text files of its directory (launch.txt, problem.txt, inputs.txt) and the binary
-// inputs -> device buffers (outputs filled with 0xFF bytes first, NaN in every float format) -> TMA
-// tensor maps encoded with cuTensorMapEncodeTiled from the recorded fields -> the kernel, loaded
-// by name from the cubin the Makefile built from the unchanged kernel source with the oracle's
-// flags, launched with the recorded grid, block, cluster, dynamic shared memory and arguments ->
-// D written to d.bin and compared tile by tile with the oracle's reference D and per-element bounds
-// (expected.bin, bound.bin) or, when those files are absent, with a double-precision host
-// reference of the whole problem and a conservative bound (README.txt gives its model).
-// Built with -DORACLE_REPRO_TRACED=1 (make TRACE=1) it launches the traced entry point with a
-// host-mapped pinned sink and writes the sink's bytes to sink.bin, also after a kernel fault.
+// inputs -> device buffers (inputs and workspaces uploaded with their recorded bytes, outputs
+// filled with 0xFF bytes first, NaN in every float format) -> TMA tensor maps encoded with
+// cuTensorMapEncodeTiled from the recorded fields -> the kernels, loaded by name from the cubin the
+// Makefile built from the unchanged kernel source with the oracle's flags, launched one after the
+// other in launch.txt's order (each to completion before the next) with the recorded grid, block,
+// cluster, dynamic shared memory and arguments -> D written to d.bin and compared tile by tile
+// (a grouped problem: group by group, tiles counted from each group's first row) with the oracle's
+// reference D and per-element bounds (expected.bin, bound.bin) or, when those files are absent,
+// with a double-precision host reference of the whole problem and a conservative bound (README.txt
+// gives its model).
+// Built with -DORACLE_REPRO_TRACED=1 (make TRACE=1) it launches the traced entry points with a
+// host-mapped pinned sink, set once for all of them, and writes the sink's bytes to sink.bin, also
+// after a kernel fault.
 //
 // Constraints: nothing in this file depends on the case, so one binary serves every reproducer
 // of one kernel source and flags (--dir, --cubin); the sink header is filled through the structs
@@ -66,7 +70,7 @@ bool file_exists(const std::string& path) { return access(path.c_str(), R_OK) ==
 
 // ------------------------------------------------------------------------------ element types
 
-enum class DT { F32, F16, BF16, E4M3, E5M2, I8, I32, F64 };
+enum class DT { F32, F16, BF16, E4M3, E5M2, I8, I32, F64, U8 };
 
 struct DTypeInfo {
   const char* name;
@@ -75,12 +79,12 @@ struct DTypeInfo {
 };
 const DTypeInfo kDTypes[] = {{"fp32", DT::F32, 4}, {"fp16", DT::F16, 2}, {"bf16", DT::BF16, 2},
                              {"e4m3", DT::E4M3, 1}, {"e5m2", DT::E5M2, 1}, {"int8", DT::I8, 1},
-                             {"int32", DT::I32, 4}, {"fp64", DT::F64, 8}};
+                             {"int32", DT::I32, 4}, {"fp64", DT::F64, 8}, {"uint8", DT::U8, 1}};
 
 DT parse_dtype(const std::string& s, const std::string& where) {
   for (const auto& d : kDTypes)
     if (s == d.name) return d.dt;
-  fail(where + ": dtype '" + s + "' is unknown; known: fp32 fp16 bf16 e4m3 e5m2 int8 int32 fp64");
+  fail(where + ": dtype '" + s + "' is unknown; known: fp32 fp16 bf16 e4m3 e5m2 int8 int32 fp64 uint8");
 }
 
 int dt_size(DT dt) {
@@ -134,6 +138,8 @@ double decode(DT dt, const unsigned char* p) {
     }
     case DT::I8:
       return double(int8_t(p[0]));
+    case DT::U8:
+      return double(p[0]);
     case DT::I32: {
       int32_t i;
       std::memcpy(&i, p, 4);
@@ -165,7 +171,7 @@ Format format_of(DT dt) {
 
 // The spacing of `dt` values at magnitude |x|.
 double ulp(DT dt, double x) {
-  if (dt == DT::I32 || dt == DT::I8) return 0.0;
+  if (dt == DT::I32 || dt == DT::I8 || dt == DT::U8) return 0.0;
   const Format f = format_of(dt);
   int e = 0;
   std::frexp(std::fabs(x), &e);
@@ -295,9 +301,12 @@ struct TensorFile {
   }
   // Element (r, c) of the logical matrix in a buffer stored in `major` order; the leading
   // dimension is the buffer's last extent (padding rows, if any, come after the real ones).
-  double at(long long r, long long c) const {
+  double at(long long r, long long c) const { return at_in(0, r, c); }
+  // The same in matrix g of a stack (B of a grouped problem: [G, K, N] stored matrix by matrix).
+  double at_in(long long g, long long r, long long c) const {
     const long long ld = shape.back();
-    const long long i = major == "col" ? c * ld + r : r * ld + c;
+    const long long matrix = shape.size() > 2 ? shape[shape.size() - 2] * ld : 0;
+    const long long i = g * matrix + (major == "col" ? c * ld + r : r * ld + c);
     return decode(dtype, data.data() + i * dt_size(dtype));
   }
   double at1(long long i) const { return decode(dtype, data.data() + i * dt_size(dtype)); }
@@ -329,6 +338,8 @@ std::map<std::string, TensorFile> read_inputs_manifest(const std::string& dir) {
     t.logical = kv.count("logical") ? parse_shape(kv.at("logical"), at) : t.shape;
     t.major = kv.count("major") ? kv.at("major") : "row";
     t.bytes = to_int(need(kv, "bytes", at), at);
+    if (t.role != "in" && t.role != "out" && t.role != "inout" && t.role != "expected" && t.role != "bound")
+      fail(at + ": role=" + t.role + " is unknown; known: in, out, inout (a workspace), expected, bound");
     if (t.bytes != t.elements() * dt_size(t.dtype))
       fail(at + ": bytes=" + std::to_string(t.bytes) + " but shape x " + dt_name(t.dtype) + " needs " +
            std::to_string(t.elements() * dt_size(t.dtype)));
@@ -361,6 +372,10 @@ void write_file(const std::string& path, const void* data, size_t bytes) {
 
 struct Problem {
   long long m = 0, n = 0, k = 0;
+  long long total_m = 0;              // rows of A and D (m unless grouped or batched)
+  bool grouped = false;               // a grouped or batched problem: every group its own GEMM
+  std::vector<long long> group_rows;  // M of each group (one group of total_m rows if not grouped)
+  std::vector<long long> group_row0;  // the first row of each group in A and D
   int bm = 0, bn = 0, bk = 0;
   std::string a_dtype, acc, activation = "none", bias = "none", scale_a = "none", scale_b = "none";
   DT out = DT::BF16;
@@ -382,6 +397,16 @@ Problem read_problem(const std::string& dir) {
       return l.tokens[i];
     };
     if (key == "m") p.m = to_int(arg(1), at);
+    else if (key == "total_m") p.total_m = to_int(arg(1), at);
+    else if (key == "group_sizes") {
+      p.grouped = arg(1) != "none";
+      if (p.grouped)
+        for (size_t i = 1; i < l.tokens.size(); ++i) {
+          const long long g = to_int(l.tokens[i], at);
+          if (g < 0) fail(at + ": group size " + l.tokens[i] + " is negative");
+          p.group_rows.push_back(g);
+        }
+    }
     else if (key == "n") p.n = to_int(arg(1), at);
     else if (key == "k") p.k = to_int(arg(1), at);
     else if (key == "tile") { p.bm = int(to_int(arg(1), at)); p.bn = int(to_int(arg(2), at)); p.bk = int(to_int(arg(3), at)); }
@@ -407,6 +432,15 @@ Problem read_problem(const std::string& dir) {
   }
   if (p.m < 1 || p.n < 1 || p.k < 1 || p.bm < 1 || p.bn < 1 || p.bk < 1)
     fail(path + ": m, n, k and tile must all be given and positive");
+  if (p.total_m == 0) p.total_m = p.m;
+  if (!p.grouped) p.group_rows = {p.total_m};
+  long long row = 0;
+  for (long long g : p.group_rows) {
+    p.group_row0.push_back(row);
+    row += g;
+  }
+  if (row != p.total_m)
+    fail(path + ": the group sizes add up to " + std::to_string(row) + " rows, total_m is " + std::to_string(p.total_m));
   return p;
 }
 
@@ -427,12 +461,20 @@ struct ArgSpec {
   std::string text;  // as written, for the printout
 };
 
-struct Launch {
-  std::string entry_traced, entry_plain, cubin_traced, cubin_plain;
+// One kernel launch: its entry points, configuration, tensor maps and arguments.
+struct KernelLaunch {
+  std::string entry_traced, entry_plain;
   unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1}, cluster[3] = {1, 1, 1};
   size_t smem = 0;
   std::vector<ArgSpec> args;
   std::vector<MapSpec> maps;
+};
+
+// Every launch in order ("launch I" starts launch I; keys before the first one belong to launch 0),
+// the cubins and the trace selection, which hold for all of them.
+struct Launch {
+  std::string cubin_traced, cubin_plain;
+  std::vector<KernelLaunch> kernels;
   std::vector<std::pair<int, int>> tiles;  // trace selection; empty: all
   bool all_k_blocks = true;
   std::vector<int> k_blocks;
@@ -456,6 +498,9 @@ void put(std::vector<unsigned char>& b, T v) {
 Launch read_launch(const std::string& dir) {
   const std::string path = join_path(dir, "launch.txt");
   Launch L;
+  L.kernels.resize(1);
+  bool sections = false;
+  long long declared = -1;  // the "launches N" line, if any
   for (const Line& l : read_lines(path)) {
     const std::string at = where(path, l);
     const std::string& key = l.tokens[0];
@@ -466,14 +511,25 @@ Launch read_launch(const std::string& dir) {
     auto triple = [&](unsigned* d) {
       for (int i = 0; i < 3; ++i) d[i] = unsigned(to_uint(arg(i + 1), at));
     };
-    if (key == "entry_traced") L.entry_traced = arg(1);
-    else if (key == "entry_plain") L.entry_plain = arg(1);
+    KernelLaunch& K = L.kernels.back();
+    if (key == "launches") declared = to_int(arg(1), at);
+    else if (key == "launch") {
+      const long long index = to_int(arg(1), at);
+      const long long want = sections ? (long long)L.kernels.size() : 0;
+      if (index != want)
+        fail(at + ": launch " + arg(1) + " out of order; the launches are numbered 0, 1, ... and this one must be " +
+             std::to_string(want));
+      if (sections) L.kernels.emplace_back();
+      sections = true;
+    }
+    else if (key == "entry_traced") K.entry_traced = arg(1);
+    else if (key == "entry_plain") K.entry_plain = arg(1);
     else if (key == "cubin_traced") L.cubin_traced = arg(1);
     else if (key == "cubin_plain") L.cubin_plain = arg(1);
-    else if (key == "grid") triple(L.grid);
-    else if (key == "block") triple(L.block);
-    else if (key == "cluster") triple(L.cluster);
-    else if (key == "shared_mem_bytes") L.smem = size_t(to_uint(arg(1), at));
+    else if (key == "grid") triple(K.grid);
+    else if (key == "block") triple(K.block);
+    else if (key == "cluster") triple(K.cluster);
+    else if (key == "shared_mem_bytes") K.smem = size_t(to_uint(arg(1), at));
     else if (key == "timeout_s") L.timeout_s = to_double(arg(1), at);
     else if (key == "trace_capacity_bytes") L.capacity = to_uint(arg(1), at);
     else if (key == "trace_tiles") {
@@ -505,7 +561,7 @@ Launch read_launch(const std::string& dir) {
       if (m.rank < 1 || m.rank > 5 || int(m.dims.size()) != m.rank || int(m.strides.size()) != m.rank - 1 ||
           int(m.box.size()) != m.rank || int(m.estr.size()) != m.rank)
         fail(at + ": the map's dims, strides, box and element_strides do not fit rank " + std::to_string(m.rank));
-      L.maps.push_back(m);
+      K.maps.push_back(m);
     } else if (key == "arg") {
       ArgSpec a;
       const std::string& kind = arg(1);
@@ -529,16 +585,26 @@ Launch read_launch(const std::string& dir) {
         }
         if (l.tokens.size() > 3) a.text += " (" + l.tokens[3] + ")";
       }
-      L.args.push_back(a);
+      K.args.push_back(a);
     } else {
-      fail(at + ": unknown key '" + key + "'");
+      fail(at + ": unknown key '" + key + "'; known: launches launch entry_traced entry_plain cubin_traced cubin_plain "
+                "grid block cluster shared_mem_bytes timeout_s trace_capacity_bytes trace_tiles trace_k_blocks "
+                "tensormap arg");
     }
   }
-  for (const auto& a : L.args)
-    if (a.kind == "tensormap" && (a.map < 0 || a.map >= int(L.maps.size())))
-      fail(path + ": an argument names tensor map " + std::to_string(a.map) + " of " + std::to_string(L.maps.size()));
-  if (L.entry_traced.empty() || L.entry_plain.empty() || L.cubin_traced.empty() || L.cubin_plain.empty())
-    fail(path + ": entry_traced, entry_plain, cubin_traced and cubin_plain are all needed");
+  if (declared >= 0 && declared != (long long)L.kernels.size())
+    fail(path + ": launches " + std::to_string(declared) + " but the file describes " + std::to_string(L.kernels.size()));
+  for (size_t k = 0; k < L.kernels.size(); ++k) {
+    const KernelLaunch& K = L.kernels[k];
+    const std::string which = "launch " + std::to_string(k);
+    for (const auto& a : K.args)
+      if (a.kind == "tensormap" && (a.map < 0 || a.map >= int(K.maps.size())))
+        fail(path + ": " + which + ": an argument names tensor map " + std::to_string(a.map) + " of " +
+             std::to_string(K.maps.size()));
+    if (K.entry_traced.empty() || K.entry_plain.empty())
+      fail(path + ": " + which + " needs entry_traced and entry_plain");
+  }
+  if (L.cubin_traced.empty() || L.cubin_plain.empty()) fail(path + ": cubin_traced and cubin_plain are both needed");
   return L;
 }
 
@@ -574,7 +640,7 @@ void print_map(const MapSpec& m, int i) {
 // ------------------------------------------------------------------------------ the reference
 
 struct Reference {
-  std::vector<double> expected;  // logical [M, N], row-major
+  std::vector<double> expected;  // logical [total M, N], row-major
   std::vector<double> bound;     // same; empty in exact mode
   std::vector<unsigned char> exact_bits;  // exact mode: expected in the output dtype
   bool exact = false;
@@ -586,9 +652,10 @@ Reference reference_from_files(const std::string& exp_path, const std::string& b
                                TensorFile bnd, const Problem& p) {
   load_file(exp, exp_path);
   load_file(bnd, bound_path);
-  const long long n = p.m * p.n;
+  const long long n = p.total_m * p.n;
   if (exp.elements() != n || bnd.elements() != n)
-    fail("expected and bound must hold M x N = " + std::to_string(n) + " elements (logical, row-major)");
+    fail("expected and bound must hold M x N = " + std::to_string(n) + " elements (logical, row-major; M = " +
+         std::to_string(p.total_m) + " rows of every group)");
   Reference r;
   r.expected.resize(size_t(n));
   r.bound.resize(size_t(n));
@@ -614,7 +681,8 @@ double activate(const std::string& act, double x) {
 }
 
 // The whole problem in double precision: acc = A @ B (block scales per k-group), then scale,
-// alpha/beta, bias, activation, cast. The bound is a worst-case model, deliberately looser than
+// alpha/beta, bias, activation, cast; row i of a grouped problem is its group g's, with B[g] and
+// the column bias bias[g]. The bound is a worst-case model, deliberately looser than
 // the oracle's (README.txt): eps * |alpha| * S + 2^-20 (|alpha v| + |beta c| + |bias|), times 1.25
 // for the activation's slope, plus 2^-14 (|x| + |y|) for a transcendental activation, plus one
 // unit in the last place of the output type at |y|; S = sum_k |a||b| (scaled), eps = K 2^-23 for
@@ -631,6 +699,15 @@ Reference host_reference(const std::string& dir, std::map<std::string, TensorFil
   const TensorFile *A = get("a"), *B = get("b"), *C = get("c"), *bias = get("bias"), *SA = get("scale_a"),
                    *SB = get("scale_b");
   if (!A || !B) fail("inputs.txt must list a and b for the host reference");
+  const long long n_groups = (long long)p.group_rows.size();
+  if (p.grouped && (B->shape.size() != 3 || B->shape[0] != n_groups))
+    fail("b must be a stack of " + std::to_string(n_groups) + " matrices (shape " + std::to_string(n_groups) +
+         "xKxN or " + std::to_string(n_groups) + "xNxK) for a grouped problem");
+  if (p.grouped && p.bias == "col" && bias && (bias->shape.size() != 2 || bias->shape[0] != n_groups))
+    fail("the column bias of a grouped problem must be one row per group (" + std::to_string(n_groups) + "xN)");
+  std::vector<long long> group_of(size_t(p.total_m));
+  for (long long g = 0; g < n_groups; ++g)
+    for (long long r = 0; r < p.group_rows[size_t(g)]; ++r) group_of[size_t(p.group_row0[size_t(g)] + r)] = g;
   if (p.beta != 0 && !C) fail("beta != 0 but inputs.txt lists no c");
   if (p.bias != "none" && !bias) fail("the problem has a bias but inputs.txt lists none");
   const bool fp8 = p.a_dtype == "e4m3" || p.a_dtype == "e5m2";
@@ -638,16 +715,19 @@ Reference host_reference(const std::string& dir, std::map<std::string, TensorFil
   if (p.acc == "fp32") eps = p.k * std::ldexp(1.0, -23) + (fp8 ? std::ldexp(1.0, -10) * (p.promotion ? p.promotion : p.bk) / 32.0 : 0.0);
   else if (p.acc == "fp16") eps = 2.0 * double((p.k + 15) / 16) * std::ldexp(1.0, -11);
   const bool block = p.scale_a == "block";
+  if (p.grouped && (block || p.scale_a == "row" || p.scale_b == "col"))
+    fail("the host reference of a grouped problem takes per-tensor scales only");
   const long long gk = block ? p.sa_k : p.k;
   const long long groups = (p.k + gk - 1) / gk;
   Reference r;
-  const long long total = p.m * p.n;
+  const long long total = p.total_m * p.n;
   r.expected.assign(size_t(total), 0.0);
   r.bound.assign(size_t(total), 0.0);
   const double alpha = double(float(p.alpha)), beta = double(float(p.beta));
   auto rows = [&](long long r0, long long r1) {
     std::vector<double> acc(size_t(p.n)), sabs(size_t(p.n)), part(size_t(p.n)), pabs(size_t(p.n));
     for (long long i = r0; i < r1; ++i) {
+      const long long grp = group_of[size_t(i)];
       std::fill(acc.begin(), acc.end(), 0.0);
       std::fill(sabs.begin(), sabs.end(), 0.0);
       for (long long g = 0; g < groups; ++g) {
@@ -656,7 +736,7 @@ Reference host_reference(const std::string& dir, std::map<std::string, TensorFil
         for (long long kk = g * gk; kk < std::min(p.k, (g + 1) * gk); ++kk) {
           const double a = A->at(i, kk);
           for (long long j = 0; j < p.n; ++j) {
-            const double b = B->at(kk, j);
+            const double b = B->at_in(grp, kk, j);
             part[j] += a * b;
             pabs[j] += std::fabs(a * b);
           }
@@ -678,7 +758,7 @@ Reference host_reference(const std::string& dir, std::map<std::string, TensorFil
         v *= f;
         s *= std::fabs(f);
         const double av = alpha * v, bc = p.beta != 0 ? beta * C->at(i, j) : 0.0;
-        const double bi = p.bias == "row" ? bias->at1(i) : p.bias == "col" ? bias->at1(j) : 0.0;
+        const double bi = p.bias == "row" ? bias->at1(i) : p.bias == "col" ? bias->at(grp, j) : 0.0;
         const double x = av + bc + bi;
         const double y = activate(p.activation, x);
         const bool transcendental = p.activation == "gelu_erf" || p.activation == "gelu_tanh" || p.activation == "silu";
@@ -693,8 +773,8 @@ Reference host_reference(const std::string& dir, std::map<std::string, TensorFil
   };
   const unsigned workers = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
-  const long long step = (p.m + workers - 1) / workers;
-  for (long long r0 = 0; r0 < p.m; r0 += step) pool.emplace_back(rows, r0, std::min(p.m, r0 + step));
+  const long long step = (p.total_m + workers - 1) / workers;
+  for (long long r0 = 0; r0 < p.total_m; r0 += step) pool.emplace_back(rows, r0, std::min(p.total_m, r0 + step));
   for (auto& t : pool) t.join();
   r.source = "the reproducer's own double-precision host reference with a conservative worst-case bound "
              "(expected.bin/bound.bin not used; README.txt gives the model)";
@@ -711,62 +791,81 @@ struct TileStats {
 
 // D against the reference, per BM x BN tile, with the oracle's element rule: bit-exact (NaN
 // matches NaN) when every bound is zero, else |received - expected| <= bound for finite pairs,
-// NaN matching NaN and an infinity matching the same infinity. Prints the evidence, returns
+// NaN matching NaN and an infinity matching the same infinity. A grouped problem's tiles are
+// counted from each group's first row (every group its own GEMM). Prints the evidence, returns
 // the exit code.
 int judge(const TensorFile& d, const Reference& ref, const Problem& p) {
-  const long long tm = (p.m + p.bm - 1) / p.bm, tn = (p.n + p.bn - 1) / p.bn;
-  std::vector<TileStats> tiles(size_t(tm * tn));
+  const long long tn = (p.n + p.bn - 1) / p.bn;
+  const size_t n_groups = p.group_rows.size();
+  std::vector<long long> tile_group, tile_tm, group_tile0(n_groups), group_tiles(n_groups);
+  for (size_t g = 0; g < n_groups; ++g) {
+    group_tile0[g] = (long long)tile_group.size();
+    group_tiles[g] = (p.group_rows[g] + p.bm - 1) / p.bm * tn;
+    for (long long t = 0; t < group_tiles[g]; ++t) {
+      tile_group.push_back((long long)g);
+      tile_tm.push_back(t / tn);
+    }
+  }
+  const long long n_tiles = (long long)tile_group.size();
+  std::vector<TileStats> tiles(static_cast<size_t>(n_tiles));
   const int es = dt_size(d.dtype);
   const long long ld = d.shape.back();
-  for (long long i = 0; i < p.m; ++i) {
-    for (long long j = 0; j < p.n; ++j) {
-      const long long li = i * p.n + j;
-      const long long si = d.major == "col" ? j * ld + i : i * ld + j;
-      const unsigned char* bits = d.data.data() + si * es;
-      const double r = decode(d.dtype, bits);
-      const double e = ref.expected[size_t(li)];
-      TileStats& t = tiles[size_t((i / p.bm) * tn + j / p.bn)];
-      ++t.compared;
-      t.poison += all_ones_bits(bits, es);
-      const bool rn = std::isnan(r), en = std::isnan(e), ri = std::isinf(r), ei = std::isinf(e);
-      t.nan_r += rn;
-      t.nan_e += en;
-      t.inf_r += ri;
-      t.inf_e += ei;
-      t.informative += std::fabs(e) > 1e-30;
-      const bool finite = std::isfinite(r) && std::isfinite(e);
-      const double err = finite ? std::fabs(r - e) : 0.0;
-      bool ok;
-      double ratio;
-      if (ref.exact) {
-        ok = std::memcmp(bits, ref.exact_bits.data() + li * es, size_t(es)) == 0 || (rn && en);
-        ratio = ok ? 0.0 : INFINITY;
-      } else {
-        const double b = ref.bound[size_t(li)];
-        const bool same_inf = ri && ei && std::signbit(r) == std::signbit(e);
-        ok = (rn && en) || same_inf || (finite && err <= b);
-        ratio = (rn && en) || same_inf ? 0.0 : !finite ? INFINITY : err == 0 ? 0.0 : err / std::max(b, 1e-300);
-      }
-      t.max_abs = std::max(t.max_abs, err);
-      t.max_ratio = std::max(t.max_ratio, ratio);
-      if (!ok) {
-        ++t.bad;
-        if (t.first_bad < 0) t.first_bad = li;
+  for (size_t g = 0; g < n_groups; ++g) {
+    const long long row0 = p.group_row0[g];
+    for (long long r = 0; r < p.group_rows[g]; ++r) {
+      const long long i = row0 + r;
+      for (long long j = 0; j < p.n; ++j) {
+        const long long li = i * p.n + j;
+        const long long si = d.major == "col" ? j * ld + i : i * ld + j;
+        const unsigned char* bits = d.data.data() + si * es;
+        const double rv = decode(d.dtype, bits);
+        const double e = ref.expected[size_t(li)];
+        TileStats& t = tiles[size_t(group_tile0[g] + (r / p.bm) * tn + j / p.bn)];
+        ++t.compared;
+        t.poison += all_ones_bits(bits, es);
+        const bool rn = std::isnan(rv), en = std::isnan(e), ri = std::isinf(rv), ei = std::isinf(e);
+        t.nan_r += rn;
+        t.nan_e += en;
+        t.inf_r += ri;
+        t.inf_e += ei;
+        t.informative += std::fabs(e) > 1e-30;
+        const bool finite = std::isfinite(rv) && std::isfinite(e);
+        const double err = finite ? std::fabs(rv - e) : 0.0;
+        bool ok;
+        double ratio;
+        if (ref.exact) {
+          ok = std::memcmp(bits, ref.exact_bits.data() + li * es, size_t(es)) == 0 || (rn && en);
+          ratio = ok ? 0.0 : INFINITY;
+        } else {
+          const double b = ref.bound[size_t(li)];
+          const bool same_inf = ri && ei && std::signbit(rv) == std::signbit(e);
+          ok = (rn && en) || same_inf || (finite && err <= b);
+          ratio = (rn && en) || same_inf ? 0.0 : !finite ? INFINITY : err == 0 ? 0.0 : err / std::max(b, 1e-300);
+        }
+        t.max_abs = std::max(t.max_abs, err);
+        t.max_ratio = std::max(t.max_ratio, ratio);
+        if (!ok) {
+          ++t.bad;
+          if (t.first_bad < 0) t.first_bad = li;
+        }
       }
     }
   }
   long long bad_tiles = 0, bad = 0, poison = 0, nan_r = 0, nan_e = 0, inf_r = 0, inf_e = 0, informative = 0;
   long long worst = 0, first = -1;
+  std::vector<long long> group_bad(n_groups), group_bad_tiles(n_groups);
   auto worse = [&](const TileStats& a, const TileStats& b) {  // (failed, ratio, mismatches, max |err|)
     if ((a.bad > 0) != (b.bad > 0)) return a.bad > 0;
     if (a.max_ratio != b.max_ratio) return a.max_ratio > b.max_ratio;
     if (a.bad != b.bad) return a.bad > b.bad;
     return a.max_abs > b.max_abs;
   };
-  for (long long t = 0; t < tm * tn; ++t) {
+  for (long long t = 0; t < n_tiles; ++t) {
     const TileStats& s = tiles[size_t(t)];
     bad_tiles += s.bad > 0;
     bad += s.bad;
+    group_bad[size_t(tile_group[size_t(t)])] += s.bad;
+    group_bad_tiles[size_t(tile_group[size_t(t)])] += s.bad > 0;
     poison += s.poison;
     nan_r += s.nan_r;
     nan_e += s.nan_e;
@@ -776,28 +875,55 @@ int judge(const TensorFile& d, const Reference& ref, const Problem& p) {
     if (worse(s, tiles[size_t(worst)])) worst = t;
     if (s.bad > 0 && first < 0) first = t;
   }
+  // "(tm, tn)", and " of group g" for a grouped problem
+  auto tile_name = [&](long long t) {
+    const long long g = tile_group[size_t(t)];
+    std::string s = "(" + std::to_string(tile_tm[size_t(t)]) + ", " + std::to_string((t - group_tile0[size_t(g)]) % tn) +
+                    ")";
+    if (p.grouped) s += " of group " + std::to_string(g);
+    return s;
+  };
   const TileStats& w = tiles[size_t(worst)];
   std::printf("reference: %s\n", ref.source.c_str());
-  std::printf("output D: %lld x %lld %s (%s-major), %lld x %lld tiles of %d x %d\n", p.m, p.n, dt_name(d.dtype),
-              d.major.c_str(), tm, tn, p.bm, p.bn);
+  if (p.grouped) {
+    std::string sizes;
+    for (size_t g = 0; g < n_groups; ++g) sizes += (g ? ", " : "") + std::to_string(p.group_rows[g]);
+    std::printf("output D: %lld x %lld %s (%s-major) in %zu groups of %s rows, %lld tiles of %d x %d counted from each "
+                "group's first row\n",
+                p.total_m, p.n, dt_name(d.dtype), d.major.c_str(), n_groups, sizes.c_str(), n_tiles, p.bm, p.bn);
+  } else {
+    std::printf("output D: %lld x %lld %s (%s-major), %lld x %lld tiles of %d x %d\n", p.total_m, p.n, dt_name(d.dtype),
+                d.major.c_str(), n_tiles / tn, tn, p.bm, p.bn);
+  }
   char ratio[64];
   if (ref.exact && w.bad == 0) std::snprintf(ratio, sizeof ratio, "exact");
   else std::snprintf(ratio, sizeof ratio, "%.3g", w.max_ratio);
-  std::printf("  worst tile (%lld, %lld): err/bound %s, max |err| %.6g, bad %lld/%lld, NaN r/e %lld/%lld, "
+  std::printf("  worst tile %s: err/bound %s, max |err| %.6g, bad %lld/%lld, NaN r/e %lld/%lld, "
               "Inf r/e %lld/%lld, never written %lld\n",
-              worst / tn, worst % tn, ratio, w.max_abs, w.bad, w.compared, w.nan_r, w.nan_e, w.inf_r, w.inf_e,
+              tile_name(worst).c_str(), ratio, w.max_abs, w.bad, w.compared, w.nan_r, w.nan_e, w.inf_r, w.inf_e,
               w.poison);
   std::printf("  all tiles: bad elements %lld in %lld of %lld tiles; NaN r/e %lld/%lld; Inf r/e %lld/%lld; "
               "never written (still the 0xFF poison) %lld\n",
-              bad, bad_tiles, tm * tn, nan_r, nan_e, inf_r, inf_e, poison);
+              bad, bad_tiles, n_tiles, nan_r, nan_e, inf_r, inf_e, poison);
+  if (p.grouped)
+    for (size_t g = 0; g < n_groups; ++g) {
+      if (p.group_rows[g] == 0) {
+        std::printf("  group %zu (empty): nothing to compare\n", g);
+        continue;
+      }
+      std::printf("  group %zu (rows %lld..%lld): bad elements %lld in %lld of %lld tiles\n", g, p.group_row0[g],
+                  p.group_row0[g] + p.group_rows[g] - 1, group_bad[g], group_bad_tiles[g], group_tiles[g]);
+    }
   if (first >= 0) {
     const long long li = tiles[size_t(first)].first_bad, i = li / p.n, j = li % p.n;
+    const long long r = i - p.group_row0[size_t(tile_group[size_t(first)])];
     const long long si = d.major == "col" ? j * ld + i : i * ld + j;
     const unsigned char* bits = d.data.data() + si * es;
     const double b = ref.exact ? 0.0 : ref.bound[size_t(li)];
-    std::printf("  first bad element: (%lld, %lld) in tile (%lld, %lld) [(%lld, %lld) in the tile]: received %.6g%s, "
+    const std::string in_group = p.grouped ? "; row " + std::to_string(r) + " of the group" : "";
+    std::printf("  first bad element: (%lld, %lld) in tile %s [(%lld, %lld) in the tile%s]: received %.6g%s, "
                 "expected %.6g, bound %.3g\n",
-                i, j, first / tn, first % tn, i % p.bm, j % p.bn, decode(d.dtype, bits),
+                i, j, tile_name(first).c_str(), r % p.bm, j % p.bn, in_group.c_str(), decode(d.dtype, bits),
                 all_ones_bits(bits, es) ? " (never written: still the 0xFF poison)" : "", ref.expected[size_t(li)], b);
   }
   if (bad > 0) {
@@ -871,8 +997,12 @@ Options parse_options(int argc, char** argv) {
   return o;
 }
 
-[[noreturn]] void kernel_error(const std::string& what, const std::string& name, const std::string& dir,
-                               const oracle_trace::SinkHeader* sink) {
+// A kernel error (or a launch that did not finish): the sink so far, result.txt, exit 3. `launch`
+// (with its entry) names which of the launches failed, -1 for none in particular.
+[[noreturn]] void kernel_error(const std::string& what_happened, const std::string& name, const std::string& dir,
+                               const oracle_trace::SinkHeader* sink, int launch = -1, const std::string& entry = "") {
+  const std::string what =
+      launch < 0 ? what_happened : "launch " + std::to_string(launch) + " (" + entry + "): " + what_happened;
   if (sink != nullptr) {  // host-mapped: the taps committed before the fault are still here
     const unsigned long long area = sink->capacity - sink->header_bytes;
     const unsigned long long used = std::min<unsigned long long>(sink->cursor, area);
@@ -881,6 +1011,7 @@ Options parse_options(int argc, char** argv) {
   }
   std::ofstream res(join_path(dir, "result.txt"), std::ios::trunc);
   res << "status kernel_error\nerror " << name << "\nmessage " << what << "\n";
+  if (launch >= 0) res << "launch " << launch << "\nentry " << entry << "\n";
   res.close();
   std::printf("verdict: KERNEL_ERROR: %s (%s)\n", name.c_str(), what.c_str());
   std::fflush(stdout);
@@ -951,31 +1082,50 @@ int run(const Options& o) {
   const Problem p = read_problem(o.dir);
   Launch L = read_launch(o.dir);
   auto tensors = read_inputs_manifest(o.dir);
-  const std::string entry = traced ? L.entry_traced : L.entry_plain;
+  const size_t n_launches = L.kernels.size();
+  auto entry_of = [&](size_t k) -> const std::string& {
+    return traced ? L.kernels[k].entry_traced : L.kernels[k].entry_plain;
+  };
+  std::string entries;
+  for (size_t k = 0; k < n_launches; ++k) entries += (k ? "," : "") + entry_of(k);
   const std::string cubin = o.cubin.empty() ? join_path(o.dir, traced ? L.cubin_traced : L.cubin_plain) : o.cubin;
   const double timeout = o.timeout_s >= 0 ? o.timeout_s : L.timeout_s;
-  std::printf("repro: %s, %s build, entry %s\n", p.describe.c_str(), traced ? "traced" : "plain", entry.c_str());
-  std::printf("  cubin %s\n  launch: grid (%u, %u, %u), block (%u, %u, %u), cluster (%u, %u, %u), dynamic shared memory %zu bytes\n",
-              cubin.c_str(), L.grid[0], L.grid[1], L.grid[2], L.block[0], L.block[1], L.block[2], L.cluster[0],
-              L.cluster[1], L.cluster[2], L.smem);
-  for (size_t i = 0; i < L.maps.size(); ++i) print_map(L.maps[i], int(i));
+  if (n_launches == 1)
+    std::printf("repro: %s, %s build, entry %s\n", p.describe.c_str(), traced ? "traced" : "plain", entry_of(0).c_str());
+  else
+    std::printf("repro: %s, %s build, %zu launches in order: %s\n", p.describe.c_str(), traced ? "traced" : "plain",
+                n_launches, entries.c_str());
+  std::printf("  cubin %s\n", cubin.c_str());
+  for (size_t k = 0; k < n_launches; ++k) {
+    const KernelLaunch& K = L.kernels[k];
+    const std::string which = n_launches == 1 ? "" : " " + std::to_string(k) + " (" + entry_of(k) + ")";
+    std::printf("  launch%s: grid (%u, %u, %u), block (%u, %u, %u), cluster (%u, %u, %u), dynamic shared memory %zu "
+                "bytes\n",
+                which.c_str(), K.grid[0], K.grid[1], K.grid[2], K.block[0], K.block[1], K.block[2], K.cluster[0],
+                K.cluster[1], K.cluster[2], K.smem);
+    for (size_t i = 0; i < K.maps.size(); ++i) print_map(K.maps[i], int(i));
+  }
 
   for (auto& kv : tensors)
-    if (kv.second.role == "in") load_file(kv.second, join_path(o.dir, kv.second.file));
+    if (kv.second.role == "in" || kv.second.role == "inout") load_file(kv.second, join_path(o.dir, kv.second.file));
   auto dit = tensors.find("d");
   if (dit == tensors.end() || dit->second.role != "out") fail("inputs.txt must list the output d (role=out)");
   if (o.dry_run) {
-    for (size_t i = 0; i < L.args.size(); ++i) {
-      const ArgSpec& a = L.args[i];
-      std::string hex;
-      char byte[3];
-      for (unsigned char c : a.bytes) {
-        std::snprintf(byte, sizeof byte, "%02x", c);
-        hex += byte;
+    for (size_t k = 0; k < n_launches; ++k) {
+      if (n_launches > 1) std::printf("launch %zu entry %s\n", k, entry_of(k).c_str());
+      const KernelLaunch& K = L.kernels[k];
+      for (size_t i = 0; i < K.args.size(); ++i) {
+        const ArgSpec& a = K.args[i];
+        std::string hex;
+        char byte[3];
+        for (unsigned char c : a.bytes) {
+          std::snprintf(byte, sizeof byte, "%02x", c);
+          hex += byte;
+        }
+        if (a.kind == "ptr") std::printf("arg %zu ptr %s\n", i, a.name.c_str());
+        else if (a.kind == "tensormap") std::printf("arg %zu tensormap %d\n", i, a.map);
+        else std::printf("arg %zu bytes %s\n", i, hex.c_str());
       }
-      if (a.kind == "ptr") std::printf("arg %zu ptr %s\n", i, a.name.c_str());
-      else if (a.kind == "tensormap") std::printf("arg %zu tensormap %d\n", i, a.map);
-      else std::printf("arg %zu bytes %s\n", i, hex.c_str());
     }
     if (traced) {
       std::vector<unsigned long long> buf(size_t(L.capacity / 8));  // 8-byte aligned, like pinned memory
@@ -994,27 +1144,37 @@ int run(const Options& o) {
   cudaLibrary_t lib;
   check_cuda(cudaLibraryLoadFromFile(&lib, cubin.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
              "loading " + cubin, kBadInput, o.dir);
-  cudaKernel_t kernel;
-  check_cuda(cudaLibraryGetKernel(&kernel, lib, entry.c_str()), "entry point " + entry + " in " + cubin, kBadInput, o.dir);
-  const void* fn = reinterpret_cast<const void*>(kernel);
-  if (L.smem > 48 * 1024)
-    check_cuda(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L.smem)),
-               "raising the dynamic shared memory limit to " + std::to_string(L.smem), kBadInput, o.dir);
-  if (L.cluster[0] * L.cluster[1] * L.cluster[2] > 8)
-    check_cuda(cudaFuncSetAttribute(fn, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
-               "allowing a non-portable cluster size", kBadInput, o.dir);
+  std::vector<const void*> fns(n_launches);
+  for (size_t k = 0; k < n_launches; ++k) {
+    const KernelLaunch& K = L.kernels[k];
+    const std::string which = "launch " + std::to_string(k) + ": ";
+    cudaKernel_t kernel;
+    check_cuda(cudaLibraryGetKernel(&kernel, lib, entry_of(k).c_str()),
+               which + "entry point " + entry_of(k) + " in " + cubin, kBadInput, o.dir);
+    fns[k] = reinterpret_cast<const void*>(kernel);
+    if (K.smem > 48 * 1024)
+      check_cuda(cudaFuncSetAttribute(fns[k], cudaFuncAttributeMaxDynamicSharedMemorySize, int(K.smem)),
+                 which + "raising the dynamic shared memory limit of " + entry_of(k) + " to " + std::to_string(K.smem),
+                 kBadInput, o.dir);
+    if (K.cluster[0] * K.cluster[1] * K.cluster[2] > 8)
+      check_cuda(cudaFuncSetAttribute(fns[k], cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+                 which + "allowing a non-portable cluster size for " + entry_of(k), kBadInput, o.dir);
+  }
 
+  // every buffer once, before the first launch: inputs and workspaces (inout) with their bytes,
+  // outputs poisoned; the launches share them
   std::map<std::string, void*> dev;
   for (auto& kv : tensors) {
     TensorFile& t = kv.second;
-    if (t.role != "in" && t.role != "out") continue;
+    if (t.role != "in" && t.role != "out" && t.role != "inout") continue;
     void* ptr = nullptr;
     check_cuda(cudaMalloc(&ptr, size_t(t.bytes)), "cudaMalloc of " + t.name, kBadInput, o.dir);
     dev[t.name] = ptr;
-    if (t.role == "in")
-      check_cuda(cudaMemcpy(ptr, t.data.data(), size_t(t.bytes), cudaMemcpyHostToDevice), "upload of " + t.name, kBadInput, o.dir);
-    else
+    if (t.role == "out")
       check_cuda(cudaMemset(ptr, 0xFF, size_t(t.bytes)), "poisoning " + t.name, kBadInput, o.dir);
+    else
+      check_cuda(cudaMemcpy(ptr, t.data.data(), size_t(t.bytes), cudaMemcpyHostToDevice), "upload of " + t.name,
+                 kBadInput, o.dir);
   }
 
   oracle_trace::SinkHeader* sink = nullptr;
@@ -1022,7 +1182,7 @@ int run(const Options& o) {
   size_t symbol_bytes = 0;
   const bool has_symbol = cudaLibraryGetGlobal(&sink_symbol, &symbol_bytes, lib, "oracle_trace_sink") == cudaSuccess;
   (void)cudaGetLastError();
-  if (traced) {
+  if (traced) {  // one sink for every launch: the symbol is the module's, set once
     if (!has_symbol || symbol_bytes != 8)
       fail("cubin " + cubin + " has no 8-byte oracle_trace_sink symbol: it was not built with -DORACLE_TRACE");
     void* host = nullptr;
@@ -1033,8 +1193,9 @@ int run(const Options& o) {
     void* sink_dev = nullptr;
     check_cuda(cudaHostGetDevicePointer(&sink_dev, host, 0), "mapping the sink", kBadInput, o.dir);
     check_cuda(cudaMemcpy(sink_symbol, &sink_dev, 8, cudaMemcpyHostToDevice), "setting oracle_trace_sink", kBadInput, o.dir);
-    std::printf("  trace: host-mapped sink of %llu bytes, %zu tile selector(s), k-blocks %s\n", L.capacity,
-                L.tiles.empty() ? size_t(1) : L.tiles.size(), L.all_k_blocks ? "all" : "selected");
+    std::printf("  trace: host-mapped sink of %llu bytes, %zu tile selector(s), k-blocks %s%s\n", L.capacity,
+                L.tiles.empty() ? size_t(1) : L.tiles.size(), L.all_k_blocks ? "all" : "selected",
+                n_launches > 1 ? ", set for every launch" : "");
   } else if (has_symbol) {
     void* null_sink = nullptr;  // every tap off
     check_cuda(cudaMemcpy(sink_symbol, &null_sink, 8, cudaMemcpyHostToDevice), "clearing oracle_trace_sink", kBadInput, o.dir);
@@ -1042,73 +1203,89 @@ int run(const Options& o) {
 
   auto encode = reinterpret_cast<EncodeTiled>(driver_entry("cuTensorMapEncodeTiled"));
   auto error_name = reinterpret_cast<GetErrorName>(driver_entry("cuGetErrorName"));
-  std::vector<CUtensorMap> maps(L.maps.size());
-  for (size_t i = 0; i < L.maps.size(); ++i) {
-    const MapSpec& m = L.maps[i];
-    auto it = dev.find(m.buffer);
-    if (it == dev.end()) fail("tensor map " + std::to_string(i) + " is over " + m.buffer + ", which inputs.txt does not list");
-    const CUresult r = encode(&maps[i], CUtensorMapDataType(m.data_type), cuuint32_t(m.rank), it->second, m.dims.data(),
-                              m.strides.data(), m.box.data(), m.estr.data(), CUtensorMapInterleave(m.interleave),
-                              CUtensorMapSwizzle(m.swizzle), CUtensorMapL2promotion(m.l2), CUtensorMapFloatOOBfill(m.oob));
-    if (r != CUDA_SUCCESS) {
-      const char* name = "?";
-      error_name(r, &name);
-      fail("cuTensorMapEncodeTiled refused tensor map " + std::to_string(i) + " over " + m.buffer + ": " + name);
+  std::vector<std::vector<CUtensorMap>> maps(n_launches);
+  std::vector<std::vector<std::vector<unsigned char>>> storage(n_launches);
+  std::vector<std::vector<void*>> params(n_launches);
+  for (size_t k = 0; k < n_launches; ++k) {
+    const KernelLaunch& K = L.kernels[k];
+    const std::string which = "launch " + std::to_string(k) + ": ";
+    maps[k].resize(K.maps.size());
+    for (size_t i = 0; i < K.maps.size(); ++i) {
+      const MapSpec& m = K.maps[i];
+      auto it = dev.find(m.buffer);
+      if (it == dev.end())
+        fail(which + "tensor map " + std::to_string(i) + " is over " + m.buffer + ", which inputs.txt does not list");
+      const CUresult r = encode(&maps[k][i], CUtensorMapDataType(m.data_type), cuuint32_t(m.rank), it->second,
+                                m.dims.data(), m.strides.data(), m.box.data(), m.estr.data(),
+                                CUtensorMapInterleave(m.interleave), CUtensorMapSwizzle(m.swizzle),
+                                CUtensorMapL2promotion(m.l2), CUtensorMapFloatOOBfill(m.oob));
+      if (r != CUDA_SUCCESS) {
+        const char* name = "?";
+        error_name(r, &name);
+        fail(which + "cuTensorMapEncodeTiled refused tensor map " + std::to_string(i) + " over " + m.buffer + ": " + name);
+      }
     }
-  }
-
-  std::vector<std::vector<unsigned char>> storage(L.args.size());
-  std::vector<void*> params(L.args.size());
-  for (size_t i = 0; i < L.args.size(); ++i) {
-    const ArgSpec& a = L.args[i];
-    if (a.kind == "ptr") {
-      auto it = dev.find(a.name);
-      if (it == dev.end()) fail("argument " + std::to_string(i) + " points at " + a.name + ", which inputs.txt does not list");
-      put(storage[i], reinterpret_cast<uint64_t>(it->second));
-      params[i] = storage[i].data();
-    } else if (a.kind == "tensormap") {
-      params[i] = &maps[size_t(a.map)];  // CUtensorMap is 64-byte aligned
-    } else {
-      storage[i] = a.bytes;
-      params[i] = storage[i].data();
+    storage[k].resize(K.args.size());
+    params[k].resize(K.args.size());
+    for (size_t i = 0; i < K.args.size(); ++i) {
+      const ArgSpec& a = K.args[i];
+      if (a.kind == "ptr") {
+        auto it = dev.find(a.name);
+        if (it == dev.end())
+          fail(which + "argument " + std::to_string(i) + " points at " + a.name + ", which inputs.txt does not list");
+        put(storage[k][i], reinterpret_cast<uint64_t>(it->second));
+        params[k][i] = storage[k][i].data();
+      } else if (a.kind == "tensormap") {
+        params[k][i] = &maps[k][size_t(a.map)];  // CUtensorMap is 64-byte aligned
+      } else {
+        storage[k][i] = a.bytes;
+        params[k][i] = storage[k][i].data();
+      }
     }
   }
 
   cudaStream_t stream;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate", kBadInput, o.dir);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(L.grid[0], L.grid[1], L.grid[2]);
-  cfg.blockDim = dim3(L.block[0], L.block[1], L.block[2]);
-  cfg.dynamicSmemBytes = L.smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  if (L.cluster[0] * L.cluster[1] * L.cluster[2] > 1) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = L.cluster[0];
-    attr[0].val.clusterDim.y = L.cluster[1];
-    attr[0].val.clusterDim.z = L.cluster[2];
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-  }
   std::fflush(stdout);
   const auto t0 = std::chrono::steady_clock::now();
-  cudaError_t e = cudaLaunchKernelExC(&cfg, fn, params.data());
-  if (e != cudaSuccess) kernel_error(std::string("launch: ") + cudaGetErrorString(e), cudaGetErrorName(e), o.dir, sink);
-  for (;;) {
-    e = cudaStreamQuery(stream);
-    if (e != cudaErrorNotReady) break;
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (timeout > 0 && s > timeout)
-      kernel_error("the kernel did not finish within " + std::to_string(timeout) + " s (--timeout S)", "timeout", o.dir, sink);
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  for (size_t k = 0; k < n_launches; ++k) {  // in order, each to completion before the next
+    const KernelLaunch& K = L.kernels[k];
+    const int at = int(k);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(K.grid[0], K.grid[1], K.grid[2]);
+    cfg.blockDim = dim3(K.block[0], K.block[1], K.block[2]);
+    cfg.dynamicSmemBytes = K.smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    if (K.cluster[0] * K.cluster[1] * K.cluster[2] > 1) {
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = K.cluster[0];
+      attr[0].val.clusterDim.y = K.cluster[1];
+      attr[0].val.clusterDim.z = K.cluster[2];
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+    }
+    cudaError_t e = cudaLaunchKernelExC(&cfg, fns[k], params[k].data());
+    if (e != cudaSuccess)
+      kernel_error(std::string("launch: ") + cudaGetErrorString(e), cudaGetErrorName(e), o.dir, sink, at, entry_of(k));
+    for (;;) {
+      e = cudaStreamQuery(stream);
+      if (e != cudaErrorNotReady) break;
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (timeout > 0 && s > timeout)
+        kernel_error("the kernel did not finish within " + std::to_string(timeout) + " s (--timeout S)", "timeout",
+                     o.dir, sink, at, entry_of(k));
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (e != cudaSuccess) kernel_error(cudaGetErrorString(e), cudaGetErrorName(e), o.dir, sink, at, entry_of(k));
   }
-  if (e != cudaSuccess) kernel_error(cudaGetErrorString(e), cudaGetErrorName(e), o.dir, sink);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("kernel: finished (%.3f ms wall, launch to completion)\n", ms);
+  if (n_launches == 1) std::printf("kernel: finished (%.3f ms wall, launch to completion)\n", ms);
+  else std::printf("kernels: all %zu finished (%.3f ms wall, first launch to last completion)\n", n_launches, ms);
 
   TensorFile& d = dit->second;
   d.data.resize(size_t(d.bytes));
-  e = cudaMemcpy(d.data.data(), dev["d"], size_t(d.bytes), cudaMemcpyDeviceToHost);
+  cudaError_t e = cudaMemcpy(d.data.data(), dev["d"], size_t(d.bytes), cudaMemcpyDeviceToHost);
   if (e != cudaSuccess) kernel_error(std::string("download of d: ") + cudaGetErrorString(e), cudaGetErrorName(e), o.dir, sink);
   write_file(join_path(o.dir, d.file), d.data.data(), d.data.size());
   if (sink != nullptr) {
@@ -1121,7 +1298,8 @@ int run(const Options& o) {
   }
   {
     std::ofstream res(join_path(o.dir, "result.txt"), std::ios::trunc);
-    res << "status ok\nentry " << entry << "\ntraced " << (traced ? 1 : 0) << "\nwall_ms " << ms << "\n";
+    res << "status ok\nentry " << entry_of(0) << "\nentries " << entries << "\nlaunches " << n_launches
+        << "\ntraced " << (traced ? 1 : 0) << "\nwall_ms " << ms << "\n";
   }
   return -1;  // the caller judges D
 }

@@ -154,3 +154,19 @@ def test_a_broken_partial_reference_makes_the_oracle_untrusted(monkeypatch):
     monkeypatch.setattr(ref_reduce, "reduce_partials_host", lambda x: real(x) * 1.5)
     an = _judge(SPLIT)
     assert an.verdict is Verdict.ORACLE_UNTRUSTED and any("reduce" in p for p in an.cross_check)
+
+
+def test_a_grouped_problem_s_expected_output_is_every_group_s_in_row_order():
+    from oracle.differential import expected_output
+    from oracle.inputs import Operands
+
+    ops = make_operands(GROUPED, "random", 1)
+    y, b = expected_output(GROUPED, ops)
+    assert tuple(y.shape) == tuple(b.shape) == (218, 64) and y.dtype == torch.float32
+    offs = group_offsets(GROUPED)
+    for g, m_g in enumerate(GROUPED.groups):
+        if m_g == 0:
+            continue
+        sub = dataclasses.replace(GROUPED, m=m_g, groups=None)
+        yg, bg = expected_output(sub, Operands(a=ops.a[offs[g]:offs[g + 1]], b=ops.b[g]))
+        assert torch.equal(y[offs[g]:offs[g + 1]], yg) and torch.equal(b[offs[g]:offs[g + 1]], bg), g

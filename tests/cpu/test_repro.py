@@ -1,8 +1,10 @@
 """Track B without a GPU: `python -m oracle repro` writes a reproducer whose files say exactly
-what the oracle's own launch is, `python -m oracle compare --repro-dir` reads a run of it back,
-and (marker nvcc) the directory builds with make alone and its host program judges D the
-oracle's way: a wrong tile, a NaN, a never-written element, a bit-exact reference, its own host
-reference; its argument bytes and initial sink header are the harness's.
+what the oracle's own launches are (every launch of a case in order, workspaces with the bytes
+the harness fills them with, a grouped problem's stacked B and group offsets), `python -m oracle
+compare --repro-dir` reads a run of it back as a live run records it, and (marker nvcc) the
+directory builds with make alone and its host program judges D the oracle's way: a wrong tile, a
+NaN, a never-written element, a bit-exact reference, its own host reference (group by group for
+a grouped problem); its argument bytes and initial sink header are the harness's.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ from oracle import cli
 from oracle.case import load_case, with_trace
 from oracle.differential import analyze, expected_output
 from oracle.inputs import Provenance, make_operands
-from oracle.live import launch_spec, stale_rows
+from oracle.live import launch_sequence, launch_spec, stale_rows, workspace_buffer
 from oracle.repro import ReproError, sink_bytes, write_repro
 from oracle.repro_run import load_repro_run
 
 ROOT = Path(__file__).resolve().parents[2]
 SIMPLE = ROOT / "harness" / "examples" / "simple_gemm.toml"
 HOPPER = ROOT / "zoo" / "hopper_gemm"
+SPLIT = ROOT / "zoo" / "split_gemm"
 
 
 def _manifest(d: Path) -> dict[str, dict[str, str]]:
@@ -58,8 +61,43 @@ def _write(case, ladder="ones", seed=0, out=None, **kw):
 
 
 def _storage_bytes(x: torch.Tensor, major: str) -> bytes:
-    x = x.contiguous() if major == "row" else x.t().contiguous()
+    x = x.contiguous() if major == "row" else x.transpose(-1, -2).contiguous()
     return x.reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def _launch_sections(d: Path) -> list[dict[str, list[list[str]]]]:
+    """launch.txt's launches in order, each key's lines (comments dropped)."""
+    out: list[dict] = []
+    for line in (d / "launch.txt").read_text().splitlines():
+        toks = line.split("#")[0].split()
+        if toks and toks[0] == "launch":
+            assert int(toks[1]) == len(out), line
+            out.append({})
+        elif toks and out:
+            out[-1].setdefault(toks[0], []).append(toks[1:])
+    return out
+
+
+def _assert_args(lines: list[list[str]], launch) -> None:
+    """launch.txt's arg lines are the harness's arguments: pointers by name, scalars by value or bits."""
+    assert len(lines) == len(launch.args)
+    for (kind, value, *_), a in zip(lines, launch.args):
+        if isinstance(a, TensorArg):
+            assert (kind, value) == ("ptr", a.name)
+        elif kind in ("f32", "f64"):
+            assert int(value, 16).to_bytes(4 if kind == "f32" else 8, "little") == a.to_bytes()
+        else:
+            assert (kind, int(value)) == (a.ctype, a.value)
+
+
+def _zoo_case(name: str, problem=None):
+    from zoo_cases import entries, entry_case  # tests/ is on sys.path
+
+    return entry_case(next(e for e in entries() if e["name"] == name), problem)
+
+
+def _u8(t: torch.Tensor) -> bytes:
+    return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
 # -- what the files say ---------------------------------------------------------------------------
@@ -85,14 +123,9 @@ def test_simple_gemm_reproducer_files(tmp_path, capsys):
     assert _single(out, "grid") == [str(g) for g in launch.grid] == ["3", "4", "1"]
     assert _single(out, "block") == ["16", "16", "1"]
     args = _launch_lines(out, "arg")
-    assert len(args) == len(launch.args) == 15
-    for (kind, value, *_), a in zip(args, launch.args):
-        if isinstance(a, TensorArg):
-            assert (kind, value) == ("ptr", a.name)
-        elif kind in ("f32", "f64"):
-            assert int(value, 16).to_bytes(4 if kind == "f32" else 8, "little") == a.to_bytes()
-        else:
-            assert (kind, int(value)) == (a.ctype, a.value)
+    assert len(args) == 15
+    _assert_args(args, launch)
+    assert _single(out, "launches") == ["1"] and len(_launch_sections(out)) == 1
     assert _single(out, "entry_traced") == ["simple_gemm_bf16_traced"]
     assert _single(out, "entry_plain") == ["simple_gemm_bf16"]  # the case's time_entry, built without taps
     assert _single(out, "cubin_plain") == ["kernel.cubin"]
@@ -203,11 +236,143 @@ def test_a_recording_gives_problem_inputs_and_entry(tmp_path):
     assert doc["provenance"]["ladder"] == rec.provenance.ladder and doc["provenance"]["seed"] == rec.provenance.seed
 
 
+# -- split-K, stream-K, several launches, grouped problems -----------------------------------------
+def test_a_serial_split_k_reproducer_carries_its_workspaces_as_the_harness_fills_them(tmp_path):
+    case = _zoo_case("splitk_serial_correct_ragged")  # 40 x 136 x 1000 in 3 splits: 1 x 3 tiles
+    out, ops = _write(case, "random", 1, tmp_path / "s")
+    sequence, tensors = launch_sequence(case, ops)
+    (sec,) = _launch_sections(out.path)
+    assert sec["entry_traced"] == sec["entry_plain"] == [["zoo_splitk_serial_traced"]]
+    assert sec["grid"] == [["3", "1", "3"]]
+    _assert_args(sec["arg"], sequence[0][1])
+    assert sec["arg"][-2:] == [["ptr", "ws_partials"], ["ptr", "ws_counters"]]
+    man = _manifest(out.path)
+    declared = {w.name: w for w in case.workspaces}
+    for name, nbytes, init, fill in (("partials", 3 * 3 * 64 * 64 * 4, "poison", {0xFF}),
+                                     ("counters", 3 * 4, "zero", {0})):
+        kv = man[f"ws_{name}"]
+        assert (kv["role"], kv["dtype"], int(kv["bytes"]), kv["workspace"], kv["init"]) == \
+            ("inout", "uint8", nbytes, name, init)
+        data = (out.path / kv["file"]).read_bytes()
+        assert data == _u8(workspace_buffer(declared[name], nbytes)) == _u8(tensors[f"ws_{name}"])
+        assert set(data) == fill
+    assert not (out.path / "d.bin").exists()
+    doc = json.loads((out.path / "repro.json").read_text())
+    assert doc["version"] == 2 and doc["tensors"]["ws_partials"]["workspace"]["init"] == "poison"
+    assert "partials: 147456 bytes, the 0xFF poison, ws_partials.bin" in (out.path / "README.txt").read_text()
+
+
+def test_the_two_launch_split_k_case_describes_both_launches_in_order(tmp_path, capsys):
+    out = tmp_path / "a"
+    assert cli.main(["repro", "--problem", str(SPLIT / "splitk_atomic.toml"), "--inputs", "random:1",
+                     "--out", str(out)]) == 0
+    assert "2 launches, in order: zoo_splitk_atomic_partials_traced, zoo_splitk_atomic_reduce_traced (traced)" \
+        in capsys.readouterr().out
+    case = load_case(str(SPLIT / "splitk_atomic.toml"))
+    sequence, tensors = launch_sequence(case, make_operands(case.spec, "random", 1))
+    assert _single(out, "launches") == ["2"]
+    sections = _launch_sections(out)
+    assert [s["entry_traced"] for s in sections] == [[[e]] for e, _ in sequence] == \
+        [[["zoo_splitk_atomic_partials_traced"]], [["zoo_splitk_atomic_reduce_traced"]]]
+    assert [s["entry_plain"] for s in sections] == [s["entry_traced"] for s in sections]  # no time_entry
+    assert [s["grid"] for s in sections] == [[["2", "1", "4"]], [["2", "1", "1"]]]
+    for sec, (_, launch) in zip(sections, sequence):
+        assert sec["block"] == [["256", "1", "1"]] and sec["cluster"] == [["1", "1", "1"]]
+        assert sec["shared_mem_bytes"] == [["0"]]
+        _assert_args(sec["arg"], launch)
+    man = _manifest(out)
+    assert man["d"]["role"] == "out" and man["ws_acc"]["role"] == "inout" and man["ws_acc"]["init"] == "zero"
+    assert (out / "ws_acc.bin").read_bytes() == bytes(2 * 64 * 64 * 4)
+    doc = json.loads((out / "repro.json").read_text())
+    assert [launch["entry_traced"] for launch in doc["launches"]] == [e for e, _ in sequence]
+    assert [launch["grid"] for launch in doc["launches"]] == [list(spec.grid) for _, spec in sequence]
+    assert "The launches run in this order on the same buffers" in (out / "README.txt").read_text()
+
+    stale = load_case(str(SPLIT / "defects" / "atomic_stale_workspace.toml"))
+    st, _ = _write(stale, "random", 1, tmp_path / "stale")
+    kv = _manifest(st.path)["ws_acc"]
+    assert (kv["init"], kv["init_dtype"]) == ("stale", "fp32")
+    data = (st.path / "ws_acc.bin").read_bytes()
+    acc = next(w for w in stale.workspaces if w.name == "acc")
+    assert data == _u8(workspace_buffer(acc, 2 * 64 * 64 * 4))
+    junk = np.frombuffer(data, dtype=np.float32)
+    assert np.isfinite(junk).all() and np.count_nonzero(junk) > junk.size // 2  # what an earlier use left
+
+
+def test_a_time_entry_of_a_multi_launch_case_leaves_the_untraced_build_traced(tmp_path):
+    toml = tmp_path / "timed.toml"
+    toml.write_text(f'extends = "{SPLIT / "splitk_atomic.toml"}"\n[kernel]\ntime_entry = "zoo_splitk_atomic_partials"\n')
+    out, _ = _write(load_case(str(toml)), out=tmp_path / "t")
+    assert out.entries_plain == out.entries_traced and out.cubin_plain == "kernel_traced.cubin"
+    assert "kernel.cubin:" not in (out.path / "Makefile").read_text()
+    assert "time_entry (zoo_splitk_atomic_partials) names the untraced kernel of one launch" in \
+        " ".join((out.path / "README.txt").read_text().split())
+
+
+def test_a_stream_k_reproducer_evaluates_its_workers_and_partials(tmp_path):
+    from oracle.partition import tile_partials
+
+    case = _zoo_case("streamk_correct")  # 130 x 200 x 1000: 3 x 4 tiles of 32 k-blocks, 7 workers
+    out, ops = _write(case, "ones", out=tmp_path / "k", reference=False)
+    ((_, launch),), _ = launch_sequence(case, ops)
+    (sec,) = _launch_sections(out.path)
+    assert sec["grid"] == [["7", "1", "1"]]
+    _assert_args(sec["arg"], launch)
+    most = max(len(tile_partials(case.spec, (tm, tn))) for tm in range(3) for tn in range(4))
+    assert most >= 2 and sec["arg"][-1] == ["i32", str(most)]
+    man = _manifest(out.path)
+    assert int(man["ws_partials"]["bytes"]) == 12 * most * 64 * 64 * 4 and int(man["ws_counters"]["bytes"]) == 48
+    assert set((out.path / "ws_partials.bin").read_bytes()) == {0xFF}
+
+
+@pytest.mark.parametrize("b_major", ["row", "col"])
+def test_a_grouped_reproducer_stores_b_as_its_stack_and_the_group_offsets(tmp_path, b_major):
+    case = _zoo_case("grouped_correct", {"m": 218, "n": 136, "k": 64, "groups": [40, 0, 100, 8, 70],
+                                         "b_major": b_major})
+    out, ops = _write(case, "random", 1, tmp_path / b_major)
+    man = _manifest(out.path)
+    assert (man["b"]["shape"], man["b"]["logical"], man["b"]["major"]) == \
+        ("5x64x136" if b_major == "row" else "5x136x64", "5x64x136", b_major)
+    assert (out.path / "b.bin").read_bytes() == _storage_bytes(ops.b, b_major)
+    stored = np.fromfile(out.path / "b.bin", dtype=np.uint16).reshape([int(v) for v in man["b"]["shape"].split("x")])
+    b2 = ops.b[2] if b_major == "row" else ops.b[2].t()
+    assert np.array_equal(stored[2], b2.contiguous().view(torch.int16).numpy().view(np.uint16))  # matrix 2 is B[2]
+    assert (man["group_offsets"]["role"], man["group_offsets"]["dtype"]) == ("in", "int32")
+    assert np.fromfile(out.path / "group_offsets.bin", dtype=np.int32).tolist() == [0, 40, 40, 140, 148, 218]
+    assert man["bias"]["shape"] == "5x136" and man["d"]["shape"] == man["d"]["logical"] == "218x136"
+    problem = (out.path / "problem.txt").read_text()
+    assert re.search(r"^total_m 218\b", problem, re.M) and re.search(r"^group_sizes 40 0 100 8 70\b", problem, re.M)
+    y, b = expected_output(case.spec, ops)
+    assert np.array_equal(np.fromfile(out.path / "expected.bin", dtype=np.float32).reshape(218, 136), y.numpy())
+    assert np.array_equal(np.fromfile(out.path / "bound.bin", dtype=np.float64).reshape(218, 136), b.numpy())
+    _assert_args(_launch_sections(out.path)[0]["arg"], launch_sequence(case, ops)[0][0][1])
+
+
+def test_a_batched_reproducer_holds_every_entry_s_rows(tmp_path):
+    case = _zoo_case("batched_correct")  # 3 entries of 40 x 136 x 256
+    out, ops = _write(case, "random", 1, tmp_path / "b")
+    man = _manifest(out.path)
+    assert man["a"]["shape"] == "120x256" and man["b"]["shape"] == "3x256x136" and man["d"]["shape"] == "120x136"
+    assert np.fromfile(out.path / "group_offsets.bin", dtype=np.int32).tolist() == [0, 40, 80, 120]
+    assert re.search(r"^group_sizes 40 40 40\b", (out.path / "problem.txt").read_text(), re.M)
+    assert man["expected"]["shape"] == "120x136"
+
+
+def test_a_grouped_case_with_a_tensor_map_is_an_error_line(tmp_path, capsys):
+    toml = tmp_path / "mapped.toml"
+    toml.write_text(f'extends = "{SPLIT / "grouped.toml"}"\n[launch]\nargs = [{{ tensormap = "a" }}, "b", "d"]\n')
+    assert cli.main(["repro", "--problem", str(toml), "--inputs", "ones", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "args[0]" in err and "grouped" in err and "Traceback" not in err
+
+
 # -- a run read back ------------------------------------------------------------------------------
-def _fake_run(out: Path, rec, *, ok: bool = True, traced: bool = True) -> None:
-    """What repro_traced leaves behind, made from a simulated recording: d.bin, sink.bin, result.txt."""
+def _fake_run(out: Path, rec, *, ok: bool = True, traced: bool = True, error: str = "") -> None:
+    """What repro_traced leaves behind, made from a simulated recording: d.bin, sink.bin (the
+    capacity and tile selection of launch.txt), result.txt."""
     s = rec.spec
-    w = TraceWriter(1 << 20, tiles=[(0, 0)])
+    tiles = [tuple(map(int, t.split(","))) for t in _single(out, "trace_tiles")]
+    w = TraceWriter(int(_single(out, "trace_capacity_bytes")[0]), tiles=tiles)
     for tap in rec.taps:
         w.tap(tap)
     (out / "sink.bin").write_bytes(w.to_bytes())
@@ -215,8 +380,8 @@ def _fake_run(out: Path, rec, *, ok: bool = True, traced: bool = True) -> None:
         (out / "d.bin").write_bytes(_storage_bytes(rec.output, s.d_major))
         (out / "result.txt").write_text(f"status ok\nentry x_traced\ntraced {int(traced)}\n")
     else:
-        (out / "result.txt").write_text("status kernel_error\nerror cudaErrorIllegalAddress\nmessage an illegal "
-                                        "memory access was encountered\n")
+        (out / "result.txt").write_text("status kernel_error\nerror cudaErrorIllegalAddress\nmessage " +
+                                        (error or "an illegal memory access was encountered") + "\n")
 
 
 def test_compare_judges_a_reproducer_run_stage_by_stage(tmp_path, capsys):
@@ -242,6 +407,52 @@ def test_compare_judges_a_reproducer_run_stage_by_stage(tmp_path, capsys):
     assert "cudaErrorIllegalAddress" in capsys.readouterr().out
 
 
+def test_compare_judges_a_grouped_reproducer_run_group_by_group(tmp_path):
+    from oracle.simulate import Injection, simulate
+
+    case = with_trace(_zoo_case("grouped_correct", {"m": 110, "n": 64, "k": 64, "groups": [40, 0, 70]}),
+                      tiles=((0, 0), (1, 0)))
+    out, ops = _write(case, "random", 1, tmp_path / "g", reference=False)
+    rec = simulate(case.spec, ops, Provenance("random", 1), injection=Injection("group_wrong_b", (0, 0), 1, group=2),
+                   tap_tiles=[(0, 0), (1, 0)])
+    _fake_run(out.path, rec)
+    report = tmp_path / "report.json"
+    assert cli.main(["compare", "--repro-dir", str(out.path), "--json", str(report)]) == 1
+    doc = json.loads(report.read_text())
+    live = analyze(rec)
+    assert (doc["first_divergence"]["stage"], doc["first_divergence"]["group"]) == (live.first.stage, 2)
+    back = load_repro_run(out.path)
+    assert torch.equal(back.operands.b, ops.b) and back.operands.b.shape == (3, 64, 64)
+    assert torch.equal(back.operands.bias, ops.bias) and torch.equal(back.output, rec.output)
+    assert sorted((t.site, t.group) for t in back.taps) == sorted((t.site, t.group) for t in rec.taps)
+    assert {t.group for t in back.taps} == {0, 2}
+    assert back.output_poison == 0xFF and back.trace is not None and back.trace.dropped == 0
+    assert back.trace.selection.tiles == ((0, 0), (1, 0))
+
+
+def test_compare_judges_a_two_launch_split_k_run_partial_by_partial(tmp_path, capsys):
+    from oracle.simulate import Injection, simulate
+
+    case = load_case(str(SPLIT / "splitk_atomic.toml"), {"m": 40, "n": 64, "k": 256, "splits": 4})
+    out, ops = _write(case, "random", 1, tmp_path / "a", reference=False)
+    rec = simulate(case.spec, ops, Provenance("random", 1), injection=Injection("reduce_partial_twice", (0, 0)),
+                   tap_tiles=[(0, 0)])
+    _fake_run(out.path, rec)
+    report = tmp_path / "report.json"
+    assert cli.main(["compare", "--repro-dir", str(out.path), "--json", str(report)]) == 1
+    assert json.loads(report.read_text())["first_divergence"]["stage"] == "reduce" == analyze(rec).first.stage
+    back = load_repro_run(out.path)
+    assert {t.partial for t in back.taps if t.stage == "mma"} == {0, 1, 2, 3}
+    assert any(t.stage == "reduce" for t in back.taps) and back.trace.dropped == 0
+    capsys.readouterr()
+
+    _fake_run(out.path, rec, ok=False, error="launch 1 (zoo_splitk_atomic_reduce_traced): an illegal memory access "
+                                             "was encountered")
+    assert cli.main(["compare", "--repro-dir", str(out.path)]) == 3
+    assert "launch 1 (zoo_splitk_atomic_reduce_traced)" in capsys.readouterr().out
+    assert "launch 1 (zoo_splitk_atomic_reduce_traced)" in load_repro_run(out.path).kernel_error
+
+
 def test_compare_reads_the_maps_repro_encoded_as_descriptor_records(tmp_path):
     case = load_case(str(HOPPER / "defects" / "narrow_box.toml"), {"m": 40, "n": 24, "k": 96})
     out, ops = _write(case, "ones", out=tmp_path / "n")
@@ -252,6 +463,7 @@ def test_compare_reads_the_maps_repro_encoded_as_descriptor_records(tmp_path):
     want = [a.spec.to_descriptor_record(a.tensor_name) for a in launch.args if isinstance(a, TensorMapArg)]
     assert list(rec.descriptors) == want and want[0].box_dims == (32, 128)
     assert not rec.taps and any("untraced build" in n for n in rec.notes)
+    assert any(n.startswith("analytic check (ones)") and "FAILS at 960 of 960" in n for n in rec.notes)
 
 
 def test_bad_input_is_an_error_line_not_a_traceback(tmp_path, capsys):
@@ -425,6 +637,12 @@ HOST_REFERENCE_CASES = [
       "scale_b": {"kind": "block", "block": [128, 128]}}),
     ("e4m3_out_saturating", HOPPER / "hopper_gemm_e4m3.toml",
      {"m": 40, "n": 24, "k": 256, "out_dtype": "e4m3", "saturate": True, "alpha": 96.0}),
+    ("splitk_serial", SPLIT / "splitk_serial.toml", {"m": 40, "n": 72, "k": 256, "splits": 3}),
+    ("streamk", SPLIT / "streamk.toml", {"m": 70, "n": 72, "k": 256, "stream_k_workers": 3}),
+    ("grouped", SPLIT / "grouped.toml", {"m": 218, "n": 72, "k": 64, "groups": [40, 0, 100, 8, 70]}),
+    ("grouped_b_col", SPLIT / "grouped.toml",
+     {"m": 218, "n": 72, "k": 64, "groups": [40, 0, 100, 8, 70], "b_major": "col"}),
+    ("batched", SPLIT / "grouped.toml", {"m": 40, "n": 72, "k": 64, "batch": 3, "groups": None}),
 ]
 
 
@@ -448,6 +666,65 @@ def test_own_host_reference_agrees_with_the_oracle(simple_build, tmp_path, name,
     _set_d(out.path, bad, want.dtype)
     proc = _run([simple_build / "repro", "--dir", out.path, "--check-only", "--host-reference"])
     assert proc.returncode == 1 and f"first bad element: ({s.m - 1}, {s.n - 1})" in proc.stdout, proc.stdout
+
+
+@pytest.mark.nvcc
+def test_check_only_judges_a_grouped_d_group_by_group(simple_build, tmp_path):
+    case = _zoo_case("grouped_correct", {"m": 218, "n": 136, "k": 64, "groups": [40, 0, 100, 8, 70]})
+    out, _ = _write(case, "random", 1, tmp_path / "g")
+    exp = _expected(out.path, (218, 136))
+    _set_d(out.path, exp)
+    proc = _run([simple_build / "repro", "--dir", out.path, "--check-only"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "218 x 136 bf16 (row-major) in 5 groups of 40, 0, 100, 8, 70 rows, 18 tiles of 64 x 64" in proc.stdout
+    assert "group 1 (empty): nothing to compare" in proc.stdout and "verdict: MATCH" in proc.stdout
+    bad = exp.clone()
+    bad[150, 70] += 64.0  # row 2 of group 4 (rows 148..217): its tile (0, 1)
+    _set_d(out.path, bad)
+    proc = _run([simple_build / "repro", "--dir", out.path, "--check-only"])
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "worst tile (0, 1) of group 4" in proc.stdout
+    assert "group 4 (rows 148..217): bad elements 1 in 1 of 6 tiles" in proc.stdout
+    assert "group 2 (rows 40..139): bad elements 0 in 0 of 6 tiles" in proc.stdout
+    assert "first bad element: (150, 70) in tile (0, 1) of group 4 [(2, 6) in the tile; row 2 of the group]" \
+        in proc.stdout
+
+
+@pytest.mark.nvcc
+def test_the_two_launch_reproducer_builds_traced_and_packs_both_launches(tmp_path):
+    """split_gemm.cu (every variant of the source, as the oracle builds it): about 15 s here."""
+    from cuda_tools import cuobjdump
+
+    d = tmp_path / "atomic"
+    assert cli.main(["repro", "--problem", str(SPLIT / "splitk_atomic.toml"), "--inputs", "random:1",
+                     "--out", str(d)]) == 0
+    _make(d, "TRACE=1")
+    if cuobjdump():
+        syms = _run([cuobjdump(), "-symbols", d / "kernel_traced.cubin"]).stdout
+        for name in ("zoo_splitk_atomic_partials_traced", "zoo_splitk_atomic_reduce_traced", "oracle_trace_sink"):
+            assert name in syms, name
+    proc = _run([d / "repro_traced", "--dry-run"])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 launches in order: zoo_splitk_atomic_partials_traced,zoo_splitk_atomic_reduce_traced" in proc.stdout
+    assert "launch 1 (zoo_splitk_atomic_reduce_traced): grid (2, 1, 1), block (256, 1, 1)" in proc.stdout
+    case = load_case(str(SPLIT / "splitk_atomic.toml"))
+    sequence, _ = launch_sequence(case, make_operands(case.spec, "random", 1))
+    printed, current = [], None
+    for line in proc.stdout.splitlines():
+        m = re.match(r"^launch (\d+) entry (\S+)$", line)
+        if m:
+            current = {}
+            printed.append((m.group(2), current))
+        m = re.match(r"^arg (\d+) (.+)$", line)
+        if m:
+            current[int(m.group(1))] = m.group(2)
+    assert [e for e, _ in printed] == [e for e, _ in sequence]
+    for (_, args), (_, launch) in zip(printed, sequence):
+        assert len(args) == len(launch.args)
+        for i, a in enumerate(launch.args):
+            assert args[i] == (f"ptr {a.name}" if isinstance(a, TensorArg) else f"bytes {a.to_bytes().hex()}"), i
+    want = sink_init_bytes(sink_bytes(case), tiles=[(0, 0), (0, 1)], k_blocks=None)
+    assert (d / "sink_init.bin").read_bytes() == want[:512]
 
 
 @pytest.mark.nvcc

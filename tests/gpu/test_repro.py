@@ -1,20 +1,24 @@
 """Track B on the GPU: the standalone reproducer of every zoo entry says what the oracle says.
 
-For every entry of tests/zoo/manifest.json and the inputs `ones` and `random:1`:
+For every entry of tests/zoo/manifest.json (the split-K, stream-K, two-launch and grouped entries
+of zoo/split_gemm among them) and the inputs `ones` and `random:1`:
 - the reproducer is written (python's write_repro, the same operands for both sides), and the
   oracle's live run of the same case and operands is judged on its output (the epilogue_store
-  comparison: D against expected_output's reference and bounds);
-- the reproducer's untraced program prints the same output verdict (MATCH / DIVERGED);
-- with random:1, its traced program's sink.bin, judged by the oracle (compare --repro-dir), names
-  the manifest's first stage (or MATCHes with every tapped stage compared, for a correct entry);
+  comparison: D against expected_output's reference and bounds, every group's for a grouped one);
+- the reproducer's untraced program prints the same output verdict (MATCH / DIVERGED), after
+  running every launch of the case in order on the workspaces the harness would have filled;
+- with random:1, its traced program's sink.bin (one sink over every launch), judged by the oracle
+  (compare --repro-dir), names the manifest's first stage, group and partial (or MATCHes with
+  every tapped stage compared, for a correct entry);
 - the reproducers of the correct entries are clean under compute-sanitizer --tool memcheck.
 
-Builds are shared: one traced cubin per kernel source (the zoo's cases have no time_entry, so the
-untraced program runs the traced build with a null sink) and one pair of host programs for every
-reproducer (repro.cu does not depend on the case; --dir, --cubin). The oracle's live runs use the
-same cubins, so nothing is compiled on the GPU machine.
+Builds are shared: one traced cubin per kernel source (zoo/hopper_gemm/hopper_gemm.cu,
+zoo/sm80_gemm/sm80_gemm.cu, zoo/split_gemm/split_gemm.cu; the zoo's cases have no time_entry, so
+the untraced program runs the traced build with a null sink) and one pair of host programs for
+every reproducer (repro.cu does not depend on the case; --dir, --cubin). The oracle's live runs
+use the same cubins, so nothing is compiled on the GPU machine.
 
-Prebuild here, with nvcc (about 2 minutes on 2 cores; about 27 MB):
+Prebuild here, with nvcc (about 3 minutes on 2 cores; about 30 MB):
     python tests/gpu/test_repro.py --prebuild .carry/repro-prebuilt
 Run on the H200 (carry .carry/repro-prebuilt; a few minutes):
     ORACLE_REPRO_PREBUILT=.carry/repro-prebuilt python -m pytest -q tests/gpu/test_repro.py
@@ -242,6 +246,8 @@ def test_repro_traced_sink_names_the_manifest_s_stage(runs, entry):
 
     r = runs[(entry["name"], "random:1")]
     assert (r["dir"] / "sink.bin").is_file(), _out(r["traced"])
+    launches = 1 + len(r["case"].launch.next)
+    assert f"launches {launches}\n" in (r["dir"] / "result.txt").read_text(), _out(r["traced"])
     rec = load_repro_run(r["dir"])
     assert rec.taps, "the traced reproducer recorded no taps"
     assert not any("dropped" in n for n in rec.notes), rec.notes
