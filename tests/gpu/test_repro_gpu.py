@@ -19,9 +19,9 @@ every reproducer (repro.cu does not depend on the case; --dir, --cubin). The ora
 use the same cubins, so nothing is compiled on the GPU machine.
 
 Prebuild here, with nvcc (about 3 minutes on 2 cores; about 30 MB):
-    python tests/gpu/test_repro.py --prebuild .carry/repro-prebuilt
+    python tests/gpu/test_repro_gpu.py --prebuild .carry/repro-prebuilt
 Run on the H200 (carry .carry/repro-prebuilt; a few minutes):
-    ORACLE_REPRO_PREBUILT=.carry/repro-prebuilt python -m pytest -q tests/gpu/test_repro.py
+    ORACLE_REPRO_PREBUILT=.carry/repro-prebuilt python -m pytest -q tests/gpu/test_repro_gpu.py
 Without the prebuilt folder the test builds it first (nvcc there: about 2 minutes more).
 """
 
@@ -266,6 +266,6 @@ def test_correct_reproducers_are_clean_under_memcheck(runs, entry):
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "--prebuild":
-        sys.exit("usage: python tests/gpu/test_repro.py --prebuild DIR")
+        sys.exit("usage: python tests/gpu/test_repro_gpu.py --prebuild DIR")
     built = prebuild(Path(sys.argv[2]))
     print(json.dumps(built, indent=1))
