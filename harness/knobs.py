@@ -71,6 +71,8 @@ KNOBS: dict[str, Knob] = {
         Knob("ORACLE_SINK_DIR", _optional_path, lambda: None,
              "Directory for the file-backed host-mapped trace sink; default /dev/shm when writable, "
              "else the run directory."),
+        Knob("ORACLE_CUBIN_MAX_MB", positive_int, lambda: 512,
+             "The most bytes, in MiB, a prebuilt cubin (or fatbin) may have; a larger file is refused unread."),
         Knob("ORACLE_DUMP_MAX_MB", positive_int, lambda: 4096,
              "The most bytes, in MiB, a dump file may hold once decompressed; a gzip dump is refused as soon "
              "as its stream passes it."),

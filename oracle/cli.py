@@ -80,8 +80,9 @@ def _case_and_inputs(args: argparse.Namespace, base: Optional[dict] = None, entr
     """The live case and its inputs from the command line: (case, operands, provenance, seconds
     spent making the inputs). `base` holds problem fields under the inline ones and --set;
     `entry` is the entry point when --entry is not given."""
-    from oracle.case import CaseError, load_case, parse_assignments, trace_stages, with_trace
-    from oracle.inputs import Operands, Provenance, make_operands
+    from oracle.case import load_case, parse_assignments, trace_stages, with_trace
+    from oracle.inputs import Provenance, check_operands, make_operands, parse_inputs
+    from oracle.live import check_case
 
     toml_path, inline = None, []
     for p in args.problem or []:
@@ -98,29 +99,21 @@ def _case_and_inputs(args: argparse.Namespace, base: Optional[dict] = None, entr
         kbs = _indices_flag("--trace-k-blocks", args.trace_k_blocks) if args.trace_k_blocks else None
         stages = trace_stages(args.trace_stages, "--trace-stages") if getattr(args, "trace_stages", None) else None
         case = with_trace(case, tiles, kbs, stages)
-    ladder, _, arg = (args.inputs or "random").partition(":")
+    ladder, seed, path = parse_inputs(args.inputs or "random")
+    check_case(case)  # every check that needs no inputs, no build and no GPU, before any of them
     inputs_s = 0.0
     if ladder == "dump":
         from oracle.recording import Recording
 
-        if not arg:
-            raise UsageError("--inputs dump:PATH needs a path")
-        ops = Recording.load(arg).operands
-        prov = Provenance("dump", source=arg)
+        ops = Recording.load(path).operands
+        check_operands(case.spec, ops)  # the dump's tensors must fit this case's problem
+        prov = Provenance("dump", source=path)
     else:
-        try:
-            seed = int(arg) if arg else 0
-        except ValueError:
-            raise UsageError(f"--inputs {args.inputs!r}: the seed must be an integer") from None
-        if arg and ladder != "random":
-            raise UsageError(f"--inputs {args.inputs!r}: only random takes a seed")
         t_in = time.perf_counter()
         gen = _generator()
         ops = make_operands(case.spec, ladder, seed, generator=gen)
         inputs_s = time.perf_counter() - t_in
         prov = Provenance(ladder, seed if ladder == "random" else None, generator=gen)
-    if not isinstance(ops, Operands):
-        raise CaseError("inputs could not be made")
     return case, ops, prov, inputs_s
 
 
@@ -395,18 +388,7 @@ def _choose_triton_backend() -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     _choose_triton_backend()
-    from harness.build import BuildError
-    from harness.dump import DumpError
-    from harness.launch import LaunchError
-    from harness.runner import RunnerError
-    from harness.tensormap import TensorMapError
-    from harness.trace_format import TraceFormatError
-    from oracle.case import CaseError
-    from oracle.inputs import InputError
-    from oracle.knobs import KnobError
-    from oracle.problem import SpecError
-    from oracle.recording import RecordingError
-    from oracle.repro import ReproError
+    from oracle.errors import input_errors
 
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -417,8 +399,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args.argv = tuple(argv)
     try:
         return args.func(args)
-    except (UsageError, DumpError, SpecError, RecordingError, InputError, KnobError, CaseError, BuildError,
-            LaunchError, RunnerError, TraceFormatError, TensorMapError, ReproError) as e:
+    except (UsageError, *input_errors()) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:  # a path the command line named: missing, unreadable, unwritable
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

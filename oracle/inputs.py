@@ -14,6 +14,7 @@ Inputs are designed so that a bug points at itself:
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -72,6 +73,26 @@ class Provenance:
         return self.ladder
 
 
+def parse_inputs(text: str) -> tuple[str, Optional[int], Optional[str]]:
+    """An inputs choice, `LADDER[:SEED]` or `dump:PATH`, as (ladder, seed, path); InputError
+    naming what is wrong."""
+    if not isinstance(text, str):
+        raise InputError(f"inputs {text!r} must be a string: ones, index, ktag, random[:seed] or dump:PATH")
+    ladder, _, arg = text.partition(":")
+    if ladder == "dump":
+        if not arg:
+            raise InputError("inputs dump:PATH needs a path")
+        return ladder, None, arg
+    if ladder not in LADDER:
+        raise InputError(f"inputs {text!r}: {ladder!r} is not an input ladder; choose one of {', '.join(LADDER)} "
+                         f"(random takes a seed: random:7) or dump:PATH")
+    if arg and ladder != "random":
+        raise InputError(f"inputs {text!r}: only random takes a seed")
+    if arg and not (arg.isdigit() and int(arg) < 2**63):
+        raise InputError(f"inputs {text!r}: the seed must be a non-negative integer below 2^63")
+    return ladder, int(arg) if arg else 0, None
+
+
 def expected_shapes(spec: ProblemSpec) -> dict[str, Optional[tuple[int, ...]]]:
     m, n, k = spec.m, spec.n, spec.k
     shapes: dict[str, Optional[tuple[int, ...]]] = {"a": (m, k), "b": (k, n), "c": None, "bias": None,
@@ -114,6 +135,50 @@ def check_operands(spec: ProblemSpec, ops: Operands) -> None:
             raise InputError(f"operand {name!r} has dtype {t.dtype}, the problem needs {want}")
 
 
+def operand_bytes(spec: ProblemSpec) -> int:
+    """Bytes of the problem's operands and output in their dtypes (scales in fp32)."""
+    total = spec.m * spec.n * DTYPES[spec.out_dtype].itemsize
+    sizes = {"a": DTYPES[spec.a_dtype].itemsize, "b": DTYPES[spec.b_dtype].itemsize,
+             "c": DTYPES[spec.c_dtype].itemsize if spec.c_dtype else 4, "bias": DTYPES[spec.bias_dtype].itemsize}
+    for name, shape in expected_shapes(spec).items():
+        if shape is not None:
+            total += math.prod(shape) * sizes.get(name, 4)
+    return total
+
+
+def operand_limit_bytes() -> int:
+    """The ORACLE_MAX_OPERAND_MB knob, in bytes."""
+    from oracle import knobs
+
+    return knobs.MAX_OPERAND_MB.get() << 20
+
+
+def _memory_limits() -> list[tuple[int, str]]:
+    """(bytes, what) for each bound on the operands: the knob, the machine's memory, the GPU's."""
+    mb = operand_limit_bytes() >> 20
+    limits = [(mb << 20, f"the {mb} MiB limit of ORACLE_MAX_OPERAND_MB")]
+    try:
+        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        limits.append((host, f"this machine's {host / 2**30:.1f} GiB of memory"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        limits.append((props.total_memory, f"the {props.total_memory / 2**30:.1f} GiB of the {props.name}"))
+    return limits
+
+
+def check_problem_size(spec: ProblemSpec) -> None:
+    """Refuse a problem whose operands and output cannot be held: InputError naming the sizes,
+    the limit and its knob. Made before any input is allocated."""
+    need = operand_bytes(spec)
+    for limit, what in _memory_limits():
+        if need > limit:
+            raise InputError(f"the operands and output of {spec.describe()} take {need / 2**20:.1f} MiB, more than "
+                             f"{what}: choose a smaller problem" + (", or raise ORACLE_MAX_OPERAND_MB" if
+                                                                    "ORACLE_MAX_OPERAND_MB" in what else ""))
+
+
 def _cast(x: torch.Tensor, name: str) -> torch.Tensor:
     return x.to(DTYPES[name].torch).cpu()
 
@@ -152,6 +217,7 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
         raise InputError(f"input ladder {ladder!r} is unknown; choose one of {', '.join(LADDER)} or dump:PATH")
     if generator not in ("cpu", "cuda"):
         raise InputError(f"generator {generator!r} must be 'cpu' or 'cuda'")
+    check_problem_size(spec)
     m, n, k = spec.m, spec.n, spec.k
     g = torch.Generator(device=generator).manual_seed(seed)
     draw = torch.float64 if generator == "cpu" else torch.float32
