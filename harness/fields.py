@@ -7,17 +7,19 @@ message, never a traceback. Integers never include bools (JSON `true` is not a c
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any, Optional
 
 INT64_MAX = 2**63 - 1
 UINT64_MAX = 2**64 - 1
-_SHOWN = 80  # characters of a value that an error message repeats
+_SHOWN = reprlib.Repr()  # how much of a value an error message repeats: a few levels, a few dozen characters
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 3, 60, 60, 40
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = 8
 
 
 def shown(value: Any) -> str:
-    """repr(value), cut to a readable length."""
-    text = repr(value)
-    return text if len(text) <= _SHOWN else text[:_SHOWN - 5] + " ...)"
+    """repr(value), cut to a readable length and depth (safe for values nested past repr's recursion)."""
+    return _SHOWN.repr(value)
 
 
 def require(ok: bool, error: type, where: str, field: str, value: Any, allowed: str) -> None:

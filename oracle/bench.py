@@ -62,6 +62,7 @@ def load_cases(path: str) -> list[BenchCase]:
     defaults = doc.get("defaults", {})
     if not isinstance(defaults, dict):
         raise CaseError(f"cases file {path!r}: defaults = {shown(defaults)} must be a table ([defaults])")
+    _typed(defaults, "[defaults]")
     raws = doc.get("case", [])
     if not isinstance(raws, list) or not all(isinstance(r, dict) for r in raws):
         raise CaseError(f"cases file {path!r}: case = {shown(raws)} must be a list of tables ([[case]])")

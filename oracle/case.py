@@ -128,7 +128,7 @@ def parse_value(text: str) -> Any:
     """A command-line value as TOML would read it (numbers, true/false, [lists], strings bare or quoted)."""
     try:
         return tomllib.loads(f"v = {text}")["v"]
-    except (tomllib.TOMLDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # not TOML (a bare word), or an integer past Python's digit limit
         return text
 
 
@@ -197,7 +197,7 @@ def read_toml(path: str, what: str) -> dict:
         return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise CaseError(f"{what} {path!r} is not UTF-8 text: {e}") from None
-    except tomllib.TOMLDecodeError as e:
+    except ValueError as e:  # TOMLDecodeError, or an integer past Python's digit limit
         raise CaseError(f"{what} {path!r} is not valid TOML: {e}") from None
     except RecursionError:
         raise CaseError(f"{what} {path!r} nests arrays or tables deeper than the TOML reader goes") from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -291,11 +292,29 @@ def cmd_knobs(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad command line reported as one `error:` line (exit 2), as every bad input is."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"error: {self.prog}: {message} (--help lists the options)\n")
+
+
+def _seconds(text: str) -> float:
+    """A --timeout value: a positive, finite number of seconds."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive, finite number of seconds")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m oracle",
+    p = _Parser(prog="python -m oracle",
                                 description="Differential oracle for GEMM-like CUDA kernels: names the first "
                                             "stage whose results diverge.")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     c = sub.add_parser("compare", help="judge a recorded run stage by stage", description=cmd_compare.__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -318,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "those the kernel taps to size the sink tighter)")
     c.add_argument("--time", action="store_true",
                    help="live: also time the kernel, the Triton reference and cuBLAS (same discipline)")
-    c.add_argument("--timeout", type=float, metavar="S", help="live: kernel time limit (default "
+    c.add_argument("--timeout", type=_seconds, metavar="S", help="live: kernel time limit (default "
                    "ORACLE_KERNEL_TIMEOUT_S)")
     c.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     c.add_argument("--save-dump", metavar="PATH", help="save the judged recording as a dump to PATH")
