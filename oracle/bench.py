@@ -218,8 +218,10 @@ def visible_gpus() -> int:
 
 
 def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optional[str] = None,
-              workers: Optional[int] = None, time_cases: bool = True, stream=sys.stderr) -> tuple[list[dict], int]:
-    """Run the sweep; returns (rows, exit code: 0 all match, 1 a divergence, 3 a kernel error, 2 a broken case)."""
+              workers: Optional[int] = None, time_cases: bool = True, stream=None) -> tuple[list[dict], int]:
+    """Run the sweep; returns (rows, exit code: 0 all match, 1 a divergence, 3 a kernel error, 2 a broken case).
+    Progress goes to `stream` (default: sys.stderr at the time of the call)."""
+    stream = sys.stderr if stream is None else stream
     cases = load_cases(cases_path)
     i, n = parse_shard(shard_text)
     mine = shard(cases, i, n)

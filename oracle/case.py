@@ -497,10 +497,11 @@ def evaluate_int(expr: Union[str, int, float], names: Mapping[str, int], where: 
                  hi: int = MAX_VALUE) -> int:
     """An expression that must give an integer in lo..hi (a float with no fraction counts as one)."""
     v = evaluate(expr, names, where)
+    said = shown(v) if isinstance(expr, (int, float)) else f"{shown(expr)} = {shown(v)}"
     if isinstance(v, float):
         if v != int(v):
-            raise CaseError(f"{where}: {shown(expr)} = {v!r} is not an integer")
+            raise CaseError(f"{where}: {said} is not an integer")
         v = int(v)
     if not lo <= v <= hi:
-        raise CaseError(f"{where}: {shown(expr)} = {v} is outside {lo}..{hi}")
+        raise CaseError(f"{where}: {said} is outside {lo}..{hi}")
     return v
