@@ -31,6 +31,7 @@ from typing import Any, Mapping
 import torch
 
 from harness import knobs as _knobs
+from harness._tensorio import MAX_HEADER_BYTES
 from harness.fields import UINT64_MAX, is_int_list, is_opt_int, require, shown
 from harness.taps import TAP_STAGES, DescriptorRecord, Tap, TapError
 from harness.tensormap import MAP_DTYPES
@@ -143,6 +144,9 @@ def _tensors_in(data: bytearray, where: str) -> tuple[dict[str, torch.Tensor], d
     n = int.from_bytes(data[:8], "little")
     if n > len(data) - 8:
         raise DumpError(f"{where}: the safetensors header claims {n} bytes, the stream has {len(data) - 8}")
+    if n > MAX_HEADER_BYTES:
+        raise DumpError(f"{where}: the safetensors header claims {n} bytes, more than the {MAX_HEADER_BYTES >> 20} "
+                        f"MiB a tensor file's header may have")
     head = _json(bytes(data[8:8 + n]), f"{where}: the safetensors header")
     if not isinstance(head, dict):
         raise DumpError(f"{where}: the safetensors header is not a JSON object")

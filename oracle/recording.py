@@ -82,6 +82,13 @@ class Recording:
             want_shape = {"load_a": (t.bm, t.bk), "load_b": (t.bk, t.bn)}.get(tap.stage, (t.bm, t.bn))
             if shape != want_shape:
                 raise RecordingError(f"{tap.describe()}: values have shape {list(shape)}, expected {list(want_shape)}")
+            if tap.stage in ("load_a", "load_b"):  # the operand's own bits, compared bit for bit
+                op = tap.stage[-1]
+                want = DTYPES[getattr(spec, f"{op}_dtype")].torch
+                if tap.values.dtype != want:
+                    raise RecordingError(f"{tap.describe()}: values are {tap.values.dtype}, but a load tap holds the "
+                                         f"operand's own elements: {op}_dtype is {getattr(spec, f'{op}_dtype')} "
+                                         f"({want})")
 
     # -- persistence -------------------------------------------------------------------------
     def save(self, path: str) -> None:

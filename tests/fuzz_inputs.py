@@ -475,6 +475,31 @@ def _edit(rng: random.Random, doc: Any, json_only: bool) -> tuple[Any, str]:
     return doc, f"{'.'.join(map(str, path))} replaced"
 
 
+def _retensor(rng: random.Random, raw: bytes, doc: dict) -> tuple[bytes, str]:
+    """A tap's values (or an operand) in another dtype or shape, with the metadata saying so."""
+    import torch
+    from safetensors.torch import load, save
+
+    tensors = load(raw)
+    names = sorted(tensors)
+    name = rng.choice(names)
+    t = tensors[name]
+    if rng.random() < 0.6:
+        dtype = rng.choice((torch.float32, torch.bfloat16, torch.float16, torch.int8, torch.int32, torch.uint8,
+                            torch.float8_e4m3fn, torch.bool))
+        t = t.float().clamp(-100, 100).to(dtype) if dtype != torch.bool else t.float() != 0
+        what = f"{name} as {dtype}"
+    else:
+        grow = [s + rng.choice((-1, 1)) if s > 1 else s + 1 for s in t.shape] if t.dim() else [2]
+        t = torch.zeros(grow, dtype=t.dtype) if rng.random() < 0.5 else t.reshape(-1)[:max(1, t.numel() // 2)]
+        what = f"{name} as {list(t.shape)}"
+    tensors[name] = t.contiguous()
+    m = re.fullmatch(r"tap\.(\d+)\.values", name)
+    if m and int(m.group(1)) < len(doc.get("taps", [])):
+        doc["taps"][int(m.group(1))].update(dtype=str(t.dtype).replace("torch.", ""), shape=list(t.shape))
+    return save(tensors, metadata={"oracle.dump": json.dumps(doc)}), what
+
+
 _BOMB: dict[int, Path] = {}
 
 
@@ -498,7 +523,7 @@ def make_dump(seed: int, corpus: list[tuple[str, bytes]], directory: Path) -> tu
     name, raw = corpus[rng.randrange(len(corpus))]
     header, doc, data = _split(raw)
     how = [name]
-    pick = rng.randrange(20)
+    pick = rng.randrange(22)
     if pick < 9:  # the metadata document
         for _ in range(rng.choice((1, 1, 2, 3))):
             doc, what = _edit(rng, doc, json_only=True)
@@ -541,6 +566,9 @@ def make_dump(seed: int, corpus: list[tuple[str, bytes]], directory: Path) -> tu
         hb += b" " * (-len(hb) % 8)
         out = struct.pack("<Q", len(hb)) + hb + data
         how.append("metadata nested 100000 deep")
+    elif pick < 20:  # a tensor re-typed or re-shaped, its metadata kept consistent: the checks of meaning
+        out, what = _retensor(rng, raw, doc)
+        how.append(what)
     else:
         out = raw
         how.append("unmutated")
@@ -567,10 +595,9 @@ def make_dump(seed: int, corpus: list[tuple[str, bytes]], directory: Path) -> tu
 
 def run_dumps(count: int, seed0: int = 0, analyze_every: int = 0, tally: Optional[Tally] = None) -> Tally:
     """Load `count` mutated dumps: DumpError is the only acceptable refusal. Every
-    `analyze_every`-th one that loads is judged too (the differential must not fail on it)."""
+    `analyze_every`-th one that loads is judged too, by `compare --dump` with a JSON report: any
+    exit code but 4, no traceback, and an exit 2 with one error line."""
     from harness.dump import DumpError
-    from oracle.differential import analyze
-    from oracle.errors import input_errors
     from oracle.recording import Recording
 
     tally = tally or Tally("dumps")
@@ -584,11 +611,12 @@ def run_dumps(count: int, seed0: int = 0, analyze_every: int = 0, tally: Optiona
             rec = _record(tally, seed, lambda: Recording.load(str(path)), (DumpError,))
             if rec is not None:
                 loaded += 1
-                if analyze_every and loaded % analyze_every == 0:  # the same input, judged
+                if analyze_every and loaded % analyze_every == 0:  # the same input judged, as compare --dump does
                     judged = Tally("judged")
-                    verdict = _record(judged, seed, lambda: analyze(rec).verdict.value, input_errors())
+                    argv = ["compare", "--dump", str(path), "--json", str(directory / "report.json")]
+                    code = _record(judged, seed, lambda: run_command(argv)[0], ())
                     tally.extra["judged"] += 1
-                    tally.extra[f"judged: {verdict or 'refused'}"] += 1
+                    tally.extra[f"judged: exit {code}"] += 1
                     tally.untyped += judged.untyped
                     tally.hangs += judged.hangs
             if path.parent == directory and not path.name.startswith("bomb_"):
