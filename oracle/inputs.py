@@ -153,30 +153,30 @@ def operand_limit_bytes() -> int:
     return knobs.MAX_OPERAND_MB.get() << 20
 
 
-def _memory_limits() -> list[tuple[int, str]]:
-    """(bytes, what) for each bound on the operands: the knob, the machine's memory, the GPU's."""
-    mb = operand_limit_bytes() >> 20
-    limits = [(mb << 20, f"the {mb} MiB limit of ORACLE_MAX_OPERAND_MB")]
-    try:
-        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        limits.append((host, f"this machine's {host / 2**30:.1f} GiB of memory"))
-    except (ValueError, OSError, AttributeError):
-        pass
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        limits.append((props.total_memory, f"the {props.total_memory / 2**30:.1f} GiB of the {props.name}"))
-    return limits
-
-
 def check_problem_size(spec: ProblemSpec) -> None:
     """Refuse a problem whose operands and output cannot be held: InputError naming the sizes,
-    the limit and its knob. Made before any input is allocated."""
+    the limit and its knob. Made before any input is allocated. The knob bounds the operands and
+    output; the machine's memory bounds them plus the float64 draws of A and B that make_operands
+    holds while it makes them on the CPU; a visible GPU's memory bounds the operands and output."""
     need = operand_bytes(spec)
-    for limit, what in _memory_limits():
-        if need > limit:
-            raise InputError(f"the operands and output of {spec.describe()} take {need / 2**20:.1f} MiB, more than "
-                             f"{what}: choose a smaller problem" + (", or raise ORACLE_MAX_OPERAND_MB" if
-                                                                    "ORACLE_MAX_OPERAND_MB" in what else ""))
+    mb = operand_limit_bytes() >> 20
+    what = f"the operands and output of {spec.describe()} take {need / 2**20:.1f} MiB"
+    if need > mb << 20:
+        raise InputError(f"{what}, more than the {mb} MiB limit of ORACLE_MAX_OPERAND_MB: choose a smaller problem or "
+                         f"raise the limit")
+    try:
+        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        host = None
+    draws = 8 * (spec.m * spec.k + spec.k * spec.n)
+    if host is not None and need + draws > host:
+        raise InputError(f"{what}, and making them {draws / 2**20:.1f} MiB more: more than this machine's "
+                         f"{host / 2**30:.1f} GiB of memory; choose a smaller problem")
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        if need > props.total_memory:
+            raise InputError(f"{what}, more than the {props.total_memory / 2**30:.1f} GiB of the {props.name}; "
+                             f"choose a smaller problem")
 
 
 def _cast(x: torch.Tensor, name: str) -> torch.Tensor:

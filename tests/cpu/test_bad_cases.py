@@ -130,3 +130,18 @@ def test_a_bench_case_that_fails_its_checks_is_a_row_before_any_case_runs(tmp_pa
     assert cli.main(["bench", "--cases", str(p), "--workers", "1", "--no-time"]) == 2
     err = capsys.readouterr().err
     assert ran == ["good"] and re.search(r"bad: CaseError: trace k-block 99 is outside 0..4", err)
+
+
+def test_operand_sizes_are_checked_against_the_knob_and_the_machine(monkeypatch):
+    from oracle.inputs import InputError, check_problem_size, make_operands
+    from oracle.problem import ProblemSpec
+
+    spec = ProblemSpec(m=1024, n=1024, k=1024)
+    check_problem_size(spec)
+    monkeypatch.setenv("ORACLE_MAX_OPERAND_MB", "1")
+    with pytest.raises(InputError, match=r"take 6.0 MiB, more than the 1 MiB limit of ORACLE_MAX_OPERAND_MB"):
+        make_operands(spec, "ones")
+    monkeypatch.setenv("ORACLE_MAX_OPERAND_MB", str(1 << 40))
+    huge = ProblemSpec(m=1 << 20, n=1 << 20, k=1 << 16)
+    with pytest.raises(InputError, match=r"more than this machine's [0-9.]+ GiB of memory"):
+        make_operands(huge, "random")
