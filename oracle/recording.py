@@ -163,7 +163,8 @@ class _Meta:
             require(ok, DumpError, where, f"metadata field {field}", value, allowed)
 
         unknown = sorted(set(meta) - set(META_FIELDS), key=str)
-        need(not unknown, "(unknown)", unknown, f"the fields are {', '.join(META_FIELDS)}")
+        if unknown:
+            raise DumpError(f"{where}: unknown metadata field(s) {shown(unknown)}; known: {', '.join(META_FIELDS)}")
         try:
             spec = ProblemSpec.from_json(meta.get("problem"))
         except SpecError as e:

@@ -608,7 +608,11 @@ def run_dumps(count: int, seed0: int = 0, analyze_every: int = 0, tally: Optiona
         loaded = 0
         for seed in range(seed0, seed0 + count):
             path, how = make_dump(seed, corpus, directory)
+            tally.extra["gzip bombs"] += "bomb" in how
+            tally.extra["unmutated"] += how.endswith("unmutated")
             rec = _record(tally, seed, lambda: Recording.load(str(path)), (DumpError,))
+            if rec is None and how.endswith("unmutated") and path.suffix != ".gz":
+                tally.extra["unmutated refused"] += 1
             if rec is not None:
                 loaded += 1
                 if analyze_every and loaded % analyze_every == 0:  # the same input judged, as compare --dump does
@@ -911,7 +915,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     tallies.append(run_cases(args.cases, args.seed))
     print(json.dumps(tallies[-1].to_json()), flush=True)
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    doc = {"schema": "oracle.fuzz_inputs/1", "first_seed": args.seed, "address_space_limit_bytes": limit,
+    import platform
+
+    doc = {"schema": "oracle.fuzz_inputs/1", "machine": f"{platform.platform()}, {os.cpu_count()} CPUs, no GPU "
+           f"(TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET')})", "first_seed": args.seed,
+           "address_space_limit_bytes": limit,
            "knobs": KNOBS, "hang_s": HANG_S, "wall_s": round(time.perf_counter() - t0, 1),
            "max_rss_bytes": usage.ru_maxrss * 1024, "python": sys.version.split()[0],
            "tallies": [t.to_json() for t in tallies],

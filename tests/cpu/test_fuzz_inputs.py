@@ -28,6 +28,7 @@ def test_mutated_dumps_raise_only_dump_errors():
     t = F.run_dumps(DUMPS, analyze_every=15)
     assert t.clean, t.failures()
     assert t.inputs == DUMPS and t.refused["DumpError"] > DUMPS // 2 and t.accepted > 20
+    assert t.extra["unmutated"] > 10 and t.extra["unmutated refused"] == 0 and t.extra["gzip bombs"] >= 1
     assert t.extra["judged"] >= 3  # recordings that load are judged without a failure of the differential
 
 

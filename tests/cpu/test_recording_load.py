@@ -67,7 +67,7 @@ def test_the_recording_loads_unedited(tmp_path):
     ("meta.problem.alpha", 10 ** 400, "alpha=1000000000000"),
     ("meta.problem.tile", [1 << 20, 128, 64], "tile.bm=1048576 is not allowed: must be a positive integer of at "
                                               "most 65535"),
-    ("meta.extra", 1, "(unknown)=['extra'] is not allowed"),
+    ("meta.extra", 1, "unknown metadata field(s) ['extra']; known: problem, provenance"),
     ("descriptors.0", 5, "descriptor #0: entry=5 is not allowed: a JSON object"),
     ("taps.0.shape", 5, "tap #0: shape=5 is not allowed"),
     ("taps.0.slot", "none", "tap #0: slot='none' is not allowed"),
