@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -46,6 +47,7 @@ _TRACE_VERSION_RES = (
 _DEFINE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 CUBIN_MAGICS = {b"\x7fELF": "ELF cubin", b"\x50\xed\x55\xba": "fatbin"}
+MAX_SOURCE_BYTES = 64 << 20  # a CUDA source larger than this is not one
 
 
 class BuildError(RuntimeError):
@@ -142,9 +144,55 @@ def define_flags(defines: Mapping[str, object]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _regular_file(path: Union[str, os.PathLike], what: str, limit: int, limit_name: str) -> int:
+    """The size of `path`, a regular file of at most `limit` bytes (a BuildError otherwise)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise BuildError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise BuildError(f"{what} {path} is not a regular file")
+    if st.st_size > limit:
+        raise BuildError(f"{what} {path} has {st.st_size} bytes, more than {limit_name}")
+    return st.st_size
+
+
+def _cubin_limit() -> tuple[int, str]:
+    mb = _knobs.get("ORACLE_CUBIN_MAX_MB")
+    return mb << 20, f"the {mb} MiB limit of ORACLE_CUBIN_MAX_MB"
+
+
+def check_cubin_file(path: Union[str, os.PathLike]) -> None:
+    """A prebuilt cubin (or fatbin): a regular file within ORACLE_CUBIN_MAX_MB that starts with a
+    cubin's magic. Reads four bytes."""
+    _regular_file(path, "cubin", *_cubin_limit())
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as exc:
+        raise BuildError(f"cannot read cubin {path}: {exc.strerror or exc}") from None
+    if head not in CUBIN_MAGICS:
+        raise BuildError(f"{path} is not a cubin or fatbin (first bytes {head!r}, "
+                         f"expected one of {', '.join(CUBIN_MAGICS.values())})")
+
+
+def check_source_file(path: Union[str, os.PathLike]) -> None:
+    """A CUDA source to build: a regular file of at most MAX_SOURCE_BYTES."""
+    _regular_file(path, "CUDA source", MAX_SOURCE_BYTES, f"the {MAX_SOURCE_BYTES >> 20} MiB a CUDA source may have")
+
+
 def load_cubin(path: Union[str, os.PathLike]) -> bytes:
-    """The bytes of a prebuilt cubin (or fatbin), checked by magic so a wrong file fails early."""
-    data = Path(path).read_bytes()
+    """The bytes of a prebuilt cubin (or fatbin), checked by magic so a wrong file fails early;
+    never more than ORACLE_CUBIN_MAX_MB of them are read."""
+    check_cubin_file(path)
+    limit, limit_name = _cubin_limit()
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise BuildError(f"cannot read cubin {path}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise BuildError(f"cubin {path} has more than {limit_name}")
     if data[:4] not in CUBIN_MAGICS:
         raise BuildError(f"{path} is not a cubin or fatbin (first bytes {data[:4]!r}, "
                          f"expected one of {', '.join(CUBIN_MAGICS.values())})")
@@ -248,6 +296,7 @@ def _resolve_source(source: Union[str, os.PathLike]) -> tuple[str, Optional[Path
     if isinstance(source, str) and "\n" in source:
         return source, None, "<source text>"
     path = Path(source)
+    check_source_file(path)
     try:
         text = path.read_text(errors="replace")
     except OSError as exc:

@@ -11,25 +11,35 @@ Tensors: the operands and output under `input.<name>` / `output.<name>`, and eve
 
 A path ending in `.gz` is written as a gzip stream of the same bytes (the recorded zoo traces are
 mostly zero padding, which compresses well); `load_dump` recognises a gzip stream by its magic.
-`load_dump` checks everything it reads and raises DumpError naming the problem.
+`load_dump` checks everything it reads and raises DumpError naming the problem: the file's size
+(decompressed, as it streams) against ORACLE_DUMP_MAX_MB, every tensor entry against the bytes
+there are, every metadata field by type and range. The meta object is the caller's to check
+(oracle.recording does, field by field).
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import platform
+import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
 import torch
 
-from harness.taps import DescriptorRecord, Tap, TapError
+from harness import knobs as _knobs
+from harness._tensorio import MAX_HEADER_BYTES
+from harness.fields import UINT64_MAX, is_int_list, is_opt_int, require, shown
+from harness.taps import TAP_STAGES, DescriptorRecord, Tap, TapError
+from harness.tensormap import MAP_DTYPES
 
 FORMAT = "oracle-dump"
 VERSION = 1
 META_KEY = "oracle.dump"
+DESCRIPTOR_DTYPES = tuple(MAP_DTYPES)  # the element types a tensor map (and so a descriptor record) can have
 
 
 class DumpError(ValueError):
@@ -82,54 +92,181 @@ def save_dump(path: str, dump: Dump) -> None:
 
 
 GZIP_MAGIC = b"\x1f\x8b"
+_CHUNK = 1 << 20
+TAP_FIELDS = ("stage", "tile", "k_block", "slot", "cta", "dtype", "shape", "partial", "k_partial", "group")
+DESCRIPTOR_FIELDS = ("operand", "dtype", "global_dims", "global_strides", "box_dims", "element_strides", "swizzle",
+                     "oob_fill", "source")
 
 
-def _safetensors_metadata(data: bytes) -> dict:
-    """The __metadata__ table of safetensors bytes (8-byte little-endian header length, JSON)."""
+def _size_limit() -> tuple[int, str]:
+    mb = _knobs.get("ORACLE_DUMP_MAX_MB")
+    return mb << 20, f"the {mb} MiB limit of ORACLE_DUMP_MAX_MB"
+
+
+def _inflate(path: str, limit: int, limit_name: str) -> bytearray:
+    """The decompressed bytes of a gzip file (one member or several), refused as soon as they pass
+    `limit`: at most one chunk is decompressed ahead of the check."""
+    out = bytearray()
+    d = zlib.decompressobj(wbits=31)
+    with open(path, "rb") as f:
+        data = f.read(_CHUNK)
+        while True:
+            piece = d.decompress(data, _CHUNK)
+            out += piece
+            if len(out) > limit:
+                raise DumpError(f"dump {path!r} decompresses to more than {limit_name} (stopped at {len(out)} "
+                                f"bytes): raise the limit if the dump is genuine")
+            if d.eof:  # a member ended: another one follows, or nothing
+                data = d.unused_data or f.read(_CHUNK)
+                if not data:
+                    return out
+                d = zlib.decompressobj(wbits=31)
+                continue
+            data = d.unconsumed_tail or f.read(_CHUNK)
+            if not data and not piece:
+                raise DumpError(f"dump {path!r}: the gzip stream ends inside a member (truncated or corrupt?)")
+
+
+def _json(text, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as e:  # RecursionError: nesting deeper than the parser goes
+        raise DumpError(f"{what} is not valid JSON ({type(e).__name__}: {str(e)[:200]})") from None
+
+
+def _tensors_in(data: bytearray, where: str) -> tuple[dict[str, torch.Tensor], dict]:
+    """The tensors (views of `data`, no copies) and the metadata of safetensors bytes, every header
+    entry checked against the bytes there are."""
+    from harness.runner import ST_TO_TORCH
+
     if len(data) < 8:
-        raise DumpError("the safetensors stream is shorter than its 8-byte header length")
+        raise DumpError(f"{where}: the safetensors stream is shorter than its 8-byte header length")
     n = int.from_bytes(data[:8], "little")
     if n > len(data) - 8:
-        raise DumpError(f"the safetensors header claims {n} bytes, the stream has {len(data) - 8}")
-    head = json.loads(data[8:8 + n])
-    meta = head.get("__metadata__", {}) if isinstance(head, dict) else {}
-    return meta if isinstance(meta, dict) else {}
+        raise DumpError(f"{where}: the safetensors header claims {n} bytes, the stream has {len(data) - 8}")
+    if n > MAX_HEADER_BYTES:
+        raise DumpError(f"{where}: the safetensors header claims {n} bytes, more than the {MAX_HEADER_BYTES >> 20} "
+                        f"MiB a tensor file's header may have")
+    head = _json(bytes(data[8:8 + n]), f"{where}: the safetensors header")
+    if not isinstance(head, dict):
+        raise DumpError(f"{where}: the safetensors header is not a JSON object")
+    meta = head.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise DumpError(f"{where}: the safetensors __metadata__ must map names to strings")
+    start, size = 8 + n, len(data) - 8 - n
+    spans, tensors = [], {}
+    for name, info in head.items():
+        at = f"{where}: tensor {name!r}"
+        require(isinstance(info, dict) and set(info) == {"dtype", "shape", "data_offsets"}, DumpError, at,
+                "header entry", info, "an object with dtype, shape and data_offsets")
+        dtype, shape, offs = info["dtype"], info["shape"], info["data_offsets"]
+        require(isinstance(dtype, str) and dtype in ST_TO_TORCH, DumpError, at, "dtype", dtype,
+                f"one of {', '.join(ST_TO_TORCH)}")
+        require(is_int_list(shape), DumpError, at, "shape", shape, "a list of non-negative integers")
+        require(is_int_list(offs, 2) and offs[0] <= offs[1] <= size, DumpError, at, "data_offsets", offs,
+                f"[begin, end] inside the {size} data bytes")
+        numel = math.prod(shape)
+        t = ST_TO_TORCH[dtype]
+        nbytes = numel * t.itemsize
+        require(offs[1] - offs[0] == nbytes, DumpError, at, "data_offsets", offs,
+                f"{nbytes} bytes for {dtype} {shape}")
+        spans.append((offs[0], offs[1], name))
+        tensors[name] = (torch.empty(shape, dtype=t) if numel == 0 else
+                         torch.frombuffer(data, dtype=t, count=numel, offset=start + offs[0]).reshape(shape))
+    spans.sort()
+    for (b0, e0, n0), (b1, _, n1) in zip(spans, spans[1:]):
+        if b1 < e0:
+            raise DumpError(f"{where}: tensors {n0!r} and {n1!r} overlap (bytes {b0}..{e0} and {b1}..)")
+    return tensors, meta
 
 
-def load_dump(path: str) -> Dump:
+def _read(path: str) -> tuple[dict[str, torch.Tensor], dict]:
+    """The tensors and safetensors metadata of a dump file, gzip or plain, within the size limit."""
     from safetensors import safe_open
 
+    limit, limit_name = _size_limit()
     if not os.path.isfile(path):
         raise DumpError(f"dump {path!r} does not exist or is not a file")
     try:
         with open(path, "rb") as raw:
             gzipped = raw.read(2) == GZIP_MAGIC
         if gzipped:
-            from safetensors.torch import load
-
-            with gzip.open(path, "rb") as f:
-                data = f.read()
-            tensors = load(data)
-            meta = _safetensors_metadata(data)
-        else:
-            with safe_open(path, framework="pt") as f:
-                meta = f.metadata() or {}
-                tensors = {k: f.get_tensor(k) for k in f.keys()}
+            try:
+                data = _inflate(path, limit, limit_name)
+            except zlib.error as e:
+                raise DumpError(f"dump {path!r} is not a readable gzip stream (truncated or corrupt?): {e}") from None
+            return _tensors_in(data, f"dump {path!r}")
+        size = os.path.getsize(path)
+        if size > limit:
+            raise DumpError(f"dump {path!r} has {size} bytes, more than {limit_name}: raise the limit if the dump "
+                            f"is genuine")
+        with safe_open(path, framework="pt") as f:
+            return {k: f.get_tensor(k) for k in f.keys()}, f.metadata() or {}
     except DumpError:
         raise
+    except OSError as e:
+        raise DumpError(f"dump {path!r} cannot be read: {e.strerror or e}") from None
     except Exception as e:  # safetensors raises its own error types for bad headers and short files
         raise DumpError(f"dump {path!r} is not a readable safetensors file (truncated or corrupt?): {e}") from None
+
+
+def _tap_meta(tm: Any, where: str) -> None:
+    """The fields of one tap's metadata, by type and range (Tap itself checks the stage's rules)."""
+    require(isinstance(tm, dict), DumpError, where, "entry", tm, "a JSON object")
+    unknown = sorted(set(tm) - set(TAP_FIELDS), key=str)
+    require(not unknown, DumpError, where, "unknown field(s)", unknown, f"known: {', '.join(TAP_FIELDS)}")
+    missing = [k for k in ("stage", "tile", "k_block", "dtype", "shape", "partial") if k not in tm]
+    if missing:
+        raise DumpError(f"{where} lacks field(s) {', '.join(missing)}")
+    require(isinstance(tm["stage"], str) and tm["stage"] in TAP_STAGES, DumpError, where, "stage", tm["stage"],
+            f"one of {', '.join(TAP_STAGES)}")
+    require(is_int_list(tm["tile"], 2, hi=2**31 - 1), DumpError, where, "tile", tm["tile"],
+            "[tile_m, tile_n], two non-negative integers")
+    for key in ("k_block", "slot", "cta", "k_partial", "group"):
+        require(is_opt_int(tm.get(key), hi=2**31 - 1), DumpError, where, key, tm.get(key),
+                "a non-negative integer or null")
+    require(isinstance(tm["dtype"], str), DumpError, where, "dtype", tm["dtype"], "a torch dtype name")
+    require(is_int_list(tm["shape"]), DumpError, where, "shape", tm["shape"], "a list of non-negative integers")
+    require(isinstance(tm["partial"], bool), DumpError, where, "partial", tm["partial"],
+            "true (the tap has a mask tensor) or false")
+
+
+def _descriptor(dm: Any, where: str) -> DescriptorRecord:
+    require(isinstance(dm, dict), DumpError, where, "entry", dm, "a JSON object")
+    unknown = sorted(set(dm) - set(DESCRIPTOR_FIELDS), key=str)
+    require(not unknown, DumpError, where, "unknown field(s)", unknown, f"known: {', '.join(DESCRIPTOR_FIELDS)}")
+    missing = [k for k in DESCRIPTOR_FIELDS[:-1] if k not in dm]
+    if missing:
+        raise DumpError(f"{where} lacks field(s) {', '.join(missing)}")
+    for key in ("global_dims", "global_strides", "box_dims", "element_strides"):
+        require(is_int_list(dm[key], hi=UINT64_MAX), DumpError, where, key, dm[key], "a list of non-negative integers")
+    require(isinstance(dm["dtype"], str) and dm["dtype"] in DESCRIPTOR_DTYPES, DumpError, where, "dtype", dm["dtype"],
+            f"one of {', '.join(DESCRIPTOR_DTYPES)}")
+    fields = {k: tuple(v) if isinstance(v, list) else v for k, v in dm.items()}
+    fields.setdefault("source", "unknown")  # recordings before the source was kept
+    try:
+        return DescriptorRecord(**fields)
+    except TapError as e:
+        raise DumpError(f"{where}: {e}") from None
+
+
+def load_dump(path: str) -> Dump:
+    """Read a dump, checking everything: the file within ORACLE_DUMP_MAX_MB (a gzip stream is
+    stopped as soon as it passes it), every tensor entry, every metadata field. Raises DumpError
+    naming the file, the field, the value and what is allowed; nothing else."""
+    tensors, meta = _read(path)
     if META_KEY not in meta:
         raise DumpError(f"dump {path!r} has no {META_KEY!r} metadata: it was not written by this tool")
-    try:
-        doc = json.loads(meta[META_KEY])
-    except json.JSONDecodeError as e:
-        raise DumpError(f"dump {path!r}: the {META_KEY!r} metadata is not valid JSON ({e})") from None
+    doc = _json(meta[META_KEY], f"dump {path!r}: the {META_KEY!r} metadata")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise DumpError(f"dump {path!r}: metadata format is {doc.get('format') if isinstance(doc, dict) else doc!r},"
+        raise DumpError(f"dump {path!r}: metadata format is {shown(doc.get('format') if isinstance(doc, dict) else doc)},"
                         f" expected {FORMAT!r}")
     if doc.get("version") != VERSION:
-        raise DumpError(f"dump {path!r}: version {doc.get('version')!r} is not supported (this reader: {VERSION})")
+        raise DumpError(f"dump {path!r}: version {shown(doc.get('version'))} is not supported (this reader: {VERSION})")
+    unknown = sorted(set(doc) - {"format", "version", "meta", "taps", "descriptors"})
+    if unknown:
+        raise DumpError(f"dump {path!r}: unknown metadata field(s) {shown(unknown)}; known: format, version, meta, "
+                        f"taps, descriptors")
     for key, typ in (("meta", dict), ("taps", list), ("descriptors", list)):
         if not isinstance(doc.get(key), typ):
             raise DumpError(f"dump {path!r}: metadata field {key!r} must be a JSON {typ.__name__}")
@@ -144,38 +281,27 @@ def load_dump(path: str) -> Dump:
 
     taps = []
     for i, tm in enumerate(doc["taps"]):
-        where = f"tap #{i}"
-        if not isinstance(tm, dict):
-            raise DumpError(f"dump {path!r}: {where} must be a JSON object")
-        missing = [k for k in ("stage", "tile", "k_block", "dtype", "shape", "partial") if k not in tm]
-        if missing:
-            raise DumpError(f"dump {path!r}: {where} lacks field(s) {', '.join(missing)}")
+        where = f"dump {path!r}: tap #{i}"
+        _tap_meta(tm, where)
         values = take(f"tap.{i}.values", where)
         if _dtype_name(values.dtype) != tm["dtype"] or list(values.shape) != list(tm["shape"]):
-            raise DumpError(f"dump {path!r}: {where} ({tm['stage']}) says {tm['dtype']} {tm['shape']} but its tensor "
+            raise DumpError(f"{where} ({tm['stage']}) says {tm['dtype'][:40]} {shown(tm['shape'])} but its tensor "
                             f"is {_dtype_name(values.dtype)} {list(values.shape)}")
         mask = take(f"tap.{i}.mask", where) if tm["partial"] else None
         try:
             taps.append(Tap(stage=tm["stage"], tile=tuple(tm["tile"]), values=values, k_block=tm["k_block"],
                             slot=tm.get("slot"), cta=tm.get("cta"), mask=mask, partial=tm.get("k_partial"),
                             group=tm.get("group")))
-        except (TapError, TypeError) as e:
-            raise DumpError(f"dump {path!r}: {where}: {e}") from None
-    descriptors = []
-    for i, dm in enumerate(doc["descriptors"]):
-        try:
-            fields = {k: tuple(v) if isinstance(v, list) else v for k, v in dm.items()}
-            fields.setdefault("source", "unknown")  # recordings before the source was kept
-            descriptors.append(DescriptorRecord(**fields))
-        except (TapError, TypeError) as e:
-            raise DumpError(f"dump {path!r}: descriptor #{i}: {e}") from None
+        except TapError as e:
+            raise DumpError(f"{where}: {e}") from None
+    descriptors = tuple(_descriptor(dm, f"dump {path!r}: descriptor #{i}") for i, dm in enumerate(doc["descriptors"]))
     inputs = {k[len("input."):]: v for k, v in tensors.items() if k.startswith("input.")}
     outputs = {k[len("output."):]: v for k, v in tensors.items() if k.startswith("output.")}
     used |= {f"input.{k}" for k in inputs} | {f"output.{k}" for k in outputs}
     orphans = sorted(set(tensors) - used)
     if orphans:
-        raise DumpError(f"dump {path!r}: tensor(s) {', '.join(orphans[:5])} are not described by the metadata")
-    return Dump(inputs=inputs, outputs=outputs, taps=tuple(taps), descriptors=tuple(descriptors), meta=doc["meta"])
+        raise DumpError(f"dump {path!r}: tensor(s) {shown(orphans[:5])} are not described by the metadata")
+    return Dump(inputs=inputs, outputs=outputs, taps=tuple(taps), descriptors=descriptors, meta=doc["meta"])
 
 
 def environment() -> dict[str, Any]:

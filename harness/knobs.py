@@ -34,6 +34,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError("must be a positive integer")
+    return value
+
+
 def _bool(text: str) -> bool:
     low = text.strip().lower()
     if low in ("1", "true", "yes", "on"):
@@ -64,6 +71,14 @@ KNOBS: dict[str, Knob] = {
         Knob("ORACLE_SINK_DIR", _optional_path, lambda: None,
              "Directory for the file-backed host-mapped trace sink; default /dev/shm when writable, "
              "else the run directory."),
+        Knob("ORACLE_CUBIN_MAX_MB", positive_int, lambda: 512,
+             "The most bytes, in MiB, a prebuilt cubin (or fatbin) may have; a larger file is refused unread."),
+        Knob("ORACLE_DUMP_MAX_MB", positive_int, lambda: 4096,
+             "The most bytes, in MiB, a dump file may hold once decompressed; a gzip dump is refused as soon "
+             "as its stream passes it."),
+        Knob("ORACLE_TRACE_MAX_TAPS_MB", positive_int, lambda: 8192,
+             "The most memory, in MiB, the taps parsed from one trace may take (values and masks); a trace "
+             "that needs more is refused before any tap is assembled."),
     )
 }
 

@@ -40,6 +40,10 @@ class TapError(ValueError):
     """A tap that is not self-consistent."""
 
 
+def _index(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
 @dataclass(frozen=True)
 class Tap:
     stage: str
@@ -55,8 +59,9 @@ class Tap:
     def __post_init__(self) -> None:
         if self.stage not in TAP_STAGES:
             raise TapError(f"tap stage {self.stage!r} is unknown; allowed: {', '.join(TAP_STAGES)}")
-        if len(self.tile) != 2 or any((not isinstance(t, int)) or t < 0 for t in self.tile):
+        if not isinstance(self.tile, (tuple, list)) or len(self.tile) != 2 or not all(_index(t) for t in self.tile):
             raise TapError(f"tap tile {self.tile!r} must be two non-negative ints (tile_m, tile_n)")
+        object.__setattr__(self, "tile", tuple(self.tile))
         if not isinstance(self.values, torch.Tensor):
             raise TapError(f"tap values for {self.stage} must be a torch.Tensor, got {type(self.values).__name__}")
         want_dim = 1 if self.stage in DESCRIPTOR_STAGES else 2
@@ -65,13 +70,12 @@ class Tap:
                 f"tap {self.stage} tile {self.tile}: values must be {want_dim}-D, got shape {tuple(self.values.shape)}")
         if self.stage in DESCRIPTOR_STAGES and self.values.dtype != torch.uint8:
             raise TapError(f"tap {self.stage}: a shared-memory image must be uint8 bytes, got {self.values.dtype}")
-        needs_k = self.stage in DESCRIPTOR_STAGES + LOAD_STAGES
-        if needs_k and (self.k_block is None or self.k_block < 0):
-            raise TapError(f"tap {self.stage} tile {self.tile}: k_block is required and must be >= 0")
         for name in ("k_block", "slot", "cta", "partial", "group"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            if v is not None and not _index(v):
                 raise TapError(f"tap {self.stage} tile {self.tile}: {name} {v!r} must be a non-negative int or None")
+        if self.stage in DESCRIPTOR_STAGES + LOAD_STAGES and self.k_block is None:
+            raise TapError(f"tap {self.stage} tile {self.tile}: k_block is required and must be >= 0")
         if self.mask is not None:
             if self.mask.dtype != torch.bool or tuple(self.mask.shape) != tuple(self.values.shape):
                 raise TapError(
@@ -116,10 +120,18 @@ class DescriptorRecord:
     source: str = "kernel"
 
     def __post_init__(self) -> None:
-        if self.source not in DESCRIPTOR_SOURCES:
+        if not isinstance(self.source, str) or self.source not in DESCRIPTOR_SOURCES:
             raise TapError(f"descriptor source {self.source!r} must be one of {', '.join(DESCRIPTOR_SOURCES)}")
-        if self.operand not in ("a", "b"):
+        if not isinstance(self.operand, str) or self.operand not in ("a", "b"):
             raise TapError(f"descriptor operand {self.operand!r} must be 'a' or 'b'")
+        if not isinstance(self.dtype, str) or not self.dtype:
+            raise TapError(f"descriptor {self.operand}: dtype {self.dtype!r} must be a dtype name")
+        # the widths of cuTensorMapEncodeTiled's arguments: any value they hold is evidence to judge
+        for name, top in (("global_dims", 2**64 - 1), ("global_strides", 2**64 - 1), ("box_dims", 2**32 - 1),
+                          ("element_strides", 2**32 - 1)):
+            v = getattr(self, name)
+            if not isinstance(v, tuple) or not all(_index(x) and x <= top for x in v):
+                raise TapError(f"descriptor {self.operand}: {name} {v!r} must be a tuple of ints in 0..{top}")
         rank = len(self.global_dims)
         if not 1 <= rank <= 5:
             raise TapError(f"descriptor {self.operand}: rank {rank} must be 1..5")
@@ -130,9 +142,9 @@ class DescriptorRecord:
             if len(getattr(self, name)) != rank:
                 raise TapError(f"descriptor {self.operand}: {name} has {len(getattr(self, name))} entries "
                                f"for rank {rank}")
-        if self.swizzle not in (0, 32, 64, 128):
-            raise TapError(f"descriptor {self.operand}: swizzle {self.swizzle} must be 0, 32, 64 or 128")
-        if self.oob_fill not in ("zero", "nan"):
+        if not _index(self.swizzle) or self.swizzle not in (0, 32, 64, 128):
+            raise TapError(f"descriptor {self.operand}: swizzle {self.swizzle!r} must be 0, 32, 64 or 128")
+        if not isinstance(self.oob_fill, str) or self.oob_fill not in ("zero", "nan"):
             raise TapError(f"descriptor {self.operand}: oob_fill {self.oob_fill!r} must be 'zero' or 'nan'")
 
     @property

@@ -25,6 +25,7 @@ from typing import Iterable, Optional, Sequence, Union
 import numpy as np
 import torch
 
+from harness import knobs as _knobs
 from harness.taps import DESCRIPTOR_STAGES, LOAD_STAGES, TAP_STAGES, DescriptorRecord, Tap, TapError
 
 # --------------------------------------------------------------------------------------------
@@ -45,6 +46,7 @@ STAGE_COUNTERS = 16  # dropped_by_stage[] entries in the header, indexed by stag
 RECORD_ALIGN = 8
 MAX_TILE_DIM = 65535
 NONE = -1  # no k-block / no slot / any tile
+INT32_MAX = 2**31 - 1
 
 STAGE_CODES: dict[str, int] = {
     "descriptor_a": 1,
@@ -167,6 +169,10 @@ class TraceConflictError(TraceFormatError):
     """Records of one tap that disagree: values of the same element, dtype, image size."""
 
 
+class TraceLimitError(TraceFormatError):
+    """A trace whose taps would take more memory than the limit allows (ORACLE_TRACE_MAX_TAPS_MB)."""
+
+
 # --------------------------------------------------------------------------------------------
 # Selection and sink header
 # --------------------------------------------------------------------------------------------
@@ -193,7 +199,7 @@ class TraceSelection:
                 if not isinstance(t, (tuple, list)) or len(t) != 2:
                     raise ValueError(f"selection tile {t!r} must be a pair (tile_m, tile_n)")
                 pair = tuple(NONE if v is None else v for v in t)
-                if any(isinstance(v, bool) or not isinstance(v, int) or v < NONE or v > 2**31 - 1 for v in pair):
+                if any(isinstance(v, bool) or not isinstance(v, int) or v < NONE or v > INT32_MAX for v in pair):
                     raise ValueError(f"selection tile {t!r}: each index must be an int >= 0, or -1/None for any")
                 tiles.append(pair)
             if len(tiles) > MAX_TILES:
@@ -201,16 +207,16 @@ class TraceSelection:
                                  f"(use -1 wildcards for whole rows or columns of tiles)")
             object.__setattr__(self, "tiles", tuple(tiles))
         if self.k_blocks is not None:
+            for kb in self.k_blocks:
+                if isinstance(kb, bool) or not isinstance(kb, int) or kb < 0 or kb > INT32_MAX:
+                    raise ValueError(f"selection k-block {kb!r} must be an int >= 0 (and at most {INT32_MAX})")
             kbs = tuple(sorted(set(self.k_blocks)))
-            for kb in kbs:
-                if isinstance(kb, bool) or not isinstance(kb, int) or kb < 0 or kb > 2**31 - 1:
-                    raise ValueError(f"selection k-block {kb!r} must be an int >= 0")
             if kbs and kbs[-1] - kbs[0] >= KBLOCK_WINDOW:
                 raise ValueError(f"selection k-blocks span {kbs[0]}..{kbs[-1]}; they must fit in a window of "
                                  f"{KBLOCK_WINDOW} (select fewer, or all with k_blocks=None)")
             object.__setattr__(self, "k_blocks", kbs)
         for s in self.stages:
-            if s not in STAGE_CODES:
+            if not isinstance(s, str) or s not in STAGE_CODES:
                 raise ValueError(f"selection stage {s!r} is unknown; allowed: {', '.join(TAP_STAGES)}")
         object.__setattr__(self, "stages", tuple(s for s in TAP_STAGES if s in set(self.stages)))
 
@@ -386,9 +392,16 @@ def parse_header(buf) -> SinkHeader:
             raise TraceHeaderError(f"trace kb_base {kb_base} is negative", HEADER_OFFSETS["kb_base"])
         words = struct.unpack_from(f"<{KBLOCK_WINDOW // 32}I", mv, _KB_BITS_OFFSET)
         k_blocks = tuple(kb_base + 32 * w + b for w, word in enumerate(words) for b in range(32) if word >> b & 1)
+        if k_blocks and k_blocks[-1] > INT32_MAX:
+            raise TraceHeaderError(f"trace kb_base {kb_base} with bit {k_blocks[-1] - kb_base} of kb_bits set selects "
+                                   f"k-block {k_blocks[-1]}, past the int32 k-blocks of a record "
+                                   f"(at most {INT32_MAX})", HEADER_OFFSETS["kb_base"])
     stages = tuple(s for s in TAP_STAGES if stage_mask >> STAGE_CODES[s] & 1)
     all_tiles = any(tm < 0 and tn < 0 for tm, tn in tiles)
-    selection = TraceSelection(tiles=None if all_tiles else tuple(tiles), k_blocks=k_blocks, stages=stages)
+    try:
+        selection = TraceSelection(tiles=None if all_tiles else tuple(tiles), k_blocks=k_blocks, stages=stages)
+    except ValueError as e:  # every field was checked above; this names anything still amiss
+        raise TraceHeaderError(f"trace header selection is not valid: {e}", HEADER_OFFSETS["tiles"]) from None
     by_stage = None
     if version >= 2:
         counts = _DROPPED_BY_STAGE.unpack_from(mv, HEADER_OFFSETS["dropped_by_stage"])
@@ -447,16 +460,52 @@ class TraceResult:
 
 @dataclass
 class _Piece:
-    """Values of one record on its way into a tap (linear element indices + raw bits)."""
+    """The values of one record on their way into a tap: their raw bits (a view of the buffer,
+    not a copy) and where they go: a rectangle of the tile (Block records; a Bytes chunk is one
+    row of its image) or packed coordinates (Elements records)."""
 
     offset: int
     dtype: str
-    shape: tuple[int, int]
-    index: np.ndarray  # int64 linear indices (or byte offsets)
+    shape: tuple[int, int]  # the tap's shape; a byte image is one row of `total` bytes
     bits: np.ndarray
     slot: int
     cta: int
+    rect: Optional[tuple[int, int, int, int]] = None  # row0, col0, rows, cols
+    coords: Optional[np.ndarray] = None  # uint32 row | col << 16, one per value
     total: int = 0  # byte images: size of the whole image
+
+    def covers(self, pos: int) -> bool:
+        r, c = divmod(pos, self.shape[1])
+        if self.rect is not None:
+            r0, c0, nr, nc = self.rect
+            return r0 <= r < r0 + nr and c0 <= c < c0 + nc
+        return bool(np.any(self.coords == (r | c << 16)))
+
+    @property
+    def tap_bytes(self) -> int:
+        """Bytes the assembled tap takes: its values and its mask."""
+        return self.shape[0] * self.shape[1] * (self.bits.dtype.itemsize + 1)
+
+
+MAX_WARNINGS_PER_KIND = 8
+
+
+class _Warnings:
+    """The parser's warnings, at most MAX_WARNINGS_PER_KIND of each kind, then one line that counts the rest."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.counts: dict[str, int] = defaultdict(int)
+
+    def add(self, kind: str, text: str) -> None:
+        self.counts[kind] += 1
+        if self.counts[kind] <= MAX_WARNINGS_PER_KIND:
+            self.lines.append(text)
+
+    def result(self) -> tuple[str, ...]:
+        more = [f"... and {n - MAX_WARNINGS_PER_KIND} more warning(s) like these: {kind}"
+                for kind, n in self.counts.items() if n > MAX_WARNINGS_PER_KIND]
+        return tuple(self.lines + more)
 
 
 def _expected_shape(stage: str, block_m: int, block_n: int, block_k: int) -> tuple[int, int]:
@@ -467,20 +516,46 @@ def _expected_shape(stage: str, block_m: int, block_n: int, block_k: int) -> tup
     return (block_m, block_n)
 
 
-def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool = False) -> TraceResult:
+def _first_nonzero(mv: memoryview, start: int, end: int) -> Optional[int]:
+    """The offset of the first non-zero byte in [start, end), read in chunks (no copy of the range)."""
+    step = 1 << 20
+    for lo in range(start, end, step):
+        chunk = np.frombuffer(mv, dtype=np.uint8, offset=lo, count=min(step, end - lo))
+        if chunk.any():
+            return lo + int(np.argmax(chunk != 0))
+    return None
+
+
+def _tap_byte_limit(max_tap_bytes: Optional[int]) -> tuple[int, str]:
+    """The limit on the assembled taps' bytes and how a refusal names it."""
+    if max_tap_bytes is None:
+        mb = _knobs.get("ORACLE_TRACE_MAX_TAPS_MB")
+        return mb << 20, f"the {mb} MiB limit of ORACLE_TRACE_MAX_TAPS_MB"
+    if isinstance(max_tap_bytes, bool) or not isinstance(max_tap_bytes, int) or max_tap_bytes <= 0:
+        raise ValueError(f"parse_trace: max_tap_bytes={max_tap_bytes!r} must be a positive int or None")
+    return max_tap_bytes, f"the limit of {max_tap_bytes} bytes (max_tap_bytes)"
+
+
+def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool = False,
+                max_tap_bytes: Optional[int] = None) -> TraceResult:
     """Parse a sink copied back from the device into taps and descriptor records.
 
     `buf` is bytes-like (or a 1-D uint8 tensor): the whole sink, or at least its header and
     records (`SinkHeader.extent` bytes). Block sizes give the expected tile shapes: load_a
-    [block_m, block_k], load_b [block_k, block_n], mma and epilogue [block_m, block_n].
+    [block_m, block_k], load_b [block_k, block_n], mma and epilogue [block_m, block_n]; a byte
+    image holds at most its operand's tile (block_m or block_n x block_k elements).
     `partial=True` is for a kernel that did not finish (crash, timeout): records that were
     reserved but not committed are skipped with a warning instead of raising.
     Element and block records with the same (stage, tile, k_block, partial, group) become one
-    dense Tap whose `mask` marks the recorded elements.
+    dense Tap whose `mask` marks the recorded elements. The taps together may take at most
+    `max_tap_bytes` (default: the ORACLE_TRACE_MAX_TAPS_MB knob); a trace that needs more is
+    refused with TraceLimitError before any tap is assembled. Memory beyond the taps stays within
+    a small multiple of the largest record.
     """
     for name, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TILE_DIM:
             raise ValueError(f"parse_trace: {name}={v!r} must be an int in 1..{MAX_TILE_DIM}")
+    tap_limit, limit_name = _tap_byte_limit(max_tap_bytes)
     mv = _buffer(buf)
     header = parse_header(mv)
     hb = header.head_bytes
@@ -489,14 +564,12 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
     if len(mv) < end:
         raise TraceTruncatedError(f"trace buffer ends at byte {len(mv)} but the cursor says records run to byte "
                                   f"{end}", len(mv))
-    tail = np.frombuffer(mv, dtype=np.uint8, offset=end, count=len(mv) - end)
-    nz = np.flatnonzero(tail)
-    if nz.size:
-        raise TraceRecordError(f"non-zero byte 0x{int(tail[nz[0]]):02x} past the cursor (end of records at byte "
-                               f"{end}): a record written without a reservation, or a sink not zeroed before "
-                               f"the launch", end + int(nz[0]))
+    nz = _first_nonzero(mv, end, len(mv))
+    if nz is not None:
+        raise TraceRecordError(f"non-zero byte 0x{mv[nz]:02x} past the cursor (end of records at byte {end}): a "
+                               f"record written without a reservation, or a sink not zeroed before the launch", nz)
 
-    warnings: list[str] = []
+    warnings = _Warnings()
     pieces: dict[tuple, list[_Piece]] = defaultdict(list)
     descriptors: list[DescriptorRecord] = []
     unselected: set[tuple] = set()
@@ -509,8 +582,8 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
         size, kind_code, commit = struct.unpack_from("<IHH", mv, off)
         if size == 0:
             if partial:
-                warnings.append(f"record at byte {off} was reserved but never written (the kernel stopped); "
-                                f"the {end - off} bytes after it cannot be read")
+                warnings.add("torn", f"record at byte {off} was reserved but never written (the kernel stopped); "
+                                     f"the {end - off} bytes after it cannot be read")
                 torn += 1
                 break
             raise TraceRecordError("record size is 0: a reservation that was never written (pass partial=True for "
@@ -522,8 +595,8 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
                                    f"at byte {end} (the cursor)", off)
         if commit != COMMIT_TAG:
             if partial:
-                warnings.append(f"record at byte {off} ({size} bytes) was not committed (the kernel stopped while "
-                                f"writing it); skipped")
+                warnings.add("torn", f"record at byte {off} ({size} bytes) was not committed (the kernel stopped "
+                                     f"while writing it); skipped")
                 torn += 1
                 off += size
                 continue
@@ -572,13 +645,15 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
         key = (stage, (tile_m, tile_n), kb, None if part < 0 else part, None if group < 0 else group)
         if not header.selection.records(stage, (tile_m, tile_n), kb) and key not in unselected:
             unselected.add(key)
-            warnings.append(f"record at byte {off}: {stage} tile ({tile_m}, {tile_n}) k-block {kb} was not selected "
-                            f"by the sink header (the kernel ignored the selection)")
+            warnings.add("records of taps the sink header did not select",
+                         f"record at byte {off}: {stage} tile ({tile_m}, {tile_n}) k-block {kb} was not selected "
+                         f"by the sink header (the kernel ignored the selection)")
         if kind is RecordKind.BYTES:
             if stage not in DESCRIPTOR_STAGES:
                 raise TraceCodeError(f"a byte-image record must have stage descriptor_a or descriptor_b, not {stage}",
                                      off + 8)
-            pieces[key].append(_parse_bytes(rec, off, dtype, slot, cta, hb))
+            rows_mn = block_m if stage == "descriptor_a" else block_n
+            pieces[key].append(_parse_bytes(rec, off, stage, dtype, slot, cta, hb, (rows_mn, block_k)))
         else:
             if stage in DESCRIPTOR_STAGES:
                 raise TraceCodeError(f"{kind.name.lower()} record for {stage}: descriptor stages hold byte images "
@@ -595,6 +670,10 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
                 pieces[key].append(_parse_block(rec, off, stage, dtype, shape, slot, cta, hb))
         off += size
 
+    need = sum(parts[0].tap_bytes for parts in pieces.values())
+    if need > tap_limit:
+        raise TraceLimitError(f"the trace's {len(pieces)} taps would take {need} bytes in memory (values and masks), "
+                              f"more than {limit_name}: raise it, or trace fewer tiles, k-blocks or stages")
     taps = []
     order = {s: i for i, s in enumerate(TAP_STAGES)}
     none_first = (lambda v: -1 if v is None else v)  # noqa: E731
@@ -604,7 +683,7 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
     unique_descriptors = tuple(dict.fromkeys(descriptors))
     return TraceResult(taps=tuple(taps), descriptors=unique_descriptors, dropped=header.dropped,
                        capacity=header.capacity, used_bytes=header.used, records=n_records,
-                       warnings=tuple(warnings), selection=header.selection,
+                       warnings=warnings.result(), selection=header.selection,
                        dropped_by_stage=header.dropped_by_stage, needed_bytes=header.cursor, torn=torn,
                        version=header.version)
 
@@ -615,6 +694,11 @@ def _expect_size(rec: memoryview, off: int, want: int, what: str) -> None:
                                f"(= {_round_up(want)} with padding)", off)
 
 
+def _bits(rec, isz: int, count: int, offset: int) -> np.ndarray:
+    """`count` little-endian values of `isz` bytes at `offset` of the record, as a view."""
+    return np.frombuffer(rec, dtype=np.dtype(_BITS[isz]).newbyteorder("<"), count=count, offset=offset)
+
+
 def _parse_elements(rec, off, stage, dtype, shape, slot, cta, hb) -> _Piece:
     if len(rec) < hb + ELEMENTS_BODY.size:
         raise TraceRecordError(f"element record of {len(rec)} bytes has no room for its count", off)
@@ -623,16 +707,13 @@ def _parse_elements(rec, off, stage, dtype, shape, slot, cta, hb) -> _Piece:
     base = hb + ELEMENTS_BODY.size
     _expect_size(rec, off, base + count * (4 + isz), f"{stage} element ({count} elements of {dtype})")
     coords = np.frombuffer(rec, dtype="<u4", count=count, offset=base)
-    rows = (coords & 0xFFFF).astype(np.int64)
-    cols = (coords >> 16).astype(np.int64)
-    bad = np.flatnonzero((rows >= shape[0]) | (cols >= shape[1]))
-    if bad.size:
-        i = int(bad[0])
+    rows, cols = coords & 0xFFFF, coords >> 16
+    bad = (rows >= shape[0]) | (cols >= shape[1])
+    if bad.any():
+        i = int(np.argmax(bad))
         raise TraceCoordinateError(f"{stage} element {i} at (row {rows[i]}, col {cols[i]}) is outside the "
                                    f"{shape[0]}x{shape[1]} tile", off + base + 4 * i)
-    bits = np.frombuffer(rec, dtype=np.dtype(_BITS[isz]).newbyteorder("<"), count=count,
-                         offset=base + 4 * count).astype(_BITS[isz])
-    return _Piece(off, dtype, shape, rows * shape[1] + cols, bits, slot, cta)
+    return _Piece(off, dtype, shape, _bits(rec, isz, count, base + 4 * count), slot, cta, coords=coords)
 
 
 def _parse_block(rec, off, stage, dtype, shape, slot, cta, hb) -> _Piece:
@@ -645,15 +726,10 @@ def _parse_block(rec, off, stage, dtype, shape, slot, cta, hb) -> _Piece:
     if row0 + nrows > shape[0] or col0 + ncols > shape[1]:
         raise TraceCoordinateError(f"{stage} block rows {row0}..{row0 + nrows - 1}, cols {col0}..{col0 + ncols - 1} "
                                    f"is outside the {shape[0]}x{shape[1]} tile", off + hb)
-    n = nrows * ncols
-    bits = np.frombuffer(rec, dtype=np.dtype(_BITS[isz]).newbyteorder("<"), count=n,
-                         offset=base).astype(_BITS[isz])
-    r = np.repeat(np.arange(row0, row0 + nrows, dtype=np.int64), ncols)
-    c = np.tile(np.arange(col0, col0 + ncols, dtype=np.int64), nrows)
-    return _Piece(off, dtype, shape, r * shape[1] + c, bits, slot, cta)
+    return _Piece(off, dtype, shape, _bits(rec, isz, nrows * ncols, base), slot, cta, rect=(row0, col0, nrows, ncols))
 
 
-def _parse_bytes(rec, off, dtype, slot, cta, hb) -> _Piece:
+def _parse_bytes(rec, off, stage, dtype, slot, cta, hb, tile: tuple[int, int]) -> _Piece:
     if len(rec) < hb + BYTES_BODY.size:
         raise TraceRecordError(f"byte-image record of {len(rec)} bytes has no room for its chunk header", off)
     offset, nbytes, total, _ = BYTES_BODY.unpack_from(rec, hb)
@@ -662,8 +738,12 @@ def _parse_bytes(rec, off, dtype, slot, cta, hb) -> _Piece:
     if total == 0 or offset + nbytes > total:
         raise TraceCoordinateError(f"byte-image chunk {offset}..{offset + nbytes} does not fit the {total}-byte image",
                                    off + hb)
-    bits = np.frombuffer(rec, dtype=np.uint8, count=nbytes, offset=base).copy()
-    return _Piece(off, dtype, (0, 0), np.arange(offset, offset + nbytes, dtype=np.int64), bits, slot, cta, total)
+    most = tile[0] * tile[1] * DTYPE_SIZE[dtype]
+    if total > most:
+        raise TraceCoordinateError(f"{stage} byte image says total_bytes {total}, more than the operand's tile holds: "
+                                   f"{tile[0]} x {tile[1]} elements of {dtype} = {most} bytes", off + hb + 8)
+    return _Piece(off, dtype, (1, total), _bits(rec, 1, nbytes, base), slot, cta, rect=(0, offset, 1, nbytes),
+                  total=total)
 
 
 def _parse_descriptor(rec, off, stage, dtype, hb) -> DescriptorRecord:
@@ -692,7 +772,7 @@ def _parse_descriptor(rec, off, stage, dtype, hb) -> DescriptorRecord:
         raise TraceCodeError(f"descriptor record is not valid: {e}", off) from None
 
 
-def _assemble(key: tuple, parts: list[_Piece], warnings: list[str], hb: int) -> Tap:
+def _assemble(key: tuple, parts: list[_Piece], warnings: _Warnings, hb: int) -> Tap:
     stage, tile, kb, part, group = key
     first = parts[0]
     where = f"{stage} tile {tile} k-block {kb}" + (f" partial {part}" if part is not None else "") + \
@@ -707,34 +787,54 @@ def _assemble(key: tuple, parts: list[_Piece], warnings: list[str], hb: int) -> 
     slots = sorted({p.slot for p in parts})
     ctas = sorted({p.cta for p in parts})
     if len(slots) > 1:
-        warnings.append(f"{where}: records disagree on the pipeline slot {slots}; the tap keeps {first.slot}")
+        warnings.add("taps whose records disagree on the slot",
+                     f"{where}: records disagree on the pipeline slot {slots}; the tap keeps {first.slot}")
     if len(ctas) > 1:
-        warnings.append(f"{where}: written by several CTAs {ctas}; the tap keeps CTA {first.cta}")
+        warnings.add("taps written by several CTAs", f"{where}: written by several CTAs {ctas}; the tap keeps CTA "
+                                                     f"{first.cta}")
     image = stage in DESCRIPTOR_STAGES
-    n = first.total if image else first.shape[0] * first.shape[1]
-    index = np.concatenate([p.index for p in parts])
-    bits = np.concatenate([p.bits for p in parts])
-    source = np.concatenate([np.full(p.index.size, p.offset, dtype=np.int64) for p in parts])
-    order = np.argsort(index, kind="stable")
-    index, bits, source = index[order], bits[order], source[order]
-    same = np.flatnonzero((index[1:] == index[:-1]) & (bits[1:] != bits[:-1]))
-    if same.size:
-        i = int(same[0])
-        pos = int(index[i])
-        what = f"byte {pos}" if image else f"element (row {pos // first.shape[1]}, col {pos % first.shape[1]})"
-        m = (1 << 8 * bits.dtype.itemsize) - 1
-        raise TraceConflictError(f"{where}: {what} recorded twice with different values (bits 0x{int(bits[i]) & m:x} "
-                                 f"in the record at byte {int(source[i])}, 0x{int(bits[i + 1]) & m:x} in the "
-                                 f"record at byte {int(source[i + 1])})", int(source[i + 1]))
-    dense = np.zeros(n, dtype=bits.dtype)
-    mask = np.zeros(n, dtype=bool)
-    dense[index] = bits
-    mask[index] = True
+    rows, cols = first.shape
+    dense = np.zeros((rows, cols), dtype=_BITS[first.bits.dtype.itemsize])
+    mask = np.zeros((rows, cols), dtype=bool)
+    flat_dense, flat_mask = dense.reshape(-1), mask.reshape(-1)
+
+    def conflict(i: int, pos: int, new_bits: int, earlier: Optional[_Piece] = None) -> TraceConflictError:
+        p = parts[i]
+        if earlier is None:  # the earlier record that holds the element
+            earlier = next((q for q in reversed(parts[:i]) if q.covers(pos)), p)
+        what = f"byte {pos}" if image else f"element (row {pos // cols}, col {pos % cols})"
+        m = (1 << 8 * dense.itemsize) - 1
+        return TraceConflictError(f"{where}: {what} recorded twice with different values (bits "
+                                  f"0x{int(flat_dense[pos]) & m:x} in the record at byte {earlier.offset}, "
+                                  f"0x{new_bits & m:x} in the record at byte {p.offset})", p.offset)
+
+    for i, p in enumerate(parts):
+        if p.rect is not None:
+            r0, c0, nr, nc = p.rect
+            vals = p.bits.reshape(nr, nc)
+            d, m = dense[r0:r0 + nr, c0:c0 + nc], mask[r0:r0 + nr, c0:c0 + nc]
+            clash = m & (d != vals)
+            if clash.any():
+                r, c = divmod(int(np.argmax(clash)), nc)
+                raise conflict(i, (r0 + r) * cols + c0 + c, int(vals[r, c]))
+            d[...] = vals
+            m[...] = True
+        else:
+            pos = (p.coords & 0xFFFF).astype(np.intp) * cols + (p.coords >> 16).astype(np.intp)
+            clash = flat_mask[pos] & (flat_dense[pos] != p.bits)
+            if clash.any():
+                j = int(np.argmax(clash))
+                raise conflict(i, int(pos[j]), int(p.bits[j]))
+            flat_dense[pos] = p.bits
+            flat_mask[pos] = True
+            clash = flat_dense[pos] != p.bits  # one record that holds an element twice, with different values
+            if clash.any():
+                j = int(np.argmax(clash))
+                raise conflict(i, int(pos[j]), int(p.bits[j]), earlier=p)
     if image:
-        values = torch.from_numpy(dense)
+        values, mask = torch.from_numpy(flat_dense), flat_mask
     else:
-        values = torch.from_numpy(dense).view(DTYPE_TORCH[first.dtype]).reshape(first.shape)
-        mask = mask.reshape(first.shape)
+        values = torch.from_numpy(dense).view(DTYPE_TORCH[first.dtype])
     tmask = None if mask.all() else torch.from_numpy(mask)
     try:
         return Tap(stage=stage, tile=tile, values=values, k_block=kb, slot=None if first.slot < 0 else first.slot,

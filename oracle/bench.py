@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+from harness.fields import shown
 from oracle.case import CaseError, read_toml, trace_plan
+from oracle.inputs import InputError, parse_inputs
 
 CASE_KEYS = ("name", "case", "entry", "set", "inputs", "time", "trace_tiles", "trace_k_blocks", "timeout")
 
@@ -50,28 +51,38 @@ class BenchCase:
 
 
 def load_cases(path: str) -> list[BenchCase]:
+    """The cases of a cases file, every key checked by type (the live case files they name are
+    read by `check_cases`)."""
     doc = read_toml(path, "cases file")
     unknown = sorted(set(doc) - {"defaults", "case"})
     if unknown:
         raise CaseError(f"cases file {path!r}: unknown table(s) {', '.join(unknown)}; allowed: defaults, case")
     base = os.path.dirname(os.path.abspath(path))
-    defaults = dict(doc.get("defaults", {}))
+    defaults = doc.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise CaseError(f"cases file {path!r}: defaults = {shown(defaults)} must be a table ([defaults])")
+    _typed(defaults, "[defaults]")
+    raws = doc.get("case", [])
+    if not isinstance(raws, list) or not all(isinstance(r, dict) for r in raws):
+        raise CaseError(f"cases file {path!r}: case = {shown(raws)} must be a list of tables ([[case]])")
     out = []
-    for i, raw in enumerate(doc.get("case", [])):
+    for i, raw in enumerate(raws):
         entry = {**defaults, **raw}
+        where = f"case #{i}"
         bad = sorted(set(entry) - set(CASE_KEYS))
         if bad:
-            raise CaseError(f"case #{i}: unknown key(s) {', '.join(bad)}; allowed: {', '.join(CASE_KEYS)}")
+            raise CaseError(f"{where}: unknown key(s) {', '.join(bad)}; allowed: {', '.join(CASE_KEYS)}")
         if "case" not in entry:
-            raise CaseError(f"case #{i}: no live case file (key 'case', here or in [defaults])")
+            raise CaseError(f"{where}: no live case file (key 'case', here or in [defaults])")
+        _typed(entry, where)
         name = entry.get("name") or f"case{i}"
         sets = dict(defaults.get("set", {}))
         sets.update(raw.get("set", {}))
         sel = {key: entry[f"trace_{key}"] for key in ("tiles", "k_blocks") if f"trace_{key}" in entry}
-        plan = trace_plan(sel, where=f"case #{i}: trace")
+        plan = trace_plan(sel, where=f"{where}: trace")
         out.append(BenchCase(name, os.path.join(base, entry["case"]), entry.get("entry"), sets,
-                             str(entry.get("inputs", "random:0")), bool(entry.get("time", True)),
-                             entry.get("timeout"), plan.tiles, plan.k_blocks))
+                             entry.get("inputs", "random:0"), entry.get("time", True), entry.get("timeout"),
+                             plan.tiles, plan.k_blocks))
     if not out:
         raise CaseError(f"cases file {path!r} has no [[case]] entries")
     names = [c.name for c in out]
@@ -79,6 +90,40 @@ def load_cases(path: str) -> list[BenchCase]:
     if dup:
         raise CaseError(f"cases file {path!r}: duplicate case name(s) {', '.join(dup)}")
     return out
+
+
+def _typed(entry: dict, where: str) -> None:
+    """Each key of a case by type: strings, a table of problem fields, a boolean, a time limit, inputs."""
+    for key in ("name", "case", "entry"):
+        if key in entry and not (isinstance(entry[key], str) and entry[key]):
+            raise CaseError(f"{where}: {key} = {shown(entry[key])} must be a non-empty string")
+    if "set" in entry and not isinstance(entry["set"], dict):
+        raise CaseError(f"{where}: set = {shown(entry['set'])} must be a table of problem fields")
+    if "time" in entry and not isinstance(entry["time"], bool):
+        raise CaseError(f"{where}: time = {shown(entry['time'])} must be true or false")
+    t = entry.get("timeout")
+    if t is not None and not (isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < float("inf")):
+        raise CaseError(f"{where}: timeout = {shown(t)} must be a positive number of seconds")
+    try:
+        ladder, _, _ = parse_inputs(entry.get("inputs", "random:0"))
+    except InputError as e:
+        raise CaseError(f"{where}: {e}") from None
+    if ladder == "dump":
+        raise CaseError(f"{where}: inputs = {shown(entry['inputs'])}: a bench case makes its inputs (ones, index, "
+                        f"ktag, random[:seed]); dump inputs are for compare")
+
+
+def live_case(bc: BenchCase):
+    """The live case a bench case runs, with every check made before anything is built (CaseError,
+    SpecError, InputError, BuildError, ... naming what is wrong)."""
+    from oracle.case import load_case, with_trace
+    from oracle.live import check_case
+
+    case = load_case(bc.case, bc.overrides, entry=bc.entry)
+    if bc.trace_tiles or bc.trace_k_blocks:
+        case = with_trace(case, bc.trace_tiles, bc.trace_k_blocks)
+    check_case(case)
+    return case
 
 
 def parse_shard(text: Optional[str]) -> tuple[int, int]:
@@ -99,7 +144,6 @@ def shard(cases: Sequence[BenchCase], i: int, n: int) -> list[BenchCase]:
 
 def run_case(bc: BenchCase) -> dict:
     """Verify, then time, one case. Never raises for what the kernel does: the row says."""
-    from oracle.case import load_case, with_trace
     from oracle.differential import analyze
     from oracle.inputs import Provenance, make_operands
     from oracle.live import run_live
@@ -108,11 +152,8 @@ def run_case(bc: BenchCase) -> dict:
     row: dict[str, Any] = {"name": bc.name, "case": bc.case, "entry": bc.entry, "set": bc.overrides}
     t0 = time.perf_counter()
     try:
-        case = load_case(bc.case, bc.overrides, entry=bc.entry)
-        if bc.trace_tiles or bc.trace_k_blocks:
-            case = with_trace(case, bc.trace_tiles, bc.trace_k_blocks)
-        ladder, _, arg = bc.inputs.partition(":")
-        seed = int(arg) if arg else 0
+        case = live_case(bc)
+        ladder, seed, _ = parse_inputs(bc.inputs)
         import torch
 
         gen = "cuda" if torch.cuda.is_available() else "cpu"
@@ -176,13 +217,16 @@ def visible_gpus() -> int:
 
 
 def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optional[str] = None,
-              workers: Optional[int] = None, time_cases: bool = True, stream=sys.stderr) -> tuple[list[dict], int]:
-    """Run the sweep; returns (rows, exit code: 0 all match, 1 a divergence, 3 a kernel error, 2 a broken case)."""
+              workers: Optional[int] = None, time_cases: bool = True, stream=None) -> tuple[list[dict], int]:
+    """Run the sweep; returns (rows, exit code: 0 all match, 1 a divergence, 3 a kernel error, 2 a broken case).
+    Progress goes to `stream` (default: sys.stderr at the time of the call)."""
+    stream = sys.stderr if stream is None else stream
     cases = load_cases(cases_path)
     i, n = parse_shard(shard_text)
     mine = shard(cases, i, n)
     if not time_cases:
         mine = [BenchCase(**{**c.__dict__, "time": False}) for c in mine]
+    broken = _broken(mine)  # every case checked before the first one is built
     gpus = visible_gpus() if workers is None else workers
     env = environment()
     indices = [j for j in range(len(cases)) if j % n == i]
@@ -203,7 +247,7 @@ def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optio
         here = device_of_this_process()
         rows = []
         for j, c in zip(indices, mine):
-            rows.append({"index": j, **run_case(c), **here})
+            rows.append({"index": j, **(broken.get(c.name) or run_case(c)), **here})
             _progress(len(rows), len(mine), rows[-1], stream)
     if jsonl:
         with open(jsonl, "w") as f:
@@ -213,3 +257,17 @@ def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optio
     code = 3 if "KERNEL_ERROR" in verdicts else 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED"} \
         else 2 if "ERROR" in verdicts else 0
     return rows, code
+
+
+def _broken(cases: Sequence[BenchCase]) -> dict[str, dict]:
+    """The rows of the cases that fail their checks (live_case), by name: they are not run."""
+    from oracle.errors import input_errors
+
+    rows = {}
+    for c in cases:
+        try:
+            live_case(c)
+        except input_errors() as e:  # a broken case is a row, not the end of the sweep
+            rows[c.name] = {"name": c.name, "case": c.case, "entry": c.entry, "set": c.overrides, "verdict": "ERROR",
+                            "error": f"{type(e).__name__}: {e}", "seconds": 0.0}
+    return rows

@@ -53,11 +53,14 @@ num_sms (the GPU's multiprocessor count).
 from __future__ import annotations
 
 import ast
+import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional, Sequence, Union
 
+from harness.fields import shown
 from oracle.problem import ProblemSpec, SpecError
 
 OPERANDS = ("a", "b", "c", "d", "bias", "scale_a", "scale_b", "group_offsets")
@@ -68,6 +71,11 @@ WORKSPACE_DTYPES = ("uint8", "int32", "fp32")
 LITERAL_TYPES = ("i32", "u32", "i64", "u64", "f32", "f64")
 MAX_CAPACITY_MB = 65536
 TENSORMAP_OPTIONS = ("rows", "stride_bytes", "box_inner", "swizzle", "oob_fill")
+SECTIONS = ("problem", "kernel", "launch", "trace", "workspace")
+MAX_CASE_BYTES = 1 << 20  # a case file (or a cases file) larger than this is not one
+MAX_EXPRESSION_CHARS = 512
+MAX_VALUE = 2**64  # an expression's integers stay within this magnitude (a launch argument has 64 bits)
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class CaseError(ValueError):
@@ -137,7 +145,7 @@ def parse_value(text: str) -> Any:
     """A command-line value as TOML would read it (numbers, true/false, [lists], strings bare or quoted)."""
     try:
         return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (ValueError, RecursionError):  # not TOML (a bare word), or an integer past Python's digit limit
         return text
 
 
@@ -223,27 +231,44 @@ def _workspaces(sec) -> tuple[Workspace, ...]:
 
 def read_toml(path: str, what: str) -> dict:
     """A TOML file as a dict; a missing or malformed file is a CaseError naming `what` and the path."""
+    if not os.path.exists(path):
+        raise CaseError(f"{what} {path!r} does not exist")
+    if not os.path.isfile(path):
+        raise CaseError(f"{what} {path!r} is not a regular file")
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        raise CaseError(f"{what} {path!r} does not exist") from None
-    except tomllib.TOMLDecodeError as e:
+            data = f.read(MAX_CASE_BYTES + 1)
+    except OSError as e:
+        raise CaseError(f"{what} {path!r} cannot be read: {e.strerror or e}") from None
+    if len(data) > MAX_CASE_BYTES:
+        raise CaseError(f"{what} {path!r} is larger than {MAX_CASE_BYTES >> 20} MiB, the most a case file may be")
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise CaseError(f"{what} {path!r} is not UTF-8 text: {e}") from None
+    except ValueError as e:  # TOMLDecodeError, or an integer past Python's digit limit
         raise CaseError(f"{what} {path!r} is not valid TOML: {e}") from None
+    except RecursionError:
+        raise CaseError(f"{what} {path!r} nests arrays or tables deeper than the TOML reader goes") from None
 
 
 def _read_case(path: str, seen: tuple[str, ...]) -> dict:
     """The TOML of a case with its `extends` chain merged: a case may name a base case file
     (relative to itself) and replace keys of its tables; the base's file paths stay its own."""
     doc = read_toml(path, "case file")
-    unknown = sorted(set(doc) - {"problem", "kernel", "launch", "trace", "workspace", "extends"})
+    unknown = sorted(set(doc) - set(SECTIONS) - {"extends"})
     if unknown:
-        raise CaseError(f"{path}: unknown section(s) {', '.join(unknown)}; allowed: problem, kernel, launch, trace, "
-                        f"workspace, extends")
+        raise CaseError(f"{path}: unknown section(s) {', '.join(unknown)}; allowed: {', '.join(SECTIONS)}, extends")
+    for section in SECTIONS:
+        if section in doc and not isinstance(doc[section], dict):
+            raise CaseError(f"{path}: {section} = {shown(doc[section])} must be a table ([{section}])")
     here = os.path.dirname(os.path.abspath(path))
     for key in ("source", "cubin"):
         if key in doc.get("kernel", {}):
-            doc["kernel"][key] = os.path.join(here, doc["kernel"][key])
+            value = doc["kernel"][key]
+            if not isinstance(value, str) or not value:
+                raise CaseError(f"{path}: [kernel] {key} = {shown(value)} must be the path of a file (a string)")
+            doc["kernel"][key] = os.path.join(here, value)
     parent = doc.pop("extends", None)
     if parent is None:
         return doc
@@ -254,8 +279,6 @@ def _read_case(path: str, seen: tuple[str, ...]) -> dict:
         raise CaseError(f"{path}: extends forms a cycle or a chain deeper than 8: {' -> '.join(seen + (parent_path,))}")
     merged = _read_case(parent_path, seen + (os.path.abspath(path),))
     for section, table in doc.items():
-        if not isinstance(table, dict):
-            raise CaseError(f"{path}: [{section}] must be a table")
         merged[section] = {**merged.get(section, {}), **table}
     return merged
 
@@ -266,6 +289,9 @@ def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Option
     if unknown:
         raise CaseError(f"[kernel]: unknown key(s) {', '.join(unknown)}; allowed: source, entry, defines, arch, "
                         f"cubin, time_entry")
+    for key in ("source", "cubin"):  # a case read from a file has them as paths already; inline ones too
+        if key in sec and (not isinstance(sec[key], str) or not sec[key]):
+            raise CaseError(f"[kernel] {key} = {shown(sec[key])} must be the path of a file (a string)")
     src = source or (os.path.join(base, sec["source"]) if "source" in sec else None)
     cubin = os.path.join(base, sec["cubin"]) if "cubin" in sec else None
     ent = entry or sec.get("entry")
@@ -275,16 +301,36 @@ def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Option
         raise CaseError("the kernel's entry point is missing: [kernel] entry = \"...\" or --entry NAME")
     if src is None and cubin is None:
         raise CaseError("the kernel needs a source (.cu) or a prebuilt cubin: [kernel] source/cubin or --kernel FILE")
-    defines = {str(k): str(v) for k, v in dict(sec.get("defines", {})).items()}
     time_entry = sec.get("time_entry") if entry is None else None  # a new --entry drops the TOML's
-    return KernelSource(src, ent, defines, str(sec.get("arch", "sm_90a")), cubin, time_entry)
+    for key, value in (("entry", ent), ("time_entry", time_entry)):
+        if value is not None and (not isinstance(value, str) or not value.strip() or "\0" in value):
+            raise CaseError(f"[kernel] {key} = {shown(value)} must be the kernel's entry point name (a string)")
+    raw = sec.get("defines", {})
+    if not isinstance(raw, dict):
+        raise CaseError(f"[kernel] defines = {shown(raw)} must be a table of NAME = value")
+    defines = {}
+    for name, value in raw.items():
+        if not _IDENTIFIER.match(name):
+            raise CaseError(f"[kernel] defines: {name!r} is not a C identifier")
+        if not isinstance(value, (str, int, float)) or isinstance(value, str) and "\0" in value:
+            raise CaseError(f"[kernel] defines.{name} = {shown(value)} must be a string, a number or a boolean")
+        defines[name] = str(value)
+    arch = sec.get("arch", "sm_90a")
+    if not isinstance(arch, str) or not re.match(r"^sm_\d{2,3}[af]?$", arch):
+        raise CaseError(f"[kernel] arch = {shown(arch)} must look like sm_90a, sm_90 or sm_100a")
+    return KernelSource(src, ent, defines, arch, cubin, time_entry)
 
 
-def _triple(v, key: str) -> tuple:
-    if isinstance(v, (int, str)):
+def _triple(v, key: str, expressions: bool = False) -> tuple:
+    """1 to 3 positive integers (or, for the grid, expressions of the problem's sizes), padded with 1."""
+    if isinstance(v, (int, str)) and not isinstance(v, bool):
         v = [v]
     if not isinstance(v, list) or not 1 <= len(v) <= 3:
-        raise CaseError(f"[launch] {key} must be a list of 1 to 3 entries, got {v!r}")
+        raise CaseError(f"[launch] {key} = {shown(v)} must be a list of 1 to 3 entries")
+    for x in v:
+        if not (_index(x) and x > 0 or expressions and isinstance(x, str)):
+            raise CaseError(f"[launch] {key} entry {shown(x)} must be a positive integer"
+                            + (" or an expression of the problem's sizes" if expressions else ""))
     return tuple(list(v) + [1] * (3 - len(v)))
 
 
@@ -307,15 +353,14 @@ def _launch(sec: dict, where: str = "[launch]") -> LaunchPlan:
         if key not in sec:
             raise CaseError(f"[launch] needs {key!r}")
     block = _triple(sec["block"], "block")
-    if not all(isinstance(b, int) and b > 0 for b in block):
-        raise CaseError(f"[launch] block must be positive integers, got {list(block)}")
+    if not isinstance(sec["args"], list):
+        raise CaseError(f"[launch] args = {shown(sec['args'])} must be a list of the kernel's arguments, in order")
     args = tuple(_arg(a, i) for i, a in enumerate(sec["args"]))
     smem = sec.get("shared_mem_bytes", 0)
-    if not isinstance(smem, int) or smem < 0:
-        raise CaseError(f"[launch] shared_mem_bytes must be a non-negative integer, got {smem!r}")
-    return LaunchPlan(_triple(sec["grid"], "grid"), block, args, smem, _triple(sec.get("cluster", [1, 1, 1]),
-                                                                                 "cluster"),
-                      sec.get("entry"), nxt)
+    if not _index(smem):
+        raise CaseError(f"{where} shared_mem_bytes = {shown(smem)} must be a non-negative integer")
+    grid = _triple(sec["grid"], "grid", expressions=True)
+    return LaunchPlan(grid, block, args, smem, _triple(sec.get("cluster", [1, 1, 1]), "cluster"), sec.get("entry"), nxt)
 
 
 def _arg(a, i: int) -> Arg:
@@ -329,7 +374,7 @@ def _arg(a, i: int) -> Arg:
             return Arg("float", a)
         if a == "null":
             return Arg("null")
-        raise CaseError(f"{where} = {a!r} is unknown; operands {', '.join(OPERANDS)}, sizes {', '.join(SIZE_NAMES)},"
+        raise CaseError(f"{where} = {shown(a)} is unknown; operands {', '.join(OPERANDS)}, sizes {', '.join(SIZE_NAMES)},"
                         f" alpha, beta, null, or a table like {{ i32 = 3 }} / {{ tensormap = \"a\" }}")
     if isinstance(a, dict) and "workspace" in a:
         if len(a) != 1 or not isinstance(a["workspace"], str):
@@ -337,26 +382,28 @@ def _arg(a, i: int) -> Arg:
         return Arg("workspace", a["workspace"])
     if isinstance(a, dict) and "tensormap" in a:
         val = a["tensormap"]
-        if val not in ("a", "b"):
-            raise CaseError(f"{where}: tensormap must be \"a\" or \"b\", got {val!r}")
+        if not isinstance(val, str) or val not in ("a", "b"):
+            raise CaseError(f"{where}: tensormap must be \"a\" or \"b\", got {shown(val)}")
         opts = {k: v for k, v in a.items() if k != "tensormap"}
         unknown = sorted(set(opts) - set(TENSORMAP_OPTIONS))
         if unknown:
             raise CaseError(f"{where}: unknown tensormap option(s) {', '.join(unknown)}; "
                             f"known: {', '.join(TENSORMAP_OPTIONS)}")
-        if "swizzle" in opts and opts["swizzle"] not in (0, 32, 64, 128):
-            raise CaseError(f"{where}: swizzle must be 0, 32, 64 or 128, got {opts['swizzle']!r}")
-        if "oob_fill" in opts and opts["oob_fill"] not in ("zero", "nan"):
-            raise CaseError(f"{where}: oob_fill must be \"zero\" or \"nan\", got {opts['oob_fill']!r}")
+        if "swizzle" in opts and not (_index(opts["swizzle"]) and opts["swizzle"] in (0, 32, 64, 128)):
+            raise CaseError(f"{where}: swizzle must be 0, 32, 64 or 128, got {shown(opts['swizzle'])}")
+        if "oob_fill" in opts and not (isinstance(opts["oob_fill"], str) and opts["oob_fill"] in ("zero", "nan")):
+            raise CaseError(f"{where}: oob_fill must be \"zero\" or \"nan\", got {shown(opts['oob_fill'])}")
         for k in ("rows", "stride_bytes", "box_inner"):
-            if k in opts and not isinstance(opts[k], (str, int)):
-                raise CaseError(f"{where}: {k} must be an integer or an expression, got {opts[k]!r}")
+            if k in opts and not (_index(opts[k]) or isinstance(opts[k], str)):
+                raise CaseError(f"{where}: {k} must be an integer or an expression, got {shown(opts[k])}")
         return Arg("tensormap", val, options=tuple(sorted(opts.items())))
     if isinstance(a, dict) and len(a) == 1:
         (key, val), = a.items()
         if key in LITERAL_TYPES:
+            if isinstance(val, bool) or not isinstance(val, (int, float, str)):
+                raise CaseError(f"{where}: {{ {key} = {shown(val)} }} must hold a number or an expression")
             return Arg("literal", ctype=key, expr=val)
-    raise CaseError(f"{where} = {a!r} is not an argument description")
+    raise CaseError(f"{where} = {shown(a)} is not an argument description")
 
 
 def trace_plan(sec: Mapping[str, Any], where: str = "[trace]") -> TracePlan:
@@ -368,7 +415,7 @@ def trace_plan(sec: Mapping[str, Any], where: str = "[trace]") -> TracePlan:
     if tiles is not None:
         if not isinstance(tiles, list) or not all(
                 isinstance(t, list) and len(t) == 2 and all(_index(v) for v in t) for t in tiles):
-            raise CaseError(f"{where} tiles must be a list of [tile_m, tile_n] pairs, got {tiles!r}")
+            raise CaseError(f"{where} tiles must be a list of [tile_m, tile_n] pairs, got {shown(tiles)}")
         tiles = tuple((t[0], t[1]) for t in tiles)
     kbs = sec.get("k_blocks", "all")
     if kbs == "all":
@@ -376,12 +423,25 @@ def trace_plan(sec: Mapping[str, Any], where: str = "[trace]") -> TracePlan:
     elif isinstance(kbs, list) and all(_index(x) for x in kbs):
         kbs = tuple(kbs)
     else:
-        raise CaseError(f"{where} k_blocks must be \"all\" or a list of k-block indices, got {kbs!r}")
+        raise CaseError(f"{where} k_blocks must be \"all\" or a list of k-block indices, got {shown(kbs)}")
     stages = trace_stages(sec.get("stages", "all"), f"{where} stages")
     cap = sec.get("capacity_mb")
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_CAPACITY_MB):
-        raise CaseError(f"{where} capacity_mb must be an integer 1..{MAX_CAPACITY_MB}, got {cap!r}")
-    return TracePlan(tiles, kbs, stages, cap)
+        raise CaseError(f"{where} capacity_mb must be an integer 1..{MAX_CAPACITY_MB}, got {shown(cap)}")
+    plan = TracePlan(tiles, kbs, stages, cap)
+    _selection(plan, where)
+    return plan
+
+
+def _selection(plan: TracePlan, where: str):
+    """The selection as the sink header holds it (at most 32 tile selectors, k-blocks in one
+    1024-wide window, int32 indices), or a CaseError naming `where`."""
+    from harness.trace_format import TraceSelection
+
+    try:
+        return TraceSelection(tiles=plan.tiles, k_blocks=plan.k_blocks, stages=plan.stages or TraceSelection().stages)
+    except ValueError as e:
+        raise CaseError(f"{where}: {e}") from None
 
 
 def trace_stages(value: Any, where: str) -> Optional[tuple[str, ...]]:
@@ -393,13 +453,14 @@ def trace_stages(value: Any, where: str) -> Optional[tuple[str, ...]]:
     if isinstance(value, str):
         value = [v.strip() for v in value.split(",") if v.strip()]
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v in TAP_STAGES for v in value):
-        raise CaseError(f"{where} must be \"all\" or a list of stages from {', '.join(TAP_STAGES)}, got {value!r}")
+        raise CaseError(f"{where} must be \"all\" or a list of stages from {', '.join(TAP_STAGES)}, got {shown(value)}")
     return tuple(dict.fromkeys(value))
 
 
 def check_trace_selection(case: Case) -> None:
-    """The selection against the problem: every traced tile inside the tile grid, every traced
-    k-block inside 0..k_blocks-1 (a CaseError before anything is built or launched)."""
+    """The selection against the sink header and the problem: at most 32 tile selectors, every
+    traced tile inside the tile grid, every traced k-block inside 0..k_blocks-1 and one 1024-wide
+    window (a CaseError before anything is built or launched)."""
     s, t = case.spec, case.trace
     for tm, tn in t.tiles or ():
         if tm >= s.tiles_m or tn >= s.tiles_n:
@@ -409,6 +470,7 @@ def check_trace_selection(case: Case) -> None:
         if kb >= s.k_blocks:
             raise CaseError(f"trace k-block {kb} is outside 0..{s.k_blocks - 1} (K = {s.k} in k-blocks of "
                             f"{s.tile.bk})")
+    _selection(t, "trace selection")
 
 
 def _index(v: Any) -> bool:
@@ -423,38 +485,86 @@ def with_trace(case: Case, tiles=None, k_blocks=None, stages=None) -> Case:
 
 
 # -- expressions -----------------------------------------------------------------------------
-_FUNCS = {"min": min, "max": max, "cdiv": lambda a, b: -(-a // b)}
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+_FUNCS = {"min": (min, 2, None), "max": (max, 2, None), "cdiv": (_cdiv, 2, 2)}  # name: (function, least, most args)
+_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+        ast.FloorDiv: lambda a, b: a // b}
 
 
 def evaluate(expr: Union[str, int, float], names: Mapping[str, int], where: str) -> Union[int, float]:
-    """Evaluate a small arithmetic expression over known names; nothing else is allowed."""
+    """Evaluate a small arithmetic expression over known names; nothing else is allowed.
+
+    Numbers, names, + - * //, unary minus, min(a, b, ...), max(a, b, ...) and cdiv(a, b); at most
+    MAX_EXPRESSION_CHARS characters; every value finite, every integer within MAX_VALUE in
+    magnitude; a division by zero is named. Any failure is a CaseError naming `where` and the expression."""
     if isinstance(expr, (int, float)) and not isinstance(expr, bool):
-        return expr
+        return _checked(expr, expr, where)
     if not isinstance(expr, str):
-        raise CaseError(f"{where}: {expr!r} is not a number or an expression")
+        raise CaseError(f"{where}: {shown(expr)} is not a number or an expression")
+    if len(expr) > MAX_EXPRESSION_CHARS:
+        raise CaseError(f"{where}: the expression {shown(expr)} has {len(expr)} characters; at most "
+                        f"{MAX_EXPRESSION_CHARS} are allowed")
     try:
-        tree = ast.parse(expr, mode="eval")
-    except SyntaxError:
-        raise CaseError(f"{where}: {expr!r} is not a valid expression") from None
+        tree = ast.parse(expr.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise CaseError(f"{where}: {shown(expr)} is not a valid expression") from None
 
     def ev(node):
         if isinstance(node, ast.Expression):
             return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-            return node.value
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            return _checked(node.value, expr, where)
         if isinstance(node, ast.Name):
             if node.id not in names:
-                raise CaseError(f"{where}: unknown name {node.id!r} in {expr!r}; known: {', '.join(sorted(names))}")
+                raise CaseError(f"{where}: unknown name {node.id!r} in {shown(expr)}; known: {', '.join(sorted(names))}")
             return names[node.id]
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv)):
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             a, b = ev(node.left), ev(node.right)
-            return {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}.get(type(node.op), None) \
-                if not isinstance(node.op, ast.FloorDiv) else a // b
+            if isinstance(node.op, ast.FloorDiv) and b == 0:
+                raise CaseError(f"{where}: {shown(expr)} divides by zero")
+            return _checked(_OPS[type(node.op)](a, b), expr, where)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -ev(node.operand)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS \
                 and not node.keywords:
-            return _FUNCS[node.func.id](*[ev(a) for a in node.args])
-        raise CaseError(f"{where}: {expr!r} uses something other than numbers, names, + - * //, min, max, cdiv")
+            fn, least, most = _FUNCS[node.func.id]
+            if len(node.args) < least or most is not None and len(node.args) > most \
+                    or any(isinstance(x, ast.Starred) for x in node.args):
+                count = f"{least}" if least == most else f"at least {least}"
+                raise CaseError(f"{where}: {node.func.id}() in {shown(expr)} takes {count} arguments, got "
+                                f"{len(node.args)}")
+            args = [ev(x) for x in node.args]
+            if fn is _cdiv and args[1] == 0:
+                raise CaseError(f"{where}: {shown(expr)} divides by zero")
+            return _checked(fn(*args), expr, where)
+        raise CaseError(f"{where}: {shown(expr)} uses something other than numbers, names, + - * //, min, max, cdiv")
 
-    return ev(tree)
+    try:
+        return ev(tree)
+    except RecursionError:
+        raise CaseError(f"{where}: {shown(expr)} nests deeper than an expression may") from None
+
+
+def _checked(v: Union[int, float], expr, where: str) -> Union[int, float]:
+    if isinstance(v, float) and not math.isfinite(v):
+        raise CaseError(f"{where}: {shown(expr)} reaches {v}: an expression's values must be finite")
+    if isinstance(v, int) and abs(v) > MAX_VALUE:
+        raise CaseError(f"{where}: {shown(expr)} reaches {shown(v)}, past the 2^64 an integer may take here")
+    return v
+
+
+def evaluate_int(expr: Union[str, int, float], names: Mapping[str, int], where: str, lo: int = 0,
+                 hi: int = MAX_VALUE) -> int:
+    """An expression that must give an integer in lo..hi (a float with no fraction counts as one)."""
+    v = evaluate(expr, names, where)
+    said = shown(v) if isinstance(expr, (int, float)) else f"{shown(expr)} = {shown(v)}"
+    if isinstance(v, float):
+        if v != int(v):
+            raise CaseError(f"{where}: {said} is not an integer")
+        v = int(v)
+    if not lo <= v <= hi:
+        raise CaseError(f"{where}: {said} is outside {lo}..{hi}")
+    return v

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -88,8 +89,9 @@ def _case_and_inputs(args: argparse.Namespace, base: Optional[dict] = None, entr
     """The live case and its inputs from the command line: (case, operands, provenance, seconds
     spent making the inputs). `base` holds problem fields under the inline ones and --set;
     `entry` is the entry point when --entry is not given."""
-    from oracle.case import CaseError, load_case, parse_assignments, trace_stages, with_trace
-    from oracle.inputs import Operands, Provenance, make_operands
+    from oracle.case import load_case, parse_assignments, trace_stages, with_trace
+    from oracle.inputs import Provenance, check_operands, make_operands, parse_inputs
+    from oracle.live import check_case
 
     toml_path, inline = None, []
     for p in args.problem or []:
@@ -106,29 +108,21 @@ def _case_and_inputs(args: argparse.Namespace, base: Optional[dict] = None, entr
         kbs = _indices_flag("--trace-k-blocks", args.trace_k_blocks) if args.trace_k_blocks else None
         stages = trace_stages(args.trace_stages, "--trace-stages") if getattr(args, "trace_stages", None) else None
         case = with_trace(case, tiles, kbs, stages)
-    ladder, _, arg = (args.inputs or "random").partition(":")
+    ladder, seed, path = parse_inputs(args.inputs or "random")
+    check_case(case)  # every check that needs no inputs, no build and no GPU, before any of them
     inputs_s = 0.0
     if ladder == "dump":
         from oracle.recording import Recording
 
-        if not arg:
-            raise UsageError("--inputs dump:PATH needs a path")
-        ops = Recording.load(arg).operands
-        prov = Provenance("dump", source=arg)
+        ops = Recording.load(path).operands
+        check_operands(case.spec, ops)  # the dump's tensors must fit this case's problem
+        prov = Provenance("dump", source=path)
     else:
-        try:
-            seed = int(arg) if arg else 0
-        except ValueError:
-            raise UsageError(f"--inputs {args.inputs!r}: the seed must be an integer") from None
-        if arg and ladder != "random":
-            raise UsageError(f"--inputs {args.inputs!r}: only random takes a seed")
         t_in = time.perf_counter()
         gen = _generator()
         ops = make_operands(case.spec, ladder, seed, generator=gen)
         inputs_s = time.perf_counter() - t_in
         prov = Provenance(ladder, seed if ladder == "random" else None, generator=gen)
-    if not isinstance(ops, Operands):
-        raise CaseError("inputs could not be made")
     return case, ops, prov, inputs_s
 
 
@@ -344,11 +338,29 @@ def cmd_knobs(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad command line reported as one `error:` line (exit 2), as every bad input is."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"error: {self.prog}: {message} (--help lists the options)\n")
+
+
+def _seconds(text: str) -> float:
+    """A --timeout value: a positive, finite number of seconds."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive, finite number of seconds")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m oracle",
+    p = _Parser(prog="python -m oracle",
                                 description="Differential oracle for GEMM-like CUDA kernels: names the first "
                                             "stage whose results diverge.")
-    sub = p.add_subparsers(dest="command", required=True)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     c = sub.add_parser("compare", help="judge a recorded run stage by stage", description=cmd_compare.__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -371,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "those the kernel taps to size the sink tighter)")
     c.add_argument("--time", action="store_true",
                    help="live: also time the kernel, the Triton reference and cuBLAS (same discipline)")
-    c.add_argument("--timeout", type=float, metavar="S", help="live: kernel time limit (default "
+    c.add_argument("--timeout", type=_seconds, metavar="S", help="live: kernel time limit (default "
                    "ORACLE_KERNEL_TIMEOUT_S)")
     c.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     c.add_argument("--save-dump", metavar="PATH", help="save the judged recording as a dump to PATH")
@@ -458,18 +470,7 @@ def _choose_triton_backend() -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     _choose_triton_backend()
-    from harness.build import BuildError
-    from harness.dump import DumpError
-    from harness.launch import LaunchError
-    from harness.runner import RunnerError
-    from harness.tensormap import TensorMapError
-    from harness.trace_format import TraceFormatError
-    from oracle.case import CaseError
-    from oracle.inputs import InputError
-    from oracle.knobs import KnobError
-    from oracle.problem import SpecError
-    from oracle.recording import RecordingError
-    from oracle.repro import ReproError
+    from oracle.errors import input_errors
 
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -480,8 +481,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args.argv = tuple(argv)
     try:
         return args.func(args)
-    except (UsageError, DumpError, SpecError, RecordingError, InputError, KnobError, CaseError, BuildError,
-            LaunchError, RunnerError, TraceFormatError, TensorMapError, ReproError) as e:
+    except (UsageError, *input_errors()) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:  # a path the command line named: missing, unreadable, unwritable
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

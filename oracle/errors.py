@@ -1,23 +1,37 @@
-"""Every error type the oracle raises for bad input, in one place (the README's Errors table).
+"""The error types the oracle raises for bad usage or bad input, in one place.
 
-Each is a ValueError (or RuntimeError for a build) with a message naming the field, the value and
-what is allowed; the command line turns them into one `error:` line and exit code 2.
+Every one of them means "the input is wrong" (a case file, a flag, a dump, a trace, a kernel's
+files, a limit passed) and the CLI turns it into exit code 2 with one `error:` line; any other
+exception is the oracle's own bug (exit 4, with its traceback). The README's Errors section lists
+them with what raises each.
 """
 
-from harness.build import BuildError
-from harness.dump import DumpError
-from harness.knobs import KnobError
-from harness.launch import LaunchError
-from harness.runner import RunnerError
-from harness.tensormap import TensorMapError
-from harness.taps import TapError
-from harness.trace_format import TraceFormatError
-from oracle.case import CaseError
-from oracle.inputs import InputError
-from oracle.problem import SpecError
-from oracle.recording import RecordingError
+from __future__ import annotations
 
-INPUT_ERRORS = (BuildError, DumpError, KnobError, LaunchError, RunnerError, TensorMapError, TapError,
-                TraceFormatError, CaseError, InputError, SpecError, RecordingError)
 
-__all__ = [e.__name__ for e in INPUT_ERRORS] + ["INPUT_ERRORS"]
+def input_errors() -> tuple[type, ...]:
+    """The documented error types (imported here, not at module load: they pull in torch)."""
+    from harness.build import BuildError
+    from harness.dump import DumpError
+    from harness.knobs import KnobError
+    from harness.launch import LaunchError
+    from harness.runner import RunnerError
+    from harness.taps import TapError
+    from harness.tensormap import TensorMapError
+    from harness.trace_format import TraceFormatError
+    from oracle.case import CaseError
+    from oracle.inputs import InputError
+    from oracle.problem import SpecError
+    from oracle.recording import RecordingError
+    from oracle.repro import ReproError
+
+    return (DumpError, SpecError, RecordingError, InputError, KnobError, CaseError, BuildError, LaunchError,
+            RunnerError, TraceFormatError, TensorMapError, ReproError, TapError)
+
+
+def __getattr__(name: str) -> type:
+    """`from oracle.errors import CaseError` and the like, imported on first use."""
+    for t in input_errors():
+        if t.__name__ == name:
+            return t
+    raise AttributeError(f"module 'oracle.errors' has no attribute {name!r}")

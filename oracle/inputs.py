@@ -14,6 +14,7 @@ Inputs are designed so that a bug points at itself:
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -72,6 +73,26 @@ class Provenance:
         return self.ladder
 
 
+def parse_inputs(text: str) -> tuple[str, Optional[int], Optional[str]]:
+    """An inputs choice, `LADDER[:SEED]` or `dump:PATH`, as (ladder, seed, path); InputError
+    naming what is wrong."""
+    if not isinstance(text, str):
+        raise InputError(f"inputs {text!r} must be a string: ones, index, ktag, random[:seed] or dump:PATH")
+    ladder, _, arg = text.partition(":")
+    if ladder == "dump":
+        if not arg:
+            raise InputError("inputs dump:PATH needs a path")
+        return ladder, None, arg
+    if ladder not in LADDER:
+        raise InputError(f"inputs {text!r}: {ladder!r} is not an input ladder; choose one of {', '.join(LADDER)} "
+                         f"(random takes a seed: random:7) or dump:PATH")
+    if arg and ladder != "random":
+        raise InputError(f"inputs {text!r}: only random takes a seed")
+    if arg and not (arg.isdigit() and int(arg) < 2**63):
+        raise InputError(f"inputs {text!r}: the seed must be a non-negative integer below 2^63")
+    return ladder, int(arg) if arg else 0, None
+
+
 def expected_shapes(spec: ProblemSpec) -> dict[str, Optional[tuple[int, ...]]]:
     """Logical shapes. A grouped or batched problem: A [total M, K], B [groups, K, N], C [total M, N],
     a column bias per group [groups, N]."""
@@ -117,6 +138,50 @@ def check_operands(spec: ProblemSpec, ops: Operands) -> None:
             raise InputError(f"operand {name!r} has dtype {t.dtype}, the problem needs {want}")
 
 
+def operand_bytes(spec: ProblemSpec) -> int:
+    """Bytes of the problem's operands and output in their dtypes (scales in fp32)."""
+    total = spec.total_m * spec.n * DTYPES[spec.out_dtype].itemsize
+    sizes = {"a": DTYPES[spec.a_dtype].itemsize, "b": DTYPES[spec.b_dtype].itemsize,
+             "c": DTYPES[spec.c_dtype].itemsize if spec.c_dtype else 4, "bias": DTYPES[spec.bias_dtype].itemsize}
+    for name, shape in expected_shapes(spec).items():
+        if shape is not None:
+            total += math.prod(shape) * sizes.get(name, 4)
+    return total
+
+
+def operand_limit_bytes() -> int:
+    """The ORACLE_MAX_OPERAND_MB knob, in bytes."""
+    from oracle import knobs
+
+    return knobs.MAX_OPERAND_MB.get() << 20
+
+
+def check_problem_size(spec: ProblemSpec) -> None:
+    """Refuse a problem whose operands and output cannot be held: InputError naming the sizes,
+    the limit and its knob. Made before any input is allocated. The knob bounds the operands and
+    output; the machine's memory bounds them plus the float64 draws of A and B that make_operands
+    holds while it makes them on the CPU; a visible GPU's memory bounds the operands and output."""
+    need = operand_bytes(spec)
+    mb = operand_limit_bytes() >> 20
+    what = f"the operands and output of {spec.describe()} take {need / 2**20:.1f} MiB"
+    if need > mb << 20:
+        raise InputError(f"{what}, more than the {mb} MiB limit of ORACLE_MAX_OPERAND_MB: choose a smaller problem or "
+                         f"raise the limit")
+    try:
+        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        host = None
+    draws = 8 * (spec.total_m * spec.k + spec.k * spec.n * len(spec.group_sizes or (1,)))
+    if host is not None and need + draws > host:
+        raise InputError(f"{what}, and making them {draws / 2**20:.1f} MiB more: more than this machine's "
+                         f"{host / 2**30:.1f} GiB of memory; choose a smaller problem")
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        if need > props.total_memory:
+            raise InputError(f"{what}, more than the {props.total_memory / 2**30:.1f} GiB of the {props.name}; "
+                             f"choose a smaller problem")
+
+
 def _cast(x: torch.Tensor, name: str) -> torch.Tensor:
     return x.to(DTYPES[name].torch).cpu()
 
@@ -155,6 +220,7 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
         raise InputError(f"input ladder {ladder!r} is unknown; choose one of {', '.join(LADDER)} or dump:PATH")
     if generator not in ("cpu", "cuda"):
         raise InputError(f"generator {generator!r} must be 'cpu' or 'cuda'")
+    check_problem_size(spec)
     m, n, k = spec.total_m, spec.n, spec.k
     n_groups = len(spec.group_sizes) if spec.group_sizes is not None else None
     g = torch.Generator(device=generator).manual_seed(seed)

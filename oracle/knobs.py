@@ -34,6 +34,11 @@ TRACE_MAX_MB = register(Knob("ORACLE_TRACE_MAX_MB", _positive_int, lambda: 2048,
                              "The most a live run's trace sink may take, in MiB (a case's [trace] capacity_mb "
                              "overrides it): the sink is sized to the selection up to this."))
 
+MAX_OPERAND_MB = register(Knob("ORACLE_MAX_OPERAND_MB", _positive_int, lambda: 32768,
+                               "The most memory, in MiB, a problem's operands and output may take (A, B, C, D, "
+                               "bias, scales); a larger problem is refused before any input is made. The machine's "
+                               "memory and, with a GPU, the device's also bound it."))
+
 ZOO_RECORD_DIR = register(Knob("ORACLE_ZOO_RECORD_DIR", lambda s: s, lambda: None,
                                "Where the GPU zoo tests save each live recording under its manifest name "
                                "(unset: not saved)."))

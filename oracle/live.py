@@ -15,17 +15,18 @@ import torch
 
 from harness import trace_format
 from harness._protocol import POISON_BYTE
-from harness.build import build_cubin, load_cubin
-from harness.launch import LaunchSpec, ScalarArg, TensorArg, TensorMapArg
+from harness.build import build_cubin, check_cubin_file, check_source_file, load_cubin
+from harness.launch import MAX_GRID, SCALAR_TYPES, LaunchSpec, ScalarArg, TensorArg, TensorMapArg
 from harness.runner import KernelRun, SinkRequest, run_kernel
 from harness.taps import TAP_STAGES
 from harness.tensormap import mn_dim, operand_tensormap
 from harness.trace_budget import TraceBudget, trace_budget
 from kernels_ref.dtypes import DTYPES
 from oracle import knobs
-from oracle.case import Case, CaseError, check_trace_selection, evaluate
+from oracle.case import Case, CaseError, check_trace_selection, evaluate, evaluate_int
+from oracle.inputs import (Operands, Provenance, analytic_ones_value, check_operands, check_problem_size,
+                           expected_shapes, operand_limit_bytes)
 from oracle.partition import group_offsets, tile_partials
-from oracle.inputs import Operands, Provenance, analytic_ones_value
 from oracle.recording import Recording
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def _num_sms() -> int:
     return 132  # an H200; only used when describing a launch without a GPU
 
 
-def launch_spec(case: Case, ops: Operands) -> tuple[LaunchSpec, dict[str, torch.Tensor]]:
+def launch_spec(case: Case, ops: Optional[Operands]) -> tuple[LaunchSpec, dict[str, torch.Tensor]]:
     """The harness launch of the case's first kernel and the tensors in memory order."""
     sequence, used = launch_sequence(case, ops)
     if len(sequence) > 1:
@@ -87,33 +88,44 @@ def launch_spec(case: Case, ops: Operands) -> tuple[LaunchSpec, dict[str, torch.
     return sequence[0][1], used
 
 
-def launch_sequence(case: Case, ops: Operands) -> tuple[list[tuple[str, LaunchSpec]], dict[str, torch.Tensor]]:
+def launch_sequence(case: Case, ops: Optional[Operands]) -> tuple[list[tuple[str, LaunchSpec]],
+                                                                 dict[str, torch.Tensor]]:
     """Every launch of the case ((entry, LaunchSpec): [launch], then [[launch.next]] in order) and the
     tensors they share, in memory order: operands, D, the group offsets of a grouped problem and the
-    declared workspaces, each filled as declared."""
+    declared workspaces, each filled as declared. With `ops` None, only the launches: every
+    expression evaluated and checked, no tensor made (what check_case does before any input exists)."""
     if case.launch is None:
         raise CaseError("the case has no [launch] table: the oracle cannot guess the kernel's arguments")
     s = case.spec
     names = _names(case)
-    storage = {"a": _storage(ops.a, s.a_major), "b": _storage(ops.b, s.b_major)}
-    if ops.c is not None:
-        storage["c"] = _storage(ops.c, s.c_major)
-    for n in ("bias", "scale_a", "scale_b"):
-        v = getattr(ops, n)
-        if v is not None:
-            storage[n] = v.contiguous()
-    d_shape = (s.total_m, s.n) if s.d_major == "row" else (s.n, s.total_m)
-    storage["d"] = torch.empty(d_shape, dtype=DTYPES[s.out_dtype].torch)
+    present = {n for n, shape in expected_shapes(s).items() if shape is not None} | {"d"}
     offsets = group_offsets(s)
     if offsets is not None:
-        storage["group_offsets"] = torch.tensor(offsets, dtype=torch.int32)
+        present.add("group_offsets")
+    sizes = {}
     for w in case.workspaces:
-        storage[f"ws_{w.name}"] = workspace_buffer(w, int(evaluate(w.bytes, names, f"[workspace.{w.name}] bytes")))
+        sizes[w.name] = evaluate_int(w.bytes, names, f"[workspace.{w.name}] bytes", 1, operand_limit_bytes())
+        present.add(f"ws_{w.name}")
+    storage: dict[str, torch.Tensor] = {}
+    if ops is not None:
+        storage = {"a": _storage(ops.a, s.a_major), "b": _storage(ops.b, s.b_major)}
+        if ops.c is not None:
+            storage["c"] = _storage(ops.c, s.c_major)
+        for n in ("bias", "scale_a", "scale_b"):
+            v = getattr(ops, n)
+            if v is not None:
+                storage[n] = v.contiguous()
+        d_shape = (s.total_m, s.n) if s.d_major == "row" else (s.n, s.total_m)
+        storage["d"] = torch.empty(d_shape, dtype=DTYPES[s.out_dtype].torch)
+        if offsets is not None:
+            storage["group_offsets"] = torch.tensor(offsets, dtype=torch.int32)
+        for w in case.workspaces:
+            storage[f"ws_{w.name}"] = workspace_buffer(w, sizes[w.name])
     used: dict[str, torch.Tensor] = {}
-    sequence = [(case.kernel.entry if case.kernel else "", _one_launch(case, case.launch, "[launch]", storage,
-                                                                       names, used))]
+    sequence = [(case.kernel.entry if case.kernel else "",
+                 _one_launch(case, case.launch, "[launch]", present, storage, names, used))]
     for i, plan in enumerate(case.launch.next):
-        sequence.append((plan.entry, _one_launch(case, plan, f"[[launch.next]] #{i}", storage, names, used)))
+        sequence.append((plan.entry, _one_launch(case, plan, f"[[launch.next]] #{i}", present, storage, names, used)))
     return sequence, used
 
 
@@ -137,43 +149,69 @@ def workspace_buffer(w, nbytes: int) -> torch.Tensor:
     return junk.view(torch.uint8).clone()
 
 
-def _one_launch(case: Case, lp, where0: str, storage: dict, names: dict, used: dict) -> LaunchSpec:
+def _one_launch(case: Case, lp, where0: str, present: set, storage: dict, names: dict, used: dict) -> LaunchSpec:
+    """One launch's arguments. `present` names the tensors the problem has; `storage` holds them
+    (empty when only checking)."""
     s = case.spec
+
+    def use(name: str) -> None:
+        if storage:
+            used[name] = storage[name]
+
     args = []
     for i, a in enumerate(lp.args):
         where = f"{where0} args[{i}]"
         if a.kind == "operand":
-            if a.name in storage:
+            if a.name in present:
                 args.append(TensorArg(a.name, "out" if a.name == "d" else "in"))
-                used[a.name] = storage[a.name]
+                use(a.name)
             else:
                 args.append(ScalarArg(0, "u64"))  # the problem does not use it: a null pointer
         elif a.kind == "workspace":
+            if f"ws_{a.name}" not in present:
+                raise CaseError(f"{where}: workspace {a.name!r} is not declared ([workspace.{a.name}])")
             args.append(TensorArg(f"ws_{a.name}", "inout"))
-            used[f"ws_{a.name}"] = storage[f"ws_{a.name}"]
+            use(f"ws_{a.name}")
         elif a.kind == "null":
             args.append(ScalarArg(0, "u64"))
         elif a.kind == "size":
-            args.append(ScalarArg(int(names[a.name]), "i32"))
+            v = int(names[a.name])
+            if not -(2**31) <= v < 2**31:
+                raise CaseError(f"{where} = {a.name!r}: {v} does not fit the i32 a size argument is passed as")
+            args.append(ScalarArg(v, "i32"))
         elif a.kind == "float":
             args.append(ScalarArg(float(getattr(s, a.name)), "f32"))
         elif a.kind == "literal":
-            v = evaluate(a.expr, names, where)
-            args.append(ScalarArg(float(v) if a.ctype.startswith("f") else int(v), a.ctype))
+            args.append(_literal(a, names, where))
         elif a.kind == "tensormap":
+            if a.name not in present:
+                raise CaseError(f"{where}: a tensor map over {a.name!r}, which the problem does not use")
             if s.group_sizes is not None:
                 raise CaseError(f"{where}: tensor maps of a grouped or batched problem are not built by the harness")
-            tm, storage[a.name] = _tensormap(case, a, storage[a.name], names, where)
+            tm, padded = _tensormap(case, a, names, where)
             args.append(TensorMapArg(a.name, tm))
-            used[a.name] = storage[a.name]
-    grid = tuple(int(evaluate(g, names, f"{where0} grid")) for g in lp.grid)
+            if storage:
+                if padded and a.name not in used:  # a later launch's map over the same operand reuses the padding
+                    stored = storage[a.name]
+                    junk = stale_rows(padded, stored.shape[1], stored.dtype, seed=padded + stored.shape[0])
+                    storage[a.name] = torch.cat([stored, junk])
+                use(a.name)
+    grid = tuple(evaluate_int(g, names, f"{where0} grid[{i}]", 1, MAX_GRID[i]) for i, g in enumerate(lp.grid))
     return LaunchSpec(grid=grid, block=lp.block, args=tuple(args), shared_mem_bytes=lp.shared_mem_bytes,
                       cluster=lp.cluster)
 
 
-def _tensormap(case: Case, a, stored: torch.Tensor, names: dict, where: str):
-    """The operand's tensor map with the case's host-side options, and its storage (padded when
-    the map covers padding rows)."""
+def _literal(a, names: dict, where: str) -> ScalarArg:
+    """A literal argument evaluated for its C type: an integer in the type's range, or a finite float."""
+    _, lo, hi = SCALAR_TYPES[a.ctype]
+    if lo is not None:
+        return ScalarArg(evaluate_int(a.expr, names, f"{where} ({a.ctype})", lo, hi), a.ctype)
+    return ScalarArg(float(evaluate(a.expr, names, f"{where} ({a.ctype})")), a.ctype)
+
+
+def _tensormap(case: Case, a, names: dict, where: str):
+    """The operand's tensor map with the case's host-side options, and how many padding rows its
+    buffer needs past the operand (0 unless the map covers padding rows)."""
     s = case.spec
     op, opts = a.name, dict(a.options)
     major = getattr(s, f"{op}_major")
@@ -181,28 +219,33 @@ def _tensormap(case: Case, a, stored: torch.Tensor, names: dict, where: str):
     tm = operand_tensormap(op, major, rows, cols, getattr(s, f"{op}_dtype"), s.tile.bm if op == "a" else s.tile.bn,
                            s.tile.bk, opts.get("swizzle", getattr(s, f"swizzle_{op}")),
                            opts.get("oob_fill", s.oob_fill))
-    changes = {}
+    changes, padded = {}, 0
     if "rows" in opts:
         # the padded extent of M (A) or N (B): rows for a row-major A, columns for a col-major B
-        padded = int(evaluate(opts["rows"], names, f"{where} rows"))
         mn_axis = mn_dim(op, major)
         real = tm.global_dims[mn_axis]
-        if padded < real:
-            raise CaseError(f"{where}: rows = {padded} is fewer than the operand's {real}")
+        total = evaluate_int(opts["rows"], names, f"{where} rows", 1, 2**32)
+        if total < real:
+            raise CaseError(f"{where}: rows = {total} is fewer than the operand's {real}")
         if mn_axis == 0:
             raise CaseError(f"{where}: rows pads the outer dimension; operand {op} ({major}-major) has M/N "
                             f"contiguous, which this option does not pad")
+        extra = (total - real) * tm.global_dims[0] * DTYPES[getattr(s, f"{op}_dtype")].itemsize
+        if extra > operand_limit_bytes():
+            raise CaseError(f"{where}: rows = {total} pads the operand with {extra} bytes, more than the operand "
+                            f"limit (ORACLE_MAX_OPERAND_MB)")
         dims = list(tm.global_dims)
-        dims[1] = padded
+        dims[1] = total
         changes["global_dims"] = tuple(dims)
-        stored = torch.cat([stored, stale_rows(padded - real, stored.shape[1], stored.dtype, seed=padded)])
+        padded = total - real
     if "stride_bytes" in opts:
-        changes["global_strides"] = (int(evaluate(opts["stride_bytes"], names, f"{where} stride_bytes")),)
+        changes["global_strides"] = (evaluate_int(opts["stride_bytes"], names, f"{where} stride_bytes", 0, 2**64 - 1),)
     if "box_inner" in opts:
-        changes["box_dims"] = (int(evaluate(opts["box_inner"], names, f"{where} box_inner")),) + tm.box_dims[1:]
+        changes["box_dims"] = (evaluate_int(opts["box_inner"], names, f"{where} box_inner", 0, 2**32 - 1),) \
+            + tm.box_dims[1:]
     if changes:
         tm = replace(tm, **changes)  # validated again: the driver's rules still hold
-    return tm, stored
+    return tm, padded
 
 
 def stale_rows(rows: int, cols: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
@@ -215,10 +258,34 @@ def stale_rows(rows: int, cols: int, dtype: torch.dtype, seed: int) -> torch.Ten
 MIN_SINK_BYTES = 1 << 20
 
 
+def check_case(case: Case) -> tuple[TraceBudget, int]:
+    """Every check of a live case that needs no inputs, no build and no GPU, made before any of
+    them: the [launch] table evaluated in full (grid, literals, tensor maps), the trace selection
+    against the tile grid, the k-blocks and the sink's ceiling, the operands' size against the
+    memory there is, and the kernel's files (a source or cubin that is a regular file within its
+    size limit). Returns the sink budget (sink_budget). Raises CaseError, BuildError, InputError,
+    LaunchError or TensorMapError naming what is wrong."""
+    if case.kernel is None:
+        raise CaseError("no kernel to run: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
+    launch_sequence(case, None)
+    check_trace_selection(case)
+    budget = sink_budget(case)
+    check_problem_size(case.spec)
+    k = case.kernel
+    if k.cubin:
+        check_cubin_file(k.cubin)
+    else:
+        check_source_file(k.source)
+    return budget
+
+
 def trace_selection(case: Case) -> trace_format.TraceSelection:
     tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case)
-    return trace_format.TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks,
-                                       stages=case.trace.stages or TAP_STAGES)
+    try:
+        return trace_format.TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks,
+                                           stages=case.trace.stages or TAP_STAGES)
+    except ValueError as e:
+        raise CaseError(f"trace selection: {e}") from None
 
 
 def sink_budget(case: Case) -> tuple[TraceBudget, int]:
@@ -255,16 +322,14 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
     child then times the kernel (case.kernel.time_entry if set) with the sink off. `command`: the
     command line that asked for the run, kept in the recording so a report can say how to re-run
     it with other tiles traced."""
-    if case.kernel is None:
-        raise CaseError("no kernel to run: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
-    k = case.kernel
     t0 = time.perf_counter()
-    check_trace_selection(case)
-    budget, ceiling = sink_budget(case)
-    sequence, tensors = launch_sequence(case, ops)  # before building: a bad launch table fails fast
+    budget, ceiling = check_case(case)  # before building: a bad case fails fast
+    check_operands(case.spec, ops)
+    sequence, tensors = launch_sequence(case, ops)
     launch = sequence[0][1]
     if timing is not None and len(sequence) > 1:
         raise CaseError(f"the case launches {len(sequence)} kernels: timing measures one launch")
+    k = case.kernel
     host_maps = tuple(a.spec.to_descriptor_record(a.tensor_name) for a in launch.args
                       if isinstance(a, TensorMapArg))
     cached = None

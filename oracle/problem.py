@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
+from harness.fields import shown
 from kernels_ref.dtypes import DTYPES, FP8
 
 OPERAND_DTYPES = ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int8")
@@ -32,6 +33,7 @@ ACTIVATIONS = ("none", "relu", "gelu_erf", "gelu_tanh", "silu")
 BIAS_AXES = ("none", "row", "col")
 SCALE_KINDS_A = ("none", "tensor", "row", "block")
 SCALE_KINDS_B = ("none", "tensor", "col", "block")
+MAX_TILE_DIM = 65535  # the trace format's limit; a CTA tile is far smaller
 
 
 class SpecError(ValueError):
@@ -40,12 +42,22 @@ class SpecError(ValueError):
 
 def _require(ok: bool, field: str, value: Any, allowed: str) -> None:
     if not ok:
-        raise SpecError(f"{field}={value!r} is not allowed: {allowed}")
+        raise SpecError(f"{field}={shown(value)} is not allowed: {allowed}")
 
 
-def _positive_int(field: str, value: Any) -> None:
-    _require(isinstance(value, int) and not isinstance(value, bool) and value > 0, field, value,
-             "must be a positive integer")
+def _positive_int(field: str, value: Any, most: Optional[int] = None) -> None:
+    _require(isinstance(value, int) and not isinstance(value, bool) and value > 0 and (most is None or value <= most),
+             field, value, "must be a positive integer" + (f" of at most {most}" if most is not None else ""))
+
+
+def _finite(v: Any) -> bool:
+    """A finite number (an int too large for a float is not)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -58,7 +70,7 @@ class Tile:
 
     def __post_init__(self) -> None:
         for f in ("bm", "bn", "bk"):
-            _positive_int(f"tile.{f}", getattr(self, f))
+            _positive_int(f"tile.{f}", getattr(self, f), MAX_TILE_DIM)
 
 
 @dataclass(frozen=True)
@@ -79,7 +91,7 @@ class Scale:
         _require(self.kind in kinds, f"scale_{operand}.kind", self.kind, f"one of {', '.join(kinds)}")
         if self.kind == "block":
             ok = (isinstance(self.block, tuple) and len(self.block) == 2
-                  and all(isinstance(v, int) and v > 0 for v in self.block))
+                  and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in self.block))
             _require(ok, f"scale_{operand}.block", self.block,
                      "a block scale needs (rows, k), two positive integers, e.g. (1, 128)")
         else:
@@ -174,8 +186,7 @@ class ProblemSpec:
                      f"the k extent must be a multiple of tile.bk ({self.tile.bk})")
         for f in ("alpha", "beta"):
             v = getattr(self, f)
-            _require(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), f, v,
-                     "must be a finite number")
+            _require(_finite(v), f, v, "must be a finite number")
         if self.beta != 0:
             _require(self.c_dtype in C_DTYPES, "c_dtype", self.c_dtype,
                      f"beta != 0 reads C, so c_dtype must be one of {', '.join(C_DTYPES)}")
@@ -289,7 +300,7 @@ class ProblemSpec:
         for s in ("scale_a", "scale_b"):
             if s in kw:
                 sd = dict(_as_mapping(kw[s], s))
-                if sd.get("block") is not None:
+                if isinstance(sd.get("block"), list):
                     sd["block"] = tuple(sd["block"])
                 kw[s] = _sub(Scale, sd, s)
         try:

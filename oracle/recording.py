@@ -12,10 +12,11 @@ from typing import Any, Mapping, Optional
 import torch
 
 from harness.dump import Dump, DumpError, environment, load_dump, save_dump
+from harness.fields import INT64_MAX, is_opt_int, is_opt_str, is_str_list, require, shown
 from harness.taps import DESCRIPTOR_STAGES, DescriptorRecord, Tap
 from harness.trace_format import TraceAccount
 from kernels_ref.dtypes import DTYPES
-from oracle.inputs import InputError, Operands, Provenance, check_operands
+from oracle.inputs import LADDER, InputError, Operands, Provenance, check_operands
 from oracle.problem import ProblemSpec, SpecError
 
 
@@ -97,6 +98,13 @@ class Recording:
             want_shape = {"load_a": (t.bm, t.bk), "load_b": (t.bk, t.bn)}.get(tap.stage, (t.bm, t.bn))
             if shape != want_shape:
                 raise RecordingError(f"{tap.describe()}: values have shape {list(shape)}, expected {list(want_shape)}")
+            if tap.stage in ("load_a", "load_b"):  # the operand's own bits, compared bit for bit
+                op = tap.stage[-1]
+                want = DTYPES[getattr(spec, f"{op}_dtype")].torch
+                if tap.values.dtype != want:
+                    raise RecordingError(f"{tap.describe()}: values are {tap.values.dtype}, but a load tap holds the "
+                                         f"operand's own elements: {op}_dtype is {getattr(spec, f'{op}_dtype')} "
+                                         f"({want})")
 
     # -- persistence -------------------------------------------------------------------------
     def save(self, path: str) -> None:
@@ -114,41 +122,111 @@ class Recording:
 
     @classmethod
     def load(cls, path: str) -> "Recording":
+        """Read a dump written by `save`; every metadata field is checked by type and range, and the
+        whole recording against its problem. Raises DumpError naming the field, nothing else."""
         dump = load_dump(path)
-        meta = dump.meta
-        try:
-            spec = ProblemSpec.from_json(meta.get("problem"))
-        except SpecError as e:
-            raise DumpError(f"dump {path!r}: problem spec: {e}") from None
-        prov = meta.get("provenance") or {}
-        if not isinstance(prov, dict) or "ladder" not in prov:
-            raise DumpError(f"dump {path!r}: metadata lacks provenance.ladder (how the inputs were made)")
-        kernel = meta.get("kernel") or {}
+        m = _Meta.of(dump.meta, f"dump {path!r}")
         unknown = sorted(set(dump.inputs) - {"a", "b", "c", "bias", "scale_a", "scale_b"})
         if unknown:
-            raise DumpError(f"dump {path!r}: unknown input tensor(s) {', '.join(unknown)}")
+            raise DumpError(f"dump {path!r}: unknown input tensor(s) {shown(unknown)}")
         if "a" not in dump.inputs or "b" not in dump.inputs:
             raise DumpError(f"dump {path!r}: operands A and B are required (input.a, input.b)")
-        try:
-            trace = TraceAccount.from_json(meta["trace"]) if meta.get("trace") is not None else None
-        except ValueError as e:
-            raise DumpError(f"dump {path!r}: metadata field trace: {e}") from None
-        command = meta.get("command") or []
-        if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
-            raise DumpError(f"dump {path!r}: metadata field command must be a list of strings, got {command!r}")
-        poison = meta.get("output_poison")
-        if poison is not None and (isinstance(poison, bool) or not isinstance(poison, int) or not 0 <= poison <= 255):
-            raise DumpError(f"dump {path!r}: metadata field output_poison={poison!r} must be a byte value or null")
-        rec = cls(spec=spec, operands=Operands(**dump.inputs), output=dump.outputs.get("d"),
+        unknown = sorted(set(dump.outputs) - {"d"})
+        if unknown:
+            raise DumpError(f"dump {path!r}: unknown output tensor(s) {shown(unknown)}; the only output is d")
+        prov = m.provenance
+        rec = cls(spec=m.spec, operands=Operands(**dump.inputs), output=dump.outputs.get("d"),
                   provenance=Provenance(prov["ladder"], prov.get("seed"), prov.get("source") or path,
                                         prov.get("generator", "cpu")),
-                  taps=dump.taps, descriptors=dump.descriptors, kernel=kernel.get("name", "unknown"),
-                  kernel_error=kernel.get("error"), synthetic=bool(meta.get("synthetic", False)),
-                  confounds=tuple(meta.get("confounds") or ()), notes=tuple(meta.get("notes") or ()),
-                  environment=meta.get("environment") or {}, trace=trace, output_poison=poison,
-                  command=tuple(command))
+                  taps=dump.taps, descriptors=dump.descriptors, kernel=m.kernel.get("name", "unknown"),
+                  kernel_error=m.kernel.get("error"), synthetic=m.synthetic, confounds=m.confounds, notes=m.notes,
+                  environment=m.environment, trace=m.trace, output_poison=m.output_poison, command=m.command)
         try:
             rec.validate()
         except RecordingError as e:
             raise DumpError(f"dump {path!r} is inconsistent: {e}") from None
         return rec
+
+
+META_FIELDS = ("problem", "provenance", "kernel", "synthetic", "confounds", "notes", "environment", "trace",
+               "output_poison", "command")
+PROVENANCE_FIELDS = ("ladder", "seed", "source", "generator")
+LADDERS = LADDER + ("dump", "captured")
+# environment fields the recorders write, and their types; other fields may hold any JSON value
+ENVIRONMENT_TYPES = {"python": str, "torch": str, "platform": str, "triton": (str, type(None)),
+                     "gpu": (str, type(None)), "cuda": (str, type(None)), "triton_interpret": bool, "device": dict,
+                     "function": dict, "source": str}
+
+
+@dataclass(frozen=True)
+class _Meta:
+    """A dump's meta object, every field checked by type and range."""
+
+    spec: ProblemSpec
+    provenance: Mapping[str, Any]
+    kernel: Mapping[str, Any]
+    synthetic: bool
+    confounds: tuple[str, ...]
+    notes: tuple[str, ...]
+    environment: Mapping[str, Any]
+    trace: Optional[TraceAccount]
+    output_poison: Optional[int]
+    command: tuple[str, ...]
+
+    @classmethod
+    def of(cls, meta: Mapping[str, Any], where: str) -> "_Meta":
+        def need(ok: bool, field: str, value: Any, allowed: str) -> None:
+            require(ok, DumpError, where, f"metadata field {field}", value, allowed)
+
+        unknown = sorted(set(meta) - set(META_FIELDS), key=str)
+        if unknown:
+            raise DumpError(f"{where}: unknown metadata field(s) {shown(unknown)}; known: {', '.join(META_FIELDS)}")
+        try:
+            spec = ProblemSpec.from_json(meta.get("problem"))
+        except SpecError as e:
+            raise DumpError(f"{where}: problem spec: {e}") from None
+        prov = meta.get("provenance")
+        need(isinstance(prov, dict) and "ladder" in prov, "provenance", prov,
+             "an object with at least the ladder (how the inputs were made)")
+        need(set(prov) <= set(PROVENANCE_FIELDS), "provenance", sorted(prov, key=str),
+             f"the fields are {', '.join(PROVENANCE_FIELDS)}")
+        need(_one_of(prov["ladder"], LADDERS), "provenance.ladder", prov["ladder"], f"one of {', '.join(LADDERS)}")
+        need(is_opt_int(prov.get("seed"), lo=-INT64_MAX - 1), "provenance.seed", prov.get("seed"),
+             "a 64-bit integer or null")
+        need(is_opt_str(prov.get("source")), "provenance.source", prov.get("source"), "a string or null")
+        need(_one_of(prov.get("generator", "cpu"), ("cpu", "cuda")), "provenance.generator", prov.get("generator"),
+             "'cpu' or 'cuda'")
+        kernel = meta.get("kernel", {})
+        need(isinstance(kernel, dict) and set(kernel) <= {"name", "error"}, "kernel", kernel,
+             "an object with name (a string) and error (a string or null)")
+        need(isinstance(kernel.get("name", "unknown"), str), "kernel.name", kernel.get("name"), "a string")
+        need(is_opt_str(kernel.get("error")), "kernel.error", kernel.get("error"), "a string or null")
+        synthetic = meta.get("synthetic", False)
+        need(isinstance(synthetic, bool), "synthetic", synthetic, "true or false")
+        lists = {key: [] if meta.get(key) is None else meta[key] for key in ("confounds", "notes", "command")}
+        for key, v in lists.items():
+            need(is_str_list(v), key, v, "a list of strings")
+        env = {} if meta.get("environment") is None else meta["environment"]
+        need(isinstance(env, dict), "environment", env, "an object")
+        for key, typ in ENVIRONMENT_TYPES.items():
+            if key in env:
+                need(isinstance(env[key], typ), f"environment.{key}", env[key], f"{_type_names(typ)}")
+        trace = None
+        if meta.get("trace") is not None:
+            try:
+                trace = TraceAccount.from_json(meta["trace"])
+            except ValueError as e:
+                raise DumpError(f"{where}: metadata field trace: {e}") from None
+        poison = meta.get("output_poison")
+        need(is_opt_int(poison, hi=255), "output_poison", poison, "a byte value 0..255 or null")
+        return cls(spec, prov, kernel, synthetic, tuple(lists["confounds"]), tuple(lists["notes"]), env, trace, poison,
+                   tuple(lists["command"]))
+
+
+def _one_of(v: Any, allowed: tuple[str, ...]) -> bool:
+    return isinstance(v, str) and v in allowed
+
+
+def _type_names(typ) -> str:
+    names = {str: "a string", bool: "true or false", dict: "an object", type(None): "null"}
+    return " or ".join(names[t] for t in (typ if isinstance(typ, tuple) else (typ,)))

@@ -55,7 +55,7 @@ from harness.trace_format import STAGE_CODES, TraceSelection
 from kernels_ref.dtypes import name_of
 from oracle.case import Case, CaseError, LaunchPlan
 from oracle.inputs import Operands, Provenance, check_operands
-from oracle.live import _names, default_trace_tiles, launch_sequence
+from oracle.live import _names, check_case, default_trace_tiles, launch_sequence
 
 FORMAT = "oracle-repro"
 VERSION = 2  # 2: every launch of the case, workspaces, grouped problems
@@ -510,6 +510,7 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
     expected.bin and bound.bin come from oracle.differential.expected_output."""
     if case.kernel is None:
         raise CaseError("no kernel to reproduce: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
+    check_case(case)  # the checks of a live run, before anything is written
     check_operands(case.spec, operands)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -524,10 +525,7 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
         raise ReproError(f"the launch cannot be reproduced: {e}") from None
     build = _build_plan(case)
     tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case)
-    try:
-        selection = TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks)
-    except ValueError as e:
-        raise CaseError(f"trace selection: {e}") from None
+    selection = TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks)  # checked by check_case
     out.mkdir(parents=True, exist_ok=True)
     for name in RUN_OUTPUTS:
         (out / name).unlink(missing_ok=True)

@@ -1,4 +1,5 @@
 import json
+import re
 import struct
 
 import pytest
@@ -60,7 +61,7 @@ def _rewrite_meta(path, fn):
 @pytest.mark.parametrize("edit, message", [
     (lambda doc, h: doc.update(version=99), "version 99 is not supported"),
     (lambda doc, h: doc.update(format="other"), "expected 'oracle-dump'"),
-    (lambda doc, h: doc["taps"][0].update(stage="warp_shuffle"), "unknown"),
+    (lambda doc, h: doc["taps"][0].update(stage="warp_shuffle"), "stage='warp_shuffle' is not allowed: one of"),
     (lambda doc, h: doc["taps"][0].update(shape=[9, 9]), "says bfloat16 [9, 9]"),
     (lambda doc, h: doc["taps"][1].pop("k_block"), "lacks field"),
     (lambda doc, h: doc["taps"].pop(), "not described by the metadata"),
@@ -107,3 +108,103 @@ def test_not_a_dump(tmp_path):
         load_dump(str(tmp_path / "garbage"))
     with pytest.raises(DumpError, match="does not exist"):
         load_dump(str(tmp_path / "missing.safetensors"))
+
+
+def _gzip_of_zeros(path, n_bytes: int) -> None:
+    """A small gzip file that inflates to `n_bytes` zero bytes (a decompression bomb)."""
+    import zlib
+
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    chunk = bytes(1 << 20)
+    with open(path, "wb") as f:
+        for _ in range(n_bytes >> 20):
+            f.write(c.compress(chunk))
+        f.write(c.flush())
+
+
+def test_a_gzip_bomb_is_stopped_at_the_limit(tmp_path, monkeypatch):
+    import time
+    import tracemalloc
+
+    p = tmp_path / "bomb.safetensors.gz"
+    _gzip_of_zeros(p, 1 << 30)  # about 1 MB that inflates to 1 GiB
+    assert p.stat().st_size < 2 << 20
+    monkeypatch.setenv("ORACLE_DUMP_MAX_MB", "16")
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(DumpError, match="decompresses to more than the 16 MiB limit of ORACLE_DUMP_MAX_MB"):
+            load_dump(str(p))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - t0 < 5 and peak < 64 << 20
+
+
+def test_a_plain_dump_over_the_limit_is_refused_unread(tmp_path, monkeypatch):
+    p = tmp_path / "big.safetensors"
+    save_dump(str(p), _dump())
+    monkeypatch.setenv("ORACLE_DUMP_MAX_MB", "1")
+    with open(p, "ab") as f:
+        f.truncate(2 << 20)
+    with pytest.raises(DumpError, match=r"has 2097152 bytes, more than the 1 MiB limit of ORACLE_DUMP_MAX_MB"):
+        load_dump(str(p))
+
+
+def test_gzip_dumps_of_several_members_and_with_garbage(tmp_path):
+    import gzip
+
+    p = tmp_path / "run.safetensors.gz"
+    save_dump(str(p), _dump())
+    raw = gzip.decompress(p.read_bytes())
+    two = tmp_path / "two.safetensors.gz"
+    two.write_bytes(gzip.compress(raw[:100]) + gzip.compress(raw[100:]))
+    assert load_dump(str(two)).meta == _dump().meta
+    bad = tmp_path / "bad.safetensors.gz"
+    bad.write_bytes(p.read_bytes() + b"garbage")
+    with pytest.raises(DumpError, match="not a readable gzip stream"):
+        load_dump(str(bad))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda doc, h: doc["descriptors"].__setitem__(0, 5), "descriptor #0: entry=5 is not allowed: a JSON object"),
+    (lambda doc, h: doc["taps"][0].update(shape=5), "shape=5 is not allowed"),
+    (lambda doc, h: doc["taps"][0].update(slot="none"), "slot='none' is not allowed"),
+    (lambda doc, h: doc["taps"][0].update(cta=[1, 2, 3]), "cta=[1, 2, 3] is not allowed"),
+    (lambda doc, h: doc["taps"][0].update(partial="none"), "partial='none' is not allowed"),
+    (lambda doc, h: doc["taps"][0].update(tile=[True, 0]), "tile=[True, 0] is not allowed"),
+    (lambda doc, h: doc["descriptors"][0].update(global_dims=["64", 32]), "global_dims=['64', 32] is not allowed"),
+    (lambda doc, h: doc["descriptors"][0].update(dtype="fp64"), "dtype='fp64' is not allowed"),
+    (lambda doc, h: doc["descriptors"][0].update(extra=1), "unknown field(s)=['extra']"),
+    (lambda doc, h: doc.update(extra=1), "unknown metadata field(s) ['extra']"),
+    (lambda doc, h: h["tap.0.values"].update(data_offsets=[0, 10 ** 12]), "data_offsets"),
+    (lambda doc, h: h["tap.0.values"].update(shape=["2", 4]), "shape=['2', 4] is not allowed"),
+])
+def test_fields_of_the_wrong_type_are_named(tmp_path, edit, message):
+    import gzip
+
+    p = tmp_path / "bad.safetensors"
+    save_dump(str(p), _dump())
+    _rewrite_meta(str(p), edit)
+    entry = "data_offsets" in message or "'2'" in message  # a tensor entry: safetensors names it in a plain file
+    with pytest.raises(DumpError, match="not a readable safetensors file" if entry else re.escape(message)):
+        load_dump(str(p))
+    z = tmp_path / "bad.safetensors.gz"  # the gzip path checks the tensor entries itself
+    z.write_bytes(gzip.compress(p.read_bytes()))
+    with pytest.raises(DumpError, match=re.escape(message)):
+        load_dump(str(z))
+
+
+def test_metadata_nested_past_the_json_parser_is_a_dump_error(tmp_path):
+    p = tmp_path / "deep.safetensors"
+    save_dump(str(p), _dump())
+    _rewrite_meta(str(p), lambda doc, h: None)
+    raw = p.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    header["__metadata__"]["oracle.dump"] = "[" * 100000 + "]" * 100000
+    hb = json.dumps(header).encode()
+    hb += b" " * (-len(hb) % 8)
+    p.write_bytes(struct.pack("<Q", len(hb)) + hb + raw[8 + n:])
+    with pytest.raises(DumpError, match="is not valid JSON"):
+        load_dump(str(p))

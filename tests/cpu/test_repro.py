@@ -488,6 +488,37 @@ def test_bad_input_is_an_error_line_not_a_traceback(tmp_path, capsys):
         load_repro_run(tmp_path / "busy")
 
 
+@pytest.mark.parametrize("edit, message", [
+    (lambda doc: doc["tensors"]["a"].update(file="../../outside.bin"), "tensors.a: file='../../outside.bin' is not "
+                                                                       "allowed: the name of a file in the reproducer"),
+    (lambda doc: doc["tensors"]["a"].update(storage_shape="8x16"), "tensors.a: storage_shape='8x16' is not allowed"),
+    (lambda doc: doc["tensors"]["a"].update(dtype="fp64"), "tensors.a: dtype='fp64' is not allowed"),
+    (lambda doc: doc.update(tensormaps=5), "tensormaps=5 is not allowed"),
+    (lambda doc: doc.update(provenance=[]), "provenance=[] is not allowed"),
+    (lambda doc: doc["problem"].update(m=10 ** 9, n=10 ** 9), "more than the 32768 MiB limit of ORACLE_MAX_OPERAND_MB"),
+])
+def test_a_malformed_reproducer_directory_is_a_repro_error(tmp_path, edit, message):
+    out, _ = _write(load_case(str(SIMPLE), {"m": 8, "n": 8, "k": 16}), out=tmp_path / "r")
+    (out.path / "result.txt").write_text("status kernel_error\nerror cudaErrorIllegalAddress\n")
+    doc = json.loads((out.path / "repro.json").read_text())
+    edit(doc)
+    (out.path / "repro.json").write_text(json.dumps(doc))
+    with pytest.raises(ReproError, match=re.escape(message)):
+        load_repro_run(out.path)
+
+
+def test_a_reproducer_s_files_are_read_only_when_they_can_be_theirs(tmp_path):
+    out, _ = _write(load_case(str(SIMPLE), {"m": 8, "n": 8, "k": 16}), out=tmp_path / "r")
+    (out.path / "result.txt").write_text("status kernel_error\nerror cudaErrorIllegalAddress\n")
+    (out.path / "sink.bin").symlink_to("/dev/zero")
+    with pytest.raises(ReproError, match="sink.bin is not a regular file"):
+        load_repro_run(out.path)
+    (out.path / "sink.bin").unlink()
+    (out.path / "a.bin").write_bytes(bytes(10 ** 6))
+    with pytest.raises(ReproError, match=r"a.bin has 1000000 bytes, more than the 256 bytes of bf16 \[8, 16\]"):
+        load_repro_run(out.path)
+
+
 # -- built with nvcc: the host program's own logic, no GPU needed ------------------------------
 def _run(cmd, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kw)
@@ -639,10 +670,10 @@ HOST_REFERENCE_CASES = [
      {"m": 40, "n": 24, "k": 256, "out_dtype": "e4m3", "saturate": True, "alpha": 96.0}),
     ("splitk_serial", SPLIT / "splitk_serial.toml", {"m": 40, "n": 72, "k": 256, "splits": 3}),
     ("streamk", SPLIT / "streamk.toml", {"m": 70, "n": 72, "k": 256, "stream_k_workers": 3}),
-    ("grouped", SPLIT / "grouped.toml", {"m": 218, "n": 72, "k": 64, "groups": [40, 0, 100, 8, 70]}),
+    ("grouped", SPLIT / "grouped.toml", {"m": 218, "n": 136, "k": 64, "groups": [40, 0, 100, 8, 70]}),
     ("grouped_b_col", SPLIT / "grouped.toml",
-     {"m": 218, "n": 72, "k": 64, "groups": [40, 0, 100, 8, 70], "b_major": "col"}),
-    ("batched", SPLIT / "grouped.toml", {"m": 40, "n": 72, "k": 64, "batch": 3, "groups": None}),
+     {"m": 218, "n": 136, "k": 64, "groups": [40, 0, 100, 8, 70], "b_major": "col"}),
+    ("batched", SPLIT / "grouped.toml", {"m": 70, "n": 136, "k": 64, "batch": 3, "groups": None}),
 ]
 
 

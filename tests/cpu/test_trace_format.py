@@ -16,6 +16,7 @@ from harness.trace_format import (
     TraceCoordinateError,
     TraceFormatError,
     TraceHeaderError,
+    TraceLimitError,
     TraceRecordError,
     TraceSelection,
     TraceTruncatedError,
@@ -122,7 +123,7 @@ def test_byte_images_assemble_from_chunks():
     w = TraceWriter(1 << 16)
     w.image("descriptor_b", (0, 1), image[256:], k_block=2, offset=256, total_bytes=512, dtype="e4m3")
     w.image("descriptor_b", (0, 1), image[:256], k_block=2, offset=0, total_bytes=512, dtype="e4m3")
-    (tap,) = parse_trace(w.to_bytes(), **BLOCKS).taps
+    (tap,) = parse_trace(w.to_bytes(), block_m=BM, block_n=64, block_k=8).taps  # a 64 x 8 e4m3 tile: 512 bytes
     assert tap.stage == "descriptor_b" and tap.values.dtype == torch.uint8 and tap.mask is None
     assert tap.values.numpy().tobytes() == image
 
@@ -582,6 +583,52 @@ def test_byte_chunk_outside_its_image():
         parse_trace(w.to_bytes(), **BLOCKS)
 
 
+def test_an_image_larger_than_its_tile_is_refused_before_anything_is_allocated():
+    # a 2 KB buffer that declares a 2 GiB image: refused from the block sizes, not allocated
+    w = TraceWriter(2048)
+    w.image("descriptor_a", (0, 0), b"\1" * 8, k_block=0, total_bytes=0x7FFFFFFF)
+    with pytest.raises(TraceCoordinateError, match=r"total_bytes 2147483647, more than .* 16 x 4 elements of bf16 "
+                                                   r"= 128 bytes"):
+        parse_trace(w.to_bytes(), **BLOCKS)
+
+
+def test_a_k_block_window_past_int32_is_a_header_error():
+    buf = bytearray(TraceWriter(1024, k_blocks=[0]).to_bytes())
+    struct.pack_into("<i", buf, tf.HEADER_OFFSETS["kb_base"], 2**31 - 1)
+    struct.pack_into("<I", buf, tf.HEADER_OFFSETS["kb_bits"], 0b11)
+    with pytest.raises(TraceHeaderError, match="selects k-block 2147483648, past the int32"):
+        parse_header(bytes(buf))
+
+
+def test_taps_beyond_the_memory_limit_are_refused_before_assembly(monkeypatch):
+    # one element per tile: tiny records, each of which would assemble a whole tile
+    w = TraceWriter(1 << 16)
+    for t in range(40):
+        w.elements("mma", (t, 0), [0], [0], torch.tensor([1.0]), shape=(BM, BN), k_block=0)
+    buf = w.to_bytes()
+    per_tap = BM * BN * 5  # fp32 values and a bool mask
+    assert len(parse_trace(buf, **BLOCKS, max_tap_bytes=40 * per_tap).taps) == 40
+    with pytest.raises(TraceLimitError, match=rf"40 taps would take {40 * per_tap} bytes .*max_tap_bytes"):
+        parse_trace(buf, **BLOCKS, max_tap_bytes=40 * per_tap - 1)
+    w = TraceWriter(1 << 16)
+    for t in range(4):  # 4 x 256 x 256 x 5 bytes: more than 1 MiB
+        w.elements("mma", (t, 0), [0], [0], torch.tensor([1.0]), shape=(256, 256), k_block=0)
+    monkeypatch.setenv("ORACLE_TRACE_MAX_TAPS_MB", "1")
+    assert len(parse_trace(w.to_bytes(), block_m=256, block_n=256, block_k=BK, max_tap_bytes=1 << 30).taps) == 4
+    with pytest.raises(TraceLimitError, match="1 MiB limit of ORACLE_TRACE_MAX_TAPS_MB"):
+        parse_trace(w.to_bytes(), block_m=256, block_n=256, block_k=BK)
+
+
+def test_warnings_of_one_kind_are_counted_past_a_few():
+    w = TraceWriter(1 << 16, tiles=[(0, 0)])
+    for t in range(1, 21):
+        w.elements("mma", (t, 0), [0], [0], torch.tensor([1.0]), shape=(BM, BN), k_block=0)
+    res = parse_trace(w.to_bytes(), **BLOCKS)
+    assert len(res.taps) == 20 and not res.complete
+    assert len(res.warnings) == tf.MAX_WARNINGS_PER_KIND + 1
+    assert res.warnings[-1].startswith(f"... and {20 - tf.MAX_WARNINGS_PER_KIND} more warning(s)")
+
+
 def _descriptor_buf(**overrides) -> bytearray:
     d = DescriptorRecord(operand="a", dtype="fp16", global_dims=(64, 32), global_strides=(128,), box_dims=(64, 16),
                          element_strides=(1, 1), swizzle=64, oob_fill="zero")
@@ -609,5 +656,5 @@ def test_bad_descriptor_fields(name, fmt, off, value, match):
 
 def test_every_error_is_a_trace_format_error_and_a_value_error():
     for cls in (TraceHeaderError, TraceTruncatedError, TraceRecordError, TraceCodeError, TraceCoordinateError,
-                TraceConflictError):
+                TraceConflictError, TraceLimitError):
         assert issubclass(cls, TraceFormatError) and issubclass(cls, ValueError)

@@ -1,0 +1,97 @@
+"""Hostile inputs, seeded: mutated trace buffers (built with the header's writer), the zoo's
+recordings mutated, and command lines around mutated case files and bench lists are refused with
+the documented error types only, in bounded time and memory. The inputs come from
+tests/fuzz_inputs.py, whose script is the long campaign; this tier runs seeds 0.. of each kind
+(about a minute and a half on two cores). A failure names its seed: `fuzz_inputs.make_trace(seed)` and its
+siblings rebuild the input."""
+
+from __future__ import annotations
+
+import time
+
+import fuzz_inputs as F  # tests/ is on sys.path
+import numpy as np
+import pytest
+
+TRACES, DUMPS, CASES = 8000, 500, 1000
+
+
+def test_mutated_trace_buffers_raise_only_trace_format_errors():
+    t = F.run_traces(TRACES)
+    assert t.clean, t.failures()
+    assert t.inputs == TRACES and t.extra["unmutated refused"] == 0
+    # the mutations reach every check, and what survives them still parses
+    assert len(t.refused) >= 6 and sum(t.refused.values()) > TRACES // 3 and t.accepted > TRACES // 5
+
+
+def test_mutated_dumps_raise_only_dump_errors():
+    t = F.run_dumps(DUMPS, analyze_every=15)
+    assert t.clean, t.failures()
+    assert t.inputs == DUMPS and t.refused["DumpError"] > DUMPS // 2 and t.accepted > 20
+    assert t.extra["unmutated"] > 10 and t.extra["unmutated refused"] == 0 and t.extra["gzip bombs"] >= 1
+    assert t.extra["judged"] >= 3  # recordings that load are judged without a failure of the differential
+
+
+def test_mutated_case_files_and_flags_exit_2_with_one_error_line():
+    t = F.run_cases(CASES)
+    assert t.clean, t.failures()
+    assert t.inputs == CASES and t.refused["error: (exit 2)"] > CASES // 2
+    assert t.extra["reached the build"] > 10  # valid cases pass every check and stop at the (stubbed) build
+
+
+# -- the campaign can fail: each kind of defect it looks for is seen when planted -------------
+
+
+def test_an_untyped_exception_a_hang_and_an_allocation_past_the_limits_are_caught(monkeypatch):
+    from harness import trace_format
+
+    real = trace_format.parse_trace
+    planted = {"untyped": 3, "hang": 5, "alloc": 7}
+
+    def planted_parse(buf, **kw):
+        seed = calls.pop(0)
+        if seed == planted["untyped"]:
+            raise ValueError("a plain ValueError")
+        if seed == planted["hang"]:
+            time.sleep(5)
+        if seed == planted["alloc"]:
+            np.ones(F.LIMIT_MB << 21, dtype=np.uint8)  # twice the limit
+        return real(buf, **kw)
+
+    calls = list(range(10))
+    monkeypatch.setattr(trace_format, "parse_trace", planted_parse)
+    monkeypatch.setattr(F, "HANG_S", 1.0)
+    monkeypatch.setattr(F, "LIMIT_MB", 8)
+    t = F.run_traces(10)
+    assert [s for s, *_ in t.untyped] == [planted["untyped"]] and t.untyped[0][1] == "ValueError"
+    assert t.hangs == [planted["hang"]]
+    assert [s for s, _ in t.breaches] == [planted["alloc"]]
+    assert not t.clean
+
+
+def test_a_dump_reader_failing_untyped_is_caught(monkeypatch):
+    from oracle.recording import Recording
+
+    monkeypatch.setattr(Recording, "load", classmethod(lambda cls, path: {}["missing"]))
+    t = F.run_dumps(3)
+    assert [u[1] for u in t.untyped] == ["KeyError"] * 3
+
+
+@pytest.mark.parametrize("broken", ["traceback", "two lines", "bench row"])
+def test_a_command_failing_untyped_is_caught(monkeypatch, broken):
+    import oracle.case
+
+    if broken == "traceback":
+        monkeypatch.setattr(oracle.case, "load_case", lambda *a, **k: 1 // 0)
+    elif broken == "two lines":
+        def two_lines(*a, **k):
+            raise oracle.case.CaseError("first line\nsecond line")
+        monkeypatch.setattr(oracle.case, "load_case", two_lines)
+    else:
+        import oracle.bench
+
+        def untyped(c):
+            raise AttributeError("planted")
+        monkeypatch.setattr(oracle.bench, "live_case", untyped)
+    t = F.run_cases(20)
+    assert t.untyped and all(u[1] == "Untyped" for u in t.untyped)
