@@ -649,11 +649,22 @@ SPLITK_SHAPES = [(64, 64, 8192), (64, 64, 65536), (128, 128, 16384), (128, 256, 
 QUICK_SPLITK = [(64, 64, 8192), (128, 128, 16384)]
 
 
+DEV = "cuda"  # where the split-K probes run; the CPU test points it and `_mm` at an emulation
+
+
+def _mm(a: torch.Tensor, b: torch.Tensor, reduced: bool) -> torch.Tensor:
+    """torch.mm with reduced-precision reductions allowed or not (cuBLAS)."""
+    with _flags(reduced=reduced):
+        out = torch.mm(a, b)
+    torch.cuda.synchronize()
+    return out
+
+
 def _outlier_inputs(M, N, K, dtype, seed=0):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    a = torch.randn(M, K, device="cuda", generator=g)
-    b = torch.randn(K, N, device="cuda", generator=g)
-    cols = torch.randperm(K, device="cuda", generator=g)[:max(1, K // 256)]
+    g = torch.Generator(device=DEV).manual_seed(seed)
+    a = torch.randn(M, K, device=DEV, generator=g)
+    b = torch.randn(K, N, device=DEV, generator=g)
+    cols = torch.randperm(K, device=DEV, generator=g)[:max(1, K // 256)]
     a[:, cols] *= 1000.0
     return a.to(dtype), b.to(dtype)
 
@@ -662,7 +673,7 @@ def _col_probe_run(dtype, M, N, K, probes: list, reduced: bool) -> torch.Tensor:
     """Probes in columns: A = ones [M, K], B[:, n] = probe n's products, given as lists of (k, value);
     output row 0. Built on the GPU, N probes per GEMM."""
     outs = []
-    a = torch.ones(M, K, device="cuda", dtype=dtype)
+    a = torch.ones(M, K, device=DEV, dtype=dtype)
     for c0 in range(0, len(probes), N):
         chunk = probes[c0:c0 + N]
         ks, cols, vals = [], [], []
@@ -671,12 +682,10 @@ def _col_probe_run(dtype, M, N, K, probes: list, reduced: bool) -> torch.Tensor:
                 ks.append(k)
                 cols.append(j)
                 vals.append(v)
-        Bm = torch.zeros(K, N, device="cuda", dtype=torch.float64)
-        Bm[torch.tensor(ks, device="cuda"), torch.tensor(cols, device="cuda")] = torch.tensor(vals, device="cuda",
-                                                                                              dtype=torch.float64)
-        with _flags(reduced=reduced):
-            out = torch.mm(a, Bm.to(dtype))
-        torch.cuda.synchronize()
+        Bm = torch.zeros(K, N, device=DEV, dtype=torch.float64)
+        Bm[torch.tensor(ks, device=DEV), torch.tensor(cols, device=DEV)] = torch.tensor(vals, device=DEV,
+                                                                                        dtype=torch.float64)
+        out = _mm(a, Bm.to(dtype), reduced)
         outs.append(out[0, :len(chunk)].double().cpu())
     return torch.cat(outs)
 
@@ -690,10 +699,8 @@ def measure_splitk(dtype_name: str, shapes, quick=False) -> dict:
     for (M, N, K) in shapes:
         row = {"shape": [M, N, K]}
         a, b = _outlier_inputs(M, N, K, dtype)
-        with _flags(reduced=True):
-            on = torch.mm(a, b).double()
-        with _flags(reduced=False):
-            off = torch.mm(a, b).double()
+        on = _mm(a, b, True).double()
+        off = _mm(a, b, False).double()
         exact = a.double() @ b.double()
         s = a.double().abs() @ b.double().abs()
         row["outlier_differs"] = int((on != off).sum())

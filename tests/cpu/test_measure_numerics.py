@@ -67,3 +67,32 @@ def test_probe_operands_are_exact_in_their_type():
         for x in (pr.a, pr.b):
             assert torch.equal(x.to(torch.float32).to(t.torch).double(), x), t.name
         assert torch.all((pr.a * pr.b).abs().max(1).values > 0)
+
+
+def _splitk_mm(chunk, dtype_name, sum_dtype):
+    """torch.mm as a split-K engine: partials over `chunk` k rounded to the output type."""
+    def mm(a, b, reduced):
+        a64, b64 = a.double(), b.double()
+        K = a.shape[1]
+        if not reduced or chunk >= K:
+            return (a64 @ b64).to(torch.float32).to(a.dtype)
+        total = None
+        for c0 in range(0, K, chunk):
+            part = E.to_dtype(a64[:, c0:c0 + chunk] @ b64[c0:c0 + chunk], dtype_name)
+            total = part if total is None else E.to_dtype(total + part, sum_dtype)
+        return total.to(torch.float32).to(a.dtype)
+    return mm
+
+
+@pytest.mark.parametrize("dtype_name,sum_dtype", [("bf16", "fp32"), ("fp16", "fp16")])
+def test_splitk_boundaries_rounding_and_sum_type(monkeypatch, dtype_name, sum_dtype):
+    monkeypatch.setattr(M, "DEV", "cpu")
+    monkeypatch.setattr(M, "_mm", _splitk_mm(1024, dtype_name, sum_dtype))
+    res = M.measure_splitk(dtype_name, [(32, 64, 4096), (16, 32, 512)])
+    big, small = res["shapes"]
+    assert big["boundaries"] == [1024, 2048, 3072] and big["partials"] == 4 and big["chunk"] == 1024
+    assert big["partial_rounding"] == "rn"
+    assert big["partial_sum"] == ("fp32" if sum_dtype == "fp32" else "output precision")
+    assert big["outlier_differs"] > 0 and big["explained"]
+    assert small["boundaries"] == [] and small["outlier_differs"] == 0 and small["explained"]
+    assert res["ok"]
