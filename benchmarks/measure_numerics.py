@@ -939,33 +939,55 @@ def _cublas_version():
 
 
 def summary(res: dict) -> dict:
-    """The constants the tolerance models read, from the fits (None where nothing fitted)."""
+    """The constants the tolerance models read (oracle.tolerance.HW measure_key names), loosest
+    over the engines of each kind; None where nothing was measured."""
     eng = res.get("engines", {})
 
-    def loosest(names, key, fn):
-        vals = [eng[n]["fit"][key] for n in names if n in eng and eng[n].get("fit")]
+    def fits(pred):
+        return [eng[n]["fit"] for n in eng if eng[n].get("fit") and pred(eng[n])]
+
+    def loosest(fs, key, fn):
+        vals = [f[key] for f in fs if f.get(key) is not None]
         return fn(vals) if vals else None
 
-    sixteen = [n for n in eng if eng[n].get("optype") in ("bf16", "fp16")]
-    fp8 = [n for n in eng if eng[n].get("optype") == "e4m3"]
+    def truncates(fs):
+        if not fs:
+            return None
+        return int(any("trunc" in f["align_round"] or "trunc" in f["acc_round"] for f in fs))
+
+    tc16 = fits(lambda r: r["optype"] in ("bf16", "fp16"))
+    tf32 = fits(lambda r: r["optype"] == "tf32")
+    fp8 = fits(lambda r: r["optype"] == "e4m3")
     out = {
-        "tc16_align_bits": loosest(sixteen, "align_bits_min", min),
-        "tc16_mma_k": loosest(sixteen, "mma_k_max", max),
-        "tc16_truncates": loosest(sixteen, "align_round", lambda v: any("trunc" in x for x in v)),
-        "tf32_align_bits": loosest([n for n in eng if eng[n].get("optype") == "tf32"], "align_bits_min", min),
-        "fp8_acc_bits": loosest(fp8, "acc_bits_min", min),
-        "fp8_align_bits": loosest(fp8, "align_bits_min", min),
+        "tc16_mma_k": loosest(tc16, "mma_k_max", max),
+        "tc16_align_bits": loosest(tc16, "align_bits_min", min),
+        "tc16_truncates": truncates(tc16),
+        "tf32_mma_k": loosest(tf32, "mma_k_max", max),
+        "tf32_align_bits": loosest(tf32, "align_bits_min", min),
+        "tf32_truncates": truncates(tf32),
         "fp8_mma_k": loosest(fp8, "mma_k_max", max),
-        "fp8_promotion": {n: eng[n]["fit"].get("promotion") for n in fp8 if eng[n].get("fit")},
+        "fp8_align_bits": loosest(fp8, "align_bits_min", min),
+        "fp8_acc_bits": loosest(fp8, "acc_bits_min", min),
+        "fp8_truncates": truncates(fp8),
+        "fp8_promotion": {n: eng[n]["fit"].get("promotion") for n in eng
+                          if eng[n].get("optype") == "e4m3" and eng[n].get("fit")},
     }
-    ops = [eng[n]["operand"]["consistent"] for n in eng if eng[n].get("operand", {}).get("consistent")]
-    out["tf32_operand"] = ops[0] if ops else None
+    ops = [c for n in eng if eng[n].get("optype") == "tf32"
+           for c in eng[n].get("operand", {}).get("consistent", [])]
+    out["tf32_operand"] = ops or None
+    out["tf32_operand_trunc"] = int(any(o["operand_round"] == "trunc" for o in ops)) if ops else None
     sk = res.get("splitk", {})
     out["splitk"] = {d: [{"shape": r["shape"], "partials": r["partials"], "chunk": r.get("chunk"),
-                          "partial_sum": r.get("partial_sum")} for r in v.get("shapes", []) if r.get("boundaries")]
-                     for d, v in sk.items()}
-    acts = res.get("activations", {})
-    out["activation_approx_ulps"] = {k: v["max_err_over_u32_x_plus_y"] for k, v in acts.items() if isinstance(v, dict)}
+                          "boundaries": r["boundaries"][:8], "partial_sum": r.get("partial_sum")}
+                         for r in v.get("shapes", []) if r.get("boundaries")] for d, v in sk.items()}
+    chunks = [b for v in sk.values() for r in v.get("shapes", []) for b in
+              ([r["boundaries"][0]] + [y - x for x, y in zip(r["boundaries"], r["boundaries"][1:])]
+               if r.get("boundaries") else [])]
+    out["splitk_chunk_min"] = min(chunks) if chunks else None
+    acts = {k: v for k, v in res.get("activations", {}).items() if isinstance(v, dict)}
+    for kind in ("gelu_tanh", "silu"):
+        vals = [v["max_err_over_u32_x_plus_y"] for v in acts.values() if v["activation"] == kind]
+        out[f"act_{kind}_fast"] = max(vals) if vals else None
     out["int8_exact"] = res.get("int8", {}).get("ok")
     return out
 

@@ -316,6 +316,7 @@ def _mma_stage(ctx: _Context, last_kb: int) -> tuple[StageResult, dict]:
                   scale_b=ctx.block_b.abs() if ctx.block_b is not None else None)
     s_traj = ref_mma.mma_trajectory(_abs_operand(ctx.a), _abs_operand(ctx.b), tiles, ctx.bm, ctx.bn, ctx.bk,
                                     **abs_kw)
+    traj_stats = ref_mma.trajectory_stats(traj, s_traj)
     row_of = {tile: i for i, tile in enumerate(tiles)}
     by_tile: dict[tuple[int, int], dict[int, Tap]] = {}
     for t in taps:
@@ -334,7 +335,7 @@ def _mma_stage(ctx: _Context, last_kb: int) -> tuple[StageResult, dict]:
         mask = ctx.tap_mask(t)
         origin = ctx.origin("mma", t.tile, kb)
         n_k = min((kb + 1) * ctx.bk, spec.k)
-        bound = tolerance.mma_bound(spec, torch.zeros_like(s_traj[i, kb]), s_traj[i, kb], n_k)
+        bound = tolerance.mma_bound(spec, torch.zeros_like(s_traj[i, kb]), s_traj[i, kb], n_k, traj_stats.at(i, kb))
         ch.append(compare(received, traj[i, kb].float(), bound=bound, mask=mask, origin=origin, tile_index=t.tile,
                           k_block=kb))
         j0 = j0_of[id(t)]  # -1: from zero at the start
@@ -343,20 +344,24 @@ def _mma_stage(ctx: _Context, last_kb: int) -> tuple[StageResult, dict]:
         if acc is None:
             acc = torch.zeros(ctx.bm, ctx.bn, device=ctx.dev, dtype=traj.dtype)
         span_s = s_traj[i, kb] - (s_traj[i, j0] if j0 >= 0 else 0)
+        span = tolerance.SpanStats(acc.float())
         for j in range(j0 + 1, kb + 1):
             a_t = ctx.taps.get(("load_a", t.tile, j))
             b_t = ctx.taps.get(("load_b", t.tile, j))
             untapped_operands += (a_t is None) + (b_t is None)
             a_tile = a_t.values.to(ctx.dev) if a_t is not None else ctx.ref_tile("a", t.tile, j)
             b_tile = b_t.values.to(ctx.dev) if b_t is not None else ctx.ref_tile("b", t.tile, j)
+            s_blk = s_traj[i, j] - (s_traj[i, j - 1] if j > 0 else 0)
             if a_t is not None or b_t is not None:  # the kernel's own operands may differ in magnitude
-                span_s = span_s - (s_traj[i, j] - (s_traj[i, j - 1] if j > 0 else 0)) + \
-                    _abs_operand(a_tile).float() @ _abs_operand(b_tile).float() * _block_abs(ctx, t.tile, j)
+                s_own = _abs_operand(a_tile).float() @ _abs_operand(b_tile).float() * _block_abs(ctx, t.tile, j)
+                span_s = span_s - s_blk + s_own
+                s_blk = s_own
             sa, sb = ctx.block_scales(t.tile, j)
             acc = ref_mma.mma_step(acc.to(traj.dtype), a_tile, b_tile, acc=spec.acc_dtype,
                                    promotion_interval=spec.promotion_interval, scale_a=sa, scale_b=sb)
+            span.add(s_blk, acc.float())
         n_span = min((kb + 1) * ctx.bk, spec.k) - (j0 + 1) * ctx.bk
-        bound = tolerance.mma_bound(spec, start_abs, span_s, max(n_span, 1))
+        bound = tolerance.mma_bound(spec, start_abs, span_s, max(n_span, 1), span)
         tf.append(compare(received, acc.float(), bound=bound, mask=mask, origin=origin, tile_index=t.tile,
                           k_block=kb))
     note = (f"{untapped_operands} operand tile(s) were not tapped: the reference loads stood in for them"
@@ -428,7 +433,7 @@ def _run_epilogue(ctx: _Context, x: torch.Tensor, bound: torch.Tensor, first_ste
                 own, gain = tolerance.bias_step(x, bb.expand_as(x))
         elif step == "activation":
             y = ref_epilogue.apply_activation(x, spec.activation)
-            own, gain = tolerance.activation_step(x, y, spec.activation)
+            own, gain = tolerance.activation_step(x, y, spec.activation, spec.activation_impl)
         else:  # cast
             y = ref_epilogue.apply_cast(x, spec.out_dtype, spec.saturate)
             bound = tolerance.cast_bound(bound, y.double(), spec.out_dtype)
@@ -445,11 +450,15 @@ def _reference_chain(ctx: _Context) -> dict[str, tuple[torch.Tensor, torch.Tenso
     kw = dict(acc=spec.acc_dtype, promotion_interval=spec.promotion_interval, scale_a=ctx.block_a,
               scale_b=ctx.block_b, block_scale_group=ctx.group)
     acc_full = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **kw).float()
-    s_full = ref_mma.mma_accumulate(_abs_operand(ctx.a), _abs_operand(ctx.b), ctx.bm, ctx.bn, ctx.bk,
-                                    **dict(kw, acc="fp32", promotion_interval=None,
-                                           scale_a=ctx.block_a.abs() if ctx.block_a is not None else None,
-                                           scale_b=ctx.block_b.abs() if ctx.block_b is not None else None)).double()
-    bound0 = tolerance.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k).double()
+    stats = None
+    if spec.acc_dtype == "int32":
+        s_full = ref_mma.mma_accumulate(_abs_operand(ctx.a), _abs_operand(ctx.b), ctx.bm, ctx.bn, ctx.bk,
+                                        **dict(kw, acc="fp32", promotion_interval=None)).double()
+    else:  # S and the partial-sum statistics the accumulation bound reads
+        _, s_full, stats = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **kw, with_stats=True,
+                                                  stats_chunk=spec.reduction_chunk)
+        s_full = s_full.double()
+    bound0 = tolerance.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k, stats).double()
     return {step: (y, b) for step, y, b in _run_epilogue(ctx, acc_full, bound0, 0, _Vectors(ctx, None))}
 
 

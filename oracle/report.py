@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from tabulate import tabulate
 
+from oracle import tolerance
 from oracle.compare import Comparison, Status, TileMetrics, _num
 from oracle.differential import Analysis, FirstDivergence, StageResult
 from oracle.diagnose import Verdict
@@ -96,6 +97,9 @@ def render(an: Analysis) -> str:
                      "not by a real kernel.")
     lines.append(f"kernel {rec.kernel}: {rec.spec.describe()}; inputs {rec.provenance.describe()}; "
                  f"references on {an.device}")
+    spec = rec.spec
+    if spec.acc_model is not None or spec.reduction != "none" or spec.activation_impl != "accurate":
+        lines.append(f"numerics: {tolerance.describe(spec)}")
     lines.append("")
     lines.append(table(an))
     lines.append("")
@@ -144,6 +148,7 @@ def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None) -> dict:
         "first_divergence": _first_json(an.first),
         "stages": stages,
         "problem": rec.spec.to_json(),
+        "numerics": tolerance.describe(rec.spec),
         "kernel": {"name": rec.kernel, "error": rec.kernel_error},
         "inputs": {"ladder": rec.provenance.ladder, "seed": rec.provenance.seed, "source": rec.provenance.source,
                    "controlled": rec.provenance.controlled},

@@ -1,0 +1,78 @@
+"""The false-alarm benchmark's plumbing on the CPU: cases, the spec each engine gets, planted
+defects and the JSON, with the engines replaced by exact float64 GEMMs cast to the output type."""
+
+import importlib.util
+import os
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("false_alarms", os.path.join(ROOT, "benchmarks", "false_alarms.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["false_alarms"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+F = _module()
+
+
+def _exact(c, ops):
+    """A correct engine: the exact product, the spec's epilogue (bias, scales), one rounding."""
+    a, b = ops.a.double(), ops.b.double()
+    d = a @ b
+    if ops.scale_a is not None:
+        d = d * ops.scale_a.double()[:, None] * ops.scale_b.double()[None, :] if ops.scale_a.numel() > 1 else \
+            d * float(ops.scale_a.double() * ops.scale_b.double())
+    if ops.bias is not None:
+        d = d + ops.bias.double()[None, :]
+    if c.engine == "cublaslt_relu":
+        d = d.clamp(min=0)
+    if c.out == "int32":
+        return d.to(torch.int32)
+    return d.to(torch.float32).to(F.TORCH[c.out])
+
+
+def test_every_engine_has_cases_and_specs_that_validate():
+    cases = F.make_cases()
+    assert len(cases) >= 500
+    assert {c.engine for c in cases} == set(F.ENGINE)
+    assert {c.kind for c in cases} == set(F.KINDS)
+    assert max(c.k for c in cases) == 65536 and min(c.m for c in cases) == 1
+    assert {(c.a_major, c.b_major) for c in cases} >= {("row", "col"), ("col", "row")}
+    F._SPLITK.update({(c.a_dtype, c.m, c.n, c.k): {"boundaries": [], "probed": True} for c in cases})
+    for c in cases:
+        spec, why = F.spec_for(c, {})
+        assert spec.m == c.m and why
+
+
+@pytest.mark.parametrize("engine", ["cublas_bf16_fp32red", "lt_e4m3_rowwise", "int8", "cublas_addmm"])
+def test_correct_case_matches_and_planted_defects_are_found(monkeypatch, engine):
+    monkeypatch.setattr(F, "DEV", "cpu")
+    e = F.ENGINE[engine]
+    c = F.Case(engine, e.a_dtype, e.out, max(40, e.mmin), 144, 256, "row", "col", "normal", 5)
+    r = F.run_case(c, {}, run=_exact)
+    assert r.error is None, r.error
+    assert r.verdict == "MATCH" and r.ratio < 1
+    # fp8's narrow accumulator leaves a bound of several % of |D| at K = 256: a 1% tile is below it
+    expect = [d for d in r.planted if not (e.a_dtype == "e4m3" and d == "tile x 1.01")]
+    assert expect and all(r.planted[d][1] for d in expect), r.planted
+    doc = F.summarise([r], 0, 1.0)
+    for key in ("correct_cases", "false_diverged", "planted", "detected_right_tile", "environment", "worst_ratio",
+                "groups", "planted_table"):
+        assert key in doc
+    assert doc["false_diverged"] == 0 and doc["planted"] == len(r.planted)
+
+
+def test_a_wrong_engine_is_a_false_alarm_in_the_counts(monkeypatch):
+    monkeypatch.setattr(F, "DEV", "cpu")
+    e = F.ENGINE["cublas_bf16_fp32red"]
+    c = F.Case(e.name, e.a_dtype, e.out, 40, 144, 256, "row", "col", "normal", 6)
+    r = F.run_case(c, {}, planted=False, run=lambda c, ops: (_exact(c, ops).float() * 1.05).to(torch.bfloat16))
+    doc = F.summarise([r], 0, 1.0)
+    assert doc["false_diverged"] == 1 and doc["false_alarms"][0]["verdict"] == "DIVERGED"
