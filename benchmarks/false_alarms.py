@@ -574,9 +574,28 @@ def summarise(results: list[Result], left: int, seconds: float) -> dict:
         **tables(results),
         "false_alarms": [{"case": r.case.label(), "verdict": r.verdict, "ratio": r.ratio, "spec": r.spec_why,
                           "problem": r.problem} for r in ok if r.verdict != Verdict.MATCH.value],
-        "cases": [{"case": r.case.label(), "verdict": r.verdict, "ratio": r.ratio, "seconds": r.seconds,
-                   "spec": r.spec_why, "planted": {d: list(v) for d, v in r.planted.items()}} for r in results],
+        "cases": [{"case": r.case.label(), "fields": dataclasses.asdict(r.case), "verdict": r.verdict, "ratio": r.ratio,
+                   "seconds": r.seconds, "spec": r.spec_why, "error": r.error, "problem": r.problem,
+                   "planted": {d: list(v) for d, v in r.planted.items()}} for r in results],
     }
+
+
+def load_results(path: str) -> tuple[list[Result], int, float]:
+    """The per-case results of an earlier run (its JSON), to merge shards."""
+    with open(path) as f:
+        doc = json.load(f)
+    out = []
+    for c in doc["cases"]:
+        r = Result(Case(**c["fields"]), c["spec"], c["verdict"], c["ratio"], c["seconds"], c.get("error"),
+                   {d: tuple(v) for d, v in c["planted"].items()}, c.get("problem"))
+        out.append(r)
+    return out, doc.get("cases_left_by_budget", 0), doc.get("seconds", 0.0)
+
+
+def write(doc: dict, path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1, default=str)
 
 
 def main(argv=None) -> int:
@@ -589,9 +608,23 @@ def main(argv=None) -> int:
     ap.add_argument("--prebuild-zoo", action="store_true", help="only build the zoo's cubins into the cache")
     ap.add_argument("--no-planted", action="store_true")
     ap.add_argument("--budget-s", type=float, default=280.0, help="stop taking new cases after this many seconds")
+    ap.add_argument("--shard", default="0/1", help="i/n: run every n-th case from the i-th (merge with --merge)")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="merge shard results into --out")
     args = ap.parse_args(argv)
     if args.prebuild_zoo:
         return prebuild_zoo()
+    if args.merge:
+        results, left, secs = [], 0, 0.0
+        for path in args.merge:
+            r, lf, sc = load_results(path)
+            results += r
+            left += lf
+            secs += sc
+        doc = summarise(results, left, secs)
+        write(doc, args.out)
+        print(f"merged {len(args.merge)} run(s): correct cases {doc['correct_cases']}, false DIVERGED "
+              f"{doc['false_diverged']}, planted {doc['planted']}, at the right tile {doc['detected_right_tile']}")
+        return 0 if doc["false_diverged"] == 0 else 1
     if not torch.cuda.is_available():
         print("no CUDA device: this benchmark runs real engines on the GPU", file=sys.stderr)
         return 2
@@ -600,7 +633,13 @@ def main(argv=None) -> int:
         with open(args.numerics) as f:
             numerics = json.load(f)
     names = [n for n in args.engines.split(",") if n] or None
-    cases = make_cases(args.quick, names)
+    try:
+        si, sn = (int(v) for v in args.shard.split("/"))
+        assert 0 <= si < sn
+    except (ValueError, AssertionError):
+        print(f"--shard {args.shard!r}: expected i/n with 0 <= i < n", file=sys.stderr)
+        return 2
+    cases = make_cases(args.quick, names)[si::sn]
     t0 = time.time()
     end = t0 + args.budget_s
     results = []
@@ -616,9 +655,7 @@ def main(argv=None) -> int:
     if args.zoo:
         results += zoo_results(numerics, end + 120)
     doc = summarise(results, left, time.time() - t0)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(doc, f, indent=1, default=str)
+    write(doc, args.out)
     print(f"\ncorrect cases {doc['correct_cases']}, false DIVERGED {doc['false_diverged']} "
           f"(worst err/bound {doc['worst_ratio']}, {doc['worst_case']}; quantiles {doc['ratio_quantiles']})")
     print(f"planted {doc['planted']}, detected {doc['detected']}, at the right tile {doc['detected_right_tile']} "

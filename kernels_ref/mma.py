@@ -667,37 +667,41 @@ def _check_stats_chunk(stats_chunk: Optional[int], block_k: int) -> int:
 def trajectory_stats(traj: torch.Tensor, s_traj: torch.Tensor, stats_chunk: Optional[int] = None,
                      block_k: int = 1, q: Optional[torch.Tensor] = None) -> MmaStats:
     """The statistics after every k-block of a trajectory (traj, s_traj: [..., n_kb, R, C], the
-    accumulator and S after each k-block), computed in float64 on the trajectory's device; q, if
-    given, is put in as is. Each field is [..., n_kb, R, C]: field[..., j, :, :] describes the span
-    of k-blocks 0..j (pabs / prun: as if the span ended at j, its last partial still open)."""
-    x = traj.double()
-    sx = s_traj.double()
-    kd = x.dim() - 3
-    zero = torch.zeros_like(x.narrow(kd, 0, 1))
-    prev = torch.cat([zero, x.narrow(kd, 0, x.shape[kd] - 1)], kd)
-    lo = torch.minimum(torch.cummin(prev, kd).values, zero)
-    hi = torch.maximum(torch.cummax(prev, kd).values, zero)
-    s_blk = sx - torch.cat([torch.zeros_like(zero), sx.narrow(kd, 0, sx.shape[kd] - 1)], kd)
-    m = torch.maximum(prev - lo, hi - prev) + s_blk
-    l = torch.cumsum(m, kd)
-    v = torch.cumsum(m * m, kd)
+    accumulator and S after each k-block), on the trajectory's device, one k-block at a time
+    (float64 running values, float32 results); q, if given, is put in as is. Each field is
+    [..., n_kb, R, C]: field[..., j, :, :] describes the span of k-blocks 0..j (pabs / prun: as if
+    the span ended at j, its last partial still open)."""
+    kd = traj.dim() - 3
+    n_kb = traj.shape[kd]
     c = _check_stats_chunk(stats_chunk, block_k)
-    pabs = torch.zeros_like(x)
-    prun = torch.zeros_like(x)
-    if c:
-        closed_abs = torch.zeros_like(zero.squeeze(kd))
-        closed_run = torch.zeros_like(closed_abs)
-        mark = torch.zeros_like(closed_abs)
-        for j in range(x.shape[kd]):
-            xj = x.select(kd, j)
-            pabs.select(kd, j).copy_(closed_abs + (xj - mark).abs())
-            prun.select(kd, j).copy_(closed_run + xj.abs())
+    shape = tuple(traj.shape)
+    out = {f: torch.zeros(shape, dtype=torch.float32, device=traj.device) for f in ("l", "v", "pabs", "prun")}
+    one = traj.select(kd, 0).double() if n_kb else torch.zeros((), dtype=torch.float64, device=traj.device)
+    x = torch.zeros_like(one)
+    lo, hi, l, v = x.clone(), x.clone(), x.clone(), x.clone()
+    s_prev = torch.zeros_like(one)
+    closed_abs, closed_run, mark = x.clone(), x.clone(), x.clone()
+    for j in range(n_kb):
+        s_j = s_traj.select(kd, j).double()
+        m = torch.maximum(x - lo, hi - x) + (s_j - s_prev)
+        l = l + m
+        v = v + m * m
+        x = traj.select(kd, j).double()
+        lo = torch.minimum(lo, x)
+        hi = torch.maximum(hi, x)
+        s_prev = s_j
+        out["l"].select(kd, j).copy_(l)
+        out["v"].select(kd, j).copy_(v)
+        if c:
+            out["pabs"].select(kd, j).copy_(closed_abs + (x - mark).abs())
+            out["prun"].select(kd, j).copy_(closed_run + x.abs())
             if (j + 1) % c == 0:
-                closed_abs = closed_abs + (xj - mark).abs()
-                closed_run = closed_run + xj.abs()
-                mark = xj
-    qq = torch.zeros_like(x) if q is None else q.double().expand_as(x)
-    return MmaStats(l, v, qq, pabs, prun)
+                closed_abs = closed_abs + (x - mark).abs()
+                closed_run = closed_run + x.abs()
+                mark = x
+    qq = torch.zeros((), dtype=torch.float32, device=traj.device).expand(shape) if q is None else \
+        q.to(torch.float32).expand(shape)
+    return MmaStats(out["l"], out["v"], qq, out["pabs"], out["prun"])
 
 
 def mma_accumulate(a: torch.Tensor, b: torch.Tensor, block_m: int, block_n: int, block_k: int, acc: str = "fp32",

@@ -76,3 +76,20 @@ def test_a_wrong_engine_is_a_false_alarm_in_the_counts(monkeypatch):
     r = F.run_case(c, {}, planted=False, run=lambda c, ops: (_exact(c, ops).float() * 1.05).to(torch.bfloat16))
     doc = F.summarise([r], 0, 1.0)
     assert doc["false_diverged"] == 1 and doc["false_alarms"][0]["verdict"] == "DIVERGED"
+
+
+def test_shards_merge_into_one_result(monkeypatch, tmp_path):
+    monkeypatch.setattr(F, "DEV", "cpu")
+    e = F.ENGINE["cublas_bf16_fp32red"]
+    paths = []
+    for i, seed in enumerate((7, 8)):
+        c = F.Case(e.name, e.a_dtype, e.out, 40, 144, 256, "row", "col", "normal", seed)
+        r = F.run_case(c, {}, planted=False, run=_exact)
+        paths.append(str(tmp_path / f"s{i}.json"))
+        F.write(F.summarise([r], 0, 1.0), paths[-1])
+    out = tmp_path / "all.json"
+    assert F.main(["--merge", *paths, "--out", str(out)]) == 0
+    import json
+
+    doc = json.loads(out.read_text())
+    assert doc["correct_cases"] == 2 and doc["false_diverged"] == 0
