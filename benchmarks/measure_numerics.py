@@ -364,7 +364,8 @@ def _triton(dtype, ip: str = "default", mni: int = -1, bk: int = 64):
         h = kern[(M // 64, N // 64)](a, bnk, c, K, a.stride(0), bnk.stride(0), c.stride(0), BM=64, BN=64, BK=bk,
                                       IP=ip, MNI=mni, num_warps=4)
         torch.cuda.synchronize()
-        run.wgmma = "wgmma" in h.asm.get("ptx", "")
+        asm = getattr(h, "asm", None)
+        run.wgmma = ("wgmma" in asm.get("ptx", "")) if isinstance(asm, dict) else None
         return c.double().cpu()
     run.wgmma = None
     return run
@@ -1008,17 +1009,24 @@ def measure(names=None, quick: bool = False, emulate: bool = False, families=("e
             res["engines"][n] = measure_engine(ad, dev, quick)
             _progress(res["engines"][n])
     if not emulate:
-        if "splitk" in families:
-            shapes = QUICK_SPLITK if quick else SPLITK_SHAPES
-            res["splitk"] = {d: measure_splitk(d, shapes, quick) for d in ("bf16", "fp16")}
-        if "int8" in families:
-            res["int8"] = measure_int8()
-        if "act" in families:
-            res["activations"] = measure_activations(quick)
-        if "envelope" in families:
-            env_ads = {n: a for n, a in ads.items() if n in ("cublas_bf16_out", "triton_bf16", "lt_e4m3_fast",
-                                                             "lt_e4m3", "triton_e4m3", "cublas_tf32")}
-            res["envelope"] = measure_envelope(env_ads, quick)
+        shapes = QUICK_SPLITK if quick else SPLITK_SHAPES
+        env_ads = {n: a for n, a in ads.items() if n in ("cublas_bf16_out", "triton_bf16", "lt_e4m3_fast", "lt_e4m3",
+                                                         "triton_e4m3", "cublas_tf32")}
+        steps = (("splitk", "splitk", lambda: {d: measure_splitk(d, shapes, quick) for d in ("bf16", "fp16")}),
+                 ("int8", "int8", measure_int8), ("act", "activations", lambda: measure_activations(quick)),
+                 ("envelope", "envelope", lambda: measure_envelope(env_ads, quick)))
+        for fam, key, fn in steps:
+            if fam not in families:
+                continue
+            t1 = time.time()
+            try:
+                res[key] = fn()
+            except Exception as e:  # one family's failure must not lose the others' measurements
+                import traceback
+
+                res.setdefault("family_errors", {})[fam] = traceback.format_exc()[-2000:]
+                print(f"  {fam}: FAILED {type(e).__name__}: {e}", flush=True)
+            print(f"  {fam} done ({time.time() - t1:.1f} s)", flush=True)
     res["summary"] = summary(res)
     res["failures"] = failures(res)
     res["seconds"] = round(time.time() - t0, 1)
@@ -1040,6 +1048,8 @@ def failures(res: dict) -> list[str]:
                 out.append(f"splitk {d} {row['shape']}: boundary probes gave values other than 0 or 1")
     if res.get("int8", {}).get("ok") is False:
         out.append("int8: torch._int_mm differs from the exact integer sum")
+    for fam, tb in res.get("family_errors", {}).items():
+        out.append(f"{fam}: the measurement itself failed: {tb.strip().splitlines()[-1]}")
     return out
 
 
