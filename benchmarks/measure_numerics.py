@@ -576,6 +576,7 @@ def _summarise(cands: list) -> dict:
         "acc_round": sorted({c["acc_round"] for c in cands}),
         "fused": sorted({c["fused"] for c in cands}),
         "mma_k_max": max(c["mma_k"] for c in cands),
+        "mma_k_min": min(c["mma_k"] for c in cands),
         "promotion": sorted({c["promotion"] for c in cands}, key=lambda v: (v is None, v or 0)),
         "candidates": len(cands),
     }
@@ -960,13 +961,13 @@ def summary(res: dict) -> dict:
     tf32 = fits(lambda r: r["optype"] == "tf32")
     fp8 = fits(lambda r: r["optype"] == "e4m3")
     out = {
-        "tc16_mma_k": loosest(tc16, "mma_k_max", max),
+        "tc16_mma_k": loosest(tc16, "mma_k_min", min),
         "tc16_align_bits": loosest(tc16, "align_bits_min", min),
         "tc16_truncates": truncates(tc16),
-        "tf32_mma_k": loosest(tf32, "mma_k_max", max),
+        "tf32_mma_k": loosest(tf32, "mma_k_min", min),
         "tf32_align_bits": loosest(tf32, "align_bits_min", min),
         "tf32_truncates": truncates(tf32),
-        "fp8_mma_k": loosest(fp8, "mma_k_max", max),
+        "fp8_mma_k": loosest(fp8, "mma_k_min", min),
         "fp8_align_bits": loosest(fp8, "align_bits_min", min),
         "fp8_acc_bits": loosest(fp8, "acc_bits_min", min),
         "fp8_truncates": truncates(fp8),
@@ -1060,7 +1061,7 @@ def _progress(r: dict) -> None:
     f = r.get("fit") or {}
     print(f"  {r['engine']:<22} {'ok ' if r['ok'] else 'FAIL'} align_bits>={f.get('align_bits_min')} "
           f"acc_bits>={f.get('acc_bits_min')} round={f.get('align_round')}/{f.get('acc_round')} "
-          f"fused={f.get('fused')} mma_k<={f.get('mma_k_max')} promotion={f.get('promotion')} "
+          f"fused={f.get('fused')} mma_k={f.get('mma_k_min')}..{f.get('mma_k_max')} promotion={f.get('promotion')} "
           f"({f.get('candidates', 0)} fits, {r['seconds']} s)", flush=True)
 
 
@@ -1087,6 +1088,25 @@ def print_report(res: dict) -> None:
                           f"{near['of']}: {near.get('examples', [])[:2]}")
 
 
+def constants_snippet(res: dict) -> str:
+    """The entries of oracle.tolerance.HW that this run measured, as lines to paste there."""
+    from oracle import tolerance as T
+
+    env = res.get("environment", {})
+    where = f"{env.get('gpu', '?')}, {env.get('date', '?')[:10]}, benchmarks/measure_numerics.py"
+    lines = []
+    for key, c in T.HW.items():
+        if not c.measure_key:
+            continue
+        v = res.get("summary", {}).get(c.measure_key)
+        if v is None:
+            lines.append(f"    # {key}: not measured by this run (summary.{c.measure_key} is empty)")
+            continue
+        lines.append(f'    "{key}": Constant({v!r}, "measured on {where}: summary.{c.measure_key}", '
+                     f'"{c.measure_key}", "{c.sound}"),')
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default=DEFAULT_OUT)
@@ -1100,10 +1120,12 @@ def main(argv=None) -> int:
         return 2
     names = [n for n in args.engines.split(",") if n] or None
     res = measure(names, args.quick, args.emulate, tuple(args.families.split(",")))
+    res["constants_snippet"] = constants_snippet(res)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1, default=str)
     print_report(res)
+    print("\noracle/tolerance.py HW entries measured here:\n" + res["constants_snippet"])
     print(f"wrote {args.out} ({res['seconds']} s)")
     return 1 if res["failures"] else 0
 

@@ -96,7 +96,8 @@ def _defined(value, why: str) -> Constant:
 
 HW: dict[str, Constant] = {
     # bf16 / fp16 products on the tensor cores, fp32 accumulator (cuBLAS torch.mm, Triton tl.dot)
-    "tc16.mma_k": _unmeasured(16, "the k of one wgmma bf16/fp16 instruction", "tc16_mma_k", "ge"),
+    # fewer products per step means more steps: a smaller mma_k is the looser bound
+    "tc16.mma_k": _unmeasured(8, "half the k of one wgmma bf16/fp16 instruction", "tc16_mma_k"),
     "tc16.align_bits": _unmeasured(23, "no bits kept past fp32's 23 when aligning", "tc16_align_bits"),
     "tc16.align_trunc": _unmeasured(1, "aligned terms truncated", "tc16_truncates", "flag"),
     "tc16.acc_bits": _defined(23, "the fp32 accumulator register"),
@@ -111,7 +112,7 @@ HW: dict[str, Constant] = {
     "tf32.operand_bits": _defined(10, "the TF32 format"),
     "tf32.operand_trunc": _unmeasured(1, "operands truncated (round-to-nearest measured would halve it)",
                                       "tf32_operand_trunc", "flag"),
-    "tf32.mma_k": _unmeasured(8, "the k of one wgmma tf32 instruction", "tf32_mma_k", "ge"),
+    "tf32.mma_k": _unmeasured(4, "half the k of one wgmma tf32 instruction", "tf32_mma_k"),
     "tf32.align_bits": _unmeasured(23, "no bits past fp32's when aligning", "tf32_align_bits"),
     "tf32.align_trunc": _unmeasured(1, "aligned terms truncated", "tf32_truncates", "flag"),
     "tf32.acc_bits": _defined(23, "the fp32 accumulator register"),
@@ -119,7 +120,7 @@ HW: dict[str, Constant] = {
     "bf16x3.operand_bits": _defined(7, "the bf16 format (hi and lo parts)"),
     "bf16x3.operand_trunc": _defined(0, "the split rounds to nearest (fp32 -> bf16 conversion)"),
     # fp8 products on Hopper's wgmma: a narrow accumulator inside the tensor core
-    "fp8.mma_k": _unmeasured(32, "the k of one wgmma fp8 instruction", "fp8_mma_k", "ge"),
+    "fp8.mma_k": _unmeasured(16, "half the k of one wgmma fp8 instruction", "fp8_mma_k"),
     "fp8.align_bits": _unmeasured(12, "fraction bits kept when aligning fp8 products", "fp8_align_bits"),
     "fp8.acc_bits": _unmeasured(12, "fraction bits of the fp8 partial sums", "fp8_acc_bits"),
     "fp8.align_trunc": _unmeasured(1, "truncated", "fp8_truncates", "flag"),
