@@ -53,7 +53,7 @@ for p in (ROOT, os.path.join(ROOT, "benchmarks")):
 
 import torch  # noqa: E402
 
-from oracle.compare import Status, compare  # noqa: E402
+from oracle.compare import compare  # noqa: E402
 from oracle.differential import analyze, expected_output  # noqa: E402
 from oracle.diagnose import Verdict  # noqa: E402
 from oracle.inputs import Operands, Provenance  # noqa: E402
@@ -83,8 +83,8 @@ class Case:
     seed: int
 
     def label(self) -> str:
-        return (f"{self.engine} {self.a_dtype}->{self.out} {self.m}x{self.n}x{self.k} {self.a_major[0]}{self.b_major[0]} "
-                f"{self.kind}")
+        return (f"{self.engine} {self.a_dtype}->{self.out} {self.m}x{self.n}x{self.k} "
+                f"{self.a_major[0]}{self.b_major[0]} {self.kind}")
 
 
 # ----------------------------------------------------------------------------------------------

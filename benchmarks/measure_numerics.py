@@ -549,8 +549,8 @@ def fit(ad: Adapter, pr: Probes, observed: torch.Tensor, grid: dict, dev, promot
                 kept.append(_decode(g, d, i, promo, operand))
             order = torch.argsort(miss)[:3].tolist()
             for i in order:
-                best.append((int(miss[i]), _decode(g, d, i, promo, operand), (~same[i]).nonzero().flatten()[:4].tolist(),
-                             pred[i]))
+                bad_idx = (~same[i]).nonzero().flatten()[:4].tolist()
+                best.append((int(miss[i]), _decode(g, d, i, promo, operand), bad_idx, pred[i]))
     best.sort(key=lambda t: t[0])
     seen = []
     for miss, rec, idx, pred in best[:3]:

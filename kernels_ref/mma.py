@@ -41,7 +41,8 @@ kernel). On the GPU fp32 dots use the ieee path, fp16/fp8 operands are fed to th
 fp16 (exact) so accumulation is proper fp32, and fp-contraction is off; each k-block's dot starts
 from zero and is added to the accumulator by an fp32 add that rounds to nearest (an inline
 `add.rn.f32`, which the compiler cannot fold into the tensor core's truncating accumulator), so
-the reference's own error grows with each block's sum |a||b|, not with the running sum. Under the interpreter every float dot runs on fp32 values. Host specs
+the reference's own error grows with each block's sum |a||b|, not with the running sum. Under
+the interpreter every float dot runs on fp32 values. Host specs
 return CPU float64 tensors holding values exactly representable in the accumulator type.
 """
 

@@ -335,7 +335,8 @@ def _mma_stage(ctx: _Context, last_kb: int) -> tuple[StageResult, dict]:
         mask = ctx.tap_mask(t)
         origin = ctx.origin("mma", t.tile, kb)
         n_k = min((kb + 1) * ctx.bk, spec.k)
-        bound = tolerance.mma_bound(spec, torch.zeros_like(s_traj[i, kb]), s_traj[i, kb], n_k, traj_stats.at(i, kb))
+        bound = tolerance.mma_bound(spec, torch.zeros_like(s_traj[i, kb]), s_traj[i, kb], n_k,
+                                    traj_stats.at(i, kb))
         ch.append(compare(received, traj[i, kb].float(), bound=bound, mask=mask, origin=origin, tile_index=t.tile,
                           k_block=kb))
         j0 = j0_of[id(t)]  # -1: from zero at the start

@@ -174,13 +174,21 @@ class Chain:
             out.append(f"{self.prefix}.acc_trunc")
         return tuple(out)
 
-    def step_constants(self) -> tuple[int, float, float]:
-        """(g, deterministic, rounding^2) per-step error constants, relative to m_t."""
+    def step_constants(self) -> tuple[int, float, float, float]:
+        """(g, deterministic, rounding^2, largest) per-step error constants, relative to m_t."""
         g, f, a_tr, acc, acc_tr = self.values()
         align, last = (g + 1) * 2.0 ** -f, STATS_MARGIN * 2.0 ** -acc
         det = (align if a_tr else 0.0) + (last if acc_tr else 0.0)
         rnd2 = ((g + 1) * (2.0 ** -f / 2) ** 2 if not a_tr else 0.0) + ((last / 2) ** 2 if not acc_tr else 0.0)
-        return g, det, rnd2
+        largest = det + (align / 2 if not a_tr else 0.0) + (last / 2 if not acc_tr else 0.0)
+        return g, det, rnd2, largest
+
+    def growth(self, steps: float) -> float:
+        """exp(c * steps): the engine's running sum drifts from the reference's by its own error, so
+        each step's m_t is larger than the reference's by the error so far (a discrete Gronwall
+        bound on that feedback). About 1 for fp32 chains; it explodes for a narrow accumulator
+        over a long K, where no useful bound exists."""
+        return math.exp(min(self.step_constants()[3] * steps, 700.0))
 
 
 @dataclass(frozen=True)
@@ -334,15 +342,17 @@ def resolved_model(spec) -> AccModel:
     return acc_model(spec.resolved_acc_model, spec.a_dtype)
 
 
-def _chain_bound(chain: Chain, st: Stats, s: torch.Tensor, bk: int, passes: int, promotion: Optional[int]):
-    g, det, rnd2 = chain.step_constants()
+def _chain_bound(chain: Chain, st: Stats, s: torch.Tensor, bk: int, passes: int, promotion: Optional[int],
+                 n: int):
+    g, det, rnd2, _ = chain.step_constants()
     if promotion:
         steps = passes * promotion / g  # per promotion chunk, each step's m_t <= the chunk's sum |a||b|
         narrow = det * steps * STATS_MARGIN * s + LAMBDA * torch.sqrt(rnd2 * steps * st.v)
         master = LAMBDA * torch.sqrt(torch.clamp(st.v, min=0) * (bk / promotion)) * 2.0 ** -24 * STATS_MARGIN
-        return narrow + master
+        return narrow * chain.growth(steps) + master
     steps = passes * math.ceil(bk / g)
-    return det * steps * st.l + LAMBDA * torch.sqrt(rnd2 * steps * torch.clamp(st.v, min=0))
+    total = passes * math.ceil(max(n, 1) / g)
+    return (det * steps * st.l + LAMBDA * torch.sqrt(rnd2 * steps * torch.clamp(st.v, min=0))) * chain.growth(total)
 
 
 def _operand_bound(model: AccModel, st: Stats, s: torch.Tensor) -> torch.Tensor:
@@ -359,10 +369,10 @@ def _operand_bound(model: AccModel, st: Stats, s: torch.Tensor) -> torch.Tensor:
     return LAMBDA * per * torch.sqrt(st.q.double() * STATS_MARGIN)
 
 
-def _engine_bound(spec, model: AccModel, st: Stats, s: torch.Tensor) -> torch.Tensor:
+def _engine_bound(spec, model: AccModel, st: Stats, s: torch.Tensor, n: int) -> torch.Tensor:
     if model.union:
         names = ("fp16",) if spec.acc_dtype == "fp16" else model.union
-        parts = [_engine_bound(spec, acc_model(n, spec.a_dtype), st, s) for n in names]
+        parts = [_engine_bound(spec, acc_model(m, spec.a_dtype), st, s, n) for m in names]
         out = parts[0]
         for p in parts[1:]:
             out = torch.maximum(out, p)
@@ -370,18 +380,18 @@ def _engine_bound(spec, model: AccModel, st: Stats, s: torch.Tensor) -> torch.Te
     if model.chain is None:
         return torch.zeros_like(s)
     promo = spec.promotion_interval if model.promoted else None
-    return _chain_bound(model.chain, st, s, spec.tile.bk, model.passes, promo) + _operand_bound(model, st, s)
+    return _chain_bound(model.chain, st, s, spec.tile.bk, model.passes, promo, n) + _operand_bound(model, st, s)
 
 
-def _reference_bound(spec, st: Stats, s: torch.Tensor) -> torch.Tensor:
+def _reference_bound(spec, st: Stats, s: torch.Tensor, n: int) -> torch.Tensor:
     """The reference's own accumulation error (kernels_ref.mma semantics)."""
     if spec.acc_dtype == "int32":
         return torch.zeros_like(s)
     if spec.promotion_interval:
-        return _chain_bound(REF_PROMOTED, st, s, spec.tile.bk, 1, spec.promotion_interval)
+        return _chain_bound(REF_PROMOTED, st, s, spec.tile.bk, 1, spec.promotion_interval, n)
     if spec.acc_dtype == "fp16":
-        return _chain_bound(REF_FP16, st, s, spec.tile.bk, 1, None)
-    return _chain_bound(REF_CHAIN, st, s, spec.tile.bk, 1, spec.tile.bk)  # each block's dot, then an RN add
+        return _chain_bound(REF_FP16, st, s, spec.tile.bk, 1, None, n)
+    return _chain_bound(REF_CHAIN, st, s, spec.tile.bk, 1, spec.tile.bk, n)  # each block's dot, then an RN add
 
 
 def _reduction_bound(spec, model: AccModel, st: Stats, s: torch.Tensor, n: int) -> torch.Tensor:
@@ -426,7 +436,7 @@ def mma_bound(spec, x0_abs: torch.Tensor, s: torch.Tensor, n: int, stats=None) -
         st = Stats.of(stats)
     st = Stats(st.l.double() * STATS_MARGIN, st.v.double() * STATS_MARGIN ** 2,
                None if st.q is None else st.q.double(), st.pabs, st.prun)
-    bound = _engine_bound(spec, model, st, s64) + _reference_bound(spec, st, s64) + \
+    bound = _engine_bound(spec, model, st, s64, n) + _reference_bound(spec, st, s64, n) + \
         _reduction_bound(spec, model, st, s64, n)
     return bound.to(s.dtype if s.is_floating_point() else torch.float64)
 
@@ -447,6 +457,12 @@ def describe(spec) -> str:
         (f" every {spec.reduction_chunk} k" if spec.reduction_chunk else "") if spec.reduction != "none" else ""
     unmeasured = [k for k in keys if not hw(k).measured]
     warn = f" UNMEASURED constants: {', '.join(unmeasured)}." if unmeasured else ""
+    chains = [acc_model(m, spec.a_dtype) for m in names]
+    worst = max((c.chain.growth(c.passes * math.ceil(spec.k / c.chain.values()[0])) for c in chains
+                 if c.chain is not None and not c.promoted), default=1.0)
+    if worst > 2:
+        warn += (f" At K = {spec.k} the accumulator's own drift can reach the size of the sum (growth factor "
+                 f"{worst:.3g}): the bound is loose to the point of catching only gross errors.")
     return (f"accumulation model {model.name} ({model.doc}){red}; constants: {consts}. Catches: {model.catches}."
             f"{warn}")
 

@@ -308,3 +308,12 @@ def test_the_old_sqrt_k_bound_would_miss_what_this_one_finds(normal_case):
     out, _ = _plant(acc, block, "tile x 1.01")
     assert _judge(out, y, old).status is Status.MATCH
     assert _judge(out, y, bound).status is Status.MISMATCH
+
+
+def test_a_narrow_accumulator_over_a_long_k_is_said_to_catch_only_gross_errors():
+    long = _spec("e4m3", 65536, acc_model="fp8_fast")
+    assert "catching only gross errors" in T.describe(long)
+    assert "catching only gross errors" not in T.describe(_spec("e4m3", 65536, acc_model="fp8_promoted",
+                                                               promotion_interval=64))
+    assert "catching only gross errors" not in T.describe(_spec("bf16", 65536))
+    assert T.TC16.growth(65536 / _hwv("tc16.mma_k")) < 1.02
