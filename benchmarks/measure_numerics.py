@@ -449,7 +449,8 @@ GRIDS = {
                  align_round=("trunc", "rn"), acc_bits=(23,), acc_round=("trunc", "rn")),
     "fp32": dict(mma_k=(1, 4, 8), fused=(True, False), align_bits=tuple(range(21, 31)) + (40,),
                  align_round=("trunc", "rn"), acc_bits=(23,), acc_round=("trunc", "rn")),
-    "x3": dict(mma_k=(4, 8), fused=(True,), align_bits=tuple(range(22, 28)) + (40,), align_round=("trunc", "rn"),
+    # bf16x3 runs bf16 instructions (k = 16): the recorded outputs of 2026-12-01 fit none of k = 4, 8
+    "x3": dict(mma_k=(4, 8, 16), fused=(True,), align_bits=tuple(range(22, 28)) + (40,), align_round=("trunc", "rn"),
                acc_bits=(23,), acc_round=("trunc", "rn")),
     # acc_bits at or above align_bits are indistinguishable on fp8 products (the aligned sum is narrow)
     "fp8": dict(mma_k=(8, 16, 32), fused=(True, False), align_bits=tuple(range(9, 25)) + (40,),
@@ -464,6 +465,9 @@ QUICK_GRIDS = {
                 acc_bits=tuple(range(11, 17)) + (23,)),
 }
 PARAMS = ("fused", "align_bits", "align_round", "acc_bits", "acc_round")
+# promotion (or restart) intervals the ladders try: powers of two and the multiples of 32 up to 256
+# (cuBLAS TF32's recorded ladder outputs of 2026-12-01 fit no power of two)
+PROMOTIONS = tuple(sorted({8, 16, 512, 1024, 2048} | set(range(32, 257, 32))))
 
 
 def _candidates(grid: dict, dev) -> dict[int, dict[str, torch.Tensor]]:
@@ -620,7 +624,7 @@ def measure_engine(ad: Adapter, dev, quick: bool = False) -> dict:
         K = 1024 if quick else (4096 if ad.family == "fp8" else 2048)
         lad = ladder_probes(t, K, quick)
         obs_l = ad.diag(lad)
-        promos = (None,) + tuple(p for p in (8, 16, 32, 64, 128, 256, 512, 1024, 2048) if p < K)
+        promos = (None,) + tuple(p for p in PROMOTIONS if p < K)
         restrict = step["consistent"] if step["consistent"] else None
         ladder = fit(ad, lad, obs_l, grid, dev, promotions=promos, operand=operand, restrict=restrict)
         if restrict is not None and not ladder["consistent"] and _grid_size(grid) <= 1000:
@@ -942,7 +946,9 @@ def _cublas_version():
 
 def summary(res: dict) -> dict:
     """The constants the tolerance models read (oracle.tolerance.HW measure_key names), loosest
-    over the engines of each kind; None where nothing was measured."""
+    over the engines of each kind; None where nothing was measured. fp8 constants come from the
+    engines with a narrow accumulator (acc_bits < 23): max_num_imprecise_acc = 0 fits fp32-wide
+    datapaths and is judged with acc_model any."""
     eng = res.get("engines", {})
 
     def fits(pred):
@@ -958,8 +964,10 @@ def summary(res: dict) -> dict:
         return int(any("trunc" in f["align_round"] or "trunc" in f["acc_round"] for f in fs))
 
     tc16 = fits(lambda r: r["optype"] in ("bf16", "fp16"))
-    tf32 = fits(lambda r: r["optype"] == "tf32")
-    fp8 = fits(lambda r: r["optype"] == "e4m3")
+    tf32 = fits(lambda r: r["optype"] == "tf32") + [_summarise(eng[n]["step"]["consistent"]) for n in eng
+                                                     if eng[n].get("optype") == "tf32" and not eng[n].get("fit")
+                                                     and eng[n].get("step", {}).get("consistent")]
+    fp8 = fits(lambda r: r["optype"] == "e4m3" and r["fit"]["acc_bits_min"] < 23)
     out = {
         "tc16_mma_k": loosest(tc16, "mma_k_min", min),
         "tc16_align_bits": loosest(tc16, "align_bits_min", min),
@@ -974,10 +982,15 @@ def summary(res: dict) -> dict:
         "fp8_promotion": {n: eng[n]["fit"].get("promotion") for n in eng
                           if eng[n].get("optype") == "e4m3" and eng[n].get("fit")},
     }
-    ops = [c for n in eng if eng[n].get("optype") == "tf32"
-           for c in eng[n].get("operand", {}).get("consistent", [])]
-    out["tf32_operand"] = ops or None
-    out["tf32_operand_trunc"] = int(any(o["operand_round"] == "trunc" for o in ops)) if ops else None
+
+    def operand_trunc(names):
+        ops = [c for n in names for c in eng[n].get("operand", {}).get("consistent", [])]
+        return int(any(o["operand_round"] == "trunc" for o in ops)) if ops else None
+
+    tf32_names = [n for n in eng if eng[n].get("optype") == "tf32"]
+    out["tf32_operand"] = {n: eng[n].get("operand", {}).get("consistent") for n in tf32_names}
+    out["tf32_operand_trunc"] = operand_trunc(tf32_names)
+    out["cublas_tf32_operand_trunc"] = operand_trunc([n for n in tf32_names if n.startswith("cublas")])
     sk = res.get("splitk", {})
     out["splitk"] = {d: [{"shape": r["shape"], "partials": r["partials"], "chunk": r.get("chunk"),
                           "boundaries": r["boundaries"][:8], "partial_sum": r.get("partial_sum")}
@@ -992,6 +1005,14 @@ def summary(res: dict) -> dict:
         out[f"act_{kind}_fast"] = max(vals) if vals else None
     out["int8_exact"] = res.get("int8", {}).get("ok")
     return out
+
+
+def resummarise(res: dict) -> dict:
+    """The summary of a stored result, recomputed from its raw fits (the consistent datapaths of
+    each engine) with this version's rules, whatever version wrote it."""
+    res = dict(res, engines={n: dict(r, fit=_summarise(r["ladder"]["consistent"]) if r.get("ladder") else {})
+                             for n, r in res.get("engines", {}).items()})
+    return summary(res)
 
 
 def measure(names=None, quick: bool = False, emulate: bool = False, families=("engines", "splitk", "int8", "act",
