@@ -27,9 +27,9 @@ BIAS_AXES = ("none", "row", "col")
 SCALE_KINDS_A = ("none", "tensor", "row", "block")
 SCALE_KINDS_B = ("none", "tensor", "col", "block")
 # What the engine's accumulation does (oracle.tolerance.ACC_TABLE has each model's bound):
-ACC_MODELS = ("fp32", "tf32", "tf32x3", "bf16x3", "fp16", "fp8_fast", "fp8_promoted", "int32", "any")
-_ACC_MODEL_OPERANDS = {"tf32": ("fp32",), "tf32x3": ("fp32",), "bf16x3": ("fp32",), "fp8_fast": FP8,
-                       "fp8_promoted": FP8, "int32": ("int8",), "fp16": ("fp16",) + FP8}
+ACC_MODELS = ("fp32", "tf32", "tf32_rn", "tf32x3", "bf16x3", "fp16", "fp8_fast", "fp8_promoted", "int32", "any")
+_ACC_MODEL_OPERANDS = {"tf32": ("fp32",), "tf32_rn": ("fp32",), "tf32x3": ("fp32",), "bf16x3": ("fp32",),
+                       "fp8_fast": FP8, "fp8_promoted": FP8, "int32": ("int8",), "fp16": ("fp16",) + FP8}
 _ACC_MODEL_ACC = {"fp16": "fp16", "int32": "int32"}
 REDUCTIONS = ("none", "fp32", "bf16", "fp16")  # the type split-K partials are stored in before they are summed
 ACTIVATION_IMPLS = ("accurate", "fast")

@@ -22,8 +22,15 @@ Azuma-Hoeffding; LAMBDA = 8 puts the chance of one correct element exceeding it 
 Promotion every P (fp8) restarts the narrow chain from 0, so its terms scale with S instead of L.
 Reduced-precision split-K adds the rounding of every partial and of every partial sum
 (statistics pabs = sum_i |partial_i|, prun = sum_i |partial sum after partial i|). TF32 adds the
-operand rounding; the hi/lo three-pass schemes add the dropped lo*lo term. The reference's own
-accumulation error (REF_CHAIN, a conservative fp32 chain) is added, as the factor 2 did before.
+operand rounding, the hi/lo three-pass schemes the dropped lo*lo term (`_operand_bound`: random
+for rounding to nearest, a bias following |D| plus a random part for truncation). The reference's
+own accumulation error (REF_CHAIN, a conservative fp32 chain) is added, as the factor 2 did before.
+
+Each hardware constant (HW) says where it was measured (benchmarks/measure_numerics.py on the
+H200, its JSON in benchmarks/results/numerics_h200.json). Where no candidate datapath reproduced
+an engine's probes (cuBLAS TF32 over a long K, Triton bf16x3), the model uses conservative
+stand-ins marked NOT IDENTIFIED, and tests/cpu/test_measured_numerics.py holds the bound against
+what that engine was seen to do.
 
 epilogue (fp32 arithmetic on an exactly known input x, result y):
     scale 4u|y|; alpha_beta 3u(|alpha x| + |beta c|); bias 2u(|x| + |bias|);
@@ -65,7 +72,7 @@ class ToleranceError(KeyError):
 @dataclass(frozen=True)
 class Constant:
     value: float
-    source: str  # where it was measured; "UNMEASURED: ..." for a placeholder
+    source: str  # where it was measured; "UNMEASURED: ..." a placeholder; "NOT IDENTIFIED: ..." a stand-in
     measure_key: Optional[str] = None  # the key in RESULTS["summary"] that measures it
     sound: str = "le"  # le: a recorded value <= the measured one is sound; ge: >=; flag: 1 covers 0
 
@@ -79,7 +86,13 @@ class Constant:
 
     @property
     def measured(self) -> bool:
-        return not self.source.startswith("UNMEASURED")
+        """Measured or defined by a format; False for a placeholder and for a stand-in."""
+        return not self.source.startswith(("UNMEASURED", "NOT IDENTIFIED"))
+
+    @property
+    def stand_in(self) -> bool:
+        """A conservative value for a datapath the measurement could not identify."""
+        return self.source.startswith("NOT IDENTIFIED")
 
     def describe(self) -> str:
         return f"{self.value:g} ({self.source})"
@@ -94,43 +107,78 @@ def _defined(value, why: str) -> Constant:
     return Constant(value, why)
 
 
+MEASURED = f"{RESULTS}, H200, 2026-12-01"
+
+
+def _measured(value, probe: str, key: Optional[str], sound: str = "le") -> Constant:
+    return Constant(value, f"measured: {MEASURED}, {probe}", key, sound)
+
+
+def _not_identified(value, why: str) -> Constant:
+    return Constant(value, f"NOT IDENTIFIED: {why} ({MEASURED})")
+
+
+_TC16_FITS = "step and ladder fits of cublas_bf16, cublas_bf16_out, cublas_fp16, triton_bf16, triton_fp16 (one " \
+    "datapath each)"
+_TF32_FITS = "step fits of triton_tf32, cublas_tf32 and triton_tf32x3 (one datapath each)"
+_FP8_FITS = "fits of triton_e4m3, triton_e4m3_mni64, lt_e4m3, lt_e4m3_fast and their row/col-scaled kinds"
+
 HW: dict[str, Constant] = {
     # bf16 / fp16 products on the tensor cores, fp32 accumulator (cuBLAS torch.mm, Triton tl.dot)
     # fewer products per step means more steps: a smaller mma_k is the looser bound
-    "tc16.mma_k": _unmeasured(8, "half the k of one wgmma bf16/fp16 instruction", "tc16_mma_k"),
-    "tc16.align_bits": _unmeasured(23, "no bits kept past fp32's 23 when aligning", "tc16_align_bits"),
-    "tc16.align_trunc": _unmeasured(1, "aligned terms truncated", "tc16_truncates", "flag"),
+    "tc16.mma_k": _measured(16, f"{_TC16_FITS}: 16 products per step", "tc16_mma_k"),
+    "tc16.align_bits": _measured(25, f"{_TC16_FITS}: 25 fraction bits kept when aligning", "tc16_align_bits"),
+    "tc16.align_trunc": _measured(1, f"{_TC16_FITS}: aligned terms truncated", "tc16_truncates", "flag"),
     "tc16.acc_bits": _defined(23, "the fp32 accumulator register"),
-    "tc16.acc_trunc": _unmeasured(1, "the step's sum truncated to fp32", "tc16_truncates", "flag"),
-    # fp32 operands on the CUDA cores (cuBLAS SGEMM, tl.dot input_precision="ieee"): IEEE fma
+    "tc16.acc_trunc": _measured(1, f"{_TC16_FITS}: the step's sum truncated to fp32", "tc16_truncates", "flag"),
+    # fp32 operands on the CUDA cores (cuBLAS SGEMM, tl.dot input_precision="ieee"): IEEE fma, which
+    # the fits of cublas_fp32 and triton_ieee agree with (one product per step, rounding to nearest)
     "fma.mma_k": _defined(1, "one fused multiply-add per product"),
     "fma.align_bits": _defined(48, "an fma adds the exact product"),
     "fma.align_trunc": _defined(0, "IEEE 754 fma rounds to nearest"),
     "fma.acc_bits": _defined(23, "fp32"),
     "fma.acc_trunc": _defined(0, "IEEE 754 fma rounds to nearest"),
-    # TF32: fp32 operands rounded to 10 fraction bits, products on the tensor cores
+    # TF32: fp32 operands cut to 10 fraction bits, products on the tensor cores
     "tf32.operand_bits": _defined(10, "the TF32 format"),
-    "tf32.operand_trunc": _unmeasured(1, "operands truncated (round-to-nearest measured would halve it)",
-                                      "tf32_operand_trunc", "flag"),
-    "tf32.mma_k": _unmeasured(4, "half the k of one wgmma tf32 instruction", "tf32_mma_k"),
-    "tf32.align_bits": _unmeasured(23, "no bits past fp32's when aligning", "tf32_align_bits"),
-    "tf32.align_trunc": _unmeasured(1, "aligned terms truncated", "tf32_truncates", "flag"),
+    "tf32.operand_trunc": _measured(1, "operand fits: triton_tf32 truncates, cublas_tf32 rounds to nearest even; "
+                                    "truncation covers both", "tf32_operand_trunc", "flag"),
+    "tf32_rn.operand_bits": _defined(10, "the TF32 format"),
+    "tf32_rn.operand_trunc": _measured(0, "operand fit of cublas_tf32: rounded to nearest even",
+                                       "cublas_tf32_operand_trunc", "flag"),
+    "tf32.mma_k": _measured(8, f"{_TF32_FITS}: 8 products per step", "tf32_mma_k"),
+    "tf32.align_bits": _measured(25, f"{_TF32_FITS}: 25 fraction bits kept when aligning", "tf32_align_bits"),
+    "tf32.align_trunc": _measured(1, f"{_TF32_FITS}: truncated", "tf32_truncates", "flag"),
     "tf32.acc_bits": _defined(23, "the fp32 accumulator register"),
-    "tf32.acc_trunc": _unmeasured(1, "the step's sum truncated", "tf32_truncates", "flag"),
+    "tf32.acc_trunc": _measured(1, f"{_TF32_FITS}: truncated", "tf32_truncates", "flag"),
+    # bf16x3 (tl.dot input_precision="bf16x3"): no candidate reproduced its operand, step or ladder probes
     "bf16x3.operand_bits": _defined(7, "the bf16 format (hi and lo parts)"),
-    "bf16x3.operand_trunc": _defined(0, "the split rounds to nearest (fp32 -> bf16 conversion)"),
+    "bf16x3.operand_trunc": _not_identified(1, "triton_bf16x3's operand probes fit neither truncation nor "
+                                            "rounding of the split (2 of 288 missed each): truncation covers both"),
+    # an fp32 accumulator whose steps were not identified: a step of g products that keeps f >= 23
+    # aligned bits and truncates errs by at most ((g + 1) 2^-f + 2^-23) per step, (g + 2) / g 2^-23
+    # per product, largest at g = 1, f = 23: every fp32 datapath measured keeps 25 bits (or is an fma)
+    "fp32any.mma_k": _defined(1, "one product per step, the largest error per product"),
+    "fp32any.align_bits": _defined(23, "fp32's fraction bits, fewer than any fp32 accumulator measured kept (25)"),
+    "fp32any.align_trunc": _defined(1, "truncation, which covers rounding"),
+    "fp32any.acc_bits": _defined(23, "the fp32 accumulator register"),
+    "fp32any.acc_trunc": _defined(1, "truncation, which covers rounding"),
     # fp8 products on Hopper's wgmma: a narrow accumulator inside the tensor core
-    "fp8.mma_k": _unmeasured(16, "half the k of one wgmma fp8 instruction", "fp8_mma_k"),
-    "fp8.align_bits": _unmeasured(12, "fraction bits kept when aligning fp8 products", "fp8_align_bits"),
-    "fp8.acc_bits": _unmeasured(12, "fraction bits of the fp8 partial sums", "fp8_acc_bits"),
-    "fp8.align_trunc": _unmeasured(1, "truncated", "fp8_truncates", "flag"),
-    "fp8.acc_trunc": _unmeasured(1, "truncated", "fp8_truncates", "flag"),
-    # cuBLAS reduced-precision split-K (torch's default for bf16/fp16 GEMMs)
-    "splitk.chunk_min": _unmeasured(128, "the smallest partial (k elements) cuBLAS was seen to use",
-                                    "splitk_chunk_min"),
-    # approximate activations: max |err| / (2^-23 (|x| + |y|)) over a dense fp32 sweep
-    "act.gelu_tanh.fast": _unmeasured(2.0**13, "tanh.approx.f32 GELU", "act_gelu_tanh_fast", "ge"),
-    "act.silu.fast": _unmeasured(2.0**6, "ex2.approx SiLU with a fast division", "act_silu_fast", "ge"),
+    "fp8.mma_k": _measured(32, f"{_FP8_FITS}: 32 products per step", "fp8_mma_k"),
+    "fp8.align_bits": _measured(13, f"{_FP8_FITS}: 13 fraction bits kept when aligning", "fp8_align_bits"),
+    "fp8.acc_bits": _measured(13, f"{_FP8_FITS}: 13 to 23 fit, the fewest recorded", "fp8_acc_bits"),
+    "fp8.align_trunc": _measured(1, f"{_FP8_FITS}: truncated", "fp8_truncates", "flag"),
+    "fp8.acc_trunc": _measured(1, f"{_FP8_FITS}: truncation and rounding both fit; truncation covers both",
+                               "fp8_truncates", "flag"),
+    # cuBLAS reduced-precision split-K (torch's default for bf16/fp16 GEMMs): not seen in the 12
+    # shapes probed on 2026-12-01, seen on other shapes another day, so `any` keeps allowing it
+    "splitk.chunk_min": _unmeasured(128, "the smallest partial (k elements) allowed for cuBLAS; no reduced-"
+                                    f"precision split-K was seen in {MEASURED} (splitk)", "splitk_chunk_min"),
+    # approximate activations: max |err| / (2^-23 (|x| + |y|)) over a dense fp32 sweep (93M inputs,
+    # |x| in [2^-32, 128)), rounded up
+    "act.gelu_tanh.fast": _measured(31.04, "activations: tanh.approx.f32 GELU, 31.04 (x(1 + c x^2) form 30.60)",
+                                    "act_gelu_tanh_fast", "ge"),
+    "act.silu.fast": _measured(0.71, "activations: ex2.approx.ftz + div.approx SiLU 0.70 (ex2.approx + div.rn "
+                               "0.51)", "act_silu_fast", "ge"),
 }
 
 
@@ -210,10 +258,12 @@ class AccModel:
 
 
 TC16, FMA, TF32, FP8CH = Chain("tc16"), Chain("fma"), Chain("tf32"), Chain("fp8")
+FP32ANY = Chain("fp32any")  # an fp32 accumulator whose steps were not identified
 FP16ACC = Chain("tc16", acc_bits=10, acc_trunc=False)  # rounds to nearest fp16 after every MMA step
-# The reference's own accumulation: each k-block's fp32 dot (tensor cores on the GPU, BLAS on the
-# CPU; at most 23 aligned bits) added by an fp32 add rounding to nearest; its fp8 promotion
-# emulation keeps 13 bits per chunk (kernels_ref.mma).
+# The reference's own accumulation: each k-block's dot from zero (tensor cores on the GPU for
+# 16- and 8-bit operands, the ieee path for fp32, BLAS on the CPU; at most 23 aligned bits) added
+# by an fp32 add rounding to nearest; its fp8 promotion emulation keeps 13 bits per chunk
+# (kernels_ref.mma).
 REF_CHAIN = Chain("tc16", align_bits_max=23)
 REF_PROMOTED = Chain("tc16", acc_bits=13, acc_trunc=True, align_bits_max=23)
 REF_FP16 = Chain("tc16", acc_bits=10, acc_trunc=False, align_bits_max=23)
@@ -227,39 +277,54 @@ def _reg(model: AccModel, operands) -> None:
         ACC_TABLE[(model.name, d)] = model
 
 
+_CUBLAS_TF32 = ("cuBLAS's TF32 datapath over a long K was not identified (its k ladders keep more of the small "
+                "products than one chain or any power-of-two promotion interval; the bound covers partials "
+                "restarted at k-block boundaries)")
 _reg(AccModel("fp32", "bf16/fp16 products summed by the tensor cores into an fp32 accumulator (cuBLAS, Triton "
               "tl.dot, WGMMA kernels), in k order or split into fp32 partials at k-block boundaries",
               TC16, catches="a missing or repeated k-block, a wrong scale or operand, anything above the tensor "
-              "core's own truncation of the partial sums"), ("bf16", "fp16"))
+              "core's own truncation of the partial sums (about 2^-25 of the running sum per product, "
+              "adding up)"), ("bf16", "fp16"))
 _reg(AccModel("fp32", "fp32 operands, IEEE fma accumulation (cuBLAS with TF32 off, tl.dot input_precision='ieee')",
               FMA, catches="anything above fp32 rounding of the partial sums"), ("fp32",))
 _reg(AccModel("fp32", "fp8 products accumulated as an fp32 tensor core would (the meaning of a spec without "
-              "acc_model; Hopper's fp8 WGMMA keeps fewer bits: declare fp8_fast or fp8_promoted)",
+              "acc_model; Hopper's fp8 WGMMA keeps 13 bits: declare fp8_fast or fp8_promoted)",
               TC16, catches="as fp32"), FP8)
-_reg(AccModel("tf32", "fp32 operands rounded to TF32, tensor-core accumulation (cuBLAS with TF32 on, tl.dot "
-              "input_precision='tf32')", TF32, operand="tf32",
-              catches="errors above the TF32 rounding of the operands (about 2^-11 relative per product)"), ("fp32",))
+_reg(AccModel("tf32", "fp32 operands cut to TF32, tensor-core accumulation, whichever way the operands are cut "
+              f"(Triton tl.dot input_precision='tf32' truncates, cuBLAS rounds to nearest); {_CUBLAS_TF32}",
+              TF32, operand="tf32", catches="errors above the TF32 truncation of the operands: its bias (2^-9 of "
+              "|D|) and its random part (8 * 2^-9 of sqrt(sum (ab)^2))"), ("fp32",))
+_reg(AccModel("tf32_rn", f"fp32 operands rounded to nearest TF32 (cuBLAS with TF32 on); {_CUBLAS_TF32}",
+              TF32, operand="tf32_rn", catches="errors above the TF32 rounding of the operands (8 * 2^-10 of "
+              "sqrt(sum (ab)^2), or 2^-10 of sum |a||b| where one product dominates)"), ("fp32",))
 _reg(AccModel("tf32x3", "fp32 operands split into TF32 hi + lo, three products (tl.dot input_precision='tf32x3')",
-              TF32, passes=3, operand="tf32", catches="near fp32 accuracy"), ("fp32",))
-_reg(AccModel("bf16x3", "fp32 operands split into bf16 hi + lo, three products (tl.dot input_precision='bf16x3')",
-              TC16, passes=3, operand="bf16x3", catches="about 2^-14 relative to sum |a||b|"), ("fp32",))
+              TF32, passes=3, operand="tf32", catches="near fp32 accuracy (2^-18 of sum |a||b|)"), ("fp32",))
+_reg(AccModel("bf16x3", "fp32 operands split into bf16 hi + lo, three products (tl.dot input_precision='bf16x3'); "
+              "its datapath was not identified: the operand split is taken as truncating and the steps as the "
+              "loosest fp32 accumulator (one product per step, 23 aligned bits, truncation)",
+              FP32ANY, passes=3, operand="bf16x3", catches="errors above 2^-12 of sum |a||b| (or its random part "
+              "where sum (ab)^2 is known)"), ("fp32",))
 _reg(AccModel("fp16", "an fp16 accumulator rounded to nearest after every MMA step", FP16ACC,
               catches="errors above fp16 rounding of every partial sum"), ("fp16", "e4m3", "e5m2"))
-_reg(AccModel("fp8_fast", "Hopper fp8 WGMMA with its narrow accumulator and no promotion (cuBLASLt fast "
+_reg(AccModel("fp8_fast", "Hopper fp8 WGMMA with its 13-bit accumulator and no promotion (cuBLASLt fast "
               "accumulation, Triton's sm_90 default)", FP8CH,
-              catches="only errors above the narrow accumulator's drift, which grows with K (about 2^-12 per "
-              "step of the running sum)"), FP8)
-_reg(AccModel("fp8_promoted", "Hopper fp8 WGMMA, the narrow partial added into fp32 every promotion_interval k "
-              "(cuBLASLt without fast accumulation, DeepGEMM, Triton max_num_imprecise_acc)", FP8CH, promoted=True,
-              catches="errors above 2^-12 of each promotion chunk's sum |a||b|"), FP8)
-_reg(AccModel("int32", "int8 products, exact integer accumulation", None, catches="any difference"), ("int8",))
+              catches="only errors above the narrow accumulator's drift, which grows with K (about 2^-13 of the "
+              "running sum per step of 32 products)"), FP8)
+_reg(AccModel("fp8_promoted", "Hopper fp8 WGMMA, the 13-bit partial added into fp32 every promotion_interval k "
+              "(cuBLASLt without fast accumulation: 128 measured; DeepGEMM; Triton max_num_imprecise_acc: the "
+              "interval it is given)", FP8CH, promoted=True,
+              catches="errors above about 2^-13 of each promotion chunk's sum |a||b| per step"), FP8)
+_reg(AccModel("int32", "int8 products, exact integer accumulation (torch._int_mm measured exact)", None,
+              catches="any difference"), ("int8",))
 _reg(AccModel("any", "the loosest sound bound over every engine model for these operands, including cuBLAS "
               "reduced-precision split-K", TC16, union=("fp32",),
-              catches="errors above the largest of: the tensor core's truncation, and bf16/fp16 rounding of "
-              "every split-K partial and partial sum"), ("bf16", "fp16"))
-_reg(AccModel("any", "the loosest of fp32 (fma), tf32, tf32x3 and bf16x3", TF32, union=("fp32", "tf32", "tf32x3",
-              "bf16x3"), catches="errors above TF32 operand rounding"), ("fp32",))
-_reg(AccModel("any", "the loosest of fp8_fast and fp8_promoted", FP8CH, union=("fp32", "fp8_fast"),
+              catches="errors above the largest of: the tensor core's truncation, and the output type's rounding "
+              "of every split-K partial and partial sum"), ("bf16", "fp16"))
+_reg(AccModel("any", "the loosest of fp32 (fma), tf32 (truncated or rounded operands), tf32x3 and bf16x3", TF32,
+              union=("fp32", "tf32", "tf32x3", "bf16x3"), catches="errors above bf16x3's (2^-12 of sum |a||b|)"),
+     ("fp32",))
+_reg(AccModel("any", "the loosest of fp8_fast and fp8_promoted (with its interval, where the spec gives one)", FP8CH,
+              union=("fp32", "fp8_fast", "fp8_promoted"),
               catches="only errors above the fp8 narrow accumulator's drift over the whole K"), FP8)
 _reg(AccModel("any", "int8: exact", None, union=("int32",), catches="any difference"), ("int8",))
 
@@ -303,10 +368,12 @@ class Stats:
 
 
 class SpanStats:
-    """L and V of a span accumulated k-block by k-block from a known accumulator x0 (teacher forcing)."""
+    """L and V of a span accumulated k-block by k-block from a known accumulator x0 (teacher
+    forcing), and the span's own sum (the accumulator now less x0)."""
 
     def __init__(self, x0: torch.Tensor):
         x = x0.double()
+        self.x0 = x
         self.x = x
         self.lo = torch.minimum(x, torch.zeros_like(x))
         self.hi = torch.maximum(x, torch.zeros_like(x))
@@ -323,6 +390,9 @@ class SpanStats:
 
     def stats(self) -> Stats:
         return Stats(self.l, self.v)
+
+    def span_sum_abs(self) -> torch.Tensor:
+        return (self.x - self.x0).abs()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -355,24 +425,36 @@ def _chain_bound(chain: Chain, st: Stats, s: torch.Tensor, bk: int, passes: int,
     return (det * steps * st.l + LAMBDA * torch.sqrt(rnd2 * steps * torch.clamp(st.v, min=0))) * chain.growth(total)
 
 
-def _operand_bound(model: AccModel, st: Stats, s: torch.Tensor) -> torch.Tensor:
+def _operand_bound(model: AccModel, st: Stats, s: torch.Tensor, x_abs: Optional[torch.Tensor],
+                   ref: torch.Tensor) -> torch.Tensor:
+    """Operand rounding: each product k errs by d_k |a_k b_k|, |d_k| <= c. Deterministically the sum
+    errs by at most c S. Rounding to nearest: d_k of mean zero, independent of the data (Higham and
+    Mary's model): LAMBDA c sqrt(q) (Azuma-Hoeffding), q = sum (ab)^2. Truncation: d_k in [0, c]
+    with the sign of a_k b_k, so the mean mu of d_k biases the sum by mu |X| <= c |X| (X the exact
+    sum, within the reference's own bound of |x_abs|), and d_k - mu is a random walk bounded as
+    above. The smaller of the deterministic and the probabilistic bound is taken."""
     if not model.operand:
         return torch.zeros_like(s)
     bits = int(hw(f"{model.operand}.operand_bits").value)
     trunc = bool(hw(f"{model.operand}.operand_trunc").value)
     u = 2.0 ** -bits if trunc else 2.0 ** -(bits + 1)
-    if model.passes == 3:  # the dropped lo*lo term and the rounding of the lo parts
-        return 4 * u * u * STATS_MARGIN * s
-    per = 2 * u + u * u
-    if trunc or st.q is None:
-        return per * STATS_MARGIN * s
-    return LAMBDA * per * torch.sqrt(st.q.double() * STATS_MARGIN)
+    c = 4 * u * u if model.passes == 3 else 2 * u + u * u  # three passes: the dropped lo*lo, the lo parts' rounding
+    det = c * STATS_MARGIN * s
+    if st.q is None:
+        return det
+    walk = LAMBDA * c * torch.sqrt(st.q.double() * STATS_MARGIN)
+    if not trunc:
+        return torch.minimum(det, walk)
+    if x_abs is None:
+        return det
+    return torch.minimum(det, c * STATS_MARGIN * (x_abs.double() + ref) + walk)
 
 
-def _engine_bound(spec, model: AccModel, st: Stats, s: torch.Tensor, n: int) -> torch.Tensor:
+def _engine_bound(spec, model: AccModel, st: Stats, s: torch.Tensor, n: int, x_abs, ref) -> torch.Tensor:
     if model.union:
         names = ("fp16",) if spec.acc_dtype == "fp16" else model.union
-        parts = [_engine_bound(spec, acc_model(m, spec.a_dtype), st, s, n) for m in names]
+        names = [m for m in names if not (acc_model(m, spec.a_dtype).promoted and not spec.promotion_interval)]
+        parts = [_engine_bound(spec, acc_model(m, spec.a_dtype), st, s, n, x_abs, ref) for m in names]
         out = parts[0]
         for p in parts[1:]:
             out = torch.maximum(out, p)
@@ -380,7 +462,8 @@ def _engine_bound(spec, model: AccModel, st: Stats, s: torch.Tensor, n: int) -> 
     if model.chain is None:
         return torch.zeros_like(s)
     promo = spec.promotion_interval if model.promoted else None
-    return _chain_bound(model.chain, st, s, spec.tile.bk, model.passes, promo, n) + _operand_bound(model, st, s)
+    return _chain_bound(model.chain, st, s, spec.tile.bk, model.passes, promo, n) + \
+        _operand_bound(model, st, s, x_abs, ref)
 
 
 def _reference_bound(spec, st: Stats, s: torch.Tensor, n: int) -> torch.Tensor:
@@ -415,12 +498,15 @@ def _reduction_bound(spec, model: AccModel, st: Stats, s: torch.Tensor, n: int) 
     return out
 
 
-def mma_bound(spec, x0_abs: torch.Tensor, s: torch.Tensor, n: int, stats=None) -> torch.Tensor:
+def mma_bound(spec, x0_abs: torch.Tensor, s: torch.Tensor, n: int, stats=None,
+              x_abs: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Bound on |kernel - reference| for an accumulator after a span of `n` products.
 
     x0_abs: |accumulator| at the start of the span (exactly known: a tap, or 0); s: sum of |a||b|
     (scaled) over the span; stats: the span's L, V (Stats, kernels_ref.mma.MmaStats or SpanStats);
-    without them the bound uses what |x0| and S alone guarantee (looser)."""
+    without them the bound uses what |x0| and S alone guarantee (looser). x_abs: |the reference's
+    sum over the span| (a SpanStats carries its own): truncated operands' bias follows it; without
+    it that term falls back to S."""
     model = resolved_model(spec)
     if model.chain is None and not model.union:
         return torch.zeros_like(s, dtype=torch.float64)
@@ -430,14 +516,15 @@ def mma_bound(spec, x0_abs: torch.Tensor, s: torch.Tensor, n: int, stats=None) -
         st = Stats.crude(x0_abs, s64, n_kb)
     elif isinstance(stats, SpanStats):
         st = stats.stats()
+        x_abs = stats.span_sum_abs() if x_abs is None else x_abs
     elif isinstance(stats, Stats):
         st = stats
     else:
         st = Stats.of(stats)
     st = Stats(st.l.double() * STATS_MARGIN, st.v.double() * STATS_MARGIN ** 2,
                None if st.q is None else st.q.double(), st.pabs, st.prun)
-    bound = _engine_bound(spec, model, st, s64, n) + _reference_bound(spec, st, s64, n) + \
-        _reduction_bound(spec, model, st, s64, n)
+    ref = _reference_bound(spec, st, s64, n)
+    bound = _engine_bound(spec, model, st, s64, n, x_abs, ref) + ref + _reduction_bound(spec, model, st, s64, n)
     return bound.to(s.dtype if s.is_floating_point() else torch.float64)
 
 
@@ -455,8 +542,11 @@ def describe(spec) -> str:
     consts = "; ".join(f"{k} = {hw(k).describe()}" for k in keys) or "none (exact)"
     red = f", split-K partials reduced in {spec.reduction}" + \
         (f" every {spec.reduction_chunk} k" if spec.reduction_chunk else "") if spec.reduction != "none" else ""
-    unmeasured = [k for k in keys if not hw(k).measured]
+    unmeasured = [k for k in keys if not hw(k).measured and not hw(k).stand_in]
+    stand_ins = [k for k in keys if hw(k).stand_in]
     warn = f" UNMEASURED constants: {', '.join(unmeasured)}." if unmeasured else ""
+    if stand_ins:
+        warn += f" Datapath not identified, conservative stand-ins: {', '.join(stand_ins)}."
     chains = [acc_model(m, spec.a_dtype) for m in names]
     worst = max((c.chain.growth(c.passes * math.ceil(spec.k / c.chain.values()[0])) for c in chains
                  if c.chain is not None and not c.promoted), default=1.0)
