@@ -645,15 +645,19 @@ class MmaStats:
 
     l: torch.Tensor
     v: torch.Tensor
-    q: torch.Tensor
+    q: Optional[torch.Tensor]  # None: not computed (a trajectory given none)
     pabs: torch.Tensor
     prun: torch.Tensor
 
+    def _map(self, fn) -> "MmaStats":
+        return MmaStats(*(None if getattr(self, f) is None else fn(getattr(self, f))
+                          for f in ("l", "v", "q", "pabs", "prun")))
+
     def at(self, *index) -> "MmaStats":
-        return MmaStats(*(getattr(self, f)[index] for f in ("l", "v", "q", "pabs", "prun")))
+        return self._map(lambda t: t[index])
 
     def to(self, device) -> "MmaStats":
-        return MmaStats(*(getattr(self, f).to(device) for f in ("l", "v", "q", "pabs", "prun")))
+        return self._map(lambda t: t.to(device))
 
 
 def _check_stats_chunk(stats_chunk: Optional[int], block_k: int) -> int:
@@ -669,7 +673,7 @@ def trajectory_stats(traj: torch.Tensor, s_traj: torch.Tensor, stats_chunk: Opti
                      block_k: int = 1, q: Optional[torch.Tensor] = None) -> MmaStats:
     """The statistics after every k-block of a trajectory (traj, s_traj: [..., n_kb, R, C], the
     accumulator and S after each k-block), on the trajectory's device, one k-block at a time
-    (float64 running values, float32 results); q, if given, is put in as is. Each field is
+    (float64 running values, float32 results); q, if given, is put in as is (else None). Each field is
     [..., n_kb, R, C]: field[..., j, :, :] describes the span of k-blocks 0..j (pabs / prun: as if
     the span ended at j, its last partial still open)."""
     kd = traj.dim() - 3
@@ -700,8 +704,7 @@ def trajectory_stats(traj: torch.Tensor, s_traj: torch.Tensor, stats_chunk: Opti
                 closed_abs = closed_abs + (x - mark).abs()
                 closed_run = closed_run + x.abs()
                 mark = x
-    qq = torch.zeros((), dtype=torch.float32, device=traj.device).expand(shape) if q is None else \
-        q.to(torch.float32).expand(shape)
+    qq = None if q is None else q.to(torch.float32).expand(shape)
     return MmaStats(out["l"], out["v"], qq, out["pabs"], out["prun"])
 
 
@@ -926,7 +929,7 @@ def mma_accumulate_host(a: torch.Tensor, b: torch.Tensor, block_m: int, block_n:
         if traj.shape[1] == 0:
             z = torch.zeros((M, N), dtype=torch.float64)
             return z, z.clone(), MmaStats(z, z.clone(), z.clone(), z.clone(), z.clone())
-        q = None
+        q = torch.zeros((M, N), dtype=torch.float64)  # as the kernel: 0 unless both operands are fp32
         if ad == "fp32" and bd == "fp32":
             a64, b64 = a.detach().cpu().double(), b.detach().cpu().double()
             q = (a64 * a64) @ (b64 * b64)

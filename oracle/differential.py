@@ -316,7 +316,7 @@ def _mma_stage(ctx: _Context, last_kb: int) -> tuple[StageResult, dict]:
                   scale_b=ctx.block_b.abs() if ctx.block_b is not None else None)
     s_traj = ref_mma.mma_trajectory(_abs_operand(ctx.a), _abs_operand(ctx.b), tiles, ctx.bm, ctx.bn, ctx.bk,
                                     **abs_kw)
-    traj_stats = ref_mma.trajectory_stats(traj, s_traj)
+    traj_stats = ref_mma.trajectory_stats(traj, s_traj, spec.reduction_chunk, ctx.bk)
     row_of = {tile: i for i, tile in enumerate(tiles)}
     by_tile: dict[tuple[int, int], dict[int, Tap]] = {}
     for t in taps:
@@ -336,7 +336,7 @@ def _mma_stage(ctx: _Context, last_kb: int) -> tuple[StageResult, dict]:
         origin = ctx.origin("mma", t.tile, kb)
         n_k = min((kb + 1) * ctx.bk, spec.k)
         bound = tolerance.mma_bound(spec, torch.zeros_like(s_traj[i, kb]), s_traj[i, kb], n_k,
-                                    traj_stats.at(i, kb))
+                                    traj_stats.at(i, kb), x_abs=traj[i, kb].abs())
         ch.append(compare(received, traj[i, kb].float(), bound=bound, mask=mask, origin=origin, tile_index=t.tile,
                           k_block=kb))
         j0 = j0_of[id(t)]  # -1: from zero at the start
@@ -450,16 +450,17 @@ def _reference_chain(ctx: _Context) -> dict[str, tuple[torch.Tensor, torch.Tenso
     spec = ctx.spec
     kw = dict(acc=spec.acc_dtype, promotion_interval=spec.promotion_interval, scale_a=ctx.block_a,
               scale_b=ctx.block_b, block_scale_group=ctx.group)
-    acc_full = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **kw).float()
     stats = None
     if spec.acc_dtype == "int32":
+        acc_full = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **kw).float()
         s_full = ref_mma.mma_accumulate(_abs_operand(ctx.a), _abs_operand(ctx.b), ctx.bm, ctx.bn, ctx.bk,
                                         **dict(kw, acc="fp32", promotion_interval=None)).double()
-    else:  # S and the partial-sum statistics the accumulation bound reads
-        _, s_full, stats = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **kw, with_stats=True,
-                                                  stats_chunk=spec.reduction_chunk)
-        s_full = s_full.double()
-    bound0 = tolerance.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k, stats).double()
+    else:  # the accumulator, S and the partial-sum statistics the accumulation bound reads, in one pass
+        acc_full, s_full, stats = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **kw, with_stats=True,
+                                                         stats_chunk=spec.reduction_chunk)
+        acc_full, s_full = acc_full.float(), s_full.double()
+    bound0 = tolerance.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k, stats,
+                                 x_abs=acc_full.double().abs()).double()
     return {step: (y, b) for step, y, b in _run_epilogue(ctx, acc_full, bound0, 0, _Vectors(ctx, None))}
 
 
