@@ -675,11 +675,17 @@ def _outlier_inputs(M, N, K, dtype, seed=0):
     return a.to(dtype), b.to(dtype)
 
 
-def _col_probe_run(dtype, M, N, K, probes: list, reduced: bool) -> torch.Tensor:
+def _major(x: torch.Tensor, major: str) -> torch.Tensor:
+    """x stored row-major (its last dimension contiguous) or column-major: cuBLAS picks its kernel
+    by the layout too."""
+    return x.contiguous() if major == "row" else x.t().contiguous().t()
+
+
+def _col_probe_run(dtype, M, N, K, probes: list, reduced: bool, majors=("row", "row")) -> torch.Tensor:
     """Probes in columns: A = ones [M, K], B[:, n] = probe n's products, given as lists of (k, value);
-    output row 0. Built on the GPU, N probes per GEMM."""
+    output row 0. Built on the GPU, N probes per GEMM, A and B stored in `majors`."""
     outs = []
-    a = torch.ones(M, K, device=DEV, dtype=dtype)
+    a = _major(torch.ones(M, K, device=DEV, dtype=dtype), majors[0])
     for c0 in range(0, len(probes), N):
         chunk = probes[c0:c0 + N]
         ks, cols, vals = [], [], []
@@ -691,20 +697,21 @@ def _col_probe_run(dtype, M, N, K, probes: list, reduced: bool) -> torch.Tensor:
         Bm = torch.zeros(K, N, device=DEV, dtype=torch.float64)
         Bm[torch.tensor(ks, device=DEV), torch.tensor(cols, device=DEV)] = torch.tensor(vals, device=DEV,
                                                                                         dtype=torch.float64)
-        out = _mm(a, Bm.to(dtype), reduced)
+        out = _mm(a, _major(Bm.to(dtype), majors[1]), reduced)
         outs.append(out[0, :len(chunk)].double().cpu())
     return torch.cat(outs)
 
 
-def measure_splitk(dtype_name: str, shapes, quick=False) -> dict:
-    """Reduced-precision reductions of cuBLAS, per shape (module docstring)."""
+def measure_splitk(dtype_name: str, shapes, quick=False, majors=("row", "row")) -> dict:
+    """Reduced-precision reductions of cuBLAS, per shape (module docstring), with A and B stored in
+    `majors`."""
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype_name]
     X = 1024.0 if dtype_name == "bf16" else 2.0 ** 14  # X + 1 is not representable, X is
     ulp_x = 8.0 if dtype_name == "bf16" else 16.0
     rows = []
     for (M, N, K) in shapes:
-        row = {"shape": [M, N, K]}
-        a, b = _outlier_inputs(M, N, K, dtype)
+        row = {"shape": [M, N, K], "majors": list(majors)}
+        a, b = (_major(x, mj) for x, mj in zip(_outlier_inputs(M, N, K, dtype), majors))
         on = _mm(a, b, True).double()
         off = _mm(a, b, False).double()
         exact = a.double() @ b.double()
@@ -717,7 +724,7 @@ def measure_splitk(dtype_name: str, shapes, quick=False) -> dict:
         # X + 1 just before each candidate boundary, -X at it: 1 when both sit in one partial, 0
         # when a partial holding X + 1 was rounded to the output type first
         probes = [[(kx - step, X), (kx - step + 1, 1.0), (kx, -X)] for kx in pos]
-        got = _col_probe_run(dtype, M, N, K, probes, True).tolist()
+        got = _col_probe_run(dtype, M, N, K, probes, True, majors).tolist()
         bounds = [kx for kx, v in zip(pos, got) if v == 0.0]
         odd = [(kx, v) for kx, v in zip(pos, got) if v not in (0.0, 1.0)]
         row["boundaries"] = bounds
@@ -728,7 +735,7 @@ def measure_splitk(dtype_name: str, shapes, quick=False) -> dict:
             b0 = bounds[0]
             deltas = list(range(1, int(2 * ulp_x) + 1))
             got_r = _col_probe_run(dtype, M, N, K, [[(b0 - 2, X), (b0 - 1, float(d)), (b0, -X)] for d in deltas],
-                                   True).tolist()
+                                   True, majors).tolist()
             rn = [float(torch.tensor(X + d).to(dtype).double() - X) for d in deltas]
             row["partial_rounding"] = "rn" if got_r == rn else {"deltas": deltas, "seen": got_r, "rn_would_be": rn}
             chunks = [b0] + [bb - aa for aa, bb in zip(bounds, bounds[1:])]
@@ -736,7 +743,7 @@ def measure_splitk(dtype_name: str, shapes, quick=False) -> dict:
             if len(bounds) >= 2:
                 big = 256.0 if dtype_name == "bf16" else 4096.0  # big + 1 rounds to big in the output type
                 got3 = float(_col_probe_run(dtype, M, N, K, [[(0, big), (bounds[0], 1.0), (bounds[1], -big)]],
-                                            True)[0])
+                                            True, majors)[0])
                 row["partial_sum"] = {1.0: "fp32", 0.0: "output precision"}.get(got3, f"seen {got3}")
         row["explained"] = (row["outlier_differs"] == 0) or bool(bounds)
         rows.append(row)

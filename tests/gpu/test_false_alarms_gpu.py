@@ -1,6 +1,7 @@
-"""GPU tier: a slice of the false-alarm benchmark (benchmarks/false_alarms.py --quick): correct
-GEMMs from cuBLAS, cuBLASLt, torch._int_mm and the Triton GEMM are MATCH, and planted defects are
-found at their tile."""
+"""GPU tier: a slice of the false-alarm benchmark (benchmarks/false_alarms.py --quick, under a
+minute): correct GEMMs from cuBLAS, cuBLASLt, torch._int_mm and the Triton GEMM are MATCH, and
+planted defects are found at their tile wherever the model can see them (fp8 fast accumulation
+over a long K leaves only gross errors catchable: oracle.tolerance.describe says so)."""
 
 import importlib.util
 import json
@@ -24,9 +25,14 @@ def _module():
 
 def test_quick_slice_has_no_false_alarm(tmp_path):
     out = tmp_path / "fa.json"
-    rc = _module().main(["--quick", "--engines", ENGINES, "--out", str(out), "--budget-s", "50"])
+    rc = _module().main(["--quick", "--engines", ENGINES, "--out", str(out), "--budget-s", "45"])
     doc = json.loads(out.read_text())
+    for key in ("correct_cases", "false_diverged", "planted", "detected_right_tile", "environment", "worst_ratio",
+                "groups", "planted_table"):
+        assert key in doc
     assert doc["correct_cases"] > 0 and not doc["errors"], doc["errors"]
     assert doc["false_diverged"] == 0, doc["false_alarms"]
     assert rc == 0
-    assert doc["planted"] > 0 and doc["detected"] >= 0.9 * doc["planted"], doc["planted_table"]
+    seen = [(d, v) for c in doc["cases"] if not (c["problem"]["acc_model"] == "fp8_fast" and c["fields"]["k"] > 4096)
+            for d, v in c["planted"].items()]
+    assert seen and sum(right for _, (_, right) in seen) >= 0.95 * len(seen), doc["planted_table"]
