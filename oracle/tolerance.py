@@ -478,23 +478,28 @@ def _reference_bound(spec, st: Stats, s: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def _reduction_bound(spec, model: AccModel, st: Stats, s: torch.Tensor, n: int) -> torch.Tensor:
+    """Split-K partials P_i (their ends at k-block boundaries) rounded, and each partial sum X_i
+    rounded: u (sum |P_i| + sum |X_i|), with sum |P_i| <= S and, as every |X_j| <= m_j,
+    sum |X_i| at most both parts * sqrt(V) and L."""
     n_kb = max(1, math.ceil(n / spec.tile.bk))
-    r_max = torch.sqrt(torch.clamp(st.v, min=0))  # every |X_j| <= some m_j <= sqrt(V)
+    r_max = torch.sqrt(torch.clamp(st.v, min=0))
+
+    def sums(parts: int) -> torch.Tensor:
+        return torch.minimum(parts * r_max, st.l)
+
     out = torch.zeros_like(s)
     red = spec.reduction
     if red == "fp32":
-        out = 2.0 ** -24 * STATS_MARGIN * (s + n_kb * r_max)
+        out = 2.0 ** -24 * STATS_MARGIN * (s + sums(n_kb))
     elif red in ("bf16", "fp16"):
         u = DTYPES[red].unit_roundoff
         if st.pabs is None or st.prun is None:
-            parts = math.ceil(n / spec.reduction_chunk)
-            out = u * STATS_MARGIN * (s + parts * r_max)
+            out = u * STATS_MARGIN * (s + sums(math.ceil(n / spec.reduction_chunk)))
         else:
             out = u * STATS_MARGIN * (st.pabs.double() + st.prun.double())
     if model.name == "any" and spec.a_dtype in ("bf16", "fp16"):
         u = DTYPES[spec.out_dtype].unit_roundoff if spec.out_dtype in ("bf16", "fp16") else 2.0 ** -24
-        parts = math.ceil(n / hw("splitk.chunk_min").value)
-        out = torch.maximum(out, u * STATS_MARGIN * (s + parts * r_max))
+        out = torch.maximum(out, u * STATS_MARGIN * (s + sums(math.ceil(n / hw("splitk.chunk_min").value))))
     return out
 
 
