@@ -2,7 +2,9 @@
 
 First build the zoo's traced cubins here (nvcc, no GPU needed) into an ignored folder:
     ORACLE_CACHE_DIR=$PWD/.carry/cache python benchmarks/false_alarms.py --prebuild-zoo
-then on the H200 (one GPU, about 5 minutes), carrying .carry/cache:
+then on the H200 (one GPU; budgeted to about 5 minutes: no new case after 240 s, then up to 60 s
+of zoo cases; --shard 0/2 and 1/2 in two calls, then --merge, if the budget leaves cases out),
+carrying .carry/cache:
     ORACLE_CACHE_DIR=$PWD/.carry/cache python benchmarks/false_alarms.py --zoo \
         --out $OUT/false_alarms_h200.json > $OUT/false_alarms_h200.log 2>&1
 (a cache miss builds there: about 80 s for the Hopper kernel). The slice the GPU test runs

@@ -25,7 +25,7 @@ def _module():
 
 def test_quick_slice_has_no_false_alarm(tmp_path):
     out = tmp_path / "fa.json"
-    rc = _module().main(["--quick", "--engines", ENGINES, "--out", str(out), "--budget-s", "45"])
+    rc = _module().main(["--quick", "--engines", ENGINES, "--out", str(out), "--budget-s", "35"])
     doc = json.loads(out.read_text())
     for key in ("correct_cases", "false_diverged", "planted", "detected_right_tile", "environment", "worst_ratio",
                 "groups", "planted_table"):
@@ -33,6 +33,11 @@ def test_quick_slice_has_no_false_alarm(tmp_path):
     assert doc["correct_cases"] > 0 and not doc["errors"], doc["errors"]
     assert doc["false_diverged"] == 0, doc["false_alarms"]
     assert rc == 0
-    seen = [(d, v) for c in doc["cases"] if not (c["problem"]["acc_model"] == "fp8_fast" and c["fields"]["k"] > 4096)
-            for d, v in c["planted"].items()]
-    assert seen and sum(right for _, (_, right) in seen) >= 0.95 * len(seen), doc["planted_table"]
+    gross = [right for c in doc["cases"] if not (c["problem"]["acc_model"] == "fp8_fast" and c["fields"]["k"] > 4096)
+             for d, (_, right) in c["planted"].items() if d in ("zeroed tile", "one sign flip", "one NaN")]
+    assert gross and sum(gross) >= 0.95 * len(gross), doc["planted_table"]
+    # a 1 % tile and a missing 64-deep k-block, on random normal inputs, with the models that see them
+    fine = [right for c in doc["cases"] if c["fields"]["kind"] == "normal"
+            and c["problem"]["acc_model"] in (None, "fp32", "tf32_rn", "int32")
+            for d, (_, right) in c["planted"].items() if d in ("tile x 1.01", "missing k-block")]
+    assert fine and sum(fine) >= 0.95 * len(fine), doc["planted_table"]
