@@ -3,7 +3,8 @@
 First build the zoo's traced cubins here (nvcc, no GPU needed) into an ignored folder:
     ORACLE_CACHE_DIR=$PWD/.carry/cache python benchmarks/false_alarms.py --prebuild-zoo
 then on the H200 (one GPU; budgeted to about 5 minutes: no new case after 240 s, then up to 60 s
-of zoo cases; --shard 0/2 and 1/2 in two calls, then --merge, if the budget leaves cases out),
+of zoo cases; --shard 0/2 and 1/2 in two calls, --zoo on one, then --merge, if the budget leaves
+cases out),
 carrying .carry/cache:
     ORACLE_CACHE_DIR=$PWD/.carry/cache python benchmarks/false_alarms.py --zoo \
         --out $OUT/false_alarms_h200.json > $OUT/false_alarms_h200.log 2>&1
