@@ -11,7 +11,9 @@ Data path (elementwise on x [R, C], a tile or the whole output, computing in fp3
               x * sigmoid(2 u) | silu x * sigmoid(x)
   cast        round to nearest even into fp32 / fp16 / bf16 / e4m3 / e5m2; saturate=True clamps to
               +-max finite first (NaN stays NaN); without it overflow follows the format: e4m3
-              (e4m3fn, no infinity) gives NaN, e5m2 / fp16 / bf16 give infinity.
+              (e4m3fn, no infinity) gives NaN, e5m2 / fp16 / bf16 give infinity. int32: the
+              integer part, clamped to int32 (for an int32 accumulator through an identity
+              epilogue; the fp32 steps hold it exactly up to 2^24).
 `epilogue` composes them in that order; the fused gemm calls the same jit helpers.
 
 Constraints: inputs x and c may be fp32, fp16, bf16 (x also int32, converted RNE to fp32); scale
@@ -40,7 +42,8 @@ from kernels_ref._codec import _decode_f32, _encode, _to_storage, _unsigned
 from kernels_ref.dtypes import DTYPES
 
 ACTIVATIONS = ("none", "relu", "gelu_erf", "gelu_tanh", "silu")
-OUT_DTYPES = ("fp32", "fp16", "bf16", "e4m3", "e5m2")
+OUT_DTYPES = ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int32")
+INT32_MAX_F32 = 2147483520.0  # the largest fp32 below 2^31
 BIAS_AXES = (None, "row", "col")
 STEPS = ("scale", "alpha_beta", "bias", "activation", "cast")
 _ACT_CODE = {a: i for i, a in enumerate(ACTIVATIONS)}
@@ -148,7 +151,12 @@ def _ep_activation(x, ACT: tl.constexpr):
 
 @triton.jit
 def _ep_cast(x, OUT: tl.constexpr, SAT: tl.constexpr):
-    """fp32 values -> unsigned bit patterns of the output format (int32)."""
+    """fp32 values -> unsigned bit patterns of the output format (int32). An int32 output takes
+    the integer part, clamped to int32's range (its input is an integer-valued accumulator)."""
+    if OUT == 6:
+        x = tl.where(x > 2147483520.0, 2147483520.0, x)  # INT32_MAX_F32
+        x = tl.where(x < -2147483648.0, -2147483648.0, x)
+        return x.to(tl.int32)
     return _encode(x, OUT, SAT)
 
 
@@ -454,6 +462,8 @@ def apply_cast_host(x, out_dtype_name, saturate=False) -> torch.Tensor:
     y = _x_host(x).to(torch.float32)
     C.require_choice("out_dtype_name", out_dtype_name, OUT_DTYPES)
     dt = DTYPES[out_dtype_name]
+    if out_dtype_name == "int32":
+        return torch.clamp(y, -2147483648.0, INT32_MAX_F32).to(torch.int32)
     if saturate:
         y = torch.clamp(y, -dt.max_finite, dt.max_finite)
     out = y.to(dt.torch)

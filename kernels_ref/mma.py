@@ -25,18 +25,30 @@ Accumulator semantics (the host specs emulate exactly these roundings in float64
                acc = fp32(acc + fp32(p * s)); with promotion, each chunk's q is scaled instead of p.
                (`mma_step` takes the already gathered per-row / per-column vectors.)
   with_abs_sum: S accumulates fp32(|A_kb| @ |B_kb|) (times |s|) per dot, in fp32.
+  with_stats (mma_accumulate): the statistics the accumulation bounds read, per element
+               (oracle.tolerance): with X_j the accumulator after k-block j (X_-1 = 0) and s_j
+               the block's sum |a||b|, m_j = max(X_(j-1) - min(0, X_0..X_(j-1)),
+               max(0, X_0..X_(j-1)) - X_(j-1)) + s_j (the largest |running partial| any restart at
+               a k-block boundary could hold, plus the block), l = sum_j m_j, v = sum_j m_j^2;
+               q = sum_k (a_mk b_kn)^2 (fp32 operands only, else 0); with stats_chunk c k
+               elements (a multiple of block_k), the partials P_i = X(end of chunk i) - X(end of
+               chunk i-1) give pabs = sum_i |P_i| and prun = sum_i |X(end of chunk i)| (else 0).
+               Computed in fp32 from the kernel's own accumulator; `trajectory_stats` computes the
+               same from a trajectory, and the host spec is that applied to the host trajectory.
 
 Constraints: tile extents need not be powers of two (blocks are padded with zeros inside the
 kernel). On the GPU fp32 dots use the ieee path, fp16/fp8 operands are fed to the tensor cores as
-fp16 (exact) so accumulation is proper fp32, and fp-contraction is off; the compiler folds
-`acc + dot` into the tensor-core accumulator (as a hardware kernel accumulates), so p is not
-rounded on its own there: within one fp32 rounding per k-block of the model, and identical when
-the k-block sums are exact. Under the interpreter every float dot runs on fp32 values. Host specs
+fp16 (exact) so accumulation is proper fp32, and fp-contraction is off; each k-block's dot starts
+from zero and is added to the accumulator by an fp32 add that rounds to nearest (an inline
+`add.rn.f32`, which the compiler cannot fold into the tensor core's truncating accumulator), so
+the reference's own error grows with each block's sum |a||b|, not with the running sum. Under
+the interpreter every float dot runs on fp32 values. Host specs
 return CPU float64 tensors holding values exactly representable in the accumulator type.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch
@@ -96,6 +108,17 @@ def _block_scale_tile(sca_ptr, sca_r, sca_c, scb_ptr, scb_r, scb_c, m0, n0, k0, 
 
 
 @triton.jit
+def _add_rn(x, y, INTERP: tl.constexpr):
+    """fp32 x + y rounded to nearest as an instruction of its own: on the GPU the compiler would
+    otherwise fold `acc + dot` into the tensor core's accumulator, which truncates."""
+    if INTERP:
+        return x + y
+    else:
+        return tl.inline_asm_elementwise("add.rn.f32 $0, $1, $2;", "=f,f,f", [x, y], dtype=tl.float32,
+                                         is_pure=True, pack=1)
+
+
+@triton.jit
 def _mma_kblock(acc, s_acc, scale, a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0, k0, M, N, K,
                 A_DT: tl.constexpr, A_W: tl.constexpr, A_NAN: tl.constexpr,
                 B_DT: tl.constexpr, B_W: tl.constexpr, B_NAN: tl.constexpr, FILL_NAN: tl.constexpr,
@@ -147,6 +170,8 @@ def _mma_kblock(acc, s_acc, scale, a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0,
         if ACC != 1:
             if SCALED:
                 acc = acc + q * scale
+            elif ACC == 0:
+                acc = _add_rn(acc, q, INTERP)
             else:
                 acc = acc + q
     return acc, s_acc
@@ -292,6 +317,80 @@ def _mma_accumulate_kernel(a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, M, N, K, n_kb,
     tl.store(out_ptr + rm * so_r + rn * so_c, _acc_store_bits(acc, ACC), mask=mask)
     if WITH_ABS:
         tl.store(abs_ptr + rm * N + rn, s_acc, mask=mask)
+
+
+@triton.jit
+def _sq_kblock(a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0, k0, M, N, K,
+               A_W: tl.constexpr, B_W: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+               BMP: tl.constexpr, BNP: tl.constexpr, BK: tl.constexpr, BKP: tl.constexpr):
+    """sum over the k-block of (a b)^2 for fp32 operands (ieee dot of the squares)."""
+    a = _decode_f32(_box_bits(a_ptr, sa_m, sa_k, m0, k0, M, K, BM, BK, BMP, BKP, A_W, False, 0), 0)
+    b = _decode_f32(_box_bits(b_ptr, sb_k, sb_n, k0, n0, K, N, BK, BN, BKP, BNP, B_W, False, 0), 0)
+    return _dot(a * a, b * b, True)
+
+
+@triton.jit
+def _mma_stats_kernel(a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, M, N, K, n_kb,
+                      sca_ptr, sca_r, sca_c, scb_ptr, scb_r, scb_c, out_ptr, so_r, so_c, abs_ptr, st_ptr, st_s,
+                      A_DT: tl.constexpr, A_W: tl.constexpr, A_NAN: tl.constexpr,
+                      B_DT: tl.constexpr, B_W: tl.constexpr, B_NAN: tl.constexpr, FILL_NAN: tl.constexpr,
+                      ACC: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                      BMP: tl.constexpr, BNP: tl.constexpr, KS: tl.constexpr, KSP: tl.constexpr,
+                      NCHUNK: tl.constexpr, NSTEP: tl.constexpr, PROMO: tl.constexpr,
+                      SCALED: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr, GK: tl.constexpr,
+                      SA_DT: tl.constexpr, SA_W: tl.constexpr, SB_DT: tl.constexpr, SB_W: tl.constexpr,
+                      CHUNK_KB: tl.constexpr, WITH_Q: tl.constexpr, BKP: tl.constexpr,
+                      INTERP: tl.constexpr, N_KB_I: tl.constexpr):
+    """mma_accumulate with S and the bound statistics (module docstring: with_stats)."""
+    m0 = tl.program_id(0) * BM
+    n0 = tl.program_id(1) * BN
+    acc = tl.zeros([BMP, BNP], tl.float32)
+    s_acc = tl.zeros([BMP, BNP], tl.float32)
+    l_st = tl.zeros([BMP, BNP], tl.float32)
+    v_st = tl.zeros([BMP, BNP], tl.float32)
+    q_st = tl.zeros([BMP, BNP], tl.float32)
+    pabs = tl.zeros([BMP, BNP], tl.float32)
+    prun = tl.zeros([BMP, BNP], tl.float32)
+    lo = tl.zeros([BMP, BNP], tl.float32)
+    hi = tl.zeros([BMP, BNP], tl.float32)
+    mark = tl.zeros([BMP, BNP], tl.float32)
+    n_loop = _loop_count(n_kb, INTERP, N_KB_I)
+    for kb in range(0, n_loop):
+        k0 = kb * BK
+        if SCALED:
+            scale = _block_scale_tile(sca_ptr, sca_r, sca_c, scb_ptr, scb_r, scb_c, m0, n0, k0, M, N,
+                                      GM, GN, GK, BMP, BNP, SA_DT, SA_W, SB_DT, SB_W)
+        else:
+            scale = 1.0
+        x = acc
+        s_before = s_acc
+        acc, s_acc = _mma_kblock(acc, s_acc, scale, a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0, k0, M, N, K,
+                                 A_DT, A_W, A_NAN, B_DT, B_W, B_NAN, FILL_NAN, ACC, BM, BN, BMP, BNP, KS, KSP,
+                                 NCHUNK, NSTEP, PROMO, SCALED, True, INTERP)
+        m = tl.maximum(x - lo, hi - x) + (s_acc - s_before)
+        l_st = l_st + m
+        v_st = v_st + m * m
+        lo = tl.minimum(lo, acc)
+        hi = tl.maximum(hi, acc)
+        if WITH_Q:
+            q_st = q_st + _sq_kblock(a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0, k0, M, N, K, A_W, B_W,
+                                     BM, BN, BMP, BNP, BK, BKP)
+        if CHUNK_KB > 0:
+            edge = ((kb + 1) % CHUNK_KB == 0) | (kb + 1 == n_kb)
+            pabs = tl.where(edge, pabs + tl.abs(acc - mark), pabs)
+            prun = tl.where(edge, prun + tl.abs(acc), prun)
+            mark = tl.where(edge, acc, mark)
+    rm = m0 + tl.arange(0, BMP)[:, None]
+    rn = n0 + tl.arange(0, BNP)[None, :]
+    mask = (rm < M) & (rn < N) & (tl.arange(0, BMP)[:, None] < BM) & (tl.arange(0, BNP)[None, :] < BN)
+    tl.store(out_ptr + rm * so_r + rn * so_c, _acc_store_bits(acc, ACC), mask=mask)
+    tl.store(abs_ptr + rm * N + rn, s_acc, mask=mask)
+    off = rm * N + rn
+    tl.store(st_ptr + off, l_st, mask=mask)
+    tl.store(st_ptr + st_s + off, v_st, mask=mask)
+    tl.store(st_ptr + 2 * st_s + off, q_st, mask=mask)
+    tl.store(st_ptr + 3 * st_s + off, pabs, mask=mask)
+    tl.store(st_ptr + 4 * st_s + off, prun, mask=mask)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -540,17 +639,91 @@ def mma_trajectory(a: torch.Tensor, b: torch.Tensor, tiles, block_m: int, block_
     return (out, ts) if with_abs_sum else out
 
 
+@dataclass(frozen=True)
+class MmaStats:
+    """The bound statistics of an accumulation (module docstring: with_stats), each [..., R, C]."""
+
+    l: torch.Tensor
+    v: torch.Tensor
+    q: Optional[torch.Tensor]  # None: not computed (a trajectory given none)
+    pabs: torch.Tensor
+    prun: torch.Tensor
+
+    def _map(self, fn) -> "MmaStats":
+        return MmaStats(*(None if getattr(self, f) is None else fn(getattr(self, f))
+                          for f in ("l", "v", "q", "pabs", "prun")))
+
+    def at(self, *index) -> "MmaStats":
+        return self._map(lambda t: t[index])
+
+    def to(self, device) -> "MmaStats":
+        return self._map(lambda t: t.to(device))
+
+
+def _check_stats_chunk(stats_chunk: Optional[int], block_k: int) -> int:
+    """k-blocks per split-K partial (0: none)."""
+    if stats_chunk is None:
+        return 0
+    if isinstance(stats_chunk, bool) or not isinstance(stats_chunk, int) or stats_chunk <= 0 or stats_chunk % block_k:
+        raise ValueError(f"stats_chunk={stats_chunk!r} must be a positive multiple of block_k={block_k}")
+    return stats_chunk // block_k
+
+
+def trajectory_stats(traj: torch.Tensor, s_traj: torch.Tensor, stats_chunk: Optional[int] = None,
+                     block_k: int = 1, q: Optional[torch.Tensor] = None) -> MmaStats:
+    """The statistics after every k-block of a trajectory (traj, s_traj: [..., n_kb, R, C], the
+    accumulator and S after each k-block), on the trajectory's device, one k-block at a time
+    (float64 running values, float32 results); q, if given, is put in as is (else None). Each field is
+    [..., n_kb, R, C]: field[..., j, :, :] describes the span of k-blocks 0..j (pabs / prun: as if
+    the span ended at j, its last partial still open)."""
+    kd = traj.dim() - 3
+    n_kb = traj.shape[kd]
+    c = _check_stats_chunk(stats_chunk, block_k)
+    shape = tuple(traj.shape)
+    out = {f: torch.zeros(shape, dtype=torch.float32, device=traj.device) for f in ("l", "v", "pabs", "prun")}
+    one = traj.select(kd, 0).double() if n_kb else torch.zeros((), dtype=torch.float64, device=traj.device)
+    x = torch.zeros_like(one)
+    lo, hi, l, v = x.clone(), x.clone(), x.clone(), x.clone()
+    s_prev = torch.zeros_like(one)
+    closed_abs, closed_run, mark = x.clone(), x.clone(), x.clone()
+    for j in range(n_kb):
+        s_j = s_traj.select(kd, j).double()
+        m = torch.maximum(x - lo, hi - x) + (s_j - s_prev)
+        l = l + m
+        v = v + m * m
+        x = traj.select(kd, j).double()
+        lo = torch.minimum(lo, x)
+        hi = torch.maximum(hi, x)
+        s_prev = s_j
+        out["l"].select(kd, j).copy_(l)
+        out["v"].select(kd, j).copy_(v)
+        if c:
+            out["pabs"].select(kd, j).copy_(closed_abs + (x - mark).abs())
+            out["prun"].select(kd, j).copy_(closed_run + x.abs())
+            if (j + 1) % c == 0:
+                closed_abs = closed_abs + (x - mark).abs()
+                closed_run = closed_run + x.abs()
+                mark = x
+    qq = None if q is None else q.to(torch.float32).expand(shape)
+    return MmaStats(out["l"], out["v"], qq, out["pabs"], out["prun"])
+
+
 def mma_accumulate(a: torch.Tensor, b: torch.Tensor, block_m: int, block_n: int, block_k: int, acc: str = "fp32",
                    promotion_interval: Optional[int] = None, scale_a: Optional[torch.Tensor] = None,
                    scale_b: Optional[torch.Tensor] = None, block_scale_group: Optional[Sequence[int]] = None,
-                   with_abs_sum: bool = False, oob_fill: str = "zero"):
+                   with_abs_sum: bool = False, oob_fill: str = "zero", with_stats: bool = False,
+                   stats_chunk: Optional[int] = None):
     """The whole accumulator [M, N] (fp32 / fp16 / int32 tensor per acc); with with_abs_sum also
-    S[M, N] = sum_k |a_mk| |b_kn| (times |scales|) in fp32, from the same kernel."""
+    S[M, N] = sum_k |a_mk| |b_kn| (times |scales|) in fp32, from the same kernel. with_stats returns
+    (acc, S, MmaStats) (module docstring; float accumulators only; stats_chunk: split-K partials)."""
     ad, bd = _validate_mm(a, b, block_m, block_n, block_k, acc, promotion_interval, scale_a, scale_b,
                           block_scale_group, oob_fill)
     dev = C.check_device(("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b))
     M, K = a.shape
     N = b.shape[1]
+    if with_stats:
+        return _accumulate_stats(a, b, ad, bd, block_m, block_n, block_k, acc, promotion_interval, scale_a, scale_b,
+                                 block_scale_group, oob_fill, stats_chunk, dev)
     out = torch.empty((M, N), dtype=_ACC_TORCH[acc], device=dev)
     ob = C.bits_view(out)
     s = torch.empty((M, N), dtype=torch.float32, device=dev) if with_abs_sum else out
@@ -564,6 +737,30 @@ def mma_accumulate(a: torch.Tensor, b: torch.Tensor, block_m: int, block_n: int,
             N_KB_I=C.cdiv(K, block_k) if C.interpreting() else 0, **cfg.meta, **cfg.fill(oob_fill),
             **smeta, **C.launch_options(dev, cfg.num_warps))
     return (out, s) if with_abs_sum else out
+
+
+def _accumulate_stats(a, b, ad, bd, block_m, block_n, block_k, acc, promotion_interval, scale_a, scale_b,
+                      block_scale_group, oob_fill, stats_chunk, dev):
+    if acc == "int32":
+        raise ValueError("with_stats describes float accumulation; acc='int32' is exact and needs no statistics")
+    chunk_kb = _check_stats_chunk(stats_chunk, block_k)
+    M, K = a.shape
+    N = b.shape[1]
+    out = torch.empty((M, N), dtype=_ACC_TORCH[acc], device=dev)
+    ob = C.bits_view(out)
+    s = torch.empty((M, N), dtype=torch.float32, device=dev)
+    st = torch.zeros((5, M, N), dtype=torch.float32, device=dev)
+    cfg = _Cfg(ad, bd, acc, block_m, block_n, block_k, promotion_interval)
+    ab, bb = C.bits_view(a), C.bits_view(b)
+    sargs, smeta = _scale_args(scale_a, scale_b, block_scale_group, ab)
+    if M and N:
+        n_kb = C.cdiv(K, block_k)
+        _mma_stats_kernel[(C.cdiv(M, block_m), C.cdiv(N, block_n))](
+            ab, ab.stride(0), ab.stride(1), bb, bb.stride(0), bb.stride(1), M, N, K, n_kb, *sargs,
+            ob, ob.stride(0), ob.stride(1), s, st, M * N, BK=block_k, CHUNK_KB=chunk_kb,
+            WITH_Q=ad == "fp32" and bd == "fp32", BKP=C.pad_dim(block_k), N_KB_I=n_kb if C.interpreting() else 0,
+            **cfg.meta, **cfg.fill(oob_fill), **smeta, **C.launch_options(dev, cfg.num_warps))
+    return out, s, MmaStats(st[0], st[1], st[2], st[3], st[4])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -714,14 +911,30 @@ def mma_accumulate_host(a: torch.Tensor, b: torch.Tensor, block_m: int, block_n:
                         acc: str = "fp32", promotion_interval: Optional[int] = None,
                         scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None,
                         block_scale_group: Optional[Sequence[int]] = None, with_abs_sum: bool = False,
-                        oob_fill: str = "zero"):
+                        oob_fill: str = "zero", with_stats: bool = False, stats_chunk: Optional[int] = None):
     """Host spec of `mma_accumulate` (float64 CPU [M, N]; rows and columns are independent, so the
-    whole matrix is one 'tile')."""
-    _validate_mm(a, b, block_m, block_n, block_k, acc, promotion_interval, scale_a, scale_b, block_scale_group,
-                 oob_fill)
+    whole matrix is one 'tile'). with_stats: (acc, S, MmaStats), the statistics being
+    `trajectory_stats` of the host trajectory and q = (a*a) @ (b*b) for fp32 operands."""
+    ad, bd = _validate_mm(a, b, block_m, block_n, block_k, acc, promotion_interval, scale_a, scale_b,
+                          block_scale_group, oob_fill)
     M, N = a.shape[0], b.shape[1]
     row_idx = torch.arange(M)[None, :]
     col_idx = torch.arange(N)[None, :]
+    if with_stats:
+        if acc == "int32":
+            raise ValueError("with_stats describes float accumulation; acc='int32' is exact and needs no statistics")
+        _check_stats_chunk(stats_chunk, block_k)
+        traj, straj = _trajectory_host(a, b, row_idx, col_idx, block_k, acc, promotion_interval, scale_a, scale_b,
+                                       block_scale_group, oob_fill, True)
+        if traj.shape[1] == 0:
+            z = torch.zeros((M, N), dtype=torch.float64)
+            return z, z.clone(), MmaStats(z, z.clone(), z.clone(), z.clone(), z.clone())
+        q = torch.zeros((M, N), dtype=torch.float64)  # as the kernel: 0 unless both operands are fp32
+        if ad == "fp32" and bd == "fp32":
+            a64, b64 = a.detach().cpu().double(), b.detach().cpu().double()
+            q = (a64 * a64) @ (b64 * b64)
+        st = trajectory_stats(traj, straj, stats_chunk, block_k, q).at(0, -1)
+        return traj[0, -1], straj[0, -1], st
     if M == 0 or N == 0:
         z = torch.zeros((M, N), dtype=torch.float64)
         return (z, z.clone()) if with_abs_sum else z

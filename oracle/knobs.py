@@ -24,9 +24,16 @@ def _positive_int(s: str) -> int:
 
 DEVICE = register(Knob("ORACLE_DEVICE", _choice("auto", "cpu", "cuda"), lambda: "auto",
                        "Where the Triton references run: cuda when a GPU is visible (auto), or forced."))
-CROSS_CHECK_TILES = register(Knob("ORACLE_CROSS_CHECK_TILES", _positive_int, lambda: 2,
+def _count(s: str) -> int:
+    v = int(s)
+    if v < 0:
+        raise ValueError("expected a non-negative integer")
+    return v
+
+
+CROSS_CHECK_TILES = register(Knob("ORACLE_CROSS_CHECK_TILES", _count, lambda: 2,
                                   "Tiles on which the Triton references are checked against the float64 host "
-                                  "specs on every run."))
+                                  "specs on every run (0: none)."))
 MAX_DETAIL_TILES = register(Knob("ORACLE_MAX_DETAIL_TILES", _positive_int, lambda: 64,
                                  "Failing tiles per stage for which the first bad elements are extracted."))
 

@@ -34,6 +34,13 @@ BIAS_AXES = ("none", "row", "col")
 SCALE_KINDS_A = ("none", "tensor", "row", "block")
 SCALE_KINDS_B = ("none", "tensor", "col", "block")
 MAX_TILE_DIM = 65535  # the trace format's limit; a CTA tile is far smaller
+# What the engine's accumulation does (oracle.tolerance.ACC_TABLE has each model's bound):
+ACC_MODELS = ("fp32", "tf32", "tf32_rn", "tf32x3", "bf16x3", "fp16", "fp8_fast", "fp8_promoted", "int32", "any")
+_ACC_MODEL_OPERANDS = {"tf32": ("fp32",), "tf32_rn": ("fp32",), "tf32x3": ("fp32",), "bf16x3": ("fp32",),
+                       "fp8_fast": FP8, "fp8_promoted": FP8, "int32": ("int8",), "fp16": ("fp16",) + FP8}
+_ACC_MODEL_ACC = {"fp16": "fp16", "int32": "int32"}
+REDUCTIONS = ("none", "fp32", "bf16", "fp16")  # the type split-K partials are stored in before they are summed
+ACTIVATION_IMPLS = ("accurate", "fast")
 
 
 class SpecError(ValueError):
@@ -130,6 +137,10 @@ class ProblemSpec:
     splits: int = 1
     stream_k_workers: Optional[int] = None
     groups: Optional[tuple[int, ...]] = None  # M of each group (0 allowed); m is their sum
+    acc_model: Optional[str] = None
+    reduction: str = "none"
+    reduction_chunk: Optional[int] = None
+    activation_impl: str = "accurate"
 
     def __post_init__(self) -> None:
         for f in ("m", "n", "k", "batch"):
@@ -218,12 +229,55 @@ class ProblemSpec:
                      "scale_a.kind" if self.scale_a.kind not in ("none", "tensor") else "scale_b.kind",
                      self.scale_a.kind if self.scale_a.kind not in ("none", "tensor") else self.scale_b.kind,
                      "a grouped or batched problem takes per-tensor scales only")
+        self._validate_numerics()
+
+    def _validate_numerics(self) -> None:
+        """acc_model, reduction, reduction_chunk, activation_impl (the engine's numerics)."""
+        am, a = self.acc_model, self.a_dtype
+        if am is not None:
+            _require(am in ACC_MODELS, "acc_model", am, f"one of {', '.join(ACC_MODELS)} (or absent: from acc_dtype)")
+            ops = _ACC_MODEL_OPERANDS.get(am)
+            if ops is not None:
+                _require(a in ops, "acc_model", am, f"{am} describes {', '.join(ops)} operands, not {a}")
+            acc = _ACC_MODEL_ACC.get(am, "fp32" if am != "any" else self.acc_dtype)
+            _require(self.acc_dtype == acc, "acc_model", am, f"{am} needs acc_dtype={acc!r} (got {self.acc_dtype!r})")
+            if am == "fp8_promoted":
+                _require(self.promotion_interval is not None, "promotion_interval", None,
+                         "acc_model='fp8_promoted' needs the promotion interval (k elements)")
+            elif self.promotion_interval is not None:
+                _require(am == "any", "acc_model", am,
+                         "a promotion_interval describes fp8_promoted accumulation (or leave acc_model out)")
+        _require(self.reduction in REDUCTIONS, "reduction", self.reduction, f"one of {', '.join(REDUCTIONS)}")
+        ch = self.reduction_chunk
+        if self.reduction == "none":
+            _require(ch is None, "reduction_chunk", ch, "a chunk needs a reduction (fp32, bf16 or fp16)")
+        else:
+            _require(self.acc_dtype == "fp32", "reduction", self.reduction,
+                     "split-K partials are modelled for fp32 accumulation")
+            if ch is not None or self.reduction != "fp32":
+                _require(isinstance(ch, int) and not isinstance(ch, bool) and ch > 0 and ch % self.tile.bk == 0,
+                         "reduction_chunk", ch, f"k elements per split-K partial, a positive multiple of tile.bk "
+                         f"({self.tile.bk}); required for a {self.reduction} reduction")
+        _require(self.activation_impl in ACTIVATION_IMPLS, "activation_impl", self.activation_impl,
+                 f"one of {', '.join(ACTIVATION_IMPLS)}")
+        if self.activation_impl == "fast":
+            _require(self.activation in ("gelu_tanh", "silu"), "activation_impl", "fast",
+                     f"approximate implementations are modelled for gelu_tanh and silu, not {self.activation!r}")
 
     # -- derived facts -----------------------------------------------------------------------
     @property
     def has_float_epilogue(self) -> bool:
         return (self.alpha != 1.0 or self.beta != 0.0 or self.bias != "none" or self.activation != "none"
                 or self.scale_a.kind != "none" or self.scale_b.kind != "none")
+
+    @property
+    def resolved_acc_model(self) -> str:
+        """acc_model, or what acc_dtype and promotion_interval mean without it."""
+        if self.acc_model is not None:
+            return self.acc_model
+        if self.acc_dtype in ("fp16", "int32"):
+            return self.acc_dtype
+        return "fp8_promoted" if self.promotion_interval is not None else "fp32"
 
     @property
     def block_scaled(self) -> bool:
@@ -271,8 +325,13 @@ class ProblemSpec:
 
     def describe(self) -> str:
         t = self.tile
+        extra = f", model {self.acc_model}" if self.acc_model else ""
+        if self.reduction != "none":
+            extra += f", split-K {self.reduction}" + (f"/{self.reduction_chunk}" if self.reduction_chunk else "")
+        if self.activation_impl != "accurate":
+            extra += f", {self.activation_impl} {self.activation}"
         return (f"{self.m}x{self.n}x{self.k} {self.a_dtype}x{self.b_dtype}->{self.out_dtype} "
-                f"(acc {self.acc_dtype}, tile {t.bm}x{t.bn}x{t.bk})")
+                f"(acc {self.acc_dtype}{extra}, tile {t.bm}x{t.bn}x{t.bk})")
 
     # -- JSON --------------------------------------------------------------------------------
     def to_json(self) -> dict:

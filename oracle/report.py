@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from tabulate import tabulate
 
+from oracle import tolerance
 from oracle.compare import Comparison, Status, TileMetrics, _num
 from oracle.diagnose import Verdict
 from oracle.differential import Analysis, FirstDivergence, StageResult
@@ -154,6 +155,9 @@ def render(an: Analysis) -> str:
                      "not by a real kernel.")
     lines.append(f"kernel {rec.kernel}: {rec.spec.describe()}; inputs {rec.provenance.describe()}; "
                  f"references on {an.device}")
+    spec = rec.spec
+    if spec.acc_model is not None or spec.reduction != "none" or spec.activation_impl != "accurate":
+        lines.append(f"numerics: {tolerance.describe(spec)}")
     if an.groups:
         lines.append(f"grouped run ({an.whole.spec.describe()}, {len(an.groups)} groups); the stages below are "
                      f"group {an.group}'s:")
@@ -217,6 +221,7 @@ def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None) -> dict:
         "first_divergence": _first_json(an.first),
         "stages": stages,
         "problem": (an.whole or rec).spec.to_json(),
+        "numerics": tolerance.describe(rec.spec),
         "kernel": {"name": rec.kernel, "error": rec.kernel_error},
         "inputs": {"ladder": rec.provenance.ladder, "seed": rec.provenance.seed, "source": rec.provenance.source,
                    "controlled": rec.provenance.controlled},

@@ -97,7 +97,7 @@ def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step:
                 own, gain = tolerance.bias_step(x, bb.expand_as(x))
         elif step == "activation":
             y = ref_epilogue.apply_activation(x, spec.activation)
-            own, gain = tolerance.activation_step(x, y, spec.activation)
+            own, gain = tolerance.activation_step(x, y, spec.activation, spec.activation_impl)
         else:  # cast
             y = ref_epilogue.apply_cast(x, spec.out_dtype, spec.saturate)
             bound = tolerance.cast_bound(bound, y.double(), spec.out_dtype)
@@ -111,10 +111,17 @@ def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step:
 def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """The reference pipeline over the whole output: each epilogue step's values and bound."""
     spec = ctx.spec
-    acc_full = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **mma_kwargs(ctx)).float()
-    s_full = ref_mma.mma_accumulate(abs_operand(ctx.a), abs_operand(ctx.b), ctx.bm, ctx.bn, ctx.bk,
-                                    **abs_kwargs(ctx)).double()
-    bound0 = tolerance.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k).double()
+    stats = None
+    if spec.acc_dtype == "int32":
+        acc_full = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **mma_kwargs(ctx)).float()
+        s_full = ref_mma.mma_accumulate(abs_operand(ctx.a), abs_operand(ctx.b), ctx.bm, ctx.bn, ctx.bk,
+                                        **abs_kwargs(ctx)).double()
+    else:  # the accumulator, S and the partial-sum statistics the accumulation bound reads, in one pass
+        acc_full, s_full, stats = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **mma_kwargs(ctx),
+                                                         with_stats=True, stats_chunk=spec.reduction_chunk)
+        acc_full, s_full = acc_full.float(), s_full.double()
+    bound0 = tolerance.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k, stats,
+                                 x_abs=acc_full.double().abs()).double()
     if spec.partitioned:  # the partials' reduction, in whatever order the kernel sums them
         most = max(len(tile_partials(spec, (tm, tn))) for tm in range(spec.tiles_m) for tn in range(spec.tiles_n))
         bound0 = bound0 + tolerance.reduce_bound(s_full, most)

@@ -76,6 +76,7 @@ def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
     for (tile, p_index), by_kb in sorted(runs.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
         part = ctx.partial(tile, p_index)
         traj, s_traj = _partial_reference(ctx, tile, part)
+        stats = ref_mma.trajectory_stats(traj, s_traj, spec.reduction_chunk, ctx.bk)  # what the bounds read
         kbs = sorted(by_kb)
         for op in ("a", "b"):  # the reference operands that stand in for untapped ones, in one launch each
             ctx.prefetch_ref_tiles(op, [(tile, j) for j in range(part.kb_begin, kbs[-1] + 1)
@@ -83,7 +84,7 @@ def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
         for kb in kbs:
             t = by_kb[kb]
             j0 = max((j for j in kbs if j < kb), default=None)  # None: from zero at the partial's start
-            c_tf, c_ch = _judge_span(ctx, t, part, kb, j0, by_kb, traj, s_traj)
+            c_tf, c_ch = _judge_span(ctx, t, part, kb, j0, by_kb, traj, s_traj, stats)
             tf.append(c_tf)
             ch.append(c_ch)
     return StageResult("mma", combine(tf, *notes), combine(ch, *notes)), finals
@@ -105,8 +106,9 @@ def _partial_reference(ctx: Context, tile, part):
     return traj[0], s_traj[0]  # [k-blocks of the partial, BM, BN], local index kb - kb_begin
 
 
-def _judge_span(ctx: Context, t: Tap, part, kb: int, j0, by_kb: dict, traj, s_traj):
-    """Chained and teacher-forced comparisons of one accumulator tap (k-block kb of its partial)."""
+def _judge_span(ctx: Context, t: Tap, part, kb: int, j0, by_kb: dict, traj, s_traj, stats):
+    """Chained and teacher-forced comparisons of one accumulator tap (k-block kb of its partial);
+    `stats`: the reference trajectory's partial-sum statistics (trajectory_stats)."""
     spec = ctx.spec
     b0 = part.kb_begin
     received = t.values.to(ctx.dev).float()
@@ -115,7 +117,8 @@ def _judge_span(ctx: Context, t: Tap, part, kb: int, j0, by_kb: dict, traj, s_tr
     ctx.note_padding("mma", valid, recorded)
     where = dict(origin=ctx.origin("mma", t.tile, kb), tile_index=t.tile, k_block=kb)
     n_k = min((kb + 1) * ctx.bk, spec.k) - b0 * ctx.bk
-    bound = tolerance.mma_bound(spec, torch.zeros_like(s_traj[kb - b0]), s_traj[kb - b0], n_k)
+    bound = tolerance.mma_bound(spec, torch.zeros_like(s_traj[kb - b0]), s_traj[kb - b0], n_k, stats.at(kb - b0),
+                                x_abs=traj[kb - b0].abs())
     c_ch = ctx.judge(received, traj[kb - b0].float(), feed=Feed.REFERENCE, valid=valid, recorded=recorded,
                      bound=bound, partial=t.partial, **where)
 
@@ -131,6 +134,7 @@ def _judge_span(ctx: Context, t: Tap, part, kb: int, j0, by_kb: dict, traj, s_tr
         start_abs = torch.zeros(ctx.bm, ctx.bn, device=ctx.dev)
         first = b0
     span_s = s_traj[kb - b0] - (s_traj[first - 1 - b0] if first > b0 else 0)
+    span = tolerance.SpanStats(acc.float())
     stand_ins = []
     for j in range(first, kb + 1):
         a_t = ctx.tap("load_a", t.tile, j, t.partial)
@@ -147,14 +151,17 @@ def _judge_span(ctx: Context, t: Tap, part, kb: int, j0, by_kb: dict, traj, s_tr
         else:
             b_tile = b_t.values.to(ctx.dev)
             upstream &= ctx.recorded(b_t).all(dim=0)[None, :]
+        s_blk = s_traj[j - b0] - (s_traj[j - 1 - b0] if j > b0 else 0)
         if a_t is not None or b_t is not None:  # the kernel's own operands may differ in magnitude
-            span_s = span_s - (s_traj[j - b0] - (s_traj[j - 1 - b0] if j > b0 else 0)) + \
-                abs_operand(a_tile).float() @ abs_operand(b_tile).float() * _block_abs(ctx, t.tile, j)
+            s_own = abs_operand(a_tile).float() @ abs_operand(b_tile).float() * _block_abs(ctx, t.tile, j)
+            span_s = span_s - s_blk + s_own
+            s_blk = s_own
         sa, sb = ctx.block_scales(t.tile, j)
         acc = ref_mma.mma_step(acc.to(traj.dtype), a_tile, b_tile, acc=spec.acc_dtype,
                                promotion_interval=spec.promotion_interval, scale_a=sa, scale_b=sb)
+        span.add(s_blk, acc.float())
     n_span = min((kb + 1) * ctx.bk, spec.k) - first * ctx.bk
-    bound = tolerance.mma_bound(spec, start_abs, span_s, max(n_span, 1))
+    bound = tolerance.mma_bound(spec, start_abs, span_s, max(n_span, 1), span)
     c_tf = ctx.judge(received, acc.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL, valid=valid,
                      recorded=recorded, upstream=upstream, bound=bound, stand_ins=stand_ins, partial=t.partial,
                      **where)

@@ -61,3 +61,37 @@ def test_from_json_rejects_unknown_fields():
         ProblemSpec.from_json({"m": 1, "n": 1, "k": 1, "flavour": "vanilla"})
     with pytest.raises(SpecError, match="tile"):
         ProblemSpec.from_json({"m": 1, "n": 1, "k": 1, "tile": [64, 64]})
+
+
+def test_numerics_fields_round_trip_and_old_json_keeps_its_meaning():
+    import json
+
+    from oracle.problem import ProblemSpec, SpecError
+
+    for kw in (dict(acc_model="any"), dict(a_dtype="fp32", b_dtype="fp32", acc_model="tf32", out_dtype="fp32"),
+               dict(a_dtype="e4m3", b_dtype="e4m3", acc_model="fp8_promoted", promotion_interval=64),
+               dict(reduction="bf16", reduction_chunk=1024), dict(reduction="fp32"),
+               dict(activation="gelu_tanh", activation_impl="fast")):
+        s = ProblemSpec(m=8, n=8, k=64, **kw)
+        assert ProblemSpec.from_json(json.loads(json.dumps(s.to_json()))) == s
+    old = ProblemSpec(m=8, n=8, k=64, a_dtype="e4m3", b_dtype="e4m3", promotion_interval=64).to_json()
+    for f in ("acc_model", "reduction", "reduction_chunk", "activation_impl"):
+        del old[f]
+    s = ProblemSpec.from_json(old)
+    assert s.acc_model is None and s.resolved_acc_model == "fp8_promoted"
+    assert ProblemSpec(m=8, n=8, k=64).resolved_acc_model == "fp32"
+    assert ProblemSpec(m=8, n=8, k=64, a_dtype="int8", b_dtype="int8", acc_dtype="int32",
+                       out_dtype="int32").resolved_acc_model == "int32"
+    bad = [(dict(acc_model="fp8_fast"), "acc_model='fp8_fast' is not allowed: fp8_fast describes e4m3, e5m2"),
+           (dict(a_dtype="e4m3", b_dtype="e4m3", acc_model="fp8_promoted"), "promotion_interval=None"),
+           (dict(a_dtype="e4m3", b_dtype="e4m3", acc_model="fp8_fast", promotion_interval=32),
+            "a promotion_interval describes fp8_promoted"),
+           (dict(reduction="bf16"), "reduction_chunk=None"),
+           (dict(reduction="fp16", reduction_chunk=100), "reduction_chunk=100"),
+           (dict(reduction_chunk=128), "a chunk needs a reduction"),
+           (dict(reduction="int8"), "reduction='int8'"),
+           (dict(activation_impl="fast"), "approximate implementations are modelled for gelu_tanh and silu"),
+           (dict(acc_model="tf32"), "tf32 describes fp32 operands")]
+    for kw, msg in bad:
+        with pytest.raises(SpecError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+            ProblemSpec(m=8, n=8, k=64, **kw)

@@ -340,3 +340,48 @@ def test_check_supported_and_errors():
         X.mma_trajectory(a, b, [(2, 0)], 16, 16, 32)
     with pytest.raises(ValueError, match="acc_prev has dtype"):
         X.mma_step(torch.zeros(16, 16), a[:16, :32].half(), b[:32, :16].half(), acc="fp16")
+
+
+@pytest.mark.parametrize("ad,acc,promo,chunk", [("bf16", "fp32", None, 128), ("fp32", "fp32", None, None),
+                                                ("e4m3", "fp32", 64, 128), ("fp16", "fp16", None, None)])
+def test_bound_statistics_triton_against_host_spec(ad, acc, promo, chunk):
+    """with_stats: l, v, q, pabs, prun from the kernel equal the host spec's (its trajectory's)."""
+    M, N, K = 40, 24, 300
+    a = torch.randn(M, K, generator=_gen(11)).to(DTYPES[ad].torch)
+    b = torch.randn(K, N, generator=_gen(12)).to(DTYPES[ad].torch)
+    got, s, st = X.mma_accumulate(a, b, 32, 16, 64, acc=acc, promotion_interval=promo, with_stats=True,
+                                  stats_chunk=chunk)
+    host, s_h, st_h = X.mma_accumulate_host(a, b, 32, 16, 64, acc=acc, promotion_interval=promo, with_stats=True,
+                                            stats_chunk=chunk)
+    assert _same(got, X.mma_accumulate(a, b, 32, 16, 64, acc=acc, promotion_interval=promo))
+    for f in ("l", "v", "q", "pabs", "prun"):
+        g, w = getattr(st, f).double(), getattr(st_h, f).double()
+        assert torch.allclose(g, w, rtol=2e-3 if acc == "fp16" else 1e-5, atol=0), f
+    assert (st.q.abs().max() > 0) == (ad == "fp32")
+    assert (st.pabs.abs().max() > 0) == (chunk is not None)
+    # the definitions, stated independently on the exact trajectory
+    a64, b64 = a.double(), b.double()
+    x, lo, hi, l = torch.zeros(M, N, dtype=torch.float64), None, None, torch.zeros(M, N, dtype=torch.float64)
+    seen = [x]
+    for k0 in range(0, K, 64):
+        prev = x
+        x = x + a64[:, k0:k0 + 64] @ b64[k0:k0 + 64]
+        rng = torch.stack([(prev - c).abs() for c in seen]).amax(0)
+        l = l + rng + a64[:, k0:k0 + 64].abs() @ b64[k0:k0 + 64].abs()
+        seen.append(x)
+    assert torch.allclose(st_h.l.double(), l, rtol=1e-2 if acc == "fp16" or ad == "e4m3" else 1e-4)
+
+
+def test_trajectory_stats_of_a_trajectory_end_where_the_whole_accumulation_does():
+    a = torch.randn(16, 256, generator=_gen(13)).to(torch.bfloat16)
+    b = torch.randn(256, 16, generator=_gen(14)).to(torch.bfloat16)
+    traj, s_traj = X.mma_trajectory_host(a, b, [(0, 0)], 16, 16, 64, with_abs_sum=True)
+    st = X.trajectory_stats(traj, s_traj, 128, 64)
+    _, _, whole = X.mma_accumulate_host(a, b, 16, 16, 64, with_stats=True, stats_chunk=128)
+    for f in ("l", "v", "pabs", "prun"):
+        assert torch.allclose(getattr(st, f)[0, -1].double(), getattr(whole, f).double(), rtol=1e-6)
+    with pytest.raises(ValueError, match="stats_chunk=100 must be a positive multiple of block_k=64"):
+        X.trajectory_stats(traj, s_traj, 100, 64)
+    with pytest.raises(ValueError, match="acc='int32' is exact"):
+        X.mma_accumulate_host(torch.ones(4, 64, dtype=torch.int8), torch.ones(64, 4, dtype=torch.int8), 4, 4, 64,
+                              acc="int32", with_stats=True)

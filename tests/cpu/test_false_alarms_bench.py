@@ -1,0 +1,149 @@
+"""The false-alarm benchmark's plumbing on the CPU: cases, the spec each engine gets, planted
+defects and the JSON, with the engines replaced by exact float64 GEMMs cast to the output type."""
+
+import importlib.util
+import os
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("false_alarms", os.path.join(ROOT, "benchmarks", "false_alarms.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["false_alarms"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+F = _module()
+
+
+def _exact(c, ops):
+    """A correct engine: the exact product, the spec's epilogue (bias, scales), one rounding."""
+    a, b = ops.a.double(), ops.b.double()
+    d = a @ b
+    if ops.scale_a is not None:
+        d = d * ops.scale_a.double()[:, None] * ops.scale_b.double()[None, :] if ops.scale_a.numel() > 1 else \
+            d * float(ops.scale_a.double() * ops.scale_b.double())
+    if ops.bias is not None:
+        d = d + ops.bias.double()[None, :]
+    if c.engine == "cublaslt_relu":
+        d = d.clamp(min=0)
+    if c.out == "int32":
+        return d.to(torch.int32)
+    return d.to(torch.float32).to(F.TORCH[c.out])
+
+
+def test_every_engine_has_cases_and_specs_that_validate():
+    cases = F.make_cases()
+    assert len(cases) >= 500
+    assert {c.engine for c in cases} == set(F.ENGINE)
+    assert {c.kind for c in cases} == set(F.KINDS)
+    assert max(c.k for c in cases) == 65536 and min(c.m for c in cases) == 1
+    assert {(c.a_major, c.b_major) for c in cases} >= {("row", "col"), ("col", "row")}
+    F._SPLITK.update({(c.a_dtype, c.m, c.n, c.k, c.a_major, c.b_major): {"boundaries": [], "probed": True}
+                      for c in cases})
+    for c in cases:
+        spec, why = F.spec_for(c, {})
+        assert spec.m == c.m and why
+
+
+@pytest.mark.parametrize("engine", ["cublas_bf16_fp32red", "lt_e4m3_rowwise", "int8", "cublas_addmm"])
+def test_correct_case_matches_and_planted_defects_are_found(monkeypatch, engine):
+    monkeypatch.setattr(F, "DEV", "cpu")
+    e = F.ENGINE[engine]
+    c = F.Case(engine, e.a_dtype, e.out, max(40, e.mmin), 144, 256, "row", "col", "normal", 5)
+    r = F.run_case(c, {}, run=_exact)
+    assert r.error is None, r.error
+    assert r.verdict == "MATCH" and r.ratio < 1
+    # fp8's narrow accumulator leaves a bound of several % of |D| at K = 256: a 1% tile is below it
+    expect = [d for d in r.planted if not (e.a_dtype == "e4m3" and d == "tile x 1.01")]
+    assert expect and all(r.planted[d][1] for d in expect), r.planted
+    doc = F.summarise([r], 0, 1.0)
+    for key in ("correct_cases", "false_diverged", "planted", "detected_right_tile", "environment", "worst_ratio",
+                "groups", "planted_table"):
+        assert key in doc
+    assert doc["false_diverged"] == 0 and doc["planted"] == len(r.planted)
+
+
+def test_a_wrong_engine_is_a_false_alarm_in_the_counts(monkeypatch):
+    monkeypatch.setattr(F, "DEV", "cpu")
+    e = F.ENGINE["cublas_bf16_fp32red"]
+    c = F.Case(e.name, e.a_dtype, e.out, 40, 144, 256, "row", "col", "normal", 6)
+    r = F.run_case(c, {}, planted=False, run=lambda c, ops: (_exact(c, ops).float() * 1.05).to(torch.bfloat16))
+    doc = F.summarise([r], 0, 1.0)
+    assert doc["false_diverged"] == 1 and doc["false_alarms"][0]["verdict"] == "DIVERGED"
+
+
+def test_shards_merge_into_one_result(monkeypatch, tmp_path):
+    monkeypatch.setattr(F, "DEV", "cpu")
+    e = F.ENGINE["cublas_bf16_fp32red"]
+    paths = []
+    for i, seed in enumerate((7, 8)):
+        c = F.Case(e.name, e.a_dtype, e.out, 40, 144, 256, "row", "col", "normal", seed)
+        r = F.run_case(c, {}, planted=False, run=_exact)
+        paths.append(str(tmp_path / f"s{i}.json"))
+        F.write(F.summarise([r], 0, 1.0), paths[-1])
+    out = tmp_path / "all.json"
+    assert F.main(["--merge", *paths, "--out", str(out)]) == 0
+    import json
+
+    doc = json.loads(out.read_text())
+    assert doc["correct_cases"] == 2 and doc["false_diverged"] == 0
+
+
+def test_specs_follow_what_was_measured(monkeypatch):
+    import json
+
+    monkeypatch.setattr(F, "_SPLITK", {})
+    numerics = json.load(open(os.path.join(ROOT, "benchmarks", "results", "numerics_h200.json")))
+
+    def spec(engine, probe=None, m=64, n=128, k=4096, doc=numerics):
+        e = F.ENGINE[engine]
+        c = F.Case(engine, e.a_dtype, e.out, m, n, k, "row", "col", "normal", 1)
+        if probe is not None:
+            F._SPLITK[(c.a_dtype, m, n, k, "row", "col")] = probe
+        return F.spec_for(c, doc)[0]
+
+    tf32 = spec("cublas_tf32")
+    assert (tf32.acc_model, tf32.reduction, tf32.tile.bk) == ("tf32_rn", "fp32", 32)
+    lt = spec("lt_e4m3")
+    assert (lt.acc_model, lt.promotion_interval, lt.tile.bk) == ("fp8_promoted", 128, 128)
+    assert spec("lt_e4m3", doc={}).acc_model == "any"
+    assert spec("lt_e4m3_fast").acc_model == "fp8_fast"
+    assert spec("cublas_bf16", {"boundaries": [], "probed": True}).reduction == "fp32"
+    assert spec("cublas_bf16", {"boundaries": [], "probed": False}, k=8192).acc_model == "any"
+    split = spec("cublas_bf16", {"boundaries": [1024, 2048, 3072], "chunk": 1024, "probed": True})
+    assert (split.reduction, split.reduction_chunk) == ("bf16", 1024)
+    assert spec("cublas_fp16", {"boundaries": [1000, 2100], "chunk": None, "probed": True}).acc_model == "any"
+    assert F._promotion({"engines": {"x": {"fit": {"promotion": [128, None]}}}}, "x") is None
+
+
+def test_planted_tile_is_a_full_tile_where_there_is_one():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    spec = F.spec_for(F.Case("int8", "int8", "int32", 300, 136, 512, "row", "col", "normal", 1), {})[0]
+    tiles = {F._planted_tile(spec, rng) for _ in range(50)}
+    assert tiles == {(0, 0), (1, 0)}  # rows 256..299 and columns 128..135 are partial
+    one_row = F.spec_for(F.Case("int8", "int8", "int32", 1, 1000, 512, "row", "col", "normal", 1), {})[0]
+    assert {F._planted_tile(one_row, rng)[1] for _ in range(50)} <= set(range(7))
+
+
+def test_cases_run_in_a_seeded_mixed_order():
+    cases = F.make_cases()
+    assert cases == F.make_cases()
+    assert len({c.engine for c in cases[:len(cases) // 10]}) == len(F.ENGINES)
+
+
+def test_zoo_cases_load_with_their_specs():
+    from oracle.case import load_case, with_trace
+
+    for path, entry, shapes in F.ZOO:
+        for m, n, k in shapes:
+            case = with_trace(load_case(os.path.join(ROOT, path), dict(m=m, n=n, k=k), entry=entry), [(0, 0)], (0,))
+            assert (case.spec.m, case.spec.n, case.spec.k) == (m, n, k) and case.kernel.entry == entry

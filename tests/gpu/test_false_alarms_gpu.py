@@ -1,0 +1,43 @@
+"""GPU tier: a slice of the false-alarm benchmark (benchmarks/false_alarms.py --quick, under a
+minute): correct GEMMs from cuBLAS, cuBLASLt, torch._int_mm and the Triton GEMM are MATCH, and
+planted defects are found at their tile wherever the model can see them (fp8 fast accumulation
+over a long K leaves only gross errors catchable: oracle.tolerance.describe says so)."""
+
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ENGINES = "cublas_bf16,cublas_bf16_fp32red,cublas_tf32,lt_e4m3,lt_e4m3_fast,int8,triton_bf16"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("false_alarms", os.path.join(ROOT, "benchmarks", "false_alarms.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["false_alarms"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_quick_slice_has_no_false_alarm(tmp_path):
+    out = tmp_path / "fa.json"
+    rc = _module().main(["--quick", "--engines", ENGINES, "--out", str(out), "--budget-s", "35"])
+    doc = json.loads(out.read_text())
+    for key in ("correct_cases", "false_diverged", "planted", "detected_right_tile", "environment", "worst_ratio",
+                "groups", "planted_table"):
+        assert key in doc
+    assert doc["correct_cases"] > 0 and not doc["errors"], doc["errors"]
+    assert doc["false_diverged"] == 0, doc["false_alarms"]
+    assert rc == 0
+    gross = [right for c in doc["cases"] if not (c["problem"]["acc_model"] == "fp8_fast" and c["fields"]["k"] > 4096)
+             for d, (_, right) in c["planted"].items() if d in ("zeroed tile", "one sign flip", "one NaN")]
+    assert gross and sum(gross) >= 0.95 * len(gross), doc["planted_table"]
+    # a 1 % tile and a missing 64-deep k-block, on random normal inputs, with the models that see them
+    fine = [right for c in doc["cases"] if c["fields"]["kind"] == "normal"
+            and c["problem"]["acc_model"] in (None, "fp32", "tf32_rn", "int32")
+            for d, (_, right) in c["planted"].items() if d in ("tile x 1.01", "missing k-block")]
+    assert fine and sum(fine) >= 0.95 * len(fine), doc["planted_table"]
