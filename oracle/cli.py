@@ -303,9 +303,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     if bool(args.sweep) == bool(args.shape):
         raise UsageError("give --sweep FILE.toml or --shape MxNxK (one of them)")
-    cases = load_sweep(args.sweep) if args.sweep else shape_cases(args.shape, args.dtype, args.call)
+    cases = load_sweep(args.sweep) if args.sweep else shape_cases(args.shape, args.dtype, args.call,
+                                                                             args.fast_accum)
     sweep_argv = ["--sweep", args.sweep] if args.sweep else \
-        [x for s in args.shape for x in ("--shape", s)] + ["--dtype", args.dtype, "--call", args.call]
+        [x for s in args.shape for x in ("--shape", s)] + ["--dtype", args.dtype, "--call", args.call] + \
+        (["--fast-accum"] if args.fast_accum else [])
     rows, code = run_verify(args.op, cases, shard_text=args.shard, jsonl=args.jsonl, workers=args.workers,
                             sweep_argv=sweep_argv)
     print(table(rows))
@@ -439,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     vf.add_argument("--shape", action="append", metavar="MxNxK", help="a case shape (repeatable)")
     vf.add_argument("--dtype", default="bf16", help="operand type for --shape cases (default bf16)")
     vf.add_argument("--call", default="matmul", choices=("matmul", "scaled_mm"), help="how the op is called")
+    vf.add_argument("--fast-accum", action="store_true", help="scaled_mm: use_fast_accum=True for --shape cases")
     vf.add_argument("--shard", metavar="i/n", help="run cases i, i+n, ... (0-based)")
     vf.add_argument("--jsonl", metavar="PATH", help="one JSON line per case, with the environment")
     vf.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per visible GPU)")

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -102,14 +101,16 @@ def load_sweep(path: str) -> list[VerifyCase]:
     return out
 
 
-def shape_cases(shapes: Sequence[str], dtype: str, call: str) -> list[VerifyCase]:
+def shape_cases(shapes: Sequence[str], dtype: str, call: str, fast_accum: bool = False) -> list[VerifyCase]:
     out = []
     for s in shapes:
         try:
             m, n, k = (int(v) for v in s.lower().split("x"))
         except ValueError:
             raise CaseError(f"--shape {s!r} must look like MxNxK (three positive integers)") from None
-        out.append(VerifyCase(f"{m}x{n}x{k}-{dtype}", m, n, k, dtype, call=call))
+        if min(m, n, k) <= 0:
+            raise CaseError(f"--shape {s!r}: M, N and K must be positive")
+        out.append(VerifyCase(f"{m}x{n}x{k}-{dtype}", m, n, k, dtype, call=call, fast_accum=fast_accum))
     return out
 
 
@@ -152,6 +153,28 @@ def _out_dtype(vc: VerifyCase) -> str:
     return vc.out_dtype or {"e4m3": "bf16", "int8": "int32"}.get(vc.dtype, vc.dtype)
 
 
+def default_numerics(vc: VerifyCase) -> dict:
+    """The spec fields that describe what torch may dispatch the case to, when the sweep does not
+    say (sound first: a correct engine must never be judged DIVERGED by a model it does not follow).
+    cuBLAS may split K and sum fp32 partials; with torch's reduced-precision reductions allowed
+    (the default for bf16 and fp16), it may round the partials to the output type: acc_model any.
+    fp32 with TF32 allowed: cuBLAS rounds the operands to TF32. fp8: fast accumulation is the
+    narrow accumulator (fp8_fast); otherwise the promotion interval is the engine's own (any).
+    int8: exact int32."""
+    import torch
+
+    m = torch.backends.cuda.matmul
+    if vc.dtype == "e4m3":  # fast accumulation is the narrow accumulator; otherwise the interval is the engine's
+        return {"acc_model": "fp8_fast" if vc.call == "scaled_mm" and vc.fast_accum else "any"}
+    if vc.dtype == "int8":
+        return {"acc_dtype": "int32"}
+    if vc.dtype == "fp32":
+        return {"acc_model": "tf32_rn"} if m.allow_tf32 else {"reduction": "fp32"}
+    reduced = m.allow_bf16_reduced_precision_reduction if vc.dtype == "bf16" \
+        else m.allow_fp16_reduced_precision_reduction
+    return {"acc_model": "any"} if reduced else {"reduction": "fp32"}
+
+
 def _call(op: Callable, vc: VerifyCase, a, b, scales):
     from kernels_ref.dtypes import DTYPES as TABLE
 
@@ -174,13 +197,11 @@ def run_case(op: Callable, vc: VerifyCase) -> dict:
     try:
         a, b = _operands(vc, dev)
         scales = None
-        kw = dict(vc.fields)
+        kw = dict(default_numerics(vc), **vc.fields)
+        row["numerics_fields"] = {k: v for k, v in kw.items() if k in ("acc_model", "reduction", "acc_dtype")}
         if vc.call == "scaled_mm":
             scales = (torch.ones((), device=dev), torch.ones((), device=dev))
-            kw.setdefault("acc_model", "fp8_fast" if vc.fast_accum else "fp8_promoted")
         d = _call(op, vc, a, b, scales)
-        if vc.dtype == "int8":
-            kw.setdefault("acc_dtype", "int32")
         rep = check(a, b, d, **({} if scales is None else {"scale_a": scales[0], "scale_b": scales[1]}), **kw)
         row["verdict"] = rep.verdict
         first = rep.first_divergence

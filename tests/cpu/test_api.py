@@ -147,3 +147,21 @@ def test_plots_of_a_zoo_defect(tmp_path):
     assert {"mma_tiles.png", "mma_worst_tile.png", "mma_k_blocks.png", "epilogue_store_tiles.png"} <= names
     assert not any(n.startswith(("load_", "descriptor_")) for n in names)  # those stages match
     assert all((tmp_path / n).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for n in names)
+
+
+def test_verify_judges_with_a_model_the_dispatched_engine_follows(monkeypatch):
+    import torch
+
+    from oracle.verify import VerifyCase, default_numerics
+
+    m = torch.backends.cuda.matmul
+    monkeypatch.setattr(m, "allow_bf16_reduced_precision_reduction", True)
+    assert default_numerics(VerifyCase("x", 8, 8, 8, "bf16")) == {"acc_model": "any"}
+    monkeypatch.setattr(m, "allow_bf16_reduced_precision_reduction", False)
+    assert default_numerics(VerifyCase("x", 8, 8, 8, "bf16")) == {"reduction": "fp32"}
+    monkeypatch.setattr(m, "allow_tf32", True)
+    assert default_numerics(VerifyCase("x", 8, 8, 8, "fp32")) == {"acc_model": "tf32_rn"}
+    assert default_numerics(VerifyCase("x", 8, 8, 8, "e4m3", call="scaled_mm", fast_accum=True)) == \
+        {"acc_model": "fp8_fast"}
+    assert default_numerics(VerifyCase("x", 8, 8, 8, "e4m3", call="scaled_mm")) == {"acc_model": "any"}
+    assert default_numerics(VerifyCase("x", 8, 8, 8, "int8")) == {"acc_dtype": "int32"}
