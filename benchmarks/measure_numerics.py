@@ -575,7 +575,9 @@ def _summarise(cands: list) -> dict:
         return {}
     return {
         "align_bits_min": min(c["align_bits"] for c in cands),
+        "align_bits_max": max(c["align_bits"] for c in cands),
         "acc_bits_min": min(c["acc_bits"] for c in cands),
+        "acc_bits_max": max(c["acc_bits"] for c in cands),
         "align_round": sorted({c["align_round"] for c in cands}),
         "acc_round": sorted({c["acc_round"] for c in cands}),
         "fused": sorted({c["fused"] for c in cands}),
@@ -989,6 +991,11 @@ def summary(res: dict) -> dict:
         "fp8_promotion": {n: eng[n]["fit"].get("promotion") for n in eng
                           if eng[n].get("optype") == "e4m3" and eng[n].get("fit")},
     }
+    # the largest value no engine's data contradicts: a recorded constant above it is unsound; one
+    # between the *_min above and it is one the data here cannot tell apart from a looser one
+    for fam, fs in (("tc16", tc16), ("tf32", tf32), ("fp8", fp8)):
+        for param in ("mma_k", "align_bits"):
+            out[f"{fam}_{param}_consistent_max"] = loosest(fs, f"{param}_max", min)
 
     def operand_trunc(names):
         ops = [c for n in names for c in eng[n].get("operand", {}).get("consistent", [])]

@@ -46,7 +46,10 @@ def test_recorded_constant_is_measured_and_sound_here(measured, key):
                     + ("" if c.measured else f" ({key} stays a placeholder)"))
     assert c.measured, f"{key} = {c.value} is a placeholder, but {c.measure_key} = {got} was measured here"
     if c.sound == "le":
-        assert c.value <= got, f"{key}: recorded {c.value}, measured {got} here (the bound assumes more bits)"
+        # the quick slice may admit several datapaths; the recorded constant must be one none of them rules out
+        upper = measured["summary"].get(f"{c.measure_key}_consistent_max", got)
+        assert c.value <= upper, (f"{key}: recorded {c.value}, but the data here admits at most {upper} (loosest "
+                                  f"{got}): the bound assumes more than this GPU does")
     else:
         assert c.value >= got, f"{key}: recorded {c.value}, measured {got} here"
 
