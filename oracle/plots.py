@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Optional
 
 from oracle.compare import Status
 

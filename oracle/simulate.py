@@ -158,7 +158,6 @@ def simulate(spec: ProblemSpec, ops: Operands, provenance: Provenance, *, inject
             acc = torch.zeros(bm, bn, dtype=torch.float16 if fp16 else torch.float32)
             if bad and inj.defect == "mma_no_reset" and stale_acc is not None:
                 acc = stale_acc.clone()
-            prev_tiles = None
             finals = []
             for piece in tile_partials(spec, here):
                 pidx = piece.index if spec.partitioned else None

@@ -1,22 +1,17 @@
 """The false-alarm benchmark's plumbing on the CPU: cases, the spec each engine gets, planted
 defects and the JSON, with the engines replaced by exact float64 GEMMs cast to the output type."""
 
-import importlib.util
 import os
-import sys
 
 import pytest
 import torch
+import bench_scripts  # tests/ is on sys.path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("false_alarms", os.path.join(ROOT, "benchmarks", "false_alarms.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["false_alarms"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_scripts.load("false_alarms")
 
 
 F = _module()

@@ -1,25 +1,19 @@
 """The measurement's probes and fits, run on emulated engines whose datapaths are known: every fit
 must contain the true datapath, and a datapath the probes tell apart must not survive."""
 
-import importlib.util
 import os
-import sys
 
 import pytest
 import torch
 
 from kernels_ref import emulate as E
+import bench_scripts  # tests/ is on sys.path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("measure_numerics",
-                                                  os.path.join(ROOT, "benchmarks", "measure_numerics.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["measure_numerics"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_scripts.load("measure_numerics")
 
 
 M = _script()

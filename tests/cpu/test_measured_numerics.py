@@ -11,10 +11,8 @@
 - the engines no candidate reproduced (cuBLAS TF32 over a long K, Triton bf16x3): each recorded
   output is within the bound of its probe."""
 
-import importlib.util
 import json
 import os
-import sys
 
 import pytest
 import torch
@@ -22,6 +20,7 @@ import torch
 from kernels_ref import emulate as E
 from oracle import tolerance as T
 from oracle.problem import ProblemSpec, Tile
+import bench_scripts  # tests/ is on sys.path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, T.RESULTS)
@@ -35,12 +34,7 @@ MARGIN = 1.25
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("measure_numerics",
-                                                  os.path.join(ROOT, "benchmarks", "measure_numerics.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["measure_numerics"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_scripts.load("measure_numerics")
 
 
 M = _script()

@@ -4,7 +4,6 @@ commands give the same set of rows as one run."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 from oracle.bench import parse_shard

@@ -3,12 +3,11 @@ minute): correct GEMMs from cuBLAS, cuBLASLt, torch._int_mm and the Triton GEMM 
 planted defects are found at their tile wherever the model can see them (fp8 fast accumulation
 over a long K leaves only gross errors catchable: oracle.tolerance.describe says so)."""
 
-import importlib.util
 import json
 import os
-import sys
 
 import pytest
+import bench_scripts  # tests/ is on sys.path
 
 pytestmark = pytest.mark.gpu
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -16,11 +15,7 @@ ENGINES = "cublas_bf16,cublas_bf16_fp32red,cublas_tf32,lt_e4m3,lt_e4m3_fast,int8
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("false_alarms", os.path.join(ROOT, "benchmarks", "false_alarms.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["false_alarms"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_scripts.load("false_alarms")
 
 
 def test_quick_slice_has_no_false_alarm(tmp_path):

@@ -13,7 +13,6 @@ from oracle.diagnose import Verdict
 from oracle.differential import analyze
 from oracle.inputs import Provenance, make_operands
 from oracle.live import run_live
-from oracle.recording import Recording
 
 pytestmark = pytest.mark.gpu
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

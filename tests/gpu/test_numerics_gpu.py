@@ -1,13 +1,12 @@
 """GPU tier: the hardware constants recorded in oracle.tolerance, re-measured on this GPU by a
 quick slice of benchmarks/measure_numerics.py (the full run writes numerics_h200.json)."""
 
-import importlib.util
 import os
-import sys
 
 import pytest
 
 from oracle import tolerance as T
+import bench_scripts  # tests/ is on sys.path
 
 pytestmark = pytest.mark.gpu
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -15,12 +14,7 @@ ENGINES = ["triton_bf16", "cublas_bf16_out", "cublas_tf32", "triton_tf32", "lt_e
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("measure_numerics",
-                                                  os.path.join(ROOT, "benchmarks", "measure_numerics.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["measure_numerics"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_scripts.load("measure_numerics")
 
 
 @pytest.fixture(scope="module")
