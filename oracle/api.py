@@ -135,8 +135,11 @@ def check(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c: Optional[torc
     A [M, K], B [K, N] (logical; any strides), D [M, N], torch tensors on any device; C [M, N],
     bias [N] (or [M] with bias_axis="row"), scale_a / scale_b per tensor ([1]) or per row / column.
     Every other ProblemSpec field may be given as a keyword (acc_model, tile, alpha, beta,
-    activation, saturate, ...). Raises SpecError / RecordingError for tensors that do not make a
-    problem."""
+    activation, saturate, ...). The bound is the accumulation model's (acc_model, reduction): the
+    default is an fp32 accumulator over the problem's tiles; a D from cuBLAS or another engine
+    that may split K and round its partials needs the model it follows (acc_model="any" is sound
+    for every engine measured; `python -m oracle verify` picks it for torch ops). Raises SpecError /
+    RecordingError for tensors that do not make a problem."""
     from oracle.differential import analyze
 
     rec = recording_of(a, b, d, c=c, bias=bias, scale_a=scale_a, scale_b=scale_b, **problem_fields)
