@@ -3,8 +3,12 @@
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+HOPPER_SOURCE = ROOT / "zoo" / "hopper_gemm" / "hopper_gemm.cu"
 
 
 def cuobjdump() -> Optional[str]:
@@ -39,3 +43,22 @@ def sass_by_function(cubin: Path) -> dict[str, list[str]]:
             funcs[current].append(norm)
     assert funcs, f"no functions in the SASS of {cubin}"
     return funcs
+
+
+def traced_and_plain(source: Path) -> dict:
+    """`source` built with and without -DORACLE_TRACE (ptxas -v in the logs), side by side: the
+    oracle's build cache keeps both, so a test that builds the same source the same way gets them
+    from there."""
+    import pytest
+
+    if cuobjdump() is None:
+        pytest.skip("This test needs cuobjdump (from the CUDA toolkit or the triton package), and neither has it.")
+    from harness.build import build_cubin
+
+    def build(defines):
+        return build_cubin(source, defines=defines, extra_flags=("--ptxas-options=-v",))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        traced = pool.submit(build, {"ORACLE_TRACE": "1"})
+        plain = pool.submit(build, {})
+        return {"traced": traced.result(), "plain": plain.result()}

@@ -784,16 +784,14 @@ def test_dry_run_packs_the_harness_s_argument_bytes_and_sink_header(simple_build
 
 @pytest.mark.nvcc
 @pytest.mark.slow
-def test_a_hopper_descriptor_defect_builds_traced(tmp_path):
+def test_a_hopper_descriptor_defect_builds_traced(hopper_builds, tmp_path):
     """The CuTe Hopper GEMM: the Makefile's nvcc line is the oracle's own build (checked with make -n);
-    the cubin is the one the oracle's cache holds for the same source, defines and flags (built once
-    per run and shared with tests/cpu/test_zoo_build.py: a CuTe build takes minutes on two cores),
-    copied in through KERNEL_TRACED_CUBIN_FROM; the host programs are built for real."""
+    the cubin is the session's traced build of the same source (tests/conftest.py: shared with
+    tests/cpu/test_zoo_build.py, a CuTe build takes minutes on two cores), copied in through
+    KERNEL_TRACED_CUBIN_FROM; the host programs are built for real."""
     from cuda_tools import cuobjdump
-    from harness.build import build_cubin, cutlass_include_dirs
+    from harness.build import cutlass_include_dirs
 
-    if not cutlass_include_dirs():
-        pytest.skip("The Hopper GEMM is written with CuTe: install the nvidia-cutlass wheel for its headers.")
     d = tmp_path / "wrong_stride"
     assert cli.main(["repro", "--problem", str(HOPPER / "defects" / "wrong_stride.toml"), "--problem",
                      "m=40,n=24,k=96", "--inputs", "random:1", "--out", str(d)]) == 0
@@ -803,9 +801,7 @@ def test_a_hopper_descriptor_defect_builds_traced(tmp_path):
     for part in ("-gencode=arch=compute_90a,code=sm_90a", "-DORACLE_TRACE=1", f"-I{cutlass_include_dirs()[0]}",
                  "hopper_gemm.cu"):
         assert part in line, (part, line)
-    cached = build_cubin(HOPPER / "hopper_gemm.cu", defines={"ORACLE_TRACE": "1"},
-                         extra_flags=("--ptxas-options=-v",))
-    _make(d, "TRACE=1", f"KERNEL_TRACED_CUBIN_FROM={cached.cubin_path}")
+    _make(d, "TRACE=1", f"KERNEL_TRACED_CUBIN_FROM={hopper_builds['traced'].cubin_path}")
     assert (d / "kernel_traced.cubin").is_file() and (d / "repro_traced").is_file()
     if cuobjdump():
         syms = _run([cuobjdump(), "-symbols", d / "kernel_traced.cubin"]).stdout

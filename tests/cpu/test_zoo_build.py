@@ -25,12 +25,11 @@ import re
 import shutil
 import subprocess
 import tomllib
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
-from cuda_tools import cuobjdump, sass_by_function  # tests/ is on sys.path
+from cuda_tools import HOPPER_SOURCE, cuobjdump, sass_by_function, traced_and_plain  # tests/ is on sys.path
 
 from harness.taps import STAGES
 
@@ -160,24 +159,9 @@ def _ptxas_usage(log: str) -> dict[str, tuple[int, int, int]]:
     return out
 
 
-def _traced_and_plain(source: Path) -> dict:
-    """`source` built with and without -DORACLE_TRACE (ptxas -v in the logs), side by side."""
-    if cuobjdump() is None:
-        pytest.skip("This test needs cuobjdump (from the CUDA toolkit or the triton package), and neither has it.")
-    from harness.build import build_cubin
-
-    def build(defines):
-        return build_cubin(source, defines=defines, extra_flags=("--ptxas-options=-v",))
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        traced = pool.submit(build, {"ORACLE_TRACE": "1"})
-        plain = pool.submit(build, {})
-        return {"traced": traced.result(), "plain": plain.result()}
-
-
 @pytest.fixture(scope="module")
 def sm80_builds():
-    return _traced_and_plain(SM80_SOURCE)
+    return traced_and_plain(SM80_SOURCE)
 
 
 @pytest.mark.nvcc
@@ -216,22 +200,12 @@ def test_untraced_correct_variants_are_the_same_with_tracing_compiled_in(sm80_bu
 
 
 # -- the Hopper GEMM's builds --------------------------------------------------------------------
-HOPPER_SOURCE = ROOT / "zoo" / "hopper_gemm" / "hopper_gemm.cu"
 HOPPER_CORRECT = ["zoo_hopper_bf16", "zoo_hopper_bf16_n16", "zoo_hopper_fp16", "zoo_hopper_e4m3_tensor",
                   "zoo_hopper_e4m3_rowcol", "zoo_hopper_e4m3_block", "zoo_hopper_e4m3_tensor_e4m3out"]
 HOPPER_DEFECTIVE = ["zoo_hopper_bf16_stale_slot", "zoo_hopper_bf16_transposed_a", "zoo_hopper_bf16_kblock_twice",
                     "zoo_hopper_bf16_no_reset", "zoo_hopper_fp16_fp16_acc", "zoo_hopper_e4m3_tensor_scale_twice",
                     "zoo_hopper_e4m3_rowcol_col_scale_row", "zoo_hopper_bf16_bias_row", "zoo_hopper_bf16_gelu_tanh",
                     "zoo_hopper_e4m3_tensor_e4m3out_cast_no_sat", "zoo_hopper_bf16_swapped_store"]
-
-
-@pytest.fixture(scope="module")
-def hopper_builds():
-    from harness.build import cutlass_include_dirs
-
-    if not cutlass_include_dirs():
-        pytest.skip("The Hopper GEMM is written with CuTe: install the nvidia-cutlass wheel for its headers.")
-    return _traced_and_plain(HOPPER_SOURCE)
 
 
 @pytest.mark.nvcc
