@@ -57,7 +57,6 @@ import dataclasses
 import json
 import math
 import os
-import platform
 import random
 import sys
 import time
@@ -547,17 +546,13 @@ def tables(results: list[Result]) -> dict:
 
 
 def environment() -> dict:
-    env = {"torch": torch.__version__, "python": platform.python_version(),
-           "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    try:
-        import triton
+    """The run's versions and device (harness.dump.environment), the date and the GPU's capability."""
+    from harness.dump import environment as versions
 
-        env["triton"] = triton.__version__
-    except Exception:
-        pass
+    env = dict(versions(), date=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
-        env.update(gpu=p.name, capability=f"{p.major}.{p.minor}", cuda=torch.version.cuda)
+        env["capability"] = f"{p.major}.{p.minor}"
     env["cross_check_tiles"] = os.environ.get("ORACLE_CROSS_CHECK_TILES",
                                               "1 on the first case of each engine and K range, else 0")
     return env

@@ -40,7 +40,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import sys
 import time
 from dataclasses import dataclass
@@ -931,18 +930,14 @@ def _ulp(x, name):
 
 
 def environment() -> dict:
-    env = {"torch": torch.__version__, "python": platform.python_version(),
-           "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    try:
-        import triton
+    """The run's versions and device (harness.dump.environment), the date, the GPU's capability,
+    SM count and cuBLAS version."""
+    from harness.dump import environment as versions
 
-        env["triton"] = triton.__version__
-    except Exception:
-        pass
+    env = dict(versions(), date=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
-        env.update(gpu=p.name, capability=f"{p.major}.{p.minor}", sms=p.multi_processor_count,
-                   cuda=torch.version.cuda, cublas=_cublas_version())
+        env.update(capability=f"{p.major}.{p.minor}", sms=p.multi_processor_count, cublas=_cublas_version())
     return env
 
 

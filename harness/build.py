@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shutil
-import stat
 import subprocess
 import tempfile
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
 from harness import knobs as _knobs
+from harness.files import read_bounded, regular_file_size
 
 # Bump when the meaning of a cache entry changes (flags added by default, layout of the key...).
 BUILD_KEY_VERSION = 1
@@ -146,15 +146,7 @@ def define_flags(defines: Mapping[str, object]) -> tuple[str, ...]:
 
 def _regular_file(path: Union[str, os.PathLike], what: str, limit: int, limit_name: str) -> int:
     """The size of `path`, a regular file of at most `limit` bytes (a BuildError otherwise)."""
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise BuildError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise BuildError(f"{what} {path} is not a regular file")
-    if st.st_size > limit:
-        raise BuildError(f"{what} {path} has {st.st_size} bytes, more than {limit_name}")
-    return st.st_size
+    return regular_file_size(path, f"{what} {path}", limit, limit_name, BuildError)
 
 
 def _cubin_limit() -> tuple[int, str]:
@@ -171,8 +163,12 @@ def check_cubin_file(path: Union[str, os.PathLike]) -> None:
             head = f.read(4)
     except OSError as exc:
         raise BuildError(f"cannot read cubin {path}: {exc.strerror or exc}") from None
-    if head not in CUBIN_MAGICS:
-        raise BuildError(f"{path} is not a cubin or fatbin (first bytes {head!r}, "
+    _check_magic(path, head)
+
+
+def _check_magic(path, head: bytes) -> None:
+    if head[:4] not in CUBIN_MAGICS:
+        raise BuildError(f"{path} is not a cubin or fatbin (first bytes {head[:4]!r}, "
                          f"expected one of {', '.join(CUBIN_MAGICS.values())})")
 
 
@@ -184,18 +180,11 @@ def check_source_file(path: Union[str, os.PathLike]) -> None:
 def load_cubin(path: Union[str, os.PathLike]) -> bytes:
     """The bytes of a prebuilt cubin (or fatbin), checked by magic so a wrong file fails early;
     never more than ORACLE_CUBIN_MAX_MB of them are read."""
-    check_cubin_file(path)
     limit, limit_name = _cubin_limit()
-    try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
-    except OSError as exc:
-        raise BuildError(f"cannot read cubin {path}: {exc.strerror or exc}") from None
+    data = read_bounded(path, f"cubin {path}", limit, limit_name, BuildError)
     if len(data) > limit:
         raise BuildError(f"cubin {path} has more than {limit_name}")
-    if data[:4] not in CUBIN_MAGICS:
-        raise BuildError(f"{path} is not a cubin or fatbin (first bytes {data[:4]!r}, "
-                         f"expected one of {', '.join(CUBIN_MAGICS.values())})")
+    _check_magic(path, data)
     return data
 
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import stat
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
@@ -28,6 +26,7 @@ from typing import Any, Optional
 import torch
 
 from harness import trace_format
+from harness.files import read_bounded
 from harness.fields import is_int_list, is_opt_int, is_opt_str, require, shown
 from harness.taps import TapError
 from harness.tensormap import TensorMapError, TensorMapSpec
@@ -45,19 +44,7 @@ MAX_TEXT_BYTES = 16 << 20  # repro.json and result.txt: larger files are not a r
 
 def _read_bytes(path: Path, most: int, what: str) -> bytes:
     """A regular file's bytes, refused unread past `most` bytes."""
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        raise ReproError(f"cannot read {path}: {e.strerror or e}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ReproError(f"{path} is not a regular file")
-    if st.st_size > most:
-        raise ReproError(f"{path} has {st.st_size} bytes, more than {what}")
-    try:
-        with open(path, "rb") as f:
-            return f.read(most + 1)
-    except OSError as e:
-        raise ReproError(f"cannot read {path}: {e.strerror or e}") from None
+    return read_bounded(path, str(path), most, what, ReproError)
 
 
 def _inside(root: Path, name: Any, where: str) -> Path:
