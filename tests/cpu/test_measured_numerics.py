@@ -21,6 +21,7 @@ from kernels_ref import emulate as E
 from oracle import tolerance as T
 from oracle.problem import ProblemSpec, Tile
 import bench_scripts  # tests/ is on sys.path
+from numerics_inputs import gemm_inputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, T.RESULTS)
@@ -155,24 +156,6 @@ def _loosest(cands: list, n: int = 2) -> list:
     return out[:n]
 
 
-def _operands(kind, dtype, m, n, k, seed):
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(m, k, generator=g, dtype=torch.float64)
-    b = torch.randn(k, n, generator=g, dtype=torch.float64)
-    if kind == "positive":
-        a, b = a.abs(), b.abs()
-    elif kind == "outlier":
-        a[:, torch.randperm(k, generator=g)[:max(1, k // 256)]] *= 8.0 if dtype == "e4m3" else 1000.0
-    elif kind == "cancel":
-        h = k // 2
-        a[:, h:2 * h] = a[:, :h]
-        b[h:2 * h] = -b[:h] + 2.0 ** -6 * torch.randn(h, n, generator=g, dtype=torch.float64)
-    if dtype == "e4m3":
-        a, b = a * 4, b * 4
-    t = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "e4m3": torch.float8_e4m3fn}[dtype]
-    return a.to(torch.float32).to(t).double(), b.to(torch.float32).to(t).double()
-
-
 FITTED = [(n, i) for n, r in DOC["engines"].items() for i, _ in enumerate(_loosest(r["ladder"]["consistent"]))]
 
 
@@ -187,7 +170,7 @@ def test_fitted_datapath_stays_below_its_models_bound(engine, i):
     k = 1024
     worst = {}
     for kind in ("normal", "positive", "outlier", "cancel"):
-        a, b = _operands(kind, OPERAND[r["optype"]], 8, 8, k, seed=len(engine) + i)
+        a, b = (x.double() for x in gemm_inputs(kind, OPERAND[r["optype"]], 8, 8, k, seed=len(engine) + i))
         got = E.gemm(a, b, eng)
         for any_model in (False, True):
             spec = _spec(engine, k, any_model)

@@ -14,6 +14,7 @@ from kernels_ref import mma as X
 from oracle import tolerance as T
 from oracle.compare import Status, compare
 from oracle.problem import ACC_MODELS, ProblemSpec, Tile
+from numerics_inputs import gemm_inputs  # tests/ is on sys.path
 
 BK = 64
 
@@ -45,26 +46,6 @@ def _tf32(**kw):
 
 
 FMA = E.Engine(mma_k=1, align_bits=40, align_round="rn", acc_round="rn")
-TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "e4m3": torch.float8_e4m3fn}
-
-
-def _inputs(kind, dtype, m, n, k, seed):
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(m, k, generator=g, dtype=torch.float64)
-    b = torch.randn(k, n, generator=g, dtype=torch.float64)
-    if kind == "positive":
-        a, b = a.abs(), b.abs()
-    elif kind == "outlier":
-        a[:, torch.randperm(k, generator=g)[:max(1, k // 256)]] *= 8.0 if dtype == "e4m3" else 1000.0
-    elif kind == "cancel":  # the second half of K undoes the first: the result is tiny against S
-        h = k // 2
-        a[:, h:2 * h] = a[:, :h]
-        b[h:2 * h] = -b[:h]
-        b[h:2 * h] += 2.0 ** -6 * torch.randn(h, n, generator=g, dtype=torch.float64)
-    if dtype == "e4m3":
-        a, b = a * 4, b * 4
-    t = TORCH[dtype]
-    return a.to(torch.float32).to(t), b.to(torch.float32).to(t)
 
 
 def _stats(a, b, bk=BK, chunk=None):
@@ -135,7 +116,7 @@ CASES = [
 @pytest.mark.parametrize("kind", ["normal", "positive", "outlier", "cancel"])
 def test_correct_engine_stays_below_the_bound(dtype, kw, eng, what, kind):
     k = 4096
-    a, b = _inputs(kind, dtype, 8, 8, k, seed=hash(what) % 1000)
+    a, b = gemm_inputs(kind, dtype, 8, 8, k, seed=hash(what) % 1000)
     spec = _spec(dtype, k, **kw)
     got = E.gemm(a.double(), b.double(), eng)
     assert _ratio(spec, got, a, b, spec.reduction_chunk) < 1.0
@@ -152,7 +133,7 @@ def test_correct_engine_stays_below_the_bound(dtype, kw, eng, what, kind):
 @pytest.mark.parametrize("kind", ["normal", "positive"])
 def test_correct_engine_at_k_65536(dtype, kw, eng, kind):
     k = 65536
-    a, b = _inputs(kind, dtype, 4, 4, k, seed=7)
+    a, b = gemm_inputs(kind, dtype, 4, 4, k, seed=7)
     spec = _spec(dtype, k, **kw)
     got = E.gemm(a.double(), b.double(), eng)
     assert _ratio(spec, got, a, b, spec.reduction_chunk) < 1.0
@@ -162,19 +143,19 @@ def test_a_narrower_datapath_than_declared_exceeds_the_bound():
     """fp8's narrow accumulator judged as fp32, bf16 partials judged as fp32 accumulation, fp16
     accumulation judged as fp32: the bound must not cover them."""
     k = 4096
-    a, b = _inputs("positive", "e4m3", 8, 8, k, 1)
+    a, b = gemm_inputs("positive", "e4m3", 8, 8, k, 1)
     assert _ratio(_spec("e4m3", k), E.gemm(a.double(), b.double(), _fp8()), a, b) > 2
-    a, b = _inputs("outlier", "bf16", 8, 8, k, 2)
+    a, b = gemm_inputs("outlier", "bf16", 8, 8, k, 2)
     got = E.gemm(a.double(), b.double(), _tc16(reduction=E.Reduction("bf16", 1024, "bf16")))
     assert _ratio(_spec("bf16", k), got, a, b) > 2
-    a, b = _inputs("positive", "fp16", 8, 8, k, 3)
+    a, b = gemm_inputs("positive", "fp16", 8, 8, k, 3)
     got = E.gemm(a.double(), b.double(), _tc16(fused=False, acc_bits=10, acc_round="rn"))
     assert _ratio(_spec("fp16", k), got, a, b) > 2
 
 
 def test_promotion_bound_is_tighter_than_fast():
     k = 4096
-    a, b = _inputs("normal", "e4m3", 8, 8, k, 4)
+    a, b = gemm_inputs("normal", "e4m3", 8, 8, k, 4)
     _, s, st = _stats(a, b)
     fast = T.mma_bound(_spec("e4m3", k, acc_model="fp8_fast"), torch.zeros_like(s), s, k, st)
     prom = T.mma_bound(_spec("e4m3", k, acc_model="fp8_promoted", promotion_interval=64), torch.zeros_like(s), s, k, st)
@@ -231,7 +212,7 @@ TILE = 128
 def _output_case(kind, seed=11, m=256, n=256, k=65536):
     """A correct blocked fp32 engine's bf16 output, the reference's bf16 output and the bound
     epilogue_store holds the output to."""
-    a, b = _inputs(kind, "bf16", m, n, k, seed)
+    a, b = gemm_inputs(kind, "bf16", m, n, k, seed)
     a32, b32 = a.float(), b.float()
     acc = torch.zeros(m, n, dtype=torch.float32)
     blocks = []
@@ -309,7 +290,7 @@ def test_all_positive_k_65536_tile_scaled_is_found_and_correct_matches():
 def test_the_old_sqrt_k_bound_would_miss_what_this_one_finds(normal_case):
     """The motivating case: 2 * 8 * 2^-23 sqrt(K) S, the bound this replaces."""
     acc, y, bound, block = normal_case
-    a, b = _inputs("normal", "bf16", 256, 256, 65536, 11)
+    a, b = gemm_inputs("normal", "bf16", 256, 256, 65536, 11)
     s = (a.double().abs() @ b.double().abs())
     old = T.cast_bound(2 * 8 * 2.0 ** -23 * math.sqrt(65537) * s, y.double(), "bf16")
     out, _ = _plant(acc, block, "tile x 1.01")
@@ -331,7 +312,7 @@ def test_operand_rounding_terms():
     bias that follows |D| (without the reference's sum the bound falls back to c S, the
     deterministic bound)."""
     k = 4096
-    a, b = _inputs("normal", "fp32", 8, 8, k, 21)
+    a, b = gemm_inputs("normal", "fp32", 8, 8, k, 21)
     x, s, st = _stats(a, b)
     z = torch.zeros_like(s)
 
