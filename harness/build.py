@@ -13,6 +13,7 @@ is installed (found without importing it), and their absence only matters to sou
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -293,6 +294,36 @@ def _resolve_source(source: Union[str, os.PathLike]) -> tuple[str, Optional[Path
     return text, path.resolve().parent, str(path)
 
 
+def _cached_build(cubin_path: Path, meta_path: Path, key: str) -> Optional["BuildResult"]:
+    """The cache's cubin for `key` with its build log, or None."""
+    if not cubin_path.is_file():
+        return None
+    log, command = "", ()
+    try:
+        meta = json.loads(meta_path.read_text())
+        log, command = meta.get("log", ""), tuple(meta.get("command", ()))
+    except (OSError, ValueError):
+        pass
+    return BuildResult(cubin_path=cubin_path, cached=True, key=key, log=log, command=command)
+
+
+@contextlib.contextmanager
+def _key_lock(path: Path):
+    """One build per cache key at a time across processes (test workers, parallel oracles): the
+    others wait, then find the cubin. Where flock is missing, builds only race (writes stay atomic)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def build_cubin(
     source: Union[str, os.PathLike],
     *,
@@ -335,45 +366,43 @@ def build_cubin(
     cubin_path = out_dir / f"{key}.cubin"
     meta_path = out_dir / f"{key}.json"
 
-    if cubin_path.is_file():
-        log, command = "", ()
-        try:
-            meta = json.loads(meta_path.read_text())
-            log, command = meta.get("log", ""), tuple(meta.get("command", ()))
-        except (OSError, ValueError):
-            pass
-        return BuildResult(cubin_path=cubin_path, cached=True, key=key, log=log, command=command)
-
+    cached = _cached_build(cubin_path, meta_path, key)
+    if cached is not None:
+        return cached
     out_dir.mkdir(parents=True, exist_ok=True)
-    timeout = _knobs.get("ORACLE_NVCC_TIMEOUT_S")
-    with tempfile.TemporaryDirectory(prefix="oracle-build-", dir=out_dir) as tmp:
-        tmpdir = Path(tmp)
-        if source_dir is None:
-            src_file = tmpdir / "source.cu"
-            src_file.write_text(text)
-        else:
-            src_file = Path(source).resolve()
-        tmp_cubin = tmpdir / "out.cubin"
-        command = [nvcc_path, *flags, *include_flags, "-o", str(tmp_cubin), str(src_file)]
-        started = time.monotonic()
-        try:
-            proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as exc:
-            raise BuildError(f"nvcc did not finish compiling {display} within {timeout:g} s "
-                             f"(ORACLE_NVCC_TIMEOUT_S)", stderr=_text(exc.stderr), command=command) from None
-        except OSError as exc:
-            raise BuildError(f"could not run nvcc ({nvcc_path}): {exc}", command=command) from None
-        log = (proc.stdout or "") + (proc.stderr or "")
-        if proc.returncode != 0:
-            raise BuildError(f"nvcc failed to compile {display} (exit code {proc.returncode})",
-                             stderr=log, command=command)
-        if not tmp_cubin.is_file():
-            raise BuildError(f"nvcc reported success for {display} but wrote no cubin", stderr=log,
-                             command=command)
-        data = tmp_cubin.read_bytes()
-        meta = {"source": display, "command": command, "log": log, "key_parts": key_parts,
-                "seconds": round(time.monotonic() - started, 3)}
-        # The metadata first: whoever sees the cubin also finds its log.
-        _atomic_write(meta_path, json.dumps(meta, indent=1).encode())
-        _atomic_write(cubin_path, data)
-    return BuildResult(cubin_path=cubin_path, cached=False, key=key, log=log, command=tuple(command))
+    with _key_lock(out_dir / f"{key}.lock"):
+        cached = _cached_build(cubin_path, meta_path, key)  # built by another process while this one waited
+        if cached is not None:
+            return cached
+        timeout = _knobs.get("ORACLE_NVCC_TIMEOUT_S")
+        with tempfile.TemporaryDirectory(prefix="oracle-build-", dir=out_dir) as tmp:
+            tmpdir = Path(tmp)
+            if source_dir is None:
+                src_file = tmpdir / "source.cu"
+                src_file.write_text(text)
+            else:
+                src_file = Path(source).resolve()
+            tmp_cubin = tmpdir / "out.cubin"
+            command = [nvcc_path, *flags, *include_flags, "-o", str(tmp_cubin), str(src_file)]
+            started = time.monotonic()
+            try:
+                proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired as exc:
+                raise BuildError(f"nvcc did not finish compiling {display} within {timeout:g} s "
+                                 f"(ORACLE_NVCC_TIMEOUT_S)", stderr=_text(exc.stderr), command=command) from None
+            except OSError as exc:
+                raise BuildError(f"could not run nvcc ({nvcc_path}): {exc}", command=command) from None
+            log = (proc.stdout or "") + (proc.stderr or "")
+            if proc.returncode != 0:
+                raise BuildError(f"nvcc failed to compile {display} (exit code {proc.returncode})",
+                                 stderr=log, command=command)
+            if not tmp_cubin.is_file():
+                raise BuildError(f"nvcc reported success for {display} but wrote no cubin", stderr=log,
+                                 command=command)
+            data = tmp_cubin.read_bytes()
+            meta = {"source": display, "command": command, "log": log, "key_parts": key_parts,
+                    "seconds": round(time.monotonic() - started, 3)}
+            # The metadata first: whoever sees the cubin also finds its log.
+            _atomic_write(meta_path, json.dumps(meta, indent=1).encode())
+            _atomic_write(cubin_path, data)
+        return BuildResult(cubin_path=cubin_path, cached=False, key=key, log=log, command=tuple(command))

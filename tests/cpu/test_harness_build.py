@@ -164,7 +164,7 @@ def test_missing_source_and_missing_nvcc(fake, monkeypatch):
         build_cubin(fake.source)
 
 
-def test_concurrent_builds_of_one_key_never_see_half_a_cubin(fake, monkeypatch):
+def test_concurrent_builds_of_one_key_compile_once_and_never_see_half_a_cubin(fake, monkeypatch):
     monkeypatch.setenv("FAKE_NVCC_SLEEP", "0.3")
     results, errors = [], []
 
@@ -182,6 +182,7 @@ def test_concurrent_builds_of_one_key_never_see_half_a_cubin(fake, monkeypatch):
     assert not errors
     datas = {r.read() for r in results}
     assert len(datas) == 1 and len({r.key for r in results}) == 1
+    assert fake.calls().count("compile") == 1 and sorted(r.cached for r in results) == [False, True, True, True]
     assert not [p for p in fake.cache.rglob("*") if p.name.endswith(".tmp") or p.name.startswith("oracle-build-")]
 
 
