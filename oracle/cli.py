@@ -244,7 +244,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     kernel loading again, and print here. Without a server the commands run in their own process."""
     from oracle.server import serve
 
-    return serve(args.socket)
+    return serve(args.socket, main)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

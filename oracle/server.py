@@ -22,7 +22,7 @@ import json
 import os
 import socket
 import sys
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 MAX_REQUEST_BYTES = 1 << 20
 FORWARDED = ("compare", "bench", "simulate", "knobs", "repro")  # `serve` itself never is
@@ -69,20 +69,8 @@ def forward(argv: Sequence[str]) -> Optional[int]:
     return int(reply.get("exit", 1))
 
 
-def entry() -> int:
-    """The `oracle` command: forwarded to a server when one is named, else run here."""
-    code = forward(sys.argv[1:])
-    if code is None:
-        from oracle.cli import main
-
-        code = main()
-    return code
-
-
 # -- server ----------------------------------------------------------------------------------------
-def _run(request: dict) -> dict:
-    from oracle.cli import main
-
+def _run(request: dict, main: Callable[[list], int]) -> dict:
     argv, cwd, env = request.get("argv"), request.get("cwd"), request.get("env") or {}
     if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv) and argv and argv[0] in FORWARDED):
         return {"exit": 2, "stdout": "", "stderr": f"error: the server runs {', '.join(FORWARDED)}, got {argv!r}\n"}
@@ -116,8 +104,9 @@ def _run(request: dict) -> dict:
     return {"exit": int(code), "stdout": out.getvalue(), "stderr": err.getvalue()}
 
 
-def serve(path: str, *, max_requests: Optional[int] = None, ready=None) -> int:
-    """Answer requests on the Unix socket `path` until interrupted (or `max_requests` answered)."""
+def serve(path: str, main: Callable[[list], int], *, max_requests: Optional[int] = None, ready=None) -> int:
+    """Answer requests on the Unix socket `path` with `main` (the command line's, given by it, so this
+    module never imports the command line) until interrupted (or `max_requests` answered)."""
     if os.path.exists(path):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
             try:
@@ -140,7 +129,7 @@ def serve(path: str, *, max_requests: Optional[int] = None, ready=None) -> int:
                 conn, _ = srv.accept()
                 with conn:
                     try:
-                        reply = _run(_receive(conn, MAX_REQUEST_BYTES))
+                        reply = _run(_receive(conn, MAX_REQUEST_BYTES), main)
                     except (ValueError, ConnectionError) as e:
                         reply = {"exit": 2, "stdout": "", "stderr": f"error: bad request: {e}\n"}
                     try:

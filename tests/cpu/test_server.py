@@ -21,7 +21,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def warm(tmp_path):
     path = str(tmp_path / "o.sock")
     ready = threading.Event()
-    t = threading.Thread(target=server.serve, args=(path,), kwargs={"max_requests": 3, "ready": ready.set},
+    from oracle.cli import main
+
+    t = threading.Thread(target=server.serve, args=(path, main), kwargs={"max_requests": 3, "ready": ready.set},
                          daemon=True)
     t.start()
     assert ready.wait(10)
