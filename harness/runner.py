@@ -35,6 +35,7 @@ from harness import _protocol as P
 from harness import _tensorio
 from harness.build import CUBIN_MAGICS, BuildError, BuildResult, build_cubin, load_cubin
 from harness.launch import LaunchSpec, TensorMapArg
+from kernels_ref.dtypes import ELEMENT_TYPES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CHILD = (sys.executable, "-X", "faulthandler", "-m", "harness._child")
@@ -54,11 +55,7 @@ for _name in ("uint16", "uint32", "uint64"):
 ST_TO_TORCH = {v: k for k, v in TORCH_TO_ST.items()}
 
 # Tensor-map dtype name -> torch dtypes a buffer of that map may have.
-MAP_DTYPE_TORCH: dict[str, tuple[torch.dtype, ...]] = {
-    "fp32": (torch.float32,), "fp16": (torch.float16,), "bf16": (torch.bfloat16,),
-    "e4m3": (torch.float8_e4m3fn,), "e5m2": (torch.float8_e5m2,), "int8": (torch.int8,),
-    "uint8": (torch.uint8,), "int32": (torch.int32,),
-}
+MAP_DTYPE_TORCH: dict[str, tuple[torch.dtype, ...]] = {k: (d.torch,) for k, d in ELEMENT_TYPES.items()}
 
 
 class RunnerError(ValueError):

@@ -26,18 +26,11 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
-# name -> (itemsize, CUtensorMapDataType value, is a floating-point map type)
-_UINT8, _INT32, _FLOAT16, _FLOAT32, _BFLOAT16 = 0, 3, 6, 7, 9
-MAP_DTYPES: dict[str, tuple[int, int, bool]] = {
-    "fp32": (4, _FLOAT32, True),
-    "fp16": (2, _FLOAT16, True),
-    "bf16": (2, _BFLOAT16, True),
-    "e4m3": (1, _UINT8, False),  # no fp8 map type on sm_90: the map moves bytes
-    "e5m2": (1, _UINT8, False),
-    "int8": (1, _UINT8, False),
-    "uint8": (1, _UINT8, False),  # raw bytes, e.g. ue8m0 scale factors
-    "int32": (4, _INT32, False),
-}
+from kernels_ref.dtypes import ELEMENT_TYPES
+
+# name -> (itemsize, CUtensorMapDataType value, is a floating-point map type), from the one dtype table
+MAP_DTYPES: dict[str, tuple[int, int, bool]] = {k: (d.itemsize, d.map_type, d.map_is_float)
+                                                for k, d in ELEMENT_TYPES.items()}
 SWIZZLE_ENUM = {0: 0, 32: 1, 64: 2, 128: 3}
 L2_PROMOTION_ENUM = {0: 0, 64: 1, 128: 2, 256: 3}
 OOB_FILL_ENUM = {"zero": 0, "nan": 1}

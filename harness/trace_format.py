@@ -27,6 +27,7 @@ import torch
 
 from harness import knobs as _knobs
 from harness.taps import DESCRIPTOR_STAGES, LOAD_STAGES, TAP_STAGES, DescriptorRecord, Tap, TapError
+from kernels_ref.dtypes import ELEMENT_TYPES
 
 # --------------------------------------------------------------------------------------------
 # Constants (mirrored in harness/include/oracle_trace/trace.cuh)
@@ -66,18 +67,11 @@ if set(STAGE_CODES) != set(TAP_STAGES):  # one code for every stage a kernel can
     raise ImportError(f"trace stage codes {tuple(STAGE_CODES)} do not cover TAP_STAGES {TAP_STAGES}")
 ALL_STAGES_MASK = sum(1 << c for c in STAGE_CODES.values())
 
-DTYPE_CODES: dict[str, int] = {"fp32": 1, "fp16": 2, "bf16": 3, "e4m3": 4, "e5m2": 5, "int8": 6, "int32": 7}
+# from the one dtype table (kernels_ref.dtypes)
+DTYPE_CODES: dict[str, int] = {k: d.trace_code for k, d in ELEMENT_TYPES.items() if d.trace_code}
 DTYPE_NAMES: dict[int, str] = {v: k for k, v in DTYPE_CODES.items()}
-DTYPE_TORCH: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-    "e4m3": torch.float8_e4m3fn,
-    "e5m2": torch.float8_e5m2,
-    "int8": torch.int8,
-    "int32": torch.int32,
-}
-DTYPE_SIZE: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1, "int8": 1, "int32": 4}
+DTYPE_TORCH: dict[str, torch.dtype] = {k: ELEMENT_TYPES[k].torch for k in DTYPE_CODES}
+DTYPE_SIZE: dict[str, int] = {k: ELEMENT_TYPES[k].itemsize for k in DTYPE_CODES}
 # numpy types that hold the raw bits of each element size
 _BITS = {1: np.uint8, 2: np.int16, 4: np.int32}
 _TORCH_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32}

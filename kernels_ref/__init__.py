@@ -15,33 +15,39 @@ the reasons a configuration cannot be modelled. Operands are logical: A [M, K], 
 Not a stage: `kernels_ref.gemm_fast` (import it by name) is a fast TMA-persistent GEMM for
 Hopper, the speed peer that benchmarks set beside cuBLAS and the kernel under test.
 
-Depends only on triton, torch and numpy; importable by any project with plain tensors.
+Depends only on triton, torch and numpy; importable by any project with plain tensors. Names are
+imported on first use, so `kernels_ref.dtypes` (the one dtype table) loads without torch or triton.
 """
 
-from kernels_ref import descriptor, dtypes, epilogue, gemm, load, mma
-from kernels_ref.descriptor import (image_nbytes, operand_image, operand_image_host, operand_images,
-                                    operand_images_host, storage_shape, swizzle, swizzle_host, tile_shape,
-                                    unswizzle, unswizzle_host)
-from kernels_ref.dtypes import DTYPES, DType
-from kernels_ref.epilogue import (ACTIVATIONS, OUT_DTYPES, Epilogue, EpilogueSteps, apply_activation,
-                                  apply_activation_host, apply_alpha_beta, apply_alpha_beta_host, apply_bias,
-                                  apply_bias_host, apply_cast, apply_cast_host, apply_scale, apply_scale_host,
-                                  epilogue_host)
-from kernels_ref.gemm import gemm_host
-from kernels_ref.load import (load_tile, load_tile_host, load_tiles, load_tiles_host, tile_from_image,
-                              tile_from_image_host)
-from kernels_ref.mma import (ACCS, mma_accumulate, mma_accumulate_host, mma_step, mma_step_host, mma_trajectory,
-                             mma_trajectory_host, truncate_mantissa_host)
+import importlib
 
-__all__ = [
-    "descriptor", "dtypes", "epilogue", "gemm", "load", "mma",
-    "DTYPES", "DType", "ACCS", "ACTIVATIONS", "OUT_DTYPES",
-    "swizzle", "swizzle_host", "unswizzle", "unswizzle_host", "operand_image", "operand_image_host",
-    "operand_images", "operand_images_host", "image_nbytes", "storage_shape", "tile_shape",
-    "load_tile", "load_tile_host", "load_tiles", "load_tiles_host", "tile_from_image", "tile_from_image_host",
-    "mma_step", "mma_step_host", "mma_trajectory", "mma_trajectory_host", "mma_accumulate",
-    "mma_accumulate_host", "truncate_mantissa_host",
-    "Epilogue", "EpilogueSteps", "apply_scale", "apply_scale_host", "apply_alpha_beta", "apply_alpha_beta_host",
-    "apply_bias", "apply_bias_host", "apply_activation", "apply_activation_host", "apply_cast", "apply_cast_host",
-    "epilogue_host", "gemm_host",
-]
+_MODULES = ("descriptor", "dtypes", "epilogue", "gemm", "load", "mma")
+_NAMES = {
+    "descriptor": ("image_nbytes", "operand_image", "operand_image_host", "operand_images", "operand_images_host",
+                   "storage_shape", "swizzle", "swizzle_host", "tile_shape", "unswizzle", "unswizzle_host"),
+    "dtypes": ("DTYPES", "DType"),
+    "epilogue": ("ACTIVATIONS", "OUT_DTYPES", "Epilogue", "EpilogueSteps", "apply_activation", "apply_activation_host",
+                 "apply_alpha_beta", "apply_alpha_beta_host", "apply_bias", "apply_bias_host", "apply_cast",
+                 "apply_cast_host", "apply_scale", "apply_scale_host", "epilogue_host"),
+    "gemm": ("gemm_host",),
+    "load": ("load_tile", "load_tile_host", "load_tiles", "load_tiles_host", "tile_from_image",
+             "tile_from_image_host"),
+    "mma": ("ACCS", "mma_accumulate", "mma_accumulate_host", "mma_step", "mma_step_host", "mma_trajectory",
+            "mma_trajectory_host", "truncate_mantissa_host"),
+}
+_WHERE = {name: mod for mod, names in _NAMES.items() for name in names}
+__all__ = list(_MODULES) + [n for names in _NAMES.values() for n in names]
+
+
+def __getattr__(name):
+    if name in _MODULES:
+        return importlib.import_module(f"kernels_ref.{name}")
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f"kernels_ref.{_WHERE[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'kernels_ref' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -12,14 +12,13 @@ from typing import Iterable, Optional, Sequence
 import torch
 import triton
 
-from kernels_ref.dtypes import DTYPES, name_of  # noqa: F401  (name_of is re-exported to the stages)
+from kernels_ref.dtypes import DTYPES, FLOAT_NAMES, name_of  # noqa: F401  (re-exported to the stages)
 
 # Constexpr codes for element types inside kernels; `_codec` dispatches on them.
-CODES: dict[str, int] = {"fp32": 0, "fp16": 1, "bf16": 2, "e4m3": 3, "e5m2": 4, "int8": 5, "int32": 6}
-FLOAT_NAMES = ("fp32", "fp16", "bf16", "e4m3", "e5m2")
+CODES: dict[str, int] = {k: d.ref_code for k, d in DTYPES.items()}
 
 # Quiet NaN bit patterns a TMA "nan" out-of-bounds fill writes, per element type.
-NAN_BITS: dict[str, int] = {"fp32": 0x7FC00000, "fp16": 0x7E00, "bf16": 0x7FC0, "e4m3": 0x7F, "e5m2": 0x7E}
+NAN_BITS: dict[str, int] = {k: d.nan_bits for k, d in DTYPES.items() if d.nan_bits is not None}
 
 OOB_FILLS = ("zero", "nan")
 OPERANDS = ("a", "b")

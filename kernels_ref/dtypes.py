@@ -1,43 +1,70 @@
-"""Element types the reference stages understand, by short name.
+"""Element types, by short name: the one table every layer reads.
 
-One table: the torch dtype, the unit roundoff of the format (half an ulp at 1.0), the largest
-finite value, and the MMA instruction depth (k elements one tensor-core instruction sums).
+Each row: the torch dtype, the unit roundoff of the format (half an ulp at 1.0), the largest
+finite value, the MMA instruction depth (k elements one tensor-core instruction sums), the
+quiet-NaN bit pattern a TMA "nan" fill writes, and the codes the other layers use for it: the
+reference kernels' constexpr code, the trace format's wire code, the CUtensorMapDataType a tensor
+map moves it as, and the safetensors name. `DTYPES` holds the element types of operands and
+outputs; `ELEMENT_TYPES` adds raw bytes (`uint8`: scale factors, packed data), which only move.
+A new element type is one row here. Imports nothing at load (torch on first use of `.torch`),
+so every layer can read it, the harness's child process too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
-import torch
+# CUtensorMapDataType values (cuda.h)
+_MAP_UINT8, _MAP_INT32, _MAP_FLOAT16, _MAP_FLOAT32, _MAP_BFLOAT16 = 0, 3, 6, 7, 9
 
 
 @dataclass(frozen=True)
 class DType:
     name: str
-    torch: torch.dtype
+    torch_name: str  # the attribute of the torch module: "float32", "float8_e4m3fn", ...
+    itemsize: int  # bytes per element
     unit_roundoff: float  # 0 for integers
     max_finite: float
     mma_k: int  # k depth of one MMA instruction for this operand type
     is_float: bool = True
+    nan_bits: Optional[int] = None  # the quiet NaN a TMA "nan" fill writes; None: no NaN
+    ref_code: Optional[int] = None  # constexpr code of the reference kernels' codec (kernels_ref._codec)
+    trace_code: int = 0  # the trace format's dtype code (harness.trace_format; 0: not traced)
+    map_type: int = _MAP_UINT8  # the CUtensorMapDataType a tensor map moves it as
+    map_is_float: bool = False  # whether that map type is a floating-point one
+    safetensors: str = ""  # the safetensors dtype name
 
     @property
-    def itemsize(self) -> int:
-        return torch.empty((), dtype=self.torch).element_size()
+    def torch(self):
+        import torch
+
+        return getattr(torch, self.torch_name)
 
 
-DTYPES: dict[str, DType] = {
+ELEMENT_TYPES: dict[str, DType] = {
     d.name: d
     for d in (
-        DType("fp32", torch.float32, 2.0**-24, float(torch.finfo(torch.float32).max), 8),
-        DType("fp16", torch.float16, 2.0**-11, 65504.0, 16),
-        DType("bf16", torch.bfloat16, 2.0**-8, float(torch.finfo(torch.bfloat16).max), 16),
-        DType("e4m3", torch.float8_e4m3fn, 2.0**-4, 448.0, 32),
-        DType("e5m2", torch.float8_e5m2, 2.0**-3, 57344.0, 32),
-        DType("int8", torch.int8, 0.0, 127.0, 32, is_float=False),
-        DType("int32", torch.int32, 0.0, float(2**31 - 1), 8, is_float=False),
+        DType("fp32", "float32", 4, 2.0**-24, 3.4028234663852886e38, 8, nan_bits=0x7FC00000, ref_code=0,
+              trace_code=1, map_type=_MAP_FLOAT32, map_is_float=True, safetensors="F32"),
+        DType("fp16", "float16", 2, 2.0**-11, 65504.0, 16, nan_bits=0x7E00, ref_code=1, trace_code=2,
+              map_type=_MAP_FLOAT16, map_is_float=True, safetensors="F16"),
+        DType("bf16", "bfloat16", 2, 2.0**-8, 3.3895313892515355e38, 16, nan_bits=0x7FC0, ref_code=2, trace_code=3,
+              map_type=_MAP_BFLOAT16, map_is_float=True, safetensors="BF16"),
+        # no fp8 tensor-map type on sm_90: the map moves bytes
+        DType("e4m3", "float8_e4m3fn", 1, 2.0**-4, 448.0, 32, nan_bits=0x7F, ref_code=3, trace_code=4,
+              safetensors="F8_E4M3"),
+        DType("e5m2", "float8_e5m2", 1, 2.0**-3, 57344.0, 32, nan_bits=0x7E, ref_code=4, trace_code=5,
+              safetensors="F8_E5M2"),
+        DType("int8", "int8", 1, 0.0, 127.0, 32, is_float=False, ref_code=5, trace_code=6, safetensors="I8"),
+        DType("int32", "int32", 4, 0.0, float(2**31 - 1), 8, is_float=False, ref_code=6, trace_code=7,
+              map_type=_MAP_INT32, safetensors="I32"),
+        DType("uint8", "uint8", 1, 0.0, 255.0, 0, is_float=False, safetensors="U8"),  # raw bytes: moved only
     )
 }
-
+# the element types of operands and outputs (those the reference kernels compute with)
+DTYPES: dict[str, DType] = {k: d for k, d in ELEMENT_TYPES.items() if d.ref_code is not None}
+FLOAT_NAMES = tuple(k for k, d in DTYPES.items() if d.is_float)
 FP8 = ("e4m3", "e5m2")
 
 
@@ -49,7 +76,8 @@ def dtype(name: str) -> DType:
         raise ValueError(f"unknown dtype {name!r}; known: {', '.join(DTYPES)}") from None
 
 
-def name_of(t: torch.dtype) -> str:
+def name_of(t) -> str:
+    """The short name of a torch dtype."""
     for d in DTYPES.values():
         if d.torch == t:
             return d.name

@@ -29,10 +29,12 @@ from typing import Optional, Union
 
 import torch
 
+from kernels_ref.dtypes import DTYPES
+
 ROUNDINGS = ("trunc", "rn", "rna")  # toward zero, to nearest even, to nearest away from zero
 ROUND_CODE = {r: i for i, r in enumerate(ROUNDINGS)}
 REDUCTION_DTYPES = ("fp32", "bf16", "fp16")
-_TORCH = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_TORCH = {k: DTYPES[k].torch for k in ("fp32", "bf16", "fp16")}  # the reduction dtypes
 
 Param = Union[int, bool, torch.Tensor]
 

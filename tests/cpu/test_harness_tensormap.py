@@ -98,11 +98,10 @@ def test_driver_args_use_the_cuda_enum_values():
 
 def test_enum_values_match_cuda_bindings():
     drv = pytest.importorskip("cuda.bindings.driver")
-    assert int(drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8) == tm._UINT8
-    assert int(drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_INT32) == tm._INT32
-    assert int(drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16) == tm._FLOAT16
-    assert int(drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32) == tm._FLOAT32
-    assert int(drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16) == tm._BFLOAT16
+    want = {"fp32": "FLOAT32", "fp16": "FLOAT16", "bf16": "BFLOAT16", "int32": "INT32"}  # the rest move bytes
+    for name, (_, map_type, _) in tm.MAP_DTYPES.items():
+        enum = getattr(drv.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{want.get(name, 'UINT8')}")
+        assert int(enum) == map_type, name
     assert int(drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B) == tm.SWIZZLE_ENUM[128]
     assert int(drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_32B) == tm.SWIZZLE_ENUM[32]
     assert int(drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B) == tm.L2_PROMOTION_ENUM[256]
