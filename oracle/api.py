@@ -82,8 +82,8 @@ def _dtype(name: str, t: Optional[torch.Tensor]) -> str:
         raise SpecError(f"{name} has dtype {t.dtype}, which the oracle has no name for") from None
 
 
-def _check_tensor(name: str, t: Any, device: Optional[torch.device], scale: bool = False) -> None:
-    """One argument of `check`: a dense torch.Tensor with data, of a real dtype, on `device`."""
+def _check_tensor(name: str, t: Any, scale: bool = False) -> None:
+    """One argument of `check`: a dense torch.Tensor with data (any real device), of a real dtype."""
     if not isinstance(t, torch.Tensor):
         raise SpecError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.layout is not torch.strided:
@@ -95,21 +95,19 @@ def _check_tensor(name: str, t: Any, device: Optional[torch.device], scale: bool
         raise SpecError(f"{name} has dtype {t.dtype}; a GEMM's tensors are real numbers")
     if scale and not t.is_floating_point():
         raise SpecError(f"{name} has dtype {t.dtype}; a scale is a floating-point tensor")
-    if device is not None and t.device != device:
-        raise SpecError(f"{name} is on {t.device} but a is on {device}: give every tensor on one device")
 
 
 def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bias=None, scale_a=None, scale_b=None,
                **fields) -> ProblemSpec:
     """The ProblemSpec a check of these tensors describes; `fields` override or add ProblemSpec fields.
-    Every argument is checked first: a SpecError names the one that is not a dense, real tensor on
-    a's device with values (meta, sparse, complex and non-tensors are refused), or does not fit."""
-    _check_tensor("a", a, None)
-    for name, t in (("b", b), ("d", d)):
-        _check_tensor(name, t, a.device)
+    Every argument is checked first: a SpecError names the one that is not a dense, real tensor
+    with values (meta, sparse, complex, bool and non-tensors are refused), or does not fit. The
+    tensors may be on different devices: the differential moves them to the reference device."""
+    for name, t in (("a", a), ("b", b), ("d", d)):
+        _check_tensor(name, t)
     for name, t in (("c", c), ("bias", bias), ("scale_a", scale_a), ("scale_b", scale_b)):
         if t is not None:
-            _check_tensor(name, t, a.device, scale=name.startswith("scale"))
+            _check_tensor(name, t, scale=name.startswith("scale"))
     for name, t in (("a", a), ("b", b), ("d", d)):
         if t.dim() != 2:
             raise SpecError(f"{name} must be a 2-D torch.Tensor (A [M, K], B [K, N], D [M, N]), got "
