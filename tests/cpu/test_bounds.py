@@ -117,7 +117,14 @@ def test_a_size_past_int32_is_refused(field):
 
 
 # -- workspaces and operands against one budget ----------------------------------------------
+def _need_memory(gib: int) -> None:
+    phys = budget.physical_memory()
+    if phys is None or phys.bytes < gib << 30:
+        pytest.skip(f"the machine has less than {gib} GiB of memory: its own limit would refuse the request first")
+
+
 def test_a_workspace_is_checked_against_the_budget_before_allocation(tmp_path):
+    _need_memory(10)
     case = tmp_path / "ws.toml"
     case.write_text(BASE + '\n[workspace.big]\nbytes = 8589934592\n')
     r = _child(f"""
@@ -144,9 +151,7 @@ def test_a_workspace_counts_with_the_operands_against_the_knob(tmp_path, monkeyp
 
 
 def test_operands_are_checked_against_the_address_space_limit():
-    phys = budget.physical_memory()
-    if phys is None or phys.bytes < 8 << 30:
-        pytest.skip("the machine has less than 8 GiB of memory: its own limit would refuse the problem first")
+    _need_memory(8)
     r = _child("""
         from oracle.inputs import InputError, check_problem_size
         from oracle.problem import ProblemSpec
