@@ -12,8 +12,10 @@ Tensors: the operands and output under `input.<name>` / `output.<name>`, and eve
 A path ending in `.gz` is written as a gzip stream of the same bytes (the recorded zoo traces are
 mostly zero padding, which compresses well); `load_dump` recognises a gzip stream by its magic.
 `load_dump` checks everything it reads and raises DumpError naming the problem: the file's size
-(decompressed, as it streams) against ORACLE_DUMP_MAX_MB, every tensor entry against the bytes
-there are, every metadata field by type and range. The meta object is the caller's to check
+against ORACLE_DUMP_MAX_MB (a gzip stream is read header first: its header is decompressed and
+checked, then exactly the data bytes it describes, within the limit and the host's memory
+(harness.budget), so a stream of zeros is refused from its first 8 bytes), every tensor entry
+against the bytes there are, every metadata field by type and range. The meta object is the caller's to check
 (oracle.recording does, field by field).
 """
 
@@ -26,7 +28,7 @@ import os
 import platform
 import zlib
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import torch
 
@@ -103,28 +105,65 @@ def _size_limit() -> tuple[int, str]:
     return mb << 20, f"the {mb} MiB limit of ORACLE_DUMP_MAX_MB"
 
 
-def _inflate(path: str, limit: int, limit_name: str) -> bytearray:
-    """The decompressed bytes of a gzip file (one member or several), refused as soon as they pass
-    `limit`: at most one chunk is decompressed ahead of the check."""
-    out = bytearray()
-    d = zlib.decompressobj(wbits=31)
-    with open(path, "rb") as f:
-        data = f.read(_CHUNK)
-        while True:
-            piece = d.decompress(data, _CHUNK)
-            out += piece
-            if len(out) > limit:
-                raise DumpError(f"dump {path!r} decompresses to more than {limit_name} (stopped at {len(out)} "
-                                f"bytes): raise the limit if the dump is genuine")
-            if d.eof:  # a member ended: another one follows, or nothing
-                data = d.unused_data or f.read(_CHUNK)
+class _Inflater:
+    """A gzip file (one member or several) read as a stream of its decompressed bytes, on demand:
+    at most one chunk is decompressed ahead of what was asked for, so the header of a dump is read
+    and checked before its body is decompressed, and nothing past `limit` bytes is ever kept."""
+
+    def __init__(self, f, path: str, limit: int, limit_name: str) -> None:
+        self.f, self.path, self.limit, self.limit_name = f, path, limit, limit_name
+        self.d = zlib.decompressobj(wbits=31)
+        self.pending = b""  # decompressed, not yet handed out
+        self.done = 0  # bytes handed out
+        self.ended = False
+
+    def _more(self) -> bytes:
+        """The next decompressed piece (b"" at the end of the last member)."""
+        while not self.ended:
+            if self.d.eof:  # a member ended: another one follows, or nothing
+                data = self.d.unused_data or self.f.read(_CHUNK)
                 if not data:
-                    return out
-                d = zlib.decompressobj(wbits=31)
-                continue
-            data = d.unconsumed_tail or f.read(_CHUNK)
-            if not data and not piece:
-                raise DumpError(f"dump {path!r}: the gzip stream ends inside a member (truncated or corrupt?)")
+                    self.ended = True
+                    return b""
+                self.d = zlib.decompressobj(wbits=31)
+            else:
+                data = self.d.unconsumed_tail or self.f.read(_CHUNK)
+                if not data:
+                    raise DumpError(f"dump {self.path!r}: the gzip stream ends inside a member (truncated or "
+                                    f"corrupt?)")
+            piece = self.d.decompress(data, _CHUNK)
+            if piece:
+                return piece
+        return b""
+
+    def readinto(self, out: memoryview, what: str) -> None:
+        """Fill `out` exactly, or raise DumpError naming `what` when the stream ends first."""
+        if self.done + len(out) > self.limit:
+            raise DumpError(f"dump {self.path!r}: {what} would make it more than {self.limit_name} decompressed "
+                            f"({self.done + len(out)} bytes): raise the limit if the dump is genuine")
+        at = 0
+        while at < len(out):
+            if not self.pending:
+                self.pending = self._more()
+                if not self.pending:
+                    raise DumpError(f"dump {self.path!r}: the stream ends {len(out) - at} bytes into {what} "
+                                    f"(truncated?)")
+            n = min(len(self.pending), len(out) - at)
+            out[at:at + n] = self.pending[:n]
+            self.pending = self.pending[n:]
+            at += n
+        self.done += len(out)
+
+    def read(self, n: int, what: str) -> bytearray:
+        buf = bytearray(n)
+        self.readinto(memoryview(buf), what)
+        return buf
+
+    def at_end(self) -> bool:
+        """True when nothing is left (reads at most one more chunk)."""
+        if not self.pending:
+            self.pending = self._more()
+        return not self.pending
 
 
 def _json(text, what: str) -> Any:
@@ -134,27 +173,19 @@ def _json(text, what: str) -> Any:
         raise DumpError(f"{what} is not valid JSON ({type(e).__name__}: {str(e)[:200]})") from None
 
 
-def _tensors_in(data: bytearray, where: str) -> tuple[dict[str, torch.Tensor], dict]:
-    """The tensors (views of `data`, no copies) and the metadata of safetensors bytes, every header
-    entry checked against the bytes there are."""
+def _header(n: int, raw: bytes, where: str) -> tuple[dict, dict, int]:
+    """The safetensors header (`n` bytes, `raw`): its entries by name, its metadata, and the data
+    bytes the entries say follow it (the end of the last one), every entry checked for type and
+    size before any tensor is made."""
     from harness.runner import ST_TO_TORCH
 
-    if len(data) < 8:
-        raise DumpError(f"{where}: the safetensors stream is shorter than its 8-byte header length")
-    n = int.from_bytes(data[:8], "little")
-    if n > len(data) - 8:
-        raise DumpError(f"{where}: the safetensors header claims {n} bytes, the stream has {len(data) - 8}")
-    if n > MAX_HEADER_BYTES:
-        raise DumpError(f"{where}: the safetensors header claims {n} bytes, more than the {MAX_HEADER_BYTES >> 20} "
-                        f"MiB a tensor file's header may have")
-    head = _json(bytes(data[8:8 + n]), f"{where}: the safetensors header")
+    head = _json(bytes(raw), f"{where}: the safetensors header")
     if not isinstance(head, dict):
         raise DumpError(f"{where}: the safetensors header is not a JSON object")
     meta = head.pop("__metadata__", None) or {}
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         raise DumpError(f"{where}: the safetensors __metadata__ must map names to strings")
-    start, size = 8 + n, len(data) - 8 - n
-    spans, tensors = [], {}
+    spans, end = [], 0
     for name, info in head.items():
         at = f"{where}: tensor {name!r}"
         require(isinstance(info, dict) and set(info) == {"dtype", "shape", "data_offsets"}, DumpError, at,
@@ -163,21 +194,66 @@ def _tensors_in(data: bytearray, where: str) -> tuple[dict[str, torch.Tensor], d
         require(isinstance(dtype, str) and dtype in ST_TO_TORCH, DumpError, at, "dtype", dtype,
                 f"one of {', '.join(ST_TO_TORCH)}")
         require(is_int_list(shape), DumpError, at, "shape", shape, "a list of non-negative integers")
-        require(is_int_list(offs, 2) and offs[0] <= offs[1] <= size, DumpError, at, "data_offsets", offs,
-                f"[begin, end] inside the {size} data bytes")
-        numel = math.prod(shape)
-        t = ST_TO_TORCH[dtype]
-        nbytes = numel * t.itemsize
+        require(is_int_list(offs, 2) and offs[0] <= offs[1], DumpError, at, "data_offsets", offs,
+                "[begin, end], begin <= end")
+        nbytes = math.prod(shape) * ST_TO_TORCH[dtype].itemsize
         require(offs[1] - offs[0] == nbytes, DumpError, at, "data_offsets", offs,
                 f"{nbytes} bytes for {dtype} {shape}")
         spans.append((offs[0], offs[1], name))
-        tensors[name] = (torch.empty(shape, dtype=t) if numel == 0 else
-                         torch.frombuffer(data, dtype=t, count=numel, offset=start + offs[0]).reshape(shape))
+        end = max(end, offs[1])
     spans.sort()
     for (b0, e0, n0), (b1, _, n1) in zip(spans, spans[1:]):
         if b1 < e0:
             raise DumpError(f"{where}: tensors {n0!r} and {n1!r} overlap (bytes {b0}..{e0} and {b1}..)")
-    return tensors, meta
+    return head, meta, end
+
+
+def _header_length(first8: bytes, available: Optional[int], where: str) -> int:
+    """The header length a safetensors stream's first 8 bytes give, checked against MAX_HEADER_BYTES
+    and (when known) the bytes there are."""
+    n = int.from_bytes(first8, "little")
+    if n > MAX_HEADER_BYTES:
+        raise DumpError(f"{where}: the safetensors header claims {n} bytes, more than the {MAX_HEADER_BYTES >> 20} "
+                        f"MiB a tensor file's header may have")
+    if available is not None and n > available:
+        raise DumpError(f"{where}: the safetensors header claims {n} bytes, the stream has {available}")
+    return n
+
+
+def _tensors_of(head: dict, data: bytearray, where: str) -> dict[str, torch.Tensor]:
+    """The tensors of a checked header, as views of `data` (no copies)."""
+    from harness.runner import ST_TO_TORCH
+
+    out = {}
+    for name, info in head.items():
+        t, shape, offs = ST_TO_TORCH[info["dtype"]], info["shape"], info["data_offsets"]
+        numel = math.prod(shape)
+        out[name] = (torch.empty(shape, dtype=t) if numel == 0 else
+                     torch.frombuffer(data, dtype=t, count=numel, offset=offs[0]).reshape(shape))
+    return out
+
+
+def _read_gzip(path: str, limit: int, limit_name: str) -> tuple[dict[str, torch.Tensor], dict]:
+    """A gzip dump, header first: its 8-byte length and its header are decompressed and checked,
+    then the data the header describes (within the limit and the host's memory) into one buffer
+    of exactly that size; bytes after it are refused."""
+    from harness import budget
+
+    where = f"dump {path!r}"
+    with open(path, "rb") as f:
+        z = _Inflater(f, path, limit, limit_name)
+        try:
+            first = z.read(8, "the 8-byte header length")
+        except DumpError:
+            raise DumpError(f"{where}: the safetensors stream is shorter than its 8-byte header length") from None
+        n = _header_length(first, None, where)
+        head, meta, size = _header(n, z.read(n, f"the {n}-byte safetensors header"), where)
+        budget.require(8 + n + size, f"{where}: the tensors its header describes", DumpError,
+                       knob=budget.Limit(limit, limit_name), advice="raise the limit if the dump is genuine")
+        data = z.read(size, f"the {size} data bytes its header describes")
+        if not z.at_end():
+            raise DumpError(f"{where}: the stream holds bytes after the {size} data bytes its header describes")
+    return _tensors_of(head, data, where), meta
 
 
 def _read(path: str) -> tuple[dict[str, torch.Tensor], dict]:
@@ -192,10 +268,9 @@ def _read(path: str) -> tuple[dict[str, torch.Tensor], dict]:
             gzipped = raw.read(2) == GZIP_MAGIC
         if gzipped:
             try:
-                data = _inflate(path, limit, limit_name)
+                return _read_gzip(path, limit, limit_name)
             except zlib.error as e:
                 raise DumpError(f"dump {path!r} is not a readable gzip stream (truncated or corrupt?): {e}") from None
-            return _tensors_in(data, f"dump {path!r}")
         size = os.path.getsize(path)
         if size > limit:
             raise DumpError(f"dump {path!r} has {size} bytes, more than {limit_name}: raise the limit if the dump "

@@ -74,11 +74,12 @@ KNOBS: dict[str, Knob] = {
         Knob("ORACLE_CUBIN_MAX_MB", positive_int, lambda: 512,
              "The most bytes, in MiB, a prebuilt cubin (or fatbin) may have; a larger file is refused unread."),
         Knob("ORACLE_DUMP_MAX_MB", positive_int, lambda: 4096,
-             "The most bytes, in MiB, a dump file may hold once decompressed; a gzip dump is refused as soon "
-             "as its stream passes it."),
-        Knob("ORACLE_TRACE_MAX_TAPS_MB", positive_int, lambda: 8192,
-             "The most memory, in MiB, the taps parsed from one trace may take (values and masks); a trace "
-             "that needs more is refused before any tap is assembled."),
+             "The most bytes, in MiB, a dump file may hold once decompressed; a gzip dump is read header first "
+             "and refused when the data its header declares would pass it."),
+        Knob("ORACLE_TRACE_MAX_TAPS_MB", positive_int, lambda: 4096,
+             "The most memory, in MiB, the taps parsed from one trace may take (values and masks: twice a full "
+             "default 2048 MiB sink of one-byte values); a trace that needs more, or more than the host's "
+             "memory, is refused before any tap is assembled."),
     )
 }
 

@@ -253,7 +253,7 @@ def _write_sink_file(run_dir: Path, init: bytes, capacity: int) -> Path:
 
 def _read_sink(path: Path) -> bytes:
     """The sink's header and records: the bytes its header says hold records (the zero rest of a
-    large sink is not read); the whole file when the header cannot say."""
+    large sink is not read); only the header when it is not valid (the parser names what is wrong)."""
     from harness.trace_format import HEADER_BYTES, TraceFormatError, trace_extent
 
     with open(path, "rb") as f:
@@ -261,7 +261,7 @@ def _read_sink(path: Path) -> bytes:
         try:
             extent = trace_extent(head)
         except TraceFormatError:
-            return head + f.read(MAX_SINK_BYTES)  # the parser names what is wrong
+            return head  # never the whole file: the parser names what is wrong with the header
         return head + f.read(max(0, extent - len(head)))
 
 

@@ -467,6 +467,7 @@ class _Piece:
     rect: Optional[tuple[int, int, int, int]] = None  # row0, col0, rows, cols
     coords: Optional[np.ndarray] = None  # uint32 row | col << 16, one per value
     total: int = 0  # byte images: size of the whole image
+    record_bytes: int = 0  # the size of the record it came from
 
     def covers(self, pos: int) -> bool:
         r, c = divmod(pos, self.shape[1])
@@ -518,6 +519,13 @@ def _first_nonzero(mv: memoryview, start: int, end: int) -> Optional[int]:
         if chunk.any():
             return lo + int(np.argmax(chunk != 0))
     return None
+
+
+# A tap is assembled dense (values and a mask over its whole tile) from its records; a record may
+# cover a few elements of it. A claim is refused when the dense tap would pass both this floor
+# (a 512 x 512 fp32 tile takes 1.25 MiB) and this many times the bytes its records carry.
+TAP_DENSE_FLOOR_BYTES = 4 << 20
+TAP_SPARSE_RATIO = 64
 
 
 def _tap_byte_limit(max_tap_bytes: Optional[int]) -> tuple[int, str]:
@@ -662,12 +670,28 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
                 pieces[key].append(_parse_elements(rec, off, stage, dtype, shape, slot, cta, hb))
             else:
                 pieces[key].append(_parse_block(rec, off, stage, dtype, shape, slot, cta, hb))
+        if pieces.get(key):
+            pieces[key][-1].record_bytes = size
         off += size
 
-    need = sum(parts[0].tap_bytes for parts in pieces.values())
+    need = 0
+    for key, parts in pieces.items():  # each tap's claim against the bytes its records carry
+        dense, carried = parts[0].tap_bytes, sum(p.record_bytes for p in parts)
+        if dense > max(TAP_DENSE_FLOOR_BYTES, TAP_SPARSE_RATIO * carried):
+            p = parts[0]
+            raise TraceLimitError(f"{key[0]} tile {key[1]}: its records carry {carried} bytes but claim a "
+                                  f"{p.shape[0]}x{p.shape[1]} tap of {dense} bytes in memory, more than "
+                                  f"{TAP_SPARSE_RATIO} times what they hold (and more than the "
+                                  f"{TAP_DENSE_FLOOR_BYTES >> 20} MiB any tap may take): the block sizes or the "
+                                  f"records are wrong", p.offset)
+        need += dense
     if need > tap_limit:
         raise TraceLimitError(f"the trace's {len(pieces)} taps would take {need} bytes in memory (values and masks), "
                               f"more than {limit_name}: raise it, or trace fewer tiles, k-blocks or stages")
+    from harness import budget
+
+    budget.require(need, f"the trace's {len(pieces)} taps (values and masks)", TraceLimitError,
+                   advice="trace fewer tiles, k-blocks or stages")
     taps = []
     order = {s: i for i, s in enumerate(TAP_STAGES)}
     none_first = (lambda v: -1 if v is None else v)  # noqa: E731

@@ -82,13 +82,36 @@ def _dtype(name: str, t: Optional[torch.Tensor]) -> str:
         raise SpecError(f"{name} has dtype {t.dtype}, which the oracle has no name for") from None
 
 
+def _check_tensor(name: str, t: Any, scale: bool = False) -> None:
+    """One argument of `check`: a dense torch.Tensor with data (any real device), of a real dtype."""
+    if not isinstance(t, torch.Tensor):
+        raise SpecError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.layout is not torch.strided:
+        raise SpecError(f"{name} is a {t.layout} tensor; the oracle reads dense (strided) tensors: pass "
+                        f"{name}.to_dense()")
+    if t.device.type == "meta":
+        raise SpecError(f"{name} is a meta tensor: it has a shape but no values to judge")
+    if t.is_complex() or t.dtype == torch.bool:
+        raise SpecError(f"{name} has dtype {t.dtype}; a GEMM's tensors are real numbers")
+    if scale and not t.is_floating_point():
+        raise SpecError(f"{name} has dtype {t.dtype}; a scale is a floating-point tensor")
+
+
 def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bias=None, scale_a=None, scale_b=None,
                **fields) -> ProblemSpec:
-    """The ProblemSpec a check of these tensors describes; `fields` override or add ProblemSpec fields."""
+    """The ProblemSpec a check of these tensors describes; `fields` override or add ProblemSpec fields.
+    Every argument is checked first: a SpecError names the one that is not a dense, real tensor
+    with values (meta, sparse, complex, bool and non-tensors are refused), or does not fit. The
+    tensors may be on different devices: the differential moves them to the reference device."""
     for name, t in (("a", a), ("b", b), ("d", d)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 2:
+        _check_tensor(name, t)
+    for name, t in (("c", c), ("bias", bias), ("scale_a", scale_a), ("scale_b", scale_b)):
+        if t is not None:
+            _check_tensor(name, t, scale=name.startswith("scale"))
+    for name, t in (("a", a), ("b", b), ("d", d)):
+        if t.dim() != 2:
             raise SpecError(f"{name} must be a 2-D torch.Tensor (A [M, K], B [K, N], D [M, N]), got "
-                            f"{getattr(t, 'shape', type(t).__name__)}")
+                            f"{list(t.shape)}")
     (m, k), (k2, n) = a.shape, b.shape
     if k2 != k:
         raise SpecError(f"b has {k2} rows but a has {k} columns: A is [M, K] and B is [K, N]")
@@ -105,10 +128,10 @@ def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bia
     for op, s, axis in (("a", scale_a, "row"), ("b", scale_b, "col")):
         if s is not None:
             kw[f"scale_{op}"] = Scale("tensor" if s.numel() == 1 else axis)
-    if isinstance(fields.get("tile"), (list, tuple)):
-        fields["tile"] = Tile(*fields["tile"])
-    kw.update(fields)
     try:
+        if isinstance(fields.get("tile"), (list, tuple)):
+            fields["tile"] = Tile(*fields["tile"])
+        kw.update(fields)
         return ProblemSpec(**kw)
     except TypeError as e:
         raise SpecError(f"check: {e}") from None

@@ -14,7 +14,6 @@ Inputs are designed so that a bug points at itself:
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -156,30 +155,31 @@ def operand_limit_bytes() -> int:
     return knobs.MAX_OPERAND_MB.get() << 20
 
 
-def check_problem_size(spec: ProblemSpec) -> None:
-    """Refuse a problem whose operands and output cannot be held: InputError naming the sizes,
-    the limit and its knob. Made before any input is allocated. The knob bounds the operands and
-    output; the machine's memory bounds them plus the float64 draws of A and B that make_operands
-    holds while it makes them on the CPU; a visible GPU's memory bounds the operands and output."""
-    need = operand_bytes(spec)
+def operand_limit():
+    """The ORACLE_MAX_OPERAND_MB knob as a budget limit."""
+    from harness import budget
+
     mb = operand_limit_bytes() >> 20
-    what = f"the operands and output of {spec.describe()} take {need / 2**20:.1f} MiB"
-    if need > mb << 20:
-        raise InputError(f"{what}, more than the {mb} MiB limit of ORACLE_MAX_OPERAND_MB: choose a smaller problem or "
-                         f"raise the limit")
-    try:
-        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        host = None
+    return budget.Limit(mb << 20, f"the {mb} MiB limit of ORACLE_MAX_OPERAND_MB")
+
+
+def check_problem_size(spec: ProblemSpec, extra: int = 0, extra_what: str = "") -> None:
+    """Refuse a problem whose operands and output (plus `extra` bytes of `extra_what`: a case's
+    workspaces) cannot be held: InputError naming the sizes and the limit. Made before any input
+    is allocated, against one budget (harness.budget): the ORACLE_MAX_OPERAND_MB knob; the host's
+    physical memory and address-space headroom, for them plus the float64 draws of A and B that
+    make_operands holds while it makes them on the CPU; a visible GPU's free memory."""
+    from harness import budget
+
+    need = operand_bytes(spec) + extra
+    what = f"the operands and output of {spec.describe()}" + (f" and {extra_what}" if extra_what else "")
+    budget.require(need, what, InputError, knob=operand_limit(), host=False, verb="take",
+                   advice="choose a smaller problem or raise the limit")
     draws = 8 * (spec.total_m * spec.k + spec.k * spec.n * len(spec.group_sizes or (1,)))
-    if host is not None and need + draws > host:
-        raise InputError(f"{what}, and making them {draws / 2**20:.1f} MiB more: more than this machine's "
-                         f"{host / 2**30:.1f} GiB of memory; choose a smaller problem")
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        if need > props.total_memory:
-            raise InputError(f"{what}, more than the {props.total_memory / 2**30:.1f} GiB of the {props.name}; "
-                             f"choose a smaller problem")
+    budget.require(need, what, InputError, host=True, host_need=need + draws, verb="take",
+                   advice=f"making them holds {draws / 2**20:.1f} MiB of draws beside them; choose a smaller "
+                          f"problem")
+    budget.require(need, what, InputError, host=False, device=True, verb="take", advice="choose a smaller problem")
 
 
 def _cast(x: torch.Tensor, name: str) -> torch.Tensor:

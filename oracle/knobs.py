@@ -42,9 +42,10 @@ TRACE_MAX_MB = register(Knob("ORACLE_TRACE_MAX_MB", _positive_int, lambda: 2048,
                              "overrides it): the sink is sized to the selection up to this."))
 
 MAX_OPERAND_MB = register(Knob("ORACLE_MAX_OPERAND_MB", _positive_int, lambda: 32768,
-                               "The most memory, in MiB, a problem's operands and output may take (A, B, C, D, "
-                               "bias, scales); a larger problem is refused before any input is made. The machine's "
-                               "memory and, with a GPU, the device's also bound it."))
+                               "The most memory, in MiB, a problem's operands, output and declared workspaces may "
+                               "take (A, B, C, D, bias, scales, [workspace.X]); a larger problem is refused before "
+                               "any input is made. The machine's memory, the address-space limit (RLIMIT_AS) and, "
+                               "with a GPU, the device's free memory also bound it (harness.budget)."))
 
 ZOO_RECORD_DIR = register(Knob("ORACLE_ZOO_RECORD_DIR", lambda s: s, lambda: None,
                                "Where the GPU zoo tests save each live recording under its manifest name "

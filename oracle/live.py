@@ -24,8 +24,8 @@ from harness.trace_budget import TraceBudget, trace_budget
 from kernels_ref.dtypes import DTYPES
 from oracle import knobs
 from oracle.case import Case, CaseError, check_trace_selection, evaluate, evaluate_int
-from oracle.inputs import (Operands, Provenance, analytic_ones_value, check_operands, check_problem_size,
-                           expected_shapes, operand_limit_bytes)
+from oracle.inputs import (InputError, Operands, Provenance, analytic_ones_value, check_operands,
+                           check_problem_size, expected_shapes, operand_limit_bytes)
 from oracle.partition import group_offsets, tile_partials
 from oracle.recording import Recording
 
@@ -106,6 +106,12 @@ def launch_sequence(case: Case, ops: Optional[Operands]) -> tuple[list[tuple[str
     for w in case.workspaces:
         sizes[w.name] = evaluate_int(w.bytes, names, f"[workspace.{w.name}] bytes", 1, operand_limit_bytes())
         present.add(f"ws_{w.name}")
+    if sizes:  # the workspaces beside the operands, against the one budget, before any is allocated
+        listed = ", ".join(f"{k} {v} bytes" for k, v in sizes.items())
+        try:
+            check_problem_size(s, extra=sum(sizes.values()), extra_what=f"the workspaces ({listed[:200]})")
+        except InputError as e:
+            raise CaseError(f"[workspace] {e}") from None
     storage: dict[str, torch.Tensor] = {}
     if ops is not None:
         storage = {"a": _storage(ops.a, s.a_major), "b": _storage(ops.b, s.b_major)}

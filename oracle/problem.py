@@ -34,6 +34,10 @@ BIAS_AXES = ("none", "row", "col")
 SCALE_KINDS_A = ("none", "tensor", "row", "block")
 SCALE_KINDS_B = ("none", "tensor", "col", "block")
 MAX_TILE_DIM = 65535  # the trace format's limit; a CTA tile is far smaller
+MAX_DIM = 2**31 - 1  # m, n, k and the stacked rows of a batch: a launch passes sizes as int32
+MAX_GROUPS = 1 << 16  # groups of a grouped problem, entries of a batched one
+MAX_STREAM_K_WORKERS = 1 << 20  # far past any persistent grid; the partition is linear in it
+FP32_MAX = 3.4028234663852886e38  # alpha and beta reach the epilogue as fp32 values
 # What the engine's accumulation does (oracle.tolerance.ACC_TABLE has each model's bound):
 ACC_MODELS = ("fp32", "tf32", "tf32_rn", "tf32x3", "bf16x3", "fp16", "fp8_fast", "fp8_promoted", "int32", "any")
 _ACC_MODEL_OPERANDS = {"tf32": ("fp32",), "tf32_rn": ("fp32",), "tf32x3": ("fp32",), "bf16x3": ("fp32",),
@@ -55,6 +59,11 @@ def _require(ok: bool, field: str, value: Any, allowed: str) -> None:
 def _positive_int(field: str, value: Any, most: Optional[int] = None) -> None:
     _require(isinstance(value, int) and not isinstance(value, bool) and value > 0 and (most is None or value <= most),
              field, value, "must be a positive integer" + (f" of at most {most}" if most is not None else ""))
+
+
+def _count_of(g: Any) -> str:
+    """How a groups value is named in an error: a long list by its length, not its entries."""
+    return f"<a list of {len(g)} entries>" if isinstance(g, (tuple, list)) and len(g) > 8 else g
 
 
 def _finite(v: Any) -> bool:
@@ -143,8 +152,11 @@ class ProblemSpec:
     activation_impl: str = "accurate"
 
     def __post_init__(self) -> None:
-        for f in ("m", "n", "k", "batch"):
-            _positive_int(f, getattr(self, f))
+        for f in ("m", "n", "k"):
+            _positive_int(f, getattr(self, f), MAX_DIM)
+        _positive_int("batch", self.batch, MAX_GROUPS)
+        _require(self.m * self.batch <= MAX_DIM, "batch", self.batch,
+                 f"batch x m = {self.m * self.batch} rows, more than the {MAX_DIM} an int32 size holds")
         _require(isinstance(self.tile, Tile), "tile", self.tile, "must be a Tile(bm, bn, bk)")
         for f in ("a_dtype", "b_dtype"):
             _require(getattr(self, f) in OPERAND_DTYPES, f, getattr(self, f), f"one of {', '.join(OPERAND_DTYPES)}")
@@ -197,7 +209,9 @@ class ProblemSpec:
                      f"the k extent must be a multiple of tile.bk ({self.tile.bk})")
         for f in ("alpha", "beta"):
             v = getattr(self, f)
-            _require(_finite(v), f, v, "must be a finite number")
+            _require(_finite(v) and abs(v) <= FP32_MAX, f, v,
+                     f"must be a finite number of magnitude at most {FP32_MAX:.7g} (the epilogue computes in fp32)")
+            object.__setattr__(self, f, float(v))  # an int (2**70, say) is judged as the float it stands for
         if self.beta != 0:
             _require(self.c_dtype in C_DTYPES, "c_dtype", self.c_dtype,
                      f"beta != 0 reads C, so c_dtype must be one of {', '.join(C_DTYPES)}")
@@ -211,7 +225,7 @@ class ProblemSpec:
         _require(self.splits <= self.k_blocks, "splits", self.splits,
                  f"at most the {self.k_blocks} k-blocks (K = {self.k}, tile.bk = {self.tile.bk})")
         if self.stream_k_workers is not None:
-            _positive_int("stream_k_workers", self.stream_k_workers)
+            _positive_int("stream_k_workers", self.stream_k_workers, MAX_STREAM_K_WORKERS)
             _require(self.splits == 1, "stream_k_workers", self.stream_k_workers,
                      "stream-K and split-K (splits > 1) are two ways to split k: give one of them")
         if self.partitioned:
@@ -220,9 +234,10 @@ class ProblemSpec:
                      "split accumulation is not modelled with block scales")
         if self.groups is not None:
             g = self.groups
-            _require(isinstance(g, tuple) and len(g) > 0 and all(isinstance(v, int) and not isinstance(v, bool)
-                                                                 and v >= 0 for v in g),
-                     "groups", g, "a non-empty list of group sizes along M (non-negative integers)")
+            _require(isinstance(g, tuple) and 0 < len(g) <= MAX_GROUPS, "groups", _count_of(g),
+                     f"a non-empty list of at most {MAX_GROUPS} group sizes along M")
+            _require(all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_DIM for v in g),
+                     "groups", g, f"a non-empty list of group sizes along M (integers 0..{MAX_DIM})")
             _require(sum(g) == self.m, "groups", g, f"the group sizes must add up to m = {self.m}")
             _require(self.batch == 1, "batch", self.batch, "a grouped problem has no batch (give groups or batch)")
             _require(self.scale_a.kind in ("none", "tensor") and self.scale_b.kind in ("none", "tensor"),
@@ -353,6 +368,8 @@ class ProblemSpec:
             raise SpecError(f"unknown problem field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         kw = dict(d)
         if isinstance(kw.get("groups"), list):
+            _require(len(kw["groups"]) <= MAX_GROUPS, "groups", _count_of(kw["groups"]),
+                     f"a non-empty list of at most {MAX_GROUPS} group sizes along M")
             kw["groups"] = tuple(kw["groups"])
         if "tile" in kw:
             kw["tile"] = _sub(Tile, kw["tile"], "tile")

@@ -13,6 +13,12 @@ long campaign in this process under an address-space limit and writes its counts
 
     python tests/fuzz_inputs.py --traces 12000 --dumps 2400 --cases 400 --as-limit-gb 4 \\
         --json benchmarks/results/fuzz_inputs_cpu.json
+
+and the new case fields (partitions, batch, groups, workspaces, launch fields) and oracle.check
+arguments, recorded as entries of the same file:
+
+    python tests/fuzz_inputs.py --traces 0 --dumps 0 --cases 0 --case-fields 600 --check-calls 1000 \\
+        --entries benchmarks/results/fuzz_inputs_cpu.json
 """
 
 from __future__ import annotations
@@ -886,6 +892,286 @@ def run_cases(count: int, seed0: int = 0, tally: Optional[Tally] = None) -> Tall
 
 
 # ---------------------------------------------------------------------------------------------
+# Case fields: partitions, batch, groups, workspaces, launch fields
+# ---------------------------------------------------------------------------------------------
+
+TRACE_MEMORY_EVERY = 6  # case-field runs whose allocations are traced (every n-th seed)
+HUGE_INTS = (0, -1, 1, 2, 3, 7, 132, 1 << 16, (1 << 16) + 1, 1 << 20, (1 << 20) + 1, 2**31 - 1, 2**31, 2**32,
+             2**40, 2**63 - 1, 10**30)
+
+
+def _size(rng: random.Random) -> Any:
+    """A size a case might give: mostly a boundary integer, sometimes an expression or a hostile value."""
+    r = rng.random()
+    if r < 0.6:
+        return rng.choice(HUGE_INTS)
+    if r < 0.8:
+        return rng.choice(("m * n * 4", "tiles * splits * 4", "tiles * max_partials * 16384", "k_blocks * 2**20",
+                           "m * n * k * 1000", "cdiv(m, 64) * 0", "-1", "total_m * n * 4", "groups * 8"))
+    return hostile_value(rng)
+
+
+def _field_edit(rng: random.Random, doc: dict, s: dict) -> tuple[str, str, Any]:
+    """One edit of a new case field: (table, key, value); `s` is the problem table."""
+    pick = rng.randrange(9)
+    m = s.get("m", 40) if isinstance(s.get("m"), int) else 40
+    if pick == 0:
+        return "problem", "stream_k_workers", _size(rng)
+    if pick == 1:
+        return "problem", "splits", rng.choice((1, 2, 3, 5, 64, 2**31, 0, -1, 1.5, "2"))
+    if pick == 2:
+        return "problem", "batch", rng.choice((1, 2, 3, 1 << 16, (1 << 16) + 1, 2**31, 2**62, 0, -3, "4"))
+    if pick == 3:
+        kind = rng.randrange(6)
+        if kind == 0:
+            cut = rng.randrange(m + 1)
+            g = [cut, m - cut]
+        elif kind == 1:
+            g = [1] * rng.choice((m, (1 << 16) + 1))
+        elif kind == 2:
+            g = [0, m, 0]
+        elif kind == 3:
+            g = [m, -1, 1]
+        elif kind == 4:
+            g = [2**31, m]
+        else:
+            g = hostile_value(rng)
+        if isinstance(g, list) and len(g) > 1000:
+            s["m"] = sum(g)
+        return "problem", "groups", g
+    if pick == 4:
+        return "problem", rng.choice(("reduction", "reduction_chunk")), rng.choice(
+            ("fp32", "bf16", "fp16", "none", "x", 16, 64, 0, -16, 2**40))
+    if pick == 5:
+        name = rng.choice(("ws", "w2", "bad name", "1x"))
+        table = {"bytes": _size(rng)}
+        if rng.random() < 0.5:
+            table["init"] = rng.choice(("zero", "poison", "stale", "junk"))
+        if rng.random() < 0.5:
+            table["dtype"] = rng.choice(("uint8", "int32", "fp32", "fp64"))
+        if rng.random() < 0.1:
+            table = hostile_value(rng)
+        doc.setdefault("workspace", {})[name] = table
+        launch = doc.get("launch")
+        if isinstance(launch, dict) and isinstance(launch.get("args"), list) and rng.random() < 0.7:
+            launch["args"].append({"workspace": name})
+        return "workspace", name, table
+    launch = doc.setdefault("launch", {})
+    if not isinstance(launch, dict):
+        launch = doc["launch"] = {}
+    key = rng.choice(("grid", "block", "cluster", "shared_mem_bytes", "next"))
+    if key in ("grid", "block", "cluster"):
+        value = [rng.choice((_size(rng), 1, 2)) for _ in range(rng.choice((1, 2, 3, 4)))]
+    elif key == "shared_mem_bytes":
+        value = _size(rng)
+    else:
+        value = [{"entry": rng.choice(("k2", "", 5)), "grid": [_size(rng)], "block": [rng.choice((1, 32, 2048))],
+                  "args": rng.choice((["d"], ["a", {"workspace": "ws"}], [], 5))}
+                 for _ in range(rng.choice((1, 2)))]
+    launch[key] = value
+    return "launch", key, value
+
+
+def make_case_fields(seed: int, directory: Path) -> tuple[list[str], str]:
+    """A command line around a case whose partition, batch, groups, workspaces or launch fields
+    are mutated (in the TOML, or given with --set): (argv, how)."""
+    rng = random.Random(seed)
+    doc = _case_doc(rng.choice(BASE_CASES[:3]))
+    s = doc.setdefault("problem", {})
+    s.update(SMALL)
+    how, sets = [], []
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        table, key, value = _field_edit(rng, doc, s)
+        how.append(f"{table}.{key} = {shown(value)}")
+        if table == "problem" and rng.random() < 0.25 and not (isinstance(value, list) and len(value) > 100):
+            s.pop(key, None)
+            sets.append(f"{key}={_toml_value(value)}")
+        elif table == "problem":
+            s[key] = value
+    path = directory / f"f{seed}.toml"
+    path.write_text(toml_text(doc))
+    argv = ["compare", "--problem", str(path), "--inputs", rng.choice(("ones", "random:1"))]
+    for item in sets:
+        argv += ["--set", item]
+    return argv, "; ".join(how)
+
+
+def shown(v: Any) -> str:
+    from harness.fields import shown as _shown
+
+    return _shown(v)[:80]
+
+
+def run_case_fields(count: int, seed0: int = 0, tally: Optional[Tally] = None) -> Tally:
+    """Run `count` command lines around cases with mutated new fields (build and launch stubbed):
+    exit 2 with one `error:` line, or the build reached with every check passed; each in bounded
+    time and within the memory limits (a traced peak past them is a breach)."""
+    tally = tally or Tally("case fields")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="fuzz-fields-") as tmp, knobs(), no_build():
+        directory = Path(tmp)
+        for seed in range(seed0, seed0 + count):
+            argv, how = make_case_fields(seed, directory)
+            tally.inputs += 1
+            traced = seed % TRACE_MEMORY_EVERY == 0  # tracing slows a run several times: one in a few
+            if traced:
+                tracemalloc.start()
+            try:
+                with time_limit(HANG_S):
+                    code, text = run_command(argv)
+            except Hang:
+                tally.hangs.append(seed)
+                continue
+            except Untyped as e:
+                tally.untyped.append((seed, "Untyped", f"{' '.join(argv)[:300]} ({how})", str(e)))
+                continue
+            except Exception as e:
+                tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-4:])
+                tally.untyped.append((seed, type(e).__name__, f"{' '.join(argv)[:300]} ({how})", tb))
+                continue
+            finally:
+                peak = tracemalloc.get_traced_memory()[1] if traced else 0
+                if traced:
+                    tracemalloc.stop()
+            if peak > (2 * LIMIT_MB + 64) << 20:
+                tally.breaches.append((seed, f"{how}: {peak} bytes traced"))
+            if BUILD_STUB in text:
+                tally.accepted += 1
+                tally.extra["reached the build"] += 1
+            elif code == 2:
+                tally.refused["error: (exit 2)"] += 1
+            else:
+                tally.accepted += 1
+                tally.extra[f"exit {code}"] += 1
+    tally.seconds += time.perf_counter() - t0
+    return tally
+
+
+# ---------------------------------------------------------------------------------------------
+# oracle.check arguments
+# ---------------------------------------------------------------------------------------------
+
+CHECK_DTYPES = ("float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2", "int8", "float64", "int32",
+                "bool", "complex64", "uint8")
+EXTREMES = ("nan", "inf", "-inf", "max", "-max", "tiny", "zero")
+
+
+def _check_tensor(rng: random.Random, shape: tuple[int, ...], dtype_name: str) -> Any:
+    """A tensor for an argument of oracle.check: usually of `dtype_name` on the CPU, sometimes on
+    the meta device, sparse, of another shape, with NaN / Inf / extreme values, or not a tensor."""
+    import torch
+
+    r = rng.random()
+    if r < 0.04:
+        return hostile_value(rng)
+    dtype = getattr(torch, rng.choice(CHECK_DTYPES) if r < 0.12 else dtype_name)
+    if r < 0.18:
+        shape = tuple(max(0, d + rng.choice((-1, 1, 3))) for d in shape) or (2,)
+    g = torch.Generator().manual_seed(rng.randrange(2**31))
+    x = torch.randn(*shape, generator=g, dtype=torch.float64)
+    if rng.random() < 0.3 and x.numel():
+        finfo = torch.finfo(dtype) if dtype.is_floating_point else None
+        for _ in range(rng.choice((1, 2, 5))):
+            e = rng.choice(EXTREMES)
+            v = {"nan": float("nan"), "inf": float("inf"), "-inf": -float("inf"), "zero": 0.0,
+                 "max": finfo.max if finfo else 127.0, "-max": -finfo.max if finfo else -127.0,
+                 "tiny": finfo.tiny if finfo else 1.0}[e]
+            if rng.random() < 0.3:
+                x.fill_(v)
+            else:
+                x.view(-1)[rng.randrange(x.numel())] = v
+    if dtype in (torch.int8, torch.int32, torch.uint8, torch.bool):
+        x = x.clamp(-8, 8).nan_to_num(0.0).round()
+    try:
+        t = x.to(dtype)
+    except (RuntimeError, TypeError):
+        t = x.float()
+    r = rng.random()
+    if r < 0.04:
+        t = t.to("meta")
+    elif r < 0.06 and t.dim() == 2 and not t.dtype.is_complex:
+        try:
+            t = t.float().to_sparse()
+        except RuntimeError:
+            pass
+    elif r < 0.1 and t.dim() == 2:
+        t = t.t().contiguous().t()  # column-major strides
+    return t
+
+
+def _plain(t: Any) -> bool:
+    import torch
+
+    return isinstance(t, torch.Tensor) and t.layout is torch.strided and t.device.type == "cpu" and t.dim() == 2 \
+        and not t.is_complex() and t.dtype != torch.bool
+
+
+def make_check_call(seed: int) -> tuple[tuple, dict, str]:
+    """Arguments for oracle.check: random shapes and dtypes, optional C, bias and scales, keyword
+    fields with huge or non-finite scalars; (args, kwargs, how)."""
+    rng = random.Random(seed)
+    m, n, k = rng.choice((1, 2, 8, 17, 33)), rng.choice((1, 3, 8, 24)), rng.choice((1, 4, 16, 40))
+    dt = rng.choice(("bfloat16", "bfloat16", "float16", "float32", "float8_e4m3fn", "int8"))
+    out = rng.choice(("bfloat16", "float32", "float16", dt if dt != "int8" else "int32"))
+    a, b, d = _check_tensor(rng, (m, k), dt), _check_tensor(rng, (k, n), dt), _check_tensor(rng, (m, n), out)
+    if rng.random() < 0.6 and all(_plain(t) for t in (a, b, d)) and a.shape[1] == b.shape[0]:
+        d = (a.double() @ b.double()).to(d.dtype) if d.dtype.is_floating_point else d  # a right answer
+    kw: dict[str, Any] = {"tile": (16, 16, 16)}  # small tiles: the interpreter's time grows with them
+    how = [f"{m}x{n}x{k} {dt}->{out}"]
+    for name, shape in (("c", (m, n)), ("bias", (n,)), ("scale_a", (1,)), ("scale_b", (n,))):
+        if rng.random() < 0.15:
+            kw[name] = _check_tensor(rng, shape, "float32")
+            how.append(name)
+    scalars = (1.0, 0.5, -2.0, 0, 3, 2**70, -(2**70), 1e30, 1e38, 3.4e38, 1e39, 1e308, float("nan"), float("inf"),
+               -float("inf"), True, "2", None, [1.0], 10**400)
+    for name in ("alpha", "beta"):
+        if rng.random() < 0.25:
+            kw[name] = rng.choice(scalars)
+            how.append(f"{name}={shown(kw[name])}")
+    if rng.random() < 0.15:
+        key = rng.choice(("tile", "splits", "stream_k_workers", "acc_model", "activation", "bias_axis", "saturate",
+                          "reduction", "bogus", "batch", "groups"))
+        kw[key] = rng.choice(((16, 16, 16), (64, 64), [8, 8, 8, 8], 2, 3, 2**31, "any", "gelu_erf", "row", True,
+                              "fp32", 0, -1, hostile_value(rng)))
+        how.append(f"{key}={shown(kw[key])}")
+    return (a, b, d), kw, "; ".join(how)
+
+
+def run_check_calls(count: int, seed0: int = 0, judge_every: int = 1, tally: Optional[Tally] = None) -> Tally:
+    """Call oracle.check `count` times with generated arguments: a documented error or a report.
+    With judge_every n > 1, the arguments of every call are checked (oracle.api.recording_of, every
+    refusal `check` makes before judging) and every n-th call that passes is judged in full. A
+    valid input judged ORACLE_UNTRUSTED is a defect (kept with its seed, like an untyped error)."""
+    import oracle
+    from oracle.api import recording_of
+    from oracle.errors import input_errors
+
+    tally = tally or Tally("oracle.check calls")
+    typed = input_errors()
+    t0 = time.perf_counter()
+    valid = 0
+    with knobs():
+        for seed in range(seed0, seed0 + count):
+            args, kw, how = make_check_call(seed)
+            rec = _record(tally, seed, lambda: recording_of(*args, **kw), typed)
+            if rec is None:
+                continue
+            valid += 1
+            if valid % judge_every:
+                tally.extra["valid, not judged"] += 1
+                continue
+            tally.accepted -= 1  # counted again by the full call
+            tally.inputs -= 1
+            rep = _record(tally, seed, lambda: oracle.check(*args, **kw), typed)
+            if rep is not None:
+                tally.extra[f"verdict {rep.verdict}"] += 1
+                if rep.verdict == "ORACLE_UNTRUSTED":
+                    tally.untyped.append((seed, "ORACLE_UNTRUSTED", how, "; ".join(rep.analysis.cross_check)[:600]))
+    tally.seconds += time.perf_counter() - t0
+    return tally
+
+
+# ---------------------------------------------------------------------------------------------
 # The long campaign
 # ---------------------------------------------------------------------------------------------
 
@@ -898,10 +1184,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--traces", type=int, default=12000)
     p.add_argument("--dumps", type=int, default=2400)
     p.add_argument("--cases", type=int, default=400)
+    p.add_argument("--case-fields", type=int, default=600)
+    p.add_argument("--check-calls", type=int, default=1000)
+    p.add_argument("--judge-every", type=int, default=1, help="judge every n-th oracle.check call that is valid")
     p.add_argument("--seed", type=int, default=1_000_000, help="the first seed (the CPU tier starts at 0)")
     p.add_argument("--analyze-every", type=int, default=8, help="judge every n-th dump that loads")
     p.add_argument("--as-limit-gb", type=float, default=4.0, help="the address-space limit (RLIMIT_AS)")
     p.add_argument("--json", help="write the counts here")
+    p.add_argument("--entries", help="add the case-field and check-call tallies to this results file as its "
+                   "'case_fields' and 'check_calls' entries (its other keys are kept)")
     args = p.parse_args(argv)
     limit = int(args.as_limit_gb * 2**30)
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -913,6 +1204,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     tallies.append(run_dumps(args.dumps, args.seed, analyze_every=args.analyze_every))
     print(json.dumps(tallies[-1].to_json()), flush=True)
     tallies.append(run_cases(args.cases, args.seed))
+    print(json.dumps(tallies[-1].to_json()), flush=True)
+    tallies.append(run_case_fields(args.case_fields, args.seed))
+    print(json.dumps(tallies[-1].to_json()), flush=True)
+    tallies.append(run_check_calls(args.check_calls, args.seed, judge_every=args.judge_every))
     print(json.dumps(tallies[-1].to_json()), flush=True)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     import platform
@@ -927,6 +1222,15 @@ def main(argv: Optional[list[str]] = None) -> int:
            "limit_breaches": sum(len(t.breaches) for t in tallies)}
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    if args.entries:
+        path = Path(args.entries)
+        results = json.loads(path.read_text()) if path.exists() else {}
+        common = {k: doc[k] for k in ("machine", "first_seed", "address_space_limit_bytes", "knobs", "hang_s",
+                                      "python")}
+        for key, tally in (("case_fields", tallies[3]), ("check_calls", tallies[4])):
+            results[key] = dict(common, **tally.to_json(), **({"judge_every": args.judge_every}
+                                                               if key == "check_calls" else {}))
+        path.write_text(json.dumps(results, indent=1) + "\n")
     for t in tallies:
         if not t.clean:
             print(t.failures(), file=sys.stderr)

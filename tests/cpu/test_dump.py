@@ -133,7 +133,8 @@ def test_a_gzip_bomb_is_stopped_at_the_limit(tmp_path, monkeypatch):
     tracemalloc.start()
     t0 = time.perf_counter()
     try:
-        with pytest.raises(DumpError, match="decompresses to more than the 16 MiB limit of ORACLE_DUMP_MAX_MB"):
+        # read header first: eight zero bytes say the header is empty, and nothing more is inflated
+        with pytest.raises(DumpError, match="the safetensors header is not valid JSON"):
             load_dump(str(p))
         peak = tracemalloc.get_traced_memory()[1]
     finally:

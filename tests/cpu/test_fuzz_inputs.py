@@ -2,7 +2,9 @@
 recordings mutated, and command lines around mutated case files and bench lists are refused with
 the documented error types only, in bounded time and memory. The inputs come from
 tests/fuzz_inputs.py, whose script is the long campaign; this tier runs seeds 0.. of each kind
-(about a minute and a half on two cores). A failure names its seed: `fuzz_inputs.make_trace(seed)` and its
+(about a minute and a half on two cores), then cases whose new fields (stream-K workers,
+splits, batch, groups, workspaces, launch fields) are mutated and oracle.check calls with hostile
+arguments (about a minute and a half more). A failure names its seed: `fuzz_inputs.make_trace(seed)` and its
 siblings rebuild the input."""
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 import pytest
 
 TRACES, DUMPS, CASES = 8000, 500, 1000
+CASE_FIELDS, CHECK_CALLS, JUDGE_EVERY = 600, 1000, 10
 
 
 def test_mutated_trace_buffers_raise_only_trace_format_errors():
@@ -37,6 +40,21 @@ def test_mutated_case_files_and_flags_exit_2_with_one_error_line():
     assert t.clean, t.failures()
     assert t.inputs == CASES and t.refused["error: (exit 2)"] > CASES // 2
     assert t.extra["reached the build"] > 10  # valid cases pass every check and stop at the (stubbed) build
+
+
+def test_mutated_partition_batch_group_workspace_and_launch_fields_exit_2_with_one_error_line():
+    t = F.run_case_fields(CASE_FIELDS)
+    assert t.clean, t.failures()
+    assert t.inputs == CASE_FIELDS and t.refused["error: (exit 2)"] > CASE_FIELDS // 2
+    assert t.extra["reached the build"] > 20  # cases that stay valid pass every check and reach the (stubbed) build
+
+
+def test_oracle_check_refuses_bad_arguments_with_documented_errors_and_judges_the_rest():
+    t = F.run_check_calls(CHECK_CALLS, judge_every=JUDGE_EVERY)
+    assert t.clean, t.failures()  # no untyped error, no hang, no ORACLE_UNTRUSTED on a valid input
+    assert t.inputs == CHECK_CALLS and t.refused["SpecError"] > CHECK_CALLS // 2
+    judged = sum(n for k, n in t.extra.items() if k.startswith("verdict "))
+    assert judged >= 10 and t.extra["verdict MATCH"] >= 3 and t.extra["valid, not judged"] > judged
 
 
 # -- the campaign can fail: each kind of defect it looks for is seen when planted -------------
@@ -95,3 +113,24 @@ def test_a_command_failing_untyped_is_caught(monkeypatch, broken):
         monkeypatch.setattr(oracle.bench, "live_case", untyped)
     t = F.run_cases(20)
     assert t.untyped and all(u[1] == "Untyped" for u in t.untyped)
+
+
+def test_a_check_call_failing_untyped_or_judged_untrusted_is_caught(monkeypatch):
+    import oracle
+    from oracle import api
+
+    class Report:
+        verdict = "ORACLE_UNTRUSTED"
+        analysis = type("Analysis", (), {"cross_check": ("planted",)})()
+
+    calls = iter(range(10))
+
+    def planted(*a, **k):
+        if next(calls) == 0:
+            raise KeyError("planted")
+        return Report()
+
+    monkeypatch.setattr(api, "recording_of", lambda *a, **k: object())
+    monkeypatch.setattr(oracle, "check", planted)
+    t = F.run_check_calls(2)
+    assert [u[1] for u in t.untyped] == ["KeyError", "ORACLE_UNTRUSTED"] and not t.clean

@@ -1,0 +1,280 @@
+"""Every size is bounded before anything is computed or allocated from it: the partition's
+workers, batch and groups, workspaces, operands (against the address-space limit too), taps,
+sinks and gzip dumps (header first). Each test runs under a time limit (signal.alarm, or a child
+process with a timeout and an address-space limit), so a regression fails instead of hanging."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+import tracemalloc
+import zlib
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from harness import budget
+from harness.dump import DumpError, load_dump
+from oracle import cli, live
+from oracle.case import CaseError, load_case
+from oracle.problem import MAX_GROUPS, MAX_STREAM_K_WORKERS, ProblemSpec, SpecError
+
+ROOT = Path(__file__).resolve().parents[2]
+SIMPLE = ROOT / "harness" / "examples" / "simple_gemm.toml"
+BASE = SIMPLE.read_text().replace('source = "simple_gemm.cu"', f'source = "{SIMPLE.parent / "simple_gemm.cu"}"')
+
+
+class Hung(Exception):
+    pass
+
+
+@contextmanager
+def deadline(seconds: int):
+    """Fail (not hang) when the block runs longer than `seconds`."""
+    def ring(*_):
+        raise Hung(f"still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _child(code: str, as_gib: float = 4.0, timeout: float = 240, env: dict | None = None):
+    """Run `code` in a fresh interpreter under an address-space limit and a time limit."""
+    limit = int(as_gib * 2**30)
+
+    def limits():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    full = dict(os.environ, PYTHONPATH=str(ROOT), TRITON_INTERPRET="1", **(env or {}))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, preexec_fn=limits, env=full, cwd=str(ROOT))
+
+
+# -- stream-K workers, batch, groups ---------------------------------------------------------
+def test_stream_k_workers_past_the_maximum_is_refused_at_once_from_the_api():
+    with deadline(10), pytest.raises(SpecError, match=rf"stream_k_workers=2147483648 .*at most {MAX_STREAM_K_WORKERS}"):
+        ProblemSpec(m=256, n=256, k=256, stream_k_workers=2**31)
+
+
+def test_stream_k_workers_past_the_maximum_is_refused_at_once_from_toml(tmp_path):
+    case = tmp_path / "c.toml"
+    case.write_text(BASE.replace("[problem]\n", "[problem]\nstream_k_workers = 2147483648\n"))
+    with deadline(10), pytest.raises(CaseError, match="stream_k_workers=2147483648"):
+        load_case(str(case))
+
+
+def test_stream_k_workers_past_the_maximum_is_refused_at_once_from_set(capsys, monkeypatch):
+    monkeypatch.setattr(live, "build_cubin", lambda *a, **k: pytest.fail("the build was reached"))
+    with deadline(20):
+        code = cli.main(["compare", "--problem", str(SIMPLE), "--inputs", "ones", "--set",
+                         "stream_k_workers=2147483648"])
+    err = capsys.readouterr().err
+    assert code == 2 and "stream_k_workers=2147483648" in err and "Traceback" not in err, err
+
+
+def test_the_most_stream_k_workers_still_partition_quickly():
+    from oracle.partition import tile_partials
+
+    spec = ProblemSpec(m=256, n=256, k=256, tile=ProblemSpec(m=1, n=1, k=1).tile, stream_k_workers=MAX_STREAM_K_WORKERS)
+    with deadline(30):
+        parts = [tile_partials(spec, (tm, tn)) for tm in range(spec.tiles_m) for tn in range(spec.tiles_n)]
+    assert sum(p.kb_end - p.kb_begin for ps in parts for p in ps) == spec.tiles_m * spec.tiles_n * spec.k_blocks
+
+
+def test_a_huge_batch_is_refused_before_any_tuple_is_built():
+    with deadline(10), pytest.raises(SpecError, match=rf"batch=2147483648 .*at most {MAX_GROUPS}"):
+        ProblemSpec(m=8, n=8, k=8, batch=2**31)
+    with deadline(10), pytest.raises(SpecError, match="int32 size"):
+        ProblemSpec(m=2**20, n=8, k=8, batch=4096)
+
+
+def test_too_many_groups_are_refused_from_the_api_and_from_json():
+    sizes = [1] * (MAX_GROUPS + 1)
+    with deadline(10), pytest.raises(SpecError, match=f"at most {MAX_GROUPS} group sizes"):
+        ProblemSpec(m=len(sizes), n=8, k=8, groups=tuple(sizes))
+    with deadline(10), pytest.raises(SpecError, match=f"at most {MAX_GROUPS} group sizes"):
+        ProblemSpec.from_json({"m": len(sizes), "n": 8, "k": 8, "groups": sizes})
+
+
+@pytest.mark.parametrize("field", ["m", "n", "k"])
+def test_a_size_past_int32_is_refused(field):
+    kw = {"m": 64, "n": 64, "k": 64, field: 2**31}
+    with pytest.raises(SpecError, match=f"{field}=2147483648 is not allowed"):
+        ProblemSpec(**kw)
+
+
+# -- workspaces and operands against one budget ----------------------------------------------
+def _need_memory(gib: int) -> None:
+    phys = budget.physical_memory()
+    if phys is None or phys.bytes < gib << 30:
+        pytest.skip(f"the machine has less than {gib} GiB of memory: its own limit would refuse the request first")
+
+
+def test_a_workspace_is_checked_against_the_budget_before_allocation(tmp_path):
+    _need_memory(10)
+    case = tmp_path / "ws.toml"
+    case.write_text(BASE + '\n[workspace.big]\nbytes = 8589934592\n')
+    r = _child(f"""
+        from oracle.case import load_case, CaseError
+        from oracle.live import launch_sequence
+        case = load_case({str(case)!r})
+        try:
+            launch_sequence(case, None)
+        except CaseError as e:
+            print("REFUSED", e)
+        else:
+            print("ACCEPTED")
+    """, env={"ORACLE_MAX_OPERAND_MB": str(1 << 20)})
+    assert "REFUSED" in r.stdout and "workspaces (big 8589934592 bytes)" in r.stdout, r.stdout + r.stderr
+    assert "RLIMIT_AS" in r.stdout, r.stdout
+
+
+def test_a_workspace_counts_with_the_operands_against_the_knob(tmp_path, monkeypatch):
+    monkeypatch.setenv("ORACLE_MAX_OPERAND_MB", "1")
+    case = tmp_path / "ws.toml"
+    case.write_text(BASE + '\n[workspace.big]\nbytes = 1048576\n')
+    with pytest.raises(CaseError, match="the 1 MiB limit of ORACLE_MAX_OPERAND_MB"):
+        live.launch_sequence(load_case(str(case)), None)
+
+
+def test_operands_are_checked_against_the_address_space_limit():
+    _need_memory(8)
+    r = _child("""
+        from oracle.inputs import InputError, check_problem_size
+        from oracle.problem import ProblemSpec
+        spec = ProblemSpec(m=73728, n=32768, k=64)   # D alone takes 4.5 GiB, less than the machine has
+        try:
+            check_problem_size(spec)
+        except InputError as e:
+            print("REFUSED", e)
+        else:
+            print("ACCEPTED")
+    """)
+    assert "REFUSED" in r.stdout and "RLIMIT_AS" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_budget_names_every_limit_it_applies(monkeypatch):
+    class Refused(ValueError):
+        pass
+
+    with pytest.raises(Refused, match=r"X takes 2\.0 MiB, more than the knob: go"):
+        budget.require(2 << 20, "X", Refused, knob=budget.Limit(1 << 20, "the knob"), advice="go")
+    monkeypatch.setattr(budget, "device_limits", lambda: (budget.Limit(10, "the 10 bytes free on the GPU"),))
+    with pytest.raises(Refused, match="the 10 bytes free on the GPU"):
+        budget.require(11, "Y", Refused, host=False, device=True)
+    budget.require(11, "Y", Refused, host=False)  # no device asked: the device's limit does not apply
+    if budget.address_space() is None:
+        assert resource.getrlimit(resource.RLIMIT_AS)[0] == resource.RLIM_INFINITY
+
+
+# -- taps and sinks --------------------------------------------------------------------------
+def test_a_small_trace_claiming_a_huge_tile_is_refused_before_allocating():
+    r = _child("""
+        import time
+        from harness.trace_format import TraceWriter, TraceLimitError, parse_trace
+        w = TraceWriter(1024)
+        w.elements("mma", (0, 0), [0], [0], [1.0], shape=(32768, 32768), dtype="fp32")
+        buf = w.to_bytes()
+        t0 = time.time()
+        try:
+            parse_trace(buf, block_m=32768, block_n=32768, block_k=64)
+        except TraceLimitError as e:
+            print("REFUSED", len(buf), round(time.time() - t0, 2), e)
+        else:
+            print("ACCEPTED")
+    """)
+    assert "REFUSED 1024" in r.stdout and "claim a 32768x32768 tap" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_sparse_tap_of_a_real_tile_is_still_assembled():
+    from harness.trace_format import TraceWriter, parse_trace
+
+    w = TraceWriter(4096)
+    w.elements("mma", (0, 0), [0, 5], [0, 7], [1.0, 2.0], shape=(256, 256), dtype="fp32")
+    tap, = parse_trace(w.to_bytes(), block_m=256, block_n=256, block_k=64).taps
+    assert tap.values.shape == (256, 256) and int(tap.mask.sum()) == 2
+
+
+def test_a_sink_with_a_bad_header_is_not_read_whole(tmp_path):
+    from harness.runner import _read_sink
+    from harness.trace_format import HEADER_BYTES
+
+    p = tmp_path / "sink.bin"
+    with open(p, "wb") as f:
+        f.write(b"NOPE" * 64)
+        f.truncate(256 << 20)  # sparse: 256 MiB a reader must not take in
+    tracemalloc.start()
+    try:
+        data = _read_sink(p)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(data) <= HEADER_BYTES and peak < 16 << 20
+
+
+# -- dumps: header first ---------------------------------------------------------------------
+def _gzip(path: Path, head: bytes, zeros: int) -> None:
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    chunk = bytes(1 << 20)
+    with open(path, "wb") as f:
+        f.write(c.compress(head))
+        for _ in range(zeros >> 20):
+            f.write(c.compress(chunk))
+        f.write(c.flush())
+
+
+def _load_measured(path: Path):
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        with deadline(60), pytest.raises(DumpError) as e:
+            load_dump(str(path))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    return str(e.value), peak, time.perf_counter() - t0
+
+
+def test_a_gzip_of_zeros_is_refused_from_its_first_bytes_at_the_default_limit(tmp_path):
+    p = tmp_path / "zeros.safetensors.gz"
+    _gzip(p, b"", 1 << 30)
+    message, peak, took = _load_measured(p)
+    assert "the safetensors header is not valid JSON" in message and peak < 32 << 20 and took < 10, (message, peak)
+
+
+def test_a_gzip_whose_header_claims_past_the_limit_is_refused_before_its_body(tmp_path, monkeypatch):
+    monkeypatch.setenv("ORACLE_DUMP_MAX_MB", "256")
+    header = json.dumps({"x": {"dtype": "U8", "shape": [512 << 20], "data_offsets": [0, 512 << 20]}}).encode()
+    p = tmp_path / "claim.safetensors.gz"
+    _gzip(p, struct.pack("<Q", len(header)) + header, 512 << 20)
+    message, peak, took = _load_measured(p)
+    assert "more than the 256 MiB limit of ORACLE_DUMP_MAX_MB" in message and peak < 32 << 20, (message, peak)
+
+
+def test_a_gzip_with_bytes_after_its_tensors_is_refused(tmp_path):
+    header = json.dumps({"x": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}}).encode()
+    p = tmp_path / "tail.safetensors.gz"
+    _gzip(p, struct.pack("<Q", len(header)) + header + b"abcd" + b"junk", 0)
+    message, _, _ = _load_measured(p)
+    assert "bytes after the 4 data bytes" in message, message
+
+
+def test_a_truncated_gzip_body_is_named(tmp_path):
+    header = json.dumps({"x": {"dtype": "U8", "shape": [4096], "data_offsets": [0, 4096]}}).encode()
+    p = tmp_path / "short.safetensors.gz"
+    _gzip(p, struct.pack("<Q", len(header)) + header + b"ab", 0)
+    message, _, _ = _load_measured(p)
+    assert "the stream ends 4094 bytes into the 4096 data bytes" in message, message
