@@ -1,4 +1,4 @@
-"""The numbers of the C++ trace header and of harness/trace_format.py must agree.
+"""The numbers of the C++ trace header and of harness/trace_format/ must agree.
 
 The header's static_asserts pin its struct layout (checked by nvcc whenever it compiles the
 header with ORACLE_TRACE); this test reads those same lines and compares them with Python.
