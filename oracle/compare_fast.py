@@ -47,7 +47,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from oracle.compare import FIRST_BAD, BadElement, Comparison, Status, TileMetrics, combine
+from oracle.comparison import FIRST_BAD, BadElement, Comparison, Status, TileMetrics, combine, exact_equal
 
 # Element kinds: how a kernel turns the raw bits it loads into a value.
 K_F32, K_F16, K_BF16, K_LUT, K_INT, K_F64, K_WIDE_INT = 0, 1, 2, 3, 4, 5, 6
@@ -946,8 +946,6 @@ def _first_bad(received, expected, bound, rtol, atol, mask, exact, first_lin, ro
                origin) -> tuple[BadElement, ...]:
     """The first FIRST_BAD bad elements of one tile in row-major order, from the row of the first
     one (which the kernel located), a bounded chunk of rows at a time."""
-    from oracle.compare import _exact_equal
-
     dev = received.device
     r_lo, r_hi = row_span
     c_lo, c_hi = col_span
@@ -961,7 +959,7 @@ def _first_bad(received, expected, bound, rtol, atol, mask, exact, first_lin, ro
         es = expected[a:z, c_lo:c_hi].to(dev)
         r, e = rs.to(torch.float64), es.to(torch.float64)
         if exact:
-            ok = _exact_equal(rs, es)
+            ok = exact_equal(rs, es)
             b = torch.zeros_like(r)
         else:
             if bound is None:
