@@ -47,6 +47,11 @@ Writes JSON with correct_cases, false_diverged, planted, detected_right_tile, wo
 largest err/bound of a correct case) and worst_case, the environment and per-group tables
 (`groups` by engine, output dtype, K and inputs; `planted_table` by defect, K and inputs); prints
 them. Exit 0 when false_diverged is 0, 1 otherwise, 2 on bad usage.
+
+One job: the false-alarm benchmark, from its cases to its JSON. Its sections (the engines and
+the cases, the spec each engine gets, judging and planting, the zoo's live cases, the tables and
+the driver) are the steps of that one run; only its tests import them, and the measurement it
+reads (split-K probes, promotion intervals) stays in benchmarks/measure_numerics.py.
 """
 
 from __future__ import annotations

@@ -44,6 +44,13 @@ from zero and is added to the accumulator by an fp32 add that rounds to nearest 
 the reference's own error grows with each block's sum |a||b|, not with the running sum. Under
 the interpreter every float dot runs on fp32 values. Host specs
 return CPU float64 tensors holding values exactly representable in the accumulator type.
+
+One job: the MMA stage, in the shape every stage module has: its Triton references behind the
+public launchers (mma_step, mma_trajectory, mma_accumulate, partial_trajectory), their float64
+host specifications (the *_host functions), check_supported, and the accumulator statistics the
+bounds read (MmaStats, trajectory_stats). Its length is the accumulator semantics above, each
+with its kernel path and its host emulation side by side; the jit mainloop at the top is the one
+kernels_ref.gemm reuses, so the full GEMM accumulates exactly as this stage does.
 """
 
 from __future__ import annotations
