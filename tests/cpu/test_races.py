@@ -444,3 +444,80 @@ def test_cli_race_options_need_a_live_kernel(capsys):
 
     assert cli.main(["compare", "--demo", "--repeat", "2"]) == 2
     assert "need a live kernel" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- the poison symbol, in the real child
+# The real child with the driver emulated in host memory (tests/cpu/test_harness_child.py), plus
+# the trace header's poison symbol and a stand-in kernel that stores a shared word it never wrote.
+
+def _poison_child() -> list[str]:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_emulated", Path(__file__).with_name("test_harness_child.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    src = mod.EMULATED_CHILD
+    for old, new in (
+            ("SYMBOL = ctypes.create_string_buffer(8)\n",
+             "SYMBOL = ctypes.create_string_buffer(8)\nPOISON = ctypes.create_string_buffer(16)\n"),
+            ("    def global_(self, name):\n",
+             "    def global_(self, name):\n"
+             "        if name == 'oracle_trace_smem_poison' and not os.environ.get('EMULATED_NO_POISON_SYMBOL'):\n"
+             "            return ctypes.addressof(POISON), 16\n"),
+            ('KERNELS = {"vadd": vadd,',
+             "def reads_smem(params):\n"
+             "    a = args(params, 4)\n"
+             "    n = i32(a[3])\n"
+             "    z = (ctypes.c_uint32 * n).from_address(q(a[2]))\n"
+             "    cfg = (ctypes.c_uint32 * 4).from_address(ctypes.addressof(POISON))\n"
+             "    word = cfg[1] if cfg[0] else 0x5A5A5A5A  # what the prologue left in shared memory\n"
+             "    for i in range(n):\n"
+             "        z[i] = word\n"
+             "    if cfg[0]:\n"
+             "        cfg[2] += 1\n"
+             "\n"
+             'KERNELS = {"reads_smem": reads_smem, "vadd": vadd,')):
+        assert old in src, old
+        src = src.replace(old, new, 1)
+    return [sys.executable, "-c", src]
+
+
+def _smem_run(**kw):
+    from harness.runner import run_kernel
+
+    launch = LaunchSpec(grid=1, block=32, args=[TensorArg("x"), TensorArg("y"), TensorArg("z", "out"), ScalarArg(8)])
+    tensors = {"x": torch.zeros(8, dtype=torch.int32), "y": torch.zeros(8, dtype=torch.int32),
+               "z": torch.zeros(8, dtype=torch.int32)}
+    return run_kernel(CUBIN, "reads_smem", launch, tensors, child_cmd=_poison_child(), timeout_s=60, **kw)
+
+
+def test_the_child_sets_the_poison_symbol_and_reports_the_ctas_that_applied_it():
+    a = _smem_run(smem_poison=0xDEADBEEF)
+    assert a.ok, a.describe() + a.stderr_tail
+    assert a.smem_poison == {"pattern": 0xDEADBEEF, "ctas": 1}
+    assert (a.outputs["z"].view(torch.int32) == torch.tensor(0xDEADBEEF).to(torch.int32)).all()
+    b = _smem_run(smem_poison=complement(0xDEADBEEF))
+    d = compare_runs([dataclasses.replace(_rec8(), output=a.outputs["z"].view(torch.float32).reshape(1, 8))],
+                     poisoned=[a.outputs["z"].reshape(1, 8), b.outputs["z"].reshape(1, 8)],
+                     poison=(0xDEADBEEF, complement(0xDEADBEEF)))
+    assert d.poison_changes and d.poison_changes[0].elements == 8
+    plain = _smem_run()
+    assert plain.ok and plain.smem_poison is None
+
+
+def _rec8():
+    spec = ProblemSpec(m=1, n=8, k=8, a_dtype="fp32", b_dtype="fp32", out_dtype="fp32", tile=Tile(64, 64, 32),
+                       swizzle_a=0, swizzle_b=0)
+    ops = make_operands(spec, "ones", 0)
+    return simulate(spec, ops, Provenance("ones"))
+
+
+def test_poison_without_the_symbol_is_a_load_error_naming_it(monkeypatch):
+    from harness.runner import RunnerError, RunStatus
+
+    monkeypatch.setenv("EMULATED_NO_POISON_SYMBOL", "1")
+    run = _smem_run(smem_poison=1)
+    assert run.status is RunStatus.LOAD_ERROR and "oracle_trace_smem_poison" in run.message
+    assert "-DORACLE_TRACE" in run.message
+    with pytest.raises(RunnerError, match="32-bit"):
+        _smem_run(smem_poison=1 << 32)

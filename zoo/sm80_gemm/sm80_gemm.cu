@@ -86,7 +86,7 @@
 //                   over slots 0 and 1 of the ring) and stores it row by row, a warp's row band
 //                   spanning the columns of two other warps, with no __syncthreads() between the
 //                   staging writes and the reads. Warps 4-7 reach their staging writes late (a
-//                   __nanosleep of kLateNs stands in for a longer epilogue of theirs, so that the
+//                   wait of kLateCycles stands in for a longer epilogue of theirs, so that the
 //                   race shows on every run rather than now and then): warps 0-3 store rows 64-127
 //                   from what the ring still holds there. The traced build's epilogue_cast tap reads
 //                   the staged tile and needs it complete, so it syncs first, and that barrier hides
@@ -123,7 +123,7 @@ enum Defect : int {
   kRaceStore,
 };
 
-constexpr unsigned kLateNs = 20000;  // race_store: how late warps 4-7 write their staging
+constexpr long long kLateCycles = 40000;  // race_store: how late warps 4-7 write their staging (~20 us)
 
 struct StagedLayout {  // the race_store staging tile, row-major [kBM, kBN]
   __host__ __device__ int operator()(int r, int c) const { return r * kBN + c; }
@@ -412,7 +412,10 @@ __device__ __forceinline__ void gemm(const T* __restrict__ A, const T* __restric
     if constexpr (Defect == kRaceStore) {
       __syncthreads();  // every warp is done reading the ring: the staging may overwrite it
       T* const staged = smem;
-      if (warp >= kWarps / 2) __nanosleep(kLateNs);
+      if (warp >= kWarps / 2) {  // late by at least kLateCycles (__nanosleep alone may return at once)
+        const long long t0 = clock64();
+        while (clock64() - t0 < kLateCycles) __nanosleep(1000);
+      }
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) staged[StagedLayout{}(acc_row(warp, lane, i), acc_col(warp, lane, i))] = out[i];
       if constexpr (Tr::enabled) {
@@ -476,7 +479,7 @@ __device__ __forceinline__ void gemm(const T* __restrict__ A, const T* __restric
   X(zoo_sm80_bf16_bias_row##SUFFIX, __nv_bfloat16, TRACE, zoo_sm80::kBiasRow)                 \
   X(zoo_sm80_bf16_gelu_tanh##SUFFIX, __nv_bfloat16, TRACE, zoo_sm80::kGeluTanh)               \
   X(zoo_sm80_bf16_alpha_twice##SUFFIX, __nv_bfloat16, TRACE, zoo_sm80::kAlphaTwice)           \
-  X(zoo_sm80_bf16_swapped_store##SUFFIX, __nv_bfloat16, TRACE, zoo_sm80::kSwappedStore)         \
+  X(zoo_sm80_bf16_swapped_store##SUFFIX, __nv_bfloat16, TRACE, zoo_sm80::kSwappedStore)       \
   X(zoo_sm80_bf16_race_store##SUFFIX, __nv_bfloat16, TRACE, zoo_sm80::kRaceStore)
 
 ZOO_SM80_CORRECT(ZOO_SM80_ENTRY, , false)
