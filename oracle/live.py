@@ -1,5 +1,7 @@
 """A live run: build the kernel, run it in a child process with the trace sink, and turn what
-came back (output, taps, or the error and the taps recovered) into a Recording.
+came back (output, taps, or the error and the taps recovered) into a Recording. For races
+(run_races): the traced and the untraced build run again on the same inputs, with shared-memory
+poison, or under compute-sanitizer; oracle.repeat compares what they gave.
 
 The kernel never runs in this process: an illegal address or a trap poisons a CUDA context
 for good, and a hang must not hang the oracle (harness.runner).

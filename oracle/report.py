@@ -97,9 +97,19 @@ def _feed_phrase(f: FirstDivergence) -> str:
             "descriptor fields": "the descriptor's own fields"}.get(f.fed_by, "teacher-forced")
 
 
-def sentence(an: Analysis, races=None) -> str:
+def sentence(an: Analysis, races=None, sanitizer=None) -> str:
     """The closing sentence; NONDETERMINISTIC (and then run 1's stage finding, as a DRAFT) when
-    the repeated runs differ."""
+    the repeated runs differ; compute-sanitizer's findings, when any, are counted at its end."""
+    s = _sentence(an, races)
+    found = sanitizer.findings if sanitizer is not None else ()
+    if found:
+        tools = sorted({f.tool for f in found})
+        s += (f" compute-sanitizer reported {len(found)} finding(s) in the untraced build ({', '.join(tools)}): "
+              f"see its section; the stage table does not judge them.")
+    return s
+
+
+def _sentence(an: Analysis, races=None) -> str:
     if races is not None and races.nondeterministic:
         from oracle.repeat import as_draft
 
@@ -107,7 +117,7 @@ def sentence(an: Analysis, races=None) -> str:
         if races.tracing_changes and not races.changes:
             s += " The traced runs agree with each other, so the stage table below judges a run whose taps may hide " \
                  "the race."
-        return s + " Run 1's stage table alone: " + sentence(as_draft(an, races))
+        return s + " Run 1's stage table alone: " + _sentence(as_draft(an, races))
     d = an.diagnosis
     if d.verdict is Verdict.DIVERGED and an.first is not None:
         f = an.first
@@ -236,7 +246,7 @@ def render(an: Analysis, races=None, sanitizer=None) -> str:
     if extra:
         lines.append("")
         lines.extend(extra)
-    lines.append(sentence(an, races))
+    lines.append(sentence(an, races, sanitizer))
     return "\n".join(lines)
 
 
@@ -276,7 +286,7 @@ def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None, races=None, sa
     doc = {
         "schema": SCHEMA,
         "verdict": verdict.value,
-        "summary": sentence(an, races),
+        "summary": sentence(an, races, sanitizer),
         "first_divergence": _first_json(an.first),
         "stages": stages,
         "problem": (an.whole or rec).spec.to_json(),

@@ -356,6 +356,26 @@ sys.exit(rc)
     assert doc["results"][0]["findings"][0]["location"]["line"] == 402
 
 
+def test_sanitizer_findings_are_in_the_report_beside_the_stage_table(runs):
+    good, _ = runs
+    findings, n = parse_report("racecheck", RACECHECK_NEW)
+    from harness.sanitizer import SanitizerResult
+
+    rep = SanitizerReport((SanitizerResult("racecheck", True, findings, n, "OK"),), executable="/opt/cs")
+    an = analyze(good)
+    text = report.render(an, None, rep)
+    table_end = text.index("compute-sanitizer (untraced build):")
+    assert "racecheck: race between write and read accesses at zoo_sm80_bf16_race_store+0x1f30" in text[table_end:]
+    assert "racecheck" not in text[:table_end]  # not mixed into the stage table
+    doc = report.to_json(an, sanitizer=rep)
+    report.validate(doc)
+    f = doc["sanitizer"]["results"][0]["findings"][0]
+    assert f["space"] == "shared" and f["count"] == 8192 and f["other"]["line"] == 410
+    assert doc["verdict"] == "MATCH"  # a sanitizer finding is reported, not turned into a stage verdict
+    assert "compute-sanitizer reported 1 finding(s) in the untraced build (racecheck)" in doc["summary"]
+    assert text.splitlines()[-1] == doc["summary"]
+
+
 # --------------------------------------------------------------------------- the case and the CLI
 
 def test_case_run_table_and_untraced_entry(tmp_path):
