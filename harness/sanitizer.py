@@ -159,6 +159,12 @@ def find_sanitizer() -> Optional[str]:
     return None
 
 
+def unavailable_report() -> SanitizerReport:
+    """What --sanitize says, in one line, where there is no compute-sanitizer."""
+    return SanitizerReport(unavailable="--sanitize: compute-sanitizer is not on PATH (nor in "
+                           f"{', '.join(TOOLKIT_BINS)}): install the CUDA toolkit's sanitizer to run it")
+
+
 def sanitizer_argv(executable: str, tool: str, log_file: str) -> list[str]:
     """The sanitizer's own arguments (the child's argv follows them)."""
     if tool not in TOOLS:
@@ -300,8 +306,7 @@ def sanitize(cubin, entry: str, launch, tensors: Mapping, *, tools: Sequence[str
             raise SanitizerError(f"tool {t!r} is not one of {', '.join(TOOLS)}")
     exe = executable or find_sanitizer()
     if exe is None:
-        return SanitizerReport(unavailable="--sanitize: compute-sanitizer is not on PATH (nor in "
-                               f"{', '.join(TOOLKIT_BINS)}): install the CUDA toolkit's sanitizer to run it")
+        return unavailable_report()
     results = []
     log_dir = Path(tempfile.mkdtemp(prefix="oracle-sanitizer-"))
     try:

@@ -449,6 +449,7 @@ def run_races(case: Case, ops: Operands, provenance: Provenance, *, repeat: int,
     """`repeat` traced runs and `repeat` untraced runs (each a fresh child process) on the same
     inputs; with `smem_poison`, two more traced runs with that pattern and its complement; with
     `sanitize`, the untraced build once under each compute-sanitizer tool."""
+    from harness.sanitizer import find_sanitizer, unavailable_report
     from harness.sanitizer import sanitize as run_sanitizer
     from oracle.repeat import complement
 
@@ -490,7 +491,9 @@ def run_races(case: Case, ops: Operands, provenance: Provenance, *, repeat: int,
         if note:
             poisoned = []
     report = None
-    if sanitize:
+    if sanitize and find_sanitizer() is None:
+        report = unavailable_report()  # nothing to build for
+    elif sanitize:
         cubin, entry = untraced_build(case)
         sequence, tensors = launch_sequence(case, ops)
         limit = sanitizer_timeout_s or max(120.0, 5.0 * float(timeout_s or knobs_timeout()))

@@ -541,3 +541,66 @@ def test_poison_without_the_symbol_is_a_load_error_naming_it(monkeypatch):
     assert "-DORACLE_TRACE" in run.message
     with pytest.raises(RunnerError, match="32-bit"):
         _smem_run(smem_poison=1 << 32)
+
+
+def test_run_races_runs_each_build_as_asked(monkeypatch, runs):
+    # the orchestration with the runs faked: N traced, N untraced (one of them faulting), two
+    # poison runs with a pattern and its complement, and --sanitize without the tool (no build)
+    from harness.runner import KernelRun, RunStatus
+    from oracle import live
+    from oracle.case import load_case
+
+    good, _ = runs
+    case = load_case(str(ROOT / "zoo/sm80_gemm/sm80_race_store.toml"))
+    calls = {"traced": [], "untraced": 0, "builds": 0}
+
+    def fake_live(case_, ops, prov, *, timeout_s=None, command=(), smem_poison=None, **_):
+        calls["traced"].append(smem_poison)
+        out = good.output if smem_poison in (None, 0xFFFF0000) else _flip(good.output, 0, 0)
+        run = KernelRun(RunStatus.OK, smem_poison=None if smem_poison is None else {"pattern": smem_poison, "ctas": 2})
+        return live.LiveRun(dataclasses.replace(good, output=out), run, True, (), {})
+
+    def fake_kernel(cubin, entry, launch, tensors, **_):
+        calls["untraced"] += 1
+        assert entry == "zoo_sm80_bf16_race_store"
+        if calls["untraced"] == 2:
+            return KernelRun(RunStatus.CUDA_ERROR, message="illegal address")
+        return KernelRun(RunStatus.OK, outputs={"d": good.output})
+
+    def fake_build(case_):
+        calls["builds"] += 1
+        return b"cubin", case_.kernel.untraced_entry
+
+    monkeypatch.setattr(live, "run_live", fake_live)
+    monkeypatch.setattr(live, "run_kernel", fake_kernel)
+    monkeypatch.setattr(live, "untraced_build", fake_build)
+    monkeypatch.setattr(live, "launch_sequence", lambda c, o: ([("e", None)], {}))
+    monkeypatch.setattr("harness.sanitizer.find_sanitizer", lambda: None)
+    rr = live.run_races(case, good.operands, good.provenance, repeat=3, smem_poison=0x0000FFFF, sanitize=True)
+    assert calls["traced"] == [None, None, None, 0x0000FFFF, 0xFFFF0000] and calls["untraced"] == 3
+    assert calls["builds"] == 1  # the untraced build for the repeats; none for a sanitizer that is not there
+    assert len(rr.traced) == 3 and rr.untraced[1] is None and rr.failed == ("untraced run 2",)
+    assert rr.poison == (0x0000FFFF, 0xFFFF0000) and len(rr.poisoned) == 2 and rr.poison_note == ""
+    assert rr.sanitizer.unavailable and rr.untraced_entry == "zoo_sm80_bf16_race_store"
+    res = compare_runs(rr.traced, rr.untraced, poisoned=rr.poisoned, poison=rr.poison, failed=rr.failed)
+    assert res.poison_changes and res.failed == ("untraced run 2",) and res.nondeterministic
+
+
+def test_poison_that_no_cta_applied_is_said_and_shows_nothing(monkeypatch, runs):
+    from harness.runner import KernelRun, RunStatus
+    from oracle import live
+    from oracle.case import load_case
+
+    good, _ = runs
+    case = load_case(str(ROOT / "zoo/sm80_gemm/sm80_race_store.toml"))
+
+    def fake_live(case_, ops, prov, *, smem_poison=None, **_):
+        run = KernelRun(RunStatus.OK, smem_poison=None if smem_poison is None else {"pattern": smem_poison, "ctas": 0})
+        return live.LiveRun(good, run, True, (), {})
+
+    monkeypatch.setattr(live, "run_live", fake_live)
+    rr = live.run_races(case, good.operands, good.provenance, repeat=1, smem_poison=0xFFFFFFFF)
+    assert rr.poisoned == () and "never called" in rr.poison_note and rr.untraced == ()
+    res = compare_runs(rr.traced, rr.untraced, poisoned=rr.poisoned, poison=rr.poison, poison_note=rr.poison_note)
+    assert not res.nondeterministic
+    assert "poison: the kernel never called oracle_trace smem_prologue()" in report.render(analyze(good), res)
