@@ -17,6 +17,7 @@ import ctypes
 import json
 import mmap
 import os
+import struct
 import sys
 import time
 import traceback
@@ -183,6 +184,18 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
                                f"__device__ symbol {sink_req['symbol']!r} has {sym_size} bytes; the sink symbol "
                                f"must be a pointer (8 bytes)", "cuModuleGetGlobal")
         sink_symbol = sym_ptr
+    poison_req = req.get("smem_poison")
+    poison_symbol = None
+    if poison_req is not None:
+        try:
+            poison_symbol, sym_size = module.global_(P.SMEM_POISON_SYMBOL)
+        except cu.CudaError as exc:
+            raise cu.CudaError(exc.code, exc.name, f"the module has no __device__ symbol {P.SMEM_POISON_SYMBOL!r}: "
+                               f"shared-memory poison needs the kernel built with -DORACLE_TRACE and the trace "
+                               f"header included", "cuModuleGetGlobal") from None
+        if sym_size != 16:
+            raise cu.CudaError(500, "CUDA_ERROR_NOT_FOUND", f"__device__ symbol {P.SMEM_POISON_SYMBOL!r} has "
+                               f"{sym_size} bytes, not the header's 16", "cuModuleGetGlobal")
     status["function"] = {"num_regs": func.attribute("CU_FUNC_ATTRIBUTE_NUM_REGS"),
                           "static_shared_bytes": func.attribute("CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES"),
                           "local_bytes": func.attribute("CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES")}
@@ -211,6 +224,8 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
         for name, info in tensors.items():
             if info["role"] == "out":
                 cu.memset_d8(dptrs[name], poison, int(info["nbytes"]))
+        if poison_symbol is not None:  # {enabled, pattern, CTAs that applied it, 0}
+            cu.memcpy_htod(poison_symbol, struct.pack("<4I", 1, int(poison_req["pattern"]) & 0xFFFFFFFF, 0, 0))
 
     prepare_tensors()
     sink = None
@@ -273,6 +288,11 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
 
     phase = status["phase"] = "download"
     progress.mark(phase)
+    if poison_symbol is not None:
+        buf = ctypes.create_string_buffer(16)
+        cu.memcpy_dtoh_into(ctypes.addressof(buf), poison_symbol, 16)
+        _, pattern, ctas, _ = struct.unpack("<4I", buf.raw)
+        status["smem_poison"] = {"pattern": pattern, "ctas": ctas}
     if sink is not None:
         sink.download(progress)
     out_specs = [(n, i["st_dtype"], i["shape"]) for n, i in tensors.items() if i["role"] in ("out", "inout")]

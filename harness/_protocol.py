@@ -47,6 +47,8 @@ SINK_FILE = "host_mapped_file"  # the kernel wrote straight into the shared file
 SINK_PINNED_COPY = "host_pinned_copy"  # pinned host memory, copied into the file by the child after the run
 SINK_DEVICE_COPY = "device_copy"  # device memory, copied into the file after a successful run
 
+SMEM_POISON_SYMBOL = "oracle_trace_smem_poison"  # the trace header's {enabled, pattern, ctas, 0} words
+
 POISON_BYTE = 0xFF  # NaN in fp32/fp16/bf16/e4m3/e5m2, -1 in integers
 
 

@@ -132,6 +132,8 @@ class KernelRun:
     timing: Optional[Mapping[str, object]] = None  # the kernel's own timing, when asked (see _child)
     # the first launch's sink overflowed: {"first_capacity", "needed", "max_size", "relaunched"}
     sink_overflow: Optional[Mapping[str, object]] = None
+    # shared-memory poison, when asked: {"pattern", "ctas"} (CTAs whose prologue filled their smem)
+    smem_poison: Optional[Mapping[str, object]] = None
 
     @property
     def ok(self) -> bool:
@@ -334,6 +336,7 @@ def run_kernel(
     keep_dir: Optional[bool] = None,
     timing: Optional[Mapping[str, object]] = None,
     then: Sequence[tuple[str, LaunchSpec]] = (),
+    smem_poison: Optional[int] = None,
 ) -> KernelRun:
     """Run `entry` from `cubin` once with `launch` in a child process; see the module docstring.
 
@@ -346,6 +349,9 @@ def run_kernel(
     `then`: (entry, launch) pairs run after the first launch, in order, on the same tensors (e.g. a
     reduction kernel after the kernel that writes the partials); the sink stays set for all of them,
     and `timing` is refused with them (it times one launch).
+    `smem_poison`: a 32-bit pattern the trace header's smem_prologue() fills the kernel's dynamic
+    shared memory with before it runs (the cubin must be a traced build; KernelRun.smem_poison
+    says how many CTAs applied it).
     Raises RunnerError for a malformed request;
     never raises for anything the kernel or the child does.
     """
@@ -363,6 +369,9 @@ def run_kernel(
         if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) and item[0]
                 and isinstance(item[1], LaunchSpec)):
             raise RunnerError(f"then[{i}] must be (entry, LaunchSpec), got {item!r}")
+    if smem_poison is not None and (isinstance(smem_poison, bool) or not isinstance(smem_poison, int)
+                                    or not 0 <= smem_poison <= 0xFFFFFFFF):
+        raise RunnerError(f"smem_poison {smem_poison!r} must be a 32-bit pattern (0 to 0xFFFFFFFF)")
     if then and timing:
         raise RunnerError("timing times one launch; this run has more than one (then)")
     dense = _check_request(launch, tensors, [spec for _, spec in then])
@@ -389,6 +398,7 @@ def run_kernel(
                    "tensors": records, "sink": sink_doc, "device": int(device),
                    "poison_outputs": bool(poison_outputs), "timeout_s": timeout,
                    "timing": dict(timing) if timing else None,
+                   "smem_poison": None if smem_poison is None else {"pattern": smem_poison},
                    "then": [{"entry": e, "launch": spec.to_dict()} for e, spec in then]}
         P.write_json_atomic(run_dir / P.REQUEST, request)
 
@@ -484,7 +494,7 @@ def _collect(run_dir: Path, rc: Optional[int], timed_out: bool, timeout: float, 
                          error_name=doc.get("error_name"), error_call=doc.get("error_call"),
                          outputs=outputs, kernel_s=doc.get("kernel_s"), device=doc.get("device") or {},
                          function=doc.get("function") or {}, timing=doc.get("timing"),
-                         sink_overflow=doc.get("sink_overflow"), **common)
+                         sink_overflow=doc.get("sink_overflow"), smem_poison=doc.get("smem_poison"), **common)
     if timed_out:
         where = {"sync": "the kernel was still running", "launch": "the launch call did not return"}.get(
             last_phase or "", f"the child was in phase {last_phase}")

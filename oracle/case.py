@@ -71,7 +71,7 @@ WORKSPACE_DTYPES = ("uint8", "int32", "fp32")
 LITERAL_TYPES = ("i32", "u32", "i64", "u64", "f32", "f64")
 MAX_CAPACITY_MB = 65536
 TENSORMAP_OPTIONS = ("rows", "stride_bytes", "box_inner", "swizzle", "oob_fill")
-SECTIONS = ("problem", "kernel", "launch", "trace", "workspace")
+SECTIONS = ("problem", "kernel", "launch", "trace", "workspace", "run")
 MAX_CASE_BYTES = 1 << 20  # a case file (or a cases file) larger than this is not one
 MAX_EXPRESSION_CHARS = 512
 MAX_VALUE = 2**64  # an expression's integers stay within this magnitude (a launch argument has 64 bits)
@@ -90,6 +90,7 @@ class KernelSource:
     arch: str = "sm_90a"
     cubin: Optional[str] = None  # a prebuilt cubin instead of the source
     time_entry: Optional[str] = None  # the untraced entry point to time (default: `entry`, sink off)
+    untraced_entry: Optional[str] = None  # the entry in the build without -DORACLE_TRACE (default: `entry`)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,25 @@ class TracePlan:
 
 
 @dataclass(frozen=True)
+class RunPlan:
+    """[run]: how often and how the kernel runs (oracle.repeat): `repeat` runs of the traced and
+    of the untraced build on the same inputs, and an optional shared-memory poison pattern."""
+
+    repeat: int = 1
+    smem_poison: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.repeat, bool) or not isinstance(self.repeat, int) or not 1 <= self.repeat <= MAX_REPEAT:
+            raise CaseError(f"[run] repeat = {shown(self.repeat)} must be an integer from 1 to {MAX_REPEAT}")
+        if self.smem_poison is not None and (isinstance(self.smem_poison, bool) or not isinstance(self.smem_poison, int)
+                                             or not 0 <= self.smem_poison <= 0xFFFFFFFF):
+            raise CaseError(f"[run] smem_poison = {shown(self.smem_poison)} must be a 32-bit word (0 to 0xFFFFFFFF)")
+
+
+MAX_REPEAT = 100
+
+
+@dataclass(frozen=True)
 class Case:
     spec: ProblemSpec
     kernel: Optional[KernelSource]
@@ -139,6 +159,7 @@ class Case:
     trace: TracePlan
     path: Optional[str] = None
     workspaces: tuple[Workspace, ...] = ()
+    run: RunPlan = RunPlan()
 
 
 def parse_value(text: str) -> Any:
@@ -195,6 +216,7 @@ def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *,
     launch = _launch(doc["launch"]) if "launch" in doc else None
     trace = trace_plan(doc.get("trace", {}))
     workspaces = _workspaces(doc.get("workspace", {}))
+    run = run_plan(doc.get("run", {}))
     if launch is not None:
         declared = {w.name for w in workspaces}
         for plan in (launch,) + launch.next:
@@ -202,7 +224,21 @@ def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *,
                 if a.kind == "workspace" and a.name not in declared:
                     raise CaseError(f"[launch] args[{i}]: workspace {a.name!r} is not declared; declared: "
                                     f"{', '.join(sorted(declared)) or 'none'} ([workspace.NAME] tables)")
-    return Case(spec, kernel, launch, trace, path, workspaces)
+    return Case(spec, kernel, launch, trace, path, workspaces, run)
+
+
+def run_plan(sec: dict) -> RunPlan:
+    """[run] repeat = N, smem_poison = "0xFFFFFFFF" (or an integer)."""
+    unknown = sorted(set(sec) - {"repeat", "smem_poison"})
+    if unknown:
+        raise CaseError(f"[run]: unknown key(s) {', '.join(unknown)}; allowed: repeat, smem_poison")
+    poison = sec.get("smem_poison")
+    if isinstance(poison, str):
+        try:
+            poison = int(poison.strip(), 0)
+        except ValueError:
+            raise CaseError(f"[run] smem_poison = {shown(poison)} must be a 32-bit word such as \"0xFFFFFFFF\"") from None
+    return RunPlan(sec.get("repeat", 1), poison)
 
 
 def _workspaces(sec) -> tuple[Workspace, ...]:
@@ -285,10 +321,10 @@ def _read_case(path: str, seen: tuple[str, ...]) -> dict:
 
 def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Optional[str]) -> Optional[KernelSource]:
     sec = dict(sec or {})
-    unknown = sorted(set(sec) - {"source", "entry", "defines", "arch", "cubin", "time_entry"})
+    unknown = sorted(set(sec) - {"source", "entry", "defines", "arch", "cubin", "time_entry", "untraced_entry"})
     if unknown:
         raise CaseError(f"[kernel]: unknown key(s) {', '.join(unknown)}; allowed: source, entry, defines, arch, "
-                        f"cubin, time_entry")
+                        f"cubin, time_entry, untraced_entry")
     for key in ("source", "cubin"):  # a case read from a file has them as paths already; inline ones too
         if key in sec and (not isinstance(sec[key], str) or not sec[key]):
             raise CaseError(f"[kernel] {key} = {shown(sec[key])} must be the path of a file (a string)")
@@ -302,7 +338,8 @@ def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Option
     if src is None and cubin is None:
         raise CaseError("the kernel needs a source (.cu) or a prebuilt cubin: [kernel] source/cubin or --kernel FILE")
     time_entry = sec.get("time_entry") if entry is None else None  # a new --entry drops the TOML's
-    for key, value in (("entry", ent), ("time_entry", time_entry)):
+    untraced = sec.get("untraced_entry") if entry in (None, sec.get("entry")) else None
+    for key, value in (("entry", ent), ("time_entry", time_entry), ("untraced_entry", untraced)):
         if value is not None and (not isinstance(value, str) or not value.strip() or "\0" in value):
             raise CaseError(f"[kernel] {key} = {shown(value)} must be the kernel's entry point name (a string)")
     raw = sec.get("defines", {})
@@ -318,7 +355,7 @@ def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Option
     arch = sec.get("arch", "sm_90a")
     if not isinstance(arch, str) or not re.match(r"^sm_\d{2,3}[af]?$", arch):
         raise CaseError(f"[kernel] arch = {shown(arch)} must look like sm_90a, sm_90 or sm_100a")
-    return KernelSource(src, ent, defines, arch, cubin, time_entry)
+    return KernelSource(src, ent, defines, arch, cubin, time_entry, untraced)
 
 
 def _triple(v, key: str, expressions: bool = False) -> tuple:

@@ -30,9 +30,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         --problem m=256,n=256,k=512    or inline problem fields (override the TOML's)
         --kernel FILE.cu --entry NAME  the kernel (override the TOML's [kernel])
         --inputs ones|index|ktag|random[:seed]|dump:PATH
+    Races (live): --repeat N runs the traced and the untraced build N times each on the same
+    inputs and compares every output and tap bit for bit; --smem-poison PATTERN runs the traced
+    build twice more with the kernel's dynamic shared memory filled with PATTERN and with its
+    complement (kernels that call the trace header's smem_prologue()); --sanitize runs the
+    untraced build under compute-sanitizer (racecheck, synccheck, memcheck, initcheck).
     Prints a table, one row per stage with the teacher-forced and chained verdicts, then one
     sentence naming the first divergence. Exit codes: 0 match, 1 divergence, 2 bad usage or
-    input, 3 kernel error, 4 oracle untrusted, 5 mistrusted (nothing could discriminate)."""
+    input, 3 kernel error, 4 oracle untrusted, 5 mistrusted (nothing could discriminate),
+    6 nondeterministic (runs on the same inputs differ)."""
     from oracle import report
     from oracle.differential import analyze
 
@@ -44,10 +50,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
                          "and/or --kernel FILE.cu --entry NAME)")
     if args.sink and not args.repro_dir:
         raise UsageError("--sink FILE goes with --repro-dir DIR")
-    extra, perf = {}, None
+    if (args.repeat is not None or args.smem_poison is not None or args.sanitize or args.untraced_entry) \
+            and not modes[2]:
+        raise UsageError("--repeat, --smem-poison, --sanitize and --untraced-entry need a live kernel: a recording "
+                         "cannot be run again")
+    extra, perf, races, sanitizer = {}, None, None, None
     t0 = time.perf_counter()
     if args.kernel or args.problem:
-        rec, extra, perf = _live_recording(args)
+        rec, extra, perf, races, sanitizer = _live_recording(args)
         source = rec.kernel
     elif args.repro_dir:
         from oracle.repro_run import load_repro_run
@@ -61,6 +71,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         rec = Recording.load(source)
     t1 = time.perf_counter()
     an = analyze(rec)
+    if races is not None:
+        races = _judge_repeats(an, races)
     phases = dict(extra.pop("phases_s", {}), recording=t1 - t0, analyze=time.perf_counter() - t1)
     if args.save_dump:
         rec.save(args.save_dump)
@@ -73,7 +85,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         except RuntimeError as e:
             raise UsageError(str(e)) from None
     if not args.quiet:
-        print(report.render(an))
+        print(report.render(an, races, sanitizer))
         if perf is not None:
             print()
             print(report.performance_table(perf))
@@ -81,8 +93,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
             print(f"saved the recording to {args.save_dump}")
     if args.json:
         phases["report"] = time.perf_counter() - t1 - phases["analyze"]
-        report.write_json(an, args.json, extra={"source": source, "phases_s": phases, **extra})
-    return EXIT_CODES[an.verdict]
+        report.write_json(an, args.json, extra={"source": source, "phases_s": phases, **extra}, races=races,
+                          sanitizer=sanitizer)
+    from oracle.repeat import final_verdict
+
+    return EXIT_CODES[final_verdict(an, races)]
+
+
+def _judge_repeats(an, pending):
+    """The repeat comparison, with the stage finding of every traced run that differs from run 1
+    where it is not run 1's (a finding in one run of two)."""
+    from dataclasses import replace
+
+    from oracle.differential import analyze
+    from oracle.repeat import finding_of
+
+    result, recordings = pending
+    differing = sorted({int(c.between[1].rsplit(" ", 1)[1]) for c in result.changes
+                        if c.between[1].startswith("traced run")})
+    mine = finding_of(an)
+    runs = []
+    for i in differing[:4]:
+        other = finding_of(analyze(recordings[i - 1]))
+        if other != mine:
+            runs.append((f"traced run {i}", other))
+    if runs:
+        runs.insert(0, ("traced run 1", mine))
+    return replace(result, finding_runs=tuple(runs))
 
 
 def _case_and_inputs(args: argparse.Namespace, base: Optional[dict] = None, entry: Optional[str] = None):
@@ -103,6 +140,12 @@ def _case_and_inputs(args: argparse.Namespace, base: Optional[dict] = None, entr
             inline.append(p)
     overrides = {**(base or {}), **parse_assignments(inline + list(args.set or []))}
     case = load_case(toml_path, overrides, source=args.kernel, entry=args.entry or entry)
+    if getattr(args, "untraced_entry", None):
+        from dataclasses import replace
+
+        if case.kernel is None:
+            raise UsageError("--untraced-entry goes with a kernel (--kernel FILE.cu --entry NAME or [kernel])")
+        case = replace(case, kernel=replace(case.kernel, untraced_entry=args.untraced_entry))
     if args.trace_tiles or args.trace_k_blocks or getattr(args, "trace_stages", None):
         tiles = _tiles_flag(args.trace_tiles) if args.trace_tiles else None
         kbs = _indices_flag("--trace-k-blocks", args.trace_k_blocks) if args.trace_k_blocks else None
@@ -135,8 +178,35 @@ def _live_recording(args: argparse.Namespace):
         from oracle.perf import kernel_timing_request
 
         timing = kernel_timing_request()
-    live = run_live(case, ops, prov, timeout_s=args.timeout, timing=timing,
-                    command=("python", "-m", "oracle", *getattr(args, "argv", ("compare",))))
+    command = ("python", "-m", "oracle", *getattr(args, "argv", ("compare",)))
+    repeat = args.repeat if getattr(args, "repeat", None) is not None else case.run.repeat
+    poison = case.run.smem_poison
+    if getattr(args, "smem_poison", None) is not None:
+        from oracle.repeat import parse_pattern
+
+        try:
+            poison = parse_pattern(args.smem_poison)
+        except ValueError as e:
+            raise UsageError(f"--smem-poison: {e}") from None
+    sanitize = bool(getattr(args, "sanitize", False))
+    races, sanitizer = None, None
+    if repeat > 1 or poison is not None or sanitize:
+        if args.time:
+            raise UsageError("--time measures one run: give it without --repeat, --smem-poison and --sanitize")
+        from oracle.live import run_races
+        from oracle.repeat import compare_runs
+
+        rr = run_races(case, ops, prov, repeat=repeat, smem_poison=poison, sanitize=sanitize, timeout_s=args.timeout,
+                       command=command)
+        live = rr.first
+        if repeat > 1 or poison is not None:
+            races = (compare_runs(rr.traced, rr.untraced, poisoned=rr.poisoned, poison=rr.poison,
+                                  poison_note=rr.poison_note, failed=rr.failed), rr.traced)
+        sanitizer = rr.sanitizer
+        if sanitizer is not None and sanitizer.unavailable:
+            print(sanitizer.unavailable, file=sys.stderr)
+    else:
+        live = run_live(case, ops, prov, timeout_s=args.timeout, timing=timing, command=command)
     extra = {"run": {"status": live.run.status.value, "message": live.run.message,
                      "elapsed_s": live.run.elapsed_s, "kernel_s": live.run.kernel_s,
                      "build_cached": live.build_cached},
@@ -149,7 +219,7 @@ def _live_recording(args: argparse.Namespace):
         refs, notes = reference_paths(case.spec, ops)
         perf = Performance(tuple(([k] if k else []) + refs), tuple(notes))
         extra["performance"] = perf.to_json()
-    return live.recording, extra, perf
+    return live.recording, extra, perf, races, sanitizer
 
 
 def _indices_flag(flag: str, text: str) -> tuple[int, ...]:
@@ -358,6 +428,19 @@ def _seconds(text: str) -> float:
     return v
 
 
+def _positive_int(text: str) -> int:
+    """A --repeat value: an integer from 1 to 100."""
+    from oracle.case import MAX_REPEAT
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= v <= MAX_REPEAT:
+        raise argparse.ArgumentTypeError(f"{text!r} must be from 1 to {MAX_REPEAT}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m oracle",
                                 description="Differential oracle for GEMM-like CUDA kernels: names the first "
@@ -387,6 +470,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="live: also time the kernel, the Triton reference and cuBLAS (same discipline)")
     c.add_argument("--timeout", type=_seconds, metavar="S", help="live: kernel time limit (default "
                    "ORACLE_KERNEL_TIMEOUT_S)")
+    c.add_argument("--repeat", type=_positive_int, metavar="N", help="live: run the traced and the untraced build N "
+                   "times each on the same inputs and compare every output and tap bit for bit (default: the case's "
+                   "[run] repeat, else 1)")
+    c.add_argument("--untraced-entry", metavar="NAME", help="live: the entry point in the build without "
+                   "-DORACLE_TRACE (default: [kernel] untraced_entry, else --entry)")
+    c.add_argument("--smem-poison", metavar="PATTERN", help="live: run the traced build twice more with its dynamic "
+                   "shared memory filled with PATTERN (a 32-bit word, e.g. 0xFFFFFFFF) and with its complement; "
+                   "outputs that differ read shared memory never written")
+    c.add_argument("--sanitize", action="store_true", help="live: run the untraced build under compute-sanitizer "
+                   "(racecheck, synccheck, memcheck, initcheck) and report its findings")
     c.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
     c.add_argument("--save-dump", metavar="PATH", help="save the judged recording as a dump to PATH")
     c.add_argument("--quiet", action="store_true", help="print nothing; the exit code and --json say it all")

@@ -31,6 +31,7 @@ class Verdict(str, enum.Enum):
     MISTRUSTED = "MISTRUSTED"
     KERNEL_ERROR = "KERNEL_ERROR"
     ORACLE_UNTRUSTED = "ORACLE_UNTRUSTED"
+    NONDETERMINISTIC = "NONDETERMINISTIC"  # runs on the same inputs differ (oracle.repeat): a race, not a stage
 
 
 class Kind(str, enum.Enum):
@@ -39,7 +40,7 @@ class Kind(str, enum.Enum):
 
 
 EXIT_CODES = {Verdict.MATCH: 0, Verdict.DIVERGED: 1, Verdict.KERNEL_ERROR: 3, Verdict.ORACLE_UNTRUSTED: 4,
-              Verdict.MISTRUSTED: 5}
+              Verdict.MISTRUSTED: 5, Verdict.NONDETERMINISTIC: 6}
 EXIT_USAGE = 2
 
 

@@ -1,5 +1,7 @@
 """A live run: build the kernel, run it in a child process with the trace sink, and turn what
-came back (output, taps, or the error and the taps recovered) into a Recording.
+came back (output, taps, or the error and the taps recovered) into a Recording. For races
+(run_races): the traced and the untraced build run again on the same inputs, with shared-memory
+poison, or under compute-sanitizer; oracle.repeat compares what they gave.
 
 The kernel never runs in this process: an illegal address or a trap poisons a CUDA context
 for good, and a hang must not hang the oracle (harness.runner).
@@ -323,11 +325,12 @@ def initial_sink_bytes(budget: TraceBudget, ceiling: int) -> int:
 
 
 def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Optional[float] = None,
-             timing: Optional[dict] = None, command: Sequence[str] = ()) -> LiveRun:
+             timing: Optional[dict] = None, command: Sequence[str] = (), smem_poison: Optional[int] = None) -> LiveRun:
     """Build, run and trace `case` once; with `timing` (oracle.perf.kernel_timing_request) the
     child then times the kernel (case.kernel.time_entry if set) with the sink off. `command`: the
     command line that asked for the run, kept in the recording so a report can say how to re-run
-    it with other tiles traced."""
+    it with other tiles traced. `smem_poison`: fill the kernel's dynamic shared memory with this
+    32-bit pattern first (the trace header's smem_prologue(); see run_kernel)."""
     t0 = time.perf_counter()
     budget, ceiling = check_case(case)  # before building: a bad case fails fast
     check_operands(case.spec, ops)
@@ -353,7 +356,7 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
         timing = {**timing, "entry": k.time_entry}
     t1 = time.perf_counter()
     run = run_kernel(cubin, k.entry, launch, tensors, sink=SinkRequest(prefix, capacity=capacity, max_bytes=ceiling),
-                     timeout_s=timeout_s, timing=timing, then=sequence[1:])
+                     timeout_s=timeout_s, timing=timing, then=sequence[1:], smem_poison=smem_poison)
     t2 = time.perf_counter()
     notes = []
     taps, descriptors, account = (), (), None
@@ -408,3 +411,103 @@ def _ones_check(rec: Recording) -> str:
     bad = int((got != exp).sum())
     status = "holds everywhere" if bad == 0 else f"FAILS at {bad} of {got.numel()} elements"
     return f"analytic check (ones): every output element must equal {float(exp):g} (K = {s.k}); it {status}"
+
+
+@dataclass(frozen=True)
+class RaceRuns:
+    """A live case run for races (oracle.repeat): the first traced run (the one judged), every
+    traced recording, the untraced build's outputs, the two poison runs' outputs and the
+    sanitizer's report."""
+
+    first: LiveRun
+    traced: tuple[Recording, ...]
+    untraced: tuple[Optional[torch.Tensor], ...]
+    failed: tuple[str, ...]
+    poison: Optional[tuple[int, int]] = None
+    poisoned: tuple[Optional[torch.Tensor], ...] = ()
+    poison_note: str = ""
+    sanitizer: Optional[object] = None  # harness.sanitizer.SanitizerReport
+    untraced_entry: str = ""
+
+
+def untraced_build(case: Case):
+    """The case's kernel built without -DORACLE_TRACE, and the entry point to run in it
+    ([kernel] untraced_entry, default the traced entry's name). A prebuilt cubin has no untraced
+    build: CaseError."""
+    k = case.kernel
+    if k.cubin:
+        raise CaseError("a prebuilt [kernel] cubin has no untraced build: give the source to run the untraced "
+                        "kernel (--repeat, --sanitize)")
+    br = build_cubin(k.source, arch=k.arch, defines=dict(k.defines))
+    return load_cubin(br.cubin_path), k.untraced_entry or k.entry
+
+
+def run_untraced(case: Case, ops: Operands, *, timeout_s: Optional[float] = None) -> KernelRun:
+    """One run of the untraced build on `ops` (no sink)."""
+    sequence, tensors = launch_sequence(case, ops)
+    cubin, entry = untraced_build(case)
+    return run_kernel(cubin, entry, sequence[0][1], tensors, timeout_s=timeout_s, then=sequence[1:])
+
+
+def run_races(case: Case, ops: Operands, provenance: Provenance, *, repeat: int, smem_poison: Optional[int] = None,
+              sanitize: bool = False, timeout_s: Optional[float] = None, command: Sequence[str] = (),
+              sanitizer_timeout_s: Optional[float] = None) -> RaceRuns:
+    """`repeat` traced runs and `repeat` untraced runs (each a fresh child process) on the same
+    inputs; with `smem_poison`, two more traced runs with that pattern and its complement; with
+    `sanitize`, the untraced build once under each compute-sanitizer tool."""
+    from harness.sanitizer import find_sanitizer, unavailable_report
+    from harness.sanitizer import sanitize as run_sanitizer
+    from oracle.repeat import complement
+
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise CaseError(f"repeat {repeat!r} must be a positive integer")
+    first = run_live(case, ops, provenance, timeout_s=timeout_s, command=command)
+    traced, failed = [first.recording], []
+    if first.recording.kernel_error:
+        failed.append("traced run 1")
+    for i in range(2, repeat + 1):
+        rec = run_live(case, ops, provenance, timeout_s=timeout_s, command=command).recording
+        traced.append(rec)
+        if rec.kernel_error:
+            failed.append(f"traced run {i}")
+    untraced, entry = [], ""
+    want_untraced = repeat > 1 or sanitize
+    if want_untraced:
+        cubin, entry = untraced_build(case)
+        sequence, tensors = launch_sequence(case, ops)
+        for i in range(1, repeat + 1) if repeat > 1 else ():
+            run = run_kernel(cubin, entry, sequence[0][1], tensors, timeout_s=timeout_s, then=sequence[1:])
+            if not run.ok and not run.kernel_fault:
+                raise CaseError(f"the untraced kernel {entry!r} could not be run: {run.describe()}\n{run.stderr_tail}")
+            untraced.append(_from_storage(run.outputs["d"], case.spec.d_major) if run.ok else None)
+            if not run.ok:
+                failed.append(f"untraced run {i}")
+    if len(failed) == len(traced) + len(untraced):
+        failed = []  # every run failed alike: that is a KERNEL_ERROR, not a difference between runs
+    poison, poisoned, note = None, [], ""
+    if smem_poison is not None:
+        poison = (smem_poison, complement(smem_poison))
+        for p in poison:
+            live = run_live(case, ops, provenance, timeout_s=timeout_s, command=command, smem_poison=p)
+            applied = (live.run.smem_poison or {}).get("ctas", 0)
+            if not applied:
+                note = ("the kernel never called oracle_trace smem_prologue() (0 CTAs filled their shared memory): "
+                        "the poison runs show nothing")
+            poisoned.append(live.recording.output)
+        if note:
+            poisoned = []
+    report = None
+    if sanitize and find_sanitizer() is None:
+        report = unavailable_report()  # nothing to build for
+    elif sanitize:
+        cubin, entry = untraced_build(case)
+        sequence, tensors = launch_sequence(case, ops)
+        limit = sanitizer_timeout_s or max(120.0, 5.0 * float(timeout_s or knobs_timeout()))
+        report = run_sanitizer(cubin, entry, sequence[0][1], tensors, timeout_s=limit, then=sequence[1:])
+    return RaceRuns(first, tuple(traced), tuple(untraced), tuple(failed), poison, tuple(poisoned), note, report, entry)
+
+
+def knobs_timeout() -> float:
+    from harness import knobs as harness_knobs
+
+    return float(harness_knobs.get("ORACLE_KERNEL_TIMEOUT_S"))

@@ -97,7 +97,27 @@ def _feed_phrase(f: FirstDivergence) -> str:
             "descriptor fields": "the descriptor's own fields"}.get(f.fed_by, "teacher-forced")
 
 
-def sentence(an: Analysis) -> str:
+def sentence(an: Analysis, races=None, sanitizer=None) -> str:
+    """The closing sentence; NONDETERMINISTIC (and then run 1's stage finding, as a DRAFT) when
+    the repeated runs differ; compute-sanitizer's findings, when any, are counted at its end."""
+    s = _sentence(an, races)
+    found = sanitizer.findings if sanitizer is not None else ()
+    if found:
+        tools = sorted({f.tool for f in found})
+        s += (f" compute-sanitizer reported {len(found)} finding(s) in the untraced build ({', '.join(tools)}): "
+              f"see its section; the stage table does not judge them.")
+    return s
+
+
+def _sentence(an: Analysis, races=None) -> str:
+    if races is not None and races.nondeterministic:
+        from oracle.repeat import as_draft
+
+        s = f"NONDETERMINISTIC: {'; '.join(races.reasons())}."
+        if races.tracing_changes and not races.changes:
+            s += " The traced runs agree with each other, so the stage table below judges a run whose taps may hide " \
+                 "the race."
+        return s + " Run 1's stage table alone: " + _sentence(as_draft(an, races))
     d = an.diagnosis
     if d.verdict is Verdict.DIVERGED and an.first is not None:
         f = an.first
@@ -147,7 +167,45 @@ def sentence(an: Analysis) -> str:
     return f"{d.verdict.value}: {d.reason}."
 
 
-def render(an: Analysis) -> str:
+def races_section(races=None, sanitizer=None) -> list[str]:
+    """The repeat / poison / sanitizer results, beside the stage table (never in it)."""
+    lines = []
+    if races is not None:
+        poison = "" if races.poison is None else \
+            f", shared memory poisoned with {races.poison[0]:#010x} and {races.poison[1]:#010x}"
+        head = (f"repeat: {races.traced_runs} traced and {races.untraced_runs} untraced run(s) on the same inputs"
+                f"{poison}: ")
+        if not races.nondeterministic:
+            lines.append(head + "every output and tap is bit for bit the same")
+        else:
+            lines.append(head + "they differ")
+            for c in races.changes:
+                lines.append(f"  runs differ: {c.describe()}")
+            for c in races.tracing_changes:
+                lines.append(f"  tracing changes the result: {c.describe()}")
+            for c in races.poison_changes:
+                lines.append(f"  reads never-written shared memory: {c.describe()}")
+            if races.failed:
+                lines.append(f"  did not complete: {', '.join(races.failed)}")
+        for run, finding in races.finding_runs:
+            lines.append(f"  {run}: {finding}")
+        if races.poison_note:
+            lines.append(f"  poison: {races.poison_note}")
+    if sanitizer is not None:
+        found = sanitizer.describe()
+        lines.append("compute-sanitizer (untraced build):" + (" " + found[0] if sanitizer.unavailable else ""))
+        if not sanitizer.unavailable:
+            lines.extend(f"  {x}" for x in found)
+    return lines
+
+
+def render(an: Analysis, races=None, sanitizer=None) -> str:
+    """The report: header, stage table, notes, the race section and the closing sentence. With
+    `races` (oracle.repeat.RepeatResult) whose runs differ, the stage finding is told as a DRAFT."""
+    from oracle.repeat import as_draft
+
+    if races is not None:
+        an = as_draft(an, races)
     rec = an.recording
     lines = []
     if rec.synthetic:
@@ -184,7 +242,11 @@ def render(an: Analysis) -> str:
             notes.extend(n for n in c.notes if st.name == an.diagnosis.stage or not n.startswith("fed from"))
     for n in dict.fromkeys(notes):
         lines.append(f"note: {n}")
-    lines.append(sentence(an))
+    extra = races_section(races, sanitizer)
+    if extra:
+        lines.append("")
+        lines.extend(extra)
+    lines.append(sentence(an, races, sanitizer))
     return "\n".join(lines)
 
 
@@ -201,7 +263,14 @@ def _first_json(f: Optional[FirstDivergence]) -> Optional[dict]:
             "missing": list(f.missing), "partial": f.partial, "group": f.group}
 
 
-def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None) -> dict:
+def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None, races=None, sanitizer=None) -> dict:
+    """The report as JSON; `races` and `sanitizer` become their own keys beside `stages`."""
+    from oracle.repeat import as_draft, final_verdict
+
+    verdict = final_verdict(an, races)
+    stage_verdict = an.verdict
+    if races is not None:
+        an = as_draft(an, races)
     rec = an.recording
     stages = []
     for st in an.stages:
@@ -216,8 +285,8 @@ def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None) -> dict:
     nf = an.first_nonfinite
     doc = {
         "schema": SCHEMA,
-        "verdict": an.verdict.value,
-        "summary": sentence(an),
+        "verdict": verdict.value,
+        "summary": sentence(an, races, sanitizer),
         "first_divergence": _first_json(an.first),
         "stages": stages,
         "problem": (an.whole or rec).spec.to_json(),
@@ -240,6 +309,10 @@ def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None) -> dict:
         "reference_device": an.device,
         "environment": dict(rec.environment),
     }
+    if races is not None:
+        doc["races"] = {**races.to_json(), "stage_verdict": stage_verdict.value}
+    if sanitizer is not None:
+        doc["sanitizer"] = sanitizer.to_json()
     if extra:
         doc.update(extra)
     return doc
@@ -261,9 +334,9 @@ def validate(doc: dict) -> None:
     jsonschema.validate(doc, schema(), cls=jsonschema.Draft202012Validator)
 
 
-def write_json(an: Analysis, path: str, extra: Optional[dict[str, Any]] = None) -> None:
+def write_json(an: Analysis, path: str, extra: Optional[dict[str, Any]] = None, races=None, sanitizer=None) -> None:
     with open(path, "w") as f:
-        json.dump(to_json(an, extra), f, indent=2, allow_nan=False, default=str)
+        json.dump(to_json(an, extra, races, sanitizer), f, indent=2, allow_nan=False, default=str)
         f.write("\n")
 
 

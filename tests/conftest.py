@@ -52,8 +52,8 @@ def _every_report_follows_its_schema():
 
     real = report.to_json
 
-    def checked(an, extra=None):
-        doc = real(an, extra)
+    def checked(an, extra=None, *args, **kwargs):
+        doc = real(an, extra, *args, **kwargs)
         report.validate(json.loads(json.dumps(doc, allow_nan=False, default=str)))
         return doc
 

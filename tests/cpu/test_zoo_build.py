@@ -38,12 +38,12 @@ MANIFEST = ROOT / "tests" / "zoo" / "manifest.json"
 SM80_DIR = ROOT / "zoo" / "sm80_gemm"
 SM80_SOURCE = SM80_DIR / "sm80_gemm.cu"
 ENTRY_KEYS = {"name", "kernel", "case", "defect", "expected_stage", "problem", "dump"}
-OPTIONAL_KEYS = {"seed", "note", "trace", "record_problem", "expected_group", "expected_partial"}
+OPTIONAL_KEYS = {"seed", "note", "trace", "record_problem", "expected_group", "expected_partial", "expected_race"}
 
 # Every variant of the sm80 GEMM (the ZOO_SM80_* lists in sm80_gemm.cu): (dtype, defect).
 SM80_VARIANTS = [("bf16", None), ("fp16", None)] + [("bf16", d) for d in (
     "stale_slot", "transposed_a", "unmasked_tail", "uninit_padding", "uninit_rows", "kblock_twice", "no_reset",
-    "bias_row", "gelu_tanh", "alpha_twice", "swapped_store")] + [("fp16", "fp16_acc")]
+    "bias_row", "gelu_tanh", "alpha_twice", "swapped_store", "race_store")] + [("fp16", "fp16_acc")]
 
 
 def _entry_name(dtype: str, defect) -> str:
@@ -90,6 +90,11 @@ def test_manifest_is_well_formed():
         dump = Path(e["dump"])
         assert dump.parent == Path("tests/zoo/dumps") and dump.name == f"{e['name']}.safetensors.gz", \
             f"{where}: dump must be tests/zoo/dumps/{e['name']}.safetensors.gz, got {e['dump']}"
+        if "expected_race" in e:  # a race: held to it by repeated runs (tests/gpu/test_races_gpu.py)
+            race = e["expected_race"]
+            assert set(race) == {"verdict", "within_runs"} and race["verdict"] == "NONDETERMINISTIC", where
+            assert isinstance(race["within_runs"], int) and 2 <= race["within_runs"] <= 100, where
+            assert e["expected_stage"] is None, f"{where}: a race names no stage"
         if "trace" in e:
             assert set(e["trace"]) <= {"tiles", "k_blocks"} and e["trace"]["tiles"], f"{where}: trace {e['trace']}"
         for prob in [e["problem"]] + ([e["record_problem"]] if "record_problem" in e else []):

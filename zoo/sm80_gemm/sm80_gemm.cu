@@ -82,6 +82,16 @@
 //   alpha_twice     alpha multiplies the accumulator twice.                      -> epilogue_alpha_beta
 //   swapped_store   a tile (tm, tn) with tm != tn whose swapped coordinates lie inside the grid is
 //                   stored at tile (tn, tm).                                     -> epilogue_store
+//   race_store      the epilogue stages the cast tile through shared memory (row-major [128, 128]
+//                   over slots 0 and 1 of the ring) and stores it row by row, a warp's row band
+//                   spanning the columns of two other warps, with no __syncthreads() between the
+//                   staging writes and the reads. Warps 4-7 reach their staging writes late (a
+//                   wait of kLateCycles stands in for a longer epilogue of theirs, so that the
+//                   race shows on every run rather than now and then): warps 0-3 store rows 64-127
+//                   from what the ring still holds there. The traced build's epilogue_cast tap reads
+//                   the staged tile and needs it complete, so it syncs first, and that barrier hides
+//                   the race: traced, every stage matches; untraced, the output is wrong.
+//                                                   -> no stage; tracing changes the result
 // Build: nvcc -gencode=arch=compute_90a,code=sm_90a -cubin -I harness/include [-DORACLE_TRACE]
 
 #include <cuda_bf16.h>
@@ -110,6 +120,13 @@ enum Defect : int {
   kGeluTanh,
   kAlphaTwice,
   kSwappedStore,
+  kRaceStore,
+};
+
+constexpr long long kLateCycles = 40000;  // race_store: how late warps 4-7 write their staging (~20 us)
+
+struct StagedLayout {  // the race_store staging tile, row-major [kBM, kBN]
+  __host__ __device__ int operator()(int r, int c) const { return r * kBN + c; }
 };
 
 // -- element types ----------------------------------------------------------------------------
@@ -256,6 +273,7 @@ __device__ __forceinline__ void gemm(const T* __restrict__ A, const T* __restric
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* const smem = reinterpret_cast<T*>(smem_raw);
   if (dynamic_smem_bytes() < static_cast<uint32_t>(kSmemBytes)) __trap();  // launched without the ring
+  Tr::smem_prologue();  // traced builds: the harness's shared-memory poison, when it asks for it
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int tiles_m = (M + kBM - 1) / kBM, tiles_n = (N + kBN - 1) / kBN;
@@ -391,6 +409,28 @@ __device__ __forceinline__ void gemm(const T* __restrict__ A, const T* __restric
     T out[kAcc];
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) out[i] = from_float<T>(v[i]);
+    if constexpr (Defect == kRaceStore) {
+      __syncthreads();  // every warp is done reading the ring: the staging may overwrite it
+      T* const staged = smem;
+      if (warp >= kWarps / 2) {  // late by at least kLateCycles (__nanosleep alone may return at once)
+        const long long t0 = clock64();
+        while (clock64() - t0 < kLateCycles) __nanosleep(1000);
+      }
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) staged[StagedLayout{}(acc_row(warp, lane, i), acc_col(warp, lane, i))] = out[i];
+      if constexpr (Tr::enabled) {
+        __syncthreads();  // the tap reads the whole staged tile
+        Tr::tap_smem_tile(Stage::EpilogueCast, Site{tm, tn}, staged, kBM, kBN, StagedLayout{});
+      }
+      // the defect: no __syncthreads() here, before reading what other warps staged
+#pragma unroll 4
+      for (int j = 0; j < kAcc; ++j) {
+        const int e = j * kThreads + tid, r = e / kBN, c = e % kBN;
+        const int gm = m0 + r, gn = n0 + c;
+        if (gm < M && gn < N) D[static_cast<size_t>(gm) * ldd + gn] = staged[e];
+      }
+      continue;
+    }
     if constexpr (Tr::enabled) {
       Tr::tap_elements(Stage::EpilogueCast, Site{tm, tn}, kBM, kBN, kAcc, [&](int i) {
         return Element<T>{acc_row(warp, lane, i), acc_col(warp, lane, i), out[i]};
@@ -439,7 +479,8 @@ __device__ __forceinline__ void gemm(const T* __restrict__ A, const T* __restric
   X(zoo_sm80_bf16_bias_row##SUFFIX, __nv_bfloat16, TRACE, zoo_sm80::kBiasRow)                 \
   X(zoo_sm80_bf16_gelu_tanh##SUFFIX, __nv_bfloat16, TRACE, zoo_sm80::kGeluTanh)               \
   X(zoo_sm80_bf16_alpha_twice##SUFFIX, __nv_bfloat16, TRACE, zoo_sm80::kAlphaTwice)           \
-  X(zoo_sm80_bf16_swapped_store##SUFFIX, __nv_bfloat16, TRACE, zoo_sm80::kSwappedStore)
+  X(zoo_sm80_bf16_swapped_store##SUFFIX, __nv_bfloat16, TRACE, zoo_sm80::kSwappedStore)       \
+  X(zoo_sm80_bf16_race_store##SUFFIX, __nv_bfloat16, TRACE, zoo_sm80::kRaceStore)
 
 ZOO_SM80_CORRECT(ZOO_SM80_ENTRY, , false)
 

@@ -42,6 +42,8 @@
 //   tap_descriptor(operand, dtype, rank, dims, strides, box, element_strides,
 //                  swizzle_bytes, oob_fill)                one thread: TMA descriptor fields
 //   set_sink(void* ptr)                                    host, runtime API, this TU's symbol
+//   smem_prologue()                                        every thread, first thing: fills the dynamic
+//       shared memory with the host's poison pattern when the host asked (oracle_trace_smem_poison)
 //
 // Site{tile_m, tile_n, k_block, slot, partial, group}: where a tap belongs; `partial` names the
 // split-K split or stream-K work unit of a split tile, `group` the batch entry or group.
@@ -336,6 +338,7 @@ struct Tracer {
                                              int = -1) {}
   ORACLE_TRACE_HD static void tap_descriptor(Operand, DType, int, const uint64_t*, const uint64_t*, const uint32_t*,
                                              const uint32_t*, int, OobFill) {}
+  ORACLE_TRACE_HD static void smem_prologue() {}
 };
 
 }  // namespace oracle_trace
@@ -350,8 +353,12 @@ struct Tracer {
 // (-rdc) define ORACLE_TRACE_SINK_EXTERN in every translation unit but one.
 #if defined(ORACLE_TRACE_SINK_EXTERN)
 extern __device__ oracle_trace::SinkHeader* oracle_trace_sink;
+extern __device__ unsigned int oracle_trace_smem_poison[4];
 #else
 __device__ oracle_trace::SinkHeader* oracle_trace_sink;
+// Shared-memory poison, set by the host before the launch: {enabled, pattern, CTAs that
+// applied it, 0}. Zero (the default) leaves shared memory as the hardware hands it over.
+__device__ unsigned int oracle_trace_smem_poison[4];
 #endif
 
 namespace oracle_trace {
@@ -650,9 +657,29 @@ ORACLE_TRACE_DEVICE void tap_descriptor(Operand operand, DType dtype, int rank, 
   detail::store_commit(rec, RecordKind::Descriptor);
 }
 
+// Shared-memory poison prologue: the kernel calls it first thing (every thread of the CTA,
+// before any shared memory is written). When the host enabled it (oracle_trace_smem_poison[0]
+// != 0), the CTA's whole dynamic shared memory is filled with the 32-bit pattern
+// oracle_trace_smem_poison[1] and the CTA is counted in oracle_trace_smem_poison[2], so the
+// host knows it happened. Two runs with two patterns then show every read of shared memory the
+// kernel never wrote as a changed output. Static __shared__ arrays are not filled.
+ORACLE_TRACE_DEVICE void smem_prologue() {
+  const volatile unsigned int* cfg = oracle_trace_smem_poison;
+  if (cfg[0] == 0u) return;
+  const unsigned int pattern = cfg[1];
+  extern __shared__ __align__(16) unsigned int oracle_trace_dynamic_smem[];
+  uint32_t bytes;
+  asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+  const uint32_t words = bytes / 4u;
+  for (uint32_t i = detail::linear_thread(); i < words; i += detail::block_threads()) oracle_trace_dynamic_smem[i] = pattern;
+  __syncthreads();
+  if (detail::linear_thread() == 0) atomicAdd(&oracle_trace_smem_poison[2], 1u);
+}
+
 // The live gate: forwards to the functions above.
 template <>
 struct Tracer<true> {
+  ORACLE_TRACE_DEVICE static void smem_prologue() { oracle_trace::smem_prologue(); }
   static constexpr bool enabled = true;
   ORACLE_TRACE_DEVICE static bool selected(int tile_m, int tile_n, int k_block = kNone) {
     return oracle_trace::selected(tile_m, tile_n, k_block);
