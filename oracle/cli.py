@@ -182,7 +182,7 @@ def _live_recording(args: argparse.Namespace):
     repeat = args.repeat if getattr(args, "repeat", None) is not None else case.run.repeat
     poison = case.run.smem_poison
     if getattr(args, "smem_poison", None) is not None:
-        from oracle.repeat import parse_pattern
+        from oracle.live import parse_pattern
 
         try:
             poison = parse_pattern(args.smem_poison)

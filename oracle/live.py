@@ -457,7 +457,6 @@ def run_races(case: Case, ops: Operands, provenance: Provenance, *, repeat: int,
     `sanitize`, the untraced build once under each compute-sanitizer tool."""
     from harness.sanitizer import find_sanitizer, unavailable_report
     from harness.sanitizer import sanitize as run_sanitizer
-    from oracle.repeat import complement
 
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise CaseError(f"repeat {repeat!r} must be a positive integer")
@@ -511,3 +510,21 @@ def knobs_timeout() -> float:
     from harness import knobs as harness_knobs
 
     return float(harness_knobs.get("ORACLE_KERNEL_TIMEOUT_S"))
+
+
+def complement(pattern: int) -> int:
+    """The second poison pattern: every bit of the first flipped."""
+    return (~pattern) & 0xFFFFFFFF
+
+
+def parse_pattern(text) -> int:
+    """A 32-bit shared-memory poison word: an int, or a string in decimal or 0x hex."""
+    if isinstance(text, bool):
+        raise ValueError(f"smem poison {text!r} must be a 32-bit word such as 0xFFFFFFFF")
+    try:
+        v = text if isinstance(text, int) else int(str(text).strip(), 0)
+    except ValueError:
+        raise ValueError(f"smem poison {text!r} must be a 32-bit word such as 0xFFFFFFFF or 0x7F800001") from None
+    if not 0 <= v <= 0xFFFFFFFF:
+        raise ValueError(f"smem poison {text!r} must be a 32-bit word (0 to 0xFFFFFFFF)")
+    return v

@@ -223,24 +223,6 @@ def compare_runs(traced: Sequence, untraced: Sequence[Optional[torch.Tensor]] = 
                         poison_note, tuple(failed), tuple(finding_runs))
 
 
-def complement(pattern: int) -> int:
-    """The second poison pattern: every bit of the first flipped."""
-    return (~pattern) & 0xFFFFFFFF
-
-
-def parse_pattern(text) -> int:
-    """A 32-bit shared-memory poison word: an int, or a string in decimal or 0x hex."""
-    if isinstance(text, bool):
-        raise ValueError(f"smem poison {text!r} must be a 32-bit word such as 0xFFFFFFFF")
-    try:
-        v = text if isinstance(text, int) else int(str(text).strip(), 0)
-    except ValueError:
-        raise ValueError(f"smem poison {text!r} must be a 32-bit word such as 0xFFFFFFFF or 0x7F800001") from None
-    if not 0 <= v <= 0xFFFFFFFF:
-        raise ValueError(f"smem poison {text!r} must be a 32-bit word (0 to 0xFFFFFFFF)")
-    return v
-
-
 def as_draft(an, result: RepeatResult):
     """The analysis of run 1 as the report tells it when the runs differ: its stage finding a
     DRAFT whose reason is that it does not repeat (the verdict stays the stage table's)."""

@@ -21,7 +21,8 @@ from oracle.diagnose import EXIT_CODES, Kind, Verdict
 from oracle.differential import analyze
 from oracle.inputs import Provenance, make_operands
 from oracle.problem import ProblemSpec, Tile
-from oracle.repeat import as_draft, compare_runs, complement, final_verdict, parse_pattern
+from oracle.live import complement, parse_pattern
+from oracle.repeat import as_draft, compare_runs, final_verdict
 from oracle.simulate import Injection, simulate
 
 ROOT = Path(__file__).resolve().parents[2]
