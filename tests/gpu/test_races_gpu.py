@@ -87,11 +87,11 @@ def test_a_correct_variant_repeats_bit_for_bit():
 def test_poison_shows_never_written_shared_memory_and_not_in_a_correct_variant():
     # uninit_padding never zero-fills B's K tail: with K = 104 the last k-block's slot was never
     # written before, so the MMA reads the poison there (NaN * 0 with 0xFFFFFFFF, 0 with its complement)
-    bad = entry_case(SM80["sm80_bf16_uninit_padding"], {"m": 128, "n": 128, "k": 104})
+    bad = entry_case(SM80["sm80_bf16_uninit_padding"], {"m": 256, "n": 128, "k": 104})  # 2 x 1 tiles: the entry traces tile (1, 0)
     rr, res = _races(bad, 5, repeat=1, smem_poison=0xFFFFFFFF)
     assert rr.poison_note == "", rr.poison_note
     assert res.poison_changes and res.nondeterministic, res.to_json()
-    good = entry_case(SM80["sm80_bf16_correct"], {"m": 128, "n": 128, "k": 104})
+    good = entry_case(SM80["sm80_bf16_correct"], {"m": 256, "n": 128, "k": 104})  # 2 x 1 tiles: the entry traces tile (1, 0)
     rr, res = _races(good, 5, repeat=1, smem_poison=0xFFFFFFFF)
     assert rr.poison_note == "" and not res.poison_changes, res.to_json()
 
