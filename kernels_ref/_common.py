@@ -7,6 +7,7 @@ the GPU see identical bits. This module holds the Python side of that convention
 
 from __future__ import annotations
 
+import os
 from typing import Iterable, Optional, Sequence
 
 import torch
@@ -35,7 +36,7 @@ def _probe_kernel(x):
 
 
 def interpreting() -> bool:
-    """True when Triton kernels run under the interpreter (TRITON_INTERPRET=1 at import)."""
+    """True when this package's kernels run under the interpreter (chosen at import: `_interpret`)."""
     from triton.runtime.interpreter import InterpretedFunction
 
     return isinstance(_probe_kernel, InterpretedFunction)
@@ -66,8 +67,10 @@ def check_device(*named: tuple[str, Optional[torch.Tensor]]) -> torch.device:
     if dev is None:
         raise ValueError("no tensor given")
     if dev.type == "cpu" and not interpreting():
-        raise ValueError(f"{first} is on the CPU, which Triton can run only under its interpreter: "
-                         "set TRITON_INTERPRET=1 before triton is imported, or pass CUDA tensors")
+        raise ValueError(f"{first} is on the CPU, which Triton can run only under its interpreter, and this "
+                         f"process compiles its kernels for the GPU (TRITON_INTERPRET="
+                         f"{os.environ.get('TRITON_INTERPRET', 'unset')}): pass CUDA tensors, or start the process "
+                         "with TRITON_INTERPRET=1 (chosen by itself only when no GPU is visible)")
     return dev
 
 

@@ -43,6 +43,8 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
+
+import kernels_ref  # noqa: F401  (chooses the interpreter, when no GPU is visible, before the kernels below)
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
