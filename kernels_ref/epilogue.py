@@ -22,9 +22,10 @@ Constraints: inputs x and c may be fp32, fp16, bf16 (x also int32, converted RNE
 and bias vectors fp32, fp16 or bf16. The cast is integer arithmetic on the fp32 bit pattern, so it
 is bit-exact between the GPU, the interpreter and the host; the host's cast is torch's RNE
 `.to()` with its special values set explicitly (e4m3 overflow without saturation is NaN, as
-torch's own e4m3 overflow behaviour differs between versions; NaN bits canonical; the integer
-casts `torch.round`, clamped, NaN -> 0). Transcendental activations agree with the float64 host to a few fp32 ulps (erf/exp
-implementations differ), the other steps bit for bit. On the GPU, fp-contraction is off, so
+torch's own e4m3 overflow behaviour differs between versions; NaN bits canonical; int32 by
+`torch.round`, clamped, NaN -> 0, as the reproducer's host GEMM does). Transcendental
+activations agree with the float64 host to a few fp32 ulps (erf/exp implementations differ),
+the other steps bit for bit. On the GPU, fp-contraction is off, so
 alpha * x + beta * c rounds twice as specified.
 """
 
