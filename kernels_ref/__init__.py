@@ -9,8 +9,7 @@ The stages of a GEMM kernel, one module each, in pipeline order:
 The modules `kernels_ref.gemm` and `kernels_ref.epilogue` are also callable as the functions of
 the same name, so `kernels_ref.gemm(a, b, ...)` and `kernels_ref.gemm.gemm_host(...)` both work.
 Every stage has a Triton launcher (runs on the input's device: CUDA, or the CPU under
-Triton's interpreter, which the package selects itself when no GPU is visible and
-TRITON_INTERPRET is unset; see `_interpret`), a `*_host` specification on the CPU, and `check_supported(...)` returning
+TRITON_INTERPRET=1), a `*_host` specification on the CPU, and `check_supported(...)` returning
 the reasons a configuration cannot be modelled. Operands are logical: A [M, K], B [K, N].
 
 Not a stage: `kernels_ref.gemm_fast` (import it by name) is a fast TMA-persistent GEMM for
@@ -19,11 +18,7 @@ Hopper, the speed peer that benchmarks set beside cuBLAS and the kernel under te
 Depends only on triton, torch and numpy; importable by any project with plain tensors.
 """
 
-from kernels_ref._interpret import choose_backend
-
-choose_backend()  # before the first kernel is defined: the interpreter when no GPU is visible
-
-from kernels_ref import descriptor, dtypes, epilogue, gemm, load, mma  # noqa: E402
+from kernels_ref import descriptor, dtypes, epilogue, gemm, load, mma
 from kernels_ref.descriptor import (image_nbytes, operand_image, operand_image_host, operand_images,
                                     operand_images_host, storage_shape, swizzle, swizzle_host, tile_shape,
                                     unswizzle, unswizzle_host)

@@ -15,6 +15,10 @@ range's end, as PTX's cvt.rni clamps). Type codes are those of `_common.CODES`:
 0 fp32, 1 fp16, 2 bf16, 3 e4m3, 4 e5m2, 5 int8, 6 int32.
 """
 
+from kernels_ref._interpret import choose_backend
+
+choose_backend()  # before triton loads: its kernels are interpreted or compiled from then on (_interpret)
+
 import triton
 import triton.language as tl
 

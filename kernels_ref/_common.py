@@ -10,6 +10,10 @@ from __future__ import annotations
 import os
 from typing import Iterable, Optional, Sequence
 
+from kernels_ref._interpret import choose_backend
+
+choose_backend()  # before triton loads: its kernels are interpreted or compiled from then on (_interpret)
+
 import torch
 import triton
 
@@ -67,10 +71,12 @@ def check_device(*named: tuple[str, Optional[torch.Tensor]]) -> torch.device:
     if dev is None:
         raise ValueError("no tensor given")
     if dev.type == "cpu" and not interpreting():
+        why = (f"TRITON_INTERPRET={os.environ['TRITON_INTERPRET']}" if "TRITON_INTERPRET" in os.environ else
+               "a GPU is visible" if torch.cuda.is_available() else
+               "triton was imported before kernels_ref or oracle could select its interpreter")
         raise ValueError(f"{first} is on the CPU, which Triton can run only under its interpreter, and this "
-                         f"process compiles its kernels for the GPU (TRITON_INTERPRET="
-                         f"{os.environ.get('TRITON_INTERPRET', 'unset')}): pass CUDA tensors, or start the process "
-                         "with TRITON_INTERPRET=1 (chosen by itself only when no GPU is visible)")
+                         f"process compiles its kernels for the GPU ({why}): pass CUDA tensors, or start the "
+                         "process with TRITON_INTERPRET=1")
     return dev
 
 

@@ -37,6 +37,10 @@ import types
 from dataclasses import dataclass
 from typing import Optional
 
+from kernels_ref._interpret import choose_backend
+
+choose_backend()  # before triton loads: its kernels are interpreted or compiled from then on (_interpret)
+
 import torch
 import triton
 import triton.language as tl

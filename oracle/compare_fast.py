@@ -44,7 +44,10 @@ from typing import Optional
 
 import torch
 
-import kernels_ref  # noqa: F401  (chooses the interpreter, when no GPU is visible, before the kernels below)
+from kernels_ref._interpret import choose_backend
+
+choose_backend()  # before triton loads: its kernels are interpreted or compiled from then on
+
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice

@@ -101,3 +101,22 @@ def test_a_set_variable_is_kept(tmp_path):
     assert "interpreting False" in out, out
     if not GPU:
         assert "refused True" in out, out
+
+
+def test_too_late_to_choose_is_said_not_half_done(tmp_path):
+    """triton imported first, no variable: the choice cannot be made any more (a triton whose own
+    library is compiled cannot run interpreted kernels), so nothing is set and CPU tensors are
+    refused with the reason."""
+    out = _python("""
+        import os, triton, torch
+        from kernels_ref import epilogue as E
+        print("env", os.environ.get("TRITON_INTERPRET"))
+        if not torch.cuda.is_available():
+            try:
+                E.apply_cast(torch.ones(1, 4), "bf16")
+            except ValueError as e:
+                print("refused", "triton was imported before" in str(e))
+    """, tmp_path)
+    assert "env None" in out, out
+    if not GPU:
+        assert "refused True" in out, out
