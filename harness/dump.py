@@ -383,10 +383,10 @@ def environment() -> dict[str, Any]:
     """Versions and the device, for a dump's metadata."""
     env: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
                            "platform": platform.platform()}
-    try:
-        import triton
+    try:  # the installed version, without importing triton (that would fix its backend before the oracle chooses)
+        from importlib.metadata import version
 
-        env["triton"] = triton.__version__
+        env["triton"] = version("triton")
     except Exception:
         env["triton"] = None
     if torch.cuda.is_available():

@@ -7,9 +7,17 @@ format, rounded to nearest even (encode) -> storage-width integer.
 Constraints: everything here is integer arithmetic plus bitcasts, never a Triton float
 conversion whose rounding or special-value handling differs between the interpreter and the GPU
 (the interpreter decodes fp8 NaN/Inf wrongly and rounds fp32->bf16 toward zero by default; the
-GPU converts fp32->fp8 with saturation). Type codes are those of `_common.CODES`:
+GPU converts fp32->fp8 with saturation; a float -> int conversion of NaN or of an out-of-range
+value is undefined in numpy and saturating in PTX). Every encode is therefore explicit about its
+special values: NaN becomes the format's positive quiet NaN (`_common.NAN_BITS`), or 0 for an
+integer; out-of-range values follow the format's rule (infinity, e4m3fn NaN, or the integer
+range's end, as PTX's cvt.rni clamps). Type codes are those of `_common.CODES`:
 0 fp32, 1 fp16, 2 bf16, 3 e4m3, 4 e5m2, 5 int8, 6 int32.
 """
+
+from kernels_ref._interpret import choose_backend
+
+choose_backend()  # before triton loads: its kernels are interpreted or compiled from then on (_interpret)
 
 import triton
 import triton.language as tl
@@ -106,7 +114,8 @@ def _encode_small(x, EB: tl.constexpr, MB: tl.constexpr, BIAS: tl.constexpr, FN:
 @triton.jit
 def _encode(x, FMT: tl.constexpr, SAT: tl.constexpr):
     """fp32 value -> unsigned bit pattern (int32) of format FMT (0 fp32, 1 fp16, 2 bf16, 3 e4m3,
-    4 e5m2), round to nearest even. SAT clamps to +-max finite first (NaN stays NaN)."""
+    4 e5m2), round to nearest even. SAT clamps to +-max finite first (NaN stays NaN). Every NaN
+    becomes the format's positive quiet NaN (fp32 included)."""
     if SAT:
         if FMT == 0:
             MAXF: tl.constexpr = 3.4028234663852886e38
@@ -121,7 +130,8 @@ def _encode(x, FMT: tl.constexpr, SAT: tl.constexpr):
         x = tl.where(x > MAXF, MAXF, x)
         x = tl.where(x < -MAXF, -MAXF, x)
     if FMT == 0:
-        return x.to(tl.int32, bitcast=True)
+        u = x.to(tl.int32, bitcast=True)
+        return tl.where((u & 0x7FFFFFFF) > 0x7F800000, 0x7FC00000, u)
     elif FMT == 1:
         return _encode_small(x, 5, 10, 15, False)
     elif FMT == 2:
@@ -130,6 +140,34 @@ def _encode(x, FMT: tl.constexpr, SAT: tl.constexpr):
         return _encode_small(x, 4, 3, 7, True)
     else:
         return _encode_small(x, 5, 2, 15, False)
+
+
+@triton.jit
+def _encode_int(x, LO: tl.constexpr, HI: tl.constexpr):
+    """fp32 value -> int32 holding the integer in [LO, HI] nearest to it, ties to even; values past
+    the range and +-inf give LO / HI, NaN gives 0 (what PTX cvt.rni.s32.f32 and
+    cvt.rni.sat.s8.f32, i.e. __float2int_rn, do). Integer arithmetic on the fp32 bit pattern only,
+    so the interpreter (whose float -> int conversion is numpy's, undefined out of range) and the
+    GPU agree bit for bit."""
+    u = x.to(tl.int32, bitcast=True)
+    neg = u < 0
+    a = u & 0x7FFFFFFF
+    e = (a >> 23) - 127  # unbiased exponent; zeros and subnormals give -127 (and round to 0)
+    sig = (a & 0x7FFFFF) | 0x800000  # 24-bit significand: |x| = sig * 2^(e - 23)
+    # |x| < 2^23: shift the fraction out, rounding to nearest even (shift clamped: >= 25 gives 0).
+    s = tl.minimum(tl.maximum(23 - e, 1), 25)
+    q = sig >> s
+    rem = sig & ((1 << s) - 1)
+    half = 1 << (s - 1)
+    up = (rem > half) | ((rem == half) & ((q & 1) == 1))
+    small = q + up.to(tl.int32)
+    # 2^23 <= |x| < 2^31: already an integer (at most sig << 7 < 2^31).
+    big = sig << tl.minimum(tl.maximum(e - 23, 0), 7)
+    mag = tl.where(e <= 22, small, big)
+    v = tl.where(neg, -mag, mag)
+    v = tl.where(e >= 31, tl.where(neg, -2147483648, 2147483647), v)  # |x| >= 2^31, inf (and NaN)
+    v = tl.minimum(tl.maximum(v, LO), HI)
+    return tl.where(a > 0x7F800000, 0, v)
 
 
 @triton.jit

@@ -7,7 +7,12 @@ the GPU see identical bits. This module holds the Python side of that convention
 
 from __future__ import annotations
 
+import os
 from typing import Iterable, Optional, Sequence
+
+from kernels_ref._interpret import choose_backend
+
+choose_backend()  # before triton loads: its kernels are interpreted or compiled from then on (_interpret)
 
 import torch
 import triton
@@ -34,7 +39,7 @@ def _probe_kernel(x):
 
 
 def interpreting() -> bool:
-    """True when Triton kernels run under the interpreter (TRITON_INTERPRET=1 at import)."""
+    """True when this package's kernels run under the interpreter (chosen at import: `_interpret`)."""
     from triton.runtime.interpreter import InterpretedFunction
 
     return isinstance(_probe_kernel, InterpretedFunction)
@@ -65,8 +70,12 @@ def check_device(*named: tuple[str, Optional[torch.Tensor]]) -> torch.device:
     if dev is None:
         raise ValueError("no tensor given")
     if dev.type == "cpu" and not interpreting():
-        raise ValueError(f"{first} is on the CPU, which Triton can run only under its interpreter: "
-                         "set TRITON_INTERPRET=1 before triton is imported, or pass CUDA tensors")
+        why = (f"TRITON_INTERPRET={os.environ['TRITON_INTERPRET']}" if "TRITON_INTERPRET" in os.environ else
+               "a GPU is visible" if torch.cuda.is_available() else
+               "triton was imported before kernels_ref or oracle could select its interpreter")
+        raise ValueError(f"{first} is on the CPU, which Triton can run only under its interpreter, and this "
+                         f"process compiles its kernels for the GPU ({why}): pass CUDA tensors, or start the "
+                         "process with TRITON_INTERPRET=1")
     return dev
 
 

@@ -11,17 +11,21 @@ Data path (elementwise on x [R, C], a tile or the whole output, computing in fp3
               x * sigmoid(2 u) | silu x * sigmoid(x)
   cast        round to nearest even into fp32 / fp16 / bf16 / e4m3 / e5m2; saturate=True clamps to
               +-max finite first (NaN stays NaN); without it overflow follows the format: e4m3
-              (e4m3fn, no infinity) gives NaN, e5m2 / fp16 / bf16 give infinity. int32: the
-              integer part, clamped to int32 (for an int32 accumulator through an identity
-              epilogue; the fp32 steps hold it exactly up to 2^24).
+              (e4m3fn, no infinity) gives NaN, e5m2 / fp16 / bf16 give infinity. Every NaN comes
+              out as the format's positive quiet NaN (`_common.NAN_BITS`). int32: what a CUDA
+              epilogue's __float2int_rn (PTX cvt.rni.s32.f32) does: the nearest integer, ties to
+              even, values past the range and +-inf clamped to INT32_MIN / INT32_MAX, NaN -> 0
+              (saturate changes nothing: PTX clamps float -> int by default).
 `epilogue` composes them in that order; the fused gemm calls the same jit helpers.
 
 Constraints: inputs x and c may be fp32, fp16, bf16 (x also int32, converted RNE to fp32); scale
 and bias vectors fp32, fp16 or bf16. The cast is integer arithmetic on the fp32 bit pattern, so it
-is bit-exact between Triton and host; the host's cast is torch's `.to()` except that e4m3
-overflow without saturation is NaN (torch's own e4m3 overflow behaviour differs between
-versions). Transcendental activations agree with the float64 host to a few fp32 ulps (erf/exp
-implementations differ), the other steps bit for bit. On the GPU, fp-contraction is off, so
+is bit-exact between the GPU, the interpreter and the host; the host's cast is torch's RNE
+`.to()` with its special values set explicitly (e4m3 overflow without saturation is NaN, as
+torch's own e4m3 overflow behaviour differs between versions; NaN bits canonical; int32 by
+`torch.round`, clamped, NaN -> 0, as the reproducer's host GEMM does). Transcendental
+activations agree with the float64 host to a few fp32 ulps (erf/exp implementations differ),
+the other steps bit for bit. On the GPU, fp-contraction is off, so
 alpha * x + beta * c rounds twice as specified.
 """
 
@@ -33,17 +37,21 @@ import types
 from dataclasses import dataclass
 from typing import Optional
 
+from kernels_ref._interpret import choose_backend
+
+choose_backend()  # before triton loads: its kernels are interpreted or compiled from then on (_interpret)
+
 import torch
 import triton
 import triton.language as tl
 
 from kernels_ref import _common as C
-from kernels_ref._codec import _decode_f32, _encode, _to_storage, _unsigned
+from kernels_ref._codec import _decode_f32, _encode, _encode_int, _to_storage, _unsigned
 from kernels_ref.dtypes import DTYPES
 
 ACTIVATIONS = ("none", "relu", "gelu_erf", "gelu_tanh", "silu")
 OUT_DTYPES = ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int32")
-INT32_MAX_F32 = 2147483520.0  # the largest fp32 below 2^31
+INT_RANGES = {"int32": (-2**31, 2**31 - 1)}  # where an integer cast clamps
 BIAS_AXES = (None, "row", "col")
 STEPS = ("scale", "alpha_beta", "bias", "activation", "cast")
 _ACT_CODE = {a: i for i, a in enumerate(ACTIVATIONS)}
@@ -151,12 +159,10 @@ def _ep_activation(x, ACT: tl.constexpr):
 
 @triton.jit
 def _ep_cast(x, OUT: tl.constexpr, SAT: tl.constexpr):
-    """fp32 values -> unsigned bit patterns of the output format (int32). An int32 output takes
-    the integer part, clamped to int32's range (its input is an integer-valued accumulator)."""
+    """fp32 values -> bit patterns of the output format (int32 holding them). An int32 output is
+    __float2int_rn's: nearest even integer, clamped to int32's range, NaN -> 0."""
     if OUT == 6:
-        x = tl.where(x > 2147483520.0, 2147483520.0, x)  # INT32_MAX_F32
-        x = tl.where(x < -2147483648.0, -2147483648.0, x)
-        return x.to(tl.int32)
+        return _encode_int(x, -2147483648, 2147483647)
     return _encode(x, OUT, SAT)
 
 
@@ -458,19 +464,25 @@ def apply_activation_host(x, kind) -> torch.Tensor:
 
 
 def apply_cast_host(x, out_dtype_name, saturate=False) -> torch.Tensor:
-    """Host spec of `apply_cast`: torch's RNE `.to()`, in out_dtype_name (e4m3 overflow -> NaN)."""
-    y = _x_host(x).to(torch.float32)
+    """Host spec of `apply_cast`, in out_dtype_name: torch's RNE `.to()` for the float formats
+    (e4m3 overflow -> NaN, every NaN the format's positive quiet NaN); for int32 the nearest
+    even integer (`torch.round` in float64, exact), clamped to the range, NaN -> 0."""
+    y = _x_host(x)
     C.require_choice("out_dtype_name", out_dtype_name, OUT_DTYPES)
     dt = DTYPES[out_dtype_name]
-    if out_dtype_name == "int32":
-        return torch.clamp(y, -2147483648.0, INT32_MAX_F32).to(torch.int32)
+    nan = torch.isnan(y)
+    if out_dtype_name in INT_RANGES:
+        lo, hi = INT_RANGES[out_dtype_name]
+        r = torch.clamp(torch.round(torch.where(nan, torch.zeros_like(y), y)), lo, hi)
+        return r.to(dt.torch)
+    y = y.to(torch.float32)  # exact: _x_host holds fp32 values
     if saturate:
         y = torch.clamp(y, -dt.max_finite, dt.max_finite)
-    out = y.to(dt.torch)
+    out = y.to(dt.torch).clone()
+    bits = C.bits_view(out)
     if out_dtype_name == "e4m3" and not saturate:
-        over = y.abs() > E4M3_OVERFLOW  # includes +-inf
-        out = out.clone()
-        out.view(torch.uint8)[over] = C.NAN_BITS["e4m3"]
+        bits[y.abs() > E4M3_OVERFLOW] = C.NAN_BITS["e4m3"]  # includes +-inf
+    bits[nan] = C.NAN_BITS[out_dtype_name]  # every pattern there is below the sign bit
     return out
 
 

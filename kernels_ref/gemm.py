@@ -19,6 +19,10 @@ import sys
 import types
 from typing import Optional, Sequence
 
+from kernels_ref._interpret import choose_backend
+
+choose_backend()  # before triton loads: its kernels are interpreted or compiled from then on (_interpret)
+
 import torch
 import triton
 import triton.language as tl

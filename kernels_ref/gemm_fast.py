@@ -52,8 +52,10 @@ Numerics.
   Under the triton interpreter (CPU tests) the operand tiles are widened to fp32 before `tl.dot`
   (the interpreter multiplies raw bf16 bit patterns, triton issue 11584); products of bf16 and
   e4m3 values are exact in fp32, so only the summation differs from the GPU (the interpreter
-  has no imprecise fp8 accumulator) and the final cast: the interpreter converts fp32 to bf16 by
-  truncation, the GPU rounds to nearest even.
+  has no imprecise fp8 accumulator). The final cast rounds to nearest even on both: the GPU's
+  cvt.rn, and under the interpreter (whose own fp32 -> bf16 conversion truncates) the codec's
+  integer rounding (`_codec._encode`), which gives the same bits for every finite value and
+  infinity; a NaN comes out as some NaN.
 
 Error envelope (`error_bound`, shared by the tests and the benchmark): every element is within
 r |D| + s S of the exact D, S = |sa sb| sum_k |a[m, k]| |b[n, k]|, with r the unit roundoff of
@@ -76,10 +78,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Optional
 
+from kernels_ref._interpret import choose_backend
+
+choose_backend()  # before triton loads: its kernels are interpreted or compiled from then on (_interpret)
+
 import torch
 import triton
 import triton.language as tl
 
+from kernels_ref._codec import _encode, _to_storage
 from kernels_ref._common import interpreting
 
 try:  # host-side TMA descriptors: triton >= 3.4 (3.6 on the H200, 3.9 in CI)
@@ -89,6 +96,7 @@ except ImportError:  # pragma: no cover - older triton
 
 IN_DTYPES = {torch.bfloat16: "bf16", torch.float8_e4m3fn: "e4m3"}
 OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+_OUT_FMT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}  # the codec's format codes
 FP8_ACCS = ("fast", "promoted")
 
 # Shared memory a block may use on sm_90 (227 KiB), less a margin for barriers and scratch.
@@ -185,7 +193,8 @@ def _gemm_fast_kernel(a_desc, b_desc, d_desc, scale_a_ptr, scale_b_ptr, M, N, K,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr, EPILOGUE_SPLIT: tl.constexpr,
                       FLATTEN: tl.constexpr, HAS_SCALE_A: tl.constexpr, HAS_SCALE_B: tl.constexpr,
-                      IMPRECISE_ACC: tl.constexpr, UPCAST: tl.constexpr):
+                      IMPRECISE_ACC: tl.constexpr, UPCAST: tl.constexpr, OUT_FMT: tl.constexpr,
+                      OUT_W: tl.constexpr):
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -217,6 +226,8 @@ def _gemm_fast_kernel(a_desc, b_desc, d_desc, scale_a_ptr, scale_b_ptr, M, N, K,
         om, on = _tile_coords(tile_out, tiles_m, tiles_n, GROUP_M)
         if HAS_SCALE_A or HAS_SCALE_B:
             acc = acc * scale
+        if UPCAST:  # the interpreter: round to nearest even explicitly (its own conversion truncates)
+            acc = _to_storage(_encode(acc, OUT_FMT, False), OUT_W).to(out_ty, bitcast=True)
         if EPILOGUE_SPLIT:
             halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
             lo, hi = tl.split(halves)
@@ -374,7 +385,7 @@ def gemm_fast(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype = torc
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, PROGRAMS=grid,
         EPILOGUE_SPLIT=cfg.epilogue_split, FLATTEN=cfg.flatten,
         HAS_SCALE_A=scale_a is not None, HAS_SCALE_B=scale_b is not None,
-        IMPRECISE_ACC=imprecise, UPCAST=interp, **opts)
+        IMPRECISE_ACC=imprecise, UPCAST=interp, OUT_FMT=_OUT_FMT[out.dtype], OUT_W=out.element_size(), **opts)
     return out
 
 

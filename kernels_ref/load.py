@@ -12,6 +12,10 @@ return tensors in the operand dtype (no arithmetic is involved, so float64 adds 
 
 from __future__ import annotations
 
+from kernels_ref._interpret import choose_backend
+
+choose_backend()  # before triton loads: its kernels are interpreted or compiled from then on (_interpret)
+
 import torch
 import triton
 import triton.language as tl

@@ -11,6 +11,10 @@ rounded to fp32 after each one.
 
 from __future__ import annotations
 
+from kernels_ref._interpret import choose_backend
+
+choose_backend()  # before triton loads: its kernels are interpreted or compiled from then on (_interpret)
+
 import torch
 import triton
 import triton.language as tl

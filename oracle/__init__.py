@@ -10,7 +10,9 @@ imports no torch):
     oracle.judge(recording) -> Report                         the differential on a recording
     oracle.load(path) -> Recording                            a dump file
     oracle.run_live(case, inputs="random:0") -> (Report, LiveRun)
-Errors raised for bad input are the types in oracle.errors.
+Errors raised for bad input are the types in oracle.errors. Tensors may be on any device and no
+variable needs setting: without a GPU the references run under Triton's interpreter, which
+kernels_ref selects before it defines a kernel (kernels_ref._interpret); with one, on the GPU.
 """
 
 __version__ = "0.1.0"

@@ -6,7 +6,8 @@
 
 `pytest --oracle-dump-dir DIR` saves a dump of every failing check in DIR, to replay with
 `python -m oracle compare --dump FILE`. The plugin imports torch and the oracle only when a test
-uses them.
+uses them; CPU tensors work with no variable set (the references then run under Triton's
+interpreter, chosen by kernels_ref itself when no GPU is visible).
 """
 
 from __future__ import annotations

@@ -161,18 +161,43 @@ def default_numerics(vc: VerifyCase) -> dict:
     fp32 with TF32 allowed: cuBLAS rounds the operands to TF32. fp8: fast accumulation is the
     narrow accumulator (fp8_fast); otherwise the promotion interval is the engine's own (any).
     int8: exact int32."""
-    import torch
-
-    m = torch.backends.cuda.matmul
+    flags = cublas_flags()
     if vc.dtype == "e4m3":  # fast accumulation is the narrow accumulator; otherwise the interval is the engine's
         return {"acc_model": "fp8_fast" if vc.call == "scaled_mm" and vc.fast_accum else "any"}
     if vc.dtype == "int8":
         return {"acc_dtype": "int32"}
     if vc.dtype == "fp32":
-        return {"acc_model": "tf32_rn"} if m.allow_tf32 else {"reduction": "fp32"}
-    reduced = m.allow_bf16_reduced_precision_reduction if vc.dtype == "bf16" \
-        else m.allow_fp16_reduced_precision_reduction
+        return {"acc_model": "tf32_rn"} if flags.tf32 else {"reduction": "fp32"}
+    reduced = flags.bf16_reduced if vc.dtype == "bf16" else flags.fp16_reduced
     return {"acc_model": "any"} if reduced else {"reduction": "fp32"}
+
+
+@dataclass(frozen=True)
+class CublasFlags:
+    """What torch lets cuBLAS do to a matmul: TF32 for fp32, reduced-precision bf16 / fp16 reductions."""
+
+    tf32: bool
+    bf16_reduced: bool
+    fp16_reduced: bool
+
+
+def cublas_flags() -> CublasFlags:
+    """torch's current cuBLAS matmul settings, read through the API this torch has: torch >= 2.9
+    says `fp32_precision` ("tf32", "ieee", or "none": the global `torch.backends.fp32_precision`)
+    and refuses the legacy `allow_tf32` once the new one was set; older torch has only `allow_tf32`."""
+    import torch
+
+    m = torch.backends.cuda.matmul
+    try:
+        precision = m.fp32_precision
+    except AttributeError:  # torch < 2.9
+        tf32 = bool(m.allow_tf32)
+    else:
+        if precision == "none":
+            precision = getattr(torch.backends, "fp32_precision", "none")
+        tf32 = precision == "tf32"
+    return CublasFlags(tf32, bool(m.allow_bf16_reduced_precision_reduction),
+                       bool(m.allow_fp16_reduced_precision_reduction))
 
 
 def _call(op: Callable, vc: VerifyCase, a, b, scales):

@@ -1,5 +1,6 @@
-"""Test tiers. The CPU tier runs everywhere with Triton under its interpreter; the GPU tier
-(marker `gpu`) needs a CUDA device and is skipped with a reason elsewhere."""
+"""Test tiers. The CPU tier runs everywhere with Triton under its interpreter (selected here, as
+the package selects it, when no GPU is visible); the GPU tier (marker `gpu`) needs a CUDA device
+and is skipped with a reason elsewhere."""
 
 import json
 import os
@@ -15,10 +16,12 @@ try:
     _HAS_CUDA = torch.cuda.is_available()
 except Exception:  # torch missing or broken: the CPU tier still reports it
     _HAS_CUDA = False
+else:
+    # The package's own rule, before any test module defines a kernel: the interpreter when no GPU
+    # is visible and TRITON_INTERPRET is unset (so the README's command needs no variable).
+    from kernels_ref._interpret import choose_backend
 
-if not _HAS_CUDA:
-    # Must be set before triton is imported anywhere.
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+    choose_backend()
 
 
 def pytest_configure(config):

@@ -7,6 +7,10 @@ programs that redo the marked rows in float64).
 
 from __future__ import annotations
 
+from kernels_ref._interpret import choose_backend
+
+choose_backend()  # before triton loads: its kernels are interpreted or compiled from then on
+
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice

@@ -150,18 +150,49 @@ def test_plots_of_a_zoo_defect(tmp_path):
 
 
 def test_verify_judges_with_a_model_the_dispatched_engine_follows(monkeypatch):
-    import torch
+    # torch's cuBLAS flags are patched through oracle.verify.cublas_flags, not on torch's module:
+    # pytest >= 9.2 undoes a setattr on it with a delattr, which that module refuses.
+    from oracle import verify
+    from oracle.verify import CublasFlags, VerifyCase, default_numerics
 
-    from oracle.verify import VerifyCase, default_numerics
-
-    m = torch.backends.cuda.matmul
-    monkeypatch.setattr(m, "allow_bf16_reduced_precision_reduction", True)
+    monkeypatch.setattr(verify, "cublas_flags", lambda: CublasFlags(False, True, True))
     assert default_numerics(VerifyCase("x", 8, 8, 8, "bf16")) == {"acc_model": "any"}
-    monkeypatch.setattr(m, "allow_bf16_reduced_precision_reduction", False)
+    assert default_numerics(VerifyCase("x", 8, 8, 8, "fp32")) == {"reduction": "fp32"}
+    monkeypatch.setattr(verify, "cublas_flags", lambda: CublasFlags(True, False, False))
     assert default_numerics(VerifyCase("x", 8, 8, 8, "bf16")) == {"reduction": "fp32"}
-    monkeypatch.setattr(m, "allow_tf32", True)
+    assert default_numerics(VerifyCase("x", 8, 8, 8, "fp16")) == {"reduction": "fp32"}
     assert default_numerics(VerifyCase("x", 8, 8, 8, "fp32")) == {"acc_model": "tf32_rn"}
     assert default_numerics(VerifyCase("x", 8, 8, 8, "e4m3", call="scaled_mm", fast_accum=True)) == \
         {"acc_model": "fp8_fast"}
     assert default_numerics(VerifyCase("x", 8, 8, 8, "e4m3", call="scaled_mm")) == {"acc_model": "any"}
     assert default_numerics(VerifyCase("x", 8, 8, 8, "int8")) == {"acc_dtype": "int32"}
+
+
+def test_cublas_flags_follow_torch_through_the_api_it_has():
+    """oracle.verify.cublas_flags reads TF32 and the reduced-precision reductions as torch sets them
+    (torch >= 2.9: fp32_precision, which refuses a legacy allow_tf32 read once it was set)."""
+    import torch
+
+    from oracle.verify import cublas_flags
+
+    m = torch.backends.cuda.matmul
+    try:
+        before, new_api = m.fp32_precision, True
+    except AttributeError:  # torch < 2.9
+        before, new_api = m.allow_tf32, False
+    before = (before, m.allow_bf16_reduced_precision_reduction)
+    try:
+        for tf32 in (True, False):
+            if new_api:
+                m.fp32_precision = "tf32" if tf32 else "ieee"
+            else:
+                m.allow_tf32 = tf32
+            m.allow_bf16_reduced_precision_reduction = not tf32
+            flags = cublas_flags()
+            assert (flags.tf32, flags.bf16_reduced) == (tf32, not tf32)
+    finally:
+        if new_api:
+            m.fp32_precision = before[0]
+        else:
+            m.allow_tf32 = before[0]
+        m.allow_bf16_reduced_precision_reduction = before[1]

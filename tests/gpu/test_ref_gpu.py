@@ -246,3 +246,24 @@ def test_epilogue_4096():
         for sat in (False, True):
             got = E.apply_cast(vals, out, sat).cpu().float()
             assert _same(got, E.apply_cast_host(vals.cpu(), out, sat).float()), (out, sat)
+
+
+@pytest.mark.parametrize("out", E.OUT_DTYPES)
+def test_casts_bit_exact_on_the_gpu(out):
+    """The compiled cast against its host spec, bit for bit, on every input class the CPU test
+    (tests/cpu/test_casts.py) holds the interpreter to: past the range, NaN, +-inf, -0.0,
+    subnormals, ties. The GPU converts float -> int by saturating and NaN -> 0 and numpy does
+    not; the explicit integer arithmetic of the cast must make both agree."""
+    from cast_inputs import cast_inputs, same_bits
+
+    x = cast_inputs(out)
+    for sat in (False, True):
+        got = E.apply_cast(x.to(DEV), out, sat)
+        want = E.apply_cast_host(x, out, sat)
+        bad = same_bits(got, want)
+        flat = x.reshape(-1)
+        assert not bad, f"{out} saturate={sat}, {len(bad)} elements: " + "; ".join(
+            f"x={flat[i].item()!r}: got {g:#x}, want {w:#x}" for i, g, w in bad[:8])
+        # the fused epilogue (the gemm's epilogue helper) casts the same way
+        steps = E.epilogue(x.to(DEV), E.Epilogue(out_dtype=out, saturate=sat), return_steps=True)
+        assert not same_bits(steps.cast, E.apply_cast_host(steps.activation.cpu(), out, sat))
