@@ -32,7 +32,7 @@ def regular_file_size(path: Path, name: str, limit: int, limit_text: str, error:
     except OSError as exc:
         raise error(f"cannot read {name}: {exc.strerror or exc}") from None
     if stat.S_ISLNK(st.st_mode):
-        raise error(f"{name} is a symbolic link: it is not followed")
+        raise error(f"{name} is not a regular file but a symbolic link, which is not followed")
     if not stat.S_ISREG(st.st_mode):
         raise error(f"{name} is not a regular file")
     if nofollow and _pseudo(path):

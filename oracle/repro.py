@@ -50,8 +50,7 @@ from typing import Optional
 
 import torch
 
-from harness.build import DEFAULT_FLAGS, HARNESS_INCLUDE_DIR, arch_flags, cutlass_include_dirs, define_flags, \
-    local_includes
+from harness.build import DEFAULT_FLAGS, HARNESS_INCLUDE_DIR, arch_flags, cutlass_include_dirs, define_flags
 from harness.launch import ScalarArg, StructArg, TensorArg, TensorMapArg
 from harness.runner import RunnerError, _check_request, sequence_roles
 from harness.tensormap import TensorMapSpec

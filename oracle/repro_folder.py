@@ -133,7 +133,7 @@ class ReproFolder:
             return {}, set()
         if MANIFEST not in files:
             what = "a repro.json" if "repro.json" in files else "files"
-            self._refuse(f"it holds {what} but no reproducer the oracle wrote (no {MANIFEST} of its own); "
+            self._refuse(f"it holds no reproducer the oracle wrote ({what}, but no {MANIFEST} of its own); "
                          f"choose a new or empty folder")
         listed = self._manifest()
         for rel, st in files.items():
