@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 TRACES, DUMPS, CASES = 8000, 500, 1000
+REPRO_DIRS = 320
 
 
 def test_mutated_trace_buffers_raise_only_trace_format_errors():
@@ -37,6 +38,14 @@ def test_mutated_case_files_and_flags_exit_2_with_one_error_line():
     assert t.clean, t.failures()
     assert t.inputs == CASES and t.refused["error: (exit 2)"] > CASES // 2
     assert t.extra["reached the build"] > 10  # valid cases pass every check and stop at the (stubbed) build
+
+
+def test_mutated_reproducer_folders_are_refused_typed_and_never_touched():
+    t = F.run_repro_dirs(REPRO_DIRS)
+    assert t.clean, t.failures()
+    assert t.inputs == REPRO_DIRS and t.refused["ReproError"] > REPRO_DIRS // 4 and t.accepted > REPRO_DIRS // 5
+    # refused writes left every byte as it was (else a breach); the oracle's own folders were written again
+    assert t.extra["write refused: ReproError"] > REPRO_DIRS // 2 and t.extra["written again"] > REPRO_DIRS // 10
 
 
 # -- the campaign can fail: each kind of defect it looks for is seen when planted -------------
@@ -95,3 +104,17 @@ def test_a_command_failing_untyped_is_caught(monkeypatch, broken):
         monkeypatch.setattr(oracle.bench, "live_case", untyped)
     t = F.run_cases(20)
     assert t.untyped and all(u[1] == "Untyped" for u in t.untyped)
+
+
+@pytest.mark.parametrize("planted", ["reader follows links", "writer ignores the manifest"])
+def test_a_reproducer_folder_read_through_a_link_or_overwritten_is_caught(monkeypatch, planted):
+    import oracle.repro_folder
+    import oracle.repro_run
+
+    if planted == "reader follows links":
+        real = oracle.repro_run.read_bounded
+        monkeypatch.setattr(oracle.repro_run, "read_bounded", lambda *a, nofollow=False, **k: real(*a, **k))
+    else:
+        monkeypatch.setattr(oracle.repro_folder.ReproFolder, "_survey", lambda self: ({}, set()))
+    t = F.run_repro_dirs(40)
+    assert not t.clean and (t.breaches or planted != "reader follows links"), t.failures()
