@@ -30,6 +30,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 from harness import knobs as _knobs
 from harness.files import read_bounded, regular_file_size
+from harness.names import check_macro_name, check_macro_value
 
 # Bump when the meaning of a cache entry changes (flags added by default, layout of the key...).
 BUILD_KEY_VERSION = 1
@@ -45,7 +46,6 @@ _TRACE_VERSION_RES = (
     re.compile(r"^[ \t]*#[ \t]*define[ \t]+ORACLE_TRACE_VERSION[ \t]+(\S+)", re.MULTILINE),
     re.compile(r"\bconstexpr[ \t]+[\w:]+[ \t]+kVersion[ \t]*=[ \t]*([^;]+);"),
 )
-_DEFINE_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 CUBIN_MAGICS = {b"\x7fELF": "ELF cubin", b"\x50\xed\x55\xba": "fatbin"}
 MAX_SOURCE_BYTES = 64 << 20  # a CUDA source larger than this is not one
@@ -59,6 +59,10 @@ class BuildError(RuntimeError):
         self.command = tuple(command)
         full = message if not stderr else f"{message}\n--- nvcc output ---\n{stderr.rstrip()}"
         super().__init__(full)
+
+
+class DefineError(BuildError, ValueError):
+    """A define's name or value outside harness.names' grammar (a C identifier; a safe word)."""
 
 
 @dataclass(frozen=True)
@@ -130,18 +134,19 @@ def arch_flags(arch: str) -> tuple[str, ...]:
 
 
 def define_flags(defines: Mapping[str, object]) -> tuple[str, ...]:
-    """-D flags in sorted order; a value of None or True gives `-DNAME`."""
+    """-D flags in sorted order; a value of None or True gives `-DNAME`. Names and values must be
+    in harness.names' grammar (DefineError otherwise): the flags reach nvcc as argv words and the
+    reproducer's Makefile as they are."""
     out = []
     for name in sorted(defines):
-        if not _DEFINE_NAME_RE.match(name):
-            raise ValueError(f"define name {name!r} is not a C identifier")
+        check_macro_name(name, "define name", DefineError)
         value = defines[name]
         if value is None or value is True:
             out.append(f"-D{name}")
         elif value is False:
             out.append(f"-D{name}=0")
         else:
-            out.append(f"-D{name}={value}")
+            out.append(f"-D{name}={check_macro_value(str(value), f'define {name}', DefineError)}")
     return tuple(out)
 
 

@@ -2,6 +2,10 @@
 
 `name` is how a message calls the file (e.g. "cubin /x.cubin"), `limit_text` what the limit is
 (e.g. "ORACLE_CUBIN_MAX_MB (64 MiB)"); every failure is `error` (the reader's own error type).
+With `nofollow`, a symbolic link is refused instead of followed (the file itself is opened with
+O_NOFOLLOW and checked again once open, so a swap after the check is caught); files of the kernel's
+pseudo-filesystems (/proc, /sys, /dev) are refused too: they claim a size of 0 or 4096 and hold
+something else.
 """
 
 from __future__ import annotations
@@ -12,26 +16,57 @@ from typing import Union
 
 Path = Union[str, os.PathLike]
 
+PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
 
-def regular_file_size(path: Path, name: str, limit: int, limit_text: str, error: type) -> int:
+
+def _pseudo(path: Path) -> bool:
+    real = os.path.realpath(path)
+    return any(real == r or real.startswith(r + "/") for r in PSEUDO_ROOTS)
+
+
+def regular_file_size(path: Path, name: str, limit: int, limit_text: str, error: type, *,
+                      nofollow: bool = False) -> int:
     """The size of `path`, a regular file of at most `limit` bytes."""
     try:
-        st = os.stat(path)
+        st = os.lstat(path) if nofollow else os.stat(path)
     except OSError as exc:
         raise error(f"cannot read {name}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise error(f"{name} is not a regular file but a symbolic link, which is not followed")
     if not stat.S_ISREG(st.st_mode):
         raise error(f"{name} is not a regular file")
+    if nofollow and _pseudo(path):
+        raise error(f"{name} is a file of {', '.join(PSEUDO_ROOTS)}, not a regular file")
     if st.st_size > limit:
         raise error(f"{name} has {st.st_size} bytes, more than {limit_text}")
     return st.st_size
 
 
-def read_bounded(path: Path, name: str, limit: int, limit_text: str, error: type) -> bytes:
+def read_bounded(path: Path, name: str, limit: int, limit_text: str, error: type, *,
+                 nofollow: bool = False) -> bytes:
     """The bytes of `path` (regular_file_size's checks first); never more than `limit` + 1 are read,
     so a file that grows after the check is still caught by its caller's length check."""
-    regular_file_size(path, name, limit, limit_text, error)
+    return read_bounded_stat(path, name, limit, limit_text, error, nofollow=nofollow)[0]
+
+
+def read_bounded_stat(path: Path, name: str, limit: int, limit_text: str, error: type, *,
+                      nofollow: bool = False) -> tuple[bytes, os.stat_result]:
+    """read_bounded, with the open file's stat (its mtime, to keep it on a copy)."""
+    regular_file_size(path, name, limit, limit_text, error, nofollow=nofollow)
+    flags = os.O_RDONLY | (os.O_NOFOLLOW | os.O_NONBLOCK if nofollow else 0)
     try:
-        with open(path, "rb") as f:
-            return f.read(limit + 1)
+        fd = os.open(path, flags)
     except OSError as exc:
         raise error(f"cannot read {name}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{name} is not a regular file")
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            return f.read(limit + 1), st
+    except OSError as exc:
+        raise error(f"cannot read {name}: {exc.strerror or exc}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)

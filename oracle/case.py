@@ -61,6 +61,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from harness.fields import shown
+from harness.names import check_entry
+from oracle.case_grammar import check_kernel_names
 from oracle.problem import ProblemSpec, SpecError
 
 OPERANDS = ("a", "b", "c", "d", "bias", "scale_a", "scale_b", "group_offsets")
@@ -75,7 +77,6 @@ SECTIONS = ("problem", "kernel", "launch", "trace", "workspace", "run")
 MAX_CASE_BYTES = 1 << 20  # a case file (or a cases file) larger than this is not one
 MAX_EXPRESSION_CHARS = 512
 MAX_VALUE = 2**64  # an expression's integers stay within this magnitude (a launch argument has 64 bits)
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class CaseError(ValueError):
@@ -340,18 +341,19 @@ def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Option
     time_entry = sec.get("time_entry") if entry is None else None  # a new --entry drops the TOML's
     untraced = sec.get("untraced_entry") if entry in (None, sec.get("entry")) else None
     for key, value in (("entry", ent), ("time_entry", time_entry), ("untraced_entry", untraced)):
-        if value is not None and (not isinstance(value, str) or not value.strip() or "\0" in value):
+        if value is not None and not isinstance(value, str):
             raise CaseError(f"[kernel] {key} = {shown(value)} must be the kernel's entry point name (a string)")
     raw = sec.get("defines", {})
     if not isinstance(raw, dict):
         raise CaseError(f"[kernel] defines = {shown(raw)} must be a table of NAME = value")
     defines = {}
     for name, value in raw.items():
-        if not _IDENTIFIER.match(name):
-            raise CaseError(f"[kernel] defines: {name!r} is not a C identifier")
         if not isinstance(value, (str, int, float)) or isinstance(value, str) and "\0" in value:
             raise CaseError(f"[kernel] defines.{name} = {shown(value)} must be a string, a number or a boolean")
         defines[name] = str(value)
+    check_kernel_names(src, cubin, ent, time_entry, defines, CaseError)
+    if untraced is not None:
+        check_entry(untraced, "[kernel] untraced_entry", CaseError)
     arch = sec.get("arch", "sm_90a")
     if not isinstance(arch, str) or not re.match(r"^sm_\d{2,3}[af]?$", arch):
         raise CaseError(f"[kernel] arch = {shown(arch)} must look like sm_90a, sm_90 or sm_100a")
@@ -386,6 +388,7 @@ def _launch(sec: dict, where: str = "[launch]") -> LaunchPlan:
         for i, t in enumerate(nxt):
             if not isinstance(t.entry, str) or not t.entry:
                 raise CaseError(f"[[launch.next]] #{i} needs entry = \"kernel name\"")
+            check_entry(t.entry, f"[[launch.next]] #{i} entry", CaseError)
     for key in ("grid", "block", "args"):
         if key not in sec:
             raise CaseError(f"[launch] needs {key!r}")

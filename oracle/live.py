@@ -26,6 +26,7 @@ from harness.trace_budget import TraceBudget, trace_budget
 from kernels_ref.dtypes import DTYPES
 from oracle import knobs
 from oracle.case import Case, CaseError, check_trace_selection, evaluate, evaluate_int
+from oracle.case_grammar import check_case_names
 from oracle.inputs import (InputError, Operands, Provenance, analytic_ones_value, check_operands,
                            check_problem_size, expected_shapes, operand_limit_bytes)
 from oracle.partition import group_offsets, tile_partials
@@ -275,6 +276,7 @@ def check_case(case: Case) -> tuple[TraceBudget, int]:
     LaunchError or TensorMapError naming what is wrong."""
     if case.kernel is None:
         raise CaseError("no kernel to run: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
+    check_case_names(case, CaseError)  # what reaches nvcc or a generated file, in its grammar
     launch_sequence(case, None)
     check_trace_selection(case)
     budget = sink_budget(case)

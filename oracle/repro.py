@@ -24,9 +24,14 @@ directory:
   kernel/        copies of the kernel source and its local headers (kernel/src/...) and of the trace
                  header (kernel/include/oracle_trace/)
   repro.json     the same facts for `python -m oracle compare --repro-dir` (oracle.repro_run)
-  README.txt     the commands, the launch and the tensor maps
+  README.txt     the commands, the launch, the tensor maps and the files copied from the kernel's folder
+  manifest.json  every file above with its sha256, written last (oracle.repro_folder): the proof that
+                 a later `repro --out` into the same folder replaces only the oracle's own files
 
 Constraints: the C++ side evaluates nothing: every size, grid entry and literal is a number here.
+Nothing from the case reaches a generated file unchecked: names and defines are in harness.names'
+grammar (oracle.case_grammar, again in check_case), and every word of the Makefile is proven free of
+what make or a shell would interpret before it is written (_make_words).
 The untraced build launches the case's time_entry built without ORACLE_TRACE when there is one and
 the case launches one kernel, else the traced entries from the traced build with a null sink (then
 both builds share one cubin; time_entry names no untraced kernel for a later launch).
@@ -37,17 +42,15 @@ variable, defaulting to the nvidia-cutlass wheel of the machine that wrote it).
 from __future__ import annotations
 
 import json
-import os
-import shutil
+import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
 import torch
 
-from harness.build import DEFAULT_FLAGS, HARNESS_INCLUDE_DIR, arch_flags, cutlass_include_dirs, define_flags, \
-    local_includes
+from harness.build import DEFAULT_FLAGS, HARNESS_INCLUDE_DIR, arch_flags, cutlass_include_dirs, define_flags
 from harness.launch import ScalarArg, StructArg, TensorArg, TensorMapArg
 from harness.runner import RunnerError, _check_request, sequence_roles
 from harness.tensormap import TensorMapSpec
@@ -56,6 +59,7 @@ from kernels_ref.dtypes import name_of
 from oracle.case import Case, CaseError, LaunchPlan
 from oracle.inputs import Operands, Provenance, check_operands
 from oracle.live import _names, check_case, default_trace_tiles, launch_sequence
+from oracle.repro_folder import MANIFEST, KernelFile, ReproFolder, kernel_files, read_kernel_file
 
 FORMAT = "oracle-repro"
 VERSION = 2  # 2: every launch of the case, workspaces, grouped problems
@@ -63,8 +67,10 @@ READABLE_VERSIONS = (1, 2)
 TEMPLATE = Path(__file__).resolve().parent / "repro_files" / "repro.cu"
 BOUND_F64_LIMIT = 1 << 22  # outputs with more elements get a float32 bound.bin (rounded up)
 TIMEOUT_S = 60
-# Files a run of the reproducer writes; a new generation into the same directory removes them.
+# Files a run of the reproducer writes (make clean removes them with the builds).
 RUN_OUTPUTS = ("d.bin", "sink.bin", "result.txt")
+# Every word the Makefile is given: no character make, a shell or nvcc's option parser would read.
+_MAKE_WORD = re.compile(r"[A-Za-z0-9_.+\-/=,]*\Z")
 
 
 class ReproError(ValueError):
@@ -140,33 +146,6 @@ def _build_plan(case: Case) -> _Build:
 def _plans(case: Case) -> tuple[LaunchPlan, ...]:
     """The case's launch tables in launch order: [launch], then every [[launch.next]]."""
     return (case.launch,) + tuple(case.launch.next)
-
-
-# -------------------------------------------------------------------------------- the kernel files
-
-
-def _copy_kernel(source: Path, out: Path) -> tuple[str, list[str]]:
-    """Copy the source, every local header it reaches and the trace header tree under out/kernel;
-    return the source's path relative to `out` and every copied file's."""
-    text = source.read_text(errors="replace")
-    found = [Path(p) for p in local_includes(text, source.resolve().parent, (HARNESS_INCLUDE_DIR,))]
-    harness_root = HARNESS_INCLUDE_DIR.resolve()
-    own = [source.resolve()] + [p for p in found if harness_root not in p.parents]
-    root = Path(os.path.commonpath([str(p.parent) for p in own]))
-    copied = []
-    for p in own:
-        dst = out / "kernel" / "src" / p.relative_to(root)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(p, dst)  # the mtime is kept: an unchanged source does not rebuild the cubin
-        copied.append(str(dst.relative_to(out)))
-    for p in sorted(harness_root.rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts:
-            dst = out / "kernel" / "include" / p.relative_to(harness_root)
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(p, dst)
-            copied.append(str(dst.relative_to(out)))
-    main = str((out / "kernel" / "src" / source.resolve().relative_to(root)).relative_to(out))
-    return main, copied
 
 
 # -------------------------------------------------------------------------------- tensors
@@ -325,11 +304,23 @@ def _problem_text(case: Case) -> str:
 # -------------------------------------------------------------------------------- Makefile, README
 
 
-def _makefile(build: _Build, kernel_main: Optional[str], kernel_files: list[str]) -> str:
+def _make_words(field: str, words) -> str:
+    """`words` joined by spaces, each proven free of anything make, a shell or nvcc would interpret
+    ($, quotes, ;, #, whitespace, newline...): a value outside that grammar is refused, never written."""
+    words = [str(w) for w in words]
+    for w in words:
+        if not _MAKE_WORD.match(w):
+            raise ReproError(f"the Makefile's {field} would hold {w!r}: only letters, digits and _ . + - / = , "
+                             f"may reach it")
+    return " ".join(words)
+
+
+def _makefile(build: _Build, kernel_main: Optional[str], kernel_names: list[str]) -> str:
     cutlass = [str(d) for d in cutlass_include_dirs()]
+    cutlass = [d if _MAKE_WORD.match(d) else "" for d in cutlass]  # a machine path make cannot take: left to the user
     cutlass_inc = cutlass[0] if cutlass else ""
     cutlass_util = cutlass[1] if len(cutlass) > 1 else ""
-    kernel_flags = " ".join(("-cubin",) + arch_flags(build.arch) + DEFAULT_FLAGS)
+    kernel_flags = _make_words("KERNEL_FLAGS", ("-cubin",) + arch_flags(build.arch) + DEFAULT_FLAGS)
     out = [
         "# Makefile of a standalone reproducer written by `python -m oracle repro`; nvcc is all it needs.",
         "#   make             the untraced cubin and ./repro (the production entry point, no sink)",
@@ -347,12 +338,12 @@ def _makefile(build: _Build, kernel_main: Optional[str], kernel_files: list[str]
         "TRACE ?= 0",
         "# the oracle's own build (harness/build.py): arch, flags, then the trace header and CUTLASS",
         f"KERNEL_FLAGS := {kernel_flags}",
-        f"TRACED_DEFINES := {' '.join(define_flags(build.traced_defines))}",
-        f"PLAIN_DEFINES := {' '.join(define_flags(build.plain_defines))}",
+        f"TRACED_DEFINES := {_make_words('TRACED_DEFINES', define_flags(build.traced_defines))}",
+        f"PLAIN_DEFINES := {_make_words('PLAIN_DEFINES', define_flags(build.plain_defines))}",
         "INCLUDES := -Ikernel/include $(if $(CUTLASS_INCLUDE),-I$(CUTLASS_INCLUDE)) "
         "$(if $(CUTLASS_UTIL_INCLUDE),-I$(CUTLASS_UTIL_INCLUDE))",
-        f"KERNEL_SOURCE := {kernel_main or ''}",
-        f"KERNEL_FILES := {' '.join(kernel_files)}",
+        f"KERNEL_SOURCE := {_make_words('KERNEL_SOURCE', [kernel_main] if kernel_main else [])}",
+        f"KERNEL_FILES := {_make_words('KERNEL_FILES', kernel_names)}",
         "HOST_FLAGS ?= -std=c++17 -O2 -g",
         f"PLAIN_CUBIN := {build.cubin_plain}",
         "",
@@ -405,7 +396,7 @@ def _makefile(build: _Build, kernel_main: Optional[str], kernel_files: list[str]
 
 
 def _readme(case: Case, prov: Provenance, sequence: list, build: _Build, reference: bool,
-            selection: TraceSelection, workspaces: list) -> str:
+            selection: TraceSelection, workspaces: list, copied: list) -> str:
     s = case.spec
     ref = ("expected.bin and bound.bin hold the oracle's reference D and per-element bounds\n"
            "(oracle.differential.expected_output), so repro judges D with the oracle's own numbers." if reference else
@@ -485,6 +476,10 @@ Inputs (inputs.txt): raw little-endian binaries in the order the kernel reads th
 its major; a map over padding rows reads a buffer that holds them). D is poisoned with 0xFF bytes
 before the first launch; elements still holding them are counted as never written.{ws_text}
 
+Copied into this folder (regular files only: the kernel's translation unit, the local headers its
+quoted #include lines reach, the trace header tree; manifest.json lists every file with its sha256):
+{chr(10).join(f"  {rel}  (from {src!r})" for rel, src in copied)}
+
 Reference: {ref}
 Without them (or with --host-reference) repro computes D in double precision from the inputs
 (GEMM with block scales per k-group, scale, alpha/beta, bias, activation, cast; a grouped problem
@@ -505,18 +500,15 @@ first bad element, NaN/Inf counts and the never-written count.
 
 def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir, *,
                 reference: bool = True) -> ReproDir:
-    """Write the reproducer of `case` with `operands` into `out_dir` (created; a previous
-    reproducer there is replaced, any other non-empty directory is refused). With `reference`,
-    expected.bin and bound.bin come from oracle.differential.expected_output."""
+    """Write the reproducer of `case` with `operands` into `out_dir`: a new or empty folder, or one
+    holding exactly an earlier reproducer (its manifest.json and the build's outputs), which is
+    replaced; anything else is refused before a file is touched (oracle.repro_folder). With
+    `reference`, expected.bin and bound.bin come from oracle.differential.expected_output."""
     if case.kernel is None:
         raise CaseError("no kernel to reproduce: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
     check_case(case)  # the checks of a live run, before anything is written
     check_operands(case.spec, operands)
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ReproError(f"--out {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not (out / "repro.json").is_file():
-        raise ReproError(f"--out {out} is a non-empty directory that holds no reproducer; choose a new one")
     sequence, tensors = launch_sequence(case, operands)
     first, later = sequence[0][1], [spec for _, spec in sequence[1:]]
     try:
@@ -526,30 +518,59 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
     build = _build_plan(case)
     tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case)
     selection = TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks)  # checked by check_case
-    out.mkdir(parents=True, exist_ok=True)
-    for name in RUN_OUTPUTS:
-        (out / name).unlink(missing_ok=True)
-    for old in out.glob("*.bin"):  # inputs of an earlier reproducer that this one may not have
-        old.unlink()
-    files: list[str] = []
-
-    def write(name: str, data) -> None:
-        path = out / name
-        if isinstance(data, str):
-            path.write_text(data)
-        else:
-            path.write_bytes(data)
-        files.append(name)
-
-    kernel_main, kernel_files = None, []
+    # Everything read from the user's files before the folder is touched: a refusal changes nothing.
     if build.prebuilt is not None:
-        shutil.copy2(build.prebuilt, out / "kernel_traced.cubin")
-        files.append("kernel_traced.cubin")
+        sources = [KernelFile(build.prebuilt, "kernel_traced.cubin", *read_kernel_file(build.prebuilt, ReproError))]
+        kernel_main = None
     else:
-        if out.joinpath("kernel").is_dir():
-            shutil.rmtree(out / "kernel")
-        kernel_main, kernel_files = _copy_kernel(build.source, out)
-        files += kernel_files
+        main, found = kernel_files(build.source, (HARNESS_INCLUDE_DIR.resolve(),), ReproError)
+        sources = [replace(f, rel=f"kernel/src/{f.rel}") for f in found] + _trace_header_files()
+        kernel_main = f"kernel/src/{main}"
+    kernel_names = [f.rel for f in sources] if build.prebuilt is None else []
+    makefile = _makefile(build, kernel_main, kernel_names)
+    launch_text = _launch_text(case, sequence, build, selection)
+    folder = ReproFolder(out, ReproError)  # refuses a folder that is not new, empty or the oracle's own
+    cleared = False
+    try:
+        y = b = None
+        if reference:
+            from oracle.differential import expected_output
+
+            y, b = expected_output(case.spec, operands)
+            y, b = y.cpu(), _bound_tensor(b, case.spec.total_m * case.spec.n)
+        folder.clear()
+        cleared = True
+        _write_all(case, operands, provenance, folder, sequence, tensors, build, selection, sources, makefile,
+                   launch_text, y, b)
+    finally:  # after a failure too: the manifest of what was written, so the folder stays the oracle's
+        if cleared:
+            folder.finish()
+        else:
+            folder.close()
+    files = tuple(sorted(folder.hashes)) + (MANIFEST,)
+    return ReproDir(out, files, build.entries_traced, build.entries_plain, "kernel_traced.cubin",
+                    build.cubin_plain, reference)
+
+
+def _trace_header_files() -> list[KernelFile]:
+    """The trace header tree, copied under kernel/include."""
+    root = HARNESS_INCLUDE_DIR.resolve()
+    out = []
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and not p.is_symlink() and "__pycache__" not in p.parts:
+            out.append(KernelFile(p, f"kernel/include/{p.relative_to(root)}", *read_kernel_file(p, ReproError)))
+    return out
+
+
+def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: ReproFolder, sequence: list,
+               tensors: dict, build: _Build, selection: TraceSelection, sources: list, makefile: str,
+               launch_text: str, y, b) -> None:
+    """Every file of the reproducer but the manifest, into a folder cleared of an earlier one."""
+    reference = y is not None
+    first, later = sequence[0][1], [spec for _, spec in sequence[1:]]
+    write = folder.write
+    for f in sources:  # the mtime is kept: an unchanged source does not rebuild the cubin
+        write(f.rel, f.data, f.mtime_ns)
 
     s = case.spec
     roles = sequence_roles(first, later)
@@ -579,21 +600,18 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
         if role != "out":
             write(fname, _raw(t))
     if reference:
-        from oracle.differential import expected_output
-
-        y, b = expected_output(s, operands)
-        y, b = y.cpu(), _bound_tensor(b, s.total_m * s.n)
         for name, t in (("expected", y), ("bound", b)):
             manifest.append(f"tensor name={name} role={name} dtype={_dtype_name(t)} shape={_shape(t.shape)} "
                             f"bytes={t.numel() * t.element_size()} file={name}.bin logical={_shape(t.shape)} "
                             f"major=row")
             write(f"{name}.bin", _raw(t))
     write("inputs.txt", "\n".join(manifest) + "\n")
-    write("launch.txt", _launch_text(case, sequence, build, selection))
+    write("launch.txt", launch_text)
     write("problem.txt", _problem_text(case))
-    write("repro.cu", TEMPLATE.read_text())
-    write("Makefile", _makefile(build, kernel_main, kernel_files))
-    write("README.txt", _readme(case, provenance, sequence, build, reference, selection, workspaces))
+    write("repro.cu", read_kernel_file(TEMPLATE, ReproError)[0])
+    write("Makefile", makefile)
+    copied = [(f.rel, str(f.path)) for f in sources]
+    write("README.txt", _readme(case, provenance, sequence, build, reference, selection, workspaces, copied))
     maps = [{"launch": i, "buffer": a.tensor_name, "spec": a.spec.to_dict()}
             for i, (_, launch) in enumerate(sequence) for a in launch.args if isinstance(a, TensorMapArg)]
     doc = {"format": FORMAT, "version": VERSION, "problem": s.to_json(),
@@ -612,8 +630,6 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
                      "capacity_bytes": sink_bytes(case), "stages": list(STAGE_CODES)},
            "reference": reference}
     write("repro.json", json.dumps(doc, indent=1) + "\n")
-    return ReproDir(out, tuple(files), build.entries_traced, build.entries_plain, "kernel_traced.cubin",
-                    build.cubin_plain, reference)
 
 
 def _json_arg(a) -> dict:

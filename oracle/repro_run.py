@@ -11,14 +11,17 @@ records, the trace's account, D's 0xFF poison.
 
 Constraints: nothing here runs a kernel; a missing or malformed file is a ReproError naming it
 (the trace is parse_trace's: TraceFormatError). Every file is a regular file inside the
-directory, its size checked before it is read: repro.json and result.txt at most 16 MiB, a
-tensor exactly its dtype and shape, sink.bin at most ORACLE_TRACE_MAX_MB.
+directory, opened without following a symbolic link (the directory itself is not one either), its
+size checked before it is read: repro.json and result.txt at most 16 MiB, a tensor exactly its
+dtype and shape, both sized from the problem (not the file's own storage_shape claim), sink.bin at
+most ORACLE_TRACE_MAX_MB.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
@@ -32,7 +35,7 @@ from harness.taps import TapError
 from harness.tensormap import TensorMapError, TensorMapSpec
 from kernels_ref.dtypes import DTYPES
 from oracle import knobs
-from oracle.inputs import InputError, Operands, Provenance, check_problem_size
+from oracle.inputs import InputError, Operands, Provenance, check_problem_size, expected_shapes
 from oracle.live import _ones_check
 from oracle.problem import ProblemSpec, SpecError
 from oracle.recording import Recording
@@ -42,9 +45,10 @@ from oracle.repro import FORMAT, READABLE_VERSIONS, ReproError
 MAX_TEXT_BYTES = 16 << 20  # repro.json and result.txt: larger files are not a reproducer's
 
 
-def _read_bytes(path: Path, most: int, what: str) -> bytes:
-    """A regular file's bytes, refused unread past `most` bytes."""
-    return read_bounded(path, str(path), most, what, ReproError)
+def _read_bytes(path: Path, most: int, what: str, *, follow: bool = False) -> bytes:
+    """A regular file's bytes, refused unread past `most` bytes; a symbolic link is refused, not
+    followed (unless `follow`: a file the command line named itself)."""
+    return read_bounded(path, str(path), most, what, ReproError, nofollow=not follow)
 
 
 def _inside(root: Path, name: Any, where: str) -> Path:
@@ -67,11 +71,20 @@ def _tensor_meta(meta: Any, where: str) -> dict:
     return meta
 
 
-def _read_tensor(root: Path, meta: dict, where: str) -> torch.Tensor:
-    """A binary file of repro back as its storage-order tensor; its size is checked before it is read."""
+def _read_tensor(root: Path, meta: dict, where: str, logical: tuple, padded: bool) -> torch.Tensor:
+    """A binary file of repro back as its storage-order tensor, sized from the problem: its logical
+    shape must be `logical` (the problem's), its storage no larger than that (twice that where a
+    tensor map's padding rows may follow: at most the operand's size, as oracle.live pads), so a
+    file's own claim never decides what is read or allocated; its size is checked before it is read."""
     path = _inside(root, meta.get("file"), where)
     dt = DTYPES[meta["dtype"]]
     shape = tuple(meta["storage_shape"])
+    if tuple(meta["shape"]) != tuple(logical):
+        raise ReproError(f"{where}: shape {meta['shape']} is not the problem's {list(logical)}")
+    room = math.prod(logical) * (2 if padded else 1)
+    if len(shape) != len(logical) or math.prod(shape) > room or math.prod(shape) < math.prod(logical):
+        raise ReproError(f"{where}: storage_shape {meta['storage_shape']} does not hold the problem's "
+                         f"{list(logical)} (at most {room} elements)")
     want = dt.itemsize * math.prod(shape)
     data = _read_bytes(path, want, f"the {want} bytes of {meta['dtype']} {list(shape)}")
     if len(data) != want:
@@ -99,7 +112,7 @@ def _logical(stored: torch.Tensor, meta: dict, where: str) -> torch.Tensor:
 
 
 def _result(path: Path) -> dict:
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise ReproError(f"{path} does not exist: run the reproducer first (make TRACE=1 && ./repro_traced)")
     out = {}
     for line in _read_bytes(path, MAX_TEXT_BYTES, f"{MAX_TEXT_BYTES >> 20} MiB").decode(errors="replace").splitlines():
@@ -116,7 +129,9 @@ def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
     the taps of sink.bin (or `sink`) if there is one, and the kernel error if there was one."""
     root = Path(directory)
     where = str(root / "repro.json")
-    if not (root / "repro.json").exists():
+    if root.is_symlink():
+        raise ReproError(f"{root} is a symbolic link: give the reproducer's folder itself")
+    if not os.path.lexists(root / "repro.json"):
         raise ReproError(f"{root} holds no repro.json: not a directory written by python -m oracle repro")
     text = _read_bytes(root / "repro.json", MAX_TEXT_BYTES, f"{MAX_TEXT_BYTES >> 20} MiB")
     try:
@@ -136,11 +151,14 @@ def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
     require(isinstance(tensors, dict) and "d" in tensors, ReproError, where, "tensors", tensors,
             "an object with an entry per tensor, d among them")
     named = {}
+    shapes = expected_shapes(spec)
     for name in ("a", "b", "c", "bias", "scale_a", "scale_b"):
         if name in tensors:
             meta = _tensor_meta(tensors[name], f"{where}: tensors.{name}")
-            named[name] = _logical(_read_tensor(root, meta, f"{where}: tensors.{name}"), meta,
-                                   f"{where}: tensors.{name}")
+            if shapes.get(name) is None:
+                raise ReproError(f"{where}: tensors.{name}: the problem has no {name}")
+            named[name] = _logical(_read_tensor(root, meta, f"{where}: tensors.{name}", shapes[name], name in "ab"),
+                                   meta, f"{where}: tensors.{name}")
     try:
         ops = Operands(**named)
     except TypeError as e:
@@ -166,13 +184,15 @@ def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
     output = None
     if ok:
         d = _tensor_meta(tensors["d"], f"{where}: tensors.d")
-        output = _logical(_read_tensor(root, d, f"{where}: tensors.d"), d, f"{where}: tensors.d")
+        output = _logical(_read_tensor(root, d, f"{where}: tensors.d", (spec.total_m, spec.n), False), d,
+                          f"{where}: tensors.d")
     sink_path = Path(sink) if sink else root / "sink.bin"
     notes, taps, descriptors, account = [], (), (), None
-    if sink_path.exists() or sink:
+    if os.path.lexists(sink_path) or sink:
         t = spec.tile
         mb = knobs.TRACE_MAX_MB.get()
-        data = _read_bytes(sink_path, mb << 20, f"the {mb} MiB a sink may take (ORACLE_TRACE_MAX_MB)")
+        data = _read_bytes(sink_path, mb << 20, f"the {mb} MiB a sink may take (ORACLE_TRACE_MAX_MB)",
+                           follow=bool(sink))
         trace = trace_format.parse_trace(data, block_m=t.bm, block_n=t.bn, block_k=t.bk, partial=not ok)
         taps, descriptors = trace.taps, trace.descriptors
         notes.extend(trace.warnings)

@@ -1167,6 +1167,196 @@ def run_check_calls(count: int, seed0: int = 0, judge_every: int = 1, tally: Opt
                 tally.extra[f"verdict {rep.verdict}"] += 1
                 if rep.verdict == "ORACLE_UNTRUSTED":
                     tally.untyped.append((seed, "ORACLE_UNTRUSTED", how, "; ".join(rep.analysis.cross_check)[:600]))
+
+
+# Reproducer folders
+# ---------------------------------------------------------------------------------------------
+
+REPRO_READ = ("repro.json", "result.txt", "d.bin", "a.bin", "b.bin")  # what compare --repro-dir reads
+REPRO_FILES = REPRO_READ + ("manifest.json", "launch.txt", "inputs.txt", "README.txt", "Makefile", "bias.bin",
+                            "kernel", "kernel/src/simple_gemm.cu", "sink.bin")
+
+
+def _repro_base(directory: Path):
+    """A reproducer of simple_gemm (small, ones) as a clean untraced run leaves it, its case and inputs."""
+    from oracle.case import load_case
+    from oracle.inputs import Provenance, make_operands
+    from oracle.repro import write_repro
+
+    case = load_case(str(ROOT / "harness/examples/simple_gemm.toml"), SMALL)
+    ops = make_operands(case.spec, "ones", 0)
+    base = directory / "base"
+    write_repro(case, ops, Provenance("ones", None), base, reference=False)
+    (base / "result.txt").write_text("status ok\ntraced 0\n")
+    (base / "d.bin").write_bytes(bytes(2 * SMALL["m"] * SMALL["n"]))
+    return base, case, ops
+
+
+def _snapshot(d: Path) -> dict:
+    """Every entry under d, links not followed: its kind and bytes (or link target)."""
+    out = {}
+    for p in sorted(d.rglob("*")):
+        if p.is_symlink():
+            out[str(p.relative_to(d))] = ("link", os.readlink(p))
+        elif p.is_file():
+            out[str(p.relative_to(d))] = ("file", p.read_bytes() if p.stat().st_size < 1 << 24 else p.stat().st_size)
+        elif p.is_dir():
+            out[str(p.relative_to(d))] = ("dir",)
+        else:
+            out[str(p.relative_to(d))] = ("other",)
+    return out
+
+
+def _mutate_repro(rng: random.Random, d: Path, outside: Path) -> tuple[list[str], bool]:
+    """1 to 3 mutations of the folder d; (what was done, whether a file the reader reads became a link)."""
+    how, linked = [], False
+    for _ in range(rng.choice((0, 1, 1, 2, 3))):  # 0: the oracle's own folder, which a new write replaces
+        pick = rng.choice((0, 0, 1, 2, 3, 4, 5, 6, 7))
+        name = rng.choice(REPRO_FILES)
+        p = d / name
+        if not os.path.realpath(p.parent).startswith(os.path.realpath(d)):
+            continue  # kernel/ is a link already: the mutation itself must not reach through it
+        if pick == 0:  # a file (or kernel/) replaced by a symbolic link out of the folder
+            target = rng.choice([outside / "victim.bin", outside, Path("/proc/self/environ"), Path("/dev/zero"),
+                                 d / "a.bin", Path("/nonexistent")])
+            if name in REPRO_READ and p.is_file() and not p.is_symlink() and rng.random() < 0.6:
+                target = outside.parent / "copies" / f"{len(how)}_{name}"  # the same bytes, elsewhere
+                target.parent.mkdir(exist_ok=True)
+                target.write_bytes(p.read_bytes())
+            if p.is_dir() and not p.is_symlink():
+                import shutil
+                shutil.rmtree(p)
+            elif os.path.lexists(p):
+                p.unlink()
+            p.symlink_to(target)
+            linked |= name in REPRO_READ
+            how.append(f"{name} -> {target}")
+        elif pick == 1:  # a file the oracle did not write
+            extra = d / rng.choice(["notes.txt", "kernel/src/extra.cuh", "x.bin", ".hidden", "kernel/new/y"])
+            inside = os.path.realpath(extra.parent).startswith(os.path.realpath(d))  # never through a link of its own
+            if inside and not os.path.lexists(extra.parent):
+                extra.parent.mkdir(parents=True)
+            if inside and extra.parent.is_dir() and not os.path.lexists(extra):
+                extra.write_bytes(rng.randbytes(rng.randrange(64)))
+                how.append(f"extra {extra.relative_to(d)}")
+        elif pick == 2:  # the manifest edited
+            m = d / "manifest.json"
+            if m.is_file() and not m.is_symlink():
+                try:
+                    doc = json.loads(m.read_text())
+                    doc, what = _edit(rng, doc, json_only=True)
+                    m.write_text(json.dumps(doc))
+                except (ValueError, RecursionError):
+                    what = "not JSON"
+                if rng.random() < 0.3:
+                    m.write_bytes(m.read_bytes()[:rng.randrange(1, 200)])
+                    what += ", truncated"
+                how.append(f"manifest: {what}")
+        elif pick == 3:  # a tensor file cut, grown (sparse, up to 3 GiB) or overwritten
+            t = d / rng.choice(["a.bin", "b.bin", "d.bin", "bias.bin", "sink.bin"])
+            if not os.path.lexists(t) or t.is_file() and not t.is_symlink():
+                size = rng.choice([0, 1, 7, 100, 2 * SMALL["m"] * SMALL["k"] - 1, 2 * SMALL["m"] * SMALL["k"] + 2,
+                                   1 << 20, 3 << 30])
+                with open(t, "ab") as f:
+                    f.truncate(size)
+                how.append(f"{t.name} is {size} bytes")
+        elif pick == 4:  # repro.json edited (a tensor's claimed storage_shape among the favourites)
+            r = d / "repro.json"
+            if r.is_file() and not r.is_symlink():
+                doc = json.loads(r.read_text())
+                if rng.random() < 0.4 and isinstance(doc.get("tensors"), dict) and doc["tensors"]:
+                    meta = doc["tensors"][rng.choice(sorted(doc["tensors"]))]
+                    if isinstance(meta, dict):
+                        meta[rng.choice(["storage_shape", "shape"])] = rng.choice(
+                            [[2**40, 2**40], [0], [1, 1, 1, 1], [-1, 5], [3 << 29, 1], [SMALL["m"] * 2, SMALL["k"]]])
+                        what = "a tensor's shape claimed"
+                else:
+                    doc, what = _edit(rng, doc, json_only=True)
+                r.write_text(json.dumps(doc))
+                how.append(f"repro.json: {what}")
+        elif pick == 5:  # a text file's lines broken (launch.txt, inputs.txt, result.txt)
+            t = d / rng.choice(["launch.txt", "inputs.txt", "result.txt", "problem.txt"])
+            if t.is_file() and not t.is_symlink():
+                lines = t.read_text(errors="replace").splitlines()
+                i = rng.randrange(len(lines)) if lines else 0
+                junk = rng.choice(["entry_traced k\ncubin_traced ../../x", "\r", "\x00", "status ok extra",
+                                   "file=../../etc/passwd", "$(shell touch PWNED)", "tensor name=a file=/dev/zero",
+                                   "status kernel_error", "launch 7", "arg bytes zz"])
+                if rng.random() < 0.5 or not lines:
+                    lines.insert(i, junk)
+                else:
+                    lines[i] += junk
+                t.write_text("\n".join(lines) + "\n")
+                how.append(f"{t.name}: {junk!r} at line {i}")
+        elif pick == 7:  # what a build and a run leave: the folder is still the oracle's own
+            for out in rng.sample(["repro", "repro_traced", "kernel.cubin", "d.bin", "sink.bin", "result.txt"], 2):
+                if not os.path.lexists(d / out) or (d / out).is_file() and not (d / out).is_symlink():
+                    (d / out).write_bytes(rng.randbytes(rng.randrange(256)))
+            how.append("build outputs")
+        else:  # a fifo or a folder where a file was
+            if os.path.lexists(p) and not p.is_dir():
+                p.unlink()
+                if rng.random() < 0.5:
+                    os.mkfifo(p)
+                    how.append(f"{name} is a fifo")
+                else:
+                    p.mkdir()
+                    how.append(f"{name} is a folder")
+    return how, linked
+
+
+def run_repro_dirs(count: int, seed0: int = 0, tally: Optional[Tally] = None) -> Tally:
+    """Mutate a reproducer folder `count` times; each is read back (compare --repro-dir's reader:
+    ReproError, TraceFormatError or another documented type, never a link followed) and written
+    into again (`repro --out`: accepted only as the oracle's own folder, else ReproError with not
+    a byte changed); the files outside the folder that its links point to never change."""
+    import shutil
+
+    from oracle.errors import input_errors
+    from oracle.repro import write_repro
+    from oracle.repro_run import load_repro_run
+
+    typed = input_errors()
+    tally = tally or Tally("reproducer folders")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="fuzz-repro-") as tmp, knobs():
+        directory = Path(tmp)
+        base, case, ops = _repro_base(directory)
+        outside = directory / "outside"
+        outside.mkdir()
+        (outside / "victim.bin").write_bytes(bytes(2 * SMALL["m"] * SMALL["n"]))
+        guarded = _snapshot(outside)
+        from oracle.inputs import Provenance
+
+        for seed in range(seed0, seed0 + count):
+            rng = random.Random(seed)
+            d = directory / "case"
+            if os.path.lexists(d):
+                shutil.rmtree(d)
+            shutil.copytree(base, d, symlinks=True)
+            how, linked = _mutate_repro(rng, d, outside)
+            rec = _record(tally, seed, lambda: load_repro_run(d), typed)
+            if rec is not None and linked:
+                tally.breaches.append((seed, f"read through a link: {'; '.join(how)}"))
+            before = _snapshot(d)
+            written = Tally("write")
+            out = _record(written, seed, lambda: write_repro(case, ops, Provenance("ones", None), d, reference=False),
+                          typed)
+            tally.untyped += written.untyped
+            tally.hangs += written.hangs
+            tally.extra["written again"] += out is not None
+            tally.extra.update({f"write refused: {k}": v for k, v in written.refused.items()})
+            if out is None and not written.untyped and _snapshot(d) != before:
+                tally.breaches.append((seed, f"a refused write changed the folder: {'; '.join(how)}"))
+            if out is None and all(h == "build outputs" for h in how) and not written.untyped:
+                tally.breaches.append((seed, f"the oracle's own folder was refused: {'; '.join(how) or 'unmutated'}"))
+            if out is not None and any(v[0] == "link" for v in before.values()):
+                tally.breaches.append((seed, f"wrote into a folder holding a link: {'; '.join(how)}"))
+            if _snapshot(outside) != guarded:
+                tally.breaches.append((seed, f"a file outside the folder changed: {'; '.join(how)}"))
+                shutil.rmtree(outside)
+                outside.mkdir()
+                (outside / "victim.bin").write_bytes(bytes(2 * SMALL["m"] * SMALL["n"]))
     tally.seconds += time.perf_counter() - t0
     return tally
 
@@ -1187,6 +1377,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--case-fields", type=int, default=600)
     p.add_argument("--check-calls", type=int, default=1000)
     p.add_argument("--judge-every", type=int, default=1, help="judge every n-th oracle.check call that is valid")
+    p.add_argument("--repro-dirs", type=int, default=300)
     p.add_argument("--seed", type=int, default=1_000_000, help="the first seed (the CPU tier starts at 0)")
     p.add_argument("--analyze-every", type=int, default=8, help="judge every n-th dump that loads")
     p.add_argument("--as-limit-gb", type=float, default=4.0, help="the address-space limit (RLIMIT_AS)")
@@ -1208,6 +1399,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     tallies.append(run_case_fields(args.case_fields, args.seed))
     print(json.dumps(tallies[-1].to_json()), flush=True)
     tallies.append(run_check_calls(args.check_calls, args.seed, judge_every=args.judge_every))
+    print(json.dumps(tallies[-1].to_json()), flush=True)
+    tallies.append(run_repro_dirs(args.repro_dirs, args.seed))
     print(json.dumps(tallies[-1].to_json()), flush=True)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     import platform

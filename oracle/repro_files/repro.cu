@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -207,7 +208,8 @@ struct Line {
   std::vector<std::string> tokens;
 };
 
-// Lines of whitespace-separated tokens; '#' starts a comment; blank lines are skipped.
+// Lines of whitespace-separated tokens; '#' starts a comment; blank lines are skipped. A control
+// character other than a tab (a carriage return, a NUL, an escape) is refused, not read around.
 std::vector<Line> read_lines(const std::string& path) {
   std::ifstream in(path);
   if (!in) fail("cannot read " + path + " (the reproducer's directory must hold it; --dir DIR)");
@@ -216,6 +218,10 @@ std::vector<Line> read_lines(const std::string& path) {
   int no = 0;
   while (std::getline(in, text)) {
     ++no;
+    for (unsigned char c : text)
+      if ((c < 0x20 && c != '\t') || c == 0x7f)
+        fail(path + ":" + std::to_string(no) + ": control character " + std::to_string(int(c)) +
+             " in a line; the oracle writes none");
     const auto hash = text.find('#');
     if (hash != std::string::npos) text.resize(hash);
     std::istringstream ss(text);
@@ -228,6 +234,32 @@ std::vector<Line> read_lines(const std::string& path) {
 }
 
 std::string where(const std::string& path, const Line& l) { return path + ":" + std::to_string(l.number); }
+
+// The names the oracle writes (harness/names.py): an entry point or tensor is a C identifier, a
+// file a plain name of letters, digits and _ . + - not starting with '.' or '-' (no folder, no '..').
+bool is_identifier(const std::string& s) {
+  if (s.empty() || s.size() > 1024 || !(std::isalpha((unsigned char)s[0]) || s[0] == '_')) return false;
+  for (unsigned char c : s)
+    if (!(std::isalnum(c) || c == '_')) return false;
+  return true;
+}
+
+bool is_file_name(const std::string& s) {
+  if (s.empty() || s.size() > 255 || !(std::isalnum((unsigned char)s[0]) || s[0] == '_')) return false;
+  for (unsigned char c : s)
+    if (!(std::isalnum(c) || c == '_' || c == '.' || c == '+' || c == '-')) return false;
+  return true;
+}
+
+const std::string& identifier(const std::string& s, const std::string& at, const std::string& what) {
+  if (!is_identifier(s)) fail(at + ": " + what + " '" + s + "' is not a C identifier");
+  return s;
+}
+
+const std::string& file_name(const std::string& s, const std::string& at, const std::string& what) {
+  if (!is_file_name(s)) fail(at + ": " + what + " '" + s + "' is not a plain file name of this directory");
+  return s;
+}
 
 long long to_int(const std::string& s, const std::string& at) {
   char* end = nullptr;
@@ -330,9 +362,10 @@ std::map<std::string, TensorFile> read_inputs_manifest(const std::string& dir) {
     if (l.tokens[0] != "tensor") fail(at + ": expected a 'tensor name=... ' line, got '" + l.tokens[0] + "'");
     const auto kv = pairs(l, 1, at);
     TensorFile t;
-    t.name = need(kv, "name", at);
+    t.name = identifier(need(kv, "name", at), at, "tensor name");
     t.role = need(kv, "role", at);
-    t.file = need(kv, "file", at);
+    t.file = file_name(need(kv, "file", at), at, "file");
+    if (out.count(t.name)) fail(at + ": tensor " + t.name + " is listed twice");
     t.dtype = parse_dtype(need(kv, "dtype", at), at);
     t.shape = parse_shape(need(kv, "shape", at), at);
     t.logical = kv.count("logical") ? parse_shape(kv.at("logical"), at) : t.shape;
@@ -508,10 +541,25 @@ Launch read_launch(const std::string& dir) {
       if (l.tokens.size() <= i) fail(at + ": " + key + " needs " + std::to_string(i) + " value(s)");
       return l.tokens[i];
     };
+    // Every key takes exactly its values: a line with more (an entry name that was two words, a
+    // value that went on) is refused, as is a key given twice where one value is kept.
+    auto exactly = [&](size_t n) {
+      if (l.tokens.size() != n + 1)
+        fail(at + ": " + key + " takes " + std::to_string(n) + " value(s), the line has " +
+             std::to_string(l.tokens.size() - 1));
+    };
+    auto once = [&](const std::string& current) {
+      if (!current.empty()) fail(at + ": " + key + " is given twice");
+    };
     auto triple = [&](unsigned* d) {
+      exactly(3);
       for (int i = 0; i < 3; ++i) d[i] = unsigned(to_uint(arg(i + 1), at));
     };
     KernelLaunch& K = L.kernels.back();
+    const bool one_value = key == "launches" || key == "launch" || key == "entry_traced" || key == "entry_plain" ||
+                           key == "cubin_traced" || key == "cubin_plain" || key == "shared_mem_bytes" ||
+                           key == "timeout_s" || key == "trace_capacity_bytes";
+    if (one_value) exactly(1);
     if (key == "launches") declared = to_int(arg(1), at);
     else if (key == "launch") {
       const long long index = to_int(arg(1), at);
@@ -522,10 +570,10 @@ Launch read_launch(const std::string& dir) {
       if (sections) L.kernels.emplace_back();
       sections = true;
     }
-    else if (key == "entry_traced") K.entry_traced = arg(1);
-    else if (key == "entry_plain") K.entry_plain = arg(1);
-    else if (key == "cubin_traced") L.cubin_traced = arg(1);
-    else if (key == "cubin_plain") L.cubin_plain = arg(1);
+    else if (key == "entry_traced") { once(K.entry_traced); K.entry_traced = identifier(arg(1), at, "entry point"); }
+    else if (key == "entry_plain") { once(K.entry_plain); K.entry_plain = identifier(arg(1), at, "entry point"); }
+    else if (key == "cubin_traced") { once(L.cubin_traced); L.cubin_traced = file_name(arg(1), at, "cubin"); }
+    else if (key == "cubin_plain") { once(L.cubin_plain); L.cubin_plain = file_name(arg(1), at, "cubin"); }
     else if (key == "grid") triple(K.grid);
     else if (key == "block") triple(K.block);
     else if (key == "cluster") triple(K.cluster);
@@ -566,7 +614,10 @@ Launch read_launch(const std::string& dir) {
       ArgSpec a;
       const std::string& kind = arg(1);
       a.text = kind + " " + arg(2);
-      if (kind == "ptr") { a.kind = "ptr"; a.name = arg(2); }
+      if (l.tokens.size() > ((kind == "f32" || kind == "f64") ? 4u : 3u))
+        fail(at + ": arg " + kind + " takes one value" + ((kind == "f32" || kind == "f64") ? " (its bits) and the "
+             "number it is" : "") + ", the line has more");
+      if (kind == "ptr") { a.kind = "ptr"; a.name = identifier(arg(2), at, "buffer"); }
       else if (kind == "tensormap") { a.kind = "tensormap"; a.map = int(to_int(arg(2), at)); }
       else {
         a.kind = "bytes";
@@ -579,6 +630,8 @@ Launch read_launch(const std::string& dir) {
         else if (kind == "bytes") {
           const std::string& hex = arg(2);
           if (hex.size() % 2) fail(at + ": hex bytes of odd length");
+          for (unsigned char c : hex)
+            if (!std::isxdigit(c)) fail(at + ": '" + hex + "' is not hex bytes");
           for (size_t i = 0; i < hex.size(); i += 2) a.bytes.push_back((unsigned char)std::stoi(hex.substr(i, 2), nullptr, 16));
         } else {
           fail(at + ": argument kind '" + kind + "' is unknown; known: ptr tensormap i32 u32 i64 u64 f32 f64 bytes");

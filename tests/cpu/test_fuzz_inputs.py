@@ -17,6 +17,7 @@ import pytest
 
 TRACES, DUMPS, CASES = 8000, 500, 1000
 CASE_FIELDS, CHECK_CALLS, JUDGE_EVERY = 600, 1000, 10
+REPRO_DIRS = 320
 
 
 def test_mutated_trace_buffers_raise_only_trace_format_errors():
@@ -55,6 +56,14 @@ def test_oracle_check_refuses_bad_arguments_with_documented_errors_and_judges_th
     assert t.inputs == CHECK_CALLS and t.refused["SpecError"] > CHECK_CALLS // 2
     judged = sum(n for k, n in t.extra.items() if k.startswith("verdict "))
     assert judged >= 10 and t.extra["verdict MATCH"] >= 3 and t.extra["valid, not judged"] > judged
+
+
+def test_mutated_reproducer_folders_are_refused_typed_and_never_touched():
+    t = F.run_repro_dirs(REPRO_DIRS)
+    assert t.clean, t.failures()
+    assert t.inputs == REPRO_DIRS and t.refused["ReproError"] > REPRO_DIRS // 4 and t.accepted > REPRO_DIRS // 5
+    # refused writes left every byte as it was (else a breach); the oracle's own folders were written again
+    assert t.extra["write refused: ReproError"] > REPRO_DIRS // 2 and t.extra["written again"] > REPRO_DIRS // 10
 
 
 # -- the campaign can fail: each kind of defect it looks for is seen when planted -------------
@@ -134,3 +143,17 @@ def test_a_check_call_failing_untyped_or_judged_untrusted_is_caught(monkeypatch)
     monkeypatch.setattr(oracle, "check", planted)
     t = F.run_check_calls(2)
     assert [u[1] for u in t.untyped] == ["KeyError", "ORACLE_UNTRUSTED"] and not t.clean
+
+
+@pytest.mark.parametrize("planted", ["reader follows links", "writer ignores the manifest"])
+def test_a_reproducer_folder_read_through_a_link_or_overwritten_is_caught(monkeypatch, planted):
+    import oracle.repro_folder
+    import oracle.repro_run
+
+    if planted == "reader follows links":
+        real = oracle.repro_run.read_bounded
+        monkeypatch.setattr(oracle.repro_run, "read_bounded", lambda *a, nofollow=False, **k: real(*a, **k))
+    else:
+        monkeypatch.setattr(oracle.repro_folder.ReproFolder, "_survey", lambda self: ({}, set()))
+    t = F.run_repro_dirs(40)
+    assert not t.clean and (t.breaches or planted != "reader follows links"), t.failures()
