@@ -187,6 +187,7 @@ def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *,
     prob.update(dict(problem_overrides))
     if not prob:
         raise CaseError("no problem given: use a [problem] table or --problem m=...,n=...,k=...")
+    prob = _resolve_problem(prob)
     try:
         spec = ProblemSpec.from_json(prob)
     except SpecError as e:
@@ -203,6 +204,37 @@ def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *,
                     raise CaseError(f"[launch] args[{i}]: workspace {a.name!r} is not declared; declared: "
                                     f"{', '.join(sorted(declared)) or 'none'} ([workspace.NAME] tables)")
     return Case(spec, kernel, launch, trace, path, workspaces)
+
+
+PROBLEM_EXPRESSIONS = ("stream_k_workers",)  # [problem] fields that may be expressions of the sizes
+
+
+def device_sms() -> int:
+    """The GPU's multiprocessor count (`num_sms` in expressions); 132, an H200's, without a GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).multi_processor_count
+    return 132
+
+
+def _resolve_problem(prob: dict) -> dict:
+    """[problem] fields given as expressions (e.g. stream_k_workers = "2 * num_sms") evaluated over
+    the problem's sizes and num_sms; the spec (and so every recording) holds the integer."""
+    exprs = {f: prob[f] for f in PROBLEM_EXPRESSIONS if isinstance(prob.get(f), str)}
+    if not exprs:
+        return prob
+    try:
+        base = ProblemSpec.from_json({key: v for key, v in prob.items() if key not in exprs and key != "partition"})
+    except SpecError as e:
+        raise CaseError(f"problem: {e}") from None
+    names = {"m": base.m, "n": base.n, "k": base.k, "tiles_m": base.tiles_m, "tiles_n": base.tiles_n,
+             "k_blocks": base.k_blocks, "tiles": base.tiles_m * base.tiles_n, "batch": base.batch,
+             "num_sms": device_sms()}
+    out = dict(prob)
+    for key, expr in exprs.items():
+        out[key] = evaluate_int(expr, names, f"[problem] {key}", 1)
+    return out
 
 
 def _workspaces(sec) -> tuple[Workspace, ...]:
