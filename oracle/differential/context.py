@@ -113,6 +113,7 @@ class Context:
         self.taps: dict[tuple, Tap] = self._index(rec.taps)
         self.traced_tiles = frozenset(t.tile for t in rec.taps)
         self.partitions: dict[tuple[int, int], TilePartition] = self._partitions()
+        self._unexpected_records()
         self.padding_excluded: dict[str, int] = {}
         self._ref_tiles: dict[tuple[str, int, int], torch.Tensor] = {}
         t = spec.tile
@@ -150,6 +151,24 @@ class Context:
         acc = self.rec.trace
         recorded = acc.selection.records_k_block if acc is not None else (lambda kb: True)
         return {tile: observed_partition(spec, tile, kbs, recorded) for tile, kbs in tapped.items()}
+
+    def _unexpected_records(self) -> None:
+        """Operand taps of a split tile that belong to no partial its mma taps show (a partial the
+        mma stage never tapped, or a k-block outside the partial): the judgement has no place for
+        them, so they are an open confound, named."""
+        odd = []
+        for t in self.rec.taps:
+            part = self.partitions.get(t.tile)
+            if part is None or t.k_block is None or not (t.stage.startswith("load_") or
+                                                          t.stage.startswith("descriptor_")):
+                continue
+            p = part.partial(t.partial)
+            if p is None or not p.holds(t.k_block) or (t.partial is None) != part.whole:
+                odd.append(t.describe())
+        if odd:
+            shown = "; ".join(odd[:4]) + (f" and {len(odd) - 4} more" if len(odd) > 4 else "")
+            self.confound(f"operand records outside the partition the mma taps show: {shown} (no partial of the tile "
+                          f"holds them there)")
 
     @property
     def partition_issues(self) -> tuple[PartitionIssue, ...]:

@@ -201,3 +201,67 @@ def test_an_identical_repeated_tap_is_no_confound():
     tap = next(t for t in rec.taps if t.stage == "mma" and t.k_block == 1)
     an = analyze(dataclasses.replace(rec, taps=rec.taps + (tap,)))
     assert an.first.kind is Kind.VERDICT and not an.open_confounds
+
+
+# -- the zoo's stream-K kernel, transcribed ---------------------------------------------------------
+def _zoo_share_begin(rule, w, n, p):  # split_gemm.cu share_begin<R>
+    if rule == "ceil_shares":
+        return min(n, w * -(-n // p))
+    if rule == "floor_shares":
+        return w * n // p
+    q, r = divmod(n, p)
+    return w * q + min(w, r)
+
+
+def _zoo_worker_of(rule, i, total, workers):  # split_gemm.cu worker_of<R>
+    w = ((i + 1) * workers - 1) // total
+    while w + 1 < workers and _zoo_share_begin(rule, w + 1, total, workers) <= i:
+        w += 1
+    while w > 0 and _zoo_share_begin(rule, w, total, workers) > i:
+        w -= 1
+    return w
+
+
+def _zoo_streamk_taps(spec, rule, defect=None):
+    """{tile: {partial: k-blocks tapped}} of split_gemm.cu's streamk<D, Trace, R> worker loop."""
+    kb_n = spec.k_blocks
+    total, workers = spec.tiles_m * spec.tiles_n * kb_n, spec.stream_k_workers
+    taps: dict = {}
+    for w in range(workers):
+        begin, end = _zoo_share_begin(rule, w, total, workers), _zoo_share_begin(rule, w + 1, total, workers)
+        big, it = end - begin > total // workers, begin
+        while it < end:
+            t, kb0 = divmod(it, kb_n)
+            kb1 = min(kb_n, kb0 + (end - it))
+            p = w - _zoo_worker_of(rule, t * kb_n, total, workers)
+            stop = kb1 - 1 if defect == "skip_extra" and big and it + (kb1 - kb0) == end else kb1
+            start = kb0 - 1 if defect == "overlap_iter" and it == begin and kb0 > 0 else kb0
+            kbs = taps.setdefault(divmod(t, spec.tiles_n), {}).setdefault(p, set())
+            kbs.update(range(start, stop))
+            it += kb1 - kb0
+    return {tile: {p: kbs for p, kbs in parts.items() if kbs} for tile, parts in taps.items()}
+
+
+@pytest.mark.parametrize("k", [256, 1000])
+def test_the_zoo_stream_k_kernel_deals_by_the_rules_and_its_defects_show_where_the_manifest_says(k):
+    # zoo/split_gemm/streamk_cutlass.toml: 130 x 200 (12 tiles), min(num_sms, tiles + 2) = 14 workers
+    spec = ProblemSpec(m=130, n=200, k=k, tile=Tile(64, 64, 32), stream_k_workers=14, partition="cutlass_stream_k")
+    for rule in ("floor_shares", "cutlass_stream_k"):
+        ruled = dataclasses.replace(spec, partition=rule)
+        for tile, parts in _zoo_streamk_taps(ruled, rule).items():
+            want = tuple((q.index, q.kb_begin, q.kb_end) for q in tile_partials(ruled, tile))
+            assert tuple((p, min(v), max(v) + 1) for p, v in sorted(parts.items())) == want, (rule, tile)
+    kb_n = spec.k_blocks
+    for defect, kind, partial, kb in (("skip_extra", "gap", 0, {256: 5, 1000: 23}[k]),
+                                      ("overlap_iter", "overlap", 1, {256: 5, 1000: 23}[k])):
+        taps = _zoo_streamk_taps(spec, "cutlass_stream_k", defect)[(0, 1)]
+        issues = observed_partition(spec, (0, 1), taps).issues
+        assert [(i.kind, i.partial, i.k_block) for i in issues] == [(kind, partial, kb)], (defect, issues, kb_n)
+
+
+def test_an_operand_record_outside_the_tapped_partition_is_an_open_confound():
+    rec = _rec(SPLIT, defect="reduce_partial_twice")
+    stray = next(t for t in rec.taps if t.stage == "load_a" and t.partial == 2 and t.k_block == 6)
+    an = analyze(dataclasses.replace(rec, taps=rec.taps + (dataclasses.replace(stray, partial=1),)))
+    assert an.first.stage == "reduce" and an.first.kind is Kind.DRAFT, an.first
+    assert any("load_a tile (0, 0) k-block 6 partial 1" in c for c in an.open_confounds), an.open_confounds
