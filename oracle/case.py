@@ -47,7 +47,10 @@ code, so a case may change what that host code does:
     oob_fill = "zero"|"nan"
 The oracle records every map it encodes as the run's descriptor fields (descriptor stage).
 Expressions (grid, literals) may use + - * //, min, max, cdiv and the names above plus
-num_sms (the GPU's multiprocessor count).
+num_sms (the GPU's multiprocessor count). In [problem], stream_k_workers may be an expression too
+(e.g. "num_sms", "min(num_sms, tiles + 2)", over m, n, k, tiles_m, tiles_n, k_blocks, tiles, batch
+and num_sms): it is resolved when the case is loaded (num_sms 132, an H200's, without a GPU), and
+the problem, hence every recording, holds the number.
 """
 
 from __future__ import annotations

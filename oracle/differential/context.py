@@ -134,8 +134,8 @@ class Context:
         for t in taps:
             seen = out.get(t.site)
             if seen is not None and not _same_tap(seen, t):
-                self.confound(f"two {t.describe()} records disagree (a site tapped twice with different values: a race, "
-                              f"or taps of two runs mixed); the later one is judged")
+                self.confound(f"two {t.describe()} records disagree (a site tapped twice with different values: a "
+                              f"race, or taps of two runs mixed); the later one is judged")
             out[t.site] = t
         return out
 

@@ -180,7 +180,8 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
             in_tile = (el.row - o[0], el.col - o[1])
     return FirstDivergence(st.name, unit.tile, unit.k_block, element, in_tile, el.received if el else None,
                            el.expected if el else None, el.bound if el else None, kind, which,
-                           _hint(ctx, st.name, el) or _partition_hint(ctx, st.name, unit), fed_by=unit.fed_by, stand_ins=stand_ins,
+                           _hint(ctx, st.name, el) or _partition_hint(ctx, st.name, unit), fed_by=unit.fed_by,
+                           stand_ins=stand_ins,
                            untraced=diag.untraced, rerun=rerun, unwritten=bool(el and el.unwritten),
                            missing=tuple(missing) if kind is Kind.DRAFT else (), partial=unit.partial), kind
 

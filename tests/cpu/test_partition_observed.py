@@ -20,11 +20,12 @@ from oracle.problem import ProblemSpec, SpecError, Tile
 from oracle.simulate import Injection, simulate
 
 SPLIT = ProblemSpec(m=40, n=24, k=256, tile=Tile(64, 64, 32), splits=3)  # 8 k-blocks: ceil 0-2 3-5 6-7
-# 3 x 2 tiles of 8 k-blocks (48 iterations) over 5 workers: floor shares start at 0 9 19 28 38, CUTLASS's at 0 10 20 30 39
+# 3 x 2 tiles of 8 k-blocks (48 iterations) over 5 workers: floor shares start at 0 9 19 28 38,
+# CUTLASS's at 0 10 20 30 39
 STREAM = ProblemSpec(m=130, n=70, k=256, tile=Tile(64, 64, 32), stream_k_workers=5)
 # 3 x 3 tiles over 4 workers, a data-parallel remainder: tiles 0-4 stream-K, tiles 5-8 whole
-HYBRID = ProblemSpec(m=130, n=130, k=256, tile=Tile(64, 64, 32), stream_k_workers=4, partition="stream_k_dp_remainder",
-                     bias="col")
+HYBRID = ProblemSpec(m=130, n=130, k=256, tile=Tile(64, 64, 32), stream_k_workers=4,
+                     partition="stream_k_dp_remainder", bias="col")
 
 
 def _rec(spec, *, kernel_rule=None, defect=None, tile=(0, 0), kb=1, tiles=((0, 0),), seed=1, **kw):
@@ -81,8 +82,8 @@ def test_a_partition_rule_is_validated():
 
 def test_stream_k_workers_may_be_an_expression_of_the_sizes_and_num_sms(tmp_path):
     case = tmp_path / "c.toml"
-    case.write_text('[problem]\nm = 130\nn = 70\nk = 256\ntile = [64, 64, 32]\nstream_k_workers = "min(num_sms, tiles)"\n'
-                    'partition = "cutlass_stream_k"\n')
+    case.write_text('[problem]\nm = 130\nn = 70\nk = 256\ntile = [64, 64, 32]\n'
+                    'stream_k_workers = "min(num_sms, tiles)"\npartition = "cutlass_stream_k"\n')
     spec = load_case(str(case)).spec
     assert spec.stream_k_workers == 6 and spec.partition == "cutlass_stream_k"
     assert load_case(str(case), {"stream_k_workers": "2 * num_sms"}).spec.stream_k_workers == 264  # no GPU: 132

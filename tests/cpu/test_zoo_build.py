@@ -202,8 +202,8 @@ def test_untraced_correct_variants_are_the_same_with_tracing_compiled_in(sm80_bu
 
 # -- the split GEMMs' builds ---------------------------------------------------------------------
 SPLIT_SOURCE = ROOT / "zoo" / "split_gemm" / "split_gemm.cu"
-SPLIT_CORRECT = ["zoo_splitk_serial", "zoo_splitk_serial_floor", "zoo_splitk_atomic_partials", "zoo_splitk_atomic_reduce",
-                 "zoo_streamk", "zoo_streamk_cutlass", "zoo_grouped"]
+SPLIT_CORRECT = ["zoo_splitk_serial", "zoo_splitk_serial_floor", "zoo_splitk_atomic_partials",
+                 "zoo_splitk_atomic_reduce", "zoo_streamk", "zoo_streamk_cutlass", "zoo_grouped"]
 SPLIT_DEFECTIVE = ["zoo_splitk_serial_partial_twice", "zoo_splitk_serial_partial_missing", "zoo_splitk_serial_overlap",
                    "zoo_splitk_serial_floor_partial_twice", "zoo_splitk_atomic_partials_partial_twice",
                    "zoo_streamk_wrong_partial", "zoo_streamk_cutlass_skip_extra", "zoo_streamk_cutlass_overlap_iter",
