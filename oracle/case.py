@@ -47,7 +47,10 @@ code, so a case may change what that host code does:
     oob_fill = "zero"|"nan"
 The oracle records every map it encodes as the run's descriptor fields (descriptor stage).
 Expressions (grid, literals) may use + - * //, min, max, cdiv and the names above plus
-num_sms (the GPU's multiprocessor count).
+num_sms (the GPU's multiprocessor count). In [problem], stream_k_workers may be an expression too
+(e.g. "num_sms", "min(num_sms, tiles + 2)", over m, n, k, tiles_m, tiles_n, k_blocks, tiles, batch
+and num_sms): it is resolved when the case is loaded (num_sms 132, an H200's, without a GPU), and
+the problem, hence every recording, holds the number.
 """
 
 from __future__ import annotations
@@ -209,6 +212,7 @@ def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *,
     prob.update(dict(problem_overrides))
     if not prob:
         raise CaseError("no problem given: use a [problem] table or --problem m=...,n=...,k=...")
+    prob = _resolve_problem(prob)
     try:
         spec = ProblemSpec.from_json(prob)
     except SpecError as e:
@@ -240,6 +244,37 @@ def run_plan(sec: dict) -> RunPlan:
         except ValueError:
             raise CaseError(f"[run] smem_poison = {shown(poison)} must be a 32-bit word such as \"0xFFFFFFFF\"") from None
     return RunPlan(sec.get("repeat", 1), poison)
+
+
+PROBLEM_EXPRESSIONS = ("stream_k_workers",)  # [problem] fields that may be expressions of the sizes
+
+
+def device_sms() -> int:
+    """The GPU's multiprocessor count (`num_sms` in expressions); 132, an H200's, without a GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).multi_processor_count
+    return 132
+
+
+def _resolve_problem(prob: dict) -> dict:
+    """[problem] fields given as expressions (e.g. stream_k_workers = "2 * num_sms") evaluated over
+    the problem's sizes and num_sms; the spec (and so every recording) holds the integer."""
+    exprs = {f: prob[f] for f in PROBLEM_EXPRESSIONS if isinstance(prob.get(f), str)}
+    if not exprs:
+        return prob
+    try:
+        base = ProblemSpec.from_json({key: v for key, v in prob.items() if key not in exprs and key != "partition"})
+    except SpecError as e:
+        raise CaseError(f"problem: {e}") from None
+    names = {"m": base.m, "n": base.n, "k": base.k, "tiles_m": base.tiles_m, "tiles_n": base.tiles_n,
+             "k_blocks": base.k_blocks, "tiles": base.tiles_m * base.tiles_n, "batch": base.batch,
+             "num_sms": device_sms()}
+    out = dict(prob)
+    for key, expr in exprs.items():
+        out[key] = evaluate_int(expr, names, f"[problem] {key}", 1)
+    return out
 
 
 def _workspaces(sec) -> tuple[Workspace, ...]:

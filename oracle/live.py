@@ -25,7 +25,7 @@ from harness.tensormap import mn_dim, operand_tensormap
 from harness.trace_budget import TraceBudget, trace_budget
 from kernels_ref.dtypes import DTYPES
 from oracle import knobs
-from oracle.case import Case, CaseError, check_trace_selection, evaluate, evaluate_int
+from oracle.case import Case, CaseError, check_trace_selection, device_sms, evaluate, evaluate_int
 from oracle.case_grammar import check_case_names
 from oracle.inputs import (InputError, Operands, Provenance, analytic_ones_value, check_operands,
                            check_problem_size, expected_shapes, operand_limit_bytes)
@@ -73,14 +73,8 @@ def _names(case: Case) -> dict[str, int]:
         names["lda"] = s.k if s.a_major == "row" else s.total_m
         names["ldc"] = s.n if s.c_major == "row" else s.total_m
         names["ldd"] = s.n if s.d_major == "row" else s.total_m
-    names["num_sms"] = _num_sms()
+    names["num_sms"] = device_sms()
     return names
-
-
-def _num_sms() -> int:
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_properties(0).multi_processor_count
-    return 132  # an H200; only used when describing a launch without a GPU
 
 
 def launch_spec(case: Case, ops: Optional[Operands]) -> tuple[LaunchSpec, dict[str, torch.Tensor]]:

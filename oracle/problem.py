@@ -6,8 +6,8 @@ inside the main loop. Every invalid field raises `SpecError` naming the field, t
 what is allowed.
 
 A tile's k-blocks may be accumulated in partials that a reduction sums (`splits`: split-K, each
-split an even share of the k-blocks; `stream_k_workers`: stream-K, the tiles' k-blocks dealt out
-evenly to that many workers, oracle.partition). A problem may be grouped (`groups`: MoE-style
+split a share of the k-blocks; `stream_k_workers`: stream-K, the tiles' k-blocks dealt out to that
+many workers; `partition` names the dealing rule, oracle.partition). A problem may be grouped (`groups`: MoE-style
 contiguous groups along M of the given sizes, each with its own B; A [M, K] and D [M, N] hold the
 groups one after the other) or batched (`batch` entries of one shape, stored the same way).
 """
@@ -43,6 +43,8 @@ ACC_MODELS = ("fp32", "tf32", "tf32_rn", "tf32x3", "bf16x3", "fp16", "fp8_fast",
 _ACC_MODEL_OPERANDS = {"tf32": ("fp32",), "tf32_rn": ("fp32",), "tf32x3": ("fp32",), "bf16x3": ("fp32",),
                        "fp8_fast": FP8, "fp8_promoted": FP8, "int32": ("int8",), "fp16": ("fp16",) + FP8}
 _ACC_MODEL_ACC = {"fp16": "fp16", "int32": "int32"}
+# how a split tile's k-blocks are dealt to its partials (oracle.partition documents each rule)
+PARTITION_RULES = ("ceil_shares", "floor_shares", "cutlass_stream_k", "stream_k_dp_remainder")
 REDUCTIONS = ("none", "fp32", "bf16", "fp16")  # the type split-K partials are stored in before they are summed
 ACTIVATION_IMPLS = ("accurate", "fast")
 
@@ -145,6 +147,7 @@ class ProblemSpec:
     batch: int = 1
     splits: int = 1
     stream_k_workers: Optional[int] = None
+    partition: Optional[str] = None  # the declared partition rule (oracle.partition); None: the default
     groups: Optional[tuple[int, ...]] = None  # M of each group (0 allowed); m is their sum
     acc_model: Optional[str] = None
     reduction: str = "none"
@@ -228,6 +231,13 @@ class ProblemSpec:
             _positive_int("stream_k_workers", self.stream_k_workers, MAX_STREAM_K_WORKERS)
             _require(self.splits == 1, "stream_k_workers", self.stream_k_workers,
                      "stream-K and split-K (splits > 1) are two ways to split k: give one of them")
+        if self.partition is not None:
+            _require(self.partition in PARTITION_RULES, "partition", self.partition,
+                     f"one of {', '.join(PARTITION_RULES)} (oracle.partition)")
+            _require(self.partitioned, "partition", self.partition,
+                     "a partition rule needs a split problem (splits > 1 or stream_k_workers)")
+            _require(self.partition != "stream_k_dp_remainder" or self.stream_k_workers is not None, "partition",
+                     self.partition, "a data-parallel remainder is a stream-K rule: give stream_k_workers")
         if self.partitioned:
             _require(not self.block_scaled, "splits" if self.splits > 1 else "stream_k_workers",
                      self.splits if self.splits > 1 else self.stream_k_workers,

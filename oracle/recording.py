@@ -65,6 +65,8 @@ class Recording:
             raise RecordingError(f"command must be a list of strings, got {list(self.command)!r}")
         t = spec.tile
         sizes = spec.group_sizes
+        if spec.partitioned:
+            _check_whole_tiles(self.taps)
         for tap in self.taps:
             tm, tn = tap.tile
             if sizes is not None:
@@ -76,9 +78,6 @@ class Recording:
                 if tap.group is not None:
                     raise RecordingError(f"{tap.describe()}: the problem has no groups")
                 tiles_m = spec.tiles_m
-            if spec.partitioned and tap.stage == "mma" and tap.partial is None:
-                raise RecordingError(f"{tap.describe()}: the problem splits k into partials, so its mma taps must "
-                                     f"name their partial")
             if not spec.partitioned and tap.partial is not None:
                 raise RecordingError(f"{tap.describe()}: the problem's k is not split (splits = 1, no stream-K), "
                                      f"but the tap names a partial")
@@ -146,6 +145,20 @@ class Recording:
         except RecordingError as e:
             raise DumpError(f"dump {path!r} is inconsistent: {e}") from None
         return rec
+
+
+def _check_whole_tiles(taps) -> None:
+    """A split problem's tile is whole when its mma taps name no partial (-1 in the trace), as the
+    trace format documents; a tile whose mma taps do both is refused (it says two things)."""
+    named: dict[tuple, set] = {}
+    for tap in taps:
+        if tap.stage == "mma":
+            named.setdefault((tap.group, tap.tile), set()).add(tap.partial is None)
+    for (group, tile), kinds in named.items():
+        if len(kinds) == 2:
+            where = f"tile {tile}" + (f" of group {group}" if group is not None else "")
+            raise RecordingError(f"mma taps of {where} name partials and also none (partial -1, a whole tile): a "
+                                 f"tile is either split into named partials or whole")
 
 
 META_FIELDS = ("problem", "provenance", "kernel", "synthetic", "confounds", "notes", "environment", "trace",

@@ -65,6 +65,7 @@ FORMAT = "oracle-repro"
 VERSION = 2  # 2: every launch of the case, workspaces, grouped problems
 READABLE_VERSIONS = (1, 2)
 TEMPLATE = Path(__file__).resolve().parent / "repro_files" / "repro.cu"
+TEMPLATE_PARTS = tuple(sorted((TEMPLATE.parent / "repro").glob("*.cuh")))
 BOUND_F64_LIMIT = 1 << 22  # outputs with more elements get a float32 bound.bin (rounded up)
 TIMEOUT_S = 60
 # Files a run of the reproducer writes (make clean removes them with the builds).
@@ -609,6 +610,8 @@ def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: R
     write("launch.txt", launch_text)
     write("problem.txt", _problem_text(case))
     write("repro.cu", read_kernel_file(TEMPLATE, ReproError)[0])
+    for part in TEMPLATE_PARTS:  # the host program's headers, one concern each (repro/*.cuh)
+        write(f"repro/{part.name}", read_kernel_file(part, ReproError)[0])
     write("Makefile", makefile)
     copied = [(f.rel, str(f.path)) for f in sources]
     write("README.txt", _readme(case, provenance, sequence, build, reference, selection, workspaces, copied))

@@ -37,10 +37,13 @@ DEFECTS = {
     "reduce_partial_twice": "the reduction adds the first partial of the defect tile twice",
     "reduce_partial_missing": "the reduction leaves out the last partial of the defect tile",
     "partial_overlap": "the defect tile's partial 1 starts one k-block early (it overlaps partial 0)",
+    "partial_gap": "the defect tile's partial 1 starts one k-block late (the k-block before it is summed by none)",
+    "reduce_wrong_partial": "the reduction reads partial 0 in place of the defect tile's last partial",
     "group_wrong_b": "the defect group is multiplied by the next group's B",
     "group_offset": "the defect group reads A from one row past its first row",
 }
-SPLIT_DEFECTS = ("reduce_partial_twice", "reduce_partial_missing", "partial_overlap")
+SPLIT_DEFECTS = ("reduce_partial_twice", "reduce_partial_missing", "partial_overlap", "partial_gap",
+                 "reduce_wrong_partial")
 GROUP_DEFECTS = ("group_wrong_b", "group_offset")
 
 
@@ -123,11 +126,15 @@ def _storage(tile_logical: torch.Tensor, operand: str, major: str) -> torch.Tens
 
 def simulate(spec: ProblemSpec, ops: Operands, provenance: Provenance, *, injection: Optional[Injection] = None,
              tap_tiles: Optional[Sequence[tuple[int, int]]] = None, partial_mma: bool = False,
-             stale_padding: bool = False, kernel: str = "simulated_gemm") -> Recording:
+             stale_padding: bool = False, kernel: str = "simulated_gemm", partition: Optional[str] = None,
+             whole_untagged: bool = False) -> Recording:
     """Run the model. `stale_padding` fills A's rows past M with leftovers of another problem, as a
     kernel whose batch is smaller than its MMA tile does: correct, but the taps hold garbage there.
-    A split problem accumulates each tile in its partials (oracle.partition), each from zero, and
-    taps them and their reduction; a grouped one runs every group as its own GEMM."""
+    A split problem accumulates each tile in its partials, each from zero, and taps them and their
+    reduction; the model deals k-blocks by `partition` (an oracle.partition rule; default: the
+    problem's own). With `whole_untagged`, a tile of a split problem that one partial covers is done
+    as a whole tile: its taps name no partial (-1 in the trace) and it has no reduction. A grouped
+    problem runs every group as its own GEMM."""
     if spec.group_sizes is not None:
         return _simulate_groups(spec, ops, provenance, injection, tap_tiles, kernel)
     t = spec.tile
@@ -159,22 +166,28 @@ def simulate(spec: ProblemSpec, ops: Operands, provenance: Provenance, *, inject
             if bad and inj.defect == "mma_no_reset" and stale_acc is not None:
                 acc = stale_acc.clone()
             finals = []
-            for piece in tile_partials(spec, here):
-                pidx = piece.index if spec.partitioned else None
+            pieces = tile_partials(spec, here, partition)
+            whole = whole_untagged and len(pieces) == 1
+            for piece in pieces:
+                pidx = piece.index if spec.partitioned and not whole else None
                 begin = piece.kb_begin
                 if bad and inj.defect == "partial_overlap" and piece.index == 1:
                     begin -= 1
+                if bad and inj.defect == "partial_gap" and piece.index == 1:
+                    begin += 1
                 if spec.partitioned and not (bad and inj.defect == "mma_no_reset"):
                     acc = torch.zeros_like(acc)
                 acc = _run_partial(spec, ops, here, range(begin, piece.kb_end), pidx, acc, a_pad, b_pad, inj, bad,
                                    tapped, taps, partial_mma, m, n)
                 finals.append(acc.float())
-            if spec.partitioned:
+            if spec.partitioned and not whole:
                 parts = list(finals)
                 if bad and inj.defect == "reduce_partial_twice":
                     parts.append(parts[0])
                 if bad and inj.defect == "reduce_partial_missing":
                     parts = parts[:-1]
+                if bad and inj.defect == "reduce_wrong_partial":
+                    parts[-1] = parts[0]
                 acc = torch.zeros(bm, bn)
                 for x in parts:
                     acc = acc + x

@@ -27,6 +27,7 @@ from oracle.differential.findings import (FirstDivergence, first_finding, first_
 from oracle.differential.mma import mma_stage
 from oracle.differential.operands import descriptor_stage, load_stage
 from oracle.differential.reduce import reduce_stage
+from oracle.partition import describe_partitions
 from oracle.recording import Recording, RecordingError
 
 
@@ -46,6 +47,7 @@ class Analysis:
     group: Optional[int] = None  # a grouped or batched run: the group these stages are of
     groups: tuple = ()  # a grouped or batched run: every group's outcome (oracle.differential.groups)
     whole: Optional[Recording] = None  # a grouped or batched run: the recording of the whole run
+    partition: Optional[str] = None  # a split problem: the rule the taps' partitions follow (oracle.partition)
 
     @property
     def verdict(self) -> Verdict:
@@ -116,9 +118,13 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
                          f"draft until reproduced on a controlled input")
     open_conf.extend(mixing_confound(ctx))
     open_conf.extend(trace_confounds(ctx))
+    open_conf.extend(ctx.open_confounds)  # noticed by the stages: taps that break an assumption of the judgement
+    partition = describe_partitions(spec, ctx.partitions)
+    if partition is not None:
+        handled += (partition,)
     first, kind = first_finding(ctx, stages, diag, confounds=open_conf)
     return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, first_nonfinite(stages),
-                    str(dev), tuple(unobserved(ctx, stages)))
+                    str(dev), tuple(unobserved(ctx, stages)), partition=partition)
 
 
 def expected_output(spec, operands, device: Optional[torch.device] = None) -> tuple[torch.Tensor, torch.Tensor]:

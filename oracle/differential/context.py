@@ -20,7 +20,7 @@ from kernels_ref import load as ref_load
 from oracle.compare import Comparison, Status, compare
 from oracle.diagnose import StageOutcome
 from oracle.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Evidence, Feed
-from oracle.partition import Partial, partial_of, tile_partials
+from oracle.partition import Partial, PartitionIssue, TilePartition, observed_partition, partial_of, tile_partials
 from oracle.recording import Recording
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -48,6 +48,14 @@ def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[
 
 def bits(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous().view(_INT_OF_SIZE[x.element_size()])
+
+
+def _same_tap(a: Tap, b: Tap) -> bool:
+    if a.values.shape != b.values.shape or a.values.dtype != b.values.dtype:
+        return False
+    if (a.mask is None) != (b.mask is None) or (a.mask is not None and not torch.equal(a.mask, b.mask)):
+        return False
+    return bool((bits(a.values) == bits(b.values)).all())
 
 
 @dataclass(frozen=True)
@@ -101,12 +109,78 @@ class Context:
         self.group = ((spec.scale_a.block[0], spec.scale_b.block[0], spec.scale_a.block[1])
                       if spec.block_scaled else None)
         self.output = rec.output.to(device) if rec.output is not None else None
-        self.taps: dict[tuple, Tap] = {t.site: t for t in rec.taps}
+        self.open_confounds: list[str] = []  # what broke an assumption of the judgement (see confound())
+        self.taps: dict[tuple, Tap] = self._index(rec.taps)
         self.traced_tiles = frozenset(t.tile for t in rec.taps)
+        self.partitions: dict[tuple[int, int], TilePartition] = self._partitions()
+        self._unexpected_records()
         self.padding_excluded: dict[str, int] = {}
         self._ref_tiles: dict[tuple[str, int, int], torch.Tensor] = {}
         t = spec.tile
         self.bm, self.bn, self.bk = t.bm, t.bn, t.bk
+
+    # -- confounds ---------------------------------------------------------------------------
+    def confound(self, text: str) -> None:
+        """Something noticed that breaks an assumption of the judgement (a tap outside its partial,
+        two taps of one site that disagree, a record the judgement cannot place): an open confound,
+        so no finding of the run is more than a DRAFT, and the report names it."""
+        if text not in self.open_confounds:
+            self.open_confounds.append(text)
+
+    def _index(self, taps) -> dict[tuple, Tap]:
+        """The taps by site; a site tapped twice with different values is an open confound (the
+        later tap is the one judged)."""
+        out: dict[tuple, Tap] = {}
+        for t in taps:
+            seen = out.get(t.site)
+            if seen is not None and not _same_tap(seen, t):
+                self.confound(f"two {t.describe()} records disagree (a site tapped twice with different values: a "
+                              f"race, or taps of two runs mixed); the later one is judged")
+            out[t.site] = t
+        return out
+
+    def _partitions(self) -> dict[tuple[int, int], TilePartition]:
+        """Each traced tile's partition as its mma taps show it (oracle.partition.observed_partition)."""
+        spec = self.spec
+        if not spec.partitioned:
+            return {}
+        tapped: dict[tuple[int, int], dict] = {}
+        for t in self.rec.taps:
+            if t.stage == "mma" and t.k_block is not None:
+                tapped.setdefault(t.tile, {}).setdefault(t.partial, set()).add(t.k_block)
+        acc = self.rec.trace
+        recorded = acc.selection.records_k_block if acc is not None else (lambda kb: True)
+        return {tile: observed_partition(spec, tile, kbs, recorded) for tile, kbs in tapped.items()}
+
+    def _unexpected_records(self) -> None:
+        """Operand taps of a split tile that belong to no partial its mma taps show (a partial the
+        mma stage never tapped, or a k-block outside the partial): the judgement has no place for
+        them, so they are an open confound, named."""
+        odd = []
+        for t in self.rec.taps:
+            part = self.partitions.get(t.tile)
+            if part is None or t.k_block is None or not (t.stage.startswith("load_") or
+                                                          t.stage.startswith("descriptor_")):
+                continue
+            p = part.partial(t.partial)
+            if p is None or not p.holds(t.k_block) or (t.partial is None) != part.whole:
+                odd.append(t.describe())
+        if odd:
+            shown = "; ".join(odd[:4]) + (f" and {len(odd) - 4} more" if len(odd) > 4 else "")
+            self.confound(f"operand records outside the partition the mma taps show: {shown} (no partial of the tile "
+                          f"holds them there)")
+
+    @property
+    def partition_issues(self) -> tuple[PartitionIssue, ...]:
+        return tuple(i for p in self.partitions.values() for i in p.issues)
+
+    def max_partials(self) -> int:
+        """The most partials any tile has (declared, or as tapped): what the reduction bound reads."""
+        spec = self.spec
+        if not spec.partitioned:
+            return 1
+        declared = max(len(tile_partials(spec, (tm, tn))) for tm in range(spec.tiles_m) for tn in range(spec.tiles_n))
+        return max([declared] + [len(p.partials) for p in self.partitions.values()])
 
     # -- taps and geometry ---------------------------------------------------------------------
     def taps_of(self, stage: str) -> list[Tap]:
@@ -163,11 +237,18 @@ class Context:
         return tm * self.bm, tn * self.bn
 
     def partials(self, tile) -> tuple[Partial, ...]:
-        return tile_partials(self.spec, tuple(tile))
+        """The tile's partials: as its mma taps show them, else by the declared rule."""
+        p = self.partitions.get(tuple(tile))
+        return p.partials if p is not None else tile_partials(self.spec, tuple(tile))
+
+    def whole(self, tile) -> bool:
+        """Is the tile accumulated in one piece (no split, its taps name no partial, or one partial)?"""
+        p = self.partitions.get(tuple(tile))
+        return not self.spec.partitioned or (p is not None and p.whole) or len(self.partials(tile)) == 1
 
     def partial(self, tile, index) -> Partial:
-        """The partial a tap names (None: the one partial of a tile that is not split); a partial the
-        problem's decomposition does not have holds no k-block."""
+        """The partial a tap names (None: the one partial of a whole tile); a partial the tile's
+        partition does not have holds no k-block."""
         if index is None:
             return Partial(0, 0, self.spec.k_blocks)
         found = partial_of(self.partials(tile), index)

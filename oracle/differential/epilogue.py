@@ -25,7 +25,6 @@ from oracle.compare import combine
 from oracle.differential.context import NOT_RUN_STAGE, Context, StageResult
 from oracle.differential.mma import abs_kwargs, abs_operand, mma_kwargs
 from oracle.evidence import Feed
-from oracle.partition import tile_partials
 
 
 class Vectors:
@@ -123,8 +122,7 @@ def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]
     bound0 = tolerance.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k, stats,
                                  x_abs=acc_full.double().abs()).double()
     if spec.partitioned:  # the partials' reduction, in whatever order the kernel sums them
-        most = max(len(tile_partials(spec, (tm, tn))) for tm in range(spec.tiles_m) for tn in range(spec.tiles_n))
-        bound0 = bound0 + tolerance.reduce_bound(s_full, most)
+        bound0 = bound0 + tolerance.reduce_bound(s_full, ctx.max_partials())
     return {step: (y, b) for step, y, b in run_epilogue(ctx, acc_full, bound0, 0, Vectors(ctx, None))}
 
 

@@ -180,7 +180,8 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
             in_tile = (el.row - o[0], el.col - o[1])
     return FirstDivergence(st.name, unit.tile, unit.k_block, element, in_tile, el.received if el else None,
                            el.expected if el else None, el.bound if el else None, kind, which,
-                           _hint(ctx, st.name, el), fed_by=unit.fed_by, stand_ins=stand_ins,
+                           _hint(ctx, st.name, el) or _partition_hint(ctx, st.name, unit), fed_by=unit.fed_by,
+                           stand_ins=stand_ins,
                            untraced=diag.untraced, rerun=rerun, unwritten=bool(el and el.unwritten),
                            missing=tuple(missing) if kind is Kind.DRAFT else (), partial=unit.partial), kind
 
@@ -217,6 +218,14 @@ def _acts(ctx: Context, stage: str) -> bool:
     if stage in DESCRIPTOR_STAGES:
         return ctx.has_tma(stage[-1])
     return True
+
+
+def _partition_hint(ctx: Context, stage: str, unit: TileMetrics) -> Optional[str]:
+    """What a failing mma unit made of a partition issue (oracle.partition) says."""
+    if stage != "mma":
+        return None
+    return next((i.describe() for i in ctx.partition_issues
+                 if (i.tile, i.partial, i.k_block) == (unit.tile, unit.partial, unit.k_block)), None)
 
 
 def _hint(ctx: Context, stage: str, el) -> Optional[str]:

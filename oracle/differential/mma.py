@@ -7,9 +7,11 @@
   reference tile stands in for it and the comparison says so (its finding is a draft). An
   accumulator element is compared only if the kernel recorded the accumulator it started from and
   every element of its row of A and its column of B in the span.
-A split tile (split-K, stream-K) is judged partial by partial: each partial's trajectory starts
-from zero at its first k-block (oracle.partition); a tap outside its partial's range is named and
-left out of the trajectory.
+A split tile (split-K, stream-K) is judged partial by partial, its partials as its own taps show
+them (oracle.partition.observed_partition): each partial's trajectory starts from zero at its first
+k-block. A partition no valid kernel has (a k-block tapped in two partials, or in none) is itself a
+failing unit of the stage at that partial and k-block, fed by the kernel's taps; a tap that still
+falls outside its partial is an open confound and is left out of the trajectory.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import torch
 from harness.taps import Tap
 from kernels_ref import mma as ref_mma
 from oracle import tolerance
-from oracle.compare import combine
+from oracle.compare import Comparison, Status, TileMetrics, combine
 from oracle.differential.context import NOT_RUN_STAGE, Context, StageResult
-from oracle.evidence import Feed
+from oracle.evidence import Evidence, Feed
+from oracle.partition import PartitionIssue
 
 
 def abs_operand(x: torch.Tensor) -> torch.Tensor:
@@ -60,19 +63,18 @@ def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
     finals: dict[tuple, Tap] = {}
     if not taps:
         return StageResult("mma", NOT_RUN_STAGE, NOT_RUN_STAGE), finals
-    notes = []
     runs: dict[tuple, dict[int, Tap]] = {}  # (tile, partial) -> {k-block: tap}, in-range taps only
     for t in taps:
         part = ctx.partial(t.tile, t.partial)
         kb = part.kb_end - 1 if t.k_block is None else t.k_block
         if not part.holds(kb):
-            notes.append(f"mma tile {t.tile} {part.describe()} tapped k-block {kb}, outside its range: the kernel's "
-                         f"partials overlap, or do not follow the problem's decomposition (splits / stream_k_workers)")
+            ctx.confound(f"mma tile {t.tile} {part.describe()} tapped k-block {kb}, outside its range: the tap is left "
+                         f"out of the judgement")
             continue
         runs.setdefault((t.tile, t.partial), {})[kb] = t
         if kb == part.kb_end - 1:
             finals[(t.tile, t.partial)] = t
-    tf, ch = [], []
+    tf, ch = [partition_unit(i) for i in ctx.partition_issues], []
     for (tile, p_index), by_kb in sorted(runs.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
         part = ctx.partial(tile, p_index)
         traj, s_traj = _partial_reference(ctx, tile, part)
@@ -87,7 +89,18 @@ def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
             c_tf, c_ch = _judge_span(ctx, t, part, kb, j0, by_kb, traj, s_traj, stats)
             tf.append(c_tf)
             ch.append(c_ch)
-    return StageResult("mma", combine(tf, *notes), combine(ch, *notes)), finals
+    return StageResult("mma", combine(tf), combine(ch)), finals
+
+
+def partition_unit(issue: PartitionIssue) -> Comparison:
+    """A partition no valid kernel has, as a failing unit of the mma stage at its partial and
+    k-block (no element: the fault is which k-blocks were summed, read from the kernel's taps)."""
+    nan = float("nan")
+    unit = TileMetrics(issue.tile, issue.k_block, compared=0, excluded=0, mismatches=1, max_abs_err=nan,
+                       max_rel_err=nan, max_ratio=float("inf"), rel_l2=nan, cosine=nan, amplification=nan,
+                       nan_received=0, nan_expected=0, inf_received=0, inf_expected=0, trivial=False, exact=False,
+                       partial=issue.partial)
+    return Comparison(Status.MISMATCH, (unit,), (f"partition: {issue.describe()}",)).labelled(Evidence.of(Feed.KERNEL))
 
 
 def _partial_reference(ctx: Context, tile, part):

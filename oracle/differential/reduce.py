@@ -4,9 +4,11 @@
   partial taps (a partial whose final accumulator was not tapped is stood in for by the reference
   partial, and said so), bound by a reduction in any order;
 - chained: against the reference accumulation of the whole tile.
-It also hands the epilogue its source per tile: the reduce tap; or, where the reduction was not
-tapped, the kernel's partials summed by the reference (a stand-in for the reduce tap); or, for a
-tile that is not split, its final mma tap.
+The partials are the tile's own, as its mma taps show them (oracle.partition). It also hands the
+epilogue its source per tile: the reduce tap; or, where the reduction was not tapped, the kernel's
+partials summed by the reference (a stand-in for the reduce tap); or, for a whole tile (a problem
+that is not split, a tile whose taps name no partial, a stream-K tile one worker did alone), its
+final mma tap.
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ def reduce_stage(ctx: Context, finals: dict) -> tuple[StageResult, dict]:
     tf, ch = [], []
     for tile in tiles:
         tap = ctx.tap("reduce", tile)
-        if not spec.partitioned:
-            final = finals.get((tile, None))
-            if final is not None:
+        if ctx.whole(tile):
+            final = finals.get((tile, None)) if (tile, None) in finals else finals.get((tile, 0))
+            if tap is not None and spec.partitioned:  # the kernel passed the whole tile through its reduction
+                sources[tile] = Source(tap.values.to(ctx.dev), ctx.recorded(tap), "reduce")
+            elif final is not None:
                 sources[tile] = Source(final.values.to(ctx.dev), ctx.recorded(final), "mma (final accumulator)")
             if tap is not None and final is not None:
                 c_tf, c_ch = _judge(ctx, tap, final.values.to(ctx.dev).float(), ctx.recorded(final), (), 1,

@@ -28,6 +28,9 @@ GROUPED = ProblemSpec(m=218, n=64, k=128, tile=Tile(64, 64, 32), groups=(40, 0, 
 def test_split_k_shares_are_even_and_cover_every_k_block():
     parts = tile_partials(SPLIT, (0, 0))
     assert [(p.kb_begin, p.kb_end) for p in parts] == [(0, 3), (3, 6), (6, 8)]
+    for rule, want in (("floor_shares", [(0, 2), (2, 5), (5, 8)]), ("cutlass_stream_k", [(0, 3), (3, 6), (6, 8)])):
+        assert [(p.kb_begin, p.kb_end) for p in tile_partials(dataclasses.replace(SPLIT, partition=rule), (0, 0))] \
+            == want, rule
     assert [(p.kb_begin, p.kb_end) for p in tile_partials(dataclasses.replace(SPLIT, splits=8), (0, 0))] == \
         [(i, i + 1) for i in range(8)]
 
@@ -84,7 +87,7 @@ def test_correct_split_and_grouped_kernels_match(spec, tiles):
 @pytest.mark.parametrize("spec, defect, tile, stage, partial, kb", [
     (SPLIT, "reduce_partial_twice", (0, 0), "reduce", None, None),
     (SPLIT, "reduce_partial_missing", (0, 0), "reduce", None, None),
-    (SPLIT, "partial_overlap", (0, 0), "mma", 1, 3),  # partial 1 also summed k-block 2
+    (SPLIT, "partial_overlap", (0, 0), "mma", 1, 2),  # partial 1 also summed k-block 2, partial 0's last
     (SPLIT, "mma_kblock_twice", (0, 0), "mma", 1, 4),
     (STREAM, "reduce_partial_twice", (0, 1), "reduce", None, None),
 ])
@@ -96,10 +99,12 @@ def test_split_defects_are_found_at_their_stage_and_partial(spec, defect, tile, 
         assert f"partial {partial}" in report.sentence(an)
 
 
-def test_an_overlapping_partial_is_named_out_of_its_range():
+def test_an_overlapping_partial_is_the_finding_and_names_the_k_block_summed_twice():
     an = _judge(SPLIT, "partial_overlap")
-    mma = next(s for s in an.stages if s.name == "mma")
-    assert any("partial 1 (k-blocks 3-5) tapped k-block 2, outside its range" in n for n in mma.teacher_forced.notes)
+    assert an.first.hint == "tile (0, 0): k-block 2 is tapped in partial 0 and in partial 1: the partials overlap " \
+                            "(a k-block summed twice)"
+    assert "k-block 2 is tapped in partial 0 and in partial 1" in report.sentence(an)
+    assert not an.open_confounds  # the overlap is the finding, not a note beside another one
 
 
 @pytest.mark.parametrize("defect, group, stage", [("group_wrong_b", 2, "descriptor_b"),
@@ -116,12 +121,24 @@ def test_grouped_defects_name_their_group(defect, group, stage):
     assert doc["group"] == group and len(doc["groups"]) == 5 and doc["first_divergence"]["group"] == group
 
 
-def test_split_taps_without_their_partial_are_refused():
+def test_split_taps_without_their_partial_say_the_tile_is_whole():
+    """Partial -1 (None) is the trace format's "this tile is not split": the tile is judged as one
+    accumulation, so a kernel that in fact restarted from zero at k-block 3 diverges there."""
     ops = make_operands(SPLIT, "random", 1)
     rec = simulate(SPLIT, ops, Provenance("random", 1), tap_tiles=[(0, 0)])
-    bare = dataclasses.replace(rec, taps=tuple(dataclasses.replace(t, partial=None) for t in rec.taps))
-    with pytest.raises(RecordingError, match="must name their partial"):
-        analyze(bare)
+    bare = dataclasses.replace(rec, taps=tuple(dataclasses.replace(t, partial=None) for t in rec.taps
+                                               if t.stage != "reduce"))
+    an = analyze(bare)
+    assert an.verdict is Verdict.DIVERGED and (an.first.stage, an.first.k_block) == ("mma", 3), an.first
+
+
+def test_a_tile_whose_mma_taps_both_name_and_omit_a_partial_is_refused():
+    ops = make_operands(SPLIT, "random", 1)
+    rec = simulate(SPLIT, ops, Provenance("random", 1), tap_tiles=[(0, 0)])
+    mixed = dataclasses.replace(rec, taps=tuple(dataclasses.replace(t, partial=None) if t.stage == "mma" and
+                                                t.k_block == 0 else t for t in rec.taps))
+    with pytest.raises(RecordingError, match="name partials and also none"):
+        analyze(mixed)
 
 
 def test_a_split_tile_without_a_reduce_tap_feeds_its_epilogue_through_a_stand_in():

@@ -38,7 +38,8 @@ MANIFEST = ROOT / "tests" / "zoo" / "manifest.json"
 SM80_DIR = ROOT / "zoo" / "sm80_gemm"
 SM80_SOURCE = SM80_DIR / "sm80_gemm.cu"
 ENTRY_KEYS = {"name", "kernel", "case", "defect", "expected_stage", "problem", "dump"}
-OPTIONAL_KEYS = {"seed", "note", "trace", "record_problem", "expected_group", "expected_partial", "expected_race"}
+OPTIONAL_KEYS = {"seed", "note", "trace", "record_problem", "expected_group", "expected_partial", "expected_race",
+                 "dump_pending"}
 
 # Every variant of the sm80 GEMM (the ZOO_SM80_* lists in sm80_gemm.cu): (dtype, defect).
 SM80_VARIANTS = [("bf16", None), ("fp16", None)] + [("bf16", d) for d in (
@@ -87,6 +88,7 @@ def test_manifest_is_well_formed():
         assert isinstance(e["problem"], dict) and {"m", "n", "k"} <= set(e["problem"]), \
             f"{where}: problem overrides must give at least m, n and k"
         assert isinstance(e.get("seed", 0), int), where
+        assert e.get("dump_pending", True) is True, f"{where}: dump_pending is true or absent"
         dump = Path(e["dump"])
         assert dump.parent == Path("tests/zoo/dumps") and dump.name == f"{e['name']}.safetensors.gz", \
             f"{where}: dump must be tests/zoo/dumps/{e['name']}.safetensors.gz, got {e['dump']}"
@@ -201,6 +203,53 @@ def test_untraced_correct_variants_are_the_same_with_tracing_compiled_in(sm80_bu
     on, off = sass_by_function(sm80_builds["traced"].cubin_path), sass_by_function(sm80_builds["plain"].cubin_path)
     for name in ("zoo_sm80_bf16", "zoo_sm80_fp16"):
         assert on[name] == off[name], name
+        assert on[f"{name}_traced"] != off[name], name
+
+
+# -- the split GEMMs' builds ---------------------------------------------------------------------
+SPLIT_SOURCE = ROOT / "zoo" / "split_gemm" / "split_gemm.cu"
+SPLIT_CORRECT = ["zoo_splitk_serial", "zoo_splitk_serial_floor", "zoo_splitk_atomic_partials",
+                 "zoo_splitk_atomic_reduce", "zoo_streamk", "zoo_streamk_cutlass", "zoo_grouped"]
+SPLIT_DEFECTIVE = ["zoo_splitk_serial_partial_twice", "zoo_splitk_serial_partial_missing", "zoo_splitk_serial_overlap",
+                   "zoo_splitk_serial_floor_partial_twice", "zoo_splitk_atomic_partials_partial_twice",
+                   "zoo_streamk_wrong_partial", "zoo_streamk_cutlass_skip_extra", "zoo_streamk_cutlass_overlap_iter",
+                   "zoo_streamk_cutlass_wrong_partial", "zoo_grouped_offset", "zoo_grouped_wrong_b",
+                   "zoo_grouped_cross_boundary"]
+
+
+@pytest.fixture(scope="module")
+def split_builds():
+    return traced_and_plain(SPLIT_SOURCE)
+
+
+@pytest.mark.nvcc
+def test_split_entry_points_traced_and_plain(split_builds):
+    traced = _entry_symbols(split_builds["traced"].cubin_path)
+    want = {e["kernel"].partition(":")[2] for e in _manifest() if e["kernel"].startswith("zoo/split_gemm/")}
+    assert want <= traced, f"missing entry points: {sorted(want - traced)}"
+    every = set(SPLIT_CORRECT + SPLIT_DEFECTIVE)
+    assert traced == {f"{n}_traced" for n in every} | every, sorted(traced ^ ({f"{n}_traced" for n in every} | every))
+    assert _entry_symbols(split_builds["plain"].cubin_path) == every
+    assert "oracle_trace_sink" in _all_symbols(split_builds["traced"].cubin_path)
+    assert "oracle_trace_sink" not in _all_symbols(split_builds["plain"].cubin_path)
+
+
+@pytest.mark.nvcc
+def test_split_k_and_stream_k_variants_do_not_spill_or_use_a_stack(split_builds):
+    # (the grouped kernels are left out: zoo_grouped_cross_boundary spills 4 bytes and has an 8-byte frame)
+    for build in ("traced", "plain"):
+        usage = _ptxas_usage(split_builds[build].log)
+        assert set(usage) == _entry_symbols(split_builds[build].cubin_path), split_builds[build].log[:2000]
+        bad = {f: u for f, u in usage.items() if u != (0, 0, 0) and not f.startswith("zoo_grouped")}
+        assert not bad, f"{build}: (stack frame, spill stores, spill loads) bytes: {bad}"
+
+
+@pytest.mark.nvcc
+def test_split_untraced_variants_are_the_same_with_tracing_compiled_in(split_builds):
+    on, off = sass_by_function(split_builds["traced"].cubin_path), sass_by_function(split_builds["plain"].cubin_path)
+    for name in SPLIT_CORRECT + SPLIT_DEFECTIVE:
+        assert on[name] == off[name], name
+    for name in SPLIT_CORRECT:
         assert on[f"{name}_traced"] != off[name], name
 
 

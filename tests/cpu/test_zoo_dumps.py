@@ -2,7 +2,9 @@
 
 Each dump was recorded on the H200 by tests/gpu/test_zoo.py (ORACLE_ZOO_RECORD_DIR); here the
 offline differential (Triton under the interpreter) must reach the judgement the manifest names,
-the same one the live run reached, so CI guards localisation. A missing dump is a failure.
+the same one the live run reached, so CI guards localisation. A missing dump is a failure, except
+for an entry marked `dump_pending` (added without a GPU at hand): it is skipped, saying how to
+record it, until its dump is there.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("entry", entries(), ids=lambda e: e["name"])
 def test_recorded_zoo_trace_is_judged_as_the_manifest_says(entry):
     path = ROOT / entry["dump"]
+    if not path.is_file() and entry.get("dump_pending"):
+        pytest.skip(f"{entry['dump']} has not been recorded yet: record it on the H200 with ORACLE_ZOO_RECORD_DIR="
+                    f"tests/zoo/dumps python -m pytest tests/gpu/test_zoo.py -k {entry['name']}")
     assert path.is_file(), f"{entry['dump']} is missing: record it on the GPU (tests/gpu/test_zoo.py)"
     rec = Recording.load(str(path))
     case = entry_case(entry, entry.get("record_problem") or entry["problem"])

@@ -7,7 +7,8 @@
 // in shared memory (zero fill past the rows, N and K), 256 threads, each accumulating a 4 x 4 block
 // in fp32 with fmaf, k increasing. What differs is who accumulates which k-blocks and who sums them:
 //   serial split-K     grid (tiles_n, tiles_m, splits). CTA (tn, tm, s) accumulates its share of the
-//                      k-blocks from zero (ceil(KB / splits) each; an empty share does nothing),
+//                      k-blocks from zero (ceil(KB / splits) each, an empty share doing nothing; the
+//                      _floor entry points take floor shares [s KB / splits, (s + 1) KB / splits)),
 //                      writes the partial to the workspace, and bumps the tile's counter; the CTA
 //                      that arrives last sums the partials in order 0, 1, ..., resets the counter,
 //                      runs the epilogue and stores the tile.
@@ -20,7 +21,9 @@
 //                      T = tiles x KB. Each piece of a tile is a partial (numbered in k order from the
 //                      tile's first worker); the piece's worker writes it to the workspace and bumps
 //                      the tile's counter, and the last one to arrive sums the tile's partials in
-//                      order, resets the counter, runs the epilogue and stores.
+//                      order, resets the counter, runs the epilogue and stores. The _cutlass entry
+//                      points deal as CUTLASS's stream-K does: floor(T / W) iterations each, one more
+//                      for the first T mod W workers (the case's partition = "cutlass_stream_k").
 //   grouped (MoE)      contiguous groups along M: group g is rows [offsets[g], offsets[g + 1]) of A
 //                      and D and uses B[g] (B is [groups, K, N]) and bias[g]; a group is tiled from
 //                      its first row, so tiles straddle multiples of 64 and a group may be smaller
@@ -36,7 +39,8 @@
 //   zoo_splitk_atomic_partials[_<defect>][_traced](A, B, M, N, K, lda, ldb, splits, float* acc)
 //   zoo_splitk_atomic_reduce[_traced](D, bias, M, N, ldd, alpha, const float* acc)
 //       acc: tiles x 64 x 64 fp32, zero before the first launch
-//   zoo_streamk[_<defect>][_traced](A, B, D, bias, M, N, K, lda, ldb, ldd, alpha, workers,
+//   zoo_splitk_serial_floor[_<defect>][_traced]: the same arguments, floor shares
+//   zoo_streamk[_cutlass][_<defect>][_traced](A, B, D, bias, M, N, K, lda, ldb, ldd, alpha, workers,
 //                                   float* partials, int* counters, int max_partials)
 //       partials: tiles x max_partials x 64 x 64 fp32; counters: tiles ints, zero
 //   zoo_grouped[_<defect>][_traced](A, B, D, bias, const int* offsets, groups, N, K, lda, ldb, ldd,
@@ -50,13 +54,17 @@
 //   A tile's taps count its tiles from the group's first row for a grouped kernel.
 //
 // Planted defects (the stage the oracle must name):
-//   partial_twice    (serial) the reduction adds partial 0 twice; (atomic) split 0 adds its partial
-//                    twice into the workspace                                          -> reduce
+//   partial_twice    (serial) the reduction adds partial 0 twice (floor shares: partial 1); (atomic)
+//                    split 0 adds its partial twice into the workspace                -> reduce
 //   partial_missing  (serial) the reduction leaves out the last partial                 -> reduce
 //   overlap          (serial) every split but the first starts one k-block early: it sums the
 //                    previous split's last k-block again                               -> mma
 //   wrong_partial    (stream-K) the fix-up reads the partial before the last in place of the
 //                    last (a tile of two partials or more)                            -> reduce
+//   skip_extra       (stream-K, CUTLASS rule) a worker with the extra iteration skips its last
+//                    iteration: no worker sums it (a gap in the partition)           -> mma
+//   overlap_iter     (stream-K, CUTLASS rule) a worker that starts inside a tile starts one
+//                    iteration early: it sums its predecessor's last one again       -> mma
 //   offset           (grouped) groups after the first read A from one row past their first row
 //                                                                                      -> load_a
 //   wrong_b          (grouped) group 2 is multiplied by group 3's B                    -> load_b
@@ -88,7 +96,20 @@ enum Defect : int {
   kOffset,
   kWrongB,
   kCrossBoundary,
+  kSkipExtra,
+  kOverlapIter,
 };
+
+// How k-blocks (split-K) or iterations (stream-K) are dealt: share w of n items over p takers.
+enum Rule : int { kCeil = 0, kFloor, kCutlass };
+
+template <Rule R>
+__device__ __forceinline__ long long share_begin(long long w, long long n, long long p) {
+  if constexpr (R == kCeil) return min(n, w * ((n + p - 1) / p));
+  if constexpr (R == kFloor) return w * n / p;
+  const long long q = n / p, r = n % p;  // kCutlass: the first n mod p takers take one more
+  return w * q + min(w, r);
+}
 
 struct Frag {
   float v[kTM][kTN];
@@ -228,15 +249,16 @@ __device__ bool arrive(Smem& s, int* counter, int parts) {
 }
 
 // -- serial split-K ---------------------------------------------------------------------------
-template <Defect D, bool Trace>
+template <Defect D, bool Trace, Rule R = kCeil>
 __device__ void serial(const T* A, const T* B, T* Dst, const T* bias, int M, int N, int K, int lda, int ldb, int ldd,
                        float alpha, int splits, float* partials, int* counters) {
   __shared__ Smem s;
   const int tn = blockIdx.x, tm = blockIdx.y, split = blockIdx.z;
   const int tile = tm * gridDim.x + tn;
-  const int kb_n = cdiv(K, kBK), per = cdiv(kb_n, splits), parts = cdiv(kb_n, per);
-  int kb0 = split * per;
-  const int kb1 = min(kb_n, kb0 + per);
+  const int kb_n = cdiv(K, kBK);
+  const int parts = R == kCeil ? cdiv(kb_n, cdiv(kb_n, splits)) : splits;  // floor shares: none empty
+  int kb0 = static_cast<int>(share_begin<R>(split, kb_n, splits));
+  const int kb1 = static_cast<int>(share_begin<R>(split + 1, kb_n, splits));
   if (kb0 >= kb1) return;  // an empty share is no partial
   if (D == kOverlap && split > 0) kb0 -= 1;
   const int row0 = tm * kBM, rows = min(kBM, M - row0), n0 = tn * kBN;
@@ -251,7 +273,8 @@ __device__ void serial(const T* A, const T* B, T* Dst, const T* bias, int M, int
   for (int p = 0; p < parts; ++p) {
     if (D == kPartialMissing && p == parts - 1) continue;
     add_frag(sum, ws + static_cast<size_t>(p) * kTileElems);
-    if (D == kPartialTwice && p == 0) add_frag(sum, ws);
+    const int twice = R == kFloor ? 1 : 0;
+    if (D == kPartialTwice && p == twice) add_frag(sum, ws + static_cast<size_t>(twice) * kTileElems);
   }
   const oracle_trace::Site site{tm, tn};
   tap_frag<Trace>(oracle_trace::Stage::Reduce, site, sum);
@@ -294,34 +317,41 @@ __device__ void atomic_reduce(T* Dst, const T* bias, int M, int N, int ldd, floa
 }
 
 // -- stream-K ---------------------------------------------------------------------------------
-// The worker holding iteration i: the largest w with floor(w T / W) <= i.
+// The worker holding iteration i: the largest w with share_begin(w) <= i (starting from the
+// closed form of floor shares and stepping to the rule's own boundary).
+template <Rule R>
 __device__ int worker_of(long long i, long long total, int workers) {
   int w = static_cast<int>(((i + 1) * workers - 1) / total);
-  while (w + 1 < workers && (static_cast<long long>(w) + 1) * total / workers <= i) ++w;
-  while (w > 0 && static_cast<long long>(w) * total / workers > i) --w;
+  while (w + 1 < workers && share_begin<R>(w + 1, total, workers) <= i) ++w;
+  while (w > 0 && share_begin<R>(w, total, workers) > i) --w;
   return w;
 }
 
-template <Defect D, bool Trace>
+template <Defect D, bool Trace, Rule R = kFloor>
 __device__ void streamk(const T* A, const T* B, T* Dst, const T* bias, int M, int N, int K, int lda, int ldb, int ldd,
                         float alpha, int workers, float* partials, int* counters, int max_partials) {
   __shared__ Smem s;
   const int w = blockIdx.x;
   const int tiles_n = cdiv(N, kBN), tiles_m = cdiv(M, kBM), kb_n = cdiv(K, kBK);
   const long long total = static_cast<long long>(tiles_m) * tiles_n * kb_n;
-  const long long begin = static_cast<long long>(w) * total / workers;
-  const long long end = (static_cast<long long>(w) + 1) * total / workers;
+  const long long begin = share_begin<R>(w, total, workers);
+  const long long end = share_begin<R>(w + 1, total, workers);
+  const bool big = end - begin > total / workers;  // a worker with the extra iteration
   for (long long it = begin; it < end;) {
-    const int t = static_cast<int>(it / kb_n), kb0 = static_cast<int>(it % kb_n);
+    const int t = static_cast<int>(it / kb_n);
+    int kb0 = static_cast<int>(it % kb_n);
     const int kb1 = static_cast<int>(min(static_cast<long long>(kb_n), kb0 + (end - it)));
-    const int first = worker_of(static_cast<long long>(t) * kb_n, total, workers);
-    const int last_w = worker_of(static_cast<long long>(t) * kb_n + kb_n - 1, total, workers);
+    const int first = worker_of<R>(static_cast<long long>(t) * kb_n, total, workers);
+    const int last_w = worker_of<R>(static_cast<long long>(t) * kb_n + kb_n - 1, total, workers);
     const int parts = last_w - first + 1, p = w - first;
     const int tm = t / tiles_n, tn = t % tiles_n;
     const int row0 = tm * kBM, rows = min(kBM, M - row0), n0 = tn * kBN;
+    int kb_stop = kb1;
+    if (D == kSkipExtra && big && it + (kb1 - kb0) == end) kb_stop = kb1 - 1;  // its last iteration left out
+    if (D == kOverlapIter && it == begin && kb0 > 0) kb0 -= 1;  // it starts inside a tile: one early
     Frag acc;
     clear(acc);
-    mainloop<Trace>(acc, s, A, B, rows, row0, n0, N, K, lda, ldb, kb0, kb1, oracle_trace::Site{tm, tn, 0, 0, p});
+    mainloop<Trace>(acc, s, A, B, rows, row0, n0, N, K, lda, ldb, kb0, kb_stop, oracle_trace::Site{tm, tn, 0, 0, p});
     float* ws = partials + static_cast<size_t>(t) * max_partials * kTileElems;
     store_frag(ws + static_cast<size_t>(p) * kTileElems, acc);
     if (arrive(s, counters + t, parts)) {
@@ -337,7 +367,7 @@ __device__ void streamk(const T* A, const T* B, T* Dst, const T* bias, int M, in
       epilogue<Trace>(sum, Dst, bias, rows, row0, n0, N, ldd, alpha, site);
     }
     __syncthreads();  // shared memory and the flag are reused by the next piece
-    it += kb1 - kb0;
+    it += kb1 - static_cast<int>(it % kb_n);
   }
 }
 
@@ -375,13 +405,13 @@ __device__ void grouped(const T* A, const T* B, T* Dst, const T* bias, const int
 
 }  // namespace zoo_split
 
-#define ZS_SERIAL(NAME, DEFECT, TRACE)                                                                      \
+#define ZS_SERIAL(NAME, DEFECT, TRACE, RULE)                                                                \
   extern "C" __global__ void __launch_bounds__(zoo_split::kThreads)                                        \
       NAME(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* D, const __nv_bfloat16* bias,    \
            int M, int N, int K, int lda, int ldb, int ldd, float alpha, int splits, float* partials,         \
            int* counters) {                                                                                 \
-    zoo_split::serial<zoo_split::DEFECT, TRACE>(A, B, D, bias, M, N, K, lda, ldb, ldd, alpha, splits,       \
-                                                partials, counters);                                       \
+    zoo_split::serial<zoo_split::DEFECT, TRACE, zoo_split::RULE>(A, B, D, bias, M, N, K, lda, ldb, ldd,     \
+                                                                 alpha, splits, partials, counters);       \
   }
 #define ZS_ATOMIC(NAME, DEFECT, TRACE)                                                                      \
   extern "C" __global__ void __launch_bounds__(zoo_split::kThreads)                                        \
@@ -394,13 +424,14 @@ __device__ void grouped(const T* A, const T* B, T* Dst, const T* bias, const int
       NAME(__nv_bfloat16* D, const __nv_bfloat16* bias, int M, int N, int ldd, float alpha, const float* acc) { \
     zoo_split::atomic_reduce<TRACE>(D, bias, M, N, ldd, alpha, acc);                                        \
   }
-#define ZS_STREAMK(NAME, DEFECT, TRACE)                                                                     \
+#define ZS_STREAMK(NAME, DEFECT, TRACE, RULE)                                                               \
   extern "C" __global__ void __launch_bounds__(zoo_split::kThreads)                                        \
       NAME(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* D, const __nv_bfloat16* bias,    \
            int M, int N, int K, int lda, int ldb, int ldd, float alpha, int workers, float* partials,        \
            int* counters, int max_partials) {                                                               \
-    zoo_split::streamk<zoo_split::DEFECT, TRACE>(A, B, D, bias, M, N, K, lda, ldb, ldd, alpha, workers,     \
-                                                 partials, counters, max_partials);                        \
+    zoo_split::streamk<zoo_split::DEFECT, TRACE, zoo_split::RULE>(A, B, D, bias, M, N, K, lda, ldb, ldd,    \
+                                                                  alpha, workers, partials, counters,      \
+                                                                  max_partials);                           \
   }
 #define ZS_GROUPED(NAME, DEFECT, TRACE)                                                                     \
   extern "C" __global__ void __launch_bounds__(zoo_split::kThreads)                                        \
@@ -412,15 +443,21 @@ __device__ void grouped(const T* A, const T* B, T* Dst, const T* bias, const int
   }
 
 #define ZS_ALL(TRACE, SUFFIX)                                                                 \
-  ZS_SERIAL(zoo_splitk_serial##SUFFIX, kCorrect, TRACE)                                       \
-  ZS_SERIAL(zoo_splitk_serial_partial_twice##SUFFIX, kPartialTwice, TRACE)                    \
-  ZS_SERIAL(zoo_splitk_serial_partial_missing##SUFFIX, kPartialMissing, TRACE)                \
-  ZS_SERIAL(zoo_splitk_serial_overlap##SUFFIX, kOverlap, TRACE)                               \
+  ZS_SERIAL(zoo_splitk_serial##SUFFIX, kCorrect, TRACE, kCeil)                                \
+  ZS_SERIAL(zoo_splitk_serial_partial_twice##SUFFIX, kPartialTwice, TRACE, kCeil)             \
+  ZS_SERIAL(zoo_splitk_serial_partial_missing##SUFFIX, kPartialMissing, TRACE, kCeil)         \
+  ZS_SERIAL(zoo_splitk_serial_overlap##SUFFIX, kOverlap, TRACE, kCeil)                        \
+  ZS_SERIAL(zoo_splitk_serial_floor##SUFFIX, kCorrect, TRACE, kFloor)                         \
+  ZS_SERIAL(zoo_splitk_serial_floor_partial_twice##SUFFIX, kPartialTwice, TRACE, kFloor)      \
   ZS_ATOMIC(zoo_splitk_atomic_partials##SUFFIX, kCorrect, TRACE)                              \
   ZS_ATOMIC(zoo_splitk_atomic_partials_partial_twice##SUFFIX, kPartialTwice, TRACE)           \
   ZS_REDUCE(zoo_splitk_atomic_reduce##SUFFIX, TRACE)                                          \
-  ZS_STREAMK(zoo_streamk##SUFFIX, kCorrect, TRACE)                                            \
-  ZS_STREAMK(zoo_streamk_wrong_partial##SUFFIX, kWrongPartial, TRACE)                         \
+  ZS_STREAMK(zoo_streamk##SUFFIX, kCorrect, TRACE, kFloor)                                    \
+  ZS_STREAMK(zoo_streamk_wrong_partial##SUFFIX, kWrongPartial, TRACE, kFloor)                 \
+  ZS_STREAMK(zoo_streamk_cutlass##SUFFIX, kCorrect, TRACE, kCutlass)                          \
+  ZS_STREAMK(zoo_streamk_cutlass_skip_extra##SUFFIX, kSkipExtra, TRACE, kCutlass)             \
+  ZS_STREAMK(zoo_streamk_cutlass_overlap_iter##SUFFIX, kOverlapIter, TRACE, kCutlass)         \
+  ZS_STREAMK(zoo_streamk_cutlass_wrong_partial##SUFFIX, kWrongPartial, TRACE, kCutlass)       \
   ZS_GROUPED(zoo_grouped##SUFFIX, kCorrect, TRACE)                                            \
   ZS_GROUPED(zoo_grouped_offset##SUFFIX, kOffset, TRACE)                                      \
   ZS_GROUPED(zoo_grouped_wrong_b##SUFFIX, kWrongB, TRACE)                                     \

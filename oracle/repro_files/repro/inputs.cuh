@@ -1,0 +1,171 @@
+// repro/inputs.cuh -- inputs.txt (the tensors and their files) and problem.txt (the GEMM the reproducer judges).
+// Part of the reproducer's host program (repro.cu); nothing here depends on the case.
+#pragma once
+
+#include "dtypes.cuh"
+#include "text.cuh"
+
+namespace repro {
+
+// ------------------------------------------------------------------------------ inputs.txt
+
+struct TensorFile {
+  std::string name, role, file, major;
+  DT dtype = DT::F32;
+  std::vector<long long> shape;    // the buffer, in storage order
+  std::vector<long long> logical;  // the logical matrix (rows, cols) or vector
+  long long bytes = 0;
+  std::vector<unsigned char> data;
+
+  long long elements() const {
+    long long n = 1;
+    for (long long d : shape) n *= d;
+    return n;
+  }
+  // Element (r, c) of the logical matrix in a buffer stored in `major` order; the leading
+  // dimension is the buffer's last extent (padding rows, if any, come after the real ones).
+  double at(long long r, long long c) const { return at_in(0, r, c); }
+  // The same in matrix g of a stack (B of a grouped problem: [G, K, N] stored matrix by matrix).
+  double at_in(long long g, long long r, long long c) const {
+    const long long ld = shape.back();
+    const long long matrix = shape.size() > 2 ? shape[shape.size() - 2] * ld : 0;
+    const long long i = g * matrix + (major == "col" ? c * ld + r : r * ld + c);
+    return decode(dtype, data.data() + i * dt_size(dtype));
+  }
+  double at1(long long i) const { return decode(dtype, data.data() + i * dt_size(dtype)); }
+};
+
+std::vector<long long> parse_shape(const std::string& s, const std::string& at) {
+  std::vector<long long> out;
+  for (const auto& p : split(s, 'x')) {
+    const long long v = to_int(p, at);
+    if (v < 1) fail(at + ": shape " + s + " has an extent below 1");
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::map<std::string, TensorFile> read_inputs_manifest(const std::string& dir) {
+  const std::string path = join_path(dir, "inputs.txt");
+  std::map<std::string, TensorFile> out;
+  for (const Line& l : read_lines(path)) {
+    const std::string at = where(path, l);
+    if (l.tokens[0] != "tensor") fail(at + ": expected a 'tensor name=... ' line, got '" + l.tokens[0] + "'");
+    const auto kv = pairs(l, 1, at);
+    TensorFile t;
+    t.name = identifier(need(kv, "name", at), at, "tensor name");
+    t.role = need(kv, "role", at);
+    t.file = file_name(need(kv, "file", at), at, "file");
+    if (out.count(t.name)) fail(at + ": tensor " + t.name + " is listed twice");
+    t.dtype = parse_dtype(need(kv, "dtype", at), at);
+    t.shape = parse_shape(need(kv, "shape", at), at);
+    t.logical = kv.count("logical") ? parse_shape(kv.at("logical"), at) : t.shape;
+    t.major = kv.count("major") ? kv.at("major") : "row";
+    t.bytes = to_int(need(kv, "bytes", at), at);
+    if (t.role != "in" && t.role != "out" && t.role != "inout" && t.role != "expected" && t.role != "bound")
+      fail(at + ": role=" + t.role + " is unknown; known: in, out, inout (a workspace), expected, bound");
+    if (t.bytes != t.elements() * dt_size(t.dtype))
+      fail(at + ": bytes=" + std::to_string(t.bytes) + " but shape x " + dt_name(t.dtype) + " needs " +
+           std::to_string(t.elements() * dt_size(t.dtype)));
+    out[t.name] = t;
+  }
+  return out;
+}
+
+void load_file(TensorFile& t, const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) fail("cannot read " + path + " (" + t.name + ": " + std::to_string(t.bytes) + " bytes of " +
+                dt_name(t.dtype) + ")");
+  const long long size = in.tellg();
+  if (size != t.bytes)
+    fail(path + " has " + std::to_string(size) + " bytes; inputs.txt says " + t.name + " has " +
+         std::to_string(t.bytes) + " (" + dt_name(t.dtype) + ")");
+  in.seekg(0);
+  t.data.resize(size_t(size));
+  in.read(reinterpret_cast<char*>(t.data.data()), size);
+  if (!in) fail("could not read all of " + path);
+}
+
+void write_file(const std::string& path, const void* data, size_t bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(static_cast<const char*>(data), std::streamsize(bytes));
+  if (!out) fail("cannot write " + path);
+}
+
+// ------------------------------------------------------------------------------ problem.txt
+
+struct Problem {
+  long long m = 0, n = 0, k = 0;
+  long long total_m = 0;              // rows of A and D (m unless grouped or batched)
+  bool grouped = false;               // a grouped or batched problem: every group its own GEMM
+  std::vector<long long> group_rows;  // M of each group (one group of total_m rows if not grouped)
+  std::vector<long long> group_row0;  // the first row of each group in A and D
+  int bm = 0, bn = 0, bk = 0;
+  std::string a_dtype, acc, activation = "none", bias = "none", scale_a = "none", scale_b = "none";
+  DT out = DT::BF16;
+  double alpha = 1.0, beta = 0.0;
+  bool saturate = false;
+  long long sa_rows = 0, sa_k = 0, sb_rows = 0, sb_k = 0;
+  long long promotion = 0;
+  std::string describe;
+};
+
+Problem read_problem(const std::string& dir) {
+  const std::string path = join_path(dir, "problem.txt");
+  Problem p;
+  for (const Line& l : read_lines(path)) {
+    const std::string at = where(path, l);
+    const std::string& key = l.tokens[0];
+    auto arg = [&](size_t i) -> const std::string& {
+      if (l.tokens.size() <= i) fail(at + ": " + key + " needs " + std::to_string(i) + " value(s)");
+      return l.tokens[i];
+    };
+    if (key == "m") p.m = to_int(arg(1), at);
+    else if (key == "total_m") p.total_m = to_int(arg(1), at);
+    else if (key == "group_sizes") {
+      p.grouped = arg(1) != "none";
+      if (p.grouped)
+        for (size_t i = 1; i < l.tokens.size(); ++i) {
+          const long long g = to_int(l.tokens[i], at);
+          if (g < 0) fail(at + ": group size " + l.tokens[i] + " is negative");
+          p.group_rows.push_back(g);
+        }
+    }
+    else if (key == "n") p.n = to_int(arg(1), at);
+    else if (key == "k") p.k = to_int(arg(1), at);
+    else if (key == "tile") { p.bm = int(to_int(arg(1), at)); p.bn = int(to_int(arg(2), at)); p.bk = int(to_int(arg(3), at)); }
+    else if (key == "a_dtype") p.a_dtype = arg(1);
+    else if (key == "acc_dtype") p.acc = arg(1);
+    else if (key == "out_dtype") p.out = parse_dtype(arg(1), at);
+    else if (key == "alpha") p.alpha = to_double(arg(1), at);
+    else if (key == "beta") p.beta = to_double(arg(1), at);
+    else if (key == "bias") p.bias = arg(1);
+    else if (key == "activation") p.activation = arg(1);
+    else if (key == "saturate") p.saturate = to_int(arg(1), at) != 0;
+    else if (key == "promotion_interval") p.promotion = arg(1) == "none" ? 0 : to_int(arg(1), at);
+    else if (key == "scale_a") {
+      p.scale_a = arg(1);
+      if (p.scale_a == "block") { p.sa_rows = to_int(arg(2), at); p.sa_k = to_int(arg(3), at); }
+    } else if (key == "scale_b") {
+      p.scale_b = arg(1);
+      if (p.scale_b == "block") { p.sb_rows = to_int(arg(2), at); p.sb_k = to_int(arg(3), at); }
+    } else if (key == "describe") {
+      for (size_t i = 1; i < l.tokens.size(); ++i) p.describe += (i > 1 ? " " : "") + l.tokens[i];
+    }
+    // other keys (b_dtype, majors, c_dtype, ...) are informative: the tensors carry their own
+  }
+  if (p.m < 1 || p.n < 1 || p.k < 1 || p.bm < 1 || p.bn < 1 || p.bk < 1)
+    fail(path + ": m, n, k and tile must all be given and positive");
+  if (p.total_m == 0) p.total_m = p.m;
+  if (!p.grouped) p.group_rows = {p.total_m};
+  long long row = 0;
+  for (long long g : p.group_rows) {
+    p.group_row0.push_back(row);
+    row += g;
+  }
+  if (row != p.total_m)
+    fail(path + ": the group sizes add up to " + std::to_string(row) + " rows, total_m is " + std::to_string(p.total_m));
+  return p;
+}
+
+}  // namespace repro
