@@ -6,7 +6,8 @@ Data path: Case + Operands -> the launches the oracle itself makes (oracle.live.
 declared, tensor maps with the case's host-side options, grids and arguments evaluated) -> a
 directory:
 
-  repro.cu       the host program, the same for every case (oracle/repro_files/repro.cu)
+  repro.cu       the host program, the same for every case (oracle/repro_files/repro.cu and its
+                 headers host/*.cuh: inputs, launches, the reference, the comparison, the run)
   Makefile       nvcc builds kernel[_traced].cubin from the unchanged kernel source with the
                  oracle's arch, flags and include paths, and the host programs repro / repro_traced
   launch.txt     cubins, trace selection, then every launch in order: entry points, grid, block,
@@ -65,7 +66,7 @@ FORMAT = "oracle-repro"
 VERSION = 2  # 2: every launch of the case, workspaces, grouped problems
 READABLE_VERSIONS = (1, 2)
 TEMPLATE = Path(__file__).resolve().parent / "repro_files" / "repro.cu"
-TEMPLATE_PARTS = tuple(sorted((TEMPLATE.parent / "repro").glob("*.cuh")))
+TEMPLATE_PARTS = tuple(sorted((TEMPLATE.parent / "host").glob("*.cuh")))
 BOUND_F64_LIMIT = 1 << 22  # outputs with more elements get a float32 bound.bin (rounded up)
 TIMEOUT_S = 60
 # Files a run of the reproducer writes (make clean removes them with the builds).
@@ -377,10 +378,11 @@ def _makefile(build: _Build, kernel_main: Optional[str], kernel_names: list[str]
                     "\t$(NVCC) $(KERNEL_FLAGS) $(PLAIN_DEFINES) $(INCLUDES) -o $@ $(KERNEL_SOURCE)",
                     "endif", ""]
     out += [
-        "# the host programs: repro.cu alone, no kernel code (it loads the cubin at run time)",
-        "repro: repro.cu | $(REPRO_NEEDS)",
+        "# the host programs: repro.cu and its headers (host/), no kernel code (it loads the cubin at run time)",
+        "HOST_SOURCES := repro.cu " + " ".join(f"host/{p.name}" for p in TEMPLATE_PARTS),
+        "repro: $(HOST_SOURCES) | $(REPRO_NEEDS)",
         "\t$(NVCC) $(HOST_FLAGS) -Ikernel/include -DORACLE_REPRO_TRACED=0 -o $@ repro.cu",
-        "repro_traced: repro.cu | $(TRACED_NEEDS)",
+        "repro_traced: $(HOST_SOURCES) | $(TRACED_NEEDS)",
         "\t$(NVCC) $(HOST_FLAGS) -Ikernel/include -DORACLE_REPRO_TRACED=1 -o $@ repro.cu",
         "",
         "run: repro",
@@ -610,8 +612,8 @@ def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: R
     write("launch.txt", launch_text)
     write("problem.txt", _problem_text(case))
     write("repro.cu", read_kernel_file(TEMPLATE, ReproError)[0])
-    for part in TEMPLATE_PARTS:  # the host program's headers, one concern each (repro/*.cuh)
-        write(f"repro/{part.name}", read_kernel_file(part, ReproError)[0])
+    for part in TEMPLATE_PARTS:  # the host program's headers, one concern each (host/*.cuh)
+        write(f"host/{part.name}", read_kernel_file(part, ReproError)[0])
     write("Makefile", makefile)
     copied = [(f.rel, str(f.path)) for f in sources]
     write("README.txt", _readme(case, provenance, sequence, build, reference, selection, workspaces, copied))

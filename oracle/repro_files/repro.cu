@@ -26,10 +26,10 @@
 // Exit codes (the oracle's): 0 MATCH, 1 DIVERGED, 2 bad usage or input files, 3 kernel error,
 // 5 MISTRUSTED (every reference value is zero: nothing to discriminate).
 //
-// Its parts are the headers under repro/, one concern each (inputs, launches, the reference, the
+// Its parts are the headers under host/, one concern each (inputs, launches, the reference, the
 // comparison, the run); this file is the entry point.
 
-#include "repro/run.cuh"
+#include "host/run.cuh"
 
 int main(int argc, char** argv) {
   using namespace repro;

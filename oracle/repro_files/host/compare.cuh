@@ -1,4 +1,4 @@
-// repro/compare.cuh -- the per-tile comparison of D with the reference and its bounds, and its report.
+// host/compare.cuh -- the per-tile comparison of D with the reference and its bounds, and its report.
 // Part of the reproducer's host program (repro.cu); nothing here depends on the case.
 #pragma once
 

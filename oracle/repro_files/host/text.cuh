@@ -1,4 +1,4 @@
-// repro/text.cuh -- reading the reproducer's text files: one strict line grammar (key=value words).
+// host/text.cuh -- reading the reproducer's text files: one strict line grammar (key=value words).
 // Part of the reproducer's host program (repro.cu); nothing here depends on the case.
 #pragma once
 

@@ -1,4 +1,4 @@
-// repro/run.cuh -- the run: buffers, tensor maps, the launches, D and the sink written, the comparison.
+// host/run.cuh -- the run: buffers, tensor maps, the launches, D and the sink written, the comparison.
 // Part of the reproducer's host program (repro.cu); nothing here depends on the case.
 #pragma once
 

@@ -1,4 +1,4 @@
-// repro/dtypes.cuh -- element types: names, sizes, NaN patterns and the float formats' decoding.
+// host/dtypes.cuh -- element types: names, sizes, NaN patterns and the float formats' decoding.
 // Part of the reproducer's host program (repro.cu); nothing here depends on the case.
 #pragma once
 

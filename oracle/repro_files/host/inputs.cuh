@@ -1,4 +1,4 @@
-// repro/inputs.cuh -- inputs.txt (the tensors and their files) and problem.txt (the GEMM the reproducer judges).
+// host/inputs.cuh -- inputs.txt (the tensors and their files) and problem.txt (the GEMM the reproducer judges).
 // Part of the reproducer's host program (repro.cu); nothing here depends on the case.
 #pragma once
 

@@ -1,4 +1,4 @@
-// repro/launch.cuh -- launch.txt: every kernel launch in order, its tensor maps and argument bytes.
+// host/launch.cuh -- launch.txt: every kernel launch in order, its tensor maps and argument bytes.
 // Part of the reproducer's host program (repro.cu); nothing here depends on the case.
 #pragma once
 

@@ -1,4 +1,4 @@
-// repro/device.cuh -- the command-line options, CUDA checks, the driver's tensor-map encoder and the sink's header.
+// host/device.cuh -- the command-line options, CUDA checks, the driver's tensor-map encoder and the sink's header.
 // Part of the reproducer's host program (repro.cu); nothing here depends on the case.
 #pragma once
 

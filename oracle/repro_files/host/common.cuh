@@ -1,4 +1,4 @@
-// repro/common.cuh -- the exit codes, `fail` and the path helpers every part uses; the includes.
+// host/common.cuh -- the exit codes, `fail` and the path helpers every part uses; the includes.
 // Part of the reproducer's host program (repro.cu); nothing here depends on the case.
 #pragma once
 

@@ -1,4 +1,4 @@
-// repro/reference.cuh -- the double-precision host reference of the whole problem and its conservative bound.
+// host/reference.cuh -- the double-precision host reference of the whole problem and its conservative bound.
 // Part of the reproducer's host program (repro.cu); nothing here depends on the case.
 #pragma once
 
