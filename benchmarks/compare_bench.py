@@ -1,4 +1,4 @@
-"""The one-pass comparator (oracle.compare_fast) against torch.testing.assert_close and against the
+"""The one-pass comparator (oracle.judging.compare_fast) against torch.testing.assert_close and against the
 read-bandwidth ceiling, on this GPU, in one run.
 
     python benchmarks/compare_bench.py --out benchmarks/results/compare_h200.json
@@ -55,8 +55,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from oracle.compare import Status, compare_reference  # noqa: E402
-from oracle.compare_fast import (CANDIDATE_CONFIGS, DEFAULT_CONFIG, S_GENERAL, FastConfig,  # noqa: E402
+from oracle.judging.compare import Status, compare_reference  # noqa: E402
+from oracle.judging.compare_fast import (CANDIDATE_CONFIGS, DEFAULT_CONFIG, S_GENERAL, FastConfig,  # noqa: E402
                                  compare_fast, inline_bound, tile_stats)
 
 GOALS = {"effective_TBps": 3.4, "fraction_of_read_bw": 0.8, "speedup_vs_assert_close": 20.0}

@@ -18,11 +18,11 @@ gets up to 60 s more), --no-planted, --shard i/n and --merge.
 Every case is one correct GEMM computed by an engine (cuBLAS torch.mm / addmm /
 _addmm_activation, cuBLASLt torch._scaled_mm fast and not, per-tensor and row/col scales,
 torch._int_mm, the project's Triton GEMM kernels_ref.gemm_fast, and with --zoo the zoo's correct
-kernels, Hopper WGMMA bf16 and e4m3 and the sm80 mma.sync kernel, through oracle.live.run_live),
+kernels, Hopper WGMMA bf16 and e4m3 and the sm80 mma.sync kernel, through oracle.run.live.run_live),
 on normal, all-positive or outlier-channel inputs, over M from 1 to 4096, ragged N and K, K up to
 65536 and both majors. Cases run in a seeded shuffled order, so a budget cut leaves a uniform
-sample. Each is wrapped as an output-only recording (oracle.recording.Recording, no taps) and
-judged by oracle.differential.analyze (the references cross-checked against the host specs on
+sample. Each is wrapped as an output-only recording (oracle.run.recording.Recording, no taps) and
+judged by oracle.judging.differential.analyze (the references cross-checked against the host specs on
 one tile for the first case of each engine and K range, unless ORACLE_CROSS_CHECK_TILES is set)
 with the spec that says what the engine does, from the measurement
 (benchmarks/results/numerics_h200.json):
@@ -40,7 +40,7 @@ A correct case that is not MATCH is a false alarm. Then, in the same run, five d
 planted in the engine's output, one at a time, in one seeded tile, a full BM x BN one where the
 output has one (a zeroed tile, the tile times 1.01, one sign flip at the tile's largest element,
 one missing 64-deep k-block in the tile, one NaN) and each is judged against the same reference
-and bound (oracle.differential.expected_output, what epilogue_store's chained comparison uses):
+and bound (oracle.judging.differential.expected_output, what epilogue_store's chained comparison uses):
 detected means its tile fails, right tile means it is the only tile that fails.
 
 Writes JSON with correct_cases, false_diverged, planted, detected_right_tile, worst_ratio (the
@@ -76,12 +76,12 @@ for p in (ROOT, os.path.join(ROOT, "benchmarks")):
 
 import torch  # noqa: E402
 
-from oracle.compare import compare  # noqa: E402
-from oracle.differential import analyze, expected_output  # noqa: E402
-from oracle.diagnose import Verdict  # noqa: E402
-from oracle.inputs import Operands, Provenance  # noqa: E402
-from oracle.problem import ProblemSpec, Scale, Tile  # noqa: E402
-from oracle.recording import Recording  # noqa: E402
+from oracle.judging.compare import compare  # noqa: E402
+from oracle.judging.differential import analyze, expected_output  # noqa: E402
+from oracle.judging.diagnose import Verdict  # noqa: E402
+from oracle.run.inputs import Operands, Provenance  # noqa: E402
+from oracle.problem.spec import ProblemSpec, Scale, Tile  # noqa: E402
+from oracle.run.recording import Recording  # noqa: E402
 
 DEFAULT_OUT = os.path.join(ROOT, "benchmarks", "results", "false_alarms_h200.json")
 DEFAULT_NUMERICS = os.path.join(ROOT, "benchmarks", "results", "numerics_h200.json")
@@ -573,14 +573,14 @@ ZOO = (("zoo/hopper_gemm/hopper_gemm.toml", "zoo_hopper_bf16_traced",
 
 
 def zoo_results(budget_end: float, planted: bool = True) -> list[Result]:
-    """The zoo's correct kernels through live runs (oracle.live.run_live: its traced cubin from the
+    """The zoo's correct kernels through live runs (oracle.run.live.run_live: its traced cubin from the
     build cache, one child process each), judged output-only (taps dropped), with the planted
     defects as for the other engines."""
     import numpy as np
 
-    from oracle.case import load_case, with_trace
-    from oracle.inputs import make_operands as ladder_operands
-    from oracle.live import run_live
+    from oracle.run.case import load_case, with_trace
+    from oracle.run.inputs import make_operands as ladder_operands
+    from oracle.run.live import run_live
 
     out = []
     seed = 1000
@@ -616,7 +616,7 @@ def zoo_results(budget_end: float, planted: bool = True) -> list[Result]:
 def prebuild_zoo() -> int:
     """Build the zoo's cubins into the build cache (ORACLE_CACHE_DIR) on a machine without a GPU."""
     from harness.build import build_cubin
-    from oracle.case import load_case
+    from oracle.run.case import load_case
 
     for path, entry, _ in ZOO:
         k = load_case(os.path.join(ROOT, path), {}, entry=entry).kernel

@@ -3,7 +3,7 @@
     ORACLE_CACHE_DIR=.carry/cache python benchmarks/prebuild.py
 
 Each live case builds its kernel source with `-DORACLE_TRACE` and the case's defines for its arch
-(oracle.live.run_live); the cache key covers source, headers, flags and nvcc's version text, so a
+(oracle.run.live.run_live); the cache key covers source, headers, flags and nvcc's version text, so a
 cubin built here is a hit on a machine with the same nvcc. Builds the zoo's kernels and the
 harness examples once each, in parallel; prints what it built and how long it took.
 """
@@ -25,7 +25,7 @@ CASES = ("zoo/hopper_gemm/hopper_gemm.toml", "zoo/sm80_gemm/sm80_gemm.toml", "zo
 
 def main() -> int:
     from harness.build import build_cubin, default_cache_dir
-    from oracle.case import load_case
+    from oracle.run.case import load_case
 
     jobs = {}
     for path in CASES:

@@ -12,7 +12,7 @@ report) comes from its --json report.
 
 The same command is then timed through a warm server (`python -m oracle serve`, ORACLE_SERVER
 set: the command's own process imports no torch and hands the command line to the server), and
-inside one Python process (`oracle.cli.main`, as from a notebook or a script that imports the
+inside one Python process (`oracle.tools.cli.main`, as from a notebook or a script that imports the
 oracle): one warming call, then `--runs` timed calls each. And, as the
 peer measured in the same run, the wall time of a bare `python -c "import torch"`: every process
 that uses torch pays it before the oracle does anything.
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
         subprocess.run([sys.executable, "-c", "import torch"], check=True)
         torch_import.append(round(time.perf_counter() - t0, 3))
 
-    from oracle.cli import main as oracle_main
+    from oracle.tools.cli import main as oracle_main
 
     others = args.runs if args.other_runs is None else args.other_runs
     in_process = []
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
         finally:
             os.chdir(cwd)
 
-    # the same command through a warm server (oracle.server): the client process imports no torch
+    # the same command through a warm server (oracle.tools.server): the client process imports no torch
     served = []
     with tempfile.TemporaryDirectory() as tmp:
         sock = str(Path(tmp) / "oracle.sock")

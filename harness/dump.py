@@ -16,7 +16,7 @@ against ORACLE_DUMP_MAX_MB (a gzip stream is read header first: its header is de
 checked, then exactly the data bytes it describes, within the limit and the host's memory
 (harness.budget), so a stream of zeros is refused from its first 8 bytes), every tensor entry
 against the bytes there are, every metadata field by type and range. The meta object is the caller's to check
-(oracle.recording does, field by field).
+(oracle.run.recording does, field by field).
 """
 
 from __future__ import annotations

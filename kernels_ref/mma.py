@@ -26,7 +26,7 @@ Accumulator semantics (the host specs emulate exactly these roundings in float64
                (`mma_step` takes the already gathered per-row / per-column vectors.)
   with_abs_sum: S accumulates fp32(|A_kb| @ |B_kb|) (times |s|) per dot, in fp32.
   with_stats (mma_accumulate): the statistics the accumulation bounds read, per element
-               (oracle.tolerance): with X_j the accumulator after k-block j (X_-1 = 0) and s_j
+               (oracle.judging.tolerance): with X_j the accumulator after k-block j (X_-1 = 0) and s_j
                the block's sum |a||b|, m_j = max(X_(j-1) - min(0, X_0..X_(j-1)),
                max(0, X_0..X_(j-1)) - X_(j-1)) + s_j (the largest |running partial| any restart at
                a k-block boundary could hold, plus the block), l = sum_j m_j, v = sum_j m_j^2;

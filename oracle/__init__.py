@@ -3,7 +3,7 @@
 Runs an independent Triton reference of every stage (descriptor, load, mma, reduce, epilogue) on
 the kernel's own data and names the first stage whose results diverge beyond tolerance.
 
-From Python (oracle.api; imported on first use, so `python -m oracle` through a warm server
+From Python (oracle.tools.api; imported on first use, so `python -m oracle` through a warm server
 imports no torch):
     oracle.check(a, b, d, **problem_fields) -> Report        output-only check of any GEMM-like result
     oracle.assert_gemm_close(a, b, d, **problem_fields)       raises AssertionError with the report
@@ -23,7 +23,7 @@ __all__ = list(_API) + ["__version__"]
 
 def __getattr__(name):
     if name in _API:
-        from oracle import api
+        from oracle.tools import api
 
         return getattr(api, name)
     raise AttributeError(f"module 'oracle' has no attribute {name!r}")

@@ -1,15 +1,15 @@
 """`python -m oracle` and the `oracle` command: forwarded to a warm server when ORACLE_SERVER names
-one (oracle.server), else run here (oracle.cli)."""
+one (oracle.tools.server), else run here (oracle.tools.cli)."""
 
 import sys
 
-from oracle.server import forward
+from oracle.tools.server import forward
 
 
 def entry() -> int:
     code = forward(sys.argv[1:])
     if code is None:
-        from oracle.cli import main
+        from oracle.tools.cli import main
 
         code = main()
     return code

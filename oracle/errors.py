@@ -19,11 +19,11 @@ def input_errors() -> tuple[type, ...]:
     from harness.taps import TapError
     from harness.tensormap import TensorMapError
     from harness.trace_format import TraceFormatError
-    from oracle.case import CaseError
-    from oracle.inputs import InputError
-    from oracle.problem import SpecError
-    from oracle.recording import RecordingError
-    from oracle.repro import ReproError
+    from oracle.run.case import CaseError
+    from oracle.run.inputs import InputError
+    from oracle.problem.spec import SpecError
+    from oracle.run.recording import RecordingError
+    from oracle.repro.generate import ReproError
 
     return (DumpError, SpecError, RecordingError, InputError, KnobError, CaseError, BuildError, LaunchError,
             RunnerError, TraceFormatError, TensorMapError, ReproError, TapError)

@@ -1,5 +1,5 @@
 """Checks shared by the CPU and GPU tests of the one-pass comparator: the fast path must give
-what the torch specification (oracle.compare.compare_reference) gives."""
+what the torch specification (oracle.judging.compare.compare_reference) gives."""
 
 import math
 

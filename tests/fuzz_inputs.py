@@ -604,7 +604,7 @@ def run_dumps(count: int, seed0: int = 0, analyze_every: int = 0, tally: Optiona
     `analyze_every`-th one that loads is judged too, by `compare --dump` with a JSON report: any
     exit code but 4, no traceback, and an exit 2 with one error line."""
     from harness.dump import DumpError
-    from oracle.recording import Recording
+    from oracle.run.recording import Recording
 
     tally = tally or Tally("dumps")
     corpus = dump_corpus()
@@ -807,7 +807,7 @@ def make_case(seed: int, directory: Path, dumps: dict[str, Path]) -> tuple[list[
 def no_build() -> Iterator[None]:
     """Building or launching is where the checks must already be done: both stop with BUILD_STUB."""
     from harness.build import BuildError
-    from oracle import live
+    from oracle.run import live
 
     def stub(*args, **kwargs):
         raise BuildError(BUILD_STUB)
@@ -826,7 +826,7 @@ class Untyped(Exception):
 
 def run_command(argv: list[str]) -> tuple[int, str]:
     """cli.main(argv) in this process: (exit code, stderr); Untyped when it failed as a defect."""
-    from oracle.cli import main
+    from oracle.tools.cli import main
 
     err, out = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
@@ -1139,11 +1139,11 @@ def make_check_call(seed: int) -> tuple[tuple, dict, str]:
 
 def run_check_calls(count: int, seed0: int = 0, judge_every: int = 1, tally: Optional[Tally] = None) -> Tally:
     """Call oracle.check `count` times with generated arguments: a documented error or a report.
-    With judge_every n > 1, the arguments of every call are checked (oracle.api.recording_of, every
+    With judge_every n > 1, the arguments of every call are checked (oracle.tools.api.recording_of, every
     refusal `check` makes before judging) and every n-th call that passes is judged in full. A
     valid input judged ORACLE_UNTRUSTED is a defect (kept with its seed, like an untyped error)."""
     import oracle
-    from oracle.api import recording_of
+    from oracle.tools.api import recording_of
     from oracle.errors import input_errors
 
     tally = tally or Tally("oracle.check calls")
@@ -1179,9 +1179,9 @@ REPRO_FILES = REPRO_READ + ("manifest.json", "launch.txt", "inputs.txt", "README
 
 def _repro_base(directory: Path):
     """A reproducer of simple_gemm (small, ones) as a clean untraced run leaves it, its case and inputs."""
-    from oracle.case import load_case
-    from oracle.inputs import Provenance, make_operands
-    from oracle.repro import write_repro
+    from oracle.run.case import load_case
+    from oracle.run.inputs import Provenance, make_operands
+    from oracle.repro.generate import write_repro
 
     case = load_case(str(ROOT / "harness/examples/simple_gemm.toml"), SMALL)
     ops = make_operands(case.spec, "ones", 0)
@@ -1313,8 +1313,8 @@ def run_repro_dirs(count: int, seed0: int = 0, tally: Optional[Tally] = None) ->
     import shutil
 
     from oracle.errors import input_errors
-    from oracle.repro import write_repro
-    from oracle.repro_run import load_repro_run
+    from oracle.repro.generate import write_repro
+    from oracle.repro.readback import load_repro_run
 
     typed = input_errors()
     tally = tally or Tally("reproducer folders")
@@ -1326,7 +1326,7 @@ def run_repro_dirs(count: int, seed0: int = 0, tally: Optional[Tally] = None) ->
         outside.mkdir()
         (outside / "victim.bin").write_bytes(bytes(2 * SMALL["m"] * SMALL["n"]))
         guarded = _snapshot(outside)
-        from oracle.inputs import Provenance
+        from oracle.run.inputs import Provenance
 
         for seed in range(seed0, seed0 + count):
             rng = random.Random(seed)

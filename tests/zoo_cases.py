@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Optional
 
 from harness.taps import STAGES
-from oracle.case import Case, load_case, trace_plan, with_trace
-from oracle.compare import Status
-from oracle.diagnose import Kind, Verdict
+from oracle.run.case import Case, load_case, trace_plan, with_trace
+from oracle.judging.compare import Status
+from oracle.judging.diagnose import Kind, Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "tests" / "zoo" / "manifest.json"

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import oracle
-from oracle import report
-from oracle.problem import SpecError
+from oracle.report import table as report
+from oracle.problem.spec import SpecError
 
 pytest_plugins = ["pytester"]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -72,7 +72,7 @@ def test_reports_follow_the_shipped_schema():
     a, b, d = _gemm()
     doc = json.loads(json.dumps(oracle.check(a, b, d * 2).to_json(), default=str))
     report.validate(doc)
-    assert report.schema()["$id"] == "oracle.report/1"
+    assert report.schema()["$id"] == "oracle.report.table/1"
     broken = dict(doc, verdict="MAYBE")
     with pytest.raises(jsonschema.ValidationError):
         report.validate(broken)
@@ -150,10 +150,10 @@ def test_plots_of_a_zoo_defect(tmp_path):
 
 
 def test_verify_judges_with_a_model_the_dispatched_engine_follows(monkeypatch):
-    # torch's cuBLAS flags are patched through oracle.verify.cublas_flags, not on torch's module:
+    # torch's cuBLAS flags are patched through oracle.tools.verify.cublas_flags, not on torch's module:
     # pytest >= 9.2 undoes a setattr on it with a delattr, which that module refuses.
-    from oracle import verify
-    from oracle.verify import CublasFlags, VerifyCase, default_numerics
+    from oracle.tools import verify
+    from oracle.tools.verify import CublasFlags, VerifyCase, default_numerics
 
     monkeypatch.setattr(verify, "cublas_flags", lambda: CublasFlags(False, True, True))
     assert default_numerics(VerifyCase("x", 8, 8, 8, "bf16")) == {"acc_model": "any"}
@@ -169,11 +169,11 @@ def test_verify_judges_with_a_model_the_dispatched_engine_follows(monkeypatch):
 
 
 def test_cublas_flags_follow_torch_through_the_api_it_has():
-    """oracle.verify.cublas_flags reads TF32 and the reduced-precision reductions as torch sets them
+    """oracle.tools.verify.cublas_flags reads TF32 and the reduced-precision reductions as torch sets them
     (torch >= 2.9: fp32_precision, which refuses a legacy allow_tf32 read once it was set)."""
     import torch
 
-    from oracle.verify import cublas_flags
+    from oracle.tools.verify import cublas_flags
 
     m = torch.backends.cuda.matmul
     try:

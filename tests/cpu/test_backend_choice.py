@@ -68,8 +68,8 @@ def test_the_pytest_fixture_without_any_variable(tmp_path):
     """))
     from importlib.metadata import entry_points
 
-    registered = any(e.value == "oracle.pytest_plugin" for e in entry_points(group="pytest11"))
-    args = [] if registered else ["-p", "oracle.pytest_plugin"]  # a checkout that is not pip-installed
+    registered = any(e.value == "oracle.tools.pytest_plugin" for e in entry_points(group="pytest11"))
+    args = [] if registered else ["-p", "oracle.tools.pytest_plugin"]  # a checkout that is not pip-installed
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, "test_user.py"],
                           cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from oracle import cli, live
+from oracle.tools import cli
+from oracle.run import live
 
 ROOT = Path(__file__).resolve().parents[2]
 SIMPLE = ROOT / "harness" / "examples" / "simple_gemm.toml"
@@ -82,9 +83,9 @@ def test_a_malformed_case_file_is_one_error_line(tmp_path, capsys, text, message
     (["--inputs", "bogus"], "'bogus' is not an input ladder"),
 ])
 def test_a_malformed_flag_is_refused_before_any_input_is_made(capsys, monkeypatch, flags, message):
-    import oracle.inputs
+    import oracle.run.inputs
 
-    monkeypatch.setattr(oracle.inputs, "make_operands", lambda *a, **k: pytest.fail("inputs were made"))
+    monkeypatch.setattr(oracle.run.inputs, "make_operands", lambda *a, **k: pytest.fail("inputs were made"))
     inputs = [] if flags[0] == "--inputs" else ["--inputs", "ones"]
     line = _run(capsys, ["compare", "--problem", str(SIMPLE), *inputs, *flags])
     assert message in line, line
@@ -120,10 +121,10 @@ def test_a_malformed_bench_list_is_one_error_line(tmp_path, capsys, text, messag
 
 
 def test_a_bench_case_that_fails_its_checks_is_a_row_before_any_case_runs(tmp_path, capsys, monkeypatch):
-    import oracle.bench
+    import oracle.tools.bench
 
     ran = []
-    monkeypatch.setattr(oracle.bench, "run_case", lambda c: ran.append(c.name) or {"name": c.name, "verdict": "MATCH"})
+    monkeypatch.setattr(oracle.tools.bench, "run_case", lambda c: ran.append(c.name) or {"name": c.name, "verdict": "MATCH"})
     p = tmp_path / "cases.toml"
     p.write_text(f"[defaults]\ncase = '{SIMPLE}'\n[[case]]\nname = 'good'\n[[case]]\nname = 'bad'\n"
                  f"trace_k_blocks = [99]\n")
@@ -133,8 +134,8 @@ def test_a_bench_case_that_fails_its_checks_is_a_row_before_any_case_runs(tmp_pa
 
 
 def test_operand_sizes_are_checked_against_the_knob_and_the_machine(monkeypatch):
-    from oracle.inputs import InputError, check_problem_size, make_operands
-    from oracle.problem import ProblemSpec
+    from oracle.run.inputs import InputError, check_problem_size, make_operands
+    from oracle.problem.spec import ProblemSpec
 
     spec = ProblemSpec(m=1024, n=1024, k=1024)
     check_problem_size(spec)

@@ -1,8 +1,8 @@
 import pytest
 
-from oracle.bench import BenchCase, load_cases, parse_shard, shard
-from oracle.case import CaseError
-from oracle.cli import main
+from oracle.tools.bench import BenchCase, load_cases, parse_shard, shard
+from oracle.run.case import CaseError
+from oracle.tools.cli import main
 
 
 def test_shipped_case_list_loads_and_shards():
@@ -49,7 +49,7 @@ def test_zoo_case_list_loads_with_its_trace_selection():
     assert big.overrides == {"m": 4096, "n": 4096, "k": 4096} and big.trace_k_blocks == (0, 1, 32, 63)
     assert cases["hopper-bf16-ragged-1000x1000x2048"].trace_k_blocks == (0, 1, 16, 31)  # from [defaults]
     assert cases["hopper-e4m3-block-2048"].entry == "zoo_hopper_e4m3_block_traced"
-    from oracle.case import load_case
+    from oracle.run.case import load_case
 
     for c in cases.values():  # every case makes a valid problem for its kernel
         spec = load_case(c.case, c.overrides, entry=c.entry).spec

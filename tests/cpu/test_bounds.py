@@ -23,9 +23,10 @@ import pytest
 
 from harness import budget
 from harness.dump import DumpError, load_dump
-from oracle import cli, live
-from oracle.case import CaseError, load_case
-from oracle.problem import MAX_GROUPS, MAX_STREAM_K_WORKERS, ProblemSpec, SpecError
+from oracle.tools import cli
+from oracle.run import live
+from oracle.run.case import CaseError, load_case
+from oracle.problem.spec import MAX_GROUPS, MAX_STREAM_K_WORKERS, ProblemSpec, SpecError
 
 ROOT = Path(__file__).resolve().parents[2]
 SIMPLE = ROOT / "harness" / "examples" / "simple_gemm.toml"
@@ -86,7 +87,7 @@ def test_stream_k_workers_past_the_maximum_is_refused_at_once_from_set(capsys, m
 
 
 def test_the_most_stream_k_workers_still_partition_quickly():
-    from oracle.partition import tile_partials
+    from oracle.problem.partition import tile_partials
 
     spec = ProblemSpec(m=256, n=256, k=256, tile=ProblemSpec(m=1, n=1, k=1).tile, stream_k_workers=MAX_STREAM_K_WORKERS)
     with deadline(30):
@@ -128,8 +129,8 @@ def test_a_workspace_is_checked_against_the_budget_before_allocation(tmp_path):
     case = tmp_path / "ws.toml"
     case.write_text(BASE + '\n[workspace.big]\nbytes = 8589934592\n')
     r = _child(f"""
-        from oracle.case import load_case, CaseError
-        from oracle.live import launch_sequence
+        from oracle.run.case import load_case, CaseError
+        from oracle.run.live import launch_sequence
         case = load_case({str(case)!r})
         try:
             launch_sequence(case, None)
@@ -153,8 +154,8 @@ def test_a_workspace_counts_with_the_operands_against_the_knob(tmp_path, monkeyp
 def test_operands_are_checked_against_the_address_space_limit():
     _need_memory(8)
     r = _child("""
-        from oracle.inputs import InputError, check_problem_size
-        from oracle.problem import ProblemSpec
+        from oracle.run.inputs import InputError, check_problem_size
+        from oracle.problem.spec import ProblemSpec
         spec = ProblemSpec(m=73728, n=32768, k=64)   # D alone takes 4.5 GiB, less than the machine has
         try:
             check_problem_size(spec)

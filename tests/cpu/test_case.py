@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from oracle.case import CaseError, load_case
-from oracle import report
-from oracle.differential import analyze
-from oracle.inputs import make_operands
-from oracle.live import launch_spec, stale_rows
-from oracle.recording import Recording
+from oracle.run.case import CaseError, load_case
+from oracle.report import table as report
+from oracle.judging.differential import analyze
+from oracle.run.inputs import make_operands
+from oracle.run.live import launch_spec, stale_rows
+from oracle.run.recording import Recording
 
 ROOT = Path(__file__).resolve().parents[2]
 HOPPER = ROOT / "zoo" / "hopper_gemm"

@@ -13,9 +13,9 @@ import torch
 
 import oracle
 from harness.dump import DumpError
-from oracle.differential.cross_check import accumulator_in_range, same_values
-from oracle.problem import FP32_MAX, ProblemSpec, SpecError
-from oracle.recording import Recording
+from oracle.judging.differential.cross_check import accumulator_in_range, same_values
+from oracle.problem.spec import FP32_MAX, ProblemSpec, SpecError
+from oracle.run.recording import Recording
 
 
 @contextmanager

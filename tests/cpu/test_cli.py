@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from oracle.cli import main
+from oracle.tools.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -18,7 +18,7 @@ def test_demo_names_the_planted_defect(tmp_path, capsys):
     assert out.startswith("kernel zoo_hopper_bf16_kblock_twice_traced:")  # a real kernel, not a model
     assert "First divergence: mma at tile (0, 0), k-block 1" in out and "VERDICT" in out
     doc = json.loads(j.read_text())
-    assert doc["schema"] == "oracle.report/1" and doc["verdict"] == "DIVERGED" and doc["synthetic"] is False
+    assert doc["schema"] == "oracle.report.table/1" and doc["verdict"] == "DIVERGED" and doc["synthetic"] is False
     fd = doc["first_divergence"]
     assert (fd["stage"], fd["tile"], fd["k_block"], fd["kind"]) == ("mma", [0, 0], 1, "VERDICT")
     assert set(fd) >= {"stage", "tile", "k_block", "element", "received", "expected", "kind"}
@@ -30,13 +30,13 @@ def test_demo_names_the_planted_defect(tmp_path, capsys):
 def test_shipped_demo_is_the_zoo_recording():
     import json as _json
 
-    from oracle.demo import DEMO_PATH, DEMO_ZOO_ENTRY
+    from oracle.tools.demo import DEMO_PATH, DEMO_ZOO_ENTRY
 
     with open(os.path.join(ROOT, "tests", "zoo", "manifest.json")) as f:
         entry = next(e for e in _json.load(f) if e["name"] == DEMO_ZOO_ENTRY)
     assert entry["expected_stage"] == "mma"
     with open(DEMO_PATH, "rb") as a, open(os.path.join(ROOT, entry["dump"]), "rb") as b:
-        assert a.read() == b.read(), "oracle/data/demo.safetensors.gz is not the zoo's recording"
+        assert a.read() == b.read(), "oracle/tools/data/demo.safetensors.gz is not the zoo's recording"
 
 
 @pytest.mark.parametrize("argv", [[], ["compare"], ["compare", "--demo", "--dump", "x"], ["nonsense"]])

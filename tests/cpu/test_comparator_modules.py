@@ -1,6 +1,6 @@
-"""The comparator's modules: imports that run one way (oracle.comparison below oracle.compare and the
-oracle.compare_fast package, compare_fast never importing compare), and the public names
-oracle.compare_fast and oracle.compare have always offered. Read from the source (every import
+"""The comparator's modules: imports that run one way (oracle.judging.comparison below oracle.judging.compare and the
+oracle.judging.compare_fast package, compare_fast never importing compare), and the public names
+oracle.judging.compare_fast and oracle.judging.compare have always offered. Read from the source (every import
 statement, at module or function level), so a lazy import inside a function counts too."""
 
 import ast
@@ -10,7 +10,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-# what `from oracle.compare_fast import X` has offered (benchmarks/compare_bench.py, the GPU tests)
+# what `from oracle.judging.compare_fast import X` has offered (benchmarks/compare_bench.py, the GPU tests)
 COMPARE_FAST_NAMES = {
     "compare_fast", "tile_stats", "check_supported", "inline_bound", "TileStats", "FastConfig", "DEFAULT_CONFIG",
     "CANDIDATE_CONFIGS", "MAX_PROGRAMS_PER_TILE", "NSTAT",
@@ -19,7 +19,7 @@ COMPARE_FAST_NAMES = {
     "K_F32", "K_F16", "K_BF16", "K_LUT", "K_INT", "K_F64", "K_WIDE_INT", "B_EXACT", "B_INLINE", "B_TENSOR",
     "SUB_ALWAYS", "SUB_SCALED", "SUB_TWOSUM",
 }
-# what other modules and tests import from oracle.compare
+# what other modules and tests import from oracle.judging.compare
 COMPARE_NAMES = {"Status", "Comparison", "TileMetrics", "BadElement", "combine", "compare", "compare_reference",
                  "FAST_MIN_ELEMENTS", "FIRST_BAD", "TRIVIAL", "NOT_RUN", "_num"}
 
@@ -30,7 +30,7 @@ def _modules(root: pathlib.Path) -> dict[str, pathlib.Path]:
     for p in sorted((root / "oracle").glob("compar*.py")):
         out[f"oracle.{p.stem}"] = p
     for p in sorted((root / "oracle" / "compare_fast").glob("*.py")):
-        out["oracle.compare_fast" if p.stem == "__init__" else f"oracle.compare_fast.{p.stem}"] = p
+        out["oracle.judging.compare_fast" if p.stem == "__init__" else f"oracle.judging.compare_fast.{p.stem}"] = p
     return out
 
 
@@ -73,12 +73,12 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_comparator_modules_import_one_way():
     graph = import_graph(ROOT)
-    assert "oracle.comparison" in graph and "oracle.compare_fast.results" in graph, sorted(graph)
+    assert "oracle.judging.comparison" in graph and "oracle.judging.compare_fast.results" in graph, sorted(graph)
     assert cycles(graph) == []
-    assert graph["oracle.comparison"] == set()  # below both comparators
+    assert graph["oracle.judging.comparison"] == set()  # below both comparators
     for m, deps in graph.items():
-        if m.startswith("oracle.compare_fast"):
-            assert "oracle.compare" not in deps, f"{m} imports oracle.compare"
+        if m.startswith("oracle.judging.compare_fast"):
+            assert "oracle.judging.compare" not in deps, f"{m} imports oracle.judging.compare"
 
 
 def test_cycles_finds_a_circle():
@@ -87,27 +87,27 @@ def test_cycles_finds_a_circle():
 
 
 def test_the_public_names_stay():
-    import oracle.compare as c
-    import oracle.compare_fast as cf
+    import oracle.judging.compare as c
+    import oracle.judging.compare_fast as cf
 
     assert set(cf.__all__) == COMPARE_FAST_NAMES
     assert [n for n in sorted(COMPARE_FAST_NAMES) if not hasattr(cf, n)] == []
     assert [n for n in sorted(COMPARE_NAMES) if not hasattr(c, n)] == []
-    import oracle.comparison as base
+    import oracle.judging.comparison as base
 
     for n in ("Status", "Comparison", "TileMetrics", "BadElement", "combine"):
         assert getattr(c, n) is getattr(base, n)  # one type, whichever module it is imported from
 
 
-@pytest.mark.parametrize("module", ["oracle.compare_fast.plan", "oracle.compare_fast.launch"])
+@pytest.mark.parametrize("module", ["oracle.judging.compare_fast.plan", "oracle.judging.compare_fast.launch"])
 def test_the_knobs_tests_patch_are_read_where_they_live(module):
     """MAX_PROGRAMS_PER_TILE (plan) and _FUSED_IN_INTERPRETER (launch) are read by the module that
     defines them, so a test that patches them there changes what the pass does."""
-    name = {"oracle.compare_fast.plan": "MAX_PROGRAMS_PER_TILE",
-            "oracle.compare_fast.launch": "_FUSED_IN_INTERPRETER"}[module]
+    name = {"oracle.judging.compare_fast.plan": "MAX_PROGRAMS_PER_TILE",
+            "oracle.judging.compare_fast.launch": "_FUSED_IN_INTERPRETER"}[module]
     path = _modules(ROOT)[module]
     tree = ast.parse(path.read_text())
     reads = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
     assert reads, f"{module} does not read {name}"
     others = [m for m, p in _modules(ROOT).items() if m != module and name in p.read_text()]
-    assert others == [] or others == ["oracle.compare_fast"], others  # the package only re-exports it
+    assert others == [] or others == ["oracle.judging.compare_fast"], others  # the package only re-exports it

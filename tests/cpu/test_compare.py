@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from oracle.compare import Status, compare
+from oracle.judging.compare import Status, compare
 
 
 def test_single_bad_tile_at_4096_is_found_though_global_metrics_pass():
@@ -100,7 +100,7 @@ def test_tiles_are_numbered_from_origin_and_ragged_edges_count():
 
 
 def test_first_bad_tile_prefers_earliest_k_block():
-    from oracle.compare import combine
+    from oracle.judging.compare import combine
 
     ref = torch.ones(2, 2)
     bad = ref + 1

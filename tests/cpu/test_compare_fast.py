@@ -10,9 +10,9 @@ import math
 import pytest
 import torch
 
-from oracle.compare import Status, compare_reference
+from oracle.judging.compare import Status, compare_reference
 from compare_checks import assert_same  # noqa: E402  (tests/ is on sys.path)
-from oracle.compare_fast import (S_GENERAL, FastConfig, check_supported, compare_fast, inline_bound,
+from oracle.judging.compare_fast import (S_GENERAL, FastConfig, check_supported, compare_fast, inline_bound,
                                  tile_stats)
 
 
@@ -298,7 +298,7 @@ def test_rejects_what_it_cannot_take():
 
 
 def test_programs_sharing_a_tile_take_every_gth_strip(monkeypatch):
-    import oracle.compare_fast.plan as cf
+    import oracle.judging.compare_fast.plan as cf
 
     monkeypatch.setattr(cf, "MAX_PROGRAMS_PER_TILE", 3)  # 7 strips of 8 rows, 3 programs
     r, e = _pair((52, 40), torch.bfloat16, seed=25)
@@ -312,7 +312,7 @@ def test_programs_sharing_a_tile_take_every_gth_strip(monkeypatch):
 
 
 def test_the_gpu_arithmetic_fma_chains_and_one_combined_reduction(monkeypatch):
-    import oracle.compare_fast.launch as cf
+    import oracle.judging.compare_fast.launch as cf
 
     monkeypatch.setattr(cf, "_FUSED_IN_INTERPRETER", True)
     for dtype, shape, tile in ((torch.bfloat16, (16, 128), (16, 128)), (torch.float32, (8, 64), (8, 32))):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from oracle.compare import Status
-from oracle.diagnose import Diagnosis, Kind, StageOutcome, Verdict, evidence_kind, first_divergence
+from oracle.judging.compare import Status
+from oracle.judging.diagnose import Diagnosis, Kind, StageOutcome, Verdict, evidence_kind, first_divergence
 
 M, X, N, T = Status.MATCH, Status.MISMATCH, Status.NOT_RUN, Status.MISTRUSTED
 NAMES = ["descriptor_a", "load_a", "mma", "epilogue_cast", "epilogue_store"]

@@ -5,11 +5,11 @@ import dataclasses
 
 import pytest
 
-from oracle.diagnose import Kind, Verdict
-from oracle.differential import analyze
-from oracle.inputs import Provenance, make_operands
-from oracle.problem import ProblemSpec, Scale, Tile
-from oracle.simulate import Injection, simulate
+from oracle.judging.diagnose import Kind, Verdict
+from oracle.judging.differential import analyze
+from oracle.run.inputs import Provenance, make_operands
+from oracle.problem.spec import ProblemSpec, Scale, Tile
+from oracle.run.simulate import Injection, simulate
 
 BASE = ProblemSpec(m=128, n=128, k=192, tile=Tile(64, 64, 64), swizzle_a=128, swizzle_b=128)
 EPI = dataclasses.replace(BASE, scale_b=Scale("col"), bias="col", activation="gelu_erf", out_dtype="fp32")

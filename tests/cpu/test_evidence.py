@@ -13,12 +13,12 @@ import torch
 from zoo_cases import ROOT  # tests/ is on sys.path
 
 from harness.trace_format import TraceAccount, TraceSelection
-from oracle import report
-from oracle.compare import Status
-from oracle.diagnose import Kind, Verdict
-from oracle.differential import analyze
-from oracle.evidence import UNRECORDED, UPSTREAM_UNRECORDED, Feed
-from oracle.recording import Recording
+from oracle.report import table as report
+from oracle.judging.compare import Status
+from oracle.judging.diagnose import Kind, Verdict
+from oracle.judging.differential import analyze
+from oracle.judging.evidence import UNRECORDED, UPSTREAM_UNRECORDED, Feed
+from oracle.run.recording import Recording
 
 pytestmark = pytest.mark.slow
 

@@ -136,7 +136,7 @@ def test_cases_run_in_a_seeded_mixed_order():
 
 
 def test_zoo_cases_load_with_their_specs():
-    from oracle.case import load_case, with_trace
+    from oracle.run.case import load_case, with_trace
 
     for path, entry, shapes in F.ZOO:
         for m, n, k in shapes:

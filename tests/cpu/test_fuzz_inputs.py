@@ -97,7 +97,7 @@ def test_an_untyped_exception_a_hang_and_an_allocation_past_the_limits_are_caugh
 
 
 def test_a_dump_reader_failing_untyped_is_caught(monkeypatch):
-    from oracle.recording import Recording
+    from oracle.run.recording import Recording
 
     monkeypatch.setattr(Recording, "load", classmethod(lambda cls, path: {}["missing"]))
     t = F.run_dumps(3)
@@ -106,27 +106,27 @@ def test_a_dump_reader_failing_untyped_is_caught(monkeypatch):
 
 @pytest.mark.parametrize("broken", ["traceback", "two lines", "bench row"])
 def test_a_command_failing_untyped_is_caught(monkeypatch, broken):
-    import oracle.case
+    import oracle.run.case
 
     if broken == "traceback":
-        monkeypatch.setattr(oracle.case, "load_case", lambda *a, **k: 1 // 0)
+        monkeypatch.setattr(oracle.run.case, "load_case", lambda *a, **k: 1 // 0)
     elif broken == "two lines":
         def two_lines(*a, **k):
-            raise oracle.case.CaseError("first line\nsecond line")
-        monkeypatch.setattr(oracle.case, "load_case", two_lines)
+            raise oracle.run.case.CaseError("first line\nsecond line")
+        monkeypatch.setattr(oracle.run.case, "load_case", two_lines)
     else:
-        import oracle.bench
+        import oracle.tools.bench
 
         def untyped(c):
             raise AttributeError("planted")
-        monkeypatch.setattr(oracle.bench, "live_case", untyped)
+        monkeypatch.setattr(oracle.tools.bench, "live_case", untyped)
     t = F.run_cases(20)
     assert t.untyped and all(u[1] == "Untyped" for u in t.untyped)
 
 
 def test_a_check_call_failing_untyped_or_judged_untrusted_is_caught(monkeypatch):
     import oracle
-    from oracle import api
+    from oracle.tools import api
 
     class Report:
         verdict = "ORACLE_UNTRUSTED"
@@ -147,13 +147,13 @@ def test_a_check_call_failing_untyped_or_judged_untrusted_is_caught(monkeypatch)
 
 @pytest.mark.parametrize("planted", ["reader follows links", "writer ignores the manifest"])
 def test_a_reproducer_folder_read_through_a_link_or_overwritten_is_caught(monkeypatch, planted):
-    import oracle.repro_folder
-    import oracle.repro_run
+    import oracle.repro.folder
+    import oracle.repro.readback
 
     if planted == "reader follows links":
-        real = oracle.repro_run.read_bounded
-        monkeypatch.setattr(oracle.repro_run, "read_bounded", lambda *a, nofollow=False, **k: real(*a, **k))
+        real = oracle.repro.readback.read_bounded
+        monkeypatch.setattr(oracle.repro.readback, "read_bounded", lambda *a, nofollow=False, **k: real(*a, **k))
     else:
-        monkeypatch.setattr(oracle.repro_folder.ReproFolder, "_survey", lambda self: ({}, set()))
+        monkeypatch.setattr(oracle.repro.folder.ReproFolder, "_survey", lambda self: ({}, set()))
     t = F.run_repro_dirs(40)
     assert not t.clean and (t.breaches or planted != "reader follows links"), t.failures()

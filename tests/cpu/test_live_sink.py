@@ -10,9 +10,9 @@ from zoo_cases import ROOT  # tests/ is on sys.path
 
 from harness.trace_budget import trace_budget
 from harness.trace_format import TraceSelection
-from oracle.case import CaseError, load_case, with_trace
-from oracle.inputs import Provenance, make_operands
-from oracle.live import run_live, sink_budget
+from oracle.run.case import CaseError, load_case, with_trace
+from oracle.run.inputs import Provenance, make_operands
+from oracle.run.live import run_live, sink_budget
 
 HOPPER = ROOT / "zoo" / "hopper_gemm" / "hopper_gemm.toml"
 BIG = {"m": 4096, "n": 4096, "k": 4096}

@@ -1,7 +1,7 @@
 """The tolerance models against what the H200 measurement recorded
 (benchmarks/results/numerics_h200.json, benchmarks/measure_numerics.py):
 
-- every hardware constant of oracle.tolerance.HW that names a measurement is sound against it,
+- every hardware constant of oracle.judging.tolerance.HW that names a measurement is sound against it,
   recomputed from the stored fits by this version's rules;
 - every datapath that reproduced an engine's probes, emulated (kernels_ref.emulate), stays below
   the bound of the model that engine is judged with, and below `any`'s;
@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from kernels_ref import emulate as E
-from oracle import tolerance as T
-from oracle.problem import ProblemSpec, Tile
+from oracle.judging import tolerance as T
+from oracle.problem.spec import ProblemSpec, Tile
 import bench_scripts  # tests/ is on sys.path
 from numerics_inputs import gemm_inputs
 
@@ -85,7 +85,7 @@ def _blocks(a64: torch.Tensor, b64: torch.Tensor, bk: int):
 
 
 def _stats(a64: torch.Tensor, b64: torch.Tensor, bk: int):
-    """Exact float64 S, the span statistics (oracle.tolerance's definition) and q."""
+    """Exact float64 S, the span statistics (oracle.judging.tolerance's definition) and q."""
     p, sb = _blocks(a64, b64, bk)
     x = p.cumsum(0)
     prev = torch.cat([torch.zeros_like(x[:1]), x[:-1]])

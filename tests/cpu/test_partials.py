@@ -11,14 +11,14 @@ import torch
 
 from kernels_ref import mma as ref_mma
 from kernels_ref import reduce as ref_reduce
-from oracle import report
-from oracle.diagnose import Kind, Verdict
-from oracle.differential import analyze
-from oracle.inputs import Provenance, expected_shapes, make_operands
-from oracle.partition import group_offsets, tile_partials
-from oracle.problem import ProblemSpec, SpecError, Tile
-from oracle.recording import RecordingError
-from oracle.simulate import Injection, simulate
+from oracle.report import table as report
+from oracle.judging.diagnose import Kind, Verdict
+from oracle.judging.differential import analyze
+from oracle.run.inputs import Provenance, expected_shapes, make_operands
+from oracle.problem.partition import group_offsets, tile_partials
+from oracle.problem.spec import ProblemSpec, SpecError, Tile
+from oracle.run.recording import RecordingError
+from oracle.run.simulate import Injection, simulate
 
 SPLIT = ProblemSpec(m=40, n=24, k=256, tile=Tile(64, 64, 32), splits=3)
 STREAM = ProblemSpec(m=130, n=70, k=256, tile=Tile(64, 64, 32), stream_k_workers=5)
@@ -174,8 +174,8 @@ def test_a_broken_partial_reference_makes_the_oracle_untrusted(monkeypatch):
 
 
 def test_a_grouped_problem_s_expected_output_is_every_group_s_in_row_order():
-    from oracle.differential import expected_output
-    from oracle.inputs import Operands
+    from oracle.judging.differential import expected_output
+    from oracle.run.inputs import Operands
 
     ops = make_operands(GROUPED, "random", 1)
     y, b = expected_output(GROUPED, ops)

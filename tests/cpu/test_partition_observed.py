@@ -10,14 +10,14 @@ import time
 
 import pytest
 
-from oracle import report
-from oracle.case import CaseError, load_case
-from oracle.diagnose import Kind, Verdict
-from oracle.differential import analyze
-from oracle.inputs import Provenance, make_operands
-from oracle.partition import deal, observed_partition, tile_partials
-from oracle.problem import ProblemSpec, SpecError, Tile
-from oracle.simulate import Injection, simulate
+from oracle.report import table as report
+from oracle.run.case import CaseError, load_case
+from oracle.judging.diagnose import Kind, Verdict
+from oracle.judging.differential import analyze
+from oracle.run.inputs import Provenance, make_operands
+from oracle.problem.partition import deal, observed_partition, tile_partials
+from oracle.problem.spec import ProblemSpec, SpecError, Tile
+from oracle.run.simulate import Injection, simulate
 
 SPLIT = ProblemSpec(m=40, n=24, k=256, tile=Tile(64, 64, 32), splits=3)  # 8 k-blocks: ceil 0-2 3-5 6-7
 # 3 x 2 tiles of 8 k-blocks (48 iterations) over 5 workers: floor shares start at 0 9 19 28 38,

@@ -1,6 +1,6 @@
 import pytest
 
-from oracle.problem import ProblemSpec, Scale, SpecError, Tile
+from oracle.problem.spec import ProblemSpec, Scale, SpecError, Tile
 
 
 def test_defaults_are_valid_and_round_trip():
@@ -66,7 +66,7 @@ def test_from_json_rejects_unknown_fields():
 def test_numerics_fields_round_trip_and_old_json_keeps_its_meaning():
     import json
 
-    from oracle.problem import ProblemSpec, SpecError
+    from oracle.problem.spec import ProblemSpec, SpecError
 
     for kw in (dict(acc_model="any"), dict(a_dtype="fp32", b_dtype="fp32", acc_model="tf32", out_dtype="fp32"),
                dict(a_dtype="e4m3", b_dtype="e4m3", acc_model="fp8_promoted", promotion_interval=64),

@@ -16,14 +16,14 @@ import torch
 
 from harness.launch import LaunchSpec, ScalarArg, TensorArg
 from harness.sanitizer import Location, SanitizerReport, parse_report, sanitize, sanitizer_argv
-from oracle import report
-from oracle.diagnose import EXIT_CODES, Kind, Verdict
-from oracle.differential import analyze
-from oracle.inputs import Provenance, make_operands
-from oracle.problem import ProblemSpec, Tile
-from oracle.live import complement, parse_pattern
-from oracle.repeat import as_draft, compare_runs, final_verdict
-from oracle.simulate import Injection, simulate
+from oracle.report import table as report
+from oracle.judging.diagnose import EXIT_CODES, Kind, Verdict
+from oracle.judging.differential import analyze
+from oracle.run.inputs import Provenance, make_operands
+from oracle.problem.spec import ProblemSpec, Tile
+from oracle.run.live import complement, parse_pattern
+from oracle.judging.repeat import as_draft, compare_runs, final_verdict
+from oracle.run.simulate import Injection, simulate
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ProblemSpec(m=128, n=128, k=128, a_dtype="bf16", b_dtype="bf16", out_dtype="bf16", tile=Tile(64, 64, 64),
@@ -380,7 +380,7 @@ def test_sanitizer_findings_are_in_the_report_beside_the_stage_table(runs):
 # --------------------------------------------------------------------------- the case and the CLI
 
 def test_case_run_table_and_untraced_entry(tmp_path):
-    from oracle.case import CaseError, load_case
+    from oracle.run.case import CaseError, load_case
 
     p = tmp_path / "c.toml"
     p.write_text(f'extends = "{ROOT}/zoo/sm80_gemm/sm80_gemm.toml"\n[kernel]\nuntraced_entry = "zoo_sm80_bf16"\n'
@@ -405,7 +405,7 @@ class _Run:
 
 
 def _fake_race_runs(monkeypatch, untraced_flip: bool, seen: dict):
-    from oracle import live
+    from oracle.run import live
 
     def fake(case, ops, prov, *, repeat, smem_poison=None, sanitize=False, timeout_s=None, command=(), **_):
         seen.update(repeat=repeat, smem_poison=smem_poison, sanitize=sanitize)
@@ -423,7 +423,7 @@ CASE_ARGS = ["compare", "--problem", str(ROOT / "zoo/sm80_gemm/sm80_gemm.toml"),
 
 
 def test_cli_exit_code_for_tracing_that_changes_the_result(monkeypatch, tmp_path, capsys):
-    from oracle import cli
+    from oracle.tools import cli
 
     seen = {}
     _fake_race_runs(monkeypatch, True, seen)
@@ -438,7 +438,7 @@ def test_cli_exit_code_for_tracing_that_changes_the_result(monkeypatch, tmp_path
 
 
 def test_cli_repeat_that_agrees_keeps_the_stage_verdict_and_sanitize_without_the_tool(monkeypatch, capsys):
-    from oracle import cli
+    from oracle.tools import cli
 
     seen = {}
     _fake_race_runs(monkeypatch, False, seen)
@@ -452,7 +452,7 @@ def test_cli_repeat_that_agrees_keeps_the_stage_verdict_and_sanitize_without_the
 
 @pytest.mark.parametrize("extra, msg", [(["--repeat", "0"], "must be from 1"), (["--smem-poison", "red"], "32-bit")])
 def test_cli_bad_race_options_exit_2(extra, msg, capsys, monkeypatch):
-    from oracle import cli
+    from oracle.tools import cli
 
     seen = {}
     _fake_race_runs(monkeypatch, False, seen)
@@ -461,7 +461,7 @@ def test_cli_bad_race_options_exit_2(extra, msg, capsys, monkeypatch):
 
 
 def test_cli_race_options_need_a_live_kernel(capsys):
-    from oracle import cli
+    from oracle.tools import cli
 
     assert cli.main(["compare", "--demo", "--repeat", "2"]) == 2
     assert "need a live kernel" in capsys.readouterr().err
@@ -548,8 +548,8 @@ def test_run_races_runs_each_build_as_asked(monkeypatch, runs):
     # the orchestration with the runs faked: N traced, N untraced (one of them faulting), two
     # poison runs with a pattern and its complement, and --sanitize without the tool (no build)
     from harness.runner import KernelRun, RunStatus
-    from oracle import live
-    from oracle.case import load_case
+    from oracle.run import live
+    from oracle.run.case import load_case
 
     good, _ = runs
     case = load_case(str(ROOT / "zoo/sm80_gemm/sm80_race_store.toml"))
@@ -589,8 +589,8 @@ def test_run_races_runs_each_build_as_asked(monkeypatch, runs):
 
 def test_poison_that_no_cta_applied_is_said_and_shows_nothing(monkeypatch, runs):
     from harness.runner import KernelRun, RunStatus
-    from oracle import live
-    from oracle.case import load_case
+    from oracle.run import live
+    from oracle.run.case import load_case
 
     good, _ = runs
     case = load_case(str(ROOT / "zoo/sm80_gemm/sm80_race_store.toml"))

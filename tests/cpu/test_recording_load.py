@@ -12,7 +12,7 @@ import pytest
 from zoo_cases import ROOT  # tests/ is on sys.path
 
 from harness.dump import DumpError
-from oracle.recording import Recording
+from oracle.run.recording import Recording
 
 DUMP = ROOT / "tests" / "zoo" / "dumps" / "hopper_bf16_correct.safetensors.gz"
 

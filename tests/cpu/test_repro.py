@@ -21,13 +21,13 @@ import torch
 
 from harness.launch import ScalarArg, TensorArg, TensorMapArg
 from harness.trace_format import TraceWriter, parse_header, sink_init_bytes
-from oracle import cli
-from oracle.case import load_case, with_trace
-from oracle.differential import analyze, expected_output
-from oracle.inputs import Provenance, make_operands
-from oracle.live import launch_sequence, launch_spec, stale_rows, workspace_buffer
-from oracle.repro import ReproError, sink_bytes, write_repro
-from oracle.repro_run import load_repro_run
+from oracle.tools import cli
+from oracle.run.case import load_case, with_trace
+from oracle.judging.differential import analyze, expected_output
+from oracle.run.inputs import Provenance, make_operands
+from oracle.run.live import launch_sequence, launch_spec, stale_rows, workspace_buffer
+from oracle.repro.generate import ReproError, sink_bytes, write_repro
+from oracle.repro.readback import load_repro_run
 
 ROOT = Path(__file__).resolve().parents[2]
 SIMPLE = ROOT / "harness" / "examples" / "simple_gemm.toml"
@@ -143,7 +143,7 @@ def test_simple_gemm_reproducer_files(tmp_path, capsys):
     assert (out / "kernel" / "src" / "simple_gemm.cu").read_bytes() == (SIMPLE.parent / "simple_gemm.cu").read_bytes()
     assert (out / "kernel" / "include" / "oracle_trace" / "trace.cuh").read_bytes() == \
         (ROOT / "harness" / "include" / "oracle_trace" / "trace.cuh").read_bytes()
-    assert (out / "repro.cu").read_bytes() == (ROOT / "oracle" / "repro_files" / "repro.cu").read_bytes()
+    assert (out / "repro.cu").read_bytes() == (ROOT / "oracle" / "repro" / "files" / "repro.cu").read_bytes()
     assert "compute-sanitizer --tool memcheck" in (out / "README.txt").read_text()
 
 
@@ -197,7 +197,7 @@ def test_the_command_line_trace_selection_reaches_launch_txt(tmp_path):
 
 
 def test_a_large_output_s_float32_bound_is_never_below_the_oracle_s():
-    from oracle.repro import BOUND_F64_LIMIT, _bound_tensor
+    from oracle.repro.generate import BOUND_F64_LIMIT, _bound_tensor
 
     b = torch.rand(4096, dtype=torch.float64) * 10.0 ** torch.randint(-30, 5, (4096,)).double()
     small, large = _bound_tensor(b, 4096), _bound_tensor(b, BOUND_F64_LIMIT + 1)
@@ -221,7 +221,7 @@ def test_a_zoo_entry_without_time_entry_shares_one_cubin(tmp_path):
 
 
 def test_a_recording_gives_problem_inputs_and_entry(tmp_path):
-    from oracle.recording import Recording
+    from oracle.run.recording import Recording
 
     dump = ROOT / "tests" / "zoo" / "dumps" / "hopper_bf16_kblock_twice.safetensors.gz"
     rec = Recording.load(str(dump))
@@ -310,7 +310,7 @@ def test_a_time_entry_of_a_multi_launch_case_leaves_the_untraced_build_traced(tm
 
 
 def test_a_stream_k_reproducer_evaluates_its_workers_and_partials(tmp_path):
-    from oracle.partition import tile_partials
+    from oracle.problem.partition import tile_partials
 
     case = _zoo_case("streamk_correct")  # 130 x 200 x 1000: 3 x 4 tiles of 32 k-blocks, 7 workers
     out, ops = _write(case, "ones", out=tmp_path / "k", reference=False)
@@ -385,7 +385,7 @@ def _fake_run(out: Path, rec, *, ok: bool = True, traced: bool = True, error: st
 
 
 def test_compare_judges_a_reproducer_run_stage_by_stage(tmp_path, capsys):
-    from oracle.simulate import Injection, simulate
+    from oracle.run.simulate import Injection, simulate
 
     case = load_case(str(SIMPLE), {"m": 64, "n": 64, "k": 48})
     out, ops = _write(case, "random", 1, tmp_path / "r")
@@ -408,7 +408,7 @@ def test_compare_judges_a_reproducer_run_stage_by_stage(tmp_path, capsys):
 
 
 def test_compare_judges_a_grouped_reproducer_run_group_by_group(tmp_path):
-    from oracle.simulate import Injection, simulate
+    from oracle.run.simulate import Injection, simulate
 
     case = with_trace(_zoo_case("grouped_correct", {"m": 110, "n": 64, "k": 64, "groups": [40, 0, 70]}),
                       tiles=((0, 0), (1, 0)))
@@ -431,7 +431,7 @@ def test_compare_judges_a_grouped_reproducer_run_group_by_group(tmp_path):
 
 
 def test_compare_judges_a_two_launch_split_k_run_partial_by_partial(tmp_path, capsys):
-    from oracle.simulate import Injection, simulate
+    from oracle.run.simulate import Injection, simulate
 
     case = load_case(str(SPLIT / "splitk_atomic.toml"), {"m": 40, "n": 64, "k": 256, "splits": 4})
     out, ops = _write(case, "random", 1, tmp_path / "a", reference=False)

@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from harness import build
-from oracle import cli
-from oracle.case import CaseError, load_case
-from oracle.inputs import Provenance, make_operands
-from oracle.repro import ReproError, write_repro
-from oracle.repro_run import load_repro_run
+from oracle.tools import cli
+from oracle.run.case import CaseError, load_case
+from oracle.run.inputs import Provenance, make_operands
+from oracle.repro.generate import ReproError, write_repro
+from oracle.repro.readback import load_repro_run
 
 ROOT = Path(__file__).resolve().parents[2]
 SIMPLE = ROOT / "harness" / "examples" / "simple_gemm.toml"

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from oracle import server
+from oracle.tools import server
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def warm(tmp_path):
     path = str(tmp_path / "o.sock")
     ready = threading.Event()
-    from oracle.cli import main
+    from oracle.tools.cli import main
 
     t = threading.Thread(target=server.serve, args=(path, main), kwargs={"max_requests": 3, "ready": ready.set},
                          daemon=True)
@@ -46,7 +46,7 @@ def test_a_forwarded_compare_prints_and_exits_as_in_place(warm, tmp_path, monkey
     forwarded = capsys.readouterr()
     assert code == 1 and (tmp_path / "r.json").is_file()  # written in the caller's directory
     assert json.loads((tmp_path / "r.json").read_text())["first_divergence"]["stage"] == "mma"
-    from oracle.cli import main
+    from oracle.tools.cli import main
 
     assert main(["compare", "--demo"]) == 1
     assert forwarded.out == capsys.readouterr().out
@@ -73,7 +73,7 @@ def test_bad_requests_are_refused(warm):
 
 
 def test_the_client_does_not_import_torch():
-    code = ("import sys; from oracle.server import forward; forward(['compare', '--demo']); "
+    code = ("import sys; from oracle.tools.server import forward; forward(['compare', '--demo']); "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                          env={**os.environ, "ORACLE_SERVER": "/nonexistent/o.sock"}).stdout

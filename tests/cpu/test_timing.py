@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from oracle import timing as T
-from oracle.timing import Policy, Timing, TimingError
+from oracle.tools import timing as T
+from oracle.tools.timing import Policy, Timing, TimingError
 
 
 class FakeBackend:

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from oracle import tolerance
-from oracle.compare import Status, compare
-from oracle.problem import ProblemSpec, Tile
+from oracle.judging import tolerance
+from oracle.judging.compare import Status, compare
+from oracle.problem.spec import ProblemSpec, Tile
 
 BM = BN = 64
 BK = 64

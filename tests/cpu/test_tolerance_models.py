@@ -11,9 +11,9 @@ import torch
 
 from kernels_ref import emulate as E
 from kernels_ref import mma as X
-from oracle import tolerance as T
-from oracle.compare import Status, compare
-from oracle.problem import ACC_MODELS, ProblemSpec, Tile
+from oracle.judging import tolerance as T
+from oracle.judging.compare import Status, compare
+from oracle.problem.spec import ACC_MODELS, ProblemSpec, Tile
 from numerics_inputs import gemm_inputs  # tests/ is on sys.path
 
 BK = 64
@@ -171,7 +171,7 @@ def test_int32_model_is_exact():
 
 
 def test_every_model_the_spec_allows_has_a_table_entry_and_sourced_constants():
-    from oracle.problem import OPERAND_DTYPES, SpecError
+    from oracle.problem.spec import OPERAND_DTYPES, SpecError
 
     for name in ACC_MODELS:
         for d in OPERAND_DTYPES:

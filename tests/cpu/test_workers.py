@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import sys
 
-from oracle.bench import parse_shard
-from oracle.workers import run_workers, sub_shard
+from oracle.tools.bench import parse_shard
+from oracle.tools.workers import run_workers, sub_shard
 
 # a stand-in worker: writes one row per case of its shard, naming the GPU it was given
 WORKER = r"""

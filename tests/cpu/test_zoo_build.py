@@ -58,7 +58,7 @@ def _manifest() -> list[dict]:
 
 # -- the manifest ---------------------------------------------------------------------------------
 def test_manifest_is_well_formed():
-    from oracle.case import load_case
+    from oracle.run.case import load_case
 
     doc = _manifest()
     assert isinstance(doc, list) and doc, "the manifest is a non-empty JSON list of entries"
@@ -292,7 +292,7 @@ def test_hopper_untraced_variants_are_the_same_with_tracing_compiled_in(hopper_b
 def test_hopper_cases_launch_what_the_kernel_needs():
     text = HOPPER_SOURCE.read_text()
     for case, smem, tx in (("hopper_gemm.toml", 133120, 32768), ("hopper_gemm_n16.toml", 75776, 18432)):
-        from oracle.case import load_case
+        from oracle.run.case import load_case
 
         c = load_case(str(ROOT / "zoo" / "hopper_gemm" / case))
         assert c.launch.block == (256, 1, 1) and c.launch.shared_mem_bytes == smem

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 from zoo_cases import ROOT, check_judgement, entries, entry_case, tapped_stages  # tests/ is on sys.path
 
-from oracle import report
-from oracle.differential import analyze
-from oracle.recording import Recording
+from oracle.report import table as report
+from oracle.judging.differential import analyze
+from oracle.run.recording import Recording
 
 pytestmark = pytest.mark.slow
 

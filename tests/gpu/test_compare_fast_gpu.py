@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from oracle.compare import FAST_MIN_ELEMENTS, Status, compare, compare_reference
+from oracle.judging.compare import FAST_MIN_ELEMENTS, Status, compare, compare_reference
 from compare_checks import assert_same
-from oracle.compare_fast import NSTAT, S_GENERAL, compare_fast, inline_bound, tile_stats
+from oracle.judging.compare_fast import NSTAT, S_GENERAL, compare_fast, inline_bound, tile_stats
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from oracle.case import load_case
-from oracle.diagnose import Verdict
-from oracle.differential import analyze
-from oracle.inputs import Provenance, make_operands
-from oracle.live import run_live
+from oracle.run.case import load_case
+from oracle.judging.diagnose import Verdict
+from oracle.judging.differential import analyze
+from oracle.run.inputs import Provenance, make_operands
+from oracle.run.live import run_live
 
 pytestmark = pytest.mark.gpu
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -128,7 +128,7 @@ def test_a_sink_sized_too_small_is_measured_and_the_kernel_run_again(monkeypatch
     # needs, and the second launch with a sink of that size records everything
     import dataclasses
 
-    from oracle import live as live_mod
+    from oracle.run import live as live_mod
 
     real = live_mod.trace_budget
     monkeypatch.setattr(live_mod, "trace_budget", lambda *a, **k: dataclasses.replace(real(*a, **k), estimate=1))
@@ -144,7 +144,7 @@ def test_a_sink_sized_too_small_is_measured_and_the_kernel_run_again(monkeypatch
 def test_a_ceiling_below_the_need_leaves_an_incomplete_trace_and_drafts(monkeypatch):
     import dataclasses
 
-    from oracle import live as live_mod
+    from oracle.run import live as live_mod
 
     real = live_mod.trace_budget
     monkeypatch.setattr(live_mod, "trace_budget",

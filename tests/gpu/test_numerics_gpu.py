@@ -1,11 +1,11 @@
-"""GPU tier: the hardware constants recorded in oracle.tolerance, re-measured on this GPU by a
+"""GPU tier: the hardware constants recorded in oracle.judging.tolerance, re-measured on this GPU by a
 quick slice of benchmarks/measure_numerics.py (the full run writes numerics_h200.json)."""
 
 import os
 
 import pytest
 
-from oracle import tolerance as T
+from oracle.judging import tolerance as T
 import bench_scripts  # tests/ is on sys.path
 
 pytestmark = pytest.mark.gpu
@@ -22,7 +22,7 @@ def measured():
     return _script().measure(ENGINES, quick=True, families=("engines", "splitk", "int8", "act"))
 
 
-# no candidate reproduced these on 2026-12-01: their models use stand-ins (oracle.tolerance)
+# no candidate reproduced these on 2026-12-01: their models use stand-ins (oracle.judging.tolerance)
 NOT_IDENTIFIED = {"cublas_tf32", "triton_bf16x3"}
 
 

@@ -16,11 +16,11 @@ import pytest
 from zoo_cases import ROOT, entries, entry_case  # tests/ is on sys.path
 
 from oracle import knobs as oracle_knobs
-from oracle.diagnose import EXIT_CODES, Verdict
-from oracle.differential import analyze
-from oracle.inputs import Provenance, make_operands
-from oracle.live import run_races
-from oracle.repeat import compare_runs, final_verdict
+from oracle.judging.diagnose import EXIT_CODES, Verdict
+from oracle.judging.differential import analyze
+from oracle.run.inputs import Provenance, make_operands
+from oracle.run.live import run_races
+from oracle.judging.repeat import compare_runs, final_verdict
 
 pytestmark = pytest.mark.gpu
 

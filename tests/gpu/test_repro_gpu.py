@@ -44,8 +44,8 @@ import pytest
 sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
 from zoo_cases import check_judgement, entries, entry_case  # noqa: E402
 
-from oracle.inputs import Provenance, make_operands  # noqa: E402
-from oracle.repro import write_repro  # noqa: E402
+from oracle.run.inputs import Provenance, make_operands  # noqa: E402
+from oracle.repro.generate import write_repro  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -70,7 +70,7 @@ def _tree_digest(kernel_dir: Path) -> str:
 
 
 def _template_digest() -> str:
-    from oracle.repro import TEMPLATE
+    from oracle.repro.generate import TEMPLATE
 
     return hashlib.sha256(TEMPLATE.read_bytes()).hexdigest()
 
@@ -152,8 +152,8 @@ def _verdict(stdout: str) -> str:
 def _oracle_output_verdict(rec) -> str:
     """The oracle's judgement of D: epilogue_store's chained comparison (differential._store_stage)."""
     from oracle import knobs
-    from oracle.compare import Status, compare
-    from oracle.differential import expected_output
+    from oracle.judging.compare import Status, compare
+    from oracle.judging.differential import expected_output
 
     if rec.output is None:
         return "KERNEL_ERROR"
@@ -171,7 +171,7 @@ def _correct(entry: dict) -> bool:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
-    from oracle.live import run_live
+    from oracle.run.live import run_live
 
     root, info = _prebuilt()
     assert info.get("repro_cu") == _template_digest(), f"{root}/bin was built from another repro.cu: prebuild again"
@@ -241,8 +241,8 @@ def test_repro_prints_the_oracle_s_output_verdict(runs, entry, ladder):
 
 @pytest.mark.parametrize("entry", entries(), ids=lambda e: e["name"])
 def test_repro_traced_sink_names_the_manifest_s_stage(runs, entry):
-    from oracle.differential import analyze
-    from oracle.repro_run import load_repro_run
+    from oracle.judging.differential import analyze
+    from oracle.repro.readback import load_repro_run
 
     r = runs[(entry["name"], "random:1")]
     assert (r["dir"] / "sink.bin").is_file(), _out(r["traced"])

@@ -17,9 +17,9 @@ import pytest
 from zoo_cases import check_judgement, entries, entry_case, tapped_stages  # tests/ is on sys.path
 
 from oracle import knobs as oracle_knobs
-from oracle.differential import analyze
-from oracle.inputs import Provenance, make_operands
-from oracle.live import run_live
+from oracle.judging.differential import analyze
+from oracle.run.inputs import Provenance, make_operands
+from oracle.run.live import run_live
 
 pytestmark = pytest.mark.gpu
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 from zoo_cases import ROOT, check_judgement, stage_table  # tests/ is on sys.path
 
-from oracle.case import load_case, with_trace
-from oracle.diagnose import Verdict
-from oracle.differential import analyze
-from oracle.inputs import Provenance, make_operands
-from oracle.live import run_live
+from oracle.run.case import load_case, with_trace
+from oracle.judging.diagnose import Verdict
+from oracle.judging.differential import analyze
+from oracle.run.inputs import Provenance, make_operands
+from oracle.run.live import run_live
 
 pytestmark = pytest.mark.gpu
 HOPPER = ROOT / "zoo" / "hopper_gemm"

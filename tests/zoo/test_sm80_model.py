@@ -24,14 +24,14 @@ import torch
 
 from harness.taps import STAGES, Tap
 from kernels_ref.dtypes import DTYPES
-from oracle.case import load_case
-from oracle.compare import Status
-from oracle.diagnose import Verdict
-from oracle.differential import analyze
-from oracle.inputs import Operands, Provenance, make_operands
-from oracle.live import default_trace_tiles
-from oracle.problem import ProblemSpec
-from oracle.recording import Recording
+from oracle.run.case import load_case
+from oracle.judging.compare import Status
+from oracle.judging.diagnose import Verdict
+from oracle.judging.differential import analyze
+from oracle.run.inputs import Operands, Provenance, make_operands
+from oracle.run.live import default_trace_tiles
+from oracle.problem.spec import ProblemSpec
+from oracle.run.recording import Recording
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "tests" / "zoo" / "manifest.json"

@@ -1,0 +1,149 @@
+"""The whole differential: every stage's references run on the recording, in pipeline order, then
+the first divergence and what the report may claim about it.
+
+descriptor -> load -> mma -> epilogue sub-steps -> store, each compared teacher-forced (fed with
+the kernel's own upstream tap) and chained (fed with the reference pipeline); the Triton
+references are cross-checked against their float64 host specs on a few tiles of every run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from harness.taps import STAGES
+from kernels_ref.dtypes import DTYPES
+from oracle import knobs
+from oracle.judging.diagnose import Diagnosis, Kind, Verdict, first_divergence
+from oracle.judging.differential.context import Context, StageResult
+from oracle.judging.differential.cross_check import cross_check
+from oracle.judging.differential.epilogue import epilogue_stages, reference_chain
+from oracle.judging.differential.groups import GroupOutcome, deciding, group_recordings
+from oracle.judging.differential.findings import (FirstDivergence, first_finding, first_nonfinite, mixing_confound,
+                                              trace_confounds, unobserved)
+from oracle.judging.differential.mma import mma_stage
+from oracle.judging.differential.operands import descriptor_stage, load_stage
+from oracle.judging.differential.reduce import reduce_stage
+from oracle.problem.partition import describe_partitions
+from oracle.run.recording import Recording, RecordingError
+
+
+@dataclass(frozen=True)
+class Analysis:
+    recording: Recording
+    stages: tuple[StageResult, ...]
+    cross_check: tuple[str, ...]  # disagreements between Triton references and host specs
+    diagnosis: Diagnosis
+    kind: Kind
+    open_confounds: tuple[str, ...]
+    handled_confounds: tuple[str, ...]
+    first: Optional[FirstDivergence]
+    first_nonfinite: Optional[tuple[str, tuple[int, int], Optional[int], Optional[tuple[int, int]]]]
+    device: str
+    unobserved: tuple[str, ...] = ()  # what the run did not see (stages without taps, stand-ins, tiles)
+    group: Optional[int] = None  # a grouped or batched run: the group these stages are of
+    groups: tuple = ()  # a grouped or batched run: every group's outcome (oracle.judging.differential.groups)
+    whole: Optional[Recording] = None  # a grouped or batched run: the recording of the whole run
+    partition: Optional[str] = None  # a split problem: the rule the taps' partitions follow (oracle.problem.partition)
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.diagnosis.verdict
+
+
+def reference_device() -> torch.device:
+    want = knobs.DEVICE.get()
+    if want == "cuda" or (want == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
+
+
+def analyze(rec: Recording, device: Optional[torch.device] = None) -> Analysis:
+    rec.validate()
+    if rec.spec.group_sizes is not None:
+        return _analyze_groups(rec, device)
+    return _analyze_one(rec, device)
+
+
+def _analyze_groups(rec: Recording, device) -> Analysis:
+    parts = group_recordings(rec)
+    judged = [(g, o, _analyze_one(sub, device)) for g, o, sub in parts if sub is not None]
+    if not judged:
+        raise RecordingError(f"every group of {rec.spec.describe()} is empty: there is nothing to judge")
+    outcomes = []
+    for g, o, sub in parts:
+        an = next((a for gg, _, a in judged if gg == g), None)
+        outcomes.append(GroupOutcome(g, o, rec.spec.group_sizes[g], None if an is None else an.verdict,
+                                     an.first.stage if an is not None and an.first else None,
+                                     an.first.kind.value if an is not None and an.first else None))
+    g, _, an = judged[deciding([a for _, _, a in judged])]
+    first = dataclasses.replace(an.first, group=g) if an.first is not None else None
+    return dataclasses.replace(an, group=g, groups=tuple(outcomes), whole=rec, first=first)
+
+
+def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analysis:
+    spec = rec.spec
+    dev = device or reference_device()
+    ctx = Context(rec, dev)
+    if rec.kernel_error is not None and rec.output is None and not rec.taps:
+        diag = first_divergence([], kernel_error=True)
+        return Analysis(rec, (), (), diag, Kind.DRAFT, tuple(trace_confounds(ctx)), (), None, None, str(dev))
+
+    tapped = sorted(ctx.traced_tiles)
+    n_check = knobs.CROSS_CHECK_TILES.get()
+    sample = tapped[:n_check] or sorted({(0, 0), (spec.tiles_m - 1, spec.tiles_n - 1)})[:n_check]
+    cross = tuple(cross_check(ctx, sample))
+
+    stages: list[StageResult] = [descriptor_stage(ctx, op) for op in ("a", "b")]
+    stages += [load_stage(ctx, op) for op in ("a", "b")]
+    mma_result, finals = mma_stage(ctx)
+    reduce_result, sources = reduce_stage(ctx, finals)
+    stages += [mma_result, reduce_result]
+    stages.extend(epilogue_stages(ctx, reference_chain(ctx), sources))
+    assert [s.name for s in stages] == list(STAGES), "stage order drifted from harness.taps.STAGES"
+
+    diag = first_divergence([s.outcome for s in stages], kernel_error=rec.kernel_error is not None,
+                            references_trusted=not cross, traced_tiles=ctx.traced_tiles)
+    handled = ()
+    if ctx.padding_excluded:
+        per = ", ".join(f"{stage} {n}" for stage, n in ctx.padding_excluded.items())
+        handled = (f"padding confound: tap elements past the real extent (rows >= M={spec.m} or columns >= "
+                   f"N={spec.n}) feed no valid output and were excluded ({per})",)
+    open_conf = list(rec.confounds)
+    if not rec.provenance.controlled:
+        open_conf.append(f"inputs are not controlled ({rec.provenance.describe()}): a localisation on them is a "
+                         f"draft until reproduced on a controlled input")
+    open_conf.extend(mixing_confound(ctx))
+    open_conf.extend(trace_confounds(ctx))
+    open_conf.extend(ctx.open_confounds)  # noticed by the stages: taps that break an assumption of the judgement
+    partition = describe_partitions(spec, ctx.partitions)
+    if partition is not None:
+        handled += (partition,)
+    first, kind = first_finding(ctx, stages, diag, confounds=open_conf)
+    return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, first_nonfinite(stages),
+                    str(dev), tuple(unobserved(ctx, stages)), partition=partition)
+
+
+def expected_output(spec, operands, device: Optional[torch.device] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference D of the whole problem and its per-element bound: what epilogue_store's chained
+    comparison holds the output to. D is in the output dtype where the bound is zero everywhere
+    (bit-exact), else float32; the bound is float64 (0 = bit-exact). A grouped or batched problem's
+    D is every group's, each judged as its own GEMM (oracle.judging.differential.groups), rows in order."""
+    from oracle.run.inputs import Provenance
+
+    rec = Recording(spec=spec, operands=operands, output=None, provenance=Provenance("captured"),
+                    kernel_error="none: a reference-only recording")
+    rec.validate()
+    if spec.group_sizes is not None:
+        parts = [expected_output(sub.spec, sub.operands, device) for _, _, sub in group_recordings(rec)
+                 if sub is not None]
+        exact = all(bool((b == 0).all()) for _, b in parts)
+        ys = [y if exact else y.float() for y, _ in parts]
+        return torch.cat(ys), torch.cat([b for _, b in parts])
+    ctx = Context(rec, device or reference_device())
+    y, b = reference_chain(ctx)["cast"]
+    exact = bool((b == 0).all())
+    return (y.to(DTYPES[spec.out_dtype].torch) if exact else y.float()), b

@@ -1,0 +1,352 @@
+"""The recording's data on the reference device, the geometry of its tiles and k-blocks, and how
+one comparison is judged: its mask built from what the kernel recorded, its evidence labelled.
+
+Masks: an element is compared only if it lies inside the real extent (A rows < M, B columns < N,
+accumulator and epilogue elements inside M x N: the rest is padding that feeds no valid output),
+the kernel recorded it, and every element that fed it on the teacher-forcing side was recorded
+too. Elements past K are compared: they do feed the sum.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from harness.taps import Tap
+from kernels_ref import load as ref_load
+from oracle.judging.compare import Comparison, Status, compare
+from oracle.judging.diagnose import StageOutcome
+from oracle.judging.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Evidence, Feed
+from oracle.problem.partition import Partial, PartitionIssue, TilePartition, observed_partition, partial_of, tile_partials
+from oracle.run.recording import Recording
+
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[torch.Tensor]:
+    """err/bound per element of one failing unit (float32 on the CPU), for pictures."""
+    shape = kw.get("tile_shape")
+    r, e = received.double(), expected.to(received.device).double()
+    if bound is None:
+        same = bits(received) == bits(expected.to(received.dtype)) if received.dtype == expected.dtype else r == e
+        out = torch.where(same | (torch.isnan(r) & torch.isnan(e)), 0.0, float("inf"))
+    else:
+        out = (r - e).abs() / bound.to(r.device).double().clamp(min=1e-300)
+        out = torch.where(torch.isnan(r) & torch.isnan(e), 0.0, out)
+    if unwritten is not None:
+        out = torch.where(unwritten.to(out.device), float("inf"), out)
+    out = torch.where(mask.to(out.device), out, 0.0)
+    if shape is not None:  # one tile of a split comparison
+        origin = kw.get("origin", (0, 0))
+        r0, c0 = unit.tile[0] * shape[0] - origin[0], unit.tile[1] * shape[1] - origin[1]
+        out = out[r0:r0 + shape[0], c0:c0 + shape[1]]
+    return out.float().cpu()
+
+
+def bits(x: torch.Tensor) -> torch.Tensor:
+    return x.contiguous().view(_INT_OF_SIZE[x.element_size()])
+
+
+def _same_tap(a: Tap, b: Tap) -> bool:
+    if a.values.shape != b.values.shape or a.values.dtype != b.values.dtype:
+        return False
+    if (a.mask is None) != (b.mask is None) or (a.mask is not None and not torch.equal(a.mask, b.mask)):
+        return False
+    return bool((bits(a.values) == bits(b.values)).all())
+
+
+@dataclass(frozen=True)
+class StageResult:
+    name: str
+    teacher_forced: Comparison
+    chained: Comparison
+
+    @property
+    def outcome(self) -> StageOutcome:
+        def bad(c: Comparison):
+            return frozenset(t.tile for t in c.tiles if not t.passed)
+
+        return StageOutcome(self.name, self.teacher_forced.status, self.chained.status,
+                            forced_bad_tiles=bad(self.teacher_forced), chained_bad_tiles=bad(self.chained))
+
+
+NOT_RUN_STAGE = Comparison(Status.NOT_RUN)
+
+
+@dataclass(frozen=True)
+class Source:
+    """The accumulator a tile's epilogue is fed with, as the kernel had it: its final mma tap, its
+    reduce tap, or its partials summed by the reference (a stand-in for an untapped reduction)."""
+
+    values: torch.Tensor
+    recorded: torch.Tensor
+    name: str
+    stand_ins: tuple = ()
+
+
+class Context:
+    """What the stage comparisons share: operands and vectors on the reference device, the taps by
+    key, the geometry, the reference operand tiles fetched so far, and the padding bookkeeping."""
+
+    def __init__(self, rec: Recording, device: torch.device):
+        self.rec, self.spec, self.dev = rec, rec.spec, device
+        ops = rec.operands.to(device)
+        self.a, self.b, self.c = ops.a, ops.b, ops.c
+        self.bias = ops.bias.float() if ops.bias is not None else None
+        spec = self.spec
+        self.row_scale = ops.scale_a.float() if spec.scale_a.kind == "row" else None
+        self.col_scale = ops.scale_b.float() if spec.scale_b.kind == "col" else None
+        tensor_scales = [s.float().reshape(()) for s, k in ((ops.scale_a, spec.scale_a.kind),
+                                                             (ops.scale_b, spec.scale_b.kind)) if k == "tensor"]
+        self.tensor_scale = None
+        if tensor_scales:
+            self.tensor_scale = tensor_scales[0] if len(tensor_scales) == 1 else tensor_scales[0] * tensor_scales[1]
+        self.block_a = ops.scale_a.float() if spec.block_scaled else None
+        self.block_b = ops.scale_b.float() if spec.block_scaled else None
+        self.group = ((spec.scale_a.block[0], spec.scale_b.block[0], spec.scale_a.block[1])
+                      if spec.block_scaled else None)
+        self.output = rec.output.to(device) if rec.output is not None else None
+        self.open_confounds: list[str] = []  # what broke an assumption of the judgement (see confound())
+        self.taps: dict[tuple, Tap] = self._index(rec.taps)
+        self.traced_tiles = frozenset(t.tile for t in rec.taps)
+        self.partitions: dict[tuple[int, int], TilePartition] = self._partitions()
+        self._unexpected_records()
+        self.padding_excluded: dict[str, int] = {}
+        self._ref_tiles: dict[tuple[str, int, int], torch.Tensor] = {}
+        t = spec.tile
+        self.bm, self.bn, self.bk = t.bm, t.bn, t.bk
+
+    # -- confounds ---------------------------------------------------------------------------
+    def confound(self, text: str) -> None:
+        """Something noticed that breaks an assumption of the judgement (a tap outside its partial,
+        two taps of one site that disagree, a record the judgement cannot place): an open confound,
+        so no finding of the run is more than a DRAFT, and the report names it."""
+        if text not in self.open_confounds:
+            self.open_confounds.append(text)
+
+    def _index(self, taps) -> dict[tuple, Tap]:
+        """The taps by site; a site tapped twice with different values is an open confound (the
+        later tap is the one judged)."""
+        out: dict[tuple, Tap] = {}
+        for t in taps:
+            seen = out.get(t.site)
+            if seen is not None and not _same_tap(seen, t):
+                self.confound(f"two {t.describe()} records disagree (a site tapped twice with different values: a "
+                              f"race, or taps of two runs mixed); the later one is judged")
+            out[t.site] = t
+        return out
+
+    def _partitions(self) -> dict[tuple[int, int], TilePartition]:
+        """Each traced tile's partition as its mma taps show it (oracle.problem.partition.observed_partition)."""
+        spec = self.spec
+        if not spec.partitioned:
+            return {}
+        tapped: dict[tuple[int, int], dict] = {}
+        for t in self.rec.taps:
+            if t.stage == "mma" and t.k_block is not None:
+                tapped.setdefault(t.tile, {}).setdefault(t.partial, set()).add(t.k_block)
+        acc = self.rec.trace
+        recorded = acc.selection.records_k_block if acc is not None else (lambda kb: True)
+        return {tile: observed_partition(spec, tile, kbs, recorded) for tile, kbs in tapped.items()}
+
+    def _unexpected_records(self) -> None:
+        """Operand taps of a split tile that belong to no partial its mma taps show (a partial the
+        mma stage never tapped, or a k-block outside the partial): the judgement has no place for
+        them, so they are an open confound, named."""
+        odd = []
+        for t in self.rec.taps:
+            part = self.partitions.get(t.tile)
+            if part is None or t.k_block is None or not (t.stage.startswith("load_") or
+                                                          t.stage.startswith("descriptor_")):
+                continue
+            p = part.partial(t.partial)
+            if p is None or not p.holds(t.k_block) or (t.partial is None) != part.whole:
+                odd.append(t.describe())
+        if odd:
+            shown = "; ".join(odd[:4]) + (f" and {len(odd) - 4} more" if len(odd) > 4 else "")
+            self.confound(f"operand records outside the partition the mma taps show: {shown} (no partial of the tile "
+                          f"holds them there)")
+
+    @property
+    def partition_issues(self) -> tuple[PartitionIssue, ...]:
+        return tuple(i for p in self.partitions.values() for i in p.issues)
+
+    def max_partials(self) -> int:
+        """The most partials any tile has (declared, or as tapped): what the reduction bound reads."""
+        spec = self.spec
+        if not spec.partitioned:
+            return 1
+        declared = max(len(tile_partials(spec, (tm, tn))) for tm in range(spec.tiles_m) for tn in range(spec.tiles_n))
+        return max([declared] + [len(p.partials) for p in self.partitions.values()])
+
+    # -- taps and geometry ---------------------------------------------------------------------
+    def taps_of(self, stage: str) -> list[Tap]:
+        return sorted((t for t in self.rec.taps if t.stage == stage),
+                      key=lambda t: (t.tile, -1 if t.partial is None else t.partial,
+                                     -1 if t.k_block is None else t.k_block))
+
+    def tap(self, stage: str, tile, k_block=None, partial=None) -> Optional[Tap]:
+        return self.taps.get((stage, tuple(tile), k_block, partial))
+
+    def valid_mask(self, stage: str, tile: tuple[int, int], shape) -> torch.Tensor:
+        """True where the element can feed a valid output (see module docstring)."""
+        spec = self.spec
+        tm, tn = tile
+        rows = torch.arange(shape[0], device=self.dev)
+        cols = torch.arange(shape[1], device=self.dev)
+        if stage.endswith("_a"):
+            return (tm * self.bm + rows < spec.m)[:, None].expand(shape)
+        if stage.endswith("_b"):
+            return (tn * self.bn + cols < spec.n)[None, :].expand(shape)
+        return (tm * self.bm + rows < spec.m)[:, None] & (tn * self.bn + cols < spec.n)[None, :]
+
+    def recorded(self, tap: Tap) -> torch.Tensor:
+        """True where the kernel recorded the element (for an image tap: per byte)."""
+        if tap.mask is None:
+            return torch.ones(tuple(tap.values.shape), dtype=torch.bool, device=self.dev)
+        return tap.mask.to(self.dev)
+
+    def image_elements(self, tap: Tap, op: str) -> torch.Tensor:
+        """An image tap's recorded bytes as a logical-tile mask: an element is recorded when every
+        one of its bytes is."""
+        spec = self.spec
+        shape = (self.bm, self.bk) if op == "a" else (self.bk, self.bn)
+        if tap.mask is None:
+            return torch.ones(shape, dtype=torch.bool, device=self.dev)
+        marks = torch.where(tap.mask.to(self.dev), 0xFF, 0).to(torch.uint8)
+        tile = ref_load.tile_from_image(marks, op, getattr(spec, f"{op}_major"), self.bm if op == "a" else self.bn,
+                                        self.bk, getattr(spec, f"{op}_dtype"), getattr(spec, f"swizzle_{op}"))
+        all_ones = bits(tile) == (0xFF if tile.element_size() == 1 else -1)
+        return all_ones
+
+    def note_padding(self, stage: str, valid: torch.Tensor, recorded: torch.Tensor) -> None:
+        """Count recorded elements past the real extent (the padding confound, handled)."""
+        n = int((recorded & ~valid).sum())
+        if n:
+            self.padding_excluded[stage] = self.padding_excluded.get(stage, 0) + n
+
+    def origin(self, stage: str, tile: tuple[int, int], k_block: Optional[int]) -> tuple[int, int]:
+        tm, tn = tile
+        if stage.endswith("_a"):
+            return tm * self.bm, (k_block or 0) * self.bk
+        if stage.endswith("_b"):
+            return (k_block or 0) * self.bk, tn * self.bn
+        return tm * self.bm, tn * self.bn
+
+    def partials(self, tile) -> tuple[Partial, ...]:
+        """The tile's partials: as its mma taps show them, else by the declared rule."""
+        p = self.partitions.get(tuple(tile))
+        return p.partials if p is not None else tile_partials(self.spec, tuple(tile))
+
+    def whole(self, tile) -> bool:
+        """Is the tile accumulated in one piece (no split, its taps name no partial, or one partial)?"""
+        p = self.partitions.get(tuple(tile))
+        return not self.spec.partitioned or (p is not None and p.whole) or len(self.partials(tile)) == 1
+
+    def partial(self, tile, index) -> Partial:
+        """The partial a tap names (None: the one partial of a whole tile); a partial the tile's
+        partition does not have holds no k-block."""
+        if index is None:
+            return Partial(0, 0, self.spec.k_blocks)
+        found = partial_of(self.partials(tile), index)
+        return found if found is not None else Partial(index, 0, 0)
+
+    def has_tma(self, op: str) -> bool:
+        """Does anything say operand `op` travels through a TMA copy (an image tap or map fields)?"""
+        return any(t.stage == f"descriptor_{op}" for t in self.rec.taps) or \
+            any(d.operand == op for d in self.rec.descriptors)
+
+    # -- reference operand tiles ---------------------------------------------------------------
+    def operand(self, op: str) -> torch.Tensor:
+        return self.a if op == "a" else self.b
+
+    def ref_tile(self, op: str, tile: tuple[int, int], kb: int) -> torch.Tensor:
+        idx = tile[0] if op == "a" else tile[1]
+        key = (op, idx, kb)
+        if key not in self._ref_tiles:
+            self.prefetch_ref_tiles(op, [(tile, kb)])
+        return self._ref_tiles[key]
+
+    def prefetch_ref_tiles(self, op: str, sites) -> None:
+        """Load the reference operand tiles of many (tile, k-block) sites in one launch."""
+        pairs = sorted({((t[0] if op == "a" else t[1]), kb) for t, kb in sites} -
+                       {(i, kb) for o, i, kb in self._ref_tiles if o == op})
+        if not pairs:
+            return
+        tiles = ref_load.load_tiles(self.operand(op), op, pairs, self.bm if op == "a" else self.bn, self.bk,
+                                    self.spec.oob_fill)
+        for (idx, kb), t in zip(pairs, tiles):
+            self._ref_tiles[(op, idx, kb)] = t
+
+    def tile_slice(self, vec: Optional[torch.Tensor], start: int, size: int) -> Optional[torch.Tensor]:
+        if vec is None:
+            return None
+        out = torch.zeros(size, dtype=vec.dtype, device=self.dev)
+        part = vec[start:start + size]
+        out[:part.numel()] = part
+        return out
+
+    def tile_of(self, full: torch.Tensor, tile) -> torch.Tensor:
+        """One BM x BN tile of a full [M, N] tensor, zero past the extent."""
+        r0, c0 = tile[0] * self.bm, tile[1] * self.bn
+        out = torch.zeros(self.bm, self.bn, dtype=full.dtype, device=self.dev)
+        part = full[r0:r0 + self.bm, c0:c0 + self.bn]
+        out[:part.shape[0], :part.shape[1]] = part
+        return out
+
+    def block_scales(self, tile: tuple[int, int], kb: int):
+        if not self.spec.block_scaled:
+            return None, None
+        gm, gn, gk = self.group
+        tm, tn = tile
+        g = (kb * self.bk) // gk
+        rows = (tm * self.bm + torch.arange(self.bm, device=self.dev)).clamp(max=self.spec.m - 1) // gm
+        cols = (tn * self.bn + torch.arange(self.bn, device=self.dev)).clamp(max=self.spec.n - 1) // gn
+        return self.block_a[rows, g], self.block_b[cols, g]
+
+    # -- the output's poison -------------------------------------------------------------------
+    def unwritten(self, got: torch.Tensor, expected: torch.Tensor) -> Optional[torch.Tensor]:
+        """Elements of the output `got` that still hold the poison byte pattern the harness wrote
+        before the launch; None when the recording does not say how D was poisoned.
+
+        In a float output the pattern of 0xFF bytes is a NaN that arithmetic never produces (CUDA
+        writes canonical NaNs: 0x7FFF in bf16 and fp16, 0x7FFFFFFF in fp32, 0x7F in e4m3), so it
+        means "never written" even where the reference is NaN. In an integer output the pattern is a
+        value (-1): there it counts as unwritten only where the reference differs from it."""
+        p = self.rec.output_poison
+        if p is None:
+            return None
+        size = got.element_size()
+        held = (got.contiguous().view(torch.uint8).reshape(*got.shape, size) == p).all(-1)
+        pattern = torch.full((size,), p, dtype=torch.uint8).view(got.dtype)
+        if got.is_floating_point() and bool(torch.isnan(pattern.float()).all()):
+            return held
+        want = expected.to(got.dtype).contiguous().view(torch.uint8).reshape(*got.shape, size)
+        return held & ~(want == p).all(-1)
+
+    # -- one comparison ------------------------------------------------------------------------
+    def judge(self, received: torch.Tensor, expected: torch.Tensor, *, feed: Feed, valid: torch.Tensor,
+              recorded: Optional[torch.Tensor] = None, upstream: Optional[torch.Tensor] = None,
+              bound: Optional[torch.Tensor] = None, stand_ins=(), unwritten: Optional[torch.Tensor] = None,
+              partial: Optional[int] = None, **kw) -> Comparison:
+        """compare() over the elements that were observed on both sides, labelled with what fed
+        the expected side and what was masked and why."""
+        mask = valid
+        masked = {PADDING: int((~valid).sum())}
+        if recorded is not None:
+            masked[UNRECORDED] = int((valid & ~recorded).sum())
+            mask = mask & recorded
+        if upstream is not None:
+            masked[UPSTREAM_UNRECORDED] = int((mask & ~upstream).sum())
+            mask = mask & upstream
+        cmp = compare(received, expected, bound=bound, mask=mask, unwritten=unwritten, **kw)
+        if cmp.status is Status.MISMATCH:
+            cmp = dataclasses.replace(cmp, tiles=tuple(
+                dataclasses.replace(t, ratio_map=ratio_map(received, expected, bound, mask, unwritten, t, kw))
+                if not t.passed else t for t in cmp.tiles))
+        if partial is not None:
+            cmp = dataclasses.replace(cmp, tiles=tuple(dataclasses.replace(t, partial=partial) for t in cmp.tiles))
+        return cmp.labelled(Evidence.of(feed, masked, stand_ins))

@@ -1,0 +1,217 @@
+"""The epilogue sub-steps (scale, alpha/beta, bias, activation, cast) and the store of D.
+
+- chained: each step's tap against the reference pipeline over the whole output (one reference
+  GEMM and epilogue, with the bound carried step by step);
+- teacher-forced: each step's tap against the reference step fed with the kernel's own nearest
+  upstream tap of the tile (the final accumulator, or an earlier step). A step in between that
+  does something (a scale that exists, alpha != 1 or beta != 0, a bias, an activation, a cast to
+  a narrower type) and was not tapped is run by the reference as a stand-in, and said so.
+- the store: D against the reference over every tile (chained), and per tapped tile against the
+  kernel's last epilogue tap placed at its coordinates (teacher-forced). An output element that
+  still holds the harness's poison was never written, whatever value the poison spells.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from harness.taps import EPILOGUE_STEPS
+from kernels_ref import epilogue as ref_epilogue
+from kernels_ref import mma as ref_mma
+from oracle import knobs
+from oracle.judging import tolerance
+from oracle.judging.compare import combine
+from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
+from oracle.judging.differential.mma import abs_kwargs, abs_operand, mma_kwargs
+from oracle.judging.evidence import Feed
+
+
+class Vectors:
+    """The epilogue's per-row / per-column operands, for the whole output or one tile."""
+
+    def __init__(self, ctx: Context, tile: Optional[tuple[int, int]]):
+        spec = ctx.spec
+        if tile is None:
+            r0, c0, h, w = 0, 0, spec.m, spec.n
+            self.c = ctx.c
+        else:
+            r0, c0, h, w = tile[0] * ctx.bm, tile[1] * ctx.bn, ctx.bm, ctx.bn
+            self.c = None
+            if ctx.c is not None:
+                self.c = torch.zeros(h, w, dtype=ctx.c.dtype, device=ctx.dev)
+                part = ctx.c[r0:r0 + h, c0:c0 + w]
+                self.c[:part.shape[0], :part.shape[1]] = part
+        sl = (lambda v, s, n: v if tile is None else ctx.tile_slice(v, s, n))
+        self.row_scale = sl(ctx.row_scale, r0, h)
+        self.col_scale = sl(ctx.col_scale, c0, w)
+        self.tensor_scale = ctx.tensor_scale
+        self.bias = None
+        if ctx.bias is not None:
+            self.bias = sl(ctx.bias, r0, h) if spec.bias == "row" else sl(ctx.bias, c0, w)
+
+
+def step_acts(spec, step: str) -> bool:
+    """Does this epilogue step change anything for this problem? (An untapped one that does is a stand-in.)"""
+    if step == "scale":
+        return spec.scale_a.kind in ("tensor", "row") or spec.scale_b.kind in ("tensor", "col")
+    if step == "alpha_beta":
+        return spec.alpha != 1.0 or spec.beta != 0.0
+    if step == "bias":
+        return spec.bias != "none"
+    if step == "activation":
+        return spec.activation != "none"
+    return spec.out_dtype != "fp32"
+
+
+def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step: int, vec: Vectors):
+    """Run epilogue steps from index `first_step` on, carrying the bound. Yields (step, y, bound)."""
+    spec = ctx.spec
+    x = x.float()
+    for step in EPILOGUE_STEPS[first_step:]:
+        if step == "scale":
+            if vec.row_scale is None and vec.col_scale is None and vec.tensor_scale is None:
+                y, own, gain = x, torch.zeros_like(x), torch.ones_like(x)
+            else:
+                y = ref_epilogue.apply_scale(x, row_scale=vec.row_scale, col_scale=vec.col_scale,
+                                             tensor_scale=vec.tensor_scale)
+                factor = torch.ones_like(x)
+                if vec.row_scale is not None:
+                    factor = factor * vec.row_scale[:, None]
+                if vec.col_scale is not None:
+                    factor = factor * vec.col_scale[None, :]
+                if vec.tensor_scale is not None:
+                    factor = factor * vec.tensor_scale
+                own, gain = tolerance.scale_step(y, factor)
+        elif step == "alpha_beta":
+            y = ref_epilogue.apply_alpha_beta(x, spec.alpha, spec.beta, vec.c)
+            own, gain = tolerance.alpha_beta_step(x, vec.c.float() if vec.c is not None else None, spec.alpha,
+                                                  spec.beta)
+        elif step == "bias":
+            if vec.bias is None:
+                y, own, gain = x, torch.zeros_like(x), torch.ones_like(x)
+            else:
+                y = ref_epilogue.apply_bias(x, vec.bias, spec.bias)
+                bb = vec.bias[:, None] if spec.bias == "row" else vec.bias[None, :]
+                own, gain = tolerance.bias_step(x, bb.expand_as(x))
+        elif step == "activation":
+            y = ref_epilogue.apply_activation(x, spec.activation)
+            own, gain = tolerance.activation_step(x, y, spec.activation, spec.activation_impl)
+        else:  # cast
+            y = ref_epilogue.apply_cast(x, spec.out_dtype, spec.saturate)
+            bound = tolerance.cast_bound(bound, y.double(), spec.out_dtype)
+            yield step, y, bound
+            return
+        bound = gain.double() * bound + own.double()
+        yield step, y, bound
+        x = y
+
+
+def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The reference pipeline over the whole output: each epilogue step's values and bound."""
+    spec = ctx.spec
+    stats = None
+    if spec.acc_dtype == "int32":
+        acc_full = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **mma_kwargs(ctx)).float()
+        s_full = ref_mma.mma_accumulate(abs_operand(ctx.a), abs_operand(ctx.b), ctx.bm, ctx.bn, ctx.bk,
+                                        **abs_kwargs(ctx)).double()
+    else:  # the accumulator, S and the partial-sum statistics the accumulation bound reads, in one pass
+        acc_full, s_full, stats = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **mma_kwargs(ctx),
+                                                         with_stats=True, stats_chunk=spec.reduction_chunk)
+        acc_full, s_full = acc_full.float(), s_full.double()
+    bound0 = tolerance.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k, stats,
+                                 x_abs=acc_full.double().abs()).double()
+    if spec.partitioned:  # the partials' reduction, in whatever order the kernel sums them
+        bound0 = bound0 + tolerance.reduce_bound(s_full, ctx.max_partials())
+    return {step: (y, b) for step, y, b in run_epilogue(ctx, acc_full, bound0, 0, Vectors(ctx, None))}
+
+
+def _teacher_forced(ctx: Context, tile, step_index: int, sources: dict):
+    """The reference for epilogue step `step_index` (len(EPILOGUE_STEPS): the store) fed from the
+    kernel's nearest upstream tap of the tile (an epilogue step, else the accumulator source: the
+    final mma tap, the reduce tap, or the partials summed). Returns (values, bound, recorded mask of
+    the source, stand-ins, note) or None when nothing upstream was tapped."""
+    spec = ctx.spec
+    for up in range(step_index - 1, -2, -1):
+        src = ctx.tap(f"epilogue_{EPILOGUE_STEPS[up]}", tile) if up >= 0 else sources.get(tile)
+        if src is None:
+            continue
+        skipped = [s for s in EPILOGUE_STEPS[up + 1:step_index] if step_acts(spec, s)]
+        stand_ins = tuple((f"epilogue_{s}", tile, None) for s in skipped)
+        if up >= 0:
+            name, recorded = f"the kernel's {src.stage} tap", ctx.recorded(src)
+        else:
+            name, recorded = f"the kernel's {src.name}", src.recorded
+            stand_ins = tuple(src.stand_ins) + stand_ins
+        note = name + (f" through untapped {', '.join(f'epilogue_{s}' for s in skipped)}" if skipped else "")
+        y = src.values.to(ctx.dev)
+        b = torch.zeros(y.shape, dtype=torch.float64, device=ctx.dev)
+        last = min(step_index, len(EPILOGUE_STEPS) - 1)  # the store runs every step up to the cast
+        if up < last:
+            for step, y, b in run_epilogue(ctx, y, b, up + 1, Vectors(ctx, tile)):
+                if step == EPILOGUE_STEPS[last]:
+                    break
+        return y, b, recorded, stand_ins, note
+    return None
+
+
+def epilogue_stages(ctx: Context, chain, sources: dict) -> list[StageResult]:
+    results = []
+    for si, step in enumerate(EPILOGUE_STEPS):
+        stage = f"epilogue_{step}"
+        tf, ch = [], []
+        for tap in ctx.taps_of(stage):
+            received = tap.values.to(ctx.dev)
+            recorded = ctx.recorded(tap)
+            valid = ctx.valid_mask(stage, tap.tile, tuple(received.shape))
+            ctx.note_padding(stage, valid, recorded)
+            where = dict(origin=ctx.origin(stage, tap.tile, None), tile_index=tap.tile)
+            y_full, b_full = chain[step]
+            exp, bnd = ctx.tile_of(y_full, tap.tile), ctx.tile_of(b_full, tap.tile)
+            exact = step == "cast" and bool((bnd == 0).all())
+            ch.append(ctx.judge(received, exp.to(received.dtype) if exact else exp, feed=Feed.REFERENCE, valid=valid,
+                                recorded=recorded, bound=None if exact else bnd, **where))
+            fed = _teacher_forced(ctx, tap.tile, si, sources)
+            if fed is not None:
+                y, b, upstream, stand_ins, note = fed
+                exact = bool((b == 0).all()) and y.dtype == received.dtype
+                c = ctx.judge(received, y if exact else y.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL,
+                              valid=valid, recorded=recorded, upstream=upstream, bound=None if exact else b,
+                              stand_ins=stand_ins, **where)
+                tf.append(c.with_notes(f"fed from {note}"))
+        results.append(StageResult(stage, combine(tf) if tf else NOT_RUN_STAGE, combine(ch) if ch else NOT_RUN_STAGE))
+    results.append(store_stage(ctx, chain, sources))
+    return results
+
+
+def store_stage(ctx: Context, chain, sources: dict) -> StageResult:
+    """D in global memory: chained against the reference over every tile, and teacher-forced per
+    tapped tile against the kernel's last epilogue tap placed at its coordinates."""
+    if ctx.output is None:
+        return StageResult("epilogue_store", NOT_RUN_STAGE, NOT_RUN_STAGE)
+    out = ctx.output
+    y_ref, b_ref = chain["cast"]
+    exact = bool((b_ref == 0).all())
+    want = y_ref.to(out.dtype) if exact else y_ref
+    ch = ctx.judge(out, want, feed=Feed.REFERENCE, valid=torch.ones(out.shape, dtype=torch.bool, device=ctx.dev),
+                   bound=None if exact else b_ref, unwritten=ctx.unwritten(out, y_ref), tile_shape=(ctx.bm, ctx.bn),
+                   max_detail_tiles=knobs.MAX_DETAIL_TILES.get())
+    tiles = sorted({t.tile for t in ctx.rec.taps if t.stage.startswith("epilogue")} | set(sources))
+    tf = []
+    for tile in tiles:
+        fed = _teacher_forced(ctx, tile, len(EPILOGUE_STEPS), sources)
+        if fed is None:
+            continue
+        y, b, upstream, stand_ins, note = fed
+        r0, c0 = tile[0] * ctx.bm, tile[1] * ctx.bn
+        got = out[r0:r0 + ctx.bm, c0:c0 + ctx.bn]
+        h, w = got.shape
+        y, b, upstream = y[:h, :w], b[:h, :w], upstream[:h, :w]
+        is_exact = bool((b == 0).all()) and y.dtype == got.dtype
+        c = ctx.judge(got, y if is_exact else y.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL,
+                      valid=torch.ones(got.shape, dtype=torch.bool, device=ctx.dev), upstream=upstream,
+                      bound=None if is_exact else b, stand_ins=stand_ins, unwritten=ctx.unwritten(got, y),
+                      origin=(r0, c0), tile_index=tile)
+        tf.append(c.with_notes(f"fed from {note}"))
+    return StageResult("epilogue_store", combine(tf) if tf else NOT_RUN_STAGE, ch)

@@ -1,0 +1,280 @@
+"""From stage results to what the report may claim: the first divergence with its element, whether
+it is a VERDICT or a DRAFT and what is missing for a VERDICT, the confounds that an incomplete
+trace or mixed inputs open, and what a MATCH did not see.
+
+A finding is a VERDICT only when the stage's own teacher-forced comparison failed on controlled
+inputs with no open confound, fed by the kernel's own taps, global memory or descriptor fields. A
+finding fed by a reference stand-in names the missing tap; a divergence in a tile that was not
+traced names the tile and the command that traces it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from harness.taps import DESCRIPTOR_STAGES, LOAD_STAGES, STAGES
+from oracle.judging.compare import Comparison, Status, TileMetrics
+from oracle.judging.diagnose import Diagnosis, Kind, Verdict, evidence_kind
+from oracle.judging.differential.context import Context, StageResult
+from oracle.judging.differential.epilogue import step_acts
+from oracle.judging.evidence import FieldCheck, describe_sites
+from oracle.run.inputs import KTAG_PERIOD, decode_index, decode_ktag
+
+MAX_LISTED_SITES = 2048  # selection sites enumerated when naming what an overflowed sink lost
+
+
+@dataclass(frozen=True)
+class FirstDivergence:
+    stage: str
+    tile: Optional[tuple[int, int]]  # None: a descriptor field, which belongs to no tile
+    k_block: Optional[int]
+    element: Optional[tuple[int, int]]  # global (row, col) in the stage's tensor space
+    element_in_tile: Optional[tuple[int, int]]
+    received: Optional[float]
+    expected: Optional[float]
+    bound: Optional[float]
+    kind: Kind
+    comparison: str  # "teacher_forced" or "chained"
+    hint: Optional[str] = None  # what the controlled input says about the bad value
+    fed_by: str = ""  # what fed the failing comparison (oracle.judging.evidence.Feed value)
+    stand_ins: tuple = ()  # (stage, tile, k_block) of the taps a reference value stood in for
+    field: Optional[FieldCheck] = None  # the descriptor field that disagrees
+    untraced: tuple[tuple[int, int], ...] = ()  # failing tiles in which nothing was traced
+    rerun: Optional[str] = None  # the command that re-runs with the failing tile traced
+    unwritten: bool = False  # the first bad element was never written (it holds the poison)
+    missing: tuple[str, ...] = ()  # what a VERDICT would need
+    partial: Optional[int] = None  # the partial of a split tile
+    group: Optional[int] = None  # the group (or batch entry) of a grouped run
+
+
+# -- confounds -------------------------------------------------------------------------------
+def trace_confounds(ctx: Context) -> list[str]:
+    """An overflowed or torn trace: which stages lost records, and which of their selected taps
+    are absent or partial. Every finding that could rest on them is a draft."""
+    acc = ctx.rec.trace
+    if acc is None or acc.complete:
+        return []
+    out = []
+    if acc.dropped:
+        if acc.dropped_by_stage is not None:
+            stages = [s for s, _ in acc.dropped_by_stage]
+            by = ", ".join(f"{s} {n}" for s, n in acc.dropped_by_stage)
+        else:
+            stages = sorted({t.stage for t in ctx.rec.taps}, key=STAGES.index)
+            by = "stages not recorded by this sink version"
+        lost = "; ".join(filter(None, (_lost_sites(ctx, s) for s in stages)))
+        out.append(f"incomplete trace: {acc.dropped} tap record(s) were dropped because the {acc.capacity}-byte sink "
+                   f"was full (the kernel needed {acc.needed_bytes} bytes; by stage: {by})"
+                   + (f"; {lost}" if lost else "") + ": raise ORACLE_TRACE_MAX_MB or narrow the selection "
+                   "(--trace-tiles, --trace-k-blocks, --trace-stages)")
+    if acc.torn:
+        out.append(f"incomplete trace: {acc.torn} record(s) were reserved but never completed (the kernel stopped "
+                   f"while writing them)")
+    return out
+
+
+def _lost_sites(ctx: Context, stage: str) -> str:
+    """Selected sites of `stage` with no tap, and taps of it with unrecorded elements."""
+    spec, sel = ctx.spec, ctx.rec.trace.selection
+    partial = [(t.stage, t.tile, t.k_block) for t in ctx.taps_of(stage)
+               if t.mask is not None and not bool(t.mask.all())]
+    tiles = [(tm, tn) for tm in range(spec.tiles_m) for tn in range(spec.tiles_n) if sel.records_tile((tm, tn))] \
+        if spec.tiles_m * spec.tiles_n <= MAX_LISTED_SITES else []
+    has_kb = stage in DESCRIPTOR_STAGES + LOAD_STAGES or stage == "mma"
+    kbs = [kb for kb in range(spec.k_blocks) if sel.records_k_block(kb)] if has_kb else [None]
+    present = {(t.tile, t.k_block) for t in ctx.taps_of(stage)}
+    absent = [(stage, t, kb) for t in tiles for kb in kbs if (t, kb) not in present][:MAX_LISTED_SITES]
+    parts = []
+    if absent:
+        parts.append(f"no tap: {describe_sites(absent)}")
+    if partial:
+        parts.append(f"partly recorded: {describe_sites(partial)}")
+    return f"{stage} {', '.join(parts)}" if parts else ""
+
+
+def mixing_confound(ctx: Context) -> list[str]:
+    """Operand taps far larger than any input value suggest taps from another layer or config."""
+    if ctx.rec.provenance.controlled:
+        return []
+    out = []
+    for op in ("a", "b"):
+        taps = ctx.taps_of(f"load_{op}")
+        if not taps:
+            continue
+        inp = ctx.operand(op).float().abs().max().item()
+        tap_max = max(float(t.values.float().abs().nan_to_num(0).max()) for t in taps)
+        if tap_max > 4 * inp:
+            out.append(f"load_{op} taps reach {tap_max:.4g} but no input value exceeds {inp:.4g}: the taps may come "
+                       f"from another layer or config than the inputs (mixing confound)")
+    return out
+
+
+# -- the first divergence --------------------------------------------------------------------
+def rerun_command(command: Sequence[str], tiles: Sequence[tuple[int, int]]) -> Optional[str]:
+    """The recorded command line with its tile selection replaced by `tiles` (None without one)."""
+    if not command:
+        return None
+    out, skip = [], False
+    for arg in command:
+        if skip:
+            skip = False
+            continue
+        if arg == "--trace-tiles":
+            skip = True
+            continue
+        if arg.startswith("--trace-tiles="):
+            continue
+        out.append(arg)
+    return shlex.join(out + ["--trace-tiles", " ".join(f"{tm},{tn}" for tm, tn in tiles)])
+
+
+def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, *, confounds: Sequence[str]) \
+        -> tuple[Optional[FirstDivergence], Kind]:
+    controlled = ctx.rec.provenance.controlled
+    if diag.verdict is not Verdict.DIVERGED:
+        return None, evidence_kind(diag, inputs_controlled=controlled, confounds=confounds)
+    st = next(s for s in stages if s.name == diag.stage)
+    which = "teacher_forced" if diag.root_cause else "chained"
+    cmp = st.teacher_forced if diag.root_cause else st.chained
+    missing = []
+    if not controlled:
+        missing.append("controlled inputs (--inputs ones|index|ktag|random[:seed])")
+    if confounds:
+        missing.append("no open confound")
+    field = next(iter(cmp.field_mismatches), None) if diag.root_cause else None
+    if field is not None:
+        kind = evidence_kind(diag, inputs_controlled=controlled, confounds=confounds)
+        return FirstDivergence(st.name, None, None, None, None, None, None, None, kind, which,
+                               f"{field.field} disagrees with the problem", fed_by="descriptor fields", field=field,
+                               missing=tuple(missing) if kind is Kind.DRAFT else ()), kind
+    unit = _chosen_unit(cmp, diag)
+    rerun = None
+    if diag.untraced:
+        worst = unit.tile if unit is not None else diag.untraced[0]
+        rerun = rerun_command(ctx.rec.command, [worst])
+        missing.append(f"a trace of tile {worst}: " + (rerun or f"re-run the live compare with --trace-tiles "
+                                                                 f"{worst[0]},{worst[1]}"))
+    elif not diag.root_cause:
+        before = [s.name for s in stages[:STAGES.index(st.name)] if s.teacher_forced.status is Status.NOT_RUN
+                  and _acts(ctx, s.name)]
+        missing.append(f"a tap of the stage before {st.name} in that tile" +
+                       (f" ({', '.join(before)} not teacher-forced)" if before else ""))
+    stand_ins = unit.stand_ins if unit is not None else ()
+    if stand_ins:
+        missing.append(f"the kernel's own {describe_sites(stand_ins)} (a reference value stood in for each; "
+                       f"{_how_to_record(ctx, stand_ins)})")
+    kind = evidence_kind(diag, inputs_controlled=controlled, confounds=confounds, stand_ins=stand_ins)
+    if unit is None:
+        return FirstDivergence(st.name, None, None, None, None, None, None, None, kind, which, None,
+                               missing=tuple(missing)), kind
+    el = unit.first_bad[0] if unit.first_bad else None
+    element = (el.row, el.col) if el else None
+    in_tile = None
+    if el:
+        if st.name == "epilogue_store":
+            in_tile = (el.row - unit.tile[0] * ctx.bm, el.col - unit.tile[1] * ctx.bn)
+        else:
+            o = ctx.origin(st.name, unit.tile, unit.k_block)
+            in_tile = (el.row - o[0], el.col - o[1])
+    return FirstDivergence(st.name, unit.tile, unit.k_block, element, in_tile, el.received if el else None,
+                           el.expected if el else None, el.bound if el else None, kind, which,
+                           _hint(ctx, st.name, el) or _partition_hint(ctx, st.name, unit), fed_by=unit.fed_by,
+                           stand_ins=stand_ins,
+                           untraced=diag.untraced, rerun=rerun, unwritten=bool(el and el.unwritten),
+                           missing=tuple(missing) if kind is Kind.DRAFT else (), partial=unit.partial), kind
+
+
+def _how_to_record(ctx: Context, sites) -> str:
+    """What would bring the missing taps: a wider selection, or a tap the kernel does not have yet."""
+    acc = ctx.rec.trace
+    stages = sorted({s for s, _, _ in sites}, key=STAGES.index)
+    if acc is not None:
+        sel = acc.selection
+        unselected = [s for s in stages if s not in sel.stages]
+        if unselected:
+            return f"trace them: --trace-stages with {', '.join(unselected)}"
+        kbs = sorted({kb for _, _, kb in sites if kb is not None and not sel.records_k_block(kb)})
+        if kbs:
+            return f"trace them: --trace-k-blocks with {', '.join(map(str, kbs))}"
+    return (f"the kernel did not record them: tap {', '.join(stages)} in the kernel (tap_smem_tile / "
+            f"tap_elements / tap_smem_bytes, see docs/trace-format.md)")
+
+
+def _chosen_unit(cmp: Comparison, diag: Diagnosis) -> Optional[TileMetrics]:
+    """The failing unit to report: among untraced tiles the worst one; else the first in pipeline
+    order (earliest k-block, then tile)."""
+    if diag.untraced:
+        bad = [t for t in cmp.tiles if not t.passed and t.tile in set(diag.untraced)]
+        if bad:
+            return max(bad, key=lambda t: (t.max_ratio, t.mismatches))
+    return cmp.first_bad_tile
+
+
+def _acts(ctx: Context, stage: str) -> bool:
+    if stage.startswith("epilogue_") and stage != "epilogue_store":
+        return step_acts(ctx.spec, stage[len("epilogue_"):])
+    if stage in DESCRIPTOR_STAGES:
+        return ctx.has_tma(stage[-1])
+    return True
+
+
+def _partition_hint(ctx: Context, stage: str, unit: TileMetrics) -> Optional[str]:
+    """What a failing mma unit made of a partition issue (oracle.problem.partition) says."""
+    if stage != "mma":
+        return None
+    return next((i.describe() for i in ctx.partition_issues
+                 if (i.tile, i.partial, i.k_block) == (unit.tile, unit.partial, unit.k_block)), None)
+
+
+def _hint(ctx: Context, stage: str, el) -> Optional[str]:
+    if el is None:
+        return None
+    if el.unwritten:
+        return (f"the output element still holds the 0x{ctx.rec.output_poison:02X} poison the harness wrote before the "
+                f"launch: the kernel never wrote it")
+    ladder = ctx.rec.provenance.ladder
+    if ladder == "index" and stage.split("_")[0] in ("descriptor", "load"):
+        op = stage[-1]
+        src = decode_index(el.received, getattr(ctx.spec, f"{op}_dtype"))
+        if src:
+            dims = ("m", "k") if op == "a" else ("k", "n")
+            return (f"the received value encodes {op.upper()}[{dims[0]} = {src[0]} mod P, {dims[1]} = {src[1]} mod Q]"
+                    f" (index-encoded input)")
+        return "the received value encodes no operand position: it was not loaded from the operand"
+    if ladder == "ktag" and stage == "mma":
+        what = decode_ktag(el.received - el.expected, ctx.bk)
+        if what:
+            return f"{what} (ktag input, period {KTAG_PERIOD})"
+    return None
+
+
+def first_nonfinite(stages):
+    for s in stages:
+        for cmp in (s.teacher_forced, s.chained):
+            unit = cmp.first_nonfinite_tile
+            if unit is not None:
+                el = next((b for b in unit.first_bad if b.received != b.received or abs(b.received) == float("inf")),
+                          None)
+                return s.name, unit.tile, unit.k_block, (el.row, el.col) if el else None
+    return None
+
+
+# -- what a run did not see ------------------------------------------------------------------
+def unobserved(ctx: Context, stages: Sequence[StageResult]) -> list[str]:
+    """Stages of this problem that nothing was compared for, and stand-ins a MATCH rests on."""
+    out = []
+    silent = [s.name for s in stages if s.teacher_forced.status is Status.NOT_RUN
+              and s.chained.status is Status.NOT_RUN and _acts(ctx, s.name)]
+    if silent:
+        out.append(f"not observed: {', '.join(silent)} (no tap)")
+    for s in stages:
+        ev = s.teacher_forced.evidence
+        if ev.stand_ins:
+            out.append(f"{s.name} was teacher-forced through reference stand-ins for {describe_sites(ev.stand_ins)}")
+    if ctx.traced_tiles:
+        total = ctx.spec.tiles_m * ctx.spec.tiles_n
+        if len(ctx.traced_tiles) < total:
+            out.append(f"{len(ctx.traced_tiles)} of {total} tiles traced (the others are judged at the output only)")
+    return out

@@ -1,0 +1,125 @@
+"""The operand stages: the TMA's shared-memory image (descriptor_a/b) and the tile the MMA reads
+(load_a/b), each against what global memory and the problem say it must be.
+
+- descriptor: the image the kernel's TMA wrote against the image a TMA with the right descriptor
+  writes from global memory, both read back through the declared swizzle so the comparison is
+  bit-exact and speaks in logical (row, col); plus every recorded tensor-map field against the
+  field the problem implies (a wrong field fails the stage, with or without an image).
+- load, teacher-forced: against the kernel's own image of the same k-block when it was tapped;
+  against global memory when the operand has no TMA stage at all (a cp.async / ldmatrix kernel:
+  global memory is then the load's real input, known exactly); against global memory as a
+  stand-in for the untapped image otherwise. Chained: always against global memory.
+"""
+
+from __future__ import annotations
+
+from harness.tensormap import mn_dim, operand_tensormap
+from kernels_ref import descriptor as ref_descriptor
+from kernels_ref import load as ref_load
+from oracle.judging.compare import Comparison, Status, combine
+from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
+from oracle.judging.evidence import Evidence, Feed, FieldCheck
+
+FIELDS = ("dtype", "global_dims", "global_strides", "box_dims", "element_strides", "swizzle", "oob_fill")
+
+
+def descriptor_stage(ctx: Context, op: str) -> StageResult:
+    spec = ctx.spec
+    stage = f"descriptor_{op}"
+    sw = getattr(spec, f"swizzle_{op}")
+    major = getattr(spec, f"{op}_major")
+    dname = getattr(spec, f"{op}_dtype")
+    block_mn = ctx.bm if op == "a" else ctx.bn
+    parts = []
+    for tap in ctx.taps_of(stage):
+        idx = tap.tile[0] if op == "a" else tap.tile[1]
+        want_img = ref_descriptor.operand_image(ctx.operand(op), op, major, idx, tap.k_block, block_mn, ctx.bk, sw,
+                                                spec.oob_fill)
+        expected = ref_load.tile_from_image(want_img, op, major, block_mn, ctx.bk, dname, sw)
+        received = ref_load.tile_from_image(tap.values.to(ctx.dev), op, major, block_mn, ctx.bk, dname, sw)
+        valid = ctx.valid_mask(stage, tap.tile, tuple(expected.shape))
+        recorded = ctx.image_elements(tap, op)
+        ctx.note_padding(stage, valid, recorded)
+        parts.append(ctx.judge(received, expected, feed=Feed.GLOBAL, valid=valid, recorded=recorded,
+                               origin=ctx.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile,
+                               k_block=tap.k_block))
+    fields = descriptor_fields(ctx, op)
+    if fields is not None:
+        parts.append(fields)
+    if not parts:
+        return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
+    cmp = combine(parts)
+    return StageResult(stage, cmp, cmp)  # the first stage: its input is the kernel's own global memory
+
+
+def descriptor_fields(ctx: Context, op: str):
+    """Recorded tensor-map fields against the ones the problem implies (None: none recorded)."""
+    recs = [d for d in ctx.rec.descriptors if d.operand == op]
+    if not recs:
+        return None
+    spec = ctx.spec
+    rows, cols = (spec.m, spec.k) if op == "a" else (spec.k, spec.n)
+    want = operand_tensormap(op, getattr(spec, f"{op}_major"), rows, cols, getattr(spec, f"{op}_dtype"),
+                             ctx.bm if op == "a" else ctx.bn, ctx.bk, getattr(spec, f"swizzle_{op}"),
+                             spec.oob_fill).to_descriptor_record(op)
+    mn_axis = mn_dim(op, getattr(spec, f"{op}_major"))
+    checks, notes = [], []
+    for got in recs:
+        for f in FIELDS:
+            g, w = getattr(got, f), getattr(want, f)
+            note = ""
+            if g != w and f == "global_dims" and _padded_only(g, w, mn_axis):
+                # a buffer padded past M / N: those rows feed only outputs past M / N
+                extra = g[mn_axis] - w[mn_axis]
+                note = (f"descriptor {op}: the map covers {extra} padding row(s) past "
+                        f"{'M' if op == 'a' else 'N'} = {w[mn_axis]} (global_dims {g!r})")
+                notes.append(note)
+                ctx.padding_excluded[f"descriptor_{op} map rows"] = extra
+            checks.append(FieldCheck(op, got.source, f, repr(g), repr(w), note))
+    sources = sorted({d.source for d in recs})
+    who = {"kernel": "tapped by the kernel", "host": "encoded by the harness from the case (they check the case "
+           "file, not the kernel)", "unknown": "of unknown origin (an older recording)"}
+    if all(c.ok for c in checks):
+        notes.append(f"descriptor_{op} fields match the problem ({len(recs)} record(s), "
+                     f"{'; '.join(who[s] for s in sources)})")
+    status = Status.MATCH if all(c.ok for c in checks) else Status.MISMATCH
+    return Comparison(status, (), tuple(notes), tuple(checks), Evidence((Feed.FIELDS,)))
+
+
+def _padded_only(got: tuple, want: tuple, mn_axis: int) -> bool:
+    return (len(got) == len(want) and got[mn_axis] > want[mn_axis]
+            and all(g == w for i, (g, w) in enumerate(zip(got, want)) if i != mn_axis))
+
+
+def load_stage(ctx: Context, op: str) -> StageResult:
+    spec = ctx.spec
+    stage = f"load_{op}"
+    sw = getattr(spec, f"swizzle_{op}")
+    major = getattr(spec, f"{op}_major")
+    dname = getattr(spec, f"{op}_dtype")
+    block_mn = ctx.bm if op == "a" else ctx.bn
+    tma = ctx.has_tma(op)
+    taps = ctx.taps_of(stage)
+    if not taps:
+        return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
+    tf, ch = [], []
+    ctx.prefetch_ref_tiles(op, [(t.tile, t.k_block) for t in taps])
+    for tap in taps:
+        received = tap.values.to(ctx.dev)
+        recorded = ctx.recorded(tap)
+        valid = ctx.valid_mask(stage, tap.tile, tuple(received.shape))
+        ctx.note_padding(stage, valid, recorded)
+        where = dict(origin=ctx.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
+        ref = ctx.ref_tile(op, tap.tile, tap.k_block)
+        ch.append(ctx.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded, **where))
+        up = ctx.tap(f"descriptor_{op}", tap.tile, tap.k_block, tap.partial)
+        if up is not None:
+            fed = ref_load.tile_from_image(up.values.to(ctx.dev), op, major, block_mn, ctx.bk, dname, sw)
+            tf.append(ctx.judge(received, fed, feed=Feed.KERNEL, valid=valid, recorded=recorded,
+                                upstream=ctx.image_elements(up, op), **where))
+        elif not tma:
+            tf.append(ctx.judge(received, ref, feed=Feed.GLOBAL, valid=valid, recorded=recorded, **where))
+        else:
+            tf.append(ctx.judge(received, ref, feed=Feed.STAND_IN, valid=valid, recorded=recorded,
+                                stand_ins=((f"descriptor_{op}", tap.tile, tap.k_block),), **where))
+    return StageResult(stage, combine(tf), combine(ch))

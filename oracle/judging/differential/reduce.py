@@ -1,0 +1,90 @@
+"""The reduce stage: a split tile's partials summed into the accumulator the epilogue reads.
+
+- teacher-forced: the kernel's reduce tap against the reference sum of the kernel's own final
+  partial taps (a partial whose final accumulator was not tapped is stood in for by the reference
+  partial, and said so), bound by a reduction in any order;
+- chained: against the reference accumulation of the whole tile.
+The partials are the tile's own, as its mma taps show them (oracle.problem.partition). It also hands the
+epilogue its source per tile: the reduce tap; or, where the reduction was not tapped, the kernel's
+partials summed by the reference (a stand-in for the reduce tap); or, for a whole tile (a problem
+that is not split, a tile whose taps name no partial, a stream-K tile one worker did alone), its
+final mma tap.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels_ref import reduce as ref_reduce
+from oracle.judging import tolerance
+from oracle.judging.compare import combine
+from oracle.judging.differential.context import NOT_RUN_STAGE, Context, Source, StageResult
+from oracle.judging.differential.mma import _partial_reference
+from oracle.judging.evidence import Feed
+from oracle.problem.partition import Partial
+
+
+def reduce_stage(ctx: Context, finals: dict) -> tuple[StageResult, dict]:
+    """The stage, and {tile: Source} for the epilogue."""
+    spec = ctx.spec
+    tiles = sorted({t.tile for t in ctx.rec.taps if t.stage in ("mma", "reduce") or t.stage.startswith("epilogue")})
+    sources: dict = {}
+    tf, ch = [], []
+    for tile in tiles:
+        tap = ctx.tap("reduce", tile)
+        if ctx.whole(tile):
+            final = finals.get((tile, None)) if (tile, None) in finals else finals.get((tile, 0))
+            if tap is not None and spec.partitioned:  # the kernel passed the whole tile through its reduction
+                sources[tile] = Source(tap.values.to(ctx.dev), ctx.recorded(tap), "reduce")
+            elif final is not None:
+                sources[tile] = Source(final.values.to(ctx.dev), ctx.recorded(final), "mma (final accumulator)")
+            if tap is not None and final is not None:
+                c_tf, c_ch = _judge(ctx, tap, final.values.to(ctx.dev).float(), ctx.recorded(final), (), 1,
+                                    torch.zeros(ctx.bm, ctx.bn, dtype=torch.float64, device=ctx.dev))
+                tf.append(c_tf)
+                ch.append(c_ch)
+            continue
+        parts = ctx.partials(tile)
+        values, recorded, stand_ins, extra = [], torch.ones(ctx.bm, ctx.bn, dtype=torch.bool, device=ctx.dev), [], 0
+        for p in parts:
+            t = finals.get((tile, p.index))
+            if t is not None:
+                values.append(t.values.to(ctx.dev).float())
+                recorded &= ctx.recorded(t)
+            else:  # the reference partial stands in, with its own bound
+                traj, s_traj = _partial_reference(ctx, tile, p)
+                values.append(traj[-1].float())
+                stand_ins.append(("mma", tile, p.kb_end - 1))
+                n_k = min(p.kb_end * ctx.bk, spec.k) - p.kb_begin * ctx.bk
+                extra = extra + tolerance.mma_bound(spec, torch.zeros_like(s_traj[-1]), s_traj[-1], n_k).double()
+        summed = ref_reduce.reduce_partials(torch.stack(values))
+        if tap is None:
+            sources[tile] = Source(summed, recorded, "mma partials through the untapped reduce",
+                                   tuple(stand_ins) + (("reduce", tile, None),))
+            continue
+        sources[tile] = Source(tap.values.to(ctx.dev), ctx.recorded(tap), "reduce")
+        c_tf, c_ch = _judge(ctx, tap, summed, recorded, tuple(stand_ins), len(parts), extra,
+                            torch.stack(values))
+        tf.append(c_tf)
+        ch.append(c_ch)
+    if not tf and not ch:
+        return StageResult("reduce", NOT_RUN_STAGE, NOT_RUN_STAGE), sources
+    return StageResult("reduce", combine(tf), combine(ch)), sources
+
+
+def _judge(ctx: Context, tap, expected, upstream, stand_ins, n_parts, extra_bound, parts=None):
+    spec = ctx.spec
+    received = tap.values.to(ctx.dev).float()
+    recorded = ctx.recorded(tap)
+    valid = ctx.valid_mask("reduce", tap.tile, tuple(received.shape))
+    ctx.note_padding("reduce", valid, recorded)
+    where = dict(origin=ctx.origin("reduce", tap.tile, None), tile_index=tap.tile)
+    abs_sum = parts.abs().sum(0).double() if parts is not None else expected.abs().double()
+    bound = tolerance.reduce_bound(abs_sum, n_parts) + extra_bound
+    c_tf = ctx.judge(received, expected, feed=Feed.STAND_IN if stand_ins else Feed.KERNEL, valid=valid,
+                     recorded=recorded, upstream=upstream, bound=bound, stand_ins=stand_ins, **where)
+    traj, s_traj = _partial_reference(ctx, tap.tile, Partial(0, 0, spec.k_blocks))
+    full = tolerance.mma_bound(spec, torch.zeros_like(s_traj[-1]), s_traj[-1], spec.k).double()
+    c_ch = ctx.judge(received, traj[-1].float(), feed=Feed.REFERENCE, valid=valid, recorded=recorded,
+                     bound=full + tolerance.reduce_bound(s_traj[-1].double(), n_parts), **where)
+    return c_tf, c_ch

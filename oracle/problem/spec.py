@@ -1,0 +1,416 @@
+"""The problem specification: a validated, frozen description of one GEMM-like problem.
+
+D = cast(activation(alpha * scale(A @ B) + beta * C + bias)), with A [M, K], B [K, N] given
+logically (the majors say how they are stored) and block scales, if any, applied per k-block
+inside the main loop. Every invalid field raises `SpecError` naming the field, the value and
+what is allowed.
+
+A tile's k-blocks may be accumulated in partials that a reduction sums (`splits`: split-K, each
+split a share of the k-blocks; `stream_k_workers`: stream-K, the tiles' k-blocks dealt out to that
+many workers; `partition` names the dealing rule, oracle.problem.partition). A problem may be grouped (`groups`: MoE-style
+contiguous groups along M of the given sizes, each with its own B; A [M, K] and D [M, N] hold the
+groups one after the other) or batched (`batch` entries of one shape, stored the same way).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from harness.fields import shown
+from kernels_ref.dtypes import DTYPES, FP8
+
+OPERAND_DTYPES = ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int8")
+ACC_DTYPES = ("fp32", "fp16", "int32")
+OUT_DTYPES = ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int32")
+C_DTYPES = ("fp32", "fp16", "bf16")
+MAJORS = ("row", "col")
+SWIZZLES = (0, 32, 64, 128)
+OOB_FILLS = ("zero", "nan")
+ACTIVATIONS = ("none", "relu", "gelu_erf", "gelu_tanh", "silu")
+BIAS_AXES = ("none", "row", "col")
+SCALE_KINDS_A = ("none", "tensor", "row", "block")
+SCALE_KINDS_B = ("none", "tensor", "col", "block")
+MAX_TILE_DIM = 65535  # the trace format's limit; a CTA tile is far smaller
+MAX_DIM = 2**31 - 1  # m, n, k and the stacked rows of a batch: a launch passes sizes as int32
+MAX_GROUPS = 1 << 16  # groups of a grouped problem, entries of a batched one
+MAX_STREAM_K_WORKERS = 1 << 20  # far past any persistent grid; the partition is linear in it
+FP32_MAX = 3.4028234663852886e38  # alpha and beta reach the epilogue as fp32 values
+# What the engine's accumulation does (oracle.judging.tolerance.ACC_TABLE has each model's bound):
+ACC_MODELS = ("fp32", "tf32", "tf32_rn", "tf32x3", "bf16x3", "fp16", "fp8_fast", "fp8_promoted", "int32", "any")
+_ACC_MODEL_OPERANDS = {"tf32": ("fp32",), "tf32_rn": ("fp32",), "tf32x3": ("fp32",), "bf16x3": ("fp32",),
+                       "fp8_fast": FP8, "fp8_promoted": FP8, "int32": ("int8",), "fp16": ("fp16",) + FP8}
+_ACC_MODEL_ACC = {"fp16": "fp16", "int32": "int32"}
+# how a split tile's k-blocks are dealt to its partials (oracle.problem.partition documents each rule)
+PARTITION_RULES = ("ceil_shares", "floor_shares", "cutlass_stream_k", "stream_k_dp_remainder")
+REDUCTIONS = ("none", "fp32", "bf16", "fp16")  # the type split-K partials are stored in before they are summed
+ACTIVATION_IMPLS = ("accurate", "fast")
+
+
+class SpecError(ValueError):
+    """A problem specification that is not valid."""
+
+
+def _require(ok: bool, field: str, value: Any, allowed: str) -> None:
+    if not ok:
+        raise SpecError(f"{field}={shown(value)} is not allowed: {allowed}")
+
+
+def _positive_int(field: str, value: Any, most: Optional[int] = None) -> None:
+    _require(isinstance(value, int) and not isinstance(value, bool) and value > 0 and (most is None or value <= most),
+             field, value, "must be a positive integer" + (f" of at most {most}" if most is not None else ""))
+
+
+def _count_of(g: Any) -> str:
+    """How a groups value is named in an error: a long list by its length, not its entries."""
+    return f"<a list of {len(g)} entries>" if isinstance(g, (tuple, list)) and len(g) > 8 else g
+
+
+def _finite(v: Any) -> bool:
+    """A finite number (an int too large for a float is not)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
+@dataclass(frozen=True)
+class Tile:
+    """The CTA output tile (BM x BN) and the k-block depth BK of the kernel's main loop."""
+
+    bm: int = 128
+    bn: int = 128
+    bk: int = 64
+
+    def __post_init__(self) -> None:
+        for f in ("bm", "bn", "bk"):
+            _positive_int(f"tile.{f}", getattr(self, f), MAX_TILE_DIM)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How one operand is scaled.
+
+    kind: none | tensor | row (A, per m) | col (B, per n) | block. A block scale covers
+    `block` = (rows, k) elements of A's (m, k) or (cols, k) of B's (n, k): DeepSeek-style fp8 uses
+    (1, 128) for activations and (128, 128) for weights. Block scales act inside the main loop
+    (per k-block); the others act in the epilogue.
+    """
+
+    kind: str = "none"
+    block: Optional[tuple[int, int]] = None
+
+    def validate(self, operand: str) -> None:
+        kinds = SCALE_KINDS_A if operand == "a" else SCALE_KINDS_B
+        _require(self.kind in kinds, f"scale_{operand}.kind", self.kind, f"one of {', '.join(kinds)}")
+        if self.kind == "block":
+            ok = (isinstance(self.block, tuple) and len(self.block) == 2
+                  and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in self.block))
+            _require(ok, f"scale_{operand}.block", self.block,
+                     "a block scale needs (rows, k), two positive integers, e.g. (1, 128)")
+        else:
+            _require(self.block is None, f"scale_{operand}.block", self.block,
+                     f"only a 'block' scale has a block shape (kind is {self.kind!r})")
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    m: int
+    n: int
+    k: int
+    a_dtype: str = "bf16"
+    b_dtype: str = "bf16"
+    acc_dtype: str = "fp32"
+    out_dtype: str = "bf16"
+    c_dtype: Optional[str] = None
+    a_major: str = "row"
+    b_major: str = "col"
+    c_major: str = "row"
+    d_major: str = "row"
+    tile: Tile = Tile()
+    swizzle_a: int = 0
+    swizzle_b: int = 0
+    oob_fill: str = "zero"
+    promotion_interval: Optional[int] = None
+    scale_a: Scale = Scale()
+    scale_b: Scale = Scale()
+    alpha: float = 1.0
+    beta: float = 0.0
+    bias: str = "none"
+    bias_dtype: str = "fp32"
+    activation: str = "none"
+    saturate: bool = False
+    batch: int = 1
+    splits: int = 1
+    stream_k_workers: Optional[int] = None
+    partition: Optional[str] = None  # the declared partition rule (oracle.problem.partition); None: the default
+    groups: Optional[tuple[int, ...]] = None  # M of each group (0 allowed); m is their sum
+    acc_model: Optional[str] = None
+    reduction: str = "none"
+    reduction_chunk: Optional[int] = None
+    activation_impl: str = "accurate"
+
+    def __post_init__(self) -> None:
+        for f in ("m", "n", "k"):
+            _positive_int(f, getattr(self, f), MAX_DIM)
+        _positive_int("batch", self.batch, MAX_GROUPS)
+        _require(self.m * self.batch <= MAX_DIM, "batch", self.batch,
+                 f"batch x m = {self.m * self.batch} rows, more than the {MAX_DIM} an int32 size holds")
+        _require(isinstance(self.tile, Tile), "tile", self.tile, "must be a Tile(bm, bn, bk)")
+        for f in ("a_dtype", "b_dtype"):
+            _require(getattr(self, f) in OPERAND_DTYPES, f, getattr(self, f), f"one of {', '.join(OPERAND_DTYPES)}")
+        _require(self.acc_dtype in ACC_DTYPES, "acc_dtype", self.acc_dtype, f"one of {', '.join(ACC_DTYPES)}")
+        _require(self.out_dtype in OUT_DTYPES, "out_dtype", self.out_dtype, f"one of {', '.join(OUT_DTYPES)}")
+        a, b = self.a_dtype, self.b_dtype
+        if a in FP8 or b in FP8:
+            _require(a in FP8 and b in FP8, "b_dtype" if a in FP8 else "a_dtype", b if a in FP8 else a,
+                     "an fp8 operand needs the other operand in fp8 too (e4m3 or e5m2)")
+        else:
+            _require(a == b, "b_dtype", b, f"must equal a_dtype ({a}) unless both are fp8")
+        if self.acc_dtype == "int32" or a == "int8":
+            _require(a == "int8" and self.acc_dtype == "int32", "acc_dtype", self.acc_dtype,
+                     "int8 operands accumulate in int32, and int32 accumulation takes int8 operands")
+        if self.acc_dtype == "fp16":
+            _require(a == "fp16", "acc_dtype", self.acc_dtype, "fp16 accumulation is defined for fp16 operands only")
+        if self.out_dtype == "int32":
+            _require(self.acc_dtype == "int32" and not self.has_float_epilogue, "out_dtype", self.out_dtype,
+                     "an int32 output needs int32 accumulation and no scale, alpha, beta, bias or activation")
+        for f in ("a_major", "b_major", "c_major", "d_major"):
+            _require(getattr(self, f) in MAJORS, f, getattr(self, f), "'row' or 'col'")
+        for op in ("a", "b"):
+            sw = getattr(self, f"swizzle_{op}")
+            _require(sw in SWIZZLES, f"swizzle_{op}", sw, "0, 32, 64 or 128 (bytes)")
+            if sw:
+                inner = self.smem_inner_elements(op) * DTYPES[getattr(self, f"{op}_dtype")].itemsize
+                _require(inner % sw == 0, f"swizzle_{op}", sw,
+                         f"the tile's contiguous extent ({inner} bytes) must be a multiple of the swizzle span")
+        _require(self.oob_fill in OOB_FILLS, "oob_fill", self.oob_fill, "'zero' or 'nan'")
+        if self.oob_fill == "nan":
+            _require(a != "int8", "oob_fill", self.oob_fill, "integer operands have no NaN")
+        if self.promotion_interval is not None:
+            p = self.promotion_interval
+            _require(a in FP8, "promotion_interval", p, "applies to fp8 operands only")
+            _require(isinstance(p, int) and p > 0 and p % 32 == 0 and self.tile.bk % p == 0,
+                     "promotion_interval", p, f"a multiple of 32 that divides tile.bk ({self.tile.bk})")
+        self.scale_a.validate("a")
+        self.scale_b.validate("b")
+        blocks = [s for s in (self.scale_a, self.scale_b) if s.kind == "block"]
+        if blocks:
+            _require(a in FP8 and self.acc_dtype == "fp32", "scale_a.kind" if self.scale_a.kind == "block"
+                     else "scale_b.kind", "block", "block scales need fp8 operands and fp32 accumulation")
+            _require(len(blocks) == 2, "scale_b.kind" if self.scale_a.kind == "block" else "scale_a.kind",
+                     (self.scale_b if self.scale_a.kind == "block" else self.scale_a).kind,
+                     "block scaling needs block scales on both A and B")
+            gk = self.scale_a.block[1]
+            _require(self.scale_b.block[1] == gk, "scale_b.block", self.scale_b.block,
+                     f"the k extent must equal scale_a's ({gk})")
+            _require(gk % self.tile.bk == 0, "scale_a.block", self.scale_a.block,
+                     f"the k extent must be a multiple of tile.bk ({self.tile.bk})")
+        for f in ("alpha", "beta"):
+            v = getattr(self, f)
+            _require(_finite(v) and abs(v) <= FP32_MAX, f, v,
+                     f"must be a finite number of magnitude at most {FP32_MAX:.7g} (the epilogue computes in fp32)")
+            object.__setattr__(self, f, float(v))  # an int (2**70, say) is judged as the float it stands for
+        if self.beta != 0:
+            _require(self.c_dtype in C_DTYPES, "c_dtype", self.c_dtype,
+                     f"beta != 0 reads C, so c_dtype must be one of {', '.join(C_DTYPES)}")
+        elif self.c_dtype is not None:
+            _require(self.c_dtype in C_DTYPES, "c_dtype", self.c_dtype, f"one of {', '.join(C_DTYPES)}")
+        _require(self.bias in BIAS_AXES, "bias", self.bias, f"one of {', '.join(BIAS_AXES)}")
+        _require(self.bias_dtype in C_DTYPES, "bias_dtype", self.bias_dtype, f"one of {', '.join(C_DTYPES)}")
+        _require(self.activation in ACTIVATIONS, "activation", self.activation, f"one of {', '.join(ACTIVATIONS)}")
+        _require(isinstance(self.saturate, bool), "saturate", self.saturate, "must be true or false")
+        _positive_int("splits", self.splits)
+        _require(self.splits <= self.k_blocks, "splits", self.splits,
+                 f"at most the {self.k_blocks} k-blocks (K = {self.k}, tile.bk = {self.tile.bk})")
+        if self.stream_k_workers is not None:
+            _positive_int("stream_k_workers", self.stream_k_workers, MAX_STREAM_K_WORKERS)
+            _require(self.splits == 1, "stream_k_workers", self.stream_k_workers,
+                     "stream-K and split-K (splits > 1) are two ways to split k: give one of them")
+        if self.partition is not None:
+            _require(self.partition in PARTITION_RULES, "partition", self.partition,
+                     f"one of {', '.join(PARTITION_RULES)} (oracle.problem.partition)")
+            _require(self.partitioned, "partition", self.partition,
+                     "a partition rule needs a split problem (splits > 1 or stream_k_workers)")
+            _require(self.partition != "stream_k_dp_remainder" or self.stream_k_workers is not None, "partition",
+                     self.partition, "a data-parallel remainder is a stream-K rule: give stream_k_workers")
+        if self.partitioned:
+            _require(not self.block_scaled, "splits" if self.splits > 1 else "stream_k_workers",
+                     self.splits if self.splits > 1 else self.stream_k_workers,
+                     "split accumulation is not modelled with block scales")
+        if self.groups is not None:
+            g = self.groups
+            _require(isinstance(g, tuple) and 0 < len(g) <= MAX_GROUPS, "groups", _count_of(g),
+                     f"a non-empty list of at most {MAX_GROUPS} group sizes along M")
+            _require(all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_DIM for v in g),
+                     "groups", g, f"a non-empty list of group sizes along M (integers 0..{MAX_DIM})")
+            _require(sum(g) == self.m, "groups", g, f"the group sizes must add up to m = {self.m}")
+            _require(self.batch == 1, "batch", self.batch, "a grouped problem has no batch (give groups or batch)")
+            _require(self.scale_a.kind in ("none", "tensor") and self.scale_b.kind in ("none", "tensor"),
+                     "scale_a.kind" if self.scale_a.kind not in ("none", "tensor") else "scale_b.kind",
+                     self.scale_a.kind if self.scale_a.kind not in ("none", "tensor") else self.scale_b.kind,
+                     "a grouped or batched problem takes per-tensor scales only")
+        self._validate_numerics()
+
+    def _validate_numerics(self) -> None:
+        """acc_model, reduction, reduction_chunk, activation_impl (the engine's numerics)."""
+        am, a = self.acc_model, self.a_dtype
+        if am is not None:
+            _require(am in ACC_MODELS, "acc_model", am, f"one of {', '.join(ACC_MODELS)} (or absent: from acc_dtype)")
+            ops = _ACC_MODEL_OPERANDS.get(am)
+            if ops is not None:
+                _require(a in ops, "acc_model", am, f"{am} describes {', '.join(ops)} operands, not {a}")
+            acc = _ACC_MODEL_ACC.get(am, "fp32" if am != "any" else self.acc_dtype)
+            _require(self.acc_dtype == acc, "acc_model", am, f"{am} needs acc_dtype={acc!r} (got {self.acc_dtype!r})")
+            if am == "fp8_promoted":
+                _require(self.promotion_interval is not None, "promotion_interval", None,
+                         "acc_model='fp8_promoted' needs the promotion interval (k elements)")
+            elif self.promotion_interval is not None:
+                _require(am == "any", "acc_model", am,
+                         "a promotion_interval describes fp8_promoted accumulation (or leave acc_model out)")
+        _require(self.reduction in REDUCTIONS, "reduction", self.reduction, f"one of {', '.join(REDUCTIONS)}")
+        ch = self.reduction_chunk
+        if self.reduction == "none":
+            _require(ch is None, "reduction_chunk", ch, "a chunk needs a reduction (fp32, bf16 or fp16)")
+        else:
+            _require(self.acc_dtype == "fp32", "reduction", self.reduction,
+                     "split-K partials are modelled for fp32 accumulation")
+            if ch is not None or self.reduction != "fp32":
+                _require(isinstance(ch, int) and not isinstance(ch, bool) and ch > 0 and ch % self.tile.bk == 0,
+                         "reduction_chunk", ch, f"k elements per split-K partial, a positive multiple of tile.bk "
+                         f"({self.tile.bk}); required for a {self.reduction} reduction")
+        _require(self.activation_impl in ACTIVATION_IMPLS, "activation_impl", self.activation_impl,
+                 f"one of {', '.join(ACTIVATION_IMPLS)}")
+        if self.activation_impl == "fast":
+            _require(self.activation in ("gelu_tanh", "silu"), "activation_impl", "fast",
+                     f"approximate implementations are modelled for gelu_tanh and silu, not {self.activation!r}")
+
+    # -- derived facts -----------------------------------------------------------------------
+    @property
+    def has_float_epilogue(self) -> bool:
+        return (self.alpha != 1.0 or self.beta != 0.0 or self.bias != "none" or self.activation != "none"
+                or self.scale_a.kind != "none" or self.scale_b.kind != "none")
+
+    @property
+    def resolved_acc_model(self) -> str:
+        """acc_model, or what acc_dtype and promotion_interval mean without it."""
+        if self.acc_model is not None:
+            return self.acc_model
+        if self.acc_dtype in ("fp16", "int32"):
+            return self.acc_dtype
+        return "fp8_promoted" if self.promotion_interval is not None else "fp32"
+
+    @property
+    def block_scaled(self) -> bool:
+        return self.scale_a.kind == "block"
+
+    @property
+    def partitioned(self) -> bool:
+        """Are a tile's k-blocks accumulated in partials (split-K or stream-K)?"""
+        return self.splits > 1 or self.stream_k_workers is not None
+
+    @property
+    def group_sizes(self) -> Optional[tuple[int, ...]]:
+        """M of every group of a grouped or batched problem, None for a single GEMM."""
+        if self.groups is not None:
+            return self.groups
+        return (self.m,) * self.batch if self.batch > 1 else None
+
+    @property
+    def total_m(self) -> int:
+        """Rows of A and D: every group's or batch entry's rows one after the other."""
+        sizes = self.group_sizes
+        return sum(sizes) if sizes is not None else self.m
+
+    @property
+    def tiles_m(self) -> int:
+        return -(-self.m // self.tile.bm)
+
+    @property
+    def tiles_n(self) -> int:
+        return -(-self.n // self.tile.bn)
+
+    @property
+    def k_blocks(self) -> int:
+        return -(-self.k // self.tile.bk)
+
+    def smem_inner_elements(self, operand: str) -> int:
+        """Elements along the contiguous dimension of one operand k-block tile in shared memory."""
+        t = self.tile
+        if operand == "a":
+            return t.bk if self.a_major == "row" else t.bm
+        return t.bn if self.b_major == "row" else t.bk
+
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k * self.batch
+
+    def describe(self) -> str:
+        t = self.tile
+        extra = f", model {self.acc_model}" if self.acc_model else ""
+        if self.reduction != "none":
+            extra += f", split-K {self.reduction}" + (f"/{self.reduction_chunk}" if self.reduction_chunk else "")
+        if self.activation_impl != "accurate":
+            extra += f", {self.activation_impl} {self.activation}"
+        return (f"{self.m}x{self.n}x{self.k} {self.a_dtype}x{self.b_dtype}->{self.out_dtype} "
+                f"(acc {self.acc_dtype}{extra}, tile {t.bm}x{t.bn}x{t.bk})")
+
+    # -- JSON --------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        d = dataclasses.asdict(self)
+        for s in ("scale_a", "scale_b"):
+            if d[s]["block"] is not None:
+                d[s]["block"] = list(d[s]["block"])
+        if d["groups"] is not None:
+            d["groups"] = list(d["groups"])
+        return d
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ProblemSpec":
+        if not isinstance(d, Mapping):
+            raise SpecError(f"a problem spec must be a JSON object, got {type(d).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise SpecError(f"unknown problem field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        kw = dict(d)
+        if isinstance(kw.get("groups"), list):
+            _require(len(kw["groups"]) <= MAX_GROUPS, "groups", _count_of(kw["groups"]),
+                     f"a non-empty list of at most {MAX_GROUPS} group sizes along M")
+            kw["groups"] = tuple(kw["groups"])
+        if "tile" in kw:
+            kw["tile"] = _sub(Tile, kw["tile"], "tile")
+        for s in ("scale_a", "scale_b"):
+            if s in kw:
+                sd = dict(_as_mapping(kw[s], s))
+                if isinstance(sd.get("block"), list):
+                    sd["block"] = tuple(sd["block"])
+                kw[s] = _sub(Scale, sd, s)
+        try:
+            return cls(**kw)
+        except TypeError as e:
+            raise SpecError(f"problem spec: {e}") from None
+
+
+def _as_mapping(v: Any, field: str) -> Mapping:
+    if isinstance(v, Mapping):
+        return v
+    raise SpecError(f"{field} must be an object, got {v!r}")
+
+
+def _sub(cls, v: Any, field: str):
+    if isinstance(v, cls):
+        return v
+    if isinstance(v, (list, tuple)) and cls is Tile:
+        if len(v) != 3:
+            raise SpecError(f"tile={list(v)!r} is not allowed: give three sizes [bm, bn, bk]")
+        return Tile(*v)
+    m = _as_mapping(v, field)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(m) - known)
+    if unknown:
+        raise SpecError(f"unknown {field} field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return cls(**m)

@@ -1,0 +1,350 @@
+"""Reports of an analysis: a human table with one closing sentence, and a JSON document.
+
+The JSON (schema `oracle.report.table/1`) is what machines read: `verdict`, `first_divergence`,
+`stages` (name, teacher_forced, chained, worst_tile, details), plus the problem, inputs,
+confounds, the reference cross-check and the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Optional
+
+from tabulate import tabulate
+
+from oracle.judging import tolerance
+from oracle.judging.compare import Comparison, Status, TileMetrics, _num
+from oracle.judging.diagnose import Verdict
+from oracle.judging.differential import Analysis, FirstDivergence, StageResult
+from oracle.judging.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Feed, describe_sites, sites_json
+
+SCHEMA = "oracle.report.table/1"
+
+
+def _fmt(v: Optional[float], digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return str(v)
+    if v == 0:
+        return "0"
+    return f"{v:.{digits}g}"
+
+
+def _worst(st: StageResult) -> Optional[TileMetrics]:
+    cands = [c.worst for c in (st.teacher_forced, st.chained) if c.worst is not None]
+    if not cands:
+        return None
+    return max(cands, key=lambda t: (not t.passed, t.max_ratio, t.mismatches))
+
+
+def _where(t: Optional[TileMetrics]) -> str:
+    if t is None:
+        return "-"
+    kb = "" if t.k_block is None else f" kb {t.k_block}"
+    return f"({t.tile[0]}, {t.tile[1]}){kb}"
+
+
+def _status(c: Comparison) -> str:
+    return c.status.value if c.status is not Status.NOT_RUN else "-"
+
+
+_FEED_SHORT = {Feed.KERNEL: "kernel", Feed.GLOBAL: "global", Feed.STAND_IN: "stand-in", Feed.REFERENCE: "reference",
+               Feed.FIELDS: "fields"}
+_MASK_SHORT = {PADDING: "pad", UNRECORDED: "unrec", UPSTREAM_UNRECORDED: "up-unrec"}
+
+
+def _deciding(st: StageResult) -> Comparison:
+    """The comparison a stage's row counts: teacher-forced when it ran, else chained."""
+    return st.teacher_forced if st.teacher_forced.status is not Status.NOT_RUN or \
+        st.teacher_forced.evidence.masked_total else st.chained
+
+
+def _fed_by(c: Comparison) -> str:
+    return "+".join(_FEED_SHORT[f] for f in c.evidence.feeds) or "-"
+
+
+def _masked(c: Comparison) -> str:
+    ev = c.evidence
+    return " ".join(f"{n} {_MASK_SHORT[r]}" for r, n in ev.masked) or "0"
+
+
+def table(an: Analysis) -> str:
+    rows = []
+    for st in an.stages:
+        w = _worst(st)
+        d = _deciding(st)
+        fields = f" +{len(d.fields)} fields" if d.fields else ""
+        counted = d.status is not Status.NOT_RUN or d.evidence.masked_total
+        rows.append([st.name, _status(st.teacher_forced), _status(st.chained),
+                     _fed_by(st.teacher_forced) if st.teacher_forced.evidence.feeds else "-", _where(w),
+                     "exact" if w is not None and w.exact and w.passed else _fmt(w.max_ratio if w else None),
+                     _fmt(w.max_abs_err if w else None), _fmt(w.amplification if w else None),
+                     f"{w.nan_received}/{w.nan_expected}" if w else "-",
+                     f"{w.inf_received}/{w.inf_expected}" if w else "-",
+                     (f"{sum(t.mismatches for t in d.tiles) + len(d.field_mismatches)}/{d.compared}{fields}"
+                      if counted else "-"),
+                     _masked(d) if counted else "-"])
+    return tabulate(rows, headers=["stage", "teacher-forced", "chained", "fed by", "worst tile", "err/bound",
+                                   "max |err|", "amplif.", "NaN r/e", "Inf r/e", "bad/compared", "masked"])
+
+
+def _feed_phrase(f: FirstDivergence) -> str:
+    return {"kernel tap": "teacher-forced on the kernel's own taps",
+            "global memory": "fed with the operand in global memory, its real input",
+            "descriptor fields": "the descriptor's own fields"}.get(f.fed_by, "teacher-forced")
+
+
+def sentence(an: Analysis, races=None, sanitizer=None) -> str:
+    """The closing sentence; NONDETERMINISTIC (and then run 1's stage finding, as a DRAFT) when
+    the repeated runs differ; compute-sanitizer's findings, when any, are counted at its end."""
+    s = _sentence(an, races)
+    found = sanitizer.findings if sanitizer is not None else ()
+    if found:
+        tools = sorted({f.tool for f in found})
+        s += (f" compute-sanitizer reported {len(found)} finding(s) in the untraced build ({', '.join(tools)}): "
+              f"see its section; the stage table does not judge them.")
+    return s
+
+
+def _sentence(an: Analysis, races=None) -> str:
+    if races is not None and races.nondeterministic:
+        from oracle.judging.repeat import as_draft
+
+        s = f"NONDETERMINISTIC: {'; '.join(races.reasons())}."
+        if races.tracing_changes and not races.changes:
+            s += " The traced runs agree with each other, so the stage table below judges a run whose taps may hide " \
+                 "the race."
+        return s + " Run 1's stage table alone: " + _sentence(as_draft(an, races))
+    d = an.diagnosis
+    if d.verdict is Verdict.DIVERGED and an.first is not None:
+        f = an.first
+        if f.field is not None:
+            where = f": {f.field.describe()}"
+        else:
+            where = (f" in group {f.group}" if f.group is not None else "") + \
+                (f" at tile {f.tile}" if f.tile is not None else "") + \
+                (f", partial {f.partial}" if f.partial is not None else "") + \
+                (f", k-block {f.k_block}" if f.k_block is not None else "")
+            if f.element is not None:
+                got = "never written" if f.unwritten else f"received {_fmt(f.received, 6)}"
+                where += (f", element ({f.element[0]}, {f.element[1]}) [in tile {f.element_in_tile}]: {got}, "
+                          f"expected {_fmt(f.expected, 6)} (bound {_fmt(f.bound)})")
+        if f.kind.value == "VERDICT":
+            why = f"controlled inputs, {_feed_phrase(f)}"
+        else:
+            why = "; ".join(filter(None, [d.reason if not d.root_cause else "", *an.open_confounds])) or \
+                ("teacher-forced through reference stand-ins" if f.stand_ins else d.reason)
+        s = f"First divergence: {f.stage}{where}. {f.kind.value} ({why})."
+        if f.stand_ins and f.kind.value == "DRAFT" and d.root_cause:
+            s += (f" {f.stage} was fed reference stand-ins for {describe_sites(f.stand_ins)}, which the kernel did not "
+                  f"tap: the error may lie there.")
+        if f.hint:
+            s += f" Hint: {f.hint}."
+        if f.missing:
+            s += f" For a VERDICT it needs: {'; '.join(f.missing)}."
+        if d.inherited:
+            s += f" Inherited downstream: {', '.join(d.inherited)}."
+        if d.unexplained:
+            tiles = ", ".join(map(str, d.unexplained[:4])) + (" and others" if len(d.unexplained) > 4 else "")
+            s += f" Also diverging, in tiles the root cause does not cover (not traced there): {tiles}."
+        return s
+    if d.verdict is Verdict.KERNEL_ERROR:
+        return f"KERNEL_ERROR: {an.recording.kernel_error}. {d.reason}."
+    if d.verdict is Verdict.ORACLE_UNTRUSTED:
+        return f"ORACLE_UNTRUSTED: {d.reason}: {'; '.join(an.cross_check)}. The kernel is not judged."
+    if d.verdict is Verdict.MATCH:
+        compared = sum(_deciding(st).compared for st in an.stages)
+        s = f"MATCH: {d.reason} ({compared} elements compared)."
+        incomplete = [c for c in an.open_confounds if c.startswith("incomplete trace")]
+        if incomplete:
+            s += " The trace was incomplete, so a defect in what was lost would not show: " + "; ".join(incomplete) + "."
+        if an.unobserved:
+            s += " Not seen: " + "; ".join(an.unobserved) + "."
+        return s
+    return f"{d.verdict.value}: {d.reason}."
+
+
+def races_section(races=None, sanitizer=None) -> list[str]:
+    """The repeat / poison / sanitizer results, beside the stage table (never in it)."""
+    lines = []
+    if races is not None:
+        poison = "" if races.poison is None else \
+            f", shared memory poisoned with {races.poison[0]:#010x} and {races.poison[1]:#010x}"
+        head = (f"repeat: {races.traced_runs} traced and {races.untraced_runs} untraced run(s) on the same inputs"
+                f"{poison}: ")
+        if not races.nondeterministic:
+            lines.append(head + "every output and tap is bit for bit the same")
+        else:
+            lines.append(head + "they differ")
+            for c in races.changes:
+                lines.append(f"  runs differ: {c.describe()}")
+            for c in races.tracing_changes:
+                lines.append(f"  tracing changes the result: {c.describe()}")
+            for c in races.poison_changes:
+                lines.append(f"  reads never-written shared memory: {c.describe()}")
+            if races.failed:
+                lines.append(f"  did not complete: {', '.join(races.failed)}")
+        for run, finding in races.finding_runs:
+            lines.append(f"  {run}: {finding}")
+        if races.poison_note:
+            lines.append(f"  poison: {races.poison_note}")
+    if sanitizer is not None:
+        found = sanitizer.describe()
+        lines.append("compute-sanitizer (untraced build):" + (" " + found[0] if sanitizer.unavailable else ""))
+        if not sanitizer.unavailable:
+            lines.extend(f"  {x}" for x in found)
+    return lines
+
+
+def render(an: Analysis, races=None, sanitizer=None) -> str:
+    """The report: header, stage table, notes, the race section and the closing sentence. With
+    `races` (oracle.judging.repeat.RepeatResult) whose runs differ, the stage finding is told as a DRAFT."""
+    from oracle.judging.repeat import as_draft
+
+    if races is not None:
+        an = as_draft(an, races)
+    rec = an.recording
+    lines = []
+    if rec.synthetic:
+        lines.append("SYNTHETIC: this recording was made by a Python model of a kernel with an injected defect, "
+                     "not by a real kernel.")
+    lines.append(f"kernel {rec.kernel}: {rec.spec.describe()}; inputs {rec.provenance.describe()}; "
+                 f"references on {an.device}")
+    spec = rec.spec
+    if spec.acc_model is not None or spec.reduction != "none" or spec.activation_impl != "accurate":
+        lines.append(f"numerics: {tolerance.describe(spec)}")
+    if an.groups:
+        lines.append(f"grouped run ({an.whole.spec.describe()}, {len(an.groups)} groups); the stages below are "
+                     f"group {an.group}'s:")
+        lines.extend(f"  {o.describe()}" for o in an.groups)
+    lines.append("")
+    lines.append(table(an))
+    lines.append("")
+    for c in an.handled_confounds:
+        lines.append(f"handled: {c}")
+    for c in an.open_confounds:
+        lines.append(f"confound: {c}")
+    for st in an.stages:  # elements a comparison could not see because the kernel did not record them
+        for label, c in (("teacher-forced", st.teacher_forced), ("chained", st.chained)):
+            ev = c.evidence
+            if ev.masked_count(UNRECORDED) or ev.masked_count(UPSTREAM_UNRECORDED):
+                lines.append(f"masked: {st.name} {label}: {c.compared} compared; not compared: {ev.describe_masked()}")
+    if an.first_nonfinite:
+        stage, tile, kb, el = an.first_nonfinite
+        kbs = f" k-block {kb}" if kb is not None else ""
+        lines.append(f"first NaN/Inf: {stage} tile {tile}{kbs}" + (f" element {el}" if el else ""))
+    notes = list(rec.notes)
+    for st in an.stages:  # how the diverging stage was fed, and any stage that has something to say
+        for c in (st.teacher_forced, st.chained):
+            notes.extend(n for n in c.notes if st.name == an.diagnosis.stage or not n.startswith("fed from"))
+    for n in dict.fromkeys(notes):
+        lines.append(f"note: {n}")
+    extra = races_section(races, sanitizer)
+    if extra:
+        lines.append("")
+        lines.extend(extra)
+    lines.append(sentence(an, races, sanitizer))
+    return "\n".join(lines)
+
+
+def _first_json(f: Optional[FirstDivergence]) -> Optional[dict]:
+    if f is None:
+        return None
+    return {"stage": f.stage, "tile": list(f.tile) if f.tile is not None else None, "k_block": f.k_block,
+            "element": list(f.element) if f.element else None,
+            "element_in_tile": list(f.element_in_tile) if f.element_in_tile else None,
+            "received": _num(f.received), "expected": _num(f.expected), "bound": _num(f.bound),
+            "kind": f.kind.value, "comparison": f.comparison, "hint": f.hint, "fed_by": f.fed_by or None,
+            "stand_ins": sites_json(f.stand_ins), "field": f.field.to_json() if f.field else None,
+            "untraced_tiles": [list(t) for t in f.untraced], "rerun": f.rerun, "unwritten": f.unwritten,
+            "missing": list(f.missing), "partial": f.partial, "group": f.group}
+
+
+def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None, races=None, sanitizer=None) -> dict:
+    """The report as JSON; `races` and `sanitizer` become their own keys beside `stages`."""
+    from oracle.judging.repeat import as_draft, final_verdict
+
+    verdict = final_verdict(an, races)
+    stage_verdict = an.verdict
+    if races is not None:
+        an = as_draft(an, races)
+    rec = an.recording
+    stages = []
+    for st in an.stages:
+        w = _worst(st)
+        d = _deciding(st)
+        stages.append({"name": st.name, "teacher_forced": st.teacher_forced.status.value,
+                       "chained": st.chained.status.value, "fed_by": [f.value for f in st.teacher_forced.evidence.feeds],
+                       "compared": d.compared, "masked": dict(d.evidence.masked),
+                       "worst_tile": w.to_json() if w else None,
+                       "details": {"teacher_forced": st.teacher_forced.to_json(),
+                                   "chained": st.chained.to_json()}})
+    nf = an.first_nonfinite
+    doc = {
+        "schema": SCHEMA,
+        "verdict": verdict.value,
+        "summary": sentence(an, races, sanitizer),
+        "first_divergence": _first_json(an.first),
+        "stages": stages,
+        "problem": (an.whole or rec).spec.to_json(),
+        "numerics": tolerance.describe(rec.spec),
+        "kernel": {"name": rec.kernel, "error": rec.kernel_error},
+        "inputs": {"ladder": rec.provenance.ladder, "seed": rec.provenance.seed, "source": rec.provenance.source,
+                   "controlled": rec.provenance.controlled},
+        "synthetic": rec.synthetic,
+        "confounds": {"open": list(an.open_confounds), "handled": list(an.handled_confounds)},
+        "notes": list(rec.notes),
+        "unobserved": list(an.unobserved),
+        "group": an.group,
+        "groups": [{"group": o.group, "row0": o.row0, "rows": o.rows,
+                    "verdict": o.verdict.value if o.verdict else None, "stage": o.stage, "kind": o.kind}
+                   for o in an.groups],
+        "trace": rec.trace.to_json() if rec.trace is not None else None,
+        "cross_check": {"ok": not an.cross_check, "problems": list(an.cross_check)},
+        "first_nonfinite": None if nf is None else {"stage": nf[0], "tile": list(nf[1]), "k_block": nf[2],
+                                                    "element": list(nf[3]) if nf[3] else None},
+        "reference_device": an.device,
+        "environment": dict(rec.environment),
+    }
+    if races is not None:
+        doc["races"] = {**races.to_json(), "stage_verdict": stage_verdict.value}
+    if sanitizer is not None:
+        doc["sanitizer"] = sanitizer.to_json()
+    if extra:
+        doc.update(extra)
+    return doc
+
+
+SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schema.json")
+
+
+def schema() -> dict:
+    """The JSON Schema of a report (oracle/report/schema.json, shipped with the package)."""
+    with open(SCHEMA_PATH) as f:
+        return json.load(f)
+
+
+def validate(doc: dict) -> None:
+    """Raise jsonschema.ValidationError if `doc` is not an oracle.report.table/1 document (needs jsonschema)."""
+    import jsonschema
+
+    jsonschema.validate(doc, schema(), cls=jsonschema.Draft202012Validator)
+
+
+def write_json(an: Analysis, path: str, extra: Optional[dict[str, Any]] = None, races=None, sanitizer=None) -> None:
+    with open(path, "w") as f:
+        json.dump(to_json(an, extra, races, sanitizer), f, indent=2, allow_nan=False, default=str)
+        f.write("\n")
+
+
+def performance_table(perf) -> str:
+    """Times of both paths; `speed` is the peer's time over the kernel's (>1: the kernel is faster)."""
+    ratios = perf.ratios()
+    rows = [[p.name, f"{p.median_ms:.4g}", f"{p.tflops:.4g}", f"{ratios[p.name]:.3g}" if p.name in ratios else "-",
+             p.reps, f"{p.rse:.2%}", p.mode, p.note] for p in perf.paths]
+    out = tabulate(rows, headers=["path", "median ms", "TFLOP/s", "kernel speed vs", "reps", "rse", "timed by",
+                                  "note"])
+    return out + "".join(f"\nnote: {n}" for n in perf.notes)

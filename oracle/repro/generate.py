@@ -1,0 +1,648 @@
+"""Track B: a standalone reproducer of a live case, written as a directory that builds with nvcc
+alone and runs without Python.
+
+Data path: Case + Operands -> the launches the oracle itself makes (oracle.run.live.launch_sequence:
+[launch] then every [[launch.next]], the tensors they share in storage order, workspaces filled as
+declared, tensor maps with the case's host-side options, grids and arguments evaluated) -> a
+directory:
+
+  repro.cu       the host program, the same for every case (oracle/repro/files/repro.cu and its
+                 headers host/*.cuh: inputs, launches, the reference, the comparison, the run)
+  Makefile       nvcc builds kernel[_traced].cubin from the unchanged kernel source with the
+                 oracle's arch, flags and include paths, and the host programs repro / repro_traced
+  launch.txt     cubins, trace selection, then every launch in order: entry points, grid, block,
+                 cluster, dynamic shared memory, arguments (floats as bits), tensor-map fields
+  problem.txt    the problem (group sizes included), for the host reference
+  inputs.txt     one line per binary file: name, role, dtype, shape, bytes, file
+  <name>.bin     the inputs as the kernel reads them: raw little-endian, the operand's storage order
+                 (a map over padding rows reads a buffer that holds them; B of a grouped problem is
+                 its stack of matrices, each in B's major); the group offsets; every workspace
+                 (ws_NAME.bin, role inout) with the bytes the harness fills it with before the first
+                 launch (zeros, the 0xFF poison or its stale pattern), never compared
+  expected.bin   the oracle's reference D (oracle.judging.differential.expected_output), logical
+                 [total M, N] (a grouped problem: every group's rows in order)
+  bound.bin      its per-element bound: fp64, or fp32 rounded up for outputs above BOUND_F64_LIMIT
+  kernel/        copies of the kernel source and its local headers (kernel/src/...) and of the trace
+                 header (kernel/include/oracle_trace/)
+  repro.json     the same facts for `python -m oracle compare --repro-dir` (oracle.repro.readback)
+  README.txt     the commands, the launch, the tensor maps and the files copied from the kernel's folder
+  manifest.json  every file above with its sha256, written last (oracle.repro.folder): the proof that
+                 a later `repro --out` into the same folder replaces only the oracle's own files
+
+Constraints: the C++ side evaluates nothing: every size, grid entry and literal is a number here.
+Nothing from the case reaches a generated file unchecked: names and defines are in harness.names'
+grammar (oracle.run.case_grammar, again in check_case), and every word of the Makefile is proven free of
+what make or a shell would interpret before it is written (_make_words).
+The untraced build launches the case's time_entry built without ORACLE_TRACE when there is one and
+the case launches one kernel, else the traced entries from the traced build with a null sink (then
+both builds share one cubin; time_entry names no untraced kernel for a later launch).
+The directory is self-contained except for the CUDA toolkit and the CUTLASS headers (a Makefile
+variable, defaulting to the nvidia-cutlass wheel of the machine that wrote it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from harness.build import DEFAULT_FLAGS, HARNESS_INCLUDE_DIR, arch_flags, cutlass_include_dirs, define_flags
+from harness.launch import ScalarArg, StructArg, TensorArg, TensorMapArg
+from harness.runner import RunnerError, _check_request, sequence_roles
+from harness.tensormap import TensorMapSpec
+from harness.trace_format import STAGE_CODES, TraceSelection
+from kernels_ref.dtypes import name_of
+from oracle.run.case import Case, CaseError, LaunchPlan
+from oracle.run.inputs import Operands, Provenance, check_operands
+from oracle.run.live import _names, check_case, default_trace_tiles, launch_sequence
+from oracle.repro.folder import MANIFEST, KernelFile, ReproFolder, kernel_files, read_kernel_file
+
+FORMAT = "oracle-repro"
+VERSION = 2  # 2: every launch of the case, workspaces, grouped problems
+READABLE_VERSIONS = (1, 2)
+TEMPLATE = Path(__file__).resolve().parent / "files" / "repro.cu"
+TEMPLATE_PARTS = tuple(sorted((TEMPLATE.parent / "host").glob("*.cuh")))
+BOUND_F64_LIMIT = 1 << 22  # outputs with more elements get a float32 bound.bin (rounded up)
+TIMEOUT_S = 60
+# Files a run of the reproducer writes (make clean removes them with the builds).
+RUN_OUTPUTS = ("d.bin", "sink.bin", "result.txt")
+# Every word the Makefile is given: no character make, a shell or nvcc's option parser would read.
+_MAKE_WORD = re.compile(r"[A-Za-z0-9_.+\-/=,]*\Z")
+
+
+class ReproError(ValueError):
+    """A reproducer that cannot be written or read back; the message names the file or field."""
+
+
+@dataclass(frozen=True)
+class ReproDir:
+    """What write_repro wrote."""
+
+    path: Path
+    files: tuple[str, ...]  # relative to path
+    entries_traced: tuple[str, ...]  # every launch's, in order
+    entries_plain: tuple[str, ...]
+    cubin_traced: str
+    cubin_plain: str
+    reference: bool  # expected.bin and bound.bin were written
+
+    @property
+    def entry_traced(self) -> str:
+        return self.entries_traced[0]
+
+    @property
+    def entry_plain(self) -> str:
+        return self.entries_plain[0]
+
+
+@dataclass(frozen=True)
+class _Build:
+    """How the two cubins are made: the kernel source (None for a prebuilt cubin), defines, and
+    the entry point of every launch in each build."""
+
+    source: Optional[Path]
+    prebuilt: Optional[Path]
+    arch: str
+    traced_defines: dict
+    plain_defines: dict
+    entries_traced: tuple[str, ...]
+    entries_plain: tuple[str, ...]
+    time_entry_unused: bool = False  # a time_entry the untraced build cannot use (later launches)
+
+    @property
+    def shared(self) -> bool:
+        """The untraced run uses the traced cubin (same defines, or a prebuilt cubin)."""
+        return self.prebuilt is not None or self.plain_defines == self.traced_defines
+
+    @property
+    def cubin_plain(self) -> str:
+        return "kernel_traced.cubin" if self.shared else "kernel.cubin"
+
+    @property
+    def entry_traced(self) -> str:
+        return self.entries_traced[0]
+
+    @property
+    def entry_plain(self) -> str:
+        return self.entries_plain[0]
+
+
+def _build_plan(case: Case) -> _Build:
+    k = case.kernel
+    traced = {"ORACLE_TRACE": "1", **dict(k.defines)}
+    entries = (k.entry,) + tuple(plan.entry for plan in case.launch.next)
+    if k.time_entry and len(entries) == 1:
+        plain = {n: v for n, v in dict(k.defines).items() if n != "ORACLE_TRACE"}
+        entries_plain = (k.time_entry,)
+    else:  # the traced entries only exist with ORACLE_TRACE: the same build, with a null sink
+        plain, entries_plain = traced, entries
+    return _Build(Path(k.source) if k.source else None, Path(k.cubin) if k.cubin else None, k.arch, traced, plain,
+                  entries, entries_plain, time_entry_unused=bool(k.time_entry) and len(entries) > 1)
+
+
+def _plans(case: Case) -> tuple[LaunchPlan, ...]:
+    """The case's launch tables in launch order: [launch], then every [[launch.next]]."""
+    return (case.launch,) + tuple(case.launch.next)
+
+
+# -------------------------------------------------------------------------------- tensors
+
+
+def _raw(t: torch.Tensor) -> bytes:
+    """The tensor's elements, little-endian, in memory (row-major) order."""
+    t = t.detach().cpu().contiguous()
+    return t.reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def _dtype_name(t: torch.Tensor) -> str:
+    return {torch.float64: "fp64", torch.uint8: "uint8"}.get(t.dtype) or name_of(t.dtype)
+
+
+def _shape(shape) -> str:
+    return "x".join(str(int(s)) for s in shape)
+
+
+def _major_of(spec, name: str) -> Optional[str]:
+    """A matrix operand's major ("row"/"col"), None for vectors."""
+    if name in ("a", "b", "c", "d"):
+        return getattr(spec, f"{name}_major")
+    return None
+
+
+def _bound_tensor(b: torch.Tensor, n_elements: int) -> torch.Tensor:
+    """The bound in float64, or in float32 rounded up (never below the oracle's) for large outputs."""
+    b = b.detach().cpu().double()
+    if n_elements <= BOUND_F64_LIMIT:
+        return b
+    b32 = b.float()
+    low = b32.double() < b
+    return torch.where(low, torch.nextafter(b32, torch.full_like(b32, float("inf"))), b32)
+
+
+# -------------------------------------------------------------------------------- text files
+
+
+def _hex_bits(value: float, ctype: str) -> str:
+    fmt, ifmt = ("<f", "<I") if ctype == "f32" else ("<d", "<Q")
+    return hex(struct.unpack(ifmt, struct.pack(fmt, float(value)))[0])
+
+
+def _arg_line(a, described: str) -> str:
+    if isinstance(a, TensorArg):
+        return f"arg ptr {a.name}  # {described}"
+    if isinstance(a, ScalarArg):
+        if a.ctype in ("f32", "f64"):
+            return f"arg {a.ctype} {_hex_bits(a.value, a.ctype)} {float(a.value)!r}  # {described}"
+        return f"arg {a.ctype} {int(a.value)}  # {described}"
+    if isinstance(a, StructArg):
+        return f"arg bytes {a.data.hex()}  # {described}"
+    raise ReproError(f"argument {a!r} has no place in launch.txt")
+
+
+def _describe_arg(case_arg) -> str:
+    if case_arg is None:
+        return ""
+    if case_arg.kind in ("operand", "size", "float"):
+        return case_arg.name
+    if case_arg.kind == "literal":
+        return f"{{ {case_arg.ctype} = {case_arg.expr!r} }}"
+    if case_arg.kind == "workspace":
+        return f"{{ workspace = {case_arg.name!r} }}"
+    if case_arg.kind == "tensormap":
+        opts = "".join(f", {k} = {v!r}" for k, v in case_arg.options)
+        return f"{{ tensormap = {case_arg.name!r}{opts} }}"
+    return case_arg.kind
+
+
+def _map_line(spec: TensorMapSpec, buffer: str, operand: str) -> str:
+    d = spec.driver_args(0)
+    fields = dict(operand=operand, buffer=buffer, dtype=spec.dtype, data_type=d["data_type"], rank=spec.rank,
+                  dims=",".join(map(str, spec.global_dims)), strides=",".join(map(str, spec.global_strides)) or "-",
+                  box=",".join(map(str, spec.box_dims)), element_strides=",".join(map(str, spec.element_strides)),
+                  interleave=d["interleave"], swizzle=d["swizzle"], l2_promotion=d["l2_promotion"],
+                  oob_fill=d["oob_fill"])
+    return "tensormap " + " ".join(f"{k}={v}" for k, v in fields.items()) + \
+        f"  # swizzle {spec.swizzle}B, L2 promotion {spec.l2_promotion}B, OOB fill {spec.oob_fill}"
+
+
+def map_summary(spec: TensorMapSpec) -> str:
+    """The fields of a map as cuTensorMapEncodeTiled receives them, in words."""
+    d = spec.driver_args(0)
+    return (f"dtype {spec.dtype} (CUtensorMapDataType {d['data_type']}), rank {spec.rank}, dims "
+            f"{list(spec.global_dims)}, strides {list(spec.global_strides)} bytes, box {list(spec.box_dims)}, "
+            f"element strides {list(spec.element_strides)}, interleave {spec.interleave}, swizzle {spec.swizzle}B, "
+            f"L2 promotion {spec.l2_promotion}B, OOB fill {spec.oob_fill}")
+
+
+def _launch_text(case: Case, sequence: list, build: _Build, selection: TraceSelection) -> str:
+    lines = ["# launch.txt: what repro launches; every value fully evaluated by python -m oracle repro",
+             "cubin_traced kernel_traced.cubin", f"cubin_plain {build.cubin_plain}", f"timeout_s {TIMEOUT_S}"]
+    tiles = selection.tiles
+    lines.append("trace_tiles" + ("" if tiles is None else " " + " ".join(f"{tm},{tn}" for tm, tn in tiles)))
+    kbs = selection.k_blocks
+    lines.append("trace_k_blocks " + ("all" if kbs is None else " ".join(map(str, kbs))))
+    lines.append(f"trace_capacity_bytes {sink_bytes(case)}")
+    lines.append(f"launches {len(sequence)}  # run in this order on the same buffers, each to completion")
+    for index, ((_, launch), plan) in enumerate(zip(sequence, _plans(case))):
+        where = "[launch]" if index == 0 else f"[[launch.next]] #{index - 1}"
+        lines += [f"launch {index}  # {where}", f"entry_traced {build.entries_traced[index]}",
+                  f"entry_plain {build.entries_plain[index]}",
+                  "grid " + " ".join(map(str, launch.grid)), "block " + " ".join(map(str, launch.block)),
+                  "cluster " + " ".join(map(str, launch.cluster)), f"shared_mem_bytes {launch.shared_mem_bytes}"]
+        case_args = list(plan.args)
+        maps = [a for a in launch.args if isinstance(a, TensorMapArg)]
+        for a in maps:
+            lines.append(_map_line(a.spec, a.tensor_name, a.tensor_name))
+        for i, a in enumerate(launch.args):
+            described = f"args[{i}] {_describe_arg(case_args[i] if i < len(case_args) else None)}"
+            if isinstance(a, TensorMapArg):
+                lines.append(f"arg tensormap {maps.index(a)}  # {described}")
+            elif isinstance(a, ScalarArg) and a.ctype == "u64" and a.value == 0 and i < len(case_args) \
+                    and case_args[i].kind in ("operand", "null"):
+                lines.append(f"arg u64 0  # {described}: a null pointer (not used by the problem)")
+            else:
+                lines.append(_arg_line(a, described))
+    return "\n".join(lines) + "\n"
+
+
+def sink_bytes(case: Case) -> int:
+    """The sink the traced reproducer allocates: what a live run of the case starts with."""
+    from oracle.run.live import initial_sink_bytes, sink_budget
+
+    return initial_sink_bytes(*sink_budget(case))
+
+
+def _problem_text(case: Case) -> str:
+    s = case.spec
+    t = s.tile
+    lines = ["# problem.txt: the problem, for repro's host reference (oracle.problem.spec.ProblemSpec)",
+             f"describe {s.describe()}", f"m {s.m}", f"n {s.n}", f"k {s.k}", f"tile {t.bm} {t.bn} {t.bk}",
+             f"total_m {s.total_m}  # rows of A and D"]
+    sizes = s.group_sizes
+    if sizes is None:
+        lines.append("group_sizes none")
+    else:  # each group its own GEMM: rows of A and D in order, B[g], bias[g]; tiled from its first row
+        lines.append("group_sizes " + " ".join(map(str, sizes)) + ("  # groups" if s.groups is not None else
+                                                                  f"  # a batch of {s.batch}"))
+    for f in ("a_dtype", "b_dtype", "acc_dtype", "out_dtype", "a_major", "b_major", "c_major", "d_major", "bias",
+              "bias_dtype", "activation", "oob_fill"):
+        lines.append(f"{f} {getattr(s, f)}")
+    lines.append(f"c_dtype {s.c_dtype or 'none'}")
+    lines.append(f"alpha {float(s.alpha).hex()}  # {s.alpha!r}")
+    lines.append(f"beta {float(s.beta).hex()}  # {s.beta!r}")
+    lines.append(f"saturate {int(s.saturate)}")
+    lines.append(f"promotion_interval {s.promotion_interval or 'none'}")
+    for op in ("a", "b"):
+        sc = getattr(s, f"scale_{op}")
+        lines.append(f"scale_{op} {sc.kind}" + (f" {sc.block[0]} {sc.block[1]}" if sc.block else ""))
+    return "\n".join(lines) + "\n"
+
+
+# -------------------------------------------------------------------------------- Makefile, README
+
+
+def _make_words(field: str, words) -> str:
+    """`words` joined by spaces, each proven free of anything make, a shell or nvcc would interpret
+    ($, quotes, ;, #, whitespace, newline...): a value outside that grammar is refused, never written."""
+    words = [str(w) for w in words]
+    for w in words:
+        if not _MAKE_WORD.match(w):
+            raise ReproError(f"the Makefile's {field} would hold {w!r}: only letters, digits and _ . + - / = , "
+                             f"may reach it")
+    return " ".join(words)
+
+
+def _makefile(build: _Build, kernel_main: Optional[str], kernel_names: list[str]) -> str:
+    cutlass = [str(d) for d in cutlass_include_dirs()]
+    cutlass = [d if _MAKE_WORD.match(d) else "" for d in cutlass]  # a machine path make cannot take: left to the user
+    cutlass_inc = cutlass[0] if cutlass else ""
+    cutlass_util = cutlass[1] if len(cutlass) > 1 else ""
+    kernel_flags = _make_words("KERNEL_FLAGS", ("-cubin",) + arch_flags(build.arch) + DEFAULT_FLAGS)
+    out = [
+        "# Makefile of a standalone reproducer written by `python -m oracle repro`; nvcc is all it needs.",
+        "#   make             the untraced cubin and ./repro (the production entry point, no sink)",
+        "#   make TRACE=1     the traced cubin and ./repro_traced (the traced entry point; writes sink.bin)",
+        "#   make host        only the host programs (repro --check-only needs no cubin and no GPU)",
+        "# Variables: NVCC (another compiler, to bisect nvcc versions), CUTLASS_INCLUDE and",
+        "# CUTLASS_UTIL_INCLUDE (the CUTLASS/CuTe headers), KERNEL_CUBIN_FROM and KERNEL_TRACED_CUBIN_FROM",
+        "# (copy a cubin built from the same source with the same flags, e.g. another reproducer's, instead",
+        "# of compiling), HOST_FLAGS.",
+        "NVCC ?= nvcc",
+        f"CUTLASS_INCLUDE ?= {cutlass_inc}",
+        f"CUTLASS_UTIL_INCLUDE ?= {cutlass_util}",
+        "KERNEL_CUBIN_FROM ?=",
+        "KERNEL_TRACED_CUBIN_FROM ?=",
+        "TRACE ?= 0",
+        "# the oracle's own build (harness/build.py): arch, flags, then the trace header and CUTLASS",
+        f"KERNEL_FLAGS := {kernel_flags}",
+        f"TRACED_DEFINES := {_make_words('TRACED_DEFINES', define_flags(build.traced_defines))}",
+        f"PLAIN_DEFINES := {_make_words('PLAIN_DEFINES', define_flags(build.plain_defines))}",
+        "INCLUDES := -Ikernel/include $(if $(CUTLASS_INCLUDE),-I$(CUTLASS_INCLUDE)) "
+        "$(if $(CUTLASS_UTIL_INCLUDE),-I$(CUTLASS_UTIL_INCLUDE))",
+        f"KERNEL_SOURCE := {_make_words('KERNEL_SOURCE', [kernel_main] if kernel_main else [])}",
+        f"KERNEL_FILES := {_make_words('KERNEL_FILES', kernel_names)}",
+        "HOST_FLAGS ?= -std=c++17 -O2 -g",
+        f"PLAIN_CUBIN := {build.cubin_plain}",
+        "",
+        "ifeq ($(TRACE),1)",
+        "all: repro_traced",
+        "else",
+        "all: repro",
+        "endif",
+        "",
+        "# repro needs its cubin at run time only: an order-only prerequisite; `make host` skips it",
+        "REPRO_NEEDS ?= $(PLAIN_CUBIN)",
+        "TRACED_NEEDS ?= kernel_traced.cubin",
+        "host:",
+        "\t$(MAKE) repro repro_traced REPRO_NEEDS= TRACED_NEEDS=",
+        ".PHONY: all host run run_traced sanitize clean",
+        "",
+    ]
+    if build.prebuilt is None:
+        out += ["kernel_traced.cubin: $(KERNEL_FILES)",
+                "ifneq ($(KERNEL_TRACED_CUBIN_FROM),)",
+                "\tcp $(KERNEL_TRACED_CUBIN_FROM) $@",
+                "else",
+                "\t$(NVCC) $(KERNEL_FLAGS) $(TRACED_DEFINES) $(INCLUDES) -o $@ $(KERNEL_SOURCE)",
+                "endif", ""]
+        if not build.shared:
+            out += ["kernel.cubin: $(KERNEL_FILES)",
+                    "ifneq ($(KERNEL_CUBIN_FROM),)",
+                    "\tcp $(KERNEL_CUBIN_FROM) $@",
+                    "else",
+                    "\t$(NVCC) $(KERNEL_FLAGS) $(PLAIN_DEFINES) $(INCLUDES) -o $@ $(KERNEL_SOURCE)",
+                    "endif", ""]
+    out += [
+        "# the host programs: repro.cu and its headers (host/), no kernel code (it loads the cubin at run time)",
+        "HOST_SOURCES := repro.cu " + " ".join(f"host/{p.name}" for p in TEMPLATE_PARTS),
+        "repro: $(HOST_SOURCES) | $(REPRO_NEEDS)",
+        "\t$(NVCC) $(HOST_FLAGS) -Ikernel/include -DORACLE_REPRO_TRACED=0 -o $@ repro.cu",
+        "repro_traced: $(HOST_SOURCES) | $(TRACED_NEEDS)",
+        "\t$(NVCC) $(HOST_FLAGS) -Ikernel/include -DORACLE_REPRO_TRACED=1 -o $@ repro.cu",
+        "",
+        "run: repro",
+        "\t./repro",
+        "run_traced: repro_traced",
+        "\t./repro_traced",
+        "sanitize: repro",
+        "\tcompute-sanitizer --tool memcheck --error-exitcode 99 ./repro --timeout 600",
+        "clean:",
+        "\trm -f repro repro_traced" + ("" if build.prebuilt else " kernel.cubin kernel_traced.cubin")
+        + " " + " ".join(RUN_OUTPUTS),
+    ]
+    return "\n".join(out) + "\n"
+
+
+def _readme(case: Case, prov: Provenance, sequence: list, build: _Build, reference: bool,
+            selection: TraceSelection, workspaces: list, copied: list) -> str:
+    s = case.spec
+    ref = ("expected.bin and bound.bin hold the oracle's reference D and per-element bounds\n"
+           "(oracle.judging.differential.expected_output), so repro judges D with the oracle's own numbers." if reference else
+           "No expected.bin/bound.bin were written: repro computes its own reference (below).")
+    tiles = "all" if selection.tiles is None else " ".join(f"({tm}, {tn})" for tm, tn in selection.tiles)
+    kbs = "all" if selection.k_blocks is None else ", ".join(map(str, selection.k_blocks))
+    exprs = [str(g) for plan in _plans(case) for g in plan.grid] + \
+        [str(a.expr) for plan in _plans(case) for a in plan.args if a.kind == "literal"]
+    sms = (f"\nGrids and literals were evaluated with num_sms = {_names(case)['num_sms']} (the GPU of the machine "
+           f"that wrote this, or an H200's 132 without one).") if any("num_sms" in e for e in exprs) else ""
+    if build.time_entry_unused:
+        cubin_note = (f"The untraced build is the traced one with a null sink: the case's time_entry "
+                      f"({case.kernel.time_entry}) names the untraced kernel of one launch, and this case launches "
+                      f"{len(sequence)}.")
+    elif build.shared:
+        cubin_note = "The untraced build is the traced one with a null sink (the case has no time_entry)."
+    else:
+        cubin_note = f"The untraced build has no ORACLE_TRACE and launches {build.entry_plain}."
+    launch_lines = []
+    for i, (_, launch) in enumerate(sequence):
+        maps = [a for a in launch.args if isinstance(a, TensorMapArg)]
+        plain = "" if build.entries_plain[i] == build.entries_traced[i] else f" (untraced: {build.entries_plain[i]})"
+        launch_lines.append(f"  {i}: {build.entries_traced[i]}{plain}: grid {launch.grid}, block {launch.block}, "
+                            f"cluster {launch.cluster}, dynamic shared memory {launch.shared_mem_bytes} bytes, "
+                            f"{len(launch.args)} arguments")
+        launch_lines += [f"     tensor map {j} over {a.tensor_name}: {map_summary(a.spec)}" for j, a in enumerate(maps)]
+    many = len(sequence) > 1
+    order = ("\nThe launches run in this order on the same buffers, each to completion before the next; the\n"
+             "traced build keeps the sink set for all of them. A kernel error names its launch and entry."
+             if many else "")
+    ws_text = ""
+    if workspaces:
+        ws_text = ("\nWorkspaces (role inout; uploaded before the first launch, never compared):\n" +
+                   "\n".join(f"  {name}: {nbytes} bytes, {how}" for name, nbytes, how in workspaces))
+    groups = ""
+    if s.group_sizes is not None:
+        what = f"{len(s.groups)} groups" if s.groups is not None else f"a batch of {s.batch}"
+        groups = (f"\nThe problem is {what} of {', '.join(map(str, s.group_sizes))} rows along M: A [{s.total_m}, "
+                  f"{s.k}], B [{len(s.group_sizes)}, {s.k}, {s.n}] (each matrix in B's major), D [{s.total_m}, "
+                  f"{s.n}];\nevery group is its own GEMM (B[g], its bias), tiled from its first row, and D is "
+                  f"judged group by group.")
+    tiling = ", counted from each group's first row" if groups else ""
+    plural = "s, in launch order" if many else ""
+    if build.entries_plain == build.entries_traced:
+        kernels = f"Kernel{plural}: {', '.join(build.entries_traced)}."
+    else:
+        kernels = f"Kernel{plural}: {', '.join(build.entries_traced)} (traced), {', '.join(build.entries_plain)} " \
+                  f"(untraced)."
+    return f"""A standalone reproducer of a case's kernel launches, written by `python -m oracle repro`.
+
+Problem: {s.describe()}; inputs: {prov.describe()}.{groups}
+{kernels} {cubin_note}
+
+Build and run (the CUDA toolkit is all it needs; CUTLASS headers: make CUTLASS_INCLUDE=...):
+  make && ./repro                  the production entry point; prints MATCH or DIVERGED
+  make TRACE=1 && ./repro_traced   the traced entry point; writes sink.bin
+  python -m oracle compare --repro-dir .    judges sink.bin stage by stage (needs the oracle)
+  compute-sanitizer --tool memcheck ./repro --timeout 600      (or: make sanitize)
+  cuda-gdb --args ./repro          (add -G to KERNEL_FLAGS in the Makefile for device-side stepping)
+  ncu --clock-control none ./repro
+  make clean && make NVCC=/path/to/other/nvcc && ./repro     bisect compilers
+
+Options of repro: --dir DIR (the files; default: the executable's directory), --cubin FILE,
+--timeout S (default {TIMEOUT_S}, for all launches together; 0: wait forever), --host-reference
+(ignore expected.bin), --check-only [EXPECTED D] (judge a D file without running anything; no GPU
+needed). Exit codes: 0 MATCH, 1 DIVERGED, 2 bad usage or input files, 3 kernel error (the CUDA
+error's name is printed, e.g. cudaErrorIllegalAddress; taps written before it are in sink.bin), 5
+MISTRUSTED (every reference value is zero).
+
+Launches (launch.txt), tensor maps encoded by repro with cuTensorMapEncodeTiled (dims and box
+innermost first):
+{chr(10).join(launch_lines)}{order}{sms}
+Trace selection (repro_traced): tiles {tiles}; k-blocks {kbs}; sink {sink_bytes(case)} bytes (sized
+to the selection as a live run sizes it), host-mapped pinned memory.
+
+Inputs (inputs.txt): raw little-endian binaries in the order the kernel reads them (an operand in
+its major; a map over padding rows reads a buffer that holds them). D is poisoned with 0xFF bytes
+before the first launch; elements still holding them are counted as never written.{ws_text}
+
+Copied into this folder (regular files only: the kernel's translation unit, the local headers its
+quoted #include lines reach, the trace header tree; manifest.json lists every file with its sha256):
+{chr(10).join(f"  {rel}  (from {src!r})" for rel, src in copied)}
+
+Reference: {ref}
+Without them (or with --host-reference) repro computes D in double precision from the inputs
+(GEMM with block scales per k-group, scale, alpha/beta, bias, activation, cast; a grouped problem
+group by group with B[g]) and uses a conservative worst-case bound, looser than the oracle's:
+1.25 (eps |alpha| S + 2^-20 (|alpha v| + |beta c| + |bias|)) + 2^-14 (|x| + |y|) for gelu/silu + one
+ulp of the output type at |y|, with S = sum_k |a||b| (times |scales|) and eps = K 2^-23 for fp32
+accumulation (+ 2^-10 P/32 for fp8 partial sums over P), 2 ceil(K/16) 2^-11 for fp16, 0 for int32;
+the order in which partials are summed (split-K, stream-K) is inside it. It says which reference
+it used.
+Comparison: per BM x BN tile ({s.tile.bm} x {s.tile.bn}{tiling}); bit-exact when every bound is zero (NaN
+matches NaN), else |received - expected| <= bound; it prints the worst tile (err/bound), the
+first bad element, NaN/Inf counts and the never-written count.
+"""
+
+
+# -------------------------------------------------------------------------------- the writer
+
+
+def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir, *,
+                reference: bool = True) -> ReproDir:
+    """Write the reproducer of `case` with `operands` into `out_dir`: a new or empty folder, or one
+    holding exactly an earlier reproducer (its manifest.json and the build's outputs), which is
+    replaced; anything else is refused before a file is touched (oracle.repro.folder). With
+    `reference`, expected.bin and bound.bin come from oracle.judging.differential.expected_output."""
+    if case.kernel is None:
+        raise CaseError("no kernel to reproduce: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
+    check_case(case)  # the checks of a live run, before anything is written
+    check_operands(case.spec, operands)
+    out = Path(out_dir)
+    sequence, tensors = launch_sequence(case, operands)
+    first, later = sequence[0][1], [spec for _, spec in sequence[1:]]
+    try:
+        _check_request(first, tensors, later)  # the harness's own checks: dtypes, maps inside their buffers
+    except RunnerError as e:
+        raise ReproError(f"the launch cannot be reproduced: {e}") from None
+    build = _build_plan(case)
+    tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case)
+    selection = TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks)  # checked by check_case
+    # Everything read from the user's files before the folder is touched: a refusal changes nothing.
+    if build.prebuilt is not None:
+        sources = [KernelFile(build.prebuilt, "kernel_traced.cubin", *read_kernel_file(build.prebuilt, ReproError))]
+        kernel_main = None
+    else:
+        main, found = kernel_files(build.source, (HARNESS_INCLUDE_DIR.resolve(),), ReproError)
+        sources = [replace(f, rel=f"kernel/src/{f.rel}") for f in found] + _trace_header_files()
+        kernel_main = f"kernel/src/{main}"
+    kernel_names = [f.rel for f in sources] if build.prebuilt is None else []
+    makefile = _makefile(build, kernel_main, kernel_names)
+    launch_text = _launch_text(case, sequence, build, selection)
+    folder = ReproFolder(out, ReproError)  # refuses a folder that is not new, empty or the oracle's own
+    cleared = False
+    try:
+        y = b = None
+        if reference:
+            from oracle.judging.differential import expected_output
+
+            y, b = expected_output(case.spec, operands)
+            y, b = y.cpu(), _bound_tensor(b, case.spec.total_m * case.spec.n)
+        folder.clear()
+        cleared = True
+        _write_all(case, operands, provenance, folder, sequence, tensors, build, selection, sources, makefile,
+                   launch_text, y, b)
+    finally:  # after a failure too: the manifest of what was written, so the folder stays the oracle's
+        if cleared:
+            folder.finish()
+        else:
+            folder.close()
+    files = tuple(sorted(folder.hashes)) + (MANIFEST,)
+    return ReproDir(out, files, build.entries_traced, build.entries_plain, "kernel_traced.cubin",
+                    build.cubin_plain, reference)
+
+
+def _trace_header_files() -> list[KernelFile]:
+    """The trace header tree, copied under kernel/include."""
+    root = HARNESS_INCLUDE_DIR.resolve()
+    out = []
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and not p.is_symlink() and "__pycache__" not in p.parts:
+            out.append(KernelFile(p, f"kernel/include/{p.relative_to(root)}", *read_kernel_file(p, ReproError)))
+    return out
+
+
+def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: ReproFolder, sequence: list,
+               tensors: dict, build: _Build, selection: TraceSelection, sources: list, makefile: str,
+               launch_text: str, y, b) -> None:
+    """Every file of the reproducer but the manifest, into a folder cleared of an earlier one."""
+    reference = y is not None
+    first, later = sequence[0][1], [spec for _, spec in sequence[1:]]
+    write = folder.write
+    for f in sources:  # the mtime is kept: an unchanged source does not rebuild the cubin
+        write(f.rel, f.data, f.mtime_ns)
+
+    s = case.spec
+    roles = sequence_roles(first, later)
+    declared = {f"ws_{w.name}": w for w in case.workspaces}
+    manifest, tensor_meta = ["# inputs.txt: the binary files of repro; shapes in storage order"], {}
+    logical = {"d": (s.total_m, s.n), **{n: tuple(t.shape) for n, t in operands.named().items()}}
+    workspaces = []
+    for name, t in tensors.items():
+        role = roles[name]
+        major = _major_of(s, name)
+        fname = f"{name}.bin"
+        dtype = _dtype_name(t)
+        nbytes = t.numel() * t.element_size()
+        shape = logical.get(name, tuple(t.shape))
+        line = (f"tensor name={name} role={role} dtype={dtype} shape={_shape(t.shape)} bytes={nbytes} file={fname}"
+                f" logical={_shape(shape)}" + (f" major={major}" if major else ""))
+        tensor_meta[name] = {"file": fname, "role": role, "dtype": dtype, "storage_shape": list(t.shape),
+                             "shape": list(shape), "major": major}
+        w = declared.get(name)
+        if w is not None:
+            line += f" workspace={w.name} init={w.init} init_dtype={w.dtype}"
+            tensor_meta[name]["workspace"] = {"name": w.name, "bytes": nbytes, "init": w.init, "dtype": w.dtype}
+            how = {"zero": "zeros", "poison": "the 0xFF poison",
+                   "stale": f"stale data (the harness's deterministic {w.dtype} junk pattern)"}[w.init]
+            workspaces.append((w.name, nbytes, f"{how}, {fname}"))
+        manifest.append(line)
+        if role != "out":
+            write(fname, _raw(t))
+    if reference:
+        for name, t in (("expected", y), ("bound", b)):
+            manifest.append(f"tensor name={name} role={name} dtype={_dtype_name(t)} shape={_shape(t.shape)} "
+                            f"bytes={t.numel() * t.element_size()} file={name}.bin logical={_shape(t.shape)} "
+                            f"major=row")
+            write(f"{name}.bin", _raw(t))
+    write("inputs.txt", "\n".join(manifest) + "\n")
+    write("launch.txt", launch_text)
+    write("problem.txt", _problem_text(case))
+    write("repro.cu", read_kernel_file(TEMPLATE, ReproError)[0])
+    for part in TEMPLATE_PARTS:  # the host program's headers, one concern each (host/*.cuh)
+        write(f"host/{part.name}", read_kernel_file(part, ReproError)[0])
+    write("Makefile", makefile)
+    copied = [(f.rel, str(f.path)) for f in sources]
+    write("README.txt", _readme(case, provenance, sequence, build, reference, selection, workspaces, copied))
+    maps = [{"launch": i, "buffer": a.tensor_name, "spec": a.spec.to_dict()}
+            for i, (_, launch) in enumerate(sequence) for a in launch.args if isinstance(a, TensorMapArg)]
+    doc = {"format": FORMAT, "version": VERSION, "problem": s.to_json(),
+           "provenance": {"ladder": provenance.ladder, "seed": provenance.seed, "source": provenance.source,
+                          "generator": provenance.generator},
+           "kernel": {"entry_traced": build.entry_traced, "entry_plain": build.entry_plain,
+                      "entries_traced": list(build.entries_traced), "entries_plain": list(build.entries_plain),
+                      "source": str(build.source) if build.source else None,
+                      "cubin_traced": "kernel_traced.cubin", "cubin_plain": build.cubin_plain},
+           "launches": [{"entry_traced": build.entries_traced[i], "entry_plain": build.entries_plain[i]}
+                        | launch.to_dict() | {"args": [_json_arg(a) for a in launch.args]}
+                        for i, (_, launch) in enumerate(sequence)],
+           "tensormaps": maps, "tensors": tensor_meta,
+           "trace": {"tiles": None if selection.tiles is None else [list(t) for t in selection.tiles],
+                     "k_blocks": None if selection.k_blocks is None else list(selection.k_blocks),
+                     "capacity_bytes": sink_bytes(case), "stages": list(STAGE_CODES)},
+           "reference": reference}
+    write("repro.json", json.dumps(doc, indent=1) + "\n")
+
+
+def _json_arg(a) -> dict:
+    if isinstance(a, TensorMapArg):
+        return {"kind": "tensormap", "tensor_name": a.tensor_name}
+    if isinstance(a, TensorArg):
+        return {"kind": "tensor", "name": a.name, "role": a.role}
+    if isinstance(a, ScalarArg):
+        return {"kind": "scalar", "value": a.value, "ctype": a.ctype}
+    return {"kind": "struct", "hex": a.data.hex()}
+

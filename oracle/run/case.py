@@ -1,0 +1,645 @@
+"""A live case: the problem, the kernel to build, how to launch it, and what to trace.
+
+Described in TOML (one file, every section but [problem] optional) and overridable from the
+command line:
+
+    [problem]                 # oracle.problem.spec.ProblemSpec fields
+    m = 200
+    n = 136
+    k = 72
+    tile = [64, 64, 16]
+
+    [kernel]
+    source = "simple_gemm.cu"  # relative to the TOML file
+    entry = "simple_gemm_bf16_traced"
+    time_entry = "simple_gemm_bf16"   # optional: time the untraced entry (default: entry, sink off)
+    defines = { ORACLE_TRACE = 1 }
+
+    [launch]
+    grid = ["tiles_n", "tiles_m", 1]   # ints or expressions of the problem's sizes
+    block = [16, 16, 1]
+    shared_mem_bytes = 0
+    args = ["a", "b", "c", "d", "bias", "m", "n", "k", "lda", "ldb", "ldc", "ldd", "alpha", "beta",
+            { i32 = 2 }]
+
+    [trace]
+    tiles = [[0, 0], [3, 2]]   # default: the first, a middle and the last tile
+    k_blocks = "all"           # or a list
+    stages = "all"             # or a list of the stages the kernel taps (harness.taps.TAP_STAGES)
+    capacity_mb = 2048         # the most the sink may take (default ORACLE_TRACE_MAX_MB); the sink
+                               # is sized to the selection, and a launch that overflows it is run
+                               # once more with the measured size
+
+Launch arguments: an operand name (a, b, c, d, bias, scale_a, scale_b) is a device pointer
+(stored in its declared major; `null` or an operand the problem does not use is a null
+pointer); a size name (m, n, k, lda, ldb, ldc, ldd, tiles_m, tiles_n, k_blocks) is an i32;
+alpha and beta are f32; `{ i32 = 7 }` (or u32, i64, u64, f32, f64) is a literal;
+`{ tensormap = "a" }` is the operand's TMA tensor map passed by value, built from the problem
+(dims, leading dimension, tile box, swizzle_a / swizzle_b, oob_fill). The map is the kernel's host
+code, so a case may change what that host code does:
+    { tensormap = "b", rows = "cdiv(n, 16) * 16" }   the operand lives in a buffer padded to that
+        many rows along M (A) or N (B), and the map covers them; the padding rows hold stale data
+        (a deterministic junk pattern), as in a batch padded to the MMA tile
+    stride_bytes = EXPR    the map's leading-dimension stride in bytes (default: the real one)
+    box_inner = EXPR       the box's contiguous extent in elements (default: the k-block, or
+                           the swizzle span when narrower)
+    swizzle = 0|32|64|128  the map's swizzle (default: the problem's)
+    oob_fill = "zero"|"nan"
+The oracle records every map it encodes as the run's descriptor fields (descriptor stage).
+Expressions (grid, literals) may use + - * //, min, max, cdiv and the names above plus
+num_sms (the GPU's multiprocessor count). In [problem], stream_k_workers may be an expression too
+(e.g. "num_sms", "min(num_sms, tiles + 2)", over m, n, k, tiles_m, tiles_n, k_blocks, tiles, batch
+and num_sms): it is resolved when the case is loaded (num_sms 132, an H200's, without a GPU), and
+the problem, hence every recording, holds the number.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Optional, Sequence, Union
+
+from harness.fields import shown
+from harness.names import check_entry
+from oracle.run.case_grammar import check_kernel_names
+from oracle.problem.spec import ProblemSpec, SpecError
+
+OPERANDS = ("a", "b", "c", "d", "bias", "scale_a", "scale_b", "group_offsets")
+SIZE_NAMES = ("m", "n", "k", "lda", "ldb", "ldc", "ldd", "tiles_m", "tiles_n", "k_blocks", "tiles", "total_m",
+              "splits", "stream_k_workers", "groups", "group_tiles_m", "max_partials")
+WORKSPACE_INITS = ("zero", "poison", "stale")
+WORKSPACE_DTYPES = ("uint8", "int32", "fp32")
+LITERAL_TYPES = ("i32", "u32", "i64", "u64", "f32", "f64")
+MAX_CAPACITY_MB = 65536
+TENSORMAP_OPTIONS = ("rows", "stride_bytes", "box_inner", "swizzle", "oob_fill")
+SECTIONS = ("problem", "kernel", "launch", "trace", "workspace", "run")
+MAX_CASE_BYTES = 1 << 20  # a case file (or a cases file) larger than this is not one
+MAX_EXPRESSION_CHARS = 512
+MAX_VALUE = 2**64  # an expression's integers stay within this magnitude (a launch argument has 64 bits)
+
+
+class CaseError(ValueError):
+    """A case description that cannot be used; the message names the key."""
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    source: Optional[str]  # a .cu file
+    entry: str
+    defines: Mapping[str, str] = field(default_factory=dict)
+    arch: str = "sm_90a"
+    cubin: Optional[str] = None  # a prebuilt cubin instead of the source
+    time_entry: Optional[str] = None  # the untraced entry point to time (default: `entry`, sink off)
+    untraced_entry: Optional[str] = None  # the entry in the build without -DORACLE_TRACE (default: `entry`)
+
+
+@dataclass(frozen=True)
+class Arg:
+    kind: str  # "operand" | "size" | "float" | "literal" | "tensormap" | "workspace" | "null"
+    name: str = ""
+    ctype: str = ""
+    expr: Union[str, int, float, None] = None
+    options: tuple[tuple[str, Any], ...] = ()  # tensormap: host-side choices (see the module doc)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    grid: tuple[Union[int, str], ...]
+    block: tuple[int, int, int]
+    args: tuple[Arg, ...]
+    shared_mem_bytes: int = 0
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    entry: Optional[str] = None  # a later launch's kernel (the first launch runs [kernel] entry)
+    next: tuple["LaunchPlan", ...] = ()  # kernels launched after this one, in order, on the same buffers
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A buffer the harness allocates for every launch and fills before it: zeros, the 0xFF poison,
+    or stale data (a deterministic junk pattern, as an earlier use of the buffer leaves it)."""
+
+    name: str
+    bytes: Union[int, str]  # an expression of the problem's sizes
+    init: str = "zero"
+    dtype: str = "uint8"  # what stale data looks like: bytes, small int32s, or finite fp32 values
+
+
+@dataclass(frozen=True)
+class TracePlan:
+    tiles: Optional[tuple[tuple[int, int], ...]] = None  # None: a default sample
+    k_blocks: Optional[tuple[int, ...]] = None  # None: all
+    stages: Optional[tuple[str, ...]] = None  # None: every tap stage
+    capacity_mb: Optional[int] = None  # the sink's ceiling; None: the ORACLE_TRACE_MAX_MB knob
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """[run]: how often and how the kernel runs (oracle.judging.repeat): `repeat` runs of the traced and
+    of the untraced build on the same inputs, and an optional shared-memory poison pattern."""
+
+    repeat: int = 1
+    smem_poison: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.repeat, bool) or not isinstance(self.repeat, int) or not 1 <= self.repeat <= MAX_REPEAT:
+            raise CaseError(f"[run] repeat = {shown(self.repeat)} must be an integer from 1 to {MAX_REPEAT}")
+        if self.smem_poison is not None and (isinstance(self.smem_poison, bool) or not isinstance(self.smem_poison, int)
+                                             or not 0 <= self.smem_poison <= 0xFFFFFFFF):
+            raise CaseError(f"[run] smem_poison = {shown(self.smem_poison)} must be a 32-bit word (0 to 0xFFFFFFFF)")
+
+
+MAX_REPEAT = 100
+
+
+@dataclass(frozen=True)
+class Case:
+    spec: ProblemSpec
+    kernel: Optional[KernelSource]
+    launch: Optional[LaunchPlan]
+    trace: TracePlan
+    path: Optional[str] = None
+    workspaces: tuple[Workspace, ...] = ()
+    run: RunPlan = RunPlan()
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value as TOML would read it (numbers, true/false, [lists], strings bare or quoted)."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except (ValueError, RecursionError):  # not TOML (a bare word), or an integer past Python's digit limit
+        return text
+
+
+def parse_assignments(pairs: Sequence[str]) -> dict[str, Any]:
+    out = {}
+    for item in pairs:
+        for part in _split_top(item):
+            if "=" not in part:
+                raise CaseError(f"problem setting {part!r} must look like key=value")
+            key, val = part.split("=", 1)
+            out[key.strip()] = parse_value(val.strip())
+    return out
+
+
+def _split_top(s: str) -> list[str]:
+    """Split on commas outside brackets: 'm=1,tile=[64,64,16]' -> ['m=1', 'tile=[64,64,16]']."""
+    parts, depth, cur = [], 0, ""
+    for ch in s:
+        depth += ch in "[{"
+        depth -= ch in "]}"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *, source: Optional[str] = None,
+              entry: Optional[str] = None) -> Case:
+    doc: dict = {}
+    base = os.getcwd()
+    if path is not None:
+        doc = _read_case(path, ())
+        base = os.path.dirname(os.path.abspath(path))
+    prob = dict(doc.get("problem", {}))
+    prob.update(dict(problem_overrides))
+    if not prob:
+        raise CaseError("no problem given: use a [problem] table or --problem m=...,n=...,k=...")
+    prob = _resolve_problem(prob)
+    try:
+        spec = ProblemSpec.from_json(prob)
+    except SpecError as e:
+        raise CaseError(f"problem: {e}") from None
+    kernel = _kernel(doc.get("kernel"), base, source, entry)
+    launch = _launch(doc["launch"]) if "launch" in doc else None
+    trace = trace_plan(doc.get("trace", {}))
+    workspaces = _workspaces(doc.get("workspace", {}))
+    run = run_plan(doc.get("run", {}))
+    if launch is not None:
+        declared = {w.name for w in workspaces}
+        for plan in (launch,) + launch.next:
+            for i, a in enumerate(plan.args):
+                if a.kind == "workspace" and a.name not in declared:
+                    raise CaseError(f"[launch] args[{i}]: workspace {a.name!r} is not declared; declared: "
+                                    f"{', '.join(sorted(declared)) or 'none'} ([workspace.NAME] tables)")
+    return Case(spec, kernel, launch, trace, path, workspaces, run)
+
+
+def run_plan(sec: dict) -> RunPlan:
+    """[run] repeat = N, smem_poison = "0xFFFFFFFF" (or an integer)."""
+    unknown = sorted(set(sec) - {"repeat", "smem_poison"})
+    if unknown:
+        raise CaseError(f"[run]: unknown key(s) {', '.join(unknown)}; allowed: repeat, smem_poison")
+    poison = sec.get("smem_poison")
+    if isinstance(poison, str):
+        try:
+            poison = int(poison.strip(), 0)
+        except ValueError:
+            raise CaseError(f"[run] smem_poison = {shown(poison)} must be a 32-bit word such as \"0xFFFFFFFF\"") from None
+    return RunPlan(sec.get("repeat", 1), poison)
+
+
+PROBLEM_EXPRESSIONS = ("stream_k_workers",)  # [problem] fields that may be expressions of the sizes
+
+
+def device_sms() -> int:
+    """The GPU's multiprocessor count (`num_sms` in expressions); 132, an H200's, without a GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_properties(0).multi_processor_count
+    return 132
+
+
+def _resolve_problem(prob: dict) -> dict:
+    """[problem] fields given as expressions (e.g. stream_k_workers = "2 * num_sms") evaluated over
+    the problem's sizes and num_sms; the spec (and so every recording) holds the integer."""
+    exprs = {f: prob[f] for f in PROBLEM_EXPRESSIONS if isinstance(prob.get(f), str)}
+    if not exprs:
+        return prob
+    try:
+        base = ProblemSpec.from_json({key: v for key, v in prob.items() if key not in exprs and key != "partition"})
+    except SpecError as e:
+        raise CaseError(f"problem: {e}") from None
+    names = {"m": base.m, "n": base.n, "k": base.k, "tiles_m": base.tiles_m, "tiles_n": base.tiles_n,
+             "k_blocks": base.k_blocks, "tiles": base.tiles_m * base.tiles_n, "batch": base.batch,
+             "num_sms": device_sms()}
+    out = dict(prob)
+    for key, expr in exprs.items():
+        out[key] = evaluate_int(expr, names, f"[problem] {key}", 1)
+    return out
+
+
+def _workspaces(sec) -> tuple[Workspace, ...]:
+    if not isinstance(sec, dict):
+        raise CaseError(f"[workspace] must be a table of [workspace.NAME] tables, got {sec!r}")
+    out = []
+    for name, w in sec.items():
+        where = f"[workspace.{name}]"
+        if not name.isidentifier():
+            raise CaseError(f"{where}: the name must be an identifier")
+        if not isinstance(w, dict):
+            raise CaseError(f"{where} must be a table with bytes, init and dtype")
+        unknown = sorted(set(w) - {"bytes", "init", "dtype"})
+        if unknown:
+            raise CaseError(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: bytes, init, dtype")
+        if "bytes" not in w or isinstance(w["bytes"], bool) or not isinstance(w["bytes"], (int, str)):
+            raise CaseError(f"{where} bytes must be an integer or an expression, got {w.get('bytes')!r}")
+        init, dtype = w.get("init", "zero"), w.get("dtype", "uint8")
+        if init not in WORKSPACE_INITS:
+            raise CaseError(f"{where} init must be one of {', '.join(WORKSPACE_INITS)}, got {init!r}")
+        if dtype not in WORKSPACE_DTYPES:
+            raise CaseError(f"{where} dtype must be one of {', '.join(WORKSPACE_DTYPES)}, got {dtype!r}")
+        out.append(Workspace(name, w["bytes"], init, dtype))
+    return tuple(out)
+
+
+def read_toml(path: str, what: str) -> dict:
+    """A TOML file as a dict; a missing or malformed file is a CaseError naming `what` and the path."""
+    if not os.path.exists(path):
+        raise CaseError(f"{what} {path!r} does not exist")
+    if not os.path.isfile(path):
+        raise CaseError(f"{what} {path!r} is not a regular file")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CASE_BYTES + 1)
+    except OSError as e:
+        raise CaseError(f"{what} {path!r} cannot be read: {e.strerror or e}") from None
+    if len(data) > MAX_CASE_BYTES:
+        raise CaseError(f"{what} {path!r} is larger than {MAX_CASE_BYTES >> 20} MiB, the most a case file may be")
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise CaseError(f"{what} {path!r} is not UTF-8 text: {e}") from None
+    except ValueError as e:  # TOMLDecodeError, or an integer past Python's digit limit
+        raise CaseError(f"{what} {path!r} is not valid TOML: {e}") from None
+    except RecursionError:
+        raise CaseError(f"{what} {path!r} nests arrays or tables deeper than the TOML reader goes") from None
+
+
+def _read_case(path: str, seen: tuple[str, ...]) -> dict:
+    """The TOML of a case with its `extends` chain merged: a case may name a base case file
+    (relative to itself) and replace keys of its tables; the base's file paths stay its own."""
+    doc = read_toml(path, "case file")
+    unknown = sorted(set(doc) - set(SECTIONS) - {"extends"})
+    if unknown:
+        raise CaseError(f"{path}: unknown section(s) {', '.join(unknown)}; allowed: {', '.join(SECTIONS)}, extends")
+    for section in SECTIONS:
+        if section in doc and not isinstance(doc[section], dict):
+            raise CaseError(f"{path}: {section} = {shown(doc[section])} must be a table ([{section}])")
+    here = os.path.dirname(os.path.abspath(path))
+    for key in ("source", "cubin"):
+        if key in doc.get("kernel", {}):
+            value = doc["kernel"][key]
+            if not isinstance(value, str) or not value:
+                raise CaseError(f"{path}: [kernel] {key} = {shown(value)} must be the path of a file (a string)")
+            doc["kernel"][key] = os.path.join(here, value)
+    parent = doc.pop("extends", None)
+    if parent is None:
+        return doc
+    if not isinstance(parent, str):
+        raise CaseError(f"{path}: extends must be the path of a case file, got {parent!r}")
+    parent_path = os.path.normpath(os.path.join(here, parent))
+    if parent_path in seen or len(seen) > 8:
+        raise CaseError(f"{path}: extends forms a cycle or a chain deeper than 8: {' -> '.join(seen + (parent_path,))}")
+    merged = _read_case(parent_path, seen + (os.path.abspath(path),))
+    for section, table in doc.items():
+        merged[section] = {**merged.get(section, {}), **table}
+    return merged
+
+
+def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Optional[str]) -> Optional[KernelSource]:
+    sec = dict(sec or {})
+    unknown = sorted(set(sec) - {"source", "entry", "defines", "arch", "cubin", "time_entry", "untraced_entry"})
+    if unknown:
+        raise CaseError(f"[kernel]: unknown key(s) {', '.join(unknown)}; allowed: source, entry, defines, arch, "
+                        f"cubin, time_entry, untraced_entry")
+    for key in ("source", "cubin"):  # a case read from a file has them as paths already; inline ones too
+        if key in sec and (not isinstance(sec[key], str) or not sec[key]):
+            raise CaseError(f"[kernel] {key} = {shown(sec[key])} must be the path of a file (a string)")
+    src = source or (os.path.join(base, sec["source"]) if "source" in sec else None)
+    cubin = os.path.join(base, sec["cubin"]) if "cubin" in sec else None
+    ent = entry or sec.get("entry")
+    if src is None and cubin is None and ent is None:
+        return None
+    if ent is None:
+        raise CaseError("the kernel's entry point is missing: [kernel] entry = \"...\" or --entry NAME")
+    if src is None and cubin is None:
+        raise CaseError("the kernel needs a source (.cu) or a prebuilt cubin: [kernel] source/cubin or --kernel FILE")
+    time_entry = sec.get("time_entry") if entry is None else None  # a new --entry drops the TOML's
+    untraced = sec.get("untraced_entry") if entry in (None, sec.get("entry")) else None
+    for key, value in (("entry", ent), ("time_entry", time_entry), ("untraced_entry", untraced)):
+        if value is not None and not isinstance(value, str):
+            raise CaseError(f"[kernel] {key} = {shown(value)} must be the kernel's entry point name (a string)")
+    raw = sec.get("defines", {})
+    if not isinstance(raw, dict):
+        raise CaseError(f"[kernel] defines = {shown(raw)} must be a table of NAME = value")
+    defines = {}
+    for name, value in raw.items():
+        if not isinstance(value, (str, int, float)) or isinstance(value, str) and "\0" in value:
+            raise CaseError(f"[kernel] defines.{name} = {shown(value)} must be a string, a number or a boolean")
+        defines[name] = str(value)
+    check_kernel_names(src, cubin, ent, time_entry, defines, CaseError)
+    if untraced is not None:
+        check_entry(untraced, "[kernel] untraced_entry", CaseError)
+    arch = sec.get("arch", "sm_90a")
+    if not isinstance(arch, str) or not re.match(r"^sm_\d{2,3}[af]?$", arch):
+        raise CaseError(f"[kernel] arch = {shown(arch)} must look like sm_90a, sm_90 or sm_100a")
+    return KernelSource(src, ent, defines, arch, cubin, time_entry, untraced)
+
+
+def _triple(v, key: str, expressions: bool = False) -> tuple:
+    """1 to 3 positive integers (or, for the grid, expressions of the problem's sizes), padded with 1."""
+    if isinstance(v, (int, str)) and not isinstance(v, bool):
+        v = [v]
+    if not isinstance(v, list) or not 1 <= len(v) <= 3:
+        raise CaseError(f"[launch] {key} = {shown(v)} must be a list of 1 to 3 entries")
+    for x in v:
+        if not (_index(x) and x > 0 or expressions and isinstance(x, str)):
+            raise CaseError(f"[launch] {key} entry {shown(x)} must be a positive integer"
+                            + (" or an expression of the problem's sizes" if expressions else ""))
+    return tuple(list(v) + [1] * (3 - len(v)))
+
+
+def _launch(sec: dict, where: str = "[launch]") -> LaunchPlan:
+    if not isinstance(sec, dict):
+        raise CaseError(f"{where} must be a table, got {sec!r}")
+    allowed = {"grid", "block", "shared_mem_bytes", "args", "cluster"} | ({"next"} if where == "[launch]" else {"entry"})
+    unknown = sorted(set(sec) - allowed)
+    if unknown:
+        raise CaseError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    nxt = ()
+    if "next" in sec:
+        if not isinstance(sec["next"], list):
+            raise CaseError("[[launch.next]] must be an array of tables (one per kernel launched after the first)")
+        nxt = tuple(_launch(t, f"[[launch.next]] #{i}") for i, t in enumerate(sec["next"]))
+        for i, t in enumerate(nxt):
+            if not isinstance(t.entry, str) or not t.entry:
+                raise CaseError(f"[[launch.next]] #{i} needs entry = \"kernel name\"")
+            check_entry(t.entry, f"[[launch.next]] #{i} entry", CaseError)
+    for key in ("grid", "block", "args"):
+        if key not in sec:
+            raise CaseError(f"[launch] needs {key!r}")
+    block = _triple(sec["block"], "block")
+    if not isinstance(sec["args"], list):
+        raise CaseError(f"[launch] args = {shown(sec['args'])} must be a list of the kernel's arguments, in order")
+    args = tuple(_arg(a, i) for i, a in enumerate(sec["args"]))
+    smem = sec.get("shared_mem_bytes", 0)
+    if not _index(smem):
+        raise CaseError(f"{where} shared_mem_bytes = {shown(smem)} must be a non-negative integer")
+    grid = _triple(sec["grid"], "grid", expressions=True)
+    return LaunchPlan(grid, block, args, smem, _triple(sec.get("cluster", [1, 1, 1]), "cluster"), sec.get("entry"), nxt)
+
+
+def _arg(a, i: int) -> Arg:
+    where = f"[launch] args[{i}]"
+    if isinstance(a, str):
+        if a in OPERANDS:
+            return Arg("operand", a)
+        if a in SIZE_NAMES:
+            return Arg("size", a)
+        if a in ("alpha", "beta"):
+            return Arg("float", a)
+        if a == "null":
+            return Arg("null")
+        raise CaseError(f"{where} = {shown(a)} is unknown; operands {', '.join(OPERANDS)}, sizes {', '.join(SIZE_NAMES)},"
+                        f" alpha, beta, null, or a table like {{ i32 = 3 }} / {{ tensormap = \"a\" }}")
+    if isinstance(a, dict) and "workspace" in a:
+        if len(a) != 1 or not isinstance(a["workspace"], str):
+            raise CaseError(f"{where}: a workspace argument is {{ workspace = \"NAME\" }}, got {a!r}")
+        return Arg("workspace", a["workspace"])
+    if isinstance(a, dict) and "tensormap" in a:
+        val = a["tensormap"]
+        if not isinstance(val, str) or val not in ("a", "b"):
+            raise CaseError(f"{where}: tensormap must be \"a\" or \"b\", got {shown(val)}")
+        opts = {k: v for k, v in a.items() if k != "tensormap"}
+        unknown = sorted(set(opts) - set(TENSORMAP_OPTIONS))
+        if unknown:
+            raise CaseError(f"{where}: unknown tensormap option(s) {', '.join(unknown)}; "
+                            f"known: {', '.join(TENSORMAP_OPTIONS)}")
+        if "swizzle" in opts and not (_index(opts["swizzle"]) and opts["swizzle"] in (0, 32, 64, 128)):
+            raise CaseError(f"{where}: swizzle must be 0, 32, 64 or 128, got {shown(opts['swizzle'])}")
+        if "oob_fill" in opts and not (isinstance(opts["oob_fill"], str) and opts["oob_fill"] in ("zero", "nan")):
+            raise CaseError(f"{where}: oob_fill must be \"zero\" or \"nan\", got {shown(opts['oob_fill'])}")
+        for k in ("rows", "stride_bytes", "box_inner"):
+            if k in opts and not (_index(opts[k]) or isinstance(opts[k], str)):
+                raise CaseError(f"{where}: {k} must be an integer or an expression, got {shown(opts[k])}")
+        return Arg("tensormap", val, options=tuple(sorted(opts.items())))
+    if isinstance(a, dict) and len(a) == 1:
+        (key, val), = a.items()
+        if key in LITERAL_TYPES:
+            if isinstance(val, bool) or not isinstance(val, (int, float, str)):
+                raise CaseError(f"{where}: {{ {key} = {shown(val)} }} must hold a number or an expression")
+            return Arg("literal", ctype=key, expr=val)
+    raise CaseError(f"{where} = {shown(a)} is not an argument description")
+
+
+def trace_plan(sec: Mapping[str, Any], where: str = "[trace]") -> TracePlan:
+    """A trace selection (tiles, k_blocks, stages, capacity_mb), checked; `where` names it in errors."""
+    unknown = sorted(set(sec) - {"tiles", "k_blocks", "stages", "capacity_mb"})
+    if unknown:
+        raise CaseError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    tiles = sec.get("tiles")
+    if tiles is not None:
+        if not isinstance(tiles, list) or not all(
+                isinstance(t, list) and len(t) == 2 and all(_index(v) for v in t) for t in tiles):
+            raise CaseError(f"{where} tiles must be a list of [tile_m, tile_n] pairs, got {shown(tiles)}")
+        tiles = tuple((t[0], t[1]) for t in tiles)
+    kbs = sec.get("k_blocks", "all")
+    if kbs == "all":
+        kbs = None
+    elif isinstance(kbs, list) and all(_index(x) for x in kbs):
+        kbs = tuple(kbs)
+    else:
+        raise CaseError(f"{where} k_blocks must be \"all\" or a list of k-block indices, got {shown(kbs)}")
+    stages = trace_stages(sec.get("stages", "all"), f"{where} stages")
+    cap = sec.get("capacity_mb")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_CAPACITY_MB):
+        raise CaseError(f"{where} capacity_mb must be an integer 1..{MAX_CAPACITY_MB}, got {shown(cap)}")
+    plan = TracePlan(tiles, kbs, stages, cap)
+    _selection(plan, where)
+    return plan
+
+
+def _selection(plan: TracePlan, where: str):
+    """The selection as the sink header holds it (at most 32 tile selectors, k-blocks in one
+    1024-wide window, int32 indices), or a CaseError naming `where`."""
+    from harness.trace_format import TraceSelection
+
+    try:
+        return TraceSelection(tiles=plan.tiles, k_blocks=plan.k_blocks, stages=plan.stages or TraceSelection().stages)
+    except ValueError as e:
+        raise CaseError(f"{where}: {e}") from None
+
+
+def trace_stages(value: Any, where: str) -> Optional[tuple[str, ...]]:
+    """"all" (None) or a non-empty list of tap stage names."""
+    from harness.taps import TAP_STAGES
+
+    if value == "all":
+        return None
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v in TAP_STAGES for v in value):
+        raise CaseError(f"{where} must be \"all\" or a list of stages from {', '.join(TAP_STAGES)}, got {shown(value)}")
+    return tuple(dict.fromkeys(value))
+
+
+def check_trace_selection(case: Case) -> None:
+    """The selection against the sink header and the problem: at most 32 tile selectors, every
+    traced tile inside the tile grid, every traced k-block inside 0..k_blocks-1 and one 1024-wide
+    window (a CaseError before anything is built or launched)."""
+    s, t = case.spec, case.trace
+    for tm, tn in t.tiles or ():
+        if tm >= s.tiles_m or tn >= s.tiles_n:
+            raise CaseError(f"trace tile ({tm}, {tn}) is outside the {s.tiles_m} x {s.tiles_n} tile grid of "
+                            f"{s.describe()}; tiles are 0..{s.tiles_m - 1}, 0..{s.tiles_n - 1}")
+    for kb in t.k_blocks or ():
+        if kb >= s.k_blocks:
+            raise CaseError(f"trace k-block {kb} is outside 0..{s.k_blocks - 1} (K = {s.k} in k-blocks of "
+                            f"{s.tile.bk})")
+    _selection(t, "trace selection")
+
+
+def _index(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def with_trace(case: Case, tiles=None, k_blocks=None, stages=None) -> Case:
+    t = case.trace
+    return replace(case, trace=replace(t, tiles=tiles if tiles is not None else t.tiles,
+                                       k_blocks=k_blocks if k_blocks is not None else t.k_blocks,
+                                       stages=stages if stages is not None else t.stages))
+
+
+# -- expressions -----------------------------------------------------------------------------
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+_FUNCS = {"min": (min, 2, None), "max": (max, 2, None), "cdiv": (_cdiv, 2, 2)}  # name: (function, least, most args)
+_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+        ast.FloorDiv: lambda a, b: a // b}
+
+
+def evaluate(expr: Union[str, int, float], names: Mapping[str, int], where: str) -> Union[int, float]:
+    """Evaluate a small arithmetic expression over known names; nothing else is allowed.
+
+    Numbers, names, + - * //, unary minus, min(a, b, ...), max(a, b, ...) and cdiv(a, b); at most
+    MAX_EXPRESSION_CHARS characters; every value finite, every integer within MAX_VALUE in
+    magnitude; a division by zero is named. Any failure is a CaseError naming `where` and the expression."""
+    if isinstance(expr, (int, float)) and not isinstance(expr, bool):
+        return _checked(expr, expr, where)
+    if not isinstance(expr, str):
+        raise CaseError(f"{where}: {shown(expr)} is not a number or an expression")
+    if len(expr) > MAX_EXPRESSION_CHARS:
+        raise CaseError(f"{where}: the expression {shown(expr)} has {len(expr)} characters; at most "
+                        f"{MAX_EXPRESSION_CHARS} are allowed")
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise CaseError(f"{where}: {shown(expr)} is not a valid expression") from None
+
+    def ev(node):
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            return _checked(node.value, expr, where)
+        if isinstance(node, ast.Name):
+            if node.id not in names:
+                raise CaseError(f"{where}: unknown name {node.id!r} in {shown(expr)}; known: {', '.join(sorted(names))}")
+            return names[node.id]
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            a, b = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.FloorDiv) and b == 0:
+                raise CaseError(f"{where}: {shown(expr)} divides by zero")
+            return _checked(_OPS[type(node.op)](a, b), expr, where)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -ev(node.operand)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS \
+                and not node.keywords:
+            fn, least, most = _FUNCS[node.func.id]
+            if len(node.args) < least or most is not None and len(node.args) > most \
+                    or any(isinstance(x, ast.Starred) for x in node.args):
+                count = f"{least}" if least == most else f"at least {least}"
+                raise CaseError(f"{where}: {node.func.id}() in {shown(expr)} takes {count} arguments, got "
+                                f"{len(node.args)}")
+            args = [ev(x) for x in node.args]
+            if fn is _cdiv and args[1] == 0:
+                raise CaseError(f"{where}: {shown(expr)} divides by zero")
+            return _checked(fn(*args), expr, where)
+        raise CaseError(f"{where}: {shown(expr)} uses something other than numbers, names, + - * //, min, max, cdiv")
+
+    try:
+        return ev(tree)
+    except RecursionError:
+        raise CaseError(f"{where}: {shown(expr)} nests deeper than an expression may") from None
+
+
+def _checked(v: Union[int, float], expr, where: str) -> Union[int, float]:
+    if isinstance(v, float) and not math.isfinite(v):
+        raise CaseError(f"{where}: {shown(expr)} reaches {v}: an expression's values must be finite")
+    if isinstance(v, int) and abs(v) > MAX_VALUE:
+        raise CaseError(f"{where}: {shown(expr)} reaches {shown(v)}, past the 2^64 an integer may take here")
+    return v
+
+
+def evaluate_int(expr: Union[str, int, float], names: Mapping[str, int], where: str, lo: int = 0,
+                 hi: int = MAX_VALUE) -> int:
+    """An expression that must give an integer in lo..hi (a float with no fraction counts as one)."""
+    v = evaluate(expr, names, where)
+    said = shown(v) if isinstance(expr, (int, float)) else f"{shown(expr)} = {shown(v)}"
+    if isinstance(v, float):
+        if v != int(v):
+            raise CaseError(f"{where}: {said} is not an integer")
+        v = int(v)
+    if not lo <= v <= hi:
+        raise CaseError(f"{where}: {said} is outside {lo}..{hi}")
+    return v

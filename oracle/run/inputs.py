@@ -1,0 +1,314 @@
+"""Operands of a problem and the controlled input ladder.
+
+Inputs are designed so that a bug points at itself:
+- ones: A = B = 1 (and scales, C, bias = 1): every accumulator element equals K, so the output
+  has one analytic value;
+- index: each operand value encodes where it came from, (row mod P, col mod Q), exactly in the
+  dtype, so a misplaced element names its source;
+- ktag: A = 1 and every row of B in k-block j holds 2^(j mod T): the accumulator, divided by BK,
+  is a binary record of which k-blocks were summed;
+- random[:seed]: seeded normal values (the default seed is 0);
+- dump:PATH: tensors from a dump file (captured, so not controlled).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from kernels_ref.dtypes import DTYPES
+from oracle.problem.spec import ProblemSpec
+
+LADDER = ("ones", "index", "ktag", "random")
+KTAG_PERIOD = 16
+
+
+class InputError(ValueError):
+    """Operands that do not fit the problem."""
+
+
+@dataclass(frozen=True)
+class Operands:
+    """Logical operands: A [M, K], B [K, N], C [M, N]; bias [M] or [N]; scales by kind
+    (tensor [1], row [M], col [N], block [ceil(rows/g), ceil(K/gk)])."""
+
+    a: torch.Tensor
+    b: torch.Tensor
+    c: Optional[torch.Tensor] = None
+    bias: Optional[torch.Tensor] = None
+    scale_a: Optional[torch.Tensor] = None
+    scale_b: Optional[torch.Tensor] = None
+
+    def named(self) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in (("a", self.a), ("b", self.b), ("c", self.c), ("bias", self.bias),
+                                  ("scale_a", self.scale_a), ("scale_b", self.scale_b)) if v is not None}
+
+    def to(self, device) -> "Operands":
+        return Operands(**{k: v.to(device) for k, v in self.named().items()})
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where the inputs came from. Only controlled inputs can give a VERDICT."""
+
+    ladder: str  # ones | index | ktag | random | dump | captured
+    seed: Optional[int] = None
+    source: Optional[str] = None  # a file, for dumps
+    generator: str = "cpu"  # random: the device whose generator drew the values ("cpu" or "cuda")
+
+    @property
+    def controlled(self) -> bool:
+        return self.ladder in LADDER
+
+    def describe(self) -> str:
+        if self.ladder == "random":
+            return f"random (seed {self.seed})" if self.generator == "cpu" else \
+                f"random (seed {self.seed}, drawn on {self.generator})"
+        if self.source:
+            return f"{self.ladder} ({self.source})"
+        return self.ladder
+
+
+def parse_inputs(text: str) -> tuple[str, Optional[int], Optional[str]]:
+    """An inputs choice, `LADDER[:SEED]` or `dump:PATH`, as (ladder, seed, path); InputError
+    naming what is wrong."""
+    if not isinstance(text, str):
+        raise InputError(f"inputs {text!r} must be a string: ones, index, ktag, random[:seed] or dump:PATH")
+    ladder, _, arg = text.partition(":")
+    if ladder == "dump":
+        if not arg:
+            raise InputError("inputs dump:PATH needs a path")
+        return ladder, None, arg
+    if ladder not in LADDER:
+        raise InputError(f"inputs {text!r}: {ladder!r} is not an input ladder; choose one of {', '.join(LADDER)} "
+                         f"(random takes a seed: random:7) or dump:PATH")
+    if arg and ladder != "random":
+        raise InputError(f"inputs {text!r}: only random takes a seed")
+    if arg and not (arg.isdigit() and int(arg) < 2**63):
+        raise InputError(f"inputs {text!r}: the seed must be a non-negative integer below 2^63")
+    return ladder, int(arg) if arg else 0, None
+
+
+def expected_shapes(spec: ProblemSpec) -> dict[str, Optional[tuple[int, ...]]]:
+    """Logical shapes. A grouped or batched problem: A [total M, K], B [groups, K, N], C [total M, N],
+    a column bias per group [groups, N]."""
+    m, n, k = spec.total_m, spec.n, spec.k
+    groups = spec.group_sizes
+    shapes: dict[str, Optional[tuple[int, ...]]] = {"a": (m, k), "b": (k, n) if groups is None else (len(groups), k, n),
+                                                    "c": None, "bias": None, "scale_a": None, "scale_b": None}
+    if spec.beta != 0:
+        shapes["c"] = (m, n)
+    if spec.bias != "none":
+        shapes["bias"] = (m,) if spec.bias == "row" else (n,) if groups is None else (len(groups), n)
+    for op, rows in (("a", m), ("b", n)):
+        s = getattr(spec, f"scale_{op}")
+        if s.kind == "tensor":
+            shapes[f"scale_{op}"] = (1,)
+        elif s.kind in ("row", "col"):
+            shapes[f"scale_{op}"] = (rows,)
+        elif s.kind == "block":
+            shapes[f"scale_{op}"] = (-(-rows // s.block[0]), -(-k // s.block[1]))
+    return shapes
+
+
+def check_operands(spec: ProblemSpec, ops: Operands) -> None:
+    """Raise InputError naming the tensor, its shape or dtype, and what the problem needs."""
+    shapes = expected_shapes(spec)
+    dtypes = {"a": DTYPES[spec.a_dtype].torch, "b": DTYPES[spec.b_dtype].torch}
+    if spec.c_dtype:
+        dtypes["c"] = DTYPES[spec.c_dtype].torch
+    dtypes["bias"] = DTYPES[spec.bias_dtype].torch
+    given = ops.named()
+    for name, shape in shapes.items():
+        t = given.get(name)
+        if shape is None:
+            if t is not None:
+                raise InputError(f"operand {name!r} was given but the problem does not use it")
+            continue
+        if t is None:
+            raise InputError(f"operand {name!r} is missing: the problem needs shape {list(shape)}")
+        if tuple(t.shape) != shape:
+            raise InputError(f"operand {name!r} has shape {list(t.shape)}, the problem needs {list(shape)}")
+        want = dtypes.get(name, torch.float32)
+        if t.dtype != want:
+            raise InputError(f"operand {name!r} has dtype {t.dtype}, the problem needs {want}")
+
+
+def operand_bytes(spec: ProblemSpec) -> int:
+    """Bytes of the problem's operands and output in their dtypes (scales in fp32)."""
+    total = spec.total_m * spec.n * DTYPES[spec.out_dtype].itemsize
+    sizes = {"a": DTYPES[spec.a_dtype].itemsize, "b": DTYPES[spec.b_dtype].itemsize,
+             "c": DTYPES[spec.c_dtype].itemsize if spec.c_dtype else 4, "bias": DTYPES[spec.bias_dtype].itemsize}
+    for name, shape in expected_shapes(spec).items():
+        if shape is not None:
+            total += math.prod(shape) * sizes.get(name, 4)
+    return total
+
+
+def operand_limit_bytes() -> int:
+    """The ORACLE_MAX_OPERAND_MB knob, in bytes."""
+    from oracle import knobs
+
+    return knobs.MAX_OPERAND_MB.get() << 20
+
+
+def operand_limit():
+    """The ORACLE_MAX_OPERAND_MB knob as a budget limit."""
+    from harness import budget
+
+    mb = operand_limit_bytes() >> 20
+    return budget.Limit(mb << 20, f"the {mb} MiB limit of ORACLE_MAX_OPERAND_MB")
+
+
+def check_problem_size(spec: ProblemSpec, extra: int = 0, extra_what: str = "") -> None:
+    """Refuse a problem whose operands and output (plus `extra` bytes of `extra_what`: a case's
+    workspaces) cannot be held: InputError naming the sizes and the limit. Made before any input
+    is allocated, against one budget (harness.budget): the ORACLE_MAX_OPERAND_MB knob; the host's
+    physical memory and address-space headroom, for them plus the float64 draws of A and B that
+    make_operands holds while it makes them on the CPU; a visible GPU's free memory."""
+    from harness import budget
+
+    need = operand_bytes(spec) + extra
+    what = f"the operands and output of {spec.describe()}" + (f" and {extra_what}" if extra_what else "")
+    budget.require(need, what, InputError, knob=operand_limit(), host=False, verb="take",
+                   advice="choose a smaller problem or raise the limit")
+    draws = 8 * (spec.total_m * spec.k + spec.k * spec.n * len(spec.group_sizes or (1,)))
+    budget.require(need, what, InputError, host=True, host_need=need + draws, verb="take",
+                   advice=f"making them holds {draws / 2**20:.1f} MiB of draws beside them; choose a smaller "
+                          f"problem")
+    budget.require(need, what, InputError, host=False, device=True, verb="take", advice="choose a smaller problem")
+
+
+def _cast(x: torch.Tensor, name: str) -> torch.Tensor:
+    return x.to(DTYPES[name].torch).cpu()
+
+
+def _index_grid(name: str) -> tuple[int, int]:
+    """(P, Q): values 1..P*Q are exact integers in the dtype."""
+    return {"fp32": (2048, 2048), "fp16": (32, 64), "bf16": (16, 16), "e4m3": (4, 4),
+            "e5m2": (2, 4), "int8": (8, 15)}[name]
+
+
+def index_values(rows: int, cols: int, name: str) -> torch.Tensor:
+    """value = (r mod P) * Q + (c mod Q) + 1: an exact integer in dtype `name`."""
+    p, q = _index_grid(name)
+    r = torch.arange(rows).remainder(p)[:, None]
+    c = torch.arange(cols).remainder(q)[None, :]
+    return (r * q + c + 1).to(torch.float64)
+
+
+def decode_index(value: float, name: str) -> Optional[tuple[int, int]]:
+    """The (row mod P, col mod Q) an index-encoded value came from, or None if it is not one."""
+    p, q = _index_grid(name)
+    if not math.isfinite(value) or value != int(value) or not 1 <= value <= p * q:
+        return None
+    v = int(value) - 1
+    return v // q, v % q
+
+
+def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, generator: str = "cpu") -> Operands:
+    """Controlled inputs for `spec` (CPU tensors).
+
+    `generator` names the device whose random generator draws the random ladder: "cpu" (float64
+    draws, the default) or "cuda" (float32 draws on the GPU, then copied back: a 4096^2 problem's
+    inputs in milliseconds instead of a second or more). The same seed gives different values on
+    the two; each is reproducible, and Provenance.generator records which was used."""
+    if ladder not in LADDER:
+        raise InputError(f"input ladder {ladder!r} is unknown; choose one of {', '.join(LADDER)} or dump:PATH")
+    if generator not in ("cpu", "cuda"):
+        raise InputError(f"generator {generator!r} must be 'cpu' or 'cuda'")
+    check_problem_size(spec)
+    m, n, k = spec.total_m, spec.n, spec.k
+    n_groups = len(spec.group_sizes) if spec.group_sizes is not None else None
+    g = torch.Generator(device=generator).manual_seed(seed)
+    draw = torch.float64 if generator == "cpu" else torch.float32
+    shapes = expected_shapes(spec)
+
+    def rnd(*shape, scale=1.0):
+        return torch.randn(*shape, generator=g, dtype=draw, device=generator) * scale
+
+    if ladder == "ones":
+        a, b = torch.ones(m, k), torch.ones(k, n)
+    elif ladder == "index":
+        a, b = index_values(m, k, spec.a_dtype), index_values(k, n, spec.b_dtype)
+    elif ladder == "ktag":
+        a = torch.ones(m, k)
+        kb = torch.arange(k) // spec.tile.bk
+        b = (2.0 ** (kb % KTAG_PERIOD)).to(torch.float64)[:, None].expand(k, n).clone()
+    else:
+        if spec.a_dtype == "int8":
+            a = torch.randint(-8, 9, (m, k), generator=g, device=generator).to(draw)
+            b = torch.randint(-8, 9, (k, n), generator=g, device=generator).to(draw)
+        else:
+            a, b = rnd(m, k), rnd(k, n)
+    if n_groups is not None:  # one B per group: random ones differ, controlled ones repeat
+        if ladder == "random":
+            rest = [b.to(draw)] + [(torch.randint(-8, 9, (k, n), generator=g, device=generator).to(draw)
+                                    if spec.a_dtype == "int8" else rnd(k, n)) for _ in range(n_groups - 1)]
+            b = torch.stack([x.to(draw) for x in rest])
+        else:
+            b = b[None].expand(n_groups, k, n).clone()
+    a, b = _cast(a, spec.a_dtype), _cast(b, spec.b_dtype)
+
+    def aux(name):
+        shape = shapes[name]
+        if shape is None:
+            return None
+        if ladder == "random":
+            if name.startswith("scale"):
+                return (torch.rand(*shape, generator=g, dtype=draw, device=generator) * 1.5 + 0.5).float().cpu()
+            return rnd(*shape).float()
+        if ladder == "index" and name in ("c", "bias"):
+            return torch.arange(math.prod(shape), dtype=torch.float32).remainder(64).reshape(shape)
+        return torch.ones(shape, dtype=torch.float32)
+
+    c = aux("c")
+    if c is not None:
+        c = _cast(c, spec.c_dtype)
+    bias = aux("bias")
+    if bias is not None:
+        bias = _cast(bias, spec.bias_dtype)
+    return Operands(a=a, b=b, c=c, bias=bias, scale_a=aux("scale_a"), scale_b=aux("scale_b"))
+
+
+def analytic_ones_value(spec: ProblemSpec) -> Optional[float]:
+    """With the 'ones' ladder every output element is this value (before the output cast)."""
+    x = float(spec.k)
+    x = spec.alpha * x + spec.beta * 1.0 + (1.0 if spec.bias != "none" else 0.0)
+    act = spec.activation
+    if act == "relu":
+        x = max(x, 0.0)
+    elif act == "gelu_erf":
+        x = 0.5 * x * (1 + math.erf(x / math.sqrt(2)))
+    elif act == "gelu_tanh":
+        x = 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+    elif act == "silu":
+        x = x / (1 + math.exp(-x)) if x > -700 else 0.0
+    return x
+
+
+def ktag_expected_code(spec: ProblemSpec, k_blocks: int) -> float:
+    """sum over k-blocks 0..k_blocks-1 of BK*2^(j mod T) with ragged last block: the ktag
+    accumulator after `k_blocks` blocks (A = 1)."""
+    bk = spec.tile.bk
+    total = 0.0
+    for j in range(k_blocks):
+        width = min(bk, spec.k - j * bk)
+        total += width * 2.0 ** (j % KTAG_PERIOD)
+    return total
+
+
+def decode_ktag(diff: float, bk: int) -> Optional[str]:
+    """Explain an accumulator error under the ktag ladder: which k-block (mod T) is extra or missing."""
+    if not math.isfinite(diff) or diff == 0:
+        return None
+    units = diff / bk
+    mag = abs(units)
+    j = round(math.log2(mag)) if mag > 0 else None
+    if j is None or 2.0**j != mag or not 0 <= j < KTAG_PERIOD:
+        return None
+    what = "summed once too often" if units > 0 else "missing"
+    return f"a k-block j with j mod {KTAG_PERIOD} = {j} was {what}"

@@ -1,0 +1,245 @@
+"""A recorded kernel run: the problem, its operands, the kernel's output and its stage taps.
+
+This is what the differential judges, whether it came from a live run, a dump file or a
+Python model of a kernel. `save`/`load` go through `harness.dump` (safetensors + JSON).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+import torch
+
+from harness.dump import Dump, DumpError, environment, load_dump, save_dump
+from harness.fields import INT64_MAX, is_opt_int, is_opt_str, is_str_list, require, shown
+from harness.taps import DESCRIPTOR_STAGES, DescriptorRecord, Tap
+from harness.trace_format import TraceAccount
+from kernels_ref.dtypes import DTYPES
+from oracle.run.inputs import LADDER, InputError, Operands, Provenance, check_operands
+from oracle.problem.spec import ProblemSpec, SpecError
+
+
+class RecordingError(ValueError):
+    """A recording that does not fit its own problem."""
+
+
+@dataclass(frozen=True)
+class Recording:
+    spec: ProblemSpec
+    operands: Operands
+    output: Optional[torch.Tensor]  # D, logical [M, N]; None when the kernel never finished
+    provenance: Provenance
+    taps: tuple[Tap, ...] = ()
+    descriptors: tuple[DescriptorRecord, ...] = ()
+    kernel: str = "unknown"
+    kernel_error: Optional[str] = None
+    synthetic: bool = False  # made by a Python model of a kernel, not by a real one
+    confounds: tuple[str, ...] = ()  # declared by the recorder, e.g. runtime-gated taps
+    notes: tuple[str, ...] = ()  # what the recorder wants the reader to know (dropped taps, checks)
+    environment: Mapping[str, Any] = field(default_factory=dict)
+    trace: Optional[TraceAccount] = None  # the trace's selection and what it lost; None: not a live trace
+    output_poison: Optional[int] = None  # the byte D was filled with before the launch; None: unknown
+    command: tuple[str, ...] = ()  # the command line that made the run, to re-run it with other taps
+
+    def validate(self) -> None:
+        """Raise RecordingError naming what does not fit the problem."""
+        spec = self.spec
+        try:
+            check_operands(spec, self.operands)
+        except InputError as e:
+            raise RecordingError(str(e)) from None
+        if self.output is not None:
+            if tuple(self.output.shape) != (spec.total_m, spec.n):
+                raise RecordingError(f"output D has shape {list(self.output.shape)}, the problem needs "
+                                     f"[{spec.total_m}, {spec.n}]")
+            want = DTYPES[spec.out_dtype].torch
+            if self.output.dtype != want:
+                raise RecordingError(f"output D has dtype {self.output.dtype}, the problem's out_dtype is {want}")
+        if self.kernel_error is None and self.output is None:
+            raise RecordingError("the recording has no output D and no kernel error")
+        p = self.output_poison
+        if p is not None and (isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= 255):
+            raise RecordingError(f"output_poison={p!r} must be a byte value 0..255 or None")
+        if not all(isinstance(a, str) for a in self.command):
+            raise RecordingError(f"command must be a list of strings, got {list(self.command)!r}")
+        t = spec.tile
+        sizes = spec.group_sizes
+        if spec.partitioned:
+            _check_whole_tiles(self.taps)
+        for tap in self.taps:
+            tm, tn = tap.tile
+            if sizes is not None:
+                if tap.group is None or tap.group >= len(sizes):
+                    raise RecordingError(f"{tap.describe()}: a grouped problem's taps must name their group "
+                                         f"0..{len(sizes) - 1}")
+                tiles_m = -(-sizes[tap.group] // t.bm)
+            else:
+                if tap.group is not None:
+                    raise RecordingError(f"{tap.describe()}: the problem has no groups")
+                tiles_m = spec.tiles_m
+            if not spec.partitioned and tap.partial is not None:
+                raise RecordingError(f"{tap.describe()}: the problem's k is not split (splits = 1, no stream-K), "
+                                     f"but the tap names a partial")
+            if not (tm < tiles_m and tn < spec.tiles_n):
+                raise RecordingError(f"{tap.describe()}: tile is outside the {tiles_m}x{spec.tiles_n} tile grid")
+            if tap.k_block is not None and tap.k_block >= spec.k_blocks:
+                raise RecordingError(f"{tap.describe()}: k-block is outside 0..{spec.k_blocks - 1}")
+            shape = tuple(tap.values.shape)
+            if tap.stage in DESCRIPTOR_STAGES:
+                op = tap.stage[-1]
+                rows = t.bm if op == "a" else t.bn
+                want_n = rows * t.bk * DTYPES[getattr(spec, f"{op}_dtype")].itemsize
+                if shape != (want_n,):
+                    raise RecordingError(f"{tap.describe()}: shared-memory image has {shape[0]} bytes, the tile "
+                                         f"needs {want_n}")
+                continue
+            want_shape = {"load_a": (t.bm, t.bk), "load_b": (t.bk, t.bn)}.get(tap.stage, (t.bm, t.bn))
+            if shape != want_shape:
+                raise RecordingError(f"{tap.describe()}: values have shape {list(shape)}, expected {list(want_shape)}")
+            if tap.stage in ("load_a", "load_b"):  # the operand's own bits, compared bit for bit
+                op = tap.stage[-1]
+                want = DTYPES[getattr(spec, f"{op}_dtype")].torch
+                if tap.values.dtype != want:
+                    raise RecordingError(f"{tap.describe()}: values are {tap.values.dtype}, but a load tap holds the "
+                                         f"operand's own elements: {op}_dtype is {getattr(spec, f'{op}_dtype')} "
+                                         f"({want})")
+
+    # -- persistence -------------------------------------------------------------------------
+    def save(self, path: str) -> None:
+        meta = {"problem": self.spec.to_json(),
+                "provenance": {"ladder": self.provenance.ladder, "seed": self.provenance.seed,
+                               "source": self.provenance.source, "generator": self.provenance.generator},
+                "kernel": {"name": self.kernel, "error": self.kernel_error}, "synthetic": self.synthetic,
+                "confounds": list(self.confounds), "notes": list(self.notes),
+                "environment": dict(self.environment or environment()),
+                "trace": self.trace.to_json() if self.trace is not None else None,
+                "output_poison": self.output_poison, "command": list(self.command)}
+        outputs = {"d": self.output} if self.output is not None else {}
+        save_dump(path, Dump(inputs=self.operands.named(), outputs=outputs, taps=self.taps,
+                             descriptors=self.descriptors, meta=meta))
+
+    @classmethod
+    def load(cls, path: str) -> "Recording":
+        """Read a dump written by `save`; every metadata field is checked by type and range, and the
+        whole recording against its problem. Raises DumpError naming the field, nothing else."""
+        dump = load_dump(path)
+        m = _Meta.of(dump.meta, f"dump {path!r}")
+        unknown = sorted(set(dump.inputs) - {"a", "b", "c", "bias", "scale_a", "scale_b"})
+        if unknown:
+            raise DumpError(f"dump {path!r}: unknown input tensor(s) {shown(unknown)}")
+        if "a" not in dump.inputs or "b" not in dump.inputs:
+            raise DumpError(f"dump {path!r}: operands A and B are required (input.a, input.b)")
+        unknown = sorted(set(dump.outputs) - {"d"})
+        if unknown:
+            raise DumpError(f"dump {path!r}: unknown output tensor(s) {shown(unknown)}; the only output is d")
+        prov = m.provenance
+        rec = cls(spec=m.spec, operands=Operands(**dump.inputs), output=dump.outputs.get("d"),
+                  provenance=Provenance(prov["ladder"], prov.get("seed"), prov.get("source") or path,
+                                        prov.get("generator", "cpu")),
+                  taps=dump.taps, descriptors=dump.descriptors, kernel=m.kernel.get("name", "unknown"),
+                  kernel_error=m.kernel.get("error"), synthetic=m.synthetic, confounds=m.confounds, notes=m.notes,
+                  environment=m.environment, trace=m.trace, output_poison=m.output_poison, command=m.command)
+        try:
+            rec.validate()
+        except RecordingError as e:
+            raise DumpError(f"dump {path!r} is inconsistent: {e}") from None
+        return rec
+
+
+def _check_whole_tiles(taps) -> None:
+    """A split problem's tile is whole when its mma taps name no partial (-1 in the trace), as the
+    trace format documents; a tile whose mma taps do both is refused (it says two things)."""
+    named: dict[tuple, set] = {}
+    for tap in taps:
+        if tap.stage == "mma":
+            named.setdefault((tap.group, tap.tile), set()).add(tap.partial is None)
+    for (group, tile), kinds in named.items():
+        if len(kinds) == 2:
+            where = f"tile {tile}" + (f" of group {group}" if group is not None else "")
+            raise RecordingError(f"mma taps of {where} name partials and also none (partial -1, a whole tile): a "
+                                 f"tile is either split into named partials or whole")
+
+
+META_FIELDS = ("problem", "provenance", "kernel", "synthetic", "confounds", "notes", "environment", "trace",
+               "output_poison", "command")
+PROVENANCE_FIELDS = ("ladder", "seed", "source", "generator")
+LADDERS = LADDER + ("dump", "captured")
+# environment fields the recorders write, and their types; other fields may hold any JSON value
+ENVIRONMENT_TYPES = {"python": str, "torch": str, "platform": str, "triton": (str, type(None)),
+                     "gpu": (str, type(None)), "cuda": (str, type(None)), "triton_interpret": bool, "device": dict,
+                     "function": dict, "source": str}
+
+
+@dataclass(frozen=True)
+class _Meta:
+    """A dump's meta object, every field checked by type and range."""
+
+    spec: ProblemSpec
+    provenance: Mapping[str, Any]
+    kernel: Mapping[str, Any]
+    synthetic: bool
+    confounds: tuple[str, ...]
+    notes: tuple[str, ...]
+    environment: Mapping[str, Any]
+    trace: Optional[TraceAccount]
+    output_poison: Optional[int]
+    command: tuple[str, ...]
+
+    @classmethod
+    def of(cls, meta: Mapping[str, Any], where: str) -> "_Meta":
+        def need(ok: bool, field: str, value: Any, allowed: str) -> None:
+            require(ok, DumpError, where, f"metadata field {field}", value, allowed)
+
+        unknown = sorted(set(meta) - set(META_FIELDS), key=str)
+        if unknown:
+            raise DumpError(f"{where}: unknown metadata field(s) {shown(unknown)}; known: {', '.join(META_FIELDS)}")
+        try:
+            spec = ProblemSpec.from_json(meta.get("problem"))
+        except SpecError as e:
+            raise DumpError(f"{where}: problem spec: {e}") from None
+        prov = meta.get("provenance")
+        need(isinstance(prov, dict) and "ladder" in prov, "provenance", prov,
+             "an object with at least the ladder (how the inputs were made)")
+        need(set(prov) <= set(PROVENANCE_FIELDS), "provenance", sorted(prov, key=str),
+             f"the fields are {', '.join(PROVENANCE_FIELDS)}")
+        need(_one_of(prov["ladder"], LADDERS), "provenance.ladder", prov["ladder"], f"one of {', '.join(LADDERS)}")
+        need(is_opt_int(prov.get("seed"), lo=-INT64_MAX - 1), "provenance.seed", prov.get("seed"),
+             "a 64-bit integer or null")
+        need(is_opt_str(prov.get("source")), "provenance.source", prov.get("source"), "a string or null")
+        need(_one_of(prov.get("generator", "cpu"), ("cpu", "cuda")), "provenance.generator", prov.get("generator"),
+             "'cpu' or 'cuda'")
+        kernel = meta.get("kernel", {})
+        need(isinstance(kernel, dict) and set(kernel) <= {"name", "error"}, "kernel", kernel,
+             "an object with name (a string) and error (a string or null)")
+        need(isinstance(kernel.get("name", "unknown"), str), "kernel.name", kernel.get("name"), "a string")
+        need(is_opt_str(kernel.get("error")), "kernel.error", kernel.get("error"), "a string or null")
+        synthetic = meta.get("synthetic", False)
+        need(isinstance(synthetic, bool), "synthetic", synthetic, "true or false")
+        lists = {key: [] if meta.get(key) is None else meta[key] for key in ("confounds", "notes", "command")}
+        for key, v in lists.items():
+            need(is_str_list(v), key, v, "a list of strings")
+        env = {} if meta.get("environment") is None else meta["environment"]
+        need(isinstance(env, dict), "environment", env, "an object")
+        for key, typ in ENVIRONMENT_TYPES.items():
+            if key in env:
+                need(isinstance(env[key], typ), f"environment.{key}", env[key], f"{_type_names(typ)}")
+        trace = None
+        if meta.get("trace") is not None:
+            try:
+                trace = TraceAccount.from_json(meta["trace"])
+            except ValueError as e:
+                raise DumpError(f"{where}: metadata field trace: {e}") from None
+        poison = meta.get("output_poison")
+        need(is_opt_int(poison, hi=255), "output_poison", poison, "a byte value 0..255 or null")
+        return cls(spec, prov, kernel, synthetic, tuple(lists["confounds"]), tuple(lists["notes"]), env, trace, poison,
+                   tuple(lists["command"]))
+
+
+def _one_of(v: Any, allowed: tuple[str, ...]) -> bool:
+    return isinstance(v, str) and v in allowed
+
+
+def _type_names(typ) -> str:
+    names = {str: "a string", bool: "true or false", dict: "an object", type(None): "null"}
+    return " or ".join(names[t] for t in (typ if isinstance(typ, tuple) else (typ,)))

@@ -1,0 +1,227 @@
+"""The oracle from Python: check a GEMM-like result, judge a recording, run a live case.
+
+    import oracle
+    report = oracle.check(a, b, d, bias=bias, activation="gelu_erf")   # output only, any device
+    assert report.verdict == "MATCH", report
+    oracle.assert_gemm_close(a, b, d)                                  # raises AssertionError(report)
+
+`check` builds the problem from the tensors (A logical [M, K], B [K, N], D [M, N]; their dtypes
+and, where given, C, bias and scales) and any other ProblemSpec field as a keyword (acc_model,
+tile, alpha, beta, out_dtype, ...), wraps D as an output-only recording (no taps: every stage
+inside the kernel is unobserved, so only the output is judged, per tile, with the spec's numerics
+model) and runs the differential. The command line is built on these functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from kernels_ref.dtypes import name_of
+from oracle.judging.diagnose import Verdict
+from oracle.run.inputs import Operands, Provenance
+from oracle.problem.spec import ProblemSpec, Scale, SpecError, Tile
+from oracle.run.recording import Recording
+
+DUMP_DIR_ENV = "ORACLE_DUMP_DIR"  # where assert_gemm_close saves a dump of every failing check
+
+
+@dataclass(frozen=True)
+class Report:
+    """What the oracle found: `verdict` ("MATCH", "DIVERGED", ...), `first_divergence` (None or
+    oracle.judging.differential.FirstDivergence), `stages` (per stage: teacher-forced and chained
+    comparisons), `to_json()` (schema oracle.report.table/1); str() is the table and the sentence."""
+
+    analysis: Any  # oracle.judging.differential.Analysis
+
+    @property
+    def verdict(self) -> str:
+        return self.analysis.verdict.value
+
+    @property
+    def ok(self) -> bool:
+        return self.analysis.verdict is Verdict.MATCH
+
+    @property
+    def first_divergence(self):
+        return self.analysis.first
+
+    @property
+    def stages(self):
+        return self.analysis.stages
+
+    @property
+    def recording(self) -> Recording:
+        return self.analysis.whole or self.analysis.recording
+
+    @property
+    def exit_code(self) -> int:
+        from oracle.judging.diagnose import EXIT_CODES
+
+        return EXIT_CODES[self.analysis.verdict]
+
+    def to_json(self, extra: Optional[dict] = None) -> dict:
+        from oracle.report import table as report
+
+        return report.to_json(self.analysis, extra)
+
+    def __str__(self) -> str:
+        from oracle.report import table as report
+
+        return report.render(self.analysis)
+
+
+def _dtype(name: str, t: Optional[torch.Tensor]) -> str:
+    try:
+        return name_of(t.dtype)
+    except ValueError:
+        raise SpecError(f"{name} has dtype {t.dtype}, which the oracle has no name for") from None
+
+
+def _check_tensor(name: str, t: Any, scale: bool = False) -> None:
+    """One argument of `check`: a dense torch.Tensor with data (any real device), of a real dtype."""
+    if not isinstance(t, torch.Tensor):
+        raise SpecError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.layout is not torch.strided:
+        raise SpecError(f"{name} is a {t.layout} tensor; the oracle reads dense (strided) tensors: pass "
+                        f"{name}.to_dense()")
+    if t.device.type == "meta":
+        raise SpecError(f"{name} is a meta tensor: it has a shape but no values to judge")
+    if t.is_complex() or t.dtype == torch.bool:
+        raise SpecError(f"{name} has dtype {t.dtype}; a GEMM's tensors are real numbers")
+    if scale and not t.is_floating_point():
+        raise SpecError(f"{name} has dtype {t.dtype}; a scale is a floating-point tensor")
+
+
+def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bias=None, scale_a=None, scale_b=None,
+               **fields) -> ProblemSpec:
+    """The ProblemSpec a check of these tensors describes; `fields` override or add ProblemSpec fields.
+    Every argument is checked first: a SpecError names the one that is not a dense, real tensor
+    with values (meta, sparse, complex, bool and non-tensors are refused), or does not fit. The
+    tensors may be on different devices: the differential moves them to the reference device."""
+    for name, t in (("a", a), ("b", b), ("d", d)):
+        _check_tensor(name, t)
+    for name, t in (("c", c), ("bias", bias), ("scale_a", scale_a), ("scale_b", scale_b)):
+        if t is not None:
+            _check_tensor(name, t, scale=name.startswith("scale"))
+    for name, t in (("a", a), ("b", b), ("d", d)):
+        if t.dim() != 2:
+            raise SpecError(f"{name} must be a 2-D torch.Tensor (A [M, K], B [K, N], D [M, N]), got "
+                            f"{list(t.shape)}")
+    (m, k), (k2, n) = a.shape, b.shape
+    if k2 != k:
+        raise SpecError(f"b has {k2} rows but a has {k} columns: A is [M, K] and B is [K, N]")
+    if tuple(d.shape) != (m, n):
+        raise SpecError(f"d has shape {list(d.shape)}, A @ B is [{m}, {n}]")
+    kw: dict[str, Any] = dict(m=m, n=n, k=k, a_dtype=_dtype("a", a), b_dtype=_dtype("b", b),
+                              out_dtype=_dtype("d", d))
+    if kw["a_dtype"] == "int8":
+        kw["acc_dtype"] = "int32"
+    if c is not None:
+        kw.update(c_dtype=_dtype("c", c), beta=fields.pop("beta", 1.0))
+    if bias is not None:
+        kw.update(bias_dtype=_dtype("bias", bias), bias=fields.pop("bias_axis", "row" if bias.numel() == m != n else "col"))
+    for op, s, axis in (("a", scale_a, "row"), ("b", scale_b, "col")):
+        if s is not None:
+            kw[f"scale_{op}"] = Scale("tensor" if s.numel() == 1 else axis)
+    try:
+        if isinstance(fields.get("tile"), (list, tuple)):
+            fields["tile"] = Tile(*fields["tile"])
+        kw.update(fields)
+        return ProblemSpec(**kw)
+    except TypeError as e:
+        raise SpecError(f"check: {e}") from None
+
+
+def recording_of(a, b, d, *, c=None, bias=None, scale_a=None, scale_b=None, kernel: str = "check",
+                 **fields) -> Recording:
+    """An output-only recording of D = f(A, B, ...) for the differential (no taps)."""
+    spec = problem_of(a, b, d, c=c, bias=bias, scale_a=scale_a, scale_b=scale_b, **fields)
+    ops = Operands(a=a.detach(), b=b.detach(), c=None if c is None else c.detach(),
+                   bias=None if bias is None else bias.detach().reshape(-1),
+                   scale_a=None if scale_a is None else scale_a.detach().float().reshape(-1),
+                   scale_b=None if scale_b is None else scale_b.detach().float().reshape(-1))
+    rec = Recording(spec=spec, operands=ops, output=d.detach(), provenance=Provenance("captured"), kernel=kernel)
+    rec.validate()
+    return rec
+
+
+def check(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c: Optional[torch.Tensor] = None,
+          bias: Optional[torch.Tensor] = None, scale_a: Optional[torch.Tensor] = None,
+          scale_b: Optional[torch.Tensor] = None, **problem_fields) -> Report:
+    """Judge an output D of a GEMM-like op against the oracle's reference and bounds, tile by tile.
+
+    A [M, K], B [K, N] (logical; any strides), D [M, N], torch tensors on any device; C [M, N],
+    bias [N] (or [M] with bias_axis="row"), scale_a / scale_b per tensor ([1]) or per row / column.
+    Every other ProblemSpec field may be given as a keyword (acc_model, tile, alpha, beta,
+    activation, saturate, ...). The bound is the accumulation model's (acc_model, reduction): the
+    default is an fp32 accumulator over the problem's tiles; a D from cuBLAS or another engine
+    that may split K and round its partials needs the model it follows (acc_model="any" is sound
+    for every engine measured; `python -m oracle verify` picks it for torch ops). Raises SpecError /
+    RecordingError for tensors that do not make a problem."""
+    from oracle.judging.differential import analyze
+
+    rec = recording_of(a, b, d, c=c, bias=bias, scale_a=scale_a, scale_b=scale_b, **problem_fields)
+    return Report(analyze(rec))
+
+
+def assert_gemm_close(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, **kwargs) -> Report:
+    """`check`, raising AssertionError with the stage table and the first divergence unless MATCH.
+    With ORACLE_DUMP_DIR set (the pytest plugin's --oracle-dump-dir), a failing check is saved as a
+    dump there first, for `python -m oracle compare --dump FILE`."""
+    rep = check(a, b, d, **kwargs)
+    if not rep.ok:
+        where = save_failure(rep)
+        raise AssertionError(f"{rep}" + (f"\nsaved the recording to {where}" if where else ""))
+    return rep
+
+
+def save_failure(rep: Report) -> Optional[str]:
+    directory = os.environ.get(DUMP_DIR_ENV)
+    if not directory:
+        return None
+    os.makedirs(directory, exist_ok=True)
+    name = f"oracle-check-{rep.recording.spec.m}x{rep.recording.spec.n}x{rep.recording.spec.k}"
+    path, i = os.path.join(directory, f"{name}.safetensors"), 1
+    while os.path.exists(path):
+        i += 1
+        path = os.path.join(directory, f"{name}-{i}.safetensors")
+    rec = rep.recording
+    dataclasses.replace(rec, operands=rec.operands.to("cpu"), output=rec.output.cpu()).save(path)
+    return path
+
+
+def judge(recording: Recording) -> Report:
+    """The differential on a recording (a dump, a live run, a model)."""
+    from oracle.judging.differential import analyze
+
+    return Report(analyze(recording))
+
+
+def load(path: str) -> Recording:
+    """A recording from a dump file (safetensors, or its .gz)."""
+    return Recording.load(path)
+
+
+def run_live(case, inputs: str = "random:0", *, timeout_s: Optional[float] = None, **overrides):
+    """Build, run and trace a live case (a case TOML path or an oracle.run.case.Case) with controlled
+    inputs (ones | index | ktag | random[:seed]) and judge it; returns (Report, LiveRun)."""
+    from oracle.run.case import Case, load_case
+    from oracle.run.inputs import make_operands
+    from oracle.run.live import run_live as _run_live
+
+    if not isinstance(case, Case):
+        case = load_case(str(case), overrides)
+    elif overrides:
+        raise SpecError("problem overrides apply to a case file path, not to a Case object")
+    ladder, _, arg = inputs.partition(":")
+    seed = int(arg) if arg else 0
+    gen = "cuda" if torch.cuda.is_available() else "cpu"
+    ops = make_operands(case.spec, ladder, seed, generator=gen)
+    live = _run_live(case, ops, Provenance(ladder, seed if ladder == "random" else None, generator=gen),
+                     timeout_s=timeout_s)
+    return judge(live.recording), live

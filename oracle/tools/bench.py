@@ -1,0 +1,273 @@
+"""Benchmark-and-verify: run a list of live cases, judge every one stage by stage, then time it.
+
+A cases file (TOML):
+
+    [defaults]                 # applied to every case (each case may override any key)
+    case = "../harness/examples/simple_gemm.toml"   # a live case file, relative to this file
+    inputs = "random:0"
+    time = true
+
+    [[case]]
+    name = "bf16-ragged"
+    set = { m = 200, n = 136, k = 72 }               # problem overrides
+
+    [[case]]
+    name = "fp16-1024"
+    entry = "simple_gemm_fp16_traced"
+    set = { m = 1024, n = 1024, k = 1024, a_dtype = "fp16", b_dtype = "fp16", out_dtype = "fp16" }
+
+Every case is verified (the differential's verdict) before it is timed; a diverging case is
+not timed. `--shard i/n` keeps cases i, i+n, i+2n, ... (0-based) so a sweep splits across
+machines or job arrays; with several visible GPUs one worker process runs per GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from harness.fields import shown
+from oracle.run.case import CaseError, read_toml, trace_plan
+from oracle.run.inputs import InputError, parse_inputs
+
+CASE_KEYS = ("name", "case", "entry", "set", "inputs", "time", "trace_tiles", "trace_k_blocks", "timeout")
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    name: str
+    case: str
+    entry: Optional[str] = None
+    overrides: dict = field(default_factory=dict)
+    inputs: str = "random:0"
+    time: bool = True
+    timeout: Optional[float] = None
+    trace_tiles: Optional[tuple] = None  # None: the case's [trace] (or its default sample)
+    trace_k_blocks: Optional[tuple] = None
+
+
+def load_cases(path: str) -> list[BenchCase]:
+    """The cases of a cases file, every key checked by type (the live case files they name are
+    read by `check_cases`)."""
+    doc = read_toml(path, "cases file")
+    unknown = sorted(set(doc) - {"defaults", "case"})
+    if unknown:
+        raise CaseError(f"cases file {path!r}: unknown table(s) {', '.join(unknown)}; allowed: defaults, case")
+    base = os.path.dirname(os.path.abspath(path))
+    defaults = doc.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise CaseError(f"cases file {path!r}: defaults = {shown(defaults)} must be a table ([defaults])")
+    _typed(defaults, "[defaults]")
+    raws = doc.get("case", [])
+    if not isinstance(raws, list) or not all(isinstance(r, dict) for r in raws):
+        raise CaseError(f"cases file {path!r}: case = {shown(raws)} must be a list of tables ([[case]])")
+    out = []
+    for i, raw in enumerate(raws):
+        entry = {**defaults, **raw}
+        where = f"case #{i}"
+        bad = sorted(set(entry) - set(CASE_KEYS))
+        if bad:
+            raise CaseError(f"{where}: unknown key(s) {', '.join(bad)}; allowed: {', '.join(CASE_KEYS)}")
+        if "case" not in entry:
+            raise CaseError(f"{where}: no live case file (key 'case', here or in [defaults])")
+        _typed(entry, where)
+        name = entry.get("name") or f"case{i}"
+        sets = dict(defaults.get("set", {}))
+        sets.update(raw.get("set", {}))
+        sel = {key: entry[f"trace_{key}"] for key in ("tiles", "k_blocks") if f"trace_{key}" in entry}
+        plan = trace_plan(sel, where=f"{where}: trace")
+        out.append(BenchCase(name, os.path.join(base, entry["case"]), entry.get("entry"), sets,
+                             entry.get("inputs", "random:0"), entry.get("time", True), entry.get("timeout"),
+                             plan.tiles, plan.k_blocks))
+    if not out:
+        raise CaseError(f"cases file {path!r} has no [[case]] entries")
+    names = [c.name for c in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise CaseError(f"cases file {path!r}: duplicate case name(s) {', '.join(dup)}")
+    return out
+
+
+def _typed(entry: dict, where: str) -> None:
+    """Each key of a case by type: strings, a table of problem fields, a boolean, a time limit, inputs."""
+    for key in ("name", "case", "entry"):
+        if key in entry and not (isinstance(entry[key], str) and entry[key]):
+            raise CaseError(f"{where}: {key} = {shown(entry[key])} must be a non-empty string")
+    if "set" in entry and not isinstance(entry["set"], dict):
+        raise CaseError(f"{where}: set = {shown(entry['set'])} must be a table of problem fields")
+    if "time" in entry and not isinstance(entry["time"], bool):
+        raise CaseError(f"{where}: time = {shown(entry['time'])} must be true or false")
+    t = entry.get("timeout")
+    if t is not None and not (isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < float("inf")):
+        raise CaseError(f"{where}: timeout = {shown(t)} must be a positive number of seconds")
+    try:
+        ladder, _, _ = parse_inputs(entry.get("inputs", "random:0"))
+    except InputError as e:
+        raise CaseError(f"{where}: {e}") from None
+    if ladder == "dump":
+        raise CaseError(f"{where}: inputs = {shown(entry['inputs'])}: a bench case makes its inputs (ones, index, "
+                        f"ktag, random[:seed]); dump inputs are for compare")
+
+
+def live_case(bc: BenchCase):
+    """The live case a bench case runs, with every check made before anything is built (CaseError,
+    SpecError, InputError, BuildError, ... naming what is wrong)."""
+    from oracle.run.case import load_case, with_trace
+    from oracle.run.live import check_case
+
+    case = load_case(bc.case, bc.overrides, entry=bc.entry)
+    if bc.trace_tiles or bc.trace_k_blocks:
+        case = with_trace(case, bc.trace_tiles, bc.trace_k_blocks)
+    check_case(case)
+    return case
+
+
+def parse_shard(text: Optional[str]) -> tuple[int, int]:
+    if not text:
+        return 0, 1
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise CaseError(f"--shard {text!r} must look like i/n (0-based i < n)") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise CaseError(f"--shard {text!r}: need 0 <= i < n")
+    return i, n
+
+
+def shard(cases: Sequence[BenchCase], i: int, n: int) -> list[BenchCase]:
+    return [c for j, c in enumerate(cases) if j % n == i]
+
+
+def run_case(bc: BenchCase) -> dict:
+    """Verify, then time, one case. Never raises for what the kernel does: the row says."""
+    from oracle.judging.differential import analyze
+    from oracle.run.inputs import Provenance, make_operands
+    from oracle.run.live import run_live
+    from oracle.tools.perf import Performance, kernel_path, kernel_timing_request, reference_paths
+
+    row: dict[str, Any] = {"name": bc.name, "case": bc.case, "entry": bc.entry, "set": bc.overrides}
+    t0 = time.perf_counter()
+    try:
+        case = live_case(bc)
+        ladder, seed, _ = parse_inputs(bc.inputs)
+        import torch
+
+        gen = "cuda" if torch.cuda.is_available() else "cpu"
+        ops = make_operands(case.spec, ladder, seed, generator=gen)
+        live = run_live(case, ops, Provenance(ladder, seed if ladder == "random" else None, generator=gen),
+                        timeout_s=bc.timeout,
+                        timing=kernel_timing_request() if bc.time else None)
+        an = analyze(live.recording)
+    except Exception as e:  # a broken case is a row, not the end of the sweep
+        row.update(verdict="ERROR", error=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
+        return row
+    row["problem"] = case.spec.describe()
+    row["verdict"] = an.verdict.value
+    if an.first is not None:
+        f = an.first
+        row["first_divergence"] = {"stage": f.stage, "tile": list(f.tile) if f.tile else None, "k_block": f.k_block,
+                                   "partial": f.partial, "group": f.group, "kind": f.kind.value}
+    if bc.time and an.verdict.value == "MATCH" and live.run.ok:
+        k = kernel_path(case.spec, live.run.timing, case.kernel.time_entry or case.kernel.entry)
+        refs, notes = reference_paths(case.spec, ops)
+        perf = Performance(tuple(([k] if k else []) + refs), tuple(notes))
+        row["performance"] = perf.to_json()
+    row["seconds"] = time.perf_counter() - t0
+    return row
+
+
+def environment() -> dict:
+    from harness.dump import environment as env
+
+    return env()
+
+
+def _progress(i: int, n: int, row: dict, stream) -> None:
+    perf = row.get("performance", {})
+    k = next((p for p in perf.get("paths", []) if p["name"] == "kernel"), None)
+    t = f" {k['median_ms']:.4g} ms {k['TFLOPs']:.4g} TFLOP/s" if k else ""
+    bar = "#" * int(20 * i / n)
+    print(f"[{bar:<20}] {i}/{n} {row['name']}: {row['verdict']}{t}", file=stream, flush=True)
+
+
+def table(rows: Sequence[dict]) -> str:
+    from tabulate import tabulate
+
+    out = []
+    for r in rows:
+        perf = {p["name"]: p for p in r.get("performance", {}).get("paths", [])}
+        speed = r.get("performance", {}).get("kernel_speed_vs", {})
+        fd = r.get("first_divergence")
+        out.append([r["name"], r["verdict"], f"{fd['stage']} {tuple(fd['tile'])} kb {fd['k_block']}" if fd else "-",
+                    *(f"{perf[p]['median_ms']:.4g}" if p in perf else "-" for p in ("kernel", "triton", "cublas")),
+                    f"{perf['kernel']['TFLOPs']:.4g}" if "kernel" in perf else "-",
+                    f"{speed['cublas']:.3g}" if "cublas" in speed else "-"])
+    return tabulate(out, headers=["case", "verdict", "first divergence", "kernel ms", "triton ms", "cublas ms",
+                                  "kernel TFLOP/s", "speed vs cuBLAS"])
+
+
+def visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optional[str] = None,
+              workers: Optional[int] = None, time_cases: bool = True, stream=None) -> tuple[list[dict], int]:
+    """Run the sweep; returns (rows, exit code: 0 all match, 1 a divergence, 3 a kernel error, 2 a broken case).
+    Progress goes to `stream` (default: sys.stderr at the time of the call)."""
+    stream = sys.stderr if stream is None else stream
+    cases = load_cases(cases_path)
+    i, n = parse_shard(shard_text)
+    mine = shard(cases, i, n)
+    if not time_cases:
+        mine = [BenchCase(**{**c.__dict__, "time": False}) for c in mine]
+    broken = _broken(mine)  # every case checked before the first one is built
+    gpus = visible_gpus() if workers is None else workers
+    env = environment()
+    indices = [j for j in range(len(cases)) if j % n == i]
+    if gpus > 1 and len(mine) > 1:
+        from oracle.tools.workers import run_workers
+
+        def argv(sub: str, out: str) -> list[str]:
+            return ["bench", "--cases", cases_path, "--shard", sub, "--jsonl", out, "--workers", "1"] + \
+                ([] if time_cases else ["--no-time"])
+
+        rows = run_workers(argv, (i, n), gpus, indices, stream=stream)
+        for r in rows:
+            r.pop("environment", None)
+            _progress(len(rows), len(rows), r, stream)
+    else:
+        from oracle.tools.workers import device_of_this_process
+
+        here = device_of_this_process()
+        rows = []
+        for j, c in zip(indices, mine):
+            rows.append({"index": j, **(broken.get(c.name) or run_case(c)), **here})
+            _progress(len(rows), len(mine), rows[-1], stream)
+    if jsonl:
+        with open(jsonl, "w") as f:
+            for r in rows:
+                f.write(json.dumps({"environment": env, **r}, default=str) + "\n")
+    verdicts = {r["verdict"] for r in rows}
+    code = 3 if "KERNEL_ERROR" in verdicts else 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED"} \
+        else 2 if "ERROR" in verdicts else 0
+    return rows, code
+
+
+def _broken(cases: Sequence[BenchCase]) -> dict[str, dict]:
+    """The rows of the cases that fail their checks (live_case), by name: they are not run."""
+    from oracle.errors import input_errors
+
+    rows = {}
+    for c in cases:
+        try:
+            live_case(c)
+        except input_errors() as e:  # a broken case is a row, not the end of the sweep
+            rows[c.name] = {"name": c.name, "case": c.case, "entry": c.entry, "set": c.overrides, "verdict": "ERROR",
+                            "error": f"{type(e).__name__}: {e}", "seconds": 0.0}
+    return rows

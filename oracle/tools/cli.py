@@ -1,0 +1,594 @@
+"""Command line: a thin shell over the library. `python -m oracle <command> --help`."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+import time
+import traceback
+from typing import Optional, Sequence
+
+from oracle.judging.diagnose import EXIT_CODES, EXIT_USAGE
+
+from oracle.tools.demo import DEMO_PATH as DEMO_DUMP
+
+
+class UsageError(Exception):
+    """Bad arguments or bad input: exit code 2."""
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Judge a kernel stage by stage and name the first divergent stage.
+
+    Offline: a dump (--dump FILE), the embedded demo (--demo), or the run of a standalone
+    reproducer (--repro-dir DIR: its inputs, D and the sink.bin of repro_traced; --sink FILE).
+    Live (needs a GPU): build, run and trace a kernel, then judge it:
+        --problem CASE.toml            the problem, and optionally [kernel], [launch], [trace]
+        --problem m=256,n=256,k=512    or inline problem fields (override the TOML's)
+        --kernel FILE.cu --entry NAME  the kernel (override the TOML's [kernel])
+        --inputs ones|index|ktag|random[:seed]|dump:PATH
+    Races (live): --repeat N runs the traced and the untraced build N times each on the same
+    inputs and compares every output and tap bit for bit; --smem-poison PATTERN runs the traced
+    build twice more with the kernel's dynamic shared memory filled with PATTERN and with its
+    complement (kernels that call the trace header's smem_prologue()); --sanitize runs the
+    untraced build under compute-sanitizer (racecheck, synccheck, memcheck, initcheck).
+    Prints a table, one row per stage with the teacher-forced and chained verdicts, then one
+    sentence naming the first divergence. Exit codes: 0 match, 1 divergence, 2 bad usage or
+    input, 3 kernel error, 4 oracle untrusted, 5 mistrusted (nothing could discriminate),
+    6 nondeterministic (runs on the same inputs differ)."""
+    from oracle.report import table as report
+    from oracle.judging.differential import analyze
+
+    modes = [bool(args.dump), bool(args.demo), bool(args.kernel or args.problem), bool(args.repro_dir)]
+    if args.time and not modes[2]:
+        raise UsageError("--time needs a live kernel: a recording has nothing to time")
+    if sum(modes) != 1:
+        raise UsageError("give one of --dump FILE, --demo, --repro-dir DIR, or a live kernel (--problem CASE.toml "
+                         "and/or --kernel FILE.cu --entry NAME)")
+    if args.sink and not args.repro_dir:
+        raise UsageError("--sink FILE goes with --repro-dir DIR")
+    if (args.repeat is not None or args.smem_poison is not None or args.sanitize or args.untraced_entry) \
+            and not modes[2]:
+        raise UsageError("--repeat, --smem-poison, --sanitize and --untraced-entry need a live kernel: a recording "
+                         "cannot be run again")
+    extra, perf, races, sanitizer = {}, None, None, None
+    t0 = time.perf_counter()
+    if args.kernel or args.problem:
+        rec, extra, perf, races, sanitizer = _live_recording(args)
+        source = rec.kernel
+    elif args.repro_dir:
+        from oracle.repro.readback import load_repro_run
+
+        rec = load_repro_run(args.repro_dir, sink=args.sink)
+        source = args.repro_dir
+    else:
+        from oracle.run.recording import Recording
+
+        source = DEMO_DUMP if args.demo else args.dump
+        rec = Recording.load(source)
+    t1 = time.perf_counter()
+    an = analyze(rec)
+    if races is not None:
+        races = _judge_repeats(an, races)
+    phases = dict(extra.pop("phases_s", {}), recording=t1 - t0, analyze=time.perf_counter() - t1)
+    if args.save_dump:
+        rec.save(args.save_dump)
+    if getattr(args, "plots", None):
+        from oracle.report.plots import write_plots
+
+        try:
+            for path in write_plots(an, args.plots):
+                print(f"wrote {path}", file=sys.stderr)
+        except RuntimeError as e:
+            raise UsageError(str(e)) from None
+    if not args.quiet:
+        print(report.render(an, races, sanitizer))
+        if perf is not None:
+            print()
+            print(report.performance_table(perf))
+        if args.save_dump:
+            print(f"saved the recording to {args.save_dump}")
+    if args.json:
+        phases["report"] = time.perf_counter() - t1 - phases["analyze"]
+        report.write_json(an, args.json, extra={"source": source, "phases_s": phases, **extra}, races=races,
+                          sanitizer=sanitizer)
+    from oracle.judging.repeat import final_verdict
+
+    return EXIT_CODES[final_verdict(an, races)]
+
+
+def _judge_repeats(an, pending):
+    """The repeat comparison, with the stage finding of every traced run that differs from run 1
+    where it is not run 1's (a finding in one run of two)."""
+    from dataclasses import replace
+
+    from oracle.judging.differential import analyze
+    from oracle.judging.repeat import finding_of
+
+    result, recordings = pending
+    differing = sorted({int(c.between[1].rsplit(" ", 1)[1]) for c in result.changes
+                        if c.between[1].startswith("traced run")})
+    mine = finding_of(an)
+    runs = []
+    for i in differing[:4]:
+        other = finding_of(analyze(recordings[i - 1]))
+        if other != mine:
+            runs.append((f"traced run {i}", other))
+    if runs:
+        runs.insert(0, ("traced run 1", mine))
+    return replace(result, finding_runs=tuple(runs))
+
+
+def _case_and_inputs(args: argparse.Namespace, base: Optional[dict] = None, entry: Optional[str] = None):
+    """The live case and its inputs from the command line: (case, operands, provenance, seconds
+    spent making the inputs). `base` holds problem fields under the inline ones and --set;
+    `entry` is the entry point when --entry is not given."""
+    from oracle.run.case import load_case, parse_assignments, trace_stages, with_trace
+    from oracle.run.inputs import Provenance, check_operands, make_operands, parse_inputs
+    from oracle.run.live import check_case
+
+    toml_path, inline = None, []
+    for p in args.problem or []:
+        if p.endswith(".toml"):
+            if toml_path:
+                raise UsageError("give at most one case TOML with --problem")
+            toml_path = p
+        else:
+            inline.append(p)
+    overrides = {**(base or {}), **parse_assignments(inline + list(args.set or []))}
+    case = load_case(toml_path, overrides, source=args.kernel, entry=args.entry or entry)
+    if getattr(args, "untraced_entry", None):
+        from dataclasses import replace
+
+        if case.kernel is None:
+            raise UsageError("--untraced-entry goes with a kernel (--kernel FILE.cu --entry NAME or [kernel])")
+        case = replace(case, kernel=replace(case.kernel, untraced_entry=args.untraced_entry))
+    if args.trace_tiles or args.trace_k_blocks or getattr(args, "trace_stages", None):
+        tiles = _tiles_flag(args.trace_tiles) if args.trace_tiles else None
+        kbs = _indices_flag("--trace-k-blocks", args.trace_k_blocks) if args.trace_k_blocks else None
+        stages = trace_stages(args.trace_stages, "--trace-stages") if getattr(args, "trace_stages", None) else None
+        case = with_trace(case, tiles, kbs, stages)
+    ladder, seed, path = parse_inputs(args.inputs or "random")
+    check_case(case)  # every check that needs no inputs, no build and no GPU, before any of them
+    inputs_s = 0.0
+    if ladder == "dump":
+        from oracle.run.recording import Recording
+
+        ops = Recording.load(path).operands
+        check_operands(case.spec, ops)  # the dump's tensors must fit this case's problem
+        prov = Provenance("dump", source=path)
+    else:
+        t_in = time.perf_counter()
+        gen = _generator()
+        ops = make_operands(case.spec, ladder, seed, generator=gen)
+        inputs_s = time.perf_counter() - t_in
+        prov = Provenance(ladder, seed if ladder == "random" else None, generator=gen)
+    return case, ops, prov, inputs_s
+
+
+def _live_recording(args: argparse.Namespace):
+    from oracle.run.live import run_live
+
+    case, ops, prov, inputs_s = _case_and_inputs(args)
+    timing = None
+    if args.time:
+        from oracle.tools.perf import kernel_timing_request
+
+        timing = kernel_timing_request()
+    command = ("python", "-m", "oracle", *getattr(args, "argv", ("compare",)))
+    repeat = args.repeat if getattr(args, "repeat", None) is not None else case.run.repeat
+    poison = case.run.smem_poison
+    if getattr(args, "smem_poison", None) is not None:
+        from oracle.run.live import parse_pattern
+
+        try:
+            poison = parse_pattern(args.smem_poison)
+        except ValueError as e:
+            raise UsageError(f"--smem-poison: {e}") from None
+    sanitize = bool(getattr(args, "sanitize", False))
+    races, sanitizer = None, None
+    if repeat > 1 or poison is not None or sanitize:
+        if args.time:
+            raise UsageError("--time measures one run: give it without --repeat, --smem-poison and --sanitize")
+        from oracle.run.live import run_races
+        from oracle.judging.repeat import compare_runs
+
+        rr = run_races(case, ops, prov, repeat=repeat, smem_poison=poison, sanitize=sanitize, timeout_s=args.timeout,
+                       command=command)
+        live = rr.first
+        if repeat > 1 or poison is not None:
+            races = (compare_runs(rr.traced, rr.untraced, poisoned=rr.poisoned, poison=rr.poison,
+                                  poison_note=rr.poison_note, failed=rr.failed), rr.traced)
+        sanitizer = rr.sanitizer
+        if sanitizer is not None and sanitizer.unavailable:
+            print(sanitizer.unavailable, file=sys.stderr)
+    else:
+        live = run_live(case, ops, prov, timeout_s=args.timeout, timing=timing, command=command)
+    extra = {"run": {"status": live.run.status.value, "message": live.run.message,
+                     "elapsed_s": live.run.elapsed_s, "kernel_s": live.run.kernel_s,
+                     "build_cached": live.build_cached},
+             "phases_s": dict(live.phases_s or {}, inputs=inputs_s)}
+    perf = None
+    if args.time and live.run.ok:
+        from oracle.tools.perf import Performance, kernel_path, reference_paths
+
+        k = kernel_path(case.spec, live.run.timing, case.kernel.time_entry or case.kernel.entry)
+        refs, notes = reference_paths(case.spec, ops)
+        perf = Performance(tuple(([k] if k else []) + refs), tuple(notes))
+        extra["performance"] = perf.to_json()
+    return live.recording, extra, perf, races, sanitizer
+
+
+def _indices_flag(flag: str, text: str) -> tuple[int, ...]:
+    """'0,3,7' -> (0, 3, 7): non-negative integers, or a UsageError naming the flag."""
+    out = []
+    for part in text.replace(" ", ",").split(","):
+        if not part:
+            continue
+        if not part.isdigit():
+            raise UsageError(f"{flag} {text!r}: {part!r} is not a non-negative integer")
+        out.append(int(part))
+    if not out:
+        raise UsageError(f"{flag} {text!r} names nothing")
+    return tuple(out)
+
+
+def _tiles_flag(text: str) -> tuple[tuple[int, int], ...]:
+    """'0,0 31,31' -> ((0, 0), (31, 31))."""
+    tiles = []
+    for pair in text.split():
+        idx = _indices_flag("--trace-tiles", pair)
+        if len(idx) != 2:
+            raise UsageError(f"--trace-tiles {text!r}: {pair!r} is not a pair TM,TN")
+        tiles.append(idx)
+    if not tiles:
+        raise UsageError(f"--trace-tiles {text!r} names no tile")
+    return tuple(tiles)
+
+
+def _generator() -> str:
+    """Live runs draw random inputs on the GPU (fast at any size); see oracle.run.inputs.make_operands."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    """Write a standalone reproducer: a directory with repro.cu, a Makefile, the inputs as binary
+    files and the oracle's reference D and bounds, that builds with nvcc alone and runs without
+    Python (oracle.repro.generate; README.txt in the directory says everything).
+        --problem CASE.toml [--set k=v] [--kernel FILE.cu --entry NAME]
+        --inputs ones|index|ktag|random[:seed]|dump:PATH   --trace-tiles, --trace-k-blocks
+        --dump FILE     the problem and inputs of a recording (the case TOML still gives the
+                        kernel and its launch; the entry point is the recording's)
+        --out DIR       the directory (new, or a reproducer written before)
+    Then: make -C DIR && DIR/repro prints MATCH or DIVERGED (exit 0 / 1, 3 for a kernel error);
+    make -C DIR TRACE=1 && DIR/repro_traced writes DIR/sink.bin, and
+    python -m oracle compare --repro-dir DIR judges it stage by stage."""
+    from oracle.repro.generate import write_repro
+
+    base, entry, rec = None, None, None
+    if args.dump:
+        from oracle.run.recording import Recording
+
+        if args.inputs:
+            raise UsageError("--dump FILE already gives the inputs: drop --inputs")
+        if not (args.problem or args.kernel):
+            raise UsageError("a recording holds no kernel source or launch table: give the case TOML with --problem "
+                             "(and --kernel/--entry if the case does not name them)")
+        rec = Recording.load(args.dump)
+        base = rec.spec.to_json()
+        if not rec.synthetic and rec.kernel not in ("", "unknown"):
+            entry = rec.kernel
+    elif not (args.problem or args.kernel):
+        raise UsageError("give a live case (--problem CASE.toml and/or --kernel FILE.cu --entry NAME) or --dump FILE")
+    if rec is not None:
+        args.inputs = f"dump:{args.dump}"
+    case, ops, prov, _ = _case_and_inputs(args, base=base, entry=entry)
+    if rec is not None:
+        prov = rec.provenance  # the recording says where its values came from
+    out = write_repro(case, ops, prov, args.out, reference=not args.no_reference)
+    inputs = sorted(f for f in out.files if f.endswith(".bin") and f not in ("expected.bin", "bound.bin"))
+    kernel_files = [f for f in out.files if f.startswith("kernel/")]
+    print(f"wrote {out.path}: {case.spec.describe()}, inputs {prov.describe()}")
+    print(f"  repro.cu, Makefile, README.txt, launch.txt, problem.txt, inputs.txt, {', '.join(inputs)}")
+    print("  expected.bin, bound.bin: the oracle's reference D and per-element bounds" if out.reference else
+          "  no expected.bin/bound.bin: repro computes its own double-precision reference")
+    what = "kernel" if len(out.entries_traced) == 1 else f"{len(out.entries_traced)} launches, in order"
+    print(f"  {what}: {', '.join(out.entries_traced)} (traced), {', '.join(out.entries_plain)} (untraced); "
+          f"{len(kernel_files)} source file(s) under kernel/")
+    print(f"build and run:  make -C {out.path} && {out.path}/repro")
+    print(f"traced:         make -C {out.path} TRACE=1 && {out.path}/repro_traced && "
+          f"python -m oracle compare --repro-dir {out.path}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Keep one warm oracle answering commands on a Unix socket (see oracle.tools.server).
+
+    Start it once, then set ORACLE_SERVER to the socket: `python -m oracle compare ...` (and
+    bench, simulate, knobs) run in the server without paying for `import torch` and Triton's
+    kernel loading again, and print here. Without a server the commands run in their own process."""
+    from oracle.tools.server import serve
+
+    return serve(args.socket, main)
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    """Write a synthetic dump made by a Python model of a kernel, optionally with one defect.
+
+    Useful to see what the oracle reports for each defect class without a GPU."""
+    from oracle.run.inputs import Provenance, make_operands
+    from oracle.problem.spec import ProblemSpec, Tile
+    from oracle.run.simulate import DEFECTS, Injection, simulate
+
+    if args.defect and args.defect not in DEFECTS:
+        raise UsageError(f"--defect {args.defect!r} is unknown; known: {', '.join(DEFECTS)}")
+    m, n, k = args.shape
+    spec = ProblemSpec(m=m, n=n, k=k, a_dtype=args.dtype, b_dtype=args.dtype, out_dtype=args.out_dtype,
+                       tile=Tile(*args.tile), swizzle_a=args.swizzle, swizzle_b=args.swizzle)
+    ops = make_operands(spec, args.inputs, args.seed)
+    inj = Injection(args.defect, tuple(args.defect_tile), args.defect_k_block) if args.defect else None
+    if inj is not None and inj.problems(spec):
+        raise UsageError(f"--defect {args.defect} cannot show here: {'; '.join(inj.problems(spec))}")
+    tiles = [tuple(args.defect_tile)] if args.defect else [(0, 0)]
+    rec = simulate(spec, ops, Provenance(args.inputs, args.seed), injection=inj, tap_tiles=tiles)
+    rec.save(args.out)
+    print(f"wrote {args.out}: {rec.kernel}, {spec.describe()}, {len(rec.taps)} taps (synthetic)")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Benchmark-and-verify a list of live cases (needs a GPU).
+
+    Every case is judged stage by stage first, then timed (kernel, Triton reference, cuBLAS).
+    Prints progress and a results table; --jsonl PATH writes one JSON object per case with the
+    environment. --shard i/n runs cases i, i+n, ... (0-based). With several visible GPUs one
+    worker process runs per GPU. Exit codes: 0 every case matches, 1 a case diverges (or is
+    mistrusted or the oracle untrusted), 2 bad usage or a broken case, 3 a kernel error."""
+    from oracle.tools.bench import run_bench, table
+
+    rows, code = run_bench(args.cases, shard_text=args.shard, jsonl=args.jsonl, workers=args.workers,
+                           time_cases=not args.no_time)
+    print(table(rows))
+    for r in rows:
+        if r.get("error"):
+            print(f"{r['name']}: {r['error']}", file=sys.stderr)
+    return code
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """Benchmark-and-verify a torch op (module:function) over a sweep of shapes and dtypes.
+
+    The op takes the operands and returns D (torch.matmul, torch._scaled_mm, a custom op). Every
+    case is judged by the oracle (output only, tile by tile, with the case's numerics model), then
+    timed against cuBLAS under the oracle's timing discipline. The sweep: --sweep FILE.toml (see
+    oracle/tools/verify.py), or --shape MxNxK (repeatable) with --dtype and --call. --shard i/n keeps
+    cases i, i+n, ...; one worker per visible GPU. Exit codes: 0 every case matches, 1 a
+    divergence, 2 bad usage or a broken case."""
+    from oracle.tools.verify import load_sweep, run_verify, shape_cases, table
+
+    if bool(args.sweep) == bool(args.shape):
+        raise UsageError("give --sweep FILE.toml or --shape MxNxK (one of them)")
+    cases = load_sweep(args.sweep) if args.sweep else shape_cases(args.shape, args.dtype, args.call,
+                                                                             args.fast_accum)
+    sweep_argv = ["--sweep", args.sweep] if args.sweep else \
+        [x for s in args.shape for x in ("--shape", s)] + ["--dtype", args.dtype, "--call", args.call] + \
+        (["--fast-accum"] if args.fast_accum else [])
+    rows, code = run_verify(args.op, cases, shard_text=args.shard, jsonl=args.jsonl, workers=args.workers,
+                            sweep_argv=sweep_argv)
+    print(table(rows))
+    return code
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    """What a bug report needs: GPU, driver, CUDA, nvcc, torch, triton, cuda-python, the CUTLASS
+    wheel, the oracle's version and its knobs (--json for machines)."""
+    from oracle.tools.environment import describe, report_environment
+
+    env = report_environment()
+    if args.json:
+        import json
+
+        print(json.dumps(env, indent=1, default=str))
+    else:
+        print(describe(env))
+    return 0
+
+
+def cmd_knobs(args: argparse.Namespace) -> int:
+    """List every ORACLE_* environment knob with its default, current value and meaning."""
+    from tabulate import tabulate
+
+    from oracle import knobs
+
+    rows = [[k.name, k.default(), os.environ.get(k.name, ""), k.doc] for k in knobs.ALL]
+    print(tabulate(rows, headers=["knob", "default", "set to", "meaning"]))
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad command line reported as one `error:` line (exit 2), as every bad input is."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"error: {self.prog}: {message} (--help lists the options)\n")
+
+
+def _seconds(text: str) -> float:
+    """A --timeout value: a positive, finite number of seconds."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive, finite number of seconds")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    """A --repeat value: an integer from 1 to 100."""
+    from oracle.run.case import MAX_REPEAT
+
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 1 <= v <= MAX_REPEAT:
+        raise argparse.ArgumentTypeError(f"{text!r} must be from 1 to {MAX_REPEAT}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m oracle",
+                                description="Differential oracle for GEMM-like CUDA kernels: names the first "
+                                            "stage whose results diverge.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    c = sub.add_parser("compare", help="judge a recorded run stage by stage", description=cmd_compare.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("--dump", metavar="FILE", help="a dump file (safetensors + JSON metadata)")
+    c.add_argument("--demo", action="store_true", help="the embedded demo recording (no GPU needed)")
+    c.add_argument("--repro-dir", metavar="DIR", help="the run of a reproducer (python -m oracle repro): its "
+                   "inputs, D and sink.bin")
+    c.add_argument("--sink", metavar="FILE", help="with --repro-dir: the sink file (default DIR/sink.bin)")
+    c.add_argument("--problem", action="append", metavar="CASE.toml|k=v,...",
+                   help="live: a case TOML and/or inline problem fields (repeatable)")
+    c.add_argument("--set", action="append", metavar="k=v", help="live: override one problem field")
+    c.add_argument("--kernel", metavar="FILE.cu", help="live: the kernel source")
+    c.add_argument("--entry", metavar="NAME", help="live: the kernel's extern \"C\" entry point")
+    c.add_argument("--inputs", metavar="LADDER", default="random",
+                   help="live: ones | index | ktag | random[:seed] | dump:PATH (default random:0)")
+    c.add_argument("--trace-tiles", metavar="\"TM,TN ...\"", help="live: output tiles to trace (default: first, "
+                   "middle, last)")
+    c.add_argument("--trace-k-blocks", metavar="KB,KB,...", help="live: k-blocks to trace (default: all)")
+    c.add_argument("--trace-stages", metavar="STAGE,...", help="live: stages to trace (default: all; name only "
+                   "those the kernel taps to size the sink tighter)")
+    c.add_argument("--time", action="store_true",
+                   help="live: also time the kernel, the Triton reference and cuBLAS (same discipline)")
+    c.add_argument("--timeout", type=_seconds, metavar="S", help="live: kernel time limit (default "
+                   "ORACLE_KERNEL_TIMEOUT_S)")
+    c.add_argument("--repeat", type=_positive_int, metavar="N", help="live: run the traced and the untraced build N "
+                   "times each on the same inputs and compare every output and tap bit for bit (default: the case's "
+                   "[run] repeat, else 1)")
+    c.add_argument("--untraced-entry", metavar="NAME", help="live: the entry point in the build without "
+                   "-DORACLE_TRACE (default: [kernel] untraced_entry, else --entry)")
+    c.add_argument("--smem-poison", metavar="PATTERN", help="live: run the traced build twice more with its dynamic "
+                   "shared memory filled with PATTERN (a 32-bit word, e.g. 0xFFFFFFFF) and with its complement; "
+                   "outputs that differ read shared memory never written")
+    c.add_argument("--sanitize", action="store_true", help="live: run the untraced build under compute-sanitizer "
+                   "(racecheck, synccheck, memcheck, initcheck) and report its findings")
+    c.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
+    c.add_argument("--save-dump", metavar="PATH", help="save the judged recording as a dump to PATH")
+    c.add_argument("--quiet", action="store_true", help="print nothing; the exit code and --json say it all")
+    c.add_argument("--plots", metavar="DIR", help="write PNG pictures of every diverging stage to DIR (matplotlib)")
+    c.set_defaults(func=cmd_compare)
+
+    s = sub.add_parser("simulate", help="write a synthetic dump with an optional defect",
+                       description=cmd_simulate.__doc__)
+    s.add_argument("--out", required=True, metavar="PATH")
+    s.add_argument("--defect", default=None)
+    s.add_argument("--defect-tile", type=int, nargs=2, default=(0, 0), metavar=("TM", "TN"))
+    s.add_argument("--defect-k-block", type=int, default=1)
+    s.add_argument("--shape", type=int, nargs=3, default=(128, 128, 256), metavar=("M", "N", "K"))
+    s.add_argument("--tile", type=int, nargs=3, default=(64, 64, 64), metavar=("BM", "BN", "BK"))
+    s.add_argument("--dtype", default="bf16")
+    s.add_argument("--out-dtype", default="bf16")
+    s.add_argument("--swizzle", type=int, default=128)
+    s.add_argument("--inputs", default="random")
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(func=cmd_simulate)
+
+    b = sub.add_parser("bench", help="benchmark-and-verify a list of live cases", description=cmd_bench.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("--cases", required=True, metavar="FILE.toml")
+    b.add_argument("--shard", metavar="i/n", help="run cases i, i+n, i+2n, ... (0-based)")
+    b.add_argument("--jsonl", metavar="PATH", help="write one JSON line per case, with the environment")
+    b.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per visible GPU)")
+    b.add_argument("--no-time", action="store_true", help="verify only")
+    b.set_defaults(func=cmd_bench)
+
+    r = sub.add_parser("repro", help="write a standalone reproducer (.cu + Makefile, no Python needed)",
+                       description=cmd_repro.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("--problem", action="append", metavar="CASE.toml|k=v,...",
+                   help="a case TOML and/or inline problem fields (repeatable)")
+    r.add_argument("--set", action="append", metavar="k=v", help="override one problem field")
+    r.add_argument("--kernel", metavar="FILE.cu", help="the kernel source")
+    r.add_argument("--entry", metavar="NAME", help="the kernel's traced extern \"C\" entry point")
+    r.add_argument("--inputs", metavar="LADDER", default=None,
+                   help="ones | index | ktag | random[:seed] | dump:PATH (default random:0)")
+    r.add_argument("--dump", metavar="FILE", help="take the problem and the inputs from a recording")
+    r.add_argument("--trace-tiles", metavar="\"TM,TN ...\"", help="output tiles the traced build records")
+    r.add_argument("--trace-k-blocks", metavar="KB,KB,...", help="k-blocks the traced build records")
+    r.add_argument("--no-reference", action="store_true",
+                   help="write no expected.bin/bound.bin: repro computes its own host reference")
+    r.add_argument("--out", required=True, metavar="DIR", help="the directory to write")
+    r.set_defaults(func=cmd_repro)
+
+    vf = sub.add_parser("verify", help="benchmark-and-verify a torch op over a sweep", description=cmd_verify.__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    vf.add_argument("--op", required=True, metavar="MODULE:FUNCTION", help="the op, e.g. torch:matmul")
+    vf.add_argument("--sweep", metavar="FILE.toml", help="the cases (oracle/tools/verify.py)")
+    vf.add_argument("--shape", action="append", metavar="MxNxK", help="a case shape (repeatable)")
+    vf.add_argument("--dtype", default="bf16", help="operand type for --shape cases (default bf16)")
+    vf.add_argument("--call", default="matmul", choices=("matmul", "scaled_mm"), help="how the op is called")
+    vf.add_argument("--fast-accum", action="store_true", help="scaled_mm: use_fast_accum=True for --shape cases")
+    vf.add_argument("--shard", metavar="i/n", help="run cases i, i+n, ... (0-based)")
+    vf.add_argument("--jsonl", metavar="PATH", help="one JSON line per case, with the environment")
+    vf.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per visible GPU)")
+    vf.set_defaults(func=cmd_verify)
+
+    e = sub.add_parser("env", help="print what a bug report needs", description=cmd_env.__doc__)
+    e.add_argument("--json", action="store_true", help="as JSON")
+    e.set_defaults(func=cmd_env)
+
+    k = sub.add_parser("knobs", help="list the ORACLE_* environment knobs", description=cmd_knobs.__doc__)
+    k.set_defaults(func=cmd_knobs)
+
+    v = sub.add_parser("serve", help="keep a warm oracle answering commands on a Unix socket",
+                       description=cmd_serve.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    v.add_argument("--socket", default=os.path.join(tempfile.gettempdir(), f"oracle-{os.getuid()}.sock"),
+                   help="the socket path (default: %(default)s); point ORACLE_SERVER at it")
+    v.set_defaults(func=cmd_serve)
+    return p
+
+
+def _choose_triton_backend() -> None:
+    """Without a GPU, Triton can only run under its interpreter: select it before triton loads."""
+    if "TRITON_INTERPRET" not in os.environ and "triton" not in sys.modules:
+        import torch
+
+        if not torch.cuda.is_available():
+            os.environ["TRITON_INTERPRET"] = "1"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    _choose_triton_backend()
+    from oracle.errors import input_errors
+
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return EXIT_USAGE if e.code else 0
+    args.argv = tuple(argv)
+    try:
+        return args.func(args)
+    except (UsageError, *input_errors()) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:  # a path the command line named: missing, unreadable, unwritable
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception:
+        traceback.print_exc()
+        print("error: the oracle itself failed (above); its verdict cannot be trusted", file=sys.stderr)
+        return EXIT_CODES_INTERNAL
+
+
+EXIT_CODES_INTERNAL = 4

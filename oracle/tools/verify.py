@@ -1,0 +1,320 @@
+"""Benchmark-and-verify a torch op: `python -m oracle verify --op module:function`.
+
+The op is any callable that takes the operands and returns D: `torch.matmul`, `torch._scaled_mm`,
+a custom op from an extension. For every case of a sweep it draws seeded random operands, calls
+the op, judges D with the oracle (`oracle.check`, output only, with the case's numerics model),
+and times the op against cuBLAS (torch.matmul, or cuBLASLt `_scaled_mm` with fast accumulation
+for fp8) under the oracle's timing discipline (oracle.tools.timing). A sweep (TOML):
+
+    [defaults]                         # applied to every case
+    dtype = "bf16"
+    out_dtype = "bf16"
+
+    [[case]]
+    name = "decode"
+    m = 8
+    n = 4096
+    k = 4096
+    fields = { acc_model = "fp32" }    # any ProblemSpec field, for the judgement
+    call = "matmul"                    # how the op is called: "matmul" op(a, b);
+                                       # "scaled_mm" op(a, b, scale_a=, scale_b=, out_dtype=, use_fast_accum=)
+    fast_accum = false                 # scaled_mm only
+
+or `--shape MxNxK` (repeatable) and `--dtype`. Results: one JSON line per case (`--jsonl`), a
+progress line per case on stderr, a table; `--shard i/n` keeps cases i, i+n, ...; with several
+visible GPUs one worker process runs per GPU (as `bench`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+from oracle.run.case import CaseError, read_toml
+
+CASE_KEYS = ("name", "m", "n", "k", "dtype", "out_dtype", "b_major", "fields", "call", "fast_accum", "seed",
+             "time")
+CALLS = ("matmul", "scaled_mm")
+DTYPES = ("fp32", "fp16", "bf16", "e4m3", "int8")
+
+
+@dataclass(frozen=True)
+class VerifyCase:
+    name: str
+    m: int
+    n: int
+    k: int
+    dtype: str = "bf16"
+    out_dtype: Optional[str] = None  # default: the operand type (fp8: bf16; int8: int32)
+    b_major: str = "row"
+    fields: dict = field(default_factory=dict)
+    call: str = "matmul"
+    fast_accum: bool = False
+    seed: int = 0
+    time: bool = True
+
+    def __post_init__(self) -> None:
+        where = f"verify case {self.name!r}"
+        for f in ("m", "n", "k"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise CaseError(f"{where}: {f} = {v!r} must be a positive integer")
+        if self.dtype not in DTYPES:
+            raise CaseError(f"{where}: dtype {self.dtype!r} must be one of {', '.join(DTYPES)}")
+        if self.call not in CALLS:
+            raise CaseError(f"{where}: call {self.call!r} must be one of {', '.join(CALLS)}")
+        if self.b_major not in ("row", "col"):
+            raise CaseError(f"{where}: b_major {self.b_major!r} must be 'row' or 'col'")
+        if not isinstance(self.fields, dict):
+            raise CaseError(f"{where}: fields must be a table of ProblemSpec fields, got {self.fields!r}")
+
+
+def load_sweep(path: str) -> list[VerifyCase]:
+    doc = read_toml(path, "verify sweep")
+    unknown = sorted(set(doc) - {"defaults", "case"})
+    if unknown:
+        raise CaseError(f"verify sweep {path!r}: unknown table(s) {', '.join(unknown)}; allowed: defaults, case")
+    defaults = doc.get("defaults", {})
+    cases = doc.get("case", [])
+    if not isinstance(defaults, dict) or not isinstance(cases, list):
+        raise CaseError(f"verify sweep {path!r}: [defaults] must be a table and [[case]] an array of tables")
+    out = []
+    for i, raw in enumerate(cases):
+        if not isinstance(raw, dict):
+            raise CaseError(f"verify sweep {path!r}: case #{i} must be a table")
+        entry = {**defaults, **raw}
+        bad = sorted(set(entry) - set(CASE_KEYS))
+        if bad:
+            raise CaseError(f"verify sweep {path!r}: case #{i}: unknown key(s) {', '.join(bad)}; allowed: "
+                            f"{', '.join(CASE_KEYS)}")
+        entry.setdefault("name", f"case{i}")
+        try:
+            out.append(VerifyCase(**entry))
+        except TypeError as e:
+            raise CaseError(f"verify sweep {path!r}: case #{i}: {e}") from None
+    if not out:
+        raise CaseError(f"verify sweep {path!r} has no [[case]] entries")
+    return out
+
+
+def shape_cases(shapes: Sequence[str], dtype: str, call: str, fast_accum: bool = False) -> list[VerifyCase]:
+    out = []
+    for s in shapes:
+        try:
+            m, n, k = (int(v) for v in s.lower().split("x"))
+        except ValueError:
+            raise CaseError(f"--shape {s!r} must look like MxNxK (three positive integers)") from None
+        if min(m, n, k) <= 0:
+            raise CaseError(f"--shape {s!r}: M, N and K must be positive")
+        out.append(VerifyCase(f"{m}x{n}x{k}-{dtype}", m, n, k, dtype, call=call, fast_accum=fast_accum))
+    return out
+
+
+def load_op(spec: str) -> Callable:
+    """'module:function' (dots allowed in both: 'torch:_scaled_mm', 'mypkg.ops:gemm')."""
+    mod, sep, name = spec.partition(":")
+    if not sep or not mod or not name:
+        raise CaseError(f"--op {spec!r} must look like module:function")
+    try:
+        obj = importlib.import_module(mod)
+    except ImportError as e:
+        raise CaseError(f"--op {spec!r}: cannot import {mod!r}: {e}") from None
+    for part in name.split("."):
+        if not hasattr(obj, part):
+            raise CaseError(f"--op {spec!r}: {mod!r} has no attribute {name!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise CaseError(f"--op {spec!r} is not callable")
+    return obj
+
+
+def _operands(vc: VerifyCase, device: str):
+    import torch
+
+    from kernels_ref.dtypes import DTYPES as TABLE
+
+    g = torch.Generator(device=device).manual_seed(vc.seed)
+    if vc.dtype == "int8":
+        a = torch.randint(-8, 9, (vc.m, vc.k), generator=g, device=device).to(torch.int8)
+        b = torch.randint(-8, 9, (vc.k, vc.n), generator=g, device=device).to(torch.int8)
+    else:
+        a = torch.randn(vc.m, vc.k, generator=g, device=device).to(TABLE[vc.dtype].torch)
+        b = torch.randn(vc.k, vc.n, generator=g, device=device).to(TABLE[vc.dtype].torch)
+    if vc.b_major == "col" or vc.call == "scaled_mm":
+        b = b.t().contiguous().t()  # the same logical B, stored column-major
+    return a, b
+
+
+def _out_dtype(vc: VerifyCase) -> str:
+    return vc.out_dtype or {"e4m3": "bf16", "int8": "int32"}.get(vc.dtype, vc.dtype)
+
+
+def default_numerics(vc: VerifyCase) -> dict:
+    """The spec fields that describe what torch may dispatch the case to, when the sweep does not
+    say (sound first: a correct engine must never be judged DIVERGED by a model it does not follow).
+    cuBLAS may split K and sum fp32 partials; with torch's reduced-precision reductions allowed
+    (the default for bf16 and fp16), it may round the partials to the output type: acc_model any.
+    fp32 with TF32 allowed: cuBLAS rounds the operands to TF32. fp8: fast accumulation is the
+    narrow accumulator (fp8_fast); otherwise the promotion interval is the engine's own (any).
+    int8: exact int32."""
+    flags = cublas_flags()
+    if vc.dtype == "e4m3":  # fast accumulation is the narrow accumulator; otherwise the interval is the engine's
+        return {"acc_model": "fp8_fast" if vc.call == "scaled_mm" and vc.fast_accum else "any"}
+    if vc.dtype == "int8":
+        return {"acc_dtype": "int32"}
+    if vc.dtype == "fp32":
+        return {"acc_model": "tf32_rn"} if flags.tf32 else {"reduction": "fp32"}
+    reduced = flags.bf16_reduced if vc.dtype == "bf16" else flags.fp16_reduced
+    return {"acc_model": "any"} if reduced else {"reduction": "fp32"}
+
+
+@dataclass(frozen=True)
+class CublasFlags:
+    """What torch lets cuBLAS do to a matmul: TF32 for fp32, reduced-precision bf16 / fp16 reductions."""
+
+    tf32: bool
+    bf16_reduced: bool
+    fp16_reduced: bool
+
+
+def cublas_flags() -> CublasFlags:
+    """torch's current cuBLAS matmul settings, read through the API this torch has: torch >= 2.9
+    says `fp32_precision` ("tf32", "ieee", or "none": the global `torch.backends.fp32_precision`)
+    and refuses the legacy `allow_tf32` once the new one was set; older torch has only `allow_tf32`."""
+    import torch
+
+    m = torch.backends.cuda.matmul
+    try:
+        precision = m.fp32_precision
+    except AttributeError:  # torch < 2.9
+        tf32 = bool(m.allow_tf32)
+    else:
+        if precision == "none":
+            precision = getattr(torch.backends, "fp32_precision", "none")
+        tf32 = precision == "tf32"
+    return CublasFlags(tf32, bool(m.allow_bf16_reduced_precision_reduction),
+                       bool(m.allow_fp16_reduced_precision_reduction))
+
+
+def _call(op: Callable, vc: VerifyCase, a, b, scales):
+    from kernels_ref.dtypes import DTYPES as TABLE
+
+    if vc.call == "scaled_mm":
+        return op(a, b, scale_a=scales[0], scale_b=scales[1], out_dtype=TABLE[_out_dtype(vc)].torch,
+                  use_fast_accum=vc.fast_accum)
+    return op(a, b)
+
+
+def run_case(op: Callable, vc: VerifyCase) -> dict:
+    """Verify, then time, one case; a failure of the op or the case is a row, never a crash."""
+    import torch
+
+    from oracle.tools.api import check
+
+    row: dict[str, Any] = {"name": vc.name, "shape": [vc.m, vc.n, vc.k], "dtype": vc.dtype,
+                           "out_dtype": _out_dtype(vc), "call": vc.call, "fields": vc.fields}
+    t0 = time.perf_counter()
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        a, b = _operands(vc, dev)
+        scales = None
+        kw = dict(default_numerics(vc), **vc.fields)
+        row["numerics_fields"] = {k: v for k, v in kw.items() if k in ("acc_model", "reduction", "acc_dtype")}
+        if vc.call == "scaled_mm":
+            scales = (torch.ones((), device=dev), torch.ones((), device=dev))
+        d = _call(op, vc, a, b, scales)
+        rep = check(a, b, d, **({} if scales is None else {"scale_a": scales[0], "scale_b": scales[1]}), **kw)
+        row["verdict"] = rep.verdict
+        first = rep.first_divergence
+        if first is not None:
+            row["first_divergence"] = {"stage": first.stage, "tile": list(first.tile) if first.tile else None,
+                                       "kind": first.kind.value}
+        w = next((s.chained.worst for s in rep.stages if s.name == "epilogue_store" and s.chained.worst), None)
+        row["worst_err_over_bound"] = w.max_ratio if w else None
+        if vc.time and dev == "cuda" and rep.ok:
+            row["performance"] = _time(op, vc, a, b, scales)
+    except Exception as e:  # a broken op or case is a row, not the end of the sweep
+        row.update(verdict="ERROR", error=f"{type(e).__name__}: {e}")
+    row["seconds"] = time.perf_counter() - t0
+    return row
+
+
+def _time(op, vc: VerifyCase, a, b, scales) -> dict:
+    import torch
+
+    from oracle.tools.timing import gemm_flops, time_gpu, tflops
+
+    flops = gemm_flops(vc.m, vc.n, vc.k)
+    mine = time_gpu(lambda: _call(op, vc, a, b, scales))
+    if vc.call == "scaled_mm" or vc.dtype == "e4m3":
+        s = scales or (torch.ones((), device=a.device), torch.ones((), device=a.device))
+        peer_name = "cuBLASLt _scaled_mm (fast accumulation)"
+        peer = time_gpu(lambda: torch._scaled_mm(a, b, scale_a=s[0], scale_b=s[1], out_dtype=torch.bfloat16,
+                                                 use_fast_accum=True))
+    elif vc.dtype == "int8":
+        peer_name, peer = "cuBLAS _int_mm", time_gpu(lambda: torch._int_mm(a, b))
+    else:
+        peer_name, peer = "cuBLAS matmul", time_gpu(lambda: torch.matmul(a, b))
+    return {"op_ms": mine.median_ms, "op_TFLOPs": tflops(flops, mine.median_ms), "peer": peer_name,
+            "peer_ms": peer.median_ms, "peer_TFLOPs": tflops(flops, peer.median_ms),
+            "op_speed_vs_peer": peer.median_ms / mine.median_ms, "op_rse": mine.rse, "peer_rse": peer.rse}
+
+
+def run_verify(op_spec: str, cases: Sequence[VerifyCase], *, shard_text: Optional[str] = None,
+               jsonl: Optional[str] = None, workers: Optional[int] = None, sweep_argv: Sequence[str] = (),
+               stream=sys.stderr) -> tuple[list[dict], int]:
+    """Run the sweep (this shard of it); returns (rows, exit code: 0 all match, 1 a divergence, 2 an error).
+    With several visible GPUs (or `workers` > 1) one worker runs per GPU; `sweep_argv` is the part of
+    the command line that names the sweep (--sweep FILE, or --shape and --dtype), for the workers."""
+    from oracle.tools.bench import environment, parse_shard, visible_gpus
+    from oracle.tools.workers import device_of_this_process, run_workers
+
+    op = load_op(op_spec)
+    i, n = parse_shard(shard_text)
+    indices = [j for j in range(len(cases)) if j % n == i]
+    gpus = visible_gpus() if workers is None else workers
+    env = environment()
+    if gpus > 1 and len(indices) > 1:
+        rows = run_workers(lambda sub, out: ["verify", "--op", op_spec, *sweep_argv, "--shard", sub, "--jsonl", out,
+                                             "--workers", "1"], (i, n), gpus, indices, stream=stream)
+        for r in rows:
+            r.pop("environment", None)
+    else:
+        here = device_of_this_process()
+        rows = []
+        for j in indices:
+            rows.append({"index": j, **run_case(op, cases[j]), **here})
+            _progress(len(rows), len(indices), rows[-1], stream)
+    if jsonl:
+        with open(jsonl, "w") as f:
+            for r in rows:
+                f.write(json.dumps({"environment": env, "op": op_spec, **r}, default=str) + "\n")
+    verdicts = {r["verdict"] for r in rows}
+    code = 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED", "KERNEL_ERROR"} else \
+        2 if "ERROR" in verdicts else 0
+    return rows, code
+
+
+def _progress(done: int, total: int, r: dict, stream) -> None:
+    bar = "#" * int(20 * done / max(total, 1))
+    perf = (f" {r['performance']['op_speed_vs_peer']:.3g}x {r['performance']['peer']}" if r.get("performance")
+            else "")
+    print(f"[{bar:<20}] {done}/{total} {r['name']}: {r['verdict']}{perf}" +
+          (f" {r['error']}" if r.get("error") else ""), file=stream, flush=True)
+
+
+def table(rows: Sequence[dict]) -> str:
+    from tabulate import tabulate
+
+    out = []
+    for r in rows:
+        p = r.get("performance") or {}
+        out.append([r["name"], "x".join(map(str, r["shape"])), r["dtype"], r["verdict"],
+                    f"{r['worst_err_over_bound']:.3g}" if r.get("worst_err_over_bound") is not None else "-",
+                    f"{p['op_ms']:.4g}" if p else "-", f"{p['peer_ms']:.4g}" if p else "-",
+                    f"{p['op_speed_vs_peer']:.3g}" if p else "-"])
+    return tabulate(out, headers=["case", "shape", "dtype", "verdict", "err/bound", "op ms", "peer ms", "speed vs peer"])
