@@ -1167,8 +1167,11 @@ def run_check_calls(count: int, seed0: int = 0, judge_every: int = 1, tally: Opt
                 tally.extra[f"verdict {rep.verdict}"] += 1
                 if rep.verdict == "ORACLE_UNTRUSTED":
                     tally.untyped.append((seed, "ORACLE_UNTRUSTED", how, "; ".join(rep.analysis.cross_check)[:600]))
+    tally.seconds += time.perf_counter() - t0
+    return tally
 
 
+# ---------------------------------------------------------------------------------------------
 # Reproducer folders
 # ---------------------------------------------------------------------------------------------
 

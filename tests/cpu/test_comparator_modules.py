@@ -25,11 +25,11 @@ COMPARE_NAMES = {"Status", "Comparison", "TileMetrics", "BadElement", "combine",
 
 
 def _modules(root: pathlib.Path) -> dict[str, pathlib.Path]:
-    """Dotted name -> file, for oracle/compare*.py and the oracle/compare_fast package."""
+    """Dotted name -> file, for oracle/judging/compar*.py and the oracle/judging/compare_fast package."""
     out = {}
-    for p in sorted((root / "oracle").glob("compar*.py")):
-        out[f"oracle.{p.stem}"] = p
-    for p in sorted((root / "oracle" / "compare_fast").glob("*.py")):
+    for p in sorted((root / "oracle" / "judging").glob("compar*.py")):
+        out[f"oracle.judging.{p.stem}"] = p
+    for p in sorted((root / "oracle" / "judging" / "compare_fast").glob("*.py")):
         out["oracle.judging.compare_fast" if p.stem == "__init__" else f"oracle.judging.compare_fast.{p.stem}"] = p
     return out
 

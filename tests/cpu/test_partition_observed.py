@@ -16,7 +16,7 @@ from oracle.judging.diagnose import Kind, Verdict
 from oracle.judging.differential import analyze
 from oracle.run.inputs import Provenance, make_operands
 from oracle.problem.partition import deal, observed_partition, tile_partials
-from oracle.problem.spec import ProblemSpec, SpecError, Tile
+from oracle.problem.spec import MAX_STREAM_K_WORKERS, ProblemSpec, SpecError, Tile
 from oracle.run.simulate import Injection, simulate
 
 SPLIT = ProblemSpec(m=40, n=24, k=256, tile=Tile(64, 64, 32), splits=3)  # 8 k-blocks: ceil 0-2 3-5 6-7
@@ -59,11 +59,13 @@ def test_the_data_parallel_remainder_leaves_whole_tiles_after_the_stream_k_ones(
     assert [(p.kb_begin, p.kb_end) for p in tile_partials(HYBRID, (0, 1))] == [(0, 2), (2, 8)]
 
 
-def test_two_to_the_31_workers_return_at_once():
+def test_two_to_the_31_workers_are_dealt_at_once_and_the_spec_refuses_them():
     t0 = time.monotonic()
     for rule in ("floor_shares", "ceil_shares", "cutlass_stream_k"):
         assert deal(48, 2**31, rule)[:2] == [(0, 1), (1, 2)] and len(deal(48, 2**31, rule)) == 48
-    spec = dataclasses.replace(STREAM, stream_k_workers=2**31 - 1)
+    with pytest.raises(SpecError, match="stream_k_workers"):  # the spec refuses such a count at once
+        dataclasses.replace(STREAM, stream_k_workers=2**31 - 1)
+    spec = dataclasses.replace(STREAM, stream_k_workers=MAX_STREAM_K_WORKERS)  # the most it takes
     for rule in ("floor_shares", "cutlass_stream_k", "stream_k_dp_remainder"):
         parts = tile_partials(dataclasses.replace(spec, partition=rule), (2, 1))
         assert [(p.kb_begin, p.kb_end) for p in parts] == [(i, i + 1) for i in range(8)], rule
