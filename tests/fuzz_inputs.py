@@ -851,6 +851,34 @@ def run_command(argv: list[str]) -> tuple[int, str]:
     return code, text
 
 
+def _run_guarded(tally: Tally, seed: int, argv: list[str], how: str) -> Optional[tuple[int, str]]:
+    """run_command under the hang limit: (exit code, output), or None with the hang or the untyped
+    error kept in the tally."""
+    try:
+        with time_limit(HANG_S):
+            return run_command(argv)
+    except Hang:
+        tally.hangs.append(seed)
+    except Untyped as e:
+        tally.untyped.append((seed, "Untyped", f"{' '.join(argv)[:300]} ({how})", str(e)))
+    except Exception as e:
+        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-4:])
+        tally.untyped.append((seed, type(e).__name__, f"{' '.join(argv)[:300]} ({how})", tb))
+    return None
+
+
+def _count_outcome(tally: Tally, code: int, text: str) -> None:
+    """A command line that returned: the (stubbed) build reached, refused with exit 2, or another exit."""
+    if BUILD_STUB in text:
+        tally.accepted += 1
+        tally.extra["reached the build"] += 1
+    elif code == 2:
+        tally.refused["error: (exit 2)"] += 1
+    else:
+        tally.accepted += 1
+        tally.extra[f"exit {code}"] += 1
+
+
 def run_cases(count: int, seed0: int = 0, tally: Optional[Tally] = None) -> Tally:
     """Run `count` command lines around mutated case files and bench lists (build and launch
     stubbed): exit 2 with one `error:` line, or the build reached with every check passed."""
@@ -866,27 +894,9 @@ def run_cases(count: int, seed0: int = 0, tally: Optional[Tally] = None) -> Tall
         for seed in range(seed0, seed0 + count):
             argv, how = make_case(seed, directory, dumps)
             tally.inputs += 1
-            try:
-                with time_limit(HANG_S):
-                    code, text = run_command(argv)
-            except Hang:
-                tally.hangs.append(seed)
-                continue
-            except Untyped as e:
-                tally.untyped.append((seed, "Untyped", f"{' '.join(argv)[:300]} ({how})", str(e)))
-                continue
-            except Exception as e:
-                tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-4:])
-                tally.untyped.append((seed, type(e).__name__, f"{' '.join(argv)[:300]} ({how})", tb))
-                continue
-            if BUILD_STUB in text:
-                tally.accepted += 1
-                tally.extra["reached the build"] += 1
-            elif code == 2:
-                tally.refused["error: (exit 2)"] += 1
-            else:
-                tally.accepted += 1
-                tally.extra[f"exit {code}"] += 1
+            outcome = _run_guarded(tally, seed, argv, how)
+            if outcome is not None:
+                _count_outcome(tally, *outcome)
     tally.seconds += time.perf_counter() - t0
     return tally
 
@@ -1017,32 +1027,16 @@ def run_case_fields(count: int, seed0: int = 0, tally: Optional[Tally] = None) -
             if traced:
                 tracemalloc.start()
             try:
-                with time_limit(HANG_S):
-                    code, text = run_command(argv)
-            except Hang:
-                tally.hangs.append(seed)
-                continue
-            except Untyped as e:
-                tally.untyped.append((seed, "Untyped", f"{' '.join(argv)[:300]} ({how})", str(e)))
-                continue
-            except Exception as e:
-                tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-4:])
-                tally.untyped.append((seed, type(e).__name__, f"{' '.join(argv)[:300]} ({how})", tb))
-                continue
+                outcome = _run_guarded(tally, seed, argv, how)
             finally:
                 peak = tracemalloc.get_traced_memory()[1] if traced else 0
                 if traced:
                     tracemalloc.stop()
+            if outcome is None:
+                continue
             if peak > (2 * LIMIT_MB + 64) << 20:
                 tally.breaches.append((seed, f"{how}: {peak} bytes traced"))
-            if BUILD_STUB in text:
-                tally.accepted += 1
-                tally.extra["reached the build"] += 1
-            elif code == 2:
-                tally.refused["error: (exit 2)"] += 1
-            else:
-                tally.accepted += 1
-                tally.extra[f"exit {code}"] += 1
+            _count_outcome(tally, *outcome)
     tally.seconds += time.perf_counter() - t0
     return tally
 
