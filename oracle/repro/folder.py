@@ -240,24 +240,21 @@ class ReproFolder:
     def clear(self) -> None:
         """Remove the earlier reproducer's files (its manifest last) and the folders they leave empty."""
         for rel in sorted(self._old[0]) + ([MANIFEST] if self._old[0] or self._old[1] else []):
-            fd, base = self._parent_fd(rel, create=False)
-            try:
-                os.unlink(base, dir_fd=fd)
-            except FileNotFoundError:
-                pass
-            finally:
-                if fd != self.fd:
-                    os.close(fd)
+            self._remove(rel, os.unlink, FileNotFoundError)
         for rel in sorted(self._old[1], key=lambda r: -r.count("/")):
-            fd, base = self._parent_fd(rel, create=False)
-            try:
-                os.rmdir(base, dir_fd=fd)
-            except OSError:
-                pass
-            finally:
-                if fd != self.fd:
-                    os.close(fd)
+            self._remove(rel, os.rmdir, OSError)  # a folder not left empty stays
         self._old = ({}, set())
+
+    def _remove(self, rel: str, remove, tolerated: type) -> None:
+        """`remove` (os.unlink or os.rmdir) of `rel`, relative to its folder's descriptor, never followed."""
+        fd, base = self._parent_fd(rel, create=False)
+        try:
+            remove(base, dir_fd=fd)
+        except tolerated:
+            pass
+        finally:
+            if fd != self.fd:
+                os.close(fd)
 
     def finish(self) -> str:
         """Write the manifest (the last file) and close the folder; returns its name."""
