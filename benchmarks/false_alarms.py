@@ -13,7 +13,7 @@ carrying .carry/cache:
     python benchmarks/false_alarms.py --quick --out $OUT/false_alarms_quick.json
 Other options: --numerics (the measurement's JSON, default benchmarks/results/numerics_h200.json:
 promotion intervals), --engines, --budget-s (default 240: no new case after that; the zoo then
-gets up to 60 s more), --no-planted, --shard i/n and --merge.
+gets up to 60 s more), --no-planted, --shard i/n, --skip (the cases an earlier run judged) and --merge.
 
 Every case is one correct GEMM computed by an engine (cuBLAS torch.mm / addmm /
 _addmm_activation, cuBLASLt torch._scaled_mm fast and not, per-tensor and row/col scales,
@@ -669,6 +669,12 @@ def load_results(path: str) -> tuple[list[Result], int, float]:
     return out, doc.get("cases_left_by_budget", 0), doc.get("seconds", 0.0)
 
 
+def not_judged(cases: list, skip_paths) -> list:
+    """The cases none of the earlier runs' JSON files judged, in order."""
+    done = {dataclasses.astuple(r.case) for path in skip_paths for r in load_results(path)[0]}
+    return [c for c in cases if dataclasses.astuple(c) not in done]
+
+
 def write(doc: dict, path: str) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
@@ -687,6 +693,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=240.0, help="stop taking new cases after this many seconds")
     ap.add_argument("--shard", default="0/1", help="i/n: run every n-th case from the i-th (merge with --merge)")
     ap.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="merge shard results into --out")
+    ap.add_argument("--skip", nargs="+", default=(), metavar="JSON",
+                    help="leave out the cases an earlier run's JSON already judged (finish a budget-cut run, then --merge)")
     args = ap.parse_args(argv)
     if args.prebuild_zoo:
         return prebuild_zoo()
@@ -717,6 +725,7 @@ def main(argv=None) -> int:
         print(f"--shard {args.shard!r}: expected i/n with 0 <= i < n", file=sys.stderr)
         return 2
     cases = make_cases(args.quick, names)[si::sn]
+    cases = not_judged(cases, args.skip)
     t0 = time.time()
     end = t0 + args.budget_s
     results = []

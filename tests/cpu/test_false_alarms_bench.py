@@ -91,6 +91,16 @@ def test_shards_merge_into_one_result(monkeypatch, tmp_path):
     assert doc["correct_cases"] == 2 and doc["false_diverged"] == 0
 
 
+def test_a_finished_run_skips_what_an_earlier_run_judged(monkeypatch, tmp_path):
+    monkeypatch.setattr(F, "DEV", "cpu")
+    e = F.ENGINE["cublas_bf16_fp32red"]
+    cases = [F.Case(e.name, e.a_dtype, e.out, 40, 144, 256, "row", "col", "normal", s) for s in (7, 8, 9)]
+    r = F.run_case(cases[1], {}, planted=False, run=_exact)
+    F.write(F.summarise([r], 2, 1.0), str(tmp_path / "cut.json"))
+    assert F.not_judged(cases, [str(tmp_path / "cut.json")]) == [cases[0], cases[2]]
+    assert F.not_judged(cases, []) == cases
+
+
 def test_specs_follow_what_was_measured(monkeypatch):
     import json
 
