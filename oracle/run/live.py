@@ -30,7 +30,7 @@ from oracle.run.case_grammar import check_case_names
 from oracle.run.inputs import (InputError, Operands, Provenance, analytic_ones_value, check_operands,
                            check_problem_size, expected_shapes, operand_limit_bytes)
 from oracle.problem.partition import group_offsets, tile_partials
-from oracle.run.recording import Recording
+from oracle.run.recording import Recording, trace_warnings
 
 @dataclass(frozen=True)
 class LiveRun:
@@ -354,7 +354,7 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
     run = run_kernel(cubin, k.entry, launch, tensors, sink=SinkRequest(prefix, capacity=capacity, max_bytes=ceiling),
                      timeout_s=timeout_s, timing=timing, then=sequence[1:], smem_poison=smem_poison)
     t2 = time.perf_counter()
-    notes = []
+    notes, confounds = [], ()
     taps, descriptors, account = (), (), None
     over = run.sink_overflow or {}
     if over:
@@ -368,7 +368,8 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
         taps, descriptors = trace.taps, trace.descriptors
         account = trace_format.account_of(trace, relaunched=bool(over.get("relaunched")),
                                           first_capacity=over.get("first_capacity"))
-        notes.extend(trace.warnings)
+        confounds, kept = trace_warnings(trace)  # a warning the judgement rests on is an open confound
+        notes.extend(kept)
         notes.append(f"trace: {len(taps)} taps from {trace.records} records, {trace.used_bytes} of {trace.capacity} "
                      f"sink bytes ({run.sink_source})" + ("" if trace.complete else f", {trace.dropped} dropped"))
     descriptors = tuple(descriptors) + host_maps  # the maps the host encoded for this launch
@@ -381,7 +382,7 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
     rec = Recording(spec=s, operands=ops, output=output, provenance=provenance, taps=taps,
                     descriptors=descriptors, kernel=k.entry, kernel_error=kernel_error,
                     environment=_environment(run), trace=account, output_poison=POISON_BYTE,
-                    command=tuple(command))
+                    command=tuple(command), confounds=confounds)
     if provenance.ladder == "ones" and output is not None:
         notes.append(_ones_check(rec))
     rec = replace(rec, notes=tuple(notes))
