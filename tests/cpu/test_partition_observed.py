@@ -6,6 +6,7 @@ rules computed in O(partials) whatever the number of workers."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 
 import pytest
@@ -318,7 +319,11 @@ def test_a_correct_kernel_under_a_wrong_rule_whose_boundary_was_not_traced_is_a_
     assert an.first.assumed == (said,) and said in an.open_confounds
     assert said in report.sentence(an) and "a trace of k-block 2, where the partition boundary was assumed" \
         in report.sentence(an)
-    assert report.to_json(an)["first_divergence"]["assumed"] == [said]
+    doc = json.loads(json.dumps(report.to_json(an), default=str))
+    report.validate(doc)  # the shipped schema holds the units' and the finding's assumptions
+    assert doc["first_divergence"]["assumed"] == [said]
+    mma = next(st for st in doc["stages"] if st["name"] == "mma")
+    assert mma["details"]["teacher_forced"]["worst_tile"]["assumed"] == [said]
     # traced in full, the same kernel is judged by its own boundaries
     assert analyze(_rec(SPLIT, kernel_rule="floor_shares")).verdict is Verdict.MATCH
 

@@ -452,6 +452,15 @@ def test_a_parser_warning_the_judgement_rests_on_is_an_open_confound_and_one_it_
     assert not back.confounds and any("several CTAs" in n for n in back.notes)
     assert analyze(back).first.kind.value == "VERDICT"
 
+    # a kernel that stopped while writing a record: the torn record is an open confound through the account
+    (out.path / "result.txt").write_text("status kernel_error\nerror cudaErrorIllegalAddress\nmessage stopped\n")
+    _sink_with(out.path, mine, lambda w: w.elements("mma", (0, 0), [0], [0], tap.values[0, :1], shape=(64, 64),
+                                                    k_block=2, commit=False))
+    back = load_repro_run(out.path)
+    assert back.trace.torn == 1 and any("not committed" in n for n in back.notes) and not back.confounds
+    assert any(c.startswith("incomplete trace: 1 record(s) were reserved but never completed")
+               for c in analyze(back).open_confounds)
+
 
 def test_compare_judges_a_grouped_reproducer_run_group_by_group(tmp_path):
     from oracle.run.simulate import Injection, simulate
