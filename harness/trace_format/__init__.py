@@ -30,7 +30,8 @@ from harness.trace_format.records import (  # noqa: F401
 from harness.trace_format.header import (  # noqa: F401
     SinkHeader, TraceSelection, parse_header, sink_init_bytes, sink_prefix, trace_extent)
 from harness.trace_format.parser import (  # noqa: F401
-    MAX_WARNINGS_PER_KIND, TAP_DENSE_FLOOR_BYTES, TAP_SPARSE_RATIO, TraceResult, parse_trace)
+    MAX_WARNINGS_PER_KIND, TAP_DENSE_FLOOR_BYTES, TAP_SPARSE_RATIO, WARN_CTAS, WARN_SLOT, WARN_TORN,
+    WARN_UNSELECTED, WARNING_KINDS, TraceResult, parse_trace)
 from harness.trace_format.writer import (  # noqa: F401
     TraceWriter)
 from harness.trace_format.account import (  # noqa: F401

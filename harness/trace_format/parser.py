@@ -39,6 +39,14 @@ class TraceResult:
     needed_bytes: int = 0  # bytes the kernel reserved (the cursor), whether or not they fitted
     torn: int = 0  # records reserved but never completed (a kernel that stopped)
     version: int = VERSION
+    warning_kinds: tuple[str, ...] = ()  # the kind (WARNING_KINDS) of each line of `warnings`, in order
+    warning_counts: tuple[tuple[str, int], ...] = ()  # (kind, how many) of each kind that occurred
+
+    def warnings_of(self, kind: str) -> tuple[str, ...]:
+        """The warning lines of one kind (WARNING_KINDS), the line that counts the rest included."""
+        if kind not in WARNING_KINDS:
+            raise ValueError(f"warning kind {kind!r} is unknown; known: {', '.join(WARNING_KINDS)}")
+        return tuple(w for w, k in zip(self.warnings, self.warning_kinds) if k == kind)
 
     @property
     def complete(self) -> bool:
@@ -85,24 +93,32 @@ class _Piece:
 
 
 MAX_WARNINGS_PER_KIND = 8
+# the kinds of warning the parser gives
+WARN_TORN = "torn"  # a record reserved and never completed (partial=True): also counted in `torn`
+WARN_UNSELECTED = "records of taps the sink header did not select"
+WARN_SLOT = "taps whose records disagree on the slot"
+WARN_CTAS = "taps written by several CTAs"
+WARNING_KINDS = (WARN_TORN, WARN_UNSELECTED, WARN_SLOT, WARN_CTAS)
 
 
 class _Warnings:
     """The parser's warnings, at most MAX_WARNINGS_PER_KIND of each kind, then one line that counts the rest."""
 
     def __init__(self) -> None:
-        self.lines: list[str] = []
+        self.lines: list[tuple[str, str]] = []  # (kind, text)
         self.counts: dict[str, int] = defaultdict(int)
 
     def add(self, kind: str, text: str) -> None:
         self.counts[kind] += 1
         if self.counts[kind] <= MAX_WARNINGS_PER_KIND:
-            self.lines.append(text)
+            self.lines.append((kind, text))
 
-    def result(self) -> tuple[str, ...]:
-        more = [f"... and {n - MAX_WARNINGS_PER_KIND} more warning(s) like these: {kind}"
+    def result(self) -> tuple[tuple[str, ...], tuple[str, ...], tuple[tuple[str, int], ...]]:
+        """The lines, the kind of each, and the count of each kind."""
+        more = [(kind, f"... and {n - MAX_WARNINGS_PER_KIND} more warning(s) like these: {kind}")
                 for kind, n in self.counts.items() if n > MAX_WARNINGS_PER_KIND]
-        return tuple(self.lines + more)
+        lines = self.lines + more
+        return tuple(t for _, t in lines), tuple(k for k, _ in lines), tuple(self.counts.items())
 
 
 def _expected_shape(stage: str, block_m: int, block_n: int, block_k: int) -> tuple[int, int]:
@@ -186,7 +202,7 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
         size, kind_code, commit = struct.unpack_from("<IHH", mv, off)
         if size == 0:
             if partial:
-                warnings.add("torn", f"record at byte {off} was reserved but never written (the kernel stopped); "
+                warnings.add(WARN_TORN, f"record at byte {off} was reserved but never written (the kernel stopped); "
                                      f"the {end - off} bytes after it cannot be read")
                 torn += 1
                 break
@@ -199,7 +215,7 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
                                    f"at byte {end} (the cursor)", off)
         if commit != COMMIT_TAG:
             if partial:
-                warnings.add("torn", f"record at byte {off} ({size} bytes) was not committed (the kernel stopped "
+                warnings.add(WARN_TORN, f"record at byte {off} ({size} bytes) was not committed (the kernel stopped "
                                      f"while writing it); skipped")
                 torn += 1
                 off += size
@@ -249,7 +265,7 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
         key = (stage, (tile_m, tile_n), kb, None if part < 0 else part, None if group < 0 else group)
         if not header.selection.records(stage, (tile_m, tile_n), kb) and key not in unselected:
             unselected.add(key)
-            warnings.add("records of taps the sink header did not select",
+            warnings.add(WARN_UNSELECTED,
                          f"record at byte {off}: {stage} tile ({tile_m}, {tile_n}) k-block {kb} was not selected "
                          f"by the sink header (the kernel ignored the selection)")
         if kind is RecordKind.BYTES:
@@ -301,9 +317,10 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
                                              none_first(k[4]))):
         taps.append(_assemble(key, pieces[key], warnings, hb))
     unique_descriptors = tuple(dict.fromkeys(descriptors))
+    lines, kinds, counts = warnings.result()
     return TraceResult(taps=tuple(taps), descriptors=unique_descriptors, dropped=header.dropped,
                        capacity=header.capacity, used_bytes=header.used, records=n_records,
-                       warnings=warnings.result(), selection=header.selection,
+                       warnings=lines, warning_kinds=kinds, warning_counts=counts, selection=header.selection,
                        dropped_by_stage=header.dropped_by_stage, needed_bytes=header.cursor, torn=torn,
                        version=header.version)
 
@@ -407,10 +424,10 @@ def _assemble(key: tuple, parts: list[_Piece], warnings: _Warnings, hb: int) -> 
     slots = sorted({p.slot for p in parts})
     ctas = sorted({p.cta for p in parts})
     if len(slots) > 1:
-        warnings.add("taps whose records disagree on the slot",
+        warnings.add(WARN_SLOT,
                      f"{where}: records disagree on the pipeline slot {slots}; the tap keeps {first.slot}")
     if len(ctas) > 1:
-        warnings.add("taps written by several CTAs", f"{where}: written by several CTAs {ctas}; the tap keeps CTA "
+        warnings.add(WARN_CTAS, f"{where}: written by several CTAs {ctas}; the tap keeps CTA "
                                                      f"{first.cta}")
     image = stage in DESCRIPTOR_STAGES
     rows, cols = first.shape

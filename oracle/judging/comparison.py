@@ -69,6 +69,9 @@ class TileMetrics:
     # kept for pictures (oracle.report.plots); not part of the evidence
     ratio_map: Optional[torch.Tensor] = field(default=None, compare=False, repr=False)
     stand_ins: tuple = ()  # (stage, tile, k_block) of upstream taps that were missing: the reference stood in
+    # what the unit's expected side rests on that was assumed, not observed (a partition boundary the
+    # declared rule placed over untraced k-blocks): open confounds of this unit alone
+    assumed: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -90,6 +93,7 @@ class TileMetrics:
         d["min_passing_atol"] = _num(self.max_abs_err)
         d["first_bad"] = [b.to_json() for b in self.first_bad]
         d["stand_ins"] = sites_json(self.stand_ins)
+        d["assumed"] = list(self.assumed)
         return d
 
 

@@ -21,7 +21,10 @@ Observed partitions (`observed_partition`): the kernel's mma taps name their par
 so each traced tile's partials are read from them and checked (in k order, disjoint, covering every
 k-block the trace recorded); the declared rule only places boundaries between k-blocks that were
 not tapped. An overlap or a gap is a `PartitionIssue`, the differential's finding at mma. A tile
-whose taps name no partial (`-1` in the trace) is whole.
+whose taps name no partial (`-1` in the trace) is whole. A boundary placed where k-blocks were not
+traced (the k-block selection left them out) is assumed, not observed: an `AssumedBoundary`, which
+every comparison resting on it carries as an open confound (oracle.judging.differential). A
+recorded k-block that no partial tapped is a gap; one that was not recorded never is.
 
 Groups: group g of a grouped problem covers rows [offset_g, offset_g + M_g) of A and D and uses
 B[g]; a batched problem is `batch` groups of M rows each.
@@ -150,6 +153,49 @@ class PartitionIssue:
 
 
 @dataclass(frozen=True)
+class AssumedBoundary:
+    """Where one partial ends and the next begins, placed by the declared rule because the taps
+    leave it open over k-blocks the trace did not record: partial `partial` begins at `k_block`;
+    with `end`, partial `partial - 1` is taken to run to the tile's end (k-block `k_block - 1`)."""
+
+    tile: tuple[int, int]
+    partial: int
+    k_block: int
+    after: Optional[int]  # the last tapped k-block before the open range (None: none)
+    before: Optional[int]  # the first tapped k-block after it (None: none)
+    untraced: tuple[int, ...]  # the k-blocks of the open range the trace did not record
+    rule: str
+    end: bool = False
+
+    def describe(self) -> str:
+        if self.after is None:
+            span = f"before k-block {self.before}"
+        elif self.before is None:
+            span = f"after k-block {self.after}"
+        else:
+            span = f"between k-blocks {self.after} and {self.before}"
+        where = (f"partial {self.partial - 1} runs to the tile's last k-block {self.k_block - 1}" if self.end else
+                 f"partial {self.partial} begins at k-block {self.k_block}")
+        return (f"tile {self.tile}: the partition boundary {span} is assumed from the declared rule {self.rule} "
+                f"({where}): k-block{'s' if len(self.untraced) > 1 else ''} {kb_ranges(self.untraced)} not traced")
+
+
+def kb_ranges(kbs) -> str:
+    """k-blocks as ranges: 2, 5-9, 12."""
+    out, run = [], []
+    for kb in sorted(kbs):
+        if run and kb == run[-1] + 1:
+            run.append(kb)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}")
+        run = [kb]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}")
+    return ", ".join(out)
+
+
+@dataclass(frozen=True)
 class TilePartition:
     tile: tuple[int, int]
     partials: tuple[Partial, ...]  # in index order; ranges may overlap only where `issues` says so
@@ -157,11 +203,25 @@ class TilePartition:
     whole: bool = False  # the taps name no partial: the kernel did not split this tile
     issues: tuple[PartitionIssue, ...] = ()
     follows: tuple[str, ...] = ()  # the named rules this tile's partition agrees with
+    assumed: tuple[AssumedBoundary, ...] = ()  # boundaries the declared rule placed over untraced k-blocks
 
     def partial(self, index: Optional[int]) -> Optional[Partial]:
         if index is None:
             return self.partials[0] if self.whole else None
         return partial_of(self.partials, index)
+
+    def assumed_begin(self, index: Optional[int]) -> tuple[AssumedBoundary, ...]:
+        """The assumptions where partial `index` begins (where the one before it ends)."""
+        return tuple(a for a in self.assumed if index is not None and a.partial == index and not a.end)
+
+    def assumed_end(self, index: Optional[int]) -> tuple[AssumedBoundary, ...]:
+        """The assumptions where partial `index` ends."""
+        return tuple(a for a in self.assumed if index is not None and a.partial == index + 1)
+
+    def assumed_at(self, kb: int) -> tuple[AssumedBoundary, ...]:
+        """The assumptions whose open range holds k-block kb (which partial holds kb is assumed)."""
+        return tuple(a for a in self.assumed if (a.after is None or a.after < kb) and
+                     (a.before is None or kb < a.before))
 
 
 def observed_partition(spec: ProblemSpec, tile: tuple[int, int], tapped: Mapping[Optional[int], set],
@@ -169,7 +229,8 @@ def observed_partition(spec: ProblemSpec, tile: tuple[int, int], tapped: Mapping
     """The partition of one tile read from its mma taps: `tapped` maps each partial index the taps
     name (None: the tile is whole) to the k-blocks tapped in it; `recorded(kb)`: would the trace
     have recorded k-block kb (its k-block selection). The declared rule places a boundary only
-    where the taps leave it open, between untapped k-blocks."""
+    where the taps leave it open, between untapped k-blocks; where that open range holds a
+    k-block the trace did not record, the boundary is assumed (TilePartition.assumed)."""
     kb_n = spec.k_blocks
     tile = tuple(tile)
     declared = tile_partials(spec, tile)
@@ -184,6 +245,11 @@ def observed_partition(spec: ProblemSpec, tile: tuple[int, int], tapped: Mapping
     n = n_obs if max(last) == kb_n - 1 else max(n_obs, len(declared))
     n = min(n, kb_n)
     issues: list[PartitionIssue] = []
+    assumed: list[AssumedBoundary] = []
+    rule = default_rule(spec)
+
+    def untraced(lo: int, hi: int) -> tuple[int, ...]:  # k-blocks of [lo, hi) the trace did not record
+        return tuple(kb for kb in range(lo, hi) if not recorded(kb))
     begins, ends = [0] * n, [kb_n] * n
     prev = 0  # the begin of partial i - 1
     for i in range(1, n):
@@ -195,6 +261,10 @@ def observed_partition(spec: ProblemSpec, tile: tuple[int, int], tapped: Mapping
             want = declared[i].kb_begin if i < len(declared) else hi
             b = min(max(want, lo), hi)
             ends[i - 1] = begins[i] = b
+            x, y = max(before, default=None), min(after, default=None)
+            lost = untraced(0 if x is None else x + 1, kb_n if y is None else y)
+            if lost:  # the taps leave the boundary open over k-blocks that were not traced
+                assumed.append(AssumedBoundary(tile, i, b, x, y, lost, rule))
         else:  # tapped k-blocks of partials before i reach past the first of partial i or later
             first = min(after) if after else kb_n - 1
             owner = min((j for j, kbs in tapped.items() if j >= i and first in kbs), default=i)
@@ -211,8 +281,13 @@ def observed_partition(spec: ProblemSpec, tile: tuple[int, int], tapped: Mapping
             ends[i - 1], begins[i] = (max(before) + 1 if before else begins[i - 1] + 1), first
         prev = begins[i]
     parts = tuple(Partial(i, begins[i], max(ends[i], begins[i] + 1)) for i in range(n))
+    top = max(kb for kbs in tapped.values() for kb in kbs)
+    lost = untraced(top + 1, kb_n)
+    if n == n_obs and lost:  # no partial tapped the tile's last k-blocks: that none follows is assumed
+        assumed.append(AssumedBoundary(tile, n, kb_n, top, None, lost, rule, end=True))
     issues += _gaps(tile, parts, tapped, recorded)
-    return TilePartition(tile, parts, True, issues=tuple(issues), follows=() if issues else _follows(spec, tile, parts))
+    return TilePartition(tile, parts, True, issues=tuple(issues), follows=() if issues else _follows(spec, tile, parts),
+                         assumed=tuple(assumed))
 
 
 def _gaps(tile, parts, tapped, recorded) -> list[PartitionIssue]:
@@ -249,6 +324,10 @@ def describe_partitions(spec: ProblemSpec, partitions: Mapping) -> Optional[str]
         common &= set(p.follows)
     n = len(tapped)
     where = f"read from the mma taps of {n} tile{'s' if n > 1 else ''}"
+    n_assumed = sum(len(p.assumed) for p in tapped)
+    if n_assumed:
+        where += (f"; {n_assumed} boundar{'y' if n_assumed == 1 else 'ies'} over untraced k-blocks placed by the "
+                  f"declared rule, not observed")
     if rule in common:
         return f"partition: the taps follow the declared rule {rule} ({where})"
     named = [r for r in rules_for(spec) if r in common]

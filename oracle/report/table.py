@@ -227,6 +227,9 @@ def render(an: Analysis, races=None, sanitizer=None) -> str:
         lines.append(f"handled: {c}")
     for c in an.open_confounds:
         lines.append(f"confound: {c}")
+    for c in an.assumed:
+        if c not in an.open_confounds:
+            lines.append(f"assumed, not observed: {c}")
     for st in an.stages:  # elements a comparison could not see because the kernel did not record them
         for label, c in (("teacher-forced", st.teacher_forced), ("chained", st.chained)):
             ev = c.evidence
@@ -260,7 +263,7 @@ def _first_json(f: Optional[FirstDivergence]) -> Optional[dict]:
             "kind": f.kind.value, "comparison": f.comparison, "hint": f.hint, "fed_by": f.fed_by or None,
             "stand_ins": sites_json(f.stand_ins), "field": f.field.to_json() if f.field else None,
             "untraced_tiles": [list(t) for t in f.untraced], "rerun": f.rerun, "unwritten": f.unwritten,
-            "missing": list(f.missing), "partial": f.partial, "group": f.group}
+            "missing": list(f.missing), "partial": f.partial, "group": f.group, "assumed": list(f.assumed)}
 
 
 def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None, races=None, sanitizer=None) -> dict:

@@ -38,7 +38,7 @@ from oracle import knobs
 from oracle.run.inputs import InputError, Operands, Provenance, check_problem_size, expected_shapes
 from oracle.run.live import _ones_check
 from oracle.problem.spec import ProblemSpec, SpecError
-from oracle.run.recording import Recording
+from oracle.run.recording import Recording, trace_warnings
 from oracle.repro.generate import FORMAT, READABLE_VERSIONS, ReproError
 
 
@@ -187,7 +187,7 @@ def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
         output = _logical(_read_tensor(root, d, f"{where}: tensors.d", (spec.total_m, spec.n), False), d,
                           f"{where}: tensors.d")
     sink_path = Path(sink) if sink else root / "sink.bin"
-    notes, taps, descriptors, account = [], (), (), None
+    notes, taps, descriptors, account, confounds = [], (), (), None, ()
     if os.path.lexists(sink_path) or sink:
         t = spec.tile
         mb = knobs.TRACE_MAX_MB.get()
@@ -195,7 +195,8 @@ def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
                            follow=bool(sink))
         trace = trace_format.parse_trace(data, block_m=t.bm, block_n=t.bn, block_k=t.bk, partial=not ok)
         taps, descriptors = trace.taps, trace.descriptors
-        notes.extend(trace.warnings)
+        confounds, kept = trace_warnings(trace)  # a warning the judgement rests on is an open confound
+        notes.extend(kept)
         account = trace_format.account_of(trace)
         notes.append(f"trace: {len(taps)} taps from {trace.records} records, {trace.used_bytes} of {trace.capacity} "
                      f"sink bytes (repro's host-mapped sink, {sink_path.name})" +
@@ -212,7 +213,7 @@ def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
     rec = Recording(spec=spec, operands=ops, output=output, provenance=provenance, taps=taps,
                     descriptors=tuple(descriptors) + host_maps, kernel=entry, kernel_error=error,
                     notes=tuple(notes), environment={"source": f"standalone reproducer {root}"}, trace=account,
-                    output_poison=0xFF)
+                    output_poison=0xFF, confounds=confounds)
     try:
         rec.validate()
     except ValueError as e:

@@ -25,12 +25,12 @@ from harness.tensormap import mn_dim, operand_tensormap
 from harness.trace_budget import TraceBudget, trace_budget
 from kernels_ref.dtypes import DTYPES
 from oracle import knobs
-from oracle.run.case import Case, CaseError, check_trace_selection, device_sms, evaluate, evaluate_int
+from oracle.run.case import MAX_REPEAT, Case, CaseError, check_trace_selection, device_sms, evaluate, evaluate_int
 from oracle.run.case_grammar import check_case_names
 from oracle.run.inputs import (InputError, Operands, Provenance, analytic_ones_value, check_operands,
                            check_problem_size, expected_shapes, operand_limit_bytes)
 from oracle.problem.partition import group_offsets, tile_partials
-from oracle.run.recording import Recording
+from oracle.run.recording import Recording, trace_warnings
 
 @dataclass(frozen=True)
 class LiveRun:
@@ -39,6 +39,7 @@ class LiveRun:
     build_cached: Optional[bool]
     trace_notes: tuple[str, ...]
     phases_s: dict = None  # wall seconds of build, run (the child, with transfers) and parse
+    races: Optional["RaceRuns"] = None  # run with repeat > 1: every run (this is the first traced one)
 
 
 def _storage(x: torch.Tensor, major: str) -> torch.Tensor:
@@ -321,12 +322,24 @@ def initial_sink_bytes(budget: TraceBudget, ceiling: int) -> int:
 
 
 def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Optional[float] = None,
-             timing: Optional[dict] = None, command: Sequence[str] = (), smem_poison: Optional[int] = None) -> LiveRun:
+             timing: Optional[dict] = None, command: Sequence[str] = (), smem_poison: Optional[int] = None,
+             repeat: int = 1) -> LiveRun:
     """Build, run and trace `case` once; with `timing` (oracle.tools.perf.kernel_timing_request) the
     child then times the kernel (case.kernel.time_entry if set) with the sink off. `command`: the
     command line that asked for the run, kept in the recording so a report can say how to re-run
     it with other tiles traced. `smem_poison`: fill the kernel's dynamic shared memory with this
-    32-bit pattern first (the trace header's smem_prologue(); see run_kernel)."""
+    32-bit pattern first (the trace header's smem_prologue(); see run_kernel). `repeat` N > 1 runs
+    the traced and the untraced build N times each on the same inputs (run_races, as compare
+    --repeat N): the first traced run is returned, every run in `races` for
+    oracle.judging.repeat.compare_runs; neither timing nor poison goes with it."""
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= MAX_REPEAT:
+        raise CaseError(f"repeat {repeat!r} must be an integer from 1 to {MAX_REPEAT}")
+    if repeat > 1:
+        if timing is not None or smem_poison is not None:
+            raise CaseError(f"repeat {repeat}: timing and shared-memory poison go with one run; time or poison the "
+                            f"kernel in a run of its own")
+        rr = run_races(case, ops, provenance, repeat=repeat, timeout_s=timeout_s, command=command)
+        return replace(rr.first, races=rr)
     t0 = time.perf_counter()
     budget, ceiling = check_case(case)  # before building: a bad case fails fast
     check_operands(case.spec, ops)
@@ -354,7 +367,7 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
     run = run_kernel(cubin, k.entry, launch, tensors, sink=SinkRequest(prefix, capacity=capacity, max_bytes=ceiling),
                      timeout_s=timeout_s, timing=timing, then=sequence[1:], smem_poison=smem_poison)
     t2 = time.perf_counter()
-    notes = []
+    notes, confounds = [], ()
     taps, descriptors, account = (), (), None
     over = run.sink_overflow or {}
     if over:
@@ -368,7 +381,8 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
         taps, descriptors = trace.taps, trace.descriptors
         account = trace_format.account_of(trace, relaunched=bool(over.get("relaunched")),
                                           first_capacity=over.get("first_capacity"))
-        notes.extend(trace.warnings)
+        confounds, kept = trace_warnings(trace)  # a warning the judgement rests on is an open confound
+        notes.extend(kept)
         notes.append(f"trace: {len(taps)} taps from {trace.records} records, {trace.used_bytes} of {trace.capacity} "
                      f"sink bytes ({run.sink_source})" + ("" if trace.complete else f", {trace.dropped} dropped"))
     descriptors = tuple(descriptors) + host_maps  # the maps the host encoded for this launch
@@ -381,7 +395,7 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
     rec = Recording(spec=s, operands=ops, output=output, provenance=provenance, taps=taps,
                     descriptors=descriptors, kernel=k.entry, kernel_error=kernel_error,
                     environment=_environment(run), trace=account, output_poison=POISON_BYTE,
-                    command=tuple(command))
+                    command=tuple(command), confounds=confounds)
     if provenance.ladder == "ones" and output is not None:
         notes.append(_ones_check(rec))
     rec = replace(rec, notes=tuple(notes))

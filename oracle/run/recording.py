@@ -147,6 +147,36 @@ class Recording:
         return rec
 
 
+def trace_warnings(trace) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The trace parser's warnings (a harness.trace_format.TraceResult) sorted into the open
+    confounds of the recording (what the judgement rests on) and notes (what cannot change it).
+
+    - records the sink header did not select: every tap of the trace header checks the selection
+      itself, so such records were written past the tap API or over an altered header; the
+      selection the judgement reads (which tiles and k-blocks were traced, so where an untapped
+      k-block is a gap and where it was merely not traced) and the records' own coordinates are
+      then not to be trusted: an open confound;
+    - torn records: a note here, because the trace account's `torn` count already opens the
+      confound ("incomplete trace", oracle.judging.differential.findings.trace_confounds); the
+      lines only say where;
+    - records of one tap that disagree on the pipeline slot, or come from several CTAs: notes. No
+      comparison reads a tap's slot or CTA, and an element two records hold with different values
+      is refused by the parser, so each value judged is one the kernel recorded for that site.
+    """
+    from harness.trace_format import WARN_UNSELECTED
+
+    confounds = []
+    unselected = trace.warnings_of(WARN_UNSELECTED)
+    if unselected:
+        n = dict(trace.warning_counts).get(WARN_UNSELECTED, len(unselected))
+        shown = "; ".join(w for w in unselected[:3])
+        confounds.append(f"the kernel wrote {n} tap(s) the sink header did not select ({shown}): the taps check the "
+                         f"selection themselves, so these were written past the trace API or over an altered header; "
+                         f"which tiles and k-blocks were traced, and where the records belong, cannot be trusted")
+    notes = tuple(w for w in trace.warnings if w not in unselected)
+    return tuple(confounds), notes
+
+
 def _check_whole_tiles(taps) -> None:
     """A split problem's tile is whole when its mma taps name no partial (-1 in the trace), as the
     trace format documents; a tile whose mma taps do both is refused (it says two things)."""

@@ -17,7 +17,10 @@ A cases file (TOML):
     set = { m = 1024, n = 1024, k = 1024, a_dtype = "fp16", b_dtype = "fp16", out_dtype = "fp16" }
 
 Every case is verified (the differential's verdict) before it is timed; a diverging case is
-not timed. `--shard i/n` keeps cases i, i+n, i+2n, ... (0-based) so a sweep splits across
+not timed. `repeat = N` (default: the live case's [run] repeat) verifies a case as compare
+--repeat N does: the traced and the untraced build N times each on the same inputs, compared bit
+for bit; runs that differ make the row NONDETERMINISTIC (exit 6 if nothing worse), and a case
+that repeats is timed in one more run of its own. `--shard i/n` keeps cases i, i+n, i+2n, ... (0-based) so a sweep splits across
 machines or job arrays; with several visible GPUs one worker process runs per GPU.
 """
 
@@ -31,10 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from harness.fields import shown
-from oracle.run.case import CaseError, read_toml, trace_plan
+from oracle.run.case import MAX_REPEAT, CaseError, read_toml, trace_plan
 from oracle.run.inputs import InputError, parse_inputs
 
-CASE_KEYS = ("name", "case", "entry", "set", "inputs", "time", "trace_tiles", "trace_k_blocks", "timeout")
+CASE_KEYS = ("name", "case", "entry", "set", "inputs", "time", "trace_tiles", "trace_k_blocks", "timeout", "repeat")
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class BenchCase:
     timeout: Optional[float] = None
     trace_tiles: Optional[tuple] = None  # None: the case's [trace] (or its default sample)
     trace_k_blocks: Optional[tuple] = None
+    repeat: Optional[int] = None  # None: the live case's [run] repeat
 
 
 def load_cases(path: str) -> list[BenchCase]:
@@ -82,7 +86,7 @@ def load_cases(path: str) -> list[BenchCase]:
         plan = trace_plan(sel, where=f"{where}: trace")
         out.append(BenchCase(name, os.path.join(base, entry["case"]), entry.get("entry"), sets,
                              entry.get("inputs", "random:0"), entry.get("time", True), entry.get("timeout"),
-                             plan.tiles, plan.k_blocks))
+                             plan.tiles, plan.k_blocks, entry.get("repeat")))
     if not out:
         raise CaseError(f"cases file {path!r} has no [[case]] entries")
     names = [c.name for c in out]
@@ -101,6 +105,9 @@ def _typed(entry: dict, where: str) -> None:
         raise CaseError(f"{where}: set = {shown(entry['set'])} must be a table of problem fields")
     if "time" in entry and not isinstance(entry["time"], bool):
         raise CaseError(f"{where}: time = {shown(entry['time'])} must be true or false")
+    r = entry.get("repeat")
+    if r is not None and (isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= MAX_REPEAT):
+        raise CaseError(f"{where}: repeat = {shown(r)} must be an integer from 1 to {MAX_REPEAT}")
     t = entry.get("timeout")
     if t is not None and not (isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < float("inf")):
         raise CaseError(f"{where}: timeout = {shown(t)} must be a positive number of seconds")
@@ -158,20 +165,37 @@ def run_case(bc: BenchCase) -> dict:
 
         gen = "cuda" if torch.cuda.is_available() else "cpu"
         ops = make_operands(case.spec, ladder, seed, generator=gen)
-        live = run_live(case, ops, Provenance(ladder, seed if ladder == "random" else None, generator=gen),
-                        timeout_s=bc.timeout,
-                        timing=kernel_timing_request() if bc.time else None)
+        prov = Provenance(ladder, seed if ladder == "random" else None, generator=gen)
+        repeat = bc.repeat if bc.repeat is not None else case.run.repeat
+        live = run_live(case, ops, prov, timeout_s=bc.timeout, repeat=repeat,
+                        timing=kernel_timing_request() if bc.time and repeat == 1 else None)
         an = analyze(live.recording)
+        races = None
+        if live.races is not None:
+            from oracle.judging.repeat import compare_runs
+
+            rr = live.races
+            races = compare_runs(rr.traced, rr.untraced, failed=rr.failed)
     except Exception as e:  # a broken case is a row, not the end of the sweep
         row.update(verdict="ERROR", error=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
         return row
+    from oracle.judging.repeat import final_verdict
+
     row["problem"] = case.spec.describe()
-    row["verdict"] = an.verdict.value
+    row["verdict"] = final_verdict(an, races).value
+    if races is not None:
+        row["repeat"] = {"runs": repeat, "nondeterministic": races.nondeterministic, "reasons": races.reasons()}
     if an.first is not None:
         f = an.first
         row["first_divergence"] = {"stage": f.stage, "tile": list(f.tile) if f.tile else None, "k_block": f.k_block,
                                    "partial": f.partial, "group": f.group, "kind": f.kind.value}
-    if bc.time and an.verdict.value == "MATCH" and live.run.ok:
+    if bc.time and row["verdict"] == "MATCH" and live.run.ok:
+        if races is not None:  # the repeated runs verified it; the timing is a run of its own
+            try:
+                live = run_live(case, ops, prov, timeout_s=bc.timeout, timing=kernel_timing_request())
+            except Exception as e:
+                row.update(error=f"timing run: {type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
+                return row
         k = kernel_path(case.spec, live.run.timing, case.kernel.time_entry or case.kernel.entry)
         refs, notes = reference_paths(case.spec, ops)
         perf = Performance(tuple(([k] if k else []) + refs), tuple(notes))
@@ -218,7 +242,8 @@ def visible_gpus() -> int:
 
 def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optional[str] = None,
               workers: Optional[int] = None, time_cases: bool = True, stream=None) -> tuple[list[dict], int]:
-    """Run the sweep; returns (rows, exit code: 0 all match, 1 a divergence, 3 a kernel error, 2 a broken case).
+    """Run the sweep; returns (rows, exit code: 0 all match, 1 a divergence, 3 a kernel error, 6 runs that
+    differ (NONDETERMINISTIC), 2 a broken case).
     Progress goes to `stream` (default: sys.stderr at the time of the call)."""
     stream = sys.stderr if stream is None else stream
     cases = load_cases(cases_path)
@@ -255,7 +280,7 @@ def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optio
                 f.write(json.dumps({"environment": env, **r}, default=str) + "\n")
     verdicts = {r["verdict"] for r in rows}
     code = 3 if "KERNEL_ERROR" in verdicts else 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED"} \
-        else 2 if "ERROR" in verdicts else 0
+        else 6 if "NONDETERMINISTIC" in verdicts else 2 if "ERROR" in verdicts else 0
     return rows, code
 
 

@@ -347,8 +347,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     Every case is judged stage by stage first, then timed (kernel, Triton reference, cuBLAS).
     Prints progress and a results table; --jsonl PATH writes one JSON object per case with the
     environment. --shard i/n runs cases i, i+n, ... (0-based). With several visible GPUs one
-    worker process runs per GPU. Exit codes: 0 every case matches, 1 a case diverges (or is
-    mistrusted or the oracle untrusted), 2 bad usage or a broken case, 3 a kernel error."""
+    worker process runs per GPU. A case's `repeat = N` (default its live case's [run] repeat)
+    verifies it as compare --repeat N does. Exit codes: 0 every case matches, 1 a case diverges (or
+    is mistrusted or the oracle untrusted), 2 bad usage or a broken case, 3 a kernel error, 6 a
+    case's repeated runs differ (NONDETERMINISTIC)."""
     from oracle.tools.bench import run_bench, table
 
     rows, code = run_bench(args.cases, shard_text=args.shard, jsonl=args.jsonl, workers=args.workers,

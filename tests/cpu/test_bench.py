@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from oracle.tools.bench import BenchCase, load_cases, parse_shard, shard
@@ -64,3 +66,80 @@ def test_bad_trace_selections_are_named(tmp_path):
     p.write_text("[[case]]\ncase = 'a.toml'\ntrace_k_blocks = [-1]\n")
     with pytest.raises(CaseError, match="case #0: trace k_blocks must be"):
         load_cases(str(p))
+
+
+SIMPLE = "harness/examples/simple_gemm.toml"
+
+
+def test_a_case_may_repeat_and_a_bad_repeat_is_named(tmp_path):
+    p = tmp_path / "c.toml"
+    p.write_text(f"[defaults]\ncase = '{SIMPLE}'\nrepeat = 3\n[[case]]\nname = 'a'\n[[case]]\nname = 'b'\nrepeat = 1\n")
+    assert [c.repeat for c in load_cases(str(p))] == [3, 1]
+    for bad in ("0", "true", "101", "'2'"):
+        p.write_text(f"[[case]]\ncase = '{SIMPLE}'\nrepeat = {bad}\n")
+        with pytest.raises(CaseError, match=r"case #0: repeat = .* must be an integer from 1 to 100"):
+            load_cases(str(p))
+
+
+def _runs():
+    import dataclasses
+
+    from oracle.run.case import load_case
+    from oracle.run.inputs import Provenance, make_operands
+    from oracle.run.simulate import simulate
+
+    case = load_case(SIMPLE, {"m": 64, "n": 64, "k": 48})
+    ops = make_operands(case.spec, "random", 0)
+    rec = simulate(case.spec, ops, Provenance("random", 0), tap_tiles=[(0, 0)])
+    out = rec.output.clone()
+    out[3, 5] = out[3, 5] + 1
+    return case, ops, rec, dataclasses.replace(rec, output=out)
+
+
+def test_run_live_with_repeat_runs_the_races_and_refuses_timing(monkeypatch):
+    from harness.runner import KernelRun, RunStatus
+    from oracle.run import live
+    from oracle.run.inputs import Provenance
+
+    case, ops, rec, _ = _runs()
+    first = live.LiveRun(rec, KernelRun(RunStatus.OK), True, (), {})
+    seen = {}
+
+    def fake_races(case_, ops_, prov, *, repeat, **kw):
+        seen.update(repeat=repeat, **kw)
+        return live.RaceRuns(first, (rec, rec), (rec.output, rec.output), ())
+
+    monkeypatch.setattr(live, "run_races", fake_races)
+    got = live.run_live(case, ops, Provenance("random", 0), repeat=2, timeout_s=9.0)
+    assert got.recording is rec and got.races.traced == (rec, rec) and seen["repeat"] == 2 and seen["timeout_s"] == 9.0
+    with pytest.raises(CaseError, match="timing and shared-memory poison go with one run"):
+        live.run_live(case, ops, Provenance("random", 0), repeat=2, timing={})
+    with pytest.raises(CaseError, match="repeat 0 must be an integer from 1 to 100"):
+        live.run_live(case, ops, Provenance("random", 0), repeat=0)
+
+
+def test_a_bench_case_whose_repeated_runs_differ_is_nondeterministic_and_exits_6(monkeypatch, tmp_path):
+    from harness.runner import KernelRun, RunStatus
+    from oracle.run import live
+    from oracle.tools import bench
+
+    case, ops, rec, other = _runs()
+    calls = []
+
+    def fake_live(case_, ops_, prov, *, repeat=1, timing=None, **_):
+        calls.append((repeat, timing))
+        first = live.LiveRun(rec, KernelRun(RunStatus.OK), True, (), {})
+        return live.LiveRun(rec, KernelRun(RunStatus.OK), True, (), {},
+                            races=live.RaceRuns(first, (rec, other), (rec.output, rec.output), ()))
+
+    monkeypatch.setattr(live, "run_live", fake_live)
+    bc = BenchCase("x", SIMPLE, overrides={"m": 64, "n": 64, "k": 48}, repeat=2)
+    row = bench.run_case(bc)
+    assert row["verdict"] == "NONDETERMINISTIC" and row["repeat"]["nondeterministic"], row
+    assert calls == [(2, None)] and "performance" not in row  # verified by repeating, not timed
+    assert row["repeat"]["reasons"][0] == "repeated runs on the same inputs differ (output)"
+
+    p = tmp_path / "c.toml"
+    p.write_text(f"[[case]]\ncase = '{os.path.abspath(SIMPLE)}'\nrepeat = 2\n")
+    monkeypatch.setattr(bench, "run_case", lambda c: {"name": c.name, "verdict": "NONDETERMINISTIC"})
+    assert bench.run_bench(str(p), workers=1, stream=open(tmp_path / "log", "w"))[1] == 6

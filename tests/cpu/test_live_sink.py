@@ -54,3 +54,34 @@ def test_wildcard_selectors_count_each_tile_once():
     sel = TraceSelection(tiles=((2, -1), (-1, 3), (2, 3), (0, 0)))
     b = trace_budget(sel, tiles_m=4, tiles_n=5, k_blocks=2, block_m=8, block_n=8, block_k=8, itemsize={})
     assert b.tiles == 5 + 4 - 1 + 1
+
+
+def test_a_live_run_s_parser_warnings_are_sorted_into_confounds_and_notes(monkeypatch):
+    """The child is stood in for (no GPU): it hands back D and a sink holding one record of a tile
+    the header did not select and one tap written by two CTAs."""
+    from harness.runner import KernelRun, RunStatus
+    from harness.trace_format import TraceWriter
+    from oracle.run import live
+    from oracle.run.simulate import simulate
+
+    case = with_trace(load_case(str(ROOT / "harness" / "examples" / "simple_gemm.toml"),
+                                {"m": 128, "n": 64, "k": 48}), tiles=((0, 0),))
+    ops = make_operands(case.spec, "random", 1)
+    rec = simulate(case.spec, ops, Provenance("random", 1), tap_tiles=[(0, 0), (1, 0)])
+
+    def fake_run(cubin, entry, launch, tensors, *, sink, **_):
+        w = TraceWriter(sink.capacity, tiles=[(0, 0)])
+        for t in rec.taps:
+            if t.tile == (0, 0) or (t.stage == "mma" and t.k_block == 0):
+                w.tap(t)
+        cast = next(t for t in rec.taps if t.stage == "epilogue_cast" and t.tile == (0, 0))
+        w.elements("epilogue_cast", (0, 0), [0], [0], cast.values[0, :1], shape=(64, 64), cta=5)
+        return KernelRun(RunStatus.OK, outputs={"d": rec.output.clone()}, sink=w.to_bytes(), sink_source="test")
+
+    monkeypatch.setattr(live, "build_cubin", lambda *a, **k: type("B", (), {"cubin_path": "x", "cached": True})())
+    monkeypatch.setattr(live, "load_cubin", lambda path: b"cubin")
+    monkeypatch.setattr(live, "run_kernel", fake_run)
+    got = live.run_live(case, ops, Provenance("random", 1)).recording
+    (conf,) = got.confounds
+    assert "did not select" in conf and "mma tile (1, 0) k-block 0" in conf
+    assert any("several CTAs" in n for n in got.notes) and not any("did not select" in n for n in got.notes)

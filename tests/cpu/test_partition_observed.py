@@ -6,6 +6,7 @@ rules computed in O(partials) whatever the number of workers."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 
 import pytest
@@ -268,3 +269,93 @@ def test_an_operand_record_outside_the_tapped_partition_is_an_open_confound():
     an = analyze(dataclasses.replace(rec, taps=rec.taps + (dataclasses.replace(stray, partial=1),)))
     assert an.first.stage == "reduce" and an.first.kind is Kind.DRAFT, an.first
     assert any("load_a tile (0, 0) k-block 6 partial 1" in c for c in an.open_confounds), an.open_confounds
+
+
+# -- partitions traced in part: boundaries over untraced k-blocks are assumed ---------------------
+FLOOR = dataclasses.replace(SPLIT, partition="floor_shares")  # the floor-share kernel: 0-1 2-4 5-7
+
+
+def _traced_k_blocks(rec, kbs):
+    """The recording as a trace that selected only k-blocks `kbs` would have left it."""
+    from harness.trace_format import TraceSelection
+    from harness.trace_format.account import TraceAccount
+
+    taps = tuple(t for t in rec.taps if t.k_block is None or t.k_block in kbs)
+    return dataclasses.replace(rec, taps=taps, trace=TraceAccount(selection=TraceSelection(k_blocks=tuple(kbs))))
+
+
+def test_a_boundary_over_untraced_k_blocks_is_assumed_and_never_a_gap():
+    part = observed_partition(FLOOR, (0, 0), {0: {0, 1}, 1: {3, 4}, 2: {5}}, lambda kb: kb not in (2, 6, 7))
+    assert [(p.kb_begin, p.kb_end) for p in part.partials] == [(0, 2), (2, 5), (5, 8)] and not part.issues
+    assert [(a.partial, a.k_block, a.untraced, a.end) for a in part.assumed] == [(1, 2, (2,), False),
+                                                                                 (3, 8, (6, 7), True)]
+    assert part.assumed[0].describe() == ("tile (0, 0): the partition boundary between k-blocks 1 and 3 is assumed "
+                                          "from the declared rule floor_shares (partial 1 begins at k-block 2): "
+                                          "k-block 2 not traced")
+    assert part.assumed_begin(1) == part.assumed[:1] and part.assumed_end(2) == part.assumed[1:]
+    # the same taps with every k-block recorded: k-blocks 2, 6 and 7 are gaps, nothing is assumed
+    full = observed_partition(FLOOR, (0, 0), {0: {0, 1}, 1: {3, 4}, 2: {5}})
+    assert [i.k_block for i in full.issues] == [2, 6, 7] and not full.assumed
+
+
+def test_a_partial_trace_of_a_correct_floor_share_kernel_under_its_rule_matches_and_says_what_it_assumed():
+    an = analyze(_traced_k_blocks(_rec(FLOOR), [0, 1, 3, 4, 5, 6, 7]))
+    assert an.verdict is Verdict.MATCH, (an.first, an.diagnosis.reason)
+    assumed = "the partition boundary between k-blocks 1 and 3 is assumed from the declared rule floor_shares"
+    assert any(assumed in a for a in an.assumed) and not an.open_confounds
+    assert assumed in report.sentence(an) and f"assumed, not observed: tile (0, 0): {assumed}" in report.render(an)
+    assert "1 boundary over untraced k-blocks placed by the declared rule, not observed" in an.partition
+
+
+def test_a_correct_kernel_under_a_wrong_rule_whose_boundary_was_not_traced_is_a_draft_naming_it():
+    # ceil shares put partial 1 at k-block 3; the kernel's begins at 2, which was not traced: its
+    # accumulator at k-block 3 holds k-blocks 2-3, which only a boundary at 2 explains. The data
+    # cannot tell that from a defect, so the disagreement is reported, as a DRAFT with the assumption.
+    an = analyze(_traced_k_blocks(_rec(SPLIT, kernel_rule="floor_shares"), [0, 1, 3, 4, 5, 6, 7]))
+    assert an.verdict is Verdict.DIVERGED and an.first.stage == "mma", (an.first, an.diagnosis.reason)
+    assert (an.first.partial, an.first.k_block, an.first.kind) == (1, 3, Kind.DRAFT)
+    said = ("tile (0, 0): the partition boundary between k-blocks 1 and 3 is assumed from the declared rule "
+            "ceil_shares (partial 1 begins at k-block 3): k-block 2 not traced")
+    assert an.first.assumed == (said,) and said in an.open_confounds
+    assert said in report.sentence(an) and "a trace of k-block 2, where the partition boundary was assumed" \
+        in report.sentence(an)
+    doc = json.loads(json.dumps(report.to_json(an), default=str))
+    report.validate(doc)  # the shipped schema holds the units' and the finding's assumptions
+    assert doc["first_divergence"]["assumed"] == [said]
+    mma = next(st for st in doc["stages"] if st["name"] == "mma")
+    assert mma["details"]["teacher_forced"]["worst_tile"]["assumed"] == [said]
+    # traced in full, the same kernel is judged by its own boundaries
+    assert analyze(_rec(SPLIT, kernel_rule="floor_shares")).verdict is Verdict.MATCH
+
+
+def test_a_gap_on_an_untraced_k_block_is_no_gap_finding_but_a_draft_on_the_assumed_boundary():
+    # partial 1 starts at 3 instead of 2; k-block 2 is not traced, so nothing shows it was summed by none
+    an = analyze(_traced_k_blocks(_rec(FLOOR, defect="partial_gap"), [0, 1, 3, 4, 5, 6, 7]))
+    assert an.verdict is Verdict.DIVERGED and an.first.stage == "mma" and an.first.kind is Kind.DRAFT, an.first
+    assert not "tapped in no partial" in (an.first.hint or "")
+    assert an.first.assumed and "k-block 2 not traced" in an.first.assumed[0]
+
+
+def test_a_defect_on_observed_taps_stays_a_verdict_beside_an_assumed_boundary():
+    # k-block 4 (partial 1's last) is not traced: the boundary between partials 1 and 2 is assumed;
+    # the defect at k-block 1 of partial 0 rests on k-blocks 0-1 and the boundary at 2, all traced
+    an = analyze(_traced_k_blocks(_rec(FLOOR, defect="mma_kblock_twice", kb=1), [0, 1, 2, 3, 5, 6, 7]))
+    assert an.verdict is Verdict.DIVERGED and an.first.stage == "mma", (an.first, an.diagnosis.reason)
+    assert (an.first.partial, an.first.k_block, an.first.kind) == (0, 1, Kind.VERDICT), an.first
+    assert not an.first.assumed and not an.open_confounds and an.assumed
+
+
+def test_a_reduce_resting_on_an_assumed_boundary_is_a_draft_and_an_epilogue_fed_by_the_reduce_tap_is_not():
+    spec = dataclasses.replace(FLOOR, bias="col")
+    twice = analyze(_traced_k_blocks(_rec(spec, defect="reduce_partial_twice"), [0, 2, 3, 4, 5, 6, 7]))
+    assert twice.first.stage == "reduce" and twice.first.kind is Kind.DRAFT, twice.first
+    assert "k-block 1 not traced" in twice.first.assumed[0]  # partial 0's last tap: k-block 0 or 1?
+    rec = _traced_k_blocks(_rec(spec, defect="epilogue_bias_axis"), [0, 2, 3, 4, 5, 6, 7])
+    # no scale, alpha 1, beta 0: with those steps untapped the bias step is fed by the accumulator source
+    rec = dataclasses.replace(rec, taps=tuple(t for t in rec.taps if t.stage not in ("epilogue_scale",
+                                                                                     "epilogue_alpha_beta")))
+    fed = analyze(rec)
+    assert fed.first.stage == "epilogue_bias" and fed.first.kind is Kind.VERDICT and not fed.first.assumed, fed.first
+    summed = analyze(dataclasses.replace(rec, taps=tuple(t for t in rec.taps if t.stage != "reduce")))
+    assert summed.first.stage == "epilogue_bias" and summed.first.kind is Kind.DRAFT, summed.first
+    assert "k-block 1 not traced" in summed.first.assumed[0] and summed.first.assumed[0] in report.sentence(summed)

@@ -407,6 +407,61 @@ def test_compare_judges_a_reproducer_run_stage_by_stage(tmp_path, capsys):
     assert "cudaErrorIllegalAddress" in capsys.readouterr().out
 
 
+def _sink_with(out: Path, taps, extra) -> None:
+    """sink.bin holding `taps`, then what `extra(writer)` adds, under launch.txt's capacity and tiles."""
+    tiles = [tuple(map(int, t.split(","))) for t in _single(out, "trace_tiles")]
+    w = TraceWriter(int(_single(out, "trace_capacity_bytes")[0]), tiles=tiles)
+    for tap in taps:
+        w.tap(tap)
+    extra(w)
+    (out / "sink.bin").write_bytes(w.to_bytes())
+
+
+def test_a_parser_warning_the_judgement_rests_on_is_an_open_confound_and_one_it_cannot_change_a_note(tmp_path):
+    from oracle.report import table as report
+    from oracle.run.simulate import Injection, simulate
+
+    case = with_trace(load_case(str(SIMPLE), {"m": 128, "n": 64, "k": 48}), tiles=((0, 0),))
+    out, ops = _write(case, "random", 1, tmp_path / "r")
+    rec = simulate(case.spec, ops, Provenance("random", 1), injection=Injection("mma_kblock_twice", (0, 0), 1),
+                   tap_tiles=[(0, 0), (1, 0)])
+    mine = [t for t in rec.taps if t.tile == (0, 0)]
+    stray = next(t for t in rec.taps if t.tile == (1, 0) and t.stage == "mma" and t.k_block == 0)
+    (out.path / "d.bin").write_bytes(_storage_bytes(rec.output, case.spec.d_major))
+    (out.path / "result.txt").write_text("status ok\nentry x_traced\ntraced 1\n")
+
+    _sink_with(out.path, mine, lambda w: None)  # as selected: a VERDICT, no confound
+    clean = analyze(load_repro_run(out.path))
+    assert clean.first.kind.value == "VERDICT" and not clean.open_confounds
+
+    # a record of tile (1, 0), which the header did not select: the selection cannot be trusted
+    _sink_with(out.path, mine, lambda w: w.tap(stray))
+    back = load_repro_run(out.path)
+    assert len(back.confounds) == 1 and "did not select" in back.confounds[0] and "tile (1, 0)" in back.confounds[0]
+    assert not any("did not select" in n for n in back.notes)
+    an = analyze(back)
+    assert an.first.stage == "mma" and an.first.kind.value == "DRAFT" and back.confounds[0] in an.open_confounds
+    assert "did not select" in report.sentence(an)
+
+    # the same mma record written again by a second CTA: no value changes, so a note and still a VERDICT
+    tap = next(t for t in mine if t.stage == "mma" and t.k_block == 2)
+    rows, cols = zip(*[(r, c) for r in range(64) for c in range(64)])
+    _sink_with(out.path, mine, lambda w: w.elements("mma", (0, 0), rows, cols, tap.values.reshape(-1),
+                                                    shape=(64, 64), k_block=2, cta=7))
+    back = load_repro_run(out.path)
+    assert not back.confounds and any("several CTAs" in n for n in back.notes)
+    assert analyze(back).first.kind.value == "VERDICT"
+
+    # a kernel that stopped while writing a record: the torn record is an open confound through the account
+    (out.path / "result.txt").write_text("status kernel_error\nerror cudaErrorIllegalAddress\nmessage stopped\n")
+    _sink_with(out.path, mine, lambda w: w.elements("mma", (0, 0), [0], [0], tap.values[0, :1], shape=(64, 64),
+                                                    k_block=2, commit=False))
+    back = load_repro_run(out.path)
+    assert back.trace.torn == 1 and any("not committed" in n for n in back.notes) and not back.confounds
+    assert any(c.startswith("incomplete trace: 1 record(s) were reserved but never completed")
+               for c in analyze(back).open_confounds)
+
+
 def test_compare_judges_a_grouped_reproducer_run_group_by_group(tmp_path):
     from oracle.run.simulate import Injection, simulate
 

@@ -165,6 +165,11 @@ def test_slot_and_cta_disagreement_are_warnings():
     assert tap.slot == 0 and tap.cta == 3
     assert any("pipeline slot" in m for m in res.warnings) and any("several CTAs" in m for m in res.warnings)
     assert not res.complete
+    assert res.warning_kinds == (tf.WARN_SLOT, tf.WARN_CTAS) and dict(res.warning_counts) == {tf.WARN_SLOT: 1,
+                                                                                            tf.WARN_CTAS: 1}
+    assert res.warnings_of(tf.WARN_CTAS) == res.warnings[1:] and res.warnings_of(tf.WARN_UNSELECTED) == ()
+    with pytest.raises(ValueError, match="warning kind 'slots' is unknown"):
+        res.warnings_of("slots")
 
 
 def test_taps_come_in_pipeline_order():
@@ -627,6 +632,7 @@ def test_warnings_of_one_kind_are_counted_past_a_few():
     assert len(res.taps) == 20 and not res.complete
     assert len(res.warnings) == tf.MAX_WARNINGS_PER_KIND + 1
     assert res.warnings[-1].startswith(f"... and {20 - tf.MAX_WARNINGS_PER_KIND} more warning(s)")
+    assert res.warnings_of(tf.WARN_UNSELECTED) == res.warnings and dict(res.warning_counts) == {tf.WARN_UNSELECTED: 20}
 
 
 def _descriptor_buf(**overrides) -> bytearray:

@@ -48,6 +48,7 @@ class Analysis:
     groups: tuple = ()  # a grouped or batched run: every group's outcome (oracle.judging.differential.groups)
     whole: Optional[Recording] = None  # a grouped or batched run: the recording of the whole run
     partition: Optional[str] = None  # a split problem: the rule the taps' partitions follow (oracle.problem.partition)
+    assumed: tuple[str, ...] = ()  # partition boundaries the declared rule placed over untraced k-blocks
 
     @property
     def verdict(self) -> Verdict:
@@ -123,8 +124,10 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     if partition is not None:
         handled += (partition,)
     first, kind = first_finding(ctx, stages, diag, confounds=open_conf)
+    if first is not None:  # the finding's own assumptions are open confounds of the run's report
+        open_conf.extend(a for a in first.assumed if a not in open_conf)
     return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, first_nonfinite(stages),
-                    str(dev), tuple(unobserved(ctx, stages)), partition=partition)
+                    str(dev), tuple(unobserved(ctx, stages)), partition=partition, assumed=ctx.partition_assumptions)
 
 
 def expected_output(spec, operands, device: Optional[torch.device] = None) -> tuple[torch.Tensor, torch.Tensor]:

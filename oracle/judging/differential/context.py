@@ -85,6 +85,7 @@ class Source:
     recorded: torch.Tensor
     name: str
     stand_ins: tuple = ()
+    assumed: tuple[str, ...] = ()  # partition assumptions the values rest on (Context.assumed)
 
 
 class Context:
@@ -169,6 +170,23 @@ class Context:
             shown = "; ".join(odd[:4]) + (f" and {len(odd) - 4} more" if len(odd) > 4 else "")
             self.confound(f"operand records outside the partition the mma taps show: {shown} (no partial of the tile "
                           f"holds them there)")
+
+    def assumed(self, tile, *, begin: Optional[int] = None, end: Optional[int] = None, at: Optional[int] = None,
+                every: bool = False) -> tuple[str, ...]:
+        """The partition boundaries a comparison in `tile` rests on that the declared rule placed over
+        untraced k-blocks (oracle.problem.partition.AssumedBoundary), described: where partial
+        `begin` begins, where partial `end` ends, which partial holds k-block `at`, or (`every`) any
+        boundary of the tile. Each is an open confound of the units that rest on it."""
+        p = self.partitions.get(tuple(tile))
+        if p is None or not p.assumed:
+            return ()
+        found = p.assumed if every else \
+            p.assumed_begin(begin) + p.assumed_end(end) + (p.assumed_at(at) if at is not None else ())
+        return tuple(dict.fromkeys(a.describe() for a in found))
+
+    @property
+    def partition_assumptions(self) -> tuple[str, ...]:
+        return tuple(a.describe() for p in self.partitions.values() for a in p.assumed)
 
     @property
     def partition_issues(self) -> tuple[PartitionIssue, ...]:
@@ -331,9 +349,10 @@ class Context:
     def judge(self, received: torch.Tensor, expected: torch.Tensor, *, feed: Feed, valid: torch.Tensor,
               recorded: Optional[torch.Tensor] = None, upstream: Optional[torch.Tensor] = None,
               bound: Optional[torch.Tensor] = None, stand_ins=(), unwritten: Optional[torch.Tensor] = None,
-              partial: Optional[int] = None, **kw) -> Comparison:
+              partial: Optional[int] = None, assumed: tuple[str, ...] = (), **kw) -> Comparison:
         """compare() over the elements that were observed on both sides, labelled with what fed
-        the expected side and what was masked and why."""
+        the expected side, what was masked and why, and what its expected side assumed (`assumed`:
+        Context.assumed, carried by every unit)."""
         mask = valid
         masked = {PADDING: int((~valid).sum())}
         if recorded is not None:
@@ -347,6 +366,7 @@ class Context:
             cmp = dataclasses.replace(cmp, tiles=tuple(
                 dataclasses.replace(t, ratio_map=ratio_map(received, expected, bound, mask, unwritten, t, kw))
                 if not t.passed else t for t in cmp.tiles))
-        if partial is not None:
-            cmp = dataclasses.replace(cmp, tiles=tuple(dataclasses.replace(t, partial=partial) for t in cmp.tiles))
+        if partial is not None or assumed:
+            cmp = dataclasses.replace(cmp, tiles=tuple(dataclasses.replace(
+                t, partial=t.partial if partial is None else partial, assumed=tuple(assumed)) for t in cmp.tiles))
         return cmp.labelled(Evidence.of(feed, masked, stand_ins))

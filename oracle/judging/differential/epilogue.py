@@ -131,7 +131,8 @@ def _teacher_forced(ctx: Context, tile, step_index: int, sources: dict):
     """The reference for epilogue step `step_index` (len(EPILOGUE_STEPS): the store) fed from the
     kernel's nearest upstream tap of the tile (an epilogue step, else the accumulator source: the
     final mma tap, the reduce tap, or the partials summed). Returns (values, bound, recorded mask of
-    the source, stand-ins, note) or None when nothing upstream was tapped."""
+    the source, stand-ins, note, the partition assumptions the source rests on) or None when nothing
+    upstream was tapped."""
     spec = ctx.spec
     for up in range(step_index - 1, -2, -1):
         src = ctx.tap(f"epilogue_{EPILOGUE_STEPS[up]}", tile) if up >= 0 else sources.get(tile)
@@ -139,6 +140,7 @@ def _teacher_forced(ctx: Context, tile, step_index: int, sources: dict):
             continue
         skipped = [s for s in EPILOGUE_STEPS[up + 1:step_index] if step_acts(spec, s)]
         stand_ins = tuple((f"epilogue_{s}", tile, None) for s in skipped)
+        assumed = () if up >= 0 else tuple(src.assumed)
         if up >= 0:
             name, recorded = f"the kernel's {src.stage} tap", ctx.recorded(src)
         else:
@@ -152,7 +154,7 @@ def _teacher_forced(ctx: Context, tile, step_index: int, sources: dict):
             for step, y, b in run_epilogue(ctx, y, b, up + 1, Vectors(ctx, tile)):
                 if step == EPILOGUE_STEPS[last]:
                     break
-        return y, b, recorded, stand_ins, note
+        return y, b, recorded, stand_ins, note, assumed
     return None
 
 
@@ -174,11 +176,11 @@ def epilogue_stages(ctx: Context, chain, sources: dict) -> list[StageResult]:
                                 recorded=recorded, bound=None if exact else bnd, **where))
             fed = _teacher_forced(ctx, tap.tile, si, sources)
             if fed is not None:
-                y, b, upstream, stand_ins, note = fed
+                y, b, upstream, stand_ins, note, assumed = fed
                 exact = bool((b == 0).all()) and y.dtype == received.dtype
                 c = ctx.judge(received, y if exact else y.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL,
                               valid=valid, recorded=recorded, upstream=upstream, bound=None if exact else b,
-                              stand_ins=stand_ins, **where)
+                              stand_ins=stand_ins, assumed=assumed, **where)
                 tf.append(c.with_notes(f"fed from {note}"))
         results.append(StageResult(stage, combine(tf) if tf else NOT_RUN_STAGE, combine(ch) if ch else NOT_RUN_STAGE))
     results.append(store_stage(ctx, chain, sources))
@@ -203,7 +205,7 @@ def store_stage(ctx: Context, chain, sources: dict) -> StageResult:
         fed = _teacher_forced(ctx, tile, len(EPILOGUE_STEPS), sources)
         if fed is None:
             continue
-        y, b, upstream, stand_ins, note = fed
+        y, b, upstream, stand_ins, note, assumed = fed
         r0, c0 = tile[0] * ctx.bm, tile[1] * ctx.bn
         got = out[r0:r0 + ctx.bm, c0:c0 + ctx.bn]
         h, w = got.shape
@@ -212,6 +214,6 @@ def store_stage(ctx: Context, chain, sources: dict) -> StageResult:
         c = ctx.judge(got, y if is_exact else y.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL,
                       valid=torch.ones(got.shape, dtype=torch.bool, device=ctx.dev), upstream=upstream,
                       bound=None if is_exact else b, stand_ins=stand_ins, unwritten=ctx.unwritten(got, y),
-                      origin=(r0, c0), tile_index=tile)
+                      origin=(r0, c0), tile_index=tile, assumed=assumed)
         tf.append(c.with_notes(f"fed from {note}"))
     return StageResult("epilogue_store", combine(tf) if tf else NOT_RUN_STAGE, ch)

@@ -5,11 +5,15 @@ trace or mixed inputs open, and what a MATCH did not see.
 A finding is a VERDICT only when the stage's own teacher-forced comparison failed on controlled
 inputs with no open confound, fed by the kernel's own taps, global memory or descriptor fields. A
 finding fed by a reference stand-in names the missing tap; a divergence in a tile that was not
-traced names the tile and the command that traces it.
+traced names the tile and the command that traces it; a failing unit that rests on a partition
+boundary the declared rule placed over untraced k-blocks (TileMetrics.assumed) has that boundary
+as an open confound, and among failing units of the stage one that rests on observed taps only is
+reported first.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -20,6 +24,7 @@ from oracle.judging.diagnose import Diagnosis, Kind, Verdict, evidence_kind
 from oracle.judging.differential.context import Context, StageResult
 from oracle.judging.differential.epilogue import step_acts
 from oracle.judging.evidence import FieldCheck, describe_sites
+from oracle.problem.partition import kb_ranges
 from oracle.run.inputs import KTAG_PERIOD, decode_index, decode_ktag
 
 MAX_LISTED_SITES = 2048  # selection sites enumerated when naming what an overflowed sink lost
@@ -47,6 +52,7 @@ class FirstDivergence:
     missing: tuple[str, ...] = ()  # what a VERDICT would need
     partial: Optional[int] = None  # the partial of a split tile
     group: Optional[int] = None  # the group (or batch entry) of a grouped run
+    assumed: tuple[str, ...] = ()  # partition boundaries the finding rests on that were assumed, not traced
 
 
 # -- confounds -------------------------------------------------------------------------------
@@ -165,7 +171,16 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
     if stand_ins:
         missing.append(f"the kernel's own {describe_sites(stand_ins)} (a reference value stood in for each; "
                        f"{_how_to_record(ctx, stand_ins)})")
-    kind = evidence_kind(diag, inputs_controlled=controlled, confounds=confounds, stand_ins=stand_ins)
+    assumed = unit.assumed if unit is not None else ()
+    if assumed:
+        if "no open confound" not in missing:
+            missing.append("no open confound")
+        kbs = sorted({kb for part in ctx.partitions.values() for a in part.assumed if a.describe() in assumed
+                      for kb in a.untraced})
+        missing.append(f"a trace of k-block{'s' if len(kbs) > 1 else ''} {kb_ranges(kbs)}, where the partition "
+                       f"boundary was assumed (--trace-k-blocks with them): the kernel's taps then place it")
+    kind = evidence_kind(diag, inputs_controlled=controlled, confounds=tuple(confounds) + tuple(assumed),
+                         stand_ins=stand_ins)
     if unit is None:
         return FirstDivergence(st.name, None, None, None, None, None, None, None, kind, which, None,
                                missing=tuple(missing)), kind
@@ -183,7 +198,8 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
                            _hint(ctx, st.name, el) or _partition_hint(ctx, st.name, unit), fed_by=unit.fed_by,
                            stand_ins=stand_ins,
                            untraced=diag.untraced, rerun=rerun, unwritten=bool(el and el.unwritten),
-                           missing=tuple(missing) if kind is Kind.DRAFT else (), partial=unit.partial), kind
+                           missing=tuple(missing) if kind is Kind.DRAFT else (), partial=unit.partial,
+                           assumed=tuple(assumed)), kind
 
 
 def _how_to_record(ctx: Context, sites) -> str:
@@ -204,11 +220,15 @@ def _how_to_record(ctx: Context, sites) -> str:
 
 def _chosen_unit(cmp: Comparison, diag: Diagnosis) -> Optional[TileMetrics]:
     """The failing unit to report: among untraced tiles the worst one; else the first in pipeline
-    order (earliest k-block, then tile)."""
+    order (earliest k-block, then tile) of those that rest on no assumed partition boundary, else
+    of all."""
     if diag.untraced:
         bad = [t for t in cmp.tiles if not t.passed and t.tile in set(diag.untraced)]
         if bad:
             return max(bad, key=lambda t: (t.max_ratio, t.mismatches))
+    observed = [t for t in cmp.tiles if not t.passed and not t.assumed]
+    if observed and len(observed) < sum(not t.passed for t in cmp.tiles):
+        return dataclasses.replace(cmp, tiles=tuple(observed)).first_bad_tile
     return cmp.first_bad_tile
 
 
@@ -263,7 +283,8 @@ def first_nonfinite(stages):
 
 # -- what a run did not see ------------------------------------------------------------------
 def unobserved(ctx: Context, stages: Sequence[StageResult]) -> list[str]:
-    """Stages of this problem that nothing was compared for, and stand-ins a MATCH rests on."""
+    """Stages of this problem that nothing was compared for, stand-ins a MATCH rests on, and the
+    partition boundaries that were assumed, not traced."""
     out = []
     silent = [s.name for s in stages if s.teacher_forced.status is Status.NOT_RUN
               and s.chained.status is Status.NOT_RUN and _acts(ctx, s.name)]
@@ -277,4 +298,5 @@ def unobserved(ctx: Context, stages: Sequence[StageResult]) -> list[str]:
         total = ctx.spec.tiles_m * ctx.spec.tiles_n
         if len(ctx.traced_tiles) < total:
             out.append(f"{len(ctx.traced_tiles)} of {total} tiles traced (the others are judged at the output only)")
+    out.extend(ctx.partition_assumptions)  # boundaries placed by the declared rule over untraced k-blocks
     return out

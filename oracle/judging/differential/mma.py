@@ -11,7 +11,11 @@ A split tile (split-K, stream-K) is judged partial by partial, its partials as i
 them (oracle.problem.partition.observed_partition): each partial's trajectory starts from zero at its first
 k-block. A partition no valid kernel has (a k-block tapped in two partials, or in none) is itself a
 failing unit of the stage at that partial and k-block, fed by the kernel's taps; a tap that still
-falls outside its partial is an open confound and is left out of the trajectory.
+falls outside its partial is an open confound and is left out of the trajectory. Where a
+partial's first k-block (or, for a tap without a k-block, its last) rests on a boundary the declared
+rule placed over untraced k-blocks, every unit that starts from it carries that assumption (an
+open confound of the unit: its finding is a DRAFT that names it); so does a gap whose partial
+depends on one.
 """
 
 from __future__ import annotations
@@ -74,7 +78,8 @@ def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
         runs.setdefault((t.tile, t.partial), {})[kb] = t
         if kb == part.kb_end - 1:
             finals[(t.tile, t.partial)] = t
-    tf, ch = [partition_unit(i) for i in ctx.partition_issues], []
+    tf, ch = [partition_unit(i, ctx.assumed(i.tile, at=i.k_block) if i.kind == "gap" else ())
+              for i in ctx.partition_issues], []
     for (tile, p_index), by_kb in sorted(runs.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
         part = ctx.partial(tile, p_index)
         traj, s_traj = _partial_reference(ctx, tile, part)
@@ -92,14 +97,15 @@ def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
     return StageResult("mma", combine(tf), combine(ch)), finals
 
 
-def partition_unit(issue: PartitionIssue) -> Comparison:
+def partition_unit(issue: PartitionIssue, assumed: tuple[str, ...] = ()) -> Comparison:
     """A partition no valid kernel has, as a failing unit of the mma stage at its partial and
-    k-block (no element: the fault is which k-blocks were summed, read from the kernel's taps)."""
+    k-block (no element: the fault is which k-blocks were summed, read from the kernel's taps).
+    `assumed`: the assumed boundaries its partial depends on (Context.assumed)."""
     nan = float("nan")
     unit = TileMetrics(issue.tile, issue.k_block, compared=0, excluded=0, mismatches=1, max_abs_err=nan,
                        max_rel_err=nan, max_ratio=float("inf"), rel_l2=nan, cosine=nan, amplification=nan,
                        nan_received=0, nan_expected=0, inf_received=0, inf_expected=0, trivial=False, exact=False,
-                       partial=issue.partial)
+                       partial=issue.partial, assumed=tuple(assumed))
     return Comparison(Status.MISMATCH, (unit,), (f"partition: {issue.describe()}",)).labelled(Evidence.of(Feed.KERNEL))
 
 
@@ -124,6 +130,10 @@ def _judge_span(ctx: Context, t: Tap, part, kb: int, j0, by_kb: dict, traj, s_tr
     `stats`: the reference trajectory's partial-sum statistics (trajectory_stats)."""
     spec = ctx.spec
     b0 = part.kb_begin
+    # the chained trajectory starts at the partial's first k-block; so does the teacher-forced span
+    # when no earlier tap of the partial is there; a tap without a k-block sits at its last
+    ends = t.partial if t.k_block is None else None
+    from_begin = ctx.assumed(t.tile, begin=t.partial, end=ends)
     received = t.values.to(ctx.dev).float()
     recorded = ctx.recorded(t)
     valid = ctx.valid_mask("mma", t.tile, tuple(received.shape))
@@ -133,7 +143,7 @@ def _judge_span(ctx: Context, t: Tap, part, kb: int, j0, by_kb: dict, traj, s_tr
     bound = tolerance.mma_bound(spec, torch.zeros_like(s_traj[kb - b0]), s_traj[kb - b0], n_k, stats.at(kb - b0),
                                 x_abs=traj[kb - b0].abs())
     c_ch = ctx.judge(received, traj[kb - b0].float(), feed=Feed.REFERENCE, valid=valid, recorded=recorded,
-                     bound=bound, partial=t.partial, **where)
+                     bound=bound, partial=t.partial, assumed=from_begin, **where)
 
     upstream = torch.ones_like(recorded)
     if j0 is not None:
@@ -177,5 +187,5 @@ def _judge_span(ctx: Context, t: Tap, part, kb: int, j0, by_kb: dict, traj, s_tr
     bound = tolerance.mma_bound(spec, start_abs, span_s, max(n_span, 1), span)
     c_tf = ctx.judge(received, acc.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL, valid=valid,
                      recorded=recorded, upstream=upstream, bound=bound, stand_ins=stand_ins, partial=t.partial,
-                     **where)
+                     assumed=from_begin if j0 is None else ctx.assumed(t.tile, end=ends), **where)
     return c_tf, c_ch

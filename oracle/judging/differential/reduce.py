@@ -8,7 +8,10 @@ The partials are the tile's own, as its mma taps show them (oracle.problem.parti
 epilogue its source per tile: the reduce tap; or, where the reduction was not tapped, the kernel's
 partials summed by the reference (a stand-in for the reduce tap); or, for a whole tile (a problem
 that is not split, a tile whose taps name no partial, a stream-K tile one worker did alone), its
-final mma tap.
+final mma tap. Which mma tap is a partial's last, and the k-blocks a stand-in partial covers, rest
+on the tile's partition: where the declared rule placed a boundary over untraced k-blocks, the
+reduce units of the tile, and an epilogue fed by anything but the kernel's reduce tap, carry it
+as an open confound (Context.assumed).
 """
 
 from __future__ import annotations
@@ -32,15 +35,17 @@ def reduce_stage(ctx: Context, finals: dict) -> tuple[StageResult, dict]:
     tf, ch = [], []
     for tile in tiles:
         tap = ctx.tap("reduce", tile)
+        assumed = ctx.assumed(tile, every=True)
         if ctx.whole(tile):
             final = finals.get((tile, None)) if (tile, None) in finals else finals.get((tile, 0))
             if tap is not None and spec.partitioned:  # the kernel passed the whole tile through its reduction
                 sources[tile] = Source(tap.values.to(ctx.dev), ctx.recorded(tap), "reduce")
             elif final is not None:
-                sources[tile] = Source(final.values.to(ctx.dev), ctx.recorded(final), "mma (final accumulator)")
+                sources[tile] = Source(final.values.to(ctx.dev), ctx.recorded(final), "mma (final accumulator)",
+                                       assumed=assumed)
             if tap is not None and final is not None:
                 c_tf, c_ch = _judge(ctx, tap, final.values.to(ctx.dev).float(), ctx.recorded(final), (), 1,
-                                    torch.zeros(ctx.bm, ctx.bn, dtype=torch.float64, device=ctx.dev))
+                                    torch.zeros(ctx.bm, ctx.bn, dtype=torch.float64, device=ctx.dev), None, assumed)
                 tf.append(c_tf)
                 ch.append(c_ch)
             continue
@@ -60,11 +65,11 @@ def reduce_stage(ctx: Context, finals: dict) -> tuple[StageResult, dict]:
         summed = ref_reduce.reduce_partials(torch.stack(values))
         if tap is None:
             sources[tile] = Source(summed, recorded, "mma partials through the untapped reduce",
-                                   tuple(stand_ins) + (("reduce", tile, None),))
+                                   tuple(stand_ins) + (("reduce", tile, None),), assumed)
             continue
         sources[tile] = Source(tap.values.to(ctx.dev), ctx.recorded(tap), "reduce")
         c_tf, c_ch = _judge(ctx, tap, summed, recorded, tuple(stand_ins), len(parts), extra,
-                            torch.stack(values))
+                            torch.stack(values), assumed)
         tf.append(c_tf)
         ch.append(c_ch)
     if not tf and not ch:
@@ -72,7 +77,7 @@ def reduce_stage(ctx: Context, finals: dict) -> tuple[StageResult, dict]:
     return StageResult("reduce", combine(tf), combine(ch)), sources
 
 
-def _judge(ctx: Context, tap, expected, upstream, stand_ins, n_parts, extra_bound, parts=None):
+def _judge(ctx: Context, tap, expected, upstream, stand_ins, n_parts, extra_bound, parts=None, assumed=()):
     spec = ctx.spec
     received = tap.values.to(ctx.dev).float()
     recorded = ctx.recorded(tap)
@@ -82,9 +87,9 @@ def _judge(ctx: Context, tap, expected, upstream, stand_ins, n_parts, extra_boun
     abs_sum = parts.abs().sum(0).double() if parts is not None else expected.abs().double()
     bound = tolerance.reduce_bound(abs_sum, n_parts) + extra_bound
     c_tf = ctx.judge(received, expected, feed=Feed.STAND_IN if stand_ins else Feed.KERNEL, valid=valid,
-                     recorded=recorded, upstream=upstream, bound=bound, stand_ins=stand_ins, **where)
+                     recorded=recorded, upstream=upstream, bound=bound, stand_ins=stand_ins, assumed=assumed, **where)
     traj, s_traj = _partial_reference(ctx, tap.tile, Partial(0, 0, spec.k_blocks))
     full = tolerance.mma_bound(spec, torch.zeros_like(s_traj[-1]), s_traj[-1], spec.k).double()
     c_ch = ctx.judge(received, traj[-1].float(), feed=Feed.REFERENCE, valid=valid, recorded=recorded,
-                     bound=full + tolerance.reduce_bound(s_traj[-1].double(), n_parts), **where)
+                     bound=full + tolerance.reduce_bound(s_traj[-1].double(), n_parts), assumed=assumed, **where)
     return c_tf, c_ch
