@@ -21,14 +21,16 @@ imported on first use, so `kernels_ref.dtypes` (the one dtype table) loads witho
 
 import importlib
 
-_MODULES = ("descriptor", "dtypes", "epilogue", "gemm", "load", "mma")
+_MODULES = ("descriptor", "dtypes", "epilogue", "epilogue_graph", "gemm", "load", "mma")
 _NAMES = {
     "descriptor": ("image_nbytes", "operand_image", "operand_image_host", "operand_images", "operand_images_host",
                    "storage_shape", "swizzle", "swizzle_host", "tile_shape", "unswizzle", "unswizzle_host"),
     "dtypes": ("DTYPES", "DType"),
-    "epilogue": ("ACTIVATIONS", "OUT_DTYPES", "Epilogue", "EpilogueSteps", "apply_activation", "apply_activation_host",
-                 "apply_alpha_beta", "apply_alpha_beta_host", "apply_bias", "apply_bias_host", "apply_cast",
-                 "apply_cast_host", "apply_scale", "apply_scale_host", "epilogue_host"),
+    "epilogue": ("ACTIVATIONS", "OUT_DTYPES", "Epilogue", "EpilogueSteps", "GraphSteps", "apply_activation",
+                 "apply_activation_host", "apply_alpha", "apply_alpha_host", "apply_alpha_beta",
+                 "apply_alpha_beta_host", "apply_beta_c", "apply_beta_c_host", "apply_bias", "apply_bias_host",
+                 "apply_cast", "apply_cast_host", "apply_round", "apply_round_host", "apply_scale",
+                 "apply_scale_host", "epilogue_host"),
     "gemm": ("gemm_host",),
     "load": ("load_tile", "load_tile_host", "load_tiles", "load_tiles_host", "tile_from_image",
              "tile_from_image_host"),
