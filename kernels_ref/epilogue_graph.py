@@ -108,5 +108,21 @@ def parse(tokens: Any, field: str = "epilogue") -> tuple[Node, ...]:
 DEFAULT_NODES = parse(DEFAULT)
 
 
+def in_default_order(nodes: tuple[Node, ...]) -> bool:
+    """Does this graph compute what DEFAULT computes, bit for bit, given that every step it leaves
+    out does nothing? (No rounding between steps; alpha, beta_c or alpha then beta_c side by side
+    stand for alpha_beta; the steps in DEFAULT's order.)"""
+    if any(n.rounds for n in nodes[:-1]):
+        return False
+    steps = [n.step for n in nodes]
+    if "alpha" in steps and "beta_c" in steps:
+        if steps.index("beta_c") != steps.index("alpha") + 1:
+            return False
+        steps.remove("beta_c")
+    steps = ["alpha_beta" if s in ("alpha", "beta_c") else s for s in steps]
+    it = iter(DEFAULT)
+    return all(s in it for s in steps)  # a subsequence of DEFAULT
+
+
 def tokens(nodes: tuple[Node, ...]) -> tuple[str, ...]:
     return tuple(n.token for n in nodes)
