@@ -4,7 +4,8 @@ The stages of a GEMM kernel, one module each, in pipeline order:
   descriptor  what a TMA load writes into shared memory (swizzle, boxes, out-of-bounds fill)
   load        the operand tile the MMA reads (from the operand, or from a shared-memory image)
   mma         the accumulator after every k-block (fp32, fp16, int32; fp8 promotion; block scales)
-  epilogue    scale -> alpha/beta -> bias -> activation -> cast
+  epilogue    scale -> alpha/beta -> bias -> activation -> cast, or the order a graph declares
+              (`epilogue_graph`: the steps, their order and the roundings between them)
   gemm        all of the above fused in one kernel built from the same jit helpers
 The modules `kernels_ref.gemm` and `kernels_ref.epilogue` are also callable as the functions of
 the same name, so `kernels_ref.gemm(a, b, ...)` and `kernels_ref.gemm.gemm_host(...)` both work.

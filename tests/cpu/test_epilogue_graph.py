@@ -148,7 +148,8 @@ def test_triton_reference_matches_its_host_spec(graph):
         g, w = got[step].double(), want[step].double()
         after_act |= step == "activation"
         if after_act:  # erf: a few fp32 ulps between the GPU/interpreter and the host
-            assert torch.allclose(g, w, rtol=2**-18, atol=2**-20), step
+            rtol = 2**-7 if step == "cast" else 2**-18  # the bf16 cast of values a few ulps apart: one bf16 ulp
+            assert torch.allclose(g, w, rtol=rtol, atol=2**-20), step
         else:
             assert torch.equal(g, w), step
     assert torch.equal(E.epilogue(o["acc"], ep, **kw).float(), got["cast"].float())
