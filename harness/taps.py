@@ -11,6 +11,11 @@ A tap holds the OUTPUT of a stage as the kernel saw it:
 | reduce               | a split tile's partials summed: the accumulator the epilogue reads | [BM, BN] acc dtype |
 | epilogue_<step>      | tile after that epilogue sub-step        | [BM, BN]             |
 
+The epilogue's steps and their order are the problem's (`[problem] epilogue`, a graph of
+kernels_ref.epilogue_graph): each declared step is the stage `epilogue_<step>`. STAGES holds the
+default order; a graph that splits alpha from beta * C adds the stages epilogue_alpha and
+epilogue_beta_c (SPLIT_EPILOGUE_STAGES), and `pipeline` gives the stages of any declared order.
+
 `mask` (bool, same shape) marks the elements that were actually recorded: a thread
 that taps only the fragment it holds fills part of a tile. `None` means all of it.
 Tile coordinates are in units of the output tile (BM, BN); k-blocks in units of BK.
@@ -29,8 +34,24 @@ EPILOGUE_STEPS = ("scale", "alpha_beta", "bias", "activation", "cast")
 EPILOGUE_STAGES = tuple(f"epilogue_{s}" for s in EPILOGUE_STEPS) + ("epilogue_store",)
 # Pipeline order: the comparator walks stages in this order.
 STAGES = DESCRIPTOR_STAGES + LOAD_STAGES + ("mma", "reduce") + EPILOGUE_STAGES
+# A declared epilogue that applies alpha and beta * C as two steps taps them as these stages.
+SPLIT_EPILOGUE_STAGES = ("epilogue_alpha", "epilogue_beta_c")
 # Stages a kernel can tap (epilogue_store is read from the output tensor itself).
-TAP_STAGES = STAGES[:-1]
+TAP_STAGES = STAGES[:-1] + SPLIT_EPILOGUE_STAGES
+# Every stage in one order for sorting: the split steps beside the step they split.
+ALL_STAGES = STAGES[:STAGES.index("epilogue_alpha_beta")] + ("epilogue_alpha", "epilogue_alpha_beta", "epilogue_beta_c") \
+    + STAGES[STAGES.index("epilogue_alpha_beta") + 1:]
+
+
+def pipeline(epilogue_steps=EPILOGUE_STEPS) -> tuple[str, ...]:
+    """The stages of a problem in pipeline order, its epilogue's steps in their declared order."""
+    return STAGES[:STAGES.index("epilogue_scale")] + tuple(f"epilogue_{s}" for s in epilogue_steps) \
+        + ("epilogue_store",)
+
+
+def stage_rank(stage: str) -> int:
+    """A stage's place in one fixed order of every stage (for sorting; the judged order is `pipeline`)."""
+    return ALL_STAGES.index(stage)
 
 
 DESCRIPTOR_SOURCES = ("kernel", "host", "unknown")

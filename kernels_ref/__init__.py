@@ -4,7 +4,8 @@ The stages of a GEMM kernel, one module each, in pipeline order:
   descriptor  what a TMA load writes into shared memory (swizzle, boxes, out-of-bounds fill)
   load        the operand tile the MMA reads (from the operand, or from a shared-memory image)
   mma         the accumulator after every k-block (fp32, fp16, int32; fp8 promotion; block scales)
-  epilogue    scale -> alpha/beta -> bias -> activation -> cast
+  epilogue    scale -> alpha/beta -> bias -> activation -> cast, or the order a graph declares
+              (`epilogue_graph`: the steps, their order and the roundings between them)
   gemm        all of the above fused in one kernel built from the same jit helpers
 The modules `kernels_ref.gemm` and `kernels_ref.epilogue` are also callable as the functions of
 the same name, so `kernels_ref.gemm(a, b, ...)` and `kernels_ref.gemm.gemm_host(...)` both work.
@@ -21,14 +22,16 @@ imported on first use, so `kernels_ref.dtypes` (the one dtype table) loads witho
 
 import importlib
 
-_MODULES = ("descriptor", "dtypes", "epilogue", "gemm", "load", "mma")
+_MODULES = ("descriptor", "dtypes", "epilogue", "epilogue_graph", "gemm", "load", "mma")
 _NAMES = {
     "descriptor": ("image_nbytes", "operand_image", "operand_image_host", "operand_images", "operand_images_host",
                    "storage_shape", "swizzle", "swizzle_host", "tile_shape", "unswizzle", "unswizzle_host"),
     "dtypes": ("DTYPES", "DType"),
-    "epilogue": ("ACTIVATIONS", "OUT_DTYPES", "Epilogue", "EpilogueSteps", "apply_activation", "apply_activation_host",
-                 "apply_alpha_beta", "apply_alpha_beta_host", "apply_bias", "apply_bias_host", "apply_cast",
-                 "apply_cast_host", "apply_scale", "apply_scale_host", "epilogue_host"),
+    "epilogue": ("ACTIVATIONS", "OUT_DTYPES", "Epilogue", "EpilogueSteps", "GraphSteps", "apply_activation",
+                 "apply_activation_host", "apply_alpha", "apply_alpha_host", "apply_alpha_beta",
+                 "apply_alpha_beta_host", "apply_beta_c", "apply_beta_c_host", "apply_bias", "apply_bias_host",
+                 "apply_cast", "apply_cast_host", "apply_round", "apply_round_host", "apply_scale",
+                 "apply_scale_host", "epilogue_host"),
     "gemm": ("gemm_host",),
     "load": ("load_tile", "load_tile_host", "load_tiles", "load_tiles_host", "tile_from_image",
              "tile_from_image_host"),

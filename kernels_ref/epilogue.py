@@ -16,7 +16,13 @@ Data path (elementwise on x [R, C], a tile or the whole output, computing in fp3
               epilogue's __float2int_rn (PTX cvt.rni.s32.f32) does: the nearest integer, ties to
               even, values past the range and +-inf clamped to INT32_MIN / INT32_MAX, NaN -> 0
               (saturate changes nothing: PTX clamps float -> int by default).
-`epilogue` composes them in that order; the fused gemm calls the same jit helpers.
+`epilogue` composes them in that order (the fused gemm calls the same jit helpers), unless
+`Epilogue.graph` declares another (kernels_ref.epilogue_graph): then it runs the declared steps
+one launch each, in the declared order, where
+  alpha       y = fp32(alpha * x)               (alpha_beta with beta = 0)
+  beta_c      y = x + fp32(beta * c)            (alpha_beta with alpha = 1: fp32(1 * x) is x)
+  step:DT     the step's result rounded (RNE, as the cast) to DT (fp16, bf16) and carried on
+so alpha then beta_c without rounding between is alpha_beta bit for bit.
 
 Constraints: inputs x and c may be fp32, fp16, bf16 (x also int32, converted RNE to fp32); scale
 and bias vectors fp32, fp16 or bf16. The cast is integer arithmetic on the fp32 bit pattern, so it
@@ -46,6 +52,7 @@ import triton
 import triton.language as tl
 
 from kernels_ref import _common as C
+from kernels_ref import epilogue_graph as G
 from kernels_ref._codec import _decode_f32, _encode, _encode_int, _to_storage, _unsigned
 from kernels_ref.dtypes import DTYPES
 
@@ -71,6 +78,7 @@ class Epilogue:
     activation: str = "none"
     out_dtype: str = "bf16"
     saturate: bool = False
+    graph: tuple[str, ...] = G.DEFAULT  # the steps in order (kernels_ref.epilogue_graph tokens)
 
     def __post_init__(self) -> None:
         for name in ("alpha", "beta"):
@@ -86,6 +94,18 @@ class Epilogue:
             raise ValueError(f"Epilogue.out_dtype={self.out_dtype!r} is not allowed; allowed: {', '.join(OUT_DTYPES)}")
         if not isinstance(self.saturate, bool):
             raise ValueError(f"Epilogue.saturate={self.saturate!r} must be a bool")
+        if isinstance(self.graph, list):
+            object.__setattr__(self, "graph", tuple(self.graph))
+        G.parse(self.graph, "Epilogue.graph")  # a GraphError (a ValueError) names the token
+
+    @property
+    def nodes(self) -> tuple[G.Node, ...]:
+        return G.parse(self.graph, "Epilogue.graph")
+
+    @property
+    def fused(self) -> bool:
+        """Is this the default order that the fused kernel (and gemm) computes?"""
+        return self.nodes == G.DEFAULT_NODES
 
 
 @dataclass(frozen=True)
@@ -97,6 +117,20 @@ class EpilogueSteps:
     bias: torch.Tensor
     activation: torch.Tensor
     cast: torch.Tensor
+
+
+@dataclass(frozen=True)
+class GraphSteps:
+    """The tile after every node of a declared graph, in its order: `values[i]` is node `steps[i]`'s
+    result (fp32 holding any rounding the node declares; the cast's in the output dtype)."""
+
+    steps: tuple[str, ...]
+    values: tuple[torch.Tensor, ...]
+
+    def __getitem__(self, step: str) -> torch.Tensor:
+        if step not in self.steps:
+            raise KeyError(f"step {step!r} is not in this graph; its steps: {', '.join(self.steps)}")
+        return self.values[self.steps.index(step)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -385,17 +419,71 @@ def apply_cast(x: torch.Tensor, out_dtype_name: str, saturate: bool = False) -> 
     return _run(x, ep, _Operands(*x.shape, ep, None, None, None, None, None), False)
 
 
+def apply_alpha(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    """fp32(alpha * x): the alpha step of a graph that adds beta * C apart."""
+    return apply_alpha_beta(x, alpha, 0.0)
+
+
+def apply_beta_c(x: torch.Tensor, beta: float, c: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """x + fp32(beta * c) in fp32 (beta == 0 does not read c)."""
+    return apply_alpha_beta(x, 1.0, beta, c)
+
+
+def apply_round(x: torch.Tensor, dtype_name: str) -> torch.Tensor:
+    """x rounded (RNE) to dtype_name (fp32, fp16, bf16), returned as fp32 values."""
+    C.require_choice("dtype_name", dtype_name, G.ROUND_DTYPES)
+    return x.float() if dtype_name == "fp32" else apply_cast(x, dtype_name).float()
+
+
+def _graph(acc, ep: Epilogue, ops: "_Operands", fns: dict, return_steps: bool):
+    """The declared graph's nodes in order, each by its launcher in `fns` (Triton or host)."""
+    x, names, values = acc, [], []
+    for node in ep.nodes:
+        st = node.step
+        if st == "scale":
+            y = fns["scale"](x, ops.row_scale, ops.col_scale, ops.tensor_scale)
+        elif st == "alpha_beta":
+            y = fns["alpha_beta"](x, ep.alpha, ep.beta, ops.c)
+        elif st == "alpha":
+            y = fns["alpha_beta"](x, ep.alpha, 0.0, None)
+        elif st == "beta_c":
+            y = fns["alpha_beta"](x, 1.0, ep.beta, ops.c)
+        elif st == "bias":
+            y = x if ops.bias is None else fns["bias"](x, ops.bias, ep.bias_axis)
+        elif st == "activation":
+            y = fns["activation"](x, ep.activation)
+        else:
+            y = fns["cast"](x, ep.out_dtype, ep.saturate)
+        if node.rounds:
+            y = fns["round"](y, node.round)
+        names.append(st)
+        values.append(y)
+        x = y
+    return GraphSteps(tuple(names), tuple(values)) if return_steps else x
+
+
 def epilogue(acc: torch.Tensor, ep: Epilogue = Epilogue(), *, c: Optional[torch.Tensor] = None,
              bias: Optional[torch.Tensor] = None, row_scale: Optional[torch.Tensor] = None,
              col_scale: Optional[torch.Tensor] = None, tensor_scale: Optional[torch.Tensor] = None,
              return_steps: bool = False):
     """scale -> alpha_beta -> bias -> activation -> cast in one kernel. Returns the output in
-    ep.out_dtype, or with return_steps an EpilogueSteps of every intermediate."""
+    ep.out_dtype, or with return_steps an EpilogueSteps of every intermediate. A declared graph
+    (ep.graph other than the default) runs its nodes in its order, one launch each; with
+    return_steps it returns a GraphSteps."""
     if not isinstance(ep, Epilogue):
         raise ValueError(f"ep must be an Epilogue, got {type(ep).__name__}")
     C.require_tensor("acc", acc, 2)
     C.dtype_name("acc", acc, _IN_NAMES)
-    return _run(acc, ep, _Operands(*acc.shape, ep, c, bias, row_scale, col_scale, tensor_scale), return_steps)
+    ops = _Operands(*acc.shape, ep, c, bias, row_scale, col_scale, tensor_scale)
+    if ep.fused:
+        return _run(acc, ep, ops, return_steps)
+    C.check_device(("acc", acc), *ops.tensors())
+    return _graph(acc, ep, ops, _TRITON_STEPS, return_steps)
+
+
+_TRITON_STEPS = {"scale": lambda x, r, c, t: x.float() if r is None and c is None and t is None else
+                 apply_scale(x, r, c, t), "alpha_beta": apply_alpha_beta, "bias": apply_bias,
+                 "activation": apply_activation, "cast": apply_cast, "round": apply_round}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -493,6 +581,8 @@ def epilogue_host(acc: torch.Tensor, ep: Epilogue = Epilogue(), *, c=None, bias=
         raise ValueError(f"ep must be an Epilogue, got {type(ep).__name__}")
     a64 = _x_host(acc)
     ops = _Operands(*acc.shape, ep, c, bias, row_scale, col_scale, tensor_scale)
+    if not ep.fused:
+        return _graph(a64, ep, ops, _HOST_STEPS, return_steps)
     s1 = apply_scale_host(a64, ops.row_scale, ops.col_scale, ops.tensor_scale)
     s2 = apply_alpha_beta_host(s1, ep.alpha, ep.beta, ops.c)
     s3 = apply_bias_host(s2, ops.bias, ep.bias_axis) if ep.bias_axis is not None else s2
@@ -501,6 +591,24 @@ def epilogue_host(acc: torch.Tensor, ep: Epilogue = Epilogue(), *, c=None, bias=
     if return_steps:
         return EpilogueSteps(s1, s2, s3, s4, s5)
     return s5
+
+
+def apply_alpha_host(x, alpha) -> torch.Tensor:
+    return apply_alpha_beta_host(x, alpha, 0.0)
+
+
+def apply_beta_c_host(x, beta, c=None) -> torch.Tensor:
+    return apply_alpha_beta_host(x, 1.0, beta, c)
+
+
+def apply_round_host(x, dtype_name) -> torch.Tensor:
+    """Host spec of `apply_round`: the cast's host spec, as float64 holding the rounded values."""
+    C.require_choice("dtype_name", dtype_name, G.ROUND_DTYPES)
+    return _x_host(x) if dtype_name == "fp32" else apply_cast_host(x, dtype_name).to(torch.float64)
+
+
+_HOST_STEPS = {"scale": apply_scale_host, "alpha_beta": apply_alpha_beta_host, "bias": apply_bias_host,
+               "activation": apply_activation_host, "cast": apply_cast_host, "round": apply_round_host}
 
 
 class _CallableModule(types.ModuleType):

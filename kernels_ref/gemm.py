@@ -7,6 +7,8 @@ identity on the tile), accumulated by `mma._mma_kblock` in the declared precisio
 `mma._mainloop`), then passed through `epilogue._epilogue_tile` (scale -> alpha_beta -> bias ->
 activation -> cast) and stored as D [M, N] in ep.out_dtype. So
   gemm(a, b, ...) == epilogue(mma_accumulate(a, b, ...), ep, ...)   bit for bit.
+An epilogue declared in another order (ep.graph) is not fused: gemm is then literally
+mma_accumulate followed by epilogue.
 
 Constraints: those of the mma and epilogue stages (see their docstrings). The default tile
 (128 x 128 x 64) suits the GPU; under the interpreter pass small tiles. An int32 accumulator
@@ -30,9 +32,9 @@ import triton.language as tl
 from kernels_ref import _common as C
 from kernels_ref._codec import _to_storage
 from kernels_ref.dtypes import DTYPES
-from kernels_ref.epilogue import Epilogue, _epilogue_tile, _Operands, epilogue_host
+from kernels_ref.epilogue import Epilogue, _epilogue_tile, _Operands, epilogue, epilogue_host
 from kernels_ref.epilogue import check_supported as _epilogue_check_supported
-from kernels_ref.mma import _Cfg, _loop_count, _mainloop, _scale_args, _validate_mm, mma_accumulate_host
+from kernels_ref.mma import _Cfg, _loop_count, _mainloop, _scale_args, _validate_mm, mma_accumulate, mma_accumulate_host
 from kernels_ref.mma import check_supported as _mma_check_supported
 
 
@@ -110,6 +112,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, block_m: int = 128, block_n: int =
     M, K = a.shape
     N = b.shape[1]
     ops = _Operands(M, N, ep, c, bias, row_scale, col_scale, tensor_scale)
+    if not ep.fused:  # a declared order: the stages one after the other
+        acc_v = mma_accumulate(a, b, block_m, block_n, block_k, acc, promotion_interval, scale_a_block,
+                               scale_b_block, block_scale_group, oob_fill=oob_fill)
+        return epilogue(acc_v, ep, c=c, bias=bias, row_scale=row_scale, col_scale=col_scale,
+                        tensor_scale=tensor_scale)
     dev = C.check_device(("a", a), ("b", b), ("scale_a_block", scale_a_block), ("scale_b_block", scale_b_block),
                          *ops.tensors())
     out = torch.empty((M, N), dtype=DTYPES[ep.out_dtype].torch, device=dev)

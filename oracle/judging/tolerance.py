@@ -33,10 +33,12 @@ stand-ins marked NOT IDENTIFIED, and tests/cpu/test_measured_numerics.py holds t
 what that engine was seen to do.
 
 epilogue (fp32 arithmetic on an exactly known input x, result y):
-    scale 4u|y|; alpha_beta 3u(|alpha x| + |beta c|); bias 2u(|x| + |bias|);
+    scale 4u|y|; alpha_beta 3u(|alpha x| + |beta c|) (a declared graph's alpha alone u|alpha x|,
+    beta_c alone 2u(|x| + |beta c|)); bias 2u(|x| + |bias|);
     activation 2^8 u (|x| + |y|) (accurate erf/tanh/exp), or the measured constant of an
     approximate implementation (activation_impl = "fast": tanh.approx GELU, ex2.approx SiLU);
-    relu exact; cast: exact on an exact input, else the input bound plus one ulp of the output.
+    relu exact; cast: exact on an exact input, else the input bound plus one ulp of the output (a
+    declared rounding between steps, `bias:bf16`, the same in its type).
     An int32 output is exact up to 2^24 and within one fp32 ulp above (the reference carries the
     accumulator through fp32 epilogue steps).
 A bound carried through a step grows by the step's gain: |scale|, |alpha|, 1 (bias, cast),
@@ -588,7 +590,8 @@ _register(("descriptor", "load", "epilogue_store"), _ALL, Model("exact", "bit-ex
 _register(("mma",), ("fp32",), Model("accumulate", "an fp32 accumulator: the accumulation models (ACC_TABLE)", U32))
 _register(("mma",), ("fp16",), Model("accumulate", "an fp16 accumulator rounded per MMA step", 2.0**-11))
 _register(("mma",), ("int32",), Model("exact", "integer accumulation is exact"))
-for _s in ("epilogue_scale", "epilogue_alpha_beta", "epilogue_bias", "epilogue_activation"):
+for _s in ("epilogue_scale", "epilogue_alpha_beta", "epilogue_alpha", "epilogue_beta_c", "epilogue_bias",
+           "epilogue_activation"):
     _register((_s,), ("fp32",), Model("elementwise", f"fp32 {_s[9:]}", U32))
 _register(("epilogue_cast",), ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int32"),
           Model("elementwise", "round to nearest even; exact on an exact input"))
@@ -626,6 +629,22 @@ def alpha_beta_step(x, c, alpha: float, beta: float):
     return 3 * U32 * ((alpha * x).abs() + cterm), torch.full_like(x, abs(alpha))
 
 
+def alpha_step(x, alpha: float):
+    """fp32(alpha x) alone (a declared epilogue's alpha step): one rounding."""
+    lookup("epilogue_alpha", "fp32")
+    if alpha == 1.0:
+        return torch.zeros_like(x), torch.ones_like(x)
+    return U32 * (alpha * x).abs(), torch.full_like(x, abs(alpha))
+
+
+def beta_c_step(x, c, beta: float):
+    """x + fp32(beta c) (a declared epilogue's beta_c step): two roundings."""
+    lookup("epilogue_beta_c", "fp32")
+    if c is None or beta == 0.0:
+        return torch.zeros_like(x), torch.ones_like(x)
+    return 2 * U32 * (x.abs() + (beta * c).abs()), torch.ones_like(x)
+
+
 def bias_step(x, bias_b):
     lookup("epilogue_bias", "fp32")
     return 2 * U32 * (x.abs() + bias_b.abs()), torch.ones_like(x)
@@ -661,6 +680,12 @@ def cast_bound(bound_in: torch.Tensor, y: torch.Tensor, out_dtype: str) -> torch
         yy = y.double()
         out = torch.where(yy.abs() >= INT32_EXACT_LIMIT, out + ulp(yy, "fp32"), out)
     return out
+
+
+def round_bound(bound_in: torch.Tensor, y: torch.Tensor, dtype: str) -> torch.Tensor:
+    """A declared rounding between epilogue steps (a node `step:bf16`) is a cast to that type:
+    exact on an exact input, else the input bound plus one ulp of the type."""
+    return cast_bound(bound_in, y, dtype)
 
 
 def reduce_bound(abs_sum: torch.Tensor, n_partials: int) -> torch.Tensor:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
 from harness.fields import shown
+from kernels_ref import epilogue_graph
 from kernels_ref.dtypes import DTYPES, FP8
 
 OPERAND_DTYPES = ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int8")
@@ -153,6 +154,7 @@ class ProblemSpec:
     reduction: str = "none"
     reduction_chunk: Optional[int] = None
     activation_impl: str = "accurate"
+    epilogue: Optional[tuple[str, ...]] = None  # the declared epilogue graph (kernels_ref.epilogue_graph); None: DEFAULT
 
     def __post_init__(self) -> None:
         for f in ("m", "n", "k"):
@@ -255,6 +257,7 @@ class ProblemSpec:
                      self.scale_a.kind if self.scale_a.kind not in ("none", "tensor") else self.scale_b.kind,
                      "a grouped or batched problem takes per-tensor scales only")
         self._validate_numerics()
+        self._validate_epilogue()
 
     def _validate_numerics(self) -> None:
         """acc_model, reduction, reduction_chunk, activation_impl (the engine's numerics)."""
@@ -288,6 +291,42 @@ class ProblemSpec:
         if self.activation_impl == "fast":
             _require(self.activation in ("gelu_tanh", "silu"), "activation_impl", "fast",
                      f"approximate implementations are modelled for gelu_tanh and silu, not {self.activation!r}")
+
+    def _validate_epilogue(self) -> None:
+        """The declared epilogue graph: its grammar (kernels_ref.epilogue_graph), and a step for every
+        operation the problem has, with every step's operand present."""
+        if self.epilogue is None:
+            return
+        if isinstance(self.epilogue, list):
+            object.__setattr__(self, "epilogue", tuple(self.epilogue))
+        try:
+            nodes = epilogue_graph.parse(self.epilogue)
+        except epilogue_graph.GraphError as e:
+            raise SpecError(str(e)) from None
+        steps = [n.step for n in nodes]
+        has = {"scale": self.epilogue_scaled, "beta_c": self.beta != 0.0, "bias": self.bias != "none",
+               "activation": self.activation != "none"}
+        lacks = {"scale": "no epilogue scale (scale_a tensor or row, scale_b tensor or col)",
+                 "beta_c": "beta = 0 (C is not read)", "bias": "bias = 'none'", "activation": "activation = 'none'"}
+        for i, s in enumerate(steps):
+            _require(has.get(s, True), f"epilogue[{i}]", self.epilogue[i],
+                     f"the problem has {lacks.get(s)}: leave the step out or give the problem its operand")
+        need = [("scale", ("scale",)), ("alpha", ("alpha", "alpha_beta")), ("beta_c", ("beta_c", "alpha_beta")),
+                ("bias", ("bias",)), ("activation", ("activation",))]
+        for op, covers in need:
+            present = has[op] if op in has else self.alpha != 1.0
+            _require(not present or any(c in steps for c in covers), "epilogue", list(self.epilogue),
+                     f"the problem applies {op} ({_OP_WHY[op](self)}) but the graph has no {' or '.join(covers)} step")
+
+    @property
+    def epilogue_nodes(self) -> tuple[epilogue_graph.Node, ...]:
+        """The epilogue's steps in order, each with the type its result is rounded to."""
+        return epilogue_graph.DEFAULT_NODES if self.epilogue is None else epilogue_graph.parse(self.epilogue)
+
+    @property
+    def epilogue_scaled(self) -> bool:
+        """Does the epilogue scale (a per-tensor, per-row or per-column scale; block scales act in the main loop)?"""
+        return self.scale_a.kind in ("tensor", "row") or self.scale_b.kind in ("tensor", "col")
 
     # -- derived facts -----------------------------------------------------------------------
     @property
@@ -355,6 +394,8 @@ class ProblemSpec:
             extra += f", split-K {self.reduction}" + (f"/{self.reduction_chunk}" if self.reduction_chunk else "")
         if self.activation_impl != "accurate":
             extra += f", {self.activation_impl} {self.activation}"
+        if self.epilogue is not None:
+            extra += f", epilogue {' > '.join(self.epilogue)}"
         return (f"{self.m}x{self.n}x{self.k} {self.a_dtype}x{self.b_dtype}->{self.out_dtype} "
                 f"(acc {self.acc_dtype}{extra}, tile {t.bm}x{t.bn}x{t.bk})")
 
@@ -366,6 +407,10 @@ class ProblemSpec:
                 d[s]["block"] = list(d[s]["block"])
         if d["groups"] is not None:
             d["groups"] = list(d["groups"])
+        if d["epilogue"] is None:
+            del d["epilogue"]  # absent: the default graph (a recording made before the field reads the same)
+        else:
+            d["epilogue"] = list(d["epilogue"])
         return d
 
     @classmethod
@@ -381,6 +426,8 @@ class ProblemSpec:
             _require(len(kw["groups"]) <= MAX_GROUPS, "groups", _count_of(kw["groups"]),
                      f"a non-empty list of at most {MAX_GROUPS} group sizes along M")
             kw["groups"] = tuple(kw["groups"])
+        if isinstance(kw.get("epilogue"), list):
+            kw["epilogue"] = tuple(kw["epilogue"])
         if "tile" in kw:
             kw["tile"] = _sub(Tile, kw["tile"], "tile")
         for s in ("scale_a", "scale_b"):
@@ -393,6 +440,11 @@ class ProblemSpec:
             return cls(**kw)
         except TypeError as e:
             raise SpecError(f"problem spec: {e}") from None
+
+
+_OP_WHY = {"scale": lambda s: f"scale_a {s.scale_a.kind}, scale_b {s.scale_b.kind}",
+           "alpha": lambda s: f"alpha = {s.alpha!r}", "beta_c": lambda s: f"beta = {s.beta!r}",
+           "bias": lambda s: f"bias = {s.bias!r}", "activation": lambda s: f"activation = {s.activation!r}"}
 
 
 def _as_mapping(v: Any, field: str) -> Mapping:

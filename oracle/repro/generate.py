@@ -56,6 +56,7 @@ from harness.launch import ScalarArg, StructArg, TensorArg, TensorMapArg
 from harness.runner import RunnerError, _check_request, sequence_roles
 from harness.tensormap import TensorMapSpec
 from harness.trace_format import STAGE_CODES, TraceSelection
+from kernels_ref import epilogue_graph
 from kernels_ref.dtypes import name_of
 from oracle.run.case import Case, CaseError, LaunchPlan
 from oracle.run.inputs import Operands, Provenance, check_operands
@@ -296,6 +297,9 @@ def _problem_text(case: Case) -> str:
     lines.append(f"alpha {float(s.alpha).hex()}  # {s.alpha!r}")
     lines.append(f"beta {float(s.beta).hex()}  # {s.beta!r}")
     lines.append(f"saturate {int(s.saturate)}")
+    nodes = s.epilogue_nodes  # the host reference computes the default order only (expected.bin follows any)
+    lines.append(f"epilogue {' '.join(n.token for n in nodes)}")
+    lines.append(f"epilogue_order {'default' if epilogue_graph.in_default_order(nodes) else 'declared'}")
     lines.append(f"promotion_interval {s.promotion_interval or 'none'}")
     for op in ("a", "b"):
         sc = getattr(s, f"scale_{op}")

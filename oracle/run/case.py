@@ -8,6 +8,7 @@ command line:
     n = 136
     k = 72
     tile = [64, 64, 16]
+    # epilogue = ["alpha", "bias", "beta_c", "cast"]   the epilogue's steps in order (docs/epilogue.md)
 
     [kernel]
     source = "simple_gemm.cu"  # relative to the TOML file

@@ -277,8 +277,22 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
 def analytic_ones_value(spec: ProblemSpec) -> Optional[float]:
     """With the 'ones' ladder every output element is this value (before the output cast)."""
     x = float(spec.k)
-    x = spec.alpha * x + spec.beta * 1.0 + (1.0 if spec.bias != "none" else 0.0)
-    act = spec.activation
+    for node in spec.epilogue_nodes:  # in the declared order, with its roundings
+        step = node.step
+        if step in ("alpha_beta", "alpha"):
+            x = spec.alpha * x
+        if step in ("alpha_beta", "beta_c"):
+            x = x + spec.beta * 1.0
+        if step == "bias" and spec.bias != "none":
+            x = x + 1.0
+        if step == "activation":
+            x = _activation_value(spec.activation, x)
+        if node.rounds:
+            x = float(torch.tensor(x, dtype=torch.float32).to(DTYPES[node.round].torch))
+    return x
+
+
+def _activation_value(act: str, x: float) -> float:
     if act == "relu":
         x = max(x, 0.0)
     elif act == "gelu_erf":

@@ -20,7 +20,7 @@ from harness._protocol import POISON_BYTE
 from harness.build import build_cubin, check_cubin_file, check_source_file, load_cubin
 from harness.launch import MAX_GRID, SCALAR_TYPES, LaunchSpec, ScalarArg, TensorArg, TensorMapArg
 from harness.runner import KernelRun, SinkRequest, run_kernel
-from harness.taps import TAP_STAGES
+from harness.taps import pipeline
 from harness.tensormap import mn_dim, operand_tensormap
 from harness.trace_budget import TraceBudget, trace_budget
 from kernels_ref.dtypes import DTYPES
@@ -284,11 +284,16 @@ def check_case(case: Case) -> tuple[TraceBudget, int]:
     return budget
 
 
+def _problem_stages(case: Case) -> tuple[str, ...]:
+    """The stages a kernel of this problem can tap: its pipeline, epilogue in the declared order."""
+    return pipeline([n.step for n in case.spec.epilogue_nodes])[:-1]
+
+
 def trace_selection(case: Case) -> trace_format.TraceSelection:
     tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case)
     try:
         return trace_format.TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks,
-                                           stages=case.trace.stages or TAP_STAGES)
+                                           stages=case.trace.stages or _problem_stages(case))
     except ValueError as e:
         raise CaseError(f"trace selection: {e}") from None
 

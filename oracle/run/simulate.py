@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 import torch
 
 from harness.taps import Tap
+from kernels_ref import epilogue_graph
 from kernels_ref.dtypes import DTYPES
 from oracle.run.inputs import Operands, Provenance
 from oracle.problem.partition import group_offsets, tile_partials
@@ -33,6 +34,7 @@ DEFECTS = {
     "epilogue_bias_axis": "the bias is added per row instead of per column",
     "epilogue_gelu_tanh": "gelu uses the tanh approximation instead of erf",
     "epilogue_cast_nosat": "the fp8 cast does not saturate",
+    "epilogue_beta_c_twice": "beta * C is added twice",
     "store_swapped": "the defect tile is stored at swapped (m, n) tile coordinates",
     "reduce_partial_twice": "the reduction adds the first partial of the defect tile twice",
     "reduce_partial_missing": "the reduction leaves out the last partial of the defect tile",
@@ -82,6 +84,7 @@ class Injection:
             "epilogue_bias_axis": (spec.bias == "col", "a per-column bias"),
             "epilogue_gelu_tanh": (spec.activation == "gelu_erf", "activation gelu_erf"),
             "epilogue_cast_nosat": (spec.out_dtype == "e4m3" and spec.saturate, "a saturating e4m3 output"),
+            "epilogue_beta_c_twice": (spec.beta != 0, "beta != 0 (C is read)"),
             "store_swapped": (tm != tn and tn < spec.tiles_m and tm < spec.tiles_n, "an off-diagonal tile whose "
                               "swapped coordinates exist"),
         }.get(d)
@@ -127,14 +130,18 @@ def _storage(tile_logical: torch.Tensor, operand: str, major: str) -> torch.Tens
 def simulate(spec: ProblemSpec, ops: Operands, provenance: Provenance, *, injection: Optional[Injection] = None,
              tap_tiles: Optional[Sequence[tuple[int, int]]] = None, partial_mma: bool = False,
              stale_padding: bool = False, kernel: str = "simulated_gemm", partition: Optional[str] = None,
-             whole_untagged: bool = False) -> Recording:
+             whole_untagged: bool = False, kernel_epilogue: Optional[Sequence[str]] = None) -> Recording:
     """Run the model. `stale_padding` fills A's rows past M with leftovers of another problem, as a
     kernel whose batch is smaller than its MMA tile does: correct, but the taps hold garbage there.
     A split problem accumulates each tile in its partials, each from zero, and taps them and their
     reduction; the model deals k-blocks by `partition` (an oracle.problem.partition rule; default: the
     problem's own). With `whole_untagged`, a tile of a split problem that one partial covers is done
     as a whole tile: its taps name no partial (-1 in the trace) and it has no reduction. A grouped
-    problem runs every group as its own GEMM."""
+    problem runs every group as its own GEMM. `kernel_epilogue` is the epilogue graph the model's
+    kernel follows (kernels_ref.epilogue_graph tokens; default: the problem's declared one), so a
+    recording can be made of a kernel whose epilogue is not the declared one."""
+    graph = spec.epilogue_nodes if kernel_epilogue is None else epilogue_graph.parse(kernel_epilogue,
+                                                                                      "kernel_epilogue")
     if spec.group_sizes is not None:
         return _simulate_groups(spec, ops, provenance, injection, tap_tiles, kernel)
     t = spec.tile
@@ -196,46 +203,13 @@ def simulate(spec: ProblemSpec, ops: Operands, provenance: Provenance, *, inject
             stale_acc = acc.float()
             y = acc.float()
             steps = {}
-            # epilogue: scale -> alpha_beta -> bias -> activation -> cast
             r0, c0 = tm * bm, tn * bn
-            if spec.scale_a.kind == "row":
-                y = y * _vec(ops.scale_a, r0, bm)[:, None]
-            if spec.scale_a.kind == "tensor":
-                y = y * ops.scale_a.reshape(())
-            if spec.scale_b.kind == "col":
-                cs = _vec(ops.scale_b, c0, bn)[None, :]
-                y = y * cs
-                if bad and inj.defect == "epilogue_scale_twice":
-                    y = y * cs
-            if spec.scale_b.kind == "tensor":
-                y = y * ops.scale_b.reshape(())
-            steps["scale"] = y
-            y = spec.alpha * y
-            if spec.beta != 0:
-                y = y + spec.beta * _pad(ops.c.float()[r0:r0 + bm, c0:c0 + bn], bm, bn, 0.0)
-            steps["alpha_beta"] = y
-            if spec.bias != "none":
-                axis = spec.bias
-                if bad and inj.defect == "epilogue_bias_axis":
-                    axis = "row" if axis == "col" else "col"
-                if axis == "row":
-                    y = y + _vec(ops.bias, r0, bm)[:, None]
-                else:
-                    y = y + _vec(ops.bias, c0, bn)[None, :]
-            steps["bias"] = y
-            act = spec.activation
-            if bad and inj.defect == "epilogue_gelu_tanh" and act == "gelu_erf":
-                act = "gelu_tanh"
-            y = _activation(y, act)
-            steps["activation"] = y
-            if spec.saturate and not (bad and inj.defect == "epilogue_cast_nosat"):
-                mx = DTYPES[spec.out_dtype].max_finite
-                y = y.clamp(-mx, mx)
-            out = y.to(DTYPES[spec.out_dtype].torch)
-            if spec.out_dtype == "e4m3":  # torch saturates e4m3; the hardware cvt without .satfinite gives NaN
-                out = out.clone()
-                out.view(torch.uint8)[y.abs() > 464] = 0x7F
-            steps["cast"] = out
+            for node in graph:  # the kernel's epilogue, in its order (default: scale, alpha_beta, bias, ...)
+                y = _epilogue_node(spec, ops, node.step, y, r0, c0, bad and inj.defect)
+                if node.rounds:
+                    y = y.to(DTYPES[node.round].torch).float()
+                steps[node.step] = y
+            out = y
             if tapped:
                 for name, v in steps.items():
                     taps.append(Tap(f"epilogue_{name}", here, v.clone()))
@@ -244,6 +218,55 @@ def simulate(spec: ProblemSpec, ops: Operands, provenance: Provenance, *, inject
             d_full[dst[0] * bm:dst[0] * bm + bm, dst[1] * bn:dst[1] * bn + bn] = out
     return Recording(spec=spec, operands=ops, output=d_full[:m, :n].contiguous(), provenance=provenance,
                      taps=tuple(taps), kernel=kernel if inj is None else f"{kernel}[{inj.defect}]", synthetic=True)
+
+
+def _epilogue_node(spec, ops, step, y, r0, c0, defect):
+    """One epilogue step of the tile at (r0, c0) in fp32 (the cast: in the output dtype); `defect`
+    is the planted defect of this tile, or False."""
+    bm, bn = spec.tile.bm, spec.tile.bn
+    if step == "scale":
+        if spec.scale_a.kind == "row":
+            y = y * _vec(ops.scale_a, r0, bm)[:, None]
+        if spec.scale_a.kind == "tensor":
+            y = y * ops.scale_a.reshape(())
+        if spec.scale_b.kind == "col":
+            cs = _vec(ops.scale_b, c0, bn)[None, :]
+            y = y * cs
+            if defect == "epilogue_scale_twice":
+                y = y * cs
+        if spec.scale_b.kind == "tensor":
+            y = y * ops.scale_b.reshape(())
+        return y
+    if step in ("alpha_beta", "alpha"):
+        y = spec.alpha * y
+    if step in ("alpha_beta", "beta_c") and spec.beta != 0:
+        cc = spec.beta * _pad(ops.c.float()[r0:r0 + bm, c0:c0 + bn], bm, bn, 0.0)
+        y = y + cc
+        if defect == "epilogue_beta_c_twice":
+            y = y + cc
+    if step == "bias" and spec.bias != "none":
+        axis = spec.bias
+        if defect == "epilogue_bias_axis":
+            axis = "row" if axis == "col" else "col"
+        if axis == "row":
+            y = y + _vec(ops.bias, r0, bm)[:, None]
+        else:
+            y = y + _vec(ops.bias, c0, bn)[None, :]
+    if step == "activation":
+        act = spec.activation
+        if defect == "epilogue_gelu_tanh" and act == "gelu_erf":
+            act = "gelu_tanh"
+        y = _activation(y, act)
+    if step == "cast":
+        if spec.saturate and defect != "epilogue_cast_nosat":
+            mx = DTYPES[spec.out_dtype].max_finite
+            y = y.clamp(-mx, mx)
+        out = y.to(DTYPES[spec.out_dtype].torch)
+        if spec.out_dtype == "e4m3":  # torch saturates e4m3; the hardware cvt without .satfinite gives NaN
+            out = out.clone()
+            out.view(torch.uint8)[y.abs() > 464] = 0x7F
+        return out
+    return y
 
 
 def _run_partial(spec, ops, here, kbs, pidx, acc, a_pad, b_pad, inj, bad, tapped, taps, partial_mma, m, n):

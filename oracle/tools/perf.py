@@ -95,7 +95,8 @@ def reference_paths(spec: ProblemSpec, ops: Operands) -> tuple[list[PathTiming],
     o = ops.to(dev)
     paths, notes = [], []
     ep = Epilogue(alpha=spec.alpha, beta=spec.beta, bias_axis=None if spec.bias == "none" else spec.bias,
-                  activation=spec.activation, out_dtype=spec.out_dtype, saturate=spec.saturate)
+                  activation=spec.activation, out_dtype=spec.out_dtype, saturate=spec.saturate,
+                  graph=tuple(n.token for n in spec.epilogue_nodes))
     kw = dict(acc=spec.acc_dtype, promotion_interval=spec.promotion_interval, ep=ep, c=o.c,
               bias=o.bias.float() if o.bias is not None else None,
               row_scale=o.scale_a.float() if spec.scale_a.kind == "row" else None,

@@ -410,7 +410,7 @@ def test_buffer_longer_than_capacity():
     ("capacity", "<Q", 1028, "multiple of 8"),
     ("flags", "<I", 6, "unknown bits"),
     ("stage_mask", "<I", 1, "unknown stage codes"),
-    ("stage_mask", "<I", 1 << 12, "unknown stage codes"),
+    ("stage_mask", "<I", 1 << 14, "unknown stage codes"),
     ("n_tiles", "<I", 33, "exceeds 32"),
     ("cursor", "<Q", 12, "not a multiple of 8"),
     ("cursor", "<Q", 1024, "no record was counted as dropped"),

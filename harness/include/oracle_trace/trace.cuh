@@ -103,6 +103,8 @@ enum class Stage : uint8_t {
   EpilogueActivation = 9,
   EpilogueCast = 10,
   Reduce = 11,  // a split tile's partials summed; in pipeline order between Mma and the epilogue
+  EpilogueAlpha = 12,  // a declared epilogue that applies alpha and beta * C as two steps
+  EpilogueBetaC = 13,
 };
 
 // Element types (kernels_ref/dtypes.py names: fp32 fp16 bf16 e4m3 e5m2 int8 int32).

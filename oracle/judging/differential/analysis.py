@@ -14,13 +14,13 @@ from typing import Optional
 
 import torch
 
-from harness.taps import STAGES
+from harness.taps import pipeline
 from kernels_ref.dtypes import DTYPES
 from oracle import knobs
 from oracle.judging.diagnose import Diagnosis, Kind, Verdict, first_divergence
 from oracle.judging.differential.context import Context, StageResult
 from oracle.judging.differential.cross_check import cross_check
-from oracle.judging.differential.epilogue import epilogue_stages, reference_chain
+from oracle.judging.differential.epilogue import epilogue_stages, reference_chain, steps_of
 from oracle.judging.differential.groups import GroupOutcome, deciding, group_recordings
 from oracle.judging.differential.findings import (FirstDivergence, first_finding, first_nonfinite, mixing_confound,
                                               trace_confounds, unobserved)
@@ -104,7 +104,7 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     reduce_result, sources = reduce_stage(ctx, finals)
     stages += [mma_result, reduce_result]
     stages.extend(epilogue_stages(ctx, reference_chain(ctx), sources))
-    assert [s.name for s in stages] == list(STAGES), "stage order drifted from harness.taps.STAGES"
+    assert [s.name for s in stages] == list(pipeline(steps_of(spec))), "stage order drifted from harness.taps.pipeline"
 
     diag = first_divergence([s.outcome for s in stages], kernel_error=rec.kernel_error is not None,
                             references_trusted=not cross, traced_tiles=ctx.traced_tiles)

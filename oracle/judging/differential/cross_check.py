@@ -58,6 +58,9 @@ def cross_check(ctx: Context, tiles: Sequence[tuple[int, int]]) -> list[str]:
         for step, y, b in run_epilogue(ctx, x, torch.zeros(x.shape, dtype=torch.float64, device=ctx.dev), 0,
                                         vec):
             want = _host_epilogue_step(ctx, step, host_x, vec)
+            node = next(n for n in spec.epilogue_nodes if n.step == step)
+            if node.rounds:
+                want = ref_epilogue.apply_round_host(want, node.round)
             got = y.cpu()
             if step == "cast":
                 c = compare(got, want.to(got.dtype))
@@ -145,6 +148,10 @@ def _host_epilogue_step(ctx, step, x, vec: Vectors) -> torch.Tensor:
                                              tensor_scale=cpu(vec.tensor_scale))
     if step == "alpha_beta":
         return ref_epilogue.apply_alpha_beta_host(x, spec.alpha, spec.beta, cpu(vec.c))
+    if step == "alpha":
+        return ref_epilogue.apply_alpha_host(x, spec.alpha)
+    if step == "beta_c":
+        return ref_epilogue.apply_beta_c_host(x, spec.beta, cpu(vec.c))
     if step == "bias":
         return x if vec.bias is None else ref_epilogue.apply_bias_host(x, cpu(vec.bias), spec.bias)
     if step == "activation":

@@ -1,14 +1,19 @@
-"""The epilogue sub-steps (scale, alpha/beta, bias, activation, cast) and the store of D.
+"""The epilogue's steps, in the problem's declared order (`ProblemSpec.epilogue_nodes`: scale,
+alpha/beta, bias, activation, cast by default), and the store of D.
 
 - chained: each step's tap against the reference pipeline over the whole output (one reference
   GEMM and epilogue, with the bound carried step by step);
 - teacher-forced: each step's tap against the reference step fed with the kernel's own nearest
   upstream tap of the tile (the final accumulator, or an earlier step). A step in between that
   does something (a scale that exists, alpha != 1 or beta != 0, a bias, an activation, a cast to
-  a narrower type) and was not tapped is run by the reference as a stand-in, and said so.
+  a narrower type, a declared rounding) and was not tapped is run by the reference as a stand-in,
+  and said so.
 - the store: D against the reference over every tile (chained), and per tapped tile against the
   kernel's last epilogue tap placed at its coordinates (teacher-forced). An output element that
   still holds the harness's poison was never written, whatever value the poison spells.
+A node declared with a rounding (`bias:bf16`) is its step followed by the rounding: its stage
+holds the rounded value. Taps of an epilogue stage the declaration lacks are an open confound:
+the kernel's epilogue is not the declared one.
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ from typing import Optional
 
 import torch
 
-from harness.taps import EPILOGUE_STEPS
 from kernels_ref import epilogue as ref_epilogue
 from kernels_ref import mma as ref_mma
 from oracle import knobs
@@ -54,10 +58,16 @@ class Vectors:
 
 def step_acts(spec, step: str) -> bool:
     """Does this epilogue step change anything for this problem? (An untapped one that does is a stand-in.)"""
+    if any(n.step == step and n.rounds for n in spec.epilogue_nodes):
+        return True
     if step == "scale":
         return spec.scale_a.kind in ("tensor", "row") or spec.scale_b.kind in ("tensor", "col")
     if step == "alpha_beta":
         return spec.alpha != 1.0 or spec.beta != 0.0
+    if step == "alpha":
+        return spec.alpha != 1.0
+    if step == "beta_c":
+        return spec.beta != 0.0
     if step == "bias":
         return spec.bias != "none"
     if step == "activation":
@@ -65,11 +75,18 @@ def step_acts(spec, step: str) -> bool:
     return spec.out_dtype != "fp32"
 
 
+def steps_of(spec) -> tuple[str, ...]:
+    """The epilogue's steps in the declared order."""
+    return tuple(n.step for n in spec.epilogue_nodes)
+
+
 def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step: int, vec: Vectors):
-    """Run epilogue steps from index `first_step` on, carrying the bound. Yields (step, y, bound)."""
+    """Run the declared epilogue's nodes from index `first_step` on, carrying the bound. Yields
+    (step, y, bound); a node that rounds yields its rounded value."""
     spec = ctx.spec
     x = x.float()
-    for step in EPILOGUE_STEPS[first_step:]:
+    for node in spec.epilogue_nodes[first_step:]:
+        step = node.step
         if step == "scale":
             if vec.row_scale is None and vec.col_scale is None and vec.tensor_scale is None:
                 y, own, gain = x, torch.zeros_like(x), torch.ones_like(x)
@@ -88,6 +105,12 @@ def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step:
             y = ref_epilogue.apply_alpha_beta(x, spec.alpha, spec.beta, vec.c)
             own, gain = tolerance.alpha_beta_step(x, vec.c.float() if vec.c is not None else None, spec.alpha,
                                                   spec.beta)
+        elif step == "alpha":
+            y = ref_epilogue.apply_alpha(x, spec.alpha)
+            own, gain = tolerance.alpha_step(x, spec.alpha)
+        elif step == "beta_c":
+            y = ref_epilogue.apply_beta_c(x, spec.beta, vec.c)
+            own, gain = tolerance.beta_c_step(x, vec.c.float() if vec.c is not None else None, spec.beta)
         elif step == "bias":
             if vec.bias is None:
                 y, own, gain = x, torch.zeros_like(x), torch.ones_like(x)
@@ -104,6 +127,9 @@ def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step:
             yield step, y, bound
             return
         bound = gain.double() * bound + own.double()
+        if node.rounds:
+            y = ref_epilogue.apply_round(y, node.round)
+            bound = tolerance.round_bound(bound, y.double(), node.round)
         yield step, y, bound
         x = y
 
@@ -128,17 +154,18 @@ def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]
 
 
 def _teacher_forced(ctx: Context, tile, step_index: int, sources: dict):
-    """The reference for epilogue step `step_index` (len(EPILOGUE_STEPS): the store) fed from the
-    kernel's nearest upstream tap of the tile (an epilogue step, else the accumulator source: the
-    final mma tap, the reduce tap, or the partials summed). Returns (values, bound, recorded mask of
-    the source, stand-ins, note, the partition assumptions the source rests on) or None when nothing
-    upstream was tapped."""
+    """The reference for epilogue step `step_index` of the declared order (its length: the store)
+    fed from the kernel's nearest upstream tap of the tile (an epilogue step, else the accumulator
+    source: the final mma tap, the reduce tap, or the partials summed). Returns (values, bound,
+    recorded mask of the source, stand-ins, note, the partition assumptions the source rests on) or
+    None when nothing upstream was tapped."""
     spec = ctx.spec
+    steps = steps_of(spec)
     for up in range(step_index - 1, -2, -1):
-        src = ctx.tap(f"epilogue_{EPILOGUE_STEPS[up]}", tile) if up >= 0 else sources.get(tile)
+        src = ctx.tap(f"epilogue_{steps[up]}", tile) if up >= 0 else sources.get(tile)
         if src is None:
             continue
-        skipped = [s for s in EPILOGUE_STEPS[up + 1:step_index] if step_acts(spec, s)]
+        skipped = [s for s in steps[up + 1:step_index] if step_acts(spec, s)]
         stand_ins = tuple((f"epilogue_{s}", tile, None) for s in skipped)
         assumed = () if up >= 0 else tuple(src.assumed)
         if up >= 0:
@@ -149,18 +176,30 @@ def _teacher_forced(ctx: Context, tile, step_index: int, sources: dict):
         note = name + (f" through untapped {', '.join(f'epilogue_{s}' for s in skipped)}" if skipped else "")
         y = src.values.to(ctx.dev)
         b = torch.zeros(y.shape, dtype=torch.float64, device=ctx.dev)
-        last = min(step_index, len(EPILOGUE_STEPS) - 1)  # the store runs every step up to the cast
+        last = min(step_index, len(steps) - 1)  # the store runs every step up to the cast
         if up < last:
             for step, y, b in run_epilogue(ctx, y, b, up + 1, Vectors(ctx, tile)):
-                if step == EPILOGUE_STEPS[last]:
+                if step == steps[last]:
                     break
         return y, b, recorded, stand_ins, note, assumed
     return None
 
 
+def undeclared_taps(ctx: Context) -> None:
+    """Taps of epilogue stages the declared epilogue does not have: an open confound."""
+    declared = {f"epilogue_{s}" for s in steps_of(ctx.spec)}
+    extra = sorted({t.stage for t in ctx.rec.taps if t.stage.startswith("epilogue_")} - declared)
+    if extra:
+        ctx.confound(f"the kernel tapped {', '.join(extra)}, which the declared epilogue "
+                     f"({' > '.join(n.token for n in ctx.spec.epilogue_nodes)}) does not have: the kernel's epilogue "
+                     f"is not the one declared, so its taps were not judged; declare the kernel's steps in their "
+                     f"order ([problem] epilogue)")
+
+
 def epilogue_stages(ctx: Context, chain, sources: dict) -> list[StageResult]:
+    undeclared_taps(ctx)
     results = []
-    for si, step in enumerate(EPILOGUE_STEPS):
+    for si, step in enumerate(steps_of(ctx.spec)):
         stage = f"epilogue_{step}"
         tf, ch = [], []
         for tap in ctx.taps_of(stage):
@@ -202,7 +241,7 @@ def store_stage(ctx: Context, chain, sources: dict) -> StageResult:
     tiles = sorted({t.tile for t in ctx.rec.taps if t.stage.startswith("epilogue")} | set(sources))
     tf = []
     for tile in tiles:
-        fed = _teacher_forced(ctx, tile, len(EPILOGUE_STEPS), sources)
+        fed = _teacher_forced(ctx, tile, len(steps_of(ctx.spec)), sources)
         if fed is None:
             continue
         y, b, upstream, stand_ins, note, assumed = fed

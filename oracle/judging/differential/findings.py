@@ -18,7 +18,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from harness.taps import DESCRIPTOR_STAGES, LOAD_STAGES, STAGES
+from harness.taps import DESCRIPTOR_STAGES, LOAD_STAGES, stage_rank
 from oracle.judging.compare import Comparison, Status, TileMetrics
 from oracle.judging.diagnose import Diagnosis, Kind, Verdict, evidence_kind
 from oracle.judging.differential.context import Context, StageResult
@@ -68,7 +68,7 @@ def trace_confounds(ctx: Context) -> list[str]:
             stages = [s for s, _ in acc.dropped_by_stage]
             by = ", ".join(f"{s} {n}" for s, n in acc.dropped_by_stage)
         else:
-            stages = sorted({t.stage for t in ctx.rec.taps}, key=STAGES.index)
+            stages = sorted({t.stage for t in ctx.rec.taps}, key=stage_rank)
             by = "stages not recorded by this sink version"
         lost = "; ".join(filter(None, (_lost_sites(ctx, s) for s in stages)))
         out.append(f"incomplete trace: {acc.dropped} tap record(s) were dropped because the {acc.capacity}-byte sink "
@@ -163,7 +163,8 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
         missing.append(f"a trace of tile {worst}: " + (rerun or f"re-run the live compare with --trace-tiles "
                                                                  f"{worst[0]},{worst[1]}"))
     elif not diag.root_cause:
-        before = [s.name for s in stages[:STAGES.index(st.name)] if s.teacher_forced.status is Status.NOT_RUN
+        before = [s.name for s in stages[:[x.name for x in stages].index(st.name)]
+                  if s.teacher_forced.status is Status.NOT_RUN
                   and _acts(ctx, s.name)]
         missing.append(f"a tap of the stage before {st.name} in that tile" +
                        (f" ({', '.join(before)} not teacher-forced)" if before else ""))
@@ -205,7 +206,7 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
 def _how_to_record(ctx: Context, sites) -> str:
     """What would bring the missing taps: a wider selection, or a tap the kernel does not have yet."""
     acc = ctx.rec.trace
-    stages = sorted({s for s, _, _ in sites}, key=STAGES.index)
+    stages = sorted({s for s, _, _ in sites}, key=stage_rank)
     if acc is not None:
         sel = acc.selection
         unselected = [s for s in stages if s not in sel.stages]

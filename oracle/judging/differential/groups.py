@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
-from harness.taps import STAGES
+from harness.taps import ALL_STAGES
 from oracle.judging.diagnose import Verdict
 from oracle.run.inputs import Operands
 from oracle.problem.partition import group_offsets
@@ -73,7 +73,7 @@ def deciding(analyses) -> int:
     """Index of the analysis whose verdict the run takes (see the module docstring)."""
     def key(i):
         an = analyses[i]
-        stage = STAGES.index(an.diagnosis.stage) if an.diagnosis.stage in STAGES else len(STAGES)
+        stage = ALL_STAGES.index(an.diagnosis.stage) if an.diagnosis.stage in ALL_STAGES else len(ALL_STAGES)
         return (_PRIORITY[an.verdict], stage, i)
 
     return min(range(len(analyses)), key=key)

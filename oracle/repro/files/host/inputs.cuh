@@ -105,6 +105,7 @@ struct Problem {
   DT out = DT::BF16;
   double alpha = 1.0, beta = 0.0;
   bool saturate = false;
+  bool declared_epilogue = false;     // an epilogue order other than scale, alpha/beta, bias, activation, cast
   long long sa_rows = 0, sa_k = 0, sb_rows = 0, sb_k = 0;
   long long promotion = 0;
   std::string describe;
@@ -142,6 +143,7 @@ Problem read_problem(const std::string& dir) {
     else if (key == "bias") p.bias = arg(1);
     else if (key == "activation") p.activation = arg(1);
     else if (key == "saturate") p.saturate = to_int(arg(1), at) != 0;
+    else if (key == "epilogue_order") p.declared_epilogue = arg(1) != "default";
     else if (key == "promotion_interval") p.promotion = arg(1) == "none" ? 0 : to_int(arg(1), at);
     else if (key == "scale_a") {
       p.scale_a = arg(1);

@@ -68,6 +68,10 @@ Reference host_reference(const std::string& dir, std::map<std::string, TensorFil
   const TensorFile *A = get("a"), *B = get("b"), *C = get("c"), *bias = get("bias"), *SA = get("scale_a"),
                    *SB = get("scale_b");
   if (!A || !B) fail("inputs.txt must list a and b for the host reference");
+  if (p.declared_epilogue)
+    fail("problem.txt declares an epilogue in another order (or with rounding between steps) than the host "
+         "reference computes (scale, alpha/beta, bias, activation, cast): judge with expected.bin and bound.bin, "
+         "which follow the declared order");
   const long long n_groups = (long long)p.group_rows.size();
   if (p.grouped && (B->shape.size() != 3 || B->shape[0] != n_groups))
     fail("b must be a stack of " + std::to_string(n_groups) + " matrices (shape " + std::to_string(n_groups) +
