@@ -203,6 +203,17 @@ def test_library_cases_are_held_to_the_grammar(tmp_path, kernel, launch, message
         load_case(str(_case(tmp_path, kernel, launch)))
 
 
+def test_the_command_line_cannot_give_a_library_an_entry_point(tmp_path, capsys):
+    from oracle.tools import cli
+
+    path = _case(tmp_path, 'library = "lib.cu"', 'abi = "oracle/1"')
+    with pytest.raises(CaseError, match=r"--entry 'k' is not allowed for a launch library"):
+        load_case(str(path), entry="k")
+    assert load_case(str(path), source=str(tmp_path / "other.cu")).kernel.library == str(tmp_path / "other.cu")
+    assert cli.main(["compare", "--problem", str(path), "--untraced-entry", "k"]) == 2
+    assert "--untraced-entry names a cubin's entry point" in capsys.readouterr().err
+
+
 def test_a_next_launch_cannot_name_an_abi(tmp_path):
     path = _case(tmp_path, 'source = "lib.cu"\nentry = "k"', 'grid = [1]\nblock = [1]\nargs = []\n'
                  '[[launch.next]]\nentry = "k2"\nabi = "oracle/1"')
