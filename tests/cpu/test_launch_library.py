@@ -257,12 +257,13 @@ def test_the_library_call_has_each_operands_layout(tmp_path):
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("traced", [True, False])
-def test_the_example_builds_as_a_library_that_exports_oracle_launch(tmp_path, traced):
+@pytest.mark.parametrize("example, traced", [("simple_gemm_lib.toml", True), ("simple_gemm_lib.toml", False),
+                                             ("fault_trap_lib.toml", True)])
+def test_the_examples_build_as_libraries_that_export_oracle_launch(tmp_path, example, traced):
     from harness.build import build_library
 
-    case = load_case(str(EXAMPLE))
-    defines = {"ORACLE_TRACE": "1"} if traced else {}
+    case = load_case(str(EXAMPLE.parent / example))
+    defines = {**case.kernel.defines, "ORACLE_TRACE": "1"} if traced else dict(case.kernel.defines)
     res = build_library(case.kernel.library, arch=case.kernel.arch, defines=defines, cache_dir=tmp_path / "cache")
     assert res.cubin_path.suffix == ".so" and res.cubin_path.read_bytes()[:4] == b"\x7fELF"
     assert "-shared" in res.command and "static" in res.command
