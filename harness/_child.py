@@ -1,5 +1,12 @@
 """The kernel child process: `python -m harness._child RUN_DIR`.
 
+A launch library (request "library", kernel.so): context, the library loaded with ctypes and its
+ABI checked, device buffers as below, the sink's device address and a stream of the child's own
+put in oracle_trace::LaunchArgs (harness.launch_abi) -> oracle_launch(&args) -> stream and context
+synchronised; a non-zero return is LIBRARY_ERROR with the library's sentence, a fault CUDA_ERROR.
+The library's CUDA runtime shares the primary context this child retained, so the driver API's
+device pointers are valid in it.
+
 Data path: request.json + kernel.cubin + inputs.safetensors -> context, module, device buffers
 (inputs uploaded, outputs poisoned) -> sink pointer written into the `__device__` sink symbol ->
 tensor maps encoded against the device buffers -> launch -> synchronize -> outputs.safetensors and
@@ -25,6 +32,7 @@ from pathlib import Path
 
 from harness import _protocol as P
 from harness import _tensorio
+from harness import launch_abi
 from harness import cuda_driver as cu
 from harness.launch import KernelParams, LaunchSpec, TensorMapArg, argument_bytes
 from harness.stats import Policy, percentile, relative_standard_error, stop_reason
@@ -82,7 +90,8 @@ class _Sink:
             self.dev = cu.mem_alloc(self.size)
             cu.memcpy_htod(self.dev, self.map.address, self.size)
             self.mode = P.SINK_DEVICE_COPY
-        cu.memcpy_htod(self.symbol, self.dev.to_bytes(8, "little"))
+        if self.symbol is not None:  # a launch library installs the sink itself (LaunchArgs.trace_sink)
+            cu.memcpy_htod(self.symbol, self.dev.to_bytes(8, "little"))
 
     def _close(self) -> None:
         if self.mode == P.SINK_DEVICE_COPY:
@@ -145,10 +154,192 @@ class _Sink:
         return True
 
 
+def _prepare(inputs_path: Path, tensors: dict, dptrs: dict, poison: int) -> None:
+    """Inputs uploaded, outputs poisoned."""
+    if inputs_path.exists() and inputs_path.stat().st_size > 0:
+        entries = _tensorio.entries(inputs_path)
+        src = _Mapped(inputs_path, inputs_path.stat().st_size)
+        try:
+            for e in entries:
+                cu.memcpy_htod(dptrs[e.name], src.address + e.offset, e.nbytes)
+        finally:
+            src.close()
+    for name, info in tensors.items():
+        if info["role"] == "out":
+            cu.memset_d8(dptrs[name], poison, int(info["nbytes"]))
+
+
+def _write_outputs(run_dir: Path, tensors: dict, dptrs: dict) -> list:
+    """The 'out' and 'inout' tensors downloaded into outputs.safetensors (written whole, then renamed)."""
+    out_specs = [(n, i["st_dtype"], i["shape"]) for n, i in tensors.items() if i["role"] in ("out", "inout")]
+    if out_specs:
+        out_path = run_dir / P.OUTPUTS
+        tmp = run_dir / (P.OUTPUTS + ".tmp")
+        entries = _tensorio.create(tmp, out_specs)
+        total = tmp.stat().st_size
+        dst = _Mapped(tmp, total)
+        try:
+            for e in entries:
+                cu.memcpy_dtoh_into(dst.address + e.offset, dptrs[e.name], e.nbytes)
+            dst.mm.flush()
+        finally:
+            dst.close()
+        os.replace(tmp, out_path)
+    return out_specs
+
+
+class _LibraryError(Exception):
+    """A launch library that cannot be used (LOAD_ERROR) or whose oracle_launch said no (LIBRARY_ERROR)."""
+
+    def __init__(self, status: str, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _open_context(req: dict, progress: P.Progress, status: dict):
+    status["phase"] = "init"
+    progress.mark("init")
+    cu.init()
+    status["phase"] = "context"
+    progress.mark("context")
+    ctx = cu.Context(int(req.get("device", 0)))
+    status["device"] = {"ordinal": ctx.ordinal, "name": ctx.name,
+                        "compute_capability": list(ctx.compute_capability)}
+    try:
+        status["device"]["driver_version"] = int(cu.call("cuDriverGetVersion"))
+    except cu.CudaError:
+        pass
+    return ctx
+
+
+def _load_library(path: Path):
+    """The library's oracle_launch, after its oracle_launch_abi() matched this harness's ABI."""
+    try:
+        lib = ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    except OSError as exc:
+        raise _LibraryError("LOAD_ERROR", f"the launch library could not be loaded: {exc}") from None
+    for symbol in (launch_abi.ABI_SYMBOL, launch_abi.ENTRY_SYMBOL):
+        if not hasattr(lib, symbol):
+            raise _LibraryError("LOAD_ERROR", f"the launch library exports no {symbol}(): define extern \"C\" int "
+                                f"oracle_launch(const oracle_trace::LaunchArgs*) in a file that includes "
+                                f"oracle_trace/launch.hpp")
+    abi = lib[launch_abi.ABI_SYMBOL]
+    abi.restype, abi.argtypes = ctypes.c_uint64, []
+    word, want = int(abi()), launch_abi.abi_word()
+    if word != want:
+        raise _LibraryError("LOAD_ERROR", f"the launch library was built against {launch_abi.describe_abi_word(word)};"
+                            f" this harness speaks {launch_abi.describe_abi_word(want)}: rebuild it with this "
+                            f"harness's oracle_trace/launch.hpp")
+    entry = lib[launch_abi.ENTRY_SYMBOL]
+    entry.restype, entry.argtypes = ctypes.c_int, [ctypes.c_void_p]
+    return lib, entry
+
+
+def _run_library(run_dir: Path, req: dict, progress: P.Progress, status: dict) -> None:
+    """A launch library's oracle_launch, called with LaunchArgs over the device buffers."""
+    call = launch_abi.LibraryCall.from_dict(req["library"])
+    tensors: dict = req["tensors"]
+    sink_req = req.get("sink")
+    _open_context(req, progress, status)
+
+    status["phase"] = "load"
+    progress.mark("load")
+    _lib, entry = _load_library(run_dir / P.LIBRARY)
+
+    status["phase"] = "alloc"
+    progress.mark("alloc")
+    dptrs = {name: cu.mem_alloc(int(info["nbytes"])) for name, info in tensors.items()}
+    sizes = {name: int(info["nbytes"]) for name, info in tensors.items()}
+    stream = cu.stream_create()
+    status["phase"] = "upload"
+    progress.mark("upload")
+    poison = P.POISON_BYTE if req.get("poison_outputs", True) else 0
+    inputs_path = run_dir / P.INPUTS
+    _prepare(inputs_path, tensors, dptrs, poison)
+    sink = None
+    if sink_req is not None:
+        status["phase"] = "sink"
+        progress.mark("sink")
+        sink = _Sink(Path(sink_req["file"]), int(sink_req["size"]), int(sink_req.get("prefix", 0)),
+                     bool(sink_req.get("host_mapped", True)), None, status)
+        status["sink_mode"] = sink.mode
+        progress.mark("sink_ready", sink_mode=sink.mode)
+
+    def call_once(sink_address: int) -> int:
+        filled = launch_abi.fill(call, dptrs, sizes, sink=sink_address, stream=stream)
+        status["phase"] = "launch"
+        progress.mark("launch", index=0)
+        rc = int(entry(filled.address))
+        status["launch_return"] = rc
+        if rc != 0:
+            status["launch_message"] = filled.message()
+        return rc
+
+    def launch_once() -> None:
+        try:
+            t0 = time.perf_counter()
+            rc = call_once(sink.dev if sink is not None else 0)
+            status["phase"] = "sync"
+            progress.mark("sync", index=0)
+            cu.stream_synchronize(stream)  # a fault of the kernel surfaces here even after a non-zero return
+            cu.synchronize()
+            status["kernel_s"] = time.perf_counter() - t0
+            if rc != 0:
+                raise _LibraryError("LIBRARY_ERROR", f"oracle_launch returned {rc}" + (
+                    f": {status['launch_message']}" if status.get("launch_message") else ""))
+        finally:
+            if sink is not None:
+                sink.copy_back(progress)
+
+    launch_once()
+    max_size = int(sink_req.get("max_size") or 0) if sink_req is not None else 0
+    if sink is not None and max_size and sink.dropped():
+        need = sink.needed()
+        over = {"first_capacity": sink.size, "needed": need, "max_size": max_size, "relaunched": False}
+        status["sink_overflow"] = over
+        if need <= max_size:
+            status["phase"] = "sink"
+            progress.mark("sink_regrow", needed=need)
+            if sink.regrow(min(max_size, -(-need // 4096) * 4096)):
+                _prepare(inputs_path, tensors, dptrs, poison)
+                launch_once()
+                over["relaunched"] = True
+        status["sink_size"] = sink.size
+
+    status["phase"] = "download"
+    progress.mark("download")
+    if sink is not None:
+        sink.download(progress)
+    out_specs = _write_outputs(run_dir, tensors, dptrs)
+    timing = req.get("timing")
+    if timing:
+        status["phase"] = "time"
+        progress.mark("time")
+
+        untraced = launch_abi.fill(call, dptrs, sizes, sink=0, stream=stream)  # a null sink: every tap is off
+
+        def timed() -> None:
+            rc = int(entry(untraced.address))
+            if rc != 0:
+                status["launch_return"], status["launch_message"] = rc, untraced.message()
+                raise _LibraryError("LIBRARY_ERROR", f"oracle_launch returned {rc} while timed: {untraced.message()}")
+
+        status["timing"] = _time_kernel(timed, timing, progress, stream=stream)
+        status["phase"] = "time"
+        if out_specs and not any(i["role"] == "inout" for i in tensors.values()):
+            status["timing"]["verified_after"] = _same_outputs(run_dir / P.OUTPUTS, dptrs)
+    status["status"] = "OK"
+    status["phase"] = "done"
+    progress.mark("done")
+
+
 def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
     req = json.loads((run_dir / P.REQUEST).read_text())
     if req.get("protocol") != P.PROTOCOL_VERSION:
         raise RuntimeError(f"request protocol {req.get('protocol')!r}, this child speaks {P.PROTOCOL_VERSION}")
+    if req.get("library") is not None:
+        _run_library(run_dir, req, progress, status)
+        return
     launch = LaunchSpec.from_dict(req["launch"])
     tensors: dict = req["tensors"]
     sink_req = req.get("sink")
@@ -213,17 +404,7 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
 
     def prepare_tensors() -> None:
         """Inputs uploaded, outputs poisoned: before the launch, and again before a relaunch."""
-        if inputs_path.exists() and inputs_path.stat().st_size > 0:
-            entries = _tensorio.entries(inputs_path)
-            src = _Mapped(inputs_path, inputs_path.stat().st_size)
-            try:
-                for e in entries:
-                    cu.memcpy_htod(dptrs[e.name], src.address + e.offset, e.nbytes)
-            finally:
-                src.close()
-        for name, info in tensors.items():
-            if info["role"] == "out":
-                cu.memset_d8(dptrs[name], poison, int(info["nbytes"]))
+        _prepare(inputs_path, tensors, dptrs, poison)
         if poison_symbol is not None:  # {enabled, pattern, CTAs that applied it, 0}
             cu.memcpy_htod(poison_symbol, struct.pack("<4I", 1, int(poison_req["pattern"]) & 0xFFFFFFFF, 0, 0))
 
@@ -295,20 +476,7 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
         status["smem_poison"] = {"pattern": pattern, "ctas": ctas}
     if sink is not None:
         sink.download(progress)
-    out_specs = [(n, i["st_dtype"], i["shape"]) for n, i in tensors.items() if i["role"] in ("out", "inout")]
-    if out_specs:
-        out_path = run_dir / P.OUTPUTS
-        tmp = run_dir / (P.OUTPUTS + ".tmp")
-        entries = _tensorio.create(tmp, out_specs)
-        total = tmp.stat().st_size
-        dst = _Mapped(tmp, total)
-        try:
-            for e in entries:
-                cu.memcpy_dtoh_into(dst.address + e.offset, dptrs[e.name], e.nbytes)
-            dst.mm.flush()
-        finally:
-            dst.close()
-        os.replace(tmp, out_path)
+    out_specs = _write_outputs(run_dir, tensors, dptrs)
     timing = req.get("timing")
     if timing:
         phase = status["phase"] = "time"
@@ -318,7 +486,9 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
             fn.set_max_dynamic_shared(launch.shared_mem_bytes)
         if sink_symbol is not None:
             cu.memcpy_htod(sink_symbol, bytes(8))  # a null sink: every tap is off while timing
-        status["timing"] = _time_kernel(fn, launch, params, timing, progress)
+        status["timing"] = _time_kernel(
+            lambda: cu.launch(fn, launch.grid, launch.block, launch.shared_mem_bytes, params.address,
+                              cluster=launch.cluster), timing, progress)
         if out_specs and not any(i["role"] == "inout" for i in tensors.values()):
             # verification after timing: the reps must reproduce the verified output
             status["timing"]["verified_after"] = _same_outputs(run_dir / P.OUTPUTS, dptrs)
@@ -327,7 +497,7 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
     progress.mark("done")
 
 
-def _time_kernel(fn, launch: LaunchSpec, params, timing: dict, progress: P.Progress) -> dict:
+def _time_kernel(launch_once, timing: dict, progress: P.Progress, stream: int = 0) -> dict:
     """Device-event timing of the kernel under test, the same rule as oracle.tools.timing: warm-up,
     the L2 flushed before every rep (outside the timed region), adaptive stop on the relative
     standard error of the median (harness.stats)."""
@@ -341,9 +511,9 @@ def _time_kernel(fn, launch: LaunchSpec, params, timing: dict, progress: P.Progr
     def rep() -> float:
         if flush is not None:
             cu.memset_d8(flush, 0, flush_bytes)
-        cu.event_record(start)
-        cu.launch(fn, launch.grid, launch.block, launch.shared_mem_bytes, params.address, cluster=launch.cluster)
-        cu.event_record(stop)
+        cu.event_record(start, stream)
+        launch_once()
+        cu.event_record(stop, stream)
         return cu.event_elapsed_ms(start, stop)
 
     try:
@@ -408,6 +578,8 @@ def main(argv: list[str]) -> int:
                       message=f"{exc} (phase {phase})")
     except TensorMapError as exc:
         status.update(status="SETUP_ERROR", message=f"tensor map rejected: {exc}")
+    except _LibraryError as exc:
+        status.update(status=exc.status, message=f"{exc} (phase {status.get('phase', 'start')})")
     except Exception as exc:  # a harness defect or a broken request: report it, do not crash
         status.update(status="HARNESS_ERROR", message=f"{type(exc).__name__}: {exc}",
                       traceback=traceback.format_exc())

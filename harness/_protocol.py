@@ -6,6 +6,7 @@ A run directory holds:
 |----------------------|------------|---------------------------------------------------------------|
 | request.json         | parent     | entry, launch (LaunchSpec.to_dict), tensors {name: dtype, shape, role}, sink, device, poison |
 | kernel.cubin         | parent     | the module image                                               |
+| kernel.so            | parent     | or a launch library (request "library": harness.launch_abi)    |
 | inputs.safetensors   | parent     | the 'in' and 'inout' tensors                                   |
 | progress.jsonl       | child      | one JSON object per line, appended as the child advances       |
 | outputs.safetensors  | child      | the 'out' and 'inout' tensors after the kernel (only when OK)  |
@@ -28,6 +29,7 @@ PROTOCOL_VERSION = 1
 
 REQUEST = "request.json"
 CUBIN = "kernel.cubin"
+LIBRARY = "kernel.so"
 INPUTS = "inputs.safetensors"
 OUTPUTS = "outputs.safetensors"
 PROGRESS = "progress.jsonl"
@@ -40,7 +42,7 @@ PHASES = ("start", "init", "context", "load", "alloc", "upload", "sink", "encode
           "download", "done")
 
 # Statuses the child can write (the parent adds TIMEOUT and CRASHED).
-CHILD_STATUSES = ("OK", "CUDA_ERROR", "LOAD_ERROR", "SETUP_ERROR", "HARNESS_ERROR")
+CHILD_STATUSES = ("OK", "CUDA_ERROR", "LOAD_ERROR", "SETUP_ERROR", "HARNESS_ERROR", "LIBRARY_ERROR")
 
 # Where the sink bytes the parent reads come from.
 SINK_FILE = "host_mapped_file"  # the kernel wrote straight into the shared file's pages

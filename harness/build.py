@@ -1,9 +1,9 @@
-"""Build CUDA sources to cubins with nvcc, cached on disk.
+"""Build CUDA sources to cubins (or launch libraries, shared objects) with nvcc, cached on disk.
 
 Data path: source (a file or text) -> its local includes, resolved and hashed -> a cache key over
 source, local headers, the whole `harness/include` tree, the trace header version, flags, defines,
-the CUTLASS wheel version and `nvcc --version` -> `<cache>/cubin/<kk>/<key>.cubin` (+ `.json`
-with the build log). A hit never runs nvcc, not even `nvcc --version` (that answer is cached too,
+the CUTLASS wheel version and `nvcc --version` -> `<cache>/cubin/<kk>/<key>.cubin` (a library:
+`<cache>/so/<kk>/<key>.so`) (+ `.json` with the build log). A hit never runs nvcc, not even `nvcc --version` (that answer is cached too,
 keyed by the nvcc binary's path, size and mtime).
 
 Constraints: needs nvcc (no GPU); writes are atomic (temp file + os.replace), so builds racing on
@@ -39,6 +39,11 @@ HARNESS_INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 TRACE_HEADER = HARNESS_INCLUDE_DIR / "oracle_trace" / "trace.cuh"
 
 DEFAULT_FLAGS = ("-std=c++17", "-O3", "--expt-relaxed-constexpr", "-lineinfo")
+# A launch library: position-independent, shared, with the CUDA runtime linked in (static), so
+# loading it needs no libcudart of a matching version on the machine that runs it.
+LIBRARY_FLAGS = ("-shared", "-Xcompiler", "-fPIC", "-cudart", "static")
+CUBIN_OUTPUT = ("cubin", ("-cubin",))
+LIBRARY_OUTPUT = ("so", LIBRARY_FLAGS)
 
 _ARCH_RE = re.compile(r"^sm_(\d{2,3})([af]?)$")
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.MULTILINE)
@@ -67,7 +72,7 @@ class DefineError(BuildError, ValueError):
 
 @dataclass(frozen=True)
 class BuildResult:
-    cubin_path: Path
+    cubin_path: Path  # the built file: a cubin, or a launch library's .so (build_library)
     cached: bool
     key: str
     log: str = ""  # nvcc's stdout+stderr of the build that produced the cubin (warnings)
@@ -341,13 +346,38 @@ def build_cubin(
 ) -> BuildResult:
     """Compile `source` (a path, or CUDA source text containing a newline) to a cubin, or return
     the cached one. Raises BuildError with nvcc's output when the compile fails."""
+    return _build(source, CUBIN_OUTPUT, arch=arch, defines=defines, include_dirs=include_dirs,
+                  extra_flags=extra_flags, cache_dir=cache_dir, nvcc=nvcc)
+
+
+def build_library(
+    source: Union[str, os.PathLike],
+    *,
+    arch: str = "sm_90a",
+    defines: Optional[Mapping[str, object]] = None,
+    include_dirs: Sequence[Union[str, os.PathLike]] = (),
+    extra_flags: Sequence[str] = (),
+    cache_dir: Optional[Union[str, os.PathLike]] = None,
+    nvcc: Optional[str] = None,
+) -> BuildResult:
+    """Compile `source` to a shared library (a launch library: it exports `oracle_launch`, see
+    oracle_trace/launch.hpp), or return the cached one; the same key rules, arch, flags and
+    defines as build_cubin. The CUDA runtime is linked statically (LIBRARY_FLAGS): the library
+    needs no libcudart at load time and cannot pick up another version of it."""
+    return _build(source, LIBRARY_OUTPUT, arch=arch, defines=defines, include_dirs=include_dirs,
+                  extra_flags=extra_flags, cache_dir=cache_dir, nvcc=nvcc)
+
+
+def _build(source, output: tuple[str, tuple[str, ...]], *, arch, defines, include_dirs, extra_flags, cache_dir,
+           nvcc) -> BuildResult:
+    suffix, output_flags = output
     text, source_dir, display = _resolve_source(source)
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     user_dirs = tuple(Path(d).expanduser().resolve() for d in include_dirs)
     cutlass_dirs = cutlass_include_dirs()
     search = user_dirs + (HARNESS_INCLUDE_DIR,)
 
-    flags = (("-cubin",) + arch_flags(arch) + DEFAULT_FLAGS + define_flags(defines or {})
+    flags = (output_flags + arch_flags(arch) + DEFAULT_FLAGS + define_flags(defines or {})
              + tuple(extra_flags))
     # nvcc itself looks next to a source file for quoted includes.
     include_flags = tuple(f"-I{d}" for d in search + cutlass_dirs)
@@ -367,8 +397,8 @@ def build_cubin(
         "nvcc": nvcc_version(nvcc_path, cache),
     }
     key = _sha256(json.dumps(key_parts, sort_keys=True).encode())
-    out_dir = cache / "cubin" / key[:2]
-    cubin_path = out_dir / f"{key}.cubin"
+    out_dir = cache / suffix / key[:2]
+    cubin_path = out_dir / f"{key}.{suffix}"
     meta_path = out_dir / f"{key}.json"
 
     cached = _cached_build(cubin_path, meta_path, key)
@@ -387,7 +417,7 @@ def build_cubin(
                 src_file.write_text(text)
             else:
                 src_file = Path(source).resolve()
-            tmp_cubin = tmpdir / "out.cubin"
+            tmp_cubin = tmpdir / f"out.{suffix}"
             command = [nvcc_path, *flags, *include_flags, "-o", str(tmp_cubin), str(src_file)]
             started = time.monotonic()
             try:
@@ -402,7 +432,7 @@ def build_cubin(
                 raise BuildError(f"nvcc failed to compile {display} (exit code {proc.returncode})",
                                  stderr=log, command=command)
             if not tmp_cubin.is_file():
-                raise BuildError(f"nvcc reported success for {display} but wrote no cubin", stderr=log,
+                raise BuildError(f"nvcc reported success for {display} but wrote no {suffix}", stderr=log,
                                  command=command)
             data = tmp_cubin.read_bytes()
             meta = {"source": display, "command": command, "log": log, "key_parts": key_parts,

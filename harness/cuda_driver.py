@@ -2,7 +2,8 @@
 CudaError(code, name, message, call).
 
 Data path: primary context -> module from cubin bytes -> function / `__device__` globals ->
-device and host-mapped memory -> launch (plain or with a cluster) -> synchronize.
+device and host-mapped memory -> launch (plain or with a cluster) -> synchronize. A stream of its
+own for a launch library, whose CUDA runtime uses the same primary context.
 
 Constraints: `cuda.bindings` is imported on first use, so importing this module never needs a GPU,
 a driver or even cuda-bindings; without a driver every call raises CudaError named
@@ -209,6 +210,19 @@ class Context:
 def synchronize() -> None:
     """cuCtxSynchronize; a kernel fault surfaces here as CudaError (700 illegal address, 719 trap...)."""
     call("cuCtxSynchronize")
+
+
+def stream_create(non_blocking: bool = True) -> int:
+    """A new stream of the current context, as an int handle (a CUstream is a cudaStream_t too: a
+    launch library's runtime takes it as is)."""
+    drv = _drv()
+    flags = drv.CUstream_flags.CU_STREAM_NON_BLOCKING if non_blocking else drv.CUstream_flags.CU_STREAM_DEFAULT
+    return _int(call("cuStreamCreate", int(flags)))
+
+
+def stream_synchronize(stream: int) -> None:
+    """cuStreamSynchronize; a fault of work on the stream surfaces here as CudaError."""
+    call("cuStreamSynchronize", stream)
 
 
 # --------------------------------------------------------------------------- modules

@@ -4,6 +4,8 @@ Data path: run_kernel(cubin, entry, launch, tensors, sink) -> a temporary run di
 (request.json, kernel.cubin, inputs.safetensors) and a sink file -> `python -m harness._child RUN_DIR`
 in a new process group (a fresh interpreter, CUDA through cuda-python only) -> the parent waits with
 the time limit -> status.json, outputs.safetensors, progress.jsonl and the sink file -> KernelRun.
+run_library(library .so, LibraryCall, tensors, sink) takes the same path with kernel.so and the call
+in the request: the child calls the library's oracle_launch (harness.launch_abi) instead of launching.
 
 Constraints: an illegal address or trap kills the CUDA context for good and a hang never returns,
 so the kernel never runs in the caller's process; nothing the child does (crash, hang, garbage
@@ -34,7 +36,9 @@ from harness import knobs as _knobs
 from harness import _protocol as P
 from harness import _tensorio
 from harness.build import CUBIN_MAGICS, BuildError, BuildResult, build_cubin, load_cubin
+from harness.files import read_bounded
 from harness.launch import LaunchSpec, TensorMapArg
+from harness.launch_abi import ENTRY_SYMBOL, LibraryCall
 from kernels_ref.dtypes import ELEMENT_TYPES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +46,7 @@ DEFAULT_CHILD = (sys.executable, "-X", "faulthandler", "-m", "harness._child")
 TAIL_CHARS = 8000
 KILL_GRACE_S = 30.0
 MAX_SINK_BYTES = 1 << 34
+MAX_LIBRARY_BYTES = 1 << 30
 
 TORCH_TO_ST: dict[torch.dtype, str] = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -71,9 +76,10 @@ class RunStatus(str, enum.Enum):
     SETUP_ERROR = "SETUP_ERROR"  # no driver/device, out of memory, a tensor map the driver refused
     BUILD_ERROR = "BUILD_ERROR"  # nvcc failed (run_source only; build_cubin raises BuildError)
     HARNESS_ERROR = "HARNESS_ERROR"  # the child failed outside CUDA (a defect here, or a bad request)
+    LIBRARY_ERROR = "LIBRARY_ERROR"  # a launch library's oracle_launch returned non-zero (KernelRun.launch_return)
 
 
-KERNEL_FAULTS = frozenset({RunStatus.CUDA_ERROR, RunStatus.TIMEOUT, RunStatus.CRASHED})
+KERNEL_FAULTS = frozenset({RunStatus.CUDA_ERROR, RunStatus.TIMEOUT, RunStatus.CRASHED, RunStatus.LIBRARY_ERROR})
 
 
 @dataclass(frozen=True)
@@ -134,6 +140,9 @@ class KernelRun:
     sink_overflow: Optional[Mapping[str, object]] = None
     # shared-memory poison, when asked: {"pattern", "ctas"} (CTAs whose prologue filled their smem)
     smem_poison: Optional[Mapping[str, object]] = None
+    # a launch library's oracle_launch: what it returned (0: launched) and the sentence it wrote
+    launch_return: Optional[int] = None
+    launch_message: str = ""
 
     @property
     def ok(self) -> bool:
@@ -146,6 +155,9 @@ class KernelRun:
 
     def describe(self) -> str:
         code = f" {self.error_name} ({self.error_code})" if self.error_code is not None else ""
+        if self.launch_return:
+            code += f"; oracle_launch returned {self.launch_return}" + \
+                (f" ({self.launch_message})" if self.launch_message else "")
         sink = "no sink" if self.sink is None else f"sink {len(self.sink)} bytes from {self.sink_source}"
         return f"{self.status.value}{code} at phase {self.phase}; {sink}; {self.elapsed_s:.2f} s: {self.message}"
 
@@ -182,17 +194,7 @@ def _check_request(launch: LaunchSpec, tensors: Mapping[str, torch.Tensor],
     unused = [n for n in tensors if n not in roles]
     if unused:
         raise RunnerError(f"tensors {unused} are not used by any argument of the launch")
-    dense: dict[str, torch.Tensor] = {}
-    for name, t in tensors.items():
-        if not isinstance(t, torch.Tensor):
-            raise RunnerError(f"tensor {name!r} is a {type(t).__name__}, not a torch.Tensor")
-        if t.device.type != "cpu":
-            raise RunnerError(f"tensor {name!r} is on {t.device}; pass CPU tensors (the kernel runs in a "
-                              f"child process that uploads them)")
-        if t.dtype not in TORCH_TO_ST:
-            raise RunnerError(f"tensor {name!r} has dtype {t.dtype}; supported: "
-                              f"{', '.join(str(d) for d in TORCH_TO_ST)}")
-        dense[name] = t.detach().contiguous()
+    dense = _dense(tensors)
     for i, a in enumerate(launch.args):
         if isinstance(a, TensorMapArg):
             t = dense[a.tensor_name]
@@ -204,6 +206,22 @@ def _check_request(launch: LaunchSpec, tensors: Mapping[str, torch.Tensor],
                 raise RunnerError(f"args[{i}]: the tensor map over {a.tensor_name!r} spans {a.spec.extent_bytes} "
                                   f"bytes (dims {a.spec.global_dims}, strides {a.spec.global_strides}) but the "
                                   f"tensor has {nbytes}")
+    return dense
+
+
+def _dense(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Each tensor checked (a CPU torch tensor of a supported dtype) and made dense row-major."""
+    dense: dict[str, torch.Tensor] = {}
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise RunnerError(f"tensor {name!r} is a {type(t).__name__}, not a torch.Tensor")
+        if t.device.type != "cpu":
+            raise RunnerError(f"tensor {name!r} is on {t.device}; pass CPU tensors (the kernel runs in a "
+                              f"child process that uploads them)")
+        if t.dtype not in TORCH_TO_ST:
+            raise RunnerError(f"tensor {name!r} has dtype {t.dtype}; supported: "
+                              f"{', '.join(str(d) for d in TORCH_TO_ST)}")
+        dense[name] = t.detach().contiguous()
     return dense
 
 
@@ -376,30 +394,97 @@ def run_kernel(
         raise RunnerError("timing times one launch; this run has more than one (then)")
     dense = _check_request(launch, tensors, [spec for _, spec in then])
     roles = sequence_roles(launch, [spec for _, spec in then])
+    request = {"entry": entry, "launch": launch.to_dict(), "timing": dict(timing) if timing else None,
+               "smem_poison": None if smem_poison is None else {"pattern": smem_poison},
+               "then": [{"entry": e, "launch": spec.to_dict()} for e, spec in then]}
+    return _run_child(P.CUBIN, image, request, dense, roles, sink=sink, timeout=timeout, keep=keep,
+                      poison_outputs=poison_outputs, device=device, child_cmd=child_cmd, tag=entry)
 
+
+def run_library(
+    library: Union[str, os.PathLike, BuildResult],
+    call: LibraryCall,
+    tensors: Mapping[str, torch.Tensor],
+    *,
+    sink: Optional[SinkRequest] = None,
+    timeout_s: Optional[float] = None,
+    poison_outputs: bool = True,
+    device: int = 0,
+    child_cmd: Optional[Sequence[str]] = None,
+    keep_dir: Optional[bool] = None,
+    timing: Optional[Mapping[str, object]] = None,
+) -> KernelRun:
+    """Run a launch library's `oracle_launch` once in a child process: the child loads the shared
+    library (built by harness.build.build_library), refuses one of another ABI version, fills
+    oracle_trace::LaunchArgs (harness.launch_abi) from `call` over the device buffers of `tensors`
+    (named as `call` names them: inputs uploaded, outputs poisoned, workspaces as given) and the
+    sink's device address, calls it on a stream of its own and synchronises. A non-zero return is
+    LIBRARY_ERROR (a kernel fault: KernelRun.launch_return and .launch_message say what the library
+    said), a CUDA error CUDA_ERROR, a hang TIMEOUT, as for run_kernel. `timing` times the call with a
+    null sink. Raises RunnerError for a malformed request."""
+    if not isinstance(call, LibraryCall):
+        raise RunnerError(f"call must be a LibraryCall, got {type(call).__name__}")
+    if sink is not None and not isinstance(sink, SinkRequest):
+        raise RunnerError(f"sink must be a SinkRequest, got {type(sink).__name__}")
+    timeout = float(_knobs.get("ORACLE_KERNEL_TIMEOUT_S") if timeout_s is None else timeout_s)
+    if not (timeout > 0 and math.isfinite(timeout)):
+        raise RunnerError(f"timeout_s {timeout_s!r} must be a positive number of seconds")
+    keep = _knobs.get("ORACLE_KEEP_RUN_DIR") if keep_dir is None else bool(keep_dir)
+    path = library.cubin_path if isinstance(library, BuildResult) else library
+    try:
+        image = read_bounded(path, f"launch library {path}", MAX_LIBRARY_BYTES,
+                             f"the {MAX_LIBRARY_BYTES >> 20} MiB a launch library may have", RunnerError)
+    except OSError as exc:
+        raise RunnerError(f"cannot read launch library {path}: {exc}") from None
+    if image[:4] != b"\x7fELF":
+        raise RunnerError(f"launch library {path} is not a shared object (first bytes {image[:4]!r})")
+    roles = call.buffers()
+    missing = sorted(set(roles) - set(tensors))
+    if missing:
+        raise RunnerError(f"the library call names buffers {missing} that were not given; given: {sorted(tensors)}")
+    unused = sorted(set(tensors) - set(roles))
+    if unused:
+        raise RunnerError(f"tensors {unused} are not used by the library call")
+    dense = _dense(tensors)
+    for t in call.tensors:
+        have = TORCH_TO_ST[dense[t.buffer].dtype]
+        want = ELEMENT_TYPES[t.dtype].safetensors
+        if have != want:
+            raise RunnerError(f"tensor {t.buffer!r} ({t.slot}) is {dense[t.buffer].dtype}, the call says {t.dtype}")
+        span = 1 + sum((d - 1) * st for d, st in zip(t.shape, t.strides) if d > 0)
+        if all(d > 0 for d in t.shape) and span > dense[t.buffer].numel():
+            raise RunnerError(f"tensor {t.buffer!r} ({t.slot}): shape {list(t.shape)} with strides {list(t.strides)} "
+                              f"reaches element {span - 1}, past its {dense[t.buffer].numel()} elements")
+    request = {"entry": ENTRY_SYMBOL, "library": call.to_dict(), "timing": dict(timing) if timing else None}
+    return _run_child(P.LIBRARY, image, request, dense, roles, sink=sink, timeout=timeout, keep=keep,
+                      poison_outputs=poison_outputs, device=device, child_cmd=child_cmd, tag=ENTRY_SYMBOL)
+
+
+def _run_child(image_name: str, image: bytes, request_core: dict, dense: Mapping[str, torch.Tensor],
+               roles: Mapping[str, str], *, sink: Optional[SinkRequest], timeout: float, keep: bool,
+               poison_outputs: bool, device: int, child_cmd: Optional[Sequence[str]], tag: str) -> KernelRun:
+    """Write the run directory (the image, the inputs, request.json), run the child with the time
+    limit and collect what it left."""
     run_dir = Path(tempfile.mkdtemp(prefix="oracle-run-"))
     sink_file: Optional[Path] = None
     proc: Optional[subprocess.Popen] = None
     try:
-        (run_dir / P.CUBIN).write_bytes(image)
+        (run_dir / image_name).write_bytes(image)
         records = {}
         for name, t in dense.items():
             records[name] = {"role": roles[name], "st_dtype": TORCH_TO_ST[t.dtype], "shape": list(t.shape),
                              "nbytes": t.numel() * t.element_size(), "torch_dtype": str(t.dtype)}
         uploads = [(n, TORCH_TO_ST[t.dtype], tuple(t.shape), t.reshape(-1).view(torch.uint8).numpy())
                    for n, t in dense.items() if roles[n] in ("in", "inout")]
-        _tensorio.write(run_dir / P.INPUTS, uploads, {"entry": entry})
+        _tensorio.write(run_dir / P.INPUTS, uploads, {"entry": tag})
         sink_doc = None
         if sink is not None:
             sink_file = _write_sink_file(run_dir, sink.init_bytes, sink.capacity)
             sink_doc = {"symbol": sink.symbol, "size": sink.capacity, "prefix": len(sink.init_bytes),
                         "max_size": sink.max_bytes, "host_mapped": sink.host_mapped, "file": str(sink_file)}
-        request = {"protocol": P.PROTOCOL_VERSION, "entry": entry, "launch": launch.to_dict(),
+        request = {"protocol": P.PROTOCOL_VERSION, **request_core,
                    "tensors": records, "sink": sink_doc, "device": int(device),
-                   "poison_outputs": bool(poison_outputs), "timeout_s": timeout,
-                   "timing": dict(timing) if timing else None,
-                   "smem_poison": None if smem_poison is None else {"pattern": smem_poison},
-                   "then": [{"entry": e, "launch": spec.to_dict()} for e, spec in then]}
+                   "poison_outputs": bool(poison_outputs), "timeout_s": timeout}
         P.write_json_atomic(run_dir / P.REQUEST, request)
 
         argv = list(child_cmd if child_cmd is not None else DEFAULT_CHILD) + [str(run_dir)]
@@ -494,7 +579,9 @@ def _collect(run_dir: Path, rc: Optional[int], timed_out: bool, timeout: float, 
                          error_name=doc.get("error_name"), error_call=doc.get("error_call"),
                          outputs=outputs, kernel_s=doc.get("kernel_s"), device=doc.get("device") or {},
                          function=doc.get("function") or {}, timing=doc.get("timing"),
-                         sink_overflow=doc.get("sink_overflow"), smem_poison=doc.get("smem_poison"), **common)
+                         sink_overflow=doc.get("sink_overflow"), smem_poison=doc.get("smem_poison"),
+                         launch_return=doc.get("launch_return"), launch_message=str(doc.get("launch_message") or ""),
+                         **common)
     if timed_out:
         where = {"sync": "the kernel was still running", "launch": "the launch call did not return"}.get(
             last_phase or "", f"the child was in phase {last_phase}")

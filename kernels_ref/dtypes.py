@@ -4,8 +4,9 @@ Each row: the torch dtype, the unit roundoff of the format (half an ulp at 1.0),
 finite value, the MMA instruction depth (k elements one tensor-core instruction sums), the
 quiet-NaN bit pattern a TMA "nan" fill writes, and the codes the other layers use for it: the
 reference kernels' constexpr code, the trace format's wire code, the CUtensorMapDataType a tensor
-map moves it as, and the safetensors name. `DTYPES` holds the element types of operands and
-outputs; `ELEMENT_TYPES` adds raw bytes (`uint8`: scale factors, packed data), which only move.
+map moves it as, the safetensors name and the launch library's element type (oracle_trace/launch.hpp).
+`DTYPES` holds the element types of operands and outputs; `ELEMENT_TYPES` adds raw bytes (`uint8`:
+scale factors, packed data), which only move.
 A new element type is one row here. Imports nothing at load (torch on first use of `.torch`),
 so every layer can read it, the harness's child process too.
 """
@@ -34,6 +35,7 @@ class DType:
     map_type: int = _MAP_UINT8  # the CUtensorMapDataType a tensor map moves it as
     map_is_float: bool = False  # whether that map type is a floating-point one
     safetensors: str = ""  # the safetensors dtype name
+    launch_code: int = 0  # the launch library's ElementType (harness/include/oracle_trace/launch.hpp)
 
     @property
     def torch(self):
@@ -46,20 +48,20 @@ ELEMENT_TYPES: dict[str, DType] = {
     d.name: d
     for d in (
         DType("fp32", "float32", 4, 2.0**-24, 3.4028234663852886e38, 8, nan_bits=0x7FC00000, ref_code=0,
-              trace_code=1, map_type=_MAP_FLOAT32, map_is_float=True, safetensors="F32"),
+              trace_code=1, map_type=_MAP_FLOAT32, map_is_float=True, safetensors="F32", launch_code=1),
         DType("fp16", "float16", 2, 2.0**-11, 65504.0, 16, nan_bits=0x7E00, ref_code=1, trace_code=2,
-              map_type=_MAP_FLOAT16, map_is_float=True, safetensors="F16"),
+              map_type=_MAP_FLOAT16, map_is_float=True, safetensors="F16", launch_code=2),
         DType("bf16", "bfloat16", 2, 2.0**-8, 3.3895313892515355e38, 16, nan_bits=0x7FC0, ref_code=2, trace_code=3,
-              map_type=_MAP_BFLOAT16, map_is_float=True, safetensors="BF16"),
+              map_type=_MAP_BFLOAT16, map_is_float=True, safetensors="BF16", launch_code=3),
         # no fp8 tensor-map type on sm_90: the map moves bytes
         DType("e4m3", "float8_e4m3fn", 1, 2.0**-4, 448.0, 32, nan_bits=0x7F, ref_code=3, trace_code=4,
-              safetensors="F8_E4M3"),
+              safetensors="F8_E4M3", launch_code=4),
         DType("e5m2", "float8_e5m2", 1, 2.0**-3, 57344.0, 32, nan_bits=0x7E, ref_code=4, trace_code=5,
-              safetensors="F8_E5M2"),
-        DType("int8", "int8", 1, 0.0, 127.0, 32, is_float=False, ref_code=5, trace_code=6, safetensors="I8"),
+              safetensors="F8_E5M2", launch_code=5),
+        DType("int8", "int8", 1, 0.0, 127.0, 32, is_float=False, ref_code=5, trace_code=6, safetensors="I8", launch_code=6),
         DType("int32", "int32", 4, 0.0, float(2**31 - 1), 8, is_float=False, ref_code=6, trace_code=7,
-              map_type=_MAP_INT32, safetensors="I32"),
-        DType("uint8", "uint8", 1, 0.0, 255.0, 0, is_float=False, safetensors="U8"),  # raw bytes: moved only
+              map_type=_MAP_INT32, safetensors="I32", launch_code=7),
+        DType("uint8", "uint8", 1, 0.0, 255.0, 0, is_float=False, safetensors="U8", launch_code=8),  # raw bytes: moved only
     )
 }
 # the element types of operands and outputs (those the reference kernels compute with)

@@ -52,7 +52,9 @@ from typing import Optional
 import torch
 
 from harness.build import DEFAULT_FLAGS, HARNESS_INCLUDE_DIR, arch_flags, cutlass_include_dirs, define_flags
+from harness.build import LIBRARY_FLAGS
 from harness.launch import ScalarArg, StructArg, TensorArg, TensorMapArg
+from harness.launch_abi import BIAS_KINDS, LAUNCH_CODES, SCALE_KINDS, SLOTS, LibraryCall
 from harness.runner import RunnerError, _check_request, sequence_roles
 from harness.tensormap import TensorMapSpec
 from harness.trace_format import STAGE_CODES, TraceSelection
@@ -60,7 +62,7 @@ from kernels_ref import epilogue_graph
 from kernels_ref.dtypes import name_of
 from oracle.run.case import Case, CaseError, LaunchPlan
 from oracle.run.inputs import Operands, Provenance, check_operands
-from oracle.run.live import _names, check_case, default_trace_tiles, launch_sequence
+from oracle.run.live import _names, check_case, default_trace_tiles, is_library, launch_sequence, library_call
 from oracle.repro.folder import MANIFEST, KernelFile, ReproFolder, kernel_files, read_kernel_file
 
 FORMAT = "oracle-repro"
@@ -70,6 +72,7 @@ TEMPLATE = Path(__file__).resolve().parent / "files" / "repro.cu"
 TEMPLATE_PARTS = tuple(sorted((TEMPLATE.parent / "host").glob("*.cuh")))
 BOUND_F64_LIMIT = 1 << 22  # outputs with more elements get a float32 bound.bin (rounded up)
 TIMEOUT_S = 60
+LIBRARY_TRACED, LIBRARY_PLAIN = "libkernel_traced.so", "libkernel.so"  # a launch library's two builds
 # Files a run of the reproducer writes (make clean removes them with the builds).
 RUN_OUTPUTS = ("d.bin", "sink.bin", "result.txt")
 # Every word the Makefile is given: no character make, a shell or nvcc's option parser would read.
@@ -114,6 +117,7 @@ class _Build:
     entries_traced: tuple[str, ...]
     entries_plain: tuple[str, ...]
     time_entry_unused: bool = False  # a time_entry the untraced build cannot use (later launches)
+    library: bool = False  # a launch library: two shared objects, entered through oracle_launch
 
     @property
     def shared(self) -> bool:
@@ -121,7 +125,13 @@ class _Build:
         return self.prebuilt is not None or self.plain_defines == self.traced_defines
 
     @property
+    def cubin_traced(self) -> str:
+        return LIBRARY_TRACED if self.library else "kernel_traced.cubin"
+
+    @property
     def cubin_plain(self) -> str:
+        if self.library:
+            return LIBRARY_TRACED if self.shared else LIBRARY_PLAIN
         return "kernel_traced.cubin" if self.shared else "kernel.cubin"
 
     @property
@@ -136,6 +146,9 @@ class _Build:
 def _build_plan(case: Case) -> _Build:
     k = case.kernel
     traced = {"ORACLE_TRACE": "1", **dict(k.defines)}
+    if k.library:  # the untraced library is the same source without ORACLE_TRACE
+        plain = {n: v for n, v in dict(k.defines).items() if n != "ORACLE_TRACE"}
+        return _Build(Path(k.library), None, k.arch, traced, plain, (k.entry,), (k.entry,), library=True)
     entries = (k.entry,) + tuple(plan.entry for plan in case.launch.next)
     if k.time_entry and len(entries) == 1:
         plain = {n: v for n, v in dict(k.defines).items() if n != "ORACLE_TRACE"}
@@ -144,6 +157,36 @@ def _build_plan(case: Case) -> _Build:
         plain, entries_plain = traced, entries
     return _Build(Path(k.source) if k.source else None, Path(k.cubin) if k.cubin else None, k.arch, traced, plain,
                   entries, entries_plain, time_entry_unused=bool(k.time_entry) and len(entries) > 1)
+
+
+def _library_launch_text(case: Case, call: LibraryCall, build: _Build, selection: TraceSelection) -> str:
+    """launch.txt of a launch library: the two libraries, the trace selection and every field of
+    the LaunchArgs the host program fills (floats as bits, tensors by buffer name)."""
+    lines = ["# launch.txt: what repro passes to the launch library's oracle_launch; every value evaluated by "
+             "python -m oracle repro",
+             f"library_traced {build.cubin_traced}", f"library_plain {build.cubin_plain}", f"abi {call.abi}",
+             f"timeout_s {TIMEOUT_S}"]
+    tiles = selection.tiles
+    lines.append("trace_tiles" + ("" if tiles is None else " " + " ".join(f"{tm},{tn}" for tm, tn in tiles)))
+    kbs = selection.k_blocks
+    lines.append("trace_k_blocks " + ("all" if kbs is None else " ".join(map(str, kbs))))
+    lines.append(f"trace_capacity_bytes {sink_bytes(case)}")
+    fields = {"m": call.m, "n": call.n, "k": call.k, "batch": call.batch, "groups": call.groups,
+              "group_offsets": call.group_offsets or "-", "alpha": _hex_bits(call.alpha, "f32"),
+              "beta": _hex_bits(call.beta, "f32"), "splits": call.splits, "stream_k_workers": call.stream_k_workers,
+              "activation": call.activation, "bias_kind": BIAS_KINDS.index(call.bias_kind),
+              "scale_a_kind": SCALE_KINDS.index(call.scale_a_kind), "scale_b_kind": SCALE_KINDS.index(call.scale_b_kind),
+              "scale_a_block": ",".join(map(str, call.scale_a_block)),
+              "scale_b_block": ",".join(map(str, call.scale_b_block)), "tile": ",".join(map(str, call.tile))}
+    lines.append("call " + " ".join(f"{k}={v}" for k, v in fields.items()) +
+                 f"  # alpha {call.alpha!r}, beta {call.beta!r}, activation {case.spec.activation}")
+    for t in call.tensors:
+        lines.append(f"call_tensor slot={SLOTS[t.slot]} buffer={t.buffer} dtype={LAUNCH_CODES[t.dtype]} "
+                     f"rank={len(t.shape)} shape={','.join(map(str, t.shape))} strides={','.join(map(str, t.strides))}"
+                     f"  # {t.slot}: {t.dtype}")
+    for i, (name, buffer) in enumerate(call.workspaces):
+        lines.append(f"call_workspace index={i} name={name} buffer={buffer}")
+    return "\n".join(lines) + "\n"
 
 
 def _plans(case: Case) -> tuple[LaunchPlan, ...]:
@@ -326,7 +369,8 @@ def _makefile(build: _Build, kernel_main: Optional[str], kernel_names: list[str]
     cutlass = [d if _MAKE_WORD.match(d) else "" for d in cutlass]  # a machine path make cannot take: left to the user
     cutlass_inc = cutlass[0] if cutlass else ""
     cutlass_util = cutlass[1] if len(cutlass) > 1 else ""
-    kernel_flags = _make_words("KERNEL_FLAGS", ("-cubin",) + arch_flags(build.arch) + DEFAULT_FLAGS)
+    output = LIBRARY_FLAGS if build.library else ("-cubin",)
+    kernel_flags = _make_words("KERNEL_FLAGS", output + arch_flags(build.arch) + DEFAULT_FLAGS)
     out = [
         "# Makefile of a standalone reproducer written by `python -m oracle repro`; nvcc is all it needs.",
         "#   make             the untraced cubin and ./repro (the production entry point, no sink)",
@@ -361,21 +405,21 @@ def _makefile(build: _Build, kernel_main: Optional[str], kernel_names: list[str]
         "",
         "# repro needs its cubin at run time only: an order-only prerequisite; `make host` skips it",
         "REPRO_NEEDS ?= $(PLAIN_CUBIN)",
-        "TRACED_NEEDS ?= kernel_traced.cubin",
+        f"TRACED_NEEDS ?= {build.cubin_traced}",
         "host:",
         "\t$(MAKE) repro repro_traced REPRO_NEEDS= TRACED_NEEDS=",
         ".PHONY: all host run run_traced sanitize clean",
         "",
     ]
     if build.prebuilt is None:
-        out += ["kernel_traced.cubin: $(KERNEL_FILES)",
+        out += [f"{build.cubin_traced}: $(KERNEL_FILES)",
                 "ifneq ($(KERNEL_TRACED_CUBIN_FROM),)",
                 "\tcp $(KERNEL_TRACED_CUBIN_FROM) $@",
                 "else",
                 "\t$(NVCC) $(KERNEL_FLAGS) $(TRACED_DEFINES) $(INCLUDES) -o $@ $(KERNEL_SOURCE)",
                 "endif", ""]
         if not build.shared:
-            out += ["kernel.cubin: $(KERNEL_FILES)",
+            out += [f"{build.cubin_plain}: $(KERNEL_FILES)",
                     "ifneq ($(KERNEL_CUBIN_FROM),)",
                     "\tcp $(KERNEL_CUBIN_FROM) $@",
                     "else",
@@ -385,9 +429,9 @@ def _makefile(build: _Build, kernel_main: Optional[str], kernel_names: list[str]
         "# the host programs: repro.cu and its headers (host/), no kernel code (it loads the cubin at run time)",
         "HOST_SOURCES := repro.cu " + " ".join(f"host/{p.name}" for p in TEMPLATE_PARTS),
         "repro: $(HOST_SOURCES) | $(REPRO_NEEDS)",
-        "\t$(NVCC) $(HOST_FLAGS) -Ikernel/include -DORACLE_REPRO_TRACED=0 -o $@ repro.cu",
+        "\t$(NVCC) $(HOST_FLAGS) -Ikernel/include -DORACLE_REPRO_TRACED=0 -o $@ repro.cu -ldl",
         "repro_traced: $(HOST_SOURCES) | $(TRACED_NEEDS)",
-        "\t$(NVCC) $(HOST_FLAGS) -Ikernel/include -DORACLE_REPRO_TRACED=1 -o $@ repro.cu",
+        "\t$(NVCC) $(HOST_FLAGS) -Ikernel/include -DORACLE_REPRO_TRACED=1 -o $@ repro.cu -ldl",
         "",
         "run: repro",
         "\t./repro",
@@ -396,14 +440,32 @@ def _makefile(build: _Build, kernel_main: Optional[str], kernel_names: list[str]
         "sanitize: repro",
         "\tcompute-sanitizer --tool memcheck --error-exitcode 99 ./repro --timeout 600",
         "clean:",
-        "\trm -f repro repro_traced" + ("" if build.prebuilt else " kernel.cubin kernel_traced.cubin")
+        "\trm -f repro repro_traced" + ("" if build.prebuilt else f" {LIBRARY_PLAIN} {LIBRARY_TRACED}" if build.library
+                                   else " kernel.cubin kernel_traced.cubin")
         + " " + " ".join(RUN_OUTPUTS),
     ]
     return "\n".join(out) + "\n"
 
 
+def _library_readme_parts(case: Case, call: LibraryCall, build: _Build) -> tuple[str, str, list[str]]:
+    """The kernels line, the build note and the launch lines of a launch library's README."""
+    kernels = (f"Kernel: the launch library {build.source.name if build.source else ''} (ABI {call.abi}), entered "
+               f"through oracle_launch, which launches its own kernels.")
+    note = (f"Built twice as a shared library: {build.cubin_traced} with ORACLE_TRACE (repro_traced passes it the "
+            f"host-mapped sink) and {build.cubin_plain} without (repro, a null sink). Its tensor maps and Params "
+            f"are its own host code: the descriptor stages are judged only from what its kernels tap.")
+    lines = [f"  oracle_launch(LaunchArgs): m {call.m}, n {call.n}, k {call.k}, tile {list(call.tile)}, batch "
+             f"{call.batch}, groups {call.groups}, alpha {call.alpha!r}, beta {call.beta!r}, activation "
+             f"{case.spec.activation}, bias {call.bias_kind}, splits {call.splits}, stream-K workers "
+             f"{call.stream_k_workers}; on repro's stream"]
+    lines += [f"     tensor {t.slot}: buffer {t.buffer}, {t.dtype}, shape {list(t.shape)}, strides {list(t.strides)} "
+              f"elements" for t in call.tensors]
+    lines += [f"     workspace {i} {name}: buffer {buffer}" for i, (name, buffer) in enumerate(call.workspaces)]
+    return kernels, note, lines
+
+
 def _readme(case: Case, prov: Provenance, sequence: list, build: _Build, reference: bool,
-            selection: TraceSelection, workspaces: list, copied: list) -> str:
+            selection: TraceSelection, workspaces: list, copied: list, call: Optional[LibraryCall] = None) -> str:
     s = case.spec
     ref = ("expected.bin and bound.bin hold the oracle's reference D and per-element bounds\n"
            "(oracle.judging.differential.expected_output), so repro judges D with the oracle's own numbers." if reference else
@@ -452,6 +514,8 @@ def _readme(case: Case, prov: Provenance, sequence: list, build: _Build, referen
     else:
         kernels = f"Kernel{plural}: {', '.join(build.entries_traced)} (traced), {', '.join(build.entries_plain)} " \
                   f"(untraced)."
+    if call is not None:
+        kernels, cubin_note, launch_lines = _library_readme_parts(case, call, build)
     return f"""A standalone reproducer of a case's kernel launches, written by `python -m oracle repro`.
 
 Problem: {s.describe()}; inputs: {prov.describe()}.{groups}
@@ -516,12 +580,17 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
     check_case(case)  # the checks of a live run, before anything is written
     check_operands(case.spec, operands)
     out = Path(out_dir)
-    sequence, tensors = launch_sequence(case, operands)
-    first, later = sequence[0][1], [spec for _, spec in sequence[1:]]
-    try:
-        _check_request(first, tensors, later)  # the harness's own checks: dtypes, maps inside their buffers
-    except RunnerError as e:
-        raise ReproError(f"the launch cannot be reproduced: {e}") from None
+    call = None
+    if is_library(case):  # one oracle_launch call; its LaunchArgs are written out field by field
+        sequence = []
+        call, tensors = library_call(case, operands)
+    else:
+        sequence, tensors = launch_sequence(case, operands)
+        first, later = sequence[0][1], [spec for _, spec in sequence[1:]]
+        try:
+            _check_request(first, tensors, later)  # the harness's own checks: dtypes, maps inside their buffers
+        except RunnerError as e:
+            raise ReproError(f"the launch cannot be reproduced: {e}") from None
     build = _build_plan(case)
     tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case)
     selection = TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks)  # checked by check_case
@@ -535,7 +604,8 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
         kernel_main = f"kernel/src/{main}"
     kernel_names = [f.rel for f in sources] if build.prebuilt is None else []
     makefile = _makefile(build, kernel_main, kernel_names)
-    launch_text = _launch_text(case, sequence, build, selection)
+    launch_text = (_library_launch_text(case, call, build, selection) if call is not None
+                   else _launch_text(case, sequence, build, selection))
     folder = ReproFolder(out, ReproError)  # refuses a folder that is not new, empty or the oracle's own
     cleared = False
     try:
@@ -548,14 +618,14 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
         folder.clear()
         cleared = True
         _write_all(case, operands, provenance, folder, sequence, tensors, build, selection, sources, makefile,
-                   launch_text, y, b)
+                   launch_text, y, b, call)
     finally:  # after a failure too: the manifest of what was written, so the folder stays the oracle's
         if cleared:
             folder.finish()
         else:
             folder.close()
     files = tuple(sorted(folder.hashes)) + (MANIFEST,)
-    return ReproDir(out, files, build.entries_traced, build.entries_plain, "kernel_traced.cubin",
+    return ReproDir(out, files, build.entries_traced, build.entries_plain, build.cubin_traced,
                     build.cubin_plain, reference)
 
 
@@ -571,16 +641,18 @@ def _trace_header_files() -> list[KernelFile]:
 
 def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: ReproFolder, sequence: list,
                tensors: dict, build: _Build, selection: TraceSelection, sources: list, makefile: str,
-               launch_text: str, y, b) -> None:
+               launch_text: str, y, b, call: Optional[LibraryCall] = None) -> None:
     """Every file of the reproducer but the manifest, into a folder cleared of an earlier one."""
     reference = y is not None
-    first, later = sequence[0][1], [spec for _, spec in sequence[1:]]
     write = folder.write
     for f in sources:  # the mtime is kept: an unchanged source does not rebuild the cubin
         write(f.rel, f.data, f.mtime_ns)
 
     s = case.spec
-    roles = sequence_roles(first, later)
+    if call is not None:
+        roles = call.buffers()
+    else:
+        roles = sequence_roles(sequence[0][1], [spec for _, spec in sequence[1:]])
     declared = {f"ws_{w.name}": w for w in case.workspaces}
     manifest, tensor_meta = ["# inputs.txt: the binary files of repro; shapes in storage order"], {}
     logical = {"d": (s.total_m, s.n), **{n: tuple(t.shape) for n, t in operands.named().items()}}
@@ -620,7 +692,7 @@ def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: R
         write(f"host/{part.name}", read_kernel_file(part, ReproError)[0])
     write("Makefile", makefile)
     copied = [(f.rel, str(f.path)) for f in sources]
-    write("README.txt", _readme(case, provenance, sequence, build, reference, selection, workspaces, copied))
+    write("README.txt", _readme(case, provenance, sequence, build, reference, selection, workspaces, copied, call))
     maps = [{"launch": i, "buffer": a.tensor_name, "spec": a.spec.to_dict()}
             for i, (_, launch) in enumerate(sequence) for a in launch.args if isinstance(a, TensorMapArg)]
     doc = {"format": FORMAT, "version": VERSION, "problem": s.to_json(),
@@ -629,7 +701,7 @@ def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: R
            "kernel": {"entry_traced": build.entry_traced, "entry_plain": build.entry_plain,
                       "entries_traced": list(build.entries_traced), "entries_plain": list(build.entries_plain),
                       "source": str(build.source) if build.source else None,
-                      "cubin_traced": "kernel_traced.cubin", "cubin_plain": build.cubin_plain},
+                      "cubin_traced": build.cubin_traced, "cubin_plain": build.cubin_plain},
            "launches": [{"entry_traced": build.entries_traced[i], "entry_plain": build.entries_plain[i]}
                         | launch.to_dict() | {"args": [_json_arg(a) for a in launch.args]}
                         for i, (_, launch) in enumerate(sequence)],
@@ -638,6 +710,9 @@ def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: R
                      "k_blocks": None if selection.k_blocks is None else list(selection.k_blocks),
                      "capacity_bytes": sink_bytes(case), "stages": list(STAGE_CODES)},
            "reference": reference}
+    if call is not None:
+        doc["library"] = {"abi": call.abi, "traced": build.cubin_traced, "plain": build.cubin_plain,
+                          "call": call.to_dict()}
     write("repro.json", json.dumps(doc, indent=1) + "\n")
 
 

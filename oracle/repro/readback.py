@@ -209,6 +209,10 @@ def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
                           for m in maps if m.get("launch", 0) == 0)  # a live run adds the first launch's
     except (TensorMapError, TapError, TypeError, ValueError) as e:
         raise ReproError(f"{where}: tensormaps: {str(e)[:300]}") from None
+    if doc.get("library") is not None:  # a launch library's maps are its own: only its taps say anything
+        from oracle.run.live import library_descriptor_note
+
+        notes.append(library_descriptor_note(descriptors, taps))
     error = None if ok else f"{result.get('error', 'unknown')}: {result.get('message', '')}".strip()
     rec = Recording(spec=spec, operands=ops, output=output, provenance=provenance, taps=taps,
                     descriptors=tuple(descriptors) + host_maps, kernel=entry, kernel_error=error,

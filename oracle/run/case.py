@@ -23,6 +23,13 @@ command line:
     args = ["a", "b", "c", "d", "bias", "m", "n", "k", "lda", "ldb", "ldc", "ldd", "alpha", "beta",
             { i32 = 2 }]
 
+    A launch library instead (oracle_trace/launch.hpp; harness.launch_abi): the kernel's own host
+    code, built as a shared library, launches it; [launch] then holds only the ABI:
+    [kernel]
+    library = "my_gemm.cu"     # no source, cubin, entry, time_entry or untraced_entry beside it
+    [launch]
+    abi = "oracle/1"
+
     [trace]
     tiles = [[0, 0], [3, 2]]   # default: the first, a middle and the last tile
     k_blocks = "all"           # or a list
@@ -65,6 +72,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from harness.fields import shown
+from harness.launch_abi import ABIS, ENTRY_SYMBOL
 from harness.names import check_entry
 from oracle.run.case_grammar import check_kernel_names
 from oracle.problem.spec import ProblemSpec, SpecError
@@ -81,6 +89,8 @@ SECTIONS = ("problem", "kernel", "launch", "trace", "workspace", "run")
 MAX_CASE_BYTES = 1 << 20  # a case file (or a cases file) larger than this is not one
 MAX_EXPRESSION_CHARS = 512
 MAX_VALUE = 2**64  # an expression's integers stay within this magnitude (a launch argument has 64 bits)
+KERNEL_FILES = ("source", "cubin", "library")  # [kernel] keys that name a file, relative to the case file
+LIBRARY_ENTRY = ENTRY_SYMBOL
 
 
 class CaseError(ValueError):
@@ -96,6 +106,7 @@ class KernelSource:
     cubin: Optional[str] = None  # a prebuilt cubin instead of the source
     time_entry: Optional[str] = None  # the untraced entry point to time (default: `entry`, sink off)
     untraced_entry: Optional[str] = None  # the entry in the build without -DORACLE_TRACE (default: `entry`)
+    library: Optional[str] = None  # a launch library's source (entry is then its oracle_launch)
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,7 @@ class LaunchPlan:
     cluster: tuple[int, int, int] = (1, 1, 1)
     entry: Optional[str] = None  # a later launch's kernel (the first launch runs [kernel] entry)
     next: tuple["LaunchPlan", ...] = ()  # kernels launched after this one, in order, on the same buffers
+    abi: Optional[str] = None  # a launch library's ABI ([launch] abi); it launches its own kernels
 
 
 @dataclass(frozen=True)
@@ -220,6 +232,7 @@ def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *,
         raise CaseError(f"problem: {e}") from None
     kernel = _kernel(doc.get("kernel"), base, source, entry)
     launch = _launch(doc["launch"]) if "launch" in doc else None
+    _check_library(kernel, launch)
     trace = trace_plan(doc.get("trace", {}))
     workspaces = _workspaces(doc.get("workspace", {}))
     run = run_plan(doc.get("run", {}))
@@ -336,7 +349,7 @@ def _read_case(path: str, seen: tuple[str, ...]) -> dict:
         if section in doc and not isinstance(doc[section], dict):
             raise CaseError(f"{path}: {section} = {shown(doc[section])} must be a table ([{section}])")
     here = os.path.dirname(os.path.abspath(path))
-    for key in ("source", "cubin"):
+    for key in KERNEL_FILES:
         if key in doc.get("kernel", {}):
             value = doc["kernel"][key]
             if not isinstance(value, str) or not value:
@@ -356,15 +369,55 @@ def _read_case(path: str, seen: tuple[str, ...]) -> dict:
     return merged
 
 
+def _library_kernel(sec: dict, base: str, source: Optional[str], entry: Optional[str]) -> KernelSource:
+    """[kernel] library = "FILE.cu": a launch library, whose entry is its exported oracle_launch."""
+    for key in ("source", "cubin", "entry", "time_entry", "untraced_entry"):
+        if key in sec:
+            raise CaseError(f"[kernel] {key} = {shown(sec[key])} is not allowed beside [kernel] library: a launch "
+                            f"library is built from its one source and entered through its {LIBRARY_ENTRY}(); "
+                            f"remove {key}")
+    if entry is not None:
+        raise CaseError(f"--entry {shown(entry)} is not allowed for a launch library ([kernel] library): it is "
+                        f"entered through its {LIBRARY_ENTRY}()")
+    library = source or os.path.join(base, sec["library"])
+    raw = sec.get("defines", {})
+    if not isinstance(raw, dict):
+        raise CaseError(f"[kernel] defines = {shown(raw)} must be a table of NAME = value")
+    defines = {}
+    for name, value in raw.items():
+        if not isinstance(value, (str, int, float)) or isinstance(value, str) and "\0" in value:
+            raise CaseError(f"[kernel] defines.{name} = {shown(value)} must be a string, a number or a boolean")
+        defines[name] = str(value)
+    check_kernel_names(None, None, LIBRARY_ENTRY, None, defines, CaseError, library=library)
+    arch = sec.get("arch", "sm_90a")
+    if not isinstance(arch, str) or not re.match(r"^sm_\d{2,3}[af]?$", arch):
+        raise CaseError(f"[kernel] arch = {shown(arch)} must look like sm_90a, sm_90 or sm_100a")
+    return KernelSource(None, LIBRARY_ENTRY, defines, arch, library=library)
+
+
+def _check_library(kernel: Optional[KernelSource], launch: Optional[LaunchPlan]) -> None:
+    """A launch library and its [launch] abi come together, or neither does."""
+    library = kernel is not None and kernel.library is not None
+    if library and (launch is None or launch.abi is None):
+        raise CaseError(f"[kernel] library = {shown(os.path.basename(kernel.library))} needs [launch] abi = "
+                        f"\"{ABIS[0]}\" (the ABI its {LIBRARY_ENTRY} speaks; allowed: {', '.join(ABIS)})")
+    if launch is not None and launch.abi is not None and not library:
+        raise CaseError(f"[launch] abi = {shown(launch.abi)} is for a launch library: it needs [kernel] library = "
+                        f"\"FILE.cu\" instead of a source or cubin entry point")
+
+
 def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Optional[str]) -> Optional[KernelSource]:
     sec = dict(sec or {})
-    unknown = sorted(set(sec) - {"source", "entry", "defines", "arch", "cubin", "time_entry", "untraced_entry"})
+    unknown = sorted(set(sec) - {"source", "entry", "defines", "arch", "cubin", "time_entry", "untraced_entry",
+                                 "library"})
     if unknown:
         raise CaseError(f"[kernel]: unknown key(s) {', '.join(unknown)}; allowed: source, entry, defines, arch, "
-                        f"cubin, time_entry, untraced_entry")
-    for key in ("source", "cubin"):  # a case read from a file has them as paths already; inline ones too
+                        f"cubin, time_entry, untraced_entry, library")
+    for key in KERNEL_FILES:  # a case read from a file has them as paths already; inline ones too
         if key in sec and (not isinstance(sec[key], str) or not sec[key]):
             raise CaseError(f"[kernel] {key} = {shown(sec[key])} must be the path of a file (a string)")
+    if "library" in sec:
+        return _library_kernel(sec, base, source, entry)
     src = source or (os.path.join(base, sec["source"]) if "source" in sec else None)
     cubin = os.path.join(base, sec["cubin"]) if "cubin" in sec else None
     ent = entry or sec.get("entry")
@@ -412,6 +465,8 @@ def _triple(v, key: str, expressions: bool = False) -> tuple:
 def _launch(sec: dict, where: str = "[launch]") -> LaunchPlan:
     if not isinstance(sec, dict):
         raise CaseError(f"{where} must be a table, got {sec!r}")
+    if "abi" in sec:
+        return _library_launch(sec, where)
     allowed = {"grid", "block", "shared_mem_bytes", "args", "cluster"} | ({"next"} if where == "[launch]" else {"entry"})
     unknown = sorted(set(sec) - allowed)
     if unknown:
@@ -437,6 +492,20 @@ def _launch(sec: dict, where: str = "[launch]") -> LaunchPlan:
         raise CaseError(f"{where} shared_mem_bytes = {shown(smem)} must be a non-negative integer")
     grid = _triple(sec["grid"], "grid", expressions=True)
     return LaunchPlan(grid, block, args, smem, _triple(sec.get("cluster", [1, 1, 1]), "cluster"), sec.get("entry"), nxt)
+
+
+def _library_launch(sec: dict, where: str) -> LaunchPlan:
+    """[launch] abi = "oracle/1": the library launches its own kernels, so the table says nothing else."""
+    abi = sec["abi"]
+    if where != "[launch]":
+        raise CaseError(f"{where} abi = {shown(abi)}: only [launch] itself may name a launch library's ABI")
+    if not isinstance(abi, str) or abi not in ABIS:
+        raise CaseError(f"[launch] abi = {shown(abi)} is not allowed: one of {', '.join(repr(a) for a in ABIS)}")
+    extra = sorted(set(sec) - {"abi"})
+    if extra:
+        raise CaseError(f"[launch] {extra[0]} = {shown(sec[extra[0]])} is not allowed with abi = {shown(abi)}: a launch "
+                        f"library chooses its own grid, block, shared memory and arguments; [launch] holds only abi")
+    return LaunchPlan((), (1, 1, 1), (), abi=abi)
 
 
 def _arg(a, i: int) -> Arg:

@@ -1,4 +1,4 @@
-"""The case's kernel names held to harness.names' grammar: the source and cubin paths, the entry
+"""The case's kernel names held to harness.names' grammar: the source, cubin and library paths, the entry
 points and the defines, everything of [kernel] and [[launch.next]] that reaches nvcc, a Makefile
 or a reproducer's files. Called when a case is read (oracle.run.case) and again by
 oracle.run.live.check_case, before anything is built or written."""
@@ -11,9 +11,10 @@ from harness import names
 
 
 def check_kernel_names(source: Optional[str], cubin: Optional[str], entry: str, time_entry: Optional[str],
-                       defines: Mapping[str, str], error: type, later_entries: Sequence[Optional[str]] = ()) -> None:
+                       defines: Mapping[str, str], error: type, later_entries: Sequence[Optional[str]] = (),
+                       library: Optional[str] = None) -> None:
     """Raise `error` naming the first field outside the grammar."""
-    for key, path in (("source", source), ("cubin", cubin)):
+    for key, path in (("source", source), ("cubin", cubin), ("library", library)):
         if path is not None:
             names.check_path_text(str(path), f"[kernel] {key}", error)
     names.check_entry(entry, "[kernel] entry", error)
@@ -33,6 +34,7 @@ def check_case_names(case, error: type) -> None:
     if k is None:
         return
     check_kernel_names(k.source, k.cubin, k.entry, k.time_entry, dict(k.defines), error,
-                       [plan.entry for plan in case.launch.next] if case.launch is not None else ())
+                       [plan.entry for plan in case.launch.next] if case.launch is not None else (),
+                       library=getattr(k, "library", None))
     for w in getattr(case, "workspaces", ()):  # ws_NAME.bin and inputs.txt's name=ws_NAME
         names.check_macro_name(w.name, f"[workspace.{w.name}] name", error)

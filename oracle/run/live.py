@@ -17,19 +17,21 @@ import torch
 
 from harness import trace_format
 from harness._protocol import POISON_BYTE
-from harness.build import build_cubin, check_cubin_file, check_source_file, load_cubin
+from harness.build import build_cubin, build_library, check_cubin_file, check_source_file, load_cubin
 from harness.launch import MAX_GRID, SCALAR_TYPES, LaunchSpec, ScalarArg, TensorArg, TensorMapArg
-from harness.runner import KernelRun, SinkRequest, run_kernel
+from harness.launch_abi import SLOTS, AbiError, LibraryCall, TensorSlotArg
+from harness.runner import KernelRun, SinkRequest, run_kernel, run_library
 from harness.taps import pipeline
 from harness.tensormap import mn_dim, operand_tensormap
 from harness.trace_budget import TraceBudget, trace_budget
-from kernels_ref.dtypes import DTYPES
+from kernels_ref.dtypes import DTYPES, name_of
 from oracle import knobs
 from oracle.run.case import MAX_REPEAT, Case, CaseError, check_trace_selection, device_sms, evaluate, evaluate_int
 from oracle.run.case_grammar import check_case_names
 from oracle.run.inputs import (InputError, Operands, Provenance, analytic_ones_value, check_operands,
                            check_problem_size, expected_shapes, operand_limit_bytes)
 from oracle.problem.partition import group_offsets, tile_partials
+from oracle.problem.spec import ACTIVATIONS
 from oracle.run.recording import Recording, trace_warnings
 
 @dataclass(frozen=True)
@@ -94,8 +96,27 @@ def launch_sequence(case: Case, ops: Optional[Operands]) -> tuple[list[tuple[str
     expression evaluated and checked, no tensor made (what check_case does before any input exists)."""
     if case.launch is None:
         raise CaseError("the case has no [launch] table: the oracle cannot guess the kernel's arguments")
-    s = case.spec
+    if is_library(case):
+        raise CaseError("a launch library ([kernel] library) launches its own kernels: use library_call")
     names = _names(case)
+    present, storage = _buffers(case, ops, names)
+    used: dict[str, torch.Tensor] = {}
+    sequence = [(case.kernel.entry if case.kernel else "",
+                 _one_launch(case, case.launch, "[launch]", present, storage, names, used))]
+    for i, plan in enumerate(case.launch.next):
+        sequence.append((plan.entry, _one_launch(case, plan, f"[[launch.next]] #{i}", present, storage, names, used)))
+    return sequence, used
+
+
+def is_library(case: Case) -> bool:
+    """The case's kernel is a launch library ([kernel] library, [launch] abi)."""
+    return case.kernel is not None and case.kernel.library is not None
+
+
+def _buffers(case: Case, ops: Optional[Operands], names: dict) -> tuple[set, dict[str, torch.Tensor]]:
+    """The buffers the problem has (operands, D, group offsets, ws_NAME for each workspace) and,
+    with `ops`, each of them in memory order, filled as declared (empty without `ops`)."""
+    s = case.spec
     present = {n for n, shape in expected_shapes(s).items() if shape is not None} | {"d"}
     offsets = group_offsets(s)
     if offsets is not None:
@@ -125,12 +146,67 @@ def launch_sequence(case: Case, ops: Optional[Operands]) -> tuple[list[tuple[str
             storage["group_offsets"] = torch.tensor(offsets, dtype=torch.int32)
         for w in case.workspaces:
             storage[f"ws_{w.name}"] = workspace_buffer(w, sizes[w.name])
-    used: dict[str, torch.Tensor] = {}
-    sequence = [(case.kernel.entry if case.kernel else "",
-                 _one_launch(case, case.launch, "[launch]", present, storage, names, used))]
-    for i, plan in enumerate(case.launch.next):
-        sequence.append((plan.entry, _one_launch(case, plan, f"[[launch.next]] #{i}", present, storage, names, used)))
-    return sequence, used
+    return present, storage
+
+
+def _layout(shape: tuple[int, ...], transposed: bool) -> tuple[int, ...]:
+    """Strides in elements of a logical `shape` stored row-major, or with its last two axes swapped
+    in memory (a column-major matrix, or a stack of them)."""
+    if not transposed:
+        stored = shape
+    else:
+        stored = shape[:-2] + (shape[-1], shape[-2])
+    strides, acc = [0] * len(stored), 1
+    for i in range(len(stored) - 1, -1, -1):
+        strides[i], acc = acc, acc * stored[i]
+    if transposed:
+        strides[-1], strides[-2] = strides[-2], strides[-1]
+    return tuple(strides)
+
+
+def library_call(case: Case, ops: Optional[Operands]) -> tuple[LibraryCall, dict[str, torch.Tensor]]:
+    """What a launch library's oracle_launch receives (harness.launch_abi.LibraryCall: every
+    operand the problem has, with its element type, logical shape and strides in its storage order;
+    the sizes, alpha, beta, the epilogue's codes, split/stream-K, groups, the workspaces) and the
+    buffers it names, filled as for a cubin launch. With `ops` None, only the call (checked)."""
+    if not is_library(case):
+        raise CaseError("the case's kernel is not a launch library ([kernel] library)")
+    s = case.spec
+    names = _names(case)
+    present, storage = _buffers(case, ops, names)
+    shapes = expected_shapes(s)
+    shapes["d"] = (s.total_m, s.n)
+    dtypes = {"a": s.a_dtype, "b": s.b_dtype, "c": s.c_dtype, "d": s.out_dtype, "bias": s.bias_dtype,
+              "scale_a": "fp32", "scale_b": "fp32"}
+    tensors, used = [], {}
+    for op in SLOTS:
+        if op not in present:
+            continue
+        shape = tuple(shapes[op])
+        major = getattr(s, f"{op}_major") if op in ("a", "b", "c", "d") else "row"
+        dtype = dtypes[op]
+        if storage:
+            used[op] = storage[op]
+            dtype = name_of(storage[op].dtype)
+        tensors.append(TensorSlotArg(op, op, dtype, shape, _layout(shape, major == "col"), "out" if op == "d" else "in"))
+    workspaces = tuple((w.name, f"ws_{w.name}") for w in case.workspaces)
+    for _, buffer in workspaces:
+        if storage:
+            used[buffer] = storage[buffer]
+    offsets = "group_offsets" if "group_offsets" in present else None
+    if offsets and storage:
+        used[offsets] = storage[offsets]
+    try:
+        call = LibraryCall(
+            m=s.total_m, n=s.n, k=s.k, tile=(s.tile.bm, s.tile.bn, s.tile.bk), tensors=tuple(tensors),
+            workspaces=workspaces, batch=s.batch, groups=len(s.groups) if s.groups is not None else 0,
+            group_offsets=offsets, alpha=float(s.alpha), beta=float(s.beta), splits=s.splits,
+            stream_k_workers=s.stream_k_workers or 0, activation=ACTIVATIONS.index(s.activation), bias_kind=s.bias,
+            scale_a_kind=s.scale_a.kind, scale_b_kind=s.scale_b.kind, scale_a_block=s.scale_a.block or (0, 0),
+            scale_b_block=s.scale_b.block or (0, 0), abi=case.launch.abi)
+    except AbiError as e:
+        raise CaseError(f"the problem cannot be passed to a launch library ({case.launch.abi}): {e}") from None
+    return call, used
 
 
 def workspace_buffer(w, nbytes: int) -> torch.Tensor:
@@ -272,12 +348,17 @@ def check_case(case: Case) -> tuple[TraceBudget, int]:
     if case.kernel is None:
         raise CaseError("no kernel to run: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
     check_case_names(case, CaseError)  # what reaches nvcc or a generated file, in its grammar
-    launch_sequence(case, None)
+    if is_library(case):
+        library_call(case, None)
+    else:
+        launch_sequence(case, None)
     check_trace_selection(case)
     budget = sink_budget(case)
     check_problem_size(case.spec)
     k = case.kernel
-    if k.cubin:
+    if k.library:
+        check_source_file(k.library)
+    elif k.cubin:
         check_cubin_file(k.cubin)
     else:
         check_source_file(k.source)
@@ -348,6 +429,9 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
     t0 = time.perf_counter()
     budget, ceiling = check_case(case)  # before building: a bad case fails fast
     check_operands(case.spec, ops)
+    if is_library(case):
+        return _run_live_library(case, ops, provenance, budget, ceiling, t0, timeout_s=timeout_s, timing=timing,
+                                 command=command, smem_poison=smem_poison)
     sequence, tensors = launch_sequence(case, ops)
     launch = sequence[0][1]
     if timing is not None and len(sequence) > 1:
@@ -362,7 +446,6 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
         defines = {"ORACLE_TRACE": "1", **k.defines}
         br = build_cubin(k.source, arch=k.arch, defines=defines)  # the trace header's folder is always searched
         cubin, cached = load_cubin(br.cubin_path), br.cached
-    s = case.spec
     sel = trace_selection(case)
     capacity = initial_sink_bytes(budget, ceiling)
     prefix = trace_format.sink_prefix(capacity, tiles=sel.tiles, k_blocks=sel.k_blocks, stages=sel.stages)
@@ -372,6 +455,50 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
     run = run_kernel(cubin, k.entry, launch, tensors, sink=SinkRequest(prefix, capacity=capacity, max_bytes=ceiling),
                      timeout_s=timeout_s, timing=timing, then=sequence[1:], smem_poison=smem_poison)
     t2 = time.perf_counter()
+    return _recording(case, ops, provenance, run, budget, ceiling, host_maps, cached, (t0, t1, t2), command)
+
+
+def _run_live_library(case: Case, ops: Operands, provenance: Provenance, budget, ceiling: int, t0: float, *,
+                      timeout_s, timing, command, smem_poison) -> LiveRun:
+    """run_live for a launch library: built as a shared object, called through oracle_launch."""
+    if smem_poison is not None:
+        raise CaseError("shared-memory poison is written through the kernel module's symbol, which a launch "
+                        "library's kernels keep to themselves: not available for [kernel] library cases")
+    call, tensors = library_call(case, ops)
+    k = case.kernel
+    br = build_library(k.library, arch=k.arch, defines={"ORACLE_TRACE": "1", **k.defines})
+    sel = trace_selection(case)
+    capacity = initial_sink_bytes(budget, ceiling)
+    prefix = trace_format.sink_prefix(capacity, tiles=sel.tiles, k_blocks=sel.k_blocks, stages=sel.stages)
+    t1 = time.perf_counter()
+    run = run_library(br, call, tensors, sink=SinkRequest(prefix, capacity=capacity, max_bytes=ceiling),
+                      timeout_s=timeout_s, timing=timing)
+    t2 = time.perf_counter()
+    return _recording(case, ops, provenance, run, budget, ceiling, (), br.cached, (t0, t1, t2), command)
+
+
+def library_descriptor_note(descriptors, taps) -> str:
+    """What a launch library's descriptor stages rest on: its tensor maps are its own host code, so
+    the oracle encoded none and only what its kernel tapped was observed (a stage with nothing
+    tapped is NOT_RUN, never MATCH)."""
+    parts, missing = [], []
+    for op in ("a", "b"):
+        fields = sum(1 for d in descriptors if d.operand == op)
+        images = sum(1 for t in taps if t.stage == f"descriptor_{op}")
+        if fields or images:
+            parts.append(f"descriptor_{op}: {fields} field record(s), {images} smem image tap(s)")
+        else:
+            missing.append(f"descriptor_{op}")
+    said = "; ".join(parts) if parts else "its kernel tapped no descriptor record"
+    return ("launch library: the tensor maps are the library's own host code, so the oracle encoded none; "
+            f"{said}" + (f"; not tapped, so unobserved: {', '.join(missing)}" if missing else ""))
+
+
+def _recording(case: Case, ops: Operands, provenance: Provenance, run: KernelRun, budget, ceiling: int,
+               host_maps: tuple, cached, times: tuple, command) -> LiveRun:
+    """What came back from a run (output, taps, or the error and the taps recovered) as a Recording."""
+    t0, t1, t2 = times
+    k, s = case.kernel, case.spec
     notes, confounds = [], ()
     taps, descriptors, account = (), (), None
     over = run.sink_overflow or {}
@@ -390,6 +517,11 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
         notes.extend(kept)
         notes.append(f"trace: {len(taps)} taps from {trace.records} records, {trace.used_bytes} of {trace.capacity} "
                      f"sink bytes ({run.sink_source})" + ("" if trace.complete else f", {trace.dropped} dropped"))
+    if is_library(case):
+        notes.append(library_descriptor_note(descriptors, taps))
+        if run.launch_return:
+            notes.append(f"oracle_launch returned {run.launch_return}"
+                         + (f": {run.launch_message}" if run.launch_message else ""))
     descriptors = tuple(descriptors) + host_maps  # the maps the host encoded for this launch
     output = None
     if run.ok:
@@ -457,8 +589,18 @@ def untraced_build(case: Case):
     return load_cubin(br.cubin_path), k.untraced_entry or k.entry
 
 
+def _run_untraced_library(case: Case, ops: Operands, timeout_s: Optional[float]) -> KernelRun:
+    """One call of the launch library built without -DORACLE_TRACE (no sink)."""
+    k = case.kernel
+    call, tensors = library_call(case, ops)
+    br = build_library(k.library, arch=k.arch, defines=dict(k.defines))
+    return run_library(br, call, tensors, timeout_s=timeout_s)
+
+
 def run_untraced(case: Case, ops: Operands, *, timeout_s: Optional[float] = None) -> KernelRun:
     """One run of the untraced build on `ops` (no sink)."""
+    if is_library(case):
+        return _run_untraced_library(case, ops, timeout_s)
     sequence, tensors = launch_sequence(case, ops)
     cubin, entry = untraced_build(case)
     return run_kernel(cubin, entry, sequence[0][1], tensors, timeout_s=timeout_s, then=sequence[1:])
@@ -475,6 +617,9 @@ def run_races(case: Case, ops: Operands, provenance: Provenance, *, repeat: int,
 
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise CaseError(f"repeat {repeat!r} must be a positive integer")
+    if is_library(case) and (sanitize or smem_poison is not None):
+        raise CaseError("--sanitize and shared-memory poison run a cubin's kernel by its entry point; a launch "
+                        "library ([kernel] library) is entered only through oracle_launch: use --repeat alone")
     first = run_live(case, ops, provenance, timeout_s=timeout_s, command=command)
     traced, failed = [first.recording], []
     if first.recording.kernel_error:
@@ -487,10 +632,19 @@ def run_races(case: Case, ops: Operands, provenance: Provenance, *, repeat: int,
     untraced, entry = [], ""
     want_untraced = repeat > 1 or sanitize
     if want_untraced:
-        cubin, entry = untraced_build(case)
-        sequence, tensors = launch_sequence(case, ops)
+        if is_library(case):
+            entry = case.kernel.entry
+
+            def one() -> KernelRun:
+                return _run_untraced_library(case, ops, timeout_s)
+        else:
+            cubin, entry = untraced_build(case)
+            sequence, tensors = launch_sequence(case, ops)
+
+            def one() -> KernelRun:
+                return run_kernel(cubin, entry, sequence[0][1], tensors, timeout_s=timeout_s, then=sequence[1:])
         for i in range(1, repeat + 1) if repeat > 1 else ():
-            run = run_kernel(cubin, entry, sequence[0][1], tensors, timeout_s=timeout_s, then=sequence[1:])
+            run = one()
             if not run.ok and not run.kernel_fault:
                 raise CaseError(f"the untraced kernel {entry!r} could not be run: {run.describe()}\n{run.stderr_tail}")
             untraced.append(_from_storage(run.outputs["d"], case.spec.d_major) if run.ok else None)

@@ -4,6 +4,7 @@
 
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "oracle_trace/launch.hpp"
 #include "oracle_trace/trace.cuh"
 
 #ifndef ORACLE_REPRO_TRACED

@@ -32,10 +32,41 @@ struct KernelLaunch {
   std::vector<MapSpec> maps;
 };
 
+// One operand of a launch library's LaunchArgs ("call_tensor"): its slot, buffer and layout.
+struct CallTensor {
+  unsigned slot = 0;
+  std::string buffer;
+  unsigned dtype = 0, rank = 0;
+  std::vector<long long> shape, strides;
+};
+
+struct CallWorkspace {
+  unsigned index = 0;
+  std::string name, buffer;
+};
+
+// A launch library's oracle_launch call ("call", "call_tensor", "call_workspace"): every field of
+// oracle_trace::LaunchArgs but the addresses, the sink and the stream.
+struct LibraryCall {
+  bool given = false;
+  long long m = 0, n = 0, k = 0, batch = 1, groups = 0;
+  std::string group_offsets;  // a buffer, or empty
+  uint32_t alpha_bits = 0, beta_bits = 0;
+  long long splits = 1, stream_k_workers = 0;
+  unsigned activation = 0, bias_kind = 0, scale_a_kind = 0, scale_b_kind = 0;
+  std::vector<long long> scale_a_block, scale_b_block, tile;
+  std::vector<CallTensor> tensors;
+  std::vector<CallWorkspace> workspaces;
+};
+
 // Every launch in order ("launch I" starts launch I; keys before the first one belong to launch 0),
-// the cubins and the trace selection, which hold for all of them.
+// the cubins and the trace selection, which hold for all of them. A launch library instead names
+// its two builds, its ABI and its one call.
 struct Launch {
   std::string cubin_traced, cubin_plain;
+  std::string library_traced, library_plain, abi;
+  LibraryCall call;
+  bool library() const { return !library_traced.empty() || !library_plain.empty(); }
   std::vector<KernelLaunch> kernels;
   std::vector<std::pair<int, int>> tiles;  // trace selection; empty: all
   bool all_k_blocks = true;
@@ -87,7 +118,8 @@ Launch read_launch(const std::string& dir) {
     KernelLaunch& K = L.kernels.back();
     const bool one_value = key == "launches" || key == "launch" || key == "entry_traced" || key == "entry_plain" ||
                            key == "cubin_traced" || key == "cubin_plain" || key == "shared_mem_bytes" ||
-                           key == "timeout_s" || key == "trace_capacity_bytes";
+                           key == "timeout_s" || key == "trace_capacity_bytes" || key == "library_traced" ||
+                           key == "library_plain" || key == "abi";
     if (one_value) exactly(1);
     if (key == "launches") declared = to_int(arg(1), at);
     else if (key == "launch") {
@@ -103,6 +135,62 @@ Launch read_launch(const std::string& dir) {
     else if (key == "entry_plain") { once(K.entry_plain); K.entry_plain = identifier(arg(1), at, "entry point"); }
     else if (key == "cubin_traced") { once(L.cubin_traced); L.cubin_traced = file_name(arg(1), at, "cubin"); }
     else if (key == "cubin_plain") { once(L.cubin_plain); L.cubin_plain = file_name(arg(1), at, "cubin"); }
+    else if (key == "library_traced") { once(L.library_traced); L.library_traced = file_name(arg(1), at, "library"); }
+    else if (key == "library_plain") { once(L.library_plain); L.library_plain = file_name(arg(1), at, "library"); }
+    else if (key == "abi") { once(L.abi); L.abi = arg(1); }
+    else if (key == "call") {
+      if (L.call.given) fail(at + ": call is given twice");
+      const auto kv = pairs(l, 1, at);
+      LibraryCall& c = L.call;
+      c.given = true;
+      c.m = to_int(need(kv, "m", at), at);
+      c.n = to_int(need(kv, "n", at), at);
+      c.k = to_int(need(kv, "k", at), at);
+      c.batch = to_int(need(kv, "batch", at), at);
+      c.groups = to_int(need(kv, "groups", at), at);
+      const std::string offsets = need(kv, "group_offsets", at);
+      if (offsets != "-") c.group_offsets = identifier(offsets, at, "buffer");
+      c.alpha_bits = uint32_t(to_uint(need(kv, "alpha", at), at));
+      c.beta_bits = uint32_t(to_uint(need(kv, "beta", at), at));
+      c.splits = to_int(need(kv, "splits", at), at);
+      c.stream_k_workers = to_int(need(kv, "stream_k_workers", at), at);
+      c.activation = unsigned(to_uint(need(kv, "activation", at), at));
+      c.bias_kind = unsigned(to_uint(need(kv, "bias_kind", at), at));
+      c.scale_a_kind = unsigned(to_uint(need(kv, "scale_a_kind", at), at));
+      c.scale_b_kind = unsigned(to_uint(need(kv, "scale_b_kind", at), at));
+      c.scale_a_block = int_list<long long>(need(kv, "scale_a_block", at), at);
+      c.scale_b_block = int_list<long long>(need(kv, "scale_b_block", at), at);
+      c.tile = int_list<long long>(need(kv, "tile", at), at);
+      if (c.scale_a_block.size() != 2 || c.scale_b_block.size() != 2 || c.tile.size() != 3)
+        fail(at + ": scale_a_block and scale_b_block take 2 values, tile 3");
+    } else if (key == "call_tensor") {
+      const auto kv = pairs(l, 1, at);
+      CallTensor t;
+      t.slot = unsigned(to_uint(need(kv, "slot", at), at));
+      t.buffer = identifier(need(kv, "buffer", at), at, "buffer");
+      t.dtype = unsigned(to_uint(need(kv, "dtype", at), at));
+      t.rank = unsigned(to_uint(need(kv, "rank", at), at));
+      t.shape = int_list<long long>(need(kv, "shape", at), at);
+      t.strides = int_list<long long>(need(kv, "strides", at), at);
+      if (t.slot >= oracle_trace::kTensorSlots || t.rank < 1 || t.rank > oracle_trace::kMaxRank ||
+          t.shape.size() != t.rank || t.strides.size() != t.rank)
+        fail(at + ": a tensor needs a slot below " + std::to_string(oracle_trace::kTensorSlots) + " and shape and "
+             "strides of its rank, 1 to " + std::to_string(oracle_trace::kMaxRank));
+      for (const CallTensor& u : L.call.tensors)
+        if (u.slot == t.slot) fail(at + ": slot " + std::to_string(t.slot) + " is given twice");
+      L.call.tensors.push_back(t);
+    } else if (key == "call_workspace") {
+      const auto kv = pairs(l, 1, at);
+      CallWorkspace w;
+      w.index = unsigned(to_uint(need(kv, "index", at), at));
+      w.name = identifier(need(kv, "name", at), at, "workspace name");
+      w.buffer = identifier(need(kv, "buffer", at), at, "buffer");
+      if (w.index != L.call.workspaces.size() || w.index >= oracle_trace::kWorkspaceSlots ||
+          w.name.size() >= oracle_trace::kWorkspaceNameBytes)
+        fail(at + ": workspaces are numbered 0, 1, ... below " + std::to_string(oracle_trace::kWorkspaceSlots) +
+             ", their names shorter than " + std::to_string(oracle_trace::kWorkspaceNameBytes) + " characters");
+      L.call.workspaces.push_back(w);
+    }
     else if (key == "grid") triple(K.grid);
     else if (key == "block") triple(K.block);
     else if (key == "cluster") triple(K.cluster);
@@ -171,8 +259,17 @@ Launch read_launch(const std::string& dir) {
     } else {
       fail(at + ": unknown key '" + key + "'; known: launches launch entry_traced entry_plain cubin_traced cubin_plain "
                 "grid block cluster shared_mem_bytes timeout_s trace_capacity_bytes trace_tiles trace_k_blocks "
-                "tensormap arg");
+                "tensormap arg library_traced library_plain abi call call_tensor call_workspace");
     }
+  }
+  if (L.library()) {  // one oracle_launch call instead of kernel launches
+    if (L.library_traced.empty() || L.library_plain.empty()) fail(path + ": library_traced and library_plain are both needed");
+    if (L.abi != "oracle/1") fail(path + ": abi '" + L.abi + "' is not one this program speaks (oracle/1)");
+    if (!L.call.given) fail(path + ": a launch library needs its call line");
+    if (sections || !L.cubin_traced.empty() || !L.cubin_plain.empty() || !L.kernels[0].args.empty())
+      fail(path + ": a launch library's launch.txt has no launch sections, cubins or arguments");
+    L.kernels[0].entry_traced = L.kernels[0].entry_plain = "oracle_launch";
+    return L;
   }
   if (declared >= 0 && declared != (long long)L.kernels.size())
     fail(path + ": launches " + std::to_string(declared) + " but the file describes " + std::to_string(L.kernels.size()));

@@ -4,6 +4,7 @@
 
 #include "compare.cuh"
 #include "device.cuh"
+#include "library.cuh"
 
 namespace repro {
 
@@ -18,15 +19,18 @@ int run(const Options& o) {
   };
   std::string entries;
   for (size_t k = 0; k < n_launches; ++k) entries += (k ? "," : "") + entry_of(k);
-  const std::string cubin = o.cubin.empty() ? join_path(o.dir, traced ? L.cubin_traced : L.cubin_plain) : o.cubin;
+  const bool lib = L.library();  // a launch library: one oracle_launch call instead of kernel launches
+  const std::string built = lib ? (traced ? L.library_traced : L.library_plain) : (traced ? L.cubin_traced : L.cubin_plain);
+  const std::string cubin = o.cubin.empty() ? join_path(o.dir, built) : o.cubin;
   const double timeout = o.timeout_s >= 0 ? o.timeout_s : L.timeout_s;
   if (n_launches == 1)
     std::printf("repro: %s, %s build, entry %s\n", p.describe.c_str(), traced ? "traced" : "plain", entry_of(0).c_str());
   else
     std::printf("repro: %s, %s build, %zu launches in order: %s\n", p.describe.c_str(), traced ? "traced" : "plain",
                 n_launches, entries.c_str());
-  std::printf("  cubin %s\n", cubin.c_str());
-  for (size_t k = 0; k < n_launches; ++k) {
+  std::printf("  %s %s\n", lib ? ("launch library (ABI " + L.abi + ")").c_str() : "cubin", cubin.c_str());
+  if (lib) print_call(L.call);
+  for (size_t k = 0; k < n_launches && !lib; ++k) {
     const KernelLaunch& K = L.kernels[k];
     const std::string which = n_launches == 1 ? "" : " " + std::to_string(k) + " (" + entry_of(k) + ")";
     std::printf("  launch%s: grid (%u, %u, %u), block (%u, %u, %u), cluster (%u, %u, %u), dynamic shared memory %zu "
@@ -41,7 +45,12 @@ int run(const Options& o) {
   auto dit = tensors.find("d");
   if (dit == tensors.end() || dit->second.role != "out") fail("inputs.txt must list the output d (role=out)");
   if (o.dry_run) {
-    for (size_t k = 0; k < n_launches; ++k) {
+    if (lib && file_exists(cubin)) {  // loaded and its ABI checked: no CUDA call is made
+      load_library(cubin);
+      std::printf("dry run: %s exports oracle_launch (%s)\n", cubin.c_str(),
+                  describe_abi((uint64_t(oracle_trace::kLaunchAbiVersion) << 32) | sizeof(oracle_trace::LaunchArgs)).c_str());
+    }
+    for (size_t k = 0; k < n_launches && !lib; ++k) {
       if (n_launches > 1) std::printf("launch %zu entry %s\n", k, entry_of(k).c_str());
       const KernelLaunch& K = L.kernels[k];
       for (size_t i = 0; i < K.args.size(); ++i) {
@@ -67,19 +76,24 @@ int run(const Options& o) {
     std::printf("dry run: every file read, nothing launched\n");
     std::exit(kMatch);
   }
-  if (!file_exists(cubin)) fail("cubin " + cubin + " does not exist: run make" + std::string(traced ? " TRACE=1" : "") + " first");
+  if (!file_exists(cubin))
+    fail(std::string(lib ? "launch library " : "cubin ") + cubin + " does not exist: run make" +
+         std::string(traced ? " TRACE=1" : "") + " first");
 
   check_cuda(cudaSetDevice(0), "cudaSetDevice(0)", kBadInput, o.dir);
   check_cuda(cudaFree(nullptr), "CUDA initialisation", kBadInput, o.dir);
-  cudaLibrary_t lib;
-  check_cuda(cudaLibraryLoadFromFile(&lib, cubin.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
-             "loading " + cubin, kBadInput, o.dir);
+  // the library's own CUDA runtime uses the same primary context: these device pointers are valid there
+  const LaunchFn library_entry = lib ? load_library(cubin) : nullptr;
+  cudaLibrary_t module = nullptr;
+  if (!lib)
+    check_cuda(cudaLibraryLoadFromFile(&module, cubin.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+               "loading " + cubin, kBadInput, o.dir);
   std::vector<const void*> fns(n_launches);
-  for (size_t k = 0; k < n_launches; ++k) {
+  for (size_t k = 0; k < n_launches && !lib; ++k) {
     const KernelLaunch& K = L.kernels[k];
     const std::string which = "launch " + std::to_string(k) + ": ";
     cudaKernel_t kernel;
-    check_cuda(cudaLibraryGetKernel(&kernel, lib, entry_of(k).c_str()),
+    check_cuda(cudaLibraryGetKernel(&kernel, module, entry_of(k).c_str()),
                which + "entry point " + entry_of(k) + " in " + cubin, kBadInput, o.dir);
     fns[k] = reinterpret_cast<const void*>(kernel);
     if (K.smem > 48 * 1024)
@@ -110,19 +124,22 @@ int run(const Options& o) {
   oracle_trace::SinkHeader* sink = nullptr;
   void* sink_symbol = nullptr;
   size_t symbol_bytes = 0;
-  const bool has_symbol = cudaLibraryGetGlobal(&sink_symbol, &symbol_bytes, lib, "oracle_trace_sink") == cudaSuccess;
+  const bool has_symbol =
+      !lib && cudaLibraryGetGlobal(&sink_symbol, &symbol_bytes, module, "oracle_trace_sink") == cudaSuccess;
   (void)cudaGetLastError();
-  if (traced) {  // one sink for every launch: the symbol is the module's, set once
-    if (!has_symbol || symbol_bytes != 8)
+  void* sink_dev = nullptr;
+  if (traced) {  // one sink for every launch: the symbol is the module's, set once (a library's: LaunchArgs)
+    if (!lib && (!has_symbol || symbol_bytes != 8))
       fail("cubin " + cubin + " has no 8-byte oracle_trace_sink symbol: it was not built with -DORACLE_TRACE");
     void* host = nullptr;
     check_cuda(cudaHostAlloc(&host, size_t(L.capacity), cudaHostAllocMapped | cudaHostAllocPortable),
                "allocating the host-mapped sink", kBadInput, o.dir);
     sink = static_cast<oracle_trace::SinkHeader*>(host);
     init_sink(sink, L.capacity, L);
-    void* sink_dev = nullptr;
     check_cuda(cudaHostGetDevicePointer(&sink_dev, host, 0), "mapping the sink", kBadInput, o.dir);
-    check_cuda(cudaMemcpy(sink_symbol, &sink_dev, 8, cudaMemcpyHostToDevice), "setting oracle_trace_sink", kBadInput, o.dir);
+    if (!lib)
+      check_cuda(cudaMemcpy(sink_symbol, &sink_dev, 8, cudaMemcpyHostToDevice), "setting oracle_trace_sink", kBadInput,
+                 o.dir);
     std::printf("  trace: host-mapped sink of %llu bytes, %zu tile selector(s), k-blocks %s%s\n", L.capacity,
                 L.tiles.empty() ? size_t(1) : L.tiles.size(), L.all_k_blocks ? "all" : "selected",
                 n_launches > 1 ? ", set for every launch" : "");
@@ -136,7 +153,7 @@ int run(const Options& o) {
   std::vector<std::vector<CUtensorMap>> maps(n_launches);
   std::vector<std::vector<std::vector<unsigned char>>> storage(n_launches);
   std::vector<std::vector<void*>> params(n_launches);
-  for (size_t k = 0; k < n_launches; ++k) {
+  for (size_t k = 0; k < n_launches && !lib; ++k) {
     const KernelLaunch& K = L.kernels[k];
     const std::string which = "launch " + std::to_string(k) + ": ";
     maps[k].resize(K.maps.size());
@@ -195,7 +212,16 @@ int run(const Options& o) {
       cfg.attrs = attr;
       cfg.numAttrs = 1;
     }
-    cudaError_t e = cudaLaunchKernelExC(&cfg, fns[k], params[k].data());
+    int returned = 0;
+    std::vector<char> message(1024, '\0');
+    cudaError_t e = cudaSuccess;
+    if (lib) {  // the library launches its own kernels on the stream
+      const oracle_trace::LaunchArgs args =
+          fill_args(L.call, dev, tensors, sink_dev, stream, message.data(), uint32_t(message.size()));
+      returned = library_entry(&args);
+    } else {
+      e = cudaLaunchKernelExC(&cfg, fns[k], params[k].data());
+    }
     if (e != cudaSuccess)
       kernel_error(std::string("launch: ") + cudaGetErrorString(e), cudaGetErrorName(e), o.dir, sink, at, entry_of(k));
     for (;;) {
@@ -207,7 +233,11 @@ int run(const Options& o) {
                      o.dir, sink, at, entry_of(k));
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
-    if (e != cudaSuccess) kernel_error(cudaGetErrorString(e), cudaGetErrorName(e), o.dir, sink, at, entry_of(k));
+    const std::string said = returned ? " (oracle_launch returned " + std::to_string(returned) + ")" : "";
+    if (e != cudaSuccess) kernel_error(cudaGetErrorString(e) + said, cudaGetErrorName(e), o.dir, sink, at, entry_of(k));
+    if (returned != 0)
+      kernel_error("oracle_launch returned " + std::to_string(returned) + ": " + message.data(),
+                   "oracle_launch_returned_" + std::to_string(returned), o.dir, sink, at, entry_of(k));
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (n_launches == 1) std::printf("kernel: finished (%.3f ms wall, launch to completion)\n", ms);
