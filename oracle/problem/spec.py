@@ -2,7 +2,8 @@
 
 D = cast(activation(alpha * scale(A @ B) + beta * C + bias)), with A [M, K], B [K, N] given
 logically (the majors say how they are stored) and block scales, if any, applied per k-block
-inside the main loop. Every invalid field raises `SpecError` naming the field, the value and
+inside the main loop. `epilogue` may declare the epilogue's steps in another order, with
+roundings between them (kernels_ref.epilogue_graph; docs/epilogue.md). Every invalid field raises `SpecError` naming the field, the value and
 what is allowed.
 
 A tile's k-blocks may be accumulated in partials that a reduction sums (`splits`: split-K, each

@@ -515,8 +515,8 @@ def test_unknown_kind():
 
 
 def test_unknown_stage():
-    with pytest.raises(TraceCodeError, match="stage code 12 is unknown") as e:
-        parse_trace(_put(_valid(), "<B", REC + 8, 12), **BLOCKS)
+    with pytest.raises(TraceCodeError, match="stage code 14 is unknown") as e:
+        parse_trace(_put(_valid(), "<B", REC + 8, 14), **BLOCKS)
     assert e.value.offset == REC + 8
     with pytest.raises(TraceCodeError, match="stage code 0 is unknown"):
         parse_trace(_put(_valid(), "<B", REC + 8, 0), **BLOCKS)
