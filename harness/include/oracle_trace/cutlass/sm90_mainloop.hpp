@@ -14,8 +14,9 @@
 //     loads (the arrive releases the binding to whoever waits on that barrier);
 //   consumer: waits for the stage, reads the binding (so every tap names its output tile and
 //     k-block, also in persistent and ping-pong schedules where the consumer never learns its tile),
-//     taps the stage's raw images (descriptor_a/b) and logical tiles (load_a [BM, BK], load_b
-//     [BK, BN]), issues the k-block's WGMMAs, waits for them, taps the accumulator (mma), then
+//     taps the stage's raw images (descriptor_a/b; only when an image starts on a 1024-byte
+//     swizzle boundary) and logical tiles (load_a [BM, BK], load_b [BK, BN], read through CuTe's
+//     swizzled tensors), issues the k-block's WGMMAs, waits for them, taps the accumulator (mma), then
 //     releases the stage.
 //
 // Constraints: the traced build is serialised: each k-block's WGMMAs are waited for before the next
@@ -73,6 +74,25 @@ struct Sm90TracedMainloop : Base {
   struct TensorStorage : Base::TensorStorage {
     alignas(16) int32_t binding[Stages][4];
   };
+
+  // Element offset of logical A (row, k) / B (k, n) of `stage` from the operand's base, through
+  // CuTe's swizzled tensor (the swizzle acts on the address: `base` as the kernel has it).
+  template <class T>
+  CUTE_HOST_DEVICE static int offset_a(const T* base, int r, int c, int stage) {
+    auto s = cute::make_tensor(cute::make_smem_ptr(base), SmemLayoutA{});
+    return int(cute::raw_pointer_cast(&s(r, c, stage)) - base);
+  }
+  template <class T>
+  CUTE_HOST_DEVICE static int offset_b(const T* base, int r, int c, int stage) {
+    auto s = cute::make_tensor(cute::make_smem_ptr(base), SmemLayoutB{});
+    return int(cute::raw_pointer_cast(&s(c, r, stage)) - base);
+  }
+
+  // (row, col) in the tile of each accumulator element of consumer thread `group_thread`.
+  CUTE_HOST_DEVICE static auto accumulator_coords(int group_thread) {
+    return TiledMma{}.get_thread_slice(group_thread).partition_C(
+        cute::make_identity_tensor(cute::select<0, 1>(TileShape{})));
+  }
 
   template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
   CUTLASS_DEVICE void load(Params const& params, MainloopPipeline pipeline, PipelineState write,
@@ -137,7 +157,7 @@ struct Sm90TracedMainloop : Base {
                                       cutlass::NumThreadsPerWarpGroup);
     Tensor tCrA = wg_mma.make_fragment_A(wg_mma.partition_A(sA));  // (MMA, MMA_M, MMA_K, stage)
     Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));  // (MMA, MMA_N, MMA_K, stage)
-    Tensor tCcC = tiled_mma.get_thread_slice(group_thread).partition_C(make_identity_tensor(select<0, 1>(TileShape{})));
+    Tensor tCcC = accumulator_coords(group_thread);
     static_assert(decltype(size(tCcC))::value == decltype(size(accum))::value, "accumulator coordinates");
     const auto* base_a = reinterpret_cast<const ValueA*>(storage.smem_A.data());
     const auto* base_b = reinterpret_cast<const ValueB*>(storage.smem_B.data());
@@ -150,14 +170,22 @@ struct Sm90TracedMainloop : Base {
       const int32_t* b = storage.binding[stage];
       const Site site{b[0], b[1], b[2], stage, kNone, b[3]};
       if constexpr (Tr::enabled) {
-        Tr::tap_smem_bytes(Stage::DescriptorA, site, base_a + stage * kBM * kBK, kBM * kBK * sizeof(ValueA), kDTypeA,
-                           kBM, kBK, group_thread, kThreads);
-        Tr::tap_smem_bytes(Stage::DescriptorB, site, base_b + stage * kBN * kBK, kBN * kBK * sizeof(ValueB), kDTypeB,
-                           kBK, kBN, group_thread, kThreads);
+        // the raw images, read through the swizzle from their start: only when that start is where
+        // the swizzle pattern starts (1024 bytes), else the stages stay unobserved
+        const ValueA* image_a = base_a + stage * kBM * kBK;
+        const ValueB* image_b = base_b + stage * kBN * kBK;
+        if ((reinterpret_cast<uintptr_t>(image_a) & 1023u) == 0)
+          Tr::tap_smem_bytes(Stage::DescriptorA, site, image_a, kBM * kBK * sizeof(ValueA), kDTypeA, kBM, kBK,
+                             group_thread, kThreads);
+        if ((reinterpret_cast<uintptr_t>(image_b) & 1023u) == 0)
+          Tr::tap_smem_bytes(Stage::DescriptorB, site, image_b, kBN * kBK * sizeof(ValueB), kDTypeB, kBK, kBN,
+                             group_thread, kThreads);
         Tr::tap_smem_tile(Stage::LoadA, site, base_a, kBM, kBK,
-                          [&](int r, int c) { return int(SmemLayoutA{}(r, c, stage)); }, group_thread, kThreads);
+                          [&](int r, int c) { return offset_a(storage.smem_A.data(), r, c, stage); }, group_thread,
+                          kThreads);
         Tr::tap_smem_tile(Stage::LoadB, site, base_b, kBK, kBN,
-                          [&](int r, int c) { return int(SmemLayoutB{}(c, r, stage)); }, group_thread, kThreads);
+                          [&](int r, int c) { return offset_b(storage.smem_B.data(), r, c, stage); }, group_thread,
+                          kThreads);
       }
       const int reps = Mutation::issues(site.k_block);
       for (int rep = 0; rep < reps; ++rep) {
