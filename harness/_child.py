@@ -316,9 +316,13 @@ def _run_library(run_dir: Path, req: dict, progress: P.Progress, status: dict) -
         status["phase"] = "time"
         progress.mark("time")
 
+        untraced = launch_abi.fill(call, dptrs, sizes, sink=0, stream=stream)  # a null sink: every tap is off
+
         def timed() -> None:
-            if call_once(0) != 0:  # a null sink: every tap is off while timing
-                raise _LibraryError("LIBRARY_ERROR", f"oracle_launch returned {status['launch_return']} while timed")
+            rc = int(entry(untraced.address))
+            if rc != 0:
+                status["launch_return"], status["launch_message"] = rc, untraced.message()
+                raise _LibraryError("LIBRARY_ERROR", f"oracle_launch returned {rc} while timed: {untraced.message()}")
 
         status["timing"] = _time_kernel(timed, timing, progress, stream=stream)
         status["phase"] = "time"

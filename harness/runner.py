@@ -4,6 +4,8 @@ Data path: run_kernel(cubin, entry, launch, tensors, sink) -> a temporary run di
 (request.json, kernel.cubin, inputs.safetensors) and a sink file -> `python -m harness._child RUN_DIR`
 in a new process group (a fresh interpreter, CUDA through cuda-python only) -> the parent waits with
 the time limit -> status.json, outputs.safetensors, progress.jsonl and the sink file -> KernelRun.
+run_library(library .so, LibraryCall, tensors, sink) takes the same path with kernel.so and the call
+in the request: the child calls the library's oracle_launch (harness.launch_abi) instead of launching.
 
 Constraints: an illegal address or trap kills the CUDA context for good and a hang never returns,
 so the kernel never runs in the caller's process; nothing the child does (crash, hang, garbage

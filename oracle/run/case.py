@@ -22,6 +22,13 @@ command line:
     args = ["a", "b", "c", "d", "bias", "m", "n", "k", "lda", "ldb", "ldc", "ldd", "alpha", "beta",
             { i32 = 2 }]
 
+    A launch library instead (oracle_trace/launch.hpp; harness.launch_abi): the kernel's own host
+    code, built as a shared library, launches it; [launch] then holds only the ABI:
+    [kernel]
+    library = "my_gemm.cu"     # no source, cubin, entry, time_entry or untraced_entry beside it
+    [launch]
+    abi = "oracle/1"
+
     [trace]
     tiles = [[0, 0], [3, 2]]   # default: the first, a middle and the last tile
     k_blocks = "all"           # or a list

@@ -616,12 +616,15 @@ def run_races(case: Case, ops: Operands, provenance: Provenance, *, repeat: int,
     if want_untraced:
         if is_library(case):
             entry = case.kernel.entry
-            one = lambda: _run_untraced_library(case, ops, timeout_s)  # noqa: E731
+
+            def one() -> KernelRun:
+                return _run_untraced_library(case, ops, timeout_s)
         else:
             cubin, entry = untraced_build(case)
             sequence, tensors = launch_sequence(case, ops)
-            one = lambda: run_kernel(cubin, entry, sequence[0][1], tensors, timeout_s=timeout_s,  # noqa: E731
-                                     then=sequence[1:])
+
+            def one() -> KernelRun:
+                return run_kernel(cubin, entry, sequence[0][1], tensors, timeout_s=timeout_s, then=sequence[1:])
         for i in range(1, repeat + 1) if repeat > 1 else ():
             run = one()
             if not run.ok and not run.kernel_fault:

@@ -145,6 +145,10 @@ def _case_and_inputs(args: argparse.Namespace, base: Optional[dict] = None, entr
 
         if case.kernel is None:
             raise UsageError("--untraced-entry goes with a kernel (--kernel FILE.cu --entry NAME or [kernel])")
+        if case.kernel.library is not None:
+            raise UsageError("--untraced-entry names a cubin's entry point; a launch library ([kernel] library) is "
+                             "entered only through oracle_launch (its untraced build is the source without "
+                             "ORACLE_TRACE)")
         case = replace(case, kernel=replace(case.kernel, untraced_entry=args.untraced_entry))
     if args.trace_tiles or args.trace_k_blocks or getattr(args, "trace_stages", None):
         tiles = _tiles_flag(args.trace_tiles) if args.trace_tiles else None

@@ -4,12 +4,15 @@
 calling a host-only library through the real runner with the driver emulated in host memory."""
 
 import ctypes
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -200,6 +203,17 @@ def test_library_cases_are_held_to_the_grammar(tmp_path, kernel, launch, message
         load_case(str(_case(tmp_path, kernel, launch)))
 
 
+def test_the_command_line_cannot_give_a_library_an_entry_point(tmp_path, capsys):
+    from oracle.tools import cli
+
+    path = _case(tmp_path, 'library = "lib.cu"', 'abi = "oracle/1"')
+    with pytest.raises(CaseError, match=r"--entry 'k' is not allowed for a launch library"):
+        load_case(str(path), entry="k")
+    assert load_case(str(path), source=str(tmp_path / "other.cu")).kernel.library == str(tmp_path / "other.cu")
+    assert cli.main(["compare", "--problem", str(path), "--untraced-entry", "k"]) == 2
+    assert "--untraced-entry names a cubin's entry point" in capsys.readouterr().err
+
+
 def test_a_next_launch_cannot_name_an_abi(tmp_path):
     path = _case(tmp_path, 'source = "lib.cu"\nentry = "k"', 'grid = [1]\nblock = [1]\nargs = []\n'
                  '[[launch.next]]\nentry = "k2"\nabi = "oracle/1"')
@@ -243,12 +257,13 @@ def test_the_library_call_has_each_operands_layout(tmp_path):
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("traced", [True, False])
-def test_the_example_builds_as_a_library_that_exports_oracle_launch(tmp_path, traced):
+@pytest.mark.parametrize("example, traced", [("simple_gemm_lib.toml", True), ("simple_gemm_lib.toml", False),
+                                             ("fault_trap_lib.toml", True)])
+def test_the_examples_build_as_libraries_that_export_oracle_launch(tmp_path, example, traced):
     from harness.build import build_library
 
-    case = load_case(str(EXAMPLE))
-    defines = {"ORACLE_TRACE": "1"} if traced else {}
+    case = load_case(str(EXAMPLE.parent / example))
+    defines = {**case.kernel.defines, "ORACLE_TRACE": "1"} if traced else dict(case.kernel.defines)
     res = build_library(case.kernel.library, arch=case.kernel.arch, defines=defines, cache_dir=tmp_path / "cache")
     assert res.cubin_path.suffix == ".so" and res.cubin_path.read_bytes()[:4] == b"\x7fELF"
     assert "-shared" in res.command and "static" in res.command
@@ -303,6 +318,9 @@ cu.host_alloc_mapped = host_alloc
 cu.stream_create = lambda: 0x5EA
 cu.stream_synchronize = lambda s: None
 cu.synchronize = lambda: None
+cu.event_create, cu.event_destroy = object, lambda e: None
+cu.event_record = lambda e, stream=0: None
+cu.event_elapsed_ms = lambda a, b: 0.5
 _child.main(sys.argv[1:])
 '''
 CHILD = [sys.executable, "-c", EMULATED_CHILD]
@@ -379,6 +397,16 @@ def test_the_child_calls_oracle_launch_with_the_buffers_and_the_sink(host_librar
     assert int.from_bytes(bytes(flags[:8].tolist()), "little") == 16 and flags[8] == ord("f")
 
 
+def test_a_timed_call_runs_the_library_again_with_a_null_sink_and_checks_the_output(host_library):
+    call, tensors, want = _gemm_call(4)
+    timing = {"min_reps": 3, "max_reps": 3, "warmup_ms": 0, "max_ms": 1000}
+    run = run_library(host_library, call, tensors, sink=SinkRequest(bytes(32)), child_cmd=CHILD, timeout_s=60,
+                      timing=timing)
+    assert run.ok, run.describe() + run.stderr_tail
+    assert run.timing["reps"] == 3 and run.timing["median_ms"] == 0.5 and run.timing["verified_after"] is True
+    assert torch.equal(run.outputs["d"], want)
+
+
 def test_a_non_zero_return_is_a_kernel_fault_with_the_librarys_words_and_the_taps(host_library):
     call, tensors, _ = _gemm_call(13)
     run = run_library(host_library, call, tensors, sink=SinkRequest(bytes(32)), child_cmd=CHILD, timeout_s=60)
@@ -416,3 +444,99 @@ def test_run_library_refuses_a_malformed_request(tmp_path, host_library):
         run_library(host_library, call, {**tensors, "a": tensors["a"].half()}, child_cmd=CHILD)
     with pytest.raises(RunnerError, match="reaches element"):
         run_library(host_library, call, {**tensors, "a": tensors["a"][:2]}, child_cmd=CHILD)
+
+
+# ------------------------------------------------------------------------------------ the reproducer
+
+
+def _library_repro(out: Path):
+    from oracle.repro.generate import write_repro
+    from oracle.run.inputs import Provenance, make_operands
+
+    case = load_case(str(EXAMPLE))
+    ops = make_operands(case.spec, "ones", 0)
+    return case, ops, write_repro(case, ops, Provenance("ones", None), out)
+
+
+def _lines(d: Path, key: str) -> list[list[str]]:
+    return [line.split("#")[0].split()[1:] for line in (d / "launch.txt").read_text().splitlines()
+            if line.split() and line.split()[0] == key]
+
+
+def test_a_library_reproducer_writes_its_call_and_builds_the_library(tmp_path):
+    from oracle.run import live
+
+    d = tmp_path / "lib"
+    case, _, written = _library_repro(d)
+    call, _ = live.library_call(case, None)
+    assert (written.cubin_traced, written.cubin_plain, written.entry_traced) == \
+        ("libkernel_traced.so", "libkernel.so", "oracle_launch")
+    assert {"kernel/src/simple_gemm_lib.cu", "kernel/src/simple_gemm.cu",
+            "kernel/include/oracle_trace/launch.hpp", "host/library.cuh", "manifest.json"} <= set(written.files)
+    assert _lines(d, "library_traced") == [["libkernel_traced.so"]] and _lines(d, "abi") == [["oracle/1"]]
+    assert not _lines(d, "launch") and not _lines(d, "arg") and not _lines(d, "cubin_traced")
+    (fields,) = _lines(d, "call")
+    kv = dict(f.split("=", 1) for f in fields)
+    assert (kv["m"], kv["n"], kv["k"], kv["activation"], kv["bias_kind"], kv["tile"]) == \
+        ("200", "136", "72", "2", "2", "64,64,16")
+    assert int(kv["alpha"], 16) == 0x3F800000 and kv["group_offsets"] == "-"
+    tensors = [dict(f.split("=", 1) for f in line) for line in _lines(d, "call_tensor")]
+    assert [(t["slot"], t["buffer"], t["dtype"], t["shape"], t["strides"]) for t in tensors] == [
+        ("0", "a", "3", "200,72", "72,1"), ("1", "b", "3", "72,136", "136,1"), ("3", "d", "3", "200,136", "136,1"),
+        ("4", "bias", "3", "136", "1")]
+    make = (d / "Makefile").read_text()
+    assert re.search(r"^KERNEL_FLAGS := -shared -Xcompiler -fPIC -cudart static -gencode=arch=compute_90a,code=sm_90a",
+                     make, re.M)
+    assert re.search(r"^libkernel_traced.so: \$\(KERNEL_FILES\)$", make, re.M)
+    assert re.search(r"^libkernel.so: \$\(KERNEL_FILES\)$", make, re.M)
+    assert re.search(r"^TRACED_DEFINES := -DORACLE_TRACE=1$", make, re.M)
+    assert re.search(r"^PLAIN_DEFINES := $", make, re.M)
+    doc = json.loads((d / "repro.json").read_text())
+    assert doc["library"]["call"] == call.to_dict() and doc["launches"] == [] and doc["tensormaps"] == []
+    assert "launch library simple_gemm_lib.cu (ABI oracle/1)" in (d / "README.txt").read_text()
+    # a later repro into the same folder, after a build, replaces only the oracle's own files
+    (d / "libkernel_traced.so").write_bytes(b"\x7fELF built")
+    _library_repro(d)
+    assert not (d / "libkernel_traced.so").exists()
+
+
+def test_a_library_reproducers_run_reads_back_with_its_descriptor_note(tmp_path):
+    from oracle.repro.readback import load_repro_run
+
+    d = tmp_path / "lib"
+    _library_repro(d)
+    exp = torch.from_numpy(np.fromfile(d / "expected.bin", dtype=np.float32).reshape(200, 136).copy())
+    (d / "d.bin").write_bytes(exp.to(torch.bfloat16).view(torch.uint8).numpy().tobytes())
+    (d / "result.txt").write_text("status ok\nentry oracle_launch\ntraced 0\n")
+    rec = load_repro_run(d)
+    assert rec.kernel == "oracle_launch" and rec.output is not None
+    assert any("not tapped, so unobserved: descriptor_a, descriptor_b" in n for n in rec.notes), rec.notes
+
+
+@pytest.mark.nvcc
+def test_a_library_reproducer_builds_with_make_and_checks_the_librarys_abi(tmp_path):
+    """make TRACE=1 (the traced library and repro_traced, about a minute here) and a dry run, which
+    loads the library, checks its ABI and prints the LaunchArgs without a CUDA call."""
+    d = tmp_path / "lib"
+    _library_repro(d)
+    proc = subprocess.run(["make", "-C", str(d), "TRACE=1"], capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    dry = subprocess.run([str(d / "repro_traced"), "--dry-run"], capture_output=True, text=True, timeout=120)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert f"dry run: {d}/libkernel_traced.so exports oracle_launch (ABI version 1, LaunchArgs of " \
+           f"{ctypes.sizeof(L.LaunchArgs)} bytes)" in dry.stdout
+    assert "tensor slot 1: b, element type 3, shape [72,136], strides [136,1]" in dry.stdout
+    assert "activation 2, bias kind 2" in dry.stdout
+    # a library of another ABI, given with --cubin, is refused before anything runs
+    other = compile_host(tmp_path, "libother.so", OTHER_ABI, "-shared", "-fPIC")
+    bad = subprocess.run([str(d / "repro_traced"), "--dry-run", "--cubin", str(other)], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "was built against ABI version 2, LaunchArgs of 64 bytes" in bad.stderr
+    # launch.txt of another ABI is refused by name
+    copy = tmp_path / "copy"
+    shutil.copytree(d, copy, ignore=shutil.ignore_patterns("*.so", "repro_traced", "kernel"))
+    text = (copy / "launch.txt").read_text().replace("abi oracle/1", "abi oracle/2")
+    (copy / "launch.txt").write_text(text)
+    bad = subprocess.run([str(d / "repro_traced"), "--dry-run", "--dir", str(copy)], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "abi 'oracle/2' is not one this program speaks" in bad.stderr
