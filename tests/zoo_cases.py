@@ -24,9 +24,14 @@ def entries(kernel_dir: Optional[str] = None) -> list[dict]:
 
 
 def entry_case(entry: dict, problem: Optional[dict] = None) -> Case:
-    """The entry's live case: its case file, problem overrides, traced entry point and trace selection."""
-    src, _, fn = entry["kernel"].partition(":")
-    case = load_case(str(ROOT / entry["case"]), problem or entry["problem"], source=str(ROOT / src), entry=fn)
+    """The entry's live case: its case file, problem overrides, traced entry point and trace selection.
+    A launch library's entry names only its source (`kernel` without ":entry"): the case builds it."""
+    src, sep, fn = entry["kernel"].partition(":")
+    if sep:
+        case = load_case(str(ROOT / entry["case"]), problem or entry["problem"], source=str(ROOT / src), entry=fn)
+    else:
+        case = load_case(str(ROOT / entry["case"]), problem or entry["problem"])
+        assert case.kernel.library == str(ROOT / src), (entry["name"], case.kernel.library)
     if "trace" in entry:
         plan = trace_plan(entry["trace"], where=f"manifest entry {entry['name']!r} trace")
         case = with_trace(case, plan.tiles, plan.k_blocks)
@@ -35,11 +40,14 @@ def entry_case(entry: dict, problem: Optional[dict] = None) -> Case:
 
 def tapped_stages(case: Case) -> set[str]:
     """The stages the case's zoo kernel taps."""
-    if Path(case.kernel.source).resolve().parent == ROOT / "zoo" / "split_gemm":
+    folder = Path(case.kernel.library or case.kernel.source).resolve().parent
+    if folder == ROOT / "zoo" / "cutlass_sm90":  # CUTLASS's LinearCombination: alpha_beta, then the cast
+        return {"descriptor_a", "descriptor_b", "load_a", "load_b", "mma", "epilogue_alpha_beta", "epilogue_cast"}
+    if folder == ROOT / "zoo" / "split_gemm":
         stages = {"load_a", "load_b", "mma", "epilogue_alpha_beta", "epilogue_bias", "epilogue_cast"}
         return stages | ({"reduce"} if case.spec.partitioned else set())
     stages = {"load_a", "load_b", "mma"} | EPILOGUE_TAPS
-    if Path(case.kernel.source).resolve().parent == ROOT / "zoo" / "hopper_gemm":
+    if folder == ROOT / "zoo" / "hopper_gemm":
         stages |= {"descriptor_a", "descriptor_b"}
         if case.spec.scale_a.kind in ("tensor", "row") or case.spec.scale_b.kind in ("tensor", "col"):
             stages.add("epilogue_scale")
@@ -80,7 +88,9 @@ def check_judgement(want: Optional[str], case: Case, an, entry: Optional[dict] =
     assert an.first.stage == want, (an.first, an.diagnosis.reason, table)
     # every tap of the stage's input was recorded on controlled inputs: nothing less than a VERDICT
     assert an.first.kind is Kind.VERDICT, (an.first, an.open_confounds)
-    for key, got in (("expected_group", an.first.group), ("expected_partial", an.first.partial)):
+    for key, got in (("expected_group", an.first.group), ("expected_partial", an.first.partial),
+                     ("expected_tile", list(an.first.tile) if an.first.tile is not None else None),
+                     ("expected_k_block", an.first.k_block)):
         if entry is not None and key in entry:
             assert got == entry[key], (key, got, entry[key], an.first)
     upstream = [s for s in an.stages if STAGES.index(s.name) < STAGES.index(want)]

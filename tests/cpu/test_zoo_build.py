@@ -39,7 +39,7 @@ SM80_DIR = ROOT / "zoo" / "sm80_gemm"
 SM80_SOURCE = SM80_DIR / "sm80_gemm.cu"
 ENTRY_KEYS = {"name", "kernel", "case", "defect", "expected_stage", "problem", "dump"}
 OPTIONAL_KEYS = {"seed", "note", "trace", "record_problem", "expected_group", "expected_partial", "expected_race",
-                 "dump_pending"}
+                 "dump_pending", "expected_tile", "expected_k_block"}
 
 # Every variant of the sm80 GEMM (the ZOO_SM80_* lists in sm80_gemm.cu): (dtype, defect).
 SM80_VARIANTS = [("bf16", None), ("fp16", None)] + [("bf16", d) for d in (
@@ -71,16 +71,17 @@ def test_manifest_is_well_formed():
         assert not unknown, f"{where} has unknown keys {sorted(unknown)}"
         assert re.fullmatch(r"[a-z0-9_]+", e["name"]), where
         src, sep, fn = e["kernel"].partition(":")
-        assert sep and fn, f"{where}: kernel must be 'path/to/source.cu:entry_point', got {e['kernel']!r}"
+        library = not sep  # a launch library: the case builds `src` and enters it through oracle_launch
         assert (ROOT / src).is_file(), f"{where}: {src} does not exist"
-        assert fn.endswith("_traced"), f"{where}: a live run needs the traced entry point, got {fn}"
+        assert library or fn.endswith("_traced"), f"{where}: a live run needs the traced entry point, got {fn}"
         assert (ROOT / e["case"]).is_file(), f"{where}: case {e['case']} does not exist"
         assert e["expected_stage"] is None or e["expected_stage"] in STAGES, \
             f"{where}: expected_stage {e['expected_stage']!r} is not one of {', '.join(STAGES)}"
         if e["defect"] is None:
             assert e["expected_stage"] is None, f"{where}: a correct variant must MATCH (expected_stage null)"
-        elif Path(e["case"]).stem == e["defect"]:  # host-side: the case builds the bad map or workspace
-            assert "/defects/" in e["case"], f"{where}: a host-side defect's case lives under defects/"
+        elif Path(e["case"]).stem == e["defect"] or library:  # the case builds the bad map, workspace or variant
+            assert "/defects/" in e["case"] and Path(e["case"]).stem.endswith(e["defect"]), \
+                f"{where}: a defect chosen by its case lives under defects/ in a file named for it"
         else:
             assert f"_{e['defect']}_" in fn, f"{where}: entry point {fn} does not carry the defect {e['defect']!r}"
         if e["expected_stage"] is None and e["defect"] is not None:
@@ -99,12 +100,16 @@ def test_manifest_is_well_formed():
             assert e["expected_stage"] is None, f"{where}: a race names no stage"
         if "trace" in e:
             assert set(e["trace"]) <= {"tiles", "k_blocks"} and e["trace"]["tiles"], f"{where}: trace {e['trace']}"
+        if "expected_tile" in e:
+            assert isinstance(e["expected_tile"], list) and len(e["expected_tile"]) == 2, where
+        entry = None if library else fn
         for prob in [e["problem"]] + ([e["record_problem"]] if "record_problem" in e else []):
-            load_case(str(ROOT / e["case"]), prob, entry=fn)  # the overrides make a valid problem
-        case = load_case(str(ROOT / e["case"]), e["problem"], entry=fn)
+            load_case(str(ROOT / e["case"]), prob, entry=entry)  # the overrides make a valid problem
+        case = load_case(str(ROOT / e["case"]), e["problem"], entry=entry)
         assert case.kernel is not None and case.launch is not None, where
-        assert Path(case.kernel.source).resolve() == (ROOT / src).resolve(), \
-            f"{where}: the case builds {case.kernel.source}, the manifest names {src}"
+        built = case.kernel.library if library else case.kernel.source
+        assert built is not None and Path(built).resolve() == (ROOT / src).resolve(), \
+            f"{where}: the case builds {built}, the manifest names {src}"
 
 
 def test_manifest_covers_every_hopper_defect():
@@ -119,6 +124,26 @@ def test_manifest_covers_every_hopper_defect():
     confound = [e for e in doc if e["defect"] is None and e["problem"]["n"] < 16]
     assert confound and confound[0]["problem"] == {"m": 1024, "n": 8, "k": 6144}, \
         "the padding confound (batch 8 < MMA N 16, K = 6144, OUT = 1024, bf16) is missing"
+
+
+def test_manifest_covers_the_cutlass_gemm_in_both_schedules():
+    doc = [e for e in _manifest() if e["kernel"].startswith("zoo/cutlass_sm90/")]
+    text = (ROOT / "zoo" / "cutlass_sm90" / "cutlass_sm90.cu").read_text()
+    for sched in ("coop", "pingpong"):
+        mine = {e["name"].removeprefix(f"cutlass_sm90_{sched}_"): e for e in doc
+                if e["name"].startswith(f"cutlass_sm90_{sched}_")}
+        assert set(mine) == {"correct", "correct_ragged", "wrong_stride", "kblock_twice", "alpha_twice"}, sorted(mine)
+        assert mine["correct"]["problem"] == {"m": 4096, "n": 4096, "k": 4096}
+        assert any(mine["correct_ragged"]["problem"][d] % 128 for d in ("m", "n"))
+        for defect, e in mine.items():
+            from oracle.run.case import load_case
+
+            defines = load_case(str(ROOT / e["case"]), e["problem"]).kernel.defines
+            assert ("ZOO_CUTLASS_PINGPONG" in defines) == (sched == "pingpong"), (e["name"], defines)
+            if e["defect"] is not None:
+                macro = f"ZOO_CUTLASS_{e['defect'].upper()}"
+                assert set(defines) - {"ZOO_CUTLASS_PINGPONG"} == {macro} and macro in text, (e["name"], defines)
+    assert {e["expected_stage"] for e in doc} == {None, "descriptor_a", "mma", "epilogue_alpha_beta"}
 
 
 def test_manifest_covers_every_sm80_defect_once_and_the_correct_variants():

@@ -1,0 +1,25 @@
+// oracle_trace/cutlass.hpp -- bring a CUTLASS 3.x SM90 GEMM to the oracle (CUTLASS 4.2, pinned).
+//
+// In the kernel's file, next to CUTLASS's CollectiveBuilder aliases:
+//
+//   #include "oracle_trace/cutlass.hpp"
+//   using CollectiveMainloop = oracle_trace::cutlass_sm90::TracedMainloop<BuiltMainloop>;
+//   using CollectiveEpilogue = oracle_trace::cutlass_sm90::TracedEpilogue<BuiltEpilogue>;
+//   ... GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue> ... Gemm;
+//   ORACLE_CUTLASS_ENTRY(Gemm)
+//
+// Without ORACLE_TRACE both aliases are CUTLASS's own types (the production kernel is unchanged)
+// and the entry is host code. With it: cutlass/sm90_mainloop.hpp (descriptor_a/b, load_a/b, mma
+// taps, bound to their tile through shared memory), cutlass/sm90_epilogue.hpp (epilogue_alpha_beta
+// and epilogue_cast tap nodes), cutlass/entry.hpp (oracle_launch: LaunchArgs -> Gemm::Arguments).
+
+#ifndef ORACLE_TRACE_CUTLASS_HPP_
+#define ORACLE_TRACE_CUTLASS_HPP_
+
+#include "oracle_trace/cutlass/version.hpp"
+#include "oracle_trace/cutlass/types.hpp"
+#include "oracle_trace/cutlass/sm90_mainloop.hpp"
+#include "oracle_trace/cutlass/sm90_epilogue.hpp"
+#include "oracle_trace/cutlass/entry.hpp"
+
+#endif  // ORACLE_TRACE_CUTLASS_HPP_

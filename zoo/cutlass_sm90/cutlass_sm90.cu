@@ -1,0 +1,109 @@
+// cutlass_sm90.cu -- CUTLASS's own SM90 warp-specialized GEMM, brought to the oracle as a launch
+// library (ABI "oracle/1"): bf16 A [M, K] row-major x bf16 B [K, N] column-major, fp32 accumulate,
+// D = alpha * acc + beta * C in bf16 (row-major), 128 x 128 x 64 CTA tile, cluster 1 x 1, the
+// persistent tile scheduler. Everything but the four marked lines is what a CUTLASS user writes
+// with the CollectiveBuilder (as CUTLASS's example 49 does).
+//
+// Build switches (the case files set them as [kernel] defines):
+//   ZOO_CUTLASS_PINGPONG=1     KernelTmaWarpSpecializedPingpong (default: ...Cooperative)
+//   ZOO_CUTLASS_PLAIN=1        without the adapter (the SASS-identity test's baseline; no oracle_launch)
+// Planted defects (tests/zoo/manifest.json names the stage the oracle must name):
+//   ZOO_CUTLASS_WRONG_STRIDE=1 A's leading dimension given to CUTLASS 64 elements short (the TMA
+//                              descriptor reads the wrong rows): descriptor_a
+//   ZOO_CUTLASS_KBLOCK_TWICE=1 k-block 1's MMAs issued twice (traced build only: the defect lives in
+//                              the traced mainloop's loop): mma
+//   ZOO_CUTLASS_ALPHA_TWICE=1  alpha applied twice (the epilogue is handed alpha * alpha): epilogue_alpha_beta
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#if !defined(ZOO_CUTLASS_PLAIN)
+#include "oracle_trace/cutlass.hpp"  // (1) the adapter
+#endif
+
+namespace zoo_cutlass {
+
+using namespace cute;
+
+using ElementA = cutlass::bfloat16_t;
+using ElementB = cutlass::bfloat16_t;
+using ElementC = cutlass::bfloat16_t;
+using ElementD = cutlass::bfloat16_t;
+using ElementAccumulator = float;
+using LayoutA = cutlass::layout::RowMajor;
+using LayoutB = cutlass::layout::ColumnMajor;
+using LayoutC = cutlass::layout::RowMajor;
+using LayoutD = cutlass::layout::RowMajor;
+constexpr int kAlign = 128 / cutlass::sizeof_bits<ElementA>::value;  // 16-byte TMA alignment
+
+using TileShape = Shape<_128, _128, _64>;
+using ClusterShape = Shape<_1, _1, _1>;
+#if defined(ZOO_CUTLASS_PINGPONG)
+using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+#else
+using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+#endif
+
+using BuiltEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementAccumulator, ElementC, LayoutC, kAlign,
+    ElementD, LayoutD, kAlign, EpilogueSchedule,
+    cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAccumulator, ElementC, ElementAccumulator>>::CollectiveOp;
+
+using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlign, ElementB, LayoutB, kAlign,
+    ElementAccumulator, TileShape, ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename BuiltEpilogue::SharedStorage))>,
+    KernelSchedule>::CollectiveOp;
+
+#if defined(ZOO_CUTLASS_PLAIN)
+using CollectiveMainloop = BuiltMainloop;
+using CollectiveEpilogue = BuiltEpilogue;
+#else
+#if defined(ZOO_CUTLASS_KBLOCK_TWICE)
+struct KBlockTwice {  // the defect: k-block 1's MMAs issued twice
+  CUTLASS_DEVICE static constexpr int issues(int k_block) { return k_block == 1 ? 2 : 1; }
+};
+using Mutation = KBlockTwice;
+#else
+using Mutation = oracle_trace::cutlass_sm90::NoMutation;
+#endif
+using CollectiveMainloop = oracle_trace::cutlass_sm90::TracedMainloop<BuiltMainloop, Mutation>;  // (2)
+using CollectiveEpilogue = oracle_trace::cutlass_sm90::TracedEpilogue<BuiltEpilogue>;           // (3)
+#endif
+
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
+                                                        CollectiveEpilogue>;
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+#if defined(ZOO_CUTLASS_WRONG_STRIDE) || defined(ZOO_CUTLASS_ALPHA_TWICE)
+// The planted host-side defects, applied to the arguments the adapter filled.
+inline int plant(const oracle_trace::LaunchArgs* args, Gemm::Arguments& g) {
+#if defined(ZOO_CUTLASS_WRONG_STRIDE)
+  if (args->k <= 64) return oracle_trace::fail_launch(args, oracle_trace::kLaunchUnsupported, "the defect needs K > 64");
+  get<0>(g.mainloop.dA) -= 64;  // the defect: lda 64 elements short
+#endif
+#if defined(ZOO_CUTLASS_ALPHA_TWICE)
+  g.epilogue.thread.alpha *= args->alpha;  // the defect: alpha applied twice
+#endif
+  return 0;
+}
+#define ZOO_CUTLASS_ADJUST zoo_cutlass::plant
+#else
+#define ZOO_CUTLASS_ADJUST nullptr
+#endif
+
+}  // namespace zoo_cutlass
+
+#if !defined(ZOO_CUTLASS_PLAIN)
+ORACLE_CUTLASS_ENTRY_WITH(zoo_cutlass::Gemm, ZOO_CUTLASS_ADJUST)  // (4) oracle_launch
+#else
+// Without the entry nothing launches the kernel: name it, so that the baseline build holds it.
+extern "C" const void* const zoo_cutlass_production_kernel =
+    reinterpret_cast<const void*>(&cutlass::device_kernel<zoo_cutlass::GemmKernel>);
+#endif
