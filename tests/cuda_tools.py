@@ -45,6 +45,32 @@ def sass_by_function(cubin: Path) -> dict[str, list[str]]:
     return funcs
 
 
+def entry_symbols(cubin: Path) -> set[str]:
+    """The kernel entry points (STO_ENTRY symbols) of a cubin."""
+    text = subprocess.run([cuobjdump(), "-symbols", str(cubin)], capture_output=True, text=True, check=True).stdout
+    return {line.split()[-1] for line in text.splitlines() if "STO_ENTRY" in line}
+
+
+def all_symbols(cubin: Path) -> str:
+    """`cuobjdump -symbols` of a cubin, as text."""
+    return subprocess.run([cuobjdump(), "-symbols", str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
+def ptxas_usage(log: str) -> dict[str, tuple[int, int, int]]:
+    """{function: (stack frame bytes, spill store bytes, spill load bytes)} from `ptxas -v`."""
+    out, current = {}, None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '([^']+)'", line)
+        if m:
+            current = m.group(1)
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and current is not None:
+            out[current] = tuple(int(x) for x in m.groups())
+            current = None
+    return out
+
+
 def traced_and_plain(source: Path) -> dict:
     """`source` built with and without -DORACLE_TRACE (ptxas -v in the logs), side by side: the
     oracle's build cache keeps both, so a test that builds the same source the same way gets them

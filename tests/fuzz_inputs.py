@@ -4,11 +4,12 @@ Each input is made from a seed (random.Random(seed)) by mutating a real one: tra
 with the header's writer (harness.trace_format.TraceWriter), the zoo's recordings
 (tests/zoo/dumps/), the shipped case files and bench lists, and command lines around them. Each is
 fed to its reader and the outcome sorted: accepted, refused with one of the documented error
-types, an untyped exception (a defect: its traceback is kept), a hang (past HANG_S), or an
+types, an untyped exception (a defect: its traceback is kept), a hang (past HANG_S of CPU time), or an
 allocation past the limits. A failure is rebuilt from its kind and seed (`make_trace(seed)`,
 `make_dump(seed, ...)`, `make_case(seed, ...)`).
 
-The CPU tier runs a few thousand of them (tests/cpu/test_fuzz_inputs.py). As a script it runs the
+The CPU tier runs a few thousand of them, enough that each mutation kind is tried
+(tests/cpu/test_fuzz_inputs.py, tests/cpu/test_fuzz_commands.py). As a script it runs the
 long campaign in this process under an address-space limit and writes its counts:
 
     python tests/fuzz_inputs.py --traces 12000 --dumps 2400 --cases 400 --as-limit-gb 4 \\
@@ -49,7 +50,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-HANG_S = 20.0  # an input that takes longer than this is a hang
+HANG_S = 20.0  # an input that takes more CPU seconds than this is a hang
+HANG_WALL = 4  # or more than this many times HANG_S of wall time (a busy shared machine stretches the wall)
 # The limits the campaign runs under (knobs), small so that a breach shows well inside the
 # address-space limit of the long run.
 LIMIT_MB = 256
@@ -101,16 +103,20 @@ class Tally:
 
 @contextlib.contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
+    """Raise Hang past `seconds` of this process's CPU time or HANG_WALL times that of wall time."""
     def fire(signum, frame):
         raise Hang()
 
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    old = {sig: signal.signal(sig, fire) for sig in (signal.SIGALRM, signal.SIGPROF)}
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds * HANG_WALL)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
@@ -145,6 +151,20 @@ def _record(tally: Tally, seed: int, fn: Callable[[], Any], typed: tuple[type, .
         return None
     tally.accepted += 1
     return out
+
+
+def count_kinds(tally: Tally, how: str, kinds: dict[str, str]) -> None:
+    """Count, in tally.extra as "kind: NAME", each mutation kind of `kinds` (name -> regex over one
+    "; "-separated part of `how`) the input carries: the tier asserts every kind was tried."""
+    parts = how.split("; ")
+    for name, pattern in kinds.items():
+        if any(re.search(pattern, part) for part in parts):
+            tally.extra[f"kind: {name}"] += 1
+
+
+def kinds_missing(tally: Tally, kinds: dict[str, str]) -> list[str]:
+    """The mutation kinds of `kinds` that no input of the tally carried."""
+    return [name for name in kinds if not tally.extra[f"kind: {name}"]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -385,6 +405,14 @@ def _mutate_trace(rng: random.Random, buf: bytearray, recs: list[tuple[int, int]
     return "none"
 
 
+# The mutation kinds of each campaign, as what their `how` strings say (count_kinds).
+TRACE_KINDS = {"bit flip": r"^bit flip at", "header field": r"^header field at", "k-block window": r"^k-block window",
+               "record head field": r"^record head field", "record body field": r"^record body field",
+               "truncated": r"^truncated to \d", "bytes appended": r"bytes appended$",
+               "bytes zeroed": r"bytes zeroed at", "record head copied": r"copied over \d",
+               "cut to its extent": r"^cut to its extent$", "unmutated": r"^unmutated$"}
+
+
 def run_traces(count: int, seed0: int = 0, tally: Optional[Tally] = None) -> Tally:
     """Parse `count` mutated buffers; a TraceFormatError is the only acceptable refusal, and memory
     stays within the taps' limit plus a few times the buffer."""
@@ -408,6 +436,7 @@ def run_traces(count: int, seed0: int = 0, tally: Optional[Tally] = None) -> Tal
             tally.extra["taps"] += len(res.taps)
             tally.extra["with warnings"] += bool(res.warnings)
         tally.extra["mutated"] += how != "unmutated"
+        count_kinds(tally, how, TRACE_KINDS)
         if how == "unmutated" and res is None:
             tally.extra["unmutated refused"] += 1
     tally.seconds += time.perf_counter() - t0
@@ -599,6 +628,14 @@ def make_dump(seed: int, corpus: list[tuple[str, bytes]], directory: Path) -> tu
     return path, "; ".join(how)
 
 
+DUMP_KINDS = {"metadata edited": r"( replaced| removed| gained a key| gained an entry)$",
+              "tensor entry": r"^tensor entry ", "bytes changed": r"^bytes changed$", "truncated": r"^truncated$",
+              "header length": r"^header length changed$", "metadata nested": r"^metadata nested",
+              "tensor retyped or reshaped": r" as (torch\.|\[)", "unmutated": r"^unmutated$",
+              "gzip truncated": r"^gzip truncated$", "gzip trailing bytes": r"^gzip with trailing bytes$",
+              "gzip bomb": r"^gzip bomb"}
+
+
 def run_dumps(count: int, seed0: int = 0, analyze_every: int = 0, tally: Optional[Tally] = None) -> Tally:
     """Load `count` mutated dumps: DumpError is the only acceptable refusal. Every
     `analyze_every`-th one that loads is judged too, by `compare --dump` with a JSON report: any
@@ -616,6 +653,7 @@ def run_dumps(count: int, seed0: int = 0, analyze_every: int = 0, tally: Optiona
             path, how = make_dump(seed, corpus, directory)
             tally.extra["gzip bombs"] += "bomb" in how
             tally.extra["unmutated"] += how.endswith("unmutated")
+            count_kinds(tally, how, DUMP_KINDS)
             rec = _record(tally, seed, lambda: Recording.load(str(path)), (DumpError,))
             if rec is None and how.endswith("unmutated") and path.suffix != ".gz":
                 tally.extra["unmutated refused"] += 1
@@ -879,6 +917,14 @@ def _count_outcome(tally: Tally, code: int, text: str) -> None:
         tally.extra[f"exit {code}"] += 1
 
 
+CASE_KINDS = dict({"bench list": r"^bench list$", "case replaced": r"^case replaced$",
+                   "document edited": r"( replaced| removed| gained a key| gained an entry)$",
+                   "grid entry": r"^grid\[\d\] = ", "literal": r"^a literal ", "tensormap option": r"^a tensormap with ",
+                   "trace table": r"^trace table$", "kernel key": r"^a kernel key$", "extends": r"^extends = ",
+                   "unmutated": r"^unmutated$"},
+                  **{f"flag {f}": f"^{f} " for f in FLAG_VALUES})
+
+
 def run_cases(count: int, seed0: int = 0, tally: Optional[Tally] = None) -> Tally:
     """Run `count` command lines around mutated case files and bench lists (build and launch
     stubbed): exit 2 with one `error:` line, or the build reached with every check passed."""
@@ -894,6 +940,7 @@ def run_cases(count: int, seed0: int = 0, tally: Optional[Tally] = None) -> Tall
         for seed in range(seed0, seed0 + count):
             argv, how = make_case(seed, directory, dumps)
             tally.inputs += 1
+            count_kinds(tally, how, CASE_KINDS)
             outcome = _run_guarded(tally, seed, argv, how)
             if outcome is not None:
                 _count_outcome(tally, *outcome)
@@ -1012,6 +1059,14 @@ def shown(v: Any) -> str:
     return _shown(v)[:80]
 
 
+FIELD_KINDS = {"stream-K workers": r"^problem\.stream_k_workers = ", "splits": r"^problem\.splits = ",
+               "batch": r"^problem\.batch = ", "groups": r"^problem\.groups = ",
+               "reduction": r"^problem\.reduction = ", "reduction chunk": r"^problem\.reduction_chunk = ",
+               "workspace": r"^workspace\.", "grid": r"^launch\.grid = ", "block": r"^launch\.block = ",
+               "cluster": r"^launch\.cluster = ", "shared memory": r"^launch\.shared_mem_bytes = ",
+               "next launches": r"^launch\.next = "}
+
+
 def run_case_fields(count: int, seed0: int = 0, tally: Optional[Tally] = None) -> Tally:
     """Run `count` command lines around cases with mutated new fields (build and launch stubbed):
     exit 2 with one `error:` line, or the build reached with every check passed; each in bounded
@@ -1023,6 +1078,7 @@ def run_case_fields(count: int, seed0: int = 0, tally: Optional[Tally] = None) -
         for seed in range(seed0, seed0 + count):
             argv, how = make_case_fields(seed, directory)
             tally.inputs += 1
+            count_kinds(tally, how, FIELD_KINDS)
             traced = seed % TRACE_MEMORY_EVERY == 0  # tracing slows a run several times: one in a few
             if traced:
                 tracemalloc.start()
@@ -1131,6 +1187,14 @@ def make_check_call(seed: int) -> tuple[tuple, dict, str]:
     return (a, b, d), kw, "; ".join(how)
 
 
+CHECK_KINDS = dict({f"{dt} operands": f"^\\d+x\\d+x\\d+ {dt}->" for dt in
+                    ("bfloat16", "float16", "float32", "float8_e4m3fn", "int8")},
+                   **{name: f"^{name}$" for name in ("c", "bias", "scale_a", "scale_b")},
+                   **{name: f"^{name}=" for name in ("alpha", "beta")},
+                   **{"another keyword": r"^(tile|splits|stream_k_workers|acc_model|activation|bias_axis|saturate|"
+                                         r"reduction|bogus|batch|groups)="})
+
+
 def run_check_calls(count: int, seed0: int = 0, judge_every: int = 1, tally: Optional[Tally] = None) -> Tally:
     """Call oracle.check `count` times with generated arguments: a documented error or a report.
     With judge_every n > 1, the arguments of every call are checked (oracle.tools.api.recording_of, every
@@ -1147,6 +1211,7 @@ def run_check_calls(count: int, seed0: int = 0, judge_every: int = 1, tally: Opt
     with knobs():
         for seed in range(seed0, seed0 + count):
             args, kw, how = make_check_call(seed)
+            count_kinds(tally, how, CHECK_KINDS)
             rec = _record(tally, seed, lambda: recording_of(*args, **kw), typed)
             if rec is None:
                 continue
@@ -1302,6 +1367,12 @@ def _mutate_repro(rng: random.Random, d: Path, outside: Path) -> tuple[list[str]
     return how, linked
 
 
+REPRO_KINDS = {"link out": r" -> ", "extra file": r"^extra ", "manifest edited": r"^manifest: ",
+               "tensor file resized": r"\.bin is \d+ bytes$", "repro.json edited": r"^repro\.json: ",
+               "text line broken": r"\.txt: .* at line \d+$", "build outputs": r"^build outputs$",
+               "fifo": r" is a fifo$", "folder": r" is a folder$", "unmutated": r"^$"}
+
+
 def run_repro_dirs(count: int, seed0: int = 0, tally: Optional[Tally] = None) -> Tally:
     """Mutate a reproducer folder `count` times; each is read back (compare --repro-dir's reader:
     ReproError, TraceFormatError or another documented type, never a link followed) and written
@@ -1332,6 +1403,7 @@ def run_repro_dirs(count: int, seed0: int = 0, tally: Optional[Tally] = None) ->
                 shutil.rmtree(d)
             shutil.copytree(base, d, symlinks=True)
             how, linked = _mutate_repro(rng, d, outside)
+            count_kinds(tally, "; ".join(how), REPRO_KINDS)
             rec = _record(tally, seed, lambda: load_repro_run(d), typed)
             if rec is not None and linked:
                 tally.breaches.append((seed, f"read through a link: {'; '.join(how)}"))

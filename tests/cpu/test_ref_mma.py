@@ -1,7 +1,7 @@
-"""MMA stage: accumulator semantics (fp32, fp16 per-MMA-step rounding, int32, fp8 promotion,
-block scales) against the float64 host spec and against independent statements of each rule."""
+"""MMA stage: accumulator semantics (fp32, int32, fp8 promotion, block scales) against the float64
+host spec and against independent statements of each rule (the fp16 accumulator's per-MMA-step
+rounding is in tests/cpu/test_ref_mma_fp16.py)."""
 
-import numpy as np
 import pytest
 import torch
 
@@ -58,62 +58,6 @@ def test_fp32_acc_random_within_rounding_bound(ad):
     assert torch.all((got.double() - host).abs() <= bound)
     assert torch.allclose(s.double(), s_exact, rtol=1e-5, atol=0)
     assert torch.allclose(s_host, s_exact, rtol=1e-12, atol=0)
-
-
-def _fp16_emulation(a, b, mma_k):
-    """Independent statement of the fp16 accumulator: numpy fp16 register, fp32 per-step sums."""
-    a64, b64 = a.double().numpy(), b.double().numpy()
-    acc = np.zeros((a.shape[0], b.shape[1]), dtype=np.float16)
-    for k0 in range(0, a.shape[1], mma_k):
-        s = (a64[:, k0:k0 + mma_k] @ b64[k0:k0 + mma_k, :]).astype(np.float32)
-        acc = (acc.astype(np.float32) + s).astype(np.float16)
-    return torch.from_numpy(acc.astype(np.float64))
-
-
-def test_fp16_acc_rounds_after_every_mma_step():
-    M, N, K = 16, 16, 1024
-    a = torch.ones(M, K, dtype=torch.float16)
-    b = torch.full((K, N), 1365 / 4096, dtype=torch.float16)  # 16 products sum to 5.33203125 exactly
-    got = X.mma_accumulate(a, b, 16, 16, 64, acc="fp16")
-    assert got.dtype == torch.float16
-    want = _fp16_emulation(a, b, 16)
-    assert _same(got, want)
-    assert _same(X.mma_accumulate_host(a, b, 16, 16, 64, acc="fp16"), want)
-    fp32 = X.mma_accumulate(a, b, 16, 16, 64, acc="fp32")
-    assert float(fp32[0, 0]) == 64 * 5.33203125  # exact in fp32 ...
-    assert float(got[0, 0]) != float(fp32[0, 0])  # ... but not in the fp16 register
-
-
-def test_fp16_acc_stagnates_and_overflows():
-    # acc 2048 + 1 rounds back to 2048 in fp16 (ties to even); fp32 would give 2049.
-    a = torch.zeros(16, 16, dtype=torch.float16)
-    a[:, 0] = 1
-    b = torch.ones(16, 16, dtype=torch.float16)
-    prev = torch.full((16, 16), 2048.0, dtype=torch.float16)
-    assert torch.all(X.mma_step(prev, a, b, acc="fp16") == 2048)
-    assert torch.all(X.mma_step(prev.float(), a, b, acc="fp32") == 2049)
-    # overflow: 16 steps of 16 * 256 = 4096 reach 65536 > 65504 -> inf
-    a = torch.ones(16, 256, dtype=torch.float16)
-    b = torch.full((256, 16), 256.0, dtype=torch.float16)
-    got = X.mma_accumulate(a, b, 16, 16, 64, acc="fp16")
-    assert torch.isinf(got).all()
-    assert torch.isinf(X.mma_accumulate_host(a, b, 16, 16, 64, acc="fp16")).all()
-
-
-@pytest.mark.parametrize("ad,bd", [("e4m3", "e4m3"), ("e5m2", "e4m3")])
-def test_fp16_acc_with_fp8_operands(ad, bd):
-    M, N, K = 20, 18, 640
-    a = (torch.randn(M, K, generator=_gen(5)) * 3).to(DTYPES[ad].torch)
-    b = (torch.randn(K, N, generator=_gen(6)) * 3).to(DTYPES[bd].torch)
-    got = X.mma_accumulate(a, b, 16, 16, 64, acc="fp16")
-    want = _fp16_emulation(a, b, 32)  # fp8 MMA steps are 32 deep
-    host = X.mma_accumulate_host(a, b, 16, 16, 64, acc="fp16")
-    # fp8 products are exact in fp32 and 32 of them are exact here unless the exponents spread
-    # far; a differing per-step fp32 sum can move the fp16 result by at most a few ulps.
-    ulp = torch.clamp(want.abs(), min=2.0 ** -14) * 2.0 ** -10
-    assert torch.all((got.double() - want).abs() <= 2 * ulp)
-    assert torch.all((host - want).abs() <= 2 * ulp)
-    assert (got.double() == want).float().mean() > 0.95
 
 
 def test_int8_exact_accumulation():
@@ -270,29 +214,6 @@ def test_trajectory_is_teacher_forced_steps():
             s_prev = s_traj[t, kb - 1] if kb else 0
             assert torch.allclose(s_step, s_traj[t, kb] - s_prev, rtol=1e-5, atol=1e-3)
             prev = step
-
-
-def test_mma_step_batched_and_host():
-    T0, T1, BM, BN, BK = 2, 3, 16, 24, 64
-    a = (torch.randn(T0, T1, BM, BK, generator=_gen(21)) * 4).to(torch.float16)
-    b = (torch.randn(T0, T1, BK, BN, generator=_gen(22)) * 4).to(torch.float16)
-    prev = (torch.randn(T0, T1, BM, BN, generator=_gen(23)) * 100).to(torch.float16)
-    got = X.mma_step(prev, a, b, acc="fp16")
-    assert got.shape == (T0, T1, BM, BN) and got.dtype == torch.float16
-    host = X.mma_step_host(prev, a, b, acc="fp16")
-    # a different fp32 order inside one MMA step can flip one fp16 rounding of an intermediate
-    # accumulator, whose size is bounded by |prev| + sum |a||b|
-    scale = prev.double().abs() + a.double().abs() @ b.double().abs()
-    assert torch.all((got.double() - host).abs() <= (BK // 16) * 2.0 ** -10 * scale)
-    assert (got.double() == host).float().mean() > 0.98
-    zero = X.mma_step(torch.zeros_like(prev), a, b, acc="fp16")
-    assert torch.equal(X.mma_step(None, a, b, acc="fp16"), zero)
-    one = X.mma_step(prev[1, 2], a[1, 2], b[1, 2], acc="fp16")
-    assert torch.equal(one, got[1, 2])
-    ai = _ints((4, 32, 32), -128, 127, torch.int8, 24)
-    bi = _ints((4, 32, 32), -128, 127, torch.int8, 25)
-    pi = torch.randint(-1000, 1000, (4, 32, 32), generator=_gen(26), dtype=torch.int32)
-    assert torch.equal(X.mma_step(pi, ai, bi, acc="int32").long(), pi.long() + ai.long() @ bi.long())
 
 
 def test_oob_nan_fill_reaches_the_accumulator():
