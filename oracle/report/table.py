@@ -84,7 +84,7 @@ def table(an: Analysis) -> str:
                      _fmt(w.max_abs_err if w else None), _fmt(w.amplification if w else None),
                      f"{w.nan_received}/{w.nan_expected}" if w else "-",
                      f"{w.inf_received}/{w.inf_expected}" if w else "-",
-                     (f"{sum(t.mismatches for t in d.tiles) + len(d.field_mismatches)}/{d.compared}{fields}"
+                     (f"{d.mismatches + len(d.field_mismatches)}/{d.compared}{fields}"
                       if counted else "-"),
                      _masked(d) if counted else "-"])
     return tabulate(rows, headers=["stage", "teacher-forced", "chained", "fed by", "worst tile", "err/bound",

@@ -29,6 +29,13 @@ _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[torch.Tensor]:
     """err/bound per element of one failing unit (float32 on the CPU), for pictures."""
     shape = kw.get("tile_shape")
+    if shape is not None:  # one tile of a split comparison: only its elements
+        origin = kw.get("origin", (0, 0))
+        r0, c0 = unit.tile[0] * shape[0] - origin[0], unit.tile[1] * shape[1] - origin[1]
+        cut = (lambda t: None if t is None else t[r0:r0 + shape[0], c0:c0 + shape[1]])
+        full = received.shape
+        received, expected, mask = cut(received), cut(expected), cut(mask.expand(full))
+        bound, unwritten = cut(None if bound is None else bound.expand(full)), cut(unwritten)
     r, e = received.double(), expected.to(received.device).double()
     if bound is None:
         same = bits(received) == bits(expected.to(received.dtype)) if received.dtype == expected.dtype else r == e
@@ -39,10 +46,6 @@ def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[
     if unwritten is not None:
         out = torch.where(unwritten.to(out.device), float("inf"), out)
     out = torch.where(mask.to(out.device), out, 0.0)
-    if shape is not None:  # one tile of a split comparison
-        origin = kw.get("origin", (0, 0))
-        r0, c0 = unit.tile[0] * shape[0] - origin[0], unit.tile[1] * shape[1] - origin[1]
-        out = out[r0:r0 + shape[0], c0:c0 + shape[1]]
     return out.float().cpu()
 
 
@@ -66,11 +69,8 @@ class StageResult:
 
     @property
     def outcome(self) -> StageOutcome:
-        def bad(c: Comparison):
-            return frozenset(t.tile for t in c.tiles if not t.passed)
-
         return StageOutcome(self.name, self.teacher_forced.status, self.chained.status,
-                            forced_bad_tiles=bad(self.teacher_forced), chained_bad_tiles=bad(self.chained))
+                            forced_bad_tiles=self.teacher_forced.bad_tiles, chained_bad_tiles=self.chained.bad_tiles)
 
 
 NOT_RUN_STAGE = Comparison(Status.NOT_RUN)
@@ -348,5 +348,5 @@ class Context:
                 dataclasses.replace(t, ratio_map=ratio_map(received, expected, bound, mask, unwritten, t, kw))
                 if not t.passed else t for t in cmp.tiles))
         if partial is not None:
-            cmp = dataclasses.replace(cmp, tiles=tuple(dataclasses.replace(t, partial=partial) for t in cmp.tiles))
+            cmp = cmp.of_partial(partial)
         return cmp.labelled(Evidence.of(feed, masked, stand_ins))

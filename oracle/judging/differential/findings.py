@@ -206,7 +206,7 @@ def _chosen_unit(cmp: Comparison, diag: Diagnosis) -> Optional[TileMetrics]:
     """The failing unit to report: among untraced tiles the worst one; else the first in pipeline
     order (earliest k-block, then tile)."""
     if diag.untraced:
-        bad = [t for t in cmp.tiles if not t.passed and t.tile in set(diag.untraced)]
+        bad = cmp.failing_in(diag.untraced)
         if bad:
             return max(bad, key=lambda t: (t.max_ratio, t.mismatches))
     return cmp.first_bad_tile
