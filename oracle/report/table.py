@@ -308,6 +308,7 @@ def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None, races=None, sa
                                                     "element": list(nf[3]) if nf[3] else None},
         "reference_device": an.device,
         "environment": dict(rec.environment),
+        "phases_ms": {name: round(ms, 3) for name, ms in an.phases},
     }
     if races is not None:
         doc["races"] = {**races.to_json(), "stage_verdict": stage_verdict.value}

@@ -9,6 +9,7 @@ references are cross-checked against their float64 host specs on a few tiles of 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -48,6 +49,7 @@ class Analysis:
     groups: tuple = ()  # a grouped or batched run: every group's outcome (oracle.judging.differential.groups)
     whole: Optional[Recording] = None  # a grouped or batched run: the recording of the whole run
     partition: Optional[str] = None  # a split problem: the rule the taps' partitions follow (oracle.problem.partition)
+    phases: tuple[tuple[str, float], ...] = ()  # wall milliseconds per phase of the run (_Clock)
 
     @property
     def verdict(self) -> Verdict:
@@ -84,10 +86,32 @@ def _analyze_groups(rec: Recording, device) -> Analysis:
     return dataclasses.replace(an, group=g, groups=tuple(outcomes), whole=rec, first=first)
 
 
+class _Clock:
+    """Wall time of each phase of one analysis, in ms. The device is synchronised at each boundary,
+    so the work a phase queues counts in that phase; `compare` is the time inside the stages'
+    comparisons (Context.judge), a part of the stages' phases."""
+
+    def __init__(self, dev: torch.device):
+        self.dev, self.laps = dev, []
+        self.t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize(self.dev)
+        now = time.perf_counter()
+        self.laps.append((name, (now - self.t) * 1e3))
+        self.t = now
+
+    def phases(self, ctx: Context) -> tuple[tuple[str, float], ...]:
+        return tuple(self.laps) + (("compare", ctx.compare_s * 1e3),)
+
+
 def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analysis:
     spec = rec.spec
     dev = device or reference_device()
+    clock = _Clock(dev)
     ctx = Context(rec, dev)
+    clock.lap("context")
     if rec.kernel_error is not None and rec.output is None and not rec.taps:
         diag = first_divergence([], kernel_error=True)
         return Analysis(rec, (), (), diag, Kind.DRAFT, tuple(trace_confounds(ctx)), (), None, None, str(dev))
@@ -96,13 +120,19 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     n_check = knobs.CROSS_CHECK_TILES.get()
     sample = tapped[:n_check] or sorted({(0, 0), (spec.tiles_m - 1, spec.tiles_n - 1)})[:n_check]
     cross = tuple(cross_check(ctx, sample))
+    clock.lap("cross_check")
 
     stages: list[StageResult] = [descriptor_stage(ctx, op) for op in ("a", "b")]
     stages += [load_stage(ctx, op) for op in ("a", "b")]
+    clock.lap("descriptor_load")
     mma_result, finals = mma_stage(ctx)
     reduce_result, sources = reduce_stage(ctx, finals)
     stages += [mma_result, reduce_result]
-    stages.extend(epilogue_stages(ctx, reference_chain(ctx), sources))
+    clock.lap("mma_reduce")
+    chain = reference_chain(ctx)
+    clock.lap("reference_chain")
+    stages.extend(epilogue_stages(ctx, chain, sources))
+    clock.lap("epilogue_store")
     assert [s.name for s in stages] == list(STAGES), "stage order drifted from harness.taps.STAGES"
 
     diag = first_divergence([s.outcome for s in stages], kernel_error=rec.kernel_error is not None,
@@ -123,8 +153,10 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     if partition is not None:
         handled += (partition,)
     first, kind = first_finding(ctx, stages, diag, confounds=open_conf)
-    return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, first_nonfinite(stages),
-                    str(dev), tuple(unobserved(ctx, stages)), partition=partition)
+    nonfinite, missing = first_nonfinite(stages), tuple(unobserved(ctx, stages))
+    clock.lap("findings")
+    return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, nonfinite,
+                    str(dev), missing, partition=partition, phases=clock.phases(ctx))
 
 
 def expected_output(spec, operands, device: Optional[torch.device] = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,6 +10,7 @@ too. Elements past K are compared: they do feed the sum.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -116,6 +117,7 @@ class Context:
         self._unexpected_records()
         self.padding_excluded: dict[str, int] = {}
         self._ref_tiles: dict[tuple[str, int, int], torch.Tensor] = {}
+        self.compare_s = 0.0  # wall seconds inside judge()
         t = spec.tile
         self.bm, self.bn, self.bk = t.bm, t.bn, t.bk
 
@@ -334,6 +336,15 @@ class Context:
               partial: Optional[int] = None, **kw) -> Comparison:
         """compare() over the elements that were observed on both sides, labelled with what fed
         the expected side and what was masked and why."""
+        t0 = time.perf_counter()
+        try:
+            return self._judge(received, expected, feed=feed, valid=valid, recorded=recorded, upstream=upstream,
+                               bound=bound, stand_ins=stand_ins, unwritten=unwritten, partial=partial, **kw)
+        finally:
+            self.compare_s += time.perf_counter() - t0
+
+    def _judge(self, received, expected, *, feed, valid, recorded, upstream, bound, stand_ins, unwritten, partial,
+               **kw) -> Comparison:
         mask = valid
         masked = {PADDING: int((~valid).sum())}
         if recorded is not None:
