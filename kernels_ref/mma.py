@@ -1005,14 +1005,20 @@ def mma_sample_host(a: torch.Tensor, b: torch.Tensor, rows, cols, block_m: int, 
     s = (sabs * scale.abs() if scale is not None else sabs).sum(1)
     p = per_step(A, B, step) if n_steps else A.new_zeros((T, 0, R, Cn))
     if acc == "int32":
-        return _wrap_i32(p.sum(1)).cpu(), s.cpu()
-    p = C.f32(p).cpu()
-    scale = scale.cpu() if scale is not None else None
+        p = _wrap_i32(p.sum(1))
+    else:
+        p = C.f32(p)
+    parts = [p, s] + ([scale] if scale is not None else [])
+    host = torch.cat([x.reshape(-1) for x in parts]).cpu().split([x.numel() for x in parts])  # one copy
+    p, s = host[0].view(p.shape), host[1].view(s.shape)
+    scale = host[2].view(scale.shape) if scale is not None else None
+    if acc == "int32":
+        return p, s
     if acc == "fp16":
         out = np.zeros((T, R, Cn), dtype=np.float16)
         for j in range(n_steps):  # acc = fp16(fp32(acc + s)) after every MMA step
             out = (out.astype(np.float32) + p[:, j].float().numpy()).astype(np.float16)
-        return torch.from_numpy(out.astype(np.float64)), s.cpu()
+        return torch.from_numpy(out.astype(np.float64)), s
     if promotion_interval is not None:  # q = trunc13(fp32(q + s)) inside each chunk, from zero
         per = promotion_interval // mk
         steps = p.view(T, n_steps // per, per, R, Cn)
@@ -1025,9 +1031,9 @@ def mma_sample_host(a: torch.Tensor, b: torch.Tensor, rows, cols, block_m: int, 
     if scale is not None:
         p = C.f32(p * scale)
     if p.shape[1] == 0:
-        return torch.zeros((T, R, Cn), dtype=torch.float64), s.cpu()
+        return torch.zeros((T, R, Cn), dtype=torch.float64), s
     summed = np.add.accumulate(p.float().numpy(), axis=1, dtype=np.float32)[:, -1]  # sequential, rounded each step
-    return torch.from_numpy(summed.astype(np.float64)) + 0.0, s.cpu()
+    return torch.from_numpy(summed.astype(np.float64)) + 0.0, s
 
 
 # ----------------------------------------------------------------------------------------------
