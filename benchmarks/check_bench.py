@@ -11,14 +11,17 @@ by torch.matmul (cuBLAS) with reduced-precision bf16 reductions off. Measured:
             cross_check, descriptor_load, mma_reduce, reference_chain, epilogue_store, findings,
             and the comparisons inside them);
   gemm      the torch.matmul that made D, timed in the same run with device events (median of
-            --gemm-reps after warm-up), and the ratio warm median / GEMM median.
+            --gemm-reps after warm-up), and the ratio warm median / GEMM median;
+  reference the differential's reference GEMM with its bound statistics (kernels_ref.mma
+            .mma_accumulate with_stats, as reference_chain runs it), timed alone the same way.
 Every warm check must give the first one's verdict and worst tile (else exit 1). With --profile DIR,
 two more warm checks per size run under cProfile and DIR/check_<n>.txt holds the statistics sorted
 by cumulative and by own time. Goals (reported, not enforced): 4096^3 <= 25 ms, 8192^3 <= 60 ms.
 
 --device cpu runs the same plumbing without a GPU (Triton interpreted; for the tests, tiny sizes).
 JSON keys: machine, device, seed, sizes (one entry per size: n, verdict, worst_tile, first_ms,
-warm_ms {median, min, max, all}, phases_ms (medians), gemm_ms, ratio_to_gemm, goal_ms, meets_goal),
+warm_ms {median, min, max, all}, phases_ms (medians), gemm_ms, ratio_to_gemm, reference_gemm_ms,
+goal_ms, meets_goal),
 versions, date, elapsed_s. Exit code 0 when every size was measured and its verdicts agree.
 """
 
@@ -74,26 +77,38 @@ def _worst(rep) -> dict:
                                    "mismatches": w.mismatches}
 
 
-def gemm_ms(a, b, reps: int) -> dict:
-    """torch.matmul(a, b): device events around each rep after warm-up (wall clock on the CPU)."""
-    dev = a.device
-    for _ in range(3):
-        torch.matmul(a, b)
+def time_ms(fn, dev: torch.device, reps: int, warmup: int = 3) -> dict:
+    """Device events around each rep after warm-up (the wall clock on the CPU)."""
+    for _ in range(warmup):
+        fn()
     _sync(dev)
     times = []
     for _ in range(reps):
         if dev.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            torch.matmul(a, b)
+            fn()
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end))
         else:
             t0 = time.perf_counter()
-            torch.matmul(a, b)
+            fn()
             times.append((time.perf_counter() - t0) * 1e3)
     return {"median": statistics.median(times), "min": min(times), "max": max(times)}
+
+
+def reference_gemm(a, b, d):
+    """The reference chain's GEMM with statistics for this check's problem, as a callable."""
+    from kernels_ref import mma as ref_mma
+    from oracle.judging.differential.context import Context
+    from oracle.judging.differential.mma import mma_kwargs
+    from oracle.tools.api import recording_of
+
+    ctx = Context(recording_of(a, b, d), d.device)
+    spec = ctx.spec
+    return lambda: ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **mma_kwargs(ctx), with_stats=True,
+                                          stats_chunk=spec.reduction_chunk)
 
 
 def profile_text(fn, calls: int = 2) -> str:
@@ -123,12 +138,13 @@ def bench_size(n: int, seed: int, dev: torch.device, args) -> dict:
         agree &= (rep.verdict, _worst(rep)) == want
         for name, v in rep.analysis.phases:
             phases.setdefault(name, []).append(v)
-    g = gemm_ms(a, b, args.gemm_reps)
+    g = time_ms(lambda: torch.matmul(a, b), dev, args.gemm_reps)
+    ref = time_ms(reference_gemm(a, b, d), dev, max(1, min(args.gemm_reps, 10)), warmup=1)
     row = {"n": n, "verdict": first.verdict, "worst_tile": want[1], "verdicts_agree": agree,
            "first_ms": first_ms,
            "warm_ms": {"median": statistics.median(warm), "min": min(warm), "max": max(warm), "all": warm},
            "phases_ms": {k: statistics.median(v) for k, v in phases.items()},
-           "gemm_ms": g, "ratio_to_gemm": statistics.median(warm) / g["median"],
+           "gemm_ms": g, "ratio_to_gemm": statistics.median(warm) / g["median"], "reference_gemm_ms": ref,
            "goal_ms": GOALS_MS.get(n)}
     row["meets_goal"] = None if row["goal_ms"] is None else row["warm_ms"]["median"] <= row["goal_ms"]
     if args.profile:
@@ -141,11 +157,13 @@ def bench_size(n: int, seed: int, dev: torch.device, args) -> dict:
 
 
 def _table(rows) -> str:
-    lines = [f"{'n':>6s} {'verdict':>9s} {'first ms':>9s} {'warm ms':>9s} {'gemm ms':>8s} {'ratio':>7s} {'goal':>6s}"]
+    lines = [f"{'n':>6s} {'verdict':>9s} {'first ms':>9s} {'warm ms':>9s} {'gemm ms':>8s} {'ratio':>7s} {'goal':>6s} "
+             f"{'ref gemm ms':>11s}"]
     for r in rows:
         goal = "-" if r["meets_goal"] is None else ("met" if r["meets_goal"] else "NOT")
         lines.append(f"{r['n']:6d} {r['verdict']:>9s} {r['first_ms']:9.1f} {r['warm_ms']['median']:9.2f} "
-                     f"{r['gemm_ms']['median']:8.3f} {r['ratio_to_gemm']:7.1f} {goal:>6s}")
+                     f"{r['gemm_ms']['median']:8.3f} {r['ratio_to_gemm']:7.1f} {goal:>6s} "
+                     f"{r['reference_gemm_ms']['median']:11.3f}")
         lines.append("       phases (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in r["phases_ms"].items()))
     return "\n".join(lines)
 
