@@ -136,14 +136,15 @@ def cross_check(ctx: Context, tiles: Sequence[tuple[int, int]]) -> list[str]:
         if disagreement(got, want) is not None:
             problems.append(f"load_{op} tile {tile} k-block {kb}: Triton != host spec")
     got_rows, got_cols = next(host), next(host)
+    flat = (lambda x, y: torch.cat([x.reshape(len(tiles), -1), y.reshape(len(tiles), -1)], 1))  # [T, sampled]
+    got, want, s = flat(got_rows, got_cols).double(), flat(sampled[0][0], sampled[1][0]), flat(sampled[0][1],
+                                                                                              sampled[1][1])
+    bound = tolerance.mma_bound(spec, torch.zeros_like(s), s, spec.k).double()
+    in_range = accumulator_in_range(s, spec.acc_dtype)
     for t, tile in enumerate(tiles):
-        worst = None
-        for got, (want, s) in ((got_rows[t], sampled[0]), (got_cols[t], sampled[1])):
-            bound = tolerance.mma_bound(spec, torch.zeros_like(s[t]), s[t], spec.k)
-            w = disagreement(got.double(), want[t], bound=bound.double(), mask=accumulator_in_range(s[t], spec.acc_dtype))
-            worst = w if worst is None or (w is not None and w > worst) else worst
-        if worst is not None:
-            problems.append(f"mma tile {tile}: Triton trajectory != host spec (error/bound {worst:.3g})")
+        w = disagreement(got[t], want[t], bound=bound[t], mask=in_range[t])
+        if w is not None:
+            problems.append(f"mma tile {tile}: Triton trajectory != host spec (error/bound {w:.3g})")
     for tile, (_, _, steps) in zip(tiles, epilogues):
         host_x = next(host).double()
         vec = _HostVectors(*(next(host) for _ in range(5)))
