@@ -101,55 +101,45 @@ class TileMetrics:
         return d
 
 
-# Columns of UnitTable.ints and UnitTable.floats.
-(U_COMPARED, U_EXCLUDED, U_MISMATCHES, U_NAN_R, U_NAN_E, U_INF_R, U_INF_E, U_INFORMATIVE) = range(8)
-(U_MAX_ABS, U_MAX_REL, U_MAX_RATIO, U_REL_L2, U_COSINE, U_AMPLIFICATION) = range(6)
-
-
 @dataclass(frozen=True)
 class UnitTable:
-    """Every unit of one comparison as tensors on its device, rows in tile order (units that
-    compared nothing included: `compared` 0), with host counts over the units that compared
-    something and the labels every unit shares. `details` holds the first bad elements of the
-    failing units that have them (row -> elements)."""
+    """Every unit of one comparison kept on its device (a comparator's subclass holds the data and
+    says how a row becomes a TileMetrics: `row_unit`, `all_units`), with host counts over the units
+    that compared something and the labels every unit shares. `details` holds the first bad
+    elements of the failing units that have them ((row, elements), ...)."""
 
-    tile: torch.Tensor  # [U, 2] int64: global tile index
-    ints: torch.Tensor  # [U, 8] int64: columns U_COMPARED .. U_INFORMATIVE
-    floats: torch.Tensor  # [U, 6] float64: columns U_MAX_ABS .. U_AMPLIFICATION
-    k_block: Optional[int]
-    exact: bool
     units: int
     failing: int
     compared: int
     mismatches: int
     nontrivial: int
     bad_tiles: frozenset
-    details: tuple = ()  # ((row, (BadElement, ...)), ...)
+    details: tuple = ()
+    k_block: Optional[int] = None
+    exact: bool = False
     fed_by: str = ""
     stand_ins: tuple = ()
     partial: Optional[int] = None
 
-    def unit(self, tile, ints, floats, first_bad=(), shown=True) -> TileMetrics:
-        """One row (host lists) as TileMetrics with the table's labels."""
-        return TileMetrics(tile=(int(tile[0]), int(tile[1])), k_block=self.k_block, compared=int(ints[U_COMPARED]),
-                           excluded=int(ints[U_EXCLUDED]), mismatches=int(ints[U_MISMATCHES]),
-                           max_abs_err=floats[U_MAX_ABS], max_rel_err=floats[U_MAX_REL],
-                           max_ratio=floats[U_MAX_RATIO], rel_l2=floats[U_REL_L2], cosine=floats[U_COSINE],
-                           amplification=floats[U_AMPLIFICATION], nan_received=int(ints[U_NAN_R]),
-                           nan_expected=int(ints[U_NAN_E]), inf_received=int(ints[U_INF_R]),
-                           inf_expected=int(ints[U_INF_E]), trivial=int(ints[U_INFORMATIVE]) == 0, exact=self.exact,
-                           first_bad=first_bad, fed_by=self.fed_by, partial=self.partial, stand_ins=self.stand_ins,
-                           shown=shown)
-
     def all_units(self) -> tuple[TileMetrics, ...]:
-        """Every unit that compared something, on the host (one copy, one object per unit)."""
-        details = dict(self.details)
-        tiles, ints, floats = self.tile.cpu().tolist(), self.ints.cpu().tolist(), self.floats.cpu().tolist()
-        return tuple(self.unit(t, i, f, details.get(r, ()), shown=False)
-                     for r, (t, i, f) in enumerate(zip(tiles, ints, floats)) if i[U_COMPARED] > 0)
+        """Every unit that compared something, on the host, in row order."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how its units are made")
 
     def labelled(self, **labels) -> "UnitTable":
         return dataclasses.replace(self, **labels)
+
+    def metrics(self, tile: tuple[int, int], compared: int, excluded: int, mismatches: int, floats, counts,
+                first_bad=(), shown: bool = True) -> TileMetrics:
+        """A unit with the table's labels: floats (max_abs_err, max_rel_err, max_ratio, rel_l2, cosine,
+        amplification), counts (nan_received, nan_expected, inf_received, inf_expected, informative)."""
+        mabs, mrel, mratio, rel_l2, cosine, ampl = floats
+        nr, ne, ir, ie, info = counts
+        return TileMetrics(tile=tile, k_block=self.k_block, compared=compared, excluded=excluded,
+                           mismatches=mismatches, max_abs_err=mabs, max_rel_err=mrel, max_ratio=mratio,
+                           rel_l2=rel_l2, cosine=cosine, amplification=ampl, nan_received=nr, nan_expected=ne,
+                           inf_received=ir, inf_expected=ie, trivial=info == 0, exact=self.exact,
+                           first_bad=first_bad, fed_by=self.fed_by, partial=self.partial, stand_ins=self.stand_ins,
+                           shown=shown)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,6 @@
-"""The fold: the partial rows of a tile's programs into one row per tile (`_fold`), and the folded
-rows into every tile's integer and float fields by the reference's formulas (`_tile_fields`), both
-in float64 on the tensors' device (IEEE division and square root, like `math`): nothing per tile
-crosses to the host here.
+"""The fold: the partial rows of a tile's programs into one row per tile (`_fold`, in float64 on
+the device), and one folded row, on the host, into its tile's integer and float fields by the
+reference's formulas (`_tile_fields`: IEEE division and square root, as torch computes them).
 """
 
 from __future__ import annotations
@@ -26,27 +25,15 @@ def _fold(out: torch.Tensor, plan: _Plan) -> torch.Tensor:
     return folded
 
 
-def _tile_fields(rows: torch.Tensor, shape: tuple[int, int], tile_shape: tuple[int, int]):
-    """Folded rows [tiles_h, tiles_w, NSTAT] (float64) -> per tile, flattened in row-major tile
-    order on the rows' device: the integer fields [U, 8] int64 (oracle.judging.comparison U_COMPARED ..
-    U_INFORMATIVE: compared, excluded, mismatches, NaN/Inf counts, informative), the float fields
-    [U, 6] float64 (U_MAX_ABS .. U_AMPLIFICATION) and the linear index of the first bad element [U]."""
-    c = rows.reshape(-1, NSTAT).unbind(-1)
-    dsq, esq, rsq, dot, sr, se = c[S_D2], c[S_E2], c[S_R2], c[S_DOT], c[S_SUM_R], c[S_SUM_E]
-    inf, nan = math.inf, math.nan
-    zero = torch.zeros((), dtype=torch.float64, device=rows.device)
-    rel_l2 = torch.where(esq > 0, torch.sqrt(dsq / esq), torch.where(dsq == 0, zero, zero + inf))
-    cosine = torch.where((esq > 0) & (rsq > 0), dot / torch.sqrt(esq * rsq), torch.where(esq == rsq, zero + 1, zero))
-    ampl = torch.where(se > 0, sr / se, torch.where(sr == 0, zero + 1, zero + inf))
-    ratio = torch.where(c[S_RATIO_NAN] > 0, zero + nan, c[S_MAX_RATIO])
-    floats = torch.stack([c[S_MAX_ABS], c[S_MAX_REL], ratio, rel_l2, cosine, ampl], -1)
-    (h, w), (th, tw) = shape, tile_shape
-    tiles_h, tiles_w = rows.shape[:2]
-    in_h = (h - torch.arange(tiles_h, device=rows.device) * th).clamp(max=th)
-    in_w = (w - torch.arange(tiles_w, device=rows.device) * tw).clamp(max=tw)
-    compared = c[S_COMPARED].to(torch.int64)
-    excluded = (in_h[:, None] * in_w[None, :]).reshape(-1) - compared
-    ints = torch.stack([compared, excluded, c[S_BAD].to(torch.int64), c[S_NAN_R].to(torch.int64),
-                        c[S_NAN_E].to(torch.int64), c[S_INF_R].to(torch.int64), c[S_INF_E].to(torch.int64),
-                        c[S_INFO].to(torch.int64)], -1)
-    return ints, floats, c[S_FIRST_BAD].to(torch.int64)
+def _tile_fields(row) -> tuple[tuple, tuple, int]:
+    """A folded row (NSTAT floats, columns S_*) -> (compared, mismatches, first bad index), the float
+    fields (max_abs_err, max_rel_err, max_ratio, rel_l2, cosine, amplification) and the counts
+    (NaN received / expected, Inf received / expected, informative)."""
+    dsq, esq, rsq, dot, sr, se = row[S_D2], row[S_E2], row[S_R2], row[S_DOT], row[S_SUM_R], row[S_SUM_E]
+    rel_l2 = math.sqrt(dsq / esq) if esq > 0 else (0.0 if dsq == 0 else math.inf)
+    cosine = dot / math.sqrt(esq * rsq) if esq > 0 and rsq > 0 else (1.0 if esq == rsq else 0.0)
+    ampl = sr / se if se > 0 else (1.0 if sr == 0 else math.inf)
+    ratio = math.nan if row[S_RATIO_NAN] > 0 else row[S_MAX_RATIO]
+    floats = (row[S_MAX_ABS], row[S_MAX_REL], ratio, rel_l2, cosine, ampl)
+    counts = tuple(int(row[c]) for c in (S_NAN_R, S_NAN_E, S_INF_R, S_INF_E, S_INFO))
+    return (int(row[S_COMPARED]), int(row[S_BAD]), int(row[S_FIRST_BAD])), floats, counts
