@@ -83,7 +83,12 @@ def _analyze_groups(rec: Recording, device) -> Analysis:
                                      an.first.kind.value if an is not None and an.first else None))
     g, _, an = judged[deciding([a for _, _, a in judged])]
     first = dataclasses.replace(an.first, group=g) if an.first is not None else None
-    return dataclasses.replace(an, group=g, groups=tuple(outcomes), whole=rec, first=first)
+    phases: dict[str, float] = {}
+    for _, _, a in judged:  # the whole run's: every group's phases summed
+        for name, ms in a.phases:
+            phases[name] = phases.get(name, 0.0) + ms
+    return dataclasses.replace(an, group=g, groups=tuple(outcomes), whole=rec, first=first,
+                               phases=tuple(phases.items()))
 
 
 class _Clock:
