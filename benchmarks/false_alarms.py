@@ -438,7 +438,7 @@ def judge_planted(out, y, bound, spec, tile) -> tuple[bool, bool]:
     exact = bool((bound == 0).all())
     c = compare(out, y.to(out.dtype) if exact else y, bound=None if exact else bound,
                 tile_shape=(spec.tile.bm, spec.tile.bn))
-    failing = {t.tile for t in c.tiles if not t.passed}
+    failing = set(c.bad_tiles)
     return tile in failing, failing == {tile}
 
 

@@ -62,6 +62,7 @@ from kernels_ref._interpret import choose_backend
 
 choose_backend()  # before triton loads: its kernels are interpreted or compiled from then on (_interpret)
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -953,6 +954,86 @@ def mma_accumulate_host(a: torch.Tensor, b: torch.Tensor, block_m: int, block_n:
                                    block_scale_group, oob_fill, with_abs_sum, keep=False)
     out, s = traj[0, -1], straj[0, -1]
     return (out, s) if with_abs_sum else out
+
+
+def mma_sample_host(a: torch.Tensor, b: torch.Tensor, rows, cols, block_m: int, block_n: int, block_k: int,
+                    acc: str = "fp32", promotion_interval: Optional[int] = None,
+                    scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None,
+                    block_scale_group: Optional[Sequence[int]] = None, oob_fill: str = "zero"):
+    """Host spec of the accumulator after the last k-block at the elements rows[t] x cols[t] of
+    each sample t (global indices [T, R] and [T, C]; past M / N the out-of-bounds fill), and S.
+
+    The same semantics as `mma_trajectory_host`, vectorised over k-blocks: every k-block's (or MMA
+    step's) product is one batched float64 matmul on the operands' device (torch, not Triton),
+    then the roundings the accumulator makes, in order, on the CPU: fp32 sums by numpy's
+    sequential accumulate in float32 (each addition rounded to nearest, as acc = fp32(acc + p)),
+    the fp16 and promotion chains step by step on [T, R, C]. Returns CPU float64 (acc, S) [T, R, C]."""
+    ad, bd = _validate_mm(a, b, block_m, block_n, block_k, acc, promotion_interval, scale_a, scale_b,
+                          block_scale_group, oob_fill)
+    dev = a.device
+    rows = torch.as_tensor(rows, dtype=torch.int64).to(dev)
+    cols = torch.as_tensor(cols, dtype=torch.int64).to(dev)
+    M, K = a.shape
+    N = b.shape[1]
+    T, R = rows.shape
+    Cn = cols.shape[1]
+    n_kb = C.cdiv(K, block_k)
+    kp = n_kb * block_k
+    mk = mma_k_of(ad, bd)
+    fill = float("nan") if oob_fill == "nan" else 0.0
+    A = torch.full((T, R, kp), fill, dtype=torch.float64, device=dev)
+    A[:, :, :K] = torch.where((rows < M)[..., None], a.detach().to(dev)[rows.clamp(max=M - 1)].double(), fill)
+    B = torch.full((T, kp, Cn), fill, dtype=torch.float64, device=dev)
+    B[:, :K, :] = torch.where((cols < N)[:, None, :], b.detach().to(dev)[:, cols.clamp(max=N - 1)].permute(1, 0, 2)
+                              .double(), fill)
+    step = kp if acc == "int32" else (mk if acc == "fp16" or promotion_interval is not None else block_k)
+    n_steps = kp // step
+
+    def per_step(x, y, k):  # [T, R, kp] x [T, kp, C] -> [T, kp // k, R, C], one product per k-slice
+        n = kp // k
+        return torch.matmul(x.view(T, R, n, k).transpose(1, 2), y.view(T, n, k, Cn))
+
+    scale = None
+    if scale_a is not None:  # fp32(sa * sb) per k-block, 0 past M / N: [T, n_kb, R, C]
+        gm, gn, gk = block_scale_group
+        kc = torch.arange(n_kb, device=dev) * block_k // gk
+        sa, sb = scale_a.detach().to(dev).double(), scale_b.detach().to(dev).double()
+        ra = torch.where((rows < M)[..., None], sa[(rows // gm).clamp(max=sa.shape[0] - 1)][..., kc], 0.0)
+        cb = torch.where((cols < N)[..., None], sb[(cols // gn).clamp(max=sb.shape[0] - 1)][..., kc], 0.0)
+        scale = C.f32(ra.transpose(1, 2)[..., :, None] * cb.transpose(1, 2)[..., None, :])
+    sabs = per_step(A.abs(), B.abs(), block_k) if n_kb else A.new_zeros((T, 0, R, Cn))
+    s = (sabs * scale.abs() if scale is not None else sabs).sum(1)
+    p = per_step(A, B, step) if n_steps else A.new_zeros((T, 0, R, Cn))
+    if acc == "int32":
+        p = _wrap_i32(p.sum(1))
+    else:
+        p = C.f32(p)
+    parts = [p, s] + ([scale] if scale is not None else [])
+    host = torch.cat([x.reshape(-1) for x in parts]).cpu().split([x.numel() for x in parts])  # one copy
+    p, s = host[0].view(p.shape), host[1].view(s.shape)
+    scale = host[2].view(scale.shape) if scale is not None else None
+    if acc == "int32":
+        return p, s
+    if acc == "fp16":
+        out = np.zeros((T, R, Cn), dtype=np.float16)
+        for j in range(n_steps):  # acc = fp16(fp32(acc + s)) after every MMA step
+            out = (out.astype(np.float32) + p[:, j].float().numpy()).astype(np.float16)
+        return torch.from_numpy(out.astype(np.float64)), s
+    if promotion_interval is not None:  # q = trunc13(fp32(q + s)) inside each chunk, from zero
+        per = promotion_interval // mk
+        steps = p.view(T, n_steps // per, per, R, Cn)
+        q = torch.zeros_like(steps[:, :, 0])
+        for j in range(per):
+            q = truncate_mantissa_host(C.f32(q + steps[:, :, j]))
+        p = q
+        if scale is not None:
+            scale = scale.repeat_interleave(block_k // promotion_interval, dim=1)
+    if scale is not None:
+        p = C.f32(p * scale)
+    if p.shape[1] == 0:
+        return torch.zeros((T, R, Cn), dtype=torch.float64), s
+    summed = np.add.accumulate(p.float().numpy(), axis=1, dtype=np.float32)[:, -1]  # sequential, rounded each step
+    return torch.from_numpy(summed.astype(np.float64)) + 0.0, s
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,8 +19,10 @@ def assert_same(fast, ref, quotient_rel=2e-6):
     """Identical counts, maxima and first bad elements; sums up to summation order; quotients of
     tiles the fast pass vouched for up to float32 rounding."""
     assert fast.status is ref.status, (fast.status, ref.status)
-    assert len(fast.tiles) == len(ref.tiles)
-    for a, b in zip(fast.tiles, ref.tiles):
+    fast_units, ref_units = fast.all_units(), ref.all_units()
+    assert len(fast_units) == len(ref_units)
+    assert fast.units == len(fast_units) and fast.compared == ref.compared and fast.bad_tiles == ref.bad_tiles
+    for a, b in zip(fast_units, ref_units):
         for f in EXACT_FIELDS:
             assert getattr(a, f) == getattr(b, f) or f == "first_bad", (a.tile, f, getattr(a, f), getattr(b, f))
         # repr: NaN never equals NaN, but its repr does

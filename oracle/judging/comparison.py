@@ -1,6 +1,12 @@
 """The evidence a comparison returns: its status, one TileMetrics per compared unit (with the first
 bad elements), the Comparison that carries them with their evidence, and `combine`.
 
+A comparison of many units (oracle.judging.compare_fast on the device) keeps them as tensors, a
+`UnitTable`, and makes host TileMetrics only of the units a report reads: the worst one, the first
+failing ones (up to max_detail_tiles, those with their first bad elements) and the first non-finite
+one; its counts (units, failing, compared, mismatches, the failing tiles) are host numbers.
+`Comparison.all_units()` makes every unit on demand (pictures, tests).
+
 The types both comparators build (oracle.judging.compare's reference in torch, oracle.judging.compare_fast's one
 Triton pass); they import this module, it imports neither. Also the bit-exact equality both use.
 """
@@ -18,6 +24,7 @@ import torch
 from oracle.judging.evidence import Evidence, FieldCheck, sites_json
 
 FIRST_BAD = 5  # bad elements reported per tile
+HOST_UNITS = 64  # a comparison of at most this many units makes every one of them on the host
 TRIVIAL = 1e-30  # |expected| at or below this carries no information
 
 
@@ -72,6 +79,7 @@ class TileMetrics:
     # what the unit's expected side rests on that was assumed, not observed (a partition boundary the
     # declared rule placed over untraced k-blocks): open confounds of this unit alone
     assumed: tuple[str, ...] = ()
+    shown: bool = field(default=False, compare=False, repr=False)  # one of a UnitTable's units, made for the report
 
     @property
     def passed(self) -> bool:
@@ -98,17 +106,101 @@ class TileMetrics:
 
 
 @dataclass(frozen=True)
+class UnitTable:
+    """Every unit of one comparison kept on its device (a comparator's subclass holds the data and
+    says how a row becomes a TileMetrics: `row_unit`, `all_units`), with host counts over the units
+    that compared something and the labels every unit shares. `details` holds the first bad
+    elements of the failing units that have them ((row, elements), ...)."""
+
+    units: int
+    failing: int
+    compared: int
+    mismatches: int
+    nontrivial: int
+    bad_tiles: frozenset
+    details: tuple = ()
+    k_block: Optional[int] = None
+    exact: bool = False
+    fed_by: str = ""
+    stand_ins: tuple = ()
+    partial: Optional[int] = None
+    assumed: tuple = ()  # TileMetrics.assumed of every unit
+
+    def all_units(self) -> tuple[TileMetrics, ...]:
+        """Every unit that compared something, on the host, in row order."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how its units are made")
+
+    def labelled(self, **labels) -> "UnitTable":
+        return dataclasses.replace(self, **labels)
+
+    def metrics(self, tile: tuple[int, int], compared: int, excluded: int, mismatches: int, floats, counts,
+                first_bad=(), shown: bool = True) -> TileMetrics:
+        """A unit with the table's labels: floats (max_abs_err, max_rel_err, max_ratio, rel_l2, cosine,
+        amplification), counts (nan_received, nan_expected, inf_received, inf_expected, informative)."""
+        mabs, mrel, mratio, rel_l2, cosine, ampl = floats
+        nr, ne, ir, ie, info = counts
+        return TileMetrics(tile=tile, k_block=self.k_block, compared=compared, excluded=excluded,
+                           mismatches=mismatches, max_abs_err=mabs, max_rel_err=mrel, max_ratio=mratio,
+                           rel_l2=rel_l2, cosine=cosine, amplification=ampl, nan_received=nr, nan_expected=ne,
+                           inf_received=ir, inf_expected=ie, trivial=info == 0, exact=self.exact,
+                           first_bad=first_bad, fed_by=self.fed_by, partial=self.partial, stand_ins=self.stand_ins,
+                           assumed=self.assumed, shown=shown)
+
+
+@dataclass(frozen=True)
 class Comparison:
     status: Status
     tiles: tuple[TileMetrics, ...] = ()
     notes: tuple[str, ...] = field(default=())
     fields: tuple[FieldCheck, ...] = ()  # descriptor fields checked (no elements)
     evidence: Evidence = field(default_factory=Evidence)
+    # units kept as tensors (oracle.judging.compare_fast): `tiles` then holds only those of them the
+    # report reads (shown=True), beside the units made on the host
+    tables: tuple[UnitTable, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def _host_units(self) -> tuple[TileMetrics, ...]:
+        return tuple(t for t in self.tiles if not t.shown) if self.tables else self.tiles
 
     @property
     def compared(self) -> int:
         """Elements compared, over every unit."""
-        return sum(t.compared for t in self.tiles)
+        return sum(t.compared for t in self._host_units) + sum(tb.compared for tb in self.tables)
+
+    @property
+    def units(self) -> int:
+        return len(self._host_units) + sum(tb.units for tb in self.tables)
+
+    @property
+    def failing_units(self) -> int:
+        return sum(not t.passed for t in self._host_units) + sum(tb.failing for tb in self.tables)
+
+    @property
+    def mismatches(self) -> int:
+        """Bad elements, over every unit."""
+        return sum(t.mismatches for t in self._host_units) + sum(tb.mismatches for tb in self.tables)
+
+    @property
+    def bad_tiles(self) -> frozenset:
+        """The tiles of every failing unit."""
+        out = {t.tile for t in self._host_units if not t.passed}
+        for tb in self.tables:
+            out |= tb.bad_tiles
+        return frozenset(out)
+
+    def all_units(self) -> tuple[TileMetrics, ...]:
+        """Every unit, on the host (the units of a UnitTable made now, in its row order)."""
+        if not self.tables:
+            return self.tiles
+        return self._host_units + tuple(u for tb in self.tables for u in tb.all_units())
+
+    def failing_in(self, tiles) -> tuple[TileMetrics, ...]:
+        """The failing units whose tile is in `tiles` (a table's are made on the host only when its
+        shown units do not hold every one of its failing units)."""
+        tiles = set(tiles)
+        shown_failing = sum(not t.passed for t in self.tiles if t.shown)
+        pool = self.all_units() if sum(tb.failing for tb in self.tables) > shown_failing else self.tiles
+        return tuple(t for t in pool if not t.passed and t.tile in tiles)
 
     @property
     def field_mismatches(self) -> tuple[FieldCheck, ...]:
@@ -142,12 +234,23 @@ class Comparison:
         feed = evidence.feeds[0].value if len(evidence.feeds) == 1 else \
             " + ".join(f.value for f in evidence.feeds)
         tiles = tuple(dataclasses.replace(t, fed_by=feed, stand_ins=evidence.stand_ins) for t in self.tiles)
-        return dataclasses.replace(self, tiles=tiles, evidence=self.evidence.merge(evidence))
+        tables = tuple(tb.labelled(fed_by=feed, stand_ins=evidence.stand_ins) for tb in self.tables)
+        return dataclasses.replace(self, tiles=tiles, evidence=self.evidence.merge(evidence), tables=tables)
+
+    def of_partial(self, partial: Optional[int]) -> "Comparison":
+        """The same comparison, its units saying which partial of a split tile they belong to."""
+        return dataclasses.replace(self, tiles=tuple(dataclasses.replace(t, partial=partial) for t in self.tiles),
+                                   tables=tuple(tb.labelled(partial=partial) for tb in self.tables))
+
+    def assuming(self, assumed: tuple[str, ...]) -> "Comparison":
+        """The same comparison, every unit resting on the partition assumptions `assumed`."""
+        return dataclasses.replace(self, tiles=tuple(dataclasses.replace(t, assumed=assumed) for t in self.tiles),
+                                   tables=tuple(tb.labelled(assumed=assumed) for tb in self.tables))
 
     def to_json(self) -> dict:
         w = self.worst
-        return {"status": self.status.value, "units": len(self.tiles),
-                "failing_units": sum(not t.passed for t in self.tiles),
+        return {"status": self.status.value, "units": self.units,
+                "failing_units": self.failing_units,
                 "compared": self.compared, "evidence": self.evidence.to_json(),
                 "fields": [f.to_json() for f in self.fields],
                 "worst_tile": w.to_json() if w else None, "notes": list(self.notes)}
@@ -160,21 +263,23 @@ def combine(parts: Sequence[Comparison], *notes: str) -> Comparison:
     """One comparison out of several (e.g. one per tap): a failing unit or a mismatching field
     fails it; nothing compared (no unit, no field) leaves it NOT_RUN."""
     tiles = tuple(t for p in parts for t in p.tiles)
+    tables = tuple(tb for p in parts for tb in p.tables)
     fields = tuple(f for p in parts for f in p.fields)
     all_notes = tuple(n for p in parts for n in p.notes) + tuple(n for n in notes if n)
     all_notes = tuple(dict.fromkeys(all_notes))
     evidence = Evidence()
     for p in parts:
         evidence = evidence.merge(p.evidence)
-    if any(not t.passed for t in tiles) or any(not f.ok for f in fields):
+    host = tuple(t for t in tiles if not t.shown)
+    if any(not t.passed for t in tiles) or any(tb.failing for tb in tables) or any(not f.ok for f in fields):
         status = Status.MISMATCH
-    elif not tiles and not fields:
+    elif not tiles and not tables and not fields:
         status = Status.NOT_RUN
-    elif tiles and all(t.trivial for t in tiles):
+    elif (tiles or tables) and all(t.trivial for t in host) and not any(tb.nontrivial for tb in tables):
         status = Status.MISTRUSTED
     else:
         status = Status.MATCH
-    return Comparison(status, tiles, all_notes, fields, evidence)
+    return Comparison(status, tiles, all_notes, fields, evidence, tables)
 
 
 def _num(v):

@@ -42,7 +42,7 @@ def write_plots(an, directory: str) -> list[str]:
             continue
         label = "teacher-forced" if cmp is st.teacher_forced else "chained"
         worst: dict = {}
-        for t in cmp.tiles:
+        for t in cmp.all_units():
             worst[t.tile] = max(worst.get(t.tile, 0.0), t.max_ratio)
         finite = [v for v in worst.values() if math.isfinite(v)]
         cap = max(finite + [1.0]) * 2

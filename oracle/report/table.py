@@ -84,7 +84,7 @@ def table(an: Analysis) -> str:
                      _fmt(w.max_abs_err if w else None), _fmt(w.amplification if w else None),
                      f"{w.nan_received}/{w.nan_expected}" if w else "-",
                      f"{w.inf_received}/{w.inf_expected}" if w else "-",
-                     (f"{sum(t.mismatches for t in d.tiles) + len(d.field_mismatches)}/{d.compared}{fields}"
+                     (f"{d.mismatches + len(d.field_mismatches)}/{d.compared}{fields}"
                       if counted else "-"),
                      _masked(d) if counted else "-"])
     return tabulate(rows, headers=["stage", "teacher-forced", "chained", "fed by", "worst tile", "err/bound",
@@ -311,6 +311,7 @@ def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None, races=None, sa
                                                     "element": list(nf[3]) if nf[3] else None},
         "reference_device": an.device,
         "environment": dict(rec.environment),
+        "phases_ms": {name: round(ms, 3) for name, ms in an.phases},
     }
     if races is not None:
         doc["races"] = {**races.to_json(), "stage_verdict": stage_verdict.value}

@@ -105,10 +105,32 @@ def test_ktag_input_names_the_k_block_counted_twice():
 def test_broken_reference_makes_the_oracle_untrusted(monkeypatch):
     from kernels_ref import mma
 
-    real = mma.mma_trajectory_host
-    monkeypatch.setattr(mma, "mma_trajectory_host", lambda *a, **k: real(*a, **k) * 1.5)
+    real = mma.mma_sample_host
+    monkeypatch.setattr(mma, "mma_sample_host", lambda *a, **k: (lambda acc, s: (acc * 1.5, s))(*real(*a, **k)))
     an = run(BASE, "mma_kblock_twice")
     assert an.verdict is Verdict.ORACLE_UNTRUSTED and an.cross_check
+
+
+@pytest.mark.parametrize("where", ["corner", "edge"])
+def test_a_wrong_triton_accumulator_on_a_sampled_line_makes_the_oracle_untrusted(monkeypatch, where):
+    """The mma cross-check reads the sampled rows and columns of each tile (its edges among them):
+    one wrong element of the Triton trajectory there is caught."""
+    from kernels_ref import mma
+    from oracle.judging.differential.cross_check import sample_lines
+
+    real = mma.mma_trajectory
+    bm = BASE.tile.bm
+
+    def planted(*a, **k):
+        out = real(*a, **k).clone()
+        r, c = (bm - 1, bm - 1) if where == "corner" else (sample_lines(bm)[2], 3)
+        out[:, -1, r, c] += 1.0 + out[:, -1, r, c].abs()
+        return out
+
+    monkeypatch.setattr(mma, "mma_trajectory", planted)
+    an = run(BASE)
+    assert an.verdict is Verdict.ORACLE_UNTRUSTED and any(p.startswith("mma tile") for p in an.cross_check), \
+        an.cross_check
 
 
 def test_kernel_error_with_no_output():

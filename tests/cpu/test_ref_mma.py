@@ -306,3 +306,34 @@ def test_trajectory_stats_of_a_trajectory_end_where_the_whole_accumulation_does(
     with pytest.raises(ValueError, match="acc='int32' is exact"):
         X.mma_accumulate_host(torch.ones(4, 64, dtype=torch.int8), torch.ones(64, 4, dtype=torch.int8), 4, 4, 64,
                               acc="int32", with_stats=True)
+
+
+@pytest.mark.parametrize("ad, acc, promo, scaled, oob", [
+    ("bf16", "fp32", None, False, "zero"), ("bf16", "fp32", None, False, "nan"), ("fp32", "fp32", None, False, "zero"),
+    ("fp16", "fp16", None, False, "zero"), ("e4m3", "fp32", 64, False, "zero"), ("e4m3", "fp32", None, True, "zero"),
+    ("e4m3", "fp32", 64, True, "zero"), ("int8", "int32", None, False, "zero")])
+def test_the_sampled_spec_is_the_loop_spec_at_its_elements(ad, acc, promo, scaled, oob):
+    """mma_sample_host (every k-block's product at once, the roundings in order) gives the loop
+    spec's final accumulator bit for bit at the sampled rows and columns, ragged tiles included,
+    and S up to float64 summation order."""
+    g = _gen(3)
+    m, n, k, bm, bn, bk = 70, 50, 200, 32, 32, (128 if promo else 64)
+    dt = DTYPES[ad].torch
+    if ad == "int8":
+        a, b = _ints((m, k), -128, 127, dt, 4), _ints((k, n), -128, 127, dt, 5)
+    else:
+        a, b = (torch.randn(m, k, generator=g) * 3).to(dt), (torch.randn(k, n, generator=g) * 3).to(dt)
+    kw = dict(acc=acc, promotion_interval=promo, oob_fill=oob)
+    if scaled:
+        kw.update(scale_a=torch.rand(-(-m // 32), -(-k // bk), generator=g) + 0.5,
+                  scale_b=torch.rand(-(-n // 32), -(-k // bk), generator=g) + 0.5, block_scale_group=(32, 32, bk))
+    tiles = [(0, 0), (2, 1)]  # (2, 1): rows past M
+    loop, loop_s = X.mma_trajectory_host(a, b, tiles, bm, bn, bk, with_abs_sum=True, **kw)
+    lines = [0, 1, 5, bm - 1]
+    rows = torch.tensor([[tm * bm + r for r in lines] for tm, _ in tiles])
+    cols = torch.tensor([[tn * bn + c for c in range(bn)] for _, tn in tiles])
+    got, s = X.mma_sample_host(a, b, rows, cols, bm, bn, bk, **kw)
+    assert got.shape == s.shape == (2, len(lines), bn) and got.dtype == torch.float64
+    assert _same(got, loop[:, -1][:, lines])
+    want_s = loop_s[:, -1][:, lines]
+    assert torch.allclose(s, want_s, rtol=1e-12, atol=0, equal_nan=True)

@@ -36,7 +36,8 @@ def test_bf16_8192_matches_the_reference_with_a_bad_tile_and_nonfinite_values():
     fast = compare_fast(r, e, rtol=RTOL, atol=ATOL, tile_shape=(128, 128))
     ref = compare_reference(r, e, bound=inline_bound(e, RTOL, ATOL), tile_shape=(128, 128))
     assert_same(fast, ref)
-    assert {t.tile for t in fast.tiles if not t.passed} == {(8, 16), (39, 0)}
+    assert {t.tile for t in fast.tiles if not t.passed} == fast.bad_tiles == {(8, 16), (39, 0)}
+    assert fast.tables and len(fast.tiles) == 2  # 4096 units on the device: the two failing ones on the host
     assert _general(tile_stats(r, e, rtol=RTOL, atol=ATOL, tile_shape=(128, 128))) == 3
     slow = compare_fast(r, e, rtol=RTOL, atol=ATOL, tile_shape=(128, 128), fast_pass=False)
     assert_same(slow, ref, quotient_rel=0.0)  # the compiled float64 pass is the reference
@@ -95,7 +96,7 @@ def test_int64_offsets_past_2_31_elements():
     c = compare_fast(r, e, tile_shape=(1024, 1024))
     bad = [t for t in c.tiles if not t.passed]
     assert len(bad) == 1 and (bad[0].first_bad[0].row, bad[0].first_bad[0].col) == (rows - 1, cols - 1)
-    assert sum(t.compared for t in c.tiles) == rows * cols
+    assert c.compared == rows * cols and c.units == len(c.all_units())
 
 
 def test_compare_dispatches_large_cuda_tensors_to_the_fast_path():

@@ -1,6 +1,6 @@
-"""The host-side fold: the partial rows of a tile's programs into one row per tile (`_fold`, in
-float64 on the device), and a folded row into a tile's integer and float fields by the reference's
-formulas (`_tile_fields`, on the CPU).
+"""The fold: the partial rows of a tile's programs into one row per tile (`_fold`, in float64 on
+the device), and one folded row, on the host, into its tile's integer and float fields by the
+reference's formulas (`_tile_fields`: IEEE division and square root, as torch computes them).
 """
 
 from __future__ import annotations
@@ -25,20 +25,15 @@ def _fold(out: torch.Tensor, plan: _Plan) -> torch.Tensor:
     return folded
 
 
-def _tile_fields(rows: torch.Tensor) -> tuple[list, list]:
-    """Folded rows [tiles_h, tiles_w, NSTAT] (CPU, float64) -> per tile the integer fields
-    (compared, mismatches, NaN/Inf counts, informative, first bad index) and the float fields
-    (max_abs_err, max_rel_err, max_ratio, rel_l2, cosine, amplification), the latter by the
-    reference's formulas (IEEE division and square root, like `math`)."""
-    c = rows.unbind(-1)
-    dsq, esq, rsq, dot, sr, se = c[S_D2], c[S_E2], c[S_R2], c[S_DOT], c[S_SUM_R], c[S_SUM_E]
-    inf, nan = torch.tensor(math.inf, dtype=torch.float64), torch.tensor(math.nan, dtype=torch.float64)
-    one, zero = torch.tensor(1.0, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
-    rel_l2 = torch.where(esq > 0, torch.sqrt(dsq / esq), torch.where(dsq == 0, zero, inf))
-    cosine = torch.where((esq > 0) & (rsq > 0), dot / torch.sqrt(esq * rsq), torch.where(esq == rsq, one, zero))
-    ampl = torch.where(se > 0, sr / se, torch.where(sr == 0, one, inf))
-    ratio = torch.where(c[S_RATIO_NAN] > 0, nan, c[S_MAX_RATIO])
-    floats = torch.stack([c[S_MAX_ABS], c[S_MAX_REL], ratio, rel_l2, cosine, ampl], -1).tolist()
-    ints = torch.stack([c[S_COMPARED], c[S_BAD], c[S_NAN_R], c[S_NAN_E], c[S_INF_R], c[S_INF_E], c[S_INFO],
-                        c[S_FIRST_BAD]], -1).to(torch.int64).tolist()
-    return ints, floats
+def _tile_fields(row) -> tuple[tuple, tuple, int]:
+    """A folded row (NSTAT floats, columns S_*) -> (compared, mismatches, first bad index), the float
+    fields (max_abs_err, max_rel_err, max_ratio, rel_l2, cosine, amplification) and the counts
+    (NaN received / expected, Inf received / expected, informative)."""
+    dsq, esq, rsq, dot, sr, se = row[S_D2], row[S_E2], row[S_R2], row[S_DOT], row[S_SUM_R], row[S_SUM_E]
+    rel_l2 = math.sqrt(dsq / esq) if esq > 0 else (0.0 if dsq == 0 else math.inf)
+    cosine = dot / math.sqrt(esq * rsq) if esq > 0 and rsq > 0 else (1.0 if esq == rsq else 0.0)
+    ampl = sr / se if se > 0 else (1.0 if sr == 0 else math.inf)
+    ratio = math.nan if row[S_RATIO_NAN] > 0 else row[S_MAX_RATIO]
+    floats = (row[S_MAX_ABS], row[S_MAX_REL], ratio, rel_l2, cosine, ampl)
+    counts = tuple(int(row[c]) for c in (S_NAN_R, S_NAN_E, S_INF_R, S_INF_E, S_INFO))
+    return (int(row[S_COMPARED]), int(row[S_BAD]), int(row[S_FIRST_BAD])), floats, counts

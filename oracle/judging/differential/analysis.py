@@ -9,6 +9,7 @@ references are cross-checked against their float64 host specs on a few tiles of 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -49,6 +50,7 @@ class Analysis:
     whole: Optional[Recording] = None  # a grouped or batched run: the recording of the whole run
     partition: Optional[str] = None  # a split problem: the rule the taps' partitions follow (oracle.problem.partition)
     assumed: tuple[str, ...] = ()  # partition boundaries the declared rule placed over untraced k-blocks
+    phases: tuple[tuple[str, float], ...] = ()  # wall milliseconds per phase of the run (_Clock)
 
     @property
     def verdict(self) -> Verdict:
@@ -82,13 +84,40 @@ def _analyze_groups(rec: Recording, device) -> Analysis:
                                      an.first.kind.value if an is not None and an.first else None))
     g, _, an = judged[deciding([a for _, _, a in judged])]
     first = dataclasses.replace(an.first, group=g) if an.first is not None else None
-    return dataclasses.replace(an, group=g, groups=tuple(outcomes), whole=rec, first=first)
+    phases: dict[str, float] = {}
+    for _, _, a in judged:  # the whole run's: every group's phases summed
+        for name, ms in a.phases:
+            phases[name] = phases.get(name, 0.0) + ms
+    return dataclasses.replace(an, group=g, groups=tuple(outcomes), whole=rec, first=first,
+                               phases=tuple(phases.items()))
+
+
+class _Clock:
+    """Wall time of each phase of one analysis, in ms. The device is synchronised at each boundary,
+    so the work a phase queues counts in that phase; `compare` is the time inside the stages'
+    comparisons (Context.judge), a part of the stages' phases."""
+
+    def __init__(self, dev: torch.device):
+        self.dev, self.laps = dev, []
+        self.t = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize(self.dev)
+        now = time.perf_counter()
+        self.laps.append((name, (now - self.t) * 1e3))
+        self.t = now
+
+    def phases(self, ctx: Context) -> tuple[tuple[str, float], ...]:
+        return tuple(self.laps) + (("compare", ctx.compare_s * 1e3),)
 
 
 def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analysis:
     spec = rec.spec
     dev = device or reference_device()
+    clock = _Clock(dev)
     ctx = Context(rec, dev)
+    clock.lap("context")
     if rec.kernel_error is not None and rec.output is None and not rec.taps:
         diag = first_divergence([], kernel_error=True)
         return Analysis(rec, (), (), diag, Kind.DRAFT, tuple(trace_confounds(ctx)), (), None, None, str(dev))
@@ -97,13 +126,19 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     n_check = knobs.CROSS_CHECK_TILES.get()
     sample = tapped[:n_check] or sorted({(0, 0), (spec.tiles_m - 1, spec.tiles_n - 1)})[:n_check]
     cross = tuple(cross_check(ctx, sample))
+    clock.lap("cross_check")
 
     stages: list[StageResult] = [descriptor_stage(ctx, op) for op in ("a", "b")]
     stages += [load_stage(ctx, op) for op in ("a", "b")]
+    clock.lap("descriptor_load")
     mma_result, finals = mma_stage(ctx)
     reduce_result, sources = reduce_stage(ctx, finals)
     stages += [mma_result, reduce_result]
-    stages.extend(epilogue_stages(ctx, reference_chain(ctx), sources))
+    clock.lap("mma_reduce")
+    chain = reference_chain(ctx)
+    clock.lap("reference_chain")
+    stages.extend(epilogue_stages(ctx, chain, sources))
+    clock.lap("epilogue_store")
     assert [s.name for s in stages] == list(pipeline(steps_of(spec))), "stage order drifted from harness.taps.pipeline"
 
     diag = first_divergence([s.outcome for s in stages], kernel_error=rec.kernel_error is not None,
@@ -126,8 +161,11 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     first, kind = first_finding(ctx, stages, diag, confounds=open_conf)
     if first is not None:  # the finding's own assumptions are open confounds of the run's report
         open_conf.extend(a for a in first.assumed if a not in open_conf)
-    return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, first_nonfinite(stages),
-                    str(dev), tuple(unobserved(ctx, stages)), partition=partition, assumed=ctx.partition_assumptions)
+    nonfinite, missing = first_nonfinite(stages), tuple(unobserved(ctx, stages))
+    clock.lap("findings")
+    return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, nonfinite,
+                    str(dev), missing, partition=partition, assumed=ctx.partition_assumptions,
+                    phases=clock.phases(ctx))
 
 
 def expected_output(spec, operands, device: Optional[torch.device] = None) -> tuple[torch.Tensor, torch.Tensor]:

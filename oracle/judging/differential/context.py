@@ -10,6 +10,7 @@ too. Elements past K are compared: they do feed the sum.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -29,6 +30,13 @@ _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[torch.Tensor]:
     """err/bound per element of one failing unit (float32 on the CPU), for pictures."""
     shape = kw.get("tile_shape")
+    if shape is not None:  # one tile of a split comparison: only its elements
+        origin = kw.get("origin", (0, 0))
+        r0, c0 = unit.tile[0] * shape[0] - origin[0], unit.tile[1] * shape[1] - origin[1]
+        cut = (lambda t: None if t is None else t[r0:r0 + shape[0], c0:c0 + shape[1]])
+        full = received.shape
+        received, expected, mask = cut(received), cut(expected), cut(mask.expand(full))
+        bound, unwritten = cut(None if bound is None else bound.expand(full)), cut(unwritten)
     r, e = received.double(), expected.to(received.device).double()
     if bound is None:
         same = bits(received) == bits(expected.to(received.dtype)) if received.dtype == expected.dtype else r == e
@@ -39,10 +47,6 @@ def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[
     if unwritten is not None:
         out = torch.where(unwritten.to(out.device), float("inf"), out)
     out = torch.where(mask.to(out.device), out, 0.0)
-    if shape is not None:  # one tile of a split comparison
-        origin = kw.get("origin", (0, 0))
-        r0, c0 = unit.tile[0] * shape[0] - origin[0], unit.tile[1] * shape[1] - origin[1]
-        out = out[r0:r0 + shape[0], c0:c0 + shape[1]]
     return out.float().cpu()
 
 
@@ -66,11 +70,8 @@ class StageResult:
 
     @property
     def outcome(self) -> StageOutcome:
-        def bad(c: Comparison):
-            return frozenset(t.tile for t in c.tiles if not t.passed)
-
         return StageOutcome(self.name, self.teacher_forced.status, self.chained.status,
-                            forced_bad_tiles=bad(self.teacher_forced), chained_bad_tiles=bad(self.chained))
+                            forced_bad_tiles=self.teacher_forced.bad_tiles, chained_bad_tiles=self.chained.bad_tiles)
 
 
 NOT_RUN_STAGE = Comparison(Status.NOT_RUN)
@@ -117,6 +118,7 @@ class Context:
         self._unexpected_records()
         self.padding_excluded: dict[str, int] = {}
         self._ref_tiles: dict[tuple[str, int, int], torch.Tensor] = {}
+        self.compare_s = 0.0  # wall seconds inside judge()
         t = spec.tile
         self.bm, self.bn, self.bk = t.bm, t.bn, t.bk
 
@@ -353,6 +355,15 @@ class Context:
         """compare() over the elements that were observed on both sides, labelled with what fed
         the expected side, what was masked and why, and what its expected side assumed (`assumed`:
         Context.assumed, carried by every unit)."""
+        t0 = time.perf_counter()
+        try:
+            return self._judge(received, expected, feed=feed, valid=valid, recorded=recorded, upstream=upstream,
+                               bound=bound, stand_ins=stand_ins, unwritten=unwritten, partial=partial, assumed=assumed, **kw)
+        finally:
+            self.compare_s += time.perf_counter() - t0
+
+    def _judge(self, received, expected, *, feed, valid, recorded, upstream, bound, stand_ins, unwritten, partial,
+               assumed=(), **kw) -> Comparison:
         mask = valid
         masked = {PADDING: int((~valid).sum())}
         if recorded is not None:
@@ -366,7 +377,8 @@ class Context:
             cmp = dataclasses.replace(cmp, tiles=tuple(
                 dataclasses.replace(t, ratio_map=ratio_map(received, expected, bound, mask, unwritten, t, kw))
                 if not t.passed else t for t in cmp.tiles))
-        if partial is not None or assumed:
-            cmp = dataclasses.replace(cmp, tiles=tuple(dataclasses.replace(
-                t, partial=t.partial if partial is None else partial, assumed=tuple(assumed)) for t in cmp.tiles))
+        if partial is not None:
+            cmp = cmp.of_partial(partial)
+        if assumed:
+            cmp = cmp.assuming(tuple(assumed))
         return cmp.labelled(Evidence.of(feed, masked, stand_ins))

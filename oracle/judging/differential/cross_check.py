@@ -1,9 +1,26 @@
-"""The Triton references against their float64 host specs, on a few tiles of every run: if they
-disagree, the oracle reports itself as untrustworthy instead of blaming the kernel."""
+"""The Triton references against independent specifications on a sample of every run: if they
+disagree, the oracle reports itself as untrustworthy instead of blaming the kernel.
+
+On each sampled tile (knobs.CROSS_CHECK_TILES: the first tapped tiles, else the first and the last):
+  load      the Triton operand tiles of the first and the last k-block, bit for bit, against the
+            descriptor's host spec (kernels_ref.load.load_tile_host) on the boxes copied to the CPU;
+  mma       the Triton accumulator after the last k-block on SAMPLE_LINES rows (every column) and
+            SAMPLE_LINES columns (every row) of the tile: both edges, the corners, the quarter and
+            middle lines. The spec is kernels_ref.mma.mma_sample_host: each k-block's product in one
+            batched float64 torch matmul on the references' device (not Triton), the accumulator's
+            roundings in order on the CPU; judged with the accumulation bound of the spec;
+  epilogue  every epilogue step of the whole tile (fed with the Triton accumulator and each
+            previous Triton step) against its float64 host spec;
+  partials  split problems: each partial and the reduction against their host specs.
+The Triton side runs first with no host round trip; what the host compares crosses to the CPU in
+one copy. Cost on the H200 at 4096^3 and 8192^3 (2 tiles): a few milliseconds, most of it the
+Triton trajectory and the float64 products (benchmarks/check_bench.py prints the phase).
+A wrong Triton value at an element outside the sampled lines of the mma check is not seen here.
+"""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -13,65 +30,146 @@ from kernels_ref import mma as ref_mma
 from kernels_ref import reduce as ref_reduce
 from oracle.judging import tolerance
 from oracle.judging.compare import Status, compare
+from oracle.judging.comparison import exact_equal
 from oracle.judging.differential.context import Context
 from oracle.judging.differential.epilogue import Vectors, run_epilogue
 from oracle.judging.differential.mma import abs_operand
 
+SAMPLE_LINES = 8  # rows and columns of each sampled tile on which the accumulator is checked
+
+
+def sample_lines(extent: int) -> list[int]:
+    """The lines of a tile extent the mma check reads: both edges and their neighbours, the
+    quarter and middle lines (a warp's or a fragment's boundary in the usual layouts)."""
+    if extent <= SAMPLE_LINES:
+        return list(range(extent))
+    return sorted({0, 1, extent // 4, extent // 2 - 1, extent // 2, 3 * extent // 4, extent - 2, extent - 1})
+
+
+def to_host(tensors: Sequence[Optional[torch.Tensor]]) -> list[Optional[torch.Tensor]]:
+    """The tensors on the CPU, in one copy (their bytes concatenated on their device)."""
+    live = [t for t in tensors if t is not None]
+    if not live or all(t.device.type == "cpu" for t in live):
+        return list(tensors)
+    dev = live[0].device
+    flat = [t.detach().to(dev).contiguous().reshape(-1).view(torch.uint8) for t in live]
+    host = torch.cat(flat).cpu()
+    out, at, i = [], 0, 0
+    for t in tensors:
+        if t is None:
+            out.append(None)
+            continue
+        n = flat[i].numel()
+        out.append(host[at:at + n].view(t.dtype).reshape(t.shape))
+        at, i = at + n, i + 1
+    return out
+
+
+def disagreement(got: torch.Tensor, want: torch.Tensor, bound: Optional[torch.Tensor] = None,
+                 mask: Optional[torch.Tensor] = None) -> Optional[float]:
+    """None when `got` agrees with `want` (bit for bit without a bound; else within it, NaN with
+    NaN, an infinity with the same infinity, as oracle.judging.compare), else the worst error/bound."""
+    if bound is None:
+        ok = exact_equal(got, want.to(got.dtype))
+        bad = ~ok if mask is None else ~ok & mask
+        return float("inf") if bool(bad.any()) else None
+    r, e, b = got.double(), want.double(), bound.double()
+    err = (r - e).abs()
+    finite = torch.isfinite(r) & torch.isfinite(e)
+    ok = (torch.isnan(r) & torch.isnan(e)) | (torch.isinf(r) & torch.isinf(e) & (torch.sign(r) == torch.sign(e))) | \
+        (finite & (err <= b))
+    bad = ~ok if mask is None else ~ok & mask
+    if not bool(bad.any()):
+        return None
+    ratio = torch.where(finite, err / b.clamp(min=1e-300), torch.full_like(err, float("inf")))
+    return float(ratio[bad].max())
+
 
 def cross_check(ctx: Context, tiles: Sequence[tuple[int, int]]) -> list[str]:
-    """The Triton references against the float64 host specs on a few tiles."""
+    """The Triton references against their specifications on a few tiles (module docstring)."""
     spec = ctx.spec
+    tiles = [tuple(t) for t in tiles]
+    if not tiles or spec.k_blocks == 0:
+        return []
     problems = []
-    a_cpu, b_cpu = ctx.a.cpu(), ctx.b.cpu()
-    last_kb = spec.k_blocks - 1
-    for tile in tiles:
-        a_h, b_h, sa_h, sb_h, local = _host_operands(ctx, tile, a_cpu, b_cpu)
-        for op in ("a", "b"):
-            idx = local[0] if op == "a" else local[1]
-            bmn = ctx.bm if op == "a" else ctx.bn
-            x = a_h if op == "a" else b_h
-            for kb in sorted({0, last_kb}):
-                got = ctx.ref_tile(op, tile, kb).cpu()
-                want = ref_load.load_tile_host(x, op, idx, kb, bmn, ctx.bk, spec.oob_fill)
-                c = compare(got, want.to(got.dtype))
-                if c.status is Status.MISMATCH:
-                    problems.append(f"load_{op} tile {tile} k-block {kb}: Triton != host spec")
-        kw = dict(acc=spec.acc_dtype, promotion_interval=spec.promotion_interval, scale_a=ctx.block_a,
-                  scale_b=ctx.block_b, block_scale_group=ctx.group)
-        traj = ref_mma.mma_trajectory(ctx.a, ctx.b, [tile], ctx.bm, ctx.bn, ctx.bk, oob_fill=spec.oob_fill, **kw)
-        host_kw = dict(kw, scale_a=sa_h, scale_b=sb_h)
-        host = ref_mma.mma_trajectory_host(a_h, b_h, [local], ctx.bm, ctx.bn, ctx.bk, oob_fill=spec.oob_fill,
-                                           **host_kw)
-        s = ref_mma.mma_trajectory_host(abs_operand(a_h), abs_operand(b_h), [local], ctx.bm, ctx.bn, ctx.bk,
-                                        **dict(host_kw, acc="fp32", promotion_interval=None,
-                                               scale_a=sa_h.abs() if sa_h is not None else None,
-                                               scale_b=sb_h.abs() if sb_h is not None else None))
-        bound = tolerance.mma_bound(spec, torch.zeros_like(s[0, last_kb]), s[0, last_kb], spec.k)
-        c = compare(traj[0, last_kb].cpu().double(), host[0, last_kb].double(), bound=bound.double(),
-                    mask=accumulator_in_range(s[0, last_kb], spec.acc_dtype))
-        if c.status is Status.MISMATCH:
-            w = c.worst
-            problems.append(f"mma tile {tile}: Triton trajectory != host spec (error/bound {w.max_ratio:.3g})")
+    kbs = sorted({0, spec.k_blocks - 1})
+    # the Triton side, on the device
+    loads = []
+    for op in ("a", "b"):
+        ctx.prefetch_ref_tiles(op, [(t, kb) for t in tiles for kb in kbs])
+        x, bmn = ctx.operand(op), (ctx.bm if op == "a" else ctx.bn)
+        for t in tiles:
+            for kb in kbs:
+                i = t[0] if op == "a" else t[1]
+                r0, c0 = (i * bmn, kb * ctx.bk) if op == "a" else (kb * ctx.bk, i * bmn)
+                tr, tc = (bmn, ctx.bk) if op == "a" else (ctx.bk, bmn)
+                loads.append((op, t, kb, ctx.ref_tile(op, t, kb), x[r0:r0 + tr, c0:c0 + tc]))
+    kw = dict(acc=spec.acc_dtype, promotion_interval=spec.promotion_interval, scale_a=ctx.block_a,
+              scale_b=ctx.block_b, block_scale_group=ctx.group, oob_fill=spec.oob_fill)
+    final = ref_mma.mma_trajectory(ctx.a, ctx.b, tiles, ctx.bm, ctx.bn, ctx.bk, **kw)[:, -1]  # [T, BM, BN]
+    rows_at, cols_at = sample_lines(ctx.bm), sample_lines(ctx.bn)
+    epilogues = []
+    for t, tile in enumerate(tiles):
         vec = Vectors(ctx, tile)
-        x = traj[0, last_kb].float()
-        host_x = x.cpu().double()
-        for step, y, b in run_epilogue(ctx, x, torch.zeros(x.shape, dtype=torch.float64, device=ctx.dev), 0,
-                                        vec):
+        x = final[t].float()
+        steps = list(run_epilogue(ctx, x, torch.zeros(x.shape, dtype=torch.float64, device=ctx.dev), 0, vec))
+        epilogues.append((vec, x, steps))
+    # the float64 spec of the accumulator on the sampled lines (its products on the device)
+    base_r = torch.tensor([tm * ctx.bm for tm, _ in tiles])[:, None]
+    base_c = torch.tensor([tn * ctx.bn for _, tn in tiles])[:, None]
+    lines_r, lines_c = torch.tensor(rows_at)[None], torch.tensor(cols_at)[None]
+    every_r, every_c = torch.arange(ctx.bm)[None], torch.arange(ctx.bn)[None]
+    sampled = []
+    for rows, cols in ((base_r + lines_r, base_c + every_c), (base_r + every_r, base_c + lines_c)):
+        want, s = ref_mma.mma_sample_host(ctx.a, ctx.b, rows, cols, ctx.bm, ctx.bn, ctx.bk, **kw)
+        sampled.append((want, s))
+    # one copy to the host
+    dev_side = [f for *_, got, box in loads for f in (got, box)]
+    dev_side += [final[:, rows_at, :], final[:, :, cols_at]]
+    for vec, x, steps in epilogues:
+        dev_side += [x, vec.row_scale, vec.col_scale, vec.tensor_scale, vec.c, vec.bias]
+        dev_side += [f for _, y, b in steps for f in (y, b)]
+    host = iter(to_host(dev_side))
+    for op, tile, kb, _, _ in loads:
+        got, box = next(host), next(host)
+        want = ref_load.load_tile_host(box, op, 0, 0, ctx.bm if op == "a" else ctx.bn, ctx.bk, spec.oob_fill)
+        if disagreement(got, want) is not None:
+            problems.append(f"load_{op} tile {tile} k-block {kb}: Triton != host spec")
+    got_rows, got_cols = next(host), next(host)
+    flat = (lambda x, y: torch.cat([x.reshape(len(tiles), -1), y.reshape(len(tiles), -1)], 1))  # [T, sampled]
+    got, want, s = flat(got_rows, got_cols).double(), flat(sampled[0][0], sampled[1][0]), flat(sampled[0][1],
+                                                                                              sampled[1][1])
+    bound = tolerance.mma_bound(spec, torch.zeros_like(s), s, spec.k).double()
+    in_range = accumulator_in_range(s, spec.acc_dtype)
+    for t, tile in enumerate(tiles):
+        w = disagreement(got[t], want[t], bound=bound[t], mask=in_range[t])
+        if w is not None:
+            problems.append(f"mma tile {tile}: Triton trajectory != host spec (error/bound {w:.3g})")
+    for tile, (_, _, steps) in zip(tiles, epilogues):
+        host_x = next(host).double()
+        vec = _HostVectors(*(next(host) for _ in range(5)))
+        for step, _, _ in steps:
+            got, b = next(host), next(host)
             want = _host_epilogue_step(ctx, step, host_x, vec)
             node = next(n for n in spec.epilogue_nodes if n.step == step)
             if node.rounds:
                 want = ref_epilogue.apply_round_host(want, node.round)
-            got = y.cpu()
-            if step == "cast":
-                c = compare(got, want.to(got.dtype))
-            else:
-                c = compare(got.double(), want, bound=b.cpu() + 1e-30)
-            if c.status is Status.MISMATCH:
+            w = disagreement(got, want) if step == "cast" else disagreement(got.double(), want, bound=b + 1e-30)
+            if w is not None:
                 problems.append(f"epilogue_{step} tile {tile}: Triton != host spec")
-            host_x = y.cpu().double()
-        if spec.partitioned:
+            host_x = got.double()
+    if spec.partitioned:
+        for tile in tiles:
+            a_h, b_h, _, _, local = _host_operands(ctx, tile)
             problems.extend(_partials_cross_check(ctx, tile, a_h, b_h, local))
     return problems
+
+
+class _HostVectors:
+    """A tile's epilogue vectors on the CPU (what `Vectors` holds on the device)."""
+
+    def __init__(self, row_scale, col_scale, tensor_scale, c, bias):
+        self.row_scale, self.col_scale, self.tensor_scale, self.c, self.bias = row_scale, col_scale, tensor_scale, c, bias
 
 
 def _partials_cross_check(ctx: Context, tile, a_h, b_h, local) -> list[str]:
@@ -122,38 +220,37 @@ def same_values(x: torch.Tensor, y: torch.Tensor) -> bool:
     return x.shape == y.shape and bool(((x == y) | (torch.isnan(x) & torch.isnan(y))).all())
 
 
-def _host_operands(ctx: Context, tile, a_cpu, b_cpu):
-    """The rows of A and columns of B (and block scales) that one tile reads, for the float64 host
-    specs, with the tile's index in them: the specs then never widen whole operands to float64."""
+def _host_operands(ctx: Context, tile):
+    """The rows of A and columns of B (and block scales) that one tile reads, on the CPU for the
+    float64 host specs, with the tile's index in them: only those cross to the host."""
     tm, tn = tile
     sa = ctx.block_a.cpu() if ctx.block_a is not None else None
     sb = ctx.block_b.cpu() if ctx.block_b is not None else None
     if sa is not None and (ctx.bm % ctx.group[0] or ctx.bn % ctx.group[1]):
-        return a_cpu, b_cpu, sa, sb, tile  # block scales that straddle tiles: keep everything
-    a = a_cpu[tm * ctx.bm:(tm + 1) * ctx.bm]
-    b = b_cpu[:, tn * ctx.bn:(tn + 1) * ctx.bn]
+        return ctx.a.cpu(), ctx.b.cpu(), sa, sb, tile  # block scales that straddle tiles: keep everything
+    a = ctx.a[tm * ctx.bm:(tm + 1) * ctx.bm].cpu()
+    b = ctx.b[:, tn * ctx.bn:(tn + 1) * ctx.bn].cpu()
     if sa is not None:
         sa = sa[tm * ctx.bm // ctx.group[0]:(tm + 1) * ctx.bm // ctx.group[0]]
         sb = sb[tn * ctx.bn // ctx.group[1]:(tn + 1) * ctx.bn // ctx.group[1]]
     return a, b, sa, sb, (0, 0)
 
 
-def _host_epilogue_step(ctx, step, x, vec: Vectors) -> torch.Tensor:
+def _host_epilogue_step(ctx, step, x, vec) -> torch.Tensor:
     spec = ctx.spec
-    cpu = (lambda v: v.cpu() if v is not None else None)
     if step == "scale":
         if vec.row_scale is None and vec.col_scale is None and vec.tensor_scale is None:
             return x
-        return ref_epilogue.apply_scale_host(x, row_scale=cpu(vec.row_scale), col_scale=cpu(vec.col_scale),
-                                             tensor_scale=cpu(vec.tensor_scale))
+        return ref_epilogue.apply_scale_host(x, row_scale=vec.row_scale, col_scale=vec.col_scale,
+                                             tensor_scale=vec.tensor_scale)
     if step == "alpha_beta":
-        return ref_epilogue.apply_alpha_beta_host(x, spec.alpha, spec.beta, cpu(vec.c))
+        return ref_epilogue.apply_alpha_beta_host(x, spec.alpha, spec.beta, vec.c)
     if step == "alpha":
         return ref_epilogue.apply_alpha_host(x, spec.alpha)
     if step == "beta_c":
-        return ref_epilogue.apply_beta_c_host(x, spec.beta, cpu(vec.c))
+        return ref_epilogue.apply_beta_c_host(x, spec.beta, vec.c)
     if step == "bias":
-        return x if vec.bias is None else ref_epilogue.apply_bias_host(x, cpu(vec.bias), spec.bias)
+        return x if vec.bias is None else ref_epilogue.apply_bias_host(x, vec.bias, spec.bias)
     if step == "activation":
         return ref_epilogue.apply_activation_host(x, spec.activation)
     return ref_epilogue.apply_cast_host(x, spec.out_dtype, spec.saturate)

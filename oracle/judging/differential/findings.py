@@ -224,7 +224,7 @@ def _chosen_unit(cmp: Comparison, diag: Diagnosis) -> Optional[TileMetrics]:
     order (earliest k-block, then tile) of those that rest on no assumed partition boundary, else
     of all."""
     if diag.untraced:
-        bad = [t for t in cmp.tiles if not t.passed and t.tile in set(diag.untraced)]
+        bad = cmp.failing_in(diag.untraced)
         if bad:
             return max(bad, key=lambda t: (t.max_ratio, t.mismatches))
     observed = [t for t in cmp.tiles if not t.passed and not t.assumed]

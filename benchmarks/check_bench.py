@@ -1,0 +1,209 @@
+"""`oracle.check(a, b, d)` on a cuBLAS output, beside the GEMM that made it, in one run.
+
+    python benchmarks/check_bench.py --out benchmarks/results/check_h200.json [--profile DIR]
+
+For each size n (default 4096 and 8192): A [n, n] and B [n, n] bf16 from a recorded seed, D = A @ B
+by torch.matmul (cuBLAS) with reduced-precision bf16 reductions off. Measured:
+  first     the first oracle.check at this size (the first size's is the first in the process:
+            Triton compiles or loads its disk cache);
+  warm      --warm more checks, each synchronised and timed by the wall clock: median, min, max,
+            and the median of every phase the report carries (Analysis.phases: context,
+            cross_check, descriptor_load, mma_reduce, reference_chain, epilogue_store, findings,
+            and the comparisons inside them);
+  gemm      the torch.matmul that made D, timed in the same run with device events (median of
+            --gemm-reps after warm-up), and the ratio warm median / GEMM median;
+  reference the differential's reference GEMM with its bound statistics (kernels_ref.mma
+            .mma_accumulate with_stats, as reference_chain runs it), timed alone the same way.
+Every warm check must give the first one's verdict and worst tile (else exit 1). With --profile DIR,
+two more warm checks per size run under cProfile and DIR/check_<n>.txt holds the statistics sorted
+by cumulative and by own time. Goals (reported, not enforced): 4096^3 <= 25 ms, 8192^3 <= 60 ms.
+
+--device cpu runs the same plumbing without a GPU (Triton interpreted; for the tests, tiny sizes).
+JSON keys: machine, device, seed, sizes (one entry per size: n, verdict, worst_tile, first_ms,
+warm_ms {median, min, max, all}, phases_ms (medians), gemm_ms, ratio_to_gemm, reference_gemm_ms,
+goal_ms, meets_goal),
+versions, date, elapsed_s. Exit code 0 when every size was measured and its verdicts agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import platform
+import pstats
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+
+import oracle  # noqa: E402
+
+GOALS_MS = {4096: 25.0, 8192: 60.0}
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _inputs(n: int, seed: int, dev: torch.device):
+    g = torch.Generator(device=dev).manual_seed(seed + n)
+    a = torch.randn(n, n, device=dev, generator=g).bfloat16()
+    b = torch.randn(n, n, device=dev, generator=g).bfloat16()
+    return a, b
+
+
+def _check(a, b, d):
+    t0 = time.perf_counter()
+    rep = oracle.check(a, b, d)
+    _sync(d.device)
+    return rep, (time.perf_counter() - t0) * 1e3
+
+
+def _worst(rep) -> dict:
+    """The report's worst tile of the output stage (what must not change between calls)."""
+    st = rep.stages[-1]
+    w = st.chained.worst
+    return None if w is None else {"stage": st.name, "tile": list(w.tile), "max_ratio": w.max_ratio,
+                                   "mismatches": w.mismatches}
+
+
+def time_ms(fn, dev: torch.device, reps: int, warmup: int = 3) -> dict:
+    """Device events around each rep after warm-up (the wall clock on the CPU)."""
+    for _ in range(warmup):
+        fn()
+    _sync(dev)
+    times = []
+    for _ in range(reps):
+        if dev.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return {"median": statistics.median(times), "min": min(times), "max": max(times)}
+
+
+def reference_gemm(a, b, d):
+    """The reference chain's GEMM with statistics for this check's problem, as a callable."""
+    from kernels_ref import mma as ref_mma
+    from oracle.judging.differential.context import Context
+    from oracle.judging.differential.mma import mma_kwargs
+    from oracle.tools.api import recording_of
+
+    ctx = Context(recording_of(a, b, d), d.device)
+    spec = ctx.spec
+    return lambda: ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **mma_kwargs(ctx), with_stats=True,
+                                          stats_chunk=spec.reduction_chunk)
+
+
+def profile_text(fn, calls: int = 2) -> str:
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(calls):
+        fn()
+    pr.disable()
+    out = io.StringIO()
+    pstats.Stats(pr, stream=out).sort_stats("cumulative").print_stats(60)
+    out.write("\n\n==== tottime ====\n")
+    pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(40)
+    return out.getvalue()
+
+
+def bench_size(n: int, seed: int, dev: torch.device, args) -> dict:
+    a, b = _inputs(n, seed, dev)
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    d = torch.matmul(a, b)
+    _sync(dev)
+    first, first_ms = _check(a, b, d)
+    want = (first.verdict, _worst(first))
+    warm, phases, agree = [], {}, True
+    for _ in range(args.warm):
+        rep, ms = _check(a, b, d)
+        warm.append(ms)
+        agree &= (rep.verdict, _worst(rep)) == want
+        for name, v in rep.analysis.phases:
+            phases.setdefault(name, []).append(v)
+    g = time_ms(lambda: torch.matmul(a, b), dev, args.gemm_reps)
+    ref = time_ms(reference_gemm(a, b, d), dev, max(1, min(args.gemm_reps, 10)), warmup=1)
+    row = {"n": n, "verdict": first.verdict, "worst_tile": want[1], "verdicts_agree": agree,
+           "first_ms": first_ms,
+           "warm_ms": {"median": statistics.median(warm), "min": min(warm), "max": max(warm), "all": warm},
+           "phases_ms": {k: statistics.median(v) for k, v in phases.items()},
+           "gemm_ms": g, "ratio_to_gemm": statistics.median(warm) / g["median"], "reference_gemm_ms": ref,
+           "goal_ms": GOALS_MS.get(n)}
+    row["meets_goal"] = None if row["goal_ms"] is None else row["warm_ms"]["median"] <= row["goal_ms"]
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
+        path = os.path.join(args.profile, f"check_{n}.txt")
+        with open(path, "w") as f:
+            f.write(profile_text(lambda: _check(a, b, d)))
+        row["profile"] = path
+    return row
+
+
+def _table(rows) -> str:
+    lines = [f"{'n':>6s} {'verdict':>9s} {'first ms':>9s} {'warm ms':>9s} {'gemm ms':>8s} {'ratio':>7s} {'goal':>6s} "
+             f"{'ref gemm ms':>11s}"]
+    for r in rows:
+        goal = "-" if r["meets_goal"] is None else ("met" if r["meets_goal"] else "NOT")
+        lines.append(f"{r['n']:6d} {r['verdict']:>9s} {r['first_ms']:9.1f} {r['warm_ms']['median']:9.2f} "
+                     f"{r['gemm_ms']['median']:8.3f} {r['ratio_to_gemm']:7.1f} {goal:>6s} "
+                     f"{r['reference_gemm_ms']['median']:11.3f}")
+        lines.append("       phases (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in r["phases_ms"].items()))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "check_h200.json"))
+    p.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
+    p.add_argument("--warm", type=int, default=10, help="timed warm checks per size")
+    p.add_argument("--gemm-reps", type=int, default=50)
+    p.add_argument("--seed", type=int, default=None, help="default: from the clock (recorded in the JSON)")
+    p.add_argument("--profile", default=None, metavar="DIR", help="write cProfile statistics of two warm checks")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("check_bench needs a CUDA GPU; none is visible (--device cpu runs the plumbing).", file=sys.stderr)
+        return 2
+    if any(n <= 0 for n in args.sizes) or args.warm <= 0 or args.gemm_reps <= 0:
+        print(f"--sizes, --warm and --gemm-reps must be positive, got {args.sizes}, {args.warm}, {args.gemm_reps}",
+              file=sys.stderr)
+        return 2
+    dev = torch.device(args.device)
+    seed = args.seed if args.seed is not None else int(time.time()) % 2**31
+    t0 = time.time()
+    rows = [bench_size(n, seed, dev, args) for n in args.sizes]
+    result = {
+        "machine": torch.cuda.get_device_name() if dev.type == "cuda" else platform.processor() or "cpu",
+        "device": str(dev), "seed": seed, "sizes": rows,
+        "versions": {"torch": torch.__version__, "triton": __import__("triton").__version__,
+                     "python": platform.python_version(), "cuda": torch.version.cuda},
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "elapsed_s": round(time.time() - t0, 1),
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+    print(_table(rows))
+    print(f"wrote {args.out}")
+    return 0 if all(r["verdicts_agree"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
