@@ -670,8 +670,9 @@ def load_results(path: str) -> tuple[list[Result], int, float]:
 
 
 def not_judged(cases: list, skip_paths) -> list:
-    """The cases none of the earlier runs' JSON files judged, in order."""
-    done = {dataclasses.astuple(r.case) for path in skip_paths for r in load_results(path)[0]}
+    """The cases none of the earlier runs' JSON files judged (a case that could not run is run
+    again), in order."""
+    done = {dataclasses.astuple(r.case) for path in skip_paths for r in load_results(path)[0] if r.error is None}
     return [c for c in cases if dataclasses.astuple(c) not in done]
 
 
@@ -705,6 +706,9 @@ def main(argv=None) -> int:
             results += r
             left += lf
             secs += sc
+        judged = {dataclasses.astuple(r.case) for r in results if r.error is None}
+        results = [r for r in results if r.error is None or dataclasses.astuple(r.case) not in judged]
+        left = len(not_judged(make_cases(False, None), args.merge))  # the benchmark's cases no run judged
         doc = summarise(results, left, secs)
         write(doc, args.out)
         print(f"merged {len(args.merge)} run(s): correct cases {doc['correct_cases']}, false DIVERGED "

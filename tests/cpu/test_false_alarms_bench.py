@@ -99,6 +99,9 @@ def test_a_finished_run_skips_what_an_earlier_run_judged(monkeypatch, tmp_path):
     F.write(F.summarise([r], 2, 1.0), str(tmp_path / "cut.json"))
     assert F.not_judged(cases, [str(tmp_path / "cut.json")]) == [cases[0], cases[2]]
     assert F.not_judged(cases, []) == cases
+    failed = F.Result(cases[0], "", "", 0.0, 0.1, "RuntimeError: the engine refused")
+    F.write(F.summarise([failed], 0, 1.0), str(tmp_path / "failed.json"))
+    assert F.not_judged(cases, [str(tmp_path / "cut.json"), str(tmp_path / "failed.json")]) == [cases[0], cases[2]]
 
 
 def test_specs_follow_what_was_measured(monkeypatch):

@@ -51,17 +51,38 @@ def to_host(tensors: Sequence[Optional[torch.Tensor]]) -> list[Optional[torch.Te
     live = [t for t in tensors if t is not None]
     if not live or all(t.device.type == "cpu" for t in live):
         return list(tensors)
-    dev = live[0].device
-    flat = [t.detach().to(dev).contiguous().reshape(-1).view(torch.uint8) for t in live]
-    host = torch.cat(flat).cpu()
-    out, at, i = [], 0, 0
+    packed, offsets = pack_bytes(tensors, live[0].device)
+    return unpack_bytes(packed.cpu(), tensors, offsets)
+
+
+_ALIGN = 16  # every tensor starts at a multiple of this many bytes, so any dtype can view its slice
+
+
+def pack_bytes(tensors: Sequence[Optional[torch.Tensor]], device) -> tuple[torch.Tensor, list[int]]:
+    """The tensors' bytes in one uint8 tensor on `device`, each padded to _ALIGN bytes, and where
+    each begins (-1 for None)."""
+    chunks, offsets, at = [], [], 0
     for t in tensors:
+        if t is None:
+            offsets.append(-1)
+            continue
+        b = t.detach().to(device).contiguous().reshape(-1).view(torch.uint8)
+        pad = -b.numel() % _ALIGN
+        chunks.append(b if not pad else torch.cat([b, b.new_zeros(pad)]))
+        offsets.append(at)
+        at += b.numel() + pad
+    return (torch.cat(chunks) if chunks else torch.empty(0, dtype=torch.uint8, device=device)), offsets
+
+
+def unpack_bytes(packed: torch.Tensor, tensors: Sequence[Optional[torch.Tensor]], offsets: list[int]):
+    """pack_bytes undone: views of `packed` with each tensor's dtype and shape."""
+    out = []
+    for t, at in zip(tensors, offsets):
         if t is None:
             out.append(None)
             continue
-        n = flat[i].numel()
-        out.append(host[at:at + n].view(t.dtype).reshape(t.shape))
-        at, i = at + n, i + 1
+        n = t.numel() * t.element_size()
+        out.append(packed[at:at + n].view(t.dtype).reshape(t.shape))
     return out
 
 
