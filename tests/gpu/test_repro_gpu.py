@@ -26,11 +26,13 @@ Prebuild here, with nvcc (about 3 minutes on 2 cores; about 30 MB):
     python tests/gpu/test_repro_gpu.py --prebuild .carry/repro-prebuilt
 Run on the H200 (carry .carry/repro-prebuilt; a few minutes):
     ORACLE_REPRO_PREBUILT=.carry/repro-prebuilt python -m pytest -q tests/gpu/test_repro_gpu.py
-Without the prebuilt folder the test builds it first (nvcc there: about 2 minutes more).
+Without the prebuilt folder the test builds it first (nvcc there: about 2 minutes more). Run it
+without pytest-xdist's -n: the module's fixture does every run itself, on a pool of its own.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -144,11 +146,21 @@ def _build_host(out: Path, key: str) -> None:
 
 
 def _prebuilt() -> tuple[Path, dict]:
+    """The prebuilt folder, built here first when it is missing: under a lock, into a folder of its
+    own that is renamed into place, so pytest-xdist workers never build over each other."""
     root = Path(os.environ.get(PREBUILT_ENV, ROOT / ".carry" / "repro-prebuilt"))
     if not (root / "prebuilt.json").is_file():
         if shutil.which("nvcc") is None:
             pytest.skip(f"No prebuilt reproducers in {root} ({PREBUILT_ENV}) and no nvcc to build them.")
-        prebuild(root)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        with open(root.parent / f".{root.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (root / "prebuilt.json").is_file():
+                staging = root.parent / f".{root.name}.{os.getpid()}"
+                shutil.rmtree(staging, ignore_errors=True)
+                prebuild(staging)
+                shutil.rmtree(root, ignore_errors=True)
+                staging.rename(root)
     return root, json.loads((root / "prebuilt.json").read_text())
 
 
