@@ -679,6 +679,17 @@ def not_judged(cases: list, skip_paths) -> list:
     return [c for c in cases if dataclasses.astuple(c) not in done]
 
 
+def merged(results: list) -> list:
+    """Each case once: its last judged result (runs in the order given: a later run of a case, say
+    after its engine's model changed, supersedes the earlier), else its last error."""
+    last: dict = {}
+    for r in results:
+        key = dataclasses.astuple(r.case)
+        if r.error is None or key not in last or last[key].error is not None:
+            last[key] = r
+    return list(last.values())
+
+
 def write(doc: dict, path: str) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
@@ -696,7 +707,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-planted", action="store_true")
     ap.add_argument("--budget-s", type=float, default=240.0, help="stop taking new cases after this many seconds")
     ap.add_argument("--shard", default="0/1", help="i/n: run every n-th case from the i-th (merge with --merge)")
-    ap.add_argument("--merge", nargs="+", default=None, metavar="JSON", help="merge shard results into --out")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                    help="merge shard results into --out (a case judged in several: the last file's result)")
     ap.add_argument("--skip", nargs="+", default=(), metavar="JSON",
                     help="leave out the cases an earlier run's JSON already judged (finish a budget-cut run, then --merge)")
     args = ap.parse_args(argv)
@@ -709,8 +721,7 @@ def main(argv=None) -> int:
             results += r
             left += lf
             secs += sc
-        judged = {dataclasses.astuple(r.case) for r in results if r.error is None}
-        results = [r for r in results if r.error is None or dataclasses.astuple(r.case) not in judged]
+        results = merged(results)
         left = len(not_judged(make_cases(False, None), args.merge))  # the benchmark's cases no run judged
         doc = summarise(results, left, secs)
         write(doc, args.out)

@@ -91,6 +91,32 @@ def test_shards_merge_into_one_result(monkeypatch, tmp_path):
     assert doc["correct_cases"] == 2 and doc["false_diverged"] == 0
 
 
+def test_a_later_run_of_a_case_supersedes_the_earlier_in_a_merge(monkeypatch, tmp_path):
+    monkeypatch.setattr(F, "DEV", "cpu")
+    e = F.ENGINE["cublas_bf16_fp32red"]
+    c = F.Case(e.name, e.a_dtype, e.out, 40, 144, 256, "row", "col", "normal", 7)
+    wrong = F.run_case(c, {}, planted=False, run=lambda c, ops: (_exact(c, ops).float() * 1.05).to(torch.bfloat16))
+    right = F.run_case(c, {}, planted=False, run=_exact)
+    failed = F.Result(c, "", "", 0.0, 0.1, "RuntimeError: the engine refused")
+    assert (wrong.verdict, right.verdict) == ("DIVERGED", "MATCH")
+    for name, r in (("old", wrong), ("new", right), ("failed", failed)):
+        F.write(F.summarise([r], 0, 1.0), str(tmp_path / f"{name}.json"))
+    out = tmp_path / "all.json"
+    assert F.main(["--merge", *(str(tmp_path / f"{n}.json") for n in ("old", "new", "failed")), "--out", str(out)]) == 0
+    import json
+
+    doc = json.loads(out.read_text())
+    assert doc["correct_cases"] == 1 and doc["false_diverged"] == 0 and not doc["errors"]
+    assert F.main(["--merge", str(tmp_path / "new.json"), str(tmp_path / "old.json"), "--out", str(out)]) == 1
+
+
+def test_the_gelu_engine_rounds_its_accumulator_before_the_bias():
+    e = F.ENGINE["cublaslt_gelu"]
+    spec, why = F.spec_for(F.Case(e.name, e.a_dtype, e.out, 64, 128, 256, "col", "col", "outlier", 1), {})
+    assert spec.epilogue == ("alpha_beta:bf16", "bias", "activation", "cast") and "measured" in why
+    assert (spec.activation, spec.activation_impl) == ("gelu_tanh", "fast")
+
+
 def test_a_finished_run_skips_what_an_earlier_run_judged(monkeypatch, tmp_path):
     monkeypatch.setattr(F, "DEV", "cpu")
     e = F.ENGINE["cublas_bf16_fp32red"]
