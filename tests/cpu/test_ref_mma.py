@@ -293,6 +293,21 @@ def test_bound_statistics_triton_against_host_spec(ad, acc, promo, chunk):
     assert torch.allclose(st_h.l.double(), l, rtol=1e-2 if acc == "fp16" or ad == "e4m3" else 1e-4)
 
 
+@pytest.mark.parametrize("ad,promo", [("bf16", None), ("e4m3", 64)])
+def test_bound_statistics_do_not_depend_on_the_launch_tile(ad, promo):
+    """The GPU launches the statistics kernel on its own tile (STATS_LAUNCH_TILE): every output bit
+    is the problem tile's, ragged edges included."""
+    M, N, K = 70, 40, 200
+    a = torch.randn(M, K, generator=_gen(15)).to(DTYPES[ad].torch)
+    b = torch.randn(K, N, generator=_gen(16)).to(DTYPES[ad].torch)
+    runs = [X._accumulate_stats(a, b, ad, ad, 32, 32, 64, "fp32", promo, None, None, None, "zero", 128, a.device,
+                                launch_tile=t) for t in (None, X.STATS_LAUNCH_TILE, (16, 64))]
+    for got in runs[1:]:
+        for x, y in zip(runs[0][:2] + (runs[0][2].l, runs[0][2].v, runs[0][2].pabs, runs[0][2].prun),
+                        got[:2] + (got[2].l, got[2].v, got[2].pabs, got[2].prun)):
+            assert _same(x, y)
+
+
 def test_trajectory_stats_of_a_trajectory_end_where_the_whole_accumulation_does():
     a = torch.randn(16, 256, generator=_gen(13)).to(torch.bfloat16)
     b = torch.randn(256, 16, generator=_gen(14)).to(torch.bfloat16)
