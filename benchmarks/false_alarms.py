@@ -243,16 +243,15 @@ def make_cases(quick: bool = False, engines=None) -> list[Case]:
     shapes = QUICK_SHAPES if quick else SHAPES
     out = []
     seed = 0
-    for e in ENGINES:
-        if engines and e.name not in engines:
-            continue
+    for e in ENGINES:  # seeds count over every engine: a case is the same case whichever engines run
         for si, (m, n, k) in enumerate(shapes):
             n2, k2, m2 = _round_up(n, e.nmult), _round_up(k, e.kmult), max(m, e.mmin)
             kinds = KINDS if not quick else KINDS[si % 3:si % 3 + 1]
             for ki, kind in enumerate(kinds):
                 am, bm = e.majors[(si + ki) % len(e.majors)]
                 seed += 1
-                out.append(Case(e.name, e.a_dtype, e.out, m2, n2, k2, am, bm, kind, seed))
+                if not engines or e.name in engines:
+                    out.append(Case(e.name, e.a_dtype, e.out, m2, n2, k2, am, bm, kind, seed))
     random.Random(0).shuffle(out)  # a budget cut leaves a uniform sample, not whole engines out
     return out
 

@@ -47,6 +47,12 @@ def test_every_engine_has_cases_and_specs_that_validate():
         assert spec.m == c.m and why
 
 
+def test_a_case_is_the_same_whichever_engines_run():
+    every = set(F.make_cases())
+    some = F.make_cases(engines={"cublaslt_gelu", "int8"})
+    assert some and set(some) <= every and {c.engine for c in some} == {"cublaslt_gelu", "int8"}
+
+
 @pytest.mark.parametrize("engine", ["cublas_bf16_fp32red", "lt_e4m3_rowwise", "int8", "cublas_addmm"])
 def test_correct_case_matches_and_planted_defects_are_found(monkeypatch, engine):
     monkeypatch.setattr(F, "DEV", "cpu")
