@@ -235,6 +235,25 @@ def _load_library(path: Path):
     return lib, entry
 
 
+def _launch_regrowing(launch_once, prepare, sink, sink_req, status, progress) -> None:
+    """Launch once; when the sink, sized from an estimate, overflowed, the cursor says what every
+    record needs: launch once more with a sink of that size (inputs restored, outputs poisoned again)."""
+    launch_once()
+    max_size = int(sink_req.get("max_size") or 0) if sink_req is not None else 0
+    if sink is not None and max_size and sink.dropped():
+        need = sink.needed()
+        over = {"first_capacity": sink.size, "needed": need, "max_size": max_size, "relaunched": False}
+        status["sink_overflow"] = over
+        if need <= max_size:
+            status["phase"] = "sink"
+            progress.mark("sink_regrow", needed=need)
+            if sink.regrow(min(max_size, -(-need // 4096) * 4096)):
+                prepare()
+                launch_once()
+                over["relaunched"] = True
+        status["sink_size"] = sink.size
+
+
 def _run_library(run_dir: Path, req: dict, progress: P.Progress, status: dict) -> None:
     """A launch library's oracle_launch, called with LaunchArgs over the device buffers."""
     call = launch_abi.LibraryCall.from_dict(req["library"])
@@ -291,20 +310,8 @@ def _run_library(run_dir: Path, req: dict, progress: P.Progress, status: dict) -
             if sink is not None:
                 sink.copy_back(progress)
 
-    launch_once()
-    max_size = int(sink_req.get("max_size") or 0) if sink_req is not None else 0
-    if sink is not None and max_size and sink.dropped():
-        need = sink.needed()
-        over = {"first_capacity": sink.size, "needed": need, "max_size": max_size, "relaunched": False}
-        status["sink_overflow"] = over
-        if need <= max_size:
-            status["phase"] = "sink"
-            progress.mark("sink_regrow", needed=need)
-            if sink.regrow(min(max_size, -(-need // 4096) * 4096)):
-                _prepare(inputs_path, tensors, dptrs, poison)
-                launch_once()
-                over["relaunched"] = True
-        status["sink_size"] = sink.size
+    _launch_regrowing(launch_once, lambda: _prepare(inputs_path, tensors, dptrs, poison), sink, sink_req, status,
+                      progress)
 
     status["phase"] = "download"
     progress.mark("download")
@@ -450,22 +457,7 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
             if sink is not None:
                 sink.copy_back(progress)
 
-    launch_once()
-    max_size = int(sink_req.get("max_size") or 0) if sink_req is not None else 0
-    if sink is not None and max_size and sink.dropped():
-        # The sink was sized from an estimate and overflowed: the cursor says what every record
-        # needs. Launch once more with a sink of that size (inputs restored, outputs poisoned again).
-        need = sink.needed()
-        over = {"first_capacity": sink.size, "needed": need, "max_size": max_size, "relaunched": False}
-        status["sink_overflow"] = over
-        if need <= max_size:
-            status["phase"] = "sink"
-            progress.mark("sink_regrow", needed=need)
-            if sink.regrow(min(max_size, -(-need // 4096) * 4096)):
-                prepare_tensors()
-                launch_once()
-                over["relaunched"] = True
-        status["sink_size"] = sink.size
+    _launch_regrowing(launch_once, prepare_tensors, sink, sink_req, status, progress)
 
     phase = status["phase"] = "download"
     progress.mark(phase)
