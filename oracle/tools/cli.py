@@ -315,10 +315,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     Start it once, then set ORACLE_SERVER to the socket: `python -m oracle compare ...` (and
     bench, simulate, knobs) run in the server without paying for `import torch` and Triton's
-    kernel loading again, and print here. Without a server the commands run in their own process."""
+    kernel loading again, and print here. Without a server the commands run in their own process.
+    --warm CASE (repeatable) compiles what judging that case launches before the first command is
+    taken (oracle.tools.warmup: the case's problem shrunk, a model kernel's recording analysed)."""
     from oracle.tools.server import serve
 
-    return serve(args.socket, main)
+    def warm():
+        from oracle.tools.warmup import warm as warm_cases
+
+        warm_cases(args.warm, log=lambda line: print(f"oracle server: {line}", file=sys.stderr, flush=True))
+
+    return serve(args.socket, main, warm=warm if args.warm else None)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -557,6 +564,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description=cmd_serve.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     v.add_argument("--socket", default=os.path.join(tempfile.gettempdir(), f"oracle-{os.getuid()}.sock"),
                    help="the socket path (default: %(default)s); point ORACLE_SERVER at it")
+    v.add_argument("--warm", action="append", default=[], metavar="CASE",
+                   help="a case file whose references to compile before the first command (repeatable)")
     v.set_defaults(func=cmd_serve)
     return p
 

@@ -104,9 +104,12 @@ def _run(request: dict, main: Callable[[list], int]) -> dict:
     return {"exit": int(code), "stdout": out.getvalue(), "stderr": err.getvalue()}
 
 
-def serve(path: str, main: Callable[[list], int], *, max_requests: Optional[int] = None, ready=None) -> int:
+def serve(path: str, main: Callable[[list], int], *, max_requests: Optional[int] = None, ready=None,
+          warm: Optional[Callable[[], object]] = None) -> int:
     """Answer requests on the Unix socket `path` with `main` (the command line's, given by it, so this
-    module never imports the command line) until interrupted (or `max_requests` answered)."""
+    module never imports the command line) until interrupted (or `max_requests` answered). `warm`
+    runs once the socket listens and before the first request is taken (oracle.tools.warmup):
+    a command sent meanwhile waits for it instead of running cold in its own process."""
     if os.path.exists(path):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
             try:
@@ -121,9 +124,11 @@ def serve(path: str, main: Callable[[list], int], *, max_requests: Optional[int]
         srv.bind(path)
         os.chmod(path, 0o600)  # the server runs the caller's commands: the caller's user only
         srv.listen(8)
+        print(f"oracle server: listening on {path}", file=sys.stderr, flush=True)
+        if warm is not None:
+            warm()
         if ready is not None:
             ready()
-        print(f"oracle server: listening on {path}", file=sys.stderr, flush=True)
         try:
             while max_requests is None or done < max_requests:
                 conn, _ = srv.accept()
