@@ -18,7 +18,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from harness.taps import DESCRIPTOR_STAGES, LOAD_STAGES, stage_rank
+from harness.taps import DEQUANT_STAGES, DESCRIPTOR_STAGES, LOAD_STAGES, stage_rank
 from oracle.judging.compare import Comparison, Status, TileMetrics
 from oracle.judging.diagnose import Diagnosis, Kind, Verdict, evidence_kind
 from oracle.judging.differential.context import Context, StageResult
@@ -88,7 +88,7 @@ def _lost_sites(ctx: Context, stage: str) -> str:
                if t.mask is not None and not bool(t.mask.all())]
     tiles = [(tm, tn) for tm in range(spec.tiles_m) for tn in range(spec.tiles_n) if sel.records_tile((tm, tn))] \
         if spec.tiles_m * spec.tiles_n <= MAX_LISTED_SITES else []
-    has_kb = stage in DESCRIPTOR_STAGES + LOAD_STAGES or stage == "mma"
+    has_kb = stage in DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES or stage == "mma"
     kbs = [kb for kb in range(spec.k_blocks) if sel.records_k_block(kb)] if has_kb else [None]
     present = {(t.tile, t.k_block) for t in ctx.taps_of(stage)}
     absent = [(stage, t, kb) for t in tiles for kb in kbs if (t, kb) not in present][:MAX_LISTED_SITES]
