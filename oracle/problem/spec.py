@@ -309,6 +309,8 @@ class ProblemSpec:
         else:
             _require(self.b_packing is None, "b_packing", self.b_packing,
                      f"a {b} B holds one value per byte: no packing (only {', '.join(PACKED)} are packed)")
+        _require(self.k % self.tile.bk == 0, "k", self.k,
+                 f"a quantised B is modelled for whole k-blocks: K must be a multiple of tile.bk ({self.tile.bk})")
         g = self.b_group_size
         if g is not None:
             _require(isinstance(g, int) and not isinstance(g, bool) and g > 0 and self.k % g == 0, "b_group_size", g,
