@@ -116,11 +116,14 @@ class Scale:
     kind: none | tensor | row (A, per m) | col (B, per n) | block. A block scale covers
     `block` = (rows, k) elements of A's (m, k) or (cols, k) of B's (n, k): DeepSeek-style fp8 uses
     (1, 128) for activations and (128, 128) for weights. Block scales act inside the main loop
-    (per k-block); the others act in the epilogue.
+    (per k-block); the others act in the epilogue. `major` is how a block scale tensor, logically
+    [rows / block rows, K / block k], lies in memory: row (k contiguous, the default) or col (its
+    rows contiguous: DeepGEMM's MN-major activation scales).
     """
 
     kind: str = "none"
     block: Optional[tuple[int, int]] = None
+    major: str = "row"
 
     def validate(self, operand: str) -> None:
         kinds = SCALE_KINDS_A if operand == "a" else SCALE_KINDS_B
@@ -130,7 +133,11 @@ class Scale:
                   and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in self.block))
             _require(ok, f"scale_{operand}.block", self.block,
                      "a block scale needs (rows, k), two positive integers, e.g. (1, 128)")
+            _require(self.major in MAJORS, f"scale_{operand}.major", self.major,
+                     "'row' (k contiguous) or 'col' (rows contiguous, MN-major)")
         else:
+            _require(self.major == "row", f"scale_{operand}.major", self.major,
+                     f"only a 'block' scale is a matrix with a storage order (kind is {self.kind!r})")
             _require(self.block is None, f"scale_{operand}.block", self.block,
                      f"only a 'block' scale has a block shape (kind is {self.kind!r})")
 
@@ -539,6 +546,8 @@ class ProblemSpec:
         for s in ("scale_a", "scale_b"):
             if d[s]["block"] is not None:
                 d[s]["block"] = list(d[s]["block"])
+            if d[s]["major"] == "row":
+                del d[s]["major"]  # absent: the default (a recording made before the field reads the same)
         if d["groups"] is not None:
             d["groups"] = list(d["groups"])
         if d["epilogue"] is None:

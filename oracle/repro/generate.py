@@ -212,9 +212,12 @@ def _shape(shape) -> str:
 
 
 def _major_of(spec, name: str) -> Optional[str]:
-    """A matrix operand's major ("row"/"col"), None for vectors."""
+    """A matrix operand's major ("row"/"col"), None for vectors (and row-major block scales, as they
+    always were)."""
     if name in ("a", "b", "c", "d"):
         return getattr(spec, f"{name}_major")
+    if name in ("scale_a", "scale_b") and getattr(spec, name).kind == "block" and getattr(spec, name).major == "col":
+        return "col"
     return None
 
 

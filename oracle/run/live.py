@@ -50,6 +50,13 @@ def _storage(x: torch.Tensor, major: str) -> torch.Tensor:
     return x.contiguous() if major == "row" else x.transpose(-1, -2).contiguous()
 
 
+def scale_major(spec, name: str) -> Optional[str]:
+    """The storage order of a block scale tensor (scale_a / scale_b of kind block), else None."""
+    if name in ("scale_a", "scale_b") and getattr(spec, name).kind == "block":
+        return getattr(spec, name).major
+    return None
+
+
 def _from_storage(x: torch.Tensor, major: str) -> torch.Tensor:
     return x if major == "row" else x.transpose(-1, -2).contiguous()
 
@@ -139,7 +146,7 @@ def _buffers(case: Case, ops: Optional[Operands], names: dict) -> tuple[set, dic
         for n in ("bias", "scale_a", "scale_b", "b_scales", "b_zeros"):  # [G, N] group scales row-major
             v = getattr(ops, n)
             if v is not None:
-                storage[n] = v.contiguous()
+                storage[n] = _storage(v, scale_major(s, n) or "row")
         d_shape = (s.total_m, s.n) if s.d_major == "row" else (s.n, s.total_m)
         storage["d"] = torch.empty(d_shape, dtype=DTYPES[s.out_dtype].torch)
         if offsets is not None:
@@ -186,7 +193,7 @@ def library_call(case: Case, ops: Optional[Operands]) -> tuple[LibraryCall, dict
         if op not in present:
             continue
         shape = tuple(shapes[op])
-        major = getattr(s, f"{op}_major") if op in ("a", "b", "c", "d") else "row"
+        major = getattr(s, f"{op}_major") if op in ("a", "b", "c", "d") else scale_major(s, op) or "row"
         dtype = dtypes[op]
         if storage:
             used[op] = storage[op]

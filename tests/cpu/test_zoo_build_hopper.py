@@ -31,7 +31,7 @@ def test_manifest_covers_every_hopper_defect():
     kernel = sorted(n.replace("zoo_hopper_", "").split("_", 1)[1] for n in HOPPER_DEFECTIVE)
     kernel = [k.replace("tensor_e4m3out_", "").replace("tensor_", "").replace("rowcol_", "") for k in kernel]
     kernel = [k if k == "block_scale_twice" else k.removeprefix("block_") for k in kernel]
-    assert defects == sorted(kernel + ["wrong_stride", "narrow_box", "no_swizzle", "nan_fill"])
+    assert defects == sorted(kernel + ["wrong_stride", "narrow_box", "no_swizzle", "nan_fill", "mn_scales_read_k_major"])
     stages = {e["expected_stage"] for e in doc}
     assert {"descriptor_a", "descriptor_b", "load_a", "mma", "epilogue_scale", "epilogue_bias", "epilogue_activation",
             "epilogue_cast", "epilogue_store", None} <= stages
@@ -48,7 +48,7 @@ def test_block_scale_defects_are_named_at_mma_at_both_shapes():
     doc = [e for e in entries() if e["kernel"].startswith("zoo/hopper_gemm/")
            and e["kernel"].partition(":")[2].startswith("zoo_hopper_e4m3_block")]
     planted = {e["defect"]: e for e in doc if e["defect"] is not None}
-    assert set(planted) == {"scale_prev_kblock", "block_scale_twice", "skip_promotion"}
+    assert set(planted) == {"scale_prev_kblock", "block_scale_twice", "skip_promotion", "mn_scales_read_k_major"}
     for e in planted.values():
         assert e["expected_stage"] == "mma" and e["problem"] == big and e["record_problem"]["m"] <= 16, e["name"]
         assert e["expected_k_block"] == (1 if e["defect"] == "scale_prev_kblock" else 0), e["name"]
@@ -58,10 +58,19 @@ def test_block_scale_defects_are_named_at_mma_at_both_shapes():
 
     c = load_case(str(ROOT / "zoo" / "hopper_gemm" / "hopper_gemm_e4m3_block.toml"))
     assert (c.spec.scale_a.kind, c.spec.scale_a.block, c.spec.scale_b.block) == ("block", (1, 128), (128, 128))
+    # DeepGEMM's layout: A's scales MN-major, read by the _mn kernel; the k-major kernel given them is the defect
+    mn = load_case(str(ROOT / "zoo" / "hopper_gemm" / "hopper_gemm_e4m3_block_mn.toml"))
+    assert (mn.spec.scale_a.major, mn.spec.scale_b.major, mn.kernel.entry) == \
+        ("col", "row", "zoo_hopper_e4m3_block_mn_traced")
+    assert {e["kernel"].partition(":")[2] for e in doc if e["case"].endswith("_mn.toml")} == \
+        {"zoo_hopper_e4m3_block_mn_traced"}
+    bad = load_case(str(ROOT / planted["mn_scales_read_k_major"]["case"]))
+    assert bad.spec.scale_a.major == "col" and bad.kernel.entry == "zoo_hopper_e4m3_block_traced"
 
 # -- the Hopper GEMM's builds --------------------------------------------------------------------
 HOPPER_CORRECT = ["zoo_hopper_bf16", "zoo_hopper_bf16_n16", "zoo_hopper_fp16", "zoo_hopper_e4m3_tensor",
-                  "zoo_hopper_e4m3_rowcol", "zoo_hopper_e4m3_block", "zoo_hopper_e4m3_tensor_e4m3out"]
+                  "zoo_hopper_e4m3_rowcol", "zoo_hopper_e4m3_block", "zoo_hopper_e4m3_block_mn",
+                  "zoo_hopper_e4m3_tensor_e4m3out"]
 HOPPER_DEFECTIVE = ["zoo_hopper_bf16_stale_slot", "zoo_hopper_bf16_transposed_a", "zoo_hopper_bf16_kblock_twice",
                     "zoo_hopper_bf16_no_reset", "zoo_hopper_fp16_fp16_acc", "zoo_hopper_e4m3_tensor_scale_twice",
                     "zoo_hopper_e4m3_rowcol_col_scale_row", "zoo_hopper_bf16_bias_row", "zoo_hopper_bf16_gelu_tanh",

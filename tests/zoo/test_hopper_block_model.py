@@ -5,7 +5,8 @@ fp32 accumulator promoted per k-block with the 1 x 128 / 128 x 128 block scales,
 defective one takes its mma taps from the planted defect of zoo/hopper_gemm/hopper_gemm.cu applied to
 the model's own load taps and scales: A's scale read for the k-block before (scale_prev_kblock), the
 scales applied twice (block_scale_twice), k-block 0 not promoted and summed into k-block 1's partial
-(skip_promotion). Each manifest entry at the shape it is recorded at must be judged as the manifest
+(skip_promotion), and A's MN-major scales read as if k-major by the kernel that expects them so
+(mn_scales_read_k_major). Each manifest entry at the shape it is recorded at must be judged as the manifest
 says: the correct ones MATCH, the defects are found at mma at their tile and k-block with nothing
 upstream diverging. The GPU tier (tests/gpu/test_zoo.py) shows the CUDA code does what this models.
 """
@@ -46,7 +47,10 @@ def _defective_mma(spec, ops, taps, defect: str) -> list[Tap]:
             carry = torch.zeros(bm, bn)
             g = kb * bk // gk
             ga = g - 1 if defect == "scale_prev_kblock" and kb > 0 else g
-            s = ops.scale_a[rows, ga][:, None] * ops.scale_b[cols, g][None, :]
+            sa = ops.scale_a[rows, ga]
+            if defect == "mn_scales_read_k_major":  # the [kbs, M] buffer read at m * kbs + kb
+                sa = ops.scale_a.t().contiguous().flatten()[rows * spec.k_blocks + ga]
+            s = sa[:, None] * ops.scale_b[cols, g][None, :]
             if defect == "skip_promotion" and kb == 0 and spec.k_blocks > 1:
                 carry = part
             else:

@@ -39,6 +39,7 @@
 //   zoo_hopper_e4m3_rowcol e4m3 x e4m3 -> bf16, scale_a[M] per row, scale_b[N] per column
 //   zoo_hopper_e4m3_block  e4m3 x e4m3 -> bf16, block scales scale_a [M, kbs] (1 x 128) and
 //                          scale_b [cdiv(N, 128), kbs] (128 x 128), row-major, kbs = cdiv(K, 128)
+//   zoo_hopper_e4m3_block_mn  the same with A's scales MN-major (DeepGEMM): stored [kbs, M]
 //   zoo_hopper_e4m3_tensor_e4m3out  per-tensor scales, e4m3 output (saturating cast)
 //   C (beta != 0) and bias may be null; C and D row-major with ldc, ldd >= N.
 //   tx_bytes: the bytes the two TMA boxes of one k-block bring; the host computes it from the
@@ -119,7 +120,8 @@ enum Defect : int {
   kBlockScaleTwice,
   kSkipPromotion,
 };
-enum ScaleMode : int { kNoScale = 0, kTensorScale, kRowColScale, kBlockScale };
+// kBlockScaleMn: block scales with A's stored MN-major, [kbs, M] (DeepGEMM's layout)
+enum ScaleMode : int { kNoScale = 0, kTensorScale, kRowColScale, kBlockScale, kBlockScaleMn };
 
 // CuTe element types and the trace's value types (same bits).
 template <class T>
@@ -309,9 +311,11 @@ __device__ __forceinline__ void gemm(const CUtensorMap* tma_a, const CUtensorMap
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) {
           float q = part(i);
-          if constexpr (Cfg::kScale == kBlockScale) {
+          if constexpr (Cfg::kScale == kBlockScale || Cfg::kScale == kBlockScaleMn) {
             const int gm = m0 + row_of(i), gn = n0 + col_of(i);
-            const float sa = gm < p.M ? p.scale_a[static_cast<size_t>(gm) * k_blocks + kb_a] : 0.f;
+            const size_t at = Cfg::kScale == kBlockScaleMn ? static_cast<size_t>(kb_a) * p.M + gm
+                                                           : static_cast<size_t>(gm) * k_blocks + kb_a;
+            const float sa = gm < p.M ? p.scale_a[at] : 0.f;
             const float sb = gn < p.N ? p.scale_b[static_cast<size_t>(gn / 128) * k_blocks + kb] : 0.f;
             q = __fmul_rn(q, __fmul_rn(sa, sb));
             if constexpr (D == kBlockScaleTwice) q = __fmul_rn(q, __fmul_rn(sa, sb));
@@ -438,6 +442,7 @@ using Bf16N16 = Config<bf16, bf16, 16, kNoScale, kCorrect>;
 using E4m3Tensor = Config<e4m3, bf16, 128, kTensorScale, kCorrect>;
 using E4m3RowCol = Config<e4m3, bf16, 128, kRowColScale, kCorrect>;
 using E4m3Block = Config<e4m3, bf16, 128, kBlockScale, kCorrect>;
+using E4m3BlockMn = Config<e4m3, bf16, 128, kBlockScaleMn, kCorrect>;
 using E4m3TensorE4m3 = Config<e4m3, e4m3, 128, kTensorScale, kCorrect>;
 using Bf16StaleSlot = Config<bf16, bf16, 128, kNoScale, kStaleSlot>;
 using Bf16TransposedA = Config<bf16, bf16, 128, kNoScale, kTransposedA>;
@@ -465,6 +470,7 @@ using E4m3BlockSkipPromotion = Config<e4m3, bf16, 128, kBlockScale, kSkipPromoti
   X(zoo_hopper_e4m3_tensor##SUFFIX, E4m3Tensor, TRACE)            \
   X(zoo_hopper_e4m3_rowcol##SUFFIX, E4m3RowCol, TRACE)            \
   X(zoo_hopper_e4m3_block##SUFFIX, E4m3Block, TRACE)              \
+  X(zoo_hopper_e4m3_block_mn##SUFFIX, E4m3BlockMn, TRACE)         \
   X(zoo_hopper_e4m3_tensor_e4m3out##SUFFIX, E4m3TensorE4m3, TRACE)
 #define ZOO_HOPPER_DEFECTIVE(X, SUFFIX, TRACE)                                          \
   X(zoo_hopper_bf16_stale_slot##SUFFIX, Bf16StaleSlot, TRACE)                           \
