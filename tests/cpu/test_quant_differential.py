@@ -152,3 +152,18 @@ def test_verify_runs_a_w4a16_op():
         VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16")
     with pytest.raises(CaseError, match="quant must be a table"):
         VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16", quant={"b_dtyp": "int4"})
+
+
+def test_a_wrong_stored_byte_is_named_at_load_b(ops):
+    inj = None
+    rec = simulate(SPEC, ops, Provenance("index"), injection=inj, tap_tiles=[TILE])
+    taps = []
+    for t in rec.taps:
+        if (t.stage, t.k_block) == ("load_b", 1):
+            v = t.values.clone()
+            v[3, 5] ^= 0x0F  # the kernel's copy of one byte differs from global memory
+            t = t.__class__(t.stage, t.tile, v, k_block=t.k_block, slot=t.slot)
+        taps.append(t)
+    an = analyze(rec.__class__(**{**rec.__dict__, "taps": tuple(taps)}))
+    assert an.verdict is Verdict.DIVERGED and an.first.stage == "load_b" and an.first.k_block == 1, sentence(an)
+    assert an.kind is Kind.VERDICT and an.first.element_in_tile == (3, 5)

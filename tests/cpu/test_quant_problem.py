@@ -150,3 +150,19 @@ def test_case_file_carries_the_quant_fields(tmp_path):
     bad.write_text(case.read_text().replace('b_group_size = 32', 'b_group_size = 40'))
     with pytest.raises(Exception, match="b_group_size=40"):
         load_case(str(bad))
+
+
+def test_quantised_taps_round_trip_through_the_dump(tmp_path):
+    from oracle.run.simulate import simulate
+
+    spec = w4()
+    rec = simulate(spec, make_operands(spec, "index"), Provenance("index"), tap_tiles=[(0, 1)])
+    kinds = {(t.stage, t.values.dtype, tuple(t.values.shape)) for t in rec.taps if t.stage in ("load_b", "dequant_b")}
+    assert kinds == {("load_b", torch.uint8, (16, 32)), ("dequant_b", torch.float16, (32, 32))}
+    assert not any(t.stage == "descriptor_b" for t in rec.taps)  # a packed B is loaded without a TMA image
+    path = str(tmp_path / "taps.safetensors")
+    rec.save(path)
+    back = Recording.load(path)
+    assert len(back.taps) == len(rec.taps)
+    for a, b in zip(sorted(rec.taps, key=lambda t: t.key), sorted(back.taps, key=lambda t: t.key)):
+        assert a.key == b.key and a.values.dtype == b.values.dtype and torch.equal(a.values, b.values)
