@@ -125,6 +125,18 @@ def _quant_fields(a: torch.Tensor, b: torch.Tensor, b_scales, b_zeros, fields: d
     return out
 
 
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, (int(x) - 1).bit_length())
+
+
+def _scale_of(t: Optional[torch.Tensor], kind: str) -> Optional[torch.Tensor]:
+    """A scale as the recording holds it: fp32, flat (a block scale keeps its 2-D grid)."""
+    if t is None:
+        return None
+    t = t.detach().float()
+    return t if kind == "block" else t.reshape(-1)
+
+
 def _stored_scales(t: torch.Tensor) -> torch.Tensor:
     """e8m0 scales as their raw bytes (kernels_ref.dequant's form)."""
     if t.dtype == getattr(torch, "float8_e8m0fnu", None):
@@ -168,7 +180,11 @@ def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bia
     if bias is not None:
         kw.update(bias_dtype=_dtype("bias", bias), bias=fields.pop("bias_axis", "row" if bias.numel() == m != n else "col"))
     for op, s, axis in (("a", scale_a, "row"), ("b", scale_b, "col")):
-        if s is not None:
+        if s is not None and s.dim() == 2 and s.shape[1] > 1:  # a block scale [rows / g, K / gk]
+            rows = m if op == "a" else n
+            kw[f"scale_{op}"] = Scale("block", (_pow2_at_least(-(-rows // s.shape[0])),
+                                                _pow2_at_least(-(-k // s.shape[1]))))
+        elif s is not None:
             kw[f"scale_{op}"] = Scale("tensor" if s.numel() == 1 else axis)
     try:
         if isinstance(fields.get("tile"), (list, tuple)):
@@ -186,8 +202,7 @@ def recording_of(a, b, d, *, c=None, bias=None, scale_a=None, scale_b=None, b_sc
                       **fields)
     ops = Operands(a=a.detach(), b=b.detach(), c=None if c is None else c.detach(),
                    bias=None if bias is None else bias.detach().reshape(-1),
-                   scale_a=None if scale_a is None else scale_a.detach().float().reshape(-1),
-                   scale_b=None if scale_b is None else scale_b.detach().float().reshape(-1),
+                   scale_a=_scale_of(scale_a, spec.scale_a.kind), scale_b=_scale_of(scale_b, spec.scale_b.kind),
                    b_scales=None if b_scales is None else _stored_scales(b_scales.detach()),
                    b_zeros=None if b_zeros is None else b_zeros.detach())
     rec = Recording(spec=spec, operands=ops, output=d.detach(), provenance=Provenance("captured"), kernel=kernel)
@@ -202,7 +217,9 @@ def check(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c: Optional[torc
     """Judge an output D of a GEMM-like op against the oracle's reference and bounds, tile by tile.
 
     A [M, K], B [K, N] (logical; any strides), D [M, N], torch tensors on any device; C [M, N],
-    bias [N] (or [M] with bias_axis="row"), scale_a / scale_b per tensor ([1]) or per row / column.
+    bias [N] (or [M] with bias_axis="row"), scale_a / scale_b per tensor ([1]) or per row / column,
+    or block scales of fp8 operands ([M / g, K / gk] and [N / g, K / gk], 2-D: the block is the
+    power of two that covers each extent, 1 x 128 and 128 x 128 for DeepSeek-style scales).
     Every other ProblemSpec field may be given as a keyword (acc_model, tile, alpha, beta,
     activation, saturate, ...). The bound is the accumulation model's (acc_model, reduction): the
     default is an fp32 accumulator over the problem's tiles; a D from cuBLAS or another engine

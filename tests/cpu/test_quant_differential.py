@@ -126,3 +126,44 @@ def test_w4a16_accumulates_with_the_models_of_its_fp16_operands():
     spec16 = ProblemSpec(8, 32, 512, a_dtype="fp16", b_dtype="int4", out_dtype="fp16", acc_dtype="fp16",
                          b_packing="k_pairs_low_first", b_group_size=128, b_scales="fp16")
     assert tolerance.resolved_model(spec16) is tolerance.acc_model("fp16", "fp16")
+
+
+def _w4a16_op(a, b, b_scales, b_zeros):
+    """A W4A16 op in plain torch (low nibble first, fp32 dequant, fp32 accumulation)."""
+    lo, hi = (b & 0xF).to(torch.int32), (b >> 4).to(torch.int32)
+    q = torch.stack([lo, hi], dim=1).reshape(2 * b.shape[0], b.shape[1])
+    q = torch.where(q >= 8, q - 16, q).float()
+    g = torch.arange(q.shape[0]) // (q.shape[0] // b_scales.shape[0])
+    w = ((q - b_zeros.float()[g]) * b_scales.float()[g]).to(a.dtype)
+    return (a.float() @ w.float()).to(a.dtype)
+
+
+def test_verify_runs_a_w4a16_op():
+    from oracle.run.case import CaseError
+    from oracle.tools.verify import VerifyCase, run_case
+
+    quant = dict(b_dtype="int4", b_packing="k_pairs_low_first", b_group_size=64, b_scales="fp16", b_zeros="int")
+    row = run_case(_w4a16_op, VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16", quant=quant, time=False))
+    assert row["verdict"] == "MATCH", row
+    row = run_case(_w4a16_op, VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16",
+                                         quant={**quant, "b_packing": "k_pairs_high_first"}, time=False))
+    assert row["verdict"] == "DIVERGED", row
+    with pytest.raises(CaseError, match="takes a quant table"):
+        VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16")
+    with pytest.raises(CaseError, match="quant must be a table"):
+        VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16", quant={"b_dtyp": "int4"})
+
+
+def test_a_wrong_stored_byte_is_named_at_load_b(ops):
+    inj = None
+    rec = simulate(SPEC, ops, Provenance("index"), injection=inj, tap_tiles=[TILE])
+    taps = []
+    for t in rec.taps:
+        if (t.stage, t.k_block) == ("load_b", 1):
+            v = t.values.clone()
+            v[3, 5] ^= 0x0F  # the kernel's copy of one byte differs from global memory
+            t = t.__class__(t.stage, t.tile, v, k_block=t.k_block, slot=t.slot)
+        taps.append(t)
+    an = analyze(rec.__class__(**{**rec.__dict__, "taps": tuple(taps)}))
+    assert an.verdict is Verdict.DIVERGED and an.first.stage == "load_b" and an.first.k_block == 1, sentence(an)
+    assert an.kind is Kind.VERDICT and an.first.element_in_tile == (3, 5)

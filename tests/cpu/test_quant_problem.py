@@ -128,7 +128,8 @@ def test_a_dequant_tap_must_hold_the_mma_operand():
     good = Tap("dequant_b", (0, 0), torch.zeros(32, 32, dtype=torch.float16), k_block=0)
     Recording(spec=spec, operands=ops, output=out, provenance=Provenance("ones"), taps=(good,)).validate()
     for tap, why in ((Tap("dequant_b", (0, 0), torch.zeros(32, 32, dtype=torch.bfloat16), k_block=0), "MMA's operand"),
-                     (Tap("load_b", (0, 0), torch.zeros(32, 32, dtype=torch.uint8), k_block=0), r"expected \[16, 32\]")):
+                     (Tap("load_b", (0, 0), torch.zeros(32, 32, dtype=torch.uint8), k_block=0),
+                      r"expected \[16, 32\]")):
         with pytest.raises(RecordingError, match=why):
             Recording(spec=spec, operands=ops, output=out, provenance=Provenance("ones"), taps=(tap,)).validate()
     plain = ProblemSpec(16, 64, 128, a_dtype="fp16", b_dtype="fp16", out_dtype="fp16", tile=Tile(16, 32, 32))
@@ -150,3 +151,19 @@ def test_case_file_carries_the_quant_fields(tmp_path):
     bad.write_text(case.read_text().replace('b_group_size = 32', 'b_group_size = 40'))
     with pytest.raises(Exception, match="b_group_size=40"):
         load_case(str(bad))
+
+
+def test_quantised_taps_round_trip_through_the_dump(tmp_path):
+    from oracle.run.simulate import simulate
+
+    spec = w4()
+    rec = simulate(spec, make_operands(spec, "index"), Provenance("index"), tap_tiles=[(0, 1)])
+    kinds = {(t.stage, t.values.dtype, tuple(t.values.shape)) for t in rec.taps if t.stage in ("load_b", "dequant_b")}
+    assert kinds == {("load_b", torch.uint8, (16, 32)), ("dequant_b", torch.float16, (32, 32))}
+    assert not any(t.stage == "descriptor_b" for t in rec.taps)  # a packed B is loaded without a TMA image
+    path = str(tmp_path / "taps.safetensors")
+    rec.save(path)
+    back = Recording.load(path)
+    assert len(back.taps) == len(rec.taps)
+    for a, b in zip(sorted(rec.taps, key=lambda t: t.key), sorted(back.taps, key=lambda t: t.key)):
+        assert a.key == b.key and a.values.dtype == b.values.dtype and torch.equal(a.values, b.values)

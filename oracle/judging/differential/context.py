@@ -264,6 +264,8 @@ class Context:
         tm, tn = tile
         if stage.endswith("_a"):
             return tm * self.bm, (k_block or 0) * self.bk
+        if stage == "load_b" and self.quant is not None and self.quant.packed:  # stored rows: two k a byte
+            return (k_block or 0) * self.bk // 2, tn * self.bn
         if stage.endswith("_b"):
             return (k_block or 0) * self.bk, tn * self.bn
         return tm * self.bm, tn * self.bn

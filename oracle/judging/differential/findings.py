@@ -260,6 +260,8 @@ def _hint(ctx: Context, stage: str, el) -> Optional[str]:
         from oracle.judging.differential.dequant import hint
 
         return hint(ctx, el.row, el.col, el.received)
+    if stage.endswith("_b") and ctx.quant is not None:
+        return None  # a quantised B's stored codes encode no index
     if ladder == "index" and stage.split("_")[0] in ("descriptor", "load"):
         op = stage[-1]
         src = decode_index(el.received, getattr(ctx.spec, f"{op}_dtype"))

@@ -147,9 +147,7 @@ def _stored_load_stage(ctx: Context, taps) -> StageResult:
         recorded = ctx.recorded(tap)
         valid = ctx.valid_mask("load_b", tap.tile, tuple(received.shape))
         ctx.note_padding("load_b", valid, recorded)
-        per = 2 if ctx.quant.packed else 1
-        o = ctx.origin("load_b", tap.tile, tap.k_block)
-        where = dict(origin=(o[0] // per, o[1]), tile_index=tap.tile, k_block=tap.k_block)
+        where = dict(origin=ctx.origin("load_b", tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
         ch.append(ctx.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded, **where))
         tf.append(ctx.judge(received, ref, feed=Feed.GLOBAL, valid=valid, recorded=recorded, **where))
     return StageResult("load_b", combine(tf), combine(ch))
