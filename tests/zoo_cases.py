@@ -43,6 +43,8 @@ def tapped_stages(case: Case) -> set[str]:
     folder = Path(case.kernel.library or case.kernel.source).resolve().parent
     if folder == ROOT / "zoo" / "cutlass_sm90":  # CUTLASS's LinearCombination: alpha_beta, then the cast
         return {"descriptor_a", "descriptor_b", "load_a", "load_b", "mma", "epilogue_alpha_beta", "epilogue_cast"}
+    if folder == ROOT / "zoo" / "w4a16_sm80":  # packed B as loaded, then dequantised; alpha, then the cast
+        return {"load_a", "load_b", "dequant_b", "mma", "epilogue_alpha_beta", "epilogue_cast"}
     if folder == ROOT / "zoo" / "split_gemm":
         stages = {"load_a", "load_b", "mma", "epilogue_alpha_beta", "epilogue_bias", "epilogue_cast"}
         return stages | ({"reduce"} if case.spec.partitioned else set())

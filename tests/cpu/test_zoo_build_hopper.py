@@ -30,7 +30,8 @@ def test_manifest_covers_every_hopper_defect():
     defects = sorted(e["defect"] for e in doc if e["defect"] is not None)
     kernel = sorted(n.replace("zoo_hopper_", "").split("_", 1)[1] for n in HOPPER_DEFECTIVE)
     kernel = [k.replace("tensor_e4m3out_", "").replace("tensor_", "").replace("rowcol_", "") for k in kernel]
-    assert defects == sorted(kernel + ["wrong_stride", "narrow_box", "no_swizzle", "nan_fill"])
+    kernel = [k if k == "block_scale_twice" else k.removeprefix("block_") for k in kernel]
+    assert defects == sorted(kernel + ["wrong_stride", "narrow_box", "no_swizzle", "nan_fill", "mn_scales_read_k_major"])
     stages = {e["expected_stage"] for e in doc}
     assert {"descriptor_a", "descriptor_b", "load_a", "mma", "epilogue_scale", "epilogue_bias", "epilogue_activation",
             "epilogue_cast", "epilogue_store", None} <= stages
@@ -39,13 +40,43 @@ def test_manifest_covers_every_hopper_defect():
         "the padding confound (batch 8 < MMA N 16, K = 6144, OUT = 1024, bf16) is missing"
 
 
+
+def test_block_scale_defects_are_named_at_mma_at_both_shapes():
+    # the block scales act per k-block in the main loop, so a wrong scale is an mma finding, run live
+    # at 4096^3 and recorded at a decode shape; the correct block-scaled variant runs at both
+    big = {"m": 4096, "n": 4096, "k": 4096}
+    doc = [e for e in entries() if e["kernel"].startswith("zoo/hopper_gemm/")
+           and e["kernel"].partition(":")[2].startswith("zoo_hopper_e4m3_block")]
+    planted = {e["defect"]: e for e in doc if e["defect"] is not None}
+    assert set(planted) == {"scale_prev_kblock", "block_scale_twice", "skip_promotion", "mn_scales_read_k_major"}
+    for e in planted.values():
+        assert e["expected_stage"] == "mma" and e["problem"] == big and e["record_problem"]["m"] <= 16, e["name"]
+        assert e["expected_k_block"] == (1 if e["defect"] == "scale_prev_kblock" else 0), e["name"]
+    correct = [e["problem"] for e in doc if e["defect"] is None]
+    assert big in correct and any(p["m"] <= 16 for p in correct), correct
+    from oracle.run.case import load_case
+
+    c = load_case(str(ROOT / "zoo" / "hopper_gemm" / "hopper_gemm_e4m3_block.toml"))
+    assert (c.spec.scale_a.kind, c.spec.scale_a.block, c.spec.scale_b.block) == ("block", (1, 128), (128, 128))
+    # DeepGEMM's layout: A's scales MN-major, read by the _mn kernel; the k-major kernel given them is the defect
+    mn = load_case(str(ROOT / "zoo" / "hopper_gemm" / "hopper_gemm_e4m3_block_mn.toml"))
+    assert (mn.spec.scale_a.major, mn.spec.scale_b.major, mn.kernel.entry) == \
+        ("col", "row", "zoo_hopper_e4m3_block_mn_traced")
+    assert {e["kernel"].partition(":")[2] for e in doc if e["case"].endswith("_mn.toml")} == \
+        {"zoo_hopper_e4m3_block_mn_traced"}
+    bad = load_case(str(ROOT / planted["mn_scales_read_k_major"]["case"]))
+    assert bad.spec.scale_a.major == "col" and bad.kernel.entry == "zoo_hopper_e4m3_block_traced"
+
 # -- the Hopper GEMM's builds --------------------------------------------------------------------
 HOPPER_CORRECT = ["zoo_hopper_bf16", "zoo_hopper_bf16_n16", "zoo_hopper_fp16", "zoo_hopper_e4m3_tensor",
-                  "zoo_hopper_e4m3_rowcol", "zoo_hopper_e4m3_block", "zoo_hopper_e4m3_tensor_e4m3out"]
+                  "zoo_hopper_e4m3_rowcol", "zoo_hopper_e4m3_block", "zoo_hopper_e4m3_block_mn",
+                  "zoo_hopper_e4m3_tensor_e4m3out"]
 HOPPER_DEFECTIVE = ["zoo_hopper_bf16_stale_slot", "zoo_hopper_bf16_transposed_a", "zoo_hopper_bf16_kblock_twice",
                     "zoo_hopper_bf16_no_reset", "zoo_hopper_fp16_fp16_acc", "zoo_hopper_e4m3_tensor_scale_twice",
                     "zoo_hopper_e4m3_rowcol_col_scale_row", "zoo_hopper_bf16_bias_row", "zoo_hopper_bf16_gelu_tanh",
-                    "zoo_hopper_e4m3_tensor_e4m3out_cast_no_sat", "zoo_hopper_bf16_swapped_store"]
+                    "zoo_hopper_e4m3_tensor_e4m3out_cast_no_sat", "zoo_hopper_bf16_swapped_store",
+                    "zoo_hopper_e4m3_block_scale_prev_kblock", "zoo_hopper_e4m3_block_scale_twice",
+                    "zoo_hopper_e4m3_block_skip_promotion"]
 
 
 @pytest.mark.nvcc

@@ -39,6 +39,7 @@
 //   zoo_hopper_e4m3_rowcol e4m3 x e4m3 -> bf16, scale_a[M] per row, scale_b[N] per column
 //   zoo_hopper_e4m3_block  e4m3 x e4m3 -> bf16, block scales scale_a [M, kbs] (1 x 128) and
 //                          scale_b [cdiv(N, 128), kbs] (128 x 128), row-major, kbs = cdiv(K, 128)
+//   zoo_hopper_e4m3_block_mn  the same with A's scales MN-major (DeepGEMM): stored [kbs, M]
 //   zoo_hopper_e4m3_tensor_e4m3out  per-tensor scales, e4m3 output (saturating cast)
 //   C (beta != 0) and bias may be null; C and D row-major with ldc, ldd >= N.
 //   tx_bytes: the bytes the two TMA boxes of one k-block bring; the host computes it from the
@@ -67,6 +68,13 @@
 //   gelu_tanh       gelu with erf computed with the tanh approximation     -> epilogue_activation
 //   cast_no_sat     (e4m3 out) the fp8 cast does not saturate: overflow gives NaN -> epilogue_cast
 //   swapped_store   a tile (tm, tn), tm != tn, is stored at tile (tn, tm)  -> epilogue_store
+//   scale_prev_kblock  (e4m3 block) from k-block 1 on, A's block scale is read for the k-block
+//                   before (scale_a[m][kb - 1]): a scale read for the wrong block -> mma, k-block 1
+//   block_scale_twice  (e4m3 block) each k-block's partial is multiplied by sa * sb twice
+//                                                                         -> mma, k-block 0
+//   skip_promotion  (e4m3 block) k-block 0's partial is not promoted: it stays in the WGMMA
+//                   accumulator, k-block 1 accumulates on top of it and the sum of both is promoted
+//                   once, with k-block 1's scales                          -> mma, k-block 0
 // Descriptor defects live where descriptors are built, in the host's tensor maps (the case files
 // under zoo/hopper_gemm/defects/): wrong leading dimension, a box narrower than the k-block, no
 // swizzle for a swizzled layout, NaN out-of-bounds fill.
@@ -108,8 +116,12 @@ enum Defect : int {
   kGeluTanh,
   kCastNoSat,
   kSwappedStore,
+  kScalePrevKBlock,
+  kBlockScaleTwice,
+  kSkipPromotion,
 };
-enum ScaleMode : int { kNoScale = 0, kTensorScale, kRowColScale, kBlockScale };
+// kBlockScaleMn: block scales with A's stored MN-major, [kbs, M] (DeepGEMM's layout)
+enum ScaleMode : int { kNoScale = 0, kTensorScale, kRowColScale, kBlockScale, kBlockScaleMn };
 
 // CuTe element types and the trace's value types (same bits).
 template <class T>
@@ -252,6 +264,7 @@ __device__ __forceinline__ void gemm(const CUtensorMap* tma_a, const CUtensorMap
   auto col_of = [&](int i) { return static_cast<int>(get<1>(tCcC(i))); };
 
   if constexpr (D == kNoReset) clear(acc);
+  Tensor part = partition_fragment_C(mma, Shape<Int<BM>, Int<BN>>{});  // fp8: one k-block's sum
   int it = 0;
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int tm = tile / tiles_n, tn = tile % tiles_n;
@@ -284,23 +297,28 @@ __device__ __forceinline__ void gemm(const CUtensorMap* tma_a, const CUtensorMap
 
       if constexpr (Cfg::kFp8) {
         // promotion: this k-block's partial sum, then added to the fp32 accumulator
-        Tensor part = partition_fragment_C(mma, Shape<Int<BM>, Int<BN>>{});
-        clear(part);
+        // (skip_promotion: k-block 0's partial is neither promoted nor cleared; k-block 1 adds to it)
+        const bool skip = D == kSkipPromotion && kb == 0 && k_blocks > 1;
+        if (!(D == kSkipPromotion && kb == 1)) clear(part);
         warpgroup_fence_operand(part);
         warpgroup_arrive();
         gemm(mma, tCrA(_, _, _, rs), tCrB(_, _, _, rs), part);
         warpgroup_commit_batch();
         warpgroup_wait<0>();
         warpgroup_fence_operand(part);
-        const int reps = (D == kKBlockTwice && kb == 1) ? 2 : 1;
+        const int reps = skip ? 0 : (D == kKBlockTwice && kb == 1) ? 2 : 1;
+        const int kb_a = (D == kScalePrevKBlock && kb > 0) ? kb - 1 : kb;  // the k-block of A's scale
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) {
           float q = part(i);
-          if constexpr (Cfg::kScale == kBlockScale) {
+          if constexpr (Cfg::kScale == kBlockScale || Cfg::kScale == kBlockScaleMn) {
             const int gm = m0 + row_of(i), gn = n0 + col_of(i);
-            const float sa = gm < p.M ? p.scale_a[static_cast<size_t>(gm) * k_blocks + kb] : 0.f;
+            const size_t at = Cfg::kScale == kBlockScaleMn ? static_cast<size_t>(kb_a) * p.M + gm
+                                                           : static_cast<size_t>(gm) * k_blocks + kb_a;
+            const float sa = gm < p.M ? p.scale_a[at] : 0.f;
             const float sb = gn < p.N ? p.scale_b[static_cast<size_t>(gn / 128) * k_blocks + kb] : 0.f;
             q = __fmul_rn(q, __fmul_rn(sa, sb));
+            if constexpr (D == kBlockScaleTwice) q = __fmul_rn(q, __fmul_rn(sa, sb));
           }
           for (int r = 0; r < reps; ++r) acc(i) = __fadd_rn(acc(i), q);
         }
@@ -424,6 +442,7 @@ using Bf16N16 = Config<bf16, bf16, 16, kNoScale, kCorrect>;
 using E4m3Tensor = Config<e4m3, bf16, 128, kTensorScale, kCorrect>;
 using E4m3RowCol = Config<e4m3, bf16, 128, kRowColScale, kCorrect>;
 using E4m3Block = Config<e4m3, bf16, 128, kBlockScale, kCorrect>;
+using E4m3BlockMn = Config<e4m3, bf16, 128, kBlockScaleMn, kCorrect>;
 using E4m3TensorE4m3 = Config<e4m3, e4m3, 128, kTensorScale, kCorrect>;
 using Bf16StaleSlot = Config<bf16, bf16, 128, kNoScale, kStaleSlot>;
 using Bf16TransposedA = Config<bf16, bf16, 128, kNoScale, kTransposedA>;
@@ -437,6 +456,9 @@ using Bf16GeluTanh = Config<bf16, bf16, 128, kNoScale, kGeluTanh>;
 using E4m3TensorE4m3CastNoSat = Config<e4m3, e4m3, 128, kTensorScale, kCastNoSat>;
 using Bf16SwappedStore = Config<bf16, bf16, 128, kNoScale, kSwappedStore>;
 using Fp16 = Config<half_t, bf16, 128, kNoScale, kCorrect>;
+using E4m3BlockScalePrevKBlock = Config<e4m3, bf16, 128, kBlockScale, kScalePrevKBlock>;
+using E4m3BlockScaleTwice = Config<e4m3, bf16, 128, kBlockScale, kBlockScaleTwice>;
+using E4m3BlockSkipPromotion = Config<e4m3, bf16, 128, kBlockScale, kSkipPromotion>;
 }  // namespace zoo_hopper
 
 // The variants, one list. Without ORACLE_TRACE every variant is built untraced; with it every
@@ -448,6 +470,7 @@ using Fp16 = Config<half_t, bf16, 128, kNoScale, kCorrect>;
   X(zoo_hopper_e4m3_tensor##SUFFIX, E4m3Tensor, TRACE)            \
   X(zoo_hopper_e4m3_rowcol##SUFFIX, E4m3RowCol, TRACE)            \
   X(zoo_hopper_e4m3_block##SUFFIX, E4m3Block, TRACE)              \
+  X(zoo_hopper_e4m3_block_mn##SUFFIX, E4m3BlockMn, TRACE)         \
   X(zoo_hopper_e4m3_tensor_e4m3out##SUFFIX, E4m3TensorE4m3, TRACE)
 #define ZOO_HOPPER_DEFECTIVE(X, SUFFIX, TRACE)                                          \
   X(zoo_hopper_bf16_stale_slot##SUFFIX, Bf16StaleSlot, TRACE)                           \
@@ -460,7 +483,10 @@ using Fp16 = Config<half_t, bf16, 128, kNoScale, kCorrect>;
   X(zoo_hopper_bf16_bias_row##SUFFIX, Bf16BiasRow, TRACE)                               \
   X(zoo_hopper_bf16_gelu_tanh##SUFFIX, Bf16GeluTanh, TRACE)                             \
   X(zoo_hopper_e4m3_tensor_e4m3out_cast_no_sat##SUFFIX, E4m3TensorE4m3CastNoSat, TRACE) \
-  X(zoo_hopper_bf16_swapped_store##SUFFIX, Bf16SwappedStore, TRACE)
+  X(zoo_hopper_bf16_swapped_store##SUFFIX, Bf16SwappedStore, TRACE)                     \
+  X(zoo_hopper_e4m3_block_scale_prev_kblock##SUFFIX, E4m3BlockScalePrevKBlock, TRACE)   \
+  X(zoo_hopper_e4m3_block_scale_twice##SUFFIX, E4m3BlockScaleTwice, TRACE)             \
+  X(zoo_hopper_e4m3_block_skip_promotion##SUFFIX, E4m3BlockSkipPromotion, TRACE)
 
 ZOO_HOPPER_CORRECT(ZOO_HOPPER_ENTRY, , false)
 #if defined(ORACLE_TRACE)
