@@ -7,7 +7,7 @@
   operands, fp8 without fp8_fast, another epilogue order);
 - the adapter's serialisation travels with a recording (saved and loaded), and the judgement of the
   committed CUTLASS dumps lists it under what was not seen, for a MATCH and for a finding alike,
-  without opening a confound or changing the finding's kind.
+  without opening a confound or changing the finding's kind; a reproducer's traced run carries it too.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+import torch
 
 from oracle.report import table as report
 from oracle.run.adapters import CUTLASS_SM90, adapter_of
@@ -110,3 +111,24 @@ def test_a_cutlass_run_says_it_did_not_see_the_production_timing(name, stage):
         assert an.verdict.value == "DIVERGED" and an.first.stage == stage
         assert an.first.kind.value == "VERDICT", (an.first, an.open_confounds)
     assert report.to_json(an)["unobserved"] == list(an.unobserved)
+
+
+def test_a_cutlass_reproducer_s_traced_run_carries_the_serialisation(tmp_path):
+    import json
+
+    from harness.trace_format import TraceWriter
+    from oracle.repro.generate import sink_bytes, write_repro
+    from oracle.repro.readback import load_repro_run
+    from oracle.run.case import with_trace
+
+    rec = Recording.load(str(DUMPS / "cutlass_sm90_coop_alpha_twice.safetensors.gz"))
+    case = with_trace(load_case(str(ZOO / "defects" / "alpha_twice.toml"), {"m": 300, "n": 392, "k": 520}),
+                      ((0, 0),), None)
+    out = write_repro(case, rec.operands, rec.provenance, tmp_path / "r", reference=False).path
+    assert json.loads((out / "repro.json").read_text())["library"]["serialised"] == list(CUTLASS_SM90.serialised)
+    (out / "d.bin").write_bytes(rec.output.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    (out / "sink.bin").write_bytes(TraceWriter(sink_bytes(case), tiles=[(0, 0)]).to_bytes())
+    (out / "result.txt").write_text("status ok\nentry oracle_launch\ntraced 1\n")
+    assert load_repro_run(out).serialised == CUTLASS_SM90.serialised
+    (out / "result.txt").write_text("status ok\nentry oracle_launch\ntraced 0\n")
+    assert load_repro_run(out).serialised == ()  # the untraced build is CUTLASS's production kernel
