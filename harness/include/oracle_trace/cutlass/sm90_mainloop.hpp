@@ -27,7 +27,8 @@
 // defect for the bug zoo: issues(k_block), how often the k-block's MMAs are issued (NoMutation: once);
 // optionally load_a_element(k_block), the linear index (row * BK + col) of the A element of the
 // k-block's stage that is overwritten with 64 after the descriptor taps and before the load taps and
-// the MMAs (-1: none), between two named barriers of the consumer group (user barrier ids 0 and 1).
+// the MMAs (-1: none), between two named barriers of the consumer group (CUTLASS user barrier id 0;
+// ping-pong: 0 and 1, one per consumer warp group).
 
 #ifndef ORACLE_TRACE_CUTLASS_SM90_MAINLOOP_HPP_
 #define ORACLE_TRACE_CUTLASS_SM90_MAINLOOP_HPP_
