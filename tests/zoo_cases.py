@@ -41,8 +41,9 @@ def entry_case(entry: dict, problem: Optional[dict] = None) -> Case:
 def tapped_stages(case: Case) -> set[str]:
     """The stages the case's zoo kernel taps."""
     folder = Path(case.kernel.library or case.kernel.source).resolve().parent
-    if folder == ROOT / "zoo" / "cutlass_sm90":  # CUTLASS's LinearCombination: alpha_beta, then the cast
-        return {"descriptor_a", "descriptor_b", "load_a", "load_b", "mma", "epilogue_alpha_beta", "epilogue_cast"}
+    if folder == ROOT / "zoo" / "cutlass_sm90":  # LinearCombination: alpha_beta, then the cast; scaled: the scale first
+        stages = {"descriptor_a", "descriptor_b", "load_a", "load_b", "mma", "epilogue_alpha_beta", "epilogue_cast"}
+        return stages | ({"epilogue_scale"} if case.spec.epilogue_scaled else set())
     if folder == ROOT / "zoo" / "w4a16_sm80":  # packed B as loaded, then dequantised; alpha, then the cast
         return {"load_a", "load_b", "dequant_b", "mma", "epilogue_alpha_beta", "epilogue_cast"}
     if folder == ROOT / "zoo" / "split_gemm":

@@ -719,6 +719,8 @@ def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: R
     if call is not None:
         doc["library"] = {"abi": call.abi, "traced": build.cubin_traced, "plain": build.cubin_plain,
                           "call": call.to_dict()}
+        if case.kernel.adapter is not None:  # what its traced build serialises (Recording.serialised)
+            doc["library"]["serialised"] = list(case.kernel.adapter.serialised)
     write("repro.json", json.dumps(doc, indent=1) + "\n")
 
 

@@ -209,15 +209,20 @@ def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
                           for m in maps if m.get("launch", 0) == 0)  # a live run adds the first launch's
     except (TensorMapError, TapError, TypeError, ValueError) as e:
         raise ReproError(f"{where}: tensormaps: {str(e)[:300]}") from None
+    serialised: tuple[str, ...] = ()
     if doc.get("library") is not None:  # a launch library's maps are its own: only its taps say anything
         from oracle.run.live import library_descriptor_note
 
         notes.append(library_descriptor_note(descriptors, taps))
+        said = doc["library"].get("serialised", []) if isinstance(doc["library"], dict) else []
+        if not isinstance(said, list) or not all(isinstance(x, str) for x in said):
+            raise ReproError(f"{where}: library.serialised must be a list of strings, got {str(said)[:200]}")
+        serialised = tuple(said) if traced else ()  # the untraced build is the production one
     error = None if ok else f"{result.get('error', 'unknown')}: {result.get('message', '')}".strip()
     rec = Recording(spec=spec, operands=ops, output=output, provenance=provenance, taps=taps,
                     descriptors=tuple(descriptors) + host_maps, kernel=entry, kernel_error=error,
                     notes=tuple(notes), environment={"source": f"standalone reproducer {root}"}, trace=account,
-                    output_poison=0xFF, confounds=confounds)
+                    output_poison=0xFF, confounds=confounds, serialised=serialised)
     try:
         rec.validate()
     except ValueError as e:

@@ -77,6 +77,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from harness.fields import shown
 from harness.launch_abi import ABIS, ENTRY_SYMBOL
 from harness.names import check_entry
+from oracle.run.adapters import Adapter, adapter_of
 from oracle.run.case_grammar import check_kernel_names
 from oracle.problem.spec import ProblemSpec, SpecError
 
@@ -110,6 +111,7 @@ class KernelSource:
     time_entry: Optional[str] = None  # the untraced entry point to time (default: `entry`, sink off)
     untraced_entry: Optional[str] = None  # the entry in the build without -DORACLE_TRACE (default: `entry`)
     library: Optional[str] = None  # a launch library's source (entry is then its oracle_launch)
+    adapter: Optional[Adapter] = None  # the shipped adapter the library includes (oracle.run.adapters)
 
 
 @dataclass(frozen=True)
@@ -236,6 +238,7 @@ def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *,
     kernel = _kernel(doc.get("kernel"), base, source, entry)
     launch = _launch(doc["launch"]) if "launch" in doc else None
     _check_library(kernel, launch)
+    check_adapter(spec, kernel)
     trace = trace_plan(doc.get("trace", {}))
     workspaces = _workspaces(doc.get("workspace", {}))
     run = run_plan(doc.get("run", {}))
@@ -395,7 +398,18 @@ def _library_kernel(sec: dict, base: str, source: Optional[str], entry: Optional
     arch = sec.get("arch", "sm_90a")
     if not isinstance(arch, str) or not re.match(r"^sm_\d{2,3}[af]?$", arch):
         raise CaseError(f"[kernel] arch = {shown(arch)} must look like sm_90a, sm_90 or sm_100a")
-    return KernelSource(None, LIBRARY_ENTRY, defines, arch, library=library)
+    return KernelSource(None, LIBRARY_ENTRY, defines, arch, library=library, adapter=adapter_of(library))
+
+
+def check_adapter(spec: ProblemSpec, kernel: Optional[KernelSource]) -> None:
+    """A library built through a shipped adapter runs only the problems the adapter supports: every
+    field it lacks, in one CaseError."""
+    adapter = kernel.adapter if kernel is not None else None
+    why = adapter.unsupported(spec) if adapter is not None else []
+    if why:
+        raise CaseError(f"[kernel] library = {shown(os.path.basename(kernel.library))} is built through the "
+                        f"{adapter.name} adapter ({adapter.header}), which cannot run this problem: "
+                        + "; ".join(f"[problem] {w}" for w in why))
 
 
 def _check_library(kernel: Optional[KernelSource], launch: Optional[LaunchPlan]) -> None:

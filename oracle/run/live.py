@@ -546,7 +546,8 @@ def _recording(case: Case, ops: Operands, provenance: Provenance, run: KernelRun
     rec = Recording(spec=s, operands=ops, output=output, provenance=provenance, taps=taps,
                     descriptors=descriptors, kernel=k.entry, kernel_error=kernel_error,
                     environment=_environment(run), trace=account, output_poison=POISON_BYTE,
-                    command=tuple(command), confounds=confounds)
+                    command=tuple(command), confounds=confounds,
+                    serialised=k.adapter.serialised if k.adapter is not None else ())
     if provenance.ladder == "ones" and output is not None:
         notes.append(_ones_check(rec))
     rec = replace(rec, notes=tuple(notes))

@@ -41,6 +41,9 @@ class Recording:
     trace: Optional[TraceAccount] = None  # the trace's selection and what it lost; None: not a live trace
     output_poison: Optional[int] = None  # the byte D was filled with before the launch; None: unknown
     command: tuple[str, ...] = ()  # the command line that made the run, to re-run it with other taps
+    # what the traced build waits for or synchronises that the production build does not (its adapter
+    # says so: oracle.run.case.ADAPTERS): a run judged on it did not see the production build's timing
+    serialised: tuple[str, ...] = ()
 
     def validate(self) -> None:
         """Raise RecordingError naming what does not fit the problem."""
@@ -61,6 +64,8 @@ class Recording:
         p = self.output_poison
         if p is not None and (isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= 255):
             raise RecordingError(f"output_poison={p!r} must be a byte value 0..255 or None")
+        if not all(isinstance(a, str) for a in self.serialised):
+            raise RecordingError(f"serialised must be a list of strings, got {list(self.serialised)!r}")
         if not all(isinstance(a, str) for a in self.command):
             raise RecordingError(f"command must be a list of strings, got {list(self.command)!r}")
         t = spec.tile
@@ -127,6 +132,8 @@ class Recording:
                 "environment": dict(self.environment or environment()),
                 "trace": self.trace.to_json() if self.trace is not None else None,
                 "output_poison": self.output_poison, "command": list(self.command)}
+        if self.serialised:  # absent from older dumps: nothing declared
+            meta["serialised"] = list(self.serialised)
         outputs = {"d": self.output} if self.output is not None else {}
         save_dump(path, Dump(inputs=self.operands.named(), outputs=outputs, taps=self.taps,
                              descriptors=self.descriptors, meta=meta))
@@ -151,7 +158,8 @@ class Recording:
                                         prov.get("generator", "cpu")),
                   taps=dump.taps, descriptors=dump.descriptors, kernel=m.kernel.get("name", "unknown"),
                   kernel_error=m.kernel.get("error"), synthetic=m.synthetic, confounds=m.confounds, notes=m.notes,
-                  environment=m.environment, trace=m.trace, output_poison=m.output_poison, command=m.command)
+                  environment=m.environment, trace=m.trace, output_poison=m.output_poison, command=m.command,
+                  serialised=m.serialised)
         try:
             rec.validate()
         except RecordingError as e:
@@ -204,7 +212,7 @@ def _check_whole_tiles(taps) -> None:
 
 
 META_FIELDS = ("problem", "provenance", "kernel", "synthetic", "confounds", "notes", "environment", "trace",
-               "output_poison", "command")
+               "output_poison", "command", "serialised")
 PROVENANCE_FIELDS = ("ladder", "seed", "source", "generator")
 LADDERS = LADDER + ("dump", "captured")
 # environment fields the recorders write, and their types; other fields may hold any JSON value
@@ -227,6 +235,7 @@ class _Meta:
     trace: Optional[TraceAccount]
     output_poison: Optional[int]
     command: tuple[str, ...]
+    serialised: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, meta: Mapping[str, Any], where: str) -> "_Meta":
@@ -258,7 +267,8 @@ class _Meta:
         need(is_opt_str(kernel.get("error")), "kernel.error", kernel.get("error"), "a string or null")
         synthetic = meta.get("synthetic", False)
         need(isinstance(synthetic, bool), "synthetic", synthetic, "true or false")
-        lists = {key: [] if meta.get(key) is None else meta[key] for key in ("confounds", "notes", "command")}
+        lists = {key: [] if meta.get(key) is None else meta[key]
+                 for key in ("confounds", "notes", "command", "serialised")}
         for key, v in lists.items():
             need(is_str_list(v), key, v, "a list of strings")
         env = {} if meta.get("environment") is None else meta["environment"]
@@ -275,7 +285,7 @@ class _Meta:
         poison = meta.get("output_poison")
         need(is_opt_int(poison, hi=255), "output_poison", poison, "a byte value 0..255 or null")
         return cls(spec, prov, kernel, synthetic, tuple(lists["confounds"]), tuple(lists["notes"]), env, trace, poison,
-                   tuple(lists["command"]))
+                   tuple(lists["command"]), tuple(lists["serialised"]))
 
 
 def _one_of(v: Any, allowed: tuple[str, ...]) -> bool:

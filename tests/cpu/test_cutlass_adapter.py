@@ -4,7 +4,7 @@ CUTLASS SM90 GEMM (zoo/cutlass_sm90/cutlass_sm90.cu):
 - the traced launch library builds with nvcc, exports oracle_launch and oracle_launch_abi and
   carries the CUDA runtime statically;
 - oracle_launch refuses, with a sentence and before any CUDA call, what the kernel cannot run (another
-  ABI, another tile, another element type or layout, a bias);
+  ABI, another tile, another element type or layout, a bias, scales a LinearCombination lacks);
 - tracing off costs nothing: CUTLASS's production instantiation has the same SASS with the adapter
   included (aliases, entry macro) as without it, and the traced build's kernel differs.
 
@@ -101,7 +101,9 @@ def _launch(lib_path: Path, call: L.LibraryCall, **fields) -> tuple[int, str]:
                     L.TensorSlotArg("b", "b", "bf16", (520, 392), (1, 520)),
                     L.TensorSlotArg("d", "d", "bf16", (300, 392), (392, 1), "out"))),
      {}, 1001, "beta = 0.5 needs C"),
-    (_call(bias_kind="col"), {}, 1001, "no bias, activation or scales"),
+    (_call(bias_kind="col"), {}, 1001, "no bias or activation"),
+    (_call(), {"scale_a_kind": 1, "scale_b_kind": 1}, 1001,
+     "the epilogue is a LinearCombination (alpha, beta, C): no scales (scale kinds 1 and 1 given"),
 ])
 def test_oracle_launch_refuses_what_the_kernel_cannot_run(traced_library, call, fields, code, words):
     got, message = _launch(traced_library, call, **fields)

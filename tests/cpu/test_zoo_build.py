@@ -112,21 +112,28 @@ def test_manifest_is_well_formed():
 def test_manifest_covers_the_cutlass_gemm_in_both_schedules():
     doc = [e for e in _manifest() if e["kernel"].startswith("zoo/cutlass_sm90/")]
     text = (ROOT / "zoo" / "cutlass_sm90" / "cutlass_sm90.cu").read_text()
-    for sched in ("coop", "pingpong"):
+    both = {"correct", "correct_ragged", "wrong_stride", "kblock_twice", "alpha_twice", "smem_a", "e4m3_correct"}
+    for sched, extra in (("coop", {"e4m3_correct_ragged", "e4m3_smem_a"}), ("pingpong", set())):
         mine = {e["name"].removeprefix(f"cutlass_sm90_{sched}_"): e for e in doc
                 if e["name"].startswith(f"cutlass_sm90_{sched}_")}
-        assert set(mine) == {"correct", "correct_ragged", "wrong_stride", "kblock_twice", "alpha_twice"}, sorted(mine)
-        assert mine["correct"]["problem"] == {"m": 4096, "n": 4096, "k": 4096}
+        assert set(mine) == both | extra, sorted(mine)
+        for name in ("correct", "e4m3_correct"):
+            assert mine[name]["problem"] == {"m": 4096, "n": 4096, "k": 4096}
         assert any(mine["correct_ragged"]["problem"][d] % 128 for d in ("m", "n"))
         for defect, e in mine.items():
             from oracle.run.case import load_case
 
-            defines = load_case(str(ROOT / e["case"]), e["problem"]).kernel.defines
+            case = load_case(str(ROOT / e["case"]), e["problem"])
+            defines = case.kernel.defines
             assert ("ZOO_CUTLASS_PINGPONG" in defines) == (sched == "pingpong"), (e["name"], defines)
+            fp8 = "ZOO_CUTLASS_E4M3" in defines
+            assert fp8 == defect.startswith("e4m3"), (e["name"], defines)
+            assert (case.spec.a_dtype, case.spec.resolved_acc_model) == (("e4m3", "fp8_fast") if fp8 else ("bf16", "fp32"))
             if e["defect"] is not None:
                 macro = f"ZOO_CUTLASS_{e['defect'].upper()}"
-                assert set(defines) - {"ZOO_CUTLASS_PINGPONG"} == {macro} and macro in text, (e["name"], defines)
-    assert {e["expected_stage"] for e in doc} == {None, "descriptor_a", "mma", "epilogue_alpha_beta"}
+                assert set(defines) - {"ZOO_CUTLASS_PINGPONG", "ZOO_CUTLASS_E4M3"} == {macro} and macro in text, \
+                    (e["name"], defines)
+    assert {e["expected_stage"] for e in doc} == {None, "descriptor_a", "load_a", "mma", "epilogue_alpha_beta"}
 
 
 def test_manifest_covers_every_sm80_defect_once_and_the_correct_variants():

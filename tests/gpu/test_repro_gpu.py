@@ -12,10 +12,12 @@ of zoo/split_gemm among them) and the inputs `ones` and `random:1`:
   every tapped stage compared, for a correct entry);
 - the reproducers of the correct entries are clean under compute-sanitizer --tool memcheck.
 
-Launch-library entries (zoo/cutlass_sm90) are left out: their reproducer builds a shared library,
-not a cubin, and is covered by tests/gpu/test_launch_library_gpu.py's reproducer test; a CUTLASS
-reproducer run is still to be added here. Entries with a quantised B (zoo/w4a16_sm80) are left out
-too: the reproducer refuses a quantised B by name (oracle.repro.generate).
+Launch-library entries (zoo/cutlass_sm90) build shared libraries, not cubins, so they are not in
+the prebuilt folder: three of them (CUTLASS_REPRO: the cooperative correct run at its recorded
+shape, the descriptor defect, the load defect) get their own reproducers, built there with make
+(CUTLASS's headers from the wheel; about 4 CUTLASS builds, in parallel), run, and their traced
+sink judged as the manifest says (test_cutlass_reproducer_*). Entries with a quantised B
+(zoo/w4a16_sm80) are left out: the reproducer refuses a quantised B by name (oracle.repro.generate).
 
 Builds are shared: one traced cubin per kernel source (zoo/hopper_gemm/hopper_gemm.cu,
 zoo/sm80_gemm/sm80_gemm.cu, zoo/split_gemm/split_gemm.cu; the zoo's cases have no time_entry, so
@@ -285,6 +287,68 @@ def test_correct_reproducers_are_clean_under_memcheck(runs, entry):
     assert proc.returncode == 0, _out(proc)
     assert "ERROR SUMMARY: 0 errors" in proc.stdout + proc.stderr, _out(proc)
     assert _verdict(proc.stdout) == "MATCH", _out(proc)
+
+
+# -- CUTLASS launch libraries: the reproducer builds them itself ------------------------------------
+CUTLASS_REPRO = ("cutlass_sm90_coop_correct", "cutlass_sm90_coop_wrong_stride", "cutlass_sm90_coop_smem_a")
+
+
+def _cutlass_entries() -> list[dict]:
+    return [e for e in entries() if e["name"] in CUTLASS_REPRO]
+
+
+@pytest.fixture(scope="module")
+def cutlass_runs(tmp_path_factory) -> dict:
+    """Per entry (at its recorded shape, random:1): the reproducer written, built with make (traced;
+    the correct one also untraced), run, and its traced sink read back."""
+    from harness.build import cutlass_include_dirs
+
+    if shutil.which("make") is None or shutil.which("nvcc") is None:
+        pytest.skip("The reproducer is built with make and nvcc, which this machine lacks.")
+    if not cutlass_include_dirs():
+        pytest.skip("The nvidia-cutlass wheel (CUTLASS's headers) is not installed.")
+    work = tmp_path_factory.mktemp("repro_cutlass")
+    jobs = []
+    for e in _cutlass_entries():
+        case = entry_case(e, e.get("record_problem") or e["problem"])
+        name, seed, prov = _ladder("random:1")
+        d = write_repro(case, make_operands(case.spec, name, seed), prov, work / e["name"]).path
+        jobs.append((e, case, d))
+
+    def build_and_run(job):
+        e, case, d = job
+        res = {"case": case, "dir": d}
+        for target, exe in ((["TRACE=1"], "repro_traced"),) + ((([], "repro"),) if _correct(e) else ()):
+            built = subprocess.run(["make", "-C", str(d), *target], capture_output=True, text=True, timeout=1800)
+            res[f"make {exe}"] = built
+            if built.returncode != 0:
+                return res
+            res[exe] = subprocess.run([str(d / exe)], capture_output=True, text=True, timeout=600)
+        return res
+
+    with ThreadPoolExecutor(4) as pool:
+        return {job[0]["name"]: res for job, res in zip(jobs, pool.map(build_and_run, jobs))}
+
+
+@pytest.mark.parametrize("entry", _cutlass_entries(), ids=lambda e: e["name"])
+def test_cutlass_reproducer_builds_runs_and_its_sink_names_the_manifest_s_stage(cutlass_runs, entry):
+    from oracle.judging.differential import analyze
+    from oracle.repro.readback import load_repro_run
+
+    r = cutlass_runs[entry["name"]]
+    for exe in ("repro_traced", "repro"):
+        if f"make {exe}" in r:
+            assert r[f"make {exe}"].returncode == 0, _out(r[f"make {exe}"])
+    traced = r["repro_traced"]
+    want = "MATCH" if entry["expected_stage"] is None else "DIVERGED"
+    assert _verdict(traced.stdout) == want, _out(traced)  # the traced build's D, as the oracle's live run has it
+    assert (r["dir"] / "sink.bin").is_file(), _out(traced)
+    rec = load_repro_run(r["dir"])
+    assert rec.taps, "the traced reproducer recorded no taps"
+    assert not any("dropped" in n for n in rec.notes), rec.notes
+    check_judgement(entry["expected_stage"], r["case"], analyze(rec), entry)
+    if "repro" in r:  # the production build (CUTLASS's own collective): the same D verdict
+        assert _verdict(r["repro"].stdout) == "MATCH" and r["repro"].returncode == 0, _out(r["repro"])
 
 
 if __name__ == "__main__":

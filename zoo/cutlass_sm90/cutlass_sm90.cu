@@ -6,12 +6,19 @@
 //
 // Build switches (the case files set them as [kernel] defines):
 //   ZOO_CUTLASS_PINGPONG=1     KernelTmaWarpSpecializedPingpong (default: ...Cooperative)
+//   ZOO_CUTLASS_E4M3=1         fp8: e4m3 A and B, 128 x 128 x 128 tiles (BK = 128 bytes), the FP8FastAccum
+//                              schedule (WGMMA accumulates every k-block into its own accumulator, no
+//                              promotion: acc_model fp8_fast), and per-tensor scales
+//                              D = alpha * (scale_a * scale_b * acc) + beta * C (the adapter's
+//                              TensorScaledLinearCombination; four lines more than the bf16 kernel)
 //   ZOO_CUTLASS_PLAIN=1        without the adapter (the SASS-identity test's baseline; no oracle_launch)
 // Planted defects (tests/zoo/manifest.json names the stage the oracle must name):
 //   ZOO_CUTLASS_WRONG_STRIDE=1 A's leading dimension given to CUTLASS 64 elements short (the TMA
 //                              descriptor reads the wrong rows): descriptor_a
 //   ZOO_CUTLASS_KBLOCK_TWICE=1 k-block 1's MMAs issued twice (traced build only: the defect lives in
 //                              the traced mainloop's loop): mma
+//   ZOO_CUTLASS_SMEM_A=1       A's element (5, 7) of k-block 2's stage overwritten with 64 after the TMA
+//                              wrote it, as the MMAs read it (traced build only, as above): load_a
 //   ZOO_CUTLASS_ALPHA_TWICE=1  alpha applied twice (the epilogue is handed alpha * alpha): epilogue_alpha_beta
 
 #include "cute/tensor.hpp"
@@ -22,14 +29,21 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #if !defined(ZOO_CUTLASS_PLAIN)
 #include "oracle_trace/cutlass.hpp"  // (1) the adapter
+#elif defined(ZOO_CUTLASS_E4M3)
+#include "oracle_trace/cutlass/sm90_epilogue.hpp"  // TensorScaledLinearCombination, in production too
 #endif
 
 namespace zoo_cutlass {
 
 using namespace cute;
 
+#if defined(ZOO_CUTLASS_E4M3)
+using ElementA = cutlass::float_e4m3_t;
+using ElementB = cutlass::float_e4m3_t;
+#else
 using ElementA = cutlass::bfloat16_t;
 using ElementB = cutlass::bfloat16_t;
+#endif
 using ElementC = cutlass::bfloat16_t;
 using ElementD = cutlass::bfloat16_t;
 using ElementAccumulator = float;
@@ -37,23 +51,38 @@ using LayoutA = cutlass::layout::RowMajor;
 using LayoutB = cutlass::layout::ColumnMajor;
 using LayoutC = cutlass::layout::RowMajor;
 using LayoutD = cutlass::layout::RowMajor;
-constexpr int kAlign = 128 / cutlass::sizeof_bits<ElementA>::value;  // 16-byte TMA alignment
+constexpr int kAlign = 128 / cutlass::sizeof_bits<ElementA>::value;   // 16-byte TMA alignment
+constexpr int kAlignC = 128 / cutlass::sizeof_bits<ElementC>::value;  // ... of C and D
 
-using TileShape = Shape<_128, _128, _64>;
 using ClusterShape = Shape<_1, _1, _1>;
+#if defined(ZOO_CUTLASS_E4M3)
+using TileShape = Shape<_128, _128, _128>;
+using Fusion = oracle_trace::cutlass_sm90::TensorScaledLinearCombination<ElementD, ElementAccumulator, ElementC,
+                                                                         ElementAccumulator>;
+#if defined(ZOO_CUTLASS_PINGPONG)
+using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum;
+#else
+using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum;
+#endif
+#else
+using TileShape = Shape<_128, _128, _64>;
+using Fusion = cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAccumulator, ElementC, ElementAccumulator>;
 #if defined(ZOO_CUTLASS_PINGPONG)
 using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
-using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
 #else
 using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+#endif
+#endif
+#if defined(ZOO_CUTLASS_PINGPONG)
+using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecialized;
+#else
 using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
 #endif
 
 using BuiltEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementAccumulator, ElementC, LayoutC, kAlign,
-    ElementD, LayoutD, kAlign, EpilogueSchedule,
-    cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAccumulator, ElementC, ElementAccumulator>>::CollectiveOp;
+    cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementAccumulator, ElementC, LayoutC, kAlignC,
+    ElementD, LayoutD, kAlignC, EpilogueSchedule, Fusion>::CollectiveOp;
 
 using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, kAlign, ElementB, LayoutB, kAlign,
@@ -70,6 +99,13 @@ struct KBlockTwice {  // the defect: k-block 1's MMAs issued twice
   CUTLASS_DEVICE static constexpr int issues(int k_block) { return k_block == 1 ? 2 : 1; }
 };
 using Mutation = KBlockTwice;
+#elif defined(ZOO_CUTLASS_SMEM_A)
+struct SmemA : oracle_trace::cutlass_sm90::NoMutation {  // the defect: one element of A's stage overwritten
+  CUTLASS_DEVICE static constexpr int load_a_element(int k_block) {
+    return k_block == 2 ? 5 * int(size<2>(TileShape{})) + 7 : -1;
+  }
+};
+using Mutation = SmemA;
 #else
 using Mutation = oracle_trace::cutlass_sm90::NoMutation;
 #endif

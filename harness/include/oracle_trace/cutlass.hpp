@@ -8,10 +8,16 @@
 //   ... GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue> ... Gemm;
 //   ORACLE_CUTLASS_ENTRY(Gemm)
 //
+// fp8 with per-tensor scales: an FP8FastAccum schedule and, as the epilogue's fusion,
+// oracle_trace::cutlass_sm90::TensorScaledLinearCombination<D, float, C, float> (cutlass/sm90_epilogue.hpp).
+// What the adapter refuses (batch, groups, bias, activation, other scales, the promoting FP8
+// mainloop): static_asserts here, kLaunchUnsupported in oracle_launch, and a CaseError when a case is
+// loaded (oracle/run/adapters.py); README "Bring a CUTLASS kernel" has the table.
+//
 // Without ORACLE_TRACE both aliases are CUTLASS's own types (the production kernel is unchanged)
 // and the entry is host code. With it: cutlass/sm90_mainloop.hpp (descriptor_a/b, load_a/b, mma
-// taps, bound to their tile through shared memory), cutlass/sm90_epilogue.hpp (epilogue_alpha_beta
-// and epilogue_cast tap nodes), cutlass/entry.hpp (oracle_launch: LaunchArgs -> Gemm::Arguments).
+// taps, bound to their tile through shared memory), cutlass/sm90_epilogue.hpp (epilogue_scale,
+// epilogue_alpha_beta and epilogue_cast tap nodes), cutlass/entry.hpp (oracle_launch: LaunchArgs -> Gemm::Arguments).
 
 #ifndef ORACLE_TRACE_CUTLASS_HPP_
 #define ORACLE_TRACE_CUTLASS_HPP_

@@ -290,9 +290,12 @@ def first_nonfinite(stages):
 
 # -- what a run did not see ------------------------------------------------------------------
 def unobserved(ctx: Context, stages: Sequence[StageResult]) -> list[str]:
-    """Stages of this problem that nothing was compared for, stand-ins a MATCH rests on, and the
-    partition boundaries that were assumed, not traced."""
-    out = []
+    """Stages of this problem that nothing was compared for, stand-ins a MATCH rests on, the
+    partition boundaries that were assumed, not traced, and what the traced build serialises that the
+    production build does not (Recording.serialised, from the kernel's adapter). The last is never an
+    open confound: a finding stays what its own comparison makes it (the traced build computed the
+    divergent value), while a MATCH says it did not see the production build's timing."""
+    out = [f"the production build's timing (traced build serialised: {s})" for s in ctx.rec.serialised]
     silent = [s.name for s in stages if s.teacher_forced.status is Status.NOT_RUN
               and s.chained.status is Status.NOT_RUN and _acts(ctx, s.name)]
     if silent:

@@ -12,7 +12,10 @@
 // args->stream. Every failure returns a code (launch.hpp's kLaunch*) with a sentence in args->message.
 //
 // Constraints: one GEMM (batch 1, no groups, no split-K or stream-K request: the kernel's own tile
-// scheduler decides), no bias, activation or scales (a LinearCombination epilogue: alpha, beta and C);
+// scheduler decides), no bias or activation. The epilogue is CUTLASS's LinearCombination (alpha, beta, C;
+// no scales) or the adapter's TensorScaledLinearCombination (also scale_a and scale_b of kind "tensor":
+// one fp32 each, handed to the kernel as device pointers); a fusion with anything else stops the
+// build at a static_assert, a problem the fusion lacks is refused with kLaunchUnsupported.
 // C absent only with beta == 0 (D's address then stands in for C's, which the epilogue does not read).
 // The case's tile must be the kernel's CTA tile (BM, BN, BK). Each stride mode CUTLASS fixes at compile
 // time (the unit stride of a row- or column-major operand) must be the tensor's.
@@ -23,6 +26,7 @@
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/kernel_hardware_info.h"
+#include "oracle_trace/cutlass/sm90_epilogue.hpp"
 #include "oracle_trace/cutlass/types.hpp"
 #include "oracle_trace/cutlass/version.hpp"
 #include "oracle_trace/launch.hpp"
@@ -57,6 +61,18 @@ bool has_type(const TensorRef& t) {
   return launch_code<Element> != ElementType::None && t.dtype == uint32_t(launch_code<Element>);
 }
 
+template <class Operation>
+constexpr bool is_linear_combination = false;
+template <class Out, class Compute, class Source, class Scalar, cutlass::FloatRoundStyle Round>
+constexpr bool is_linear_combination<cutlass::epilogue::fusion::LinearCombination<Out, Compute, Source, Scalar, Round>> =
+    true;
+
+inline bool is_scalar_f32(const TensorRef& t) {
+  int64_t count = 1;
+  for (uint32_t d = 0; d < t.rank && d < kMaxRank; ++d) count *= t.shape[d];
+  return t.data != nullptr && t.dtype == uint32_t(ElementType::F32) && t.rank <= kMaxRank && count == 1;
+}
+
 template <class Gemm>
 int launch(const LaunchArgs* args, int (*adjust)(const LaunchArgs*, typename Gemm::Arguments&)) {
   using Kernel = typename Gemm::GemmKernel;
@@ -69,6 +85,12 @@ int launch(const LaunchArgs* args, int (*adjust)(const LaunchArgs*, typename Gem
   using ElementD = typename Epilogue::ElementD;
   constexpr int kBM = cute::size<0>(TileShape{}), kBN = cute::size<1>(TileShape{}), kBK = cute::size<2>(TileShape{});
   static_assert(cute::rank(typename Kernel::ProblemShape{}) == 4, "ORACLE_CUTLASS_ENTRY: a (M, N, K, L) problem shape");
+  using Operation = typename cutlass::epilogue::fusion::FusionCallbacksTraits<typename Epilogue::FusionCallbacks>::Operation;
+  constexpr bool kScaled = is_tensor_scaled<Operation>;
+  static_assert(kScaled || is_linear_combination<Operation>,
+                "ORACLE_CUTLASS_ENTRY: the epilogue fusion must be cutlass::epilogue::fusion::LinearCombination or "
+                "oracle_trace::cutlass_sm90::TensorScaledLinearCombination (no bias, activation, row/column/block "
+                "scales or auxiliary outputs)");
 
   if (const int bad = check_args(args)) return bad;
   const TensorRef& A = tensor(args, kSlotA);
@@ -88,10 +110,22 @@ int launch(const LaunchArgs* args, int (*adjust)(const LaunchArgs*, typename Gem
     return fail_launch(args, kLaunchUnsupported, "the kernel's CTA tile is %d x %d x %d, the case says %d x %d x %d", kBM,
                        kBN, kBK, args->tile_m, args->tile_n, args->tile_k);
   if (args->bias_kind != uint32_t(BiasKind::None) || tensor(args, kSlotBias).data != nullptr ||
-      args->activation != uint32_t(Activation::None) || args->scale_a_kind != uint32_t(ScaleKind::None) ||
-      args->scale_b_kind != uint32_t(ScaleKind::None))
+      args->activation != uint32_t(Activation::None))
     return fail_launch(args, kLaunchUnsupported,
-                       "the epilogue is a LinearCombination (alpha, beta, C): no bias, activation or scales");
+                       "the epilogue is a LinearCombination (alpha, beta, C%s): no bias or activation", kScaled ? ", per-tensor scales" : "");
+  if constexpr (kScaled) {
+    if (args->scale_a_kind != uint32_t(ScaleKind::Tensor) || args->scale_b_kind != uint32_t(ScaleKind::Tensor))
+      return fail_launch(args, kLaunchUnsupported,
+                         "the epilogue scales A and B per tensor: scale kinds %u and %u given (allowed: %u, tensor, "
+                         "for both)", args->scale_a_kind, args->scale_b_kind, unsigned(ScaleKind::Tensor));
+    if (!is_scalar_f32(tensor(args, kSlotScaleA)) || !is_scalar_f32(tensor(args, kSlotScaleB)))
+      return fail_launch(args, kLaunchUnsupported, "scale_a and scale_b must each be one fp32 element in device memory");
+  } else if (args->scale_a_kind != uint32_t(ScaleKind::None) || args->scale_b_kind != uint32_t(ScaleKind::None)) {
+    return fail_launch(args, kLaunchUnsupported,
+                       "the epilogue is a LinearCombination (alpha, beta, C): no scales (scale kinds %u and %u "
+                       "given; TensorScaledLinearCombination takes per-tensor ones)", args->scale_a_kind,
+                       args->scale_b_kind);
+  }
   if (!is_matrix(A, M, K) || !has_type<ElementA>(A))
     return fail_launch(args, kLaunchUnsupported, "A must be a [M, K] = [%lld, %lld] matrix of element type %u (got %u)",
                        (long long)M, (long long)K, unsigned(launch_code<ElementA>), A.dtype);
@@ -133,6 +167,10 @@ int launch(const LaunchArgs* args, int (*adjust)(const LaunchArgs*, typename Gem
   g.epilogue.ptr_D = static_cast<ElementD*>(D.data);
   g.epilogue.thread.alpha = args->alpha;
   g.epilogue.thread.beta = args->beta;
+  if constexpr (kScaled) {
+    g.epilogue.thread.scale_a_ptr = static_cast<const float*>(tensor(args, kSlotScaleA).data);
+    g.epilogue.thread.scale_b_ptr = static_cast<const float*>(tensor(args, kSlotScaleB).data);
+  }
   int device = 0;
   if (const cudaError_t e = cudaGetDevice(&device))
     return fail_launch(args, kLaunchCudaError, "cudaGetDevice: %s", cudaGetErrorString(e));

@@ -16,7 +16,12 @@
 //   so the fp32 value before the cast is observable. CUTLASS's node computes the same FMA in the
 //   compute type and converts with the same rounding, so the values are unchanged. The callbacks'
 //   Arguments are CUTLASS's (alpha, beta, alpha_ptr, beta_ptr, dAlpha, dBeta).
-//   Any other fusion: static_assert (not traced in this version).
+//   TensorScaledLinearCombination (below: D = alpha * (scale_a * scale_b * acc) + beta * C, per-tensor
+//   scales read from device pointers, the scale its own step as the oracle's default epilogue has it):
+//     TapNode<epilogue_cast, D>( convert<D>( TapNode<epilogue_alpha_beta, fp32>( beta * C + alpha *
+//       TapNode<epilogue_scale, fp32>( (scale_a * scale_b) * acc ) ) ) )
+//   Any other fusion (bias, activation, row / column / block scales, auxiliary outputs): static_assert
+//   naming what is traced.
 //
 // Constraints: taps carry tile (m, n) from the epilogue's own tile coordinate and the group (batch
 // entry) when L > 1; elements past M or N are tapped as the registers hold them (the oracle excludes
@@ -89,7 +94,76 @@ struct TapNode : cutlass::epilogue::fusion::Sm90Compute<Pass, T, T, cutlass::Flo
 template <class Policy, class Operation, class CtaTile, class EpilogueTile>
 struct TracedFusion {
   static_assert(cutlass::detail::dependent_false<Operation>,
-                "oracle_trace::cutlass_sm90: this epilogue fusion has no traced tree (LinearCombination has)");
+                "oracle_trace::cutlass_sm90: this epilogue fusion has no traced tree. Traced: "
+                "cutlass::epilogue::fusion::LinearCombination (alpha, beta, C) and "
+                "oracle_trace::cutlass_sm90::TensorScaledLinearCombination (per-tensor scale_a, scale_b); "
+                "no bias, activation, row/column/block scales or auxiliary outputs");
+};
+
+// D = alpha * (scale_a * scale_b * acc) + beta * C: fp8's per-tensor scales (one fp32 each, read
+// from device memory), applied as their own step before alpha. CUTLASS's ScaledLinComb* fusions fold
+// the scales into alpha (one scalar, one multiply); this one keeps the oracle's default epilogue
+// order (scale, alpha_beta, cast), so each step is a stage. Built from CUTLASS's EVT nodes.
+template <class ElementOutput_, class ElementCompute_, class ElementSource_ = ElementOutput_,
+          class ElementScalar_ = ElementCompute_,
+          cutlass::FloatRoundStyle RoundStyle_ = cutlass::FloatRoundStyle::round_to_nearest>
+struct TensorScaledLinearCombination
+    : cutlass::epilogue::fusion::LinearCombination<ElementOutput_, ElementCompute_, ElementSource_, ElementScalar_,
+                                                   RoundStyle_> {};
+
+template <class Operation>
+constexpr bool is_tensor_scaled = false;
+template <class Out, class Compute, class Source, class Scalar, cutlass::FloatRoundStyle Round>
+constexpr bool is_tensor_scaled<TensorScaledLinearCombination<Out, Compute, Source, Scalar, Round>> = true;
+
+using ScalarStride = cute::Stride<cute::_0, cute::_0, int64_t>;
+
+// (scale_a * scale_b) * acc: CUTLASS's scalar broadcast multiplies its two pointers' values.
+template <class Compute, class Scalar, cutlass::FloatRoundStyle Round>
+using ScaledAcc = cutlass::epilogue::fusion::Sm90EVT<
+    cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, Compute, Compute, Round>,
+    cutlass::epilogue::fusion::Sm90ScalarBroadcast<Scalar, ScalarStride, 2>, cutlass::epilogue::fusion::Sm90AccFetch>;
+
+// beta * C + alpha * x, x the scaled accumulator (through `Tap`, an identity node or a TapNode).
+template <class Out, class Compute, class Source, class Scalar, cutlass::FloatRoundStyle Round, class X>
+using ScaledLinearCombinationTree = cutlass::epilogue::fusion::Sm90EVT<
+    cutlass::epilogue::fusion::Sm90Compute<cutlass::homogeneous_multiply_add, Out, Compute, Round>,
+    cutlass::epilogue::fusion::Sm90ScalarBroadcast<Scalar, ScalarStride>, cutlass::epilogue::fusion::Sm90SrcFetch<Source>,
+    cutlass::epilogue::fusion::Sm90EVT<cutlass::epilogue::fusion::Sm90Compute<cutlass::multiplies, Compute, Compute, Round>,
+                                       cutlass::epilogue::fusion::Sm90ScalarBroadcast<Scalar, ScalarStride>, X>>;
+
+// The fusion's arguments: CUTLASS's LinearCombination ones plus the two scales.
+template <class Scalar>
+struct TensorScaledArguments {
+  Scalar alpha = Scalar(1);
+  Scalar beta = Scalar(0);
+  Scalar const* alpha_ptr = nullptr;
+  Scalar const* beta_ptr = nullptr;
+  Scalar scale_a = Scalar(1);  // used where scale_a_ptr is null
+  Scalar scale_b = Scalar(1);
+  Scalar const* scale_a_ptr = nullptr;
+  Scalar const* scale_b_ptr = nullptr;
+  ScalarStride dAlpha = {cute::_0{}, cute::_0{}, 0};
+  ScalarStride dBeta = {cute::_0{}, cute::_0{}, 0};
+  ScalarStride dScale = {cute::_0{}, cute::_0{}, 0};
+
+  // Fill the tree's arguments; `scaled(x)` reaches the ScaledAcc subtree's arguments from x's.
+  template <class TreeArgs, class Scaled>
+  void fill(TreeArgs& t, Scaled&& scaled) const {
+    t.op_0.scalars[0] = beta;
+    t.op_0.scalar_ptrs[0] = beta_ptr;
+    t.op_0.dScalar[0] = dBeta;
+    t.op_2.op_0.scalars[0] = alpha;
+    t.op_2.op_0.scalar_ptrs[0] = alpha_ptr;
+    t.op_2.op_0.dScalar[0] = dAlpha;
+    auto& s = scaled(t.op_2.op_1);
+    s.op_0.scalars[0] = scale_a;
+    s.op_0.scalars[1] = scale_b;
+    s.op_0.scalar_ptrs[0] = scale_a_ptr;
+    s.op_0.scalar_ptrs[1] = scale_b_ptr;
+    s.op_0.dScalar[0] = dScale;
+    s.op_0.dScalar[1] = dScale;
+  }
 };
 
 // LinearCombination's traced tree: CUTLASS's tree computing in Compute, the convert to Out split out.
@@ -139,6 +213,43 @@ struct TracedFusion<
   using Impl::Impl;
 };
 
+// TensorScaledLinearCombination's traced tree: the scaled accumulator, the FMA and the cast tapped.
+template <class Out, class Compute, class Source, class Scalar, cutlass::FloatRoundStyle Round>
+using TracedTensorScaledTree = cutlass::epilogue::fusion::Sm90EVT<
+    TapNode<Stage::EpilogueCast, Out>,
+    cutlass::epilogue::fusion::Sm90EVT<
+        cutlass::epilogue::fusion::Sm90Compute<Pass, Out, Compute, Round>,
+        cutlass::epilogue::fusion::Sm90EVT<
+            TapNode<Stage::EpilogueAlphaBeta, Compute>,
+            ScaledLinearCombinationTree<Compute, Compute, Source, Scalar, Round,
+                                        cutlass::epilogue::fusion::Sm90EVT<TapNode<Stage::EpilogueScale, Compute>,
+                                                                           ScaledAcc<Compute, Scalar, Round>>>>>>;
+
+template <int StagesC, int StagesD, int FragmentSize, bool ReuseSmemC, bool DelayTmaStore, class ElementOutput,
+          class ElementCompute, class ElementSource, class ElementScalar, cutlass::FloatRoundStyle RoundStyle,
+          class CtaTile, class EpilogueTile>
+struct TracedFusion<
+    cutlass::epilogue::Sm90TmaWarpSpecialized<StagesC, StagesD, FragmentSize, ReuseSmemC, DelayTmaStore>,
+    TensorScaledLinearCombination<ElementOutput, ElementCompute, ElementSource, ElementScalar, RoundStyle>, CtaTile,
+    EpilogueTile>
+    : TracedTensorScaledTree<typename cutlass::detail::get_unpacked_element_type<ElementOutput>::type, ElementCompute,
+                             ElementSource, ElementScalar, RoundStyle> {
+  using Impl = TracedTensorScaledTree<typename cutlass::detail::get_unpacked_element_type<ElementOutput>::type,
+                                      ElementCompute, ElementSource, ElementScalar, RoundStyle>;
+  using Operation = TensorScaledLinearCombination<ElementOutput, ElementCompute, ElementSource, ElementScalar,
+                                                  RoundStyle>;
+
+  struct Arguments : TensorScaledArguments<ElementScalar> {
+    operator typename Impl::Arguments() const {
+      typename Impl::Arguments a{};
+      this->fill(a.op_0.op_0.op_0, [](auto& tapped) -> auto& { return tapped.op_0; });
+      return a;
+    }
+  };
+
+  using Impl::Impl;
+};
+
 template <class Callbacks>
 struct TracedCallbacks {
   static_assert(cutlass::detail::dependent_false<Callbacks>,
@@ -177,6 +288,35 @@ using TracedEpilogue = Epilogue;
 }  // namespace oracle_trace::cutlass_sm90
 
 namespace cutlass::epilogue::fusion {
+// TensorScaledLinearCombination in production: the same tree without the taps.
+template <int StagesC, int StagesD, int FragmentSize, bool ReuseSmemC, bool DelayTmaStore, class ElementOutput,
+          class ElementCompute, class ElementSource, class ElementScalar, FloatRoundStyle RoundStyle, class CtaTile,
+          class EpilogueTile>
+struct FusionCallbacks<
+    epilogue::Sm90TmaWarpSpecialized<StagesC, StagesD, FragmentSize, ReuseSmemC, DelayTmaStore>,
+    oracle_trace::cutlass_sm90::TensorScaledLinearCombination<ElementOutput, ElementCompute, ElementSource,
+                                                              ElementScalar, RoundStyle>,
+    CtaTile, EpilogueTile>
+    : oracle_trace::cutlass_sm90::ScaledLinearCombinationTree<
+          typename cutlass::detail::get_unpacked_element_type<ElementOutput>::type, ElementCompute, ElementSource,
+          ElementScalar, RoundStyle, oracle_trace::cutlass_sm90::ScaledAcc<ElementCompute, ElementScalar, RoundStyle>> {
+  using Impl = oracle_trace::cutlass_sm90::ScaledLinearCombinationTree<
+      typename cutlass::detail::get_unpacked_element_type<ElementOutput>::type, ElementCompute, ElementSource,
+      ElementScalar, RoundStyle, oracle_trace::cutlass_sm90::ScaledAcc<ElementCompute, ElementScalar, RoundStyle>>;
+  using Operation = oracle_trace::cutlass_sm90::TensorScaledLinearCombination<ElementOutput, ElementCompute,
+                                                                              ElementSource, ElementScalar, RoundStyle>;
+
+  struct Arguments : oracle_trace::cutlass_sm90::TensorScaledArguments<ElementScalar> {
+    operator typename Impl::Arguments() const {
+      typename Impl::Arguments a{};
+      this->fill(a, [](auto& scaled) -> auto& { return scaled; });
+      return a;
+    }
+  };
+
+  using Impl::Impl;
+};
+
 // The collective epilogue asks its callbacks' traits for the operation and the compute type.
 template <class Policy, class Operation_, class CtaTile, class EpilogueTile>
 struct FusionCallbacksTraits<oracle_trace::cutlass_sm90::TracedFusion<Policy, Operation_, CtaTile, EpilogueTile>> {

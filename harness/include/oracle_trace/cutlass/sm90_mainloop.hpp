@@ -23,14 +23,19 @@
 // are issued (CUTLASS keeps one batch in flight), so its timing is not the production kernel's;
 // the report declares it. Clusters of one CTA or more both work (the binding is per CTA). Supported:
 // the non-FP8 TMA warp-specialized collective (static_assert otherwise); FP8's promotion mainloop is
-// another collective. `Mutation` plants a defect for the bug zoo (issues(k_block): how often the
-// k-block's MMAs are issued; NoMutation: once).
+// another collective (use the FP8FastAccum schedules, whose mainloop is this one). `Mutation` plants a
+// defect for the bug zoo: issues(k_block), how often the k-block's MMAs are issued (NoMutation: once);
+// optionally load_a_element(k_block), the linear index (row * BK + col) of the A element of the
+// k-block's stage that is overwritten with 64 after the descriptor taps and before the load taps and
+// the MMAs (-1: none), between two named barriers of the consumer group (CUTLASS user barrier id 0;
+// ping-pong: 0 and 1, one per consumer warp group).
 
 #ifndef ORACLE_TRACE_CUTLASS_SM90_MAINLOOP_HPP_
 #define ORACLE_TRACE_CUTLASS_SM90_MAINLOOP_HPP_
 
 #include "cute/tensor.hpp"
 #include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/arch/barrier.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "oracle_trace/cutlass/types.hpp"
 #include "oracle_trace/cutlass/version.hpp"
@@ -43,6 +48,12 @@ struct NoMutation {
   CUTLASS_DEVICE static constexpr int issues(int /*k_block*/) { return 1; }
 };
 
+// Does the mutation overwrite an element of A's stage (load_a_element)?
+template <class M, class = void>
+struct corrupts_load : cute::false_type {};
+template <class M>
+struct corrupts_load<M, cute::void_t<decltype(M::load_a_element(0))>> : cute::true_type {};
+
 template <class Policy>
 constexpr bool is_tma_ws_policy = false;
 template <int Stages, class Cluster, class Schedule>
@@ -51,7 +62,8 @@ constexpr bool is_tma_ws_policy<cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialize
 template <class Base, class Mutation = NoMutation>
 struct Sm90TracedMainloop : Base {
   static_assert(is_tma_ws_policy<typename Base::DispatchPolicy>,
-                "Sm90TracedMainloop traces CUTLASS's MainloopSm90TmaGmmaWarpSpecialized collective only");
+                "Sm90TracedMainloop traces CUTLASS's MainloopSm90TmaGmmaWarpSpecialized collective only (fp8: "
+                "the FP8FastAccum schedules; the promoting MainloopSm90TmaGmmaWarpSpecializedFP8 is not traced)");
 
   using typename Base::DispatchPolicy;
   using typename Base::MainloopPipeline;
@@ -180,6 +192,21 @@ struct Sm90TracedMainloop : Base {
         if ((reinterpret_cast<uintptr_t>(image_b) & 1023u) == 0)
           Tr::tap_smem_bytes(Stage::DescriptorB, site, image_b, kBN * kBK * sizeof(ValueB), kDTypeB, kBK, kBN,
                              group_thread, kThreads);
+      }
+      if constexpr (corrupts_load<Mutation>::value) {
+        const int bad = Mutation::load_a_element(site.k_block);
+        if (bad >= 0) {  // the same for every thread of the group: the binding is
+          const uint32_t group = uint32_t(cutlass::canonical_warp_group_idx() - 1) / uint32_t(kThreads / 128);
+          cutlass::arch::NamedBarrier::sync(kThreads, group);  // every descriptor tap has read the stage
+          if (group_thread == 0) {
+            storage.smem_A.data()[offset_a(storage.smem_A.data(), bad / kBK, bad % kBK, stage)] =
+                typename TiledMma::ValTypeA(64.0f);
+            cutlass::arch::fence_view_async_shared();  // seen by the WGMMAs (the async proxy)
+          }
+          cutlass::arch::NamedBarrier::sync(kThreads, group);
+        }
+      }
+      if constexpr (Tr::enabled) {
         Tr::tap_smem_tile(Stage::LoadA, site, base_a, kBM, kBK,
                           [&](int r, int c) { return offset_a(storage.smem_A.data(), r, c, stage); }, group_thread,
                           kThreads);

@@ -1,0 +1,113 @@
+"""The kernel adapters the harness ships, as a case sees them: which one a launch library's source
+includes, the problems it can run, and what its traced build serialises.
+
+Data path: the library's own source text (read, never built or run here) -> adapter_of() -> Adapter;
+Adapter.unsupported(spec) lists, field by field, what the problem asks that the adapter cannot do
+(oracle.run.case raises them as one CaseError when the case is loaded); Adapter.serialised goes
+into every recording of the case (Recording.serialised), and the judgement lists it under what a
+run did not see.
+
+Constraints: only an include line in the library's own file counts (`#include
+"oracle_trace/cutlass.hpp"`, angle brackets too); an include through another of the user's headers
+is not followed, and such a library is judged without the adapter's declarations. The C++ side
+refuses the same problems again (static_assert at build, kLaunchUnsupported at launch:
+harness/include/oracle_trace/cutlass/entry.hpp).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from harness.fields import shown
+from kernels_ref.dtypes import FP8
+from oracle.problem.spec import ProblemSpec
+
+MAX_SOURCE_BYTES = 1 << 20  # a library's source is read this far for its include lines
+
+# The epilogue graphs the adapter's traced trees compute (sm90_epilogue.hpp): LinearCombination and
+# TensorScaledLinearCombination, in the default order (docs/epilogue.md).
+_CUTLASS_GRAPHS = (("alpha_beta", "cast"), ("scale", "alpha_beta", "cast"))
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One shipped adapter: its name, the header a library includes, and what its traced build waits
+    for that the production build does not."""
+
+    name: str
+    header: str
+    serialised: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[a-z0-9_]+", self.name):
+            raise ValueError(f"Adapter.name={shown(self.name)} must be [a-z0-9_]+")
+        if not self.serialised or not all(isinstance(s, str) and s for s in self.serialised):
+            raise ValueError(f"Adapter.serialised={shown(self.serialised)} must name what the traced build serialises")
+
+    def unsupported(self, spec: ProblemSpec) -> list[str]:
+        """Every field of `spec` this adapter cannot run, as 'field = value: why; supported: ...'."""
+        if self.name != "cutlass_sm90":
+            return []
+        why = []
+        one = "the CUTLASS adapter's entry (ORACLE_CUTLASS_ENTRY) runs one GEMM"
+        if spec.batch != 1:
+            why.append(f"batch = {spec.batch}: {one}; supported: 1")
+        if spec.groups is not None:
+            why.append(f"groups = {shown(list(spec.groups))}: {one}, not a grouped one; supported: none")
+        if spec.splits != 1:
+            why.append(f"splits = {spec.splits}: CUTLASS's own tile scheduler decides how k is split, the adapter "
+                       f"requests no split-K; supported: 1")
+        if spec.stream_k_workers is not None:
+            why.append(f"stream_k_workers = {spec.stream_k_workers}: CUTLASS's own tile scheduler decides, the adapter "
+                       f"requests no stream-K; supported: none")
+        epilogues = "the adapter's epilogues (LinearCombination, TensorScaledLinearCombination)"
+        if spec.bias != "none":
+            why.append(f"bias = {shown(spec.bias)}: {epilogues} add no bias; supported: none")
+        if spec.activation != "none":
+            why.append(f"activation = {shown(spec.activation)}: {epilogues} apply none; supported: none")
+        kinds = (spec.scale_a.kind, spec.scale_b.kind)
+        for op, kind in zip("ab", kinds):
+            if kind not in ("none", "tensor"):
+                why.append(f"scale_{op}.kind = {shown(kind)}: supported: none (LinearCombination) or tensor on both "
+                           f"A and B (TensorScaledLinearCombination)")
+        if set(kinds) == {"none", "tensor"}:
+            op = "b" if kinds[0] == "tensor" else "a"
+            why.append(f"scale_{op}.kind = 'none' beside a per-tensor scale of the other operand: "
+                       f"TensorScaledLinearCombination scales both; supported: both tensor or both none")
+        if spec.a_dtype in FP8 and spec.resolved_acc_model != "fp8_fast":
+            why.append(f"acc_model = {shown(spec.resolved_acc_model)}: the adapter traces fp8 through CUTLASS's "
+                       f"FP8FastAccum mainloop only (WGMMA's accumulator, no promotion; the promoting FP8 mainloop "
+                       f"stops the traced build at a static_assert); supported: fp8_fast")
+        if spec.epilogue is not None and tuple(spec.epilogue) not in _CUTLASS_GRAPHS:
+            why.append(f"epilogue = {shown(list(spec.epilogue))}: the adapter's traced trees compute "
+                       f"[scale,] alpha_beta, cast in that order; supported: "
+                       f"{' or '.join(str(list(g)) for g in _CUTLASS_GRAPHS)} (or leave epilogue out)")
+        return why
+
+
+CUTLASS_SM90 = Adapter(
+    "cutlass_sm90", "oracle_trace/cutlass.hpp",
+    ("the CUTLASS adapter's traced mainloop waits for each k-block's WGMMAs before issuing the next (CUTLASS's "
+     "own keeps one batch in flight) and reads each stage for its taps between the stage's wait and release, so the "
+     "traced build runs serialised where the production kernel overlaps: a MATCH does not show the production "
+     "kernel free of races (`compare --repeat N` also runs the untraced build)",))
+ADAPTERS = (CUTLASS_SM90,)
+
+
+def adapter_of(library: Optional[str]) -> Optional[Adapter]:
+    """The shipped adapter the library's source includes, or None (no library, no such include, or a
+    file that cannot be read: the build reports that)."""
+    if library is None:
+        return None
+    try:
+        with open(library, "rb") as f:
+            text = f.read(MAX_SOURCE_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return None
+    for adapter in ADAPTERS:
+        pattern = r'^[ \t]*#[ \t]*include[ \t]*[<"]' + re.escape(adapter.header) + r'[>"]'
+        if re.search(pattern, text, re.MULTILINE):
+            return adapter
+    return None

@@ -1,0 +1,134 @@
+"""Cases built through the CUTLASS adapter, without a GPU or nvcc (oracle/run/adapters.py):
+
+- a launch library whose own source includes oracle_trace/cutlass.hpp is known as the cutlass_sm90
+  adapter's, and a library that does not include it is not;
+- what the adapter cannot run is refused when the case is loaded, every field named with what is
+  supported (batch, groups, splits, stream-K, bias, activation, scales other than per-tensor on both
+  operands, fp8 without fp8_fast, another epilogue order);
+- the adapter's serialisation travels with a recording (saved and loaded), and the judgement of the
+  committed CUTLASS dumps lists it under what was not seen, for a MATCH and for a finding alike,
+  without opening a confound or changing the finding's kind; a reproducer's traced run carries it too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from oracle.report import table as report
+from oracle.run.adapters import CUTLASS_SM90, adapter_of
+from oracle.run.case import CaseError, load_case
+from oracle.run.recording import Recording
+
+ROOT = Path(__file__).resolve().parents[2]
+ZOO = ROOT / "zoo" / "cutlass_sm90"
+DUMPS = ROOT / "tests" / "zoo" / "dumps"
+
+
+def test_the_adapter_is_known_from_the_library_s_own_include_line(tmp_path):
+    case = load_case(str(ZOO / "cutlass_sm90.toml"))
+    assert case.kernel.adapter is CUTLASS_SM90
+    assert load_case(str(ZOO / "e4m3.toml")).kernel.adapter is CUTLASS_SM90
+    plain = load_case(str(ROOT / "harness" / "examples" / "simple_gemm_lib.toml"))
+    assert plain.kernel.library is not None and plain.kernel.adapter is None
+    src = tmp_path / "k.cu"
+    src.write_text('// #include "oracle_trace/cutlass.hpp" in a comment is not an include\n')
+    assert adapter_of(str(src)) is None
+    src.write_text('  #  include <oracle_trace/cutlass.hpp>\n')
+    assert adapter_of(str(src)) is CUTLASS_SM90
+    assert adapter_of(str(tmp_path / "missing.cu")) is None
+
+
+@pytest.mark.parametrize("case_file, over, words", [
+    ("cutlass_sm90.toml", {"batch": 2}, "[problem] batch = 2: the CUTLASS adapter's entry (ORACLE_CUTLASS_ENTRY) runs "
+                                        "one GEMM; supported: 1"),
+    ("cutlass_sm90.toml", {"groups": [100, 200]}, "[problem] groups = [100, 200]"),
+    ("cutlass_sm90.toml", {"splits": 2}, "[problem] splits = 2: CUTLASS's own tile scheduler decides"),
+    ("cutlass_sm90.toml", {"stream_k_workers": 8}, "[problem] stream_k_workers = 8"),
+    ("cutlass_sm90.toml", {"bias": "col"}, "[problem] bias = 'col': the adapter's epilogues (LinearCombination, "
+                                           "TensorScaledLinearCombination) add no bias; supported: none"),
+    ("cutlass_sm90.toml", {"activation": "relu"}, "[problem] activation = 'relu'"),
+    ("cutlass_sm90.toml", {"scale_a": {"kind": "row"}, "scale_b": {"kind": "tensor"}},
+     "[problem] scale_a.kind = 'row': supported: none (LinearCombination) or tensor on both A and B"),
+    ("cutlass_sm90.toml", {"scale_a": {"kind": "tensor"}},
+     "[problem] scale_b.kind = 'none' beside a per-tensor scale of the other operand"),
+    ("e4m3.toml", {"acc_model": None}, "[problem] acc_model = 'fp32': the adapter traces fp8 through CUTLASS's "
+                                       "FP8FastAccum mainloop only"),
+    ("e4m3.toml", {"acc_model": "fp8_promoted", "promotion_interval": 128}, "acc_model = 'fp8_promoted'"),
+    ("cutlass_sm90.toml", {"epilogue": ["alpha", "beta_c", "cast"]}, "[problem] epilogue = ['alpha', 'beta_c', "
+                                                                     "'cast']"),
+])
+def test_what_the_adapter_cannot_run_is_refused_when_the_case_is_loaded(case_file, over, words):
+    over = {k: v for k, v in over.items()}
+    with pytest.raises(CaseError) as e:
+        load_case(str(ZOO / case_file), over)
+    msg = str(e.value)
+    assert "is built through the cutlass_sm90 adapter (oracle_trace/cutlass.hpp)" in msg, msg
+    assert words in msg, msg
+
+
+def test_what_the_adapter_runs_loads_and_a_library_without_it_is_not_limited():
+    for case_file in ("cutlass_sm90.toml", "pingpong.toml", "e4m3.toml", "pingpong_e4m3.toml"):
+        load_case(str(ZOO / case_file))
+    load_case(str(ZOO / "cutlass_sm90.toml"), {"epilogue": ["alpha_beta", "cast"]})
+    load_case(str(ZOO / "e4m3.toml"), {"epilogue": ["scale", "alpha_beta", "cast"]})
+    # the hand-written library example has a bias: no adapter, no limit
+    lib = load_case(str(ROOT / "harness" / "examples" / "simple_gemm_lib.toml"), {"bias": "col"})
+    assert lib.spec.bias == "col"
+
+
+def test_the_serialisation_travels_with_the_recording(tmp_path):
+    rec = Recording.load(str(DUMPS / "cutlass_sm90_coop_alpha_twice.safetensors.gz"))
+    assert rec.serialised == ()  # recorded before recordings carried it
+    marked = dataclasses.replace(rec, serialised=CUTLASS_SM90.serialised)
+    marked.save(str(tmp_path / "marked.safetensors.gz"))
+    assert Recording.load(str(tmp_path / "marked.safetensors.gz")).serialised == CUTLASS_SM90.serialised
+    with pytest.raises(Exception, match="serialised must be a list of strings"):
+        dataclasses.replace(rec, serialised=(3,)).validate()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, stage", [("cutlass_sm90_coop_correct", None),
+                                         ("cutlass_sm90_pingpong_kblock_twice", "mma")])
+def test_a_cutlass_run_says_it_did_not_see_the_production_timing(name, stage):
+    # the committed dumps, marked as a live run of their case now marks them (oracle.run.live)
+    from oracle.judging.differential import analyze
+
+    rec = Recording.load(str(DUMPS / f"{name}.safetensors.gz"))
+    case = load_case(str(ZOO / ("cutlass_sm90.toml" if "coop" in name else "pingpong.toml")))
+    rec = dataclasses.replace(rec, serialised=case.kernel.adapter.serialised)
+    an = analyze(rec)
+    said = [u for u in an.unobserved if u.startswith("the production build's timing (traced build serialised: ")]
+    assert len(said) == 1 and "a MATCH does not show the production kernel free of races" in said[0], an.unobserved
+    assert not any("serialised" in c for c in an.open_confounds), an.open_confounds
+    if stage is None:
+        assert an.verdict.value == "MATCH"
+        assert "Not seen: the production build's timing (traced build serialised" in report.sentence(an)
+    else:  # a finding keeps its kind: the divergent value is what the traced build computed
+        assert an.verdict.value == "DIVERGED" and an.first.stage == stage
+        assert an.first.kind.value == "VERDICT", (an.first, an.open_confounds)
+    assert report.to_json(an)["unobserved"] == list(an.unobserved)
+
+
+def test_a_cutlass_reproducer_s_traced_run_carries_the_serialisation(tmp_path):
+    import json
+
+    from harness.trace_format import TraceWriter
+    from oracle.repro.generate import sink_bytes, write_repro
+    from oracle.repro.readback import load_repro_run
+    from oracle.run.case import with_trace
+
+    rec = Recording.load(str(DUMPS / "cutlass_sm90_coop_alpha_twice.safetensors.gz"))
+    case = with_trace(load_case(str(ZOO / "defects" / "alpha_twice.toml"), {"m": 300, "n": 392, "k": 520}),
+                      ((0, 0),), None)
+    out = write_repro(case, rec.operands, rec.provenance, tmp_path / "r", reference=False).path
+    assert json.loads((out / "repro.json").read_text())["library"]["serialised"] == list(CUTLASS_SM90.serialised)
+    (out / "d.bin").write_bytes(rec.output.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    (out / "sink.bin").write_bytes(TraceWriter(sink_bytes(case), tiles=[(0, 0)]).to_bytes())
+    (out / "result.txt").write_text("status ok\nentry oracle_launch\ntraced 1\n")
+    assert load_repro_run(out).serialised == CUTLASS_SM90.serialised
+    (out / "result.txt").write_text("status ok\nentry oracle_launch\ntraced 0\n")
+    assert load_repro_run(out).serialised == ()  # the untraced build is CUTLASS's production kernel
