@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from oracle.run.case import load_case, with_trace
+from oracle.judging.differential import expected_output
 from oracle.run.inputs import Provenance, make_operands
 from oracle.run.live import _from_storage, run_live, run_untraced
 
@@ -41,8 +42,19 @@ def test_traced_and_production_builds_agree_and_taps_name_their_tiles(case_file,
     assert plain.ok, plain.describe() + "\n" + plain.stderr_tail
     traced_d = live.recording.output
     plain_d = _from_storage(plain.outputs["d"], case.spec.d_major)
-    assert torch.equal(traced_d.contiguous().view(torch.int16), plain_d.contiguous().view(torch.int16)), \
-        "traced and production D differ"
+    tb, pb = traced_d.contiguous().view(torch.int16), plain_d.contiguous().view(torch.int16)
+    diff = tb != pb
+    why = (f"traced and production D differ at {int(diff.sum())} of {diff.numel()} elements, first "
+           f"{diff.nonzero()[:4].tolist()}, at most {int((tb.int() - pb.int()).abs().max())} bf16 ulps")
+    if case.spec.resolved_acc_model == "fp8_fast":
+        # not bit for bit (the adapter's serialisation note says so): each build within the oracle's bound
+        y, bound = expected_output(case.spec, ops)
+        for name, d in (("traced", traced_d), ("production", plain_d)):
+            err = (d.double().to(y.device) - y.double()).abs()
+            assert bool((err <= bound).all()), f"the {name} D exceeds the oracle's bound; {why}"
+        assert int(diff.sum()) <= diff.numel() // 1000, why
+    else:
+        assert not bool(diff.any()), why
 
     taps = live.recording.taps
     assert {t.tile for t in taps} == set(tiles), sorted({t.tile for t in taps})
