@@ -92,7 +92,7 @@ CUTLASS_SM90 = Adapter(
     ("the CUTLASS adapter's traced mainloop waits for each k-block's WGMMAs before issuing the next (CUTLASS's "
      "own keeps one batch in flight) and reads each stage for its taps between the stage's wait and release, so the "
      "traced build runs serialised where the production kernel overlaps: a MATCH does not show the production "
-     "kernel free of races (`compare --repeat N` also runs the untraced build)",
+     "kernel free of races (`compare --repeat N` also runs the untraced build); "
      "with fp8 fast accumulation the traced build's D is not always the production build's bit for bit (H200, "
      "cooperative e4m3, 1024x2048x1032: 2 of 2,097,152 elements one bf16 ulp apart, the cause not identified): "
      "what is judged is the traced build's arithmetic",))
