@@ -673,6 +673,13 @@ def load_results(path: str) -> tuple[list[Result], int, float]:
     return out, doc.get("cases_left_by_budget", 0), doc.get("seconds", 0.0)
 
 
+def _environment_of(path: str) -> dict:
+    """A result file's environment: a run's own, or the runs of a merge (flattened)."""
+    with open(path) as f:
+        env = json.load(f).get("environment", {})
+    return {"file": os.path.basename(path), **({"runs": env["runs"]} if "runs" in env else env)}
+
+
 def not_judged(cases: list, skip_paths) -> list:
     """The cases none of the earlier runs' JSON files judged (a case that could not run is run
     again), in order."""
@@ -725,6 +732,8 @@ def main(argv=None) -> int:
         results = merged(results)
         left = len(not_judged(make_cases(False, None), args.merge))  # the benchmark's cases no run judged
         doc = summarise(results, left, secs)
+        # where each merged run ran (a merge itself runs anywhere)
+        doc["environment"] = {"merged": doc["environment"]["date"], "runs": [_environment_of(p) for p in args.merge]}
         write(doc, args.out)
         print(f"merged {len(args.merge)} run(s): correct cases {doc['correct_cases']}, false DIVERGED "
               f"{doc['false_diverged']}, planted {doc['planted']}, at the right tile {doc['detected_right_tile']}")
