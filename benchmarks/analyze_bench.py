@@ -144,6 +144,8 @@ def main(argv=None) -> int:
     ap.add_argument("--defect", default=None, help="a planted defect of the model (oracle.run.simulate.Injection)")
     ap.add_argument("--count", action="store_true", help="count launches, host reads and aten ops of one analyze")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--report", default=None,
+                    help="write the analysis' report JSON here, its phase times left out (to compare two versions)")
     args = ap.parse_args(argv)
     k = args.k or args.size
     spec = ProblemSpec(m=args.size, n=args.size, k=k, tile=Tile(args.tile, args.tile, 64),
@@ -176,6 +178,13 @@ def main(argv=None) -> int:
         _, c = counted(rec)
         res["counts"] = c
         print(json.dumps({k: v for k, v in c.items()}, indent=1))
+    if args.report:
+        from oracle.report import table as report
+
+        doc = report.to_json(an)
+        doc.pop("phases_ms", None)
+        with open(args.report, "w") as f:
+            json.dump(doc, f, indent=1, sort_keys=True, default=str)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(res, f, indent=1)
