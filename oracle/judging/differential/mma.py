@@ -169,7 +169,7 @@ def _chained(ctx: Context, refs: _References, units, values, recorded) -> list:
     at = torch.tensor([refs.at(r, kb) for r, _, kb, _ in units], device=ctx.dev)
     x, s = refs.traj[at], refs.s[at]
     n_k = [min((kb + 1) * ctx.bk, spec.k) - refs.parts[r].kb_begin * ctx.bk for r, _, kb, _ in units]
-    stats = refs.stats._map(lambda f: f[at])
+    stats = refs.stats.at(at)
     bound = tolerance.mma_bound(spec, torch.zeros_like(s), s, n_k, stats, x_abs=x.abs())
     valid = ctx.valid_units("mma", [t.tile for _, t, _, _ in units], tuple(values.shape[1:]))
     return ctx.judge_units([_unit_of(ctx, t, kb, feed=Feed.REFERENCE, assumed=_from_begin(ctx, t))
