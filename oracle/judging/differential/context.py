@@ -1,6 +1,10 @@
 """The recording's data on the reference device, the geometry of its tiles and k-blocks, and how
 one comparison is judged: its mask built from what the kernel recorded, its evidence labelled.
 
+A stage judges all its taps of one kind at once (judge_units): their tensors stacked, one
+comparison pass (oracle.judging.compare.compare_units) and a fixed number of host reads, each
+unit keeping its own tile, k-block, partial, feed, stand-ins and assumptions.
+
 Masks: an element is compared only if it lies inside the real extent (A rows < M, B columns < N,
 accumulator and epilogue elements inside M x N: the rest is padding that feeds no valid output),
 the kernel recorded it, and every element that fed it on the teacher-forcing side was recorded
