@@ -96,7 +96,8 @@ def compare_reference(received: torch.Tensor, expected: torch.Tensor, *, bound: 
                 detail_budget -= 1
                 first = _first_bad(bad, r, e, b, i * th, j * tw, th, tw, origin, never)
             out.append(_metrics((base_ti[0] + i, base_ti[1] + j), k_block, exact, first,
-                                (cmp_, exc, nbad, nr, ne, ir, ie, info, nvr), (mabs, mrel, mrat, dsq, esq, rsq, dt, sr, se)))
+                                (cmp_, exc, nbad, nr, ne, ir, ie, info, nvr),
+                                (mabs, mrel, mrat, dsq, esq, rsq, dt, sr, se)))
     return combine([Comparison(Status.MATCH, tuple(out))]) if out else Comparison(Status.NOT_RUN)
 
 
