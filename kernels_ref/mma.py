@@ -692,6 +692,8 @@ def trajectory_stats(traj: torch.Tensor, s_traj: torch.Tensor, stats_chunk: Opti
     n_kb = traj.shape[kd]
     c = _check_stats_chunk(stats_chunk, block_k)
     shape = tuple(traj.shape)
+    if not c and n_kb:
+        return _trajectory_stats_scan(traj, s_traj, kd, q)
     out = {f: torch.zeros(shape, dtype=torch.float32, device=traj.device) for f in ("l", "v", "pabs", "prun")}
     one = traj.select(kd, 0).double() if n_kb else torch.zeros((), dtype=torch.float64, device=traj.device)
     x = torch.zeros_like(one)
@@ -718,6 +720,24 @@ def trajectory_stats(traj: torch.Tensor, s_traj: torch.Tensor, stats_chunk: Opti
                 mark = x
     qq = None if q is None else q.to(torch.float32).expand(shape)
     return MmaStats(out["l"], out["v"], qq, out["pabs"], out["prun"])
+
+
+def _trajectory_stats_scan(traj, s_traj, kd: int, q):
+    """trajectory_stats without split-K partials, every k-block at once: the running minimum and
+    maximum are scans, l and v running sums (a scan along a dimension that is not the last one adds
+    in k-block order, as the loop does)."""
+    x = traj.double()
+    zero = torch.zeros_like(x.narrow(kd, 0, 1))
+    lo = torch.cummin(torch.cat([zero, x], kd), kd).values.narrow(kd, 0, x.shape[kd])  # before each k-block
+    hi = torch.cummax(torch.cat([zero, x], kd), kd).values.narrow(kd, 0, x.shape[kd])
+    prev = torch.cat([zero, x.narrow(kd, 0, x.shape[kd] - 1)], kd)
+    s = s_traj.double()
+    s_prev = torch.cat([zero, s.narrow(kd, 0, s.shape[kd] - 1)], kd)
+    m = torch.maximum(prev - lo, hi - prev) + (s - s_prev)
+    l = torch.cumsum(m, kd).float()
+    v = torch.cumsum(m * m, kd).float()
+    qq = None if q is None else q.to(torch.float32).expand(tuple(traj.shape))
+    return MmaStats(l, v, qq, torch.zeros_like(l), torch.zeros_like(l))
 
 
 def mma_accumulate(a: torch.Tensor, b: torch.Tensor, block_m: int, block_n: int, block_k: int, acc: str = "fp32",

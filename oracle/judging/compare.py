@@ -79,6 +79,98 @@ def compare_reference(received: torch.Tensor, expected: torch.Tensor, *, bound: 
     th, tw = tile_shape or (h, w)
     th, tw = max(th, 1), max(tw, 1)
     exact = bound is None
+    stats, fstats, (bad, r, e, b, never) = _tile_stats(received, expected, bound, mask, unwritten, th, tw)
+    tiles_h, tiles_w = len(stats[0]), len(stats[0][0]) if stats[0] else 0
+    grid_single = tile_shape is None
+    base_ti = tile_index if (grid_single and tile_index is not None) else (origin[0] // th, origin[1] // tw)
+    out = []
+    detail_budget = max_detail_tiles
+    for i in range(tiles_h):
+        for j in range(tiles_w):
+            (cmp_, exc, nbad, nr, ne, ir, ie, info, nvr) = (s[i][j] for s in stats)
+            if cmp_ == 0:
+                continue
+            (mabs, mrel, mrat, dsq, esq, rsq, dt, sr, se) = (s[i][j] for s in fstats)
+            first = ()
+            if nbad and detail_budget > 0:
+                detail_budget -= 1
+                first = _first_bad(bad, r, e, b, i * th, j * tw, th, tw, origin, never)
+            out.append(_metrics((base_ti[0] + i, base_ti[1] + j), k_block, exact, first,
+                                (cmp_, exc, nbad, nr, ne, ir, ie, info, nvr),
+                                (mabs, mrel, mrat, dsq, esq, rsq, dt, sr, se)))
+    return combine([Comparison(Status.MATCH, tuple(out))]) if out else Comparison(Status.NOT_RUN)
+
+
+def _metrics(tile, k_block, exact, first, counts, floats) -> TileMetrics:
+    cmp_, exc, nbad, nr, ne, ir, ie, info, nvr = counts
+    mabs, mrel, mrat, dsq, esq, rsq, dt, sr, se = floats
+    return TileMetrics(
+        tile=tile, k_block=k_block, compared=cmp_, excluded=exc,
+        mismatches=nbad, max_abs_err=mabs, max_rel_err=mrel, max_ratio=mrat,
+        rel_l2=math.sqrt(dsq / esq) if esq > 0 else (0.0 if dsq == 0 else math.inf),
+        cosine=dt / math.sqrt(esq * rsq) if esq > 0 and rsq > 0 else (1.0 if esq == rsq else 0.0),
+        amplification=sr / se if se > 0 else (1.0 if sr == 0 else math.inf),
+        nan_received=nr, nan_expected=ne, inf_received=ir, inf_expected=ie,
+        trivial=info == 0, exact=exact, first_bad=first, unwritten=nvr)
+
+
+def compare_units(received: torch.Tensor, expected: torch.Tensor, *, origins, tiles, k_blocks,
+                  bound: Optional[torch.Tensor] = None, mask: Optional[torch.Tensor] = None) -> list[Comparison]:
+    """Many whole-tensor comparisons of one shape in one pass: received, expected (and bound, mask)
+    [U, R, C], unit u at global `origins[u]`, named `tiles[u]` and `k_blocks[u]`. Returns, in unit
+    order, what compare_reference(received[u], expected[u], bound=bound[u], mask=mask[u],
+    origin=origins[u], tile_index=tiles[u], k_block=k_blocks[u]) returns, with two host reads for
+    the metrics of every unit and two for the first bad elements of every failing one."""
+    if received.shape != expected.shape:
+        raise ValueError(f"received shape {tuple(received.shape)} != expected shape {tuple(expected.shape)}")
+    if received.dim() != 3:
+        raise ValueError(f"compare_units takes [units, rows, cols] tensors, got {received.dim()}-D")
+    n, h, w = received.shape
+    if not (len(origins) == len(tiles) == len(k_blocks) == n):
+        raise ValueError(f"{n} units need as many origins, tiles and k_blocks (got {len(origins)}, {len(tiles)}, "
+                         f"{len(k_blocks)})")
+    if n == 0:
+        return []
+    flat = (lambda t: None if t is None else t.expand(n, h, w).reshape(n * h, w))
+    exact = bound is None
+    stats, fstats, (bad, r, e, b, never) = _tile_stats(flat(received), flat(expected), flat(bound), flat(mask), None,
+                                                       h, w)
+    firsts = _first_bad_units(bad, r, e, b, never, h, origins,
+                              [u for u in range(n) if stats[0][u][0] and stats[2][u][0]])
+    out = []
+    for u in range(n):
+        counts = tuple(s[u][0] for s in stats)
+        if counts[0] == 0:
+            out.append(Comparison(Status.NOT_RUN))
+            continue
+        tm = _metrics(tuple(tiles[u]), k_blocks[u], exact, firsts.get(u, ()), counts, tuple(s[u][0] for s in fstats))
+        out.append(combine([Comparison(Status.MATCH, (tm,))]))
+    return out
+
+
+def _first_bad_units(bad, r, e, b, never, h, origins, failing) -> dict[int, tuple[BadElement, ...]]:
+    """The first bad elements (row-major) of each failing unit of a [units * h, w] stack."""
+    if not failing:
+        return {}
+    idx = bad.nonzero()
+    unit = idx[:, 0] // h
+    rank = torch.arange(idx.shape[0], device=idx.device) - torch.searchsorted(unit, unit, right=False)
+    idx = idx[rank < FIRST_BAD]
+    gi, gj = idx[:, 0], idx[:, 1]
+    vals = torch.stack([r[gi, gj], e[gi, gj], b[gi, gj], never[gi, gj].double()], dim=1)
+    out: dict[int, list] = {}
+    for (i, j), (rv, ev, bv, nv) in zip(idx.cpu().tolist(), vals.cpu().tolist()):
+        u = i // h
+        out.setdefault(u, []).append(BadElement(origins[u][0] + i - u * h, origins[u][1] + j, rv, ev, bv, bool(nv)))
+    return {u: tuple(v) for u, v in out.items()}
+
+
+def _tile_stats(received, expected, bound, mask, unwritten, th: int, tw: int):
+    """Every metric's per-tile sums and maxima of a 2-D comparison split into th x tw tiles, on the
+    host as nested lists (counts, floats: see compare_reference), and the element maps the first
+    bad elements are read from (bad, received, expected, bound, never written), float64."""
+    h, w = received.shape
+    exact = bound is None
     dev = received.device
     keep = torch.ones(h, w, dtype=torch.bool, device=dev) if mask is None else mask.to(dev)
     if exact:
@@ -136,30 +228,7 @@ def compare_reference(received: torch.Tensor, expected: torch.Tensor, *, bound: 
 
     stats = torch.stack([n_cmp, n_exc, n_bad, nan_r, nan_e, inf_r, inf_e, informative, n_never]).cpu().tolist()
     fstats = torch.stack([max_abs, max_rel, max_ratio, diff_sq, e_sq, r_sq, dot, sum_r, sum_e]).cpu().tolist()
-    tiles_h, tiles_w = n_cmp.shape
-    grid_single = tile_shape is None
-    base_ti = tile_index if (grid_single and tile_index is not None) else (origin[0] // th, origin[1] // tw)
-    out = []
-    detail_budget = max_detail_tiles
-    for i in range(tiles_h):
-        for j in range(tiles_w):
-            (cmp_, exc, nbad, nr, ne, ir, ie, info, nvr) = (s[i][j] for s in stats)
-            if cmp_ == 0:
-                continue
-            (mabs, mrel, mrat, dsq, esq, rsq, dt, sr, se) = (s[i][j] for s in fstats)
-            first = ()
-            if nbad and detail_budget > 0:
-                detail_budget -= 1
-                first = _first_bad(bad, r, e, b, i * th, j * tw, th, tw, origin, never)
-            out.append(TileMetrics(
-                tile=(base_ti[0] + i, base_ti[1] + j), k_block=k_block, compared=cmp_, excluded=exc,
-                mismatches=nbad, max_abs_err=mabs, max_rel_err=mrel, max_ratio=mrat,
-                rel_l2=math.sqrt(dsq / esq) if esq > 0 else (0.0 if dsq == 0 else math.inf),
-                cosine=dt / math.sqrt(esq * rsq) if esq > 0 and rsq > 0 else (1.0 if esq == rsq else 0.0),
-                amplification=sr / se if se > 0 else (1.0 if sr == 0 else math.inf),
-                nan_received=nr, nan_expected=ne, inf_received=ir, inf_expected=ie,
-                trivial=info == 0, exact=exact, first_bad=first, unwritten=nvr))
-    return combine([Comparison(Status.MATCH, tuple(out))]) if out else Comparison(Status.NOT_RUN)
+    return stats, fstats, (bad, r, e, b, never)
 
 
 def _first_bad(bad, r, e, b, r0, c0, th, tw, origin, never) -> tuple[BadElement, ...]:

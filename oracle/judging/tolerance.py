@@ -399,6 +399,19 @@ class SpanStats:
         self.lo = torch.minimum(self.lo, self.x)
         self.hi = torch.maximum(self.hi, self.x)
 
+    def add_at(self, idx: Optional[torch.Tensor], s_block: torch.Tensor, acc_after: torch.Tensor) -> None:
+        """add() for the units `idx` of a stack of spans (first dim; None: every unit)."""
+        if idx is None:
+            return self.add(s_block, acc_after)
+        x, lo, hi = self.x[idx], self.lo[idx], self.hi[idx]
+        m = torch.maximum(x - lo, hi - x) + s_block.double().abs()
+        self.l = self.l.index_put((idx,), self.l[idx] + m)
+        self.v = self.v.index_put((idx,), self.v[idx] + m * m)
+        x = acc_after.double()
+        self.x = self.x.index_put((idx,), x)
+        self.lo = self.lo.index_put((idx,), torch.minimum(lo, x))
+        self.hi = self.hi.index_put((idx,), torch.maximum(hi, x))
+
     def stats(self) -> Stats:
         return Stats(self.l, self.v)
 
@@ -432,8 +445,8 @@ def _chain_bound(chain: Chain, st: Stats, s: torch.Tensor, bk: int, passes: int,
         master = LAMBDA * torch.sqrt(torch.clamp(st.v, min=0) * (bk / promotion)) * 2.0 ** -24 * STATS_MARGIN
         return narrow * chain.growth(steps) + master
     steps = passes * math.ceil(bk / g)
-    total = passes * math.ceil(max(n, 1) / g)
-    return (det * steps * st.l + LAMBDA * torch.sqrt(rnd2 * steps * torch.clamp(st.v, min=0))) * chain.growth(total)
+    x = det * steps * st.l + LAMBDA * torch.sqrt(rnd2 * steps * torch.clamp(st.v, min=0))
+    return x * _per_unit(n, lambda k: chain.growth(passes * math.ceil(max(k, 1) / g)), x)
 
 
 def _operand_bound(model: AccModel, st: Stats, s: torch.Tensor, x_abs: Optional[torch.Tensor],
@@ -492,31 +505,42 @@ def _reduction_bound(spec, model: AccModel, st: Stats, s: torch.Tensor, n: int) 
     """Split-K partials P_i (their ends at k-block boundaries) rounded, and each partial sum X_i
     rounded: u (sum |P_i| + sum |X_i|), with sum |P_i| <= S and, as every |X_j| <= m_j,
     sum |X_i| at most both parts * sqrt(V) and L."""
-    n_kb = max(1, math.ceil(n / spec.tile.bk))
     r_max = torch.sqrt(torch.clamp(st.v, min=0))
 
-    def sums(parts: int) -> torch.Tensor:
-        return torch.minimum(parts * r_max, st.l)
+    def sums(parts) -> torch.Tensor:  # parts(n): the partials of a span of n products
+        return torch.minimum(_per_unit(n, parts, r_max) * r_max, st.l)
 
     out = torch.zeros_like(s)
     red = spec.reduction
     if red == "fp32":
-        out = 2.0 ** -24 * STATS_MARGIN * (s + sums(n_kb))
+        out = 2.0 ** -24 * STATS_MARGIN * (s + sums(lambda k: max(1, math.ceil(k / spec.tile.bk))))
     elif red in ("bf16", "fp16"):
         u = DTYPES[red].unit_roundoff
         if st.pabs is None or st.prun is None:
-            out = u * STATS_MARGIN * (s + sums(math.ceil(n / spec.reduction_chunk)))
+            out = u * STATS_MARGIN * (s + sums(lambda k: math.ceil(k / spec.reduction_chunk)))
         else:
             out = u * STATS_MARGIN * (st.pabs.double() + st.prun.double())
     if model.name == "any" and spec.a_dtype in ("bf16", "fp16"):
         u = DTYPES[spec.out_dtype].unit_roundoff if spec.out_dtype in ("bf16", "fp16") else 2.0 ** -24
-        out = torch.maximum(out, u * STATS_MARGIN * (s + sums(math.ceil(n / hw("splitk.chunk_min").value))))
+        out = torch.maximum(out, u * STATS_MARGIN * (s + sums(lambda k: math.ceil(k / hw("splitk.chunk_min").value))))
     return out
 
 
-def mma_bound(spec, x0_abs: torch.Tensor, s: torch.Tensor, n: int, stats=None,
+def _per_unit(n, fn, like: torch.Tensor):
+    """fn(n) for a span of n products; for n a sequence (one span per unit along like's first
+    dim), fn of each as a [U, 1, ...] tensor of like's dtype, or the one value they share."""
+    if not isinstance(n, (list, tuple)):
+        return fn(n)
+    vals = [fn(k) for k in n]
+    if all(v == vals[0] for v in vals):
+        return vals[0]
+    return torch.tensor(vals, dtype=like.dtype, device=like.device).reshape((-1,) + (1,) * (like.dim() - 1))
+
+
+def mma_bound(spec, x0_abs: torch.Tensor, s: torch.Tensor, n, stats=None,
               x_abs: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Bound on |kernel - reference| for an accumulator after a span of `n` products.
+    """Bound on |kernel - reference| for an accumulator after a span of `n` products (a sequence:
+    each unit's span, the units along the tensors' first dim).
 
     x0_abs: |accumulator| at the start of the span (exactly known: a tap, or 0); s: sum of |a||b|
     (scaled) over the span; stats: the span's L, V (Stats, kernels_ref.mma.MmaStats or SpanStats);
@@ -527,9 +551,8 @@ def mma_bound(spec, x0_abs: torch.Tensor, s: torch.Tensor, n: int, stats=None,
     if model.chain is None and not model.union:
         return torch.zeros_like(s, dtype=torch.float64)
     s64 = s.double()
-    n_kb = max(1, math.ceil(n / spec.tile.bk))
     if stats is None:
-        st = Stats.crude(x0_abs, s64, n_kb)
+        st = Stats.crude(x0_abs, s64, _per_unit(n, lambda k: max(1, math.ceil(k / spec.tile.bk)), s64))
     elif isinstance(stats, SpanStats):
         st = stats.stats()
         x_abs = stats.span_sum_abs() if x_abs is None else x_abs

@@ -1,6 +1,10 @@
 """The recording's data on the reference device, the geometry of its tiles and k-blocks, and how
 one comparison is judged: its mask built from what the kernel recorded, its evidence labelled.
 
+A stage judges all its taps of one kind at once (judge_units): their tensors stacked, one
+comparison pass (oracle.judging.compare.compare_units) and a fixed number of host reads, each
+unit keeping its own tile, k-block, partial, feed, stand-ins and assumptions.
+
 Masks: an element is compared only if it lies inside the real extent (A rows < M, B columns < N,
 accumulator and epilogue elements inside M x N: the rest is padding that feeds no valid output),
 the kernel recorded it, and every element that fed it on the teacher-forcing side was recorded
@@ -23,7 +27,7 @@ import torch
 
 from harness.taps import Tap
 from kernels_ref import load as ref_load
-from oracle.judging.compare import Comparison, Status, compare
+from oracle.judging.compare import FAST_MIN_ELEMENTS, Comparison, Status, compare, compare_units
 from oracle.judging.diagnose import StageOutcome
 from oracle.judging.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Evidence, Feed
 from oracle.problem.partition import Partial, PartitionIssue, TilePartition, observed_partition, partial_of, tile_partials
@@ -80,6 +84,19 @@ class StageResult:
 
 
 NOT_RUN_STAGE = Comparison(Status.NOT_RUN)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One comparison of a stack (Context.judge_units): where it lies and what labels it."""
+
+    feed: Feed
+    origin: tuple[int, int]
+    tile: tuple[int, int]
+    k_block: Optional[int]
+    stand_ins: tuple = ()
+    partial: Optional[int] = None
+    assumed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -241,6 +258,51 @@ class Context:
             return torch.ones(tuple(tap.values.shape), dtype=torch.bool, device=self.dev)
         return tap.mask.to(self.dev)
 
+    def stack_taps(self, taps) -> tuple[torch.Tensor, torch.Tensor]:
+        """Many taps of one shape as one stack on the reference device: their values (in their
+        dtype; mixed dtypes as float32) and where the kernel recorded them (Context.recorded)."""
+        vals = [t.values for t in taps]
+        if len({v.dtype for v in vals}) > 1:
+            vals = [v.float() for v in vals]
+        values = torch.stack(vals).to(self.dev)
+        if all(t.mask is None for t in taps):
+            recorded = torch.ones(tuple(values.shape), dtype=torch.bool, device=self.dev)
+        else:
+            ones = torch.ones(tuple(vals[0].shape), dtype=torch.bool)
+            recorded = torch.stack([ones if t.mask is None else t.mask for t in taps]).to(self.dev)
+        return values, recorded
+
+    def valid_units(self, stage: str, tiles, shape) -> torch.Tensor:
+        """valid_mask() of many tiles at once: [len(tiles), *shape]."""
+        spec = self.spec
+        tt = torch.tensor([list(t) for t in tiles], dtype=torch.int64, device=self.dev).reshape(-1, 2)
+        rows = torch.arange(shape[0], device=self.dev)
+        cols = torch.arange(shape[1], device=self.dev)
+        r_ok = (tt[:, 0:1] * self.bm + rows[None, :] < spec.m)[:, :, None]
+        c_ok = (tt[:, 1:2] * self.bn + cols[None, :] < spec.n)[:, None, :]
+        full = (len(tiles),) + tuple(shape)
+        if stage.endswith("_a"):
+            return r_ok.expand(full)
+        if stage.endswith("_b"):
+            return c_ok.expand(full)
+        return r_ok & c_ok
+
+    def ref_tiles(self, op: str, sites) -> torch.Tensor:
+        """The reference operand tiles of (tile, k-block) sites, stacked: [len(sites), ...]."""
+        self.prefetch_ref_tiles(op, sites)
+        return torch.stack([self.ref_tile(op, t, kb) for t, kb in sites])
+
+    def block_scales_units(self, tiles, kbs):
+        """block_scales() of many (tile, k-block) sites: [U, BM], [U, BN] (None, None unscaled)."""
+        if not self.spec.block_scaled:
+            return None, None
+        gm, gn, gk = self.group
+        tt = torch.tensor([list(t) for t in tiles], dtype=torch.int64, device=self.dev).reshape(-1, 2)
+        g = torch.tensor([(kb * self.bk) // gk for kb in kbs], dtype=torch.int64, device=self.dev)[:, None]
+        rows = (tt[:, 0:1] * self.bm + torch.arange(self.bm, device=self.dev)[None, :]).clamp(max=self.spec.m - 1) // gm
+        cols = (tt[:, 1:2] * self.bn + torch.arange(self.bn, device=self.dev)[None, :]).clamp(max=self.spec.n - 1) // gn
+        return self.block_a[rows, g], self.block_b[cols, g]
+
     def image_elements(self, tap: Tap, op: str) -> torch.Tensor:
         """An image tap's recorded bytes as a logical-tile mask: an element is recorded when every
         one of its bytes is."""
@@ -253,6 +315,20 @@ class Context:
                                         self.bk, getattr(spec, f"{op}_dtype"), getattr(spec, f"swizzle_{op}"))
         all_ones = bits(tile) == (0xFF if tile.element_size() == 1 else -1)
         return all_ones
+
+    def image_elements_units(self, taps, op: str) -> torch.Tensor:
+        """image_elements() of many image taps: [len(taps), *tile shape]."""
+        spec = self.spec
+        shape = (len(taps),) + ((self.bm, self.bk) if op == "a" else (self.bk, self.bn))
+        out = torch.ones(shape, dtype=torch.bool, device=self.dev)
+        masked = [i for i, t in enumerate(taps) if t.mask is not None]
+        if masked:
+            marks = torch.where(torch.stack([taps[i].mask for i in masked]).to(self.dev), 0xFF, 0).to(torch.uint8)
+            tile = ref_load.tile_from_image(marks, op, getattr(spec, f"{op}_major"),
+                                            self.bm if op == "a" else self.bn, self.bk, getattr(spec, f"{op}_dtype"),
+                                            getattr(spec, f"swizzle_{op}"))
+            out[torch.tensor(masked, device=self.dev)] = bits(tile) == (0xFF if tile.element_size() == 1 else -1)
+        return out
 
     def note_padding(self, stage: str, valid: torch.Tensor, recorded: torch.Tensor) -> None:
         """Count recorded elements past the real extent (the padding confound, handled)."""
@@ -391,6 +467,69 @@ class Context:
                                bound=bound, stand_ins=stand_ins, unwritten=unwritten, partial=partial, assumed=assumed, **kw)
         finally:
             self.compare_s += time.perf_counter() - t0
+
+    def judge_units(self, units, received: torch.Tensor, expected: torch.Tensor, *, valid: torch.Tensor,
+                    recorded: Optional[torch.Tensor] = None, upstream: Optional[torch.Tensor] = None,
+                    bound: Optional[torch.Tensor] = None, padding: Optional[str] = None) -> list[Comparison]:
+        """judge() of many units of one shape at once: received, expected (bound, and the masks,
+        broadcastable) [U, R, C], unit u labelled by units[u] (Unit). The same Comparisons, in unit
+        order, as judge() of each; `padding`: the stage whose padding confound the units count
+        (note_padding of valid and recorded)."""
+        t0 = time.perf_counter()
+        try:
+            return self._judge_units(list(units), received, expected, valid, recorded, upstream, bound, padding)
+        finally:
+            self.compare_s += time.perf_counter() - t0
+
+    def _judge_units(self, units, received, expected, valid, recorded, upstream, bound, padding) -> list[Comparison]:
+        n = len(units)
+        if n == 0:
+            return []
+        shape = tuple(received.shape)
+        valid = valid.to(self.dev).expand(shape)
+        mask = valid
+        counts = [(~valid).sum((1, 2))]
+        if recorded is not None:
+            recorded = recorded.to(self.dev).expand(shape)
+            counts.append((valid & ~recorded).sum((1, 2)))
+            mask = mask & recorded
+        if upstream is not None:
+            counts.append((mask & ~upstream).sum((1, 2)))
+            mask = mask & upstream
+        if padding is not None and recorded is not None:
+            counts.append((recorded & ~valid).sum())
+        host = torch.stack([c.expand(n) for c in counts]).cpu().tolist()
+        if padding is not None and recorded is not None and host[-1][0]:
+            self.padding_excluded[padding] = self.padding_excluded.get(padding, 0) + host[-1][0]
+        reasons = [PADDING] + ([UNRECORDED] if recorded is not None else []) + \
+            ([UPSTREAM_UNRECORDED] if upstream is not None else [])
+        if shape[1] * shape[2] >= FAST_MIN_ELEMENTS and received.is_cuda:  # judge() would take compare_fast
+            cmps = [compare(received[u], expected[u], bound=None if bound is None else bound.expand(shape)[u],
+                            mask=mask[u], origin=x.origin, tile_index=x.tile, k_block=x.k_block)
+                    for u, x in enumerate(units)]
+        else:
+            cmps = compare_units(received, expected, origins=[x.origin for x in units], tiles=[x.tile for x in units],
+                                 k_blocks=[x.k_block for x in units],
+                                 bound=None if bound is None else bound.expand(shape), mask=mask)
+        failing = [u for u, c in enumerate(cmps) if c.status is Status.MISMATCH]
+        maps = {}
+        if failing:
+            sel = torch.tensor(failing, device=received.device)
+            pick = (lambda t: None if t is None else t.expand(shape)[sel])
+            whole = ratio_map(pick(received), pick(expected), pick(bound), pick(mask), None, None, {})
+            maps = {u: whole[i] for i, u in enumerate(failing)}
+        out = []
+        for u, (x, cmp) in enumerate(zip(units, cmps)):
+            if u in maps:
+                cmp = dataclasses.replace(cmp, tiles=tuple(dataclasses.replace(t, ratio_map=maps[u]) if not t.passed
+                                                           else t for t in cmp.tiles))
+            if x.partial is not None:
+                cmp = cmp.of_partial(x.partial)
+            if x.assumed:
+                cmp = cmp.assuming(tuple(x.assumed))
+            masked = {r: host[i][u] for i, r in enumerate(reasons)}
+            out.append(cmp.labelled(Evidence.of(x.feed, masked, x.stand_ins)))
+        return out
 
     def _judge(self, received, expected, *, feed, valid, recorded, upstream, bound, stand_ins, unwritten, partial,
                assumed=(), **kw) -> Comparison:

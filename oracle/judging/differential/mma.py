@@ -27,7 +27,7 @@ from harness.taps import Tap
 from kernels_ref import mma as ref_mma
 from oracle.judging import tolerance
 from oracle.judging.compare import Comparison, Status, TileMetrics, combine
-from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
+from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult, Unit
 from oracle.judging.evidence import Evidence, Feed
 from oracle.problem.partition import PartitionIssue
 
@@ -53,17 +53,19 @@ def abs_kwargs(ctx: Context) -> dict:
                 scale_b=ctx.block_b.abs() if ctx.block_b is not None else None)
 
 
-def _block_abs(ctx: Context, tile, kb) -> torch.Tensor:
-    sa, sb = ctx.block_scales(tile, kb)
+def _block_abs(ctx: Context, tiles, kbs) -> torch.Tensor:
+    """|block scale a| |block scale b| of each (tile, k-block) site: [U, BM, BN] (1 unscaled)."""
+    sa, sb = ctx.block_scales_units(tiles, kbs)
     if sa is None:
         return torch.ones((), device=ctx.dev)
-    return sa.abs()[:, None] * sb.abs()[None, :]
+    return sa.abs()[:, :, None] * sb.abs()[:, None, :]
 
 
 def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
     """The stage, and the final accumulator tap of each tile's partials: {(tile, partial): tap}, the
-    partial None for a tile that is not split (what the reduction, or the epilogue, is fed with)."""
-    spec = ctx.spec
+    partial None for a tile that is not split (what the reduction, or the epilogue, is fed with).
+    Every tap is a unit; the units are judged together (Context.judge_units), their references
+    launched once per partial range and once per step of the longest teacher-forced span."""
     taps = ctx.taps_of("mma")
     finals: dict[tuple, Tap] = {}
     if not taps:
@@ -79,23 +81,201 @@ def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
         runs.setdefault((t.tile, t.partial), {})[kb] = t
         if kb == part.kb_end - 1:
             finals[(t.tile, t.partial)] = t
-    tf, ch = [partition_unit(i, ctx.assumed(i.tile, at=i.k_block) if i.kind == "gap" else ())
-              for i in ctx.partition_issues], []
-    for (tile, p_index), by_kb in sorted(runs.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
-        part = ctx.partial(tile, p_index)
-        traj, s_traj = _partial_reference(ctx, tile, part)
-        stats = ref_mma.trajectory_stats(traj, s_traj, spec.reduction_chunk, ctx.bk)  # what the bounds read
+    tf = [partition_unit(i, ctx.assumed(i.tile, at=i.k_block) if i.kind == "gap" else ())
+          for i in ctx.partition_issues]
+    ordered = sorted(runs.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1]))
+    if not ordered:
+        return StageResult("mma", combine(tf), combine([])), finals
+    refs = _References(ctx, [(tile, ctx.partial(tile, p)) for (tile, p), _ in ordered])
+    units = []  # (run index, tap, k-block, j0): j0 the nearest earlier tapped k-block (None: from zero)
+    for r, ((tile, p_index), by_kb) in enumerate(ordered):
         kbs = sorted(by_kb)
-        for op in ("a", "b"):  # the reference operands that stand in for untapped ones, in one launch each
-            ctx.prefetch_ref_tiles(op, [(tile, j) for j in range(part.kb_begin, kbs[-1] + 1)
-                                        if ctx.tap(ctx.mma_stage_of(op), tile, j, p_index) is None])
-        for kb in kbs:
-            t = by_kb[kb]
-            j0 = max((j for j in kbs if j < kb), default=None)  # None: from zero at the partial's start
-            c_tf, c_ch = _judge_span(ctx, t, part, kb, j0, by_kb, traj, s_traj, stats)
-            tf.append(c_tf)
-            ch.append(c_ch)
-    return StageResult("mma", combine(tf), combine(ch)), finals
+        for i, kb in enumerate(kbs):
+            units.append((r, by_kb[kb], kb, kbs[i - 1] if i else None))
+    values, recorded = ctx.stack_taps([t for _, t, _, _ in units])
+    chained = _chained(ctx, refs, units, values, recorded)
+    forced = _teacher_forced(ctx, refs, units, values, recorded)
+    return StageResult("mma", combine(tf + forced), combine(chained)), finals
+
+
+class _References:
+    """The reference trajectory, S and their statistics of every (tile, partial) run, launched once
+    per partial range, kept as pools of [BM, BN] slices: `at(run, kb)` indexes them (kb a global
+    k-block; None: the zero row)."""
+
+    def __init__(self, ctx: Context, runs):
+        spec = ctx.spec
+        self.parts = [part for _, part in runs]
+        groups: dict[tuple, list[int]] = {}
+        for r, (_, part) in enumerate(runs):
+            groups.setdefault((part.kb_begin, part.kb_end), []).append(r)
+        pools = {"traj": [], "s": [], "l": [], "v": [], "q": [], "pabs": [], "prun": []}
+        self.base: dict[int, tuple[int, int]] = {}  # run -> (first row in the pools, its partial's first k-block)
+        row = 0
+        for (b0, b1), members in groups.items():
+            tiles = [runs[r][0] for r in members]
+            traj, s_traj = _partial_reference(ctx, tiles, b0, b1)  # [T, k-blocks, BM, BN]
+            stats = ref_mma.trajectory_stats(traj, s_traj, spec.reduction_chunk, ctx.bk)  # what the bounds read
+            n_kb = traj.shape[1]
+            for name, x in (("traj", traj), ("s", s_traj), ("l", stats.l), ("v", stats.v), ("q", stats.q),
+                            ("pabs", stats.pabs), ("prun", stats.prun)):
+                pools[name].append(None if x is None else x.reshape((-1,) + tuple(x.shape[2:])))
+            for i, r in enumerate(members):
+                self.base[r] = (row + i * n_kb, b0)
+            row += len(members) * n_kb
+        self.rows = row
+        cat = (lambda xs: None if any(x is None for x in xs) else torch.cat(xs) if len(xs) > 1 else xs[0])
+        self.traj, self.s = cat(pools["traj"]), cat(pools["s"])
+        self.s = torch.cat([self.s, torch.zeros_like(self.s[:1])])  # row `rows`: zero (no k-block before)
+        self.stats = ref_mma.MmaStats(*(cat(pools[f]) for f in ("l", "v", "q", "pabs", "prun")))
+
+    def at(self, run: int, kb) -> int:
+        if kb is None:
+            return self.rows
+        first, b0 = self.base[run]
+        return first + kb - b0
+
+
+def _partial_reference(ctx: Context, tiles, kb_begin: int, kb_end: int):
+    """The reference accumulator of one partial range of some tiles after each of its k-blocks, and
+    S: [tiles, k-blocks of the range, BM, BN], local index kb - kb_begin."""
+    spec = ctx.spec
+    if kb_begin == 0 and kb_end == spec.k_blocks:
+        traj = ref_mma.mma_trajectory(ctx.a, ctx.b, tiles, ctx.bm, ctx.bn, ctx.bk, oob_fill=spec.oob_fill,
+                                      **mma_kwargs(ctx))
+        s_traj = ref_mma.mma_trajectory(abs_operand(ctx.a), abs_operand(ctx.b), tiles, ctx.bm, ctx.bn, ctx.bk,
+                                        **abs_kwargs(ctx))
+    else:
+        traj = ref_mma.partial_trajectory(ctx.a, ctx.b, tiles, ctx.bm, ctx.bn, ctx.bk, kb_begin, kb_end,
+                                          oob_fill=spec.oob_fill, **mma_kwargs(ctx))
+        s_traj = ref_mma.partial_trajectory(abs_operand(ctx.a), abs_operand(ctx.b), tiles, ctx.bm, ctx.bn, ctx.bk,
+                                            kb_begin, kb_end, **abs_kwargs(ctx))
+    return traj, s_traj
+
+
+def _unit_of(ctx: Context, t: Tap, kb: int, **labels) -> Unit:
+    return Unit(origin=ctx.origin("mma", t.tile, kb), tile=t.tile, k_block=kb, partial=t.partial, **labels)
+
+
+def _from_begin(ctx: Context, t: Tap) -> tuple[str, ...]:
+    # the chained trajectory starts at the partial's first k-block; so does the teacher-forced span
+    # when no earlier tap of the partial is there; a tap without a k-block sits at its last
+    return ctx.assumed(t.tile, begin=t.partial, end=t.partial if t.k_block is None else None)
+
+
+def _chained(ctx: Context, refs: _References, units, values, recorded) -> list:
+    """Each accumulator tap against the reference trajectory of its partial."""
+    spec = ctx.spec
+    at = torch.tensor([refs.at(r, kb) for r, _, kb, _ in units], device=ctx.dev)
+    x, s = refs.traj[at], refs.s[at]
+    n_k = [min((kb + 1) * ctx.bk, spec.k) - refs.parts[r].kb_begin * ctx.bk for r, _, kb, _ in units]
+    stats = refs.stats.at(at)
+    bound = tolerance.mma_bound(spec, torch.zeros_like(s), s, n_k, stats, x_abs=x.abs())
+    valid = ctx.valid_units("mma", [t.tile for _, t, _, _ in units], tuple(values.shape[1:]))
+    return ctx.judge_units([_unit_of(ctx, t, kb, feed=Feed.REFERENCE, assumed=_from_begin(ctx, t))
+                            for _, t, kb, _ in units], values.float(), x.float(), valid=valid, recorded=recorded,
+                           bound=bound, padding="mma")
+
+
+def _teacher_forced(ctx: Context, refs: _References, units, values, recorded) -> list:
+    """Each accumulator tap against the reference update over its span of k-blocks, started from
+    the kernel's nearest earlier accumulator tap of the partial (or zero) and fed with the kernel's
+    own operand tiles (the reference's standing in for untapped ones): the spans advance together,
+    one batched mma_step per step of the longest."""
+    spec = ctx.spec
+    n = len(units)
+    row_of = {(r, kb): u for u, (r, _, kb, _) in enumerate(units)}
+    firsts = [refs.parts[r].kb_begin if j0 is None else j0 + 1 for r, _, _, j0 in units]
+    b_stage = ctx.mma_stage_of("b")  # a quantised B: the MMA reads the dequant_b tile
+    # where each step's operand tiles come from: (op, step) -> [(unit, tap or None, j)]
+    steps = max(kb - f + 1 for (_, _, kb, _), f in zip(units, firsts))
+    plan = []
+    stand_ins = [[] for _ in range(n)]
+    for step in range(steps):
+        rows = []
+        for u, ((r, t, kb, _), f) in enumerate(zip(units, firsts)):
+            j = f + step
+            if j > kb:
+                continue
+            a_t = ctx.tap("load_a", t.tile, j, t.partial)
+            b_t = ctx.tap(b_stage, t.tile, j, t.partial)
+            if a_t is None:
+                stand_ins[u].append(("load_a", t.tile, j))
+            if b_t is None:
+                stand_ins[u].append((b_stage, t.tile, j))
+            rows.append((u, j, a_t, b_t))
+        plan.append(rows)
+    pools = {}
+    for op, k in (("a", 2), ("b", 3)):
+        own = list({id(row[k]): row[k] for rows in plan for row in rows if row[k] is not None}.values())
+        sites = list(dict.fromkeys((units[row[0]][1].tile, row[1]) for rows in plan for row in rows if row[k] is None))
+        parts, ok = [], None
+        if own:
+            v, rec = ctx.stack_taps(own)
+            parts.append(v)
+            ok = rec.all(dim=2) if op == "a" else rec.all(dim=1)  # rows of A, columns of B recorded whole
+        if sites:
+            parts.append(ctx.ref_tiles(op, sites))
+        pool = torch.cat(parts) if len(parts) > 1 else parts[0]
+        index = {id(x): i for i, x in enumerate(own)}
+        index.update({("ref",) + site: len(own) + i for i, site in enumerate(sites)})
+        pools[op] = (pool, ok, index)
+
+    has_start = [j0 is not None for _, _, _, j0 in units]
+    start = torch.tensor([row_of[(r, j0)] if j0 is not None else n for r, _, _, j0 in units], device=ctx.dev)
+    zero_row = (lambda x: torch.cat([x, torch.zeros_like(x[:1])]))
+    acc = zero_row(values)[start]
+    upstream = torch.ones_like(recorded)
+    if any(has_start):
+        upstream = upstream & torch.cat([recorded, torch.ones_like(recorded[:1])])[start]
+    start_abs = acc.float().abs()
+    traj_dtype = refs.traj.dtype
+    s_end = refs.s[torch.tensor([refs.at(r, kb) for r, _, kb, _ in units], device=ctx.dev)]
+    s_before = refs.s[torch.tensor([refs.at(r, f - 1 if f > refs.parts[r].kb_begin else None)
+                                    for (r, _, _, _), f in zip(units, firsts)], device=ctx.dev)]
+    span_s = s_end - s_before
+    span = tolerance.SpanStats(acc.float())
+    acc = acc.to(traj_dtype)
+    for rows in plan:
+        every = len(rows) == n
+        idx = None if every else torch.tensor([u for u, *_ in rows], device=ctx.dev)
+        sel = (lambda x: x if idx is None else x[idx])
+        tiles = {}
+        for op, k in (("a", 2), ("b", 3)):
+            pool, ok, index = pools[op]
+            keys = [id(row[k]) if row[k] is not None else ("ref", units[row[0]][1].tile, row[1]) for row in rows]
+            tiles[op] = pool[torch.tensor([index[key] for key in keys], device=ctx.dev)]
+            own = [i for i, row in enumerate(rows) if row[k] is not None]
+            if own:
+                who = torch.tensor([rows[i][0] for i in own], device=ctx.dev)
+                got = ok[torch.tensor([index[id(rows[i][k])] for i in own], device=ctx.dev)]
+                got = got[:, :, None] if op == "a" else got[:, None, :]
+                upstream = upstream.index_put((who,), upstream[who] & got)
+        j_now = [refs.at(units[u][0], j) for u, j, _, _ in rows]
+        j_prev = [refs.at(units[u][0], j - 1 if j > refs.parts[units[u][0]].kb_begin else None) for u, j, _, _ in rows]
+        s_blk = refs.s[torch.tensor(j_now, device=ctx.dev)] - refs.s[torch.tensor(j_prev, device=ctx.dev)]
+        own = [i for i, (_, _, a_t, b_t) in enumerate(rows) if a_t is not None or b_t is not None]
+        if own:  # the kernel's own operands may differ in magnitude
+            o = torch.tensor(own, device=ctx.dev)
+            s_own = abs_operand(tiles["a"][o]).float() @ abs_operand(tiles["b"][o]).float() * \
+                _block_abs(ctx, [units[rows[i][0]][1].tile for i in own], [rows[i][1] for i in own])
+            who = torch.tensor([rows[i][0] for i in own], device=ctx.dev)
+            span_s = span_s.index_put((who,), span_s[who] - s_blk[o] + s_own)
+            s_blk = s_blk.index_put((o,), s_own)
+        sa, sb = ctx.block_scales_units([units[u][1].tile for u, *_ in rows], [j for _, j, _, _ in rows])
+        new = ref_mma.mma_step(sel(acc).to(traj_dtype), tiles["a"], tiles["b"], acc=spec.acc_dtype,
+                               promotion_interval=spec.promotion_interval, scale_a=sa, scale_b=sb)
+        acc = new if every else acc.index_put((idx,), new)
+        span.add_at(idx, s_blk, new.float())
+    n_span = [max(min((kb + 1) * ctx.bk, spec.k) - f * ctx.bk, 1) for (_, _, kb, _), f in zip(units, firsts)]
+    bound = tolerance.mma_bound(spec, start_abs, span_s, n_span, span)
+    valid = ctx.valid_units("mma", [t.tile for _, t, _, _ in units], tuple(values.shape[1:]))
+    labels = [_unit_of(ctx, t, kb, feed=Feed.STAND_IN if stand_ins[u] else Feed.KERNEL, stand_ins=stand_ins[u],
+                       assumed=_from_begin(ctx, t) if j0 is None else
+                       ctx.assumed(t.tile, end=t.partial if t.k_block is None else None))
+              for u, (_, t, kb, j0) in enumerate(units)]
+    return ctx.judge_units(labels, values.float(), acc.float(), valid=valid, recorded=recorded, upstream=upstream,
+                           bound=bound)
 
 
 def partition_unit(issue: PartitionIssue, assumed: tuple[str, ...] = ()) -> Comparison:
@@ -110,84 +290,3 @@ def partition_unit(issue: PartitionIssue, assumed: tuple[str, ...] = ()) -> Comp
     return Comparison(Status.MISMATCH, (unit,), (f"partition: {issue.describe()}",)).labelled(Evidence.of(Feed.KERNEL))
 
 
-def _partial_reference(ctx: Context, tile, part):
-    """The reference accumulator of one partial of one tile after each of its k-blocks, and S."""
-    spec = ctx.spec
-    if part.kb_begin == 0 and part.kb_end == spec.k_blocks:
-        traj = ref_mma.mma_trajectory(ctx.a, ctx.b, [tile], ctx.bm, ctx.bn, ctx.bk, oob_fill=spec.oob_fill,
-                                      **mma_kwargs(ctx))
-        s_traj = ref_mma.mma_trajectory(abs_operand(ctx.a), abs_operand(ctx.b), [tile], ctx.bm, ctx.bn, ctx.bk,
-                                        **abs_kwargs(ctx))
-    else:
-        traj = ref_mma.partial_trajectory(ctx.a, ctx.b, [tile], ctx.bm, ctx.bn, ctx.bk, part.kb_begin, part.kb_end,
-                                          oob_fill=spec.oob_fill, **mma_kwargs(ctx))
-        s_traj = ref_mma.partial_trajectory(abs_operand(ctx.a), abs_operand(ctx.b), [tile], ctx.bm, ctx.bn, ctx.bk,
-                                            part.kb_begin, part.kb_end, **abs_kwargs(ctx))
-    return traj[0], s_traj[0]  # [k-blocks of the partial, BM, BN], local index kb - kb_begin
-
-
-def _judge_span(ctx: Context, t: Tap, part, kb: int, j0, by_kb: dict, traj, s_traj, stats):
-    """Chained and teacher-forced comparisons of one accumulator tap (k-block kb of its partial);
-    `stats`: the reference trajectory's partial-sum statistics (trajectory_stats)."""
-    spec = ctx.spec
-    b0 = part.kb_begin
-    # the chained trajectory starts at the partial's first k-block; so does the teacher-forced span
-    # when no earlier tap of the partial is there; a tap without a k-block sits at its last
-    ends = t.partial if t.k_block is None else None
-    from_begin = ctx.assumed(t.tile, begin=t.partial, end=ends)
-    received = t.values.to(ctx.dev).float()
-    recorded = ctx.recorded(t)
-    valid = ctx.valid_mask("mma", t.tile, tuple(received.shape))
-    ctx.note_padding("mma", valid, recorded)
-    where = dict(origin=ctx.origin("mma", t.tile, kb), tile_index=t.tile, k_block=kb)
-    n_k = min((kb + 1) * ctx.bk, spec.k) - b0 * ctx.bk
-    bound = tolerance.mma_bound(spec, torch.zeros_like(s_traj[kb - b0]), s_traj[kb - b0], n_k, stats.at(kb - b0),
-                                x_abs=traj[kb - b0].abs())
-    c_ch = ctx.judge(received, traj[kb - b0].float(), feed=Feed.REFERENCE, valid=valid, recorded=recorded,
-                     bound=bound, partial=t.partial, assumed=from_begin, **where)
-
-    upstream = torch.ones_like(recorded)
-    if j0 is not None:
-        start = by_kb[j0]
-        acc = start.values.to(ctx.dev)
-        upstream &= ctx.recorded(start)
-        start_abs = acc.float().abs()
-        first = j0 + 1
-    else:
-        acc = torch.zeros(ctx.bm, ctx.bn, device=ctx.dev, dtype=traj.dtype)
-        start_abs = torch.zeros(ctx.bm, ctx.bn, device=ctx.dev)
-        first = b0
-    span_s = s_traj[kb - b0] - (s_traj[first - 1 - b0] if first > b0 else 0)
-    span = tolerance.SpanStats(acc.float())
-    stand_ins = []
-    b_stage = ctx.mma_stage_of("b")  # a quantised B: the MMA reads the dequant_b tile
-    for j in range(first, kb + 1):
-        a_t = ctx.tap("load_a", t.tile, j, t.partial)
-        b_t = ctx.tap(b_stage, t.tile, j, t.partial)
-        if a_t is None:
-            stand_ins.append(("load_a", t.tile, j))
-            a_tile = ctx.ref_tile("a", t.tile, j)
-        else:
-            a_tile = a_t.values.to(ctx.dev)
-            upstream &= ctx.recorded(a_t).all(dim=1)[:, None]
-        if b_t is None:
-            stand_ins.append((b_stage, t.tile, j))
-            b_tile = ctx.ref_tile("b", t.tile, j)
-        else:
-            b_tile = b_t.values.to(ctx.dev)
-            upstream &= ctx.recorded(b_t).all(dim=0)[None, :]
-        s_blk = s_traj[j - b0] - (s_traj[j - 1 - b0] if j > b0 else 0)
-        if a_t is not None or b_t is not None:  # the kernel's own operands may differ in magnitude
-            s_own = abs_operand(a_tile).float() @ abs_operand(b_tile).float() * _block_abs(ctx, t.tile, j)
-            span_s = span_s - s_blk + s_own
-            s_blk = s_own
-        sa, sb = ctx.block_scales(t.tile, j)
-        acc = ref_mma.mma_step(acc.to(traj.dtype), a_tile, b_tile, acc=spec.acc_dtype,
-                               promotion_interval=spec.promotion_interval, scale_a=sa, scale_b=sb)
-        span.add(s_blk, acc.float())
-    n_span = min((kb + 1) * ctx.bk, spec.k) - first * ctx.bk
-    bound = tolerance.mma_bound(spec, start_abs, span_s, max(n_span, 1), span)
-    c_tf = ctx.judge(received, acc.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL, valid=valid,
-                     recorded=recorded, upstream=upstream, bound=bound, stand_ins=stand_ins, partial=t.partial,
-                     assumed=from_begin if j0 is None else ctx.assumed(t.tile, end=ends), **where)
-    return c_tf, c_ch

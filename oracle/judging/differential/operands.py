@@ -16,11 +16,13 @@
 
 from __future__ import annotations
 
+import torch
+
 from harness.tensormap import mn_dim, operand_tensormap
 from kernels_ref import descriptor as ref_descriptor
 from kernels_ref import load as ref_load
 from oracle.judging.compare import Comparison, Status, combine
-from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
+from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult, Unit
 from oracle.judging.evidence import Evidence, Feed, FieldCheck
 
 FIELDS = ("dtype", "global_dims", "global_strides", "box_dims", "element_strides", "swizzle", "oob_fill")
@@ -38,19 +40,19 @@ def descriptor_stage(ctx: Context, op: str) -> StageResult:
     major = getattr(spec, f"{op}_major")
     dname = getattr(spec, f"{op}_dtype")
     block_mn = ctx.bm if op == "a" else ctx.bn
+    taps = ctx.taps_of(stage)
     parts = []
-    for tap in ctx.taps_of(stage):
-        idx = tap.tile[0] if op == "a" else tap.tile[1]
-        want_img = ref_descriptor.operand_image(ctx.operand(op), op, major, idx, tap.k_block, block_mn, ctx.bk, sw,
-                                                spec.oob_fill)
-        expected = ref_load.tile_from_image(want_img, op, major, block_mn, ctx.bk, dname, sw)
-        received = ref_load.tile_from_image(tap.values.to(ctx.dev), op, major, block_mn, ctx.bk, dname, sw)
-        valid = ctx.valid_mask(stage, tap.tile, tuple(expected.shape))
-        recorded = ctx.image_elements(tap, op)
-        ctx.note_padding(stage, valid, recorded)
-        parts.append(ctx.judge(received, expected, feed=Feed.GLOBAL, valid=valid, recorded=recorded,
-                               origin=ctx.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile,
-                               k_block=tap.k_block))
+    if taps:  # every image at once: the references in one launch, one comparison pass
+        idx = [tap.tile[0] if op == "a" else tap.tile[1] for tap in taps]
+        want = ref_descriptor.operand_images(ctx.operand(op), op, major, list(zip(idx, [t.k_block for t in taps])),
+                                             block_mn, ctx.bk, sw, spec.oob_fill)
+        expected = ref_load.tile_from_image(want, op, major, block_mn, ctx.bk, dname, sw)
+        got = torch.stack([t.values for t in taps]).to(ctx.dev)
+        received = ref_load.tile_from_image(got, op, major, block_mn, ctx.bk, dname, sw)
+        valid = ctx.valid_units(stage, [t.tile for t in taps], tuple(expected.shape[1:]))
+        units = [Unit(Feed.GLOBAL, ctx.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
+        parts = ctx.judge_units(units, received, expected, valid=valid, recorded=ctx.image_elements_units(taps, op),
+                                padding=stage)
     fields = descriptor_fields(ctx, op)
     if fields is not None:
         parts.append(fields)
@@ -112,26 +114,29 @@ def load_stage(ctx: Context, op: str) -> StageResult:
         return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
     if op == "b" and ctx.quant is not None:
         return _stored_load_stage(ctx, taps)
-    tf, ch = [], []
-    ctx.prefetch_ref_tiles(op, [(t.tile, t.k_block) for t in taps])
-    for tap in taps:
-        received = tap.values.to(ctx.dev)
-        recorded = ctx.recorded(tap)
-        valid = ctx.valid_mask(stage, tap.tile, tuple(received.shape))
-        ctx.note_padding(stage, valid, recorded)
-        where = dict(origin=ctx.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
-        ref = ctx.ref_tile(op, tap.tile, tap.k_block)
-        ch.append(ctx.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded, **where))
-        up = ctx.tap(f"descriptor_{op}", tap.tile, tap.k_block, tap.partial)
+    received, recorded = ctx.stack_taps(taps)
+    ref = ctx.ref_tiles(op, [(t.tile, t.k_block) for t in taps])
+    valid = ctx.valid_units(stage, [t.tile for t in taps], tuple(received.shape[1:]))
+    where = [(ctx.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
+    ch = ctx.judge_units([Unit(Feed.REFERENCE, *w) for w in where], received, ref, valid=valid, recorded=recorded,
+                         padding=stage)
+    ups = [ctx.tap(f"descriptor_{op}", t.tile, t.k_block, t.partial) for t in taps]
+    fed = [i for i, up in enumerate(ups) if up is not None]
+    expected, upstream = ref, None
+    if fed:  # the kernel's own images, read back through the swizzle
+        rows = torch.tensor(fed, device=ctx.dev)
+        images = torch.stack([ups[i].values for i in fed]).to(ctx.dev)
+        expected = ref.index_put((rows,), ref_load.tile_from_image(images, op, major, block_mn, ctx.bk, dname, sw))
+        upstream = torch.ones_like(recorded).index_put((rows,), ctx.image_elements_units([ups[i] for i in fed], op))
+    units = []
+    for tap, up, w in zip(taps, ups, where):
         if up is not None:
-            fed = ref_load.tile_from_image(up.values.to(ctx.dev), op, major, block_mn, ctx.bk, dname, sw)
-            tf.append(ctx.judge(received, fed, feed=Feed.KERNEL, valid=valid, recorded=recorded,
-                                upstream=ctx.image_elements(up, op), **where))
+            units.append(Unit(Feed.KERNEL, *w))
         elif not tma:
-            tf.append(ctx.judge(received, ref, feed=Feed.GLOBAL, valid=valid, recorded=recorded, **where))
+            units.append(Unit(Feed.GLOBAL, *w))
         else:
-            tf.append(ctx.judge(received, ref, feed=Feed.STAND_IN, valid=valid, recorded=recorded,
-                                stand_ins=((f"descriptor_{op}", tap.tile, tap.k_block),), **where))
+            units.append(Unit(Feed.STAND_IN, *w, stand_ins=((f"descriptor_{op}", tap.tile, tap.k_block),)))
+    tf = ctx.judge_units(units, received, expected, valid=valid, recorded=recorded, upstream=upstream)
     return StageResult(stage, combine(tf), combine(ch))
 
 

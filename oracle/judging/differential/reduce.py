@@ -57,7 +57,7 @@ def reduce_stage(ctx: Context, finals: dict) -> tuple[StageResult, dict]:
                 values.append(t.values.to(ctx.dev).float())
                 recorded &= ctx.recorded(t)
             else:  # the reference partial stands in, with its own bound
-                traj, s_traj = _partial_reference(ctx, tile, p)
+                traj, s_traj = _tile_reference(ctx, tile, p)
                 values.append(traj[-1].float())
                 stand_ins.append(("mma", tile, p.kb_end - 1))
                 n_k = min(p.kb_end * ctx.bk, spec.k) - p.kb_begin * ctx.bk
@@ -77,6 +77,12 @@ def reduce_stage(ctx: Context, finals: dict) -> tuple[StageResult, dict]:
     return StageResult("reduce", combine(tf), combine(ch)), sources
 
 
+def _tile_reference(ctx: Context, tile, part):
+    """The reference accumulator of one partial of one tile after each of its k-blocks, and S."""
+    traj, s_traj = _partial_reference(ctx, [tile], part.kb_begin, part.kb_end)
+    return traj[0], s_traj[0]
+
+
 def _judge(ctx: Context, tap, expected, upstream, stand_ins, n_parts, extra_bound, parts=None, assumed=()):
     spec = ctx.spec
     received = tap.values.to(ctx.dev).float()
@@ -88,7 +94,7 @@ def _judge(ctx: Context, tap, expected, upstream, stand_ins, n_parts, extra_boun
     bound = tolerance.reduce_bound(abs_sum, n_parts) + extra_bound
     c_tf = ctx.judge(received, expected, feed=Feed.STAND_IN if stand_ins else Feed.KERNEL, valid=valid,
                      recorded=recorded, upstream=upstream, bound=bound, stand_ins=stand_ins, assumed=assumed, **where)
-    traj, s_traj = _partial_reference(ctx, tap.tile, Partial(0, 0, spec.k_blocks))
+    traj, s_traj = _tile_reference(ctx, tap.tile, Partial(0, 0, spec.k_blocks))
     full = tolerance.mma_bound(spec, torch.zeros_like(s_traj[-1]), s_traj[-1], spec.k).double()
     c_ch = ctx.judge(received, traj[-1].float(), feed=Feed.REFERENCE, valid=valid, recorded=recorded,
                      bound=full + tolerance.reduce_bound(s_traj[-1].double(), n_parts), assumed=assumed, **where)
