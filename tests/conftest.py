@@ -22,6 +22,9 @@ else:
     from kernels_ref._interpret import choose_backend
 
     choose_backend()
+    import interpreter_patching  # tests/ is on sys.path: the interpreter's nested calls, patched once per launch
+
+    interpreter_patching.install()
 
 
 def pytest_configure(config):
