@@ -22,12 +22,35 @@ else:
     from kernels_ref._interpret import choose_backend
 
     choose_backend()
+    import interpreter_patching  # tests/ is on sys.path: the interpreter's nested calls, patched once per launch
+
+    interpreter_patching.install()
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (run on the H200)")
     config.addinivalue_line("markers", "nvcc: needs the CUDA compiler nvcc on PATH (no GPU needed)")
     config.addinivalue_line("markers", "slow: takes more than a few seconds on the CPU tier")
+    # `--dist loadfile` hands out files in the order collected (below), not by test count.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+# The CPU tier's longest files (nvcc builds, reproducers, interpreter-heavy references), started
+# first so that no worker is left with one of them at the end; the two workers take them in turns.
+LONG_FIRST = (
+    "cpu/test_zoo_build_hopper.py",  # the CuTe Hopper GEMM built traced and plain
+    "cpu/test_cutlass_adapter.py",  # CUTLASS SM90 builds
+    "cpu/test_repro.py",  # make builds; the Hopper build again, from the cache
+    "cpu/test_zoo_build.py",
+    "cpu/test_repro_security.py",
+    "cpu/test_launch_library.py",
+    "cpu/test_zoo_build_split.py",
+    "cpu/test_sass_identity.py",
+    "cpu/test_ref_mma_fp16.py",
+    "cpu/test_fuzz_inputs.py",
+    "cpu/test_fuzz_commands.py",
+)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -40,6 +63,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "nvcc" in item.keywords and shutil.which("nvcc") is None:
             item.add_marker(skip_nvcc)
+    count: dict[str, int] = {}
+    for item in items:
+        count[item.path] = count.get(item.path, 0) + 1
+
+    def rank(item):
+        path = "/".join(item.path.parts[-2:])
+        return (LONG_FIRST.index(path), 0) if path in LONG_FIRST else (len(LONG_FIRST), -count[item.path])
+
+    items.sort(key=rank)  # stable: a file's tests keep their order
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -6,7 +6,8 @@ CUTLASS SM90 GEMM (zoo/cutlass_sm90/cutlass_sm90.cu):
 - oracle_launch refuses, with a sentence and before any CUDA call, what the kernel cannot run (another
   ABI, another tile, another element type or layout, a bias, scales a LinearCombination lacks);
 - tracing off costs nothing: CUTLASS's production instantiation has the same SASS with the adapter
-  included (aliases, entry macro) as without it, and the traced build's kernel differs.
+  included (aliases, entry macro) as without it, and the traced kernel (read from the traced
+  library, whose device code a traced cubin build would repeat) differs.
 
 Each CUTLASS build takes about a minute of one core and 2-3 GB: the builds go through the oracle's
 build cache (ORACLE_CACHE_DIR), one at a time.
@@ -116,14 +117,15 @@ def _cubin(*defines: str) -> dict[str, list[str]]:
     return sass_by_function(res.cubin_path)
 
 
-def test_the_production_instantiation_has_the_same_sass_with_the_adapter_included():
+def test_the_production_instantiation_has_the_same_sass_with_the_adapter_included(traced_library):
     if cuobjdump() is None:
         pytest.skip("This test needs cuobjdump (from the CUDA toolkit or the triton package), and neither has it.")
     plain = _cubin("ZOO_CUTLASS_PLAIN")
     adapted = _cubin()
     assert len(plain) == 1 and all("device_kernel" in name for name in plain), sorted(plain)
     assert adapted == plain  # same kernel name (same types) and the same instructions
-    traced = _cubin("ORACLE_TRACE")
+    # the traced kernel as the library embeds it (the same device code as a traced cubin build)
+    traced = sass_by_function(traced_library)
     (name,) = traced
     assert "Sm90TracedMainloop" in name and "TracedFusion" in name
     assert traced[name] != plain[next(iter(plain))]

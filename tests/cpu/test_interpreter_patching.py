@@ -1,0 +1,36 @@
+"""The CPU tier's interpreter patching (tests/interpreter_patching.py) changes no result: the
+reference stages give the same bits with the interpreter's own patching and with the patched-once
+launch, and the nested calls it skips are skipped."""
+
+import pytest
+import torch
+
+import interpreter_patching as P  # tests/ is on sys.path
+from kernels_ref import epilogue as E
+from kernels_ref import mma as X
+
+
+def _runs():
+    g = torch.Generator().manual_seed(3)
+    a = (torch.randn(40, 96, generator=g) * 2).to(torch.bfloat16)
+    b = (torch.randn(96, 24, generator=g) * 2).to(torch.bfloat16)
+    acc = X.mma_accumulate(a, b, 16, 16, 32, acc="fp32")
+    fp16 = X.mma_accumulate(a.to(torch.float16), b.to(torch.float16), 16, 16, 32, acc="fp16")
+    step = X.mma_step(None, a[:16, :32], b[:32, :16], acc="fp32")
+    out = E.apply_cast(E.apply_activation(E.apply_alpha_beta(acc, 0.5), "gelu_tanh"), "bf16")
+    return [acc, fp16, step, out]
+
+
+def test_the_patched_once_launch_gives_the_interpreters_bits():
+    if not P.install():
+        pytest.skip("The patching applies only under the interpreter of the triton versions it was read for.")
+    before = P.skipped[0]
+    patched = _runs()
+    assert P.skipped[0] > before, "no nested call was skipped: the patching is not in the path"
+    P.uninstall()
+    try:
+        plain = _runs()
+    finally:
+        assert P.install()
+    for got, want in zip(patched, plain):
+        assert got.dtype == want.dtype and torch.equal(got.view(torch.uint8), want.view(torch.uint8))

@@ -1,0 +1,90 @@
+"""Triton's interpreter without its repeated patching of triton.language, for the CPU tier.
+
+Data path: a kernel launch under the interpreter (GridExecutor.__call__) patches the language
+modules its kernel's globals name (triton.language, triton.language.core) for the run and restores
+them after; triton 3.9 patches them again at every call of a nested @triton.jit function (tl.zeros,
+the stages' helpers), an inspect.getmembers walk over each module that was a third to a half of
+the CPU tier's interpreter time. Here a nested call whose modules the running launch has already
+patched skips that walk; a call that names a module not patched yet (tl.zeros reaches
+triton.language.core) patches as before. Results are the same bits (tests/cpu/test_interpreter_patching.py
+holds runs with and without it to that).
+
+Constraints: only for the triton minor versions whose interpreter was read for this (the
+functions it wraps exist and are looked up by name at call time); any other version is left as
+it is. One launch at a time per thread, as the interpreter itself requires.
+"""
+
+from __future__ import annotations
+
+import threading
+
+CHECKED_TRITON = ((3, 9),)
+
+_state = threading.local()
+_saved: dict = {}
+skipped = [0]  # nested calls that found their modules patched (a test reads it)
+
+
+class _Nothing:
+    def restore(self) -> None:
+        pass
+
+
+def _version() -> tuple[int, int]:
+    import triton
+
+    major, minor = triton.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def install() -> bool:
+    """Wrap the interpreter's patching; False (nothing changed) when it does not apply."""
+    import os
+
+    if _saved or os.environ.get("TRITON_INTERPRET", "0") in ("", "0") or _version() not in CHECKED_TRITON:
+        return bool(_saved)
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    patch_lang, run = interp._patch_lang, interp.GridExecutor.__call__
+    langs_of: dict = {}
+
+    def langs(fn) -> frozenset:
+        got = langs_of.get(fn)
+        if got is None:
+            got = langs_of[fn] = frozenset(id(v) for v in list(fn.__globals__.values()) if v is tl or v is tl.core)
+        return got
+
+    def _patch_lang(fn):
+        if getattr(_state, "runs", 0):
+            mine = langs(fn)
+            if mine and mine <= _state.patched:
+                skipped[0] += 1
+                return _Nothing()
+            scope = patch_lang(fn)
+            _state.patched = _state.patched | mine
+            return scope
+        return patch_lang(fn)
+
+    def __call__(self, *args, **kwargs):
+        before = (getattr(_state, "runs", 0), getattr(_state, "patched", frozenset()))
+        _state.runs, _state.patched = before[0] + 1, frozenset()
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            _state.runs, _state.patched = before
+
+    _saved.update(patch_lang=patch_lang, run=run)
+    interp._patch_lang = _patch_lang
+    interp.GridExecutor.__call__ = __call__
+    return True
+
+
+def uninstall() -> None:
+    """Put the interpreter's own functions back."""
+    if not _saved:
+        return
+    from triton.runtime import interpreter as interp
+
+    interp._patch_lang = _saved.pop("patch_lang")
+    interp.GridExecutor.__call__ = _saved.pop("run")
