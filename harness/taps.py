@@ -7,6 +7,8 @@ A tap holds the OUTPUT of a stage as the kernel saw it:
 | descriptor_a / _b    | shared-memory byte image of one k-block  | 1-D uint8 [nbytes]   |
 | load_a               | A tile as the MMA reads it, logical (m,k)| [BM, BK] operand dtype|
 | load_b               | B tile as the MMA reads it, logical (k,n)| [BK, BN] operand dtype|
+|                      | a packed 4-bit B: its bytes as the dequantiser reads them | [BK/2, BN] uint8 |
+| dequant_a / _b       | the dequantised tile the MMA reads, logical (m,k) / (k,n) | [BM, BK] / [BK, BN] MMA operand dtype |
 | mma                  | accumulator after k-block `k_block` (of its `partial`, for a split tile) | [BM, BN] acc dtype |
 | reduce               | a split tile's partials summed: the accumulator the epilogue reads | [BM, BN] acc dtype |
 | epilogue_<step>      | tile after that epilogue sub-step        | [BM, BN]             |
@@ -15,6 +17,12 @@ The epilogue's steps and their order are the problem's (`[problem] epilogue`, a 
 kernels_ref.epilogue_graph): each declared step is the stage `epilogue_<step>`. STAGES holds the
 default order; a graph that splits alpha from beta * C adds the stages epilogue_alpha and
 epilogue_beta_c (SPLIT_EPILOGUE_STAGES), and `pipeline` gives the stages of any declared order.
+
+A quantised operand (oracle.problem.spec: b_dtype int4, uint4, fp4_e2m1, int8, e4m3, e5m2 beside a
+fp16/bf16 A) has a dequant stage between load and mma: load_b holds the stored values (a packed
+4-bit B: byte (r, n) of the tap holds k = 2r and 2r + 1 of column n, in the problem's b_packing),
+dequant_b the values (q - z) * s the MMA reads, in the MMA's operand dtype (a_dtype). `pipeline`
+lists a dequant stage only for a problem that has one.
 
 `mask` (bool, same shape) marks the elements that were actually recorded: a thread
 that taps only the fragment it holds fills part of a tile. `None` means all of it.
@@ -30,10 +38,11 @@ import torch
 
 DESCRIPTOR_STAGES = ("descriptor_a", "descriptor_b")
 LOAD_STAGES = ("load_a", "load_b")
+DEQUANT_STAGES = ("dequant_a", "dequant_b")  # a quantised operand's tile after dequantisation
 EPILOGUE_STEPS = ("scale", "alpha_beta", "bias", "activation", "cast")
 EPILOGUE_STAGES = tuple(f"epilogue_{s}" for s in EPILOGUE_STEPS) + ("epilogue_store",)
 # Pipeline order: the comparator walks stages in this order.
-STAGES = DESCRIPTOR_STAGES + LOAD_STAGES + ("mma", "reduce") + EPILOGUE_STAGES
+STAGES = DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES + ("mma", "reduce") + EPILOGUE_STAGES
 # A declared epilogue that applies alpha and beta * C as two steps taps them as these stages.
 SPLIT_EPILOGUE_STAGES = ("epilogue_alpha", "epilogue_beta_c")
 # Stages a kernel can tap (epilogue_store is read from the output tensor itself).
@@ -43,10 +52,12 @@ ALL_STAGES = STAGES[:STAGES.index("epilogue_alpha_beta")] + ("epilogue_alpha", "
     + STAGES[STAGES.index("epilogue_alpha_beta") + 1:]
 
 
-def pipeline(epilogue_steps=EPILOGUE_STEPS) -> tuple[str, ...]:
-    """The stages of a problem in pipeline order, its epilogue's steps in their declared order."""
-    return STAGES[:STAGES.index("epilogue_scale")] + tuple(f"epilogue_{s}" for s in epilogue_steps) \
-        + ("epilogue_store",)
+def pipeline(epilogue_steps=EPILOGUE_STEPS, dequant=()) -> tuple[str, ...]:
+    """The stages of a problem in pipeline order, its epilogue's steps in their declared order, and
+    a dequant stage for each operand in `dequant` ("a", "b": the quantised ones)."""
+    head = tuple(s for s in STAGES[:STAGES.index("epilogue_scale")]
+                 if s not in DEQUANT_STAGES or s[-1] in tuple(dequant))
+    return head + tuple(f"epilogue_{s}" for s in epilogue_steps) + ("epilogue_store",)
 
 
 def stage_rank(stage: str) -> int:
@@ -95,7 +106,7 @@ class Tap:
             v = getattr(self, name)
             if v is not None and not _index(v):
                 raise TapError(f"tap {self.stage} tile {self.tile}: {name} {v!r} must be a non-negative int or None")
-        if self.stage in DESCRIPTOR_STAGES + LOAD_STAGES and self.k_block is None:
+        if self.stage in DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES and self.k_block is None:
             raise TapError(f"tap {self.stage} tile {self.tile}: k_block is required and must be >= 0")
         if self.mask is not None:
             if self.mask.dtype != torch.bool or tuple(self.mask.shape) != tuple(self.values.shape):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from harness.taps import DESCRIPTOR_STAGES, LOAD_STAGES
+from harness.taps import DEQUANT_STAGES, DESCRIPTOR_STAGES, LOAD_STAGES
 from harness.trace_format import DESCRIPTOR_BODY, RECORD_HEAD_BYTES, TraceSelection
 
 _ELEMENT_OVERHEAD = 4 + 8  # a coordinate per element, and a record head shared by ~8 elements
@@ -58,10 +58,11 @@ def trace_budget(selection: TraceSelection, *, tiles_m: int, tiles_n: int, k_blo
             site_least, site_est = n + RECORD_HEAD_BYTES + 16, n + _WARP_RECORDS * (RECORD_HEAD_BYTES + 24)
             site_est += RECORD_HEAD_BYTES + DESCRIPTOR_BODY.size  # a tapped descriptor
         else:
-            shape = {"load_a": (block_m, block_k), "load_b": (block_k, block_n)}.get(stage, (block_m, block_n))
+            shape = {"load_a": (block_m, block_k), "load_b": (block_k, block_n), "dequant_a": (block_m, block_k),
+                     "dequant_b": (block_k, block_n)}.get(stage, (block_m, block_n))
             n = shape[0] * shape[1]
             site_least, site_est = n * size + RECORD_HEAD_BYTES + 8, n * (size + _ELEMENT_OVERHEAD)
-        sites = n_tiles * (n_kb if stage in DESCRIPTOR_STAGES + LOAD_STAGES + ("mma",) else 1)
+        sites = n_tiles * (n_kb if stage in DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES + ("mma",) else 1)
         least += sites * site_least
         estimate += sites * site_est
     return TraceBudget(n_tiles, n_kb, tuple(selection.stages), least, estimate)

@@ -6,7 +6,16 @@ quiet-NaN bit pattern a TMA "nan" fill writes, and the codes the other layers us
 reference kernels' constexpr code, the trace format's wire code, the CUtensorMapDataType a tensor
 map moves it as, the safetensors name and the launch library's element type (oracle_trace/launch.hpp).
 `DTYPES` holds the element types of operands and outputs; `ELEMENT_TYPES` adds raw bytes (`uint8`:
-scale factors, packed data), which only move.
+scale factors, packed data), which only move. `QUANT_TYPES` holds the types a quantised operand and its
+scales are stored in that no MMA reads directly (oracle.problem.spec b_dtype, b_scales): 4-bit integers
+and e2m1, packed two to a byte, and e8m0 scales.
+
+`itemsize` is the bytes of one storage element: the torch dtype the tensor is held in. `bits` is the
+width of one value; a packed row (bits 4) holds `per_item` = 2 values in each storage byte, so its
+torch dtype is uint8 and a tensor of n values along the packed axis has n / 2 bytes there (which
+nibble holds which value is the operand's packing, oracle.problem.spec.B_PACKINGS). e8m0 is held as
+its raw byte (the biased exponent; 255 is NaN), as the safetensors this project reads cannot hold
+torch.float8_e8m0fnu.
 A new element type is one row here. Imports nothing at load (torch on first use of `.torch`),
 so every layer can read it, the harness's child process too.
 """
@@ -36,6 +45,24 @@ class DType:
     map_is_float: bool = False  # whether that map type is a floating-point one
     safetensors: str = ""  # the safetensors dtype name
     launch_code: int = 0  # the launch library's ElementType (harness/include/oracle_trace/launch.hpp)
+    bits: int = 0  # bits of one value; 0: 8 * itemsize (unpacked)
+    min_value: float = 0.0  # the lowest finite value (0 here: -max_finite for a float, 0 for an unsigned type)
+
+    @property
+    def value_bits(self) -> int:
+        return self.bits or 8 * self.itemsize
+
+    @property
+    def per_item(self) -> int:
+        """Values in one storage element: 2 for a packed 4-bit type, else 1."""
+        return 8 * self.itemsize // self.value_bits
+
+    @property
+    def lowest(self) -> float:
+        """The most negative finite value."""
+        if self.min_value:
+            return self.min_value
+        return -self.max_finite if self.is_float else 0.0
 
     @property
     def torch(self):
@@ -58,16 +85,33 @@ ELEMENT_TYPES: dict[str, DType] = {
               safetensors="F8_E4M3", launch_code=4),
         DType("e5m2", "float8_e5m2", 1, 2.0**-3, 57344.0, 32, nan_bits=0x7E, ref_code=4, trace_code=5,
               safetensors="F8_E5M2", launch_code=5),
-        DType("int8", "int8", 1, 0.0, 127.0, 32, is_float=False, ref_code=5, trace_code=6, safetensors="I8", launch_code=6),
+        DType("int8", "int8", 1, 0.0, 127.0, 32, is_float=False, ref_code=5, trace_code=6, safetensors="I8", launch_code=6,
+              min_value=-128.0),
         DType("int32", "int32", 4, 0.0, float(2**31 - 1), 8, is_float=False, ref_code=6, trace_code=7,
-              map_type=_MAP_INT32, safetensors="I32", launch_code=7),
-        DType("uint8", "uint8", 1, 0.0, 255.0, 0, is_float=False, safetensors="U8", launch_code=8),  # raw bytes: moved only
+              map_type=_MAP_INT32, safetensors="I32", launch_code=7, min_value=-float(2**31)),
+        DType("uint8", "uint8", 1, 0.0, 255.0, 0, is_float=False, trace_code=8, safetensors="U8",
+              launch_code=8),  # raw bytes: moved only (traced: a packed operand's bytes)
     )
 }
+# stored types of quantised operands and their scales: held in uint8 bytes, decoded by kernels_ref.dequant
+QUANT_TYPES: dict[str, DType] = {
+    d.name: d
+    for d in (
+        DType("int4", "uint8", 1, 0.0, 7.0, 0, is_float=False, safetensors="U8", bits=4, min_value=-8.0),
+        DType("uint4", "uint8", 1, 0.0, 15.0, 0, is_float=False, safetensors="U8", bits=4),
+        DType("fp4_e2m1", "uint8", 1, 2.0**-2, 6.0, 0, safetensors="U8", bits=4),
+        DType("e8m0", "uint8", 1, 2.0**-1, 2.0**127, 0, nan_bits=0xFF, safetensors="U8", min_value=2.0**-127),
+    )
+}
+ALL_TYPES: dict[str, DType] = {**ELEMENT_TYPES, **QUANT_TYPES}
 # the element types of operands and outputs (those the reference kernels compute with)
 DTYPES: dict[str, DType] = {k: d for k, d in ELEMENT_TYPES.items() if d.ref_code is not None}
 FLOAT_NAMES = tuple(k for k, d in DTYPES.items() if d.is_float)
 FP8 = ("e4m3", "e5m2")
+PACKED = tuple(k for k, d in QUANT_TYPES.items() if d.per_item > 1)  # int4, uint4, fp4_e2m1
+# a quantised B beside a float A (a W4A16 / W8A16 problem), and the types its scales may have
+QUANT_B = ("int4", "uint4", "fp4_e2m1", "int8", "e4m3", "e5m2")
+SCALE_TYPES = ("fp16", "bf16", "fp32", "e4m3", "e8m0")
 
 
 def dtype(name: str) -> DType:
@@ -76,6 +120,14 @@ def dtype(name: str) -> DType:
         return DTYPES[name]
     except KeyError:
         raise ValueError(f"unknown dtype {name!r}; known: {', '.join(DTYPES)}") from None
+
+
+def lookup(name: str) -> DType:
+    """Any row by short name (operand, raw, quantised or scale type); the error lists what exists."""
+    try:
+        return ALL_TYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown element type {name!r}; known: {', '.join(ALL_TYPES)}") from None
 
 
 def name_of(t) -> str:

@@ -46,6 +46,8 @@ STAGE_CODES: dict[str, int] = {
     "reduce": 11,  # after epilogue_cast in code, between mma and the epilogue in pipeline order
     "epilogue_alpha": 12,  # a declared epilogue's split steps (harness.taps.SPLIT_EPILOGUE_STAGES): codes
     "epilogue_beta_c": 13,  # added without a version change, as no older trace holds them
+    "dequant_a": 14,  # a quantised operand's dequantised tile: between load and mma in pipeline order,
+    "dequant_b": 15,  # added without a version change, as no older trace holds them
 }
 STAGE_NAMES: dict[int, str] = {v: k for k, v in STAGE_CODES.items()}
 if set(STAGE_CODES) != set(TAP_STAGES):  # one code for every stage a kernel can tap

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from harness import knobs as _knobs
-from harness.taps import DESCRIPTOR_STAGES, LOAD_STAGES, TAP_STAGES, DescriptorRecord, Tap, TapError
+from harness.taps import DEQUANT_STAGES, DESCRIPTOR_STAGES, LOAD_STAGES, TAP_STAGES, DescriptorRecord, Tap, TapError
 from harness.trace_format.format import (
     BLOCK_BODY, BYTES_BODY, COMMIT_TAG, DESCRIPTOR_BODY, DTYPE_CODES, DTYPE_NAMES, DTYPE_SIZE, DTYPE_TORCH,
     ELEMENTS_BODY, MAX_TILE_DIM, NONE, OOB_FILL_CODES, OPERAND_CODES, RECORD_ALIGN, RECORD_HEAD,
@@ -121,11 +121,13 @@ class _Warnings:
         return tuple(t for _, t in lines), tuple(k for k, _ in lines), tuple(self.counts.items())
 
 
-def _expected_shape(stage: str, block_m: int, block_n: int, block_k: int) -> tuple[int, int]:
-    if stage == "load_a":
-        return (block_m, block_k)
-    if stage == "load_b":
-        return (block_k, block_n)
+def _expected_shape(stage: str, block_m: int, block_n: int, block_k: int, dtype: str = "") -> tuple[int, int]:
+    """A tap's tile shape; a load of a packed operand (uint8 bytes) holds two k per byte."""
+    packed_k = block_k // 2 if dtype == "uint8" and stage in LOAD_STAGES else block_k
+    if stage in ("load_a", "dequant_a"):
+        return (block_m, packed_k)
+    if stage in ("load_b", "dequant_b"):
+        return (packed_k, block_n)
     return (block_m, block_n)
 
 
@@ -258,7 +260,7 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
             raise TraceCoordinateError(f"{stage} record k_block {k_block} / slot {slot} must be >= -1", off + 28)
         if part < NONE or group < NONE:
             raise TraceCoordinateError(f"{stage} record partial {part} / group {group} must be >= -1", off + 40)
-        if (stage in DESCRIPTOR_STAGES or stage in LOAD_STAGES) and k_block < 0:
+        if (stage in DESCRIPTOR_STAGES or stage in LOAD_STAGES or stage in DEQUANT_STAGES) and k_block < 0:
             raise TraceCoordinateError(f"{stage} record tile ({tile_m}, {tile_n}) has no k-block; the stage needs one",
                                        off + 28)
         kb = None if k_block < 0 else k_block
@@ -278,7 +280,7 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
             if stage in DESCRIPTOR_STAGES:
                 raise TraceCodeError(f"{kind.name.lower()} record for {stage}: descriptor stages hold byte images "
                                      f"(Bytes records) only", off + 8)
-            shape = _expected_shape(stage, block_m, block_n, block_k)
+            shape = _expected_shape(stage, block_m, block_n, block_k, dtype)
             if (rows, cols) != shape:
                 raise TraceCoordinateError(
                     f"{stage} record tile ({tile_m}, {tile_n}) says the tile is {rows}x{cols}, but block sizes "

@@ -43,6 +43,15 @@ epilogue (fp32 arithmetic on an exactly known input x, result y):
     accumulator through fp32 epilogue steps).
 A bound carried through a step grows by the step's gain: |scale|, |alpha|, 1 (bias, cast),
 and 1.13 (the largest slope of gelu and silu).
+
+dequant (a quantised B's w = (q - z) * s in the MMA's operand dtype, u its unit roundoff;
+kernels_ref.dequant): bit-exact when the problem declares dequant_precision = "fp32" (fp32 then one
+rounding: the reference computes exactly that), and when there are no zero points and the scales
+convert to the operand dtype exactly (scales in the operand dtype, e4m3, e8m0: then w is one
+rounding of q * s in any order). Otherwise ("operand": fp16 / bf16 arithmetic, sub then mul or an
+fma with z * s taken first) 2u(|q - z| |s| + |z| |s|) plus one subnormal step of the operand dtype.
+The dequantised operands then enter the fp16 / bf16 MMA: the accumulation models of those
+operands apply unchanged (ACC_TABLE, keyed by the MMA's operand dtype, a_dtype).
 """
 
 from __future__ import annotations
@@ -595,6 +604,24 @@ for _s in ("epilogue_scale", "epilogue_alpha_beta", "epilogue_alpha", "epilogue_
     _register((_s,), ("fp32",), Model("elementwise", f"fp32 {_s[9:]}", U32))
 _register(("epilogue_cast",), ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int32"),
           Model("elementwise", "round to nearest even; exact on an exact input"))
+
+_register(("dequant",), ("fp16",), Model("elementwise", "(q - z) * s rounded to fp16: exact as declared fp32, "
+                                                        "else 2u(|q - z||s| + |z||s|)", 2.0**-11))
+_register(("dequant",), ("bf16",), Model("elementwise", "(q - z) * s rounded to bf16: exact as declared fp32, "
+                                                        "else 2u(|q - z||s| + |z||s|)", 2.0**-8))
+
+
+def dequant_bound(q: torch.Tensor, z: torch.Tensor, s: torch.Tensor, *, out_dtype: str, precision: str,
+                  zeros: str, scale_dtype: str) -> Optional[torch.Tensor]:
+    """The per-element bound of a dequantised tile (module docstring), float64; None where the
+    arithmetic is exact (bit-exact comparison). q, z, s: the values of every element (float64)."""
+    model = lookup("dequant_b", out_dtype)
+    if precision == "fp32" or (zeros == "none" and scale_dtype in (out_dtype, "e4m3", "e8m0")):
+        return None
+    tiny = float(torch.finfo(DTYPES[out_dtype].torch).tiny) * model.u * 2  # the smallest subnormal step
+    q, z, s = q.double(), z.double(), s.double()
+    return 2 * model.u * ((q - z).abs() * s.abs() + z.abs() * s.abs()) + tiny
+
 
 ACTIVATION_IMPLS = ("accurate", "fast")
 _ACCURATE_ULPS = 2.0**8

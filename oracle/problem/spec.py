@@ -6,6 +6,12 @@ inside the main loop. `epilogue` may declare the epilogue's steps in another ord
 roundings between them (kernels_ref.epilogue_graph; docs/epilogue.md). Every invalid field raises `SpecError` naming the field, the value and
 what is allowed.
 
+A quantised B (`b_dtype` int4, uint4, fp4_e2m1, int8, e4m3 or e5m2 beside an fp16 / bf16 A: W4A16,
+W8A16) holds stored values q with per-group scales s (`b_scales`: their dtype, shape [K / b_group_size,
+N]) and zero points z (`b_zeros`: none, int or float); the MMA reads w = (q - z) * s in A's dtype,
+computed as `dequant_precision` says (kernels_ref.dequant). A 4-bit B is packed two values to a byte
+along K (`b_packing`).
+
 A tile's k-blocks may be accumulated in partials that a reduction sums (`splits`: split-K, each
 split a share of the k-blocks; `stream_k_workers`: stream-K, the tiles' k-blocks dealt out to that
 many workers; `partition` names the dealing rule, oracle.problem.partition). A problem may be grouped (`groups`: MoE-style
@@ -22,9 +28,19 @@ from typing import Any, Mapping, Optional
 
 from harness.fields import shown
 from kernels_ref import epilogue_graph
-from kernels_ref.dtypes import DTYPES, FP8
+from kernels_ref.dtypes import ALL_TYPES, DTYPES, FP8, PACKED, QUANT_B, SCALE_TYPES
 
 OPERAND_DTYPES = ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int8")
+B_DTYPES = OPERAND_DTYPES + tuple(d for d in QUANT_B if d not in OPERAND_DTYPES)  # with int4, uint4, fp4_e2m1
+QUANT_A_DTYPES = ("fp16", "bf16")  # the A beside a quantised B: the MMA reads dequantised B in this dtype
+# How a packed 4-bit B sits in its bytes, along K: byte r of a column holds k = 2r and 2r + 1, the even
+# k in the low nibble (low_first) or in the high nibble (high_first).
+B_PACKINGS = ("k_pairs_low_first", "k_pairs_high_first")
+B_ZEROS = ("none", "int", "float")
+# The arithmetic of w = (q - z) * s (kernels_ref.dequant): fp32 then one rounding to A's dtype
+# (judged bit-exact), or in A's dtype itself in any order (sub then mul, or fma with z * s first:
+# judged within the bound of oracle.judging.tolerance's dequant entry)
+DEQUANT_PRECISIONS = ("fp32", "operand")
 ACC_DTYPES = ("fp32", "fp16", "int32")
 OUT_DTYPES = ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int32")
 C_DTYPES = ("fp32", "fp16", "bf16")
@@ -156,6 +172,11 @@ class ProblemSpec:
     reduction_chunk: Optional[int] = None
     activation_impl: str = "accurate"
     epilogue: Optional[tuple[str, ...]] = None  # the declared epilogue graph (kernels_ref.epilogue_graph); None: DEFAULT
+    b_packing: Optional[str] = None  # a packed 4-bit B: B_PACKINGS
+    b_group_size: Optional[int] = None  # a quantised B: k elements per scale (and zero point); None: all of K
+    b_scales: Optional[str] = None  # a quantised B: the scales' dtype (SCALE_TYPES), shape [K / group, N]
+    b_zeros: str = "none"  # a quantised B: B_ZEROS
+    dequant_precision: Optional[str] = None  # a quantised B: DEQUANT_PRECISIONS (None: fp32)
 
     def __post_init__(self) -> None:
         for f in ("m", "n", "k"):
@@ -164,12 +185,15 @@ class ProblemSpec:
         _require(self.m * self.batch <= MAX_DIM, "batch", self.batch,
                  f"batch x m = {self.m * self.batch} rows, more than the {MAX_DIM} an int32 size holds")
         _require(isinstance(self.tile, Tile), "tile", self.tile, "must be a Tile(bm, bn, bk)")
-        for f in ("a_dtype", "b_dtype"):
-            _require(getattr(self, f) in OPERAND_DTYPES, f, getattr(self, f), f"one of {', '.join(OPERAND_DTYPES)}")
+        _require(self.a_dtype in OPERAND_DTYPES, "a_dtype", self.a_dtype, f"one of {', '.join(OPERAND_DTYPES)}")
+        _require(self.b_dtype in B_DTYPES, "b_dtype", self.b_dtype, f"one of {', '.join(B_DTYPES)}")
         _require(self.acc_dtype in ACC_DTYPES, "acc_dtype", self.acc_dtype, f"one of {', '.join(ACC_DTYPES)}")
         _require(self.out_dtype in OUT_DTYPES, "out_dtype", self.out_dtype, f"one of {', '.join(OUT_DTYPES)}")
         a, b = self.a_dtype, self.b_dtype
-        if a in FP8 or b in FP8:
+        self._validate_quant_b()
+        if self.quantised_b:
+            pass  # checked by _validate_quant_b: a float A beside a quantised B
+        elif a in FP8 or b in FP8:
             _require(a in FP8 and b in FP8, "b_dtype" if a in FP8 else "a_dtype", b if a in FP8 else a,
                      "an fp8 operand needs the other operand in fp8 too (e4m3 or e5m2)")
         else:
@@ -188,7 +212,7 @@ class ProblemSpec:
             sw = getattr(self, f"swizzle_{op}")
             _require(sw in SWIZZLES, f"swizzle_{op}", sw, "0, 32, 64 or 128 (bytes)")
             if sw:
-                inner = self.smem_inner_elements(op) * DTYPES[getattr(self, f"{op}_dtype")].itemsize
+                inner = self.smem_inner_bytes(op)
                 _require(inner % sw == 0, f"swizzle_{op}", sw,
                          f"the tile's contiguous extent ({inner} bytes) must be a multiple of the swizzle span")
         _require(self.oob_fill in OOB_FILLS, "oob_fill", self.oob_fill, "'zero' or 'nan'")
@@ -259,6 +283,65 @@ class ProblemSpec:
                      "a grouped or batched problem takes per-tensor scales only")
         self._validate_numerics()
         self._validate_epilogue()
+
+    def _validate_quant_b(self) -> None:
+        """b_dtype beside a_dtype, and b_packing, b_group_size, b_scales, b_zeros, dequant_precision
+        checked against it and each other."""
+        a, b = self.a_dtype, self.b_dtype
+        quant = (b in PACKED or (b in QUANT_B and a in QUANT_A_DTYPES and b != a))
+        fields = ("b_packing", "b_group_size", "b_scales", "dequant_precision")
+        if not quant:
+            for f in fields:
+                _require(getattr(self, f) is None, f, getattr(self, f),
+                         f"only a quantised B (b_dtype one of {', '.join(QUANT_B)} beside a_dtype fp16 or bf16) "
+                         f"has it (b_dtype is {b!r}, a_dtype {a!r})")
+            _require(self.b_zeros == "none", "b_zeros", self.b_zeros,
+                     f"only a quantised B has zero points (b_dtype is {b!r}, a_dtype {a!r})")
+            return
+        _require(a in QUANT_A_DTYPES, "a_dtype", a,
+                 f"a quantised B (b_dtype {b!r}) is dequantised to A's dtype for the MMA: one of "
+                 f"{', '.join(QUANT_A_DTYPES)}")
+        if b in PACKED:
+            _require(self.b_packing in B_PACKINGS, "b_packing", self.b_packing,
+                     f"a {b} B is packed two to a byte along K: one of {', '.join(B_PACKINGS)}")
+            _require(self.k % 2 == 0, "k", self.k, f"a {b} B packs k in pairs: K must be even")
+            _require(self.tile.bk % 2 == 0, "tile.bk", self.tile.bk, f"a {b} B packs k in pairs: tile.bk must be even")
+        else:
+            _require(self.b_packing is None, "b_packing", self.b_packing,
+                     f"a {b} B holds one value per byte: no packing (only {', '.join(PACKED)} are packed)")
+        _require(self.k % self.tile.bk == 0, "k", self.k,
+                 f"a quantised B is modelled for whole k-blocks: K must be a multiple of tile.bk ({self.tile.bk})")
+        g = self.b_group_size
+        if g is not None:
+            _require(isinstance(g, int) and not isinstance(g, bool) and g > 0 and self.k % g == 0, "b_group_size", g,
+                     f"a positive number of k elements that divides K = {self.k} (None: one group of all K)")
+            if b in PACKED:
+                _require(g % 2 == 0, "b_group_size", g, f"a {b} byte holds two k: the group size must be even")
+        sc = self.b_scales
+        _require(sc in SCALE_TYPES, "b_scales", sc, f"a quantised B needs its scales' dtype: one of {', '.join(SCALE_TYPES)}")
+        if sc in ("e4m3", "e8m0"):
+            _require(b in ("fp4_e2m1", "e4m3", "e5m2"), "b_scales", sc,
+                     f"{sc} scales are micro-scaling scales of a float B (fp4_e2m1, e4m3, e5m2), not of {b}")
+        _require(self.b_zeros in B_ZEROS, "b_zeros", self.b_zeros, f"one of {', '.join(B_ZEROS)}")
+        if self.b_zeros != "none":
+            _require(not ALL_TYPES[b].is_float, "b_zeros", self.b_zeros,
+                     f"zero points are for an integer B (int4, uint4, int8), not {b}")
+        if self.b_zeros == "float":
+            _require(sc in ("fp16", "bf16", "fp32"), "b_zeros", "float",
+                     f"float zero points are stored in the scales' dtype, which must be fp16, bf16 or fp32 (b_scales "
+                     f"is {sc!r})")
+        p = self.dequant_precision
+        _require(p is None or p in DEQUANT_PRECISIONS, "dequant_precision", p,
+                 f"one of {', '.join(DEQUANT_PRECISIONS)} (None: fp32)")
+        _require(self.scale_b.kind in ("none", "tensor", "col") and self.scale_a.kind != "block", "scale_b.kind",
+                 self.scale_b.kind if self.scale_b.kind != "none" else self.scale_a.kind,
+                 "a quantised B carries its own group scales (b_scales); block scales are for fp8 x fp8 problems")
+        _require(self.promotion_interval is None, "promotion_interval", self.promotion_interval,
+                 "a quantised B's dequantised operand enters an fp16 / bf16 MMA: no fp8 promotion")
+        _require(self.oob_fill == "zero", "oob_fill", self.oob_fill, "a quantised B's stored values have no NaN: 'zero'")
+        _require(self.groups is None and self.batch == 1, "groups" if self.groups is not None else "batch",
+                 self.groups if self.groups is not None else self.batch,
+                 "a quantised B is modelled for a single GEMM (no groups, batch 1)")
 
     def _validate_numerics(self) -> None:
         """acc_model, reduction, reduction_chunk, activation_impl (the engine's numerics)."""
@@ -345,6 +428,45 @@ class ProblemSpec:
         return "fp8_promoted" if self.promotion_interval is not None else "fp32"
 
     @property
+    def quantised_b(self) -> bool:
+        """Is B quantised (stored values, group scales, dequantised to A's dtype before the MMA)?"""
+        return self.b_scales is not None
+
+    @property
+    def mma_b_dtype(self) -> str:
+        """The dtype the MMA reads B in: A's for a quantised B (after dequant_b), else b_dtype."""
+        return self.a_dtype if self.quantised_b else self.b_dtype
+
+    @property
+    def b_groups(self) -> int:
+        """Scale groups along K of a quantised B (1 without b_group_size)."""
+        return self.k // self.b_group_size if self.b_group_size is not None else 1
+
+    @property
+    def group_k(self) -> int:
+        """k elements per scale group of a quantised B."""
+        return self.b_group_size if self.b_group_size is not None else self.k
+
+    @property
+    def dequant_config(self):
+        """kernels_ref.dequant.DequantConfig of a quantised B (None otherwise)."""
+        if not self.quantised_b:
+            return None
+        from kernels_ref.dequant import DequantConfig
+
+        return DequantConfig(self.b_dtype, self.b_scales, self.a_dtype, self.group_k, self.b_packing, self.b_zeros,
+                             self.resolved_dequant_precision)
+
+    @property
+    def resolved_dequant_precision(self) -> str:
+        return self.dequant_precision or "fp32"
+
+    @property
+    def dequant_operands(self) -> tuple[str, ...]:
+        """The operands with a dequant stage (harness.taps.pipeline)."""
+        return ("b",) if self.quantised_b else ()
+
+    @property
     def block_scaled(self) -> bool:
         return self.scale_a.kind == "block"
 
@@ -385,6 +507,14 @@ class ProblemSpec:
             return t.bk if self.a_major == "row" else t.bm
         return t.bn if self.b_major == "row" else t.bk
 
+    def smem_inner_bytes(self, operand: str) -> int:
+        """Bytes along the contiguous dimension of one operand k-block tile in shared memory (a packed B
+        along K: half the elements)."""
+        d = ALL_TYPES[getattr(self, f"{operand}_dtype")]
+        inner = self.smem_inner_elements(operand)
+        k_inner = (operand == "a" and self.a_major == "row") or (operand == "b" and self.b_major == "col")
+        return inner // d.per_item * d.itemsize if k_inner else inner * d.itemsize
+
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k * self.batch
 
@@ -395,6 +525,9 @@ class ProblemSpec:
             extra += f", split-K {self.reduction}" + (f"/{self.reduction_chunk}" if self.reduction_chunk else "")
         if self.activation_impl != "accurate":
             extra += f", {self.activation_impl} {self.activation}"
+        if self.quantised_b:
+            extra += (f", B {self.b_packing + ' ' if self.b_packing else ''}group {self.group_k} scales "
+                      f"{self.b_scales} zeros {self.b_zeros} dequant {self.resolved_dequant_precision}")
         if self.epilogue is not None:
             extra += f", epilogue {' > '.join(self.epilogue)}"
         return (f"{self.m}x{self.n}x{self.k} {self.a_dtype}x{self.b_dtype}->{self.out_dtype} "
@@ -412,6 +545,11 @@ class ProblemSpec:
             del d["epilogue"]  # absent: the default graph (a recording made before the field reads the same)
         else:
             d["epilogue"] = list(d["epilogue"])
+        for f in ("b_packing", "b_group_size", "b_scales", "dequant_precision"):
+            if d[f] is None:
+                del d[f]  # absent: not a quantised B (a recording made before the fields reads the same)
+        if d["b_zeros"] == "none":
+            del d["b_zeros"]
         return d
 
     @classmethod

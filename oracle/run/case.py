@@ -38,9 +38,11 @@ command line:
                                # is sized to the selection, and a launch that overflows it is run
                                # once more with the measured size
 
-Launch arguments: an operand name (a, b, c, d, bias, scale_a, scale_b) is a device pointer
-(stored in its declared major; `null` or an operand the problem does not use is a null
-pointer); a size name (m, n, k, lda, ldb, ldc, ldd, tiles_m, tiles_n, k_blocks) is an i32;
+Launch arguments: an operand name (a, b, c, d, bias, scale_a, scale_b, and a quantised B's
+b_scales and b_zeros) is a device pointer (stored in its declared major; b_scales and b_zeros
+[K / group, N] row-major; a packed B [K / 2, N] bytes in b_major, its ldb counting values, so a
+column-major packed B's columns lie ldb / 2 bytes apart; `null` or an operand the problem does
+not use is a null pointer); a size name (m, n, k, lda, ldb, ldc, ldd, tiles_m, tiles_n, k_blocks) is an i32;
 alpha and beta are f32; `{ i32 = 7 }` (or u32, i64, u64, f32, f64) is a literal;
 `{ tensormap = "a" }` is the operand's TMA tensor map passed by value, built from the problem
 (dims, leading dimension, tile box, swizzle_a / swizzle_b, oob_fill). The map is the kernel's host
@@ -77,7 +79,7 @@ from harness.names import check_entry
 from oracle.run.case_grammar import check_kernel_names
 from oracle.problem.spec import ProblemSpec, SpecError
 
-OPERANDS = ("a", "b", "c", "d", "bias", "scale_a", "scale_b", "group_offsets")
+OPERANDS = ("a", "b", "c", "d", "bias", "scale_a", "scale_b", "group_offsets", "b_scales", "b_zeros")
 SIZE_NAMES = ("m", "n", "k", "lda", "ldb", "ldc", "ldd", "tiles_m", "tiles_n", "k_blocks", "tiles", "total_m",
               "splits", "stream_k_workers", "groups", "group_tiles_m", "max_partials")
 WORKSPACE_INITS = ("zero", "poison", "stale")

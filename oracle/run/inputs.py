@@ -9,6 +9,15 @@ Inputs are designed so that a bug points at itself:
   is a binary record of which k-blocks were summed;
 - random[:seed]: seeded normal values (the default seed is 0);
 - dump:PATH: tensors from a dump file (captured, so not controlled).
+
+A quantised B (oracle.problem.spec: b_scales given) is stored as the problem says: B holds the
+stored values (a packed 4-bit B: uint8 [K / 2, N], two k per byte in b_packing's order; int8 /
+e4m3 / e5m2: [K, N] in that dtype), b_scales [K / group, N] in the scales' dtype (e8m0: raw bytes),
+b_zeros the same shape (int: int8 for int4 / int8, uint8 for uint4; float: the scales' dtype). Its
+ladder: ones: q = 1, z = 0, s = 1 (every w = 1); index: q encodes (k mod 8, n mod 4), s and z encode
+(group, column), so a wrong nibble, group or zero point changes the value; random: q over the
+type's range, s in [1/16, 3/16), z over the integer range (or [0, 8) float). ktag is not defined
+for a quantised B (its tags live in B's values).
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from typing import Optional
 
 import torch
 
-from kernels_ref.dtypes import DTYPES
+from kernels_ref.dtypes import ALL_TYPES, DTYPES
 from oracle.problem.spec import ProblemSpec
 
 LADDER = ("ones", "index", "ktag", "random")
@@ -32,8 +41,9 @@ class InputError(ValueError):
 
 @dataclass(frozen=True)
 class Operands:
-    """Logical operands: A [M, K], B [K, N], C [M, N]; bias [M] or [N]; scales by kind
-    (tensor [1], row [M], col [N], block [ceil(rows/g), ceil(K/gk)])."""
+    """Logical operands: A [M, K], B [K, N] (a quantised B: its stored values, see the module
+    docstring), C [M, N]; bias [M] or [N]; scales by kind (tensor [1], row [M], col [N], block
+    [ceil(rows/g), ceil(K/gk)]); a quantised B's group scales and zero points [K / group, N]."""
 
     a: torch.Tensor
     b: torch.Tensor
@@ -41,10 +51,13 @@ class Operands:
     bias: Optional[torch.Tensor] = None
     scale_a: Optional[torch.Tensor] = None
     scale_b: Optional[torch.Tensor] = None
+    b_scales: Optional[torch.Tensor] = None
+    b_zeros: Optional[torch.Tensor] = None
 
     def named(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in (("a", self.a), ("b", self.b), ("c", self.c), ("bias", self.bias),
-                                  ("scale_a", self.scale_a), ("scale_b", self.scale_b)) if v is not None}
+                                  ("scale_a", self.scale_a), ("scale_b", self.scale_b),
+                                  ("b_scales", self.b_scales), ("b_zeros", self.b_zeros)) if v is not None}
 
     def to(self, device) -> "Operands":
         return Operands(**{k: v.to(device) for k, v in self.named().items()})
@@ -98,7 +111,13 @@ def expected_shapes(spec: ProblemSpec) -> dict[str, Optional[tuple[int, ...]]]:
     m, n, k = spec.total_m, spec.n, spec.k
     groups = spec.group_sizes
     shapes: dict[str, Optional[tuple[int, ...]]] = {"a": (m, k), "b": (k, n) if groups is None else (len(groups), k, n),
-                                                    "c": None, "bias": None, "scale_a": None, "scale_b": None}
+                                                    "c": None, "bias": None, "scale_a": None, "scale_b": None,
+                                                    "b_scales": None, "b_zeros": None}
+    if spec.quantised_b:
+        shapes["b"] = (k // ALL_TYPES[spec.b_dtype].per_item, n)
+        shapes["b_scales"] = (spec.b_groups, n)
+        if spec.b_zeros != "none":
+            shapes["b_zeros"] = (spec.b_groups, n)
     if spec.beta != 0:
         shapes["c"] = (m, n)
     if spec.bias != "none":
@@ -117,7 +136,12 @@ def expected_shapes(spec: ProblemSpec) -> dict[str, Optional[tuple[int, ...]]]:
 def check_operands(spec: ProblemSpec, ops: Operands) -> None:
     """Raise InputError naming the tensor, its shape or dtype, and what the problem needs."""
     shapes = expected_shapes(spec)
-    dtypes = {"a": DTYPES[spec.a_dtype].torch, "b": DTYPES[spec.b_dtype].torch}
+    dtypes = {"a": DTYPES[spec.a_dtype].torch, "b": ALL_TYPES[spec.b_dtype].torch}
+    if spec.quantised_b:
+        cfg = spec.dequant_config
+        dtypes["b_scales"] = ALL_TYPES[spec.b_scales].torch
+        if spec.b_zeros != "none":
+            dtypes["b_zeros"] = cfg.zero_torch()
     if spec.c_dtype:
         dtypes["c"] = DTYPES[spec.c_dtype].torch
     dtypes["bias"] = DTYPES[spec.bias_dtype].torch
@@ -140,8 +164,10 @@ def check_operands(spec: ProblemSpec, ops: Operands) -> None:
 def operand_bytes(spec: ProblemSpec) -> int:
     """Bytes of the problem's operands and output in their dtypes (scales in fp32)."""
     total = spec.total_m * spec.n * DTYPES[spec.out_dtype].itemsize
-    sizes = {"a": DTYPES[spec.a_dtype].itemsize, "b": DTYPES[spec.b_dtype].itemsize,
+    sizes = {"a": DTYPES[spec.a_dtype].itemsize, "b": ALL_TYPES[spec.b_dtype].itemsize,
              "c": DTYPES[spec.c_dtype].itemsize if spec.c_dtype else 4, "bias": DTYPES[spec.bias_dtype].itemsize}
+    if spec.quantised_b:
+        sizes["b_scales"] = sizes["b_zeros"] = ALL_TYPES[spec.b_scales].itemsize
     for name, shape in expected_shapes(spec).items():
         if shape is not None:
             total += math.prod(shape) * sizes.get(name, 4)
@@ -230,6 +256,22 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
     def rnd(*shape, scale=1.0):
         return torch.randn(*shape, generator=g, dtype=draw, device=generator) * scale
 
+    if spec.quantised_b:
+        if ladder == "ktag":
+            raise InputError("the ktag ladder tags B's values, which a quantised B stores as codes: use ones, index "
+                             "or random")
+        a = torch.ones(m, k) if ladder == "ones" else index_values(m, k, spec.a_dtype) if ladder == "index" \
+            else rnd(m, k)
+        b, b_scales, b_zeros = _quantised_b(spec, ladder, g, generator)
+        c, bias = None, None
+        if shapes["c"] is not None:
+            c = _cast(rnd(*shapes["c"]).float() if ladder == "random" else torch.ones(shapes["c"]), spec.c_dtype)
+        if shapes["bias"] is not None:
+            bias = _cast(rnd(*shapes["bias"]).float() if ladder == "random" else torch.ones(shapes["bias"]),
+                         spec.bias_dtype)
+        ones = {n_: torch.ones(shapes[n_]) for n_ in ("scale_a", "scale_b") if shapes[n_] is not None}
+        return Operands(a=_cast(a, spec.a_dtype), b=b, c=c, bias=bias, scale_a=ones.get("scale_a"),
+                        scale_b=ones.get("scale_b"), b_scales=b_scales, b_zeros=b_zeros)
     if ladder == "ones":
         a, b = torch.ones(m, k), torch.ones(k, n)
     elif ladder == "index":
@@ -272,6 +314,55 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
     if bias is not None:
         bias = _cast(bias, spec.bias_dtype)
     return Operands(a=a, b=b, c=c, bias=bias, scale_a=aux("scale_a"), scale_b=aux("scale_b"))
+
+
+def _quantised_b(spec: ProblemSpec, ladder: str, g: torch.Generator, generator: str):
+    """The stored B, its scales and zero points for a ladder (module docstring)."""
+    from kernels_ref import dequant as dq
+
+    cfg = spec.dequant_config
+    k, n, groups = spec.k, spec.n, spec.b_groups
+    d = ALL_TYPES[spec.b_dtype]
+    kk = torch.arange(k)[:, None]
+    nn = torch.arange(n)[None, :]
+    gg = torch.arange(groups)[:, None]
+    if ladder == "ones":
+        q = torch.ones(k, n, dtype=torch.float64)
+        s = torch.ones(groups, n, dtype=torch.float64)
+        z = torch.zeros(groups, n, dtype=torch.float64)
+    elif ladder == "index":
+        if spec.b_dtype in ("int4", "uint4", "int8"):
+            q = ((kk % 8) + 8 * (nn % 4) if spec.b_dtype == "int8" else (kk % 8) + 2 * (nn % 4)) % (d.max_finite + 1)
+            q = (q - (4 if spec.b_dtype == "int4" else 0)).double()
+        else:  # e2m1 / fp8: small exact values, k first
+            q = torch.tensor(dq._FP4, dtype=torch.float64)[((kk % 4) + (nn % 4)) % 8] if spec.b_dtype == "fp4_e2m1"                 else ((kk % 4) + (nn % 4)).double()
+        s = 1.0 + ((gg + 3 * nn) % 8).double() / 8
+        if spec.b_scales == "e8m0":
+            s = torch.pow(2.0, ((gg + nn) % 4).double())
+        z = ((gg + nn) % 3).double()
+        if spec.b_zeros == "float":
+            z = z / 2
+    else:
+        lo, hi = int(d.lowest), int(d.max_finite)
+        if spec.b_dtype in ("int4", "uint4", "int8"):
+            q = torch.randint(lo, hi + 1, (k, n), generator=g, device=generator).double().cpu()
+        elif spec.b_dtype == "fp4_e2m1":
+            q = dq.values_of_codes(torch.randint(0, 16, (k, n), generator=g, device=generator).cpu(), "fp4_e2m1")
+        else:
+            q = torch.randn(k, n, generator=g, dtype=torch.float64 if generator == "cpu" else torch.float32,
+                            device=generator).cpu().to(d.torch).double()
+        u = torch.rand(groups, n, generator=g, dtype=torch.float64 if generator == "cpu" else torch.float32,
+                       device=generator).cpu().double()
+        s = (u + 0.5) / 8
+        if spec.b_scales == "e8m0":
+            s = torch.pow(2.0, -(u * 4).floor() - 2)
+        zr = torch.randint(lo, hi + 1, (groups, n), generator=g, device=generator).cpu().double() if \
+            spec.b_dtype in ("int4", "uint4", "int8") else torch.zeros(groups, n, dtype=torch.float64)
+        z = zr if spec.b_zeros != "float" else zr.abs() % 8 + u
+    stored = dq.pack_host(dq.codes_of_values(q, spec.b_dtype), cfg)
+    scales = dq.e8m0_of(s) if spec.b_scales == "e8m0" else s.to(ALL_TYPES[spec.b_scales].torch)
+    zeros = None if spec.b_zeros == "none" else z.to(cfg.zero_torch())
+    return stored, scales, zeros
 
 
 def analytic_ones_value(spec: ProblemSpec) -> Optional[float]:

@@ -24,7 +24,7 @@ from harness.runner import KernelRun, SinkRequest, run_kernel, run_library
 from harness.taps import pipeline
 from harness.tensormap import mn_dim, operand_tensormap
 from harness.trace_budget import TraceBudget, trace_budget
-from kernels_ref.dtypes import DTYPES, name_of
+from kernels_ref.dtypes import ALL_TYPES, DTYPES, PACKED, name_of
 from oracle import knobs
 from oracle.run.case import MAX_REPEAT, Case, CaseError, check_trace_selection, device_sms, evaluate, evaluate_int
 from oracle.run.case_grammar import check_case_names
@@ -136,7 +136,7 @@ def _buffers(case: Case, ops: Optional[Operands], names: dict) -> tuple[set, dic
         storage = {"a": _storage(ops.a, s.a_major), "b": _storage(ops.b, s.b_major)}
         if ops.c is not None:
             storage["c"] = _storage(ops.c, s.c_major)
-        for n in ("bias", "scale_a", "scale_b"):
+        for n in ("bias", "scale_a", "scale_b", "b_scales", "b_zeros"):  # [G, N] group scales row-major
             v = getattr(ops, n)
             if v is not None:
                 storage[n] = v.contiguous()
@@ -172,6 +172,9 @@ def library_call(case: Case, ops: Optional[Operands]) -> tuple[LibraryCall, dict
     if not is_library(case):
         raise CaseError("the case's kernel is not a launch library ([kernel] library)")
     s = case.spec
+    if s.quantised_b:
+        raise CaseError(f"a launch library takes no quantised B (b_dtype {s.b_dtype!r}; the oracle/1 ABI has no slot "
+                        f"for b_scales or b_zeros): launch the kernel from [launch] args")
     names = _names(case)
     present, storage = _buffers(case, ops, names)
     shapes = expected_shapes(s)
@@ -294,6 +297,9 @@ def _tensormap(case: Case, a, names: dict, where: str):
     buffer needs past the operand (0 unless the map covers padding rows)."""
     s = case.spec
     op, opts = a.name, dict(a.options)
+    if op == "b" and s.b_dtype in PACKED:
+        raise CaseError(f"{where}: the oracle builds no tensor map over a packed {s.b_dtype} B (two values a byte); "
+                        f"pass b as a pointer")
     major = getattr(s, f"{op}_major")
     rows, cols = (s.m, s.k) if op == "a" else (s.k, s.n)
     tm = operand_tensormap(op, major, rows, cols, getattr(s, f"{op}_dtype"), s.tile.bm if op == "a" else s.tile.bn,
@@ -367,7 +373,7 @@ def check_case(case: Case) -> tuple[TraceBudget, int]:
 
 def _problem_stages(case: Case) -> tuple[str, ...]:
     """The stages a kernel of this problem can tap: its pipeline, epilogue in the declared order."""
-    return pipeline([n.step for n in case.spec.epilogue_nodes])[:-1]
+    return pipeline([n.step for n in case.spec.epilogue_nodes], case.spec.dequant_operands)[:-1]
 
 
 def trace_selection(case: Case) -> trace_format.TraceSelection:
@@ -383,8 +389,9 @@ def sink_budget(case: Case) -> tuple[TraceBudget, int]:
     """The selection's size and the ceiling the sink may grow to (bytes); a selection that cannot
     fit under the ceiling is refused here, before anything is built or launched."""
     s = case.spec
-    size = {f"descriptor_{op}": DTYPES[getattr(s, f"{op}_dtype")].itemsize for op in "ab"}
-    size.update({f"load_{op}": DTYPES[getattr(s, f"{op}_dtype")].itemsize for op in "ab"})
+    size = {f"descriptor_{op}": ALL_TYPES[getattr(s, f"{op}_dtype")].itemsize for op in "ab"}
+    size.update({f"load_{op}": ALL_TYPES[getattr(s, f"{op}_dtype")].itemsize for op in "ab"})
+    size.update({f"dequant_{op}": DTYPES[s.a_dtype].itemsize for op in "ab"})
     size["epilogue_cast"] = DTYPES[s.out_dtype].itemsize
     budget = trace_budget(trace_selection(case), tiles_m=s.tiles_m, tiles_n=s.tiles_n, k_blocks=s.k_blocks,
                           block_m=s.tile.bm, block_n=s.tile.bn, block_k=s.tile.bk, itemsize=size)

@@ -6,7 +6,7 @@ Python model of a kernel. `save`/`load` go through `harness.dump` (safetensors +
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Optional
 
 import torch
@@ -15,7 +15,7 @@ from harness.dump import Dump, DumpError, environment, load_dump, save_dump
 from harness.fields import INT64_MAX, is_opt_int, is_opt_str, is_str_list, require, shown
 from harness.taps import DESCRIPTOR_STAGES, DescriptorRecord, Tap
 from harness.trace_format import TraceAccount
-from kernels_ref.dtypes import DTYPES
+from kernels_ref.dtypes import ALL_TYPES, DTYPES
 from oracle.run.inputs import LADDER, InputError, Operands, Provenance, check_operands
 from oracle.problem.spec import ProblemSpec, SpecError
 
@@ -89,17 +89,29 @@ class Recording:
             if tap.stage in DESCRIPTOR_STAGES:
                 op = tap.stage[-1]
                 rows = t.bm if op == "a" else t.bn
-                want_n = rows * t.bk * DTYPES[getattr(spec, f"{op}_dtype")].itemsize
+                d = ALL_TYPES[getattr(spec, f"{op}_dtype")]
+                want_n = rows * t.bk // d.per_item * d.itemsize
                 if shape != (want_n,):
                     raise RecordingError(f"{tap.describe()}: shared-memory image has {shape[0]} bytes, the tile "
                                          f"needs {want_n}")
                 continue
-            want_shape = {"load_a": (t.bm, t.bk), "load_b": (t.bk, t.bn)}.get(tap.stage, (t.bm, t.bn))
+            per_b = ALL_TYPES[spec.b_dtype].per_item  # a packed B's load tap: two k a byte
+            want_shape = {"load_a": (t.bm, t.bk), "load_b": (t.bk // per_b, t.bn), "dequant_a": (t.bm, t.bk),
+                          "dequant_b": (t.bk, t.bn)}.get(tap.stage, (t.bm, t.bn))
             if shape != want_shape:
                 raise RecordingError(f"{tap.describe()}: values have shape {list(shape)}, expected {list(want_shape)}")
+            if tap.stage in ("dequant_a", "dequant_b"):
+                op = tap.stage[-1]
+                if op == "a" or not spec.quantised_b:
+                    raise RecordingError(f"{tap.describe()}: operand {op} of {spec.describe()} is not quantised, so it "
+                                         f"has no dequant stage")
+                want = DTYPES[spec.mma_b_dtype].torch
+                if tap.values.dtype != want:
+                    raise RecordingError(f"{tap.describe()}: values are {tap.values.dtype}, but a dequant tap holds the "
+                                         f"MMA's operand: {spec.mma_b_dtype} ({want})")
             if tap.stage in ("load_a", "load_b"):  # the operand's own bits, compared bit for bit
                 op = tap.stage[-1]
-                want = DTYPES[getattr(spec, f"{op}_dtype")].torch
+                want = ALL_TYPES[getattr(spec, f"{op}_dtype")].torch
                 if tap.values.dtype != want:
                     raise RecordingError(f"{tap.describe()}: values are {tap.values.dtype}, but a load tap holds the "
                                          f"operand's own elements: {op}_dtype is {getattr(spec, f'{op}_dtype')} "
@@ -125,7 +137,7 @@ class Recording:
         whole recording against its problem. Raises DumpError naming the field, nothing else."""
         dump = load_dump(path)
         m = _Meta.of(dump.meta, f"dump {path!r}")
-        unknown = sorted(set(dump.inputs) - {"a", "b", "c", "bias", "scale_a", "scale_b"})
+        unknown = sorted(set(dump.inputs) - {f.name for f in fields(Operands)})
         if unknown:
             raise DumpError(f"dump {path!r}: unknown input tensor(s) {shown(unknown)}")
         if "a" not in dump.inputs or "b" not in dump.inputs:

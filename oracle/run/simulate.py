@@ -43,7 +43,12 @@ DEFECTS = {
     "reduce_wrong_partial": "the reduction reads partial 0 in place of the defect tile's last partial",
     "group_wrong_b": "the defect group is multiplied by the next group's B",
     "group_offset": "the defect group reads A from one row past its first row",
+    "dequant_nibble_order": "at the defect k-block the packed B's nibbles are read in the other order",
+    "dequant_group_index": "at the defect k-block B's scale and zero point come from the next group",
+    "dequant_zero_twice": "at the defect k-block B's zero point is subtracted twice",
+    "dequant_scale_group": "at the defect k-block B's scale comes from the next group (its zero point is right)",
 }
+DEQUANT_DEFECTS = ("dequant_nibble_order", "dequant_group_index", "dequant_zero_twice", "dequant_scale_group")
 SPLIT_DEFECTS = ("reduce_partial_twice", "reduce_partial_missing", "partial_overlap", "partial_gap",
                  "reduce_wrong_partial")
 GROUP_DEFECTS = ("group_wrong_b", "group_offset")
@@ -68,11 +73,18 @@ class Injection:
             out.append(f"{d} needs a split problem (splits > 1 or stream_k_workers)")
         if d in GROUP_DEFECTS and (spec.group_sizes is None or len(spec.group_sizes) < 2):
             out.append(f"{d} needs a grouped problem with at least two groups")
+        if d in DEQUANT_DEFECTS:
+            need_q = {"dequant_nibble_order": (spec.b_packing is not None, "a packed 4-bit B"),
+                      "dequant_group_index": (spec.quantised_b and spec.b_groups > 1, "a quantised B of 2+ groups"),
+                      "dequant_zero_twice": (spec.quantised_b and spec.b_zeros != "none", "a B with zero points"),
+                      "dequant_scale_group": (spec.quantised_b and spec.b_groups > 1, "a quantised B of 2+ groups")}[d]
+            if not need_q[0]:
+                out.append(f"{d} needs {need_q[1]}")
         if spec.group_sizes is not None:
             return out
         if not (tm < spec.tiles_m and tn < spec.tiles_n):
             out.append(f"tile {self.tile} is outside the {spec.tiles_m}x{spec.tiles_n} tile grid")
-        if d in ("descriptor_swizzle", "load_stale_slot", "load_transposed", "mma_kblock_twice") \
+        if d in ("descriptor_swizzle", "load_stale_slot", "load_transposed", "mma_kblock_twice") + DEQUANT_DEFECTS \
                 and not 0 <= kb < spec.k_blocks:
             out.append(f"k-block {kb} is outside 0..{spec.k_blocks - 1}")
         need = {
@@ -150,7 +162,12 @@ def simulate(spec: ProblemSpec, ops: Operands, provenance: Provenance, *, inject
     kb_n = spec.k_blocks
     fill = math.nan if spec.oob_fill == "nan" else 0.0
     a_pad = _pad(ops.a, spec.tiles_m * bm, kb_n * bk, fill)
-    b_pad = _pad(ops.b, kb_n * bk, spec.tiles_n * bn, fill)
+    if spec.quantised_b:  # the stored B: its bytes (two k a byte when packed), zero past N
+        per = 2 if spec.b_packing else 1
+        b_pad = torch.zeros(kb_n * bk // per, spec.tiles_n * bn, dtype=ops.b.dtype)
+        b_pad[:, :n] = ops.b
+    else:
+        b_pad = _pad(ops.b, kb_n * bk, spec.tiles_n * bn, fill)
     a_pad[m:, :] = 0  # rows past M: a real kernel's OOB fill there never reaches a valid output
     b_pad[:, n:] = 0
     if stale_padding:
@@ -277,8 +294,18 @@ def _run_partial(spec, ops, here, kbs, pidx, acc, a_pad, b_pad, inj, bad, tapped
     prev_tiles = None
     for kb in kbs:
         tiles = {}
+        if spec.quantised_b:  # the stored tile, loaded as bytes, then dequantised in registers
+            per = 2 if spec.b_packing else 1
+            stored = b_pad[kb * bk // per:(kb + 1) * bk // per, tn * bn:tn * bn + bn].clone()
+            defect = inj.defect if bad and kb == inj.k_block else None
+            tiles["b"] = _dequant(spec, ops, stored, kb * bk, tn * bn, defect)
+            if tapped:
+                taps.append(Tap("load_b", here, stored, k_block=kb, slot=kb % 2, partial=pidx))
+                taps.append(Tap("dequant_b", here, tiles["b"].clone(), k_block=kb, slot=kb % 2, partial=pidx))
         for op, src, sl in (("a", a_pad, (slice(tm * bm, tm * bm + bm), slice(kb * bk, kb * bk + bk))),
                             ("b", b_pad, (slice(kb * bk, kb * bk + bk), slice(tn * bn, tn * bn + bn)))):
+            if op in tiles:
+                continue
             logical = src[sl].clone()
             major = getattr(spec, f"{op}_major")
             span = getattr(spec, f"swizzle_{op}")
@@ -318,6 +345,61 @@ def _run_partial(spec, ops, here, kbs, pidx, acc, a_pad, b_pad, inj, bad, tapped
                 vals[~mask] = 0
             taps.append(Tap("mma", here, vals, k_block=kb, mask=mask, partial=pidx))
     return acc
+
+
+_E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def _dequant(spec, ops, stored, k0, n0, defect) -> torch.Tensor:
+    """The model kernel's register dequant of one stored B tile: codes by the packing, w = (q - z) * s
+    with the group's scale and zero point, in fp32 then rounded to A's dtype ("operand": each step in
+    A's dtype), with the planted dequant defect, if any."""
+    raw = stored.view(torch.uint8).to(torch.int32)
+    if spec.b_packing is not None:
+        low_first = spec.b_packing == "k_pairs_low_first"
+        if defect == "dequant_nibble_order":
+            low_first = not low_first
+        lo, hi = raw & 0xF, raw >> 4
+        pair = (lo, hi) if low_first else (hi, lo)
+        codes = torch.stack(pair, dim=1).reshape(2 * raw.shape[0], raw.shape[1])
+    else:
+        codes = raw
+    if spec.b_dtype == "int4":
+        q = torch.where(codes >= 8, codes - 16, codes).float()
+    elif spec.b_dtype == "uint4":
+        q = codes.float()
+    elif spec.b_dtype == "fp4_e2m1":
+        q = torch.tensor(_E2M1)[codes & 7] * torch.where(codes & 8 > 0, -1.0, 1.0)
+    elif spec.b_dtype == "int8":
+        q = torch.where(codes >= 128, codes - 256, codes).float()
+    else:
+        q = codes.to(torch.uint8).view(DTYPES[spec.b_dtype].torch).float()
+    tk, tn = q.shape
+    groups = ops.b_scales.shape[0]
+    g = (k0 + torch.arange(tk)) // spec.group_k
+    gz = g
+    if defect in ("dequant_group_index", "dequant_scale_group"):
+        g = (g + 1) % groups
+        if defect == "dequant_group_index":
+            gz = g
+    cols = (n0 + torch.arange(tn)).clamp(max=spec.n - 1)
+    if spec.b_scales == "e8m0":
+        b = ops.b_scales.view(torch.uint8).to(torch.int64)
+        scales = torch.where(b == 255, float("nan"), torch.pow(2.0, (b - 127).double())).float()
+    else:
+        scales = ops.b_scales.float()
+    s = scales[g[:, None], cols[None, :]]
+    z = torch.zeros_like(s) if ops.b_zeros is None else ops.b_zeros.float()[gz[:, None], cols[None, :]]
+    if defect == "dequant_zero_twice":
+        z = 2 * z
+    out_t = DTYPES[spec.a_dtype].torch
+    if spec.resolved_dequant_precision == "fp32":
+        w = (q - z) * s
+    else:
+        w = (q - z.to(out_t).float()).to(out_t).float() * s.to(out_t).float()
+    w = w.to(out_t)
+    w[:, (n0 + torch.arange(tn)) >= spec.n] = 0
+    return w
 
 
 def _unimage(img, op, major, shape, dtype, span) -> torch.Tensor:

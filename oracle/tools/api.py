@@ -97,8 +97,55 @@ def _check_tensor(name: str, t: Any, scale: bool = False) -> None:
         raise SpecError(f"{name} has dtype {t.dtype}; a scale is a floating-point tensor")
 
 
+def _quant_fields(a: torch.Tensor, b: torch.Tensor, b_scales, b_zeros, fields: dict) -> dict:
+    """The ProblemSpec fields a quantised B's tensors imply (b_scales, b_zeros, b_group_size)."""
+    from kernels_ref.dtypes import ALL_TYPES, QUANT_B
+
+    _check_tensor("b_scales", b_scales)
+    bd = fields.get("b_dtype")
+    if bd not in QUANT_B:
+        raise SpecError(f"b_dtype={bd!r} is not allowed: a check with b_scales needs the stored type of B, one of "
+                        f"{', '.join(QUANT_B)}")
+    if b_scales.dim() != 2:
+        raise SpecError(f"b_scales must be 2-D [K / group, N], got {list(b_scales.shape)}")
+    k = a.shape[1] if a.dim() == 2 else 0
+    per = ALL_TYPES[bd].per_item
+    if b.dim() != 2 or b.shape[0] * per != k:
+        raise SpecError(f"b has shape {list(b.shape)}: a {bd} B of K = {k} is stored as [{k // per}, N]"
+                        + (" (two k a byte)" if per > 1 else ""))
+    if b_scales.shape[1] != b.shape[1] or b_scales.shape[0] == 0 or k % b_scales.shape[0]:
+        raise SpecError(f"b_scales has shape {list(b_scales.shape)}: it must be [K / group, N] with N = {b.shape[1]} "
+                        f"and a number of groups that divides K = {k}")
+    sd = "e8m0" if b_scales.dtype in (torch.uint8, getattr(torch, "float8_e8m0fnu", None)) else _dtype("b_scales",
+                                                                                                          b_scales)
+    out = dict(b_scales=sd, b_group_size=k // b_scales.shape[0])
+    if b_zeros is not None:
+        _check_tensor("b_zeros", b_zeros)
+        out["b_zeros"] = "float" if b_zeros.is_floating_point() else "int"
+    return out
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, (int(x) - 1).bit_length())
+
+
+def _scale_of(t: Optional[torch.Tensor], kind: str) -> Optional[torch.Tensor]:
+    """A scale as the recording holds it: fp32, flat (a block scale keeps its 2-D grid)."""
+    if t is None:
+        return None
+    t = t.detach().float()
+    return t if kind == "block" else t.reshape(-1)
+
+
+def _stored_scales(t: torch.Tensor) -> torch.Tensor:
+    """e8m0 scales as their raw bytes (kernels_ref.dequant's form)."""
+    if t.dtype == getattr(torch, "float8_e8m0fnu", None):
+        return t.view(torch.uint8)
+    return t
+
+
 def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bias=None, scale_a=None, scale_b=None,
-               **fields) -> ProblemSpec:
+               b_scales=None, b_zeros=None, **fields) -> ProblemSpec:
     """The ProblemSpec a check of these tensors describes; `fields` override or add ProblemSpec fields.
     Every argument is checked first: a SpecError names the one that is not a dense, real tensor
     with values (meta, sparse, complex, bool and non-tensors are refused), or does not fit. The
@@ -112,13 +159,20 @@ def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bia
         if t.dim() != 2:
             raise SpecError(f"{name} must be a 2-D torch.Tensor (A [M, K], B [K, N], D [M, N]), got "
                             f"{list(t.shape)}")
+    quant = {}
+    if b_scales is not None:
+        quant = _quant_fields(a, b, b_scales, b_zeros, fields)
+    elif b_zeros is not None:
+        raise SpecError("b_zeros was given without b_scales: a quantised B needs its scales")
     (m, k), (k2, n) = a.shape, b.shape
+    if quant:
+        k2 = k
     if k2 != k:
         raise SpecError(f"b has {k2} rows but a has {k} columns: A is [M, K] and B is [K, N]")
     if tuple(d.shape) != (m, n):
         raise SpecError(f"d has shape {list(d.shape)}, A @ B is [{m}, {n}]")
-    kw: dict[str, Any] = dict(m=m, n=n, k=k, a_dtype=_dtype("a", a), b_dtype=_dtype("b", b),
-                              out_dtype=_dtype("d", d))
+    kw: dict[str, Any] = dict(m=m, n=n, k=k, a_dtype=_dtype("a", a), b_dtype=fields.pop("b_dtype") if quant else
+                              _dtype("b", b), out_dtype=_dtype("d", d), **quant)
     if kw["a_dtype"] == "int8":
         kw["acc_dtype"] = "int32"
     if c is not None:
@@ -126,7 +180,11 @@ def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bia
     if bias is not None:
         kw.update(bias_dtype=_dtype("bias", bias), bias=fields.pop("bias_axis", "row" if bias.numel() == m != n else "col"))
     for op, s, axis in (("a", scale_a, "row"), ("b", scale_b, "col")):
-        if s is not None:
+        if s is not None and s.dim() == 2 and s.shape[1] > 1:  # a block scale [rows / g, K / gk]
+            rows = m if op == "a" else n
+            kw[f"scale_{op}"] = Scale("block", (_pow2_at_least(-(-rows // s.shape[0])),
+                                                _pow2_at_least(-(-k // s.shape[1]))))
+        elif s is not None:
             kw[f"scale_{op}"] = Scale("tensor" if s.numel() == 1 else axis)
     try:
         if isinstance(fields.get("tile"), (list, tuple)):
@@ -137,14 +195,16 @@ def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bia
         raise SpecError(f"check: {e}") from None
 
 
-def recording_of(a, b, d, *, c=None, bias=None, scale_a=None, scale_b=None, kernel: str = "check",
-                 **fields) -> Recording:
+def recording_of(a, b, d, *, c=None, bias=None, scale_a=None, scale_b=None, b_scales=None, b_zeros=None,
+                 kernel: str = "check", **fields) -> Recording:
     """An output-only recording of D = f(A, B, ...) for the differential (no taps)."""
-    spec = problem_of(a, b, d, c=c, bias=bias, scale_a=scale_a, scale_b=scale_b, **fields)
+    spec = problem_of(a, b, d, c=c, bias=bias, scale_a=scale_a, scale_b=scale_b, b_scales=b_scales, b_zeros=b_zeros,
+                      **fields)
     ops = Operands(a=a.detach(), b=b.detach(), c=None if c is None else c.detach(),
                    bias=None if bias is None else bias.detach().reshape(-1),
-                   scale_a=None if scale_a is None else scale_a.detach().float().reshape(-1),
-                   scale_b=None if scale_b is None else scale_b.detach().float().reshape(-1))
+                   scale_a=_scale_of(scale_a, spec.scale_a.kind), scale_b=_scale_of(scale_b, spec.scale_b.kind),
+                   b_scales=None if b_scales is None else _stored_scales(b_scales.detach()),
+                   b_zeros=None if b_zeros is None else b_zeros.detach())
     rec = Recording(spec=spec, operands=ops, output=d.detach(), provenance=Provenance("captured"), kernel=kernel)
     rec.validate()
     return rec
@@ -152,20 +212,25 @@ def recording_of(a, b, d, *, c=None, bias=None, scale_a=None, scale_b=None, kern
 
 def check(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c: Optional[torch.Tensor] = None,
           bias: Optional[torch.Tensor] = None, scale_a: Optional[torch.Tensor] = None,
-          scale_b: Optional[torch.Tensor] = None, **problem_fields) -> Report:
+          scale_b: Optional[torch.Tensor] = None, b_scales: Optional[torch.Tensor] = None,
+          b_zeros: Optional[torch.Tensor] = None, **problem_fields) -> Report:
     """Judge an output D of a GEMM-like op against the oracle's reference and bounds, tile by tile.
 
     A [M, K], B [K, N] (logical; any strides), D [M, N], torch tensors on any device; C [M, N],
-    bias [N] (or [M] with bias_axis="row"), scale_a / scale_b per tensor ([1]) or per row / column.
+    bias [N] (or [M] with bias_axis="row"), scale_a / scale_b per tensor ([1]) or per row / column,
+    or block scales of fp8 operands ([M / g, K / gk] and [N / g, K / gk], 2-D: the block is the
+    power of two that covers each extent, 1 x 128 and 128 x 128 for DeepSeek-style scales).
     Every other ProblemSpec field may be given as a keyword (acc_model, tile, alpha, beta,
     activation, saturate, ...). The bound is the accumulation model's (acc_model, reduction): the
     default is an fp32 accumulator over the problem's tiles; a D from cuBLAS or another engine
     that may split K and round its partials needs the model it follows (acc_model="any" is sound
-    for every engine measured; `python -m oracle verify` picks it for torch ops). Raises SpecError /
-    RecordingError for tensors that do not make a problem."""
+    for every engine measured; `python -m oracle verify` picks it for torch ops). A quantised B:
+    B as stored, with `b_scales` (and `b_zeros`) and the fields b_dtype and b_packing (module
+    docstring). Raises SpecError / RecordingError for tensors that do not make a problem."""
     from oracle.judging.differential import analyze
 
-    rec = recording_of(a, b, d, c=c, bias=bias, scale_a=scale_a, scale_b=scale_b, **problem_fields)
+    rec = recording_of(a, b, d, c=c, bias=bias, scale_a=scale_a, scale_b=scale_b, b_scales=b_scales,
+                       b_zeros=b_zeros, **problem_fields)
     return Report(analyze(rec))
 
 

@@ -539,7 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
     vf.add_argument("--sweep", metavar="FILE.toml", help="the cases (oracle/tools/verify.py)")
     vf.add_argument("--shape", action="append", metavar="MxNxK", help="a case shape (repeatable)")
     vf.add_argument("--dtype", default="bf16", help="operand type for --shape cases (default bf16)")
-    vf.add_argument("--call", default="matmul", choices=("matmul", "scaled_mm"), help="how the op is called")
+    vf.add_argument("--call", default="matmul", choices=("matmul", "scaled_mm", "scaled_mm_block"),
+                    help="how the op is called (a w4a16 op, with its quant table, from a --sweep file)")
     vf.add_argument("--fast-accum", action="store_true", help="scaled_mm: use_fast_accum=True for --shape cases")
     vf.add_argument("--shard", metavar="i/n", help="run cases i, i+n, ... (0-based)")
     vf.add_argument("--jsonl", metavar="PATH", help="one JSON line per case, with the environment")

@@ -18,7 +18,12 @@ for fp8) under the oracle's timing discipline (oracle.tools.timing). A sweep (TO
     fields = { acc_model = "fp32" }    # any ProblemSpec field, for the judgement
     call = "matmul"                    # how the op is called: "matmul" op(a, b);
                                        # "scaled_mm" op(a, b, scale_a=, scale_b=, out_dtype=, use_fast_accum=)
+                                       # "scaled_mm_block": the same with DeepSeek-style fp8 block scales,
+                                       #   scale_a [M, K/128] (M-major), scale_b [K/128, N/128]
+                                       # "w4a16" op(a, b, b_scales, b_zeros): a quantised B as stored
     fast_accum = false                 # scaled_mm only
+    quant = { b_dtype = "int4", b_packing = "k_pairs_low_first", b_group_size = 128, b_scales = "fp16",
+              b_zeros = "int" }        # w4a16 only: the stored B (oracle.problem.spec's b_* fields)
 
 or `--shape MxNxK` (repeatable) and `--dtype`. Results: one JSON line per case (`--jsonl`), a
 progress line per case on stderr, a table; `--shard i/n` keeps cases i, i+n, ...; with several
@@ -37,8 +42,9 @@ from typing import Any, Callable, Optional, Sequence
 from oracle.run.case import CaseError, read_toml
 
 CASE_KEYS = ("name", "m", "n", "k", "dtype", "out_dtype", "b_major", "fields", "call", "fast_accum", "seed",
-             "time")
-CALLS = ("matmul", "scaled_mm")
+             "time", "quant")
+CALLS = ("matmul", "scaled_mm", "scaled_mm_block", "w4a16")
+QUANT_KEYS = ("b_dtype", "b_packing", "b_group_size", "b_scales", "b_zeros", "dequant_precision")
 DTYPES = ("fp32", "fp16", "bf16", "e4m3", "int8")
 
 
@@ -56,6 +62,7 @@ class VerifyCase:
     fast_accum: bool = False
     seed: int = 0
     time: bool = True
+    quant: dict = field(default_factory=dict)  # w4a16: the stored B's fields (QUANT_KEYS)
 
     def __post_init__(self) -> None:
         where = f"verify case {self.name!r}"
@@ -71,6 +78,14 @@ class VerifyCase:
             raise CaseError(f"{where}: b_major {self.b_major!r} must be 'row' or 'col'")
         if not isinstance(self.fields, dict):
             raise CaseError(f"{where}: fields must be a table of ProblemSpec fields, got {self.fields!r}")
+        if not isinstance(self.quant, dict) or sorted(set(self.quant) - set(QUANT_KEYS)):
+            raise CaseError(f"{where}: quant must be a table of {', '.join(QUANT_KEYS)}, got {self.quant!r}")
+        if (self.call == "w4a16") != bool(self.quant):
+            raise CaseError(f"{where}: call 'w4a16' takes a quant table (b_dtype, b_scales, ...), and only it does")
+        if self.call == "w4a16" and self.dtype not in ("fp16", "bf16"):
+            raise CaseError(f"{where}: a w4a16 call takes an fp16 or bf16 A, not {self.dtype!r}")
+        if self.call == "scaled_mm_block" and self.dtype != "e4m3":
+            raise CaseError(f"{where}: a block-scaled call takes e4m3 operands, not {self.dtype!r}")
 
 
 def load_sweep(path: str) -> list[VerifyCase]:
@@ -144,9 +159,46 @@ def _operands(vc: VerifyCase, device: str):
     else:
         a = torch.randn(vc.m, vc.k, generator=g, device=device).to(TABLE[vc.dtype].torch)
         b = torch.randn(vc.k, vc.n, generator=g, device=device).to(TABLE[vc.dtype].torch)
-    if vc.b_major == "col" or vc.call == "scaled_mm":
+    if vc.b_major == "col" or vc.call in ("scaled_mm", "scaled_mm_block"):
         b = b.t().contiguous().t()  # the same logical B, stored column-major
     return a, b
+
+
+def quant_spec(vc: VerifyCase):
+    """The problem of a w4a16 case (its stored B from `quant`)."""
+    from oracle.problem.spec import ProblemSpec, SpecError
+
+    try:
+        return ProblemSpec(vc.m, vc.n, vc.k, a_dtype=vc.dtype, out_dtype=_out_dtype(vc), tile=_quant_tile(vc),
+                           **vc.quant)
+    except SpecError as e:
+        raise CaseError(f"verify case {vc.name!r}: quant: {e}") from None
+
+
+def _quant_tile(vc: VerifyCase):
+    from oracle.problem.spec import Tile
+
+    g = vc.quant.get("b_group_size") or vc.k
+    return Tile(128, 128, 64 if vc.k % 64 == 0 else (g if vc.k % g == 0 else vc.k))
+
+
+def _quant_operands(vc: VerifyCase, device: str):
+    """A (drawn as the oracle's random ladder), the stored B, its scales and zero points, on `device`."""
+    from oracle.run.inputs import make_operands
+
+    ops = make_operands(quant_spec(vc), "random", vc.seed)
+    return tuple(None if t is None else t.to(device) for t in (ops.a, ops.b, ops.b_scales, ops.b_zeros))
+
+
+def _block_scales(vc: VerifyCase, device: str):
+    """DeepSeek-style scales: the oracle's [M, K/128] and [N/128, K/128], positive, seeded."""
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(vc.seed + 1)
+    kb = -(-vc.k // 128)
+    sa = torch.rand(vc.m, kb, generator=g, device=device) + 0.5
+    sb = torch.rand(-(-vc.n // 128), kb, generator=g, device=device) + 0.5
+    return sa, sb
 
 
 def _out_dtype(vc: VerifyCase) -> str:
@@ -164,6 +216,8 @@ def default_numerics(vc: VerifyCase) -> dict:
     flags = cublas_flags()
     if vc.dtype == "e4m3":  # fast accumulation is the narrow accumulator; otherwise the interval is the engine's
         return {"acc_model": "fp8_fast" if vc.call == "scaled_mm" and vc.fast_accum else "any"}
+    if vc.call == "w4a16":  # an unknown engine over the dequantised fp16 / bf16 operands
+        return {"acc_model": "any"}
     if vc.dtype == "int8":
         return {"acc_dtype": "int32"}
     if vc.dtype == "fp32":
@@ -206,6 +260,11 @@ def _call(op: Callable, vc: VerifyCase, a, b, scales):
     if vc.call == "scaled_mm":
         return op(a, b, scale_a=scales[0], scale_b=scales[1], out_dtype=TABLE[_out_dtype(vc)].torch,
                   use_fast_accum=vc.fast_accum)
+    if vc.call == "scaled_mm_block":  # torch's layouts: scale_a M-major, scale_b [K/128, N/128]
+        return op(a, b, scale_a=scales[0].t().contiguous().t(), scale_b=scales[1].t().contiguous(),
+                  out_dtype=TABLE[_out_dtype(vc)].torch, use_fast_accum=vc.fast_accum)
+    if vc.call == "w4a16":
+        return op(a, b, scales[0], scales[1])
     return op(a, b)
 
 
@@ -220,14 +279,23 @@ def run_case(op: Callable, vc: VerifyCase) -> dict:
     t0 = time.perf_counter()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        a, b = _operands(vc, dev)
         scales = None
         kw = dict(default_numerics(vc), **vc.fields)
         row["numerics_fields"] = {k: v for k, v in kw.items() if k in ("acc_model", "reduction", "acc_dtype")}
-        if vc.call == "scaled_mm":
-            scales = (torch.ones((), device=dev), torch.ones((), device=dev))
+        if vc.call == "w4a16":
+            a, b, b_scales, b_zeros = _quant_operands(vc, dev)
+            scales = (b_scales, b_zeros)
+            extra = dict(b_scales=b_scales, b_zeros=b_zeros, b_dtype=vc.quant["b_dtype"],
+                         b_packing=vc.quant.get("b_packing"), dequant_precision=vc.quant.get("dequant_precision"))
+        else:
+            a, b = _operands(vc, dev)
+            if vc.call == "scaled_mm":
+                scales = (torch.ones((), device=dev), torch.ones((), device=dev))
+            if vc.call == "scaled_mm_block":
+                scales = _block_scales(vc, dev)
+            extra = {} if scales is None else {"scale_a": scales[0], "scale_b": scales[1]}
         d = _call(op, vc, a, b, scales)
-        rep = check(a, b, d, **({} if scales is None else {"scale_a": scales[0], "scale_b": scales[1]}), **kw)
+        rep = check(a, b, d, **extra, **kw)
         row["verdict"] = rep.verdict
         first = rep.first_divergence
         if first is not None:
@@ -250,8 +318,14 @@ def _time(op, vc: VerifyCase, a, b, scales) -> dict:
 
     flops = gemm_flops(vc.m, vc.n, vc.k)
     mine = time_gpu(lambda: _call(op, vc, a, b, scales))
-    if vc.call == "scaled_mm" or vc.dtype == "e4m3":
-        s = scales or (torch.ones((), device=a.device), torch.ones((), device=a.device))
+    if vc.call == "w4a16":  # the same GEMM with B already dequantised, through cuBLAS
+        from kernels_ref import dequant as ref_dequant
+
+        w = ref_dequant.dequant_operand(b, scales[0], scales[1], quant_spec(vc).dequant_config)
+        peer_name, peer = "cuBLAS matmul on the dequantised B", time_gpu(lambda: torch.matmul(a, w))
+    elif vc.call == "scaled_mm" or vc.dtype == "e4m3":
+        s = scales if vc.call == "scaled_mm" else None
+        s = s or (torch.ones((), device=a.device), torch.ones((), device=a.device))
         peer_name = "cuBLASLt _scaled_mm (fast accumulation)"
         peer = time_gpu(lambda: torch._scaled_mm(a, b, scale_a=s[0], scale_b=s[1], out_dtype=torch.bfloat16,
                                                  use_fast_accum=True))

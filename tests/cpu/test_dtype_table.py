@@ -39,7 +39,8 @@ def test_codes_are_unique_per_layer():
 def test_the_layers_read_the_one_table():
     assert _common.CODES == {k: d.ref_code for k, d in DTYPES.items()}
     assert _common.NAN_BITS == {k: d.nan_bits for k, d in DTYPES.items() if d.is_float}
-    assert set(trace_format.DTYPE_CODES) == set(DTYPES)  # every operand/output type can be traced
+    # every operand/output type can be traced, and the bytes of a packed operand
+    assert set(trace_format.DTYPE_CODES) == set(DTYPES) | {"uint8"}
     for k, code in trace_format.DTYPE_CODES.items():
         d = ELEMENT_TYPES[k]
         assert (code, trace_format.DTYPE_SIZE[k], trace_format.DTYPE_TORCH[k]) == (d.trace_code, d.itemsize, d.torch)

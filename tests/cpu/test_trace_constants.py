@@ -73,16 +73,18 @@ def test_stage_codes_agree():
 
 
 def test_dtype_codes_agree():
-    names = {"F32": "fp32", "F16": "fp16", "BF16": "bf16", "E4M3": "e4m3", "E5M2": "e5m2", "I8": "int8", "I32": "int32"}
+    names = {"F32": "fp32", "F16": "fp16", "BF16": "bf16", "E4M3": "e4m3", "E5M2": "e5m2", "I8": "int8", "I32": "int32",
+             "U8": "uint8"}
     header = {names[k]: v for k, v in _enum("DType").items()}
     assert header == tf.DTYPE_CODES
 
 
 def test_dtype_names_match_kernels_ref():
-    from kernels_ref.dtypes import DTYPES
+    from kernels_ref.dtypes import DTYPES, ELEMENT_TYPES
 
-    assert set(tf.DTYPE_CODES) == set(DTYPES)
-    for name, d in DTYPES.items():
+    assert set(tf.DTYPE_CODES) == set(DTYPES) | {"uint8"}  # uint8: a packed operand's bytes
+    for name in tf.DTYPE_CODES:
+        d = ELEMENT_TYPES[name]
         assert tf.DTYPE_TORCH[name] == d.torch
         assert tf.DTYPE_SIZE[name] == d.itemsize
 

@@ -56,9 +56,9 @@ def _one_mma(w: TraceWriter, **kw) -> int:
 # ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", list(tf.DTYPE_CODES))
-@pytest.mark.parametrize("stage,shape", [("load_a", (BM, BK)), ("load_b", (BK, BN)), ("mma", (BM, BN)),
-                                         ("epilogue_cast", (BM, BN))])
+@pytest.mark.parametrize("dtype", [d for d in tf.DTYPE_CODES if d != "uint8"])
+@pytest.mark.parametrize("stage,shape", [("load_a", (BM, BK)), ("load_b", (BK, BN)), ("dequant_b", (BK, BN)),
+                                         ("mma", (BM, BN)), ("epilogue_cast", (BM, BN))])
 def test_dense_tap_round_trip_is_bit_exact(dtype, stage, shape):
     values = _rand(shape, dtype, seed=list(tf.DTYPE_CODES).index(dtype) * 10 + len(stage))
     if dtype not in ("int8", "int32"):
@@ -73,6 +73,23 @@ def test_dense_tap_round_trip_is_bit_exact(dtype, stage, shape):
     assert got.key == tap.key and got.slot == tap.slot and got.cta == 7
     assert got.mask is None
     assert _same_bits(got.values, values)
+
+
+def test_packed_load_tap_holds_two_k_per_byte():
+    """load_b of a packed 4-bit B: uint8 bytes [BK/2, BN]; its dequant_b tap is [BK, BN]."""
+    packed = torch.randint(0, 256, (BK // 2, BN), generator=torch.Generator().manual_seed(3)).to(torch.uint8)
+    deq = _rand((BK, BN), "fp16", seed=4)
+    w = TraceWriter(1 << 16)
+    w.tap(Tap("load_b", (0, 1), packed, k_block=2))
+    w.tap(Tap("dequant_b", (0, 1), deq, k_block=2))
+    res = parse_trace(w.to_bytes(), **BLOCKS)
+    got = {t.stage: t for t in res.taps}
+    assert _same_bits(got["load_b"].values, packed) and _same_bits(got["dequant_b"].values, deq)
+    assert got["dequant_b"].k_block == 2
+    w = TraceWriter(1 << 16)
+    w.tap(Tap("load_b", (0, 1), torch.zeros(BK, BN, dtype=torch.uint8), k_block=2))  # unpacked bytes: wrong shape
+    with pytest.raises(TraceCoordinateError, match="load_b record"):
+        parse_trace(w.to_bytes(), **BLOCKS)
 
 
 def test_masked_element_taps_assemble_with_mask():
@@ -410,7 +427,7 @@ def test_buffer_longer_than_capacity():
     ("capacity", "<Q", 1028, "multiple of 8"),
     ("flags", "<I", 6, "unknown bits"),
     ("stage_mask", "<I", 1, "unknown stage codes"),
-    ("stage_mask", "<I", 1 << 14, "unknown stage codes"),
+    ("stage_mask", "<I", 1 << 16, "unknown stage codes"),
     ("n_tiles", "<I", 33, "exceeds 32"),
     ("cursor", "<Q", 12, "not a multiple of 8"),
     ("cursor", "<Q", 1024, "no record was counted as dropped"),
@@ -515,16 +532,16 @@ def test_unknown_kind():
 
 
 def test_unknown_stage():
-    with pytest.raises(TraceCodeError, match="stage code 14 is unknown") as e:
-        parse_trace(_put(_valid(), "<B", REC + 8, 14), **BLOCKS)
+    with pytest.raises(TraceCodeError, match="stage code 16 is unknown") as e:
+        parse_trace(_put(_valid(), "<B", REC + 8, 16), **BLOCKS)
     assert e.value.offset == REC + 8
     with pytest.raises(TraceCodeError, match="stage code 0 is unknown"):
         parse_trace(_put(_valid(), "<B", REC + 8, 0), **BLOCKS)
 
 
 def test_unknown_dtype():
-    with pytest.raises(TraceCodeError, match="dtype code 8 is unknown") as e:
-        parse_trace(_put(_valid(), "<B", REC + 9, 8), **BLOCKS)
+    with pytest.raises(TraceCodeError, match="dtype code 9 is unknown") as e:
+        parse_trace(_put(_valid(), "<B", REC + 9, 9), **BLOCKS)
     assert e.value.offset == REC + 9
 
 

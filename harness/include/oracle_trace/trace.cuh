@@ -105,9 +105,12 @@ enum class Stage : uint8_t {
   Reduce = 11,  // a split tile's partials summed; in pipeline order between Mma and the epilogue
   EpilogueAlpha = 12,  // a declared epilogue that applies alpha and beta * C as two steps
   EpilogueBetaC = 13,
+  DequantA = 14,  // a quantised operand's tile as the MMA reads it, after dequantisation;
+  DequantB = 15,  // in pipeline order between LoadA/LoadB and Mma
 };
 
-// Element types (kernels_ref/dtypes.py names: fp32 fp16 bf16 e4m3 e5m2 int8 int32).
+// Element types (kernels_ref/dtypes.py names: fp32 fp16 bf16 e4m3 e5m2 int8 int32 uint8; uint8 holds
+// the bytes of a packed operand, two 4-bit values in each).
 enum class DType : uint8_t {
   F32 = 1,
   F16 = 2,
@@ -116,6 +119,7 @@ enum class DType : uint8_t {
   E5M2 = 5,
   I8 = 6,
   I32 = 7,
+  U8 = 8,
 };
 
 enum class RecordKind : uint16_t {
@@ -294,6 +298,10 @@ struct dtype_of<float> {
 template <>
 struct dtype_of<int8_t> {
   static constexpr DType value = DType::I8;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = DType::U8;
 };
 template <>
 struct dtype_of<int32_t> {

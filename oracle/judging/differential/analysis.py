@@ -1,7 +1,7 @@
 """The whole differential: every stage's references run on the recording, in pipeline order, then
 the first divergence and what the report may claim about it.
 
-descriptor -> load -> mma -> epilogue sub-steps -> store, each compared teacher-forced (fed with
+descriptor -> load -> (dequant, for a quantised B) -> mma -> epilogue sub-steps -> store, each compared teacher-forced (fed with
 the kernel's own upstream tap) and chained (fed with the reference pipeline); the Triton
 references are cross-checked against their float64 host specs on a few tiles of every run.
 """
@@ -21,6 +21,7 @@ from oracle import knobs
 from oracle.judging.diagnose import Diagnosis, Kind, Verdict, first_divergence
 from oracle.judging.differential.context import Context, StageResult
 from oracle.judging.differential.cross_check import cross_check
+from oracle.judging.differential.dequant import dequant_stage
 from oracle.judging.differential.epilogue import epilogue_stages, reference_chain, steps_of
 from oracle.judging.differential.groups import GroupOutcome, deciding, group_recordings
 from oracle.judging.differential.findings import (FirstDivergence, first_finding, first_nonfinite, mixing_confound,
@@ -130,6 +131,7 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
 
     stages: list[StageResult] = [descriptor_stage(ctx, op) for op in ("a", "b")]
     stages += [load_stage(ctx, op) for op in ("a", "b")]
+    stages += [dequant_stage(ctx, op) for op in spec.dequant_operands]
     clock.lap("descriptor_load")
     mma_result, finals = mma_stage(ctx)
     reduce_result, sources = reduce_stage(ctx, finals)
@@ -139,7 +141,8 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     clock.lap("reference_chain")
     stages.extend(epilogue_stages(ctx, chain, sources))
     clock.lap("epilogue_store")
-    assert [s.name for s in stages] == list(pipeline(steps_of(spec))), "stage order drifted from harness.taps.pipeline"
+    assert [s.name for s in stages] == list(pipeline(steps_of(spec), spec.dequant_operands)), \
+        "stage order drifted from harness.taps.pipeline"
 
     diag = first_divergence([s.outcome for s in stages], kernel_error=rec.kernel_error is not None,
                             references_trusted=not cross, traced_tiles=ctx.traced_tiles)

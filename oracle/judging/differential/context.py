@@ -5,6 +5,11 @@ Masks: an element is compared only if it lies inside the real extent (A rows < M
 accumulator and epilogue elements inside M x N: the rest is padding that feeds no valid output),
 the kernel recorded it, and every element that fed it on the teacher-forcing side was recorded
 too. Elements past K are compared: they do feed the sum.
+
+A quantised B (oracle.problem.spec b_scales): `b` is the reference's dequantised B (the operand
+the MMA reads, in a_dtype, kernels_ref.dequant), `b_stored` what the problem stores (codes, packed
+two a byte for a 4-bit type), with `b_scales` and `b_zeros`; `stored_tile` is the load stage's
+reference, `ref_tile("b", ...)` the MMA's.
 """
 
 from __future__ import annotations
@@ -97,6 +102,13 @@ class Context:
         self.rec, self.spec, self.dev = rec, rec.spec, device
         ops = rec.operands.to(device)
         self.a, self.b, self.c = ops.a, ops.b, ops.c
+        self.quant = rec.spec.dequant_config  # None unless B is quantised
+        self.b_stored, self.b_scales, self.b_zeros = None, ops.b_scales, ops.b_zeros
+        if self.quant is not None:
+            from kernels_ref import dequant as ref_dequant
+
+            self.b_stored = ops.b
+            self.b = ref_dequant.dequant_operand(ops.b, ops.b_scales, ops.b_zeros, self.quant)
         self.bias = ops.bias.float() if ops.bias is not None else None
         spec = self.spec
         self.row_scale = ops.scale_a.float() if spec.scale_a.kind == "row" else None
@@ -252,6 +264,8 @@ class Context:
         tm, tn = tile
         if stage.endswith("_a"):
             return tm * self.bm, (k_block or 0) * self.bk
+        if stage == "load_b" and self.quant is not None and self.quant.packed:  # stored rows: two k a byte
+            return (k_block or 0) * self.bk // 2, tn * self.bn
         if stage.endswith("_b"):
             return (k_block or 0) * self.bk, tn * self.bn
         return tm * self.bm, tn * self.bn
@@ -300,6 +314,22 @@ class Context:
                                     self.spec.oob_fill)
         for (idx, kb), t in zip(pairs, tiles):
             self._ref_tiles[(op, idx, kb)] = t
+
+    def mma_stage_of(self, op: str) -> str:
+        """The stage whose tap is the MMA's operand: dequant_b for a quantised B, else load_<op>."""
+        return "dequant_b" if op == "b" and self.quant is not None else f"load_{op}"
+
+    def stored_tile(self, tile: tuple[int, int], kb: int) -> torch.Tensor:
+        """A quantised B's stored tile as the problem holds it ([BK / per_byte, BN], zero past K and N):
+        what a correct load_b tap holds."""
+        per = 2 if self.quant.packed else 1
+        rows = self.bk // per
+        r0, c0 = kb * rows, tile[1] * self.bn
+        src = self.b_stored
+        out = torch.zeros(rows, self.bn, dtype=src.dtype, device=self.dev)
+        part = src[r0:r0 + rows, c0:c0 + self.bn]
+        out[:part.shape[0], :part.shape[1]] = part
+        return out
 
     def tile_slice(self, vec: Optional[torch.Tensor], start: int, size: int) -> Optional[torch.Tensor]:
         if vec is None:

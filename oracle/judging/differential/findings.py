@@ -18,7 +18,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from harness.taps import DESCRIPTOR_STAGES, LOAD_STAGES, stage_rank
+from harness.taps import DEQUANT_STAGES, DESCRIPTOR_STAGES, LOAD_STAGES, stage_rank
 from oracle.judging.compare import Comparison, Status, TileMetrics
 from oracle.judging.diagnose import Diagnosis, Kind, Verdict, evidence_kind
 from oracle.judging.differential.context import Context, StageResult
@@ -88,7 +88,7 @@ def _lost_sites(ctx: Context, stage: str) -> str:
                if t.mask is not None and not bool(t.mask.all())]
     tiles = [(tm, tn) for tm in range(spec.tiles_m) for tn in range(spec.tiles_n) if sel.records_tile((tm, tn))] \
         if spec.tiles_m * spec.tiles_n <= MAX_LISTED_SITES else []
-    has_kb = stage in DESCRIPTOR_STAGES + LOAD_STAGES or stage == "mma"
+    has_kb = stage in DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES or stage == "mma"
     kbs = [kb for kb in range(spec.k_blocks) if sel.records_k_block(kb)] if has_kb else [None]
     present = {(t.tile, t.k_block) for t in ctx.taps_of(stage)}
     absent = [(stage, t, kb) for t in tiles for kb in kbs if (t, kb) not in present][:MAX_LISTED_SITES]
@@ -106,7 +106,7 @@ def mixing_confound(ctx: Context) -> list[str]:
         return []
     out = []
     for op in ("a", "b"):
-        taps = ctx.taps_of(f"load_{op}")
+        taps = ctx.taps_of(ctx.mma_stage_of(op))  # a quantised B: its dequantised tiles, not its codes
         if not taps:
             continue
         inp = ctx.operand(op).float().abs().max().item()
@@ -256,6 +256,12 @@ def _hint(ctx: Context, stage: str, el) -> Optional[str]:
         return (f"the output element still holds the 0x{ctx.rec.output_poison:02X} poison the harness wrote before the "
                 f"launch: the kernel never wrote it")
     ladder = ctx.rec.provenance.ladder
+    if stage == "dequant_b" and ctx.quant is not None:
+        from oracle.judging.differential.dequant import hint
+
+        return hint(ctx, el.row, el.col, el.received)
+    if stage.endswith("_b") and ctx.quant is not None:
+        return None  # a quantised B's stored codes encode no index
     if ladder == "index" and stage.split("_")[0] in ("descriptor", "load"):
         op = stage[-1]
         src = decode_index(el.received, getattr(ctx.spec, f"{op}_dtype"))

@@ -3,7 +3,8 @@
 - chained: against the reference trajectory of the tile (the reference's own operands from zero);
 - teacher-forced: each accumulator tap against the reference update over its span of k-blocks,
   started from the kernel's own nearest earlier accumulator tap of the tile (or from zero) and fed
-  with the kernel's own operand tiles. Where an operand tile of the span was not tapped, the
+  with the kernel's own operand tiles (a quantised B: its dequant_b tiles). Where an operand tile
+  of the span was not tapped, the
   reference tile stands in for it and the comparison says so (its finding is a draft). An
   accumulator element is compared only if the kernel recorded the accumulator it started from and
   every element of its row of A and its column of B in the span.
@@ -87,7 +88,7 @@ def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
         kbs = sorted(by_kb)
         for op in ("a", "b"):  # the reference operands that stand in for untapped ones, in one launch each
             ctx.prefetch_ref_tiles(op, [(tile, j) for j in range(part.kb_begin, kbs[-1] + 1)
-                                        if ctx.tap(f"load_{op}", tile, j, p_index) is None])
+                                        if ctx.tap(ctx.mma_stage_of(op), tile, j, p_index) is None])
         for kb in kbs:
             t = by_kb[kb]
             j0 = max((j for j in kbs if j < kb), default=None)  # None: from zero at the partial's start
@@ -159,9 +160,10 @@ def _judge_span(ctx: Context, t: Tap, part, kb: int, j0, by_kb: dict, traj, s_tr
     span_s = s_traj[kb - b0] - (s_traj[first - 1 - b0] if first > b0 else 0)
     span = tolerance.SpanStats(acc.float())
     stand_ins = []
+    b_stage = ctx.mma_stage_of("b")  # a quantised B: the MMA reads the dequant_b tile
     for j in range(first, kb + 1):
         a_t = ctx.tap("load_a", t.tile, j, t.partial)
-        b_t = ctx.tap("load_b", t.tile, j, t.partial)
+        b_t = ctx.tap(b_stage, t.tile, j, t.partial)
         if a_t is None:
             stand_ins.append(("load_a", t.tile, j))
             a_tile = ctx.ref_tile("a", t.tile, j)
@@ -169,7 +171,7 @@ def _judge_span(ctx: Context, t: Tap, part, kb: int, j0, by_kb: dict, traj, s_tr
             a_tile = a_t.values.to(ctx.dev)
             upstream &= ctx.recorded(a_t).all(dim=1)[:, None]
         if b_t is None:
-            stand_ins.append(("load_b", t.tile, j))
+            stand_ins.append((b_stage, t.tile, j))
             b_tile = ctx.ref_tile("b", t.tile, j)
         else:
             b_tile = b_t.values.to(ctx.dev)

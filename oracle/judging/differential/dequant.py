@@ -1,0 +1,135 @@
+"""The dequant stage of a quantised B: the tile the MMA reads, (q - z) * s in a_dtype, per k-block.
+
+- teacher-forced: against the reference dequant (kernels_ref.dequant) of the kernel's own load_b tap
+  of the same k-block (its stored bytes); where load_b was not tapped, the input's stored tile stands
+  in for it (named: its finding is a draft). An element is compared only if the kernel recorded the
+  byte that holds it.
+- chained: against the reference dequant of the input's stored tile.
+Bit-exact where the declared arithmetic is exact, else within oracle.judging.tolerance's dequant
+bound. `hint` names the scale group of a bad element and the single-field mistake (nibble order,
+group index, a zero point twice, a scale or zero point of another group) its value matches, the
+first of them in that order (a value can fit more than one: the others are named beside it).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from kernels_ref import dequant as ref_dequant
+from oracle.judging import tolerance
+from oracle.judging.compare import combine
+from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
+from oracle.judging.evidence import Feed
+
+
+def dequant_stage(ctx: Context, op: str) -> StageResult:
+    stage = f"dequant_{op}"
+    taps = ctx.taps_of(stage)
+    if not taps:
+        return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
+    cfg = ctx.quant
+    per = 2 if cfg.packed else 1
+    tf, ch = [], []
+    for tap in taps:
+        received = tap.values.to(ctx.dev)
+        recorded = ctx.recorded(tap)
+        valid = ctx.valid_mask(stage, tap.tile, tuple(received.shape))
+        ctx.note_padding(stage, valid, recorded)
+        k0, n0 = tap.k_block * ctx.bk, tap.tile[1] * ctx.bn
+        where = dict(origin=ctx.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
+        stored = ctx.stored_tile(tap.tile, tap.k_block)
+        ref = ref_dequant.dequant(stored, ctx.b_scales, ctx.b_zeros, cfg, k0=k0, n0=n0)
+        ch.append(ctx.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded,
+                            bound=_bound(ctx, stored, k0, n0), **where))
+        up = ctx.tap("load_b", tap.tile, tap.k_block, tap.partial)
+        if up is not None:
+            own = up.values.to(ctx.dev)
+            if own.dtype != stored.dtype:
+                own = own.view(stored.dtype)
+            fed = ref_dequant.dequant(own, ctx.b_scales, ctx.b_zeros, cfg, k0=k0, n0=n0)
+            upstream = ctx.recorded(up).repeat_interleave(per, dim=0)  # a byte's mark covers its k
+            tf.append(ctx.judge(received, fed, feed=Feed.KERNEL, valid=valid, recorded=recorded, upstream=upstream,
+                                bound=_bound(ctx, own, k0, n0), **where))
+        else:
+            tf.append(ctx.judge(received, ref, feed=Feed.STAND_IN, valid=valid, recorded=recorded,
+                                bound=_bound(ctx, stored, k0, n0), stand_ins=(("load_b", tap.tile, tap.k_block),),
+                                **where))
+    return StageResult(stage, combine(tf), combine(ch))
+
+
+def _fields(ctx: Context, stored: torch.Tensor, k0: int, n0: int):
+    """q, z, s (float64, CPU) of every element of a stored tile whose first element is (k0, n0)."""
+    cfg = ctx.quant
+    q = ref_dequant.values_of_codes(ref_dequant.unpack_host(stored.cpu(), cfg), cfg.dtype)
+    tk, tn = q.shape
+    g = ((k0 + torch.arange(tk)) // cfg.group_size).clamp(max=ctx.b_scales.shape[0] - 1)
+    col = (n0 + torch.arange(tn)).clamp(max=ctx.b_scales.shape[1] - 1)
+    s = ref_dequant.scale_values_host(ctx.b_scales.cpu(), cfg.scale_dtype)[g[:, None], col[None, :]]
+    z = torch.zeros_like(s) if cfg.zeros == "none" else ctx.b_zeros.cpu().double()[g[:, None], col[None, :]]
+    return q, z, s
+
+
+def _bound(ctx: Context, stored: torch.Tensor, k0: int, n0: int) -> Optional[torch.Tensor]:
+    cfg = ctx.quant
+    if tolerance.dequant_bound(torch.zeros(1), torch.zeros(1), torch.zeros(1), out_dtype=cfg.out_dtype,
+                               precision=cfg.precision, zeros=cfg.zeros, scale_dtype=cfg.scale_dtype) is None:
+        return None
+    q, z, s = _fields(ctx, stored, k0, n0)
+    return tolerance.dequant_bound(q, z, s, out_dtype=cfg.out_dtype, precision=cfg.precision, zeros=cfg.zeros,
+                                   scale_dtype=cfg.scale_dtype).to(ctx.dev)
+
+
+def group_of(ctx: Context, k: int) -> int:
+    return k // ctx.quant.group_size
+
+
+def hint(ctx: Context, k: int, n: int, received: float) -> Optional[str]:
+    """The scale group of element (k, n) of a quantised B and the single-field mistakes its received
+    value matches, read from the problem's stored B, scales and zero points."""
+    cfg, spec = ctx.quant, ctx.spec
+    if not (0 <= k < spec.k and 0 <= n < spec.n):
+        return None
+    gs = cfg.group_size
+    g = k // gs
+    n_groups = ctx.b_scales.shape[0]
+    codes = ref_dequant.unpack_host(ctx.b_stored.cpu(), cfg)
+    qs = ref_dequant.values_of_codes(codes[:, n], cfg.dtype)
+    s_all = ref_dequant.scale_values_host(ctx.b_scales.cpu(), cfg.scale_dtype)[:, n]
+    z_all = torch.zeros_like(s_all) if cfg.zeros == "none" else ctx.b_zeros.cpu().double()[:, n]
+
+    def w(q, z, s) -> float:
+        if cfg.precision == "fp32":
+            v = torch.tensor((q - z), dtype=torch.float32) * torch.tensor(s, dtype=torch.float32)
+        else:
+            dt = ref_dequant.ALL_TYPES[cfg.out_dtype].torch
+            zo, so = float(torch.tensor(z).to(dt)), float(torch.tensor(s).to(dt))
+            t = torch.tensor(q - zo, dtype=torch.float32).to(dt).float()
+            v = t * torch.tensor(so, dtype=torch.float32)
+        return float(v.to(ref_dequant.ALL_TYPES[cfg.out_dtype].torch))
+
+    q, z, s = float(qs[k]), float(z_all[g]), float(s_all[g])
+    found = []
+    if cfg.packed:
+        partner = k ^ 1
+        if w(float(qs[partner]), z, s) == received and qs[partner] != qs[k]:
+            found.append(f"the other nibble of its byte (k = {partner}): the nibble order is swapped")
+    if cfg.zeros != "none" and z != 0 and w(q, 2 * z, s) == received:
+        found.append("the zero point applied twice")
+    for g2 in range(n_groups):
+        if g2 == g:
+            continue
+        z2, s2 = float(z_all[g2]), float(s_all[g2])
+        if w(q, z2, s2) == received and (z2, s2) != (z, s):
+            found.append(f"the scale and zero point of group {g2}: a wrong group index")
+        elif s2 != s and w(q, z, s2) == received:
+            found.append(f"the scale of group {g2}")
+        elif cfg.zeros != "none" and z2 != z and w(q, z2, s) == received:
+            found.append(f"the zero point of group {g2}")
+    where = f"k = {k} lies in scale group {g} (k {g * gs}..{(g + 1) * gs - 1}) of column n = {n}"
+    if not found:
+        return f"{where}; the received value matches no single-field mistake (nibble order, group index, zero " \
+               f"point, scale)"
+    also = f" (it also fits {'; '.join(found[1:3])})" if len(found) > 1 else ""
+    return f"{where}; the received value is (q - z) * s with {found[0]}{also}"

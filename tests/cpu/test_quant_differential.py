@@ -1,0 +1,169 @@
+"""A W4A16 problem through the differential: recordings made to order by the model kernel
+(oracle.run.simulate), and oracle.check on a stored (packed) B."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import oracle
+from kernels_ref import dequant as dq
+from oracle.judging import tolerance
+from oracle.judging.diagnose import Kind, Verdict
+from oracle.judging.differential import analyze
+from oracle.problem.spec import ProblemSpec, SpecError, Tile
+from oracle.report.table import sentence
+from oracle.run.inputs import Provenance, make_operands
+from oracle.run.simulate import Injection, simulate
+
+SPEC = ProblemSpec(16, 64, 128, a_dtype="fp16", b_dtype="int4", out_dtype="fp16", b_packing="k_pairs_low_first",
+                   b_group_size=32, b_scales="fp16", b_zeros="int", tile=Tile(16, 32, 32))
+TILE, KB = (0, 1), 2  # the defect's tile and k-block: group 2 of B (k 64..95)
+
+
+@pytest.fixture(scope="module")
+def ops():
+    return make_operands(SPEC, "index")
+
+
+def _run(ops, defect=None, *, drop=()):
+    inj = None if defect is None else Injection(defect, TILE, KB)
+    rec = simulate(SPEC, ops, Provenance("index"), injection=inj, tap_tiles=[TILE])
+    if drop:
+        rec = rec.__class__(**{**rec.__dict__, "taps": tuple(t for t in rec.taps if t.stage not in drop)})
+    return analyze(rec)
+
+
+def test_correct_w4a16_matches(ops):
+    an = _run(ops)
+    assert an.verdict is Verdict.MATCH, [(s.name, s.teacher_forced.status, s.chained.status) for s in an.stages]
+    names = [s.name for s in an.stages]
+    assert names.index("load_b") + 1 == names.index("dequant_b") == names.index("mma") - 1
+    deq = next(s for s in an.stages if s.name == "dequant_b")
+    assert deq.teacher_forced.status.value == "MATCH" and deq.teacher_forced.evidence.feeds[0].value == "kernel tap"
+    mma = next(s for s in an.stages if s.name == "mma")
+    assert mma.teacher_forced.status.value == "MATCH" and not mma.teacher_forced.evidence.stand_ins
+
+
+@pytest.mark.parametrize("defect,says", [
+    ("dequant_nibble_order", r"the other nibble of its byte \(k = \d+\): the nibble order is swapped"),
+    ("dequant_group_index", r"the scale and zero point of group 3: a wrong group index"),
+    ("dequant_zero_twice", r"the zero point applied twice"),
+    ("dequant_scale_group", r"the scale of group 3"),
+])
+def test_each_dequant_defect_is_named_at_dequant_b(ops, defect, says):
+    an = _run(ops, defect)
+    f = an.first
+    assert an.verdict is Verdict.DIVERGED and f.stage == "dequant_b" and an.kind is Kind.VERDICT, sentence(an)
+    assert (f.tile, f.k_block) == (TILE, KB) and f.comparison == "teacher_forced"
+    k = f.element[0]
+    assert KB * 32 <= k < (KB + 1) * 32 and k // 32 == 2
+    text = sentence(an)
+    assert f"dequant_b at tile {TILE}, k-block {KB}" in text and "VERDICT" in text
+    assert f"scale group 2 (k 64..95)" in text, text
+    assert re.search(says, text), text
+    assert "mma" in an.diagnosis.inherited  # downstream of the dequant, not blamed
+
+
+def test_an_untapped_load_makes_the_dequant_finding_a_draft(ops):
+    an = _run(ops, "dequant_zero_twice", drop=("load_b",))
+    f = an.first
+    assert f.stage == "dequant_b" and an.kind is Kind.DRAFT
+    assert ("load_b", TILE, KB) in f.stand_ins and any("load_b" in m for m in f.missing)
+
+
+def test_a_correct_output_of_a_packed_b_is_checked_output_only():
+    spec = ProblemSpec(16, 64, 256, a_dtype="bf16", b_dtype="uint4", out_dtype="bf16",
+                       b_packing="k_pairs_high_first", b_group_size=64, b_scales="bf16", b_zeros="float")
+    o = make_operands(spec, "random", 2)
+    w = dq.dequant_operand_host(o.b, o.b_scales, o.b_zeros, spec.dequant_config)
+    d = (o.a.float() @ w.float()).to(torch.bfloat16)
+    kw = dict(b_scales=o.b_scales, b_zeros=o.b_zeros, b_dtype="uint4", b_packing="k_pairs_high_first")
+    rep = oracle.check(o.a, o.b, d, **kw)
+    assert rep.verdict == "MATCH", str(rep)
+    got = rep.recording.spec
+    assert (got.b_group_size, got.b_scales, got.b_zeros, got.k) == (64, "bf16", "float", 256)
+    # the same output judged with the other nibble order is wrong
+    rep = oracle.check(o.a, o.b, d, **{**kw, "b_packing": "k_pairs_low_first"})
+    assert rep.verdict == "DIVERGED" and rep.first_divergence.stage == "epilogue_store"
+
+
+def test_check_refuses_a_quantised_b_it_cannot_read():
+    a = torch.ones(4, 64, dtype=torch.float16)
+    b = torch.zeros(32, 8, dtype=torch.uint8)
+    d = torch.zeros(4, 8, dtype=torch.float16)
+    s = torch.ones(2, 8, dtype=torch.float16)
+    with pytest.raises(SpecError, match="b_dtype=None is not allowed"):
+        oracle.check(a, b, d, b_scales=s, b_packing="k_pairs_low_first")
+    with pytest.raises(SpecError, match=r"stored as \[32, N\]"):
+        oracle.check(a, torch.zeros(64, 8, dtype=torch.uint8), d, b_scales=s, b_dtype="int4",
+                     b_packing="k_pairs_low_first")
+    with pytest.raises(SpecError, match="b_scales has shape"):
+        oracle.check(a, b, d, b_scales=torch.ones(3, 8, dtype=torch.float16), b_dtype="int4",
+                     b_packing="k_pairs_low_first")
+    with pytest.raises(SpecError, match="without b_scales"):
+        oracle.check(a, b, d, b_zeros=torch.zeros(2, 8, dtype=torch.int8))
+
+
+def test_w4a16_accumulates_with_the_models_of_its_fp16_operands():
+    """The dequantised operands enter an fp16 / bf16 MMA: the accumulation models are those of fp16 /
+    bf16 operands (keyed by a_dtype), so a cuBLAS-like bf16 output with split-K partials rounded to
+    bf16 passes under acc_model="any", and an fp16-accumulated one is judged by the fp16 model."""
+    assert tolerance.resolved_model(SPEC) is tolerance.acc_model("fp32", "fp16")
+    spec = ProblemSpec(8, 32, 512, a_dtype="bf16", b_dtype="int4", out_dtype="bf16", b_packing="k_pairs_low_first",
+                       b_group_size=128, b_scales="bf16", acc_model="any")
+    assert tolerance.resolved_model(spec) is tolerance.acc_model("any", "bf16")
+    o = make_operands(spec, "random", 4)
+    w = dq.dequant_operand_host(o.b, o.b_scales, None, spec.dequant_config).float()
+    parts = [(o.a.float()[:, i:i + 128] @ w[i:i + 128]).to(torch.bfloat16).float() for i in range(0, 512, 128)]
+    d = torch.zeros(8, 32)
+    for p in parts:
+        d = (d + p).to(torch.bfloat16).float()
+    kw = dict(b_scales=o.b_scales, b_dtype="int4", b_packing="k_pairs_low_first")
+    assert oracle.check(o.a, o.b, d.to(torch.bfloat16), acc_model="any", **kw).verdict == "MATCH"
+    spec16 = ProblemSpec(8, 32, 512, a_dtype="fp16", b_dtype="int4", out_dtype="fp16", acc_dtype="fp16",
+                         b_packing="k_pairs_low_first", b_group_size=128, b_scales="fp16")
+    assert tolerance.resolved_model(spec16) is tolerance.acc_model("fp16", "fp16")
+
+
+def _w4a16_op(a, b, b_scales, b_zeros):
+    """A W4A16 op in plain torch (low nibble first, fp32 dequant, fp32 accumulation)."""
+    lo, hi = (b & 0xF).to(torch.int32), (b >> 4).to(torch.int32)
+    q = torch.stack([lo, hi], dim=1).reshape(2 * b.shape[0], b.shape[1])
+    q = torch.where(q >= 8, q - 16, q).float()
+    g = torch.arange(q.shape[0]) // (q.shape[0] // b_scales.shape[0])
+    w = ((q - b_zeros.float()[g]) * b_scales.float()[g]).to(a.dtype)
+    return (a.float() @ w.float()).to(a.dtype)
+
+
+def test_verify_runs_a_w4a16_op():
+    from oracle.run.case import CaseError
+    from oracle.tools.verify import VerifyCase, run_case
+
+    quant = dict(b_dtype="int4", b_packing="k_pairs_low_first", b_group_size=64, b_scales="fp16", b_zeros="int")
+    row = run_case(_w4a16_op, VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16", quant=quant, time=False))
+    assert row["verdict"] == "MATCH", row
+    row = run_case(_w4a16_op, VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16",
+                                         quant={**quant, "b_packing": "k_pairs_high_first"}, time=False))
+    assert row["verdict"] == "DIVERGED", row
+    with pytest.raises(CaseError, match="takes a quant table"):
+        VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16")
+    with pytest.raises(CaseError, match="quant must be a table"):
+        VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16", quant={"b_dtyp": "int4"})
+
+
+def test_a_wrong_stored_byte_is_named_at_load_b(ops):
+    inj = None
+    rec = simulate(SPEC, ops, Provenance("index"), injection=inj, tap_tiles=[TILE])
+    taps = []
+    for t in rec.taps:
+        if (t.stage, t.k_block) == ("load_b", 1):
+            v = t.values.clone()
+            v[3, 5] ^= 0x0F  # the kernel's copy of one byte differs from global memory
+            t = t.__class__(t.stage, t.tile, v, k_block=t.k_block, slot=t.slot)
+        taps.append(t)
+    an = analyze(rec.__class__(**{**rec.__dict__, "taps": tuple(taps)}))
+    assert an.verdict is Verdict.DIVERGED and an.first.stage == "load_b" and an.first.k_block == 1, sentence(an)
+    assert an.kind is Kind.VERDICT and an.first.element_in_tile == (3, 5)
