@@ -173,7 +173,16 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
     `max_tap_bytes` (default: the ORACLE_TRACE_MAX_TAPS_MB knob); a trace that needs more is
     refused with TraceLimitError before any tap is assembled. Memory beyond the taps stays within
     a small multiple of the largest record.
+    A well-formed trace is read in bulk (harness.trace_format.bulk); one the bulk reader does not
+    take (a warning, an error, an element held twice) is read record by record, with the same result.
     """
+    return _parse(buf, block_m=block_m, block_n=block_n, block_k=block_k, partial=partial,
+                  max_tap_bytes=max_tap_bytes)
+
+
+def _parse(buf, *, block_m: int, block_n: int, block_k: int, partial: bool = False,
+           max_tap_bytes: Optional[int] = None, bulk: bool = True) -> TraceResult:
+    """parse_trace; `bulk=False` reads record by record whatever the trace holds."""
     for name, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TILE_DIM:
             raise ValueError(f"parse_trace: {name}={v!r} must be an int in 1..{MAX_TILE_DIM}")
@@ -191,6 +200,17 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
         raise TraceRecordError(f"non-zero byte 0x{mv[nz]:02x} past the cursor (end of records at byte {end}): a "
                                f"record written without a reservation, or a sink not zeroed before the launch", nz)
 
+    if bulk:
+        from harness.trace_format.bulk import read_bulk
+
+        got = read_bulk(mv, header, block_m=block_m, block_n=block_n, block_k=block_k, tap_limit=tap_limit,
+                        expected_shape=_expected_shape, parse_descriptor=_parse_descriptor)
+        if got is not None:
+            taps, descriptors, n_records = got
+            return TraceResult(taps=taps, descriptors=tuple(dict.fromkeys(descriptors)), dropped=header.dropped,
+                               capacity=header.capacity, used_bytes=header.used, records=n_records, warnings=(),
+                               selection=header.selection, dropped_by_stage=header.dropped_by_stage,
+                               needed_bytes=header.cursor, torn=0, version=header.version)
     warnings = _Warnings()
     pieces: dict[tuple, list[_Piece]] = defaultdict(list)
     descriptors: list[DescriptorRecord] = []
