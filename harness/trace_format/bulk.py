@@ -26,8 +26,8 @@ import torch
 
 from harness.taps import DEQUANT_STAGES, DESCRIPTOR_STAGES, LOAD_STAGES, TAP_STAGES, Tap, TapError
 from harness.trace_format.format import (
-    COMMIT_TAG, DTYPE_NAMES, DTYPE_SIZE, DTYPE_TORCH, NONE, RECORD_ALIGN, RecordKind, STAGE_NAMES, TraceLimitError,
-    _BITS)
+    COMMIT_TAG, DTYPE_NAMES, DTYPE_SIZE, DTYPE_TORCH, NONE, RECORD_ALIGN, RecordKind, STAGE_NAMES,
+    TAP_DENSE_FLOOR_BYTES, TAP_SPARSE_RATIO, TraceLimitError, _BITS)
 from harness.trace_format.header import SinkHeader
 
 _HEAD_FIELDS = [("size", "<u4"), ("kind", "<u2"), ("commit", "<u2"), ("stage", "u1"), ("dtype", "u1"),
@@ -198,8 +198,6 @@ def read_bulk(mv: memoryview, header: SinkHeader, *, block_m: int, block_n: int,
             return None
     dense = rows[lead] * cols[lead] * (isz[lead] + 1)
     carried = np.add.reduceat(size[order], first)
-    from harness.trace_format.parser import TAP_DENSE_FLOOR_BYTES, TAP_SPARSE_RATIO
-
     need = int(dense.sum())
     if (dense > np.maximum(TAP_DENSE_FLOOR_BYTES, TAP_SPARSE_RATIO * carried)).any() or need > tap_limit:
         return None

@@ -17,9 +17,10 @@ from harness.taps import DEQUANT_STAGES, DESCRIPTOR_STAGES, LOAD_STAGES, TAP_STA
 from harness.trace_format.format import (
     BLOCK_BODY, BYTES_BODY, COMMIT_TAG, DESCRIPTOR_BODY, DTYPE_CODES, DTYPE_NAMES, DTYPE_SIZE, DTYPE_TORCH,
     ELEMENTS_BODY, MAX_TILE_DIM, NONE, OOB_FILL_CODES, OPERAND_CODES, RECORD_ALIGN, RECORD_HEAD,
-    RECORD_HEAD_V1, RecordKind, STAGE_CODES, STAGE_NAMES, SWIZZLE_BYTES, TraceCodeError, TraceConflictError,
-    TraceCoordinateError, TraceFormatError, TraceLimitError, TraceRecordError, TraceTruncatedError, VERSION,
-    _BITS, _round_up)
+    RECORD_HEAD_V1, RecordKind, STAGE_CODES, STAGE_NAMES, SWIZZLE_BYTES, TAP_DENSE_FLOOR_BYTES, TAP_SPARSE_RATIO,
+    TraceCodeError, TraceConflictError, TraceCoordinateError, TraceFormatError, TraceLimitError, TraceRecordError,
+    TraceTruncatedError, VERSION, _BITS, _round_up)
+from harness.trace_format.bulk import read_bulk
 from harness.trace_format.header import TraceSelection, _buffer, parse_header
 
 
@@ -141,13 +142,6 @@ def _first_nonzero(mv: memoryview, start: int, end: int) -> Optional[int]:
     return None
 
 
-# A tap is assembled dense (values and a mask over its whole tile) from its records; a record may
-# cover a few elements of it. A claim is refused when the dense tap would pass both this floor
-# (a 512 x 512 fp32 tile takes 1.25 MiB) and this many times the bytes its records carry.
-TAP_DENSE_FLOOR_BYTES = 4 << 20
-TAP_SPARSE_RATIO = 64
-
-
 def _tap_byte_limit(max_tap_bytes: Optional[int]) -> tuple[int, str]:
     """The limit on the assembled taps' bytes and how a refusal names it."""
     if max_tap_bytes is None:
@@ -201,8 +195,6 @@ def _parse(buf, *, block_m: int, block_n: int, block_k: int, partial: bool = Fal
                                f"record written without a reservation, or a sink not zeroed before the launch", nz)
 
     if bulk:
-        from harness.trace_format.bulk import read_bulk
-
         got = read_bulk(mv, header, block_m=block_m, block_n=block_n, block_k=block_k, tap_limit=tap_limit,
                         expected_shape=_expected_shape, parse_descriptor=_parse_descriptor)
         if got is not None:
