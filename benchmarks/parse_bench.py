@@ -16,14 +16,17 @@ path gives that selection (the header's cursor marks the end; the rest is zero).
 
 Phases reported (seconds, median and all runs): `parse` (parse_trace of the sink bytes) and
 `recording` (the whole of `_recording`: parse, trace account, warnings and the Recording, i.e.
-what a live run reports as its 'parse' phase). The values are random bits: parsing does not read
-them. Runs on any machine; no GPU is used.
+what a live run reports as its 'parse' phase), wall clock, and the medians of the process's CPU
+time beside them (on a shared machine the wall clock also counts the time others held the cores;
+the load average is recorded). The values are random bits: parsing does not read them. Runs on
+any machine; no GPU is used.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import struct
@@ -168,16 +171,18 @@ def main(argv=None) -> int:
                     function={})
     prov = Provenance("random", 1)
 
-    parse, recording, taps = [], [], 0
+    parse, recording, parse_cpu, recording_cpu, taps = [], [], [], [], 0
     for _ in range(args.runs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         tr = trace_format.parse_trace(sink, block_m=s.tile.bm, block_n=s.tile.bn, block_k=s.tile.bk)
         parse.append(time.perf_counter() - t0)
+        parse_cpu.append(time.process_time() - c0)
         taps, n_records = len(tr.taps), tr.records
         del tr
-        t = time.perf_counter()
+        t, c0 = time.perf_counter(), time.process_time()
         lr = live._recording(case, ops, prov, run, budget, ceiling, (), True, (t, t, t), ())
         recording.append(lr.phases_s["parse"])
+        recording_cpu.append(time.process_time() - c0)
         del lr
     if args.profile:
         import cProfile
@@ -191,7 +196,10 @@ def main(argv=None) -> int:
            "synthesis_s": round(synth_s, 3),
            "parse_s_median": round(statistics.median(parse), 4), "parse_s": [round(x, 4) for x in parse],
            "recording_s_median": round(statistics.median(recording), 4),
-           "recording_s": [round(x, 4) for x in recording]}
+           "recording_s": [round(x, 4) for x in recording],
+           "parse_cpu_s_median": round(statistics.median(parse_cpu), 4),
+           "recording_cpu_s_median": round(statistics.median(recording_cpu), 4),
+           "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     print(json.dumps(doc, indent=1))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
