@@ -66,8 +66,8 @@ def _walk(mv: memoryview, start: int, n: int, hb: int) -> Optional[np.ndarray]:
     o, end, least, prev = 0, n >> 2, hb >> 2, -1
     while o < end:
         size = words[o]
-        if size & (RECORD_ALIGN - 1) or (size >> 2) < least:
-            return None
+        if size & (RECORD_ALIGN - 1) or size == 0 or ((size >> 2) < least and o + (size >> 2) != end):
+            return None  # (the last record may be a pad record, smaller than a head)
         w = size >> 2
         k = 1
         if size == prev:  # the second of its size in a row: how many follow, in growing looks
@@ -114,12 +114,21 @@ def read_bulk(mv: memoryview, header: SinkHeader, *, block_m: int, block_n: int,
         return None
     hb = header.head_bytes
     start, n = header.header_bytes, header.used
-    if n % RECORD_ALIGN or header.cursor > header.area:
+    if n % RECORD_ALIGN:
         return None
     if n == 0:
         return (), [], 0
     offs = _walk(mv, start, n, hb)
     if offs is None:
+        return None
+    last = start + int(offs[-1])
+    if int.from_bytes(mv[last + 4:last + 6], "little") == RecordKind.PAD:  # it must close an overflowed area
+        if header.cursor <= header.area or int.from_bytes(mv[last + 6:last + 8], "little") != COMMIT_TAG:
+            return None
+        offs = offs[:-1]
+        if len(offs) == 0:
+            return (), [], 0
+    if n - int(offs[-1]) < hb:  # a last record smaller than a head, and no pad record
         return None
     area = np.frombuffer(mv, np.uint8, count=n, offset=start)
     u16, u32 = area.view("<u2"), area.view("<u4")
