@@ -27,7 +27,7 @@ import torch
 from harness.taps import DEQUANT_STAGES, DESCRIPTOR_STAGES, LOAD_STAGES, TAP_STAGES, Tap, TapError
 from harness.trace_format.format import (
     COMMIT_TAG, DTYPE_NAMES, DTYPE_SIZE, DTYPE_TORCH, NONE, RECORD_ALIGN, RecordKind, STAGE_NAMES,
-    TAP_DENSE_FLOOR_BYTES, TAP_SPARSE_RATIO, TraceLimitError, _BITS)
+    TAP_DENSE_FLOOR_BYTES, TAP_SPARSE_RATIO, TraceFormatError, TraceLimitError, _BITS)
 from harness.trace_format.header import SinkHeader
 
 _HEAD_FIELDS = [("size", "<u4"), ("kind", "<u2"), ("commit", "<u2"), ("stage", "u1"), ("dtype", "u1"),
@@ -108,8 +108,8 @@ def read_bulk(mv: memoryview, header: SinkHeader, *, block_m: int, block_n: int,
               expected_shape: Callable, parse_descriptor: Callable) -> Optional[tuple]:
     """(taps in the strict parser's order, descriptor records in record order, records read), or None
     for a trace the strict parser must read (see the module docstring). `expected_shape` and
-    `parse_descriptor` are the strict parser's own (parser._expected_shape, parser._parse_descriptor):
-    a descriptor record it refuses raises here as it would there, before any tap is assembled."""
+    `parse_descriptor` are the strict parser's own (parser._expected_shape, parser._parse_descriptor).
+    Raises nothing of its own: every refusal is the strict parser's, in its order."""
     if sys.byteorder != "little":
         return None
     hb = header.head_bytes
@@ -140,13 +140,17 @@ def read_bulk(mv: memoryview, header: SinkHeader, *, block_m: int, block_n: int,
             and ((kind >= _ELEMENTS) & (kind <= _DESCRIPTOR)).all()):
         return None
 
-    # descriptor records: the strict parser's own reader, in record order, before any tap
+    # descriptor records: the strict parser's own reader (one it refuses: the strict parser raises
+    # the first error in record order)
     n_records = len(offs)
     descriptors = []
     for i in np.flatnonzero(kind == _DESCRIPTOR).tolist():
         o = start + int(offs[i])
-        descriptors.append(parse_descriptor(mv[o:o + int(size[i])], o, STAGE_NAMES[int(stage[i])],
-                                            DTYPE_NAMES[int(dtype[i])], hb))
+        try:
+            descriptors.append(parse_descriptor(mv[o:o + int(size[i])], o, STAGE_NAMES[int(stage[i])],
+                                                DTYPE_NAMES[int(dtype[i])], hb))
+        except TraceFormatError:
+            return None
     tr = np.flatnonzero(kind != _DESCRIPTOR)
     if len(tr) == 0:
         return (), descriptors, n_records
@@ -212,8 +216,11 @@ def read_bulk(mv: memoryview, header: SinkHeader, *, block_m: int, block_n: int,
         return None
     from harness import budget
 
-    budget.require(need, f"the trace's {len(first)} taps (values and masks)", TraceLimitError,
-                   advice="trace fewer tiles, k-blocks or stages")
+    try:  # refused: by the strict parser, after every record was read
+        budget.require(need, f"the trace's {len(first)} taps (values and masks)", TraceLimitError,
+                       advice="trace fewer tiles, k-blocks or stages")
+    except TraceLimitError:
+        return None
 
     # each tap's records by kind, in record order: element records, and rectangles (block, byte image)
     taps_ix = np.arange(len(first))

@@ -236,3 +236,30 @@ def test_bad_codes_and_coordinates_give_the_strict_errors():
         kind, msg = _outcome(bytes(buf), True)
         assert kind != "ok", name
         assert (kind, msg) == _outcome(bytes(buf), False)
+
+
+def test_the_first_error_in_record_order_wins_as_in_the_strict_parser():
+    """A bad element record before a bad descriptor record: the element's error; a trace over the
+    host's memory with a bad record: the record's error (the limits come after every record)."""
+    bad_descriptor = DescriptorRecord(operand="a", dtype="bf16", global_dims=(64, 32), global_strides=(128,),
+                                      box_dims=(BK, BM), element_strides=(1, 1), swizzle=0, oob_fill="zero")
+    w = TraceWriter(1 << 16)
+    w.elements("mma", (0, 0), [0], [BN], torch.tensor([1.0]), shape=(BM, BN), k_block=0)  # outside the tile
+    at = w.descriptor(bad_descriptor)
+    buf = bytearray(w.to_bytes())
+    buf[at + 48 + 2] = 7  # swizzle 7
+    assert _outcome(bytes(buf), True)[0] == "TraceCoordinateError"
+    assert _same(bytes(buf)) is False
+    w = TraceWriter(1 << 16)
+    w.elements("mma", (0, 0), [0], [BN], torch.tensor([1.0]), shape=(BM, BN), k_block=0)
+    assert _outcome(w.to_bytes(), True, max_tap_bytes=1)[0] == "TraceCoordinateError"
+    _same(w.to_bytes(), max_tap_bytes=1)
+
+
+def test_element_records_of_no_elements():
+    w = TraceWriter(1 << 16)
+    w.elements("mma", (0, 0), [], [], torch.tensor([]), shape=(BM, BN), k_block=0, dtype="fp32")
+    _fragments(w, "mma", (0, 1), _rand((BM, BN), torch.float32), k_block=0)
+    w.elements("mma", (0, 1), [], [], torch.tensor([]), shape=(BM, BN), k_block=0, dtype="fp32")
+    assert _same(w.to_bytes())
+    assert parse_trace(w.to_bytes(), **BLOCKS).get("mma", (0, 0), 0).mask.sum() == 0
