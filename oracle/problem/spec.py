@@ -303,12 +303,12 @@ class ProblemSpec:
                  f"{', '.join(QUANT_A_DTYPES)}")
         if b in PACKED:
             _require(self.b_packing in B_PACKINGS, "b_packing", self.b_packing,
-                     f"a {b} B is packed two to a byte along K: one of {', '.join(B_PACKINGS)}")
-            _require(self.k % 2 == 0, "k", self.k, f"a {b} B packs k in pairs: K must be even")
-            _require(self.tile.bk % 2 == 0, "tile.bk", self.tile.bk, f"a {b} B packs k in pairs: tile.bk must be even")
+                     f"B of {b} is packed two to a byte along K: one of {', '.join(B_PACKINGS)}")
+            _require(self.k % 2 == 0, "k", self.k, f"B of {b} packs k in pairs: K must be even")
+            _require(self.tile.bk % 2 == 0, "tile.bk", self.tile.bk, f"B of {b} packs k in pairs: tile.bk must be even")
         else:
             _require(self.b_packing is None, "b_packing", self.b_packing,
-                     f"a {b} B holds one value per byte: no packing (only {', '.join(PACKED)} are packed)")
+                     f"B of {b} holds one value per byte: no packing (only {', '.join(PACKED)} are packed)")
         _require(self.k % self.tile.bk == 0, "k", self.k,
                  f"a quantised B is modelled for whole k-blocks: K must be a multiple of tile.bk ({self.tile.bk})")
         g = self.b_group_size
@@ -316,9 +316,10 @@ class ProblemSpec:
             _require(isinstance(g, int) and not isinstance(g, bool) and g > 0 and self.k % g == 0, "b_group_size", g,
                      f"a positive number of k elements that divides K = {self.k} (None: one group of all K)")
             if b in PACKED:
-                _require(g % 2 == 0, "b_group_size", g, f"a {b} byte holds two k: the group size must be even")
+                _require(g % 2 == 0, "b_group_size", g, f"a byte of {b} holds two k: the group size must be even")
         sc = self.b_scales
-        _require(sc in SCALE_TYPES, "b_scales", sc, f"a quantised B needs its scales' dtype: one of {', '.join(SCALE_TYPES)}")
+        _require(sc in SCALE_TYPES, "b_scales", sc,
+                 f"a quantised B needs its scales' dtype: one of {', '.join(SCALE_TYPES)}")
         if sc in ("e4m3", "e8m0"):
             _require(b in ("fp4_e2m1", "e4m3", "e5m2"), "b_scales", sc,
                      f"{sc} scales are micro-scaling scales of a float B (fp4_e2m1, e4m3, e5m2), not of {b}")
@@ -338,7 +339,8 @@ class ProblemSpec:
                  "a quantised B carries its own group scales (b_scales); block scales are for fp8 x fp8 problems")
         _require(self.promotion_interval is None, "promotion_interval", self.promotion_interval,
                  "a quantised B's dequantised operand enters an fp16 / bf16 MMA: no fp8 promotion")
-        _require(self.oob_fill == "zero", "oob_fill", self.oob_fill, "a quantised B's stored values have no NaN: 'zero'")
+        _require(self.oob_fill == "zero", "oob_fill", self.oob_fill,
+                 "a quantised B's stored values have no NaN: 'zero'")
         _require(self.groups is None and self.batch == 1, "groups" if self.groups is not None else "batch",
                  self.groups if self.groups is not None else self.batch,
                  "a quantised B is modelled for a single GEMM (no groups, batch 1)")

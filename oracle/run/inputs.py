@@ -335,7 +335,8 @@ def _quantised_b(spec: ProblemSpec, ladder: str, g: torch.Generator, generator: 
             q = ((kk % 8) + 8 * (nn % 4) if spec.b_dtype == "int8" else (kk % 8) + 2 * (nn % 4)) % (d.max_finite + 1)
             q = (q - (4 if spec.b_dtype == "int4" else 0)).double()
         else:  # e2m1 / fp8: small exact values, k first
-            q = torch.tensor(dq._FP4, dtype=torch.float64)[((kk % 4) + (nn % 4)) % 8] if spec.b_dtype == "fp4_e2m1"                 else ((kk % 4) + (nn % 4)).double()
+            small = ((kk % 4) + (nn % 4)).long()
+            q = torch.tensor(dq._FP4, dtype=torch.float64)[small % 8] if spec.b_dtype == "fp4_e2m1" else small.double()
         s = 1.0 + ((gg + 3 * nn) % 8).double() / 8
         if spec.b_scales == "e8m0":
             s = torch.pow(2.0, ((gg + nn) % 4).double())
@@ -356,8 +357,9 @@ def _quantised_b(spec: ProblemSpec, ladder: str, g: torch.Generator, generator: 
         s = (u + 0.5) / 8
         if spec.b_scales == "e8m0":
             s = torch.pow(2.0, -(u * 4).floor() - 2)
-        zr = torch.randint(lo, hi + 1, (groups, n), generator=g, device=generator).cpu().double() if \
-            spec.b_dtype in ("int4", "uint4", "int8") else torch.zeros(groups, n, dtype=torch.float64)
+        zr = torch.zeros(groups, n, dtype=torch.float64)
+        if spec.b_dtype in ("int4", "uint4", "int8"):
+            zr = torch.randint(lo, hi + 1, (groups, n), generator=g, device=generator).cpu().double()
         z = zr if spec.b_zeros != "float" else zr.abs() % 8 + u
     stored = dq.pack_host(dq.codes_of_values(q, spec.b_dtype), cfg)
     scales = dq.e8m0_of(s) if spec.b_scales == "e8m0" else s.to(ALL_TYPES[spec.b_scales].torch)

@@ -107,8 +107,8 @@ class Recording:
                                          f"has no dequant stage")
                 want = DTYPES[spec.mma_b_dtype].torch
                 if tap.values.dtype != want:
-                    raise RecordingError(f"{tap.describe()}: values are {tap.values.dtype}, but a dequant tap holds the "
-                                         f"MMA's operand: {spec.mma_b_dtype} ({want})")
+                    raise RecordingError(f"{tap.describe()}: values are {tap.values.dtype}, but a dequant tap holds "
+                                         f"the MMA's operand: {spec.mma_b_dtype} ({want})")
             if tap.stage in ("load_a", "load_b"):  # the operand's own bits, compared bit for bit
                 op = tap.stage[-1]
                 want = ALL_TYPES[getattr(spec, f"{op}_dtype")].torch

@@ -94,6 +94,15 @@ def reference_paths(spec: ProblemSpec, ops: Operands) -> tuple[list[PathTiming],
     dev = torch.device("cuda")
     o = ops.to(dev)
     paths, notes = [], []
+    if spec.quantised_b:  # the peers multiply the dequantised B: they time the GEMM without its dequant
+        import dataclasses
+
+        from kernels_ref.dequant import dequant_operand
+
+        o = dataclasses.replace(o, b=dequant_operand(o.b, o.b_scales, o.b_zeros, spec.dequant_config), b_scales=None,
+                                b_zeros=None)
+        notes.append(f"B ({spec.b_dtype}) was dequantised before the peers ran: they time the {spec.a_dtype} GEMM "
+                     f"alone")
     ep = Epilogue(alpha=spec.alpha, beta=spec.beta, bias_axis=None if spec.bias == "none" else spec.bias,
                   activation=spec.activation, out_dtype=spec.out_dtype, saturate=spec.saturate,
                   graph=tuple(n.token for n in spec.epilogue_nodes))

@@ -128,7 +128,8 @@ def test_a_dequant_tap_must_hold_the_mma_operand():
     good = Tap("dequant_b", (0, 0), torch.zeros(32, 32, dtype=torch.float16), k_block=0)
     Recording(spec=spec, operands=ops, output=out, provenance=Provenance("ones"), taps=(good,)).validate()
     for tap, why in ((Tap("dequant_b", (0, 0), torch.zeros(32, 32, dtype=torch.bfloat16), k_block=0), "MMA's operand"),
-                     (Tap("load_b", (0, 0), torch.zeros(32, 32, dtype=torch.uint8), k_block=0), r"expected \[16, 32\]")):
+                     (Tap("load_b", (0, 0), torch.zeros(32, 32, dtype=torch.uint8), k_block=0),
+                      r"expected \[16, 32\]")):
         with pytest.raises(RecordingError, match=why):
             Recording(spec=spec, operands=ops, output=out, provenance=Provenance("ones"), taps=(tap,)).validate()
     plain = ProblemSpec(16, 64, 128, a_dtype="fp16", b_dtype="fp16", out_dtype="fp16", tile=Tile(16, 32, 32))

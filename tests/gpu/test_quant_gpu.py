@@ -68,7 +68,8 @@ def test_check_a_torch_w4a16_op(m, n, k):
     kw = dict(b_scales=ops.b_scales, b_zeros=ops.b_zeros, b_dtype="int4", b_packing="k_pairs_low_first")
     assert oracle.check(ops.a, ops.b, d, acc_model="any", **kw).verdict == "MATCH"
     d_bad = d.clone()
-    d_bad[:, 128:256] = _w4a16(ops.a, ops.b, ops.b_scales.roll(1, 0), ops.b_zeros)[:, 128:256]  # scales of the wrong group
+    wrong = _w4a16(ops.a, ops.b, ops.b_scales.roll(1, 0), ops.b_zeros)  # every column with the scales of another group
+    d_bad[:, 128:256] = wrong[:, 128:256]
     assert oracle.check(ops.a, ops.b, d_bad, acc_model="any", **kw).verdict == "DIVERGED"
 
 
