@@ -1,6 +1,7 @@
 """The strict parser: a sink's records, read once, assembled into `harness.taps.Tap` and
-`DescriptorRecord` objects (parse_trace -> TraceResult). Every malformed input raises a
-`TraceFormatError` subclass whose message names the field, the value and the byte offset."""
+`DescriptorRecord` objects (parse_trace -> TraceResult). A well-formed sink is read by the bulk
+reader (harness.trace_format.bulk); any other record by record here. Every malformed input raises
+a `TraceFormatError` subclass whose message names the field, the value and the byte offset."""
 
 from __future__ import annotations
 
@@ -171,7 +172,8 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
     dense Tap whose `mask` marks the recorded elements. The taps together may take at most
     `max_tap_bytes` (default: the ORACLE_TRACE_MAX_TAPS_MB knob); a trace that needs more is
     refused with TraceLimitError before any tap is assembled. Memory beyond the taps stays within
-    a small multiple of the largest record.
+    a small multiple of the largest record, and a few hundred bytes per record (the bulk reader's
+    columns).
     A well-formed trace is read in bulk (harness.trace_format.bulk); one the bulk reader does not
     take (a warning, an error, an element held twice) is read record by record, with the same result.
     """
