@@ -41,22 +41,23 @@ LOAD_STAGES = ("load_a", "load_b")
 DEQUANT_STAGES = ("dequant_a", "dequant_b")  # a quantised operand's tile after dequantisation
 EPILOGUE_STEPS = ("scale", "alpha_beta", "bias", "activation", "cast")
 EPILOGUE_STAGES = tuple(f"epilogue_{s}" for s in EPILOGUE_STEPS) + ("epilogue_store",)
-# Pipeline order: the comparator walks stages in this order.
-STAGES = DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES + ("mma", "reduce") + EPILOGUE_STAGES
+# Pipeline order: the comparator walks stages in this order (a quantised operand's dequant stage,
+# DEQUANT_STAGES, goes between load and mma: `pipeline`).
+STAGES = DESCRIPTOR_STAGES + LOAD_STAGES + ("mma", "reduce") + EPILOGUE_STAGES
 # A declared epilogue that applies alpha and beta * C as two steps taps them as these stages.
 SPLIT_EPILOGUE_STAGES = ("epilogue_alpha", "epilogue_beta_c")
+_HEAD = DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES + ("mma", "reduce")
 # Stages a kernel can tap (epilogue_store is read from the output tensor itself).
-TAP_STAGES = STAGES[:-1] + SPLIT_EPILOGUE_STAGES
-# Every stage in one order for sorting: the split steps beside the step they split.
-ALL_STAGES = STAGES[:STAGES.index("epilogue_alpha_beta")] + ("epilogue_alpha", "epilogue_alpha_beta", "epilogue_beta_c") \
-    + STAGES[STAGES.index("epilogue_alpha_beta") + 1:]
+TAP_STAGES = _HEAD + EPILOGUE_STAGES[:-1] + SPLIT_EPILOGUE_STAGES
+# Every stage in one order for sorting: the dequant stages after load, the split steps beside the step they split.
+ALL_STAGES = _HEAD + STAGES[STAGES.index("epilogue_scale"):STAGES.index("epilogue_alpha_beta")] \
+    + ("epilogue_alpha", "epilogue_alpha_beta", "epilogue_beta_c") + STAGES[STAGES.index("epilogue_alpha_beta") + 1:]
 
 
 def pipeline(epilogue_steps=EPILOGUE_STEPS, dequant=()) -> tuple[str, ...]:
     """The stages of a problem in pipeline order, its epilogue's steps in their declared order, and
     a dequant stage for each operand in `dequant` ("a", "b": the quantised ones)."""
-    head = tuple(s for s in STAGES[:STAGES.index("epilogue_scale")]
-                 if s not in DEQUANT_STAGES or s[-1] in tuple(dequant))
+    head = tuple(s for s in _HEAD if s not in DEQUANT_STAGES or s[-1] in tuple(dequant))
     return head + tuple(f"epilogue_{s}" for s in epilogue_steps) + ("epilogue_store",)
 
 
