@@ -1,6 +1,7 @@
 """The binary trace of `oracle_trace/trace.cuh`, one job a module: the format's numbers and errors
-(format), one record's encoding (records), the sink header (header), the strict parser (parser),
-the pure-Python writer (writer), and what a run's trace covered (account).
+(format), one record's encoding (records), the sink header (header), the strict parser (parser)
+and its bulk reader of well-formed sinks (bulk), the pure-Python writer (writer), and what a run's
+trace covered (account).
 
 Data path: the host builds the sink with `sink_init_bytes` (header with the selection of stages,
 tiles and k-blocks, then a zeroed record area), points the kernel's `oracle_trace_sink` symbol at

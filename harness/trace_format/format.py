@@ -107,6 +107,12 @@ _DROPPED_BY_STAGE = struct.Struct(f"<{STAGE_COUNTERS}I")
 assert HEADER_FIXED.size == 48 and RECORD_HEAD.size == RECORD_HEAD_BYTES and DESCRIPTOR_BODY.size == 120
 assert HEADER_OFFSETS["dropped_by_stage"] + _DROPPED_BY_STAGE.size == HEADER_BYTES
 
+# A tap is assembled dense (values and a mask over its whole tile) from its records; a record may
+# cover a few elements of it. A claim is refused when the dense tap would pass both this floor
+# (a 512 x 512 fp32 tile takes 1.25 MiB) and this many times the bytes its records carry.
+TAP_DENSE_FLOOR_BYTES = 4 << 20
+TAP_SPARSE_RATIO = 64
+
 
 def _round_up(x: int, a: int = RECORD_ALIGN) -> int:
     return (x + a - 1) // a * a

@@ -1,6 +1,7 @@
 """The strict parser: a sink's records, read once, assembled into `harness.taps.Tap` and
-`DescriptorRecord` objects (parse_trace -> TraceResult). Every malformed input raises a
-`TraceFormatError` subclass whose message names the field, the value and the byte offset."""
+`DescriptorRecord` objects (parse_trace -> TraceResult). A well-formed sink is read by the bulk
+reader (harness.trace_format.bulk); any other record by record here. Every malformed input raises
+a `TraceFormatError` subclass whose message names the field, the value and the byte offset."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from harness.taps import DEQUANT_STAGES, DESCRIPTOR_STAGES, LOAD_STAGES, TAP_STA
 from harness.trace_format.format import (
     BLOCK_BODY, BYTES_BODY, COMMIT_TAG, DESCRIPTOR_BODY, DTYPE_CODES, DTYPE_NAMES, DTYPE_SIZE, DTYPE_TORCH,
     ELEMENTS_BODY, MAX_TILE_DIM, NONE, OOB_FILL_CODES, OPERAND_CODES, RECORD_ALIGN, RECORD_HEAD,
-    RECORD_HEAD_V1, RecordKind, STAGE_CODES, STAGE_NAMES, SWIZZLE_BYTES, TraceCodeError, TraceConflictError,
-    TraceCoordinateError, TraceFormatError, TraceLimitError, TraceRecordError, TraceTruncatedError, VERSION,
-    _BITS, _round_up)
+    RECORD_HEAD_V1, RecordKind, STAGE_CODES, STAGE_NAMES, SWIZZLE_BYTES, TAP_DENSE_FLOOR_BYTES, TAP_SPARSE_RATIO,
+    TraceCodeError, TraceConflictError, TraceCoordinateError, TraceFormatError, TraceLimitError, TraceRecordError,
+    TraceTruncatedError, VERSION, _BITS, _round_up)
+from harness.trace_format.bulk import read_bulk
 from harness.trace_format.header import TraceSelection, _buffer, parse_header
 
 
@@ -132,20 +134,18 @@ def _expected_shape(stage: str, block_m: int, block_n: int, block_k: int, dtype:
 
 
 def _first_nonzero(mv: memoryview, start: int, end: int) -> Optional[int]:
-    """The offset of the first non-zero byte in [start, end), read in chunks (no copy of the range)."""
-    step = 1 << 20
-    for lo in range(start, end, step):
-        chunk = np.frombuffer(mv, dtype=np.uint8, offset=lo, count=min(step, end - lo))
-        if chunk.any():
-            return lo + int(np.argmax(chunk != 0))
-    return None
-
-
-# A tap is assembled dense (values and a mask over its whole tile) from its records; a record may
-# cover a few elements of it. A claim is refused when the dense tap would pass both this floor
-# (a 512 x 512 fp32 tile takes 1.25 MiB) and this many times the bytes its records carry.
-TAP_DENSE_FLOOR_BYTES = 4 << 20
-TAP_SPARSE_RATIO = 64
+    """The offset of the first non-zero byte in [start, end), read in chunks of 8-byte words (no
+    copy of the range); the bytes before the first word and after the last one by themselves."""
+    lo, hi = min(end, -(-start // 8) * 8), max(start, end // 8 * 8)
+    edges = [o for o in [*range(start, lo), *range(max(hi, lo), end)] if mv[o]]
+    if edges and edges[0] < lo:
+        return edges[0]
+    step = 1 << 22
+    for at in range(lo, hi, step):
+        words = np.frombuffer(mv, dtype=np.uint64, offset=at, count=min(step, hi - at) // 8)
+        if words.max():
+            return at + int(np.argmax(np.frombuffer(mv, dtype=np.uint8, offset=at, count=words.size * 8) != 0))
+    return edges[0] if edges else None
 
 
 def _tap_byte_limit(max_tap_bytes: Optional[int]) -> tuple[int, str]:
@@ -172,8 +172,18 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
     dense Tap whose `mask` marks the recorded elements. The taps together may take at most
     `max_tap_bytes` (default: the ORACLE_TRACE_MAX_TAPS_MB knob); a trace that needs more is
     refused with TraceLimitError before any tap is assembled. Memory beyond the taps stays within
-    a small multiple of the largest record.
+    a small multiple of the largest record, and a few hundred bytes per record (the bulk reader's
+    columns).
+    A well-formed trace is read in bulk (harness.trace_format.bulk); one the bulk reader does not
+    take (a warning, an error, an element held twice) is read record by record, with the same result.
     """
+    return _parse(buf, block_m=block_m, block_n=block_n, block_k=block_k, partial=partial,
+                  max_tap_bytes=max_tap_bytes)
+
+
+def _parse(buf, *, block_m: int, block_n: int, block_k: int, partial: bool = False,
+           max_tap_bytes: Optional[int] = None, bulk: bool = True) -> TraceResult:
+    """parse_trace; `bulk=False` reads record by record whatever the trace holds."""
     for name, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TILE_DIM:
             raise ValueError(f"parse_trace: {name}={v!r} must be an int in 1..{MAX_TILE_DIM}")
@@ -191,6 +201,15 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
         raise TraceRecordError(f"non-zero byte 0x{mv[nz]:02x} past the cursor (end of records at byte {end}): a "
                                f"record written without a reservation, or a sink not zeroed before the launch", nz)
 
+    if bulk:
+        got = read_bulk(mv, header, block_m=block_m, block_n=block_n, block_k=block_k, tap_limit=tap_limit,
+                        expected_shape=_expected_shape, parse_descriptor=_parse_descriptor)
+        if got is not None:
+            taps, descriptors, n_records = got
+            return TraceResult(taps=taps, descriptors=tuple(dict.fromkeys(descriptors)), dropped=header.dropped,
+                               capacity=header.capacity, used_bytes=header.used, records=n_records, warnings=(),
+                               selection=header.selection, dropped_by_stage=header.dropped_by_stage,
+                               needed_bytes=header.cursor, torn=0, version=header.version)
     warnings = _Warnings()
     pieces: dict[tuple, list[_Piece]] = defaultdict(list)
     descriptors: list[DescriptorRecord] = []
