@@ -235,7 +235,8 @@ def _decode_q(code, QT: tl.constexpr):
         e = (code >> 1) & 3
         m = (code & 1).to(tl.float32)
         mag = tl.where(e == 0, m * 0.5, (1.0 + m * 0.5) * tl.where(e == 1, 1.0, tl.where(e == 2, 2.0, 4.0)))
-        return tl.where((code & 8) != 0, -mag, mag)
+        # the sign by a multiply: compiled, a negation is 0 - x, which turns -0 (code 8) into +0
+        return mag * tl.where((code & 8) != 0, -1.0, 1.0)
     elif QT == 3:
         return tl.where(code >= 128, code - 256, code).to(tl.float32)
     elif QT == 4:
