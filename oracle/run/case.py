@@ -375,6 +375,26 @@ def _read_case(path: str, seen: tuple[str, ...]) -> dict:
     return merged
 
 
+def _defines(sec: dict) -> dict[str, str]:
+    """[kernel] defines = { NAME = value }: strings, numbers or booleans, as the build passes them."""
+    raw = sec.get("defines", {})
+    if not isinstance(raw, dict):
+        raise CaseError(f"[kernel] defines = {shown(raw)} must be a table of NAME = value")
+    defines = {}
+    for name, value in raw.items():
+        if not isinstance(value, (str, int, float)) or isinstance(value, str) and "\0" in value:
+            raise CaseError(f"[kernel] defines.{name} = {shown(value)} must be a string, a number or a boolean")
+        defines[name] = str(value)
+    return defines
+
+
+def _arch(sec: dict) -> str:
+    arch = sec.get("arch", "sm_90a")
+    if not isinstance(arch, str) or not re.match(r"^sm_\d{2,3}[af]?$", arch):
+        raise CaseError(f"[kernel] arch = {shown(arch)} must look like sm_90a, sm_90 or sm_100a")
+    return arch
+
+
 def _library_kernel(sec: dict, base: str, source: Optional[str], entry: Optional[str]) -> KernelSource:
     """[kernel] library = "FILE.cu": a launch library, whose entry is its exported oracle_launch."""
     for key in ("source", "cubin", "entry", "time_entry", "untraced_entry"):
@@ -386,18 +406,9 @@ def _library_kernel(sec: dict, base: str, source: Optional[str], entry: Optional
         raise CaseError(f"--entry {shown(entry)} is not allowed for a launch library ([kernel] library): it is "
                         f"entered through its {LIBRARY_ENTRY}()")
     library = source or os.path.join(base, sec["library"])
-    raw = sec.get("defines", {})
-    if not isinstance(raw, dict):
-        raise CaseError(f"[kernel] defines = {shown(raw)} must be a table of NAME = value")
-    defines = {}
-    for name, value in raw.items():
-        if not isinstance(value, (str, int, float)) or isinstance(value, str) and "\0" in value:
-            raise CaseError(f"[kernel] defines.{name} = {shown(value)} must be a string, a number or a boolean")
-        defines[name] = str(value)
+    defines = _defines(sec)
     check_kernel_names(None, None, LIBRARY_ENTRY, None, defines, CaseError, library=library)
-    arch = sec.get("arch", "sm_90a")
-    if not isinstance(arch, str) or not re.match(r"^sm_\d{2,3}[af]?$", arch):
-        raise CaseError(f"[kernel] arch = {shown(arch)} must look like sm_90a, sm_90 or sm_100a")
+    arch = _arch(sec)
     return KernelSource(None, LIBRARY_ENTRY, defines, arch, library=library, adapter=adapter_of(library))
 
 
@@ -449,20 +460,11 @@ def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Option
     for key, value in (("entry", ent), ("time_entry", time_entry), ("untraced_entry", untraced)):
         if value is not None and not isinstance(value, str):
             raise CaseError(f"[kernel] {key} = {shown(value)} must be the kernel's entry point name (a string)")
-    raw = sec.get("defines", {})
-    if not isinstance(raw, dict):
-        raise CaseError(f"[kernel] defines = {shown(raw)} must be a table of NAME = value")
-    defines = {}
-    for name, value in raw.items():
-        if not isinstance(value, (str, int, float)) or isinstance(value, str) and "\0" in value:
-            raise CaseError(f"[kernel] defines.{name} = {shown(value)} must be a string, a number or a boolean")
-        defines[name] = str(value)
+    defines = _defines(sec)
     check_kernel_names(src, cubin, ent, time_entry, defines, CaseError)
     if untraced is not None:
         check_entry(untraced, "[kernel] untraced_entry", CaseError)
-    arch = sec.get("arch", "sm_90a")
-    if not isinstance(arch, str) or not re.match(r"^sm_\d{2,3}[af]?$", arch):
-        raise CaseError(f"[kernel] arch = {shown(arch)} must look like sm_90a, sm_90 or sm_100a")
+    arch = _arch(sec)
     return KernelSource(src, ent, defines, arch, cubin, time_entry, untraced)
 
 
