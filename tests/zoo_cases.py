@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from harness.taps import STAGES
+from harness.taps import stage_rank
 from oracle.run.case import Case, load_case, trace_plan, with_trace
 from oracle.judging.compare import Status
 from oracle.judging.diagnose import Kind, Verdict
@@ -96,5 +96,5 @@ def check_judgement(want: Optional[str], case: Case, an, entry: Optional[dict] =
                      ("expected_k_block", an.first.k_block)):
         if entry is not None and key in entry:
             assert got == entry[key], (key, got, entry[key], an.first)
-    upstream = [s for s in an.stages if STAGES.index(s.name) < STAGES.index(want)]
+    upstream = [s for s in an.stages if stage_rank(s.name) < stage_rank(want)]
     assert all(Status.MISMATCH not in (s.teacher_forced.status, s.chained.status) for s in upstream), table

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 from cuda_tools import entry_symbols, all_symbols, ptxas_usage, sass_by_function, traced_and_plain  # tests/ is on sys.path
 
-from harness.taps import STAGES
+from harness.taps import ALL_STAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "tests" / "zoo" / "manifest.json"
@@ -72,8 +72,8 @@ def test_manifest_is_well_formed():
         assert (ROOT / src).is_file(), f"{where}: {src} does not exist"
         assert library or fn.endswith("_traced"), f"{where}: a live run needs the traced entry point, got {fn}"
         assert (ROOT / e["case"]).is_file(), f"{where}: case {e['case']} does not exist"
-        assert e["expected_stage"] is None or e["expected_stage"] in STAGES, \
-            f"{where}: expected_stage {e['expected_stage']!r} is not one of {', '.join(STAGES)}"
+        assert e["expected_stage"] is None or e["expected_stage"] in ALL_STAGES, \
+            f"{where}: expected_stage {e['expected_stage']!r} is not one of {', '.join(ALL_STAGES)}"
         if e["defect"] is None:
             assert e["expected_stage"] is None, f"{where}: a correct variant must MATCH (expected_stage null)"
         elif Path(e["case"]).stem == e["defect"] or library:  # the case builds the bad map, workspace or variant
