@@ -160,10 +160,13 @@ def _prebuilt() -> tuple[Path, dict]:
         with open(root.parent / f".{root.name}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not (root / "prebuilt.json").is_file():
+                if root.exists() and any(root.iterdir()):  # never delete a folder this test did not make
+                    pytest.fail(f"{root} ({PREBUILT_ENV}) is not empty and holds no prebuilt.json: "
+                                f"point {PREBUILT_ENV} at a new or empty folder")
                 staging = root.parent / f".{root.name}.{os.getpid()}"
-                shutil.rmtree(staging, ignore_errors=True)
                 prebuild(staging)
-                shutil.rmtree(root, ignore_errors=True)
+                if root.exists():
+                    root.rmdir()  # empty: checked above
                 staging.rename(root)
     return root, json.loads((root / "prebuilt.json").read_text())
 
