@@ -1,0 +1,50 @@
+"""The references' once-per-process costs, paid on a background thread while a kernel runs.
+
+A fresh process pays, on its first judgement, for things that do not depend on the case: Triton's
+own key (a hash of its compiler and of libtriton, which every kernel's disk-cache lookup needs:
+about 0.4 s on the H200's host), CUDA's context in this process and cuBLAS's handle. While the
+kernel's child process runs, this process only waits for it, so `start()` pays them on a daemon
+thread then. Nothing here changes a result: each item is what the first judgement would do anyway,
+and a failure is left for that judgement to meet and report. Under Triton's interpreter nothing
+compiles and nothing is started.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+_started: Optional[threading.Thread] = None
+_lock = threading.Lock()
+
+
+def _pay() -> None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.init()
+            torch.cuda.current_blas_handle()
+    except Exception:  # the judgement itself meets and reports whatever failed here
+        pass
+    try:
+        from triton.runtime.cache import triton_key
+
+        triton_key()
+    except Exception:  # another Triton keeps its key elsewhere: the first compile pays for it
+        pass
+
+
+def start() -> Optional[threading.Thread]:
+    """Start paying the first-call costs on a daemon thread, once per process; the thread, or None
+    when there is nothing to pay (Triton's interpreter)."""
+    global _started
+    from kernels_ref._common import interpreting
+
+    if interpreting():
+        return None
+    with _lock:
+        if _started is None:
+            _started = threading.Thread(target=_pay, name="oracle-first-call", daemon=True)
+            _started.start()
+        return _started
