@@ -14,8 +14,8 @@ along K (`b_packing`), stored as uint8 [K / 2, N] whatever the packing: k_pairs_
 k_pairs_high_first hold k = 2r and 2r + 1 in byte r of a column; k8_interleaved holds k = 8w ..
 8w + 7 of a column in the 32-bit little-endian word made of its bytes 4w .. 4w + 3 (byte j = bits
 8j .. 8j + 7), nibble i (i = 0 the least significant) holding k = 8w + [0, 2, 4, 6, 1, 3, 5, 7][i]
-(the FasterTransformer / Marlin order; in a K-major B the word is one aligned uint32 in memory);
-K, tile.bk and b_group_size are then multiples of 8.
+(the FasterTransformer / Marlin order; in a K-major B the word is four consecutive bytes, one
+uint32 in memory); K, tile.bk and b_group_size are then multiples of 8.
 
 A tile's k-blocks may be accumulated in partials that a reduction sums (`splits`: split-K, each
 split a share of the k-blocks; `stream_k_workers`: stream-K, the tiles' k-blocks dealt out to that
