@@ -20,7 +20,8 @@ epilogue_beta_c (SPLIT_EPILOGUE_STAGES), and `pipeline` gives the stages of any 
 
 A quantised operand (oracle.problem.spec: b_dtype int4, uint4, fp4_e2m1, int8, e4m3, e5m2 beside a
 fp16/bf16 A) has a dequant stage between load and mma: load_b holds the stored values (a packed
-4-bit B: byte (r, n) of the tap holds k = 2r and 2r + 1 of column n, in the problem's b_packing),
+4-bit B: byte (r, n) of the tap holds k = 2r and 2r + 1 of column n, in the problem's b_packing; for
+k8_interleaved bytes 4w .. 4w + 3 are the word of k = 8w .. 8w + 7, as stored),
 dequant_b the values (q - z) * s the MMA reads, in the MMA's operand dtype (a_dtype). `pipeline`
 lists a dequant stage only for a problem that has one.
 

@@ -1,8 +1,10 @@
 """Dequant stage: a quantised operand's stored tile -> the tile the MMA reads.
 
-Data path: stored bytes (a packed 4-bit operand: byte (r, n) holds k = 2r and 2r + 1 of column n,
-the even k in the low nibble for "k_pairs_low_first", in the high nibble for "k_pairs_high_first";
-int8 / e4m3 / e5m2: one value per byte) -> the code of each (k, n) -> its value q (an integer, or
+Data path: stored bytes (a packed 4-bit operand, uint8 [K / 2, N]: for "k_pairs_low_first" and
+"k_pairs_high_first" byte (r, n) holds k = 2r and 2r + 1 of column n, the even k in the low / high
+nibble; for "k8_interleaved" bytes 4w .. 4w + 3 of column n are the little-endian 32-bit word w,
+whose nibble i (i = 0 the least significant) holds k = 8w + K8_ORDER[i]; int8 / e4m3 / e5m2: one
+value per byte) -> the code of each (k, n) -> its value q (an integer, or
 an e2m1 / fp8 value) -> w = (q - z) * s with the scale s (and zero point z) of group
 (k0 + k) // group_size of column n0 + n -> w in the MMA's operand dtype (fp16 or bf16).
 
@@ -38,7 +40,11 @@ from kernels_ref import _common as C
 from kernels_ref._codec import _decode_f32, _encode, _round_to, _to_storage
 from kernels_ref.dtypes import ALL_TYPES, PACKED, QUANT_B, SCALE_TYPES
 
-PACKINGS = ("k_pairs_low_first", "k_pairs_high_first")
+PACKINGS = ("k_pairs_low_first", "k_pairs_high_first", "k8_interleaved")
+# k8_interleaved: nibble i of a 32-bit word holds element K8_ORDER[i] of its 8 k (the order a
+# LOP3 / PRMT converter turns into pairs); K8_NIBBLE_OF[e] is the nibble of element e
+K8_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+K8_NIBBLE_OF = tuple(K8_ORDER.index(e) for e in range(8))
 ZEROS = ("none", "int", "float")
 PRECISIONS = ("fp32", "operand")
 OUT_TYPES = ("fp16", "bf16")
@@ -93,6 +99,8 @@ def check_supported(cfg: DequantConfig) -> list[str]:
     if isinstance(cfg.group_size, bool) or not isinstance(cfg.group_size, int) or cfg.group_size <= 0 or \
             (cfg.dtype in PACKED and cfg.group_size % 2):
         out.append(f"group_size {cfg.group_size!r} must be a positive int (even for a packed type)")
+    elif cfg.dtype in PACKED and cfg.packing == "k8_interleaved" and cfg.group_size % 8:
+        out.append(f"group_size {cfg.group_size!r} must be a multiple of 8 for k8_interleaved (8 k a word)")
     if cfg.zeros not in ZEROS:
         out.append(f"zeros {cfg.zeros!r}; allowed: {', '.join(ZEROS)}")
     elif cfg.zeros == "float" and cfg.scale_dtype not in ("fp16", "bf16", "fp32"):
@@ -106,6 +114,26 @@ def check_supported(cfg: DequantConfig) -> list[str]:
 
 
 # -- codec (host) ------------------------------------------------------------------------------
+def k_per_unit(packing: Optional[str]) -> int:
+    """k elements of one column that a packing's unit (byte pair or word) holds; tiles start on one."""
+    return 8 if packing == "k8_interleaved" else 2 if packing is not None else 1
+
+
+def nibble_of(k: int, packing: str) -> tuple[int, int]:
+    """(byte row, 0 low / 1 high nibble) holding element k of a column under a 4-bit packing."""
+    if packing == "k8_interleaved":
+        i = K8_NIBBLE_OF[k % 8]
+        return 4 * (k // 8) + i // 2, i % 2
+    return k // 2, (k % 2) ^ (packing == "k_pairs_high_first")
+
+
+def k_of_nibble(row: int, high: int, packing: str) -> int:
+    """The element k that nibble `high` of byte `row` holds under a 4-bit packing (nibble_of inverted)."""
+    if packing == "k8_interleaved":
+        return 8 * (row // 4) + K8_ORDER[2 * (row % 4) + high]
+    return 2 * row + (high ^ (packing == "k_pairs_high_first"))
+
+
 def unpack_host(stored: torch.Tensor, cfg: DequantConfig) -> torch.Tensor:
     """Codes [K, N] (int64, 0..255) of a stored [K / per_byte, N] operand."""
     raw = stored.contiguous().view(torch.uint8).to(torch.int64) if stored.element_size() == 1 else None
@@ -114,6 +142,12 @@ def unpack_host(stored: torch.Tensor, cfg: DequantConfig) -> torch.Tensor:
     if not cfg.packed:
         return raw
     lo, hi = raw & 0xF, raw >> 4
+    if cfg.packing == "k8_interleaved":
+        if raw.shape[0] % 4:
+            raise ValueError(f"a k8_interleaved {cfg.dtype} operand is held in 4-byte words along K: {raw.shape[0]} "
+                             f"stored rows is not a multiple of 4")
+        nib = torch.stack([lo, hi], dim=1).reshape(raw.shape[0] // 4, 8, *raw.shape[1:])  # nibble i of each word
+        return nib[:, list(K8_NIBBLE_OF)].reshape(2 * raw.shape[0], *raw.shape[1:])
     first, second = (lo, hi) if cfg.packing == "k_pairs_low_first" else (hi, lo)
     return torch.stack([first, second], dim=1).reshape(2 * raw.shape[0], *raw.shape[1:])
 
@@ -123,6 +157,12 @@ def pack_host(codes: torch.Tensor, cfg: DequantConfig) -> torch.Tensor:
     c = codes.to(torch.int64)
     if not cfg.packed:
         return c.to(torch.uint8).view(ALL_TYPES[cfg.dtype].torch) if cfg.dtype != "uint4" else c.to(torch.uint8)
+    if cfg.packing == "k8_interleaved":
+        if c.shape[0] % 8:
+            raise ValueError(f"a k8_interleaved {cfg.dtype} operand needs K a multiple of 8, got {c.shape[0]}")
+        nib = c.reshape(c.shape[0] // 8, 8, *c.shape[1:])[:, list(K8_ORDER)] & 0xF  # nibble i of each word
+        lo, hi = nib[:, 0::2], nib[:, 1::2]  # byte j of a word: nibbles 2j (low) and 2j + 1 (high)
+        return (lo | (hi << 4)).reshape(c.shape[0] // 2, *c.shape[1:]).to(torch.uint8)
     if c.shape[0] % 2:
         raise ValueError(f"a packed {cfg.dtype} operand needs an even K, got {c.shape[0]}")
     even, odd = c[0::2] & 0xF, c[1::2] & 0xF
@@ -183,6 +223,12 @@ def e8m0_of(values: torch.Tensor) -> torch.Tensor:
     return (e.to(torch.int64) + 127).to(torch.uint8)
 
 
+def _check_tile_start(cfg: DequantConfig, k0: int) -> None:
+    unit = k_per_unit(cfg.packing)
+    if k0 % unit:
+        raise ValueError(f"k0 = {k0}: a {cfg.packing} tile starts on a unit of {unit} k (a multiple of {unit})")
+
+
 # -- host specification --------------------------------------------------------------------------
 def _round(x: torch.Tensor, dtype: str) -> torch.Tensor:
     return x.to(ALL_TYPES[dtype].torch).double()
@@ -192,9 +238,10 @@ def dequant_host(stored: torch.Tensor, scales: torch.Tensor, zeros: Optional[tor
                  k0: int = 0, n0: int = 0) -> torch.Tensor:
     """The dequantised tile [TK, TN] in cfg.out_dtype, in float64 on the CPU: `stored` is the stored
     tile (packed [TK/2, TN] or [TK, TN]) whose first element is (k0, n0) of the operand; `scales`
-    and `zeros` are the operand's whole [G, N]."""
+    and `zeros` are the operand's whole [G, N]. A k8_interleaved tile starts on a word (k0 % 8 == 0)."""
     for r in check_supported(cfg):
         raise ValueError(r)
+    _check_tile_start(cfg, k0)
     q = values_of_codes(unpack_host(stored.cpu(), cfg), cfg.dtype)
     tk, tn = q.shape
     n_cols = scales.shape[1]
@@ -269,11 +316,18 @@ def _dequant_kernel(q_ptr, sq_r, sq_c, s_ptr, ss_g, ss_c, z_ptr, sz_g, sz_c, out
     if PACK == 0:
         code = tl.load(q_ptr + k * sq_r + n * sq_c, mask=inb, other=0).to(tl.int32) & 0xFF
     else:
-        byte = tl.load(q_ptr + (k // 2) * sq_r + n * sq_c, mask=inb, other=0).to(tl.int32) & 0xFF
-        if PACK == 1:
+        if PACK == 3:  # k8_interleaved: element e of word k // 8 sits in nibble (e % 2) * 4 + e // 2
+            e = k % 8
+            nib = (e % 2) * 4 + e // 2
+            row = (k // 8) * 4 + nib // 2
+            high = (nib % 2) == 1
+        elif PACK == 1:
+            row = k // 2
             high = (k % 2) == 1
         else:
+            row = k // 2
             high = (k % 2) == 0
+        byte = tl.load(q_ptr + row * sq_r + n * sq_c, mask=inb, other=0).to(tl.int32) & 0xFF
         code = tl.where(high, byte >> 4, byte & 0xF)
     q = _decode_q(code, QT)
     col = n0 + n
@@ -323,8 +377,12 @@ def dequant(stored: torch.Tensor, scales: torch.Tensor, zeros: Optional[torch.Te
         if tuple(zeros.shape) != tuple(scales.shape):
             raise ValueError(f"zeros have shape {tuple(zeros.shape)}, the scales {tuple(scales.shape)}")
     dev = C.check_device(("stored", stored), ("scales", scales), ("zeros", zeros))
+    _check_tile_start(cfg, k0)
     per = 2 if cfg.packed else 1
     tk, tn = stored.shape[0] * per, stored.shape[1]
+    if tk % k_per_unit(cfg.packing):
+        raise ValueError(f"stored has {stored.shape[0]} rows: a {cfg.packing} tile holds whole units of "
+                         f"{k_per_unit(cfg.packing)} k ({k_per_unit(cfg.packing) // per} rows)")
     out = torch.empty(tk, tn, dtype=ALL_TYPES[cfg.out_dtype].torch, device=dev)
     if tk == 0 or tn == 0:
         return out
@@ -337,7 +395,7 @@ def dequant(stored: torch.Tensor, scales: torch.Tensor, zeros: Optional[torch.Te
     _dequant_kernel[grid](qv, qv.stride(0), qv.stride(1), sv, sv.stride(0), sv.stride(1), zv, zv.stride(0),
                           zv.stride(1), ov, ov.stride(0), ov.stride(1), tk, tn, k0, n0, scales.shape[1],
                           scales.shape[0], cfg.group_size, BLK_K=blk_k, BLK_N=blk_n, QT=_QT[cfg.dtype],
-                          PACK=0 if not cfg.packed else (1 if cfg.packing == "k_pairs_low_first" else 2),
+                          PACK=0 if not cfg.packed else PACKINGS.index(cfg.packing) + 1,
                           ST=_ST[cfg.scale_dtype], SW=scales.element_size(), ZK=ZEROS.index(cfg.zeros),
                           ZSIGNED=cfg.zero_torch() == torch.int8, OUT=C.CODES[cfg.out_dtype],
                           PREC=PRECISIONS.index(cfg.precision), **C.launch_options(dev))

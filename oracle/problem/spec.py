@@ -10,7 +10,12 @@ A quantised B (`b_dtype` int4, uint4, fp4_e2m1, int8, e4m3 or e5m2 beside an fp1
 W8A16) holds stored values q with per-group scales s (`b_scales`: their dtype, shape [K / b_group_size,
 N]) and zero points z (`b_zeros`: none, int or float); the MMA reads w = (q - z) * s in A's dtype,
 computed as `dequant_precision` says (kernels_ref.dequant). A 4-bit B is packed two values to a byte
-along K (`b_packing`).
+along K (`b_packing`), stored as uint8 [K / 2, N] whatever the packing: k_pairs_low_first /
+k_pairs_high_first hold k = 2r and 2r + 1 in byte r of a column; k8_interleaved holds k = 8w ..
+8w + 7 of a column in the 32-bit little-endian word made of its bytes 4w .. 4w + 3 (byte j = bits
+8j .. 8j + 7), nibble i (i = 0 the least significant) holding k = 8w + [0, 2, 4, 6, 1, 3, 5, 7][i]
+(the FasterTransformer / Marlin order; in a K-major B the word is four consecutive bytes, one
+uint32 in memory); K, tile.bk and b_group_size are then multiples of 8.
 
 A tile's k-blocks may be accumulated in partials that a reduction sums (`splits`: split-K, each
 split a share of the k-blocks; `stream_k_workers`: stream-K, the tiles' k-blocks dealt out to that
@@ -33,9 +38,11 @@ from kernels_ref.dtypes import ALL_TYPES, DTYPES, FP8, PACKED, QUANT_B, SCALE_TY
 OPERAND_DTYPES = ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int8")
 B_DTYPES = OPERAND_DTYPES + tuple(d for d in QUANT_B if d not in OPERAND_DTYPES)  # with int4, uint4, fp4_e2m1
 QUANT_A_DTYPES = ("fp16", "bf16")  # the A beside a quantised B: the MMA reads dequantised B in this dtype
-# How a packed 4-bit B sits in its bytes, along K: byte r of a column holds k = 2r and 2r + 1, the even
-# k in the low nibble (low_first) or in the high nibble (high_first).
-B_PACKINGS = ("k_pairs_low_first", "k_pairs_high_first")
+# How a packed 4-bit B (uint8 [K / 2, N]) sits in its bytes, along K: k_pairs_*: byte r of a column
+# holds k = 2r and 2r + 1, the even k in the low nibble (low_first) or in the high nibble (high_first);
+# k8_interleaved: bytes 4w .. 4w + 3 of a column are the little-endian 32-bit word w, whose nibble i
+# (0 the least significant) holds k = 8w + (0, 2, 4, 6, 1, 3, 5, 7)[i] (kernels_ref.dequant.K8_ORDER).
+B_PACKINGS = ("k_pairs_low_first", "k_pairs_high_first", "k8_interleaved")
 B_ZEROS = ("none", "int", "float")
 # The arithmetic of w = (q - z) * s (kernels_ref.dequant): fp32 then one rounding to A's dtype
 # (judged bit-exact), or in A's dtype itself in any order (sub then mul, or fma with z * s first:
@@ -313,6 +320,10 @@ class ProblemSpec:
                      f"B of {b} is packed two to a byte along K: one of {', '.join(B_PACKINGS)}")
             _require(self.k % 2 == 0, "k", self.k, f"B of {b} packs k in pairs: K must be even")
             _require(self.tile.bk % 2 == 0, "tile.bk", self.tile.bk, f"B of {b} packs k in pairs: tile.bk must be even")
+            if self.b_packing == "k8_interleaved":
+                why = f"B of {b} packed k8_interleaved holds 8 k in a 32-bit word"
+                _require(self.k % 8 == 0, "k", self.k, f"{why}: K must be a multiple of 8")
+                _require(self.tile.bk % 8 == 0, "tile.bk", self.tile.bk, f"{why}: tile.bk must be a multiple of 8")
         else:
             _require(self.b_packing is None, "b_packing", self.b_packing,
                      f"B of {b} holds one value per byte: no packing (only {', '.join(PACKED)} are packed)")
@@ -324,6 +335,8 @@ class ProblemSpec:
                      f"a positive number of k elements that divides K = {self.k} (None: one group of all K)")
             if b in PACKED:
                 _require(g % 2 == 0, "b_group_size", g, f"a byte of {b} holds two k: the group size must be even")
+                _require(g % 8 == 0 or self.b_packing != "k8_interleaved", "b_group_size", g,
+                         f"a 32-bit word of {b} packed k8_interleaved holds 8 k: the group size must be a multiple of 8")
         sc = self.b_scales
         _require(sc in SCALE_TYPES, "b_scales", sc,
                  f"a quantised B needs its scales' dtype: one of {', '.join(SCALE_TYPES)}")

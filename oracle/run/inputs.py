@@ -11,9 +11,10 @@ Inputs are designed so that a bug points at itself:
 - dump:PATH: tensors from a dump file (captured, so not controlled).
 
 A quantised B (oracle.problem.spec: b_scales given) is stored as the problem says: B holds the
-stored values (a packed 4-bit B: uint8 [K / 2, N], two k per byte in b_packing's order; int8 /
-e4m3 / e5m2: [K, N] in that dtype), b_scales [K / group, N] in the scales' dtype (e8m0: raw bytes),
-b_zeros the same shape (int: int8 for int4 / int8, uint8 for uint4; float: the scales' dtype). Its
+stored values (a packed 4-bit B: uint8 [K / 2, N], two k per byte in b_packing's order, or for
+k8_interleaved four bytes a word of 8 k; int8 / e4m3 / e5m2: [K, N] in that dtype), b_scales
+[K / group, N] in the scales' dtype (e8m0: raw bytes), b_zeros the same shape (int: int8 for int4 /
+int8, uint8 for uint4; float: the scales' dtype). Its
 ladder: ones: q = 1, z = 0, s = 1 (every w = 1); index: q encodes (k mod 8, n mod 4), s and z encode
 (group, column), so a wrong nibble, group or zero point changes the value; random: q over the
 type's range, s in [1/16, 3/16), z over the integer range (or [0, 8) float). ktag is not defined

@@ -44,11 +44,14 @@ DEFECTS = {
     "group_wrong_b": "the defect group is multiplied by the next group's B",
     "group_offset": "the defect group reads A from one row past its first row",
     "dequant_nibble_order": "at the defect k-block the packed B's nibbles are read in the other order",
+    "dequant_plain_pairs": "at the defect k-block a k8_interleaved B's words are read in plain pair order "
+                           "(k_pairs_low_first)",
     "dequant_group_index": "at the defect k-block B's scale and zero point come from the next group",
     "dequant_zero_twice": "at the defect k-block B's zero point is subtracted twice",
     "dequant_scale_group": "at the defect k-block B's scale comes from the next group (its zero point is right)",
 }
-DEQUANT_DEFECTS = ("dequant_nibble_order", "dequant_group_index", "dequant_zero_twice", "dequant_scale_group")
+DEQUANT_DEFECTS = ("dequant_nibble_order", "dequant_plain_pairs", "dequant_group_index", "dequant_zero_twice",
+                   "dequant_scale_group")
 SPLIT_DEFECTS = ("reduce_partial_twice", "reduce_partial_missing", "partial_overlap", "partial_gap",
                  "reduce_wrong_partial")
 GROUP_DEFECTS = ("group_wrong_b", "group_offset")
@@ -75,6 +78,7 @@ class Injection:
             out.append(f"{d} needs a grouped problem with at least two groups")
         if d in DEQUANT_DEFECTS:
             need_q = {"dequant_nibble_order": (spec.b_packing is not None, "a packed 4-bit B"),
+                      "dequant_plain_pairs": (spec.b_packing == "k8_interleaved", "a k8_interleaved B"),
                       "dequant_group_index": (spec.quantised_b and spec.b_groups > 1, "a quantised B of 2+ groups"),
                       "dequant_zero_twice": (spec.quantised_b and spec.b_zeros != "none", "a B with zero points"),
                       "dequant_scale_group": (spec.quantised_b and spec.b_groups > 1, "a quantised B of 2+ groups")}[d]
@@ -355,8 +359,19 @@ def _dequant(spec, ops, stored, k0, n0, defect) -> torch.Tensor:
     with the group's scale and zero point, in fp32 then rounded to A's dtype ("operand": each step in
     A's dtype), with the planted dequant defect, if any."""
     raw = stored.view(torch.uint8).to(torch.int32)
-    if spec.b_packing is not None:
-        low_first = spec.b_packing == "k_pairs_low_first"
+    packing = spec.b_packing
+    if defect == "dequant_plain_pairs":
+        packing = "k_pairs_low_first"
+    if packing == "k8_interleaved":  # each column's 4-byte little-endian words, 8 nibbles each
+        words = sum(raw[j::4].to(torch.int64) << (8 * j) for j in range(4))  # [BK / 8, BN]
+        order = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble i holds element order[i] of the word's 8 k
+        if defect == "dequant_nibble_order":
+            order = tuple(order[i ^ 1] for i in range(8))  # the two nibbles of each byte swapped
+        codes = torch.empty(2 * raw.shape[0], raw.shape[1], dtype=torch.int32)
+        for i, e in enumerate(order):
+            codes[e::8] = ((words >> (4 * i)) & 0xF).to(torch.int32)
+    elif packing is not None:
+        low_first = packing == "k_pairs_low_first"
         if defect == "dequant_nibble_order":
             low_first = not low_first
         lo, hi = raw & 0xF, raw >> 4

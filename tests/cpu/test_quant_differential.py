@@ -167,3 +167,109 @@ def test_a_wrong_stored_byte_is_named_at_load_b(ops):
     an = analyze(rec.__class__(**{**rec.__dict__, "taps": tuple(taps)}))
     assert an.verdict is Verdict.DIVERGED and an.first.stage == "load_b" and an.first.k_block == 1, sentence(an)
     assert an.kind is Kind.VERDICT and an.first.element_in_tile == (3, 5)
+
+
+SPEC_K8 = ProblemSpec(16, 64, 128, a_dtype="fp16", b_dtype="int4", out_dtype="fp16", b_packing="k8_interleaved",
+                      b_group_size=32, b_scales="fp16", b_zeros="int", tile=Tile(16, 32, 32))
+
+
+@pytest.fixture(scope="module")
+def ops_k8():
+    return make_operands(SPEC_K8, "index")
+
+
+def _run_k8(ops, defect=None):
+    inj = None if defect is None else Injection(defect, TILE, KB)
+    return analyze(simulate(SPEC_K8, ops, Provenance("index"), injection=inj, tap_tiles=[TILE]))
+
+
+def test_a_k8_interleaved_kernel_matches(ops_k8):
+    an = _run_k8(ops_k8)
+    assert an.verdict is Verdict.MATCH, sentence(an)
+    deq = next(s for s in an.stages if s.name == "dequant_b")
+    assert deq.teacher_forced.status.value == "MATCH" and deq.teacher_forced.evidence.feeds[0].value == "kernel tap"
+
+
+@pytest.mark.parametrize("defect,says", [
+    # element 8w + i of a word read as plain pairs gets element 8w + [0, 2, 4, 6, 1, 3, 5, 7][i]
+    ("dequant_plain_pairs", r"the value stored for k = (\d+): B's bytes read as k_pairs_low_first, not "
+                            r"k8_interleaved \(the packing / nibble order is wrong\)"),
+    ("dequant_nibble_order", r"the other nibble of its byte \(k = (\d+)\): the nibble order is swapped"),
+])
+def test_a_k8_interleaved_b_read_in_another_order_is_named_at_dequant_b(ops_k8, defect, says):
+    an = _run_k8(ops_k8, defect)
+    f = an.first
+    assert an.verdict is Verdict.DIVERGED and f.stage == "dequant_b" and an.kind is Kind.VERDICT, sentence(an)
+    assert (f.tile, f.k_block) == (TILE, KB) and f.comparison == "teacher_forced"
+    k = f.element[0]
+    text = sentence(an)
+    found = re.search(says, text)
+    assert found, text
+    src = int(found.group(1))
+    word = (k // 8) * 8
+    order = (0, 2, 4, 6, 1, 3, 5, 7)
+    want = word + (order[k % 8] if defect == "dequant_plain_pairs" else order[order.index(k % 8) ^ 1])
+    assert src == want != k, (k, src)
+    assert "mma" in an.diagnosis.inherited
+
+
+def test_the_plain_pair_read_needs_an_interleaved_b(ops):
+    with pytest.raises(ValueError, match="dequant_plain_pairs needs a k8_interleaved B"):
+        simulate(SPEC, ops, Provenance("index"), injection=Injection("dequant_plain_pairs", TILE, KB))
+
+
+def test_a_packed_load_marks_the_k_its_bytes_hold():
+    from oracle.judging.differential.dequant import _byte_rows
+
+    assert _byte_rows(16, "k8_interleaved").tolist() == [0, 2, 0, 2, 1, 3, 1, 3, 4, 6, 4, 6, 5, 7, 5, 7]
+    assert _byte_rows(6, "k_pairs_high_first").tolist() == [0, 0, 1, 1, 2, 2]
+
+
+def _interleaved_codes(b: torch.Tensor) -> torch.Tensor:
+    """Codes [K, N] of a k8_interleaved B, read as a kernel does: one little-endian uint32 per 4 bytes."""
+    raw = b.to(torch.int64)
+    words = raw[0::4] | (raw[1::4] << 8) | (raw[2::4] << 16) | (raw[3::4] << 24)
+    codes = torch.empty(2 * b.shape[0], b.shape[1], dtype=torch.int64)
+    for i, e in enumerate((0, 2, 4, 6, 1, 3, 5, 7)):
+        codes[e::8] = (words >> (4 * i)) & 0xF
+    return codes
+
+
+def test_check_judges_a_k8_interleaved_b():
+    spec = ProblemSpec(16, 64, 256, a_dtype="fp16", b_dtype="int4", out_dtype="fp16", b_packing="k8_interleaved",
+                       b_group_size=64, b_scales="fp16", b_zeros="int")
+    o = make_operands(spec, "random", 3)
+    codes = _interleaved_codes(o.b)
+    q = torch.where(codes >= 8, codes - 16, codes).float()
+    g = torch.arange(256) // 64
+    w = ((q - o.b_zeros.float()[g]) * o.b_scales.float()[g]).half()
+    d = (o.a.float() @ w.float()).half()
+    kw = dict(b_scales=o.b_scales, b_zeros=o.b_zeros, b_dtype="int4", b_packing="k8_interleaved")
+    rep = oracle.check(o.a, o.b, d, **kw)
+    assert rep.verdict == "MATCH", str(rep)
+    assert rep.recording.spec.b_packing == "k8_interleaved"
+    # the same bytes taken as plain pairs are another B, and a kernel that read them so is wrong
+    assert oracle.check(o.a, o.b, d, **{**kw, "b_packing": "k_pairs_low_first"}).verdict == "DIVERGED"
+    d_plain = _w4a16_op(o.a, o.b, o.b_scales, o.b_zeros)
+    rep = oracle.check(o.a, o.b, d_plain, **kw)
+    assert rep.verdict == "DIVERGED" and rep.first_divergence.stage == "epilogue_store", str(rep)
+    with pytest.raises(SpecError, match="b_group_size=4 .*multiple of 8"):
+        oracle.check(o.a, o.b, d, **{**kw, "b_scales": torch.ones(64, 64, dtype=torch.float16),
+                                     "b_zeros": None})
+
+
+def test_verify_runs_a_k8_interleaved_op():
+    from oracle.tools.verify import VerifyCase, run_case
+
+    def op(a, b, b_scales, b_zeros):
+        codes = _interleaved_codes(b)
+        q = torch.where(codes >= 8, codes - 16, codes).float()
+        g = torch.arange(q.shape[0]) // (q.shape[0] // b_scales.shape[0])
+        w = ((q - b_zeros.float()[g]) * b_scales.float()[g]).to(a.dtype)
+        return (a.float() @ w.float()).to(a.dtype)
+
+    quant = dict(b_dtype="int4", b_packing="k8_interleaved", b_group_size=64, b_scales="fp16", b_zeros="int")
+    row = run_case(op, VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16", quant=quant, time=False))
+    assert row["verdict"] == "MATCH", row
+    row = run_case(_w4a16_op, VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16", quant=quant, time=False))
+    assert row["verdict"] == "DIVERGED", row

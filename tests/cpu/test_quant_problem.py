@@ -66,6 +66,23 @@ def test_every_quant_field_is_checked_by_name(kw, field, allowed):
     assert str(e.value).startswith(f"{field}=") and allowed in str(e.value), str(e.value)
 
 
+def test_k8_interleaved_needs_whole_words():
+    assert w4(b_packing="k8_interleaved").dequant_config.packing == "k8_interleaved"
+    for kw, field in ((dict(tile=Tile(16, 32, 4)), "tile.bk"), (dict(b_group_size=4, tile=Tile(16, 32, 8)),
+                                                                "b_group_size")):
+        with pytest.raises(SpecError) as e:
+            w4(b_packing="k8_interleaved", **kw)
+        assert str(e.value).startswith(f"{field}=") and "multiple of 8" in str(e.value), str(e.value)
+    with pytest.raises(SpecError, match=r"^k=36 .*K must be a multiple of 8"):
+        ProblemSpec(16, 64, 36, **{**W4, "b_packing": "k8_interleaved", "b_group_size": None, "tile": Tile(16, 32, 4)})
+    assert w4(b_group_size=4, tile=Tile(16, 32, 8)).b_groups == 32  # pairs: an even group is enough
+    ops = make_operands(w4(b_packing="k8_interleaved"), "index")
+    plain = make_operands(w4(), "index")
+    assert ops.b.shape == plain.b.shape and not torch.equal(ops.b, plain.b)
+    cfg = w4(b_packing="k8_interleaved").dequant_config
+    assert torch.equal(dq.unpack_host(ops.b, cfg), dq.unpack_host(plain.b, w4().dequant_config))
+
+
 def test_quant_fields_need_a_quantised_b():
     for kw in (dict(b_group_size=32), dict(b_packing="k_pairs_low_first"), dict(b_scales="fp16"),
                dict(dequant_precision="fp32"), dict(b_zeros="int")):

@@ -20,6 +20,9 @@ CONFIGS = [
     ("int8", "fp32", "fp16", "int", "operand", None),
     ("e4m3", "fp16", "bf16", "none", "fp32", None),
     ("e5m2", "bf16", "bf16", "none", "operand", None),
+    ("int4", "fp16", "fp16", "int", "fp32", "k8_interleaved"),
+    ("uint4", "bf16", "bf16", "float", "operand", "k8_interleaved"),
+    ("fp4_e2m1", "e8m0", "fp16", "none", "fp32", "k8_interleaved"),
 ]
 
 
@@ -75,6 +78,48 @@ def test_nibble_order_low_first_holds_the_even_k_in_the_low_nibble():
     assert dq.dequant_host(byte, ones, None, low).flatten().tolist() == [10.0, 3.0]
     assert dq.dequant_host(byte, ones, None, high).flatten().tolist() == [3.0, 10.0]
     assert dq.pack_host(torch.tensor([[10], [3]]), low).item() == 0x3A
+
+
+def test_k8_interleaved_holds_eight_k_in_a_little_endian_word():
+    """Nibble i of the word (i = 0 the least significant) holds element [0, 2, 4, 6, 1, 3, 5, 7][i]."""
+    cfg = dq.DequantConfig("uint4", "fp16", "fp16", 8, "k8_interleaved")
+    codes = torch.stack([torch.arange(8), torch.arange(8, 16)], dim=1)  # column 0: k = 0..7 hold 0..7
+    # column 0's nibbles from the least significant: 0 2 4 6 1 3 5 7; column 1's: 8 10 12 14 9 11 13 15
+    words = (0x75316420, 0xFDB9ECA8)
+    stored = dq.pack_host(codes, cfg)
+    assert stored.dtype == torch.uint8 and tuple(stored.shape) == (4, 2)
+    for col, word in enumerate(words):
+        assert stored[:, col].tolist() == list(word.to_bytes(4, "little")), hex(word)
+        assert int.from_bytes(bytes(stored[:, col].tolist()), "little") == word
+    assert torch.equal(dq.unpack_host(stored, cfg), codes)
+    ones = torch.ones(1, 2, dtype=torch.float16)
+    host = dq.dequant_host(stored, ones, None, cfg)
+    assert host[:, 0].tolist() == [float(v) for v in range(8)]
+    assert torch.equal(dq.dequant(stored, ones, None, cfg).view(torch.int16), host.view(torch.int16))
+    # the same bytes read as plain pairs give the interleaved order
+    plain = dq.DequantConfig("uint4", "fp16", "fp16", 8, "k_pairs_low_first")
+    assert dq.unpack_host(stored, plain)[:, 0].tolist() == [0, 2, 4, 6, 1, 3, 5, 7]
+    for k in range(24):
+        for packing in dq.PACKINGS:
+            assert dq.k_of_nibble(*dq.nibble_of(k, packing), packing) == k
+    assert dq.nibble_of(1, "k8_interleaved") == (2, 0) and dq.nibble_of(6, "k8_interleaved") == (1, 1)
+
+
+def test_k8_interleaved_tiles_hold_whole_words():
+    cfg = dq.DequantConfig("int4", "fp16", "fp16", 8, "k8_interleaved")
+    ones = torch.ones(2, 4, dtype=torch.float16)
+    with pytest.raises(ValueError, match="not a multiple of 4"):
+        dq.unpack_host(torch.zeros(6, 4, dtype=torch.uint8), cfg)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        dq.pack_host(torch.zeros(12, 4, dtype=torch.int64), cfg)
+    with pytest.raises(ValueError, match="k0 = 4"):
+        dq.dequant_host(torch.zeros(4, 4, dtype=torch.uint8), ones, None, cfg, k0=4)
+    with pytest.raises(ValueError, match="k0 = 4"):
+        dq.dequant(torch.zeros(4, 4, dtype=torch.uint8), ones, None, cfg, k0=4)
+    with pytest.raises(ValueError, match="stored has 2 rows"):
+        dq.dequant(torch.zeros(2, 4, dtype=torch.uint8), ones, None, cfg)
+    with pytest.raises(ValueError, match="group_size 12 must be a multiple of 8"):
+        dq.DequantConfig("int4", "fp16", "fp16", 12, "k8_interleaved")
 
 
 def test_decoders():

@@ -22,6 +22,7 @@ DEV = "cuda"
     ("int4", "fp16", "fp16", "int", "fp32", "k_pairs_low_first"),
     ("uint4", "bf16", "bf16", "float", "operand", "k_pairs_high_first"),
     ("fp4_e2m1", "e8m0", "bf16", "none", "fp32", "k_pairs_low_first"),
+    ("int4", "fp16", "fp16", "int", "operand", "k8_interleaved"),
     ("e4m3", "fp32", "fp16", "none", "operand", None),
 ])
 def test_compiled_dequant_matches_the_host_spec(dtype, scale, out, zeros, precision, packing):
@@ -35,10 +36,13 @@ def test_compiled_dequant_matches_the_host_spec(dtype, scale, out, zeros, precis
     assert torch.equal(host.view(torch.int16), dev.cpu().view(torch.int16))
 
 
-@pytest.mark.parametrize("defect", [None, "dequant_nibble_order", "dequant_group_index", "dequant_zero_twice",
-                                    "dequant_scale_group"])
-def test_the_w4a16_model_kernel_judged_on_the_device(defect):
-    spec = ProblemSpec(16, 256, 512, a_dtype="fp16", b_dtype="int4", out_dtype="fp16", b_packing="k_pairs_low_first",
+@pytest.mark.parametrize("packing,defect", [
+    ("k_pairs_low_first", None), ("k_pairs_low_first", "dequant_nibble_order"),
+    ("k_pairs_low_first", "dequant_group_index"), ("k_pairs_low_first", "dequant_zero_twice"),
+    ("k_pairs_low_first", "dequant_scale_group"), ("k8_interleaved", None), ("k8_interleaved", "dequant_plain_pairs"),
+])
+def test_the_w4a16_model_kernel_judged_on_the_device(packing, defect):
+    spec = ProblemSpec(16, 256, 512, a_dtype="fp16", b_dtype="int4", out_dtype="fp16", b_packing=packing,
                        b_group_size=128, b_scales="fp16", b_zeros="int", tile=Tile(16, 128, 64))
     ops = make_operands(spec, "index")
     inj = None if defect is None else Injection(defect, (0, 1), 3)

@@ -7,7 +7,7 @@
 - chained: against the reference dequant of the input's stored tile.
 Bit-exact where the declared arithmetic is exact, else within oracle.judging.tolerance's dequant
 bound. `hint` names the scale group of a bad element and the single-field mistake (nibble order,
-group index, a zero point twice, a scale or zero point of another group) its value matches, the
+the bytes read as another packing, group index, a zero point twice, a scale or zero point of another group) its value matches, the
 first of them in that order (a value can fit more than one: the others are named beside it).
 """
 
@@ -49,7 +49,9 @@ def dequant_stage(ctx: Context, op: str) -> StageResult:
             if own.dtype != stored.dtype:
                 own = own.view(stored.dtype)
             fed = ref_dequant.dequant(own, ctx.b_scales, ctx.b_zeros, cfg, k0=k0, n0=n0)
-            upstream = ctx.recorded(up).repeat_interleave(per, dim=0)  # a byte's mark covers its k
+            upstream = ctx.recorded(up)
+            if cfg.packed:  # a byte's mark covers the k it holds
+                upstream = upstream[_byte_rows(upstream.shape[0] * per, cfg.packing).to(upstream.device)]
             tf.append(ctx.judge(received, fed, feed=Feed.KERNEL, valid=valid, recorded=recorded, upstream=upstream,
                                 bound=_bound(ctx, own, k0, n0), **where))
         else:
@@ -57,6 +59,11 @@ def dequant_stage(ctx: Context, op: str) -> StageResult:
                                 bound=_bound(ctx, stored, k0, n0), stand_ins=(("load_b", tap.tile, tap.k_block),),
                                 **where))
     return StageResult(stage, combine(tf), combine(ch))
+
+
+def _byte_rows(tk: int, packing: str) -> torch.Tensor:
+    """The stored row holding each k of a packed tile (k 0..tk-1)."""
+    return torch.tensor([ref_dequant.nibble_of(k, packing)[0] for k in range(tk)], dtype=torch.long)
 
 
 def _fields(ctx: Context, stored: torch.Tensor, k0: int, n0: int):
@@ -112,9 +119,15 @@ def hint(ctx: Context, k: int, n: int, received: float) -> Optional[str]:
     q, z, s = float(qs[k]), float(z_all[g]), float(s_all[g])
     found = []
     if cfg.packed:
-        partner = k ^ 1
+        row, high = ref_dequant.nibble_of(k, cfg.packing)
+        partner = ref_dequant.k_of_nibble(row, 1 - high, cfg.packing)
         if w(float(qs[partner]), z, s) == received and qs[partner] != qs[k]:
             found.append(f"the other nibble of its byte (k = {partner}): the nibble order is swapped")
+        for other in ref_dequant.PACKINGS:  # the stored bytes read as another packing
+            src = ref_dequant.k_of_nibble(*ref_dequant.nibble_of(k, other), cfg.packing)
+            if src not in (k, partner) and w(float(qs[src]), z, s) == received and qs[src] != qs[k]:
+                found.append(f"the value stored for k = {src}: B's bytes read as {other}, not {cfg.packing} (the "
+                             f"packing / nibble order is wrong)")
     if cfg.zeros != "none" and z != 0 and w(q, 2 * z, s) == received:
         found.append("the zero point applied twice")
     for g2 in range(n_groups):
