@@ -32,7 +32,7 @@ directory:
 Constraints: the C++ side evaluates nothing: every size, grid entry and literal is a number here.
 Nothing from the case reaches a generated file unchecked: names and defines are in harness.names'
 grammar (oracle.run.case_grammar, again in check_case), and every word of the Makefile is proven free of
-what make or a shell would interpret before it is written (_make_words).
+what make or a shell would interpret before it is written (oracle.repro.makefile).
 The untraced build launches the case's time_entry built without ORACLE_TRACE when there is one and
 the case launches one kernel, else the traced entries from the traced build with a null sink (then
 both builds share one cubin; time_entry names no untraced kernel for a later launch).
@@ -43,7 +43,6 @@ variable, defaulting to the nvidia-cutlass wheel of the machine that wrote it).
 from __future__ import annotations
 
 import json
-import re
 import struct
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -51,8 +50,7 @@ from typing import Optional
 
 import torch
 
-from harness.build import DEFAULT_FLAGS, HARNESS_INCLUDE_DIR, arch_flags, cutlass_include_dirs, define_flags
-from harness.build import LIBRARY_FLAGS
+from harness.build import HARNESS_INCLUDE_DIR
 from harness.launch import ScalarArg, StructArg, TensorArg, TensorMapArg
 from harness.launch_abi import BIAS_KINDS, LAUNCH_CODES, SCALE_KINDS, SLOTS, LibraryCall
 from harness.runner import RunnerError, _check_request, sequence_roles
@@ -63,24 +61,15 @@ from kernels_ref.dtypes import name_of
 from oracle.run.case import Case, CaseError, LaunchPlan
 from oracle.run.inputs import Operands, Provenance, check_operands
 from oracle.run.live import _names, check_case, default_trace_tiles, is_library, launch_sequence, library_call
+from oracle.repro.errors import ReproError
 from oracle.repro.folder import MANIFEST, KernelFile, ReproFolder, kernel_files, read_kernel_file
+from oracle.repro.makefile import TEMPLATE, TEMPLATE_PARTS, BuildPlan, build_plan, makefile_text
 
 FORMAT = "oracle-repro"
 VERSION = 2  # 2: every launch of the case, workspaces, grouped problems
 READABLE_VERSIONS = (1, 2)
-TEMPLATE = Path(__file__).resolve().parent / "files" / "repro.cu"
-TEMPLATE_PARTS = tuple(sorted((TEMPLATE.parent / "host").glob("*.cuh")))
 BOUND_F64_LIMIT = 1 << 22  # outputs with more elements get a float32 bound.bin (rounded up)
 TIMEOUT_S = 60
-LIBRARY_TRACED, LIBRARY_PLAIN = "libkernel_traced.so", "libkernel.so"  # a launch library's two builds
-# Files a run of the reproducer writes (make clean removes them with the builds).
-RUN_OUTPUTS = ("d.bin", "sink.bin", "result.txt")
-# Every word the Makefile is given: no character make, a shell or nvcc's option parser would read.
-_MAKE_WORD = re.compile(r"[A-Za-z0-9_.+\-/=,]*\Z")
-
-
-class ReproError(ValueError):
-    """A reproducer that cannot be written or read back; the message names the file or field."""
 
 
 @dataclass(frozen=True)
@@ -104,62 +93,7 @@ class ReproDir:
         return self.entries_plain[0]
 
 
-@dataclass(frozen=True)
-class _Build:
-    """How the two cubins are made: the kernel source (None for a prebuilt cubin), defines, and
-    the entry point of every launch in each build."""
-
-    source: Optional[Path]
-    prebuilt: Optional[Path]
-    arch: str
-    traced_defines: dict
-    plain_defines: dict
-    entries_traced: tuple[str, ...]
-    entries_plain: tuple[str, ...]
-    time_entry_unused: bool = False  # a time_entry the untraced build cannot use (later launches)
-    library: bool = False  # a launch library: two shared objects, entered through oracle_launch
-
-    @property
-    def shared(self) -> bool:
-        """The untraced run uses the traced cubin (same defines, or a prebuilt cubin)."""
-        return self.prebuilt is not None or self.plain_defines == self.traced_defines
-
-    @property
-    def cubin_traced(self) -> str:
-        return LIBRARY_TRACED if self.library else "kernel_traced.cubin"
-
-    @property
-    def cubin_plain(self) -> str:
-        if self.library:
-            return LIBRARY_TRACED if self.shared else LIBRARY_PLAIN
-        return "kernel_traced.cubin" if self.shared else "kernel.cubin"
-
-    @property
-    def entry_traced(self) -> str:
-        return self.entries_traced[0]
-
-    @property
-    def entry_plain(self) -> str:
-        return self.entries_plain[0]
-
-
-def _build_plan(case: Case) -> _Build:
-    k = case.kernel
-    traced = {"ORACLE_TRACE": "1", **dict(k.defines)}
-    if k.library:  # the untraced library is the same source without ORACLE_TRACE
-        plain = {n: v for n, v in dict(k.defines).items() if n != "ORACLE_TRACE"}
-        return _Build(Path(k.library), None, k.arch, traced, plain, (k.entry,), (k.entry,), library=True)
-    entries = (k.entry,) + tuple(plan.entry for plan in case.launch.next)
-    if k.time_entry and len(entries) == 1:
-        plain = {n: v for n, v in dict(k.defines).items() if n != "ORACLE_TRACE"}
-        entries_plain = (k.time_entry,)
-    else:  # the traced entries only exist with ORACLE_TRACE: the same build, with a null sink
-        plain, entries_plain = traced, entries
-    return _Build(Path(k.source) if k.source else None, Path(k.cubin) if k.cubin else None, k.arch, traced, plain,
-                  entries, entries_plain, time_entry_unused=bool(k.time_entry) and len(entries) > 1)
-
-
-def _library_launch_text(case: Case, call: LibraryCall, build: _Build, selection: TraceSelection) -> str:
+def _library_launch_text(case: Case, call: LibraryCall, build: BuildPlan, selection: TraceSelection) -> str:
     """launch.txt of a launch library: the two libraries, the trace selection and every field of
     the LaunchArgs the host program fills (floats as bits, tensors by buffer name)."""
     lines = ["# launch.txt: what repro passes to the launch library's oracle_launch; every value evaluated by "
@@ -286,7 +220,7 @@ def map_summary(spec: TensorMapSpec) -> str:
             f"L2 promotion {spec.l2_promotion}B, OOB fill {spec.oob_fill}")
 
 
-def _launch_text(case: Case, sequence: list, build: _Build, selection: TraceSelection) -> str:
+def _launch_text(case: Case, sequence: list, build: BuildPlan, selection: TraceSelection) -> str:
     lines = ["# launch.txt: what repro launches; every value fully evaluated by python -m oracle repro",
              "cubin_traced kernel_traced.cubin", f"cubin_plain {build.cubin_plain}", f"timeout_s {TIMEOUT_S}"]
     tiles = selection.tiles
@@ -356,101 +290,7 @@ def _problem_text(case: Case) -> str:
 # -------------------------------------------------------------------------------- Makefile, README
 
 
-def _make_words(field: str, words) -> str:
-    """`words` joined by spaces, each proven free of anything make, a shell or nvcc would interpret
-    ($, quotes, ;, #, whitespace, newline...): a value outside that grammar is refused, never written."""
-    words = [str(w) for w in words]
-    for w in words:
-        if not _MAKE_WORD.match(w):
-            raise ReproError(f"the Makefile's {field} would hold {w!r}: only letters, digits and _ . + - / = , "
-                             f"may reach it")
-    return " ".join(words)
-
-
-def _makefile(build: _Build, kernel_main: Optional[str], kernel_names: list[str]) -> str:
-    cutlass = [str(d) for d in cutlass_include_dirs()]
-    cutlass = [d if _MAKE_WORD.match(d) else "" for d in cutlass]  # a machine path make cannot take: left to the user
-    cutlass_inc = cutlass[0] if cutlass else ""
-    cutlass_util = cutlass[1] if len(cutlass) > 1 else ""
-    output = LIBRARY_FLAGS if build.library else ("-cubin",)
-    kernel_flags = _make_words("KERNEL_FLAGS", output + arch_flags(build.arch) + DEFAULT_FLAGS)
-    out = [
-        "# Makefile of a standalone reproducer written by `python -m oracle repro`; nvcc is all it needs.",
-        "#   make             the untraced cubin and ./repro (the production entry point, no sink)",
-        "#   make TRACE=1     the traced cubin and ./repro_traced (the traced entry point; writes sink.bin)",
-        "#   make host        only the host programs (repro --check-only needs no cubin and no GPU)",
-        "# Variables: NVCC (another compiler, to bisect nvcc versions), CUTLASS_INCLUDE and",
-        "# CUTLASS_UTIL_INCLUDE (the CUTLASS/CuTe headers), KERNEL_CUBIN_FROM and KERNEL_TRACED_CUBIN_FROM",
-        "# (copy a cubin built from the same source with the same flags, e.g. another reproducer's, instead",
-        "# of compiling), HOST_FLAGS.",
-        "NVCC ?= nvcc",
-        f"CUTLASS_INCLUDE ?= {cutlass_inc}",
-        f"CUTLASS_UTIL_INCLUDE ?= {cutlass_util}",
-        "KERNEL_CUBIN_FROM ?=",
-        "KERNEL_TRACED_CUBIN_FROM ?=",
-        "TRACE ?= 0",
-        "# the oracle's own build (harness/build.py): arch, flags, then the trace header and CUTLASS",
-        f"KERNEL_FLAGS := {kernel_flags}",
-        f"TRACED_DEFINES := {_make_words('TRACED_DEFINES', define_flags(build.traced_defines))}",
-        f"PLAIN_DEFINES := {_make_words('PLAIN_DEFINES', define_flags(build.plain_defines))}",
-        "INCLUDES := -Ikernel/include $(if $(CUTLASS_INCLUDE),-I$(CUTLASS_INCLUDE)) "
-        "$(if $(CUTLASS_UTIL_INCLUDE),-I$(CUTLASS_UTIL_INCLUDE))",
-        f"KERNEL_SOURCE := {_make_words('KERNEL_SOURCE', [kernel_main] if kernel_main else [])}",
-        f"KERNEL_FILES := {_make_words('KERNEL_FILES', kernel_names)}",
-        "HOST_FLAGS ?= -std=c++17 -O2 -g",
-        f"PLAIN_CUBIN := {build.cubin_plain}",
-        "",
-        "ifeq ($(TRACE),1)",
-        "all: repro_traced",
-        "else",
-        "all: repro",
-        "endif",
-        "",
-        "# repro needs its cubin at run time only: an order-only prerequisite; `make host` skips it",
-        "REPRO_NEEDS ?= $(PLAIN_CUBIN)",
-        f"TRACED_NEEDS ?= {build.cubin_traced}",
-        "host:",
-        "\t$(MAKE) repro repro_traced REPRO_NEEDS= TRACED_NEEDS=",
-        ".PHONY: all host run run_traced sanitize clean",
-        "",
-    ]
-    if build.prebuilt is None:
-        out += [f"{build.cubin_traced}: $(KERNEL_FILES)",
-                "ifneq ($(KERNEL_TRACED_CUBIN_FROM),)",
-                "\tcp $(KERNEL_TRACED_CUBIN_FROM) $@",
-                "else",
-                "\t$(NVCC) $(KERNEL_FLAGS) $(TRACED_DEFINES) $(INCLUDES) -o $@ $(KERNEL_SOURCE)",
-                "endif", ""]
-        if not build.shared:
-            out += [f"{build.cubin_plain}: $(KERNEL_FILES)",
-                    "ifneq ($(KERNEL_CUBIN_FROM),)",
-                    "\tcp $(KERNEL_CUBIN_FROM) $@",
-                    "else",
-                    "\t$(NVCC) $(KERNEL_FLAGS) $(PLAIN_DEFINES) $(INCLUDES) -o $@ $(KERNEL_SOURCE)",
-                    "endif", ""]
-    out += [
-        "# the host programs: repro.cu and its headers (host/), no kernel code (it loads the cubin at run time)",
-        "HOST_SOURCES := repro.cu " + " ".join(f"host/{p.name}" for p in TEMPLATE_PARTS),
-        "repro: $(HOST_SOURCES) | $(REPRO_NEEDS)",
-        "\t$(NVCC) $(HOST_FLAGS) -Ikernel/include -DORACLE_REPRO_TRACED=0 -o $@ repro.cu -ldl",
-        "repro_traced: $(HOST_SOURCES) | $(TRACED_NEEDS)",
-        "\t$(NVCC) $(HOST_FLAGS) -Ikernel/include -DORACLE_REPRO_TRACED=1 -o $@ repro.cu -ldl",
-        "",
-        "run: repro",
-        "\t./repro",
-        "run_traced: repro_traced",
-        "\t./repro_traced",
-        "sanitize: repro",
-        "\tcompute-sanitizer --tool memcheck --error-exitcode 99 ./repro --timeout 600",
-        "clean:",
-        "\trm -f repro repro_traced" + ("" if build.prebuilt else f" {LIBRARY_PLAIN} {LIBRARY_TRACED}" if build.library
-                                   else " kernel.cubin kernel_traced.cubin")
-        + " " + " ".join(RUN_OUTPUTS),
-    ]
-    return "\n".join(out) + "\n"
-
-
-def _library_readme_parts(case: Case, call: LibraryCall, build: _Build) -> tuple[str, str, list[str]]:
+def _library_readme_parts(case: Case, call: LibraryCall, build: BuildPlan) -> tuple[str, str, list[str]]:
     """The kernels line, the build note and the launch lines of a launch library's README."""
     kernels = (f"Kernel: the launch library {build.source.name if build.source else ''} (ABI {call.abi}), entered "
                f"through oracle_launch, which launches its own kernels.")
@@ -467,7 +307,7 @@ def _library_readme_parts(case: Case, call: LibraryCall, build: _Build) -> tuple
     return kernels, note, lines
 
 
-def _readme(case: Case, prov: Provenance, sequence: list, build: _Build, reference: bool,
+def _readme(case: Case, prov: Provenance, sequence: list, build: BuildPlan, reference: bool,
             selection: TraceSelection, workspaces: list, copied: list, call: Optional[LibraryCall] = None) -> str:
     s = case.spec
     ref = ("expected.bin and bound.bin hold the oracle's reference D and per-element bounds\n"
@@ -597,7 +437,7 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
             _check_request(first, tensors, later)  # the harness's own checks: dtypes, maps inside their buffers
         except RunnerError as e:
             raise ReproError(f"the launch cannot be reproduced: {e}") from None
-    build = _build_plan(case)
+    build = build_plan(case)
     tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case)
     selection = TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks)  # checked by check_case
     # Everything read from the user's files before the folder is touched: a refusal changes nothing.
@@ -609,7 +449,7 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
         sources = [replace(f, rel=f"kernel/src/{f.rel}") for f in found] + _trace_header_files()
         kernel_main = f"kernel/src/{main}"
     kernel_names = [f.rel for f in sources] if build.prebuilt is None else []
-    makefile = _makefile(build, kernel_main, kernel_names)
+    makefile = makefile_text(build, kernel_main, kernel_names)
     launch_text = (_library_launch_text(case, call, build, selection) if call is not None
                    else _launch_text(case, sequence, build, selection))
     folder = ReproFolder(out, ReproError)  # refuses a folder that is not new, empty or the oracle's own
@@ -646,7 +486,7 @@ def _trace_header_files() -> list[KernelFile]:
 
 
 def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: ReproFolder, sequence: list,
-               tensors: dict, build: _Build, selection: TraceSelection, sources: list, makefile: str,
+               tensors: dict, build: BuildPlan, selection: TraceSelection, sources: list, makefile: str,
                launch_text: str, y, b, call: Optional[LibraryCall] = None) -> None:
     """Every file of the reproducer but the manifest, into a folder cleared of an earlier one."""
     reference = y is not None
