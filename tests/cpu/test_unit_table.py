@@ -113,3 +113,35 @@ def test_the_host_threshold_only_changes_where_units_live(monkeypatch, cap):
     r[5, 9] *= 4
     fast, ref = _both(r, e)
     _same_report(fast, ref)
+
+
+def test_past_the_failing_list_every_failing_tile_is_still_counted(monkeypatch):
+    monkeypatch.setattr(fast_results, "FAIL_LIST", 2)
+    r, e = _pair(7)
+    for i, j in ((0, 3), (2, 2), (5, 1), (11, 7)):
+        r[i * 4 + 1, j * 8 + 2] = e[i * 4 + 1, j * 8 + 2] * 3
+    fast, ref = _both(r, e, max_detail_tiles=1)
+    _same_report(fast, ref)
+    assert fast.bad_tiles == {(0, 3), (2, 2), (5, 1), (11, 7)}
+
+
+def test_a_matching_comparison_reads_the_device_once(monkeypatch):
+    """Every host read of a tensor made by the comparator's own modules (tolist, item, cpu, numpy,
+    bool/int/float of a tensor): one, the summary's, when nothing fails."""
+    import sys
+
+    reads = []
+    for name in ("tolist", "item", "cpu", "numpy", "__bool__", "__int__", "__float__"):
+        orig = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _orig=orig, _name=name, **kw):
+            caller = sys._getframe(1).f_code.co_filename
+            if "compare_fast" in caller and "triton" not in caller:
+                reads.append((_name, caller.rsplit("/", 1)[-1], sys._getframe(1).f_lineno))
+            return _orig(self, *a, **kw)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    r, e = _pair(8)
+    fast = compare_fast(r, e, rtol=RTOL, atol=ATOL, tile_shape=TILE)
+    assert fast.status is Status.MATCH and fast.tables
+    assert len(reads) == 1 and reads[0][1] == "summary.py", reads

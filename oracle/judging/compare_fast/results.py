@@ -5,16 +5,16 @@ their first bad elements (`_first_bad`, bounded chunks of rows).
 A comparison of at most HOST_UNITS units makes all of them on the host; a larger one keeps the
 folded rows on the device (`DeviceUnits`) and makes only the units a report reads: the worst, the
 first failing ones (up to max_detail_tiles: those get their first bad elements, as the reference
-gives them) and the first non-finite one. A few reductions on the device pick them; the host reads
-one copy of the counts and those rows when nothing fails, one more of the failing rows otherwise.
-Worst-unit ties go to the first tile, as Python's max does; a NaN err/bound (a NaN bound) makes
-every unit on the host, as the reference does.
+gives them) and the first non-finite one. Two small kernels pick them on the device
+(oracle.judging.compare_fast.summary) and the host reads one copy: the counts, those rows and the
+first FAIL_LIST failing units (a second copy lists every failing unit past those). Worst-unit ties
+go to the first tile, as Python's max does; a NaN err/bound (a NaN bound) makes every unit on the
+host, as the reference does.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -26,11 +26,11 @@ from oracle.judging.compare_fast.fold import _tile_fields
 from oracle.judging.compare_fast.kinds import inline_bound
 from oracle.judging.compare_fast.launch import tile_stats
 from oracle.judging.compare_fast.plan import FastConfig
-from oracle.judging.compare_fast.stats import (NSTAT, S_BAD, S_COMPARED, S_INF_E, S_INF_R, S_INFO, S_MAX_ABS,
-                                               S_MAX_RATIO, S_NAN_E, S_NAN_R, S_RATIO_NAN, S_FIRST_BAD,
-                                               _NO_BAD)
+from oracle.judging.compare_fast.stats import NSTAT, S_BAD, S_COMPARED, S_FIRST_BAD, _NO_BAD
+from oracle.judging.compare_fast.summary import summarize
 
 _DETAIL_CHUNK = 1 << 18  # elements per chunk of the second look at a failing tile
+FAIL_LIST = 1024  # failing units listed in the summary (their tiles: Comparison.bad_tiles)
 
 
 @dataclass(frozen=True)
@@ -84,61 +84,48 @@ def compare_fast(received: torch.Tensor, expected: torch.Tensor, *, bound: Optio
         return _first_bad(received, expected, bound, rtol, atol, mask, exact, int(row[S_FIRST_BAD]),
                           (i * th, min(h, i * th + th)), (j * tw, min(w, j * tw + tw)), origin)
 
-    c = rows.unbind(-1)
-    keep = c[S_COMPARED] > 0
-    fail = keep & (c[S_BAD] > 0)
-    nonfinite = keep & (c[S_NAN_R] + c[S_INF_R] > c[S_NAN_E] + c[S_INF_E])
-    unknown = keep & ((c[S_RATIO_NAN] > 0) | torch.isnan(c[S_MAX_ABS]))
-    worst = _worst(keep, fail, c)
-    first_nonfinite = torch.argmax(nonfinite.to(torch.int32))
-    zero = torch.zeros((), dtype=rows.dtype, device=rows.device)
-    counts = torch.stack([keep.sum(), fail.sum(), torch.where(keep, c[S_COMPARED], zero).sum(),
-                          torch.where(keep, c[S_BAD], zero).sum(), (keep & (c[S_INFO] > 0)).sum(), unknown.sum(),
-                          nonfinite.sum(), worst, first_nonfinite]).to(rows.dtype)
-    head = torch.cat([counts, rows[worst], rows[first_nonfinite]]).cpu().tolist()
-    n_units, n_failing, n_compared, n_bad, n_nontrivial, n_unknown, n_nonfinite, i_worst, i_nonfinite = \
-        (int(v) for v in head[:9])
-    if n_units == 0:
+    if rows.shape[0] <= HOST_UNITS:
+        return _every_unit(table, rows.tolist(), details, max_detail_tiles)
+    detail = max(0, max_detail_tiles)
+    sm = summarize(rows, max(FAIL_LIST, detail), detail)
+    if sm.units == 0:
         return Comparison(Status.NOT_RUN)
-    if n_units <= HOST_UNITS or n_unknown:  # every unit on the host, as the reference makes them
-        out, budget = [], max_detail_tiles
-        for r, row in enumerate(rows.cpu().tolist()):
-            if row[S_COMPARED] == 0:
-                continue
-            first = ()
-            if row[S_BAD] and budget > 0:
-                budget -= 1
-                first = details(r, row)
-            out.append(table.row_unit(r, row, first, shown=False))
-        return combine([Comparison(Status.MATCH, tuple(out))])
-    shown = {i_worst: head[9:9 + NSTAT]}
-    if n_nonfinite:
-        shown.setdefault(i_nonfinite, head[9 + NSTAT:9 + 2 * NSTAT])
+    if sm.units <= HOST_UNITS or sm.unknown:
+        return _every_unit(table, rows.tolist(), details, max_detail_tiles)
+    shown = {sm.worst: sm.worst_row}
+    if sm.nonfinite:
+        shown.setdefault(sm.first_nonfinite, sm.nonfinite_row)
     bad_tiles, detailed = frozenset(), {}
-    if n_failing:
-        failing = fail.nonzero().squeeze(1)
-        first = failing[:max_detail_tiles]
-        got = torch.cat([failing.to(rows.dtype), rows[first].reshape(-1)]).cpu().tolist()
-        idx = [int(v) for v in got[:n_failing]]
+    if sm.failing:
+        idx = sm.failing_rows
+        if len(idx) < sm.failing:  # past the list: every failing row's index, one more copy
+            c = rows.unbind(-1)
+            idx = tuple(((c[S_COMPARED] > 0) & (c[S_BAD] > 0)).nonzero().squeeze(1).tolist())
         bad_tiles = frozenset((base_ti[0] + r // tiles_w, base_ti[1] + r % tiles_w) for r in idx)
-        for k, r in enumerate(idx[:len(first)]):
-            row = got[n_failing + k * NSTAT:n_failing + (k + 1) * NSTAT]
+        for r, row in zip(idx, sm.detail_rows):
             shown[r] = row
             detailed[r] = details(r, row)
-    table = dataclasses.replace(table, units=n_units, failing=n_failing, compared=n_compared, mismatches=n_bad,
-                                nontrivial=n_nontrivial, bad_tiles=bad_tiles, details=tuple(sorted(detailed.items())))
+    table = dataclasses.replace(table, units=sm.units, failing=sm.failing, compared=sm.compared,
+                                mismatches=sm.mismatches, nontrivial=sm.nontrivial, bad_tiles=bad_tiles,
+                                details=tuple(sorted(detailed.items())))
     units = tuple(table.row_unit(r, row, detailed.get(r, ())) for r, row in sorted(shown.items()))
     return combine([Comparison(Status.MATCH, units, tables=(table,))])
 
 
-def _worst(keep: torch.Tensor, fail: torch.Tensor, c) -> torch.Tensor:
-    """The row of Comparison.worst's unit, on the device: the largest (failing, err/bound,
-    mismatches, max_abs_err), the first tile on ties."""
-    cand = keep & (fail | ~fail.any())
-    for col in (c[S_MAX_RATIO], c[S_BAD], c[S_MAX_ABS]):
-        top = torch.where(cand, col, -math.inf).max()
-        cand = cand & (col == top)
-    return torch.argmax(cand.to(torch.int32))
+def _every_unit(table: DeviceUnits, rows: list, details, max_detail_tiles: int) -> Comparison:
+    """Every unit on the host, as the reference makes them (the first failing ones with details)."""
+    out, budget = [], max_detail_tiles
+    for r, row in enumerate(rows):
+        if row[S_COMPARED] == 0:
+            continue
+        first = ()
+        if row[S_BAD] and budget > 0:
+            budget -= 1
+            first = details(r, row)
+        out.append(table.row_unit(r, row, first, shown=False))
+    if not out:
+        return Comparison(Status.NOT_RUN)
+    return combine([Comparison(Status.MATCH, tuple(out))])
 
 
 def _first_bad(received, expected, bound, rtol, atol, mask, exact, first_lin, row_span, col_span,
