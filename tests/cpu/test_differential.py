@@ -169,3 +169,35 @@ def test_the_cross_checks_one_copy_keeps_every_tensor_whole_whatever_its_dtype()
         if t is not None:
             assert u.dtype == t.dtype and u.shape == t.shape
             assert torch.equal(u.view(torch.uint8), t.contiguous().view(torch.uint8))
+
+
+def test_the_cross_check_works_on_one_host_thread_and_gives_the_count_back(monkeypatch):
+    import torch
+
+    from oracle.judging.differential import cross_check as cc
+
+    seen = []
+    real = cc.disagreement
+    monkeypatch.setattr(cc, "disagreement", lambda *a, **k: (seen.append(torch.get_num_threads()), real(*a, **k))[1])
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        an = run(BASE)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen and set(seen) == {1}
+    assert an.verdict is Verdict.MATCH and not an.cross_check
+
+
+def test_the_phases_add_up_to_the_analysis():
+    import time
+
+    t0 = time.perf_counter()
+    an = run(BASE)
+    wall = (time.perf_counter() - t0) * 1e3
+    names = [n for n, _ in an.phases]
+    assert names == ["context", "cross_check", "descriptor_load", "mma_reduce", "reference_chain", "epilogue_store",
+                     "findings", "compare"]
+    assert all(ms >= 0 for _, ms in an.phases)
+    assert sum(ms for n, ms in an.phases if n != "compare") <= wall

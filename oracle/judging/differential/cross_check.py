@@ -13,13 +13,23 @@ On each sampled tile (knobs.CROSS_CHECK_TILES: the first tapped tiles, else the 
             previous Triton step) against its float64 host spec;
   partials  split problems: each partial and the reduction against their host specs.
 The Triton side runs first with no host round trip; what the host compares crosses to the CPU in
-one copy. Cost on the H200 at 4096^3 and 8192^3 (2 tiles): a few milliseconds, most of it the
-Triton trajectory and the float64 products (benchmarks/check_bench.py prints the phase).
-A wrong Triton value at an element outside the sampled lines of the mma check is not seen here.
+one copy. A wrong Triton value at an element outside the sampled lines of the mma check is not
+seen here.
+
+What it costs, bounded by the tile shape and K whatever M and N: T = knobs.CROSS_CHECK_TILES tiles
+(default 2), each with 2 k-blocks of both operand tiles, 8 (BM + BN) accumulator elements
+(SAMPLE_LINES rows and columns) over the whole K, and BM x BN elements per epilogue step. On the
+device: one Triton trajectory of the T tiles (K / BK steps each, every step's accumulator kept:
+T K / BK BM BN float32) and 16 T (BM + BN) K float64 products (batched matmuls); to the host: two
+copies of the spec's products, 8 T (BM + BN) K / BK float64 in all (2 MiB at 4096^3 with
+128 x 128 x 64 tiles), and one of the Triton side; on the host: the float32 roundings of those
+products in numpy and a few hundred small torch operations (a tile at most each), on one thread
+(`one_host_thread`). benchmarks/check_bench.py prints the phase.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Optional, Sequence
 
 import torch
@@ -106,8 +116,28 @@ def disagreement(got: torch.Tensor, want: torch.Tensor, bound: Optional[torch.Te
     return float(ratio[bad].max())
 
 
+@contextmanager
+def one_host_thread():
+    """torch's CPU operations on one thread. The cross-check's host tensors are small (a tile at
+    most), and waking the intra-op threads costs more than such an operation: a parallel sqrt of
+    4096 float64 takes milliseconds on a busy or many-core host, one thread microseconds."""
+    n = torch.get_num_threads()
+    if n > 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if n > 1:
+            torch.set_num_threads(n)
+
+
 def cross_check(ctx: Context, tiles: Sequence[tuple[int, int]]) -> list[str]:
     """The Triton references against their specifications on a few tiles (module docstring)."""
+    with one_host_thread():
+        return _cross_check(ctx, tiles)
+
+
+def _cross_check(ctx: Context, tiles: Sequence[tuple[int, int]]) -> list[str]:
     spec = ctx.spec
     tiles = [tuple(t) for t in tiles]
     if not tiles or spec.k_blocks == 0:
