@@ -22,7 +22,8 @@ by cumulative and by own time. Goals (reported, not enforced): 4096^3 <= 25 ms, 
 JSON keys: machine, device, seed, sizes (one entry per size: n, verdict, worst_tile, first_ms,
 warm_ms {median, min, max, all}, phases_ms (medians), gemm_ms, ratio_to_gemm, reference_gemm_ms,
 goal_ms, meets_goal),
-versions, date, elapsed_s. Exit code 0 when every size was measured and its verdicts agree.
+versions, host (CPUs, those this process may use, torch's intra-op threads), date, elapsed_s.
+Exit code 0 when every size was measured and its verdicts agree.
 """
 
 from __future__ import annotations
@@ -194,6 +195,8 @@ def main(argv=None) -> int:
         "device": str(dev), "seed": seed, "sizes": rows,
         "versions": {"torch": torch.__version__, "triton": __import__("triton").__version__,
                      "python": platform.python_version(), "cuda": torch.version.cuda},
+        "host": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+                 "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None},
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "elapsed_s": round(time.time() - t0, 1),
     }

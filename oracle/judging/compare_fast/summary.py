@@ -28,15 +28,15 @@ from oracle.judging.compare_fast.stats import (NSTAT, S_BAD, S_COMPARED, S_INF_E
 
 BLOCK = 256  # units per program of _summary_blocks
 CHUNK = 256  # partial records per step of _summary_final
-_NONE = 2 ** 62  # "no unit"
 
-# A partial record: counts, the first non-finite unit, then (index, max_ratio, mismatches,
-# max_abs_err) of the worst failing unit and of the worst unit.
+# A partial record (the kernels write it by these positions; 2^62 is "no unit"): counts, the first
+# non-finite unit, then (index, max_ratio, mismatches, max_abs_err) of the worst failing unit and of
+# the worst unit.
 (P_UNITS, P_FAILING, P_COMPARED, P_BAD, P_NONTRIVIAL, P_UNKNOWN, P_NONFINITE, P_FIRST_NONFINITE,
  P_FAIL_I, P_FAIL_RATIO, P_FAIL_BAD, P_FAIL_ABS, P_ALL_I, P_ALL_RATIO, P_ALL_BAD, P_ALL_ABS) = range(16)
 NPART = 16
-# The summary buffer: HEAD counts and indices, the worst row, the first non-finite row, the list of
-# failing units (cap), the rows of the first `detail` of them.
+# The summary buffer (likewise): HEAD counts and indices, the worst row, the first non-finite row,
+# the list of failing units (cap), the rows of the first `detail` of them.
 (H_UNITS, H_FAILING, H_COMPARED, H_BAD, H_NONTRIVIAL, H_UNKNOWN, H_NONFINITE, H_WORST, H_FIRST_NONFINITE) = range(9)
 HEAD = 16
 
