@@ -53,3 +53,20 @@ def test_a_warm_check_makes_few_host_objects():
     rep = oracle.check(a, b, d)
     out = rep.stages[-1].chained
     assert out.units == (N // 128) ** 2 and len(out.tiles) <= 2
+
+
+def test_the_phases_are_dated_by_the_device_and_add_up_to_the_check():
+    """No synchronisation between phases: each ends when its host work and its device work are done,
+    so the phases add up to at most the check's wall time and the device work is in them."""
+    import time
+
+    a, b, d = _problem(8)
+    oracle.check(a, b, d)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    rep = oracle.check(a, b, d)
+    wall = (time.perf_counter() - t0) * 1e3
+    phases = dict(rep.analysis.phases)
+    total = sum(ms for name, ms in phases.items() if name != "compare")
+    assert all(ms >= 0 for ms in phases.values()) and 0 < total <= wall, (phases, wall)
+    assert phases["reference_chain"] > 0.1, phases  # the reference GEMM at 2048^3 runs in it
