@@ -16,8 +16,9 @@ promotion intervals), --engines, --budget-s (default 240: no new case after that
 gets up to 60 s more), --no-planted, --shard i/n, --skip (the cases an earlier run judged) and --merge.
 
 Every case is one correct GEMM computed by an engine (cuBLAS torch.mm / addmm /
-_addmm_activation, cuBLASLt torch._scaled_mm fast and not, per-tensor and row/col scales,
-torch._int_mm, the project's Triton GEMM kernels_ref.gemm_fast, and with --zoo the zoo's correct
+_addmm_activation, cuBLASLt torch._scaled_mm fast and not, per-tensor and row/col scales, and
+block-scaled e4m3 with both operands' scales 1x128 or both 128x128 (a layout torch refuses is
+counted as skipped, with torch's message, never judged), torch._int_mm, the project's Triton GEMM kernels_ref.gemm_fast, and with --zoo the zoo's correct
 kernels, Hopper WGMMA bf16 and e4m3 and the sm80 mma.sync kernel, through oracle.run.live.run_live),
 on normal, all-positive or outlier-channel inputs, over M from 1 to 4096, ragged N and K, K up to
 65536 and both majors. Cases run in a seeded shuffled order, so a budget cut leaves a uniform
@@ -43,7 +44,7 @@ one missing 64-deep k-block in the tile, one NaN) and each is judged against the
 and bound (oracle.judging.differential.expected_output, what epilogue_store's chained comparison uses):
 detected means its tile fails, right tile means it is the only tile that fails.
 
-Writes JSON with correct_cases, false_diverged, planted, detected_right_tile, worst_ratio (the
+Writes JSON with correct_cases, false_diverged, skipped, planted, detected_right_tile, worst_ratio (the
 largest err/bound of a correct case) and worst_case, the environment and per-group tables
 (`groups` by engine, output dtype, K and inputs; `planted_table` by defect, K and inputs); prints
 them. Exit 0 when false_diverged is 0, 1 otherwise, 2 on bad usage.
@@ -172,6 +173,32 @@ def _scaled(fast, rowwise):
     return run
 
 
+class EngineSkipped(Exception):
+    """The engine refused the case's layout (torch's message): reported as skipped, never as a result."""
+
+
+# block-scaled fp8 (torch._scaled_mm, scales by ScalingType from their shapes and strides): the
+# operands hold the logical [rows / block, K / 128] grids (oracle.run.inputs.Operands); torch reads
+# BlockWise1x128 scales of A [M, K / 128] with stride (1, M) and of B as b.t()'s [N, K / 128] with
+# stride (1, N), i.e. scale_b [K / 128, N] row-major; BlockWise128x128 scales of A [M / 128, K / 128]
+# row-major and of B as b.t()'s [N / 128, K / 128] row-major, i.e. scale_b its transpose.
+def _scaled_block(block_rows):
+    def run(c, ops):
+        a = ops.a.contiguous()
+        b = ops.b.t().contiguous().t()
+        if block_rows == 1:
+            sa, sb = ops.scale_a.t().contiguous().t(), ops.scale_b.t().contiguous()
+        else:
+            sa, sb = ops.scale_a.contiguous(), ops.scale_b.contiguous().t()
+        try:
+            return torch._scaled_mm(a, b, sa, sb, out_dtype=TORCH[c.out])
+        except (RuntimeError, ValueError, NotImplementedError) as e:
+            raise EngineSkipped(f"torch._scaled_mm refused {block_rows}x128 block scales "
+                                f"(scale_a {list(sa.shape)} stride {sa.stride()}, scale_b {list(sb.shape)} "
+                                f"stride {sb.stride()}): {e}") from None
+    return run
+
+
 def _int_mm(c, ops):
     return torch._int_mm(ops.a.contiguous(), ops.b.t().contiguous().t())
 
@@ -200,6 +227,7 @@ class Engine:
     nmult: int = 1
     mmin: int = 1
     note: str = ""
+    mmult: int = 1
 
 
 ENGINES = [
@@ -226,8 +254,16 @@ ENGINES = [
            note="kernels_ref.gemm_fast fp8, fast"),
     Engine("triton_e4m3_promoted", "e4m3", "bf16", _triton("promoted"), (("row", "col"),), 16, 16,
            note="kernels_ref.gemm_fast fp8, promoted every BLOCK_K"),
+    # K whole 128-deep scale blocks (a multiple of 512 for 128x128: ceil(K / 128) then needs no padding
+    # to 4, which some torch versions ask of that scale's rows); M a multiple of 4 (the 1x128 scale's
+    # leading dimension 16-byte aligned), of 128 with 128-row blocks; N a multiple of 128 there too
+    Engine("lt_e4m3_block1x128", "e4m3", "bf16", _scaled_block(1), (("row", "col"),), 128, 16,
+           note="_scaled_mm BlockWise1x128 x BlockWise1x128", mmult=4),
+    Engine("lt_e4m3_block128x128", "e4m3", "bf16", _scaled_block(128), (("row", "col"),), 512, 128,
+           note="_scaled_mm BlockWise128x128 x BlockWise128x128", mmult=128),
 ]
 ENGINE = {e.name: e for e in ENGINES}
+BLOCK_ROWS = {"lt_e4m3_block1x128": 1, "lt_e4m3_block128x128": 128}  # rows (of A's M, B's N) per block scale
 
 SHAPES = [(1, 136, 520), (7, 392, 1000), (64, 8, 4096), (128, 128, 64), (257, 1000, 520), (16, 4096, 16384),
           (4096, 8, 1024), (1024, 392, 4096), (64, 64, 65536), (128, 136, 65536), (1, 1000, 65536),
@@ -245,7 +281,7 @@ def make_cases(quick: bool = False, engines=None) -> list[Case]:
     seed = 0
     for e in ENGINES:  # seeds count over every engine: a case is the same case whichever engines run
         for si, (m, n, k) in enumerate(shapes):
-            n2, k2, m2 = _round_up(n, e.nmult), _round_up(k, e.kmult), max(m, e.mmin)
+            n2, k2, m2 = _round_up(n, e.nmult), _round_up(k, e.kmult), max(_round_up(m, e.mmult), e.mmin)
             kinds = KINDS if not quick else KINDS[si % 3:si % 3 + 1]
             for ki, kind in enumerate(kinds):
                 am, bm = e.majors[(si + ki) % len(e.majors)]
@@ -284,7 +320,13 @@ def make_operands(c: Case) -> Operands:
     if c.engine in ("cublas_addmm", "cublaslt_relu", "cublaslt_gelu"):
         ops["bias"] = torch.randn(c.n, generator=g, device=DEV).to(torch.bfloat16)
     if c.a_dtype == "e4m3":
-        if e is not None and e.name.endswith("rowwise"):
+        rows = BLOCK_ROWS.get(c.engine)
+        if rows is not None:  # one scale per block, spread over 2^-2 .. 2^2 so a wrong block's shows
+            ga, gb = -(-c.m // rows), -(-c.n // rows)
+            for name, r in (("scale_a", ga), ("scale_b", gb)):
+                u = torch.rand(r, c.k // 128, generator=g, device=DEV) + 0.5
+                ops[name] = u * torch.exp2(torch.randint(-2, 3, (r, c.k // 128), generator=g, device=DEV).float())
+        elif e is not None and e.name.endswith("rowwise"):
             ops["scale_a"] = (torch.rand(c.m, generator=g, device=DEV) + 0.5)
             ops["scale_b"] = (torch.rand(c.n, generator=g, device=DEV) + 0.5)
         else:
@@ -361,6 +403,13 @@ def spec_for(c: Case, numerics: dict) -> tuple[ProblemSpec, str]:
             why += "; no single promotion interval measured: acc_model any"
     elif e == "triton_e4m3_promoted":
         kw.update(acc_model="fp8_promoted", promotion_interval=128, tile=Tile(128, 128, 128))
+    elif e in BLOCK_ROWS:
+        # a block-scaled kernel scales each 128-deep k-block's partial as it adds it to fp32: at the
+        # latest every 128 k (a measured interval, where one was, replaces it)
+        p = _promotion(numerics, e) or 128
+        p = p if p in (32, 64, 128) else 128
+        kw.update(acc_model="fp8_promoted", promotion_interval=p, reduction="fp32", tile=Tile(128, 128, 128))
+        why += f"; fp8 partials promoted to fp32 every {p} k{' (measured)' if _promotion(numerics, e) else ''}"
     if e in ("cublas_addmm", "cublaslt_relu", "cublaslt_gelu"):
         kw.update(bias="col", bias_dtype="bf16")
         if e == "cublaslt_relu":
@@ -372,7 +421,11 @@ def spec_for(c: Case, numerics: dict) -> tuple[ProblemSpec, str]:
             # bf16 ulp of the accumulator) covers both.
             kw.update(activation="gelu_tanh", activation_impl="fast", epilogue=("alpha_beta:bf16", "bias", "activation", "cast"))
             why += "; accumulator rounded to bf16 before the bias or not, as the kernel chosen does (measured)"
-    if c.a_dtype == "e4m3":
+    if e in BLOCK_ROWS:
+        r = BLOCK_ROWS[e]
+        major = "col" if r == 1 else "row"  # how torch reads them (_scaled_block); the values do not depend on it
+        kw.update(scale_a=Scale("block", (r, 128), major), scale_b=Scale("block", (r, 128), major))
+    elif c.a_dtype == "e4m3":
         rowwise = e.endswith("rowwise")
         kw.update(scale_a=Scale("row" if rowwise else "tensor"), scale_b=Scale("col" if rowwise else "tensor"))
     return ProblemSpec(**kw), why
@@ -418,6 +471,11 @@ def plant(defect: str, out: torch.Tensor, y: torch.Tensor, spec, ops: Operands, 
             part = part * float(ops.scale_a.double().prod() * ops.scale_b.double().prod())
         elif spec.scale_a.kind == "row":
             part = part * ops.scale_a[rs].double()[:, None] * ops.scale_b[cs].double()[None, :]
+        elif spec.scale_a.kind == "block":
+            kg = k0 // spec.scale_a.block[1]
+            rows = torch.arange(spec.m, device=part.device)[rs] // spec.scale_a.block[0]
+            cols = torch.arange(spec.n, device=part.device)[cs] // spec.scale_b.block[0]
+            part = part * ops.scale_a[rows, kg].double()[:, None] * ops.scale_b[cols, kg].double()[None, :]
         sub.copy_(_cast_like(sub.double() - part, sub))
     elif defect == "one NaN":
         if not out.is_floating_point():
@@ -467,6 +525,11 @@ class Result:
     error: Optional[str] = None
     planted: dict = field(default_factory=dict)  # defect -> (detected, right tile)
     problem: Optional[dict] = None
+    skipped: Optional[str] = None  # the engine refused the case's layout: why (no verdict)
+
+    @property
+    def judged(self) -> bool:
+        return self.error is None and self.skipped is None
 
 
 _CROSS_CHECKED: set = set()
@@ -499,7 +562,12 @@ def run_case(c: Case, numerics: dict, planted: bool = True, run=None) -> Result:
         ops = make_operands(c)
         spec, res.spec_why = spec_for(c, numerics)
         res.problem = spec.to_json()
-        out = (run or ENGINE[c.engine].run)(c, ops)
+        try:
+            out = (run or ENGINE[c.engine].run)(c, ops)
+        except EngineSkipped as e:
+            res.skipped = str(e)[:500]
+            res.seconds = round(time.time() - t0, 3)
+            return res
         if DEV == "cuda":
             torch.cuda.synchronize()
         out = out.contiguous()
@@ -529,7 +597,7 @@ def _kbucket(k: int) -> str:
 
 
 def tables(results: list[Result]) -> dict:
-    ok = [r for r in results if r.error is None]
+    ok = [r for r in results if r.judged]
     groups: dict = {}
     for r in ok:
         for key in (f"engine={r.case.engine}", f"out={r.case.out}", _kbucket(r.case.k), f"inputs={r.case.kind}"):
@@ -630,7 +698,7 @@ def prebuild_zoo() -> int:
 
 
 def summarise(results: list[Result], left: int, seconds: float) -> dict:
-    ok = [r for r in results if r.error is None]
+    ok = [r for r in results if r.judged]
     ratios = sorted((r.ratio for r in ok if math.isfinite(r.ratio)), reverse=True)
     planted = sum(len(r.planted) for r in ok)
     right = sum(right for r in ok for _, right in r.planted.values())
@@ -650,6 +718,7 @@ def summarise(results: list[Result], left: int, seconds: float) -> dict:
         "ratio_quantiles": {q: ratios[min(len(ratios) - 1, int((1 - q) * len(ratios)))] if ratios else None
                             for q in (0.5, 0.9, 0.99)},
         "errors": [{"case": r.case.label(), "error": r.error} for r in results if r.error],
+        "skipped": [{"case": r.case.label(), "why": r.skipped} for r in results if r.skipped],
         "cases_left_by_budget": left,
         "seconds": round(seconds, 1),
         **tables(results),
@@ -657,6 +726,7 @@ def summarise(results: list[Result], left: int, seconds: float) -> dict:
                           "problem": r.problem} for r in ok if r.verdict != Verdict.MATCH.value],
         "cases": [{"case": r.case.label(), "fields": dataclasses.asdict(r.case), "verdict": r.verdict, "ratio": r.ratio,
                    "seconds": r.seconds, "spec": r.spec_why, "error": r.error, "problem": r.problem,
+                   "skipped": r.skipped,
                    "planted": {d: list(v) for d, v in r.planted.items()}} for r in results],
     }
 
@@ -668,7 +738,7 @@ def load_results(path: str) -> tuple[list[Result], int, float]:
     out = []
     for c in doc["cases"]:
         r = Result(Case(**c["fields"]), c["spec"], c["verdict"], c["ratio"], c["seconds"], c.get("error"),
-                   {d: tuple(v) for d, v in c["planted"].items()}, c.get("problem"))
+                   {d: tuple(v) for d, v in c["planted"].items()}, c.get("problem"), c.get("skipped"))
         out.append(r)
     return out, doc.get("cases_left_by_budget", 0), doc.get("seconds", 0.0)
 
@@ -682,7 +752,7 @@ def _environment_of(path: str) -> dict:
 
 def not_judged(cases: list, skip_paths) -> list:
     """The cases none of the earlier runs' JSON files judged (a case that could not run is run
-    again), in order."""
+    again; one whose layout the engine refused is not), in order."""
     done = {dataclasses.astuple(r.case) for path in skip_paths for r in load_results(path)[0] if r.error is None}
     return [c for c in cases if dataclasses.astuple(c) not in done]
 
@@ -763,7 +833,9 @@ def main(argv=None) -> int:
         r = run_case(c, numerics, planted=not args.no_planted)
         results.append(r)
         flag = "" if r.error is None and r.verdict == "MATCH" else f"  <-- {r.verdict or r.error}"
-        print(f"[{i + 1}/{len(cases)}] {c.label():<58} {r.verdict or 'ERROR':<9} err/bound {r.ratio:.3g} "
+        if r.skipped:
+            flag = f"  <-- {r.skipped}"
+        print(f"[{i + 1}/{len(cases)}] {c.label():<58} {r.verdict or ('SKIPPED' if r.skipped else 'ERROR'):<9} err/bound {r.ratio:.3g} "
               f"({r.seconds:.2f} s){flag}", flush=True)
     left = len(cases) - len(results)
     if args.zoo:
@@ -782,6 +854,8 @@ def main(argv=None) -> int:
         print(f"  {k:<34} {g['false_diverged']}/{g['cases']} false DIVERGED, worst err/bound {g['worst_ratio']}")
     if doc["errors"]:
         print(f"{len(doc['errors'])} case(s) could not run: {doc['errors'][:3]}")
+    if doc["skipped"]:
+        print(f"{len(doc['skipped'])} case(s) skipped, their layout refused by the engine: {doc['skipped'][:2]}")
     if left:
         print(f"{left} case(s) left: the time budget ran out")
     print(f"wrote {args.out} ({doc['seconds']} s)")
