@@ -18,7 +18,8 @@ gets up to 60 s more), --no-planted, --shard i/n, --skip (the cases an earlier r
 Every case is one correct GEMM computed by an engine (cuBLAS torch.mm / addmm /
 _addmm_activation, cuBLASLt torch._scaled_mm fast and not, per-tensor and row/col scales, and
 block-scaled e4m3 with both operands' scales 1x128 or both 128x128 (a layout torch refuses is
-counted as skipped, with torch's message, never judged), torch._int_mm, the project's Triton GEMM kernels_ref.gemm_fast, and with --zoo the zoo's correct
+counted as skipped, with torch's message, never judged), torch's tinygemm W4A16
+torch._weight_int4pack_mm (uint4 B, groups of 32, 64 and 128), torch._int_mm, the project's Triton GEMM kernels_ref.gemm_fast, and with --zoo the zoo's correct
 kernels, Hopper WGMMA bf16 and e4m3 and the sm80 mma.sync kernel, through oracle.run.live.run_live),
 on normal, all-positive or outlier-channel inputs, over M from 1 to 4096, ragged N and K, K up to
 65536 and both majors. Cases run in a seeded shuffled order, so a budget cut leaves a uniform
@@ -36,7 +37,10 @@ with the spec that says what the engine does, from the measurement
     ladder outputs fit partials restarted every 96 k, which then fall on k-block boundaries);
   cuBLASLt fp8 fast: fp8_fast; not fast: fp8_promoted with the interval measured for it (any
     where none was); int8: int32; Triton fp8: fp8_fast, or fp8_promoted every BLOCK_K (128);
-    GELU through cuBLASLt: gelu_tanh, activation_impl "fast"; the zoo: its case file's spec.
+    GELU through cuBLASLt: gelu_tanh, activation_impl "fast"; tinygemm: uint4 B with float_offset
+    zero points (w = (q - 8) * s + z), dequant_precision as benchmarks/numerics/probe_w4a16.py chose
+    it (engines.tinygemm_w4.dequant_precision of the numerics JSON), else "operand", reduction fp32;
+    the zoo: its case file's spec.
 A correct case that is not MATCH is a false alarm. Then, in the same run, five defects are
 planted in the engine's output, one at a time, in one seeded tile, a full BM x BN one where the
 output has one (a zeroed tile, the tile times 1.01, one sign flip at the tile's largest element,
@@ -199,6 +203,21 @@ def _scaled_block(block_rows):
     return run
 
 
+# torch's tinygemm W4A16 (bf16 A, uint4 B with bf16 group scales and offsets, w = (q - 8) * s + z):
+# its packer reads B as [N, K / 2] bytes, the even k in the high nibble (the oracle's [K / 2, N]
+# k_pairs_high_first, transposed), into tiles of 8 columns by 8 inner 16-deep k-tiles (K a multiple
+# of 128); the scales and offsets as one [K / group, N, 2] bf16 tensor, scale first.
+W4_INNER_K_TILES = 8
+
+
+def _tinygemm(group):
+    def run(c, ops):
+        packed = torch._convert_weight_to_int4pack(ops.b.t().contiguous(), W4_INNER_K_TILES)
+        scales_and_zeros = torch.stack([ops.b_scales, ops.b_zeros], dim=2).contiguous()
+        return torch._weight_int4pack_mm(ops.a.contiguous(), packed, group, scales_and_zeros)
+    return run
+
+
 def _int_mm(c, ops):
     return torch._int_mm(ops.a.contiguous(), ops.b.t().contiguous().t())
 
@@ -261,8 +280,11 @@ ENGINES = [
            note="_scaled_mm BlockWise1x128 x BlockWise1x128", mmult=4),
     Engine("lt_e4m3_block128x128", "e4m3", "bf16", _scaled_block(128), (("row", "col"),), 512, 128,
            note="_scaled_mm BlockWise128x128 x BlockWise128x128", mmult=128),
+    *(Engine(f"tinygemm_w4_g{g}", "bf16", "bf16", _tinygemm(g), (("row", "col"),), 16 * W4_INNER_K_TILES, 8,
+             note=f"torch._weight_int4pack_mm, uint4 B, group {g}") for g in (32, 64, 128)),
 ]
 ENGINE = {e.name: e for e in ENGINES}
+W4_GROUP = {"tinygemm_w4_g32": 32, "tinygemm_w4_g64": 64, "tinygemm_w4_g128": 128}  # k per scale group
 BLOCK_ROWS = {"lt_e4m3_block1x128": 1, "lt_e4m3_block128x128": 128}  # rows (of A's M, B's N) per block scale
 
 SHAPES = [(1, 136, 520), (7, 392, 1000), (64, 8, 4096), (128, 128, 64), (257, 1000, 520), (16, 4096, 16384),
@@ -297,6 +319,24 @@ def make_cases(quick: bool = False, engines=None) -> list[Case]:
 # ----------------------------------------------------------------------------------------------
 
 
+def _w4_operands(c: Case, a: torch.Tensor, g: torch.Generator) -> Operands:
+    """A bf16 and a uint4 B quantised from a float W per group and column as tinygemm's users do:
+    s = (max - min) / 15, z = min + 8 s (both bf16), q = round((w - min) / s) in 0..15."""
+    from kernels_ref import dequant as dq
+
+    group = W4_GROUP[c.engine]
+    w = torch.randn(c.k, c.n, generator=g, device=DEV)
+    if c.kind == "positive":
+        w = w.abs()
+    wg = w.reshape(c.k // group, group, c.n)
+    lo, hi = wg.amin(dim=1), wg.amax(dim=1)
+    s = ((hi - lo).clamp(min=1e-6) / 15).to(torch.bfloat16)
+    z = (lo + 8 * s.float()).to(torch.bfloat16)
+    q = ((wg - lo[:, None]) / s.float()[:, None]).round().clamp(0, 15).reshape(c.k, c.n)
+    cfg = dq.DequantConfig("uint4", "bf16", "bf16", group, "k_pairs_high_first", "float_offset")
+    return Operands(a=a.to(torch.bfloat16), b=dq.pack_host(q, cfg), b_scales=s, b_zeros=z)
+
+
 def make_operands(c: Case) -> Operands:
     g = torch.Generator(device=DEV).manual_seed(c.seed)
     if c.a_dtype == "int8":
@@ -312,6 +352,8 @@ def make_operands(c: Case) -> Operands:
     elif c.kind == "outlier":
         cols = torch.randperm(c.k, generator=g, device=DEV)[:max(1, c.k // 256)]
         a[:, cols] *= {"e4m3": 8.0, "fp16": 100.0}.get(c.a_dtype, 1000.0)
+    if c.engine in W4_GROUP:
+        return _w4_operands(c, a, g)
     if c.a_dtype == "e4m3":
         a, b = a * 4, b * 4
     t = TORCH[c.a_dtype]
@@ -360,13 +402,25 @@ def _promotion(numerics: dict, name: str) -> Optional[int]:
     return vals.pop() if len(vals) == 1 and None not in vals else None
 
 
+def _w4_precision(numerics: dict) -> str:
+    """tinygemm's dequant arithmetic as measured (benchmarks/numerics/probe_w4a16.py's choice, kept
+    under engines.tinygemm_w4 of the numerics JSON); "operand" (the bound) where none was."""
+    got = numerics.get("engines", {}).get("tinygemm_w4", {}).get("dequant_precision")
+    return got if got in ("fp32", "operand") else "operand"
+
+
 def spec_for(c: Case, numerics: dict) -> tuple[ProblemSpec, str]:
     """The spec that says what the engine does, and how it was chosen."""
     kw: dict = dict(m=c.m, n=c.n, k=c.k, a_dtype=c.a_dtype, b_dtype=c.a_dtype, out_dtype=c.out, a_major=c.a_major,
                     b_major=c.b_major, tile=Tile(128, 128, 64))
     why = ENGINE[c.engine].note if c.engine in ENGINE else c.engine
     e = c.engine
-    if c.a_dtype == "int8":
+    if e in W4_GROUP:
+        prec = _w4_precision(numerics)
+        kw.update(b_dtype="uint4", b_packing="k_pairs_high_first", b_group_size=W4_GROUP[e], b_scales="bf16",
+                  b_zeros="float_offset", dequant_precision=prec, reduction="fp32", tile=Tile(128, 128, 64))
+        why += (f"; dequant (q - 8) * s + z {'in fp32 then one rounding (measured)' if prec == 'fp32' else 'in bf16 arithmetic in any order (the bound: no measurement chose fp32)'}")
+    elif c.a_dtype == "int8":
         kw.update(acc_dtype="int32", acc_model="int32")
     elif e in ("cublas_bf16", "cublas_fp16"):
         sk = _splitk(c)
@@ -466,7 +520,15 @@ def plant(defect: str, out: torch.Tensor, y: torch.Tensor, spec, ops: Operands, 
             return None
         kb = int(rng.integers(0, spec.k // 64))
         k0 = kb * 64
-        part = ops.a[rs, k0:k0 + 64].double() @ ops.b[k0:k0 + 64, cs].double()
+        if spec.quantised_b:  # the reference's dequantised B of the k-block
+            from kernels_ref import dequant as dq
+
+            per = 2 if spec.dequant_config.packed else 1
+            b = dq.dequant_host(ops.b[k0 // per:(k0 + 64) // per, cs], ops.b_scales, ops.b_zeros,
+                                spec.dequant_config, k0=k0, n0=cs.start).to(out.device)
+        else:
+            b = ops.b[k0:k0 + 64, cs]
+        part = ops.a[rs, k0:k0 + 64].double() @ b.double()
         if spec.scale_a.kind == "tensor":
             part = part * float(ops.scale_a.double().prod() * ops.scale_b.double().prod())
         elif spec.scale_a.kind == "row":

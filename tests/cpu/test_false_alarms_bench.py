@@ -263,3 +263,49 @@ def test_block_scaled_output_through_check_matches_and_a_wrong_scale_diverges(ro
     bad = _block_scaled_exact(a, b, sa, wrong, rows).to(torch.bfloat16)
     rep = oracle.check(a, b, bad, scale_a=sa, scale_b=sb, **model)
     assert rep.verdict == "DIVERGED", rep
+
+
+def _tinygemm_engine(c, ops):
+    """tinygemm's arithmetic: w = (q - 8) * s + z in one bf16 fma, then an exact GEMM rounded to bf16."""
+    from kernels_ref import dequant as dq
+
+    cfg = dq.DequantConfig("uint4", "bf16", "bf16", F.W4_GROUP[c.engine], "k_pairs_high_first", "float_offset")
+    q = dq.values_of_codes(dq.unpack_host(ops.b, cfg), "uint4")
+    g = torch.arange(c.k) // cfg.group_size
+    w = ((q - 8) * ops.b_scales.double()[g] + ops.b_zeros.double()[g]).float().to(torch.bfloat16)
+    return (ops.a.double() @ w.double()).to(torch.bfloat16)
+
+
+def _tinygemm_engine_fp32(c, ops):
+    """w dequantised as the reference's fp32 form, then an exact GEMM rounded to bf16."""
+    from kernels_ref import dequant as dq
+
+    cfg = dq.DequantConfig("uint4", "bf16", "bf16", F.W4_GROUP[c.engine], "k_pairs_high_first", "float_offset")
+    w = dq.dequant_operand_host(ops.b, ops.b_scales, ops.b_zeros, cfg)
+    return (ops.a.double() @ w.double()).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("engine", ["tinygemm_w4_g32", "tinygemm_w4_g128"])
+def test_w4a16_engine_cases_specs_and_planted_defects(monkeypatch, engine):
+    monkeypatch.setattr(F, "DEV", "cpu")
+    e = F.ENGINE[engine]
+    cases = [c for c in F.make_cases() if c.engine == engine]
+    assert cases and all(c.k % 128 == 0 and c.n % 8 == 0 for c in cases)
+    spec = F.spec_for(cases[0], {})[0]
+    assert (spec.b_dtype, spec.b_packing, spec.b_zeros, spec.b_group_size) == \
+        ("uint4", "k_pairs_high_first", "float_offset", F.W4_GROUP[engine])
+    assert spec.dequant_precision == "operand"  # no measurement: the bound
+    measured = {"engines": {"tinygemm_w4": {"dequant_precision": "fp32"}}}
+    assert F.spec_for(cases[0], measured)[0].dequant_precision == "fp32"
+    c = F.Case(engine, e.a_dtype, e.out, 40, 144, 512, "row", "col", "outlier", 5)
+    ops = F.make_operands(c)
+    assert ops.b.shape == (256, 144) and ops.b_scales.dtype == ops.b_zeros.dtype == torch.bfloat16
+    r = F.run_case(c, {}, run=_tinygemm_engine)
+    assert r.judged, r.error
+    assert r.verdict == "MATCH" and r.ratio < 1
+    # declared "operand", the bound carries |A| times the dequant's (about 2 % of |w| in bf16): a 1 %
+    # tile is below it; the gross defects and a missing k-block are not
+    assert all(r.planted[d][1] for d in ("zeroed tile", "one sign flip", "missing k-block", "one NaN")), r.planted
+    # measured fp32 (the dequant bit-exact), an engine that dequantises so is held tighter
+    r = F.run_case(c, measured, run=_tinygemm_engine_fp32)
+    assert r.verdict == "MATCH" and all(right for _, right in r.planted.values()), r.planted
