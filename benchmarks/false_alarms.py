@@ -12,7 +12,8 @@ carrying .carry/cache:
 (tests/gpu/test_false_alarms_gpu.py, under a minute, nothing to carry):
     python benchmarks/false_alarms.py --quick --out $OUT/false_alarms_quick.json
 Other options: --numerics (the measurement's JSON, default benchmarks/results/numerics_h200.json:
-promotion intervals), --engines, --budget-s (default 240: no new case after that; the zoo then
+promotion intervals), --w4-probe (benchmarks/probe_w4a16.py's JSON, default
+benchmarks/results/w4a16_probe_h200.json where it exists: tinygemm's dequant_precision), --engines, --budget-s (default 240: no new case after that; the zoo then
 gets up to 60 s more), --no-planted, --shard i/n, --skip (the cases an earlier run judged) and --merge.
 
 Every case is one correct GEMM computed by an engine (cuBLAS torch.mm / addmm /
@@ -90,6 +91,7 @@ from oracle.run.recording import Recording  # noqa: E402
 
 DEFAULT_OUT = os.path.join(ROOT, "benchmarks", "results", "false_alarms_h200.json")
 DEFAULT_NUMERICS = os.path.join(ROOT, "benchmarks", "results", "numerics_h200.json")
+DEFAULT_W4_PROBE = os.path.join(ROOT, "benchmarks", "results", "w4a16_probe_h200.json")
 DEFECTS = ("zeroed tile", "tile x 1.01", "one sign flip", "missing k-block", "one NaN")
 KINDS = ("normal", "positive", "outlier")
 TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "e4m3": torch.float8_e4m3fn,
@@ -840,6 +842,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--numerics", default=DEFAULT_NUMERICS, help="measure_numerics.py's JSON (promotion intervals)")
+    ap.add_argument("--w4-probe", default=DEFAULT_W4_PROBE,
+                    help="benchmarks/probe_w4a16.py's JSON (tinygemm's dequant_precision), where it exists")
     ap.add_argument("--quick", action="store_true", help="a slice of the cases (the GPU test)")
     ap.add_argument("--engines", default="", help="comma-separated engine names (default: all)")
     ap.add_argument("--zoo", action="store_true", help="also the zoo's correct kernels through live runs")
@@ -877,6 +881,9 @@ def main(argv=None) -> int:
     if args.numerics and os.path.exists(args.numerics):
         with open(args.numerics) as f:
             numerics = json.load(f)
+    if args.w4_probe and os.path.exists(args.w4_probe):
+        with open(args.w4_probe) as f:
+            numerics = {**numerics, "engines": {**numerics.get("engines", {}), **json.load(f).get("engines", {})}}
     names = [n for n in args.engines.split(",") if n] or None
     try:
         si, sn = (int(v) for v in args.shard.split("/"))
