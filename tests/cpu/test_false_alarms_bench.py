@@ -40,7 +40,7 @@ def test_every_engine_has_cases_and_specs_that_validate():
     assert {c.kind for c in cases} == set(F.KINDS)
     assert max(c.k for c in cases) == 65536 and min(c.m for c in cases) == 1
     assert {(c.a_major, c.b_major) for c in cases} >= {("row", "col"), ("col", "row")}
-    F._SPLITK.update({(c.a_dtype, c.m, c.n, c.k, c.a_major, c.b_major): {"boundaries": [], "probed": True}
+    F.specs._SPLITK.update({(c.a_dtype, c.m, c.n, c.k, c.a_major, c.b_major): {"boundaries": [], "probed": True}
                       for c in cases})
     for c in cases:
         spec, why = F.spec_for(c, {})
@@ -55,7 +55,7 @@ def test_a_case_is_the_same_whichever_engines_run():
 
 @pytest.mark.parametrize("engine", ["cublas_bf16_fp32red", "lt_e4m3_rowwise", "int8", "cublas_addmm"])
 def test_correct_case_matches_and_planted_defects_are_found(monkeypatch, engine):
-    monkeypatch.setattr(F, "DEV", "cpu")
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
     e = F.ENGINE[engine]
     c = F.Case(engine, e.a_dtype, e.out, max(40, e.mmin), 144, 256, "row", "col", "normal", 5)
     r = F.run_case(c, {}, run=_exact)
@@ -72,7 +72,7 @@ def test_correct_case_matches_and_planted_defects_are_found(monkeypatch, engine)
 
 
 def test_a_wrong_engine_is_a_false_alarm_in_the_counts(monkeypatch):
-    monkeypatch.setattr(F, "DEV", "cpu")
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
     e = F.ENGINE["cublas_bf16_fp32red"]
     c = F.Case(e.name, e.a_dtype, e.out, 40, 144, 256, "row", "col", "normal", 6)
     r = F.run_case(c, {}, planted=False, run=lambda c, ops: (_exact(c, ops).float() * 1.05).to(torch.bfloat16))
@@ -81,7 +81,7 @@ def test_a_wrong_engine_is_a_false_alarm_in_the_counts(monkeypatch):
 
 
 def test_shards_merge_into_one_result(monkeypatch, tmp_path):
-    monkeypatch.setattr(F, "DEV", "cpu")
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
     e = F.ENGINE["cublas_bf16_fp32red"]
     paths = []
     for i, seed in enumerate((7, 8)):
@@ -98,7 +98,7 @@ def test_shards_merge_into_one_result(monkeypatch, tmp_path):
 
 
 def test_a_later_run_of_a_case_supersedes_the_earlier_in_a_merge(monkeypatch, tmp_path):
-    monkeypatch.setattr(F, "DEV", "cpu")
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
     e = F.ENGINE["cublas_bf16_fp32red"]
     c = F.Case(e.name, e.a_dtype, e.out, 40, 144, 256, "row", "col", "normal", 7)
     wrong = F.run_case(c, {}, planted=False, run=lambda c, ops: (_exact(c, ops).float() * 1.05).to(torch.bfloat16))
@@ -124,7 +124,7 @@ def test_the_gelu_engine_rounds_its_accumulator_before_the_bias():
 
 
 def test_a_finished_run_skips_what_an_earlier_run_judged(monkeypatch, tmp_path):
-    monkeypatch.setattr(F, "DEV", "cpu")
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
     e = F.ENGINE["cublas_bf16_fp32red"]
     cases = [F.Case(e.name, e.a_dtype, e.out, 40, 144, 256, "row", "col", "normal", s) for s in (7, 8, 9)]
     r = F.run_case(cases[1], {}, planted=False, run=_exact)
@@ -139,14 +139,14 @@ def test_a_finished_run_skips_what_an_earlier_run_judged(monkeypatch, tmp_path):
 def test_specs_follow_what_was_measured(monkeypatch):
     import json
 
-    monkeypatch.setattr(F, "_SPLITK", {})
+    monkeypatch.setattr(F.specs, "_SPLITK", {})
     numerics = json.load(open(os.path.join(ROOT, "benchmarks", "results", "numerics_h200.json")))
 
     def spec(engine, probe=None, m=64, n=128, k=4096, doc=numerics):
         e = F.ENGINE[engine]
         c = F.Case(engine, e.a_dtype, e.out, m, n, k, "row", "col", "normal", 1)
         if probe is not None:
-            F._SPLITK[(c.a_dtype, m, n, k, "row", "col")] = probe
+            F.specs._SPLITK[(c.a_dtype, m, n, k, "row", "col")] = probe
         return F.spec_for(c, doc)[0]
 
     tf32 = spec("cublas_tf32")
@@ -210,7 +210,7 @@ def _block_engine(c, ops):
 
 @pytest.mark.parametrize("engine", ["lt_e4m3_block1x128", "lt_e4m3_block128x128"])
 def test_block_scaled_engines_cases_specs_and_planted_defects(monkeypatch, engine):
-    monkeypatch.setattr(F, "DEV", "cpu")
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
     e = F.ENGINE[engine]
     cases = [c for c in F.make_cases() if c.engine == engine]
     assert cases and all(c.k % e.kmult == 0 and c.m % e.mmult == 0 and c.n % e.nmult == 0 for c in cases)
@@ -230,7 +230,7 @@ def test_block_scaled_engines_cases_specs_and_planted_defects(monkeypatch, engin
 
 
 def test_block_scaled_engine_refused_layout_is_skipped_not_judged(monkeypatch):
-    monkeypatch.setattr(F, "DEV", "cpu")
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
     e = F.ENGINE["lt_e4m3_block128x128"]
     c = F.Case(e.name, "e4m3", "bf16", 128, 128, 512, "row", "col", "normal", 3)
 
@@ -287,7 +287,7 @@ def _tinygemm_engine_fp32(c, ops):
 
 @pytest.mark.parametrize("engine", ["tinygemm_w4_g32", "tinygemm_w4_g128"])
 def test_w4a16_engine_cases_specs_and_planted_defects(monkeypatch, engine):
-    monkeypatch.setattr(F, "DEV", "cpu")
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
     e = F.ENGINE[engine]
     cases = [c for c in F.make_cases() if c.engine == engine]
     assert cases and all(c.k % 128 == 0 and c.n % 8 == 0 for c in cases)

@@ -33,7 +33,7 @@ def test_one_rounding_in_float64_is_not_torch_s_double_rounding():
 
 @pytest.mark.parametrize("kernel,choice", [(FP32, "fp32"), (BF16_STEPS, "operand"), (NO_OFFSET, "none")])
 def test_the_choice_follows_the_measurement(monkeypatch, kernel, choice):
-    monkeypatch.setattr(F, "DEV", "cpu")
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
     doc = P.measure(run=kernel, shapes=((256, 16),), groups=(32,), gemm_m=(4,))
     deq = next(r for r in doc["rows"] if r["measure"] == "dequant")
     if choice == "fp32":
