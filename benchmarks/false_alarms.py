@@ -45,7 +45,8 @@ with the spec that says what the engine does, from the measurement
 A correct case that is not MATCH is a false alarm. Then, in the same run, five defects are
 planted in the engine's output, one at a time, in one seeded tile, a full BM x BN one where the
 output has one (a zeroed tile, the tile times 1.01, one sign flip at the tile's largest element,
-one missing 64-deep k-block in the tile, one NaN) and each is judged against the same reference
+one missing 64-deep k-block in the tile, one NaN; with block scales a sixth, one 128-deep k-block
+scaled with the next k-block's scales) and each is judged against the same reference
 and bound (oracle.judging.differential.expected_output, what epilogue_store's chained comparison uses):
 detected means its tile fails, right tile means it is the only tile that fails.
 

@@ -13,7 +13,9 @@ from oracle.judging.compare import compare
 from oracle.judging.differential import expected_output
 from oracle.run.inputs import Operands
 
-DEFECTS = ("zeroed tile", "tile x 1.01", "one sign flip", "missing k-block", "one NaN")
+# the last only where the problem has block scales: one 128-deep k-block of the tile scaled with the
+# next k-block's scales (a wrong scale index)
+DEFECTS = ("zeroed tile", "tile x 1.01", "one sign flip", "missing k-block", "one NaN", "wrong block scale")
 
 
 def _tile_slices(spec, tile):
@@ -71,6 +73,18 @@ def plant(defect: str, out: torch.Tensor, y: torch.Tensor, spec, ops: Operands, 
         r = int(rng.integers(0, sub.shape[0]))
         cc = int(rng.integers(0, sub.shape[1]))
         sub[r, cc] = float("nan")
+    elif defect == "wrong block scale":
+        gk = spec.scale_a.block[1] if spec.scale_a.kind == "block" else 0
+        if not gk or spec.k < 2 * gk:
+            return None
+        j = int(rng.integers(0, spec.k // gk))
+        j2 = (j + 1) % (spec.k // gk)
+        part = ops.a[rs, j * gk:(j + 1) * gk].double() @ ops.b[j * gk:(j + 1) * gk, cs].double()
+        rows = torch.arange(spec.m, device=part.device)[rs] // spec.scale_a.block[0]
+        cols = torch.arange(spec.n, device=part.device)[cs] // spec.scale_b.block[0]
+        sa, sb = ops.scale_a.double(), ops.scale_b.double()
+        change = sa[rows, j2][:, None] * sb[cols, j2][None, :] - sa[rows, j][:, None] * sb[cols, j][None, :]
+        sub.copy_(_cast_like(sub.double() + part * change, sub))
     return bad
 
 

@@ -64,6 +64,7 @@ def test_correct_case_matches_and_planted_defects_are_found(monkeypatch, engine)
     # fp8's narrow accumulator leaves a bound of several % of |D| at K = 256: a 1% tile is below it
     expect = [d for d in r.planted if not (e.a_dtype == "e4m3" and d == "tile x 1.01")]
     assert expect and all(r.planted[d][1] for d in expect), r.planted
+    assert "wrong block scale" not in r.planted  # block scales only
     doc = F.summarise([r], 0, 1.0)
     for key in ("correct_cases", "false_diverged", "planted", "detected_right_tile", "environment", "worst_ratio",
                 "groups", "planted_table"):
@@ -225,7 +226,8 @@ def test_block_scaled_engines_cases_specs_and_planted_defects(monkeypatch, engin
     r = F.run_case(c, {}, run=_block_engine)
     assert r.judged, r.error
     assert r.verdict == "MATCH" and r.ratio < 1
-    gross = {d: r.planted[d] for d in ("zeroed tile", "one sign flip", "one NaN", "missing k-block")}
+    gross = {d: r.planted[d] for d in ("zeroed tile", "one sign flip", "one NaN", "missing k-block",
+                                       "wrong block scale")}
     assert all(right for _, right in gross.values()), r.planted
 
 
