@@ -13,15 +13,16 @@ carrying .carry/cache:
     python benchmarks/false_alarms.py --quick --out $OUT/false_alarms_quick.json
 Other options: --numerics (the measurement's JSON, default benchmarks/results/numerics_h200.json:
 promotion intervals), --w4-probe (benchmarks/probe_w4a16.py's JSON, default
-benchmarks/results/w4a16_probe_h200.json where it exists: tinygemm's dequant_precision), --engines, --budget-s (default 240: no new case after that; the zoo then
-gets up to 60 s more), --no-planted, --shard i/n, --skip (the cases an earlier run judged) and --merge.
+benchmarks/results/w4a16_probe_h200.json where it exists: tinygemm's dequant_precision),
+--engines, --budget-s (default 240: no new case after that; the zoo then gets up to 60 s more),
+--no-planted, --shard i/n, --skip (the cases an earlier run judged) and --merge.
 
 Every case is one correct GEMM computed by an engine (cuBLAS torch.mm / addmm /
 _addmm_activation, cuBLASLt torch._scaled_mm fast and not, per-tensor and row/col scales, and
 block-scaled e4m3 with both operands' scales 1x128 or both 128x128 (a layout torch refuses is
 counted as skipped, with torch's message, never judged), torch's tinygemm W4A16
-torch._weight_int4pack_mm (uint4 B, groups of 32, 64 and 128), torch._int_mm, the project's Triton GEMM kernels_ref.gemm_fast, and with --zoo the zoo's correct
-kernels, Hopper WGMMA bf16 and e4m3 and the sm80 mma.sync kernel, through oracle.run.live.run_live),
+torch._weight_int4pack_mm (uint4 B, groups of 32, 64 and 128), torch._int_mm, the project's
+Triton GEMM kernels_ref.gemm_fast, and with --zoo the zoo's correct kernels, Hopper WGMMA bf16 and e4m3 and the sm80 mma.sync kernel, through oracle.run.live.run_live),
 on normal, all-positive or outlier-channel inputs, over M from 1 to 4096, ragged N and K, K up to
 65536 and both majors. Cases run in a seeded shuffled order, so a budget cut leaves a uniform
 sample. Each is wrapped as an output-only recording (oracle.run.recording.Recording, no taps) and
@@ -156,7 +157,8 @@ def main(argv=None) -> int:
         flag = "" if r.error is None and r.verdict == "MATCH" else f"  <-- {r.verdict or r.error}"
         if r.skipped:
             flag = f"  <-- {r.skipped}"
-        print(f"[{i + 1}/{len(cases)}] {c.label():<58} {r.verdict or ('SKIPPED' if r.skipped else 'ERROR'):<9} err/bound {r.ratio:.3g} "
+        shown = r.verdict or ("SKIPPED" if r.skipped else "ERROR")
+        print(f"[{i + 1}/{len(cases)}] {c.label():<58} {shown:<9} err/bound {r.ratio:.3g} "
               f"({r.seconds:.2f} s){flag}", flush=True)
     left = len(cases) - len(results)
     if args.zoo:

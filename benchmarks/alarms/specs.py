@@ -115,7 +115,8 @@ def spec_for(c: Case, numerics: dict) -> tuple[ProblemSpec, str]:
         prec = _w4_precision(numerics)
         kw.update(b_dtype="uint4", b_packing="k_pairs_high_first", b_group_size=W4_GROUP[e], b_scales="bf16",
                   b_zeros="float_offset", dequant_precision=prec, reduction="fp32", tile=Tile(128, 128, 64))
-        why += (f"; dequant (q - 8) * s + z {'in fp32 then one rounding (measured)' if prec == 'fp32' else 'in bf16 arithmetic in any order (the bound: no measurement chose fp32)'}")
+        why += ("; dequant (q - 8) * s + z in fp32 then one rounding (measured)" if prec == "fp32" else
+                "; dequant (q - 8) * s + z in bf16 arithmetic in any order (the bound: no measurement chose fp32)")
     elif c.a_dtype == "int8":
         kw.update(acc_dtype="int32", acc_model="int32")
     elif e in ("cublas_bf16", "cublas_fp16"):
