@@ -160,3 +160,24 @@ def test_an_fma_dequant_kernel_judged_output_only_matches_as_operand():
     assert rep.verdict == "MATCH", str(rep)
     d[3, 5] = -d[3, 5] if d[3, 5] != 0 else 1.0
     assert oracle.check(o.a, o.b, d, dequant_precision="operand", **kw).verdict == "DIVERGED"
+
+
+def _tinygemm_op(a, b, b_scales, b_zeros):
+    """tinygemm's W4A16 in plain torch: uint4, the even k in the high nibble, w = (q - 8) * s + z."""
+    hi, lo = (b >> 4).to(torch.int32), (b & 0xF).to(torch.int32)
+    q = torch.stack([hi, lo], dim=1).reshape(2 * b.shape[0], b.shape[1]).float()
+    g = torch.arange(q.shape[0]) // (q.shape[0] // b_scales.shape[0])
+    w = ((q - 8) * b_scales.float()[g] + b_zeros.float()[g]).to(a.dtype)
+    return (a.float() @ w.float()).to(a.dtype)
+
+
+def test_verify_runs_a_float_offset_op():
+    from oracle.tools.verify import VerifyCase, run_case
+
+    quant = dict(b_dtype="uint4", b_packing="k_pairs_high_first", b_group_size=64, b_scales="bf16",
+                 b_zeros="float_offset")
+    row = run_case(_tinygemm_op, VerifyCase("w4", 8, 64, 256, "bf16", call="w4a16", quant=quant, time=False))
+    assert row["verdict"] == "MATCH", row
+    row = run_case(_tinygemm_op, VerifyCase("w4", 8, 64, 256, "bf16", call="w4a16",
+                                            quant={**quant, "b_zeros": "float"}, time=False))
+    assert row["verdict"] == "DIVERGED", row
