@@ -6,7 +6,10 @@ nibble; for "k8_interleaved" bytes 4w .. 4w + 3 of column n are the little-endia
 whose nibble i (i = 0 the least significant) holds k = 8w + K8_ORDER[i]; int8 / e4m3 / e5m2: one
 value per byte) -> the code of each (k, n) -> its value q (an integer, or
 an e2m1 / fp8 value) -> w = (q - z) * s with the scale s (and zero point z) of group
-(k0 + k) // group_size of column n0 + n -> w in the MMA's operand dtype (fp16 or bf16).
+(k0 + k) // group_size of column n0 + n -> w in the MMA's operand dtype (fp16 or bf16). With
+zeros "float_offset" z is a float added after the scale instead: w = (q - c) * s + z, c the centre of
+an unsigned B's range (8 for uint4, as torch's tinygemm int4 kernel reads its nibbles) and 0 for a
+signed one (int4, int8).
 
 Arithmetic (`precision`):
 - "fp32": t = fp32(q - z), w = fp32(t * s), then one rounding (RNE) to the operand dtype. With no
@@ -15,11 +18,15 @@ Arithmetic (`precision`):
   w = op(fp32(t * s)): each step rounded to the operand dtype as fp16 / bf16 arithmetic does
   (through fp32, so a rare double rounding is the reference's too). A kernel that computes in
   another order (an fma with z * s taken first) is held to oracle.judging.tolerance's bound.
+  float_offset: "fp32" is w = fp32(fp32((q - c) * s) + z), then one rounding; "operand" rounds z
+  and s to the operand dtype, then p = op(fp32((q - c) * s)) and w = op(fp32(p + z)) (an fma in
+  the operand dtype is held to the bound).
 
 Constraints: the stored codes, scales and zero points are read as raw bits and decoded with
 integer arithmetic (kernels_ref._codec), so the Triton kernel and the float64 host spec agree bit
 for bit. Scales are [G, N] (G = K / group_size), zero points the same shape: integer zero points
-one per byte (int8 for int4 / int8 operands, uint8 for uint4), float ones in the scales' dtype.
+one per byte (int8 for int4 / int8 operands, uint8 for uint4), float ones (and float offsets) in
+the scales' dtype.
 e8m0 scales are raw bytes (2^(byte - 127); 255 is NaN). Columns past N dequantise to 0.
 """
 
@@ -45,7 +52,7 @@ PACKINGS = ("k_pairs_low_first", "k_pairs_high_first", "k8_interleaved")
 # LOP3 / PRMT converter turns into pairs); K8_NIBBLE_OF[e] is the nibble of element e
 K8_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 K8_NIBBLE_OF = tuple(K8_ORDER.index(e) for e in range(8))
-ZEROS = ("none", "int", "float")
+ZEROS = ("none", "int", "float", "float_offset")
 PRECISIONS = ("fp32", "operand")
 OUT_TYPES = ("fp16", "bf16")
 # constexpr codes of the kernel
@@ -63,7 +70,7 @@ class DequantConfig:
     out_dtype: str  # fp16 | bf16: the MMA's operand dtype
     group_size: int  # k elements per scale
     packing: Optional[str] = None  # a packed 4-bit dtype: PACKINGS
-    zeros: str = "none"  # none | int | float
+    zeros: str = "none"  # none | int | float | float_offset
     precision: str = "fp32"
 
     def __post_init__(self) -> None:
@@ -74,13 +81,23 @@ class DequantConfig:
     def packed(self) -> bool:
         return self.dtype in PACKED
 
+    @property
+    def centre(self) -> float:
+        """c of the float_offset form w = (q - c) * s + z (0 for the other forms)."""
+        return offset_centre(self.dtype) if self.zeros == "float_offset" else 0.0
+
     def zero_torch(self) -> Optional[torch.dtype]:
         """The torch dtype zero points are stored in (None: no zero points)."""
         if self.zeros == "none":
             return None
-        if self.zeros == "float":
+        if self.zeros in ("float", "float_offset"):
             return ALL_TYPES[self.scale_dtype].torch
         return torch.uint8 if self.dtype == "uint4" else torch.int8
+
+
+def offset_centre(dtype: str) -> float:
+    """The centre of an unsigned B's range (uint4: 8), 0 for a signed one: the c of w = (q - c) * s + z."""
+    return 8.0 if dtype == "uint4" else 0.0
 
 
 def check_supported(cfg: DequantConfig) -> list[str]:
@@ -103,11 +120,11 @@ def check_supported(cfg: DequantConfig) -> list[str]:
         out.append(f"group_size {cfg.group_size!r} must be a multiple of 8 for k8_interleaved (8 k a word)")
     if cfg.zeros not in ZEROS:
         out.append(f"zeros {cfg.zeros!r}; allowed: {', '.join(ZEROS)}")
-    elif cfg.zeros == "float" and cfg.scale_dtype not in ("fp16", "bf16", "fp32"):
-        out.append(f"float zero points are held in the scales' dtype, which must be fp16, bf16 or fp32, "
+    elif cfg.zeros in ("float", "float_offset") and cfg.scale_dtype not in ("fp16", "bf16", "fp32"):
+        out.append(f"{cfg.zeros} zero points are held in the scales' dtype, which must be fp16, bf16 or fp32, "
                    f"not {cfg.scale_dtype}")
-    elif cfg.zeros == "int" and cfg.dtype not in ("int4", "uint4", "int8"):
-        out.append(f"integer zero points need an integer dtype, not {cfg.dtype}")
+    elif cfg.zeros in ("int", "float_offset") and cfg.dtype not in ("int4", "uint4", "int8"):
+        out.append(f"{cfg.zeros} zero points need an integer dtype (int4, uint4, int8), not {cfg.dtype}")
     if cfg.precision not in PRECISIONS:
         out.append(f"precision {cfg.precision!r}; allowed: {', '.join(PRECISIONS)}")
     return out
@@ -253,15 +270,24 @@ def dequant_host(stored: torch.Tensor, scales: torch.Tensor, zeros: Optional[tor
     z = torch.zeros_like(s)
     if cfg.zeros != "none":
         z = zeros.cpu().double()[g[:, None], colc[None, :]]
-    if cfg.precision == "fp32":
-        t = C.f32(q - z)
-        w = C.f32(t * s)
-    else:
-        zo, so = _round(z, cfg.out_dtype), _round(s, cfg.out_dtype)
-        t = _round(C.f32(q - zo), cfg.out_dtype)
-        w = C.f32(t * so)
+    w = dequant_values(q, z, s, cfg)
     out = torch.where(inside[None, :], w, 0.0)
     return out.to(ALL_TYPES[cfg.out_dtype].torch)
+
+
+def dequant_values(q: torch.Tensor, z: torch.Tensor, s: torch.Tensor, cfg: DequantConfig) -> torch.Tensor:
+    """w of values q, zero points z and scales s (float64, one each per element) as cfg's arithmetic
+    computes it (module docstring), before the final rounding to cfg.out_dtype; float64."""
+    if cfg.zeros == "float_offset":
+        t = q - cfg.centre  # exact
+        if cfg.precision == "fp32":
+            return C.f32(C.f32(t * s) + z)
+        return C.f32(_round(C.f32(t * _round(s, cfg.out_dtype)), cfg.out_dtype) + _round(z, cfg.out_dtype))
+    if cfg.precision == "fp32":
+        return C.f32(C.f32(q - z) * s)
+    zo, so = _round(z, cfg.out_dtype), _round(s, cfg.out_dtype)
+    t = _round(C.f32(q - zo), cfg.out_dtype)
+    return C.f32(t * so)
 
 
 def dequant_operand_host(stored: torch.Tensor, scales: torch.Tensor, zeros: Optional[torch.Tensor],
@@ -307,7 +333,7 @@ def _dequant_kernel(q_ptr, sq_r, sq_c, s_ptr, ss_g, ss_c, z_ptr, sz_g, sz_c, out
                     TK, TN, k0, n0, N, G, GROUP,
                     BLK_K: tl.constexpr, BLK_N: tl.constexpr, QT: tl.constexpr, PACK: tl.constexpr,
                     ST: tl.constexpr, SW: tl.constexpr, ZK: tl.constexpr, ZSIGNED: tl.constexpr,
-                    OUT: tl.constexpr, PREC: tl.constexpr):
+                    OUT: tl.constexpr, PREC: tl.constexpr, CENTRE: tl.constexpr):
     pk = tl.program_id(0)
     pn = tl.program_id(1)
     k = pk * BLK_K + tl.arange(0, BLK_K)[:, None]
@@ -348,13 +374,19 @@ def _dequant_kernel(q_ptr, sq_r, sq_c, s_ptr, ss_g, ss_c, z_ptr, sz_g, sz_c, out
             z = zraw.to(tl.float32)
         else:
             z = (zraw & 0xFF).to(tl.float32)
-    elif ZK == 2:
+    elif ZK >= 2:
         zraw = tl.load(z_ptr + g * sz_g + col * sz_c, mask=ok, other=0).to(tl.int32)
         if SW == 2:
             z = _decode_f32(zraw & 0xFFFF, ST)
         else:
             z = _decode_f32(zraw, ST)
-    if PREC == 0:
+    if ZK == 3:
+        t = q - CENTRE
+        if PREC == 0:
+            w = t * s + z  # two fp32 roundings: fp-contraction is off (launch_options)
+        else:
+            w = _round_to(t * _round_to(s, OUT), OUT) + _round_to(z, OUT)
+    elif PREC == 0:
         t = q - z
         w = t * s
     else:
@@ -398,7 +430,7 @@ def dequant(stored: torch.Tensor, scales: torch.Tensor, zeros: Optional[torch.Te
                           PACK=0 if not cfg.packed else PACKINGS.index(cfg.packing) + 1,
                           ST=_ST[cfg.scale_dtype], SW=scales.element_size(), ZK=ZEROS.index(cfg.zeros),
                           ZSIGNED=cfg.zero_torch() == torch.int8, OUT=C.CODES[cfg.out_dtype],
-                          PREC=PRECISIONS.index(cfg.precision), **C.launch_options(dev))
+                          PREC=PRECISIONS.index(cfg.precision), CENTRE=cfg.centre, **C.launch_options(dev))
     return out
 
 

@@ -50,8 +50,14 @@ rounding: the reference computes exactly that), and when there are no zero point
 convert to the operand dtype exactly (scales in the operand dtype, e4m3, e8m0: then w is one
 rounding of q * s in any order). Otherwise ("operand": fp16 / bf16 arithmetic, sub then mul or an
 fma with z * s taken first) 2u(|q - z| |s| + |z| |s|) plus one subnormal step of the operand dtype.
+The float_offset form w = (q - c) * s + z, declared "operand" (an fma in the operand dtype, or a
+rounded product then a rounded add), differs from the reference by at most twice one side's error:
+2u((2 + e)|q - c| |s| + (1 + e)|z|), e = 1 where the scales (and offsets) are not in the operand
+dtype (their rounding to it adds u each), 0 where they are; plus one subnormal step.
 The dequantised operands then enter the fp16 / bf16 MMA: the accumulation models of those
-operands apply unchanged (ACC_TABLE, keyed by the MMA's operand dtype, a_dtype).
+operands apply unchanged (ACC_TABLE, keyed by the MMA's operand dtype, a_dtype). Where the dequant
+is not exact, the accumulator's reference (computed from the reference's dequantised B) adds
+sum_k |a_mk| times the dequant bound of w_kn to its bound.
 """
 
 from __future__ import annotations
@@ -635,14 +641,18 @@ _register(("dequant",), ("bf16",), Model("elementwise", "(q - z) * s rounded to 
 
 
 def dequant_bound(q: torch.Tensor, z: torch.Tensor, s: torch.Tensor, *, out_dtype: str, precision: str,
-                  zeros: str, scale_dtype: str) -> Optional[torch.Tensor]:
+                  zeros: str, scale_dtype: str, centre: float = 0.0) -> Optional[torch.Tensor]:
     """The per-element bound of a dequantised tile (module docstring), float64; None where the
-    arithmetic is exact (bit-exact comparison). q, z, s: the values of every element (float64)."""
+    arithmetic is exact (bit-exact comparison). q, z, s: the values of every element (float64);
+    `centre`: the c of the float_offset form."""
     model = lookup("dequant_b", out_dtype)
     if precision == "fp32" or (zeros == "none" and scale_dtype in (out_dtype, "e4m3", "e8m0")):
         return None
     tiny = float(torch.finfo(DTYPES[out_dtype].torch).tiny) * model.u * 2  # the smallest subnormal step
     q, z, s = q.double(), z.double(), s.double()
+    if zeros == "float_offset":
+        e = 0.0 if scale_dtype == out_dtype else 1.0
+        return 2 * model.u * ((2 + e) * (q - centre).abs() * s.abs() + (1 + e) * z.abs()) + tiny
     return 2 * model.u * ((q - z).abs() * s.abs() + z.abs() * s.abs()) + tiny
 
 

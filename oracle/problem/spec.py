@@ -9,7 +9,11 @@ what is allowed.
 A quantised B (`b_dtype` int4, uint4, fp4_e2m1, int8, e4m3 or e5m2 beside an fp16 / bf16 A: W4A16,
 W8A16) holds stored values q with per-group scales s (`b_scales`: their dtype, shape [K / b_group_size,
 N]) and zero points z (`b_zeros`: none, int or float); the MMA reads w = (q - z) * s in A's dtype,
-computed as `dequant_precision` says (kernels_ref.dequant). A 4-bit B is packed two values to a byte
+computed as `dequant_precision` says (kernels_ref.dequant). `b_zeros` "float_offset" is the other
+common form, a float z added after the scale: w = (q - c) * s + z, c the centre of an unsigned B's
+range (8 for uint4: torch's tinygemm int4 kernel, torch._weight_int4pack_mm) and 0 for a signed
+one; it needs an integer B and fp16 / bf16 / fp32 scales, and z is stored in the scales' dtype.
+A 4-bit B is packed two values to a byte
 along K (`b_packing`), stored as uint8 [K / 2, N] whatever the packing: k_pairs_low_first /
 k_pairs_high_first hold k = 2r and 2r + 1 in byte r of a column; k8_interleaved holds k = 8w ..
 8w + 7 of a column in the 32-bit little-endian word made of its bytes 4w .. 4w + 3 (byte j = bits
@@ -43,7 +47,9 @@ QUANT_A_DTYPES = ("fp16", "bf16")  # the A beside a quantised B: the MMA reads d
 # k8_interleaved: bytes 4w .. 4w + 3 of a column are the little-endian 32-bit word w, whose nibble i
 # (0 the least significant) holds k = 8w + (0, 2, 4, 6, 1, 3, 5, 7)[i] (kernels_ref.dequant.K8_ORDER).
 B_PACKINGS = ("k_pairs_low_first", "k_pairs_high_first", "k8_interleaved")
-B_ZEROS = ("none", "int", "float")
+# how a zero point enters: none; w = (q - z) * s with z an integer or a float; float_offset:
+# w = (q - c) * s + z (c: 8 for uint4, 0 for a signed B)
+B_ZEROS = ("none", "int", "float", "float_offset")
 # The arithmetic of w = (q - z) * s (kernels_ref.dequant): fp32 then one rounding to A's dtype
 # (judged bit-exact), or in A's dtype itself in any order (sub then mul, or fma with z * s first:
 # judged within the bound of oracle.judging.tolerance's dequant entry)
@@ -347,8 +353,8 @@ class ProblemSpec:
         if self.b_zeros != "none":
             _require(not ALL_TYPES[b].is_float, "b_zeros", self.b_zeros,
                      f"zero points are for an integer B (int4, uint4, int8), not {b}")
-        if self.b_zeros == "float":
-            _require(sc in ("fp16", "bf16", "fp32"), "b_zeros", "float",
+        if self.b_zeros in ("float", "float_offset"):
+            _require(sc in ("fp16", "bf16", "fp32"), "b_zeros", self.b_zeros,
                      f"float zero points are stored in the scales' dtype, which must be fp16, bf16 or fp32 (b_scales "
                      f"is {sc!r})")
         p = self.dequant_precision

@@ -14,10 +14,11 @@ A quantised B (oracle.problem.spec: b_scales given) is stored as the problem say
 stored values (a packed 4-bit B: uint8 [K / 2, N], two k per byte in b_packing's order, or for
 k8_interleaved four bytes a word of 8 k; int8 / e4m3 / e5m2: [K, N] in that dtype), b_scales
 [K / group, N] in the scales' dtype (e8m0: raw bytes), b_zeros the same shape (int: int8 for int4 /
-int8, uint8 for uint4; float: the scales' dtype). Its
-ladder: ones: q = 1, z = 0, s = 1 (every w = 1); index: q encodes (k mod 8, n mod 4), s and z encode
+int8, uint8 for uint4; float and float_offset: the scales' dtype). Its ladder: ones: q = 1
+(float_offset: q = c + 1), z = 0, s = 1 (every w = 1); index: q encodes (k mod 8, n mod 4), s and z encode
 (group, column), so a wrong nibble, group or zero point changes the value; random: q over the
-type's range, s in [1/16, 3/16), z over the integer range (or [0, 8) float). ktag is not defined
+type's range, s in [1/16, 3/16), z over the integer range (or [0, 8) float; a float offset in
+[-1/2, 1/2)). ktag is not defined
 for a quantised B (its tags live in B's values).
 """
 
@@ -328,7 +329,7 @@ def _quantised_b(spec: ProblemSpec, ladder: str, g: torch.Generator, generator: 
     nn = torch.arange(n)[None, :]
     gg = torch.arange(groups)[:, None]
     if ladder == "ones":
-        q = torch.ones(k, n, dtype=torch.float64)
+        q = torch.ones(k, n, dtype=torch.float64) + cfg.centre
         s = torch.ones(groups, n, dtype=torch.float64)
         z = torch.zeros(groups, n, dtype=torch.float64)
     elif ladder == "index":
@@ -342,7 +343,7 @@ def _quantised_b(spec: ProblemSpec, ladder: str, g: torch.Generator, generator: 
         if spec.b_scales == "e8m0":
             s = torch.pow(2.0, ((gg + nn) % 4).double())
         z = ((gg + nn) % 3).double()
-        if spec.b_zeros == "float":
+        if spec.b_zeros in ("float", "float_offset"):
             z = z / 2
     else:
         lo, hi = int(d.lowest), int(d.max_finite)
@@ -362,6 +363,8 @@ def _quantised_b(spec: ProblemSpec, ladder: str, g: torch.Generator, generator: 
         if spec.b_dtype in ("int4", "uint4", "int8"):
             zr = torch.randint(lo, hi + 1, (groups, n), generator=g, device=generator).cpu().double()
         z = zr if spec.b_zeros != "float" else zr.abs() % 8 + u
+        if spec.b_zeros == "float_offset":
+            z = u - 0.5
     stored = dq.pack_host(dq.codes_of_values(q, spec.b_dtype), cfg)
     scales = dq.e8m0_of(s) if spec.b_scales == "e8m0" else s.to(ALL_TYPES[spec.b_scales].torch)
     zeros = None if spec.b_zeros == "none" else z.to(cfg.zero_torch())

@@ -356,8 +356,8 @@ _E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 def _dequant(spec, ops, stored, k0, n0, defect) -> torch.Tensor:
     """The model kernel's register dequant of one stored B tile: codes by the packing, w = (q - z) * s
-    with the group's scale and zero point, in fp32 then rounded to A's dtype ("operand": each step in
-    A's dtype), with the planted dequant defect, if any."""
+    (float_offset: (q - c) * s + z) with the group's scale and zero point, in fp32 then rounded to
+    A's dtype ("operand": each step in A's dtype), with the planted dequant defect, if any."""
     raw = stored.view(torch.uint8).to(torch.int32)
     packing = spec.b_packing
     if defect == "dequant_plain_pairs":
@@ -408,7 +408,13 @@ def _dequant(spec, ops, stored, k0, n0, defect) -> torch.Tensor:
     if defect == "dequant_zero_twice":
         z = 2 * z
     out_t = DTYPES[spec.a_dtype].torch
-    if spec.resolved_dequant_precision == "fp32":
+    if spec.b_zeros == "float_offset":  # w = (q - c) * s + z
+        t = q - (8.0 if spec.b_dtype == "uint4" else 0.0)
+        if spec.resolved_dequant_precision == "fp32":
+            w = t * s + z
+        else:
+            w = (t * s.to(out_t).float()).to(out_t).float() + z.to(out_t).float()
+    elif spec.resolved_dequant_precision == "fp32":
         w = (q - z) * s
     else:
         w = (q - z.to(out_t).float()).to(out_t).float() * s.to(out_t).float()

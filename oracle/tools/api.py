@@ -98,7 +98,9 @@ def _check_tensor(name: str, t: Any, scale: bool = False) -> None:
 
 
 def _quant_fields(a: torch.Tensor, b: torch.Tensor, b_scales, b_zeros, fields: dict) -> dict:
-    """The ProblemSpec fields a quantised B's tensors imply (b_scales, b_zeros, b_group_size)."""
+    """The ProblemSpec fields a quantised B's tensors imply (b_scales, b_zeros, b_group_size); the
+    zero points' form is their dtype's (int or float) unless `b_zeros_kind` names it (float_offset:
+    w = (q - c) * s + z)."""
     from kernels_ref.dtypes import ALL_TYPES, QUANT_B
 
     _check_tensor("b_scales", b_scales)
@@ -119,9 +121,15 @@ def _quant_fields(a: torch.Tensor, b: torch.Tensor, b_scales, b_zeros, fields: d
     sd = "e8m0" if b_scales.dtype in (torch.uint8, getattr(torch, "float8_e8m0fnu", None)) else _dtype("b_scales",
                                                                                                           b_scales)
     out = dict(b_scales=sd, b_group_size=k // b_scales.shape[0])
+    kind = fields.pop("b_zeros_kind", None)
     if b_zeros is not None:
         _check_tensor("b_zeros", b_zeros)
-        out["b_zeros"] = "float" if b_zeros.is_floating_point() else "int"
+        out["b_zeros"] = kind or ("float" if b_zeros.is_floating_point() else "int")
+        if out["b_zeros"] in ("float", "float_offset") and not b_zeros.is_floating_point():
+            raise SpecError(f"b_zeros has dtype {b_zeros.dtype}: b_zeros_kind={out['b_zeros']!r} zero points are "
+                            f"floats in the scales' dtype")
+    elif kind is not None:
+        raise SpecError(f"b_zeros_kind={kind!r} was given without b_zeros")
     return out
 
 
@@ -164,6 +172,8 @@ def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bia
         quant = _quant_fields(a, b, b_scales, b_zeros, fields)
     elif b_zeros is not None:
         raise SpecError("b_zeros was given without b_scales: a quantised B needs its scales")
+    elif "b_zeros_kind" in fields:
+        raise SpecError("b_zeros_kind was given without b_scales and b_zeros: it names a quantised B's zero points")
     (m, k), (k2, n) = a.shape, b.shape
     if quant:
         k2 = k
@@ -225,8 +235,9 @@ def check(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c: Optional[torc
     default is an fp32 accumulator over the problem's tiles; a D from cuBLAS or another engine
     that may split K and round its partials needs the model it follows (acc_model="any" is sound
     for every engine measured; `python -m oracle verify` picks it for torch ops). A quantised B:
-    B as stored, with `b_scales` (and `b_zeros`) and the fields b_dtype and b_packing (module
-    docstring). Raises SpecError / RecordingError for tensors that do not make a problem."""
+    B as stored, with `b_scales` (and `b_zeros`; `b_zeros_kind="float_offset"` for zero points added
+    after the scale, w = (q - c) * s + z, as torch's tinygemm int4 kernel computes) and the fields
+    b_dtype and b_packing (module docstring). Raises SpecError / RecordingError for tensors that do not make a problem."""
     from oracle.judging.differential import analyze
 
     rec = recording_of(a, b, d, c=c, bias=bias, scale_a=scale_a, scale_b=scale_b, b_scales=b_scales,

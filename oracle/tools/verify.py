@@ -287,6 +287,8 @@ def run_case(op: Callable, vc: VerifyCase) -> dict:
             scales = (b_scales, b_zeros)
             extra = dict(b_scales=b_scales, b_zeros=b_zeros, b_dtype=vc.quant["b_dtype"],
                          b_packing=vc.quant.get("b_packing"), dequant_precision=vc.quant.get("dequant_precision"))
+            if b_zeros is not None:  # its form (float_offset is not told by the zero points' dtype)
+                extra["b_zeros_kind"] = vc.quant["b_zeros"]
         else:
             a, b = _operands(vc, dev)
             if vc.call == "scaled_mm":

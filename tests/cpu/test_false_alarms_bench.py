@@ -40,7 +40,7 @@ def test_every_engine_has_cases_and_specs_that_validate():
     assert {c.kind for c in cases} == set(F.KINDS)
     assert max(c.k for c in cases) == 65536 and min(c.m for c in cases) == 1
     assert {(c.a_major, c.b_major) for c in cases} >= {("row", "col"), ("col", "row")}
-    F._SPLITK.update({(c.a_dtype, c.m, c.n, c.k, c.a_major, c.b_major): {"boundaries": [], "probed": True}
+    F.specs._SPLITK.update({(c.a_dtype, c.m, c.n, c.k, c.a_major, c.b_major): {"boundaries": [], "probed": True}
                       for c in cases})
     for c in cases:
         spec, why = F.spec_for(c, {})
@@ -55,7 +55,7 @@ def test_a_case_is_the_same_whichever_engines_run():
 
 @pytest.mark.parametrize("engine", ["cublas_bf16_fp32red", "lt_e4m3_rowwise", "int8", "cublas_addmm"])
 def test_correct_case_matches_and_planted_defects_are_found(monkeypatch, engine):
-    monkeypatch.setattr(F, "DEV", "cpu")
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
     e = F.ENGINE[engine]
     c = F.Case(engine, e.a_dtype, e.out, max(40, e.mmin), 144, 256, "row", "col", "normal", 5)
     r = F.run_case(c, {}, run=_exact)
@@ -64,6 +64,7 @@ def test_correct_case_matches_and_planted_defects_are_found(monkeypatch, engine)
     # fp8's narrow accumulator leaves a bound of several % of |D| at K = 256: a 1% tile is below it
     expect = [d for d in r.planted if not (e.a_dtype == "e4m3" and d == "tile x 1.01")]
     assert expect and all(r.planted[d][1] for d in expect), r.planted
+    assert "wrong block scale" not in r.planted  # block scales only
     doc = F.summarise([r], 0, 1.0)
     for key in ("correct_cases", "false_diverged", "planted", "detected_right_tile", "environment", "worst_ratio",
                 "groups", "planted_table"):
@@ -72,7 +73,7 @@ def test_correct_case_matches_and_planted_defects_are_found(monkeypatch, engine)
 
 
 def test_a_wrong_engine_is_a_false_alarm_in_the_counts(monkeypatch):
-    monkeypatch.setattr(F, "DEV", "cpu")
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
     e = F.ENGINE["cublas_bf16_fp32red"]
     c = F.Case(e.name, e.a_dtype, e.out, 40, 144, 256, "row", "col", "normal", 6)
     r = F.run_case(c, {}, planted=False, run=lambda c, ops: (_exact(c, ops).float() * 1.05).to(torch.bfloat16))
@@ -81,7 +82,7 @@ def test_a_wrong_engine_is_a_false_alarm_in_the_counts(monkeypatch):
 
 
 def test_shards_merge_into_one_result(monkeypatch, tmp_path):
-    monkeypatch.setattr(F, "DEV", "cpu")
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
     e = F.ENGINE["cublas_bf16_fp32red"]
     paths = []
     for i, seed in enumerate((7, 8)):
@@ -98,7 +99,7 @@ def test_shards_merge_into_one_result(monkeypatch, tmp_path):
 
 
 def test_a_later_run_of_a_case_supersedes_the_earlier_in_a_merge(monkeypatch, tmp_path):
-    monkeypatch.setattr(F, "DEV", "cpu")
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
     e = F.ENGINE["cublas_bf16_fp32red"]
     c = F.Case(e.name, e.a_dtype, e.out, 40, 144, 256, "row", "col", "normal", 7)
     wrong = F.run_case(c, {}, planted=False, run=lambda c, ops: (_exact(c, ops).float() * 1.05).to(torch.bfloat16))
@@ -124,7 +125,7 @@ def test_the_gelu_engine_rounds_its_accumulator_before_the_bias():
 
 
 def test_a_finished_run_skips_what_an_earlier_run_judged(monkeypatch, tmp_path):
-    monkeypatch.setattr(F, "DEV", "cpu")
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
     e = F.ENGINE["cublas_bf16_fp32red"]
     cases = [F.Case(e.name, e.a_dtype, e.out, 40, 144, 256, "row", "col", "normal", s) for s in (7, 8, 9)]
     r = F.run_case(cases[1], {}, planted=False, run=_exact)
@@ -139,14 +140,14 @@ def test_a_finished_run_skips_what_an_earlier_run_judged(monkeypatch, tmp_path):
 def test_specs_follow_what_was_measured(monkeypatch):
     import json
 
-    monkeypatch.setattr(F, "_SPLITK", {})
+    monkeypatch.setattr(F.specs, "_SPLITK", {})
     numerics = json.load(open(os.path.join(ROOT, "benchmarks", "results", "numerics_h200.json")))
 
     def spec(engine, probe=None, m=64, n=128, k=4096, doc=numerics):
         e = F.ENGINE[engine]
         c = F.Case(engine, e.a_dtype, e.out, m, n, k, "row", "col", "normal", 1)
         if probe is not None:
-            F._SPLITK[(c.a_dtype, m, n, k, "row", "col")] = probe
+            F.specs._SPLITK[(c.a_dtype, m, n, k, "row", "col")] = probe
         return F.spec_for(c, doc)[0]
 
     tf32 = spec("cublas_tf32")
@@ -187,3 +188,126 @@ def test_zoo_cases_load_with_their_specs():
         for m, n, k in shapes:
             case = with_trace(load_case(os.path.join(ROOT, path), dict(m=m, n=n, k=k), entry=entry), [(0, 0)], (0,))
             assert (case.spec.m, case.spec.n, case.spec.k) == (m, n, k) and case.kernel.entry == entry
+
+
+def _block_scaled_exact(a, b, scale_a, scale_b, rows):
+    """The block-scaled product in float64: each 128-deep k-block's A_kb @ B_kb times the scales of
+    its rows' and columns' blocks."""
+    a, b = a.double(), b.double()
+    m, k = a.shape
+    n = b.shape[1]
+    d = torch.zeros(m, n, dtype=torch.float64)
+    for j in range(k // 128):
+        part = a[:, j * 128:(j + 1) * 128] @ b[j * 128:(j + 1) * 128]
+        sa = scale_a.double()[torch.arange(m) // rows, j]
+        sb = scale_b.double()[torch.arange(n) // rows, j]
+        d += part * sa[:, None] * sb[None, :]
+    return d
+
+
+def _block_engine(c, ops):
+    return _block_scaled_exact(ops.a, ops.b, ops.scale_a, ops.scale_b, F.BLOCK_ROWS[c.engine]).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("engine", ["lt_e4m3_block1x128", "lt_e4m3_block128x128"])
+def test_block_scaled_engines_cases_specs_and_planted_defects(monkeypatch, engine):
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
+    e = F.ENGINE[engine]
+    cases = [c for c in F.make_cases() if c.engine == engine]
+    assert cases and all(c.k % e.kmult == 0 and c.m % e.mmult == 0 and c.n % e.nmult == 0 for c in cases)
+    rows = F.BLOCK_ROWS[engine]
+    spec = F.spec_for(cases[0], {})[0]
+    assert (spec.scale_a.kind, spec.scale_a.block, spec.scale_b.block) == ("block", (rows, 128), (rows, 128))
+    assert (spec.acc_model, spec.promotion_interval, spec.tile.bk) == ("fp8_promoted", 128, 128)
+    assert spec.scale_a.major == ("col" if rows == 1 else "row")
+    c = F.Case(engine, "e4m3", "bf16", 256 if rows > 1 else 40, 256, 512, "row", "col", "normal", 5)
+    ops = F.make_operands(c)
+    assert tuple(ops.scale_a.shape) == (-(-c.m // rows), 4) and tuple(ops.scale_b.shape) == (-(-c.n // rows), 4)
+    r = F.run_case(c, {}, run=_block_engine)
+    assert r.judged, r.error
+    assert r.verdict == "MATCH" and r.ratio < 1
+    gross = {d: r.planted[d] for d in ("zeroed tile", "one sign flip", "one NaN", "missing k-block",
+                                       "wrong block scale")}
+    assert all(right for _, right in gross.values()), r.planted
+
+
+def test_block_scaled_engine_refused_layout_is_skipped_not_judged(monkeypatch):
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
+    e = F.ENGINE["lt_e4m3_block128x128"]
+    c = F.Case(e.name, "e4m3", "bf16", 128, 128, 512, "row", "col", "normal", 3)
+
+    def refuses(c, ops):
+        raise F.EngineSkipped("torch._scaled_mm refused 128x128 block scales: Invalid scaling configuration")
+
+    r = F.run_case(c, {}, run=refuses)
+    assert not r.judged and r.error is None and "Invalid scaling configuration" in r.skipped
+    doc = F.summarise([r], 0, 1.0)
+    assert doc["correct_cases"] == 0 and doc["false_diverged"] == 0 and doc["skipped"][0]["why"] == r.skipped
+
+
+@pytest.mark.parametrize("rows", [1, 128])
+def test_block_scaled_output_through_check_matches_and_a_wrong_scale_diverges(rows):
+    import oracle
+
+    g = torch.Generator().manual_seed(11)
+    m, n, k = (256, 256, 512) if rows > 1 else (40, 144, 384)
+    a = (torch.randn(m, k, generator=g) * 4).to(torch.float8_e4m3fn)
+    b = (torch.randn(k, n, generator=g) * 4).to(torch.float8_e4m3fn)
+    sa = (torch.rand(-(-m // rows), k // 128, generator=g) + 0.5) * 2.0 ** torch.randint(-2, 3, (1,), generator=g)
+    sb = torch.rand(-(-n // rows), k // 128, generator=g) + 0.5
+    d = _block_scaled_exact(a, b, sa, sb, rows).to(torch.bfloat16)
+    model = dict(acc_model="fp8_promoted", promotion_interval=128, reduction="fp32", tile=(128, 128, 128))
+    rep = oracle.check(a, b, d, scale_a=sa, scale_b=sb, **model)
+    assert rep.verdict == "MATCH", rep
+    assert rep.recording.spec.scale_a.block == (rows, 128)
+    wrong = sb.clone()
+    wrong[0, 1] *= 1.25  # one k-block's scale of B's first column block
+    bad = _block_scaled_exact(a, b, sa, wrong, rows).to(torch.bfloat16)
+    rep = oracle.check(a, b, bad, scale_a=sa, scale_b=sb, **model)
+    assert rep.verdict == "DIVERGED", rep
+
+
+def _tinygemm_engine(c, ops):
+    """tinygemm's arithmetic: w = (q - 8) * s + z in one bf16 fma, then an exact GEMM rounded to bf16."""
+    from kernels_ref import dequant as dq
+
+    cfg = dq.DequantConfig("uint4", "bf16", "bf16", F.W4_GROUP[c.engine], "k_pairs_high_first", "float_offset")
+    q = dq.values_of_codes(dq.unpack_host(ops.b, cfg), "uint4")
+    g = torch.arange(c.k) // cfg.group_size
+    w = ((q - 8) * ops.b_scales.double()[g] + ops.b_zeros.double()[g]).float().to(torch.bfloat16)
+    return (ops.a.double() @ w.double()).to(torch.bfloat16)
+
+
+def _tinygemm_engine_fp32(c, ops):
+    """w dequantised as the reference's fp32 form, then an exact GEMM rounded to bf16."""
+    from kernels_ref import dequant as dq
+
+    cfg = dq.DequantConfig("uint4", "bf16", "bf16", F.W4_GROUP[c.engine], "k_pairs_high_first", "float_offset")
+    w = dq.dequant_operand_host(ops.b, ops.b_scales, ops.b_zeros, cfg)
+    return (ops.a.double() @ w.double()).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("engine", ["tinygemm_w4_g32", "tinygemm_w4_g128"])
+def test_w4a16_engine_cases_specs_and_planted_defects(monkeypatch, engine):
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
+    e = F.ENGINE[engine]
+    cases = [c for c in F.make_cases() if c.engine == engine]
+    assert cases and all(c.k % 128 == 0 and c.n % 8 == 0 for c in cases)
+    spec = F.spec_for(cases[0], {})[0]
+    assert (spec.b_dtype, spec.b_packing, spec.b_zeros, spec.b_group_size) == \
+        ("uint4", "k_pairs_high_first", "float_offset", F.W4_GROUP[engine])
+    assert spec.dequant_precision == "operand"  # no measurement: the bound
+    measured = {"engines": {"tinygemm_w4": {"dequant_precision": "fp32"}}}
+    assert F.spec_for(cases[0], measured)[0].dequant_precision == "fp32"
+    c = F.Case(engine, e.a_dtype, e.out, 40, 144, 512, "row", "col", "outlier", 5)
+    ops = F.make_operands(c)
+    assert ops.b.shape == (256, 144) and ops.b_scales.dtype == ops.b_zeros.dtype == torch.bfloat16
+    r = F.run_case(c, {}, run=_tinygemm_engine)
+    assert r.judged, r.error
+    assert r.verdict == "MATCH" and r.ratio < 1
+    # declared "operand", the bound carries |A| times the dequant's (about 2 % of |w| in bf16): a 1 %
+    # tile is below it; the gross defects and a missing k-block are not
+    assert all(r.planted[d][1] for d in ("zeroed tile", "one sign flip", "missing k-block", "one NaN")), r.planted
+    # measured fp32 (the dequant bit-exact), an engine that dequantises so is held tighter
+    r = F.run_case(c, measured, run=_tinygemm_engine_fp32)
+    assert r.verdict == "MATCH" and all(right for _, right in r.planted.values()), r.planted

@@ -36,3 +36,19 @@ def test_quick_slice_has_no_false_alarm(tmp_path):
             and c["problem"]["acc_model"] in (None, "fp32", "tf32_rn", "int32")
             for d, (_, right) in c["planted"].items() if d in ("tile x 1.01", "missing k-block")]
     assert fine and sum(fine) >= 0.95 * len(fine), doc["planted_table"]
+
+
+def test_block_scaled_and_w4a16_engines_have_no_false_alarm(tmp_path):
+    """torch._scaled_mm with 1x128 and 128x128 block scales (a layout torch refuses is skipped with its
+    message, never an error or a verdict) and torch's tinygemm W4A16, on the quick shapes."""
+    out = tmp_path / "fa_new.json"
+    engines = "lt_e4m3_block1x128,lt_e4m3_block128x128,tinygemm_w4_g32,tinygemm_w4_g64,tinygemm_w4_g128"
+    rc = _module().main(["--quick", "--engines", engines, "--out", str(out), "--budget-s", "60", "--w4-probe", ""])
+    doc = json.loads(out.read_text())
+    assert not doc["errors"], doc["errors"]
+    assert doc["false_diverged"] == 0, doc["false_alarms"]
+    assert rc == 0
+    judged = {c["fields"]["engine"] for c in doc["cases"] if c["verdict"]}
+    assert {"tinygemm_w4_g32", "tinygemm_w4_g64", "tinygemm_w4_g128"} <= judged, judged
+    assert judged & {"lt_e4m3_block1x128", "lt_e4m3_block128x128"}, doc["skipped"]
+    assert all("torch._scaled_mm refused" in s["why"] for s in doc["skipped"])

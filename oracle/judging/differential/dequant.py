@@ -1,4 +1,5 @@
-"""The dequant stage of a quantised B: the tile the MMA reads, (q - z) * s in a_dtype, per k-block.
+"""The dequant stage of a quantised B: the tile the MMA reads, (q - z) * s in a_dtype (or the
+float_offset form (q - c) * s + z), per k-block.
 
 - teacher-forced: against the reference dequant (kernels_ref.dequant) of the kernel's own load_b tap
   of the same k-block (its stored bytes); where load_b was not tapped, the input's stored tile stands
@@ -75,17 +76,22 @@ def _fields(ctx: Context, stored: torch.Tensor, k0: int, n0: int):
     col = (n0 + torch.arange(tn)).clamp(max=ctx.b_scales.shape[1] - 1)
     s = ref_dequant.scale_values_host(ctx.b_scales.cpu(), cfg.scale_dtype)[g[:, None], col[None, :]]
     z = torch.zeros_like(s) if cfg.zeros == "none" else ctx.b_zeros.cpu().double()[g[:, None], col[None, :]]
-    return q, z, s
+    return q, z, s  # q as stored: the float_offset form's centre is the bound's to subtract
 
 
 def _bound(ctx: Context, stored: torch.Tensor, k0: int, n0: int) -> Optional[torch.Tensor]:
     cfg = ctx.quant
-    if tolerance.dequant_bound(torch.zeros(1), torch.zeros(1), torch.zeros(1), out_dtype=cfg.out_dtype,
-                               precision=cfg.precision, zeros=cfg.zeros, scale_dtype=cfg.scale_dtype) is None:
+    kw = dict(out_dtype=cfg.out_dtype, precision=cfg.precision, zeros=cfg.zeros, scale_dtype=cfg.scale_dtype,
+              centre=cfg.centre)
+    if tolerance.dequant_bound(torch.zeros(1), torch.zeros(1), torch.zeros(1), **kw) is None:
         return None
     q, z, s = _fields(ctx, stored, k0, n0)
-    return tolerance.dequant_bound(q, z, s, out_dtype=cfg.out_dtype, precision=cfg.precision, zeros=cfg.zeros,
-                                   scale_dtype=cfg.scale_dtype).to(ctx.dev)
+    return tolerance.dequant_bound(q, z, s, **kw).to(ctx.dev)
+
+
+def operand_bound(ctx: Context) -> Optional[torch.Tensor]:
+    """The dequant bound of the whole B [K, N] (float64; None where the declared dequant is exact)."""
+    return _bound(ctx, ctx.b_stored, 0, 0)
 
 
 def group_of(ctx: Context, k: int) -> int:
@@ -107,14 +113,8 @@ def hint(ctx: Context, k: int, n: int, received: float) -> Optional[str]:
     z_all = torch.zeros_like(s_all) if cfg.zeros == "none" else ctx.b_zeros.cpu().double()[:, n]
 
     def w(q, z, s) -> float:
-        if cfg.precision == "fp32":
-            v = torch.tensor((q - z), dtype=torch.float32) * torch.tensor(s, dtype=torch.float32)
-        else:
-            dt = ref_dequant.ALL_TYPES[cfg.out_dtype].torch
-            zo, so = float(torch.tensor(z).to(dt)), float(torch.tensor(s).to(dt))
-            t = torch.tensor(q - zo, dtype=torch.float32).to(dt).float()
-            v = t * torch.tensor(so, dtype=torch.float32)
-        return float(v.to(ref_dequant.ALL_TYPES[cfg.out_dtype].torch))
+        one = [torch.tensor([[v]], dtype=torch.float64) for v in (q, z, s)]
+        return float(ref_dequant.dequant_values(*one, cfg).to(ref_dequant.ALL_TYPES[cfg.out_dtype].torch))
 
     q, z, s = float(qs[k]), float(z_all[g]), float(s_all[g])
     found = []
