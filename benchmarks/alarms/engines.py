@@ -104,22 +104,41 @@ class EngineSkipped(Exception):
 # block-scaled fp8 (torch._scaled_mm, scales by ScalingType from their shapes and strides): the
 # operands hold the logical [rows / block, K / 128] grids (oracle.run.inputs.Operands); torch reads
 # BlockWise1x128 scales of A [M, K / 128] with stride (1, M) and of B as b.t()'s [N, K / 128] with
-# stride (1, N), i.e. scale_b [K / 128, N] row-major; BlockWise128x128 scales of A [M / 128, K / 128]
-# row-major and of B as b.t()'s [N / 128, K / 128] row-major, i.e. scale_b its transpose.
+# stride (1, N), i.e. scale_b [K / 128, N] row-major. BlockWise128x128 scales are [M / 128, K / 128]
+# and [K / 128, N / 128] whose strides torch wants "near-inner-dim-major, 16-byte aligned", which its
+# versions read differently: every such layout of the same values is tried, the first taken is used.
+def _padded(x: torch.Tensor, row_major: bool) -> torch.Tensor:
+    """x's values, row- or column-major, the outer stride rounded up to 4 elements (16 bytes)."""
+    r, c = x.shape
+    strides = (-(-c // 4) * 4, 1) if row_major else (1, -(-r // 4) * 4)
+    out = torch.empty_strided((r, c), strides, dtype=x.dtype, device=x.device)
+    out.copy_(x)
+    return out
+
+
+def _block_scale_layouts(block_rows, ops):
+    if block_rows == 1:
+        yield ops.scale_a.t().contiguous().t(), ops.scale_b.t().contiguous()
+        return
+    sa, sb = ops.scale_a, ops.scale_b.t()  # [M / 128, K / 128], [K / 128, N / 128]
+    for a_rows in (True, False):
+        for b_rows in (False, True):
+            yield _padded(sa, a_rows), _padded(sb, b_rows)
+
+
 def _scaled_block(block_rows):
     def run(c, ops):
         a = ops.a.contiguous()
         b = ops.b.t().contiguous().t()
-        if block_rows == 1:
-            sa, sb = ops.scale_a.t().contiguous().t(), ops.scale_b.t().contiguous()
-        else:
-            sa, sb = ops.scale_a.contiguous(), ops.scale_b.contiguous().t()
-        try:
-            return torch._scaled_mm(a, b, sa, sb, out_dtype=TORCH[c.out])
-        except (RuntimeError, ValueError, NotImplementedError) as e:
-            raise EngineSkipped(f"torch._scaled_mm refused {block_rows}x128 block scales "
-                                f"(scale_a {list(sa.shape)} stride {sa.stride()}, scale_b {list(sb.shape)} "
-                                f"stride {sb.stride()}): {e}") from None
+        tried = []
+        for sa, sb in _block_scale_layouts(block_rows, ops):
+            try:
+                return torch._scaled_mm(a, b, sa, sb, out_dtype=TORCH[c.out])
+            except (RuntimeError, ValueError, NotImplementedError) as e:
+                tried.append(f"scale_a {list(sa.shape)} stride {sa.stride()}, scale_b {list(sb.shape)} stride "
+                             f"{sb.stride()}: {str(e)[:160]}")
+        raise EngineSkipped(f"torch._scaled_mm refused {block_rows}x128 block scales in every layout tried: "
+                            + "; ".join(tried))
     return run
 
 
