@@ -37,7 +37,7 @@ from typing import Any, Mapping, Optional
 
 from harness.fields import shown
 from kernels_ref import epilogue_graph
-from kernels_ref.dtypes import ALL_TYPES, DTYPES, FP8, PACKED, QUANT_B, SCALE_TYPES
+from kernels_ref.dtypes import ALL_TYPES, FP8, PACKED, QUANT_B, SCALE_TYPES
 
 OPERAND_DTYPES = ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int8")
 B_DTYPES = OPERAND_DTYPES + tuple(d for d in QUANT_B if d not in OPERAND_DTYPES)  # with int4, uint4, fp4_e2m1
