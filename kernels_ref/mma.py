@@ -131,6 +131,15 @@ def _add_rn(x, y, INTERP: tl.constexpr):
 
 
 @triton.jit
+def _sum_in_k_order(p, KP: tl.constexpr):
+    """((0 + p[:, 0]) + p[:, 1]) + ... in fp32 over the middle axis of p [R, KP, C], under the
+    interpreter only. The selection adds +0s, which also turns a -0 sum into the loop's +0."""
+    run = tl.cumsum(p, axis=1)
+    last = tl.arange(0, KP)[None, :, None] == KP - 1
+    return tl.sum(tl.where(last, run, 0.0), axis=1)
+
+
+@triton.jit
 def _mma_kblock(acc, s_acc, scale, a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0, k0, M, N, K,
                 A_DT: tl.constexpr, A_W: tl.constexpr, A_NAN: tl.constexpr,
                 B_DT: tl.constexpr, B_W: tl.constexpr, B_NAN: tl.constexpr, FILL_NAN: tl.constexpr,
@@ -150,7 +159,17 @@ def _mma_kblock(acc, s_acc, scale, a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0,
             q = tl.zeros([BMP, BNP], tl.float32)
         for j in tl.static_range(NSTEP):
             kk = k0 + (c * NSTEP + j) * KS
-            if ACC == 1:
+            if ACC == 1 and INTERP == 1:
+                # the same fp32 sums in the same order, a step at a time: the interpreter's cumsum
+                # adds left to right (numpy), so its last element is the loop's sum below
+                a_bits = _box_bits(a_ptr, sa_m, sa_k, m0, kk, M, K, BM, KS, BMP, KSP, A_W, FILL_NAN, A_NAN)
+                b_bits = _box_bits(b_ptr, sb_k, sb_n, kk, n0, K, N, KS, BN, KSP, BNP, B_W, FILL_NAN, B_NAN)
+                a_k = _decode_f32(a_bits, A_DT)
+                b_k = _decode_f32(b_bits, B_DT)
+                s = _sum_in_k_order(a_k[:, :, None] * b_k[None, :, :], KSP)
+                if WITH_ABS:
+                    sabs = _sum_in_k_order(tl.abs(a_k)[:, :, None] * tl.abs(b_k)[None, :, :], KSP)
+            elif ACC == 1:
                 # fp16 accumulation: each mma_k-deep step is summed in fp32 one k at a time (outer
                 # products on the CUDA cores). A 16-deep tl.dot gave wrong sums on sm_90 (triton 3.6).
                 s = tl.zeros([BMP, BNP], tl.float32)
@@ -469,6 +488,19 @@ def check_supported(a_dtype: str, b_dtype: str, acc: str = "fp32", block_m: int 
     return reasons
 
 
+# Under the interpreter the fp16 accumulator's MMA steps are summed by one scan per step (mode 1);
+# True here runs the compiled path's k-at-a-time loop instead (mode 2), for the test that holds the
+# two to the same bits.
+INTERPRET_FP16_STEPS_AS_LOOP = False
+
+
+def _interp_mode() -> int:
+    """The kernels' INTERP: 0 compiled, 1 interpreted, 2 interpreted with the fp16 steps' loop."""
+    if not C.interpreting():
+        return 0
+    return 2 if INTERPRET_FP16_STEPS_AS_LOOP else 1
+
+
 class _Cfg:
     """Constexpr bundle for one accumulation configuration."""
 
@@ -486,7 +518,7 @@ class _Cfg:
             A_DT=C.CODES[a_dtype], A_W=DTYPES[a_dtype].itemsize, B_DT=C.CODES[b_dtype], B_W=DTYPES[b_dtype].itemsize,
             ACC=_ACC_CODE[acc], BM=block_m, BN=block_n, BMP=C.pad_dim(block_m), BNP=C.pad_dim(block_n),
             KS=ks, KSP=C.pad_dim(ks, kmin), NCHUNK=nchunk, NSTEP=nstep, PROMO=promotion_interval is not None,
-            INTERP=C.interpreting())
+            INTERP=_interp_mode())
         big = self.meta["BMP"] * self.meta["BNP"] >= 128 * 128
         self.num_warps = 8 if big else 4
 

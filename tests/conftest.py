@@ -50,6 +50,8 @@ LONG_FIRST = (
     "cpu/test_ref_mma_fp16.py",
     "cpu/test_fuzz_inputs.py",
     "cpu/test_fuzz_commands.py",
+    "cpu/test_zoo_dumps_cutlass_coop.py",  # the largest recordings, replayed under the interpreter
+    "cpu/test_zoo_dumps_cutlass_pingpong.py",
 )
 
 

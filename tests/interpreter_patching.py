@@ -9,6 +9,12 @@ patched skips that walk; a call that names a module not patched yet (tl.zeros re
 triton.language.core) patches as before. Results are the same bits (tests/cpu/test_interpreter_patching.py
 holds runs with and without it to that).
 
+Also: the interpreter's options ask for integer overflow checks (sanitize_overflow) but not for
+debug, and without debug its device_assert returns before checking; so each int32 add, sub and mul
+computed its operands again in int64, compared them with the bounds and dropped the result (about
+half of the interpreter's time on the references' index arithmetic). With debug off the check is
+turned off too: nothing is checked either way.
+
 Constraints: only for the triton minor versions whose interpreter was read for this (the
 functions it wraps exist and are looked up by name at call time); any other version is left as
 it is. One launch at a time per thread, as the interpreter itself requires.
@@ -16,6 +22,7 @@ it is. One launch at a time per thread, as the interpreter itself requires.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 CHECKED_TRITON = ((3, 9),)
@@ -77,6 +84,10 @@ def install() -> bool:
     _saved.update(patch_lang=patch_lang, run=run)
     interp._patch_lang = _patch_lang
     interp.GridExecutor.__call__ = __call__
+    options = interp.interpreter_builder.options
+    if options.sanitize_overflow and not options.debug:
+        _saved["options"] = options
+        interp.interpreter_builder.options = dataclasses.replace(options, sanitize_overflow=False)
     return True
 
 
@@ -88,3 +99,5 @@ def uninstall() -> None:
 
     interp._patch_lang = _saved.pop("patch_lang")
     interp.GridExecutor.__call__ = _saved.pop("run")
+    if "options" in _saved:
+        interp.interpreter_builder.options = _saved.pop("options")

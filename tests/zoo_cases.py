@@ -23,6 +23,42 @@ def entries(kernel_dir: Optional[str] = None) -> list[dict]:
     return [e for e in doc if kernel_dir is None or e["kernel"].startswith(kernel_dir)]
 
 
+# The offline dump test is spread over files (tests/cpu/test_zoo_dumps*.py), one per shard, so that
+# `--dist loadfile` runs them side by side; every entry falls in exactly one shard, "rest" included.
+DUMP_SHARDS = ("cutlass_coop", "cutlass_pingpong", "hopper", "split", "rest")
+
+
+def dump_shard(entry: dict) -> str:
+    family = entry["kernel"].split("/")[1]
+    if family == "cutlass_sm90":
+        return "cutlass_pingpong" if "pingpong" in entry["name"] else "cutlass_coop"
+    return {"hopper_gemm": "hopper", "split_gemm": "split"}.get(family, "rest")
+
+
+def dump_entries(shard: str) -> list[dict]:
+    assert shard in DUMP_SHARDS, shard
+    return [e for e in entries() if dump_shard(e) == shard]
+
+
+def judge_recorded_dump(entry: dict) -> None:
+    """The entry's recorded trace, judged offline as the manifest says (tests/cpu/test_zoo_dumps.py)."""
+    import pytest
+
+    from oracle.judging.differential import analyze
+    from oracle.run.recording import Recording
+
+    path = ROOT / entry["dump"]
+    if not path.is_file() and entry.get("dump_pending"):
+        pytest.skip(f"{entry['dump']} has not been recorded yet: record it on the H200 with ORACLE_ZOO_RECORD_DIR="
+                    f"tests/zoo/dumps python -m pytest tests/gpu/test_zoo.py -k {entry['name']}")
+    assert path.is_file(), f"{entry['dump']} is missing: record it on the GPU (tests/gpu/test_zoo.py)"
+    rec = Recording.load(str(path))
+    case = entry_case(entry, entry.get("record_problem") or entry["problem"])
+    assert rec.spec == case.spec, "the dump was recorded for another problem than the manifest's"
+    assert tapped_stages(case) <= {t.stage for t in rec.taps}
+    check_judgement(entry["expected_stage"], case, analyze(rec), entry)
+
+
 def entry_case(entry: dict, problem: Optional[dict] = None) -> Case:
     """The entry's live case: its case file, problem overrides, traced entry point and trace selection.
     A launch library's entry names only its source (`kernel` without ":entry"): the case builds it."""

@@ -17,8 +17,10 @@ def _runs():
     acc = X.mma_accumulate(a, b, 16, 16, 32, acc="fp32")
     fp16 = X.mma_accumulate(a.to(torch.float16), b.to(torch.float16), 16, 16, 32, acc="fp16")
     step = X.mma_step(None, a[:16, :32], b[:32, :16], acc="fp32")
+    big = torch.full((16, 64), 127, dtype=torch.int8)
+    wraps = X.mma_step(torch.full((16, 16), 2**31 - 1000, dtype=torch.int32), big, big.t().contiguous(), acc="int32")
     out = E.apply_cast(E.apply_activation(E.apply_alpha_beta(acc, 0.5), "gelu_tanh"), "bf16")
-    return [acc, fp16, step, out]
+    return [acc, fp16, step, out, wraps]
 
 
 def test_the_patched_once_launch_gives_the_interpreters_bits():
@@ -27,10 +29,16 @@ def test_the_patched_once_launch_gives_the_interpreters_bits():
     before = P.skipped[0]
     patched = _runs()
     assert P.skipped[0] > before, "no nested call was skipped: the patching is not in the path"
+    from triton.runtime import interpreter
+
+    patched_options = interpreter.interpreter_builder.options
+    assert not patched_options.sanitize_overflow and not patched_options.debug
     P.uninstall()
+    assert interpreter.interpreter_builder.options.sanitize_overflow  # the interpreter's own again
     try:
         plain = _runs()
     finally:
         assert P.install()
+    assert (plain[-1] < 0).all()  # the int32 accumulator wrapped, with the overflow checks on and off
     for got, want in zip(patched, plain):
         assert got.dtype == want.dtype and torch.equal(got.view(torch.uint8), want.view(torch.uint8))

@@ -102,3 +102,43 @@ def test_mma_step_batched_and_host():
     bi = _ints((4, 32, 32), -128, 127, torch.int8, 25)
     pi = torch.randint(-1000, 1000, (4, 32, 32), generator=_gen(26), dtype=torch.int32)
     assert torch.equal(X.mma_step(pi, ai, bi, acc="int32").long(), pi.long() + ai.long() @ bi.long())
+
+
+
+@pytest.mark.parametrize("ad,bd,fill", [("fp16", "fp16", "zero"), ("fp16", "fp16", "nan"), ("e5m2", "e4m3", "zero")])
+def test_interpreter_step_scan_is_the_compiled_loop(monkeypatch, ad, bd, fill):
+    """Under the interpreter each fp16-accumulator MMA step is one scan; the compiled path's
+    k-at-a-time loop (run here under the interpreter too) gives the same bits, S and statistics
+    included, on a ragged tile, overflow to inf and an fp32 order that differs from the exact sum."""
+    M, N, K = 12, 10, 80
+    a = (torch.randn(M, K, generator=_gen(31)) * 8).to(DTYPES[ad].torch)
+    b = (torch.randn(K, N, generator=_gen(32)) * 8).to(DTYPES[bd].torch)
+    a[0, :], b[:, 0] = 64.0, 64.0  # row 0 x column 0 overflows the fp16 register
+    if ad == "fp16":  # row 1 x column 1: 8192 + 4, then 2^-11 fourteen times, then zeros
+        a[1, :], b[:, 1] = 0.0, 0.0
+        a[1, :16], b[:16, 1] = 1.0, 2.0 ** -11
+        a[1, 0], b[0, 1], a[1, 1], b[1, 1] = 128.0, 64.0, 2.0, 2.0
+
+    def run():
+        acc = X.mma_accumulate(a, b, 16, 16, 64, acc="fp16", oob_fill=fill, with_abs_sum=True)
+        stats = X.mma_accumulate(a, b, 16, 16, 64, acc="fp16", oob_fill=fill, with_stats=True, stats_chunk=128)
+        step = X.mma_step(None, a[:, :32], b[:32], acc="fp16")
+        return (*acc, stats[0], stats[1], *(getattr(stats[2], f) for f in ("l", "v", "pabs", "prun")), step)
+
+    def bits(t):
+        return t.view(torch.int16 if t.dtype == torch.float16 else torch.int32)
+
+    scan = run()
+    monkeypatch.setattr(X, "INTERPRET_FP16_STEPS_AS_LOOP", True)
+    loop = run()
+    for i, (x, y) in enumerate(zip(scan, loop)):
+        assert torch.equal(bits(x), bits(y)), i
+    if fill == "nan":  # K = 80 is ragged: the NaN fill reaches every output
+        assert torch.isnan(scan[0]).all(), scan[0]
+    else:
+        assert torch.isinf(scan[0][0, 0]) and torch.isfinite(scan[0][2:, 2:]).all(), scan[0]
+    if ad == "fp16" and fill == "zero":
+        # fp32 in k order gives 8196, which rounds to 8192 in fp16 (ties to even); the exact sum
+        # 8196 + 7 * 2^-10 rounds to 8200, as the float64 host spec has it
+        assert float(scan[0][1, 1]) == float(scan[-1][1, 1]) == 8192.0
+        assert float(X.mma_accumulate_host(a, b, 16, 16, 64, acc="fp16")[1, 1]) == 8200.0

@@ -4,13 +4,16 @@ Each dump was recorded on the H200 by tests/gpu/test_zoo.py (ORACLE_ZOO_RECORD_D
 offline differential (Triton under the interpreter) must reach the judgement the manifest names,
 the same one the live run reached, so CI guards localisation. A missing dump is a failure, except
 for an entry marked `dump_pending` (added without a GPU at hand): it is skipped, saying how to
-record it, until its dump is there.
+record it, until its dump is there. The entries are judged in shards (zoo_cases.DUMP_SHARDS), one
+file each, so that the two workers of `--dist loadfile` share them; this file holds the rest.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from zoo_cases import ROOT, check_judgement, entries, entry_case, tapped_stages  # tests/ is on sys.path
+from zoo_cases import DUMP_SHARDS, ROOT, dump_entries, dump_shard, entries, judge_recorded_dump  # tests/ on sys.path
 
 from oracle.report import table as report
 from oracle.judging.differential import analyze
@@ -19,18 +22,17 @@ from oracle.run.recording import Recording
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("entry", entries(), ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", dump_entries("rest"), ids=lambda e: e["name"])
 def test_recorded_zoo_trace_is_judged_as_the_manifest_says(entry):
-    path = ROOT / entry["dump"]
-    if not path.is_file() and entry.get("dump_pending"):
-        pytest.skip(f"{entry['dump']} has not been recorded yet: record it on the H200 with ORACLE_ZOO_RECORD_DIR="
-                    f"tests/zoo/dumps python -m pytest tests/gpu/test_zoo.py -k {entry['name']}")
-    assert path.is_file(), f"{entry['dump']} is missing: record it on the GPU (tests/gpu/test_zoo.py)"
-    rec = Recording.load(str(path))
-    case = entry_case(entry, entry.get("record_problem") or entry["problem"])
-    assert rec.spec == case.spec, "the dump was recorded for another problem than the manifest's"
-    assert tapped_stages(case) <= {t.stage for t in rec.taps}
-    check_judgement(entry["expected_stage"], case, analyze(rec), entry)
+    judge_recorded_dump(entry)
+
+
+def test_every_entry_s_dump_is_judged_by_one_file():
+    here = Path(__file__).parent
+    for shard in DUMP_SHARDS[:-1]:
+        assert (here / f"test_zoo_dumps_{shard}.py").is_file(), shard
+    assert {dump_shard(e) for e in entries()} <= set(DUMP_SHARDS)
+    assert sum(len(dump_entries(s)) for s in DUMP_SHARDS) == len(entries())
 
 
 @pytest.mark.parametrize("name, dropped, stage", [("sm80_bf16_correct", (1, 2), None),
