@@ -2,7 +2,7 @@
 
 A fresh process pays, on its first judgement, for things that do not depend on the case: Triton's
 own key (a hash of its compiler and of libtriton, which every kernel's disk-cache lookup needs:
-about 0.4 s on the H200's host), CUDA's context in this process and cuBLAS's handle. While the
+about 0.4 s on the H200's host) and torch's CUDA initialisation in this process. While the
 kernel's child process runs, this process only waits for it, so `start()` pays them on a daemon
 thread then. Nothing here changes a result: each item is what the first judgement would do anyway,
 and a failure is left for that judgement to meet and report. Under Triton's interpreter nothing
@@ -23,8 +23,7 @@ def _pay() -> None:
         import torch
 
         if torch.cuda.is_available():
-            torch.cuda.init()
-            torch.cuda.current_blas_handle()
+            torch.cuda.init()  # process-wide; cuBLAS's handles are per thread, so none is made here
     except Exception:  # the judgement itself meets and reports whatever failed here
         pass
     try:
