@@ -63,7 +63,7 @@ from oracle.run.inputs import Operands, Provenance, check_operands
 from oracle.run.live import _names, check_case, default_trace_tiles, is_library, launch_sequence, library_call
 from oracle.repro.errors import ReproError
 from oracle.repro.folder import MANIFEST, KernelFile, ReproFolder, kernel_files, read_kernel_file
-from oracle.repro.makefile import TEMPLATE, TEMPLATE_PARTS, BuildPlan, build_plan, makefile_text
+from oracle.repro.makefile import TEMPLATE, TEMPLATE_PARTS, BuildPlan, FirstEntries, build_plan, makefile_text
 
 FORMAT = "oracle-repro"
 VERSION = 2  # 2: every launch of the case, workspaces, grouped problems
@@ -73,7 +73,7 @@ TIMEOUT_S = 60
 
 
 @dataclass(frozen=True)
-class ReproDir:
+class ReproDir(FirstEntries):
     """What write_repro wrote."""
 
     path: Path
@@ -83,14 +83,6 @@ class ReproDir:
     cubin_traced: str
     cubin_plain: str
     reference: bool  # expected.bin and bound.bin were written
-
-    @property
-    def entry_traced(self) -> str:
-        return self.entries_traced[0]
-
-    @property
-    def entry_plain(self) -> str:
-        return self.entries_plain[0]
 
 
 def _library_launch_text(case: Case, call: LibraryCall, build: BuildPlan, selection: TraceSelection) -> str:

@@ -25,8 +25,23 @@ RUN_OUTPUTS = ("d.bin", "sink.bin", "result.txt")
 MAKE_WORD = re.compile(r"[A-Za-z0-9_.+\-/=,]*\Z")
 
 
+class FirstEntries:
+    """The first launch's entry points of a class with `entries_traced` and `entries_plain`."""
+
+    entries_traced: tuple[str, ...]
+    entries_plain: tuple[str, ...]
+
+    @property
+    def entry_traced(self) -> str:
+        return self.entries_traced[0]
+
+    @property
+    def entry_plain(self) -> str:
+        return self.entries_plain[0]
+
+
 @dataclass(frozen=True)
-class BuildPlan:
+class BuildPlan(FirstEntries):
     """How the two cubins are made: the kernel source (None for a prebuilt cubin), defines, and
     the entry point of every launch in each build."""
 
@@ -55,13 +70,6 @@ class BuildPlan:
             return LIBRARY_TRACED if self.shared else LIBRARY_PLAIN
         return "kernel_traced.cubin" if self.shared else "kernel.cubin"
 
-    @property
-    def entry_traced(self) -> str:
-        return self.entries_traced[0]
-
-    @property
-    def entry_plain(self) -> str:
-        return self.entries_plain[0]
 
 
 def build_plan(case: Case) -> BuildPlan:
