@@ -102,43 +102,28 @@ class EngineSkipped(Exception):
 
 
 # block-scaled fp8 (torch._scaled_mm, scales by ScalingType from their shapes and strides): the
-# operands hold the logical [rows / block, K / 128] grids (oracle.run.inputs.Operands); torch reads
-# BlockWise1x128 scales of A [M, K / 128] with stride (1, M) and of B as b.t()'s [N, K / 128] with
-# stride (1, N), i.e. scale_b [K / 128, N] row-major. BlockWise128x128 scales are [M / 128, K / 128]
-# and [K / 128, N / 128] whose strides torch wants "near-inner-dim-major, 16-byte aligned", which its
-# versions read differently: every such layout of the same values is tried, the first taken is used.
-def _padded(x: torch.Tensor, row_major: bool) -> torch.Tensor:
-    """x's values, row- or column-major, the outer stride rounded up to 4 elements (16 bytes)."""
-    r, c = x.shape
-    strides = (-(-c // 4) * 4, 1) if row_major else (1, -(-r // 4) * 4)
-    out = torch.empty_strided((r, c), strides, dtype=x.dtype, device=x.device)
-    out.copy_(x)
-    return out
+# operands hold the logical [rows / block, K / 128] grids (oracle.run.inputs.Operands). torch takes
+# three pairs (A, B): 1x128 x 1x128, 1x128 x 128x128 (DeepSeek-V3's activations x weights) and
+# 128x128 x 1x128; not 128x128 x 128x128 (its "Invalid scaling configuration"). It reads B's scale
+# through b.t() ([N, K]) and scale_b.t(): a 1x128 scale [rows, K / 128] with stride (1, rows), a
+# 128x128 one [rows / 128, K / 128] row-major.
+def _block_scale(scale: torch.Tensor, block_rows: int, operand: str) -> torch.Tensor:
+    """The logical [rows / block_rows, K / 128] scale grid laid out as torch._scaled_mm reads it."""
+    grid = scale.t().contiguous().t() if block_rows == 1 else scale.contiguous()  # as A's scale
+    return grid if operand == "a" else grid.t()
 
 
-def _block_scale_layouts(block_rows, ops):
-    if block_rows == 1:
-        yield ops.scale_a.t().contiguous().t(), ops.scale_b.t().contiguous()
-        return
-    sa, sb = ops.scale_a, ops.scale_b.t()  # [M / 128, K / 128], [K / 128, N / 128]
-    for a_rows in (True, False):
-        for b_rows in (False, True):
-            yield _padded(sa, a_rows), _padded(sb, b_rows)
-
-
-def _scaled_block(block_rows):
+def _scaled_block(rows_a, rows_b):
     def run(c, ops):
         a = ops.a.contiguous()
         b = ops.b.t().contiguous().t()
-        tried = []
-        for sa, sb in _block_scale_layouts(block_rows, ops):
-            try:
-                return torch._scaled_mm(a, b, sa, sb, out_dtype=TORCH[c.out])
-            except (RuntimeError, ValueError, NotImplementedError) as e:
-                tried.append(f"scale_a {list(sa.shape)} stride {sa.stride()}, scale_b {list(sb.shape)} stride "
-                             f"{sb.stride()}: {str(e)[:160]}")
-        raise EngineSkipped(f"torch._scaled_mm refused {block_rows}x128 block scales in every layout tried: "
-                            + "; ".join(tried))
+        sa, sb = _block_scale(ops.scale_a, rows_a, "a"), _block_scale(ops.scale_b, rows_b, "b")
+        try:
+            return torch._scaled_mm(a, b, sa, sb, out_dtype=TORCH[c.out])
+        except (RuntimeError, ValueError, NotImplementedError) as e:
+            raise EngineSkipped(f"torch._scaled_mm refused {rows_a}x128 x {rows_b}x128 block scales (scale_a "
+                                f"{list(sa.shape)} stride {sa.stride()}, scale_b {list(sb.shape)} stride "
+                                f"{sb.stride()}): {str(e)[:200]}") from None
     return run
 
 
@@ -212,19 +197,24 @@ ENGINES = [
            note="kernels_ref.gemm_fast fp8, fast"),
     Engine("triton_e4m3_promoted", "e4m3", "bf16", _triton("promoted"), (("row", "col"),), 16, 16,
            note="kernels_ref.gemm_fast fp8, promoted every BLOCK_K"),
-    # K whole 128-deep scale blocks (a multiple of 512 for 128x128: ceil(K / 128) then needs no padding
-    # to 4, which some torch versions ask of that scale's rows); M a multiple of 4 (the 1x128 scale's
-    # leading dimension 16-byte aligned), of 128 with 128-row blocks; N a multiple of 128 there too
-    Engine("lt_e4m3_block1x128", "e4m3", "bf16", _scaled_block(1), (("row", "col"),), 128, 16,
+    # K whole 128-deep scale blocks (a multiple of 512 where a scale is 128x128: ceil(K / 128) then
+    # needs no padding to 4, which some torch versions ask of that scale's rows); M a multiple of 4
+    # under a 1x128 scale of A (its leading dimension 16-byte aligned), of 128 under a 128x128 one,
+    # and N likewise for B
+    Engine("lt_e4m3_block1x128", "e4m3", "bf16", _scaled_block(1, 1), (("row", "col"),), 128, 16,
            note="_scaled_mm BlockWise1x128 x BlockWise1x128", mmult=4),
-    Engine("lt_e4m3_block128x128", "e4m3", "bf16", _scaled_block(128), (("row", "col"),), 512, 128,
-           note="_scaled_mm BlockWise128x128 x BlockWise128x128", mmult=128),
+    Engine("lt_e4m3_block1x128_128x128", "e4m3", "bf16", _scaled_block(1, 128), (("row", "col"),), 512, 128,
+           note="_scaled_mm BlockWise1x128 x BlockWise128x128 (DeepSeek-V3 activations x weights)", mmult=4),
+    Engine("lt_e4m3_block128x128_1x128", "e4m3", "bf16", _scaled_block(128, 1), (("row", "col"),), 512, 16,
+           note="_scaled_mm BlockWise128x128 x BlockWise1x128", mmult=128),
     *(Engine(f"tinygemm_w4_g{g}", "bf16", "bf16", _tinygemm(g), (("row", "col"),), 16 * W4_INNER_K_TILES, 8,
              note=f"torch._weight_int4pack_mm, uint4 B, group {g}") for g in (32, 64, 128)),
 ]
 ENGINE = {e.name: e for e in ENGINES}
 W4_GROUP = {"tinygemm_w4_g32": 32, "tinygemm_w4_g64": 64, "tinygemm_w4_g128": 128}  # k per scale group
-BLOCK_ROWS = {"lt_e4m3_block1x128": 1, "lt_e4m3_block128x128": 128}  # rows (of A's M, B's N) per block scale
+# rows of A's M and of B's N under one block scale, per block-scaled engine
+BLOCK_ROWS = {"lt_e4m3_block1x128": (1, 1), "lt_e4m3_block1x128_128x128": (1, 128),
+              "lt_e4m3_block128x128_1x128": (128, 1)}
 
 SHAPES = [(1, 136, 520), (7, 392, 1000), (64, 8, 4096), (128, 128, 64), (257, 1000, 520), (16, 4096, 16384),
           (4096, 8, 1024), (1024, 392, 4096), (64, 64, 65536), (128, 136, 65536), (1, 1000, 65536),

@@ -60,7 +60,7 @@ def make_operands(c: Case) -> Operands:
     if c.a_dtype == "e4m3":
         rows = BLOCK_ROWS.get(c.engine)
         if rows is not None:  # one scale per block, spread over 2^-2 .. 2^2 so a wrong block's shows
-            ga, gb = -(-c.m // rows), -(-c.n // rows)
+            ga, gb = -(-c.m // rows[0]), -(-c.n // rows[1])
             for name, r in (("scale_a", ga), ("scale_b", gb)):
                 u = torch.rand(r, c.k // 128, generator=g, device=E.DEV) + 0.5
                 ops[name] = u * torch.exp2(torch.randint(-2, 3, (r, c.k // 128), generator=g, device=E.DEV).float())
@@ -173,9 +173,10 @@ def spec_for(c: Case, numerics: dict) -> tuple[ProblemSpec, str]:
             kw.update(activation="gelu_tanh", activation_impl="fast", epilogue=("alpha_beta:bf16", "bias", "activation", "cast"))
             why += "; accumulator rounded to bf16 before the bias or not, as the kernel chosen does (measured)"
     if e in BLOCK_ROWS:
-        r = BLOCK_ROWS[e]
-        major = "col" if r == 1 else "row"  # how torch reads them (_scaled_block); the values do not depend on it
-        kw.update(scale_a=Scale("block", (r, 128), major), scale_b=Scale("block", (r, 128), major))
+        ra, rb = BLOCK_ROWS[e]
+        # the storage order is how torch reads them (alarms.engines._block_scale); the values do not depend on it
+        kw.update(scale_a=Scale("block", (ra, 128), "col" if ra == 1 else "row"),
+                  scale_b=Scale("block", (rb, 128), "col" if rb == 1 else "row"))
     elif c.a_dtype == "e4m3":
         rowwise = e.endswith("rowwise")
         kw.update(scale_a=Scale("row" if rowwise else "tensor"), scale_b=Scale("col" if rowwise else "tensor"))

@@ -192,15 +192,15 @@ def test_zoo_cases_load_with_their_specs():
 
 def _block_scaled_exact(a, b, scale_a, scale_b, rows):
     """The block-scaled product in float64: each 128-deep k-block's A_kb @ B_kb times the scales of
-    its rows' and columns' blocks."""
+    its rows' and columns' blocks (rows: A's rows and B's columns per block)."""
     a, b = a.double(), b.double()
     m, k = a.shape
     n = b.shape[1]
     d = torch.zeros(m, n, dtype=torch.float64)
     for j in range(k // 128):
         part = a[:, j * 128:(j + 1) * 128] @ b[j * 128:(j + 1) * 128]
-        sa = scale_a.double()[torch.arange(m) // rows, j]
-        sb = scale_b.double()[torch.arange(n) // rows, j]
+        sa = scale_a.double()[torch.arange(m) // rows[0], j]
+        sb = scale_b.double()[torch.arange(n) // rows[1], j]
         d += part * sa[:, None] * sb[None, :]
     return d
 
@@ -209,20 +209,20 @@ def _block_engine(c, ops):
     return _block_scaled_exact(ops.a, ops.b, ops.scale_a, ops.scale_b, F.BLOCK_ROWS[c.engine]).to(torch.bfloat16)
 
 
-@pytest.mark.parametrize("engine", ["lt_e4m3_block1x128", "lt_e4m3_block128x128"])
+@pytest.mark.parametrize("engine", ["lt_e4m3_block1x128", "lt_e4m3_block1x128_128x128", "lt_e4m3_block128x128_1x128"])
 def test_block_scaled_engines_cases_specs_and_planted_defects(monkeypatch, engine):
     monkeypatch.setattr(F.engines, "DEV", "cpu")
     e = F.ENGINE[engine]
     cases = [c for c in F.make_cases() if c.engine == engine]
     assert cases and all(c.k % e.kmult == 0 and c.m % e.mmult == 0 and c.n % e.nmult == 0 for c in cases)
-    rows = F.BLOCK_ROWS[engine]
+    ra, rb = F.BLOCK_ROWS[engine]
     spec = F.spec_for(cases[0], {})[0]
-    assert (spec.scale_a.kind, spec.scale_a.block, spec.scale_b.block) == ("block", (rows, 128), (rows, 128))
+    assert (spec.scale_a.kind, spec.scale_a.block, spec.scale_b.block) == ("block", (ra, 128), (rb, 128))
     assert (spec.acc_model, spec.promotion_interval, spec.tile.bk) == ("fp8_promoted", 128, 128)
-    assert spec.scale_a.major == ("col" if rows == 1 else "row")
-    c = F.Case(engine, "e4m3", "bf16", 256 if rows > 1 else 40, 256, 512, "row", "col", "normal", 5)
+    assert (spec.scale_a.major, spec.scale_b.major) == tuple("col" if r == 1 else "row" for r in (ra, rb))
+    c = F.Case(engine, "e4m3", "bf16", 256 if ra > 1 else 40, 256, 512, "row", "col", "normal", 5)
     ops = F.make_operands(c)
-    assert tuple(ops.scale_a.shape) == (-(-c.m // rows), 4) and tuple(ops.scale_b.shape) == (-(-c.n // rows), 4)
+    assert tuple(ops.scale_a.shape) == (-(-c.m // ra), 4) and tuple(ops.scale_b.shape) == (-(-c.n // rb), 4)
     r = F.run_case(c, {}, run=_block_engine)
     assert r.judged, r.error
     assert r.verdict == "MATCH" and r.ratio < 1
@@ -231,9 +231,31 @@ def test_block_scaled_engines_cases_specs_and_planted_defects(monkeypatch, engin
     assert all(right for _, right in gross.values()), r.planted
 
 
+@pytest.mark.parametrize("rows", [(1, 1), (1, 128), (128, 1)])
+def test_block_scales_are_laid_out_as_torch_scaled_mm_reads_them(rows):
+    """alarms.engines._block_scale against torch's rules (aten ScaledBlas.cpp is_blockwise_*_scaling):
+    A's scale as given, B's through its transpose, each [rows, K / 128] 1x128 with stride (1, rows)
+    or [rows / 128, K / 128] 128x128 row-major; the values those strides reach are the grid's."""
+    m, n, kb = 256, 384, 8
+    grid = {"a": torch.rand(m // rows[0], kb), "b": torch.rand(n // rows[1], kb)}
+    for op, r in zip("ab", rows):
+        s = F.engines._block_scale(grid[op], r, op)
+        t = s if op == "a" else s.t()
+        assert tuple(t.shape) == tuple(grid[op].shape)
+        assert t.stride() == ((1, t.shape[0]) if r == 1 else (kb, 1))
+        assert torch.equal(t, grid[op])
+
+
+def test_block_scaled_engines_are_the_pairs_torch_takes():
+    """torch._scaled_mm takes 1x128 x 1x128, 1x128 x 128x128 and 128x128 x 1x128, never 128x128 on
+    both sides: the benchmark offers exactly those, each once."""
+    assert sorted(F.BLOCK_ROWS.values()) == [(1, 1), (1, 128), (128, 1)]
+    assert set(F.BLOCK_ROWS) <= set(F.ENGINE)
+
+
 def test_block_scaled_engine_refused_layout_is_skipped_not_judged(monkeypatch):
     monkeypatch.setattr(F.engines, "DEV", "cpu")
-    e = F.ENGINE["lt_e4m3_block128x128"]
+    e = F.ENGINE["lt_e4m3_block128x128_1x128"]
     c = F.Case(e.name, "e4m3", "bf16", 128, 128, 512, "row", "col", "normal", 3)
 
     def refuses(c, ops):
@@ -245,21 +267,22 @@ def test_block_scaled_engine_refused_layout_is_skipped_not_judged(monkeypatch):
     assert doc["correct_cases"] == 0 and doc["false_diverged"] == 0 and doc["skipped"][0]["why"] == r.skipped
 
 
-@pytest.mark.parametrize("rows", [1, 128])
+@pytest.mark.parametrize("rows", [(1, 1), (1, 128), (128, 1)])
 def test_block_scaled_output_through_check_matches_and_a_wrong_scale_diverges(rows):
     import oracle
 
     g = torch.Generator().manual_seed(11)
-    m, n, k = (256, 256, 512) if rows > 1 else (40, 144, 384)
+    m, n = (256 if rows[0] > 1 else 40), (256 if rows[1] > 1 else 144)
+    k = 512 if max(rows) > 1 else 384
     a = (torch.randn(m, k, generator=g) * 4).to(torch.float8_e4m3fn)
     b = (torch.randn(k, n, generator=g) * 4).to(torch.float8_e4m3fn)
-    sa = (torch.rand(-(-m // rows), k // 128, generator=g) + 0.5) * 2.0 ** torch.randint(-2, 3, (1,), generator=g)
-    sb = torch.rand(-(-n // rows), k // 128, generator=g) + 0.5
+    sa = (torch.rand(-(-m // rows[0]), k // 128, generator=g) + 0.5) * 2.0 ** torch.randint(-2, 3, (1,), generator=g)
+    sb = torch.rand(-(-n // rows[1]), k // 128, generator=g) + 0.5
     d = _block_scaled_exact(a, b, sa, sb, rows).to(torch.bfloat16)
     model = dict(acc_model="fp8_promoted", promotion_interval=128, reduction="fp32", tile=(128, 128, 128))
     rep = oracle.check(a, b, d, scale_a=sa, scale_b=sb, **model)
     assert rep.verdict == "MATCH", rep
-    assert rep.recording.spec.scale_a.block == (rows, 128)
+    assert (rep.recording.spec.scale_a.block, rep.recording.spec.scale_b.block) == ((rows[0], 128), (rows[1], 128))
     wrong = sb.clone()
     wrong[0, 1] *= 1.25  # one k-block's scale of B's first column block
     bad = _block_scaled_exact(a, b, sa, wrong, rows).to(torch.bfloat16)
