@@ -2,7 +2,7 @@
 // Part of the reproducer's host program (repro.cu); nothing here depends on the case.
 #pragma once
 
-#include "inputs.cuh"
+#include "dequant.cuh"
 
 namespace repro {
 
@@ -49,15 +49,16 @@ double activate(const std::string& act, double x) {
   return x;
 }
 
-// The whole problem in double precision: acc = A @ B (block scales per k-group), then scale,
-// alpha/beta, bias, activation, cast; row i of a grouped problem is its group g's, with B[g] and
-// the column bias bias[g]. The bound is a worst-case model, deliberately looser than
-// the oracle's (README.txt): eps * |alpha| * S + 2^-20 (|alpha v| + |beta c| + |bias|), times 1.25
-// for the activation's slope, plus 2^-14 (|x| + |y|) for a transcendental activation, plus one
-// unit in the last place of the output type at |y|; S = sum_k |a||b| (scaled), eps = K 2^-23 for
-// fp32 accumulation (+ 2^-10 P/32 for fp8 partial sums over P), 2 ceil(K/16) 2^-11 for fp16, 0 for int32.
+// The whole problem in double precision: acc = A @ B (block scales per k-group; a quantised B
+// dequantised first, host/dequant.cuh), then scale, alpha/beta, bias, activation, cast; row i of a
+// grouped problem is its group g's, with B[g] and the column bias bias[g]. The bound is a
+// worst-case model, deliberately looser than the oracle's (README.txt): eps * |alpha| * S + 2^-20
+// (|alpha v| + |beta c| + |bias|), times 1.25 for the activation's slope, plus 2^-14 (|x| + |y|)
+// for a transcendental activation, plus one unit in the last place of the output type at |y|;
+// S = sum_k |a||b| (scaled), eps = K 2^-23 for fp32 accumulation (+ 2^-10 P/32 for fp8 partial
+// sums over P), 2 ceil(K/16) 2^-11 for fp16, 0 for int32.
 Reference host_reference(const std::string& dir, std::map<std::string, TensorFile>& tensors, const Problem& p) {
-  for (const char* name : {"a", "b", "c", "bias", "scale_a", "scale_b"}) {
+  for (const char* name : {"a", "b", "c", "bias", "scale_a", "scale_b", "b_scales", "b_zeros"}) {
     auto it = tensors.find(name);
     if (it != tensors.end() && it->second.data.empty()) load_file(it->second, join_path(dir, it->second.file));
   }
@@ -68,6 +69,12 @@ Reference host_reference(const std::string& dir, std::map<std::string, TensorFil
   const TensorFile *A = get("a"), *B = get("b"), *C = get("c"), *bias = get("bias"), *SA = get("scale_a"),
                    *SB = get("scale_b");
   if (!A || !B) fail("inputs.txt must list a and b for the host reference");
+  // a quantised B: dequantised once, as kernels_ref/dequant.py does, then multiplied as a dense B
+  const std::vector<double> W = p.quantised_b() ? dequantise_b(p, B, get("b_scales"), get("b_zeros"))
+                                                : std::vector<double>();
+  auto b_at = [&](long long grp, long long kk, long long j) {
+    return W.empty() ? B->at_in(grp, kk, j) : W[size_t(kk * p.n + j)];
+  };
   if (p.declared_epilogue)
     fail("problem.txt declares an epilogue in another order (or with rounding between steps) than the host "
          "reference computes (scale, alpha/beta, bias, activation, cast): judge with expected.bin and bound.bin, "
@@ -109,7 +116,7 @@ Reference host_reference(const std::string& dir, std::map<std::string, TensorFil
         for (long long kk = g * gk; kk < std::min(p.k, (g + 1) * gk); ++kk) {
           const double a = A->at(i, kk);
           for (long long j = 0; j < p.n; ++j) {
-            const double b = B->at_in(grp, kk, j);
+            const double b = b_at(grp, kk, j);
             part[j] += a * b;
             pabs[j] += std::fabs(a * b);
           }
