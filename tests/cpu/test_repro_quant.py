@@ -345,3 +345,23 @@ def test_a_bad_quant_field_or_file_is_an_error_line(written, host_programs, tmp_
                                               "name=b_scales role=in dtype=bf16 shape=4x48 bytes=384"))
     proc = _run([host_programs["good"], "--dir", d, "--dequant-b", d / "w.bin"])
     assert proc.returncode == 2 and "b_scales has dtype bf16; fp16 scales" in proc.stderr, proc.stderr
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name, defect", [("uint4_low_int", "dequant_nibble_order"),
+                                          ("fp4_k8_e8m0", "dequant_plain_pairs")])
+def test_repro_judges_a_kernel_s_d_with_the_oracle_s_bound(written, host_programs, tmp_path, name, defect):
+    """The model kernel's D (oracle.run.simulate) is a MATCH; with its nibbles read in the wrong
+    order at one k-block, DIVERGED, against expected.bin / bound.bin and the host reference alike."""
+    from oracle.run.simulate import Injection, simulate
+
+    src, case, ops = written[name]
+    d = tmp_path / "d"
+    shutil.copytree(src, d)
+    prov = Provenance("random", SEED)
+    for injection, code in ((None, 0), (Injection(defect, (0, 0), 1), 1)):
+        rec = simulate(case.spec, ops, prov, injection=injection, tap_tiles=[(0, 0)])
+        (d / "d.bin").write_bytes(_u8(rec.output))
+        for flags in ((), ("--host-reference",)):
+            proc = _run([host_programs["good"], "--dir", d, "--check-only", *flags])
+            assert proc.returncode == code, (injection, flags, proc.stdout + proc.stderr)
