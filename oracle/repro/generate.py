@@ -417,9 +417,10 @@ Build and run (the CUDA toolkit is all it needs; CUTLASS headers: make CUTLASS_I
 Options of repro: --dir DIR (the files; default: the executable's directory), --cubin FILE,
 --timeout S (default {TIMEOUT_S}, for all launches together; 0: wait forever), --host-reference
 (ignore expected.bin), --check-only [EXPECTED D] (judge a D file without running anything; no GPU
-needed). Exit codes: 0 MATCH, 1 DIVERGED, 2 bad usage or input files, 3 kernel error (the CUDA
-error's name is printed, e.g. cudaErrorIllegalAddress; taps written before it are in sink.bin), 5
-MISTRUSTED (every reference value is zero).
+needed), --dequant-b FILE (a quantised B as the host reference dequantises it; no GPU). Exit codes:
+0 MATCH, 1 DIVERGED, 2 bad usage or input files, 3 kernel error (the CUDA error's name is printed,
+e.g. cudaErrorIllegalAddress; taps written before it are in sink.bin), 5 MISTRUSTED (every
+reference value is zero).
 
 Launches (launch.txt), tensor maps encoded by repro with cuTensorMapEncodeTiled (dims and box
 innermost first):
@@ -438,7 +439,8 @@ quoted #include lines reach, the trace header tree; manifest.json lists every fi
 Reference: {ref}
 Without them (or with --host-reference) repro computes D in double precision from the inputs
 (GEMM with block scales per k-group, a quantised B dequantised first, scale, alpha/beta, bias,
-activation, cast; a grouped problem group by group with B[g]) and uses a conservative worst-case bound, looser than the oracle's:
+activation, cast; a grouped problem group by group with B[g]) and uses a conservative worst-case
+bound, looser than the oracle's:
 1.25 (eps |alpha| S + 2^-20 (|alpha v| + |beta c| + |bias|)) + 2^-14 (|x| + |y|) for gelu/silu + one
 ulp of the output type at |y|, with S = sum_k |a||b| (times |scales|) and eps = K 2^-23 for fp32
 accumulation (+ 2^-10 P/32 for fp8 partial sums over P), 2 ceil(K/16) 2^-11 for fp16, 0 for int32;

@@ -117,7 +117,8 @@ void require_tensor(const TensorFile* t, const char* name, const std::vector<lon
     dt_ok |= t->dtype == d;
     names += std::string(names.empty() ? "" : " or ") + dt_name(d);
   }
-  if (!dt_ok) fail(std::string("inputs.txt: ") + name + " has dtype " + dt_name(t->dtype) + "; " + why + " needs " + names);
+  if (!dt_ok)
+    fail(std::string("inputs.txt: ") + name + " has dtype " + dt_name(t->dtype) + "; " + why + " needs " + names);
   const bool col = t->major == "col";  // storage [rows, cols] in its major; padding rows may follow
   const long long rows = col ? logical[1] : logical[0], cols = col ? logical[0] : logical[1];
   if (t->logical != logical || t->shape.size() != 2 || t->shape[0] < rows || t->shape[1] != cols)
@@ -131,9 +132,8 @@ std::vector<double> dequantise_b(const Problem& p, const TensorFile* B, const Te
   check_quantised_b(p);
   const long long groups = p.k / p.b_group;
   const bool packed = is_packed(p.b_dtype);
-  const std::vector<DT> stored = packed ? std::vector<DT>{DT::U8}
-                                 : p.b_dtype == "int8" ? std::vector<DT>{DT::I8, DT::U8}
-                                                       : std::vector<DT>{p.b_dtype == "e4m3" ? DT::E4M3 : DT::E5M2, DT::U8};
+  const DT own = p.b_dtype == "int8" ? DT::I8 : p.b_dtype == "e4m3" ? DT::E4M3 : DT::E5M2;
+  const std::vector<DT> stored = packed ? std::vector<DT>{DT::U8} : std::vector<DT>{own, DT::U8};  // or raw bytes
   require_tensor(B, "b", {packed ? p.k / 2 : p.k, p.n}, stored, "the stored " + p.b_dtype + " B");
   const DT sdt = p.b_scales == "e8m0" ? DT::U8 : parse_dtype(p.b_scales, "problem.txt: b_scales");
   require_tensor(S, "b_scales", {groups, p.n}, {sdt}, p.b_scales + " scales, one per group of " +
