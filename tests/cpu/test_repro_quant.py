@@ -154,19 +154,22 @@ def test_a_quantised_b_travels_as_its_stored_codes_scales_and_zero_points(writte
     assert np.array_equal(np.fromfile(d / "expected.bin", dtype=np.float32).reshape(s.m, s.n), y.float().numpy())
 
 
-def test_the_zoo_w4a16_case_s_launch_passes_the_quant_buffers_by_name(tmp_path):
+def test_the_zoo_w4a16_case_s_launch_passes_the_quant_buffers_by_name(tmp_path, capsys):
     case = load_case(str(W4A16))
     ops = make_operands(case.spec, "random", 1)
-    out = write_repro(case, ops, Provenance("random", 1), tmp_path / "zoo")
+    d = tmp_path / "zoo"
+    assert cli.main(["repro", "--problem", str(W4A16), "--inputs", "random:1", "--out", str(d)]) == 0
+    assert "b_scales.bin, b_zeros.bin" in capsys.readouterr().out
     ((_, launch),), _ = launch_sequence(case, ops)
-    lines = [ln.split("#")[0].split()[1:] for ln in (out.path / "launch.txt").read_text().splitlines()
+    lines = [ln.split("#")[0].split()[1:] for ln in (d / "launch.txt").read_text().splitlines()
              if ln.startswith("arg ")]
     ptrs = [a.name for a in launch.args if isinstance(a, TensorArg)]
     assert ptrs == ["a", "b", "b_scales", "b_zeros", "d"]  # the case's args, as the live run passes them
     assert [v for k, v, *_ in lines if k == "ptr"] == ptrs
-    man = _manifest(out.path)
+    man = _manifest(d)
     assert (man["b"]["shape"], man["b"]["logical"], man["b"]["major"]) == ("256x256", "256x256", "col")
-    assert (out.path / "b.bin").read_bytes() == _u8(ops.b.t())  # [N, K / 2]: k contiguous
+    assert (d / "b.bin").read_bytes() == _u8(ops.b.t())  # [N, K / 2]: k contiguous
+    assert (d / "b_scales.bin").read_bytes() == _u8(ops.b_scales)
     assert man["b_zeros"]["dtype"] == "uint8" and man["b_scales"]["shape"] == "4x256"
 
 
