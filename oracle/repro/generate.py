@@ -441,11 +441,13 @@ Without them (or with --host-reference) repro computes D in double precision fro
 (GEMM with block scales per k-group, a quantised B dequantised first, scale, alpha/beta, bias,
 activation, cast; a grouped problem group by group with B[g]) and uses a conservative worst-case
 bound, looser than the oracle's:
-1.25 (eps |alpha| S + 2^-20 (|alpha v| + |beta c| + |bias|)) + 2^-14 (|x| + |y|) for gelu/silu + one
-ulp of the output type at |y|, with S = sum_k |a||b| (times |scales|) and eps = K 2^-23 for fp32
-accumulation (+ 2^-10 P/32 for fp8 partial sums over P), 2 ceil(K/16) 2^-11 for fp16, 0 for int32;
-the order in which partials are summed (split-K, stream-K) is inside it. It says which reference
-it used.
+1.25 (eps |alpha| S + |alpha| Q + 2^-20 (|alpha v| + |beta c| + |bias|)) + 2^-14 (|x| + |y|) for
+gelu/silu + one ulp of the output type at |y|, with S = sum_k |a||b| (times |scales|) and eps =
+K 2^-23 for fp32 accumulation (+ 2^-10 P/32 for fp8 partial sums over P), 2 ceil(K/16) 2^-11 for
+fp16, 0 for int32; Q = sum_k |a| times the dequant bound of each w of a quantised B (the oracle's:
+0 when it is exact, else for dequant_precision operand 2u(|q - z||s| + |z||s|), float_offset
+2u((2 + e)|q - c||s| + (1 + e)|z|), plus a subnormal step; u of A's dtype). The order in which
+partials are summed (split-K, stream-K) is inside it. It says which reference it used.
 Comparison: per BM x BN tile ({s.tile.bm} x {s.tile.bn}{tiling}); bit-exact when every bound is zero (NaN
 matches NaN), else |received - expected| <= bound; it prints the worst tile (err/bound), the
 first bad element, NaN/Inf counts and the never-written count.

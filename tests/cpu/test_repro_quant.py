@@ -368,3 +368,38 @@ def test_repro_judges_a_kernel_s_d_with_the_oracle_s_bound(written, host_program
         for flags in ((), ("--host-reference",)):
             proc = _run([host_programs["good"], "--dir", d, "--check-only", *flags])
             assert proc.returncode == code, (injection, flags, proc.stdout + proc.stderr)
+
+
+def _dequant_q(s, ops) -> torch.Tensor:
+    """sum_k |a_mk| times the dequant bound of w_kn (oracle.judging.tolerance.dequant_bound): what a
+    kernel whose operand arithmetic runs in another order may add to the accumulator."""
+    from kernels_ref import dequant as dq
+    from oracle.judging.tolerance import dequant_bound
+
+    cfg = s.dequant_config
+    q = dq.values_of_codes(dq.unpack_host(ops.b, cfg), s.b_dtype)
+    g = torch.arange(s.k) // s.group_k
+    sc = dq.scale_values_host(ops.b_scales, s.b_scales)[g]
+    z = ops.b_zeros.double()[g] if ops.b_zeros is not None else torch.zeros_like(sc)
+    wb = dequant_bound(q, z, sc, out_dtype=s.a_dtype, precision=cfg.precision, zeros=s.b_zeros,
+                       scale_dtype=s.b_scales, centre=cfg.centre)
+    return ops.a.double().abs() @ wb
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("name", OPERAND_DIFFERS)
+def test_the_host_bound_holds_an_operand_dequant_in_another_order(written, host_programs, tmp_path, name):
+    """With dequant_precision "operand" a kernel may compute w in another order (an fma with z * s
+    first): the host reference's bound takes |alpha| sum_k |a| times each w's dequant bound, as the
+    oracle's does, so half of that off is a MATCH and four times it DIVERGED."""
+    src, case, ops = written[name]
+    s = case.spec
+    d = tmp_path / "d"
+    shutil.copytree(src, d)
+    y, _ = expected_output(s, ops)
+    extra = abs(s.alpha) * _dequant_q(s, ops)
+    assert bool((extra > 0).all())
+    for times, code in ((0.5, 0), (4.0, 1)):
+        (d / "d.bin").write_bytes(_u8((y.double() + times * extra).to(DTYPES[s.out_dtype].torch)))
+        proc = _run([host_programs["good"], "--dir", d, "--check-only", "--host-reference"])
+        assert proc.returncode == code, (times, proc.stdout + proc.stderr)

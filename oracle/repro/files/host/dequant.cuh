@@ -15,7 +15,9 @@
 // A's dtype, both round-to-nearest-even):
 //   fp32:     w = f32(f32(q - z) * s)               float_offset: w = f32(f32((q - c) * s) + z)
 //   operand:  w = f32(op(f32(q - op(z))) * op(s))   float_offset: w = f32(op(f32((q - c) * op(s))) + op(z))
-// then op(w); z = 0 without zero points; c = 8 for uint4, 0 for a signed B.
+// then op(w); z = 0 without zero points; c = 8 for uint4, 0 for a signed B. Each w carries the
+// bound oracle.judging.tolerance gives a kernel that runs the operand arithmetic in another order
+// (dequant_bound), which the host reference's bound takes in as sum_k |a| times it.
 #pragma once
 
 #include "inputs.cuh"
@@ -127,8 +129,29 @@ void require_tensor(const TensorFile* t, const char* name, const std::vector<lon
   if (t->data.empty()) fail(std::string(name) + " was not loaded");
 }
 
-// The whole quantised B dequantised: [K, N] row-major, each an exact value of A's dtype.
-std::vector<double> dequantise_b(const Problem& p, const TensorFile* B, const TensorFile* S, const TensorFile* Z) {
+// The bound of one w against a kernel that computes the operand arithmetic in another order (an
+// fma with z * s first), as oracle.judging.tolerance.dequant_bound models it; 0 where every order
+// gives the same w (fp32 precision; no zero points and scales that convert to A's dtype exactly).
+double dequant_bound(const Problem& p, double q, double z, double s) {
+  if (p.dequant_precision == "fp32" ||
+      (p.b_zeros == "none" && (p.b_scales == p.a_dtype || p.b_scales == "e4m3" || p.b_scales == "e8m0")))
+    return 0.0;
+  const bool fp16 = p.a_dtype == "fp16";
+  const double u = std::ldexp(1.0, fp16 ? -11 : -8), tiny = std::ldexp(1.0, fp16 ? -24 : -133);  // subnormal step
+  if (p.b_zeros == "float_offset") {
+    const double e = p.b_scales == p.a_dtype ? 0.0 : 1.0, c = p.b_dtype == "uint4" ? 8.0 : 0.0;
+    return 2 * u * ((2 + e) * std::fabs(q - c) * std::fabs(s) + (1 + e) * std::fabs(z)) + tiny;
+  }
+  return 2 * u * (std::fabs(q - z) * std::fabs(s) + std::fabs(z) * std::fabs(s)) + tiny;
+}
+
+struct DequantisedB {
+  std::vector<double> w;      // [K, N] row-major, each an exact value of A's dtype
+  std::vector<double> bound;  // the same shape: dequant_bound of each w (all 0: exact)
+};
+
+// The whole quantised B dequantised, with each value's bound.
+DequantisedB dequantise_b(const Problem& p, const TensorFile* B, const TensorFile* S, const TensorFile* Z) {
   check_quantised_b(p);
   const long long groups = p.k / p.b_group;
   const bool packed = is_packed(p.b_dtype);
@@ -144,17 +167,18 @@ std::vector<double> dequantise_b(const Problem& p, const TensorFile* B, const Te
   else if (p.b_zeros != "none")
     require_tensor(Z, "b_zeros", {groups, p.n}, {sdt}, p.b_zeros + " zero points in the scales' dtype");
   const DT op = parse_dtype(p.a_dtype, "problem.txt: a_dtype");
-  std::vector<double> w(size_t(p.k * p.n));
+  DequantisedB out{std::vector<double>(size_t(p.k * p.n)), std::vector<double>(size_t(p.k * p.n))};
   for (long long k = 0; k < p.k; ++k) {
     const long long g = std::min(k / p.b_group, groups - 1);
     for (long long n = 0; n < p.n; ++n) {
       const double q = quant_value(p.b_dtype, quant_code(p, *B, k, n));
       const double s = scale_value(p, *S, g, n);
       const double z = p.b_zeros == "none" ? 0.0 : Z->at(g, n);
-      w[size_t(k * p.n + n)] = round_to(op, dequant_value(p, op, q, z, s), false);
+      out.w[size_t(k * p.n + n)] = round_to(op, dequant_value(p, op, q, z, s), false);
+      out.bound[size_t(k * p.n + n)] = dequant_bound(p, q, z, s);
     }
   }
-  return w;
+  return out;
 }
 
 // --dequant-b FILE: the host's dequantised B ([K, N] row-major, fp64 little-endian: each value
@@ -170,7 +194,7 @@ int write_dequantised_b(const std::string& dir, const std::string& out) {
     return &it->second;
   };
   TensorFile *B = get("b"), *S = get("b_scales"), *Z = get("b_zeros");
-  const std::vector<double> w = dequantise_b(p, B, S, Z);
+  const std::vector<double> w = dequantise_b(p, B, S, Z).w;
   write_file(out, w.data(), w.size() * sizeof(double));
   std::printf("repro: wrote %s: B dequantised on the host, %lld x %lld fp64 (row-major; %s values, %s)\n", out.c_str(),
               p.k, p.n, p.a_dtype.c_str(), p.describe.c_str());
