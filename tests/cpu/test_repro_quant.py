@@ -4,7 +4,8 @@ live run does), problem.txt carries the quant fields, README.txt names them, rep
 back so `compare --repro-dir` judges the dequant stage; and (marker nvcc) the host program, built
 once for the module, dequantises B bit for bit as kernels_ref.dequant's float64 host spec does, for
 every packing, zero-point form, stored dtype, scale dtype and dequant precision here, and judges the
-oracle's D a MATCH with its own host reference. A build of it with the nibble order swapped (both
+oracle's D a MATCH with its own host reference (whose bound takes in the dequant bound of an
+operand-dtype dequant run in another order). A build of it with the nibble order swapped (both
 k_pairs and k8_interleaved) is held to fail on every packed case, and only on those.
 """
 
