@@ -413,9 +413,11 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
     if case.kernel is None:
         raise CaseError("no kernel to reproduce: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
     check_case(case)  # the checks of a live run, before anything is written
-    if case.spec.quantised_b:
-        raise ReproError(f"a quantised B ({case.spec.b_dtype}, its scales and zero points) has no standalone reproducer "
-                         f"yet: its host reference holds no dequant stage; judge it with a live compare")
+    q = case.spec.quant_op
+    if q is not None:
+        raise ReproError(f"a quantised {q.upper()} ({getattr(case.spec, f'{q}_dtype')}, its scales and zero points) has "
+                         f"no standalone reproducer yet: its host reference holds no dequant stage; judge it with a "
+                         f"live compare")
     check_operands(case.spec, operands)
     out = Path(out_dir)
     call = None
