@@ -26,6 +26,7 @@ PACKINGS = ("k_pairs_low_first", "k_pairs_high_first", "k8_interleaved")
 ZEROS = ("none", "int", "float", "float_offset")
 DEQUANT_PRECISIONS = ("fp32", "operand")
 OPS = ("a", "b")
+FIELDS = ("packing", "group_size", "scales", "zeros")  # <op>_<field> of a quantised operand
 NAME = {"a": "A", "b": "B"}
 
 Require = Callable[[bool, str, Any, str], None]
@@ -68,7 +69,7 @@ def validate(spec, require: Require) -> None:
 def _require_absent(spec, op: str, require: Require) -> None:
     X = NAME[op]
     why = f"(a_dtype is {spec.a_dtype!r}, b_dtype {spec.b_dtype!r})"
-    for f in ("packing", "group_size", "scales"):
+    for f in FIELDS[:3]:
         v = getattr(spec, f"{op}_{f}")
         require(v is None, f"{op}_{f}", v, f"only a quantised {X} ({op}_dtype one of {', '.join(QUANT_B)} beside "
                                            f"{other(op)}_dtype fp16 or bf16) has it {why}")
@@ -81,6 +82,11 @@ def _validate_op(spec, op: str, require: Require) -> None:
     precision, and what a quantised problem leaves out."""
     o = other(op)
     X, d, od = NAME[op], getattr(spec, f"{op}_dtype"), getattr(spec, f"{o}_dtype")
+    if op == "a" and d not in PACKED and not any(getattr(spec, f"a_{f}") not in (None, "none") for f in FIELDS):
+        # an 8-bit A with no quant field: read as a plain A, whose B must match it (as before a quantised A)
+        pair = "e4m3 or e5m2 (an fp8 operand needs the other in fp8 too)" if d in ("e4m3", "e5m2") else f"{d}"
+        require(False, "b_dtype", od, f"must be {pair} beside a_dtype {d!r}, unless A is quantised: then give "
+                                      f"a_scales (and a_group_size, a_zeros)")
     require(od in FLOAT_MMA_DTYPES, f"{o}_dtype", od,
             f"a quantised {X} ({op}_dtype {d!r}) is dequantised to {NAME[o]}'s dtype for the MMA: one of "
             f"{', '.join(FLOAT_MMA_DTYPES)}")

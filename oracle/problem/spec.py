@@ -419,10 +419,6 @@ class ProblemSpec:
         """The dtype the MMA reads B in: A's for a quantised B (after dequant_b), else b_dtype."""
         return self.a_dtype if self.quantised_b else self.b_dtype
 
-    def mma_dtype_of(self, op: str) -> str:
-        """The dtype the MMA reads operand `op` in (a quantised one: dequantised to the other's)."""
-        return self.mma_dtype if op == self.quant_op else getattr(self, f"{op}_dtype")
-
     @property
     def quant_groups(self) -> int:
         """Scale groups along K of the quantised operand (1 without its group size)."""

@@ -415,8 +415,8 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
     check_case(case)  # the checks of a live run, before anything is written
     q = case.spec.quant_op
     if q is not None:
-        raise ReproError(f"a quantised {q.upper()} ({getattr(case.spec, f'{q}_dtype')}, its scales and zero points) has "
-                         f"no standalone reproducer yet: its host reference holds no dequant stage; judge it with a "
+        raise ReproError(f"a quantised {q.upper()} ({getattr(case.spec, f'{q}_dtype')}, its scales and zero points) "
+                         f"has no standalone reproducer yet: its host reference holds no dequant stage; judge it with a "
                          f"live compare")
     check_operands(case.spec, operands)
     out = Path(out_dir)

@@ -255,7 +255,8 @@ def check(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c: Optional[torc
     after the scale, w = (q - c) * s + z, as torch's tinygemm int4 kernel computes) and the fields
     b_dtype and b_packing (module docstring). A quantised A (the swapped problem of a mixed-input
     kernel) is the same with A as stored [M, K / per], `a_scales` / `a_zeros` [M, K / group],
-    `a_zeros_kind`, a_dtype and a_packing, beside an fp16 / bf16 B. Raises SpecError / RecordingError for tensors that do not make a problem."""
+    `a_zeros_kind`, a_dtype and a_packing, beside an fp16 / bf16 B. Raises SpecError /
+    RecordingError for tensors that do not make a problem."""
     from oracle.judging.differential import analyze
 
     rec = recording_of(a, b, d, c=c, bias=bias, scale_a=scale_a, scale_b=scale_b, b_scales=b_scales,

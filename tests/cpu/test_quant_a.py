@@ -4,6 +4,7 @@ recordings made by the model kernel, oracle.check and verify, and what refuses i
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from kernels_ref import dequant as dq
 from oracle.judging.diagnose import Kind, Verdict
 from oracle.judging.differential import analyze
 from oracle.problem.spec import ProblemSpec, SpecError, Tile
+from oracle.report import table as report
 from oracle.report.table import sentence
 from oracle.run.case import load_case
 from oracle.run.inputs import Operands, Provenance, check_operands, expected_shapes, make_operands
@@ -36,7 +38,7 @@ def wa(**kw) -> ProblemSpec:
 def test_a_quantised_a_has_the_dequant_a_stage_and_reads_b_dtype():
     s = wa()
     assert s.quant_op == "a" and s.quantised_a and not s.quantised_b and s.dequant_operands == ("a",)
-    assert s.mma_dtype == "fp16" and s.mma_dtype_of("a") == "fp16" and s.quant_groups == 4 and s.group_k == 32
+    assert s.mma_dtype == "fp16" and s.quant_groups == 4 and s.group_k == 32
     cfg = s.dequant_config
     assert (cfg.dtype, cfg.out_dtype, cfg.group_size, cfg.packing, cfg.zeros) == ("int4", "fp16", 32,
                                                                                   "k_pairs_low_first", "int")
@@ -81,7 +83,12 @@ def test_exactly_one_operand_is_quantised_and_the_error_names_both():
         with pytest.raises(SpecError, match="only a quantised A"):
             ProblemSpec(16, 64, 128, **kw)
     with pytest.raises(SpecError, match=r"^a_scales=None .*a quantised A needs its scales"):
-        ProblemSpec(16, 64, 128, a_dtype="int8", b_dtype="fp16", out_dtype="fp16")
+        ProblemSpec(16, 64, 128, a_dtype="int4", b_dtype="fp16", out_dtype="fp16", a_packing="k_pairs_low_first")
+    for a in ("int8", "e4m3"):  # an 8-bit A with no quant field is a plain A: its B must match it
+        with pytest.raises(SpecError, match=r"^b_dtype='fp16' is not allowed: .*unless A is quantised: then give "
+                                            r"a_scales"):
+            ProblemSpec(16, 64, 128, a_dtype=a, b_dtype="fp16", out_dtype="fp16")
+    assert ProblemSpec(16, 64, 128, a_dtype="int8", b_dtype="fp16", out_dtype="fp16", a_scales="fp16").quantised_a
 
 
 def test_stored_a_shapes_dtypes_and_the_ones_ladder():
@@ -156,6 +163,9 @@ def test_each_dequant_defect_is_named_at_dequant_a(ops, defect, says):
     assert f"scale group 2 (k 64..95) of row m = {m}" in text, text
     assert re.search(says, text), text
     assert "mma" in an.diagnosis.inherited
+    doc = json.loads(json.dumps(report.to_json(an), default=str))
+    report.validate(doc)  # the shipped schema holds a quantised A's problem and its dequant_a finding
+    assert doc["problem"]["a_scales"] == "fp16" and doc["first_divergence"]["stage"] == "dequant_a"
 
 
 def test_a_k8_interleaved_a_read_as_plain_pairs_is_named(ops):

@@ -51,15 +51,15 @@ def dequant_stage(ctx: Context, op: str) -> StageResult:
             if own.dtype != stored.dtype:
                 own = own.view(stored.dtype)
             fed = o(ref_dequant.dequant(own, ctx.q_scales, ctx.q_zeros, cfg, k0=k0, n0=n0))
-            upstream = o(ctx.recorded(up))
+            marks = o(ctx.recorded(up))  # the load's recorded bytes, K along the rows
             if cfg.packed:  # a byte's mark covers the k it holds
-                upstream = upstream[_byte_rows(upstream.shape[0] * per, cfg.packing).to(upstream.device)]
-            tf.append(ctx.judge(received, fed, feed=Feed.KERNEL, valid=valid, recorded=recorded,
-                                upstream=o(upstream), bound=o(_bound(ctx, own, k0, n0)), **where))
+                marks = marks[_byte_rows(marks.shape[0] * per, cfg.packing).to(marks.device)]
+            tf.append(ctx.judge(received, fed, feed=Feed.KERNEL, valid=valid, recorded=recorded, upstream=o(marks),
+                                bound=o(_bound(ctx, own, k0, n0)), **where))
         else:
             tf.append(ctx.judge(received, ref, feed=Feed.STAND_IN, valid=valid, recorded=recorded,
-                                bound=o(_bound(ctx, stored, k0, n0)), stand_ins=((f"load_{op}", tap.tile, tap.k_block),),
-                                **where))
+                                bound=o(_bound(ctx, stored, k0, n0)),
+                                stand_ins=((f"load_{op}", tap.tile, tap.k_block),), **where))
     return StageResult(stage, combine(tf), combine(ch))
 
 

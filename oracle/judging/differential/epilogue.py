@@ -155,7 +155,8 @@ def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]
 
         w_bound = operand_bound(ctx)
         if w_bound is not None:
-            bound0 = bound0 + (ctx.a.double().abs() @ w_bound if ctx.quant_op == "b" else w_bound @ ctx.b.double().abs())
+            bound0 = bound0 + (ctx.a.double().abs() @ w_bound if ctx.quant_op == "b"
+                               else w_bound @ ctx.b.double().abs())
     return {step: (y, b) for step, y, b in run_epilogue(ctx, acc_full, bound0, 0, Vectors(ctx, None))}
 
 

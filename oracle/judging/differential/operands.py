@@ -33,8 +33,8 @@ def descriptor_stage(ctx: Context, op: str) -> StageResult:
     stage = f"descriptor_{op}"
     if op == ctx.quant_op:
         if ctx.taps_of(stage) or any(d.operand == op for d in ctx.rec.descriptors):
-            ctx.confound(f"{stage} of a quantised {op.upper()} ({getattr(spec, f'{op}_dtype')}) was recorded but is not judged: the oracle models "
-                         f"no TMA image of stored codes")
+            ctx.confound(f"{stage} of a quantised {op.upper()} ({getattr(spec, f'{op}_dtype')}) was recorded but is "
+                         f"not judged: the oracle models no TMA image of stored codes")
         return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
     sw = getattr(spec, f"swizzle_{op}")
     major = getattr(spec, f"{op}_major")
