@@ -22,7 +22,9 @@ from oracle.report.table import sentence
 from oracle.run.case import load_case
 from oracle.run.inputs import Operands, Provenance, check_operands, expected_shapes, make_operands
 from oracle.run.recording import Recording, RecordingError
-from oracle.run.simulate import Injection, simulate
+from oracle.run.simulate import simulate
+from quant_checks import (DEFECT_HINTS, assert_dequant_finding, assert_kernel_fed_match, assert_draft_without_load, assert_verify_tells_the_nibble_order,
+                          int4_low_first, model_analysis, with_stored_byte_flipped)
 
 ROOT = Path(__file__).resolve().parents[2]
 WA = dict(a_dtype="int4", b_dtype="fp16", out_dtype="fp16", a_packing="k_pairs_low_first", a_group_size=32,
@@ -126,43 +128,20 @@ def ops():
 
 
 def _run(ops, defect=None, *, drop=(), spec=None):
-    spec = spec or wa()
-    inj = None if defect is None else Injection(defect, TILE, KB)
-    rec = simulate(spec, ops, Provenance("index"), injection=inj, tap_tiles=[TILE])
-    if drop:
-        rec = rec.__class__(**{**rec.__dict__, "taps": tuple(t for t in rec.taps if t.stage not in drop)})
-    return analyze(rec)
+    return model_analysis(spec or wa(), ops, TILE, KB, defect, drop=drop)
 
 
 def test_a_correct_quantised_a_kernel_matches(ops):
     an = _run(ops)
-    assert an.verdict is Verdict.MATCH, sentence(an)
-    names = [s.name for s in an.stages]
-    assert names.index("dequant_a") == names.index("mma") - 1 and "dequant_b" not in names
-    deq = next(s for s in an.stages if s.name == "dequant_a")
-    assert deq.teacher_forced.status.value == "MATCH" and deq.teacher_forced.evidence.feeds[0].value == "kernel tap"
-    mma = next(s for s in an.stages if s.name == "mma")
-    assert mma.teacher_forced.status.value == "MATCH" and not mma.teacher_forced.evidence.stand_ins
+    assert_kernel_fed_match(an, "a")
 
 
-@pytest.mark.parametrize("defect,says", [
-    ("dequant_nibble_order", r"the other nibble of its byte \(k = \d+\): the nibble order is swapped"),
-    ("dequant_group_index", r"the scale and zero point of group 3: a wrong group index"),
-    ("dequant_zero_twice", r"the zero point applied twice"),
-    ("dequant_scale_group", r"the scale of group 3"),
-])
+@pytest.mark.parametrize("defect,says", DEFECT_HINTS)
 def test_each_dequant_defect_is_named_at_dequant_a(ops, defect, says):
     an = _run(ops, defect)
-    f = an.first
-    assert an.verdict is Verdict.DIVERGED and f.stage == "dequant_a" and an.kind is Kind.VERDICT, sentence(an)
-    assert (f.tile, f.k_block) == (TILE, KB) and f.comparison == "teacher_forced"
-    m, k = f.element
-    assert 32 <= m < 64 and KB * 32 <= k < (KB + 1) * 32  # A's (m, k), in the defect's tile and k-block
-    text = sentence(an)
-    assert f"dequant_a at tile {TILE}, k-block {KB}" in text and "VERDICT" in text
-    assert f"scale group 2 (k 64..95) of row m = {m}" in text, text
-    assert re.search(says, text), text
-    assert "mma" in an.diagnosis.inherited
+    f, text = assert_dequant_finding(an, "a", TILE, KB, 32, 32, says)
+    m = f.element[0]
+    assert 32 <= m < 64 and f"of row m = {m}" in text  # A's (m, k): a row of the defect's tile
     doc = json.loads(json.dumps(report.to_json(an), default=str))
     report.validate(doc)  # the shipped schema holds a quantised A's problem and its dequant_a finding
     assert doc["problem"]["a_scales"] == "fp16" and doc["first_divergence"]["stage"] == "dequant_a"
@@ -178,22 +157,12 @@ def test_a_k8_interleaved_a_read_as_plain_pairs_is_named(ops):
 
 
 def test_an_untapped_load_a_makes_the_finding_a_draft(ops):
-    an = _run(ops, "dequant_zero_twice", drop=("load_a",))
-    f = an.first
-    assert f.stage == "dequant_a" and an.kind is Kind.DRAFT
-    assert ("load_a", TILE, KB) in f.stand_ins and any("load_a" in m for m in f.missing)
+    assert_draft_without_load(_run(ops, "dequant_zero_twice", drop=("load_a",)), "a", TILE, KB)
 
 
 def test_a_wrong_stored_byte_is_named_at_load_a(ops):
     rec = simulate(wa(), ops, Provenance("index"), tap_tiles=[TILE])
-    taps = []
-    for t in rec.taps:
-        if (t.stage, t.k_block) == ("load_a", 1):
-            v = t.values.clone()
-            v[5, 3] ^= 0x0F  # the kernel's copy of one byte differs from global memory
-            t = t.__class__(t.stage, t.tile, v, k_block=t.k_block, slot=t.slot)
-        taps.append(t)
-    an = analyze(rec.__class__(**{**rec.__dict__, "taps": tuple(taps)}))
+    an = analyze(with_stored_byte_flipped(rec, "a", 1, (5, 3)))
     assert an.verdict is Verdict.DIVERGED and an.first.stage == "load_a" and an.first.k_block == 1, sentence(an)
     assert an.kind is Kind.VERDICT and an.first.element_in_tile == (5, 3)
 
@@ -270,9 +239,7 @@ def test_check_refuses_a_quantised_a_it_cannot_read():
 
 def _swapped_op(a, b, a_scales, a_zeros):
     """A mixed-input op with the weight as A (low nibble first, fp32 dequant, fp32 accumulation)."""
-    lo, hi = (a & 0xF).to(torch.int32), (a >> 4).to(torch.int32)
-    q = torch.stack([lo, hi], dim=2).reshape(a.shape[0], 2 * a.shape[1])
-    q = torch.where(q >= 8, q - 16, q).float()
+    q = int4_low_first(a, 1)
     g = torch.arange(q.shape[1]) // (q.shape[1] // a_scales.shape[1])
     w = ((q - a_zeros.float()[:, g]) * a_scales.float()[:, g]).to(b.dtype)
     return (w.float() @ b.float()).to(b.dtype)
@@ -280,14 +247,11 @@ def _swapped_op(a, b, a_scales, a_zeros):
 
 def test_verify_runs_an_op_with_a_quantised_a():
     from oracle.run.case import CaseError
-    from oracle.tools.verify import VerifyCase, run_case
+    from oracle.tools.verify import VerifyCase
 
     quant = dict(a_dtype="int4", a_packing="k_pairs_low_first", a_group_size=64, a_scales="fp16", a_zeros="int")
-    row = run_case(_swapped_op, VerifyCase("wa", 64, 8, 256, "fp16", call="w4a16", quant=quant, time=False))
-    assert row["verdict"] == "MATCH", row
-    row = run_case(_swapped_op, VerifyCase("wa", 64, 8, 256, "fp16", call="w4a16",
-                                           quant={**quant, "a_packing": "k_pairs_high_first"}, time=False))
-    assert row["verdict"] == "DIVERGED", row
+    assert_verify_tells_the_nibble_order(_swapped_op, dict(name="wa", m=64, n=8, k=256, dtype="fp16"), quant,
+                                         "a_packing")
     with pytest.raises(CaseError, match="both a_\\* and b_\\*"):
         VerifyCase("wa", 64, 8, 256, "fp16", call="w4a16", quant={**quant, "b_scales": "fp16"})
 
