@@ -9,9 +9,9 @@
   against global memory when the operand has no TMA stage at all (a cp.async / ldmatrix kernel:
   global memory is then the load's real input, known exactly); against global memory as a
   stand-in for the untapped image otherwise. Chained: always against global memory.
-  A quantised B's load holds its stored values (a packed 4-bit B: bytes, two k in each), judged
-  bit for bit against the stored tile; its TMA image (descriptor_b) is not judged: a tap of it is
-  an open confound, named.
+  A quantised operand's load holds its stored values (packed 4-bit: bytes, two k in each), judged
+  bit for bit against the stored tile; its TMA image (descriptor_a / descriptor_b) is not judged:
+  a tap of it is an open confound, named.
 """
 
 from __future__ import annotations
