@@ -218,6 +218,23 @@ def test_check_judges_a_quantised_a_output_only():
     assert rep.first_divergence.element[0] == 5
 
 
+def test_the_dequant_bound_applies_on_a_side():
+    """A kernel whose dequantised A is one ulp off the reference's everywhere (allowed by the
+    "operand" dequant bound) passes where the problem declares that arithmetic, through the A-side
+    term sum_k bound(w_mk) |b_kn| of the accumulator's bound, and is DIVERGED where the dequant is
+    declared exact (fp32)."""
+    spec = ProblemSpec(32, 16, 512, a_dtype="int4", b_dtype="fp16", out_dtype="fp32", a_packing="k_pairs_low_first",
+                       a_group_size=64, a_scales="fp16", a_zeros="float", dequant_precision="operand")
+    o = make_operands(spec, "random", 7)
+    b = o.b.abs()  # positive B: the ulps add up
+    w = _dequantised_a(spec, o).half()
+    w_off = (w.view(torch.int16) + torch.where(w >= 0, 1, -1).to(torch.int16)).view(torch.float16)
+    d = (w_off.double() @ b.double()).float()
+    kw = dict(a_scales=o.a_scales, a_zeros=o.a_zeros, a_dtype="int4", a_packing="k_pairs_low_first")
+    assert oracle.check(o.a, b, d, dequant_precision="operand", **kw).verdict == "MATCH"
+    assert oracle.check(o.a, b, d, dequant_precision="fp32", **kw).verdict == "DIVERGED"
+
+
 def test_check_refuses_a_quantised_a_it_cannot_read():
     a = torch.zeros(8, 32, dtype=torch.uint8)
     b = torch.ones(64, 4, dtype=torch.float16)
