@@ -1019,18 +1019,36 @@ def mma_accumulate_host(a: torch.Tensor, b: torch.Tensor, block_m: int, block_n:
     return (out, s) if with_abs_sum else out
 
 
-def mma_sample_host(a: torch.Tensor, b: torch.Tensor, rows, cols, block_m: int, block_n: int, block_k: int,
-                    acc: str = "fp32", promotion_interval: Optional[int] = None,
-                    scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None,
-                    block_scale_group: Optional[Sequence[int]] = None, oob_fill: str = "zero"):
-    """Host spec of the accumulator after the last k-block at the elements rows[t] x cols[t] of
-    each sample t (global indices [T, R] and [T, C]; past M / N the out-of-bounds fill), and S.
+@dataclass(frozen=True)
+class SampleProducts:
+    """The device half of `mma_sample_host`: every accumulation step's products of the sampled
+    elements, rounded as the accumulator receives them, for `mma_sample_finish` on the CPU.
+    p [T, steps, R, C] (int32: already summed and wrapped, [T, R, C]); s the float64 sum |a||b|
+    (times |scales|) [T, R, C]; scale the fp32 block scales per k-block [T, n_kb, R, C] or None."""
 
-    The same semantics as `mma_trajectory_host`, vectorised over k-blocks: every k-block's (or MMA
-    step's) product is one batched float64 matmul on the operands' device (torch, not Triton),
-    then the roundings the accumulator makes, in order, on the CPU: fp32 sums by numpy's
-    sequential accumulate in float32 (each addition rounded to nearest, as acc = fp32(acc + p)),
-    the fp16 and promotion chains step by step on [T, R, C]. Returns CPU float64 (acc, S) [T, R, C]."""
+    p: torch.Tensor
+    s: torch.Tensor
+    scale: Optional[torch.Tensor]
+    acc: str
+    promotion_interval: Optional[int]
+    mma_k: int
+    block_k: int
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.p, self.s] + ([self.scale] if self.scale is not None else [])
+
+    def with_tensors(self, tensors: Sequence[torch.Tensor]) -> "SampleProducts":
+        """The same products held by `tensors` (as `tensors()` lists them: moved to the host, say)."""
+        return SampleProducts(tensors[0], tensors[1], tensors[2] if self.scale is not None else None, self.acc,
+                              self.promotion_interval, self.mma_k, self.block_k)
+
+
+def mma_sample_products(a: torch.Tensor, b: torch.Tensor, rows, cols, block_m: int, block_n: int, block_k: int,
+                        acc: str = "fp32", promotion_interval: Optional[int] = None,
+                        scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None,
+                        block_scale_group: Optional[Sequence[int]] = None, oob_fill: str = "zero") -> SampleProducts:
+    """`mma_sample_host`'s products on the operands' device (batched float64 torch matmuls), with
+    no host round trip: `mma_sample_finish` of them, on the CPU, is the host spec."""
     ad, bd = _validate_mm(a, b, block_m, block_n, block_k, acc, promotion_interval, scale_a, scale_b,
                           block_scale_group, oob_fill)
     dev = a.device
@@ -1067,36 +1085,57 @@ def mma_sample_host(a: torch.Tensor, b: torch.Tensor, rows, cols, block_m: int, 
     sabs = per_step(A.abs(), B.abs(), block_k) if n_kb else A.new_zeros((T, 0, R, Cn))
     s = (sabs * scale.abs() if scale is not None else sabs).sum(1)
     p = per_step(A, B, step) if n_steps else A.new_zeros((T, 0, R, Cn))
-    if acc == "int32":
-        p = _wrap_i32(p.sum(1))
-    else:
-        p = C.f32(p)
-    parts = [p, s] + ([scale] if scale is not None else [])
-    host = torch.cat([x.reshape(-1) for x in parts]).cpu().split([x.numel() for x in parts])  # one copy
-    p, s = host[0].view(p.shape), host[1].view(s.shape)
-    scale = host[2].view(scale.shape) if scale is not None else None
-    if acc == "int32":
+    p = _wrap_i32(p.sum(1)) if acc == "int32" else C.f32(p)
+    return SampleProducts(p, s, scale, acc, promotion_interval, mk, block_k)
+
+
+def mma_sample_finish(products: SampleProducts):
+    """The roundings the accumulator makes, in order, on the products of `mma_sample_products`
+    (CPU tensors): fp32 sums by numpy's sequential accumulate in float32 (each addition rounded to
+    nearest, as acc = fp32(acc + p)), the fp16 and promotion chains step by step on [T, R, C].
+    Returns CPU float64 (acc, S) [T, R, C]."""
+    p, s, scale = products.p, products.s, products.scale
+    if products.acc == "int32":
         return p, s
-    if acc == "fp16":
+    T, n_steps, R, Cn = p.shape
+    if products.acc == "fp16":
         out = np.zeros((T, R, Cn), dtype=np.float16)
         for j in range(n_steps):  # acc = fp16(fp32(acc + s)) after every MMA step
             out = (out.astype(np.float32) + p[:, j].float().numpy()).astype(np.float16)
         return torch.from_numpy(out.astype(np.float64)), s
-    if promotion_interval is not None:  # q = trunc13(fp32(q + s)) inside each chunk, from zero
-        per = promotion_interval // mk
+    if products.promotion_interval is not None:  # q = trunc13(fp32(q + s)) inside each chunk, from zero
+        per = products.promotion_interval // products.mma_k
         steps = p.view(T, n_steps // per, per, R, Cn)
         q = torch.zeros_like(steps[:, :, 0])
         for j in range(per):
             q = truncate_mantissa_host(C.f32(q + steps[:, :, j]))
         p = q
         if scale is not None:
-            scale = scale.repeat_interleave(block_k // promotion_interval, dim=1)
+            scale = scale.repeat_interleave(products.block_k // products.promotion_interval, dim=1)
     if scale is not None:
         p = C.f32(p * scale)
     if p.shape[1] == 0:
         return torch.zeros((T, R, Cn), dtype=torch.float64), s
     summed = np.add.accumulate(p.float().numpy(), axis=1, dtype=np.float32)[:, -1]  # sequential, rounded each step
     return torch.from_numpy(summed.astype(np.float64)) + 0.0, s
+
+
+def mma_sample_host(a: torch.Tensor, b: torch.Tensor, rows, cols, block_m: int, block_n: int, block_k: int,
+                    acc: str = "fp32", promotion_interval: Optional[int] = None,
+                    scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None,
+                    block_scale_group: Optional[Sequence[int]] = None, oob_fill: str = "zero"):
+    """Host spec of the accumulator after the last k-block at the elements rows[t] x cols[t] of
+    each sample t (global indices [T, R] and [T, C]; past M / N the out-of-bounds fill), and S.
+
+    The same semantics as `mma_trajectory_host`, vectorised over k-blocks: every k-block's (or MMA
+    step's) product is one batched float64 matmul on the operands' device (torch, not Triton,
+    `mma_sample_products`), then the roundings the accumulator makes, in order, on the CPU
+    (`mma_sample_finish`). Returns CPU float64 (acc, S) [T, R, C]."""
+    sp = mma_sample_products(a, b, rows, cols, block_m, block_n, block_k, acc, promotion_interval, scale_a, scale_b,
+                             block_scale_group, oob_fill)
+    parts = sp.tensors()
+    host = torch.cat([x.reshape(-1) for x in parts]).cpu().split([x.numel() for x in parts])  # one copy
+    return mma_sample_finish(sp.with_tensors([h.view(x.shape) for h, x in zip(host, parts)]))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ LONG_FIRST = (
     "cpu/test_repro.py",  # make builds; the Hopper build again, from the cache
     "cpu/test_zoo_build.py",
     "cpu/test_repro_security.py",
+    "cpu/test_repro_quant.py",  # one host-program build (and its wrong-nibble twin), shared by the workers
     "cpu/test_launch_library.py",
     "cpu/test_zoo_build_split.py",
     "cpu/test_sass_identity.py",

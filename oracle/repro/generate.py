@@ -12,11 +12,15 @@ directory:
                  oracle's arch, flags and include paths, and the host programs repro / repro_traced
   launch.txt     cubins, trace selection, then every launch in order: entry points, grid, block,
                  cluster, dynamic shared memory, arguments (floats as bits), tensor-map fields
-  problem.txt    the problem (group sizes included), for the host reference
-  inputs.txt     one line per binary file: name, role, dtype, shape, bytes, file
+  problem.txt    the problem (group sizes included; a quantised B's b_dtype, b_packing,
+                 b_group_size, b_scales, b_zeros, dequant_precision), for the host reference
+  inputs.txt     one line per binary file: name, role, dtype, shape, bytes, file (a quantised B's
+                 files also say which part they are: quant=stored, scales or zeros)
   <name>.bin     the inputs as the kernel reads them: raw little-endian, the operand's storage order
                  (a map over padding rows reads a buffer that holds them; B of a grouped problem is
-                 its stack of matrices, each in B's major); the group offsets; every workspace
+                 its stack of matrices, each in B's major; a quantised B is its stored codes, b.bin,
+                 with b_scales.bin and b_zeros.bin, [K / group, N] row-major, which the host
+                 reference dequantises as kernels_ref.dequant does); the group offsets; every workspace
                  (ws_NAME.bin, role inout) with the bytes the harness fills it with before the first
                  launch (zeros, the 0xFF poison or its stale pattern), never compared
   expected.bin   the oracle's reference D (oracle.judging.differential.expected_output), logical
@@ -44,6 +48,7 @@ from __future__ import annotations
 
 import json
 import struct
+import textwrap
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
@@ -66,8 +71,8 @@ from oracle.repro.folder import MANIFEST, KernelFile, ReproFolder, kernel_files,
 from oracle.repro.makefile import TEMPLATE, TEMPLATE_PARTS, BuildPlan, FirstEntries, build_plan, makefile_text
 
 FORMAT = "oracle-repro"
-VERSION = 2  # 2: every launch of the case, workspaces, grouped problems
-READABLE_VERSIONS = (1, 2)
+VERSION = 3  # 2: every launch of the case, workspaces, grouped problems; 3: a quantised B
+READABLE_VERSIONS = (1, 2, 3)
 BOUND_F64_LIMIT = 1 << 22  # outputs with more elements get a float32 bound.bin (rounded up)
 TIMEOUT_S = 60
 
@@ -144,6 +149,21 @@ def _major_of(spec, name: str) -> Optional[str]:
         return getattr(spec, f"{name}_major")
     if name in ("scale_a", "scale_b") and getattr(spec, name).kind == "block" and getattr(spec, name).major == "col":
         return "col"
+    return None
+
+
+def quant_part(spec, name: str) -> Optional[dict]:
+    """What a file of a quantised B holds (None for any other): B's stored codes with their dtype and
+    packing, its scales with their dtype and group along K, its zero points with their form."""
+    if not spec.quantised_b:
+        return None
+    if name == "b":
+        return {"part": "stored", "values": spec.b_dtype, "packing": spec.b_packing or "none"}
+    if name == "b_scales":
+        return {"part": "scales", "values": spec.b_scales, "group_size": spec.group_k}
+    if name == "b_zeros":
+        stored = {torch.int8: "int8", torch.uint8: "uint8"}.get(spec.dequant_config.zero_torch(), spec.b_scales)
+        return {"part": "zeros", "values": stored, "form": spec.b_zeros}
     return None
 
 
@@ -266,6 +286,10 @@ def _problem_text(case: Case) -> str:
               "bias_dtype", "activation", "oob_fill"):
         lines.append(f"{f} {getattr(s, f)}")
     lines.append(f"c_dtype {s.c_dtype or 'none'}")
+    q = s.quantised_b  # dequantised by the host reference as kernels_ref.dequant does; none: a dense B
+    lines += [f"b_packing {s.b_packing or 'none'}", f"b_group_size {s.group_k if q else 'none'}",
+              f"b_scales {s.b_scales or 'none'}", f"b_zeros {s.b_zeros}",
+              f"dequant_precision {s.resolved_dequant_precision if q else 'none'}"]
     lines.append(f"alpha {float(s.alpha).hex()}  # {s.alpha!r}")
     lines.append(f"beta {float(s.beta).hex()}  # {s.beta!r}")
     lines.append(f"saturate {int(s.saturate)}")
@@ -297,6 +321,30 @@ def _library_readme_parts(case: Case, call: LibraryCall, build: BuildPlan) -> tu
               f"elements" for t in call.tensors]
     lines += [f"     workspace {i} {name}: buffer {buffer}" for i, (name, buffer) in enumerate(call.workspaces)]
     return kernels, note, lines
+
+
+def _quant_readme(s) -> str:
+    """README's paragraph on a quantised B: its problem.txt fields and its three files."""
+    if not s.quantised_b:
+        return ""
+    stored = (f"uint8 [{s.k // 2}, {s.n}], two k a byte in b_packing's order" if s.b_packing
+              else f"{s.b_dtype} [{s.k}, {s.n}]")
+    zeros = quant_part(s, "b_zeros")
+    z = (f"; b_zeros.bin its {s.b_zeros} zero points, {zeros['values']} [{s.b_groups}, {s.n}] row-major"
+         if zeros else "")
+    form = ("w = (q - c) * s + z, c = 8 for uint4 and 0 for a signed B" if s.b_zeros == "float_offset"
+            else "w = (q - z) * s" if s.b_zeros != "none" else "w = q * s")
+    scales = "raw e8m0 bytes, 2^(b - 127)," if s.b_scales == "e8m0" else s.b_scales
+    text = (f"Quantised B (problem.txt): b_dtype {s.b_dtype}, b_packing {s.b_packing or 'none'}, b_group_size "
+            f"{s.group_k}, b_scales {s.b_scales}, b_zeros {s.b_zeros}, dequant_precision "
+            f"{s.resolved_dequant_precision}. b.bin holds B's stored codes as the kernel reads them ({stored}, "
+            f"logical, stored {s.b_major}-major); b_scales.bin its scales, {scales} [{s.b_groups}, {s.n}] row-major, "
+            f"one per {s.group_k} k and column{z} (inputs.txt: quant=stored, scales, zeros). The kernel gets them "
+            f"through its arguments as the live run passes them. The host reference dequantises B as "
+            f"kernels_ref/dequant.py does ({form}, in the {s.resolved_dequant_precision} arithmetic, then rounded to "
+            f"{s.a_dtype}) before the GEMM; ./repro --dequant-b FILE writes that B ([K, N] row-major, fp64) without "
+            f"touching the GPU.")
+    return "\n" + textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False)
 
 
 def _readme(case: Case, prov: Provenance, sequence: list, build: BuildPlan, reference: bool,
@@ -342,6 +390,7 @@ def _readme(case: Case, prov: Provenance, sequence: list, build: BuildPlan, refe
                   f"{s.k}], B [{len(s.group_sizes)}, {s.k}, {s.n}] (each matrix in B's major), D [{s.total_m}, "
                   f"{s.n}];\nevery group is its own GEMM (B[g], its bias), tiled from its first row, and D is "
                   f"judged group by group.")
+    quant = _quant_readme(s)
     tiling = ", counted from each group's first row" if groups else ""
     plural = "s, in launch order" if many else ""
     if build.entries_plain == build.entries_traced:
@@ -353,7 +402,7 @@ def _readme(case: Case, prov: Provenance, sequence: list, build: BuildPlan, refe
         kernels, cubin_note, launch_lines = _library_readme_parts(case, call, build)
     return f"""A standalone reproducer of a case's kernel launches, written by `python -m oracle repro`.
 
-Problem: {s.describe()}; inputs: {prov.describe()}.{groups}
+Problem: {s.describe()}; inputs: {prov.describe()}.{groups}{quant}
 {kernels} {cubin_note}
 
 Build and run (the CUDA toolkit is all it needs; CUTLASS headers: make CUTLASS_INCLUDE=...):
@@ -368,9 +417,10 @@ Build and run (the CUDA toolkit is all it needs; CUTLASS headers: make CUTLASS_I
 Options of repro: --dir DIR (the files; default: the executable's directory), --cubin FILE,
 --timeout S (default {TIMEOUT_S}, for all launches together; 0: wait forever), --host-reference
 (ignore expected.bin), --check-only [EXPECTED D] (judge a D file without running anything; no GPU
-needed). Exit codes: 0 MATCH, 1 DIVERGED, 2 bad usage or input files, 3 kernel error (the CUDA
-error's name is printed, e.g. cudaErrorIllegalAddress; taps written before it are in sink.bin), 5
-MISTRUSTED (every reference value is zero).
+needed), --dequant-b FILE (a quantised B as the host reference dequantises it; no GPU). Exit codes:
+0 MATCH, 1 DIVERGED, 2 bad usage or input files, 3 kernel error (the CUDA error's name is printed,
+e.g. cudaErrorIllegalAddress; taps written before it are in sink.bin), 5 MISTRUSTED (every
+reference value is zero).
 
 Launches (launch.txt), tensor maps encoded by repro with cuTensorMapEncodeTiled (dims and box
 innermost first):
@@ -388,13 +438,16 @@ quoted #include lines reach, the trace header tree; manifest.json lists every fi
 
 Reference: {ref}
 Without them (or with --host-reference) repro computes D in double precision from the inputs
-(GEMM with block scales per k-group, scale, alpha/beta, bias, activation, cast; a grouped problem
-group by group with B[g]) and uses a conservative worst-case bound, looser than the oracle's:
-1.25 (eps |alpha| S + 2^-20 (|alpha v| + |beta c| + |bias|)) + 2^-14 (|x| + |y|) for gelu/silu + one
-ulp of the output type at |y|, with S = sum_k |a||b| (times |scales|) and eps = K 2^-23 for fp32
-accumulation (+ 2^-10 P/32 for fp8 partial sums over P), 2 ceil(K/16) 2^-11 for fp16, 0 for int32;
-the order in which partials are summed (split-K, stream-K) is inside it. It says which reference
-it used.
+(GEMM with block scales per k-group, a quantised B dequantised first, scale, alpha/beta, bias,
+activation, cast; a grouped problem group by group with B[g]) and uses a conservative worst-case
+bound, looser than the oracle's:
+1.25 (eps |alpha| S + |alpha| Q + 2^-20 (|alpha v| + |beta c| + |bias|)) + 2^-14 (|x| + |y|) for
+gelu/silu + one ulp of the output type at |y|, with S = sum_k |a||b| (times |scales|) and eps =
+K 2^-23 for fp32 accumulation (+ 2^-10 P/32 for fp8 partial sums over P), 2 ceil(K/16) 2^-11 for
+fp16, 0 for int32; Q = sum_k |a| times the dequant bound of each w of a quantised B (the oracle's:
+0 when it is exact, else for dequant_precision operand 2u(|q - z||s| + |z||s|), float_offset
+2u((2 + e)|q - c||s| + (1 + e)|z|), plus a subnormal step; u of A's dtype). The order in which
+partials are summed (split-K, stream-K) is inside it. It says which reference it used.
 Comparison: per BM x BN tile ({s.tile.bm} x {s.tile.bn}{tiling}); bit-exact when every bound is zero (NaN
 matches NaN), else |received - expected| <= bound; it prints the worst tile (err/bound), the
 first bad element, NaN/Inf counts and the never-written count.
@@ -413,11 +466,9 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
     if case.kernel is None:
         raise CaseError("no kernel to reproduce: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
     check_case(case)  # the checks of a live run, before anything is written
-    q = case.spec.quant_op
-    if q is not None:
-        raise ReproError(f"a quantised {q.upper()} ({getattr(case.spec, f'{q}_dtype')}, its scales and zero points) "
-                         f"has no standalone reproducer yet: its host reference holds no dequant stage; judge it with a "
-                         f"live compare")
+    if case.spec.quantised_a:
+        raise ReproError(f"a quantised A ({case.spec.a_dtype}, its scales and zero points) has no standalone reproducer "
+                         f"yet: its host reference dequantises a quantised B only; judge it with a live compare")
     check_operands(case.spec, operands)
     out = Path(out_dir)
     call = None
@@ -508,6 +559,10 @@ def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: R
                 f" logical={_shape(shape)}" + (f" major={major}" if major else ""))
         tensor_meta[name] = {"file": fname, "role": role, "dtype": dtype, "storage_shape": list(t.shape),
                              "shape": list(shape), "major": major}
+        quant = quant_part(s, name)
+        if quant is not None:  # a quantised B's stored codes, scales or zero points
+            line += f" quant={quant['part']}" + "".join(f" {k}={v}" for k, v in quant.items() if k != "part")
+            tensor_meta[name]["quant"] = quant
         w = declared.get(name)
         if w is not None:
             line += f" workspace={w.name} init={w.init} init_dtype={w.dtype}"

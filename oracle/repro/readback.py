@@ -2,7 +2,8 @@
 
 Data path: a directory written by oracle.repro.generate.write_repro and run by its repro / repro_traced
 -> repro.json (problem, provenance, entry points, tensor maps, tensors) + the input files (the
-operands, back in logical form: B of a grouped problem as its stack [groups, K, N]) + result.txt
+operands, back in logical form: B of a grouped problem as its stack [groups, K, N]; a quantised B
+as its stored codes with its scales and zero points, each file's quant part the problem's) + result.txt
 (ok, or the kernel's CUDA error and the launch it came from) + d.bin (the output D of every group,
 after a clean run) + sink.bin (the traced build's sink over every launch, parsed with
 harness.trace_format.parse_trace, partially after a fault: taps with their partial and group)
@@ -33,13 +34,13 @@ from harness.files import read_bounded
 from harness.fields import is_int_list, is_opt_int, is_opt_str, require, shown
 from harness.taps import TapError
 from harness.tensormap import TensorMapError, TensorMapSpec
-from kernels_ref.dtypes import DTYPES
+from kernels_ref.dtypes import ELEMENT_TYPES
 from oracle import knobs
 from oracle.run.inputs import InputError, Operands, Provenance, check_problem_size, expected_shapes
 from oracle.run.live import _ones_check
 from oracle.problem.spec import ProblemSpec, SpecError
 from oracle.run.recording import Recording, trace_warnings
-from oracle.repro.generate import FORMAT, READABLE_VERSIONS, ReproError
+from oracle.repro.generate import FORMAT, READABLE_VERSIONS, ReproError, quant_part
 
 
 MAX_TEXT_BYTES = 16 << 20  # repro.json and result.txt: larger files are not a reproducer's
@@ -60,8 +61,8 @@ def _inside(root: Path, name: Any, where: str) -> Path:
 
 def _tensor_meta(meta: Any, where: str) -> dict:
     require(isinstance(meta, dict), ReproError, where, "entry", meta, "an object")
-    require(isinstance(meta.get("dtype"), str) and meta["dtype"] in DTYPES, ReproError, where, "dtype",
-            meta.get("dtype"), f"one of {', '.join(DTYPES)}")
+    require(isinstance(meta.get("dtype"), str) and meta["dtype"] in ELEMENT_TYPES, ReproError, where, "dtype",
+            meta.get("dtype"), f"one of {', '.join(ELEMENT_TYPES)}")
     for key in ("storage_shape", "shape"):
         require(is_int_list(meta.get(key)) and 1 <= len(meta[key]) <= 3, ReproError, where, key, meta.get(key),
                 "a list of one to three non-negative integers")
@@ -77,7 +78,7 @@ def _read_tensor(root: Path, meta: dict, where: str, logical: tuple, padded: boo
     tensor map's padding rows may follow: at most the operand's size, as oracle.run.live pads), so a
     file's own claim never decides what is read or allocated; its size is checked before it is read."""
     path = _inside(root, meta.get("file"), where)
-    dt = DTYPES[meta["dtype"]]
+    dt = ELEMENT_TYPES[meta["dtype"]]
     shape = tuple(meta["storage_shape"])
     if tuple(meta["shape"]) != tuple(logical):
         raise ReproError(f"{where}: shape {meta['shape']} is not the problem's {list(logical)}")
@@ -152,13 +153,16 @@ def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
             "an object with an entry per tensor, d among them")
     named = {}
     shapes = expected_shapes(spec)
-    for name in ("a", "b", "c", "bias", "scale_a", "scale_b"):
+    for name in ("a", "b", "c", "bias", "scale_a", "scale_b", "b_scales", "b_zeros"):
         if name in tensors:
             meta = _tensor_meta(tensors[name], f"{where}: tensors.{name}")
             if shapes.get(name) is None:
                 raise ReproError(f"{where}: tensors.{name}: the problem has no {name}")
-            named[name] = _logical(_read_tensor(root, meta, f"{where}: tensors.{name}", shapes[name], name in "ab"),
-                                   meta, f"{where}: tensors.{name}")
+            if meta.get("quant") != quant_part(spec, name):  # a quantised B's part, as the problem stores it
+                raise ReproError(f"{where}: tensors.{name}: quant {shown(meta.get('quant'))} is not the problem's "
+                                 f"{quant_part(spec, name)}")
+            named[name] = _logical(_read_tensor(root, meta, f"{where}: tensors.{name}", shapes[name],
+                                                name in ("a", "b")), meta, f"{where}: tensors.{name}")
     try:
         ops = Operands(**named)
     except TypeError as e:

@@ -105,32 +105,63 @@ def test_ktag_input_names_the_k_block_counted_twice():
 def test_broken_reference_makes_the_oracle_untrusted(monkeypatch):
     from kernels_ref import mma
 
-    real = mma.mma_sample_host
-    monkeypatch.setattr(mma, "mma_sample_host", lambda *a, **k: (lambda acc, s: (acc * 1.5, s))(*real(*a, **k)))
+    real = mma.mma_sample_finish
+    monkeypatch.setattr(mma, "mma_sample_finish", lambda *a, **k: (lambda acc, s: (acc * 1.5, s))(*real(*a, **k)))
     an = run(BASE, "mma_kblock_twice")
     assert an.verdict is Verdict.ORACLE_UNTRUSTED and an.cross_check
 
 
-@pytest.mark.parametrize("where", ["corner", "edge"])
-def test_a_wrong_triton_accumulator_on_a_sampled_line_makes_the_oracle_untrusted(monkeypatch, where):
-    """The mma cross-check reads the sampled rows and columns of each tile (its edges among them):
-    one wrong element of the Triton trajectory there is caught."""
+@pytest.mark.parametrize("broken", [None, "load", "mma"])
+def test_the_cross_checks_host_side_on_a_worker_thread_finds_what_it_finds_inline(monkeypatch, broken):
+    """start_cross_check(background=True), the GPU's path (its host side on a worker thread while
+    the stages run): the same problems as run inline, the worker's torch on one thread and the
+    caller's threads untouched, and an error on the worker raised by `result`."""
+    import torch
+
+    from kernels_ref import load as ref_load
     from kernels_ref import mma
-    from oracle.judging.differential.cross_check import sample_lines
+    from oracle.judging.differential import cross_check as cc
+    from oracle.judging.differential.context import Context
 
-    real = mma.mma_trajectory
-    bm = BASE.tile.bm
+    if broken == "load":
+        real_load = ref_load.load_tile_host
+        monkeypatch.setattr(ref_load, "load_tile_host", lambda *a, **k: real_load(*a, **k) + 1)
+    if broken == "mma":
+        real = mma.mma_sample_finish
+        monkeypatch.setattr(mma, "mma_sample_finish", lambda *a, **k: (lambda acc, s: (acc * 1.5, s))(*real(*a, **k)))
+    seen = []
+    real_dis = cc.disagreement
+    monkeypatch.setattr(cc, "disagreement", lambda *a, **k: (seen.append(torch.get_num_threads()), real_dis(*a, **k))[1])
+    ops = make_operands(BASE, "random", 0)
+    rec = simulate(BASE, ops, Provenance("random", 0), tap_tiles=[(0, 0)])
+    ctx = Context(rec, torch.device("cpu"))
+    tiles = [(0, 0), (BASE.tiles_m - 1, BASE.tiles_n - 1)]
+    inline = cc.start_cross_check(ctx, tiles, background=False).result()
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seen.clear()
+        pending = cc.start_cross_check(ctx, tiles, background=True)
+        assert torch.get_num_threads() == 2
+        assert pending.result() == inline
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    if "OpenMP" in torch.__config__.parallel_info():  # each thread its own count
+        assert seen and set(seen) == {1}, seen
+    assert bool(inline) == (broken is not None)
+    if broken == "load":
+        assert any(p.startswith("load_a tile") for p in inline), inline
+    if broken == "mma":
+        assert any(p.startswith("mma tile") for p in inline), inline
 
-    def planted(*a, **k):
-        out = real(*a, **k).clone()
-        r, c = (bm - 1, bm - 1) if where == "corner" else (sample_lines(bm)[2], 3)
-        out[:, -1, r, c] += 1.0 + out[:, -1, r, c].abs()
-        return out
+    def fails(*a, **k):
+        raise RuntimeError("planted")
 
-    monkeypatch.setattr(mma, "mma_trajectory", planted)
-    an = run(BASE)
-    assert an.verdict is Verdict.ORACLE_UNTRUSTED and any(p.startswith("mma tile") for p in an.cross_check), \
-        an.cross_check
+    monkeypatch.setattr(cc, "disagreement", fails)
+    pending = cc.start_cross_check(ctx, tiles, background=True)
+    with pytest.raises(RuntimeError, match="planted"):
+        pending.result()
 
 
 def test_kernel_error_with_no_output():
@@ -198,6 +229,6 @@ def test_the_phases_add_up_to_the_analysis():
     wall = (time.perf_counter() - t0) * 1e3
     names = [n for n, _ in an.phases]
     assert names == ["context", "cross_check", "descriptor_load", "mma_reduce", "reference_chain", "epilogue_store",
-                     "findings", "compare"]
+                     "cross_check_host", "findings", "compare"]
     assert all(ms >= 0 for _, ms in an.phases)
     assert sum(ms for n, ms in an.phases if n != "compare") <= wall

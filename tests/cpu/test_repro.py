@@ -258,7 +258,7 @@ def test_a_serial_split_k_reproducer_carries_its_workspaces_as_the_harness_fills
         assert set(data) == fill
     assert not (out.path / "d.bin").exists()
     doc = json.loads((out.path / "repro.json").read_text())
-    assert doc["version"] == 2 and doc["tensors"]["ws_partials"]["workspace"]["init"] == "poison"
+    assert doc["version"] == 3 and doc["tensors"]["ws_partials"]["workspace"]["init"] == "poison"
     assert "partials: 147456 bytes, the 0xFF poison, ws_partials.bin" in (out.path / "README.txt").read_text()
 
 

@@ -21,7 +21,7 @@ from kernels_ref.dtypes import DTYPES
 from oracle import knobs
 from oracle.judging.diagnose import Diagnosis, Kind, Verdict, first_divergence
 from oracle.judging.differential.context import Context, StageResult
-from oracle.judging.differential.cross_check import cross_check
+from oracle.judging.differential.cross_check import start_cross_check
 from oracle.judging.differential.dequant import dequant_stage
 from oracle.judging.differential.epilogue import epilogue_stages, reference_chain, steps_of
 from oracle.judging.differential.groups import GroupOutcome, deciding, group_recordings
@@ -145,23 +145,14 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     tapped = sorted(ctx.traced_tiles)
     n_check = knobs.CROSS_CHECK_TILES.get()
     sample = tapped[:n_check] or sorted({(0, 0), (spec.tiles_m - 1, spec.tiles_n - 1)})[:n_check]
-    cross = tuple(cross_check(ctx, sample))
+    pending = start_cross_check(ctx, sample)  # its host side overlaps the stages on a GPU
     clock.lap("cross_check")
-
-    stages: list[StageResult] = [descriptor_stage(ctx, op) for op in ("a", "b")]
-    stages += [load_stage(ctx, op) for op in ("a", "b")]
-    stages += [dequant_stage(ctx, op) for op in spec.dequant_operands]
-    clock.lap("descriptor_load")
-    mma_result, finals = mma_stage(ctx)
-    reduce_result, sources = reduce_stage(ctx, finals)
-    stages += [mma_result, reduce_result]
-    clock.lap("mma_reduce")
-    chain = reference_chain(ctx)
-    clock.lap("reference_chain")
-    stages.extend(epilogue_stages(ctx, chain, sources))
-    clock.lap("epilogue_store")
-    assert [s.name for s in stages] == list(pipeline(steps_of(spec), spec.dequant_operands)), \
-        "stage order drifted from harness.taps.pipeline"
+    try:
+        stages = _stages(ctx, clock)
+        cross = tuple(pending.result())
+        clock.lap("cross_check_host")
+    finally:
+        pending.close()
 
     diag = first_divergence([s.outcome for s in stages], kernel_error=rec.kernel_error is not None,
                             references_trusted=not cross, traced_tiles=ctx.traced_tiles)
@@ -188,6 +179,26 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, nonfinite,
                     str(dev), missing, partition=partition, assumed=ctx.partition_assumptions,
                     phases=clock.phases(ctx))
+
+
+def _stages(ctx: Context, clock: _Clock) -> list[StageResult]:
+    """Every stage's result, in the pipeline's order."""
+    spec = ctx.spec
+    stages: list[StageResult] = [descriptor_stage(ctx, op) for op in ("a", "b")]
+    stages += [load_stage(ctx, op) for op in ("a", "b")]
+    stages += [dequant_stage(ctx, op) for op in spec.dequant_operands]
+    clock.lap("descriptor_load")
+    mma_result, finals = mma_stage(ctx)
+    reduce_result, sources = reduce_stage(ctx, finals)
+    stages += [mma_result, reduce_result]
+    clock.lap("mma_reduce")
+    chain = reference_chain(ctx)
+    clock.lap("reference_chain")
+    stages.extend(epilogue_stages(ctx, chain, sources))
+    clock.lap("epilogue_store")
+    assert [s.name for s in stages] == list(pipeline(steps_of(spec), spec.dequant_operands)), \
+        "stage order drifted from harness.taps.pipeline"
+    return stages
 
 
 def expected_output(spec, operands, device: Optional[torch.device] = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,25 +12,30 @@ On each sampled tile (knobs.CROSS_CHECK_TILES: the first tapped tiles, else the 
   epilogue  every epilogue step of the whole tile (fed with the Triton accumulator and each
             previous Triton step) against its float64 host spec;
   partials  split problems: each partial and the reduction against their host specs.
-The Triton side runs first with no host round trip; what the host compares crosses to the CPU in
-one copy. A wrong Triton value at an element outside the sampled lines of the mma check is not
-seen here.
+The Triton side and the spec's products run first, with no host round trip; what the host
+compares crosses to the CPU in one copy, without blocking (HostCopy). The host side (the specs'
+roundings and every comparison, on the CPU only) then runs on a worker thread while the stages run
+on the GPU (start_cross_check; inline when the references are on the CPU), and the analysis waits
+for it before it judges. A wrong Triton value at an element outside the sampled lines of the mma
+check is not seen here.
 
 What it costs, bounded by the tile shape and K whatever M and N: T = knobs.CROSS_CHECK_TILES tiles
 (default 2), each with 2 k-blocks of both operand tiles, 8 (BM + BN) accumulator elements
 (SAMPLE_LINES rows and columns) over the whole K, and BM x BN elements per epilogue step. On the
 device: one Triton trajectory of the T tiles (K / BK steps each, every step's accumulator kept:
 T K / BK BM BN float32) and 16 T (BM + BN) K float64 products (batched matmuls); to the host: two
-copies of the spec's products, 8 T (BM + BN) K / BK float64 in all (2 MiB at 4096^3 with
-128 x 128 x 64 tiles), and one of the Triton side; on the host: the float32 roundings of those
-products in numpy and a few hundred small torch operations (a tile at most each), on one thread
-(`one_host_thread`). benchmarks/check_bench.py prints the phase.
+copy of the Triton side and the spec's products, 8 T (BM + BN) K / BK float64 of them (2 MiB at
+4096^3 with 128 x 128 x 64 tiles); on the host: the float32 roundings of those products in numpy
+and a few hundred small torch operations (a tile at most each), on one thread (`one_host_thread`).
+benchmarks/check_bench.py prints the phases: cross_check (the launches) and cross_check_host (what
+the analysis still waited for the host side after its stages).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 from contextlib import contextmanager
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -58,11 +63,36 @@ def sample_lines(extent: int) -> list[int]:
 
 def to_host(tensors: Sequence[Optional[torch.Tensor]]) -> list[Optional[torch.Tensor]]:
     """The tensors on the CPU, in one copy (their bytes concatenated on their device)."""
-    live = [t for t in tensors if t is not None]
-    if not live or all(t.device.type == "cpu" for t in live):
-        return list(tensors)
-    packed, offsets = pack_bytes(tensors, live[0].device)
-    return unpack_bytes(packed.cpu(), tensors, offsets)
+    return HostCopy(tensors).get()
+
+
+class HostCopy:
+    """Tensors on their way to the CPU in one copy: on a GPU their bytes are packed on the device
+    and copied without blocking into pinned memory (an event marks the end), so the host goes on
+    launching work; `get` waits for that copy only and gives the tensors back (views of it)."""
+
+    def __init__(self, tensors: Sequence[Optional[torch.Tensor]]):
+        self.tensors = list(tensors)
+        live = [t for t in self.tensors if t is not None]
+        self.event = None
+        if not live or all(t.device.type == "cpu" for t in live):
+            self.host = None
+            return
+        self.packed, self.offsets = pack_bytes(self.tensors, live[0].device)
+        if self.packed.device.type == "cuda":
+            self.host = torch.empty(self.packed.shape, dtype=torch.uint8, pin_memory=True)
+            self.host.copy_(self.packed, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.host = self.packed.cpu()
+
+    def get(self) -> list[Optional[torch.Tensor]]:
+        if self.host is None:
+            return self.tensors
+        if self.event is not None:
+            self.event.synchronize()
+        return unpack_bytes(self.host, self.tensors, self.offsets)
 
 
 _ALIGN = 16  # every tensor starts at a multiple of this many bytes, so any dtype can view its slice
@@ -131,18 +161,61 @@ def one_host_thread():
             torch.set_num_threads(n)
 
 
+class PendingCrossCheck:
+    """A cross-check whose device work is launched and whose host side (the float64 specs and the
+    comparisons, on the CPU only) runs on the worker thread, or, without it, on one host thread
+    when `result` is asked."""
+
+    def __init__(self, host_side: Callable[[], list[str]], background: bool):
+        self._host_side = host_side
+        self._future = _executor().submit(host_side) if background else None
+
+    def result(self) -> list[str]:
+        if self._future is not None:
+            return self._future.result()
+        with one_host_thread():
+            return self._host_side()
+
+    def close(self) -> None:
+        """Wait for the worker, its outcome dropped (the analysis failed before it asked)."""
+        if self._future is not None:
+            concurrent.futures.wait([self._future])
+
+
+_EXECUTOR: Optional[concurrent.futures.ThreadPoolExecutor] = None
+
+
+def _executor() -> concurrent.futures.ThreadPoolExecutor:
+    """The cross-check's worker: one thread whose torch CPU operations run on one thread (its own
+    OpenMP setting: the caller's threads are left as they are; a torch whose setting is process-wide
+    gets the caller's count back, and the worker runs with it)."""
+    global _EXECUTOR
+    if _EXECUTOR is None:
+        n = torch.get_num_threads()
+        _EXECUTOR = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="oracle-cross-check",
+                                                          initializer=torch.set_num_threads, initargs=(1,))
+        _EXECUTOR.submit(int).result()
+        if torch.get_num_threads() != n:
+            torch.set_num_threads(n)
+    return _EXECUTOR
+
+
 def cross_check(ctx: Context, tiles: Sequence[tuple[int, int]]) -> list[str]:
     """The Triton references against their specifications on a few tiles (module docstring)."""
-    with one_host_thread():
-        return _cross_check(ctx, tiles)
+    return start_cross_check(ctx, tiles, background=False).result()
 
 
-def _cross_check(ctx: Context, tiles: Sequence[tuple[int, int]]) -> list[str]:
+def start_cross_check(ctx: Context, tiles: Sequence[tuple[int, int]],
+                      background: Optional[bool] = None) -> PendingCrossCheck:
+    """The cross-check's device work launched and its host side pending: on a worker thread when
+    `background` (default: references on a GPU, whose stages the host side then overlaps), else run
+    by `result`. The split problems' partials are checked here, before it returns."""
+    if background is None:
+        background = ctx.dev.type == "cuda"
     spec = ctx.spec
     tiles = [tuple(t) for t in tiles]
     if not tiles or spec.k_blocks == 0:
-        return []
-    problems = []
+        return PendingCrossCheck(list, background=False)
     kbs = sorted({0, spec.k_blocks - 1})
     # the Triton side, on the device
     loads = []
@@ -165,41 +238,59 @@ def _cross_check(ctx: Context, tiles: Sequence[tuple[int, int]]) -> list[str]:
         x = final[t].float()
         steps = list(run_epilogue(ctx, x, torch.zeros(x.shape, dtype=torch.float64, device=ctx.dev), 0, vec))
         epilogues.append((vec, x, steps))
-    # the float64 spec of the accumulator on the sampled lines (its products on the device)
+    # the float64 spec of the accumulator on the sampled lines: its products on the device
     base_r = torch.tensor([tm * ctx.bm for tm, _ in tiles])[:, None]
     base_c = torch.tensor([tn * ctx.bn for _, tn in tiles])[:, None]
     lines_r, lines_c = torch.tensor(rows_at)[None], torch.tensor(cols_at)[None]
     every_r, every_c = torch.arange(ctx.bm)[None], torch.arange(ctx.bn)[None]
-    sampled = []
-    for rows, cols in ((base_r + lines_r, base_c + every_c), (base_r + every_r, base_c + lines_c)):
-        want, s = ref_mma.mma_sample_host(ctx.a, ctx.b, rows, cols, ctx.bm, ctx.bn, ctx.bk, **kw)
-        sampled.append((want, s))
+    sampled = [ref_mma.mma_sample_products(ctx.a, ctx.b, rows, cols, ctx.bm, ctx.bn, ctx.bk, **kw)
+               for rows, cols in ((base_r + lines_r, base_c + every_c), (base_r + every_r, base_c + lines_c))]
     # one copy to the host
     dev_side = [f for *_, got, box in loads for f in (got, box)]
     dev_side += [final[:, rows_at, :], final[:, :, cols_at]]
+    for sp in sampled:
+        dev_side += sp.tensors()
     for vec, x, steps in epilogues:
         dev_side += [x, vec.row_scale, vec.col_scale, vec.tensor_scale, vec.c, vec.bias]
         dev_side += [f for _, y, b in steps for f in (y, b)]
-    host = iter(to_host(dev_side))
-    for op, tile, kb, _, _ in loads:
+    copy = HostCopy(dev_side)
+    partials = []
+    if spec.partitioned:
+        for tile in tiles:
+            a_h, b_h, _, _, local = _host_operands(ctx, tile)
+            partials.extend(_partials_cross_check(ctx, tile, a_h, b_h, local))
+    meta = [(op, tile, kb) for op, tile, kb, _, _ in loads]
+    steps_of_tiles = [[step for step, _, _ in steps] for _, _, steps in epilogues]
+    return PendingCrossCheck(lambda: _host_side(ctx, tiles, meta, sampled, steps_of_tiles, copy) + partials,
+                             background=background)
+
+
+def _host_side(ctx: Context, tiles, loads, sampled, steps_of_tiles, copy: HostCopy) -> list[str]:
+    """The comparisons of the copied Triton side against the float64 host specs, on the CPU only."""
+    spec = ctx.spec
+    problems = []
+    host = iter(copy.get())
+    for op, tile, kb in loads:
         got, box = next(host), next(host)
         want = ref_load.load_tile_host(box, op, 0, 0, ctx.bm if op == "a" else ctx.bn, ctx.bk, spec.oob_fill)
         if disagreement(got, want) is not None:
             problems.append(f"load_{op} tile {tile} k-block {kb}: Triton != host spec")
     got_rows, got_cols = next(host), next(host)
+    specs = []
+    for sp in sampled:
+        specs.append(ref_mma.mma_sample_finish(sp.with_tensors([next(host) for _ in sp.tensors()])))
     flat = (lambda x, y: torch.cat([x.reshape(len(tiles), -1), y.reshape(len(tiles), -1)], 1))  # [T, sampled]
-    got, want, s = flat(got_rows, got_cols).double(), flat(sampled[0][0], sampled[1][0]), flat(sampled[0][1],
-                                                                                              sampled[1][1])
+    got, want, s = flat(got_rows, got_cols).double(), flat(specs[0][0], specs[1][0]), flat(specs[0][1], specs[1][1])
     bound = tolerance.mma_bound(spec, torch.zeros_like(s), s, spec.k).double()
     in_range = accumulator_in_range(s, spec.acc_dtype)
     for t, tile in enumerate(tiles):
         w = disagreement(got[t], want[t], bound=bound[t], mask=in_range[t])
         if w is not None:
             problems.append(f"mma tile {tile}: Triton trajectory != host spec (error/bound {w:.3g})")
-    for tile, (_, _, steps) in zip(tiles, epilogues):
+    for tile, steps in zip(tiles, steps_of_tiles):
         host_x = next(host).double()
         vec = _HostVectors(*(next(host) for _ in range(5)))
-        for step, _, _ in steps:
+        for step in steps:
             got, b = next(host), next(host)
             want = _host_epilogue_step(ctx, step, host_x, vec)
             node = next(n for n in spec.epilogue_nodes if n.step == step)
@@ -209,10 +300,6 @@ def _cross_check(ctx: Context, tiles: Sequence[tuple[int, int]]) -> list[str]:
             if w is not None:
                 problems.append(f"epilogue_{step} tile {tile}: Triton != host spec")
             host_x = got.double()
-    if spec.partitioned:
-        for tile in tiles:
-            a_h, b_h, _, _, local = _host_operands(ctx, tile)
-            problems.extend(_partials_cross_check(ctx, tile, a_h, b_h, local))
     return problems
 
 

@@ -21,19 +21,23 @@
 //
 // Usage: repro [--dir DIR] [--cubin FILE] [--timeout S] [--host-reference]
 //              [--check-only [EXPECTED D]] [--d FILE] [--expected FILE] [--bound FILE] [--dry-run]
+//              [--dequant-b FILE]
 // --dry-run reads every file, prints the argument bytes and writes the initial sink header
 // (sink_init.bin, traced build) without touching CUDA: the launch can be checked on any machine.
+// --dequant-b FILE writes a quantised B as the host reference dequantises it (host/dequant.cuh:
+// [K, N] row-major fp64) and exits, without touching CUDA.
 // Exit codes (the oracle's): 0 MATCH, 1 DIVERGED, 2 bad usage or input files, 3 kernel error,
 // 5 MISTRUSTED (every reference value is zero: nothing to discriminate).
 //
-// Its parts are the headers under host/, one concern each (inputs, launches, the reference, the
-// comparison, the run); this file is the entry point.
+// Its parts are the headers under host/, one concern each (inputs, launches, the dequantised B, the
+// reference, the comparison, the run); this file is the entry point.
 
 #include "host/run.cuh"
 
 int main(int argc, char** argv) {
   using namespace repro;
   const Options o = parse_options(argc, argv);
+  if (!o.dequant_b_file.empty()) return write_dequantised_b(o.dir, o.dequant_b_file);
   if (!o.check_only) run(o);
   const Problem p = read_problem(o.dir);
   auto tensors = read_inputs_manifest(o.dir);

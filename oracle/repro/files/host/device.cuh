@@ -9,7 +9,7 @@ namespace repro {
 // ------------------------------------------------------------------------------ the run
 
 struct Options {
-  std::string dir, cubin, d_file, expected_file, bound_file;
+  std::string dir, cubin, d_file, expected_file, bound_file, dequant_b_file;
   bool check_only = false, host_reference = false, dry_run = false;
   double timeout_s = -1;
 };
@@ -17,7 +17,8 @@ struct Options {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "error: %s\nusage: repro [--dir DIR] [--cubin FILE] [--timeout S] [--host-reference]\n"
-               "             [--check-only [EXPECTED D]] [--d FILE] [--expected FILE] [--bound FILE] [--dry-run]\n",
+               "             [--check-only [EXPECTED D]] [--d FILE] [--expected FILE] [--bound FILE] [--dry-run]\n"
+               "             [--dequant-b FILE]\n",
                why.c_str());
   std::exit(kBadInput);
 }
@@ -50,6 +51,7 @@ Options parse_options(int argc, char** argv) {
     else if (a == "--check-only") o.check_only = true;
     else if (a == "--host-reference") o.host_reference = true;
     else if (a == "--dry-run") o.dry_run = true;
+    else if (a == "--dequant-b") o.dequant_b_file = value();
     else if (a == "-h" || a == "--help") {
       std::printf("repro: run the recorded kernel launch and judge its output D (README.txt).\n");
       std::exit(0);

@@ -26,11 +26,13 @@ struct TensorFile {
   // dimension is the buffer's last extent (padding rows, if any, come after the real ones).
   double at(long long r, long long c) const { return at_in(0, r, c); }
   // The same in matrix g of a stack (B of a grouped problem: [G, K, N] stored matrix by matrix).
-  double at_in(long long g, long long r, long long c) const {
+  double at_in(long long g, long long r, long long c) const { return decode(dtype, bits_in(g, r, c)); }
+  // The raw bytes of that element (a quantised B's stored codes are read as bytes, not values).
+  const unsigned char* bits_in(long long g, long long r, long long c) const {
     const long long ld = shape.back();
     const long long matrix = shape.size() > 2 ? shape[shape.size() - 2] * ld : 0;
     const long long i = g * matrix + (major == "col" ? c * ld + r : r * ld + c);
-    return decode(dtype, data.data() + i * dt_size(dtype));
+    return data.data() + i * dt_size(dtype);
   }
   double at1(long long i) const { return decode(dtype, data.data() + i * dt_size(dtype)); }
 };
@@ -108,8 +110,24 @@ struct Problem {
   bool declared_epilogue = false;     // an epilogue order other than scale, alpha/beta, bias, activation, cast
   long long sa_rows = 0, sa_k = 0, sb_rows = 0, sb_k = 0;
   long long promotion = 0;
+  // a quantised B (b_scales not none): its stored dtype, packing, k per scale group, the scales'
+  // dtype, the zero points' form and the dequant arithmetic (host/dequant.cuh checks them together)
+  std::string b_dtype, b_packing = "none", b_scales = "none", b_zeros = "none", dequant_precision = "fp32";
+  long long b_group = 0;
   std::string describe;
+
+  bool quantised_b() const { return b_scales != "none"; }
 };
+
+// `value` if it is one of `allowed` (space-separated words), else an error naming the key.
+const std::string& one_of(const std::string& value, const std::string& allowed, const std::string& at,
+                          const std::string& key) {
+  std::istringstream ss(allowed);
+  std::string w;
+  while (ss >> w)
+    if (w == value) return value;
+  fail(at + ": " + key + " '" + value + "' is unknown; known: " + allowed);
+}
 
 Problem read_problem(const std::string& dir) {
   const std::string path = join_path(dir, "problem.txt");
@@ -144,6 +162,13 @@ Problem read_problem(const std::string& dir) {
     else if (key == "activation") p.activation = arg(1);
     else if (key == "saturate") p.saturate = to_int(arg(1), at) != 0;
     else if (key == "epilogue_order") p.declared_epilogue = arg(1) != "default";
+    else if (key == "b_dtype") p.b_dtype = one_of(arg(1), "fp32 fp16 bf16 e4m3 e5m2 int8 int4 uint4 fp4_e2m1", at, key);
+    else if (key == "b_packing") p.b_packing = one_of(arg(1), "none k_pairs_low_first k_pairs_high_first k8_interleaved", at, key);
+    else if (key == "b_group_size") p.b_group = arg(1) == "none" ? 0 : to_int(arg(1), at);
+    else if (key == "b_scales") p.b_scales = one_of(arg(1), "none fp16 bf16 fp32 e4m3 e8m0", at, key);
+    else if (key == "b_zeros") p.b_zeros = one_of(arg(1), "none int float float_offset", at, key);
+    else if (key == "dequant_precision")
+      p.dequant_precision = arg(1) == "none" ? "fp32" : one_of(arg(1), "fp32 operand", at, key);
     else if (key == "promotion_interval") p.promotion = arg(1) == "none" ? 0 : to_int(arg(1), at);
     else if (key == "scale_a") {
       p.scale_a = arg(1);
@@ -154,7 +179,7 @@ Problem read_problem(const std::string& dir) {
     } else if (key == "describe") {
       for (size_t i = 1; i < l.tokens.size(); ++i) p.describe += (i > 1 ? " " : "") + l.tokens[i];
     }
-    // other keys (b_dtype, majors, c_dtype, ...) are informative: the tensors carry their own
+    // other keys (majors, c_dtype, ...) are informative: the tensors carry their own
   }
   if (p.m < 1 || p.n < 1 || p.k < 1 || p.bm < 1 || p.bn < 1 || p.bk < 1)
     fail(path + ": m, n, k and tile must all be given and positive");
@@ -167,6 +192,8 @@ Problem read_problem(const std::string& dir) {
   }
   if (row != p.total_m)
     fail(path + ": the group sizes add up to " + std::to_string(row) + " rows, total_m is " + std::to_string(p.total_m));
+  if (p.b_group < 0) fail(path + ": b_group_size " + std::to_string(p.b_group) + " is negative");
+  if (p.quantised_b() && p.b_group == 0) p.b_group = p.k;  // none: one group of all K
   return p;
 }
 

@@ -2,7 +2,7 @@
 // Part of the reproducer's host program (repro.cu); nothing here depends on the case.
 #pragma once
 
-#include "inputs.cuh"
+#include "dequant.cuh"
 
 namespace repro {
 
@@ -49,15 +49,17 @@ double activate(const std::string& act, double x) {
   return x;
 }
 
-// The whole problem in double precision: acc = A @ B (block scales per k-group), then scale,
-// alpha/beta, bias, activation, cast; row i of a grouped problem is its group g's, with B[g] and
-// the column bias bias[g]. The bound is a worst-case model, deliberately looser than
-// the oracle's (README.txt): eps * |alpha| * S + 2^-20 (|alpha v| + |beta c| + |bias|), times 1.25
-// for the activation's slope, plus 2^-14 (|x| + |y|) for a transcendental activation, plus one
-// unit in the last place of the output type at |y|; S = sum_k |a||b| (scaled), eps = K 2^-23 for
-// fp32 accumulation (+ 2^-10 P/32 for fp8 partial sums over P), 2 ceil(K/16) 2^-11 for fp16, 0 for int32.
+// The whole problem in double precision: acc = A @ B (block scales per k-group; a quantised B
+// dequantised first, host/dequant.cuh), then scale, alpha/beta, bias, activation, cast; row i of a
+// grouped problem is its group g's, with B[g] and the column bias bias[g]. The bound is a
+// worst-case model, deliberately looser than the oracle's (README.txt): eps * |alpha| * S + |alpha| Q
+// + 2^-20 (|alpha v| + |beta c| + |bias|), times 1.25 for the activation's slope, plus 2^-14 (|x| + |y|)
+// for a transcendental activation, plus one unit in the last place of the output type at |y|;
+// S = sum_k |a||b| (scaled), eps = K 2^-23 for fp32 accumulation (+ 2^-10 P/32 for fp8 partial
+// sums over P), 2 ceil(K/16) 2^-11 for fp16, 0 for int32; Q = sum_k |a| times the dequant bound of
+// each w of a quantised B (scaled; 0 where its arithmetic is exact, host/dequant.cuh).
 Reference host_reference(const std::string& dir, std::map<std::string, TensorFile>& tensors, const Problem& p) {
-  for (const char* name : {"a", "b", "c", "bias", "scale_a", "scale_b"}) {
+  for (const char* name : {"a", "b", "c", "bias", "scale_a", "scale_b", "b_scales", "b_zeros"}) {
     auto it = tensors.find(name);
     if (it != tensors.end() && it->second.data.empty()) load_file(it->second, join_path(dir, it->second.file));
   }
@@ -68,6 +70,13 @@ Reference host_reference(const std::string& dir, std::map<std::string, TensorFil
   const TensorFile *A = get("a"), *B = get("b"), *C = get("c"), *bias = get("bias"), *SA = get("scale_a"),
                    *SB = get("scale_b");
   if (!A || !B) fail("inputs.txt must list a and b for the host reference");
+  // a quantised B: dequantised once, as kernels_ref/dequant.py does, then multiplied as a dense B;
+  // where its arithmetic may run in another order, sum_k |a| times each w's bound joins the bound
+  const DequantisedB W = p.quantised_b() ? dequantise_b(p, B, get("b_scales"), get("b_zeros")) : DequantisedB();
+  auto b_at = [&](long long grp, long long kk, long long j) {
+    return W.w.empty() ? B->at_in(grp, kk, j) : W.w[size_t(kk * p.n + j)];
+  };
+  const bool dequant_term = std::any_of(W.bound.begin(), W.bound.end(), [](double b) { return b != 0.0; });
   if (p.declared_epilogue)
     fail("problem.txt declares an epilogue in another order (or with rounding between steps) than the host "
          "reference computes (scale, alpha/beta, bias, activation, cast): judge with expected.bin and bound.bin, "
@@ -98,21 +107,24 @@ Reference host_reference(const std::string& dir, std::map<std::string, TensorFil
   r.bound.assign(size_t(total), 0.0);
   const double alpha = double(float(p.alpha)), beta = double(float(p.beta));
   auto rows = [&](long long r0, long long r1) {
-    std::vector<double> acc(size_t(p.n)), sabs(size_t(p.n)), part(size_t(p.n)), pabs(size_t(p.n));
+    std::vector<double> acc(size_t(p.n)), sabs(size_t(p.n)), part(size_t(p.n)), pabs(size_t(p.n)), dabs(size_t(p.n));
     for (long long i = r0; i < r1; ++i) {
       const long long grp = group_of[size_t(i)];
       std::fill(acc.begin(), acc.end(), 0.0);
       std::fill(sabs.begin(), sabs.end(), 0.0);
+      std::fill(dabs.begin(), dabs.end(), 0.0);
       for (long long g = 0; g < groups; ++g) {
         std::fill(part.begin(), part.end(), 0.0);
         std::fill(pabs.begin(), pabs.end(), 0.0);
         for (long long kk = g * gk; kk < std::min(p.k, (g + 1) * gk); ++kk) {
           const double a = A->at(i, kk);
           for (long long j = 0; j < p.n; ++j) {
-            const double b = B->at_in(grp, kk, j);
+            const double b = b_at(grp, kk, j);
             part[j] += a * b;
             pabs[j] += std::fabs(a * b);
           }
+          if (dequant_term)
+            for (long long j = 0; j < p.n; ++j) dabs[j] += std::fabs(a) * W.bound[size_t(kk * p.n + j)];
         }
         for (long long j = 0; j < p.n; ++j) {
           double s = 1.0;
@@ -122,7 +134,7 @@ Reference host_reference(const std::string& dir, std::map<std::string, TensorFil
         }
       }
       for (long long j = 0; j < p.n; ++j) {
-        double v = acc[j], s = sabs[j];
+        double v = acc[j], s = sabs[j], dq = dabs[j];
         double f = 1.0;
         if (p.scale_a == "tensor") f *= SA->at1(0);
         if (p.scale_a == "row") f *= SA->at1(i);
@@ -130,12 +142,14 @@ Reference host_reference(const std::string& dir, std::map<std::string, TensorFil
         if (p.scale_b == "col") f *= SB->at1(j);
         v *= f;
         s *= std::fabs(f);
+        dq *= std::fabs(f);
         const double av = alpha * v, bc = p.beta != 0 ? beta * C->at(i, j) : 0.0;
         const double bi = p.bias == "row" ? bias->at1(i) : p.bias == "col" ? bias->at(grp, j) : 0.0;
         const double x = av + bc + bi;
         const double y = activate(p.activation, x);
         const bool transcendental = p.activation == "gelu_erf" || p.activation == "gelu_tanh" || p.activation == "silu";
-        double b = 1.25 * (eps * std::fabs(alpha) * s + std::ldexp(1.0, -20) * (std::fabs(av) + std::fabs(bc) + std::fabs(bi)));
+        double b = 1.25 * (eps * std::fabs(alpha) * s + std::fabs(alpha) * dq +
+                           std::ldexp(1.0, -20) * (std::fabs(av) + std::fabs(bc) + std::fabs(bi)));
         if (transcendental) b += std::ldexp(1.0, -14) * (std::fabs(x) + std::fabs(y));
         const double e = round_to(p.out, y, p.saturate);
         b += std::isfinite(y) ? ulp(p.out, std::min(std::fabs(y), format_of(p.out).max)) : 0.0;
