@@ -6,6 +6,7 @@ A tap holds the OUTPUT of a stage as the kernel saw it:
 |----------------------|------------------------------------------|----------------------|
 | descriptor_a / _b    | shared-memory byte image of one k-block  | 1-D uint8 [nbytes]   |
 | load_a               | A tile as the MMA reads it, logical (m,k)| [BM, BK] operand dtype|
+|                      | a packed 4-bit A: its bytes as the dequantiser reads them | [BM, BK/2] uint8 |
 | load_b               | B tile as the MMA reads it, logical (k,n)| [BK, BN] operand dtype|
 |                      | a packed 4-bit B: its bytes as the dequantiser reads them | [BK/2, BN] uint8 |
 | dequant_a / _b       | the dequantised tile the MMA reads, logical (m,k) / (k,n) | [BM, BK] / [BK, BN] MMA operand dtype |
@@ -19,11 +20,13 @@ default order; a graph that splits alpha from beta * C adds the stages epilogue_
 epilogue_beta_c (SPLIT_EPILOGUE_STAGES), and `pipeline` gives the stages of any declared order.
 
 A quantised operand (oracle.problem.spec: b_dtype int4, uint4, fp4_e2m1, int8, e4m3, e5m2 beside a
-fp16/bf16 A) has a dequant stage between load and mma: load_b holds the stored values (a packed
-4-bit B: byte (r, n) of the tap holds k = 2r and 2r + 1 of column n, in the problem's b_packing; for
-k8_interleaved bytes 4w .. 4w + 3 are the word of k = 8w .. 8w + 7, as stored),
-dequant_b the values (q - z) * s the MMA reads, in the MMA's operand dtype (a_dtype). `pipeline`
-lists a dequant stage only for a problem that has one.
+fp16/bf16 A, or a_dtype one of them beside a fp16/bf16 B) has a dequant stage between load and mma:
+load_b holds the stored values (a packed 4-bit B: byte (r, n) of the tap holds k = 2r and 2r + 1
+of column n, in the problem's b_packing; for k8_interleaved bytes 4w .. 4w + 3 are the word of
+k = 8w .. 8w + 7, as stored), dequant_b the values (q - z) * s the MMA reads, in the MMA's operand
+dtype (a_dtype); a quantised A the same along its rows: load_a byte (m, r) holds k = 2r and 2r + 1
+of row m in a_packing, dequant_a is in b_dtype. `pipeline` lists a dequant stage only for a
+problem that has one.
 
 `mask` (bool, same shape) marks the elements that were actually recorded: a thread
 that taps only the fragment it holds fills part of a tile. `None` means all of it.

@@ -28,6 +28,8 @@ for bit. Scales are [G, N] (G = K / group_size), zero points the same shape: int
 one per byte (int8 for int4 / int8 operands, uint8 for uint4), float ones (and float offsets) in
 the scales' dtype.
 e8m0 scales are raw bytes (2^(byte - 127); 255 is NaN). Columns past N dequantise to 0.
+An operand quantised along the other axis (an A [M, K] stored [M, K / 2], scales [M, K / group])
+is passed transposed (strided views: stored [K / 2, M], scales [G, M]); its "columns" are then rows.
 """
 
 from __future__ import annotations

@@ -109,7 +109,8 @@ DTYPES: dict[str, DType] = {k: d for k, d in ELEMENT_TYPES.items() if d.ref_code
 FLOAT_NAMES = tuple(k for k, d in DTYPES.items() if d.is_float)
 FP8 = ("e4m3", "e5m2")
 PACKED = tuple(k for k, d in QUANT_TYPES.items() if d.per_item > 1)  # int4, uint4, fp4_e2m1
-# a quantised B beside a float A (a W4A16 / W8A16 problem), and the types its scales may have
+# a quantised operand beside a float one (a W4A16 / W8A16 problem, its B or, swapped, its A), and the
+# types its scales may have
 QUANT_B = ("int4", "uint4", "fp4_e2m1", "int8", "e4m3", "e5m2")
 SCALE_TYPES = ("fp16", "bf16", "fp32", "e4m3", "e8m0")
 

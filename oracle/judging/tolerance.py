@@ -44,7 +44,7 @@ epilogue (fp32 arithmetic on an exactly known input x, result y):
 A bound carried through a step grows by the step's gain: |scale|, |alpha|, 1 (bias, cast),
 and 1.13 (the largest slope of gelu and silu).
 
-dequant (a quantised B's w = (q - z) * s in the MMA's operand dtype, u its unit roundoff;
+dequant (a quantised operand's w = (q - z) * s in the MMA's operand dtype, u its unit roundoff;
 kernels_ref.dequant): bit-exact when the problem declares dequant_precision = "fp32" (fp32 then one
 rounding: the reference computes exactly that), and when there are no zero points and the scales
 convert to the operand dtype exactly (scales in the operand dtype, e4m3, e8m0: then w is one
@@ -55,9 +55,10 @@ rounded product then a rounded add), differs from the reference by at most twice
 2u((2 + e)|q - c| |s| + (1 + e)|z|), e = 1 where the scales (and offsets) are not in the operand
 dtype (their rounding to it adds u each), 0 where they are; plus one subnormal step.
 The dequantised operands then enter the fp16 / bf16 MMA: the accumulation models of those
-operands apply unchanged (ACC_TABLE, keyed by the MMA's operand dtype, a_dtype). Where the dequant
-is not exact, the accumulator's reference (computed from the reference's dequantised B) adds
-sum_k |a_mk| times the dequant bound of w_kn to its bound.
+operands apply unchanged (ACC_TABLE, keyed by the MMA's operand dtype, spec.mma_dtype). Where the
+dequant is not exact, the accumulator's reference (computed from the reference's dequantised operand)
+adds sum_k |a_mk| times the dequant bound of w_kn to its bound (a quantised A: sum_k the bound of w_mk
+times |b_kn|).
 """
 
 from __future__ import annotations
@@ -439,7 +440,7 @@ def lookup(stage: str, dtype: str) -> "Model":
 
 
 def resolved_model(spec) -> AccModel:
-    return acc_model(spec.resolved_acc_model, spec.a_dtype)
+    return acc_model(spec.resolved_acc_model, spec.mma_dtype)
 
 
 def _chain_bound(chain: Chain, st: Stats, s: torch.Tensor, bk: int, passes: int, promotion: Optional[int],
@@ -483,8 +484,8 @@ def _operand_bound(model: AccModel, st: Stats, s: torch.Tensor, x_abs: Optional[
 def _engine_bound(spec, model: AccModel, st: Stats, s: torch.Tensor, n: int, x_abs, ref) -> torch.Tensor:
     if model.union:
         names = ("fp16",) if spec.acc_dtype == "fp16" else model.union
-        names = [m for m in names if not (acc_model(m, spec.a_dtype).promoted and not spec.promotion_interval)]
-        parts = [_engine_bound(spec, acc_model(m, spec.a_dtype), st, s, n, x_abs, ref) for m in names]
+        names = [m for m in names if not (acc_model(m, spec.mma_dtype).promoted and not spec.promotion_interval)]
+        parts = [_engine_bound(spec, acc_model(m, spec.mma_dtype), st, s, n, x_abs, ref) for m in names]
         out = parts[0]
         for p in parts[1:]:
             out = torch.maximum(out, p)
@@ -526,7 +527,7 @@ def _reduction_bound(spec, model: AccModel, st: Stats, s: torch.Tensor, n: int) 
             out = u * STATS_MARGIN * (s + sums(lambda k: math.ceil(k / spec.reduction_chunk)))
         else:
             out = u * STATS_MARGIN * (st.pabs.double() + st.prun.double())
-    if model.name == "any" and spec.a_dtype in ("bf16", "fp16"):
+    if model.name == "any" and spec.mma_dtype in ("bf16", "fp16"):
         u = DTYPES[spec.out_dtype].unit_roundoff if spec.out_dtype in ("bf16", "fp16") else 2.0 ** -24
         out = torch.maximum(out, u * STATS_MARGIN * (s + sums(lambda k: math.ceil(k / hw("splitk.chunk_min").value))))
     return out
@@ -580,8 +581,8 @@ def describe(spec) -> str:
     names = model.union or (model.name,)
     keys = []
     for n in names:
-        keys += list(acc_model(n, spec.a_dtype).keys())
-    if model.name == "any" and spec.a_dtype in ("bf16", "fp16"):
+        keys += list(acc_model(n, spec.mma_dtype).keys())
+    if model.name == "any" and spec.mma_dtype in ("bf16", "fp16"):
         keys.append("splitk.chunk_min")
     keys = list(dict.fromkeys(keys))
     consts = "; ".join(f"{k} = {hw(k).describe()}" for k in keys) or "none (exact)"
@@ -592,7 +593,7 @@ def describe(spec) -> str:
     warn = f" UNMEASURED constants: {', '.join(unmeasured)}." if unmeasured else ""
     if stand_ins:
         warn += f" Datapath not identified, conservative stand-ins: {', '.join(stand_ins)}."
-    chains = [acc_model(m, spec.a_dtype) for m in names]
+    chains = [acc_model(m, spec.mma_dtype) for m in names]
     worst = max((c.chain.growth(c.passes * math.ceil(spec.k / c.chain.values()[0])) for c in chains
                  if c.chain is not None and not c.promoted), default=1.0)
     if worst > 2:

@@ -21,6 +21,12 @@ k_pairs_high_first hold k = 2r and 2r + 1 in byte r of a column; k8_interleaved 
 (the FasterTransformer / Marlin order; in a K-major B the word is four consecutive bytes, one
 uint32 in memory); K, tile.bk and b_group_size are then multiples of 8.
 
+A quantised A (`a_dtype` one of the same types beside an fp16 / bf16 B: a mixed-input Hopper kernel
+that swaps the problem so the weight is WGMMA's register operand) mirrors it with `a_packing`,
+`a_group_size`, `a_scales` ([M, K / a_group_size]) and `a_zeros`: A stored [M, K] (packed: uint8
+[M, K / 2], the same packings along K), dequantised to B's dtype. At most one operand is quantised
+(oracle.problem.quant checks the fields).
+
 A tile's k-blocks may be accumulated in partials that a reduction sums (`splits`: split-K, each
 split a share of the k-blocks; `stream_k_workers`: stream-K, the tiles' k-blocks dealt out to that
 many workers; `partition` names the dealing rule, oracle.problem.partition). A problem may be grouped (`groups`: MoE-style
@@ -37,23 +43,19 @@ from typing import Any, Mapping, Optional
 
 from harness.fields import shown
 from kernels_ref import epilogue_graph
-from kernels_ref.dtypes import ALL_TYPES, FP8, PACKED, QUANT_B, SCALE_TYPES
+from kernels_ref.dtypes import ALL_TYPES, FP8, QUANT_B
+from oracle.problem import quant as _quant
 
 OPERAND_DTYPES = ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int8")
 B_DTYPES = OPERAND_DTYPES + tuple(d for d in QUANT_B if d not in OPERAND_DTYPES)  # with int4, uint4, fp4_e2m1
-QUANT_A_DTYPES = ("fp16", "bf16")  # the A beside a quantised B: the MMA reads dequantised B in this dtype
-# How a packed 4-bit B (uint8 [K / 2, N]) sits in its bytes, along K: k_pairs_*: byte r of a column
-# holds k = 2r and 2r + 1, the even k in the low nibble (low_first) or in the high nibble (high_first);
-# k8_interleaved: bytes 4w .. 4w + 3 of a column are the little-endian 32-bit word w, whose nibble i
-# (0 the least significant) holds k = 8w + (0, 2, 4, 6, 1, 3, 5, 7)[i] (kernels_ref.dequant.K8_ORDER).
-B_PACKINGS = ("k_pairs_low_first", "k_pairs_high_first", "k8_interleaved")
-# how a zero point enters: none; w = (q - z) * s with z an integer or a float; float_offset:
-# w = (q - c) * s + z (c: 8 for uint4, 0 for a signed B)
-B_ZEROS = ("none", "int", "float", "float_offset")
-# The arithmetic of w = (q - z) * s (kernels_ref.dequant): fp32 then one rounding to A's dtype
-# (judged bit-exact), or in A's dtype itself in any order (sub then mul, or fma with z * s first:
+A_DTYPES = B_DTYPES  # either operand may be the quantised one (oracle.problem.quant)
+QUANT_A_DTYPES = _quant.FLOAT_MMA_DTYPES  # the operand beside a quantised one: the MMA reads both in this dtype
+B_PACKINGS = _quant.PACKINGS  # how a packed 4-bit operand sits in its bytes, along K (oracle.problem.quant)
+B_ZEROS = _quant.ZEROS  # how a zero point enters
+# The arithmetic of w = (q - z) * s (kernels_ref.dequant): fp32 then one rounding to the MMA's dtype
+# (judged bit-exact), or in that dtype itself in any order (sub then mul, or fma with z * s first:
 # judged within the bound of oracle.judging.tolerance's dequant entry)
-DEQUANT_PRECISIONS = ("fp32", "operand")
+DEQUANT_PRECISIONS = _quant.DEQUANT_PRECISIONS
 ACC_DTYPES = ("fp32", "fp16", "int32")
 OUT_DTYPES = ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int32")
 C_DTYPES = ("fp32", "fp16", "bf16")
@@ -192,11 +194,15 @@ class ProblemSpec:
     reduction_chunk: Optional[int] = None
     activation_impl: str = "accurate"
     epilogue: Optional[tuple[str, ...]] = None  # the declared epilogue graph (kernels_ref.epilogue_graph); None: DEFAULT
+    a_packing: Optional[str] = None  # a packed 4-bit A: B_PACKINGS (along K, [M, K / 2])
+    a_group_size: Optional[int] = None  # a quantised A: k elements per scale; None: all of K
+    a_scales: Optional[str] = None  # a quantised A: the scales' dtype (SCALE_TYPES), shape [M, K / group]
+    a_zeros: str = "none"  # a quantised A: B_ZEROS
     b_packing: Optional[str] = None  # a packed 4-bit B: B_PACKINGS
     b_group_size: Optional[int] = None  # a quantised B: k elements per scale (and zero point); None: all of K
     b_scales: Optional[str] = None  # a quantised B: the scales' dtype (SCALE_TYPES), shape [K / group, N]
     b_zeros: str = "none"  # a quantised B: B_ZEROS
-    dequant_precision: Optional[str] = None  # a quantised B: DEQUANT_PRECISIONS (None: fp32)
+    dequant_precision: Optional[str] = None  # a quantised operand: DEQUANT_PRECISIONS (None: fp32)
 
     def __post_init__(self) -> None:
         for f in ("m", "n", "k"):
@@ -205,14 +211,14 @@ class ProblemSpec:
         _require(self.m * self.batch <= MAX_DIM, "batch", self.batch,
                  f"batch x m = {self.m * self.batch} rows, more than the {MAX_DIM} an int32 size holds")
         _require(isinstance(self.tile, Tile), "tile", self.tile, "must be a Tile(bm, bn, bk)")
-        _require(self.a_dtype in OPERAND_DTYPES, "a_dtype", self.a_dtype, f"one of {', '.join(OPERAND_DTYPES)}")
+        _require(self.a_dtype in A_DTYPES, "a_dtype", self.a_dtype, f"one of {', '.join(A_DTYPES)}")
         _require(self.b_dtype in B_DTYPES, "b_dtype", self.b_dtype, f"one of {', '.join(B_DTYPES)}")
         _require(self.acc_dtype in ACC_DTYPES, "acc_dtype", self.acc_dtype, f"one of {', '.join(ACC_DTYPES)}")
         _require(self.out_dtype in OUT_DTYPES, "out_dtype", self.out_dtype, f"one of {', '.join(OUT_DTYPES)}")
-        a, b = self.a_dtype, self.b_dtype
-        self._validate_quant_b()
-        if self.quantised_b:
-            pass  # checked by _validate_quant_b: a float A beside a quantised B
+        _quant.validate(self, _require)
+        a, b = self.mma_dtype, self.b_dtype  # a: the MMA's A (a quantised A is read dequantised)
+        if self.quant_op is not None:
+            pass  # checked by oracle.problem.quant: an fp16 / bf16 operand beside a quantised one
         elif a in FP8 or b in FP8:
             _require(a in FP8 and b in FP8, "b_dtype" if a in FP8 else "a_dtype", b if a in FP8 else a,
                      "an fp8 operand needs the other operand in fp8 too (e4m3 or e5m2)")
@@ -304,76 +310,9 @@ class ProblemSpec:
         self._validate_numerics()
         self._validate_epilogue()
 
-    def _validate_quant_b(self) -> None:
-        """b_dtype beside a_dtype, and b_packing, b_group_size, b_scales, b_zeros, dequant_precision
-        checked against it and each other."""
-        a, b = self.a_dtype, self.b_dtype
-        quant = (b in PACKED or (b in QUANT_B and a in QUANT_A_DTYPES and b != a))
-        fields = ("b_packing", "b_group_size", "b_scales", "dequant_precision")
-        if not quant:
-            for f in fields:
-                _require(getattr(self, f) is None, f, getattr(self, f),
-                         f"only a quantised B (b_dtype one of {', '.join(QUANT_B)} beside a_dtype fp16 or bf16) "
-                         f"has it (b_dtype is {b!r}, a_dtype {a!r})")
-            _require(self.b_zeros == "none", "b_zeros", self.b_zeros,
-                     f"only a quantised B has zero points (b_dtype is {b!r}, a_dtype {a!r})")
-            return
-        _require(a in QUANT_A_DTYPES, "a_dtype", a,
-                 f"a quantised B (b_dtype {b!r}) is dequantised to A's dtype for the MMA: one of "
-                 f"{', '.join(QUANT_A_DTYPES)}")
-        if b in PACKED:
-            _require(self.b_packing in B_PACKINGS, "b_packing", self.b_packing,
-                     f"B of {b} is packed two to a byte along K: one of {', '.join(B_PACKINGS)}")
-            _require(self.k % 2 == 0, "k", self.k, f"B of {b} packs k in pairs: K must be even")
-            _require(self.tile.bk % 2 == 0, "tile.bk", self.tile.bk, f"B of {b} packs k in pairs: tile.bk must be even")
-            if self.b_packing == "k8_interleaved":
-                why = f"B of {b} packed k8_interleaved holds 8 k in a 32-bit word"
-                _require(self.k % 8 == 0, "k", self.k, f"{why}: K must be a multiple of 8")
-                _require(self.tile.bk % 8 == 0, "tile.bk", self.tile.bk, f"{why}: tile.bk must be a multiple of 8")
-        else:
-            _require(self.b_packing is None, "b_packing", self.b_packing,
-                     f"B of {b} holds one value per byte: no packing (only {', '.join(PACKED)} are packed)")
-        _require(self.k % self.tile.bk == 0, "k", self.k,
-                 f"a quantised B is modelled for whole k-blocks: K must be a multiple of tile.bk ({self.tile.bk})")
-        g = self.b_group_size
-        if g is not None:
-            _require(isinstance(g, int) and not isinstance(g, bool) and g > 0 and self.k % g == 0, "b_group_size", g,
-                     f"a positive number of k elements that divides K = {self.k} (None: one group of all K)")
-            if b in PACKED:
-                _require(g % 2 == 0, "b_group_size", g, f"a byte of {b} holds two k: the group size must be even")
-                _require(g % 8 == 0 or self.b_packing != "k8_interleaved", "b_group_size", g,
-                         f"a 32-bit word of {b} packed k8_interleaved holds 8 k: the group size must be a multiple of 8")
-        sc = self.b_scales
-        _require(sc in SCALE_TYPES, "b_scales", sc,
-                 f"a quantised B needs its scales' dtype: one of {', '.join(SCALE_TYPES)}")
-        if sc in ("e4m3", "e8m0"):
-            _require(b in ("fp4_e2m1", "e4m3", "e5m2"), "b_scales", sc,
-                     f"{sc} scales are micro-scaling scales of a float B (fp4_e2m1, e4m3, e5m2), not of {b}")
-        _require(self.b_zeros in B_ZEROS, "b_zeros", self.b_zeros, f"one of {', '.join(B_ZEROS)}")
-        if self.b_zeros != "none":
-            _require(not ALL_TYPES[b].is_float, "b_zeros", self.b_zeros,
-                     f"zero points are for an integer B (int4, uint4, int8), not {b}")
-        if self.b_zeros in ("float", "float_offset"):
-            _require(sc in ("fp16", "bf16", "fp32"), "b_zeros", self.b_zeros,
-                     f"float zero points are stored in the scales' dtype, which must be fp16, bf16 or fp32 (b_scales "
-                     f"is {sc!r})")
-        p = self.dequant_precision
-        _require(p is None or p in DEQUANT_PRECISIONS, "dequant_precision", p,
-                 f"one of {', '.join(DEQUANT_PRECISIONS)} (None: fp32)")
-        _require(self.scale_b.kind in ("none", "tensor", "col") and self.scale_a.kind != "block", "scale_b.kind",
-                 self.scale_b.kind if self.scale_b.kind != "none" else self.scale_a.kind,
-                 "a quantised B carries its own group scales (b_scales); block scales are for fp8 x fp8 problems")
-        _require(self.promotion_interval is None, "promotion_interval", self.promotion_interval,
-                 "a quantised B's dequantised operand enters an fp16 / bf16 MMA: no fp8 promotion")
-        _require(self.oob_fill == "zero", "oob_fill", self.oob_fill,
-                 "a quantised B's stored values have no NaN: 'zero'")
-        _require(self.groups is None and self.batch == 1, "groups" if self.groups is not None else "batch",
-                 self.groups if self.groups is not None else self.batch,
-                 "a quantised B is modelled for a single GEMM (no groups, batch 1)")
-
     def _validate_numerics(self) -> None:
         """acc_model, reduction, reduction_chunk, activation_impl (the engine's numerics)."""
-        am, a = self.acc_model, self.a_dtype
+        am, a = self.acc_model, self.mma_dtype
         if am is not None:
             _require(am in ACC_MODELS, "acc_model", am, f"one of {', '.join(ACC_MODELS)} (or absent: from acc_dtype)")
             ops = _ACC_MODEL_OPERANDS.get(am)
@@ -456,9 +395,24 @@ class ProblemSpec:
         return "fp8_promoted" if self.promotion_interval is not None else "fp32"
 
     @property
+    def quant_op(self) -> Optional[str]:
+        """The quantised operand: "a", "b" or None (oracle.problem.quant)."""
+        return _quant.quant_operand(self)
+
+    @property
     def quantised_b(self) -> bool:
         """Is B quantised (stored values, group scales, dequantised to A's dtype before the MMA)?"""
         return self.b_scales is not None
+
+    @property
+    def quantised_a(self) -> bool:
+        """Is A quantised (stored values, group scales, dequantised to B's dtype before the MMA)?"""
+        return self.a_scales is not None
+
+    @property
+    def mma_dtype(self) -> str:
+        """The dtype the MMA reads both operands in where one is quantised (the other's), else a_dtype."""
+        return self.b_dtype if self.quantised_a else self.a_dtype
 
     @property
     def mma_b_dtype(self) -> str:
@@ -466,24 +420,22 @@ class ProblemSpec:
         return self.a_dtype if self.quantised_b else self.b_dtype
 
     @property
-    def b_groups(self) -> int:
-        """Scale groups along K of a quantised B (1 without b_group_size)."""
-        return self.k // self.b_group_size if self.b_group_size is not None else 1
+    def quant_groups(self) -> int:
+        """Scale groups along K of the quantised operand (1 without its group size)."""
+        return self.k // self.group_k
+
+    b_groups = quant_groups  # the name a quantised B's callers know
 
     @property
     def group_k(self) -> int:
-        """k elements per scale group of a quantised B."""
-        return self.b_group_size if self.b_group_size is not None else self.k
+        """k elements per scale group of the quantised operand."""
+        g = getattr(self, f"{self.quant_op}_group_size") if self.quant_op is not None else None
+        return g if g is not None else self.k
 
     @property
     def dequant_config(self):
-        """kernels_ref.dequant.DequantConfig of a quantised B (None otherwise)."""
-        if not self.quantised_b:
-            return None
-        from kernels_ref.dequant import DequantConfig
-
-        return DequantConfig(self.b_dtype, self.b_scales, self.a_dtype, self.group_k, self.b_packing, self.b_zeros,
-                             self.resolved_dequant_precision)
+        """kernels_ref.dequant.DequantConfig of the quantised operand (None without one)."""
+        return _quant.config(self)
 
     @property
     def resolved_dequant_precision(self) -> str:
@@ -492,7 +444,7 @@ class ProblemSpec:
     @property
     def dequant_operands(self) -> tuple[str, ...]:
         """The operands with a dequant stage (harness.taps.pipeline)."""
-        return ("b",) if self.quantised_b else ()
+        return (self.quant_op,) if self.quant_op is not None else ()
 
     @property
     def block_scaled(self) -> bool:
@@ -553,9 +505,7 @@ class ProblemSpec:
             extra += f", split-K {self.reduction}" + (f"/{self.reduction_chunk}" if self.reduction_chunk else "")
         if self.activation_impl != "accurate":
             extra += f", {self.activation_impl} {self.activation}"
-        if self.quantised_b:
-            extra += (f", B {self.b_packing + ' ' if self.b_packing else ''}group {self.group_k} scales "
-                      f"{self.b_scales} zeros {self.b_zeros} dequant {self.resolved_dequant_precision}")
+        extra += _quant.describe(self)
         if self.epilogue is not None:
             extra += f", epilogue {' > '.join(self.epilogue)}"
         return (f"{self.m}x{self.n}x{self.k} {self.a_dtype}x{self.b_dtype}->{self.out_dtype} "
@@ -575,11 +525,13 @@ class ProblemSpec:
             del d["epilogue"]  # absent: the default graph (a recording made before the field reads the same)
         else:
             d["epilogue"] = list(d["epilogue"])
-        for f in ("b_packing", "b_group_size", "b_scales", "dequant_precision"):
+        for f in ("a_packing", "a_group_size", "a_scales", "b_packing", "b_group_size", "b_scales",
+                  "dequant_precision"):
             if d[f] is None:
-                del d[f]  # absent: not a quantised B (a recording made before the fields reads the same)
-        if d["b_zeros"] == "none":
-            del d["b_zeros"]
+                del d[f]  # absent: not a quantised operand (a recording made before the fields reads the same)
+        for f in ("a_zeros", "b_zeros"):
+            if d[f] == "none":
+                del d[f]
         return d
 
     @classmethod

@@ -466,6 +466,9 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
     if case.kernel is None:
         raise CaseError("no kernel to reproduce: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
     check_case(case)  # the checks of a live run, before anything is written
+    if case.spec.quantised_a:
+        raise ReproError(f"a quantised A ({case.spec.a_dtype}, its scales and zero points) has no standalone reproducer "
+                         f"yet: its host reference dequantises a quantised B only; judge it with a live compare")
     check_operands(case.spec, operands)
     out = Path(out_dir)
     call = None

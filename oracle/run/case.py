@@ -38,11 +38,12 @@ command line:
                                # is sized to the selection, and a launch that overflows it is run
                                # once more with the measured size
 
-Launch arguments: an operand name (a, b, c, d, bias, scale_a, scale_b, and a quantised B's
-b_scales and b_zeros) is a device pointer (stored in its declared major, a block scale in
-its scale_a.major / scale_b.major; b_scales and b_zeros
-[K / group, N] row-major; a packed B [K / 2, N] bytes in b_major, its ldb counting values, so a
-column-major packed B's columns lie ldb / 2 bytes apart; `null` or an operand the problem does
+Launch arguments: an operand name (a, b, c, d, bias, scale_a, scale_b, a quantised B's
+b_scales and b_zeros, a quantised A's a_scales and a_zeros) is a device pointer (stored in its
+declared major, a block scale in its scale_a.major / scale_b.major; b_scales and b_zeros
+[K / group, N] row-major, a_scales and a_zeros [M, K / group] row-major; a packed B [K / 2, N]
+bytes in b_major, its ldb counting values, so a column-major packed B's columns lie ldb / 2
+bytes apart; a packed A [M, K / 2] likewise in a_major; `null` or an operand the problem does
 not use is a null pointer); a size name (m, n, k, lda, ldb, ldc, ldd, tiles_m, tiles_n, k_blocks) is an i32;
 alpha and beta are f32; `{ i32 = 7 }` (or u32, i64, u64, f32, f64) is a literal;
 `{ tensormap = "a" }` is the operand's TMA tensor map passed by value, built from the problem
@@ -81,7 +82,8 @@ from oracle.run.adapters import Adapter, adapter_of
 from oracle.run.case_grammar import check_kernel_names
 from oracle.problem.spec import ProblemSpec, SpecError
 
-OPERANDS = ("a", "b", "c", "d", "bias", "scale_a", "scale_b", "group_offsets", "b_scales", "b_zeros")
+OPERANDS = ("a", "b", "c", "d", "bias", "scale_a", "scale_b", "group_offsets", "b_scales", "b_zeros", "a_scales",
+            "a_zeros")
 SIZE_NAMES = ("m", "n", "k", "lda", "ldb", "ldc", "ldd", "tiles_m", "tiles_n", "k_blocks", "tiles", "total_m",
               "splits", "stream_k_workers", "groups", "group_tiles_m", "max_partials")
 WORKSPACE_INITS = ("zero", "poison", "stale")

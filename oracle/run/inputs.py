@@ -20,6 +20,11 @@ int8, uint8 for uint4; float and float_offset: the scales' dtype). Its ladder: o
 type's range, s in [1/16, 3/16), z over the integer range (or [0, 8) float; a float offset in
 [-1/2, 1/2)). ktag is not defined
 for a quantised B (its tags live in B's values).
+
+A quantised A (a_scales given) is the same with M in N's place and K along A's rows: A holds [M, K]
+stored values (packed: uint8 [M, K / 2], two k a byte along K), a_scales and a_zeros [M, K / group];
+its ladder is B's transposed (q encodes (k mod 8, m mod 4)), beside a B drawn as A is beside a
+quantised B.
 """
 
 from __future__ import annotations
@@ -45,7 +50,8 @@ class InputError(ValueError):
 class Operands:
     """Logical operands: A [M, K], B [K, N] (a quantised B: its stored values, see the module
     docstring), C [M, N]; bias [M] or [N]; scales by kind (tensor [1], row [M], col [N], block
-    [ceil(rows/g), ceil(K/gk)]); a quantised B's group scales and zero points [K / group, N]."""
+    [ceil(rows/g), ceil(K/gk)]); a quantised B's group scales and zero points [K / group, N], a
+    quantised A's [M, K / group]."""
 
     a: torch.Tensor
     b: torch.Tensor
@@ -55,11 +61,20 @@ class Operands:
     scale_b: Optional[torch.Tensor] = None
     b_scales: Optional[torch.Tensor] = None
     b_zeros: Optional[torch.Tensor] = None
+    a_scales: Optional[torch.Tensor] = None
+    a_zeros: Optional[torch.Tensor] = None
 
     def named(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in (("a", self.a), ("b", self.b), ("c", self.c), ("bias", self.bias),
                                   ("scale_a", self.scale_a), ("scale_b", self.scale_b),
-                                  ("b_scales", self.b_scales), ("b_zeros", self.b_zeros)) if v is not None}
+                                  ("b_scales", self.b_scales), ("b_zeros", self.b_zeros),
+                                  ("a_scales", self.a_scales), ("a_zeros", self.a_zeros)) if v is not None}
+
+    def quant_kn(self, op: str):
+        """Quantised operand `op`'s stored values, scales and zero points with K along the rows, as
+        kernels_ref.dequant reads them: B's as they are, A's transposed ([K / per, M], [G, M]; views)."""
+        t = (lambda x: None if x is None else x.t()) if op == "a" else (lambda x: x)
+        return t(getattr(self, op)), t(getattr(self, f"{op}_scales")), t(getattr(self, f"{op}_zeros"))
 
     def to(self, device) -> "Operands":
         return Operands(**{k: v.to(device) for k, v in self.named().items()})
@@ -114,12 +129,15 @@ def expected_shapes(spec: ProblemSpec) -> dict[str, Optional[tuple[int, ...]]]:
     groups = spec.group_sizes
     shapes: dict[str, Optional[tuple[int, ...]]] = {"a": (m, k), "b": (k, n) if groups is None else (len(groups), k, n),
                                                     "c": None, "bias": None, "scale_a": None, "scale_b": None,
-                                                    "b_scales": None, "b_zeros": None}
-    if spec.quantised_b:
-        shapes["b"] = (k // ALL_TYPES[spec.b_dtype].per_item, n)
-        shapes["b_scales"] = (spec.b_groups, n)
-        if spec.b_zeros != "none":
-            shapes["b_zeros"] = (spec.b_groups, n)
+                                                    "b_scales": None, "b_zeros": None, "a_scales": None,
+                                                    "a_zeros": None}
+    op = spec.quant_op
+    if op is not None:  # stored along K; scales and zero points per group along K of each row of A / column of B
+        kq = k // ALL_TYPES[getattr(spec, f"{op}_dtype")].per_item
+        shapes[op] = (kq, n) if op == "b" else (m, kq)
+        shapes[f"{op}_scales"] = (spec.quant_groups, n) if op == "b" else (m, spec.quant_groups)
+        if getattr(spec, f"{op}_zeros") != "none":
+            shapes[f"{op}_zeros"] = shapes[f"{op}_scales"]
     if spec.beta != 0:
         shapes["c"] = (m, n)
     if spec.bias != "none":
@@ -138,12 +156,12 @@ def expected_shapes(spec: ProblemSpec) -> dict[str, Optional[tuple[int, ...]]]:
 def check_operands(spec: ProblemSpec, ops: Operands) -> None:
     """Raise InputError naming the tensor, its shape or dtype, and what the problem needs."""
     shapes = expected_shapes(spec)
-    dtypes = {"a": DTYPES[spec.a_dtype].torch, "b": ALL_TYPES[spec.b_dtype].torch}
-    if spec.quantised_b:
-        cfg = spec.dequant_config
-        dtypes["b_scales"] = ALL_TYPES[spec.b_scales].torch
-        if spec.b_zeros != "none":
-            dtypes["b_zeros"] = cfg.zero_torch()
+    dtypes = {"a": ALL_TYPES[spec.a_dtype].torch, "b": ALL_TYPES[spec.b_dtype].torch}
+    op = spec.quant_op
+    if op is not None:
+        dtypes[f"{op}_scales"] = ALL_TYPES[getattr(spec, f"{op}_scales")].torch
+        if getattr(spec, f"{op}_zeros") != "none":
+            dtypes[f"{op}_zeros"] = spec.dequant_config.zero_torch()
     if spec.c_dtype:
         dtypes["c"] = DTYPES[spec.c_dtype].torch
     dtypes["bias"] = DTYPES[spec.bias_dtype].torch
@@ -166,10 +184,11 @@ def check_operands(spec: ProblemSpec, ops: Operands) -> None:
 def operand_bytes(spec: ProblemSpec) -> int:
     """Bytes of the problem's operands and output in their dtypes (scales in fp32)."""
     total = spec.total_m * spec.n * DTYPES[spec.out_dtype].itemsize
-    sizes = {"a": DTYPES[spec.a_dtype].itemsize, "b": ALL_TYPES[spec.b_dtype].itemsize,
+    sizes = {"a": ALL_TYPES[spec.a_dtype].itemsize, "b": ALL_TYPES[spec.b_dtype].itemsize,
              "c": DTYPES[spec.c_dtype].itemsize if spec.c_dtype else 4, "bias": DTYPES[spec.bias_dtype].itemsize}
-    if spec.quantised_b:
-        sizes["b_scales"] = sizes["b_zeros"] = ALL_TYPES[spec.b_scales].itemsize
+    op = spec.quant_op
+    if op is not None:
+        sizes[f"{op}_scales"] = sizes[f"{op}_zeros"] = ALL_TYPES[getattr(spec, f"{op}_scales")].itemsize
     for name, shape in expected_shapes(spec).items():
         if shape is not None:
             total += math.prod(shape) * sizes.get(name, 4)
@@ -258,13 +277,16 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
     def rnd(*shape, scale=1.0):
         return torch.randn(*shape, generator=g, dtype=draw, device=generator) * scale
 
-    if spec.quantised_b:
+    qop = spec.quant_op
+    if qop is not None:
         if ladder == "ktag":
-            raise InputError("the ktag ladder tags B's values, which a quantised B stores as codes: use ones, index "
-                             "or random")
-        a = torch.ones(m, k) if ladder == "ones" else index_values(m, k, spec.a_dtype) if ladder == "index" \
-            else rnd(m, k)
-        b, b_scales, b_zeros = _quantised_b(spec, ladder, g, generator)
+            raise InputError(f"the ktag ladder tags B's values, and a quantised {qop.upper()} is stored as codes: use "
+                             f"ones, index or random")
+        fop = "b" if qop == "a" else "a"  # the float operand, drawn as a plain one
+        rows, cols = (k, n) if fop == "b" else (m, k)
+        fl = torch.ones(rows, cols) if ladder == "ones" else index_values(rows, cols, spec.mma_dtype) \
+            if ladder == "index" else rnd(rows, cols)
+        quant = dict(zip((qop, f"{qop}_scales", f"{qop}_zeros"), _quantised(spec, qop, ladder, g, generator)))
         c, bias = None, None
         if shapes["c"] is not None:
             c = _cast(rnd(*shapes["c"]).float() if ladder == "random" else torch.ones(shapes["c"]), spec.c_dtype)
@@ -272,8 +294,8 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
             bias = _cast(rnd(*shapes["bias"]).float() if ladder == "random" else torch.ones(shapes["bias"]),
                          spec.bias_dtype)
         ones = {n_: torch.ones(shapes[n_]) for n_ in ("scale_a", "scale_b") if shapes[n_] is not None}
-        return Operands(a=_cast(a, spec.a_dtype), b=b, c=c, bias=bias, scale_a=ones.get("scale_a"),
-                        scale_b=ones.get("scale_b"), b_scales=b_scales, b_zeros=b_zeros)
+        return Operands(**{fop: _cast(fl, spec.mma_dtype)}, **quant, c=c, bias=bias, scale_a=ones.get("scale_a"),
+                        scale_b=ones.get("scale_b"))
     if ladder == "ones":
         a, b = torch.ones(m, k), torch.ones(k, n)
     elif ladder == "index":
@@ -318,13 +340,15 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
     return Operands(a=a, b=b, c=c, bias=bias, scale_a=aux("scale_a"), scale_b=aux("scale_b"))
 
 
-def _quantised_b(spec: ProblemSpec, ladder: str, g: torch.Generator, generator: str):
-    """The stored B, its scales and zero points for a ladder (module docstring)."""
+def _quantised(spec: ProblemSpec, op: str, ladder: str, g: torch.Generator, generator: str):
+    """The stored quantised operand `op`, its scales and zero points for a ladder (module docstring):
+    drawn with K along the rows (n: B's columns, or A's rows), A's then transposed to [M, ...]."""
     from kernels_ref import dequant as dq
 
     cfg = spec.dequant_config
-    k, n, groups = spec.k, spec.n, spec.b_groups
-    d = ALL_TYPES[spec.b_dtype]
+    k, n, groups = spec.k, (spec.n if op == "b" else spec.m), spec.quant_groups
+    qd, sd, zk = cfg.dtype, cfg.scale_dtype, cfg.zeros
+    d = ALL_TYPES[qd]
     kk = torch.arange(k)[:, None]
     nn = torch.arange(n)[None, :]
     gg = torch.arange(groups)[:, None]
@@ -333,23 +357,23 @@ def _quantised_b(spec: ProblemSpec, ladder: str, g: torch.Generator, generator: 
         s = torch.ones(groups, n, dtype=torch.float64)
         z = torch.zeros(groups, n, dtype=torch.float64)
     elif ladder == "index":
-        if spec.b_dtype in ("int4", "uint4", "int8"):
-            q = ((kk % 8) + 8 * (nn % 4) if spec.b_dtype == "int8" else (kk % 8) + 2 * (nn % 4)) % (d.max_finite + 1)
-            q = (q - (4 if spec.b_dtype == "int4" else 0)).double()
+        if qd in ("int4", "uint4", "int8"):
+            q = ((kk % 8) + 8 * (nn % 4) if qd == "int8" else (kk % 8) + 2 * (nn % 4)) % (d.max_finite + 1)
+            q = (q - (4 if qd == "int4" else 0)).double()
         else:  # e2m1 / fp8: small exact values, k first
             small = ((kk % 4) + (nn % 4)).long()
-            q = torch.tensor(dq._FP4, dtype=torch.float64)[small % 8] if spec.b_dtype == "fp4_e2m1" else small.double()
+            q = torch.tensor(dq._FP4, dtype=torch.float64)[small % 8] if qd == "fp4_e2m1" else small.double()
         s = 1.0 + ((gg + 3 * nn) % 8).double() / 8
-        if spec.b_scales == "e8m0":
+        if sd == "e8m0":
             s = torch.pow(2.0, ((gg + nn) % 4).double())
         z = ((gg + nn) % 3).double()
-        if spec.b_zeros in ("float", "float_offset"):
+        if zk in ("float", "float_offset"):
             z = z / 2
     else:
         lo, hi = int(d.lowest), int(d.max_finite)
-        if spec.b_dtype in ("int4", "uint4", "int8"):
+        if qd in ("int4", "uint4", "int8"):
             q = torch.randint(lo, hi + 1, (k, n), generator=g, device=generator).double().cpu()
-        elif spec.b_dtype == "fp4_e2m1":
+        elif qd == "fp4_e2m1":
             q = dq.values_of_codes(torch.randint(0, 16, (k, n), generator=g, device=generator).cpu(), "fp4_e2m1")
         else:
             q = torch.randn(k, n, generator=g, dtype=torch.float64 if generator == "cpu" else torch.float32,
@@ -357,17 +381,19 @@ def _quantised_b(spec: ProblemSpec, ladder: str, g: torch.Generator, generator: 
         u = torch.rand(groups, n, generator=g, dtype=torch.float64 if generator == "cpu" else torch.float32,
                        device=generator).cpu().double()
         s = (u + 0.5) / 8
-        if spec.b_scales == "e8m0":
+        if sd == "e8m0":
             s = torch.pow(2.0, -(u * 4).floor() - 2)
         zr = torch.zeros(groups, n, dtype=torch.float64)
-        if spec.b_dtype in ("int4", "uint4", "int8"):
+        if qd in ("int4", "uint4", "int8"):
             zr = torch.randint(lo, hi + 1, (groups, n), generator=g, device=generator).cpu().double()
-        z = zr if spec.b_zeros != "float" else zr.abs() % 8 + u
-        if spec.b_zeros == "float_offset":
+        z = zr if zk != "float" else zr.abs() % 8 + u
+        if zk == "float_offset":
             z = u - 0.5
-    stored = dq.pack_host(dq.codes_of_values(q, spec.b_dtype), cfg)
-    scales = dq.e8m0_of(s) if spec.b_scales == "e8m0" else s.to(ALL_TYPES[spec.b_scales].torch)
-    zeros = None if spec.b_zeros == "none" else z.to(cfg.zero_torch())
+    stored = dq.pack_host(dq.codes_of_values(q, qd), cfg)
+    scales = dq.e8m0_of(s) if sd == "e8m0" else s.to(ALL_TYPES[sd].torch)
+    zeros = None if zk == "none" else z.to(cfg.zero_torch())
+    if op == "a":
+        return tuple(None if x is None else x.t().contiguous() for x in (stored, scales, zeros))
     return stored, scales, zeros
 
 

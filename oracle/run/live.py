@@ -144,7 +144,7 @@ def _buffers(case: Case, ops: Optional[Operands], names: dict) -> tuple[set, dic
         storage = {"a": _storage(ops.a, s.a_major), "b": _storage(ops.b, s.b_major)}
         if ops.c is not None:
             storage["c"] = _storage(ops.c, s.c_major)
-        for n in ("bias", "scale_a", "scale_b", "b_scales", "b_zeros"):  # [G, N] group scales row-major
+        for n in ("bias", "scale_a", "scale_b", "b_scales", "b_zeros", "a_scales", "a_zeros"):  # group scales row-major
             v = getattr(ops, n)
             if v is not None:
                 storage[n] = _storage(v, scale_major(s, n) or "row")
@@ -180,9 +180,10 @@ def library_call(case: Case, ops: Optional[Operands]) -> tuple[LibraryCall, dict
     if not is_library(case):
         raise CaseError("the case's kernel is not a launch library ([kernel] library)")
     s = case.spec
-    if s.quantised_b:
-        raise CaseError(f"a launch library takes no quantised B (b_dtype {s.b_dtype!r}; the oracle/1 ABI has no slot "
-                        f"for b_scales or b_zeros): launch the kernel from [launch] args")
+    q = s.quant_op
+    if q is not None:
+        raise CaseError(f"a launch library takes no quantised {q.upper()} ({q}_dtype {getattr(s, f'{q}_dtype')!r}; the "
+                        f"oracle/1 ABI has no slot for {q}_scales or {q}_zeros): launch the kernel from [launch] args")
     names = _names(case)
     present, storage = _buffers(case, ops, names)
     shapes = expected_shapes(s)
@@ -399,7 +400,7 @@ def sink_budget(case: Case) -> tuple[TraceBudget, int]:
     s = case.spec
     size = {f"descriptor_{op}": ALL_TYPES[getattr(s, f"{op}_dtype")].itemsize for op in "ab"}
     size.update({f"load_{op}": ALL_TYPES[getattr(s, f"{op}_dtype")].itemsize for op in "ab"})
-    size.update({f"dequant_{op}": DTYPES[s.a_dtype].itemsize for op in "ab"})
+    size.update({f"dequant_{op}": DTYPES[s.mma_dtype].itemsize for op in "ab"})
     size["epilogue_cast"] = DTYPES[s.out_dtype].itemsize
     budget = trace_budget(trace_selection(case), tiles_m=s.tiles_m, tiles_n=s.tiles_n, k_blocks=s.k_blocks,
                           block_m=s.tile.bm, block_n=s.tile.bn, block_k=s.tile.bk, itemsize=size)

@@ -100,20 +100,20 @@ class Recording:
                     raise RecordingError(f"{tap.describe()}: shared-memory image has {shape[0]} bytes, the tile "
                                          f"needs {want_n}")
                 continue
-            per_b = ALL_TYPES[spec.b_dtype].per_item  # a packed B's load tap: two k a byte
-            want_shape = {"load_a": (t.bm, t.bk), "load_b": (t.bk // per_b, t.bn), "dequant_a": (t.bm, t.bk),
+            per_a, per_b = (ALL_TYPES[getattr(spec, f"{o}_dtype")].per_item for o in "ab")  # packed: two k a byte
+            want_shape = {"load_a": (t.bm, t.bk // per_a), "load_b": (t.bk // per_b, t.bn), "dequant_a": (t.bm, t.bk),
                           "dequant_b": (t.bk, t.bn)}.get(tap.stage, (t.bm, t.bn))
             if shape != want_shape:
                 raise RecordingError(f"{tap.describe()}: values have shape {list(shape)}, expected {list(want_shape)}")
             if tap.stage in ("dequant_a", "dequant_b"):
                 op = tap.stage[-1]
-                if op == "a" or not spec.quantised_b:
+                if op != spec.quant_op:
                     raise RecordingError(f"{tap.describe()}: operand {op} of {spec.describe()} is not quantised, so it "
                                          f"has no dequant stage")
-                want = DTYPES[spec.mma_b_dtype].torch
+                want = DTYPES[spec.mma_dtype].torch
                 if tap.values.dtype != want:
                     raise RecordingError(f"{tap.describe()}: values are {tap.values.dtype}, but a dequant tap holds "
-                                         f"the MMA's operand: {spec.mma_b_dtype} ({want})")
+                                         f"the MMA's operand: {spec.mma_dtype} ({want})")
             if tap.stage in ("load_a", "load_b"):  # the operand's own bits, compared bit for bit
                 op = tap.stage[-1]
                 want = ALL_TYPES[getattr(spec, f"{op}_dtype")].torch

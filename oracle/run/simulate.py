@@ -43,12 +43,14 @@ DEFECTS = {
     "reduce_wrong_partial": "the reduction reads partial 0 in place of the defect tile's last partial",
     "group_wrong_b": "the defect group is multiplied by the next group's B",
     "group_offset": "the defect group reads A from one row past its first row",
-    "dequant_nibble_order": "at the defect k-block the packed B's nibbles are read in the other order",
-    "dequant_plain_pairs": "at the defect k-block a k8_interleaved B's words are read in plain pair order "
+    "dequant_nibble_order": "at the defect k-block the packed operand's nibbles are read in the other order",
+    "dequant_plain_pairs": "at the defect k-block a k8_interleaved operand's words are read in plain pair order "
                            "(k_pairs_low_first)",
-    "dequant_group_index": "at the defect k-block B's scale and zero point come from the next group",
-    "dequant_zero_twice": "at the defect k-block B's zero point is subtracted twice",
-    "dequant_scale_group": "at the defect k-block B's scale comes from the next group (its zero point is right)",
+    "dequant_group_index": "at the defect k-block the quantised operand's scale and zero point come from the next "
+                           "group",
+    "dequant_zero_twice": "at the defect k-block the quantised operand's zero point is subtracted twice",
+    "dequant_scale_group": "at the defect k-block the quantised operand's scale comes from the next group (its zero "
+                           "point is right)",
 }
 DEQUANT_DEFECTS = ("dequant_nibble_order", "dequant_plain_pairs", "dequant_group_index", "dequant_zero_twice",
                    "dequant_scale_group")
@@ -77,11 +79,15 @@ class Injection:
         if d in GROUP_DEFECTS and (spec.group_sizes is None or len(spec.group_sizes) < 2):
             out.append(f"{d} needs a grouped problem with at least two groups")
         if d in DEQUANT_DEFECTS:
-            need_q = {"dequant_nibble_order": (spec.b_packing is not None, "a packed 4-bit B"),
-                      "dequant_plain_pairs": (spec.b_packing == "k8_interleaved", "a k8_interleaved B"),
-                      "dequant_group_index": (spec.quantised_b and spec.b_groups > 1, "a quantised B of 2+ groups"),
-                      "dequant_zero_twice": (spec.quantised_b and spec.b_zeros != "none", "a B with zero points"),
-                      "dequant_scale_group": (spec.quantised_b and spec.b_groups > 1, "a quantised B of 2+ groups")}[d]
+            cfg = spec.dequant_config
+            packing, zeros = (cfg.packing, cfg.zeros) if cfg is not None else (None, "none")
+            grouped = cfg is not None and spec.quant_groups > 1
+            X = (spec.quant_op or "b").upper()
+            need_q = {"dequant_nibble_order": (packing is not None, f"a packed 4-bit {X}"),
+                      "dequant_plain_pairs": (packing == "k8_interleaved", f"a k8_interleaved {X}"),
+                      "dequant_group_index": (grouped, f"a quantised {X} of 2+ groups"),
+                      "dequant_zero_twice": (zeros != "none", f"a {X} with zero points"),
+                      "dequant_scale_group": (grouped, f"a quantised {X} of 2+ groups")}[d]
             if not need_q[0]:
                 out.append(f"{d} needs {need_q[1]}")
         if spec.group_sizes is not None:
@@ -165,9 +171,13 @@ def simulate(spec: ProblemSpec, ops: Operands, provenance: Provenance, *, inject
     m, n = spec.m, spec.n
     kb_n = spec.k_blocks
     fill = math.nan if spec.oob_fill == "nan" else 0.0
-    a_pad = _pad(ops.a, spec.tiles_m * bm, kb_n * bk, fill)
+    per = 2 if spec.dequant_config is not None and spec.dequant_config.packed else 1
+    if spec.quantised_a:  # the stored A: its bytes (two k a byte when packed), zero past M
+        a_pad = torch.zeros(spec.tiles_m * bm, kb_n * bk // per, dtype=ops.a.dtype)
+        a_pad[:m, :] = ops.a
+    else:
+        a_pad = _pad(ops.a, spec.tiles_m * bm, kb_n * bk, fill)
     if spec.quantised_b:  # the stored B: its bytes (two k a byte when packed), zero past N
-        per = 2 if spec.b_packing else 1
         b_pad = torch.zeros(kb_n * bk // per, spec.tiles_n * bn, dtype=ops.b.dtype)
         b_pad[:, :n] = ops.b
     else:
@@ -298,14 +308,17 @@ def _run_partial(spec, ops, here, kbs, pidx, acc, a_pad, b_pad, inj, bad, tapped
     prev_tiles = None
     for kb in kbs:
         tiles = {}
-        if spec.quantised_b:  # the stored tile, loaded as bytes, then dequantised in registers
-            per = 2 if spec.b_packing else 1
-            stored = b_pad[kb * bk // per:(kb + 1) * bk // per, tn * bn:tn * bn + bn].clone()
+        q = spec.quant_op
+        if q is not None:  # the stored tile, loaded as bytes, then dequantised in registers (K along its rows)
+            per = 2 if spec.dequant_config.packed else 1
+            ks = slice(kb * bk // per, (kb + 1) * bk // per)
+            stored = b_pad[ks, tn * bn:tn * bn + bn].clone() if q == "b" else a_pad[tm * bm:tm * bm + bm, ks].clone()
             defect = inj.defect if bad and kb == inj.k_block else None
-            tiles["b"] = _dequant(spec, ops, stored, kb * bk, tn * bn, defect)
+            flip = (lambda x: x.t().contiguous()) if q == "a" else (lambda x: x)
+            tiles[q] = flip(_dequant(spec, ops, flip(stored), kb * bk, (tm * bm if q == "a" else tn * bn), defect))
             if tapped:
-                taps.append(Tap("load_b", here, stored, k_block=kb, slot=kb % 2, partial=pidx))
-                taps.append(Tap("dequant_b", here, tiles["b"].clone(), k_block=kb, slot=kb % 2, partial=pidx))
+                taps.append(Tap(f"load_{q}", here, stored, k_block=kb, slot=kb % 2, partial=pidx))
+                taps.append(Tap(f"dequant_{q}", here, tiles[q].clone(), k_block=kb, slot=kb % 2, partial=pidx))
         for op, src, sl in (("a", a_pad, (slice(tm * bm, tm * bm + bm), slice(kb * bk, kb * bk + bk))),
                             ("b", b_pad, (slice(kb * bk, kb * bk + bk), slice(tn * bn, tn * bn + bn)))):
             if op in tiles:
@@ -355,11 +368,16 @@ _E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 
 def _dequant(spec, ops, stored, k0, n0, defect) -> torch.Tensor:
-    """The model kernel's register dequant of one stored B tile: codes by the packing, w = (q - z) * s
+    """The model kernel's register dequant of one stored tile of the quantised operand, K along its
+    rows (A's transposed; n0 and "columns" are then A's rows): codes by the packing, w = (q - z) * s
     (float_offset: (q - c) * s + z) with the group's scale and zero point, in fp32 then rounded to
-    A's dtype ("operand": each step in A's dtype), with the planted dequant defect, if any."""
+    the MMA's dtype ("operand": each step in that dtype), with the planted dequant defect, if any."""
     raw = stored.view(torch.uint8).to(torch.int32)
-    packing = spec.b_packing
+    qop = spec.quant_op
+    qdtype, scale_dtype, zero_kind = (getattr(spec, f"{qop}_{f}") for f in ("dtype", "scales", "zeros"))
+    _, op_scales, op_zeros = ops.quant_kn(qop)
+    extent = spec.n if qop == "b" else spec.m
+    packing = getattr(spec, f"{qop}_packing")
     if defect == "dequant_plain_pairs":
         packing = "k_pairs_low_first"
     if packing == "k8_interleaved":  # each column's 4-byte little-endian words, 8 nibbles each
@@ -379,37 +397,37 @@ def _dequant(spec, ops, stored, k0, n0, defect) -> torch.Tensor:
         codes = torch.stack(pair, dim=1).reshape(2 * raw.shape[0], raw.shape[1])
     else:
         codes = raw
-    if spec.b_dtype == "int4":
+    if qdtype == "int4":
         q = torch.where(codes >= 8, codes - 16, codes).float()
-    elif spec.b_dtype == "uint4":
+    elif qdtype == "uint4":
         q = codes.float()
-    elif spec.b_dtype == "fp4_e2m1":
+    elif qdtype == "fp4_e2m1":
         q = torch.tensor(_E2M1)[codes & 7] * torch.where(codes & 8 > 0, -1.0, 1.0)
-    elif spec.b_dtype == "int8":
+    elif qdtype == "int8":
         q = torch.where(codes >= 128, codes - 256, codes).float()
     else:
-        q = codes.to(torch.uint8).view(DTYPES[spec.b_dtype].torch).float()
+        q = codes.to(torch.uint8).view(DTYPES[qdtype].torch).float()
     tk, tn = q.shape
-    groups = ops.b_scales.shape[0]
+    groups = op_scales.shape[0]
     g = (k0 + torch.arange(tk)) // spec.group_k
     gz = g
     if defect in ("dequant_group_index", "dequant_scale_group"):
         g = (g + 1) % groups
         if defect == "dequant_group_index":
             gz = g
-    cols = (n0 + torch.arange(tn)).clamp(max=spec.n - 1)
-    if spec.b_scales == "e8m0":
-        b = ops.b_scales.view(torch.uint8).to(torch.int64)
+    cols = (n0 + torch.arange(tn)).clamp(max=extent - 1)
+    if scale_dtype == "e8m0":
+        b = op_scales.view(torch.uint8).to(torch.int64)
         scales = torch.where(b == 255, float("nan"), torch.pow(2.0, (b - 127).double())).float()
     else:
-        scales = ops.b_scales.float()
+        scales = op_scales.float()
     s = scales[g[:, None], cols[None, :]]
-    z = torch.zeros_like(s) if ops.b_zeros is None else ops.b_zeros.float()[gz[:, None], cols[None, :]]
+    z = torch.zeros_like(s) if op_zeros is None else op_zeros.float()[gz[:, None], cols[None, :]]
     if defect == "dequant_zero_twice":
         z = 2 * z
-    out_t = DTYPES[spec.a_dtype].torch
-    if spec.b_zeros == "float_offset":  # w = (q - c) * s + z
-        t = q - (8.0 if spec.b_dtype == "uint4" else 0.0)
+    out_t = DTYPES[spec.mma_dtype].torch
+    if zero_kind == "float_offset":  # w = (q - c) * s + z
+        t = q - (8.0 if qdtype == "uint4" else 0.0)
         if spec.resolved_dequant_precision == "fp32":
             w = t * s + z
         else:
@@ -419,7 +437,7 @@ def _dequant(spec, ops, stored, k0, n0, defect) -> torch.Tensor:
     else:
         w = (q - z.to(out_t).float()).to(out_t).float() * s.to(out_t).float()
     w = w.to(out_t)
-    w[:, (n0 + torch.arange(tn)) >= spec.n] = 0
+    w[:, (n0 + torch.arange(tn)) >= extent] = 0
     return w
 
 

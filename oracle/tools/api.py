@@ -97,39 +97,45 @@ def _check_tensor(name: str, t: Any, scale: bool = False) -> None:
         raise SpecError(f"{name} has dtype {t.dtype}; a scale is a floating-point tensor")
 
 
-def _quant_fields(a: torch.Tensor, b: torch.Tensor, b_scales, b_zeros, fields: dict) -> dict:
-    """The ProblemSpec fields a quantised B's tensors imply (b_scales, b_zeros, b_group_size); the
-    zero points' form is their dtype's (int or float) unless `b_zeros_kind` names it (float_offset:
-    w = (q - c) * s + z)."""
+def _quant_fields(op: str, a: torch.Tensor, b: torch.Tensor, scales, zeros, fields: dict) -> dict:
+    """The ProblemSpec fields the quantised operand `op`'s tensors imply (<op>_scales, <op>_zeros,
+    <op>_group_size): B stored [K / per, N] with scales [K / group, N], or A stored [M, K / per]
+    with scales [M, K / group]; the zero points' form is their dtype's (int or float) unless
+    `<op>_zeros_kind` names it (float_offset: w = (q - c) * s + z)."""
     from kernels_ref.dtypes import ALL_TYPES, QUANT_B
 
-    _check_tensor("b_scales", b_scales)
-    bd = fields.get("b_dtype")
-    if bd not in QUANT_B:
-        raise SpecError(f"b_dtype={bd!r} is not allowed: a check with b_scales needs the stored type of B, one of "
-                        f"{', '.join(QUANT_B)}")
-    if b_scales.dim() != 2:
-        raise SpecError(f"b_scales must be 2-D [K / group, N], got {list(b_scales.shape)}")
-    k = a.shape[1] if a.dim() == 2 else 0
-    per = ALL_TYPES[bd].per_item
-    if b.dim() != 2 or b.shape[0] * per != k:
-        raise SpecError(f"b has shape {list(b.shape)}: a {bd} B of K = {k} is stored as [{k // per}, N]"
+    X, stored, kd = op.upper(), (a if op == "a" else b), (1 if op == "a" else 0)  # kd: K's dim of the stored tensor
+    _check_tensor(f"{op}_scales", scales)
+    qd = fields.get(f"{op}_dtype")
+    if qd not in QUANT_B:
+        raise SpecError(f"{op}_dtype={qd!r} is not allowed: a check with {op}_scales needs the stored type of {X}, one "
+                        f"of {', '.join(QUANT_B)}")
+    grid = "[M, K / group]" if op == "a" else "[K / group, N]"
+    if scales.dim() != 2:
+        raise SpecError(f"{op}_scales must be 2-D {grid}, got {list(scales.shape)}")
+    plain = b if op == "a" else a  # the float operand holds K whole
+    k = (plain.shape[0] if op == "a" else plain.shape[1]) if plain.dim() == 2 else 0
+    per = ALL_TYPES[qd].per_item
+    if stored.dim() != 2 or stored.shape[kd] * per != k:
+        shape = f"[M, {k // per}]" if op == "a" else f"[{k // per}, N]"
+        raise SpecError(f"{op} has shape {list(stored.shape)}: a {qd} {X} of K = {k} is stored as {shape}"
                         + (" (two k a byte)" if per > 1 else ""))
-    if b_scales.shape[1] != b.shape[1] or b_scales.shape[0] == 0 or k % b_scales.shape[0]:
-        raise SpecError(f"b_scales has shape {list(b_scales.shape)}: it must be [K / group, N] with N = {b.shape[1]} "
-                        f"and a number of groups that divides K = {k}")
-    sd = "e8m0" if b_scales.dtype in (torch.uint8, getattr(torch, "float8_e8m0fnu", None)) else _dtype("b_scales",
-                                                                                                          b_scales)
-    out = dict(b_scales=sd, b_group_size=k // b_scales.shape[0])
-    kind = fields.pop("b_zeros_kind", None)
-    if b_zeros is not None:
-        _check_tensor("b_zeros", b_zeros)
-        out["b_zeros"] = kind or ("float" if b_zeros.is_floating_point() else "int")
-        if out["b_zeros"] in ("float", "float_offset") and not b_zeros.is_floating_point():
-            raise SpecError(f"b_zeros has dtype {b_zeros.dtype}: b_zeros_kind={out['b_zeros']!r} zero points are "
-                            f"floats in the scales' dtype")
+    lines = stored.shape[1 - kd]
+    if scales.shape[1 - kd] != lines or scales.shape[kd] == 0 or k % scales.shape[kd]:
+        raise SpecError(f"{op}_scales has shape {list(scales.shape)}: it must be {grid} with "
+                        f"{'M' if op == 'a' else 'N'} = {lines} and a number of groups that divides K = {k}")
+    sd = "e8m0" if scales.dtype in (torch.uint8, getattr(torch, "float8_e8m0fnu", None)) else \
+        _dtype(f"{op}_scales", scales)
+    out = {f"{op}_scales": sd, f"{op}_group_size": k // scales.shape[kd]}
+    kind = fields.pop(f"{op}_zeros_kind", None)
+    if zeros is not None:
+        _check_tensor(f"{op}_zeros", zeros)
+        out[f"{op}_zeros"] = kind or ("float" if zeros.is_floating_point() else "int")
+        if out[f"{op}_zeros"] in ("float", "float_offset") and not zeros.is_floating_point():
+            raise SpecError(f"{op}_zeros has dtype {zeros.dtype}: {op}_zeros_kind={out[f'{op}_zeros']!r} zero points "
+                            f"are floats in the scales' dtype")
     elif kind is not None:
-        raise SpecError(f"b_zeros_kind={kind!r} was given without b_zeros")
+        raise SpecError(f"{op}_zeros_kind={kind!r} was given without {op}_zeros")
     return out
 
 
@@ -153,7 +159,7 @@ def _stored_scales(t: torch.Tensor) -> torch.Tensor:
 
 
 def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bias=None, scale_a=None, scale_b=None,
-               b_scales=None, b_zeros=None, **fields) -> ProblemSpec:
+               b_scales=None, b_zeros=None, a_scales=None, a_zeros=None, **fields) -> ProblemSpec:
     """The ProblemSpec a check of these tensors describes; `fields` override or add ProblemSpec fields.
     Every argument is checked first: a SpecError names the one that is not a dense, real tensor
     with values (meta, sparse, complex, bool and non-tensors are refused), or does not fit. The
@@ -167,23 +173,30 @@ def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bia
         if t.dim() != 2:
             raise SpecError(f"{name} must be a 2-D torch.Tensor (A [M, K], B [K, N], D [M, N]), got "
                             f"{list(t.shape)}")
-    quant = {}
-    if b_scales is not None:
-        quant = _quant_fields(a, b, b_scales, b_zeros, fields)
-    elif b_zeros is not None:
-        raise SpecError("b_zeros was given without b_scales: a quantised B needs its scales")
-    elif "b_zeros_kind" in fields:
-        raise SpecError("b_zeros_kind was given without b_scales and b_zeros: it names a quantised B's zero points")
+    quant, qop = {}, None
+    if a_scales is not None and b_scales is not None:
+        raise SpecError("a_scales and b_scales were both given: exactly one operand may be quantised")
+    for op, sc, zs in (("a", a_scales, a_zeros), ("b", b_scales, b_zeros)):
+        if sc is not None:
+            quant, qop = _quant_fields(op, a, b, sc, zs, fields), op
+        elif zs is not None:
+            raise SpecError(f"{op}_zeros was given without {op}_scales: a quantised {op.upper()} needs its scales")
+        elif f"{op}_zeros_kind" in fields:
+            raise SpecError(f"{op}_zeros_kind was given without {op}_scales and {op}_zeros: it names a quantised "
+                            f"{op.upper()}'s zero points")
     (m, k), (k2, n) = a.shape, b.shape
-    if quant:
+    if qop == "b":
         k2 = k
+    elif qop == "a":
+        k = k2
     if k2 != k:
         raise SpecError(f"b has {k2} rows but a has {k} columns: A is [M, K] and B is [K, N]")
     if tuple(d.shape) != (m, n):
         raise SpecError(f"d has shape {list(d.shape)}, A @ B is [{m}, {n}]")
-    kw: dict[str, Any] = dict(m=m, n=n, k=k, a_dtype=_dtype("a", a), b_dtype=fields.pop("b_dtype") if quant else
-                              _dtype("b", b), out_dtype=_dtype("d", d), **quant)
-    if kw["a_dtype"] == "int8":
+    kw: dict[str, Any] = dict(m=m, n=n, k=k, a_dtype=fields.pop("a_dtype") if qop == "a" else _dtype("a", a),
+                              b_dtype=fields.pop("b_dtype") if qop == "b" else _dtype("b", b), out_dtype=_dtype("d", d),
+                              **quant)
+    if kw["a_dtype"] == "int8" and qop is None:
         kw["acc_dtype"] = "int32"
     if c is not None:
         kw.update(c_dtype=_dtype("c", c), beta=fields.pop("beta", 1.0))
@@ -206,15 +219,17 @@ def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bia
 
 
 def recording_of(a, b, d, *, c=None, bias=None, scale_a=None, scale_b=None, b_scales=None, b_zeros=None,
-                 kernel: str = "check", **fields) -> Recording:
+                 a_scales=None, a_zeros=None, kernel: str = "check", **fields) -> Recording:
     """An output-only recording of D = f(A, B, ...) for the differential (no taps)."""
     spec = problem_of(a, b, d, c=c, bias=bias, scale_a=scale_a, scale_b=scale_b, b_scales=b_scales, b_zeros=b_zeros,
-                      **fields)
+                      a_scales=a_scales, a_zeros=a_zeros, **fields)
     ops = Operands(a=a.detach(), b=b.detach(), c=None if c is None else c.detach(),
                    bias=None if bias is None else bias.detach().reshape(-1),
                    scale_a=_scale_of(scale_a, spec.scale_a.kind), scale_b=_scale_of(scale_b, spec.scale_b.kind),
                    b_scales=None if b_scales is None else _stored_scales(b_scales.detach()),
-                   b_zeros=None if b_zeros is None else b_zeros.detach())
+                   b_zeros=None if b_zeros is None else b_zeros.detach(),
+                   a_scales=None if a_scales is None else _stored_scales(a_scales.detach()),
+                   a_zeros=None if a_zeros is None else a_zeros.detach())
     rec = Recording(spec=spec, operands=ops, output=d.detach(), provenance=Provenance("captured"), kernel=kernel)
     rec.validate()
     return rec
@@ -223,7 +238,8 @@ def recording_of(a, b, d, *, c=None, bias=None, scale_a=None, scale_b=None, b_sc
 def check(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c: Optional[torch.Tensor] = None,
           bias: Optional[torch.Tensor] = None, scale_a: Optional[torch.Tensor] = None,
           scale_b: Optional[torch.Tensor] = None, b_scales: Optional[torch.Tensor] = None,
-          b_zeros: Optional[torch.Tensor] = None, **problem_fields) -> Report:
+          b_zeros: Optional[torch.Tensor] = None, a_scales: Optional[torch.Tensor] = None,
+          a_zeros: Optional[torch.Tensor] = None, **problem_fields) -> Report:
     """Judge an output D of a GEMM-like op against the oracle's reference and bounds, tile by tile.
 
     A [M, K], B [K, N] (logical; any strides), D [M, N], torch tensors on any device; C [M, N],
@@ -237,11 +253,14 @@ def check(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c: Optional[torc
     for every engine measured; `python -m oracle verify` picks it for torch ops). A quantised B:
     B as stored, with `b_scales` (and `b_zeros`; `b_zeros_kind="float_offset"` for zero points added
     after the scale, w = (q - c) * s + z, as torch's tinygemm int4 kernel computes) and the fields
-    b_dtype and b_packing (module docstring). Raises SpecError / RecordingError for tensors that do not make a problem."""
+    b_dtype and b_packing (module docstring). A quantised A (the swapped problem of a mixed-input
+    kernel) is the same with A as stored [M, K / per], `a_scales` / `a_zeros` [M, K / group],
+    `a_zeros_kind`, a_dtype and a_packing, beside an fp16 / bf16 B. Raises SpecError /
+    RecordingError for tensors that do not make a problem."""
     from oracle.judging.differential import analyze
 
     rec = recording_of(a, b, d, c=c, bias=bias, scale_a=scale_a, scale_b=scale_b, b_scales=b_scales,
-                       b_zeros=b_zeros, **problem_fields)
+                       b_zeros=b_zeros, a_scales=a_scales, a_zeros=a_zeros, **problem_fields)
     return Report(analyze(rec))
 
 

@@ -94,15 +94,17 @@ def reference_paths(spec: ProblemSpec, ops: Operands) -> tuple[list[PathTiming],
     dev = torch.device("cuda")
     o = ops.to(dev)
     paths, notes = [], []
-    if spec.quantised_b:  # the peers multiply the dequantised B: they time the GEMM without its dequant
+    q = spec.quant_op
+    if q is not None:  # the peers multiply the dequantised operand: they time the GEMM without its dequant
         import dataclasses
 
         from kernels_ref.dequant import dequant_operand
 
-        o = dataclasses.replace(o, b=dequant_operand(o.b, o.b_scales, o.b_zeros, spec.dequant_config), b_scales=None,
-                                b_zeros=None)
-        notes.append(f"B ({spec.b_dtype}) was dequantised before the peers ran: they time the {spec.a_dtype} GEMM "
-                     f"alone")
+        w = dequant_operand(*o.quant_kn(q), spec.dequant_config)
+        o = dataclasses.replace(o, **{q: w.t().contiguous() if q == "a" else w, f"{q}_scales": None,
+                                      f"{q}_zeros": None})
+        notes.append(f"{q.upper()} ({getattr(spec, f'{q}_dtype')}) was dequantised before the peers ran: they time "
+                     f"the {spec.mma_dtype} GEMM alone")
     ep = Epilogue(alpha=spec.alpha, beta=spec.beta, bias_axis=None if spec.bias == "none" else spec.bias,
                   activation=spec.activation, out_dtype=spec.out_dtype, saturate=spec.saturate,
                   graph=tuple(n.token for n in spec.epilogue_nodes))
@@ -129,14 +131,14 @@ def reference_paths(spec: ProblemSpec, ops: Operands) -> tuple[list[PathTiming],
 
 
 def _cublas_path(spec: ProblemSpec, o: Operands) -> PathTiming:
-    a, b = o.a, o.b
-    if spec.a_dtype in ("e4m3", "e5m2"):
+    a, b = o.a, o.b  # a quantised operand already dequantised (reference_paths): both in spec.mma_dtype
+    if spec.mma_dtype in ("e4m3", "e5m2"):
         one = torch.ones((), device=a.device, dtype=torch.float32)
         bt = b.t().contiguous().t()  # column-major B, as cuBLASLt wants
         return _timed("cublas", spec, lambda: torch._scaled_mm(a, bt, scale_a=one, scale_b=one,
                                                                out_dtype=torch.bfloat16, use_fast_accum=True),
                       "cuBLASLt _scaled_mm, fast accumulation, GEMM only")
-    if spec.a_dtype == "int8":
+    if spec.mma_dtype == "int8":
         return _timed("cublas", spec, lambda: torch._int_mm(a, b), "cuBLAS int8 GEMM only")
     prev = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32, not TF32

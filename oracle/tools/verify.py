@@ -21,9 +21,11 @@ for fp8) under the oracle's timing discipline (oracle.tools.timing). A sweep (TO
                                        # "scaled_mm_block": the same with DeepSeek-style fp8 block scales,
                                        #   scale_a [M, K/128] (M-major), scale_b [K/128, N/128]
                                        # "w4a16" op(a, b, b_scales, b_zeros): a quantised B as stored
+                                       #   (a quant table of a_* fields: op(a, b, a_scales, a_zeros),
+                                       #   a quantised A as stored [M, K / per] beside a `dtype` B)
     fast_accum = false                 # scaled_mm only
     quant = { b_dtype = "int4", b_packing = "k_pairs_low_first", b_group_size = 128, b_scales = "fp16",
-              b_zeros = "int" }        # w4a16 only: the stored B (oracle.problem.spec's b_* fields)
+              b_zeros = "int" }        # w4a16 only: the stored operand (oracle.problem.spec's b_* or a_* fields)
 
 or `--shape MxNxK` (repeatable) and `--dtype`. Results: one JSON line per case (`--jsonl`), a
 progress line per case on stderr, a table; `--shard i/n` keeps cases i, i+n, ...; with several
@@ -44,7 +46,8 @@ from oracle.run.case import CaseError, read_toml
 CASE_KEYS = ("name", "m", "n", "k", "dtype", "out_dtype", "b_major", "fields", "call", "fast_accum", "seed",
              "time", "quant")
 CALLS = ("matmul", "scaled_mm", "scaled_mm_block", "w4a16")
-QUANT_KEYS = ("b_dtype", "b_packing", "b_group_size", "b_scales", "b_zeros", "dequant_precision")
+QUANT_FIELDS = ("dtype", "packing", "group_size", "scales", "zeros")
+QUANT_KEYS = tuple(f"{op}_{f}" for op in "ba" for f in QUANT_FIELDS) + ("dequant_precision",)
 DTYPES = ("fp32", "fp16", "bf16", "e4m3", "int8")
 
 
@@ -62,7 +65,7 @@ class VerifyCase:
     fast_accum: bool = False
     seed: int = 0
     time: bool = True
-    quant: dict = field(default_factory=dict)  # w4a16: the stored B's fields (QUANT_KEYS)
+    quant: dict = field(default_factory=dict)  # w4a16: the stored operand's fields (QUANT_KEYS)
 
     def __post_init__(self) -> None:
         where = f"verify case {self.name!r}"
@@ -83,7 +86,14 @@ class VerifyCase:
         if (self.call == "w4a16") != bool(self.quant):
             raise CaseError(f"{where}: call 'w4a16' takes a quant table (b_dtype, b_scales, ...), and only it does")
         if self.call == "w4a16" and self.dtype not in ("fp16", "bf16"):
-            raise CaseError(f"{where}: a w4a16 call takes an fp16 or bf16 A, not {self.dtype!r}")
+            raise CaseError(f"{where}: a w4a16 call takes an fp16 or bf16 float operand, not {self.dtype!r}")
+        if len({key[0] for key in self.quant if key != "dequant_precision"}) > 1:
+            raise CaseError(f"{where}: quant names fields of both a_* and b_*: exactly one operand is quantised")
+
+    @property
+    def quant_op(self) -> str:
+        """The quantised operand of a w4a16 case: "a" when its quant table holds a_* fields, else "b"."""
+        return "a" if any(key.startswith("a_") for key in self.quant) else "b"
         if self.call == "scaled_mm_block" and self.dtype != "e4m3":
             raise CaseError(f"{where}: a block-scaled call takes e4m3 operands, not {self.dtype!r}")
 
@@ -165,12 +175,12 @@ def _operands(vc: VerifyCase, device: str):
 
 
 def quant_spec(vc: VerifyCase):
-    """The problem of a w4a16 case (its stored B from `quant`)."""
+    """The problem of a w4a16 case (its stored operand from `quant`, the other in `dtype`)."""
     from oracle.problem.spec import ProblemSpec, SpecError
 
     try:
-        return ProblemSpec(vc.m, vc.n, vc.k, a_dtype=vc.dtype, out_dtype=_out_dtype(vc), tile=_quant_tile(vc),
-                           **vc.quant)
+        return ProblemSpec(vc.m, vc.n, vc.k, **{f"{'b' if vc.quant_op == 'a' else 'a'}_dtype": vc.dtype},
+                           out_dtype=_out_dtype(vc), tile=_quant_tile(vc), **vc.quant)
     except SpecError as e:
         raise CaseError(f"verify case {vc.name!r}: quant: {e}") from None
 
@@ -178,16 +188,19 @@ def quant_spec(vc: VerifyCase):
 def _quant_tile(vc: VerifyCase):
     from oracle.problem.spec import Tile
 
-    g = vc.quant.get("b_group_size") or vc.k
+    g = vc.quant.get(f"{vc.quant_op}_group_size") or vc.k
     return Tile(128, 128, 64 if vc.k % 64 == 0 else (g if vc.k % g == 0 else vc.k))
 
 
 def _quant_operands(vc: VerifyCase, device: str):
-    """A (drawn as the oracle's random ladder), the stored B, its scales and zero points, on `device`."""
+    """A and B (the float one drawn as the oracle's random ladder, the quantised one as stored), the
+    quantised operand's scales and zero points, on `device`."""
     from oracle.run.inputs import make_operands
 
     ops = make_operands(quant_spec(vc), "random", vc.seed)
-    return tuple(None if t is None else t.to(device) for t in (ops.a, ops.b, ops.b_scales, ops.b_zeros))
+    q = vc.quant_op
+    return tuple(None if t is None else t.to(device)
+                 for t in (ops.a, ops.b, getattr(ops, f"{q}_scales"), getattr(ops, f"{q}_zeros")))
 
 
 def _block_scales(vc: VerifyCase, device: str):
@@ -283,12 +296,14 @@ def run_case(op: Callable, vc: VerifyCase) -> dict:
         kw = dict(default_numerics(vc), **vc.fields)
         row["numerics_fields"] = {k: v for k, v in kw.items() if k in ("acc_model", "reduction", "acc_dtype")}
         if vc.call == "w4a16":
-            a, b, b_scales, b_zeros = _quant_operands(vc, dev)
-            scales = (b_scales, b_zeros)
-            extra = dict(b_scales=b_scales, b_zeros=b_zeros, b_dtype=vc.quant["b_dtype"],
-                         b_packing=vc.quant.get("b_packing"), dequant_precision=vc.quant.get("dequant_precision"))
-            if b_zeros is not None:  # its form (float_offset is not told by the zero points' dtype)
-                extra["b_zeros_kind"] = vc.quant["b_zeros"]
+            q = vc.quant_op
+            a, b, q_scales, q_zeros = _quant_operands(vc, dev)
+            scales = (q_scales, q_zeros)
+            extra = {f"{q}_scales": q_scales, f"{q}_zeros": q_zeros, f"{q}_dtype": vc.quant[f"{q}_dtype"],
+                     f"{q}_packing": vc.quant.get(f"{q}_packing"),
+                     "dequant_precision": vc.quant.get("dequant_precision")}
+            if q_zeros is not None:  # its form (float_offset is not told by the zero points' dtype)
+                extra[f"{q}_zeros_kind"] = vc.quant[f"{q}_zeros"]
         else:
             a, b = _operands(vc, dev)
             if vc.call == "scaled_mm":
@@ -320,11 +335,15 @@ def _time(op, vc: VerifyCase, a, b, scales) -> dict:
 
     flops = gemm_flops(vc.m, vc.n, vc.k)
     mine = time_gpu(lambda: _call(op, vc, a, b, scales))
-    if vc.call == "w4a16":  # the same GEMM with B already dequantised, through cuBLAS
+    if vc.call == "w4a16":  # the same GEMM with the quantised operand already dequantised, through cuBLAS
         from kernels_ref import dequant as ref_dequant
+        from oracle.run.inputs import Operands
 
-        w = ref_dequant.dequant_operand(b, scales[0], scales[1], quant_spec(vc).dequant_config)
-        peer_name, peer = "cuBLAS matmul on the dequantised B", time_gpu(lambda: torch.matmul(a, w))
+        q = vc.quant_op
+        ops = Operands(a=a, b=b, **{f"{q}_scales": scales[0], f"{q}_zeros": scales[1]})
+        w = ref_dequant.dequant_operand(*ops.quant_kn(q), quant_spec(vc).dequant_config)
+        x, y = (w.t(), b) if q == "a" else (a, w)
+        peer_name, peer = f"cuBLAS matmul on the dequantised {q.upper()}", time_gpu(lambda: torch.matmul(x, y))
     elif vc.call == "scaled_mm" or vc.dtype == "e4m3":
         s = scales if vc.call == "scaled_mm" else None
         s = s or (torch.ones((), device=a.device), torch.ones((), device=a.device))

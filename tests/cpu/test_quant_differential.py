@@ -17,6 +17,8 @@ from oracle.problem.spec import ProblemSpec, SpecError, Tile
 from oracle.report.table import sentence
 from oracle.run.inputs import Provenance, make_operands
 from oracle.run.simulate import Injection, simulate
+from quant_checks import (DEFECT_HINTS, assert_dequant_finding, assert_kernel_fed_match, assert_draft_without_load, assert_verify_tells_the_nibble_order,
+                          int4_low_first, model_analysis, with_stored_byte_flipped)
 
 SPEC = ProblemSpec(16, 64, 128, a_dtype="fp16", b_dtype="int4", out_dtype="fp16", b_packing="k_pairs_low_first",
                    b_group_size=32, b_scales="fp16", b_zeros="int", tile=Tile(16, 32, 32))
@@ -29,49 +31,24 @@ def ops():
 
 
 def _run(ops, defect=None, *, drop=()):
-    inj = None if defect is None else Injection(defect, TILE, KB)
-    rec = simulate(SPEC, ops, Provenance("index"), injection=inj, tap_tiles=[TILE])
-    if drop:
-        rec = rec.__class__(**{**rec.__dict__, "taps": tuple(t for t in rec.taps if t.stage not in drop)})
-    return analyze(rec)
+    return model_analysis(SPEC, ops, TILE, KB, defect, drop=drop)
 
 
 def test_correct_w4a16_matches(ops):
     an = _run(ops)
-    assert an.verdict is Verdict.MATCH, [(s.name, s.teacher_forced.status, s.chained.status) for s in an.stages]
+    assert_kernel_fed_match(an, "b")
     names = [s.name for s in an.stages]
     assert names.index("load_b") + 1 == names.index("dequant_b") == names.index("mma") - 1
-    deq = next(s for s in an.stages if s.name == "dequant_b")
-    assert deq.teacher_forced.status.value == "MATCH" and deq.teacher_forced.evidence.feeds[0].value == "kernel tap"
-    mma = next(s for s in an.stages if s.name == "mma")
-    assert mma.teacher_forced.status.value == "MATCH" and not mma.teacher_forced.evidence.stand_ins
 
 
-@pytest.mark.parametrize("defect,says", [
-    ("dequant_nibble_order", r"the other nibble of its byte \(k = \d+\): the nibble order is swapped"),
-    ("dequant_group_index", r"the scale and zero point of group 3: a wrong group index"),
-    ("dequant_zero_twice", r"the zero point applied twice"),
-    ("dequant_scale_group", r"the scale of group 3"),
-])
+@pytest.mark.parametrize("defect,says", DEFECT_HINTS)
 def test_each_dequant_defect_is_named_at_dequant_b(ops, defect, says):
-    an = _run(ops, defect)
-    f = an.first
-    assert an.verdict is Verdict.DIVERGED and f.stage == "dequant_b" and an.kind is Kind.VERDICT, sentence(an)
-    assert (f.tile, f.k_block) == (TILE, KB) and f.comparison == "teacher_forced"
-    k = f.element[0]
-    assert KB * 32 <= k < (KB + 1) * 32 and k // 32 == 2
-    text = sentence(an)
-    assert f"dequant_b at tile {TILE}, k-block {KB}" in text and "VERDICT" in text
-    assert f"scale group 2 (k 64..95)" in text, text
-    assert re.search(says, text), text
-    assert "mma" in an.diagnosis.inherited  # downstream of the dequant, not blamed
+    f, _ = assert_dequant_finding(_run(ops, defect), "b", TILE, KB, 32, 32, says)
+    assert f.element[0] // 32 == 2  # group 2 of B (k 64..95)
 
 
 def test_an_untapped_load_makes_the_dequant_finding_a_draft(ops):
-    an = _run(ops, "dequant_zero_twice", drop=("load_b",))
-    f = an.first
-    assert f.stage == "dequant_b" and an.kind is Kind.DRAFT
-    assert ("load_b", TILE, KB) in f.stand_ins and any("load_b" in m for m in f.missing)
+    assert_draft_without_load(_run(ops, "dequant_zero_twice", drop=("load_b",)), "b", TILE, KB)
 
 
 def test_a_correct_output_of_a_packed_b_is_checked_output_only():
@@ -130,9 +107,7 @@ def test_w4a16_accumulates_with_the_models_of_its_fp16_operands():
 
 def _w4a16_op(a, b, b_scales, b_zeros):
     """A W4A16 op in plain torch (low nibble first, fp32 dequant, fp32 accumulation)."""
-    lo, hi = (b & 0xF).to(torch.int32), (b >> 4).to(torch.int32)
-    q = torch.stack([lo, hi], dim=1).reshape(2 * b.shape[0], b.shape[1])
-    q = torch.where(q >= 8, q - 16, q).float()
+    q = int4_low_first(b, 0)
     g = torch.arange(q.shape[0]) // (q.shape[0] // b_scales.shape[0])
     w = ((q - b_zeros.float()[g]) * b_scales.float()[g]).to(a.dtype)
     return (a.float() @ w.float()).to(a.dtype)
@@ -140,14 +115,11 @@ def _w4a16_op(a, b, b_scales, b_zeros):
 
 def test_verify_runs_a_w4a16_op():
     from oracle.run.case import CaseError
-    from oracle.tools.verify import VerifyCase, run_case
+    from oracle.tools.verify import VerifyCase
 
     quant = dict(b_dtype="int4", b_packing="k_pairs_low_first", b_group_size=64, b_scales="fp16", b_zeros="int")
-    row = run_case(_w4a16_op, VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16", quant=quant, time=False))
-    assert row["verdict"] == "MATCH", row
-    row = run_case(_w4a16_op, VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16",
-                                         quant={**quant, "b_packing": "k_pairs_high_first"}, time=False))
-    assert row["verdict"] == "DIVERGED", row
+    assert_verify_tells_the_nibble_order(_w4a16_op, dict(name="w4", m=8, n=64, k=256, dtype="fp16"), quant,
+                                         "b_packing")
     with pytest.raises(CaseError, match="takes a quant table"):
         VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16")
     with pytest.raises(CaseError, match="quant must be a table"):
@@ -155,16 +127,8 @@ def test_verify_runs_a_w4a16_op():
 
 
 def test_a_wrong_stored_byte_is_named_at_load_b(ops):
-    inj = None
-    rec = simulate(SPEC, ops, Provenance("index"), injection=inj, tap_tiles=[TILE])
-    taps = []
-    for t in rec.taps:
-        if (t.stage, t.k_block) == ("load_b", 1):
-            v = t.values.clone()
-            v[3, 5] ^= 0x0F  # the kernel's copy of one byte differs from global memory
-            t = t.__class__(t.stage, t.tile, v, k_block=t.k_block, slot=t.slot)
-        taps.append(t)
-    an = analyze(rec.__class__(**{**rec.__dict__, "taps": tuple(taps)}))
+    rec = simulate(SPEC, ops, Provenance("index"), tap_tiles=[TILE])
+    an = analyze(with_stored_byte_flipped(rec, "b", 1, (3, 5)))  # the kernel's copy of one byte differs from memory
     assert an.verdict is Verdict.DIVERGED and an.first.stage == "load_b" and an.first.k_block == 1, sentence(an)
     assert an.kind is Kind.VERDICT and an.first.element_in_tile == (3, 5)
 
@@ -179,8 +143,7 @@ def ops_k8():
 
 
 def _run_k8(ops, defect=None):
-    inj = None if defect is None else Injection(defect, TILE, KB)
-    return analyze(simulate(SPEC_K8, ops, Provenance("index"), injection=inj, tap_tiles=[TILE]))
+    return model_analysis(SPEC_K8, ops, TILE, KB, defect)
 
 
 def test_a_k8_interleaved_kernel_matches(ops_k8):

@@ -1,7 +1,7 @@
 """The whole differential: every stage's references run on the recording, in pipeline order, then
 the first divergence and what the report may claim about it.
 
-descriptor -> load -> (dequant, for a quantised B) -> mma -> epilogue sub-steps -> store, each compared
+descriptor -> load -> (dequant, for a quantised A or B) -> mma -> epilogue sub-steps -> store, each compared
 teacher-forced (fed with
 the kernel's own upstream tap) and chained (fed with the reference pipeline); the Triton
 references are cross-checked against their float64 host specs on a few tiles of every run.

@@ -10,10 +10,12 @@ accumulator and epilogue elements inside M x N: the rest is padding that feeds n
 the kernel recorded it, and every element that fed it on the teacher-forcing side was recorded
 too. Elements past K are compared: they do feed the sum.
 
-A quantised B (oracle.problem.spec b_scales): `b` is the reference's dequantised B (the operand
-the MMA reads, in a_dtype, kernels_ref.dequant), `b_stored` what the problem stores (codes, packed
-two a byte for a 4-bit type), with `b_scales` and `b_zeros`; `stored_tile` is the load stage's
-reference, `ref_tile("b", ...)` the MMA's.
+A quantised operand (oracle.problem.spec b_scales or a_scales; `quant_op` names it): `a` or `b` is
+the reference's dequantised operand (the one the MMA reads, in the other operand's dtype,
+kernels_ref.dequant); `q_stored`, `q_scales` and `q_zeros` are what the problem stores (codes,
+packed two a byte for a 4-bit type), held with K along the rows as kernels_ref.dequant reads them
+(B's as stored, A's transposed: `orient` turns a tile between the two); `stored_tile` is the load
+stage's reference in that orientation, `ref_tile(op, ...)` the MMA's.
 """
 
 from __future__ import annotations
@@ -119,13 +121,18 @@ class Context:
         self.rec, self.spec, self.dev = rec, rec.spec, device
         ops = rec.operands.to(device)
         self.a, self.b, self.c = ops.a, ops.b, ops.c
-        self.quant = rec.spec.dequant_config  # None unless B is quantised
-        self.b_stored, self.b_scales, self.b_zeros = None, ops.b_scales, ops.b_zeros
+        self.quant = rec.spec.dequant_config  # None unless an operand is quantised
+        self.quant_op = rec.spec.quant_op
+        self.q_stored = self.q_scales = self.q_zeros = None
         if self.quant is not None:
             from kernels_ref import dequant as ref_dequant
 
-            self.b_stored = ops.b
-            self.b = ref_dequant.dequant_operand(ops.b, ops.b_scales, ops.b_zeros, self.quant)
+            self.q_stored, self.q_scales, self.q_zeros = ops.quant_kn(self.quant_op)
+            w = self.orient(ref_dequant.dequant_operand(self.q_stored, self.q_scales, self.q_zeros, self.quant))
+            if self.quant_op == "a":
+                self.a = w.contiguous()
+            else:
+                self.b = w
         self.bias = ops.bias.float() if ops.bias is not None else None
         spec = self.spec
         self.row_scale = ops.scale_a.float() if spec.scale_a.kind == "row" else None
@@ -340,8 +347,9 @@ class Context:
         tm, tn = tile
         if stage.endswith("_a"):
             return tm * self.bm, (k_block or 0) * self.bk
-        if stage == "load_b" and self.quant is not None and self.quant.packed:  # stored rows: two k a byte
-            return (k_block or 0) * self.bk // 2, tn * self.bn
+        if self.quant is not None and self.quant.packed and stage == f"load_{self.quant_op}":  # two k a byte
+            kq = (k_block or 0) * self.bk // 2
+            return (tm * self.bm, kq) if self.quant_op == "a" else (kq, tn * self.bn)
         if stage.endswith("_b"):
             return (k_block or 0) * self.bk, tn * self.bn
         return tm * self.bm, tn * self.bn
@@ -392,18 +400,25 @@ class Context:
             self._ref_tiles[(op, idx, kb)] = t
 
     def mma_stage_of(self, op: str) -> str:
-        """The stage whose tap is the MMA's operand: dequant_b for a quantised B, else load_<op>."""
-        return "dequant_b" if op == "b" and self.quant is not None else f"load_{op}"
+        """The stage whose tap is the MMA's operand: dequant_<op> for the quantised operand, else load_<op>."""
+        return f"dequant_{op}" if op == self.quant_op else f"load_{op}"
+
+    def orient(self, t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """A tile of the quantised operand turned between its own orientation and K along the rows
+        (kernels_ref.dequant's): A's transposed (its own inverse), B's as it is."""
+        return t.t() if t is not None and self.quant_op == "a" else t
 
     def stored_tile(self, tile: tuple[int, int], kb: int) -> torch.Tensor:
-        """A quantised B's stored tile as the problem holds it ([BK / per_byte, BN], zero past K and N):
-        what a correct load_b tap holds."""
+        """The quantised operand's stored tile as the problem holds it, K along the rows ([BK / per_byte,
+        BN] of B, or A's [BM, BK / per_byte] transposed; zero past K and the operand's rows or
+        columns): what a correct load tap holds, oriented (orient)."""
         per = 2 if self.quant.packed else 1
         rows = self.bk // per
-        r0, c0 = kb * rows, tile[1] * self.bn
-        src = self.b_stored
-        out = torch.zeros(rows, self.bn, dtype=src.dtype, device=self.dev)
-        part = src[r0:r0 + rows, c0:c0 + self.bn]
+        width = self.bm if self.quant_op == "a" else self.bn
+        r0, c0 = kb * rows, tile[0 if self.quant_op == "a" else 1] * width
+        src = self.q_stored
+        out = torch.zeros(rows, width, dtype=src.dtype, device=self.dev)
+        part = src[r0:r0 + rows, c0:c0 + width]
         out[:part.shape[0], :part.shape[1]] = part
         return out
 

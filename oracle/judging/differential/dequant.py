@@ -1,8 +1,9 @@
-"""The dequant stage of a quantised B: the tile the MMA reads, (q - z) * s in a_dtype (or the
-float_offset form (q - c) * s + z), per k-block.
+"""The dequant stage of the quantised operand (dequant_b of a quantised B, dequant_a of a quantised
+A): the tile the MMA reads, (q - z) * s in the other operand's dtype (or the float_offset form
+(q - c) * s + z), per k-block.
 
-- teacher-forced: against the reference dequant (kernels_ref.dequant) of the kernel's own load_b tap
-  of the same k-block (its stored bytes); where load_b was not tapped, the input's stored tile stands
+- teacher-forced: against the reference dequant (kernels_ref.dequant) of the kernel's own load tap
+  of the same k-block (its stored bytes); where the load was not tapped, the input's stored tile stands
   in for it (named: its finding is a draft). An element is compared only if the kernel recorded the
   byte that holds it.
 - chained: against the reference dequant of the input's stored tile.
@@ -30,7 +31,7 @@ def dequant_stage(ctx: Context, op: str) -> StageResult:
     taps = ctx.taps_of(stage)
     if not taps:
         return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
-    cfg = ctx.quant
+    cfg, o = ctx.quant, ctx.orient
     per = 2 if cfg.packed else 1
     tf, ch = [], []
     for tap in taps:
@@ -38,27 +39,27 @@ def dequant_stage(ctx: Context, op: str) -> StageResult:
         recorded = ctx.recorded(tap)
         valid = ctx.valid_mask(stage, tap.tile, tuple(received.shape))
         ctx.note_padding(stage, valid, recorded)
-        k0, n0 = tap.k_block * ctx.bk, tap.tile[1] * ctx.bn
+        k0, n0 = tap.k_block * ctx.bk, (tap.tile[0] * ctx.bm if op == "a" else tap.tile[1] * ctx.bn)
         where = dict(origin=ctx.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
         stored = ctx.stored_tile(tap.tile, tap.k_block)
-        ref = ref_dequant.dequant(stored, ctx.b_scales, ctx.b_zeros, cfg, k0=k0, n0=n0)
+        ref = o(ref_dequant.dequant(stored, ctx.q_scales, ctx.q_zeros, cfg, k0=k0, n0=n0))
         ch.append(ctx.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded,
-                            bound=_bound(ctx, stored, k0, n0), **where))
-        up = ctx.tap("load_b", tap.tile, tap.k_block, tap.partial)
+                            bound=o(_bound(ctx, stored, k0, n0)), **where))
+        up = ctx.tap(f"load_{op}", tap.tile, tap.k_block, tap.partial)
         if up is not None:
-            own = up.values.to(ctx.dev)
+            own = o(up.values.to(ctx.dev))
             if own.dtype != stored.dtype:
                 own = own.view(stored.dtype)
-            fed = ref_dequant.dequant(own, ctx.b_scales, ctx.b_zeros, cfg, k0=k0, n0=n0)
-            upstream = ctx.recorded(up)
+            fed = o(ref_dequant.dequant(own, ctx.q_scales, ctx.q_zeros, cfg, k0=k0, n0=n0))
+            marks = o(ctx.recorded(up))  # the load's recorded bytes, K along the rows
             if cfg.packed:  # a byte's mark covers the k it holds
-                upstream = upstream[_byte_rows(upstream.shape[0] * per, cfg.packing).to(upstream.device)]
-            tf.append(ctx.judge(received, fed, feed=Feed.KERNEL, valid=valid, recorded=recorded, upstream=upstream,
-                                bound=_bound(ctx, own, k0, n0), **where))
+                marks = marks[_byte_rows(marks.shape[0] * per, cfg.packing).to(marks.device)]
+            tf.append(ctx.judge(received, fed, feed=Feed.KERNEL, valid=valid, recorded=recorded, upstream=o(marks),
+                                bound=o(_bound(ctx, own, k0, n0)), **where))
         else:
             tf.append(ctx.judge(received, ref, feed=Feed.STAND_IN, valid=valid, recorded=recorded,
-                                bound=_bound(ctx, stored, k0, n0), stand_ins=(("load_b", tap.tile, tap.k_block),),
-                                **where))
+                                bound=o(_bound(ctx, stored, k0, n0)),
+                                stand_ins=((f"load_{op}", tap.tile, tap.k_block),), **where))
     return StageResult(stage, combine(tf), combine(ch))
 
 
@@ -68,14 +69,15 @@ def _byte_rows(tk: int, packing: str) -> torch.Tensor:
 
 
 def _fields(ctx: Context, stored: torch.Tensor, k0: int, n0: int):
-    """q, z, s (float64, CPU) of every element of a stored tile whose first element is (k0, n0)."""
+    """q, z, s (float64, CPU) of every element of a stored tile (K along the rows) whose first element
+    is (k0, n0)."""
     cfg = ctx.quant
     q = ref_dequant.values_of_codes(ref_dequant.unpack_host(stored.cpu(), cfg), cfg.dtype)
     tk, tn = q.shape
-    g = ((k0 + torch.arange(tk)) // cfg.group_size).clamp(max=ctx.b_scales.shape[0] - 1)
-    col = (n0 + torch.arange(tn)).clamp(max=ctx.b_scales.shape[1] - 1)
-    s = ref_dequant.scale_values_host(ctx.b_scales.cpu(), cfg.scale_dtype)[g[:, None], col[None, :]]
-    z = torch.zeros_like(s) if cfg.zeros == "none" else ctx.b_zeros.cpu().double()[g[:, None], col[None, :]]
+    g = ((k0 + torch.arange(tk)) // cfg.group_size).clamp(max=ctx.q_scales.shape[0] - 1)
+    col = (n0 + torch.arange(tn)).clamp(max=ctx.q_scales.shape[1] - 1)
+    s = ref_dequant.scale_values_host(ctx.q_scales.cpu(), cfg.scale_dtype)[g[:, None], col[None, :]]
+    z = torch.zeros_like(s) if cfg.zeros == "none" else ctx.q_zeros.cpu().double()[g[:, None], col[None, :]]
     return q, z, s  # q as stored: the float_offset form's centre is the bound's to subtract
 
 
@@ -90,27 +92,31 @@ def _bound(ctx: Context, stored: torch.Tensor, k0: int, n0: int) -> Optional[tor
 
 
 def operand_bound(ctx: Context) -> Optional[torch.Tensor]:
-    """The dequant bound of the whole B [K, N] (float64; None where the declared dequant is exact)."""
-    return _bound(ctx, ctx.b_stored, 0, 0)
+    """The dequant bound of the whole quantised operand in its own orientation (B [K, N], A [M, K];
+    float64; None where the declared dequant is exact)."""
+    return ctx.orient(_bound(ctx, ctx.q_stored, 0, 0))
 
 
 def group_of(ctx: Context, k: int) -> int:
     return k // ctx.quant.group_size
 
 
-def hint(ctx: Context, k: int, n: int, received: float) -> Optional[str]:
-    """The scale group of element (k, n) of a quantised B and the single-field mistakes its received
-    value matches, read from the problem's stored B, scales and zero points."""
-    cfg, spec = ctx.quant, ctx.spec
-    if not (0 <= k < spec.k and 0 <= n < spec.n):
+def hint(ctx: Context, row: int, col: int, received: float) -> Optional[str]:
+    """The scale group of element (row, col) of the quantised operand (B's (k, n), A's (m, k)) and the
+    single-field mistakes its received value matches, read from the problem's stored operand, scales
+    and zero points."""
+    cfg, spec, op = ctx.quant, ctx.spec, ctx.quant_op
+    k, n = (col, row) if op == "a" else (row, col)  # n: B's column, or A's row
+    if not (0 <= k < spec.k and 0 <= n < ctx.q_stored.shape[1]):
         return None
+    X, line = op.upper(), ("row m" if op == "a" else "column n")
     gs = cfg.group_size
     g = k // gs
-    n_groups = ctx.b_scales.shape[0]
-    codes = ref_dequant.unpack_host(ctx.b_stored.cpu(), cfg)
-    qs = ref_dequant.values_of_codes(codes[:, n], cfg.dtype)
-    s_all = ref_dequant.scale_values_host(ctx.b_scales.cpu(), cfg.scale_dtype)[:, n]
-    z_all = torch.zeros_like(s_all) if cfg.zeros == "none" else ctx.b_zeros.cpu().double()[:, n]
+    n_groups = ctx.q_scales.shape[0]
+    codes = ref_dequant.unpack_host(ctx.q_stored[:, n:n + 1].cpu(), cfg)
+    qs = ref_dequant.values_of_codes(codes[:, 0], cfg.dtype)
+    s_all = ref_dequant.scale_values_host(ctx.q_scales.cpu(), cfg.scale_dtype)[:, n]
+    z_all = torch.zeros_like(s_all) if cfg.zeros == "none" else ctx.q_zeros.cpu().double()[:, n]
 
     def w(q, z, s) -> float:
         one = [torch.tensor([[v]], dtype=torch.float64) for v in (q, z, s)]
@@ -126,7 +132,7 @@ def hint(ctx: Context, k: int, n: int, received: float) -> Optional[str]:
         for other in ref_dequant.PACKINGS:  # the stored bytes read as another packing
             src = ref_dequant.k_of_nibble(*ref_dequant.nibble_of(k, other), cfg.packing)
             if src not in (k, partner) and w(float(qs[src]), z, s) == received and qs[src] != qs[k]:
-                found.append(f"the value stored for k = {src}: B's bytes read as {other}, not {cfg.packing} (the "
+                found.append(f"the value stored for k = {src}: {X}'s bytes read as {other}, not {cfg.packing} (the "
                              f"packing / nibble order is wrong)")
     if cfg.zeros != "none" and z != 0 and w(q, 2 * z, s) == received:
         found.append("the zero point applied twice")
@@ -140,7 +146,7 @@ def hint(ctx: Context, k: int, n: int, received: float) -> Optional[str]:
             found.append(f"the scale of group {g2}")
         elif cfg.zeros != "none" and z2 != z and w(q, z2, s) == received:
             found.append(f"the zero point of group {g2}")
-    where = f"k = {k} lies in scale group {g} (k {g * gs}..{(g + 1) * gs - 1}) of column n = {n}"
+    where = f"k = {k} lies in scale group {g} (k {g * gs}..{(g + 1) * gs - 1}) of {line} = {n}"
     if not found:
         return f"{where}; the received value matches no single-field mistake (nibble order, group index, zero " \
                f"point, scale)"

@@ -150,12 +150,13 @@ def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]
                                  x_abs=acc_full.double().abs()).double()
     if spec.partitioned:  # the partials' reduction, in whatever order the kernel sums them
         bound0 = bound0 + tolerance.reduce_bound(s_full, ctx.max_partials())
-    if ctx.quant is not None:  # the kernel's dequantised B may differ from the reference's within its bound
+    if ctx.quant is not None:  # the kernel's dequantised operand may differ from the reference's within its bound
         from oracle.judging.differential.dequant import operand_bound
 
         w_bound = operand_bound(ctx)
         if w_bound is not None:
-            bound0 = bound0 + ctx.a.double().abs() @ w_bound
+            bound0 = bound0 + (ctx.a.double().abs() @ w_bound if ctx.quant_op == "b"
+                               else w_bound @ ctx.b.double().abs())
     return {step: (y, b) for step, y, b in run_epilogue(ctx, acc_full, bound0, 0, Vectors(ctx, None))}
 
 

@@ -106,7 +106,7 @@ def mixing_confound(ctx: Context) -> list[str]:
         return []
     out = []
     for op in ("a", "b"):
-        taps = ctx.taps_of(ctx.mma_stage_of(op))  # a quantised B: its dequantised tiles, not its codes
+        taps = ctx.taps_of(ctx.mma_stage_of(op))  # a quantised operand: its dequantised tiles, not its codes
         if not taps:
             continue
         inp = ctx.operand(op).float().abs().max().item()
@@ -256,12 +256,12 @@ def _hint(ctx: Context, stage: str, el) -> Optional[str]:
         return (f"the output element still holds the 0x{ctx.rec.output_poison:02X} poison the harness wrote before the "
                 f"launch: the kernel never wrote it")
     ladder = ctx.rec.provenance.ladder
-    if stage == "dequant_b" and ctx.quant is not None:
+    if ctx.quant is not None and stage == f"dequant_{ctx.quant_op}":
         from oracle.judging.differential.dequant import hint
 
         return hint(ctx, el.row, el.col, el.received)
-    if stage.endswith("_b") and ctx.quant is not None:
-        return None  # a quantised B's stored codes encode no index
+    if ctx.quant is not None and stage.endswith(f"_{ctx.quant_op}"):
+        return None  # a quantised operand's stored codes encode no index
     if ladder == "index" and stage.split("_")[0] in ("descriptor", "load"):
         op = stage[-1]
         src = decode_index(el.received, getattr(ctx.spec, f"{op}_dtype"))

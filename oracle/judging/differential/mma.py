@@ -3,7 +3,7 @@
 - chained: against the reference trajectory of the tile (the reference's own operands from zero);
 - teacher-forced: each accumulator tap against the reference update over its span of k-blocks,
   started from the kernel's own nearest earlier accumulator tap of the tile (or from zero) and fed
-  with the kernel's own operand tiles (a quantised B: its dequant_b tiles). Where an operand tile
+  with the kernel's own operand tiles (a quantised operand: its dequant_a / dequant_b tiles). Where an operand tile
   of the span was not tapped, the
   reference tile stands in for it and the comparison says so (its finding is a draft). An
   accumulator element is compared only if the kernel recorded the accumulator it started from and
@@ -186,7 +186,7 @@ def _teacher_forced(ctx: Context, refs: _References, units, values, recorded) ->
     n = len(units)
     row_of = {(r, kb): u for u, (r, _, kb, _) in enumerate(units)}
     firsts = [refs.parts[r].kb_begin if j0 is None else j0 + 1 for r, _, _, j0 in units]
-    b_stage = ctx.mma_stage_of("b")  # a quantised B: the MMA reads the dequant_b tile
+    a_stage, b_stage = ctx.mma_stage_of("a"), ctx.mma_stage_of("b")  # a quantised operand: its dequant tile
     # where each step's operand tiles come from: (op, step) -> [(unit, tap or None, j)]
     steps = max(kb - f + 1 for (_, _, kb, _), f in zip(units, firsts))
     plan = []
@@ -197,10 +197,10 @@ def _teacher_forced(ctx: Context, refs: _References, units, values, recorded) ->
             j = f + step
             if j > kb:
                 continue
-            a_t = ctx.tap("load_a", t.tile, j, t.partial)
+            a_t = ctx.tap(a_stage, t.tile, j, t.partial)
             b_t = ctx.tap(b_stage, t.tile, j, t.partial)
             if a_t is None:
-                stand_ins[u].append(("load_a", t.tile, j))
+                stand_ins[u].append((a_stage, t.tile, j))
             if b_t is None:
                 stand_ins[u].append((b_stage, t.tile, j))
             rows.append((u, j, a_t, b_t))

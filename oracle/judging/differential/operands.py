@@ -9,9 +9,9 @@
   against global memory when the operand has no TMA stage at all (a cp.async / ldmatrix kernel:
   global memory is then the load's real input, known exactly); against global memory as a
   stand-in for the untapped image otherwise. Chained: always against global memory.
-  A quantised B's load holds its stored values (a packed 4-bit B: bytes, two k in each), judged
-  bit for bit against the stored tile; its TMA image (descriptor_b) is not judged: a tap of it is
-  an open confound, named.
+  A quantised operand's load holds its stored values (packed 4-bit: bytes, two k in each), judged
+  bit for bit against the stored tile; its TMA image (descriptor_a / descriptor_b) is not judged:
+  a tap of it is an open confound, named.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ FIELDS = ("dtype", "global_dims", "global_strides", "box_dims", "element_strides
 def descriptor_stage(ctx: Context, op: str) -> StageResult:
     spec = ctx.spec
     stage = f"descriptor_{op}"
-    if op == "b" and ctx.quant is not None:
+    if op == ctx.quant_op:
         if ctx.taps_of(stage) or any(d.operand == op for d in ctx.rec.descriptors):
-            ctx.confound(f"{stage} of a quantised B ({spec.b_dtype}) was recorded but is not judged: the oracle models "
-                         f"no TMA image of stored codes")
+            ctx.confound(f"{stage} of a quantised {op.upper()} ({getattr(spec, f'{op}_dtype')}) was recorded but is "
+                         f"not judged: the oracle models no TMA image of stored codes")
         return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
     sw = getattr(spec, f"swizzle_{op}")
     major = getattr(spec, f"{op}_major")
@@ -112,8 +112,8 @@ def load_stage(ctx: Context, op: str) -> StageResult:
     taps = ctx.taps_of(stage)
     if not taps:
         return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
-    if op == "b" and ctx.quant is not None:
-        return _stored_load_stage(ctx, taps)
+    if op == ctx.quant_op:
+        return _stored_load_stage(ctx, taps, op)
     received, recorded = ctx.stack_taps(taps)
     ref = ctx.ref_tiles(op, [(t.tile, t.k_block) for t in taps])
     valid = ctx.valid_units(stage, [t.tile for t in taps], tuple(received.shape[1:]))
@@ -140,19 +140,20 @@ def load_stage(ctx: Context, op: str) -> StageResult:
     return StageResult(stage, combine(tf), combine(ch))
 
 
-def _stored_load_stage(ctx: Context, taps) -> StageResult:
-    """load_b of a quantised B: the stored tile, bit for bit, against the problem's stored B (the
-    load's real input when no TMA image was judged; a packed byte's mask covers both its k)."""
+def _stored_load_stage(ctx: Context, taps, op: str) -> StageResult:
+    """The load of the quantised operand: the stored tile, bit for bit, against the problem's stored
+    operand (the load's real input when no TMA image was judged; a packed byte's mask covers both its k)."""
+    stage = f"load_{op}"
     tf, ch = [], []
     for tap in taps:
         received = tap.values.to(ctx.dev)
-        ref = ctx.stored_tile(tap.tile, tap.k_block)
+        ref = ctx.orient(ctx.stored_tile(tap.tile, tap.k_block))
         if received.dtype != ref.dtype or received.shape != ref.shape:
             received = received.view(ref.dtype) if received.element_size() == 1 else received
         recorded = ctx.recorded(tap)
-        valid = ctx.valid_mask("load_b", tap.tile, tuple(received.shape))
-        ctx.note_padding("load_b", valid, recorded)
-        where = dict(origin=ctx.origin("load_b", tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
+        valid = ctx.valid_mask(stage, tap.tile, tuple(received.shape))
+        ctx.note_padding(stage, valid, recorded)
+        where = dict(origin=ctx.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
         ch.append(ctx.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded, **where))
         tf.append(ctx.judge(received, ref, feed=Feed.GLOBAL, valid=valid, recorded=recorded, **where))
-    return StageResult("load_b", combine(tf), combine(ch))
+    return StageResult(stage, combine(tf), combine(ch))
