@@ -131,7 +131,8 @@ def test_the_cross_checks_host_side_on_a_worker_thread_finds_what_it_finds_inlin
         monkeypatch.setattr(mma, "mma_sample_finish", lambda *a, **k: (lambda acc, s: (acc * 1.5, s))(*real(*a, **k)))
     seen = []
     real_dis = cc.disagreement
-    monkeypatch.setattr(cc, "disagreement", lambda *a, **k: (seen.append(torch.get_num_threads()), real_dis(*a, **k))[1])
+    monkeypatch.setattr(cc, "disagreement",
+                        lambda *a, **k: (seen.append(torch.get_num_threads()), real_dis(*a, **k))[1])
     ops = make_operands(BASE, "random", 0)
     rec = simulate(BASE, ops, Provenance("random", 0), tap_tiles=[(0, 0)])
     ctx = Context(rec, torch.device("cpu"))

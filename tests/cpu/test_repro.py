@@ -28,20 +28,12 @@ from oracle.run.inputs import Provenance, make_operands
 from oracle.run.live import launch_sequence, launch_spec, stale_rows, workspace_buffer
 from oracle.repro.generate import ReproError, sink_bytes, write_repro
 from oracle.repro.readback import load_repro_run
+from repro_files import input_manifest  # tests/ is on sys.path
 
 ROOT = Path(__file__).resolve().parents[2]
 SIMPLE = ROOT / "harness" / "examples" / "simple_gemm.toml"
 HOPPER = ROOT / "zoo" / "hopper_gemm"
 SPLIT = ROOT / "zoo" / "split_gemm"
-
-
-def _manifest(d: Path) -> dict[str, dict[str, str]]:
-    out = {}
-    for line in (d / "inputs.txt").read_text().splitlines():
-        if line.startswith("tensor "):
-            kv = dict(t.split("=", 1) for t in line.split()[1:])
-            out[kv["name"]] = kv
-    return out
 
 
 def _launch_lines(d: Path, key: str) -> list[list[str]]:
@@ -110,7 +102,7 @@ def test_simple_gemm_reproducer_files(tmp_path, capsys):
     ops = make_operands(case.spec, "ones")
     launch, tensors = launch_spec(case, ops)
 
-    man = _manifest(out)
+    man = input_manifest(out)
     assert set(man) == {"a", "b", "d", "bias", "expected", "bound"}  # beta = 0: no C
     for name, t in tensors.items():
         kv = man[name]
@@ -182,7 +174,8 @@ def test_tensor_maps_are_the_ones_the_harness_encodes(tmp_path, case_file, probl
         real = ops.b.t().contiguous().view(torch.int16).numpy().view(np.uint16)
         stale = stale_rows(8, 256, torch.bfloat16, seed=16).view(torch.int16).numpy().view(np.uint16)
         assert np.array_equal(b[:8], real) and np.array_equal(b[8:], stale)
-        assert _manifest(out.path)["b"]["shape"] == "16x256" and _manifest(out.path)["b"]["logical"] == "256x8"
+        listed = input_manifest(out.path)["b"]
+        assert listed["shape"] == "16x256" and listed["logical"] == "256x8"
     readme = (out.path / "README.txt").read_text()
     assert f"strides {list(maps[0].spec.global_strides)} bytes" in readme
 
@@ -246,7 +239,7 @@ def test_a_serial_split_k_reproducer_carries_its_workspaces_as_the_harness_fills
     assert sec["grid"] == [["3", "1", "3"]]
     _assert_args(sec["arg"], sequence[0][1])
     assert sec["arg"][-2:] == [["ptr", "ws_partials"], ["ptr", "ws_counters"]]
-    man = _manifest(out.path)
+    man = input_manifest(out.path)
     declared = {w.name: w for w in case.workspaces}
     for name, nbytes, init, fill in (("partials", 3 * 3 * 64 * 64 * 4, "poison", {0xFF}),
                                      ("counters", 3 * 4, "zero", {0})):
@@ -280,7 +273,7 @@ def test_the_two_launch_split_k_case_describes_both_launches_in_order(tmp_path, 
         assert sec["block"] == [["256", "1", "1"]] and sec["cluster"] == [["1", "1", "1"]]
         assert sec["shared_mem_bytes"] == [["0"]]
         _assert_args(sec["arg"], launch)
-    man = _manifest(out)
+    man = input_manifest(out)
     assert man["d"]["role"] == "out" and man["ws_acc"]["role"] == "inout" and man["ws_acc"]["init"] == "zero"
     assert (out / "ws_acc.bin").read_bytes() == bytes(2 * 64 * 64 * 4)
     doc = json.loads((out / "repro.json").read_text())
@@ -290,7 +283,7 @@ def test_the_two_launch_split_k_case_describes_both_launches_in_order(tmp_path, 
 
     stale = load_case(str(SPLIT / "defects" / "atomic_stale_workspace.toml"))
     st, _ = _write(stale, "random", 1, tmp_path / "stale")
-    kv = _manifest(st.path)["ws_acc"]
+    kv = input_manifest(st.path)["ws_acc"]
     assert (kv["init"], kv["init_dtype"]) == ("stale", "fp32")
     data = (st.path / "ws_acc.bin").read_bytes()
     acc = next(w for w in stale.workspaces if w.name == "acc")
@@ -320,7 +313,7 @@ def test_a_stream_k_reproducer_evaluates_its_workers_and_partials(tmp_path):
     _assert_args(sec["arg"], launch)
     most = max(len(tile_partials(case.spec, (tm, tn))) for tm in range(3) for tn in range(4))
     assert most >= 2 and sec["arg"][-1] == ["i32", str(most)]
-    man = _manifest(out.path)
+    man = input_manifest(out.path)
     assert int(man["ws_partials"]["bytes"]) == 12 * most * 64 * 64 * 4 and int(man["ws_counters"]["bytes"]) == 48
     assert set((out.path / "ws_partials.bin").read_bytes()) == {0xFF}
 
@@ -330,7 +323,7 @@ def test_a_grouped_reproducer_stores_b_as_its_stack_and_the_group_offsets(tmp_pa
     case = _zoo_case("grouped_correct", {"m": 218, "n": 136, "k": 64, "groups": [40, 0, 100, 8, 70],
                                          "b_major": b_major})
     out, ops = _write(case, "random", 1, tmp_path / b_major)
-    man = _manifest(out.path)
+    man = input_manifest(out.path)
     assert (man["b"]["shape"], man["b"]["logical"], man["b"]["major"]) == \
         ("5x64x136" if b_major == "row" else "5x136x64", "5x64x136", b_major)
     assert (out.path / "b.bin").read_bytes() == _storage_bytes(ops.b, b_major)
@@ -351,7 +344,7 @@ def test_a_grouped_reproducer_stores_b_as_its_stack_and_the_group_offsets(tmp_pa
 def test_a_batched_reproducer_holds_every_entry_s_rows(tmp_path):
     case = _zoo_case("batched_correct")  # 3 entries of 40 x 136 x 256
     out, ops = _write(case, "random", 1, tmp_path / "b")
-    man = _manifest(out.path)
+    man = input_manifest(out.path)
     assert man["a"]["shape"] == "120x256" and man["b"]["shape"] == "3x256x136" and man["d"]["shape"] == "120x136"
     assert np.fromfile(out.path / "group_offsets.bin", dtype=np.int32).tolist() == [0, 40, 80, 120]
     assert re.search(r"^group_sizes 40 40 40\b", (out.path / "problem.txt").read_text(), re.M)

@@ -37,6 +37,7 @@ from oracle.run.case import load_case
 from oracle.run.inputs import Provenance, make_operands
 from oracle.run.live import launch_sequence
 from oracle.tools import cli
+from repro_files import input_manifest  # tests/ is on sys.path
 
 ROOT = Path(__file__).resolve().parents[2]
 W4A16 = ROOT / "zoo" / "w4a16_sm80" / "w4a16_gemm.toml"
@@ -97,15 +98,6 @@ def _u8(t: torch.Tensor) -> bytes:
     return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
-def _manifest(d: Path) -> dict[str, dict[str, str]]:
-    out = {}
-    for line in (d / "inputs.txt").read_text().splitlines():
-        if line.startswith("tensor "):
-            kv = dict(t.split("=", 1) for t in line.split()[1:])
-            out[kv["name"]] = kv
-    return out
-
-
 def _problem(d: Path) -> dict[str, str]:
     return {line.split()[0]: " ".join(line.split("#")[0].split()[1:])
             for line in (d / "problem.txt").read_text().splitlines() if line.split() and not line.startswith("#")}
@@ -116,7 +108,7 @@ def _problem(d: Path) -> dict[str, str]:
 def test_a_quantised_b_travels_as_its_stored_codes_scales_and_zero_points(written, name):
     d, case, ops = written[name]
     s = case.spec
-    man = _manifest(d)
+    man = input_manifest(d)
     packed = s.b_packing is not None
     want = {"b": (s.k // 2 if packed else s.k, s.n), "b_scales": (s.k // 64, s.n)}
     if s.b_zeros != "none":
@@ -167,7 +159,7 @@ def test_the_zoo_w4a16_case_s_launch_passes_the_quant_buffers_by_name(tmp_path, 
     ptrs = [a.name for a in launch.args if isinstance(a, TensorArg)]
     assert ptrs == ["a", "b", "b_scales", "b_zeros", "d"]  # the case's args, as the live run passes them
     assert [v for k, v, *_ in lines if k == "ptr"] == ptrs
-    man = _manifest(d)
+    man = input_manifest(d)
     assert (man["b"]["shape"], man["b"]["logical"], man["b"]["major"]) == ("256x256", "256x256", "col")
     assert (d / "b.bin").read_bytes() == _u8(ops.b.t())  # [N, K / 2]: k contiguous
     assert (d / "b_scales.bin").read_bytes() == _u8(ops.b_scales)
