@@ -8,7 +8,7 @@ by torch.matmul (cuBLAS) with reduced-precision bf16 reductions off. Measured:
             Triton compiles or loads its disk cache);
   warm      --warm more checks, each synchronised and timed by the wall clock: median, min, max,
             and the median of every phase the report carries (Analysis.phases: context,
-            cross_check, descriptor_load, mma_reduce, reference_chain, epilogue_store, findings,
+            cross_check, descriptor_load, mma_reduce, reference_chain, epilogue_store, cross_check_host, findings,
             and the comparisons inside them);
   gemm      the torch.matmul that made D, timed in the same run with device events (median of
             --gemm-reps after warm-up), and the ratio warm median / GEMM median;
