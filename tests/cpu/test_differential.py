@@ -165,6 +165,24 @@ def test_the_cross_checks_host_side_on_a_worker_thread_finds_what_it_finds_inlin
         pending.result()
 
 
+def test_a_forked_child_gets_its_own_cross_check_worker(monkeypatch):
+    """A child forked after the worker started has no such thread: it makes its own, and the work
+    submitted there runs."""
+    from oracle.judging.differential import cross_check as cc
+
+    first = cc._executor()
+    assert cc._executor() is first
+    monkeypatch.setattr(cc, "_EXECUTOR", first)  # both restored after the test
+    monkeypatch.setattr(cc, "_EXECUTOR_PID", cc._EXECUTOR_PID)
+    pid = cc.os.getpid()
+    monkeypatch.setattr(cc.os, "getpid", lambda: pid + 1)
+    child = cc._executor()
+    try:
+        assert child is not first and child.submit(lambda: 7).result(timeout=60) == 7
+    finally:
+        child.shutdown()
+
+
 def test_kernel_error_with_no_output():
     ops = make_operands(BASE, "random", 0)
     rec = simulate(BASE, ops, Provenance("random", 0), tap_tiles=[(0, 0)])

@@ -34,6 +34,7 @@ the analysis still waited for the host side after its stages).
 from __future__ import annotations
 
 import concurrent.futures
+import os
 from contextlib import contextmanager
 from typing import Callable, Optional, Sequence
 
@@ -183,14 +184,16 @@ class PendingCrossCheck:
 
 
 _EXECUTOR: Optional[concurrent.futures.ThreadPoolExecutor] = None
+_EXECUTOR_PID = 0
 
 
 def _executor() -> concurrent.futures.ThreadPoolExecutor:
     """The cross-check's worker: one thread whose torch CPU operations run on one thread (its own
     OpenMP setting: the caller's threads are left as they are; a torch whose setting is process-wide
-    gets the caller's count back, and the worker runs with it)."""
-    global _EXECUTOR
-    if _EXECUTOR is None:
+    gets the caller's count back, and the worker runs with it). A forked child makes its own."""
+    global _EXECUTOR, _EXECUTOR_PID
+    if _EXECUTOR is None or _EXECUTOR_PID != os.getpid():
+        _EXECUTOR_PID = os.getpid()
         n = torch.get_num_threads()
         _EXECUTOR = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="oracle-cross-check",
                                                           initializer=torch.set_num_threads, initargs=(1,))
