@@ -13,7 +13,7 @@ and e2m1, packed two to a byte, and e8m0 scales.
 `itemsize` is the bytes of one storage element: the torch dtype the tensor is held in. `bits` is the
 width of one value; a packed row (bits 4) holds `per_item` = 2 values in each storage byte, so its
 torch dtype is uint8 and a tensor of n values along the packed axis has n / 2 bytes there (which
-nibble holds which value is the operand's packing, oracle.problem.spec.B_PACKINGS). e8m0 is held as
+nibble holds which value is the operand's packing, oracle.problem.quant.PACKINGS). e8m0 is held as
 its raw byte (the biased exponent; 255 is NaN), as the safetensors this project reads cannot hold
 torch.float8_e8m0fnu.
 A new element type is one row here. Imports nothing at load (torch on first use of `.torch`),

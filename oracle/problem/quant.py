@@ -24,6 +24,9 @@ PACKINGS = ("k_pairs_low_first", "k_pairs_high_first", "k8_interleaved")
 # how a zero point enters: none; w = (q - z) * s with z an integer or a float; float_offset:
 # w = (q - c) * s + z (c: 8 for uint4, 0 for a signed operand)
 ZEROS = ("none", "int", "float", "float_offset")
+# The arithmetic of w = (q - z) * s (kernels_ref.dequant): fp32 then one rounding to the MMA's dtype
+# (judged bit-exact), or in that dtype itself in any order (sub then mul, or fma with z * s first:
+# judged within the bound of oracle.judging.tolerance's dequant entry)
 DEQUANT_PRECISIONS = ("fp32", "operand")
 OPS = ("a", "b")
 FIELDS = ("packing", "group_size", "scales", "zeros")  # <op>_<field> of a quantised operand

@@ -49,13 +49,6 @@ from oracle.problem import quant as _quant
 OPERAND_DTYPES = ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int8")
 B_DTYPES = OPERAND_DTYPES + tuple(d for d in QUANT_B if d not in OPERAND_DTYPES)  # with int4, uint4, fp4_e2m1
 A_DTYPES = B_DTYPES  # either operand may be the quantised one (oracle.problem.quant)
-QUANT_A_DTYPES = _quant.FLOAT_MMA_DTYPES  # the operand beside a quantised one: the MMA reads both in this dtype
-B_PACKINGS = _quant.PACKINGS  # how a packed 4-bit operand sits in its bytes, along K (oracle.problem.quant)
-B_ZEROS = _quant.ZEROS  # how a zero point enters
-# The arithmetic of w = (q - z) * s (kernels_ref.dequant): fp32 then one rounding to the MMA's dtype
-# (judged bit-exact), or in that dtype itself in any order (sub then mul, or fma with z * s first:
-# judged within the bound of oracle.judging.tolerance's dequant entry)
-DEQUANT_PRECISIONS = _quant.DEQUANT_PRECISIONS
 ACC_DTYPES = ("fp32", "fp16", "int32")
 OUT_DTYPES = ("fp32", "fp16", "bf16", "e4m3", "e5m2", "int32")
 C_DTYPES = ("fp32", "fp16", "bf16")
@@ -194,15 +187,15 @@ class ProblemSpec:
     reduction_chunk: Optional[int] = None
     activation_impl: str = "accurate"
     epilogue: Optional[tuple[str, ...]] = None  # the declared epilogue graph (kernels_ref.epilogue_graph); None: DEFAULT
-    a_packing: Optional[str] = None  # a packed 4-bit A: B_PACKINGS (along K, [M, K / 2])
+    a_packing: Optional[str] = None  # a packed 4-bit A: oracle.problem.quant.PACKINGS (along K, [M, K / 2])
     a_group_size: Optional[int] = None  # a quantised A: k elements per scale; None: all of K
     a_scales: Optional[str] = None  # a quantised A: the scales' dtype (SCALE_TYPES), shape [M, K / group]
-    a_zeros: str = "none"  # a quantised A: B_ZEROS
-    b_packing: Optional[str] = None  # a packed 4-bit B: B_PACKINGS
+    a_zeros: str = "none"  # a quantised A: oracle.problem.quant.ZEROS
+    b_packing: Optional[str] = None  # a packed 4-bit B: oracle.problem.quant.PACKINGS
     b_group_size: Optional[int] = None  # a quantised B: k elements per scale (and zero point); None: all of K
     b_scales: Optional[str] = None  # a quantised B: the scales' dtype (SCALE_TYPES), shape [K / group, N]
-    b_zeros: str = "none"  # a quantised B: B_ZEROS
-    dequant_precision: Optional[str] = None  # a quantised operand: DEQUANT_PRECISIONS (None: fp32)
+    b_zeros: str = "none"  # a quantised B: oracle.problem.quant.ZEROS
+    dequant_precision: Optional[str] = None  # a quantised operand: oracle.problem.quant.DEQUANT_PRECISIONS (None: fp32)
 
     def __post_init__(self) -> None:
         for f in ("m", "n", "k"):
@@ -424,7 +417,6 @@ class ProblemSpec:
         """Scale groups along K of the quantised operand (1 without its group size)."""
         return self.k // self.group_k
 
-    b_groups = quant_groups  # the name a quantised B's callers know
 
     @property
     def group_k(self) -> int:

@@ -330,7 +330,7 @@ def _quant_readme(s) -> str:
     stored = (f"uint8 [{s.k // 2}, {s.n}], two k a byte in b_packing's order" if s.b_packing
               else f"{s.b_dtype} [{s.k}, {s.n}]")
     zeros = quant_part(s, "b_zeros")
-    z = (f"; b_zeros.bin its {s.b_zeros} zero points, {zeros['values']} [{s.b_groups}, {s.n}] row-major"
+    z = (f"; b_zeros.bin its {s.b_zeros} zero points, {zeros['values']} [{s.quant_groups}, {s.n}] row-major"
          if zeros else "")
     form = ("w = (q - c) * s + z, c = 8 for uint4 and 0 for a signed B" if s.b_zeros == "float_offset"
             else "w = (q - z) * s" if s.b_zeros != "none" else "w = q * s")
@@ -338,7 +338,8 @@ def _quant_readme(s) -> str:
     text = (f"Quantised B (problem.txt): b_dtype {s.b_dtype}, b_packing {s.b_packing or 'none'}, b_group_size "
             f"{s.group_k}, b_scales {s.b_scales}, b_zeros {s.b_zeros}, dequant_precision "
             f"{s.resolved_dequant_precision}. b.bin holds B's stored codes as the kernel reads them ({stored}, "
-            f"logical, stored {s.b_major}-major); b_scales.bin its scales, {scales} [{s.b_groups}, {s.n}] row-major, "
+            f"logical, stored {s.b_major}-major); b_scales.bin its scales, {scales} [{s.quant_groups}, {s.n}] "
+            f"row-major, "
             f"one per {s.group_k} k and column{z} (inputs.txt: quant=stored, scales, zeros). The kernel gets them "
             f"through its arguments as the live run passes them. The host reference dequantises B as "
             f"kernels_ref/dequant.py does ({form}, in the {s.resolved_dequant_precision} arithmetic, then rounded to "
@@ -467,8 +468,9 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
         raise CaseError("no kernel to reproduce: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
     check_case(case)  # the checks of a live run, before anything is written
     if case.spec.quantised_a:
-        raise ReproError(f"a quantised A ({case.spec.a_dtype}, its scales and zero points) has no standalone reproducer "
-                         f"yet: its host reference dequantises a quantised B only; judge it with a live compare")
+        raise ReproError(f"a quantised A ({case.spec.a_dtype}, its scales and zero points) has no standalone "
+                         f"reproducer yet: its host reference dequantises a quantised B only; judge it with a live "
+                         f"compare")
     check_operands(case.spec, operands)
     out = Path(out_dir)
     call = None

@@ -71,7 +71,6 @@ class BuildPlan(FirstEntries):
         return "kernel_traced.cubin" if self.shared else "kernel.cubin"
 
 
-
 def build_plan(case: Case) -> BuildPlan:
     k = case.kernel
     traced = {"ORACLE_TRACE": "1", **dict(k.defines)}

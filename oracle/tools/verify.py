@@ -89,13 +89,13 @@ class VerifyCase:
             raise CaseError(f"{where}: a w4a16 call takes an fp16 or bf16 float operand, not {self.dtype!r}")
         if len({key[0] for key in self.quant if key != "dequant_precision"}) > 1:
             raise CaseError(f"{where}: quant names fields of both a_* and b_*: exactly one operand is quantised")
+        if self.call == "scaled_mm_block" and self.dtype != "e4m3":
+            raise CaseError(f"{where}: a block-scaled call takes e4m3 operands, not {self.dtype!r}")
 
     @property
     def quant_op(self) -> str:
         """The quantised operand of a w4a16 case: "a" when its quant table holds a_* fields, else "b"."""
         return "a" if any(key.startswith("a_") for key in self.quant) else "b"
-        if self.call == "scaled_mm_block" and self.dtype != "e4m3":
-            raise CaseError(f"{where}: a block-scaled call takes e4m3 operands, not {self.dtype!r}")
 
 
 def load_sweep(path: str) -> list[VerifyCase]:

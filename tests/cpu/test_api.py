@@ -168,6 +168,17 @@ def test_verify_judges_with_a_model_the_dispatched_engine_follows(monkeypatch):
     assert default_numerics(VerifyCase("x", 8, 8, 8, "int8")) == {"acc_dtype": "int32"}
 
 
+def test_a_verify_case_refuses_a_call_its_dtype_cannot_make():
+    from oracle.run.case import CaseError
+    from oracle.tools.verify import VerifyCase
+
+    assert VerifyCase("x", 128, 128, 128, "e4m3", call="scaled_mm_block").call == "scaled_mm_block"
+    with pytest.raises(CaseError, match="a block-scaled call takes e4m3 operands, not 'bf16'"):
+        VerifyCase("x", 128, 128, 128, "bf16", call="scaled_mm_block")
+    with pytest.raises(CaseError, match="a w4a16 call takes an fp16 or bf16 float operand, not 'fp32'"):
+        VerifyCase("x", 128, 128, 128, "fp32", call="w4a16", quant={"b_dtype": "int4"})
+
+
 def test_cublas_flags_follow_torch_through_the_api_it_has():
     """oracle.tools.verify.cublas_flags reads TF32 and the reduced-precision reductions as torch sets them
     (torch >= 2.9: fp32_precision, which refuses a legacy allow_tf32 read once it was set)."""

@@ -75,7 +75,7 @@ def test_k8_interleaved_needs_whole_words():
         assert str(e.value).startswith(f"{field}=") and "multiple of 8" in str(e.value), str(e.value)
     with pytest.raises(SpecError, match=r"^k=36 .*K must be a multiple of 8"):
         ProblemSpec(16, 64, 36, **{**W4, "b_packing": "k8_interleaved", "b_group_size": None, "tile": Tile(16, 32, 4)})
-    assert w4(b_group_size=4, tile=Tile(16, 32, 8)).b_groups == 32  # pairs: an even group is enough
+    assert w4(b_group_size=4, tile=Tile(16, 32, 8)).quant_groups == 32  # pairs: an even group is enough
     ops = make_operands(w4(b_packing="k8_interleaved"), "index")
     plain = make_operands(w4(), "index")
     assert ops.b.shape == plain.b.shape and not torch.equal(ops.b, plain.b)
@@ -90,8 +90,8 @@ def test_quant_fields_need_a_quantised_b():
             ProblemSpec(16, 64, 128, **kw)
     with pytest.raises(SpecError, match="a_dtype='int4' is not allowed"):
         ProblemSpec(16, 64, 128, b_dtype="int4", a_dtype="int4")  # int4 is a stored B type, no A type
-    assert w4().quantised_b and w4().mma_b_dtype == "fp16" and w4().b_groups == 4
-    assert w4(b_group_size=None).b_groups == 1 and w4(b_group_size=None).group_k == 128
+    assert w4().quantised_b and w4().mma_b_dtype == "fp16" and w4().quant_groups == 4
+    assert w4(b_group_size=None).quant_groups == 1 and w4(b_group_size=None).group_k == 128
 
 
 def test_stored_operand_shapes_and_dtypes():

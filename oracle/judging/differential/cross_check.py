@@ -62,11 +62,6 @@ def sample_lines(extent: int) -> list[int]:
     return sorted({0, 1, extent // 4, extent // 2 - 1, extent // 2, 3 * extent // 4, extent - 2, extent - 1})
 
 
-def to_host(tensors: Sequence[Optional[torch.Tensor]]) -> list[Optional[torch.Tensor]]:
-    """The tensors on the CPU, in one copy (their bytes concatenated on their device)."""
-    return HostCopy(tensors).get()
-
-
 class HostCopy:
     """Tensors on their way to the CPU in one copy: on a GPU their bytes are packed on the device
     and copied without blocking into pinned memory (an event marks the end), so the host goes on
@@ -201,11 +196,6 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
         if torch.get_num_threads() != n:
             torch.set_num_threads(n)
     return _EXECUTOR
-
-
-def cross_check(ctx: Context, tiles: Sequence[tuple[int, int]]) -> list[str]:
-    """The Triton references against their specifications on a few tiles (module docstring)."""
-    return start_cross_check(ctx, tiles, background=False).result()
 
 
 def start_cross_check(ctx: Context, tiles: Sequence[tuple[int, int]],
