@@ -64,6 +64,7 @@ from oracle.judging.compare_fast import (CANDIDATE_CONFIGS, DEFAULT_CONFIG, S_GE
 GOALS = {"effective_TBps": 3.4, "fraction_of_read_bw": 0.8, "speedup_vs_assert_close": 20.0,
          "whole_call_over_pass": 1.5}
 TILE = (128, 128)
+ROUNDS = 5  # alternating rounds of the pass and the whole call (their ratio: the median round's)
 SLEEP_CYCLES = 1_000_000  # about 0.5 ms: the host queues a rep while the GPU sleeps
 READ_CONFIGS = ((1024, 8, 4), (2048, 4, 4), (2048, 8, 8), (4096, 4, 8), (8192, 2, 8), (4096, 8, 16))
 
@@ -224,9 +225,15 @@ def main(argv=None) -> int:
         best = min(valid or configs, key=lambda c: c["median_ms"])
         best_cfg = FastConfig(**best["config"])
 
-        # the whole call (the pass, the units a report reads picked on the device), and the float64 pass alone
-        total = time_ms(lambda: compare_fast(received, expected, rtol=rtol, atol=atol, tile_shape=TILE,
-                                             config=best_cfg), 20, warmup=2)
+        # the whole call (the pass, the units a report reads picked on the device) against the pass, timed
+        # in alternating rounds so that a slow spell of the host falls on both; then the float64 pass alone
+        whole_fn = lambda: compare_fast(received, expected, rtol=rtol, atol=atol, tile_shape=TILE,  # noqa: E731
+                                        config=best_cfg)
+        pass_fn = lambda: tile_stats(received, expected, rtol=rtol, atol=atol, tile_shape=TILE,  # noqa: E731
+                                     config=best_cfg)
+        rounds = [(time_ms(pass_fn, 20, warmup=2), time_ms(whole_fn, 20, warmup=2)) for _ in range(ROUNDS)]
+        ratios = [w["median_ms"] / p["median_ms"] for p, w in rounds]
+        total = sorted(rounds, key=lambda pw: pw[1]["median_ms"] / pw[0]["median_ms"])[ROUNDS // 2][1]  # median round
         wall = []
         for _ in range(20):
             t0 = time.perf_counter()
@@ -267,9 +274,9 @@ def main(argv=None) -> int:
             "extra memory independent of size": {
                 "value": {"one_tile_bytes": mem_one, "bytes_per_128x128_tile": mem_per_tile},
                 "met": max(one_vals) == min(one_vals) and max(tile_vals) == min(tile_vals)},
-            "whole_call_over_pass <= 1.5": {"value": total["median_ms"] / oracle_ms,
-                                            "met": total["median_ms"] / oracle_ms <= GOALS["whole_call_over_pass"],
-                                            "host_wall_median_ms": statistics.median(wall)},
+            "whole_call_over_pass <= 1.5": {"value": statistics.median(ratios),
+                                            "met": statistics.median(ratios) <= GOALS["whole_call_over_pass"],
+                                            "per_round": ratios, "host_wall_median_ms": statistics.median(wall)},
         }
         props = torch.cuda.get_device_properties(0)
         result = {
@@ -329,6 +336,8 @@ def main(argv=None) -> int:
         whole = f"compare_fast, whole call ({d['tiles']} tiles on the device)"
         print(f"{whole:58s} "
               f"{d['compare_fast_total']['median_ms']:10.3f}")
+        print(f"{'whole call / pass, by round (the median round counts)':58s} "
+              f"{' '.join(f'{x:.2f}' for x in d['goals']['whole_call_over_pass <= 1.5']['per_round'])}")
         print(f"{'compare_fast, whole call, host clock (median of 20)':58s} "
               f"{statistics.median(d['compare_fast_total']['host_wall_ms']):10.3f}")
         print(f"{'float64 pass only (every tile failing)':58s} {d['float64_pass_only']['median_ms']:10.3f} "

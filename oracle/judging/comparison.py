@@ -270,16 +270,20 @@ def combine(parts: Sequence[Comparison], *notes: str) -> Comparison:
     evidence = Evidence()
     for p in parts:
         evidence = evidence.merge(p.evidence)
-    host = tuple(t for t in tiles if not t.shown)
+    return Comparison(status_of(tiles, tables, fields), tiles, all_notes, fields, evidence, tables)
+
+
+def status_of(tiles: Sequence[TileMetrics], tables: Sequence[UnitTable] = (),
+              fields: Sequence[FieldCheck] = ()) -> Status:
+    """The status of a comparison of these units and fields (combine's rule)."""
     if any(not t.passed for t in tiles) or any(tb.failing for tb in tables) or any(not f.ok for f in fields):
-        status = Status.MISMATCH
-    elif not tiles and not tables and not fields:
-        status = Status.NOT_RUN
-    elif (tiles or tables) and all(t.trivial for t in host) and not any(tb.nontrivial for tb in tables):
-        status = Status.MISTRUSTED
-    else:
-        status = Status.MATCH
-    return Comparison(status, tiles, all_notes, fields, evidence, tables)
+        return Status.MISMATCH
+    if not tiles and not tables and not fields:
+        return Status.NOT_RUN
+    host = tuple(t for t in tiles if not t.shown)
+    if (tiles or tables) and all(t.trivial for t in host) and not any(tb.nontrivial for tb in tables):
+        return Status.MISTRUSTED
+    return Status.MATCH
 
 
 def _num(v):

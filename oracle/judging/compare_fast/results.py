@@ -14,14 +14,13 @@ host, as the reference does.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 from oracle.judging.comparison import (FIRST_BAD, HOST_UNITS, BadElement, Comparison, Status, TileMetrics, UnitTable,
-                                       combine, exact_equal)
+                                       combine, exact_equal, status_of)
 from oracle.judging.compare_fast.fold import _tile_fields
 from oracle.judging.compare_fast.kinds import inline_bound
 from oracle.judging.compare_fast.launch import tile_stats
@@ -76,8 +75,11 @@ def compare_fast(received: torch.Tensor, expected: torch.Tensor, *, bound: Optio
     if rows.shape[0] == 0:
         return Comparison(Status.NOT_RUN)
     base_ti = tile_index if (tile_shape is None and tile_index is not None) else (origin[0] // th, origin[1] // tw)
-    table = DeviceUnits(0, 0, 0, 0, 0, frozenset(), k_block=k_block, exact=exact, rows=rows, shape=(h, w),
-                        tile_shape=(th, tw), tiles_w=tiles_w, base=tuple(base_ti))
+
+    def table(units=0, failing=0, compared=0, mismatches=0, nontrivial=0, bad_tiles=frozenset(), details=()):
+        return DeviceUnits(units, failing, compared, mismatches, nontrivial, bad_tiles, k_block=k_block, exact=exact,
+                           details=details, rows=rows, shape=(h, w), tile_shape=(th, tw), tiles_w=tiles_w,
+                           base=tuple(base_ti))
 
     def details(r: int, row):
         i, j = divmod(r, tiles_w)
@@ -85,13 +87,13 @@ def compare_fast(received: torch.Tensor, expected: torch.Tensor, *, bound: Optio
                           (i * th, min(h, i * th + th)), (j * tw, min(w, j * tw + tw)), origin)
 
     if rows.shape[0] <= HOST_UNITS:
-        return _every_unit(table, rows.tolist(), details, max_detail_tiles)
+        return _every_unit(table(), rows.tolist(), details, max_detail_tiles)
     detail = max(0, max_detail_tiles)
     sm = summarize(rows, max(FAIL_LIST, detail), detail)
     if sm.units == 0:
         return Comparison(Status.NOT_RUN)
     if sm.units <= HOST_UNITS or sm.unknown:
-        return _every_unit(table, rows.tolist(), details, max_detail_tiles)
+        return _every_unit(table(), rows.tolist(), details, max_detail_tiles)
     shown = {sm.worst: sm.worst_row}
     if sm.nonfinite:
         shown.setdefault(sm.first_nonfinite, sm.nonfinite_row)
@@ -105,11 +107,10 @@ def compare_fast(received: torch.Tensor, expected: torch.Tensor, *, bound: Optio
         for r, row in zip(idx, sm.detail_rows):
             shown[r] = row
             detailed[r] = details(r, row)
-    table = dataclasses.replace(table, units=sm.units, failing=sm.failing, compared=sm.compared,
-                                mismatches=sm.mismatches, nontrivial=sm.nontrivial, bad_tiles=bad_tiles,
-                                details=tuple(sorted(detailed.items())))
-    units = tuple(table.row_unit(r, row, detailed.get(r, ())) for r, row in sorted(shown.items()))
-    return combine([Comparison(Status.MATCH, units, tables=(table,))])
+    made = table(sm.units, sm.failing, sm.compared, sm.mismatches, sm.nontrivial, bad_tiles,
+                 tuple(sorted(detailed.items())))
+    units = tuple(made.row_unit(r, row, detailed.get(r, ())) for r, row in sorted(shown.items()))
+    return Comparison(status_of(units, (made,)), units, tables=(made,))  # combine's status, one part
 
 
 def _every_unit(table: DeviceUnits, rows: list, details, max_detail_tiles: int) -> Comparison:
