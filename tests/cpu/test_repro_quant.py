@@ -15,6 +15,7 @@ import dataclasses
 import fcntl
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -396,3 +397,25 @@ def test_the_host_bound_holds_an_operand_dequant_in_another_order(written, host_
         (d / "d.bin").write_bytes(_u8((y.double() + times * extra).to(DTYPES[s.out_dtype].torch)))
         proc = _run([host_programs["good"], "--dir", d, "--check-only", "--host-reference"])
         assert proc.returncode == code, (times, proc.stdout + proc.stderr)
+
+
+@pytest.mark.nvcc
+def test_the_host_program_writes_no_file_through_a_link_a_fifo_or_a_second_name(written, host_programs, tmp_path):
+    # a received folder may hold a link where an output goes (sink.bin, result.txt, d.bin): every file the
+    # host program writes goes through one function, exercised here through --dequant-b
+    d = tmp_path / "q"
+    shutil.copytree(written["uint4_low_int"][0], d)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file\n")
+    (d / "link.bin").symlink_to(victim)
+    (d / "dangling.bin").symlink_to(tmp_path / "not_there.bin")
+    os.link(victim, d / "second_name.bin")
+    os.mkfifo(d / "fifo.bin")
+    for name, words in (("link.bin", "a symbolic link"), ("dangling.bin", "a symbolic link"),
+                        ("second_name.bin", "not a regular file with one name"),
+                        ("fifo.bin", "cannot write")):
+        proc = _run([host_programs["good"], "--dir", d, "--dequant-b", d / name])
+        assert proc.returncode == 2 and proc.stderr.startswith("error: ") and words in proc.stderr, (name, proc.stderr)
+    assert victim.read_text() == "the user's file\n" and not (tmp_path / "not_there.bin").exists()
+    proc = _run([host_programs["good"], "--dir", d, "--dequant-b", d / "fresh.bin"])
+    assert proc.returncode == 0 and (d / "fresh.bin").stat().st_size > 0, proc.stderr

@@ -79,10 +79,10 @@ Options parse_options(int argc, char** argv) {
     write_file(join_path(dir, "sink.bin"), sink, size_t(sink->header_bytes + used));
     std::printf("trace: wrote sink.bin (%llu bytes of records written before the error)\n", used);
   }
-  std::ofstream res(join_path(dir, "result.txt"), std::ios::trunc);
+  std::ostringstream res;
   res << "status kernel_error\nerror " << name << "\nmessage " << what << "\n";
   if (launch >= 0) res << "launch " << launch << "\nentry " << entry << "\n";
-  res.close();
+  write_file(join_path(dir, "result.txt"), res.str());
   std::printf("verdict: KERNEL_ERROR: %s (%s)\n", name.c_str(), what.c_str());
   std::fflush(stdout);
   std::_Exit(kKernelError);  // after a sticky error the runtime's teardown is not worth waiting for

@@ -88,11 +88,32 @@ void load_file(TensorFile& t, const std::string& path) {
   if (!in) fail("could not read all of " + path);
 }
 
+// A file the program writes (its folder's outputs, --dequant-b): a regular file with one name,
+// never opened through a symbolic link, a FIFO or a device (a received folder may hold one where an
+// output goes; writing through it would overwrite a file the reproducer did not make).
 void write_file(const std::string& path, const void* data, size_t bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(static_cast<const char*>(data), std::streamsize(bytes));
-  if (!out) fail("cannot write " + path);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+  if (fd < 0)
+    fail("cannot write " + path + ": " + std::strerror(errno) +
+         (errno == ELOOP ? " (a symbolic link: the reproducer writes only regular files)" : ""));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+    ::close(fd);
+    fail("cannot write " + path + ": not a regular file with one name (the reproducer does not write through it)");
+  }
+  bool ok = ::ftruncate(fd, 0) == 0;
+  const char* at = static_cast<const char*>(data);
+  for (size_t left = bytes; ok && left > 0;) {
+    const ssize_t n = ::write(fd, at, left);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) at += n, left -= size_t(n);
+  }
+  ok = (::close(fd) == 0) && ok;
+  if (!ok) fail("cannot write " + path + ": " + std::strerror(errno));
 }
+
+void write_file(const std::string& path, const std::string& text) { write_file(path, text.data(), text.size()); }
 
 // ------------------------------------------------------------------------------ problem.txt
 

@@ -257,9 +257,10 @@ int run(const Options& o) {
                 used, sink->dropped, o.dir.c_str());
   }
   {
-    std::ofstream res(join_path(o.dir, "result.txt"), std::ios::trunc);
+    std::ostringstream res;
     res << "status ok\nentry " << entry_of(0) << "\nentries " << entries << "\nlaunches " << n_launches
         << "\ntraced " << (traced ? 1 : 0) << "\nwall_ms " << ms << "\n";
+    write_file(join_path(o.dir, "result.txt"), res.str());
   }
   return -1;  // the caller judges D
 }
