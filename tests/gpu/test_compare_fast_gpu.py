@@ -129,3 +129,23 @@ def test_the_summary_kernels_pick_what_python_picks_over_many_blocks():
     worst = max(fail, key=lambda i: (rs[i][S_MAX_RATIO], rs[i][S_BAD], rs[i][S_MAX_ABS]))
     assert (got.units, got.failing, got.worst) == (len(keep), len(fail), worst)
     assert got.failing_rows == tuple(fail[:1024]) and got.detail_rows == tuple(rs[i] for i in fail[:64])
+
+
+def test_the_summary_written_into_host_memory_equals_its_copied_form(monkeypatch):
+    """The final kernel writes the summary into page-locked host memory; a buffer the device cannot
+    reach (pageable memory: Triton refuses it before launching) takes the copy instead, with the same
+    summary, and two summaries in a row each read their own."""
+    from oracle.judging.compare_fast import summary
+    from oracle.judging.compare_fast.stats import S_BAD, S_COMPARED
+
+    g = torch.Generator(device=DEV).manual_seed(11)
+    u = 5000
+    rows = torch.zeros(u, NSTAT, dtype=torch.float64, device=DEV)
+    rows[:, S_COMPARED] = 64.0
+    first = summary.summarize(rows, 1024, 64)
+    rows[:, S_BAD] = (torch.rand(u, device=DEV, generator=g) < 0.01).double()
+    mapped = summary.summarize(rows, 1024, 64)
+    assert first.failing == 0 and mapped.failing == int(rows[:, S_BAD].sum()) > 0
+    monkeypatch.setattr(summary, "_host_buffer", lambda n, device: torch.empty(n, dtype=torch.float64))
+    copied = summary.summarize(rows, 1024, 64)
+    assert copied == mapped

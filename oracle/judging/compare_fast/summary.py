@@ -1,5 +1,6 @@
 """The summary of a table of folded tile rows: everything the host reads of a comparison of many
-units, written on the device into one small buffer and read with one copy (`summarize`).
+units, written by the device into one small buffer of page-locked host memory, which the host reads
+after one wait (`summarize`; no copy).
 
 Two kernels after the pass: `_summary_blocks` (one program per BLOCK units) reduces its units to
 one partial record (counts, the first non-finite unit, the worst failing unit and the worst unit);
@@ -12,6 +13,7 @@ A NaN max_ratio or max_abs_err makes a unit unknown; the caller then reads every
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -203,9 +205,25 @@ class Summary:
     detail_rows: tuple  # the folded rows of the first min(failing, detail) of them
 
 
+_mapped = threading.local()  # per thread and device: the page-locked buffer the final kernel writes
+
+
+def _host_buffer(n: int, device: torch.device) -> torch.Tensor:
+    """n float64 of page-locked host memory that a kernel on `device` writes directly (mapped: the
+    summary needs no copy), one buffer per thread and device, reused by the next summary."""
+    bufs = getattr(_mapped, "bufs", None)
+    if bufs is None:
+        bufs = _mapped.bufs = {}
+    buf = bufs.get(device.index)
+    if buf is None or buf.numel() < n:
+        buf = bufs[device.index] = torch.empty(max(n, 4096), dtype=torch.float64, pin_memory=True)
+    return buf[:n]
+
+
 def summarize(rows: torch.Tensor, cap: int, detail: int) -> Summary:
-    """The summary of `rows` ([U, NSTAT] float64 on the device): two small kernels, one copy to
-    the host (its only synchronisation). `detail` <= `cap` failing units get their rows."""
+    """The summary of `rows` ([U, NSTAT] float64 on the device): two small kernels, the second
+    writing into host memory, and one wait for them (the only synchronisation). `detail` <= `cap`
+    failing units get their rows."""
     if rows.dim() != 2 or rows.shape[1] != NSTAT or rows.dtype != torch.float64:
         raise ValueError(f"summarize takes [U, {NSTAT}] float64 rows, got {tuple(rows.shape)} {rows.dtype}")
     if not 0 <= detail <= cap:
@@ -214,14 +232,32 @@ def summarize(rows: torch.Tensor, cap: int, detail: int) -> Summary:
         rows = rows.contiguous()
     u = rows.shape[0]
     nb = -(-u // BLOCK)
-    part = torch.empty(nb, NPART, dtype=torch.float64, device=rows.device)
-    out = torch.empty(HEAD + 2 * NSTAT + cap + detail * NSTAT, dtype=torch.float64, device=rows.device)
+    dev = rows.device
+    part = torch.empty(nb, NPART, dtype=torch.float64, device=dev)
+    n_out = HEAD + 2 * NSTAT + cap + detail * NSTAT
     _summary_blocks[(nb,)](rows, part, u, rows.stride(0), C_COMPARED=S_COMPARED, C_BAD=S_BAD, C_NAN_R=S_NAN_R,
                            C_NAN_E=S_NAN_E, C_INF_R=S_INF_R, C_INF_E=S_INF_E, C_INFO=S_INFO, C_MAX_ABS=S_MAX_ABS,
                            C_MAX_RATIO=S_MAX_RATIO, C_RATIO_NAN=S_RATIO_NAN, BLOCK=BLOCK, NPART=NPART, num_warps=4)
-    _summary_final[(1,)](rows, part, out, u, rows.stride(0), nb, cap, detail, C_COMPARED=S_COMPARED, C_BAD=S_BAD,
-                         NSTAT=NSTAT, BLOCK=BLOCK, CHUNK=CHUNK, HEAD=HEAD, NPART=NPART, num_warps=4)
-    host = out.cpu().numpy()  # numpy: its slices and lists cost a fraction of a tensor's
+
+    def final(out):
+        _summary_final[(1,)](rows, part, out, u, rows.stride(0), nb, cap, detail, C_COMPARED=S_COMPARED,
+                             C_BAD=S_BAD, NSTAT=NSTAT, BLOCK=BLOCK, CHUNK=CHUNK, HEAD=HEAD, NPART=NPART, num_warps=4)
+
+    if dev.type != "cuda":  # the interpreter: host tensors already
+        out = torch.empty(n_out, dtype=torch.float64, device=dev)
+        final(out)
+        host = out.numpy()
+    else:
+        try:
+            out = _host_buffer(n_out, dev)
+            final(out)
+        except ValueError:  # a pointer this device cannot reach (Triton checks before launching): copy instead
+            out = torch.empty(n_out, dtype=torch.float64, device=dev)
+            final(out)
+            out = out.cpu()
+        else:
+            torch.cuda.current_stream(dev).synchronize()
+        host = out.numpy()  # numpy: its slices and lists cost a fraction of a tensor's
     at = HEAD + 2 * NSTAT
     v = host[:at].tolist()  # the rest only as far as it was written
     failing = int(v[H_FAILING])
