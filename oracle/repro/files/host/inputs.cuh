@@ -93,24 +93,26 @@ void load_file(TensorFile& t, const std::string& path) {
 // output goes; writing through it would overwrite a file the reproducer did not make).
 void write_file(const std::string& path, const void* data, size_t bytes) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
-  if (fd < 0)
-    fail("cannot write " + path + ": " + std::strerror(errno) +
-         (errno == ELOOP ? " (a symbolic link: the reproducer writes only regular files)" : ""));
+  if (fd < 0) {
+    const int err = errno;
+    fail("cannot write " + path + ": " + std::strerror(err) +
+         (err == ELOOP ? " (a symbolic link: the reproducer writes only regular files)" : ""));
+  }
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
     ::close(fd);
     fail("cannot write " + path + ": not a regular file with one name (the reproducer does not write through it)");
   }
-  bool ok = ::ftruncate(fd, 0) == 0;
+  int err = ::ftruncate(fd, 0) == 0 ? 0 : errno;
   const char* at = static_cast<const char*>(data);
-  for (size_t left = bytes; ok && left > 0;) {
+  for (size_t left = bytes; err == 0 && left > 0;) {
     const ssize_t n = ::write(fd, at, left);
     if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) at += n, left -= size_t(n);
+    if (n <= 0) err = n < 0 ? errno : EIO;
+    else at += n, left -= size_t(n);
   }
-  ok = (::close(fd) == 0) && ok;
-  if (!ok) fail("cannot write " + path + ": " + std::strerror(errno));
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) fail("cannot write " + path + ": " + std::strerror(err));
 }
 
 void write_file(const std::string& path, const std::string& text) { write_file(path, text.data(), text.size()); }
