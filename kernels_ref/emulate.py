@@ -172,8 +172,59 @@ def to_dtype(x: torch.Tensor, name: str) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------------
 
 
-def _step(acc, p, eng: Engine):
-    """One MMA step: acc [...], p [..., g] -> new acc."""
+_ROUNDERS = {  # what round_to_lsb computes for each rounding, on q = x / lsb
+    "trunc": torch.trunc,
+    "rn": torch.round,  # half to even
+    "rna": lambda q: torch.copysign(torch.floor(q.abs() + 0.5), q),
+}
+
+
+def _fast_path(a: torch.Tensor, b: torch.Tensor, eng: Engine) -> bool:
+    """Whether _step_scalar may run: plain (not batched) parameters, and operands whose products
+    and sums stay finite float64 of normal magnitude (where exponent bits are the leading power of
+    two), as every fp32 / bf16 / fp16 / fp8 value's do."""
+    if any(isinstance(v, torch.Tensor) for v in (eng.fused, eng.align_bits, eng.align_round, eng.acc_bits,
+                                                 eng.acc_round)):
+        return False
+    for x in (a, b):
+        mag = x.abs()
+        if not bool(torch.all(torch.isfinite(mag) & (mag <= 2.0 ** 300) & ((mag >= 2.0 ** -300) | (mag == 0)))):
+            return False
+    return True
+
+
+def _round_scalar(x: torch.Tensor, lsb: torch.Tensor, mode: str) -> torch.Tensor:
+    """round_to_lsb for one rounding named by a string: the same values, one rounding computed."""
+    keep = lsb > 0
+    safe = torch.where(keep, lsb, 1.0)
+    return torch.where(keep, _ROUNDERS[mode](x / safe) * safe, x)
+
+
+_EXPONENT = 0x7FF0000000000000  # a float64's exponent bits
+
+
+def _lead_pow2_fast(x: torch.Tensor) -> torch.Tensor:
+    """lead_pow2 for finite x of normal magnitude (the emulation's range, module docstring): the
+    exponent bits alone (0 for x = 0)."""
+    return (x.view(torch.int64) & _EXPONENT).view(torch.float64)
+
+
+def _step_scalar(acc, p, eng: Engine):
+    """_step for an engine of plain (not batched) parameters: the same arithmetic, with the
+    parameters read once instead of turned into tensors every step."""
+    terms = torch.cat([(acc if eng.fused else torch.zeros_like(acc))[..., None], p], -1)
+    big = terms.abs().amax(-1)
+    lsb = _lead_pow2_fast(big) * 2.0 ** -eng.align_bits
+    s = _round_scalar(terms, lsb[..., None], eng.align_round).sum(-1)
+    if not eng.fused:
+        s = acc + s
+    return _round_scalar(s, _lead_pow2_fast(s) * 2.0 ** -eng.acc_bits, eng.acc_round)
+
+
+def _step(acc, p, eng: Engine, fast: bool = False):
+    """One MMA step: acc [...], p [..., g] -> new acc (fast: _fast_path holds)."""
+    if fast:
+        return _step_scalar(acc, p, eng)
     fused = torch.as_tensor(eng.fused, device=acc.device)
     lead_in = torch.where(fused, acc, torch.zeros_like(acc))
     terms = torch.cat([lead_in[..., None], p], -1)
@@ -199,7 +250,7 @@ def _operands(a: torch.Tensor, b: torch.Tensor, eng: Engine):
     return [(al, bh), (ah, bl), (ah, bh)]
 
 
-def _chain(pairs, k0: int, k1: int, eng: Engine, shape, product) -> torch.Tensor:
+def _chain(pairs, k0: int, k1: int, eng: Engine, shape, product, fast: bool) -> torch.Tensor:
     """Accumulate k in [k0, k1) from zero (with promotion); product(x, y, lo, hi) -> [..., g]."""
     dev = pairs[0][0].device
     acc = torch.zeros(shape, dtype=torch.float64, device=dev)
@@ -207,7 +258,7 @@ def _chain(pairs, k0: int, k1: int, eng: Engine, shape, product) -> torch.Tensor
     for s0 in range(k0, k1, eng.mma_k):
         s1 = min(s0 + eng.mma_k, k1)
         for x, y in pairs:
-            acc = _step(acc, product(x, y, s0, s1).expand(shape + (s1 - s0,)), eng)
+            acc = _step(acc, product(x, y, s0, s1).expand(shape + (s1 - s0,)), eng, fast)
         if eng.promotion and ((s1 - k0) % eng.promotion == 0 or s1 == k1):
             master = to_dtype(master + acc, "fp32")
             acc = torch.zeros_like(acc)
@@ -216,12 +267,13 @@ def _chain(pairs, k0: int, k1: int, eng: Engine, shape, product) -> torch.Tensor
 
 def _run(pairs, K: int, eng: Engine, shape, product) -> torch.Tensor:
     red = eng.reduction
+    fast = all(_fast_path(x, y, eng) for x, y in pairs)
     if red is None or red.chunk >= K:
-        out = _chain(pairs, 0, K, eng, shape, product)
+        out = _chain(pairs, 0, K, eng, shape, product, fast)
         return out if red is None else to_dtype(out, red.dtype)
     total = None
     for c0 in range(0, K, red.chunk):
-        part = to_dtype(_chain(pairs, c0, min(c0 + red.chunk, K), eng, shape, product), red.dtype)
+        part = to_dtype(_chain(pairs, c0, min(c0 + red.chunk, K), eng, shape, product, fast), red.dtype)
         total = part if total is None else to_dtype(total + part, red.sum_dtype)
     return total
 

@@ -27,7 +27,25 @@ else:
     interpreter_patching.install()
 
 
+# Math libraries' thread pools, per xdist worker: each takes its share of the cores. Left at their
+# defaults (one thread per core each), n workers run n times as many spinning threads as there are
+# cores, and a small float64 matmul then waits tens of milliseconds instead of tens of microseconds.
+THREAD_POOL_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _share_the_cores(config) -> None:
+    """Set before the workers start, so that they (and the processes they run) inherit it; a value
+    the user set is kept."""
+    workers = getattr(config.option, "numprocesses", None)
+    if hasattr(config, "workerinput") or not isinstance(workers, int) or workers < 2:
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    for name in THREAD_POOL_VARIABLES:
+        os.environ.setdefault(name, str(max(1, cores // workers)))
+
+
 def pytest_configure(config):
+    _share_the_cores(config)
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (run on the H200)")
     config.addinivalue_line("markers", "nvcc: needs the CUDA compiler nvcc on PATH (no GPU needed)")
     config.addinivalue_line("markers", "slow: takes more than a few seconds on the CPU tier")

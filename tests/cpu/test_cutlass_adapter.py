@@ -133,8 +133,11 @@ def test_the_production_instantiation_has_the_same_sass_with_the_adapter_include
 
 # The traced collective's tap maps and the traced epilogue's arguments, printed by a host program
 # through the same types the kernel uses (CUTLASS's builder output, the adapter's derived types).
+# The program runs no device code: ZOO_CUTLASS_TYPES_ONLY keeps the kernel uninstantiated, which
+# halves its build (the production kernel's device code is the SASS-identity test's, above).
 MAPS_PROGRAM = r'''
 #define ZOO_CUTLASS_PLAIN 1
+#define ZOO_CUTLASS_TYPES_ONLY 1
 #include "cutlass_sm90.cu"
 #include "oracle_trace/cutlass.hpp"
 #include <cstdio>

@@ -589,6 +589,16 @@ def simple_build(tmp_path_factory) -> Path:
     return d
 
 
+def _host_from(simple_build: Path, d: Path) -> None:
+    """simple_build's repro_traced, copied into the reproducer d before its `make TRACE=1`: repro.cu
+    is the same for every case (oracle.repro.generate), so make finds the host program up to date and
+    builds the kernel side alone (the host program's own build is simple_build's, by make)."""
+    own = [p.relative_to(d) for sub in ("host", "kernel/include") for p in (d / sub).rglob("*") if p.is_file()]
+    for f in ("repro.cu", *own):
+        assert (d / f).read_bytes() == (simple_build / f).read_bytes(), f"{f} differs from simple_build's"
+    shutil.copy(simple_build / "repro_traced", d / "repro_traced")  # newer than its sources: up to date
+
+
 def _data_copy(src: Path, dst: Path) -> Path:
     """The data files of a reproducer (not its binaries): the host program runs on them with --dir."""
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("repro", "repro_traced", "*.cubin", "kernel"))
@@ -770,13 +780,15 @@ def test_check_only_judges_a_grouped_d_group_by_group(simple_build, tmp_path):
 
 
 @pytest.mark.nvcc
-def test_the_two_launch_reproducer_builds_traced_and_packs_both_launches(tmp_path):
-    """split_gemm.cu (every variant of the source, as the oracle builds it): about 15 s here."""
+def test_the_two_launch_reproducer_builds_traced_and_packs_both_launches(simple_build, tmp_path):
+    """split_gemm.cu (every variant of the source, as the oracle builds it): about 15 s here; the
+    host program is simple_build's (_host_from)."""
     from cuda_tools import cuobjdump
 
     d = tmp_path / "atomic"
     assert cli.main(["repro", "--problem", str(SPLIT / "splitk_atomic.toml"), "--inputs", "random:1",
                      "--out", str(d)]) == 0
+    _host_from(simple_build, d)
     _make(d, "TRACE=1")
     if cuobjdump():
         syms = _run([cuobjdump(), "-symbols", d / "kernel_traced.cubin"]).stdout
@@ -832,11 +844,11 @@ def test_dry_run_packs_the_harness_s_argument_bytes_and_sink_header(simple_build
 
 @pytest.mark.nvcc
 @pytest.mark.slow
-def test_a_hopper_descriptor_defect_builds_traced(hopper_builds, tmp_path):
+def test_a_hopper_descriptor_defect_builds_traced(hopper_builds, simple_build, tmp_path):
     """The CuTe Hopper GEMM: the Makefile's nvcc line is the oracle's own build (checked with make -n);
     the cubin is the session's traced build of the same source (tests/conftest.py: shared with
     tests/cpu/test_zoo_build.py, a CuTe build takes minutes on two cores), copied in through
-    KERNEL_TRACED_CUBIN_FROM; the host programs are built for real."""
+    KERNEL_TRACED_CUBIN_FROM; the host program is simple_build's, built by make (_host_from)."""
     from cuda_tools import cuobjdump
     from harness.build import cutlass_include_dirs
 
@@ -849,6 +861,7 @@ def test_a_hopper_descriptor_defect_builds_traced(hopper_builds, tmp_path):
     for part in ("-gencode=arch=compute_90a,code=sm_90a", "-DORACLE_TRACE=1", f"-I{cutlass_include_dirs()[0]}",
                  "hopper_gemm.cu"):
         assert part in line, (part, line)
+    _host_from(simple_build, d)
     _make(d, "TRACE=1", f"KERNEL_TRACED_CUBIN_FROM={hopper_builds['traced'].cubin_path}")
     assert (d / "kernel_traced.cubin").is_file() and (d / "repro_traced").is_file()
     if cuobjdump():

@@ -12,6 +12,8 @@
 //                              D = alpha * (scale_a * scale_b * acc) + beta * C (the adapter's
 //                              TensorScaledLinearCombination; four lines more than the bf16 kernel)
 //   ZOO_CUTLASS_PLAIN=1        without the adapter (the SASS-identity test's baseline; no oracle_launch)
+//   ZOO_CUTLASS_TYPES_ONLY=1   with ZOO_CUTLASS_PLAIN: the types alone, no kernel instantiated (a host
+//                              program that prints their layouts then compiles no device code)
 // Planted defects (tests/zoo/manifest.json names the stage the oracle must name):
 //   ZOO_CUTLASS_WRONG_STRIDE=1 A's leading dimension given to CUTLASS 64 elements short (the TMA
 //                              descriptor reads the wrong rows): descriptor_a
@@ -138,7 +140,7 @@ inline int plant(const oracle_trace::LaunchArgs* args, Gemm::Arguments& g) {
 
 #if !defined(ZOO_CUTLASS_PLAIN)
 ORACLE_CUTLASS_ENTRY_WITH(zoo_cutlass::Gemm, ZOO_CUTLASS_ADJUST)  // (4) oracle_launch
-#else
+#elif !defined(ZOO_CUTLASS_TYPES_ONLY)
 // Without the entry nothing launches the kernel: name it, so that the baseline build holds it.
 extern "C" const void* const zoo_cutlass_production_kernel =
     reinterpret_cast<const void*>(&cutlass::device_kernel<zoo_cutlass::GemmKernel>);
