@@ -82,3 +82,47 @@ def test_invalid_engines_name_the_field():
         E.Engine(align_round="up")
     with pytest.raises(E.EngineError, match="passes=3 is not allowed"):
         E.Engine(passes=3)
+
+
+def _operand_sets():
+    g = torch.Generator().manual_seed(5)
+    normal = torch.randn(6, 256, generator=g, dtype=torch.float64)
+    wide = normal * torch.exp2(torch.randint(-40, 40, (6, 256), generator=g).double())  # magnitudes 2^-40..2^40
+    cancel = torch.cat([normal[:, :128], -normal[:, :128]], 1)  # sums that return to zero, or nearly
+    zeros = normal.clone()
+    zeros[:, ::3] = 0.0
+    zeros[:, 1::7] = -0.0
+    fp8 = normal.to(torch.float8_e4m3fn).double()
+    return {"normal": (normal, normal.flip(1)), "wide": (wide, normal), "cancel": (cancel, normal),
+            "zeros": (zeros, normal), "fp8": (fp8, fp8.flip(0))}
+
+
+ENGINES = [E.Engine(), E.Engine(fused=False, align_round="rn", acc_round="rn"),
+           E.Engine(mma_k=4, align_bits=25, align_round="rna", acc_bits=24, acc_round="rna"),
+           E.Engine(mma_k=32, align_bits=13, acc_bits=13, promotion=128),
+           E.Engine(operand_bits=7, passes=3, acc_round="rn"),
+           E.Engine(mma_k=16, reduction=E.Reduction("bf16", 64, "fp32"))]
+
+
+@pytest.mark.parametrize("eng", ENGINES, ids=lambda e: e.describe()[:60])
+def test_the_plain_parameter_step_is_bit_identical_to_the_general_one(eng, monkeypatch):
+    """Engines of plain parameters take a faster step (kernels_ref.emulate._step_scalar) when the
+    operands are finite and of normal magnitude; every output is the general step's, bit for bit."""
+    sets = _operand_sets()
+    fast = {k: E.dot(a, b, eng) for k, (a, b) in sets.items()}
+    assert all(E._fast_path(a, b, eng) for a, b in sets.values())
+    monkeypatch.setattr(E, "_fast_path", lambda a, b, eng: False)
+    for k, (a, b) in sets.items():
+        slow = E.dot(a, b, eng)
+        assert torch.equal(fast[k].view(torch.int64), slow.view(torch.int64)), (k, eng.describe())
+
+
+def test_the_fast_step_is_not_taken_outside_its_range():
+    a = torch.ones(2, 32, dtype=torch.float64)
+    eng = E.Engine()
+    assert E._fast_path(a, a, eng)
+    for bad in (float("nan"), float("inf"), 2.0 ** -1060, 2.0 ** 400):  # NaN, Inf, subnormal, huge
+        b = a.clone()
+        b[1, 3] = bad
+        assert not E._fast_path(a, b, eng), bad
+    assert not E._fast_path(a, a, eng.with_(acc_bits=torch.tensor([23, 10])))  # batched parameters
