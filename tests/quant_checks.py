@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import pytest
 import torch
 
 from oracle.judging.diagnose import Kind, Verdict
@@ -91,6 +92,39 @@ def int4_low_first(stored: torch.Tensor, dim: int) -> torch.Tensor:
     lo, hi = (stored & 0xF).to(torch.int32), (stored >> 4).to(torch.int32)
     q = torch.stack([lo, hi], dim=dim + 1).flatten(dim, dim + 1)
     return torch.where(q >= 8, q - 16, q).float()
+
+
+def int4_op(weight: str):
+    """A mixed-input op in plain torch with `weight` ("a" or "b") stored as int4, low nibble first,
+    per-group scales and integer zero points along k, dequantised in fp32 and accumulated in fp32."""
+    dim = 1 if weight == "a" else 0
+
+    def op(a, b, scales, zeros):
+        stored = a if weight == "a" else b
+        q = int4_low_first(stored, dim)
+        g = torch.arange(q.shape[dim]) // (q.shape[dim] // scales.shape[dim])
+        s, z = (scales.float()[:, g], zeros.float()[:, g]) if dim else (scales.float()[g], zeros.float()[g])
+        other = b if weight == "a" else a
+        w = ((q - z) * s).to(other.dtype)
+        return ((w.float() @ b.float()) if weight == "a" else (a.float() @ w.float())).to(other.dtype)
+
+    return op
+
+
+def assert_case_file_carries_the_quant_fields(tmp_path, weight: str, text: str, want):
+    """A case file's [problem] text with `weight`'s quant fields loads as `want`, its launch passes the
+    scales and zero points by name, and a group size that does not divide K is refused by name."""
+    from oracle.run.case import load_case
+
+    case = tmp_path / "q.toml"
+    case.write_text(text)
+    c = load_case(str(case))
+    assert c.spec == want
+    assert [a.name for a in c.launch.args[:4]] == ["a", "b", f"{weight}_scales", f"{weight}_zeros"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace(f"{weight}_group_size = 32", f"{weight}_group_size = 40"))
+    with pytest.raises(Exception, match=f"{weight}_group_size=40"):
+        load_case(str(bad))
 
 
 def assert_verify_tells_the_nibble_order(op, case: dict, quant: dict, packing_field: str):

@@ -24,7 +24,7 @@ from oracle.run.inputs import Operands, Provenance, check_operands, expected_sha
 from oracle.run.recording import Recording, RecordingError
 from oracle.run.simulate import simulate
 from quant_checks import (DEFECT_HINTS, assert_dequant_finding, assert_kernel_fed_match, assert_draft_without_load, assert_verify_tells_the_nibble_order,
-                          int4_low_first, model_analysis, with_stored_byte_flipped)
+                          assert_case_file_carries_the_quant_fields, int4_op, model_analysis, with_stored_byte_flipped)
 
 ROOT = Path(__file__).resolve().parents[2]
 WA = dict(a_dtype="int4", b_dtype="fp16", out_dtype="fp16", a_packing="k_pairs_low_first", a_group_size=32,
@@ -254,20 +254,12 @@ def test_check_refuses_a_quantised_a_it_cannot_read():
         oracle.check(a, b, d, a_scales=s, b_scales=s, a_dtype="int4", a_packing="k_pairs_low_first")
 
 
-def _swapped_op(a, b, a_scales, a_zeros):
-    """A mixed-input op with the weight as A (low nibble first, fp32 dequant, fp32 accumulation)."""
-    q = int4_low_first(a, 1)
-    g = torch.arange(q.shape[1]) // (q.shape[1] // a_scales.shape[1])
-    w = ((q - a_zeros.float()[:, g]) * a_scales.float()[:, g]).to(b.dtype)
-    return (w.float() @ b.float()).to(b.dtype)
-
-
 def test_verify_runs_an_op_with_a_quantised_a():
     from oracle.run.case import CaseError
     from oracle.tools.verify import VerifyCase
 
     quant = dict(a_dtype="int4", a_packing="k_pairs_low_first", a_group_size=64, a_scales="fp16", a_zeros="int")
-    assert_verify_tells_the_nibble_order(_swapped_op, dict(name="wa", m=64, n=8, k=256, dtype="fp16"), quant,
+    assert_verify_tells_the_nibble_order(int4_op("a"), dict(name="wa", m=64, n=8, k=256, dtype="fp16"), quant,
                                          "a_packing")
     with pytest.raises(CaseError, match="both a_\\* and b_\\*"):
         VerifyCase("wa", 64, 8, 256, "fp16", call="w4a16", quant={**quant, "b_scales": "fp16"})
@@ -275,18 +267,11 @@ def test_verify_runs_an_op_with_a_quantised_a():
 
 # -- case files and what refuses a quantised A ---------------------------------------------------
 def test_case_file_carries_the_a_quant_fields(tmp_path):
-    case = tmp_path / "wa.toml"
-    case.write_text('[problem]\nm = 64\nn = 16\nk = 128\na_dtype = "int4"\nb_dtype = "fp16"\nout_dtype = "fp16"\n'
-                    'a_packing = "k_pairs_low_first"\na_group_size = 32\na_scales = "fp16"\na_zeros = "int"\n'
-                    'tile = [32, 16, 32]\n[launch]\ngrid = [1, 1, 1]\nblock = [32, 1, 1]\n'
-                    'args = ["a", "b", "a_scales", "a_zeros", "d", "m", "n", "k"]\n')
-    c = load_case(str(case))
-    assert c.spec == wa()
-    assert [a.name for a in c.launch.args[:4]] == ["a", "b", "a_scales", "a_zeros"]
-    bad = tmp_path / "bad.toml"
-    bad.write_text(case.read_text().replace('a_group_size = 32', 'a_group_size = 40'))
-    with pytest.raises(Exception, match="a_group_size=40"):
-        load_case(str(bad))
+    assert_case_file_carries_the_quant_fields(
+        tmp_path, "a", '[problem]\nm = 64\nn = 16\nk = 128\na_dtype = "int4"\nb_dtype = "fp16"\nout_dtype = "fp16"\n'
+        'a_packing = "k_pairs_low_first"\na_group_size = 32\na_scales = "fp16"\na_zeros = "int"\n'
+        'tile = [32, 16, 32]\n[launch]\ngrid = [1, 1, 1]\nblock = [32, 1, 1]\n'
+        'args = ["a", "b", "a_scales", "a_zeros", "d", "m", "n", "k"]\n', wa())
 
 
 def test_the_reproducer_refuses_a_quantised_a_by_name(tmp_path):

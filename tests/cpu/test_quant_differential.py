@@ -18,7 +18,7 @@ from oracle.report.table import sentence
 from oracle.run.inputs import Provenance, make_operands
 from oracle.run.simulate import Injection, simulate
 from quant_checks import (DEFECT_HINTS, assert_dequant_finding, assert_kernel_fed_match, assert_draft_without_load, assert_verify_tells_the_nibble_order,
-                          int4_low_first, model_analysis, with_stored_byte_flipped)
+                          int4_op, model_analysis, with_stored_byte_flipped)
 
 SPEC = ProblemSpec(16, 64, 128, a_dtype="fp16", b_dtype="int4", out_dtype="fp16", b_packing="k_pairs_low_first",
                    b_group_size=32, b_scales="fp16", b_zeros="int", tile=Tile(16, 32, 32))
@@ -105,20 +105,12 @@ def test_w4a16_accumulates_with_the_models_of_its_fp16_operands():
     assert tolerance.resolved_model(spec16) is tolerance.acc_model("fp16", "fp16")
 
 
-def _w4a16_op(a, b, b_scales, b_zeros):
-    """A W4A16 op in plain torch (low nibble first, fp32 dequant, fp32 accumulation)."""
-    q = int4_low_first(b, 0)
-    g = torch.arange(q.shape[0]) // (q.shape[0] // b_scales.shape[0])
-    w = ((q - b_zeros.float()[g]) * b_scales.float()[g]).to(a.dtype)
-    return (a.float() @ w.float()).to(a.dtype)
-
-
 def test_verify_runs_a_w4a16_op():
     from oracle.run.case import CaseError
     from oracle.tools.verify import VerifyCase
 
     quant = dict(b_dtype="int4", b_packing="k_pairs_low_first", b_group_size=64, b_scales="fp16", b_zeros="int")
-    assert_verify_tells_the_nibble_order(_w4a16_op, dict(name="w4", m=8, n=64, k=256, dtype="fp16"), quant,
+    assert_verify_tells_the_nibble_order(int4_op("b"), dict(name="w4", m=8, n=64, k=256, dtype="fp16"), quant,
                                          "b_packing")
     with pytest.raises(CaseError, match="takes a quant table"):
         VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16")
@@ -213,7 +205,7 @@ def test_check_judges_a_k8_interleaved_b():
     assert rep.recording.spec.b_packing == "k8_interleaved"
     # the same bytes taken as plain pairs are another B, and a kernel that read them so is wrong
     assert oracle.check(o.a, o.b, d, **{**kw, "b_packing": "k_pairs_low_first"}).verdict == "DIVERGED"
-    d_plain = _w4a16_op(o.a, o.b, o.b_scales, o.b_zeros)
+    d_plain = int4_op("b")(o.a, o.b, o.b_scales, o.b_zeros)
     rep = oracle.check(o.a, o.b, d_plain, **kw)
     assert rep.verdict == "DIVERGED" and rep.first_divergence.stage == "epilogue_store", str(rep)
     with pytest.raises(SpecError, match="b_group_size=4 .*multiple of 8"):
@@ -234,5 +226,5 @@ def test_verify_runs_a_k8_interleaved_op():
     quant = dict(b_dtype="int4", b_packing="k8_interleaved", b_group_size=64, b_scales="fp16", b_zeros="int")
     row = run_case(op, VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16", quant=quant, time=False))
     assert row["verdict"] == "MATCH", row
-    row = run_case(_w4a16_op, VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16", quant=quant, time=False))
+    row = run_case(int4_op("b"), VerifyCase("w4", 8, 64, 256, "fp16", call="w4a16", quant=quant, time=False))
     assert row["verdict"] == "DIVERGED", row
