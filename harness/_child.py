@@ -34,6 +34,7 @@ from harness import _protocol as P
 from harness import _tensorio
 from harness import launch_abi
 from harness import cuda_driver as cu
+from harness.child_process import WAIT_FLAG
 from harness.launch import KernelParams, LaunchSpec, TensorMapArg, argument_bytes
 from harness.stats import Policy, percentile, relative_standard_error, stop_reason
 from harness.tensormap import TensorMapError, encode
@@ -547,11 +548,39 @@ def _same_outputs(outputs_path: Path, dptrs: dict) -> bool:
     return True
 
 
+def _wait_for_run(device: str) -> Path:
+    """A pre-started child (harness.child_process): CUDA up and the device's primary context
+    retained (kept for the run, which retains it again), then the run directory from stdin; its
+    stdout and stderr files become this process's. Exits at end-of-file (no run came)."""
+    global _held_context
+    try:
+        cu.init()
+        _held_context = cu.Context(int(device))
+    except Exception:  # the run meets the same failure and reports it in its own files
+        pass
+    line = sys.stdin.buffer.readline().rstrip(b"\n")
+    if not line:
+        os._exit(0)
+    run_dir = Path(os.fsdecode(line))
+    for fd, name in ((1, P.STDOUT), (2, P.STDERR)):
+        f = os.open(run_dir / name, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        os.dup2(f, fd)
+        os.close(f)
+    os.chdir(run_dir)
+    return run_dir
+
+
+_held_context = None
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m harness._child RUN_DIR", file=sys.stderr)
+    if len(argv) == 2 and argv[0] == WAIT_FLAG:
+        run_dir = _wait_for_run(argv[1])
+    elif len(argv) == 1:
+        run_dir = Path(argv[0])
+    else:
+        print("usage: python -m harness._child RUN_DIR | --wait DEVICE", file=sys.stderr)
         return 2
-    run_dir = Path(argv[0])
     progress = P.Progress(run_dir)
     progress.mark("start", pid=os.getpid())
     status: dict = {"status": "HARNESS_ERROR", "phase": "start", "pid": os.getpid()}

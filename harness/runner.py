@@ -20,10 +20,10 @@ from __future__ import annotations
 import enum
 import math
 import os
+import select
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -35,14 +35,13 @@ import torch
 from harness import knobs as _knobs
 from harness import _protocol as P
 from harness import _tensorio
+from harness.child_process import DEFAULT_CHILD, REPO_ROOT, child_env, hand_over, take
 from harness.build import CUBIN_MAGICS, BuildError, BuildResult, build_cubin, load_cubin
 from harness.files import read_bounded
 from harness.launch import LaunchSpec, TensorMapArg
 from harness.launch_abi import ENTRY_SYMBOL, LibraryCall
 from kernels_ref.dtypes import ELEMENT_TYPES
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CHILD = (sys.executable, "-X", "faulthandler", "-m", "harness._child")
 TAIL_CHARS = 8000
 KILL_GRACE_S = 30.0
 MAX_SINK_BYTES = 1 << 34
@@ -317,12 +316,22 @@ def _kill_and_reap(proc: subprocess.Popen) -> Optional[int]:
         return None
 
 
-def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    path = env.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + path if path else "")
-    env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
-    return env
+def _wait(proc: subprocess.Popen, timeout: float) -> int:
+    """proc.wait(timeout), woken the moment the child exits (a pidfd) rather than by polling."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # not Linux 5.3+, or the child is already reaped
+        return proc.wait(timeout=timeout)
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        deadline = time.monotonic() + timeout
+        while not poller.poll(min(1 << 30, max(0, math.ceil((deadline - time.monotonic()) * 1000)))):
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(proc.args, timeout)
+    finally:
+        os.close(fd)
+    return proc.wait(timeout=KILL_GRACE_S)
 
 
 def _read_outputs(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -488,17 +497,21 @@ def _run_child(image_name: str, image: bytes, request_core: dict, dense: Mapping
         P.write_json_atomic(run_dir / P.REQUEST, request)
 
         argv = list(child_cmd if child_cmd is not None else DEFAULT_CHILD) + [str(run_dir)]
-        started = time.monotonic()
         timed_out = False
         with open(run_dir / P.STDOUT, "wb") as out, open(run_dir / P.STDERR, "wb") as err:
+            proc = take(device, argv[:-1])  # one started ahead for this command (harness.child_process)
+            started = time.monotonic()
+            if proc is not None and not hand_over(proc, run_dir):
+                proc = None
+            if proc is None:
+                try:
+                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                            cwd=str(run_dir), env=child_env(), start_new_session=True)
+                except OSError as exc:
+                    return KernelRun(status=RunStatus.HARNESS_ERROR,
+                                     message=f"could not start the child {argv}: {exc}", phase=None)
             try:
-                proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                        cwd=str(run_dir), env=_child_env(), start_new_session=True)
-            except OSError as exc:
-                return KernelRun(status=RunStatus.HARNESS_ERROR, message=f"could not start the child {argv}: {exc}",
-                                 phase=None)
-            try:
-                rc = proc.wait(timeout=timeout)
+                rc = _wait(proc, timeout)
             except subprocess.TimeoutExpired:
                 timed_out = True
                 rc = _kill_and_reap(proc)

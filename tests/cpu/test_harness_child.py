@@ -239,3 +239,70 @@ def test_an_overflow_past_the_ceiling_keeps_the_first_run_and_says_so(monkeypatc
 def test_without_a_ceiling_an_overflow_is_left_as_it_is(monkeypatch):
     run, res, _ = _overflowing_run(monkeypatch, 512 + 2 * 64, max_bytes=None)
     assert run.sink_overflow is None and res.dropped == 4
+
+
+def _status_pid(run) -> int:
+    import json
+    import shutil
+    from pathlib import Path
+
+    try:
+        return json.loads((Path(run.run_dir) / P.STATUS).read_text())["pid"]
+    finally:
+        shutil.rmtree(run.run_dir, ignore_errors=True)
+
+
+def test_a_prestarted_child_runs_the_next_run_of_its_command():
+    from harness import child_process
+
+    assert child_process.prestart(0, CHILD)
+    waiting = child_process._waiting[2]
+    try:
+        run = vadd_run(sink=SinkRequest(bytes(32)), keep_dir=True)
+        assert run.ok, run.describe() + run.stderr_tail
+        assert _status_pid(run) == waiting.pid, "the run went to the child started ahead"
+        assert torch.equal(run.outputs["z"][:N], 11 * torch.arange(N, dtype=torch.float32))
+        assert torch.isnan(run.outputs["z"][N]) and struct.unpack("<I", run.sink[:4])[0] == 0xC0FFEE04
+        assert child_process._waiting is None and waiting.poll() is not None
+        again = vadd_run(keep_dir=True)  # none waits now: a fresh child, as before
+        assert again.ok and _status_pid(again) != waiting.pid
+    finally:
+        child_process._stop_waiting()
+
+
+def test_a_prestarted_child_reports_a_fault_in_its_run_directory():
+    from harness import child_process
+
+    assert child_process.prestart(0, CHILD)
+    try:
+        run = vadd_run(entry="fault", sink=SinkRequest(bytes(32)))
+        assert run.status is RunStatus.CUDA_ERROR and run.phase == "sync"
+        assert struct.unpack("<I", run.sink[:4])[0] == 0xC0FFEE01
+    finally:
+        child_process._stop_waiting()
+
+
+def test_a_prestarted_child_is_kept_from_runs_of_another_command_or_device_and_stopped_at_exit():
+    from harness import child_process
+
+    assert child_process.prestart(1, CHILD)
+    waiting = child_process._waiting[2]
+    try:
+        assert not child_process.prestart(1, CHILD), "one waits at a time"
+        run = vadd_run(keep_dir=True)  # device 0: not the waiting child's
+        assert run.ok and _status_pid(run) != waiting.pid
+        assert child_process.take(1, ["python", "-m", "other"]) is None
+        assert child_process._waiting is not None and waiting.poll() is None
+    finally:
+        child_process._stop_waiting()
+    assert child_process._waiting is None and waiting.poll() is not None
+
+
+def test_a_waiting_child_leaves_when_its_parent_closes_the_pipe():
+    from harness import child_process
+
+    assert child_process.prestart(0, CHILD)
+    waiting = child_process._waiting[2]
+    child_process._waiting = None
+    waiting.stdin.close()  # what the parent's exit does
+    assert waiting.wait(timeout=60) == 0

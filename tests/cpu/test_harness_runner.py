@@ -309,6 +309,28 @@ def test_real_child_reports_a_missing_driver_and_stays_torch_free():
         shutil.rmtree(run.run_dir, ignore_errors=True)
 
 
+@pytest.mark.skipif(_driver_works(), reason="A CUDA driver is present here; the GPU tier covers the real child.")
+def test_a_real_child_started_ahead_reports_the_same_as_one_started_for_the_run():
+    pytest.importorskip("cuda.bindings.driver")
+    from harness import child_process
+
+    assert child_process.prestart(0)
+    waiting = child_process._waiting[2]
+    try:
+        run = run_kernel(CUBIN, "vadd", VADD, vadd_tensors(), sink=SinkRequest(bytes(64)), timeout_s=60,
+                         keep_dir=True)
+        status = json.loads((Path(run.run_dir) / P.STATUS).read_text())
+        assert status["pid"] == waiting.pid
+        assert run.status is RunStatus.SETUP_ERROR and run.phase == "init", run.describe() + run.stderr_tail
+        assert run.error_name in ("CUDA_DRIVER_UNAVAILABLE", "CUDA_ERROR_NO_DEVICE")
+        assert status["torch_imported"] is False
+    finally:
+        child_process._stop_waiting()
+        import shutil
+
+        shutil.rmtree(run.run_dir, ignore_errors=True)
+
+
 def test_the_child_module_imports_neither_torch_nor_numpy():
     import subprocess
 

@@ -140,6 +140,36 @@ def test_vector_add_and_poisoned_outputs(cubin):
     assert run.kernel_s is not None and run.kernel_s > 0
 
 
+def test_a_child_started_ahead_runs_the_kernel_as_a_fresh_one_does(cubin):
+    import json
+    import shutil
+    from pathlib import Path
+
+    from harness import child_process
+
+    n = 4096
+    g = torch.Generator().manual_seed(12)
+    x, y = torch.randn(n, generator=g), torch.randn(n, generator=g)
+    launch = LaunchSpec(grid=n // 128, block=128, args=[TensorArg("x"), TensorArg("y"), TensorArg("z", "out"),
+                                                        ScalarArg(n)])
+    fresh = run_kernel(cubin, "vadd", launch, {"x": x, "y": y, "z": torch.zeros(n)}, timeout_s=60)
+    assert child_process.prestart(0)
+    waiting = child_process._waiting[2]
+    time.sleep(1.0)  # let it come up: its CUDA context is made before the run
+    run = None
+    try:
+        run = run_kernel(cubin, "vadd", launch, {"x": x, "y": y, "z": torch.zeros(n)}, timeout_s=60,
+                         sink=SinkRequest(SINK_INIT), keep_dir=True)
+        assert run.ok, run.describe() + run.stderr_tail
+        assert json.loads((Path(run.run_dir) / P.STATUS).read_text())["pid"] == waiting.pid
+        assert torch.equal(run.outputs["z"], fresh.outputs["z"]) and torch.equal(run.outputs["z"], x + y)
+        assert run.device == fresh.device
+    finally:
+        child_process._stop_waiting()
+        if run is not None and run.run_dir:
+            shutil.rmtree(run.run_dir, ignore_errors=True)
+
+
 def test_taps_reach_host_mapped_and_device_sinks(cubin):
     launch = LaunchSpec(grid=1, block=32)
     for host_mapped, sources in ((True, (P.SINK_FILE, P.SINK_PINNED_COPY)), (False, (P.SINK_DEVICE_COPY,))):
