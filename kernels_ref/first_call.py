@@ -1,24 +1,27 @@
 """The references' once-per-process costs, paid on a background thread while a kernel runs.
 
-A fresh process pays, on its first judgement, for things that do not depend on the case: Triton's
-own key (a hash of its compiler and of libtriton, which every kernel's disk-cache lookup needs:
-about 0.4 s on the H200's host) and torch's CUDA initialisation in this process. While the
+A fresh process pays, on its first judgement, for things that do not depend on the case: torch's
+CUDA initialisation in this process, Triton's own key (a hash of its compiler and of libtriton,
+which every kernel's disk-cache lookup needs: about 0.4 s on the H200's host) and the imports of
+the judgement's modules (Triton parses every kernel's source as its module loads). While the
 kernel's child process runs, this process only waits for it, so `start()` pays them on a daemon
-thread then. Nothing here changes a result: each item is what the first judgement would do anyway,
-and a failure is left for that judgement to meet and report. Under Triton's interpreter nothing
-compiles and nothing is started.
+thread then, and `wait()` joins it before the judgement goes on (so no two threads import at once).
+Nothing here changes a result: each item is what the first judgement would do anyway, and a
+failure is left for that judgement to meet and report. Under Triton's interpreter nothing
+compiles and no thread is started.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
-from typing import Optional
+from typing import Optional, Sequence
 
 _started: Optional[threading.Thread] = None
 _lock = threading.Lock()
 
 
-def _pay() -> None:
+def _pay(imports: Sequence[str]) -> None:
     try:
         import torch
 
@@ -32,11 +35,17 @@ def _pay() -> None:
         triton_key()
     except Exception:  # another Triton keeps its key elsewhere: the first compile pays for it
         pass
+    for name in imports:
+        try:
+            importlib.import_module(name)
+        except Exception:  # the judgement's own import reports it
+            pass
 
 
-def start() -> Optional[threading.Thread]:
-    """Start paying the first-call costs on a daemon thread, once per process; the thread, or None
-    when there is nothing to pay (Triton's interpreter)."""
+def start(imports: Sequence[str] = ()) -> Optional[threading.Thread]:
+    """Start paying the first-call costs, and importing the modules `imports` names, on a daemon
+    thread, once per process; the thread, or None when there is nothing to pay (Triton's
+    interpreter)."""
     global _started
     from kernels_ref._common import interpreting
 
@@ -44,6 +53,14 @@ def start() -> Optional[threading.Thread]:
         return None
     with _lock:
         if _started is None:
-            _started = threading.Thread(target=_pay, name="oracle-first-call", daemon=True)
+            _started = threading.Thread(target=_pay, args=(tuple(imports),), name="oracle-first-call", daemon=True)
             _started.start()
         return _started
+
+
+def wait() -> None:
+    """Join the thread `start` started (at once when none was, or it has finished)."""
+    with _lock:
+        thread = _started
+    if thread is not None and thread is not threading.current_thread():
+        thread.join()

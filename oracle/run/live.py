@@ -423,6 +423,10 @@ def initial_sink_bytes(budget: TraceBudget, ceiling: int) -> int:
     return min(ceiling, max(MIN_SINK_BYTES, -(-budget.estimate // 4096) * 4096))
 
 
+# what judging a recording imports (the references' Triton kernels among them): loaded while the kernel runs
+JUDGEMENT_MODULES = ("oracle.judging.differential", "oracle.report.table")
+
+
 def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Optional[float] = None,
              timing: Optional[dict] = None, command: Sequence[str] = (), smem_poison: Optional[int] = None,
              repeat: int = 1) -> LiveRun:
@@ -468,9 +472,10 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
     if timing is not None and k.time_entry:
         timing = {**timing, "entry": k.time_entry}
     t1 = time.perf_counter()
-    first_call.start()  # this process's first-judgement costs, paid while it waits for the child
+    first_call.start(JUDGEMENT_MODULES)  # this process's first-judgement costs, paid while it waits for the child
     run = run_kernel(cubin, k.entry, launch, tensors, sink=SinkRequest(prefix, capacity=capacity, max_bytes=ceiling),
                      timeout_s=timeout_s, timing=timing, then=sequence[1:], smem_poison=smem_poison)
+    first_call.wait()
     t2 = time.perf_counter()
     return _recording(case, ops, provenance, run, budget, ceiling, host_maps, cached, (t0, t1, t2), command)
 
@@ -488,9 +493,10 @@ def _run_live_library(case: Case, ops: Operands, provenance: Provenance, budget,
     capacity = initial_sink_bytes(budget, ceiling)
     prefix = trace_format.sink_prefix(capacity, tiles=sel.tiles, k_blocks=sel.k_blocks, stages=sel.stages)
     t1 = time.perf_counter()
-    first_call.start()
+    first_call.start(JUDGEMENT_MODULES)
     run = run_library(br, call, tensors, sink=SinkRequest(prefix, capacity=capacity, max_bytes=ceiling),
                       timeout_s=timeout_s, timing=timing)
+    first_call.wait()
     t2 = time.perf_counter()
     return _recording(case, ops, provenance, run, budget, ceiling, (), br.cached, (t0, t1, t2), command)
 

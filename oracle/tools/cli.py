@@ -39,9 +39,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     sentence naming the first divergence. Exit codes: 0 match, 1 divergence, 2 bad usage or
     input, 3 kernel error, 4 oracle untrusted, 5 mistrusted (nothing could discriminate),
     6 nondeterministic (runs on the same inputs differ)."""
-    from oracle.report import table as report
-    from oracle.judging.differential import analyze
-
     modes = [bool(args.dump), bool(args.demo), bool(args.kernel or args.problem), bool(args.repro_dir)]
     if args.time and not modes[2]:
         raise UsageError("--time needs a live kernel: a recording has nothing to time")
@@ -70,6 +67,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         source = DEMO_DUMP if args.demo else args.dump
         rec = Recording.load(source)
     t1 = time.perf_counter()
+    from oracle.judging.differential import analyze  # after a live run: imported while its kernel ran
+    from oracle.report import table as report
+
     an = analyze(rec)
     if races is not None:
         races = _judge_repeats(an, races)
