@@ -80,6 +80,30 @@ def test_knobs_lists_every_knob(capsys):
         assert name in out
 
 
+def test_the_process_exits_with_the_code_after_the_exit_handlers_and_the_output(tmp_path):
+    marker = tmp_path / "exit-handler-ran"
+    code = ("import atexit, sys; atexit.register(lambda p=sys.argv[1]: open(p, 'w').write('ran')); "
+            "sys.argv = ['oracle', 'compare', '--demo', '--json', sys.argv[2]]; "
+            "from oracle.__main__ import run; run(); print('not reached')")
+    report = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-c", code, str(marker), str(report)], cwd=ROOT, capture_output=True,
+                       text=True, timeout=600, env={**os.environ, "PYTHONPATH": ROOT})
+    assert r.returncode == 1, r.stderr  # the demo's divergence
+    assert "First divergence" in r.stdout and "not reached" not in r.stdout
+    assert marker.read_text() == "ran"
+    assert json.loads(report.read_text())["verdict"]
+
+
+@pytest.mark.parametrize("argv, live", [
+    (["compare", "--problem", "case.toml"], True), (["compare", "--kernel=k.cu", "--entry", "k"], True),
+    (["compare", "--problem=m=64,n=64,k=64"], True), (["compare", "--demo"], False),
+    (["compare", "--dump", "d.safetensors"], False), (["repro", "--problem", "case.toml"], False), ([], False)])
+def test_a_child_is_started_ahead_only_for_a_live_compare(argv, live):
+    from oracle.__main__ import _runs_a_kernel
+
+    assert _runs_a_kernel(argv) is live
+
+
 def test_module_entry_point_runs_without_a_gpu():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = ROOT
