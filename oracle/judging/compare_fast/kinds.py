@@ -5,6 +5,7 @@ why it cannot take some inputs, `inline_bound` is the bound tensor that rtol/ato
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ class _Kind:
     max: float  # largest magnitude
 
 
+@functools.lru_cache(maxsize=None)
 def _kind(dt: torch.dtype) -> Optional[_Kind]:
     if dt == torch.float32:
         return _Kind(K_F32, torch.int32, 24, 2.0 ** -149, float(torch.finfo(dt).max))
@@ -99,6 +101,7 @@ def _lut(dt: torch.dtype, device) -> torch.Tensor:
     return torch.arange(256, dtype=torch.int32, device=device).to(torch.uint8).view(dt).to(torch.float32)
 
 
+@functools.lru_cache(maxsize=None)
 def _sub_mode(kr: _Kind, ke: _Kind) -> tuple[int, float]:
     if kr.quantum > 0 and ke.quantum > 0 and (kr.max + ke.max) / min(kr.quantum, ke.quantum) < 2.0 ** 24:
         return SUB_ALWAYS, 1.0

@@ -5,6 +5,7 @@ and launches the fast pass and the float64 pass (oracle.judging.compare_fast.ker
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import replace
 from typing import Optional
@@ -23,6 +24,12 @@ from oracle.judging.compare_fast.stats import NSTAT, S_GENERAL, TileStats
 _FUSED_IN_INTERPRETER = False
 
 _B_MIN = 2.0 ** -100  # bounds below this only pass exact zeros on the fast pass (quotients stay exact)
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: Optional[int]) -> int:
+    return torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index) \
+        .multi_processor_count
 
 
 def _interpreting() -> bool:
@@ -55,7 +62,7 @@ def tile_stats(received: torch.Tensor, expected: torch.Tensor, *, bound: Optiona
     h, w = received.shape
     nbytes = received.element_size() + expected.element_size() + (mask is not None)
     nbytes += bound.element_size() if bound is not None else 0
-    plan = _plan(h, w, tile_shape, cfg, nbytes)
+    plan = _plan(h, w, None if tile_shape is None else tuple(tile_shape), cfg, nbytes)
     if config is None and _interpreting():  # the interpreter pays per step, not per register
         plan = replace(plan, bm=_next_pow2(plan.pm), even=plan.even and plan.pm == _next_pow2(plan.pm))
     if h == 0 or w == 0:
@@ -126,7 +133,7 @@ def tile_stats(received: torch.Tensor, expected: torch.Tensor, *, bound: Optiona
         out[:, S_GENERAL] = -1.0
     # chunks of 16 marks: when every program is marked, the float64 pass still spreads over the GPU
     ch = 16
-    most = 8 * torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 2
+    most = 8 * _sm_count(dev.index) if dev.type == "cuda" else 2
     _general_kernel[(max(1, min(-(-plan.programs // ch), most)),)](
         out, rv, ev, bv, mv, lut_r, lut_e, *geo, plan.programs, *strides, rt, at, EVEN=plan.even and gbm <= plan.pm
         and plan.pm % gbm == 0, GBM=gbm, GVEC=gvec, CH=ch, **kinds)

@@ -4,6 +4,7 @@ the benchmark tries) and how a shape and a tile shape become strips and programs
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 MAX_PROGRAMS_PER_TILE = 2048  # bounds the partial rows of a big tile (enough programs to fill a GPU)
@@ -58,20 +59,22 @@ class _Plan:
     nsub_n: int
     even: bool
 
-    @property
+    @functools.cached_property
     def strips(self) -> int:  # per tile
         return self.nsub_m * self.nsub_n
 
-    @property
+    @functools.cached_property
     def per_tile(self) -> int:  # programs per tile: each takes strips k, k + per_tile, ...
         return min(self.strips, MAX_PROGRAMS_PER_TILE)
 
-    @property
+    @functools.cached_property
     def programs(self) -> int:
         return self.tiles_h * self.tiles_w * self.per_tile
 
 
+@functools.lru_cache(maxsize=256)
 def _plan(h: int, w: int, tile_shape, cfg: FastConfig, bytes_per_element: int = 4) -> _Plan:
+    """The plan of a shape (one per argument set: plans are cached)."""
     th, tw = tile_shape or (h, w)
     th, tw = max(int(th), 1), max(int(tw), 1)
     tiles_h, tiles_w = -(-h // th), -(-w // tw)
