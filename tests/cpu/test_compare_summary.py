@@ -56,6 +56,16 @@ def test_the_summary_picks_what_python_picks(monkeypatch, u, seed, fail_rate, ca
     monkeypatch.setattr(summary, "CHUNK", 4)
     rows = _rows(u, seed, fail_rate)
     assert summary.summarize(rows, cap, detail) == _expected(rows, cap, detail)
+    assert summary._counter(rows.device).item() == 0  # the last program set the tickets back
+
+
+def test_summaries_one_after_another_share_the_counter(monkeypatch):
+    monkeypatch.setattr(summary, "BLOCK", 16)
+    monkeypatch.setattr(summary, "CHUNK", 4)
+    for u, seed in ((200, 6), (17, 7), (333, 8), (1, 9)):  # blocks: 13, 2, 21, 1
+        rows = _rows(u, seed, 0.1)
+        assert summary.summarize(rows, 8, 3) == _expected(rows, 8, 3)
+        assert summary._counter(rows.device).item() == 0
 
 
 def test_defaults_and_a_strided_table():

@@ -14,9 +14,9 @@ Data path:
                  scan the marks) redoes the marked strips in float64, element by element the way the
                  reference computes, and locates each strip's first bad element.
   3. fold        a few torch operations fold the rows of each tile into one, in float64.
-  4. summary     two small kernels write what the host reads (counts, the worst and first
-                 non-finite tiles, the first failing tiles and their rows) into one buffer: one
-                 copy to the host, the call's only synchronisation when nothing fails.
+  4. summary     one small kernel writes what the host reads (counts, the worst and first
+                 non-finite tiles, the first failing tiles and their rows) into one buffer of
+                 page-locked host memory: the call's only synchronisation when nothing fails.
   5. details     only failing tiles (up to `max_detail_tiles`) get a second look: their first bad
                  elements, in bounded chunks of rows from the first bad one.
 So counts, max_abs_err, NaN/Inf counts, `trivial` and the first bad elements are identical to the
@@ -45,7 +45,7 @@ The package, one job a module:
   stats     what a pass leaves: the columns of a row of partial statistics and `TileStats`
   fold      the host-side fold: partial rows into one row per tile, a row into a tile's metrics
   launch    `tile_stats`: validate, plan, launch both kernels, fold
-  summary   `summarize`: the folded rows into the one buffer the host reads (two kernels)
+  summary   `summarize`: the folded rows into the one buffer the host reads (one kernel)
   results   `compare_fast`: TileStats into a Comparison, and the second look at failing tiles
 The package imports oracle.judging.comparison (the types it returns), never oracle.judging.compare. The names
 below are re-exported copies: a constant is patched in the module that defines it.

@@ -2,13 +2,14 @@
 units, written by the device into one small buffer of page-locked host memory, which the host reads
 after one wait (`summarize`; no copy).
 
-Two kernels after the pass: `_summary_blocks` (one program per BLOCK units) reduces its units to
-one partial record (counts, the first non-finite unit, the worst failing unit and the worst unit);
-`_summary_final` (one program) folds the records, copies the worst and the first non-finite rows,
-and lists the first `cap` failing units in row order with the rows of the first `detail` of them.
-It visits only the blocks that hold a listed failing unit. The worst unit is the largest
-(failing, max_ratio, mismatches, max_abs_err), the first row on ties, as Python's max picks it.
-A NaN max_ratio or max_abs_err makes a unit unknown; the caller then reads every row instead.
+One kernel after the pass, `_summary_kernel`, one program per BLOCK units: each reduces its units
+to one partial record (counts, the first non-finite unit, the worst failing unit and the worst unit)
+and takes a ticket from a counter; the program that takes the last ticket folds the records, copies
+the worst and the first non-finite rows, lists the first `cap` failing units in row order with the
+rows of the first `detail` of them (visiting only the blocks that hold a listed failing unit), and
+sets the counter back to zero for the next summary on its stream. The worst unit is the largest
+(failing, max_ratio, mismatches, max_abs_err), the first row on ties, as Python's max picks it. A NaN
+max_ratio or max_abs_err makes a unit unknown; the caller then reads every row instead.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ import triton.language as tl
 from oracle.judging.compare_fast.stats import (NSTAT, S_BAD, S_COMPARED, S_INF_E, S_INF_R, S_INFO, S_MAX_ABS,
                                                S_MAX_RATIO, S_NAN_E, S_NAN_R, S_RATIO_NAN)
 
-BLOCK = 256  # units per program of _summary_blocks
-CHUNK = 256  # partial records per step of _summary_final
+BLOCK = 256  # units per program
+CHUNK = 256  # partial records per step of the fold
 
 # A partial record (the kernels write it by these positions; 2^62 is "no unit"): counts, the first
 # non-finite unit, then (index, max_ratio, mismatches, max_abs_err) of the worst failing unit and of
@@ -63,11 +64,11 @@ def _better(i, r, b, a, j, s, c, d):
 
 
 @triton.jit
-def _summary_blocks(rows_ptr, part_ptr, U, s_row, C_COMPARED: tl.constexpr, C_BAD: tl.constexpr,
-                    C_NAN_R: tl.constexpr, C_NAN_E: tl.constexpr, C_INF_R: tl.constexpr, C_INF_E: tl.constexpr,
-                    C_INFO: tl.constexpr, C_MAX_ABS: tl.constexpr, C_MAX_RATIO: tl.constexpr,
-                    C_RATIO_NAN: tl.constexpr, BLOCK: tl.constexpr, NPART: tl.constexpr):
-    """One partial record per BLOCK units (columns as in oracle.judging.compare_fast.stats)."""
+def _block_record(rows_ptr, part_ptr, U, s_row, C_COMPARED: tl.constexpr, C_BAD: tl.constexpr,
+                  C_NAN_R: tl.constexpr, C_NAN_E: tl.constexpr, C_INF_R: tl.constexpr, C_INF_E: tl.constexpr,
+                  C_INFO: tl.constexpr, C_MAX_ABS: tl.constexpr, C_MAX_RATIO: tl.constexpr,
+                  C_RATIO_NAN: tl.constexpr, BLOCK: tl.constexpr, NPART: tl.constexpr):
+    """This program's partial record of its BLOCK units (columns as in oracle.judging.compare_fast.stats)."""
     pid = tl.program_id(0)
     idx = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     valid = idx < U
@@ -106,10 +107,11 @@ def _summary_blocks(rows_ptr, part_ptr, U, s_row, C_COMPARED: tl.constexpr, C_BA
 
 
 @triton.jit
-def _summary_final(rows_ptr, part_ptr, sum_ptr, U, s_row, NB, CAP, DETAIL, C_COMPARED: tl.constexpr,
-                   C_BAD: tl.constexpr, NSTAT: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr,
-                   HEAD: tl.constexpr, NPART: tl.constexpr):
-    """Folds the NB partial records and writes the summary buffer (module docstring)."""
+def _fold_records(rows_ptr, part_ptr, sum_ptr, U, s_row, NB, CAP, DETAIL, C_COMPARED: tl.constexpr,
+                  C_BAD: tl.constexpr, NSTAT: tl.constexpr, BLOCK: tl.constexpr, CHUNK: tl.constexpr,
+                  HEAD: tl.constexpr, NPART: tl.constexpr):
+    """Folds the NB partial records and writes the summary buffer (module docstring). The records
+    are read from L2 (.cg): other programs wrote them during this launch."""
     ar = tl.arange(0, CHUNK)
     cols = tl.arange(0, 32)
     col_ok = cols < NSTAT
@@ -128,22 +130,22 @@ def _summary_final(rows_ptr, part_ptr, sum_ptr, U, s_row, NB, CAP, DETAIL, C_COM
         blk = c + ar
         ok = blk < NB
         p = part_ptr + blk.to(tl.int64) * NPART
-        s_units += tl.load(p + 0, mask=ok, other=0.0)
-        s_fail += tl.load(p + 1, mask=ok, other=0.0)
-        s_comp += tl.load(p + 2, mask=ok, other=0.0)
-        s_bad += tl.load(p + 3, mask=ok, other=0.0)
-        s_info += tl.load(p + 4, mask=ok, other=0.0)
-        s_unknown += tl.load(p + 5, mask=ok, other=0.0)
-        s_nonfin += tl.load(p + 6, mask=ok, other=0.0)
-        first_nonfin = tl.minimum(first_nonfin, tl.load(p + 7, mask=ok, other=4611686018427387904.0).to(tl.int64))
-        ci = tl.load(p + 8, mask=ok, other=4611686018427387904.0).to(tl.int64)
-        ji, j1, j2, j3 = _best(ci < 4611686018427387904, tl.load(p + 9, mask=ok, other=0.0),
-                               tl.load(p + 10, mask=ok, other=0.0), tl.load(p + 11, mask=ok, other=0.0), ci)
+        s_units += tl.load(p + 0, mask=ok, other=0.0, cache_modifier=".cg")
+        s_fail += tl.load(p + 1, mask=ok, other=0.0, cache_modifier=".cg")
+        s_comp += tl.load(p + 2, mask=ok, other=0.0, cache_modifier=".cg")
+        s_bad += tl.load(p + 3, mask=ok, other=0.0, cache_modifier=".cg")
+        s_info += tl.load(p + 4, mask=ok, other=0.0, cache_modifier=".cg")
+        s_unknown += tl.load(p + 5, mask=ok, other=0.0, cache_modifier=".cg")
+        s_nonfin += tl.load(p + 6, mask=ok, other=0.0, cache_modifier=".cg")
+        first_nonfin = tl.minimum(first_nonfin, tl.load(p + 7, mask=ok, other=4611686018427387904.0, cache_modifier=".cg").to(tl.int64))
+        ci = tl.load(p + 8, mask=ok, other=4611686018427387904.0, cache_modifier=".cg").to(tl.int64)
+        ji, j1, j2, j3 = _best(ci < 4611686018427387904, tl.load(p + 9, mask=ok, other=0.0, cache_modifier=".cg"),
+                               tl.load(p + 10, mask=ok, other=0.0, cache_modifier=".cg"), tl.load(p + 11, mask=ok, other=0.0, cache_modifier=".cg"), ci)
         take = _better(fi, f1, f2, f3, ji, j1, j2, j3)
         fi, f1, f2, f3 = tl.where(take, ji, fi), tl.where(take, j1, f1), tl.where(take, j2, f2), tl.where(take, j3, f3)
-        ci = tl.load(p + 12, mask=ok, other=4611686018427387904.0).to(tl.int64)
-        ji, j1, j2, j3 = _best(ci < 4611686018427387904, tl.load(p + 13, mask=ok, other=0.0),
-                               tl.load(p + 14, mask=ok, other=0.0), tl.load(p + 15, mask=ok, other=0.0), ci)
+        ci = tl.load(p + 12, mask=ok, other=4611686018427387904.0, cache_modifier=".cg").to(tl.int64)
+        ji, j1, j2, j3 = _best(ci < 4611686018427387904, tl.load(p + 13, mask=ok, other=0.0, cache_modifier=".cg"),
+                               tl.load(p + 14, mask=ok, other=0.0, cache_modifier=".cg"), tl.load(p + 15, mask=ok, other=0.0, cache_modifier=".cg"), ci)
         take = _better(ai, a1, a2, a3, ji, j1, j2, j3)
         ai, a1, a2, a3 = tl.where(take, ji, ai), tl.where(take, j1, a1), tl.where(take, j2, a2), tl.where(take, j3, a3)
     n_fail = tl.sum(s_fail, axis=0)
@@ -169,15 +171,15 @@ def _summary_final(rows_ptr, part_ptr, sum_ptr, U, s_row, NB, CAP, DETAIL, C_COM
     units = tl.arange(0, BLOCK)
     for c in range(0, NB, CHUNK):
         blk = c + ar
-        cnt = tl.load(part_ptr + blk.to(tl.int64) * NPART + 1, mask=blk < NB, other=0.0)
+        cnt = tl.load(part_ptr + blk.to(tl.int64) * NPART + 1, mask=blk < NB, other=0.0, cache_modifier=".cg")
         if (run < CAP) & (tl.sum(cnt, axis=0) > 0.0):  # run counts the failing units of earlier chunks
             for b in range(c, tl.minimum(c + CHUNK, NB)):
-                n_b = tl.load(part_ptr + tl.cast(b, tl.int64) * NPART + 1).to(tl.int64)
+                n_b = tl.load(part_ptr + tl.cast(b, tl.int64) * NPART + 1, cache_modifier=".cg").to(tl.int64)
                 if (n_b > 0) & (run < CAP):
                     idx = tl.cast(b, tl.int64) * BLOCK + units
                     ok = idx < U
-                    comp = tl.load(rows_ptr + idx * s_row + C_COMPARED, mask=ok, other=0.0)
-                    bad = tl.load(rows_ptr + idx * s_row + C_BAD, mask=ok, other=0.0)
+                    comp = tl.load(rows_ptr + idx * s_row + C_COMPARED, mask=ok, other=0.0, cache_modifier=".cg")
+                    bad = tl.load(rows_ptr + idx * s_row + C_BAD, mask=ok, other=0.0, cache_modifier=".cg")
                     fail = ok & (comp > 0.0) & (bad > 0.0)
                     pos = run + tl.cumsum(fail.to(tl.int64), axis=0) - 1
                     tl.store(listed + pos, idx.to(tl.float64), mask=fail & (pos < CAP))
@@ -185,6 +187,23 @@ def _summary_final(rows_ptr, part_ptr, sum_ptr, U, s_row, NB, CAP, DETAIL, C_COM
                     vals = tl.load(rows_ptr + idx[:, None] * s_row + cols[None, :], mask=shown, other=0.0)
                     tl.store(detail_rows + pos[:, None] * NSTAT + cols[None, :], vals, mask=shown)
                     run += n_b
+
+
+@triton.jit
+def _summary_kernel(rows_ptr, part_ptr, sum_ptr, count_ptr, U, s_row, NB, CAP, DETAIL, C_COMPARED: tl.constexpr,
+                    C_BAD: tl.constexpr, C_NAN_R: tl.constexpr, C_NAN_E: tl.constexpr, C_INF_R: tl.constexpr,
+                    C_INF_E: tl.constexpr, C_INFO: tl.constexpr, C_MAX_ABS: tl.constexpr,
+                    C_MAX_RATIO: tl.constexpr, C_RATIO_NAN: tl.constexpr, NSTAT: tl.constexpr,
+                    BLOCK: tl.constexpr, CHUNK: tl.constexpr, HEAD: tl.constexpr, NPART: tl.constexpr):
+    """Each program's partial record, then the fold by the program that takes the last ticket."""
+    _block_record(rows_ptr, part_ptr, U, s_row, C_COMPARED, C_BAD, C_NAN_R, C_NAN_E, C_INF_R, C_INF_E, C_INFO,
+                  C_MAX_ABS, C_MAX_RATIO, C_RATIO_NAN, BLOCK, NPART)
+    tl.debug_barrier()  # the record is written before the ticket is taken (release, at the GPU's scope)
+    ticket = tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu")
+    if ticket == NB - 1:
+        tl.store(count_ptr, 0)
+        _fold_records(rows_ptr, part_ptr, sum_ptr, U, s_row, NB, CAP, DETAIL, C_COMPARED, C_BAD, NSTAT, BLOCK, CHUNK,
+                      HEAD, NPART)
 
 
 @dataclass(frozen=True)
@@ -205,7 +224,7 @@ class Summary:
     detail_rows: tuple  # the folded rows of the first min(failing, detail) of them
 
 
-_mapped = threading.local()  # per thread and device: the page-locked buffer the final kernel writes
+_mapped = threading.local()  # per thread and device: the page-locked buffer the kernel writes, the counters
 
 
 def _host_buffer(n: int, device: torch.device) -> torch.Tensor:
@@ -220,10 +239,23 @@ def _host_buffer(n: int, device: torch.device) -> torch.Tensor:
     return buf[:n]
 
 
+def _counter(device: torch.device) -> torch.Tensor:
+    """The ticket counter of summaries on this thread's current stream of `device` (zero between
+    them: the last program sets it back). Launches on one stream run in order, so they share it."""
+    bufs = getattr(_mapped, "counters", None)
+    if bufs is None:
+        bufs = _mapped.counters = {}
+    key = (device.index, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
+    count = bufs.get(key)
+    if count is None:
+        count = bufs[key] = torch.zeros(1, dtype=torch.int32, device=device)
+    return count
+
+
 def summarize(rows: torch.Tensor, cap: int, detail: int) -> Summary:
-    """The summary of `rows` ([U, NSTAT] float64 on the device): two small kernels, the second
-    writing into host memory, and one wait for them (the only synchronisation). `detail` <= `cap`
-    failing units get their rows."""
+    """The summary of `rows` ([U, NSTAT] float64 on the device): one small kernel, writing into
+    host memory, and one wait for it (the only synchronisation). `detail` <= `cap` failing units get
+    their rows."""
     if rows.dim() != 2 or rows.shape[1] != NSTAT or rows.dtype != torch.float64:
         raise ValueError(f"summarize takes [U, {NSTAT}] float64 rows, got {tuple(rows.shape)} {rows.dtype}")
     if not 0 <= detail <= cap:
@@ -234,26 +266,26 @@ def summarize(rows: torch.Tensor, cap: int, detail: int) -> Summary:
     nb = -(-u // BLOCK)
     dev = rows.device
     part = torch.empty(nb, NPART, dtype=torch.float64, device=dev)
+    count = _counter(dev)
     n_out = HEAD + 2 * NSTAT + cap + detail * NSTAT
-    _summary_blocks[(nb,)](rows, part, u, rows.stride(0), C_COMPARED=S_COMPARED, C_BAD=S_BAD, C_NAN_R=S_NAN_R,
-                           C_NAN_E=S_NAN_E, C_INF_R=S_INF_R, C_INF_E=S_INF_E, C_INFO=S_INFO, C_MAX_ABS=S_MAX_ABS,
-                           C_MAX_RATIO=S_MAX_RATIO, C_RATIO_NAN=S_RATIO_NAN, BLOCK=BLOCK, NPART=NPART, num_warps=4)
 
-    def final(out):
-        _summary_final[(1,)](rows, part, out, u, rows.stride(0), nb, cap, detail, C_COMPARED=S_COMPARED,
-                             C_BAD=S_BAD, NSTAT=NSTAT, BLOCK=BLOCK, CHUNK=CHUNK, HEAD=HEAD, NPART=NPART, num_warps=4)
+    def launch(out):
+        _summary_kernel[(nb,)](rows, part, out, count, u, rows.stride(0), nb, cap, detail, C_COMPARED=S_COMPARED,
+                               C_BAD=S_BAD, C_NAN_R=S_NAN_R, C_NAN_E=S_NAN_E, C_INF_R=S_INF_R, C_INF_E=S_INF_E,
+                               C_INFO=S_INFO, C_MAX_ABS=S_MAX_ABS, C_MAX_RATIO=S_MAX_RATIO, C_RATIO_NAN=S_RATIO_NAN,
+                               NSTAT=NSTAT, BLOCK=BLOCK, CHUNK=CHUNK, HEAD=HEAD, NPART=NPART, num_warps=4)
 
     if dev.type != "cuda":  # the interpreter: host tensors already
         out = torch.empty(n_out, dtype=torch.float64, device=dev)
-        final(out)
+        launch(out)
         host = out.numpy()
     else:
         try:
             out = _host_buffer(n_out, dev)
-            final(out)
+            launch(out)
         except ValueError:  # a pointer this device cannot reach (Triton checks before launching): copy instead
             out = torch.empty(n_out, dtype=torch.float64, device=dev)
-            final(out)
+            launch(out)
             out = out.cpu()
         else:
             torch.cuda.current_stream(dev).synchronize()
