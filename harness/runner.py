@@ -2,8 +2,9 @@
 
 Data path: run_kernel(cubin, entry, launch, tensors, sink) -> a temporary run directory
 (request.json, kernel.cubin, inputs.safetensors) and a sink file -> `python -m harness._child RUN_DIR`
-in a new process group (a fresh interpreter, CUDA through cuda-python only) -> the parent waits with
-the time limit -> status.json, outputs.safetensors, progress.jsonl and the sink file -> KernelRun.
+in a new process group (a fresh interpreter, CUDA through cuda-python only; or the child that
+harness.child_process started ahead for this command, handed the run directory) -> the parent waits
+with the time limit -> status.json, outputs.safetensors, progress.jsonl and the sink file -> KernelRun.
 run_library(library .so, LibraryCall, tensors, sink) takes the same path with kernel.so and the call
 in the request: the child calls the library's oracle_launch (harness.launch_abi) instead of launching.
 

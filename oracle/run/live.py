@@ -473,9 +473,12 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
         timing = {**timing, "entry": k.time_entry}
     t1 = time.perf_counter()
     first_call.start(JUDGEMENT_MODULES)  # this process's first-judgement costs, paid while it waits for the child
-    run = run_kernel(cubin, k.entry, launch, tensors, sink=SinkRequest(prefix, capacity=capacity, max_bytes=ceiling),
-                     timeout_s=timeout_s, timing=timing, then=sequence[1:], smem_poison=smem_poison)
-    first_call.wait()
+    try:
+        run = run_kernel(cubin, k.entry, launch, tensors, sink=SinkRequest(prefix, capacity=capacity,
+                                                                          max_bytes=ceiling),
+                         timeout_s=timeout_s, timing=timing, then=sequence[1:], smem_poison=smem_poison)
+    finally:
+        first_call.wait()
     t2 = time.perf_counter()
     return _recording(case, ops, provenance, run, budget, ceiling, host_maps, cached, (t0, t1, t2), command)
 
@@ -494,9 +497,11 @@ def _run_live_library(case: Case, ops: Operands, provenance: Provenance, budget,
     prefix = trace_format.sink_prefix(capacity, tiles=sel.tiles, k_blocks=sel.k_blocks, stages=sel.stages)
     t1 = time.perf_counter()
     first_call.start(JUDGEMENT_MODULES)
-    run = run_library(br, call, tensors, sink=SinkRequest(prefix, capacity=capacity, max_bytes=ceiling),
-                      timeout_s=timeout_s, timing=timing)
-    first_call.wait()
+    try:
+        run = run_library(br, call, tensors, sink=SinkRequest(prefix, capacity=capacity, max_bytes=ceiling),
+                          timeout_s=timeout_s, timing=timing)
+    finally:
+        first_call.wait()
     t2 = time.perf_counter()
     return _recording(case, ops, provenance, run, budget, ceiling, (), br.cached, (t0, t1, t2), command)
 
