@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -320,18 +321,30 @@ def _cached_build(cubin_path: Path, meta_path: Path, key: str) -> Optional["Buil
 @contextlib.contextmanager
 def _key_lock(path: Path):
     """One build per cache key at a time across processes (test workers, parallel oracles): the
-    others wait, then find the cubin. Where flock is missing, builds only race (writes stay atomic)."""
+    others wait, then find the cubin. Where flock is missing, builds only race (writes stay atomic).
+    The lock file is opened without following a symbolic link (a link planted in a shared cache
+    cannot make a build create or touch a file elsewhere), and must be a regular file."""
     try:
         import fcntl
     except ImportError:
         yield
         return
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise BuildError(f"cannot open the build lock {path}: {exc.strerror or exc} (a symbolic link there is "
+                         f"not followed)") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BuildError(f"the build lock {path} is not a regular file")
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def build_cubin(

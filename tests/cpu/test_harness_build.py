@@ -186,6 +186,26 @@ def test_concurrent_builds_of_one_key_compile_once_and_never_see_half_a_cubin(fa
     assert not [p for p in fake.cache.rglob("*") if p.name.endswith(".tmp") or p.name.startswith("oracle-build-")]
 
 
+def test_the_key_lock_follows_no_link_and_waits_on_no_fifo(fake, tmp_path):
+    first = build_cubin(fake.source)
+    lock = first.cubin_path.with_suffix(".lock")
+    assert lock.is_file() and not lock.is_symlink()
+    victim = tmp_path / "victim"
+    for plant in ("link", "fifo"):
+        first.cubin_path.unlink()  # a miss: the next build takes the lock
+        lock.unlink()
+        if plant == "link":
+            lock.symlink_to(victim)
+        else:
+            os.mkfifo(lock)
+        with pytest.raises(BuildError, match="build lock"):
+            build_cubin(fake.source)
+        assert not victim.exists(), plant  # the link's target is neither created nor touched
+        lock.unlink()
+        assert build_cubin(fake.source).cubin_path == first.cubin_path  # a lock of its own: built again
+    assert fake.calls().count("compile") == 3
+
+
 def test_arch_and_define_flags():
     assert build.arch_flags("sm_90a") == ("-gencode=arch=compute_90a,code=sm_90a",)
     assert build.arch_flags("sm_100f") == ("-gencode=arch=compute_100f,code=sm_100f",)
