@@ -30,7 +30,11 @@ text = open(src).read()
 if "#error" in text:
     print(f"{{src}}(3): error: this source does not compile", file=sys.stderr)
     sys.exit(2)
+started = time.time()
 time.sleep(float(os.environ.get("FAKE_NVCC_SLEEP", "0")))
+if os.environ.get("FAKE_NVCC_SPANS"):
+    with open(os.environ["FAKE_NVCC_SPANS"], "a") as f:
+        f.write(f"{{started}} {{time.time()}}\n")
 with open(out, "wb") as f:
     f.write(b"\x7fELF" + hashlib.sha256((" ".join(args) + text).encode()).digest())
 print("remark: stand-in compile", file=sys.stderr)
@@ -204,6 +208,51 @@ def test_the_key_lock_follows_no_link_and_waits_on_no_fifo(fake, tmp_path):
         lock.unlink()
         assert build_cubin(fake.source).cubin_path == first.cubin_path  # a lock of its own: built again
     assert fake.calls().count("compile") == 3
+
+
+def _most_at_once(spans: Path) -> int:
+    events = sorted((float(t), +1 if i == 0 else -1) for line in spans.read_text().split("\n") if line
+                    for i, t in enumerate(line.split()))
+    running = most = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):  # an end before a start at one instant
+        running += step
+        most = max(most, running)
+    return most
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 4])
+def test_at_most_build_jobs_compiles_run_at_once(fake, monkeypatch, tmp_path, jobs):
+    spans = tmp_path / f"spans{jobs}"
+    monkeypatch.setenv("FAKE_NVCC_SPANS", str(spans))
+    monkeypatch.setenv("FAKE_NVCC_SLEEP", "0.4")
+    monkeypatch.setenv("ORACLE_BUILD_JOBS", str(jobs))
+    errors = []
+
+    def work(i):
+        try:
+            build_cubin(fake.source, defines={"VARIANT": i})  # four keys: no build lock shared
+        except Exception as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and fake.calls().count("compile") == 4
+    assert _most_at_once(spans) == jobs  # never more, and the slots are used
+    assert sorted(p.name for p in (fake.cache / "build-slots").iterdir()) == [f"{i}.lock" for i in range(jobs)]
+
+
+def test_a_build_slot_follows_no_link(fake, tmp_path, monkeypatch):
+    monkeypatch.setenv("ORACLE_BUILD_JOBS", "1")
+    slots = fake.cache / "build-slots"
+    slots.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    (slots / "0.lock").symlink_to(victim)
+    with pytest.raises(BuildError, match="build slot"):
+        build_cubin(fake.source)
+    assert not victim.exists()
 
 
 def test_arch_and_define_flags():
