@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.build import HARNESS_INCLUDE_DIR
+from harness.build import HARNESS_INCLUDE_DIR, build_slot
 from oracle.repro.makefile import TEMPLATE, TEMPLATE_PARTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +54,8 @@ def shared_host_programs(tmp_path_factory) -> Path:
         if not all((d / p).is_file() for p in PROGRAMS):
             shutil.rmtree(d, ignore_errors=True)
             assert cli.main(["repro", "--problem", str(SIMPLE), "--inputs", "ones", "--out", str(d)]) == 0
-            proc = subprocess.run(["make", "-C", str(d), "-j2", "host"], capture_output=True, text=True, timeout=1800)
+            with build_slot():
+                proc = subprocess.run(["make", "-C", str(d), "host"], capture_output=True, text=True, timeout=1800)
             assert proc.returncode == 0, proc.stdout + proc.stderr
             assert all((d / p).is_file() for p in PROGRAMS), proc.stdout
     return d

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from harness import launch_abi as L
-from harness.build import HARNESS_INCLUDE_DIR
+from harness.build import HARNESS_INCLUDE_DIR, build_slot
 from harness.runner import RunnerError, RunStatus, SinkRequest, run_library
 from kernels_ref.dtypes import ELEMENT_TYPES
 from kernels_ref.epilogue import ACTIVATIONS
@@ -522,7 +522,8 @@ def test_a_library_reproducer_builds_with_make_and_checks_the_librarys_abi(tmp_p
     d = tmp_path / "lib"
     _library_repro(d)
     host_from(shared_host_programs(tmp_path_factory), d, "repro_traced")
-    proc = subprocess.run(["make", "-C", str(d), "TRACE=1"], capture_output=True, text=True, timeout=1800)
+    with build_slot():
+        proc = subprocess.run(["make", "-C", str(d), "TRACE=1"], capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     dry = subprocess.run([str(d / "repro_traced"), "--dry-run"], capture_output=True, text=True, timeout=120)
     assert dry.returncode == 0, dry.stdout + dry.stderr

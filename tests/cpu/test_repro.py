@@ -574,7 +574,10 @@ def _run(cmd, **kw) -> subprocess.CompletedProcess:
 
 
 def _make(d: Path, *targets: str) -> None:
-    proc = _run(["make", "-C", d, *targets], timeout=1800)
+    from harness.build import build_slot
+
+    with build_slot():  # make's nvcc takes a compile slot as the oracle's builds do
+        proc = _run(["make", "-C", d, *targets], timeout=1800)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 import torch
 
+from harness.build import build_slot
 from harness.launch import TensorArg
 from harness.trace_format import TraceWriter
 from kernels_ref.dequant import dequant_host
@@ -252,7 +253,8 @@ def host_programs(written, tmp_path_factory) -> dict[str, Path]:
         assert text.count(old) == 1, f"host/dequant.cuh no longer holds {old!r}: update WRONG_NIBBLES"
         text = text.replace(old, new)
     dq.write_text(text)
-    proc = _run(["make", "-C", bad, "repro", "REPRO_NEEDS=", "HOST_FLAGS=-std=c++17 -O0"], timeout=900)
+    with build_slot():
+        proc = _run(["make", "-C", bad, "repro", "REPRO_NEEDS=", "HOST_FLAGS=-std=c++17 -O0"], timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return {"good": good / "repro", "wrong_nibbles": bad / "repro"}
 

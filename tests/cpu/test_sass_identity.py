@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from cuda_tools import cuobjdump, sass_by_function  # tests/ is on sys.path
 
-from harness.build import build_cubin
+from harness.build import build_cubin, build_slot
 
 pytestmark = pytest.mark.nvcc
 
@@ -33,7 +33,8 @@ ARCH = "-gencode=arch=compute_90a,code=sm_90a"
 
 def _build(src: Path, out: Path, *defines: str) -> Path:
     cmd = ["nvcc", ARCH, "-cubin", "-std=c++17", f"-I{INCLUDE}", *(f"-D{d}" for d in defines), "-o", str(out), str(src)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    with build_slot():
+        proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise AssertionError(f"nvcc failed ({' '.join(cmd)}):\n{proc.stderr}")
     return out
