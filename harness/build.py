@@ -7,7 +7,8 @@ the CUTLASS wheel version and `nvcc --version` -> `<cache>/cubin/<kk>/<key>.cubi
 keyed by the nvcc binary's path, size and mtime).
 
 Constraints: needs nvcc (no GPU); writes are atomic (temp file + os.replace), so builds racing on
-one key never expose half a cubin; CUTLASS/CuTe headers come from the `nvidia-cutlass` wheel when it
+one key never expose half a cubin; one build per key at a time, and at most ORACLE_BUILD_JOBS
+compiles at once among the processes sharing a cache (build_slot); CUTLASS/CuTe headers come from the `nvidia-cutlass` wheel when it
 is installed (found without importing it), and their absence only matters to sources that use them.
 """
 
@@ -21,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -317,6 +319,22 @@ def _cached_build(cubin_path: Path, meta_path: Path, key: str) -> Optional["Buil
     return BuildResult(cubin_path=cubin_path, cached=True, key=key, log=log, command=command)
 
 
+def _open_lock(path: Path, what: str) -> int:
+    """A lock file's descriptor, opened without following a symbolic link (a link planted in a shared
+    cache cannot make a build create or touch a file elsewhere; a FIFO cannot make it wait forever);
+    it must be a regular file."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise BuildError(f"cannot open the {what} {path}: {exc.strerror or exc} (a symbolic link there is "
+                         f"not followed)") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BuildError(f"the {what} {path} is not a regular file")
+    return fd
+
+
 @contextlib.contextmanager
 def _key_lock(path: Path):
     """One build per cache key at a time across processes (test workers, parallel oracles): the
@@ -326,12 +344,53 @@ def _key_lock(path: Path):
     except ImportError:
         yield
         return
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    fd = _open_lock(path, "build lock")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+SLOT_POLL_S = 0.05
+
+
+@contextlib.contextmanager
+def build_slot(cache_dir: Optional[Union[str, os.PathLike]] = None):
+    """One of the ORACLE_BUILD_JOBS compile slots of a build cache, held while one compile runs: the
+    processes that share the cache (test workers, parallel oracles) run at most that many compiles at
+    once, the others wait for a free slot. A compile is a large process: more of them than cores
+    cost CPU time, not only waiting (four CUTLASS compiles on two cores took 40 % more CPU than two).
+    Callers that run nvcc themselves (make, a test's host program) take a slot the same way; a
+    process must not wait for a build lock while it holds a slot. Where flock is missing: no limit."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    folder = cache / "build-slots"
+    folder.mkdir(parents=True, exist_ok=True)
+    jobs = _knobs.get("ORACLE_BUILD_JOBS")
+    first = os.getpid() % jobs  # processes start their search at different slots
+    while True:
+        for i in range(jobs):
+            fd = _open_lock(folder / f"{(first + i) % jobs}.lock", "build slot")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+            return
+        time.sleep(SLOT_POLL_S)
 
 
 def build_cubin(
@@ -419,9 +478,10 @@ def _build(source, output: tuple[str, tuple[str, ...]], *, arch, defines, includ
                 src_file = Path(source).resolve()
             tmp_cubin = tmpdir / f"out.{suffix}"
             command = [nvcc_path, *flags, *include_flags, "-o", str(tmp_cubin), str(src_file)]
-            started = time.monotonic()
             try:
-                proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+                with build_slot(cache):
+                    started = time.monotonic()
+                    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
             except subprocess.TimeoutExpired as exc:
                 raise BuildError(f"nvcc did not finish compiling {display} within {timeout:g} s "
                                  f"(ORACLE_NVCC_TIMEOUT_S)", stderr=_text(exc.stderr), command=command) from None

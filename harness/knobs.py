@@ -54,6 +54,10 @@ def _optional_path(text: str) -> Optional[Path]:
     return Path(text).expanduser() if text else None
 
 
+def _usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 KNOBS: dict[str, Knob] = {
     k.name: k
     for k in (
@@ -64,6 +68,9 @@ KNOBS: dict[str, Knob] = {
              "The nvcc executable (a name looked up on PATH, or a path)."),
         Knob("ORACLE_NVCC_TIMEOUT_S", _positive_float, lambda: 900.0,
              "Seconds one nvcc compile may take before it is killed and reported as a BuildError."),
+        Knob("ORACLE_BUILD_JOBS", positive_int, _usable_cores,
+             "The most nvcc compiles the processes sharing one build cache run at once (the others wait "
+             "for a slot); default the usable cores."),
         Knob("ORACLE_KERNEL_TIMEOUT_S", _positive_float, lambda: 60.0,
              "Default wall-clock limit in seconds for one kernel run's child process (start-up included)."),
         Knob("ORACLE_KEEP_RUN_DIR", _bool, lambda: False,

@@ -59,10 +59,10 @@ def pytest_configure(config):
 LONG_FIRST = (
     "cpu/test_zoo_build_hopper.py",  # the CuTe Hopper GEMM built traced and plain
     "cpu/test_cutlass_adapter.py",  # CUTLASS SM90 builds
-    "cpu/test_repro.py",  # make builds; the Hopper build again, from the cache
+    "cpu/test_repro.py",  # make builds the cubins; the host programs, Hopper and split builds are shared
     "cpu/test_zoo_build.py",
     "cpu/test_repro_security.py",
-    "cpu/test_repro_quant.py",  # one host-program build (and its wrong-nibble twin), shared by the workers
+    "cpu/test_repro_quant.py",  # the session's host program and its own wrong-nibble twin
     "cpu/test_launch_library.py",
     "cpu/test_zoo_build_split.py",
     "cpu/test_sass_identity.py",

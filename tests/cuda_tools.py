@@ -79,12 +79,15 @@ def traced_and_plain(source: Path) -> dict:
 
     if cuobjdump() is None:
         pytest.skip("This test needs cuobjdump (from the CUDA toolkit or the triton package), and neither has it.")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        traced = pool.submit(zoo_build, source, True)
+        plain = pool.submit(zoo_build, source, False)
+        return {"traced": traced.result(), "plain": plain.result()}
+
+
+def zoo_build(source: Path, traced: bool):
+    """`source` built as traced_and_plain builds it (the oracle's flags, ptxas -v in the log), through
+    the oracle's build cache: a test that needs one of the two builds shares it, key and all."""
     from harness.build import build_cubin
 
-    def build(defines):
-        return build_cubin(source, defines=defines, extra_flags=("--ptxas-options=-v",))
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        traced = pool.submit(build, {"ORACLE_TRACE": "1"})
-        plain = pool.submit(build, {})
-        return {"traced": traced.result(), "plain": plain.result()}
+    return build_cubin(source, defines={"ORACLE_TRACE": "1"} if traced else {}, extra_flags=("--ptxas-options=-v",))

@@ -7,6 +7,7 @@ confounds, the reference cross-check and the environment.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -331,11 +332,27 @@ def schema() -> dict:
         return json.load(f)
 
 
-def validate(doc: dict) -> None:
-    """Raise jsonschema.ValidationError if `doc` is not an oracle.report.table/1 document (needs jsonschema)."""
+@functools.lru_cache(maxsize=4)
+def _checked_validator(schema_text: str):
+    """A validator of the schema `schema_text`, checked against its metaschema once, not per document
+    (jsonschema.validate checks the schema again at every call: tens of milliseconds each)."""
     import jsonschema
 
-    jsonschema.validate(doc, schema(), cls=jsonschema.Draft202012Validator)
+    doc = json.loads(schema_text)
+    jsonschema.Draft202012Validator.check_schema(doc)
+    return jsonschema.Draft202012Validator(doc)
+
+
+def validate(doc: dict) -> None:
+    """Raise jsonschema.ValidationError if `doc` is not an oracle.report.table/1 document (needs jsonschema);
+    the error is the one jsonschema.validate would raise (its best match)."""
+    import jsonschema
+
+    with open(SCHEMA_PATH) as f:
+        validator = _checked_validator(f.read())
+    error = jsonschema.exceptions.best_match(validator.iter_errors(doc))
+    if error is not None:
+        raise error
 
 
 def write_json(an: Analysis, path: str, extra: Optional[dict[str, Any]] = None, races=None, sanitizer=None) -> None:

@@ -24,7 +24,7 @@ import pytest
 from cuda_tools import cuobjdump, sass_by_function  # tests/ is on sys.path
 
 from harness import launch_abi as L
-from harness.build import build_cubin, build_library, cutlass_include_dirs
+from harness.build import build_cubin, build_library, build_slot, cutlass_include_dirs
 from oracle.run.case import load_case
 
 pytestmark = pytest.mark.nvcc
@@ -184,7 +184,8 @@ def test_the_traced_collective_taps_where_the_tma_and_the_mma_put_each_element(t
     cmd = [nvcc, "-std=c++17", "--expt-relaxed-constexpr", "-gencode=arch=compute_90a,code=sm_90a",
            f"-I{ROOT / 'harness' / 'include'}", f"-I{ZOO}", *(f"-I{d}" for d in cutlass_include_dirs()),
            *(["-DZOO_CUTLASS_PINGPONG=1"] if pingpong else []), "-o", str(exe), str(src)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    with build_slot():
+        proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     lines = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
     _, stages, _, threads = lines[0].split()

@@ -30,7 +30,11 @@ text = open(src).read()
 if "#error" in text:
     print(f"{{src}}(3): error: this source does not compile", file=sys.stderr)
     sys.exit(2)
+started = time.time()
 time.sleep(float(os.environ.get("FAKE_NVCC_SLEEP", "0")))
+if os.environ.get("FAKE_NVCC_SPANS"):
+    with open(os.environ["FAKE_NVCC_SPANS"], "a") as f:
+        f.write(f"{{started}} {{time.time()}}\n")
 with open(out, "wb") as f:
     f.write(b"\x7fELF" + hashlib.sha256((" ".join(args) + text).encode()).digest())
 print("remark: stand-in compile", file=sys.stderr)
@@ -184,6 +188,71 @@ def test_concurrent_builds_of_one_key_compile_once_and_never_see_half_a_cubin(fa
     assert len(datas) == 1 and len({r.key for r in results}) == 1
     assert fake.calls().count("compile") == 1 and sorted(r.cached for r in results) == [False, True, True, True]
     assert not [p for p in fake.cache.rglob("*") if p.name.endswith(".tmp") or p.name.startswith("oracle-build-")]
+
+
+def test_the_key_lock_follows_no_link_and_waits_on_no_fifo(fake, tmp_path):
+    first = build_cubin(fake.source)
+    lock = first.cubin_path.with_suffix(".lock")
+    assert lock.is_file() and not lock.is_symlink()
+    victim = tmp_path / "victim"
+    for plant in ("link", "fifo"):
+        first.cubin_path.unlink()  # a miss: the next build takes the lock
+        lock.unlink()
+        if plant == "link":
+            lock.symlink_to(victim)
+        else:
+            os.mkfifo(lock)
+        with pytest.raises(BuildError, match="build lock"):
+            build_cubin(fake.source)
+        assert not victim.exists(), plant  # the link's target is neither created nor touched
+        lock.unlink()
+        assert build_cubin(fake.source).cubin_path == first.cubin_path  # a lock of its own: built again
+    assert fake.calls().count("compile") == 3
+
+
+def _most_at_once(spans: Path) -> int:
+    events = sorted((float(t), +1 if i == 0 else -1) for line in spans.read_text().split("\n") if line
+                    for i, t in enumerate(line.split()))
+    running = most = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):  # an end before a start at one instant
+        running += step
+        most = max(most, running)
+    return most
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 4])
+def test_at_most_build_jobs_compiles_run_at_once(fake, monkeypatch, tmp_path, jobs):
+    spans = tmp_path / f"spans{jobs}"
+    monkeypatch.setenv("FAKE_NVCC_SPANS", str(spans))
+    monkeypatch.setenv("FAKE_NVCC_SLEEP", "0.4")
+    monkeypatch.setenv("ORACLE_BUILD_JOBS", str(jobs))
+    errors = []
+
+    def work(i):
+        try:
+            build_cubin(fake.source, defines={"VARIANT": i})  # four keys: no build lock shared
+        except Exception as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and fake.calls().count("compile") == 4
+    assert _most_at_once(spans) == jobs  # never more, and the slots are used
+    assert sorted(p.name for p in (fake.cache / "build-slots").iterdir()) == [f"{i}.lock" for i in range(jobs)]
+
+
+def test_a_build_slot_follows_no_link(fake, tmp_path, monkeypatch):
+    monkeypatch.setenv("ORACLE_BUILD_JOBS", "1")
+    slots = fake.cache / "build-slots"
+    slots.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    (slots / "0.lock").symlink_to(victim)
+    with pytest.raises(BuildError, match="build slot"):
+        build_cubin(fake.source)
+    assert not victim.exists()
 
 
 def test_arch_and_define_flags():

@@ -17,11 +17,12 @@ import pytest
 import torch
 
 from harness import launch_abi as L
-from harness.build import HARNESS_INCLUDE_DIR
+from harness.build import HARNESS_INCLUDE_DIR, build_slot
 from harness.runner import RunnerError, RunStatus, SinkRequest, run_library
 from kernels_ref.dtypes import ELEMENT_TYPES
 from kernels_ref.epilogue import ACTIVATIONS
 from oracle.run.case import CaseError, load_case
+from host_programs import host_from, shared_host_programs  # tests/ is on sys.path
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "harness" / "examples" / "simple_gemm_lib.toml"
@@ -514,12 +515,15 @@ def test_a_library_reproducers_run_reads_back_with_its_descriptor_note(tmp_path)
 
 
 @pytest.mark.nvcc
-def test_a_library_reproducer_builds_with_make_and_checks_the_librarys_abi(tmp_path):
-    """make TRACE=1 (the traced library and repro_traced, about a minute here) and a dry run, which
-    loads the library, checks its ABI and prints the LaunchArgs without a CUDA call."""
+def test_a_library_reproducer_builds_with_make_and_checks_the_librarys_abi(tmp_path, tmp_path_factory):
+    """make TRACE=1 (the traced library; repro_traced is the session's one build of the host program,
+    tests/host_programs.py, copied in) and a dry run, which loads the library, checks its ABI and
+    prints the LaunchArgs without a CUDA call."""
     d = tmp_path / "lib"
     _library_repro(d)
-    proc = subprocess.run(["make", "-C", str(d), "TRACE=1"], capture_output=True, text=True, timeout=1800)
+    host_from(shared_host_programs(tmp_path_factory), d, "repro_traced")
+    with build_slot():
+        proc = subprocess.run(["make", "-C", str(d), "TRACE=1"], capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     dry = subprocess.run([str(d / "repro_traced"), "--dry-run"], capture_output=True, text=True, timeout=120)
     assert dry.returncode == 0, dry.stdout + dry.stderr

@@ -28,7 +28,8 @@ from oracle.run.inputs import Provenance, make_operands
 from oracle.run.live import launch_sequence, launch_spec, stale_rows, workspace_buffer
 from oracle.repro.generate import ReproError, sink_bytes, write_repro
 from oracle.repro.readback import load_repro_run
-from repro_files import input_manifest  # tests/ is on sys.path
+from host_programs import host_from, shared_host_programs  # tests/ is on sys.path
+from repro_files import input_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 SIMPLE = ROOT / "harness" / "examples" / "simple_gemm.toml"
@@ -573,30 +574,50 @@ def _run(cmd, **kw) -> subprocess.CompletedProcess:
 
 
 def _make(d: Path, *targets: str) -> None:
-    proc = _run(["make", "-C", d, *targets], timeout=1800)
+    from harness.build import build_slot
+
+    with build_slot():  # make's nvcc takes a compile slot as the oracle's builds do
+        proc = _run(["make", "-C", d, *targets], timeout=1800)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 @pytest.fixture(scope="module")
 def simple_build(tmp_path_factory) -> Path:
-    """simple_gemm with ones, built with `make` and `make TRACE=1` exactly as a user would."""
-    if shutil.which("nvcc") is None:
-        pytest.skip("This test needs nvcc on PATH to compile CUDA, and it is not installed here.")
+    """simple_gemm with ones, built with `make` and `make TRACE=1` as a user would; the host programs
+    are the session's one build by a reproducer's own `make host` (tests/host_programs.py), copied in
+    first, so make finds them up to date and builds the two cubins."""
+    shared = shared_host_programs(tmp_path_factory)
     d = tmp_path_factory.mktemp("repro") / "simple"
     assert cli.main(["repro", "--problem", str(SIMPLE), "--inputs", "ones", "--out", str(d)]) == 0
+    host_from(shared, d, "repro", "repro_traced")
     _make(d)
     _make(d, "TRACE=1")
     return d
 
 
-def _host_from(simple_build: Path, d: Path) -> None:
-    """simple_build's repro_traced, copied into the reproducer d before its `make TRACE=1`: repro.cu
-    is the same for every case (oracle.repro.generate), so make finds the host program up to date and
-    builds the kernel side alone (the host program's own build is simple_build's, by make)."""
-    own = [p.relative_to(d) for sub in ("host", "kernel/include") for p in (d / sub).rglob("*") if p.is_file()]
-    for f in ("repro.cu", *own):
-        assert (d / f).read_bytes() == (simple_build / f).read_bytes(), f"{f} differs from simple_build's"
-    shutil.copy(simple_build / "repro_traced", d / "repro_traced")  # newer than its sources: up to date
+def _make_line_is_the_oracle_s_build(d: Path, target: str, source: Path, oracle_command) -> None:
+    """`make -n TRACE=1 target`'s nvcc line is the oracle's own build of `source` (its command, flag
+    for flag and include directory for include directory, ptxas -v aside, the reproducer's kernel/include
+    for the harness's), and the reproducer's kernel/ copy of the source reaches the same headers, byte
+    for byte, as the original does."""
+    from harness.build import HARNESS_INCLUDE_DIR, local_includes
+
+    dry = _run(["make", "-C", d, "-n", "TRACE=1", target])
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    (line,) = [x for x in dry.stdout.splitlines() if f"-o {target}" in x]
+
+    def flags(words):
+        return [w for w in words if w.startswith("-") and not w.startswith("--ptxas-options") and w != "-o"]
+
+    oracle = [("-Ikernel/include" if w == f"-I{HARNESS_INCLUDE_DIR}" else w) for w in oracle_command]
+    assert flags(line.split()) == flags(oracle), (line, oracle_command)
+    main = line.split()[-1]
+    assert main.startswith("kernel/src/") and Path(main).name == source.name, line
+    copy = d / main
+    assert copy.read_bytes() == source.read_bytes()
+    ours = local_includes(copy.read_text(), copy.parent, [d / "kernel" / "include"])
+    theirs = local_includes(source.read_text(), source.parent, [HARNESS_INCLUDE_DIR])
+    assert sorted(ours.values()) == sorted(theirs.values()) and theirs, (sorted(ours), sorted(theirs))
 
 
 def _data_copy(src: Path, dst: Path) -> Path:
@@ -781,15 +802,19 @@ def test_check_only_judges_a_grouped_d_group_by_group(simple_build, tmp_path):
 
 @pytest.mark.nvcc
 def test_the_two_launch_reproducer_builds_traced_and_packs_both_launches(simple_build, tmp_path):
-    """split_gemm.cu (every variant of the source, as the oracle builds it): about 15 s here; the
-    host program is simple_build's (_host_from)."""
-    from cuda_tools import cuobjdump
+    """split_gemm.cu, every variant of the source: the Makefile's nvcc line is the oracle's own build
+    (checked with make -n), so the cubin is that build, shared with tests/cpu/test_zoo_build_split.py
+    through the oracle's build cache and copied in through KERNEL_TRACED_CUBIN_FROM; the host program
+    is the session's (host_from)."""
+    from cuda_tools import cuobjdump, zoo_build
 
     d = tmp_path / "atomic"
     assert cli.main(["repro", "--problem", str(SPLIT / "splitk_atomic.toml"), "--inputs", "random:1",
                      "--out", str(d)]) == 0
-    _host_from(simple_build, d)
-    _make(d, "TRACE=1")
+    traced = zoo_build(SPLIT / "split_gemm.cu", traced=True)
+    _make_line_is_the_oracle_s_build(d, "kernel_traced.cubin", SPLIT / "split_gemm.cu", traced.command)
+    host_from(simple_build, d, "repro_traced")
+    _make(d, "TRACE=1", f"KERNEL_TRACED_CUBIN_FROM={traced.cubin_path}")
     if cuobjdump():
         syms = _run([cuobjdump(), "-symbols", d / "kernel_traced.cubin"]).stdout
         for name in ("zoo_splitk_atomic_partials_traced", "zoo_splitk_atomic_reduce_traced", "oracle_trace_sink"):
@@ -848,22 +873,17 @@ def test_a_hopper_descriptor_defect_builds_traced(hopper_builds, simple_build, t
     """The CuTe Hopper GEMM: the Makefile's nvcc line is the oracle's own build (checked with make -n);
     the cubin is the session's traced build of the same source (tests/conftest.py: shared with
     tests/cpu/test_zoo_build.py, a CuTe build takes minutes on two cores), copied in through
-    KERNEL_TRACED_CUBIN_FROM; the host program is simple_build's, built by make (_host_from)."""
+    KERNEL_TRACED_CUBIN_FROM; the host program is the session's (host_from)."""
     from cuda_tools import cuobjdump
-    from harness.build import cutlass_include_dirs
 
     d = tmp_path / "wrong_stride"
     assert cli.main(["repro", "--problem", str(HOPPER / "defects" / "wrong_stride.toml"), "--problem",
                      "m=40,n=24,k=96", "--inputs", "random:1", "--out", str(d)]) == 0
-    dry = _run(["make", "-C", d, "-n", "TRACE=1", "kernel_traced.cubin"])
-    assert dry.returncode == 0, dry.stdout + dry.stderr
-    (line,) = [x for x in dry.stdout.splitlines() if "-o kernel_traced.cubin" in x]
-    for part in ("-gencode=arch=compute_90a,code=sm_90a", "-DORACLE_TRACE=1", f"-I{cutlass_include_dirs()[0]}",
-                 "hopper_gemm.cu"):
-        assert part in line, (part, line)
-    _host_from(simple_build, d)
+    _make_line_is_the_oracle_s_build(d, "kernel_traced.cubin", HOPPER / "hopper_gemm.cu",
+                                     hopper_builds["traced"].command)
+    host_from(simple_build, d, "repro_traced")
     _make(d, "TRACE=1", f"KERNEL_TRACED_CUBIN_FROM={hopper_builds['traced'].cubin_path}")
-    assert (d / "kernel_traced.cubin").is_file()  # repro_traced is simple_build's, copied in by _host_from
+    assert (d / "kernel_traced.cubin").is_file()  # repro_traced is the session's, copied in by host_from
     if cuobjdump():
         syms = _run([cuobjdump(), "-symbols", d / "kernel_traced.cubin"]).stdout
         assert "zoo_hopper_bf16_traced" in syms and "oracle_trace_sink" in syms

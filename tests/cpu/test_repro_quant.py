@@ -1,19 +1,18 @@
 """Track B for a quantised B (W4A16-style) without a GPU: `python -m oracle repro` writes B's stored
 codes, its scales and zero points as input files with their roles (the launch passes them as the
 live run does), problem.txt carries the quant fields, README.txt names them, repro.json reads them
-back so `compare --repro-dir` judges the dequant stage; and (marker nvcc) the host program, built
-once for the module, dequantises B bit for bit as kernels_ref.dequant's float64 host spec does, for
-every packing, zero-point form, stored dtype, scale dtype and dequant precision here, and judges the
-oracle's D a MATCH with its own host reference (whose bound takes in the dequant bound of an
-operand-dtype dequant run in another order). A build of it with the nibble order swapped (both
-k_pairs and k8_interleaved) is held to fail on every packed case, and only on those.
+back so `compare --repro-dir` judges the dequant stage; and (marker nvcc) the host program (the
+session's one build, tests/host_programs.py) dequantises B bit for bit as kernels_ref.dequant's
+float64 host spec does, for every packing, zero-point form, stored dtype, scale dtype and dequant
+precision here, and judges the oracle's D a MATCH with its own host reference (whose bound takes in
+the dequant bound of an operand-dtype dequant run in another order). A build of it with the nibble
+order swapped (both k_pairs and k8_interleaved) is held to fail on every packed case, and only on
+those.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
-import hashlib
 import json
 import os
 import re
@@ -25,20 +24,20 @@ import numpy as np
 import pytest
 import torch
 
-from harness.build import HARNESS_INCLUDE_DIR
+from harness.build import build_slot
 from harness.launch import TensorArg
 from harness.trace_format import TraceWriter
 from kernels_ref.dequant import dequant_host
 from kernels_ref.dtypes import DTYPES
 from oracle.judging.differential import expected_output
 from oracle.repro.generate import ReproError, write_repro
-from oracle.repro.makefile import TEMPLATE, TEMPLATE_PARTS
 from oracle.repro.readback import load_repro_run
 from oracle.run.case import load_case
 from oracle.run.inputs import Provenance, make_operands
 from oracle.run.live import launch_sequence
 from oracle.tools import cli
-from repro_files import input_manifest  # tests/ is on sys.path
+from host_programs import host_from, shared_host_programs  # tests/ is on sys.path
+from repro_files import input_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 W4A16 = ROOT / "zoo" / "w4a16_sm80" / "w4a16_gemm.toml"
@@ -233,46 +232,31 @@ def test_a_quant_tag_that_is_not_the_problem_s_is_a_repro_error(written, tmp_pat
 
 
 # -- the host program, built with nvcc: its dequant against the oracle's ------------------------
-def _run(cmd, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600, **kw)
-
-
-def _sources_key() -> str:
-    h = hashlib.sha256()
-    for p in [TEMPLATE, *TEMPLATE_PARTS, *sorted(HARNESS_INCLUDE_DIR.rglob("*"))]:
-        if p.is_file():
-            h.update(p.name.encode() + p.read_bytes())
-    return h.hexdigest()[:16]
+def _run(cmd, timeout=600, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, **kw)
 
 
 @pytest.fixture(scope="module")
 def host_programs(written, tmp_path_factory) -> dict[str, Path]:
-    """repro built by the reproducer's own Makefile (`make repro`, no cubin: the host program is the
-    same for every case and takes --dir), and a build with WRONG_NIBBLES, both at once; shared by
-    the pytest workers of one session (a lock, keyed by the sources), so the module builds them once."""
-    if shutil.which("nvcc") is None:
-        pytest.skip("This test needs nvcc on PATH to compile CUDA, and it is not installed here.")
-    shared = tmp_path_factory.getbasetemp().parent / f"repro_quant_host_{_sources_key()}"
-    shared.mkdir(exist_ok=True)
-    with open(shared / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        good, bad = shared / "good", shared / "wrong_nibbles"
-        if not (good / "repro").is_file() or not (bad / "repro").is_file():
-            for d in (good, bad):
-                shutil.rmtree(d, ignore_errors=True)
-                shutil.copytree(written["uint4_low_int"][0], d)
-            dq = bad / "host" / "dequant.cuh"
-            text = dq.read_text()
-            for old, new in WRONG_NIBBLES:
-                assert text.count(old) == 1, f"host/dequant.cuh no longer holds {old!r}: update WRONG_NIBBLES"
-                text = text.replace(old, new)
-            dq.write_text(text)
-            procs = [subprocess.Popen(["make", "-C", str(d), "repro", "REPRO_NEEDS="], stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True) for d in (good, bad)]
-            for p in procs:
-                log, _ = p.communicate(timeout=900)
-                assert p.returncode == 0, log
-        return {"good": good / "repro", "wrong_nibbles": bad / "repro"}
+    """repro as the reproducer's own Makefile builds it (the session's shared build, tests/host_programs.py:
+    the host program is the same for every case and takes --dir), copied into this case's folder, and a
+    build with WRONG_NIBBLES by `make repro` (at -O0: it only has to run, not to be fast)."""
+    shared = shared_host_programs(tmp_path_factory)
+    base = tmp_path_factory.mktemp("repro_quant_host")
+    good, bad = base / "good", base / "wrong_nibbles"
+    for d in (good, bad):
+        shutil.copytree(written["uint4_low_int"][0], d)
+    host_from(shared, good, "repro")
+    dq = bad / "host" / "dequant.cuh"
+    text = dq.read_text()
+    for old, new in WRONG_NIBBLES:
+        assert text.count(old) == 1, f"host/dequant.cuh no longer holds {old!r}: update WRONG_NIBBLES"
+        text = text.replace(old, new)
+    dq.write_text(text)
+    with build_slot():
+        proc = _run(["make", "-C", bad, "repro", "REPRO_NEEDS=", "HOST_FLAGS=-std=c++17 -O0"], timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {"good": good / "repro", "wrong_nibbles": bad / "repro"}
 
 
 def _dequant_dump(program: Path, d: Path, shape) -> torch.Tensor:

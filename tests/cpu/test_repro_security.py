@@ -21,6 +21,7 @@ from oracle.run.case import CaseError, load_case
 from oracle.run.inputs import Provenance, make_operands
 from oracle.repro.generate import ReproError, write_repro
 from oracle.repro.readback import load_repro_run
+from host_programs import host_from, shared_host_programs  # tests/ is on sys.path
 
 ROOT = Path(__file__).resolve().parents[2]
 SIMPLE = ROOT / "harness" / "examples" / "simple_gemm.toml"
@@ -343,15 +344,14 @@ def test_a_sparse_3_gib_tensor_file_is_refused_before_it_is_read(tmp_path, simpl
 
 @pytest.fixture(scope="module")
 def host_program(tmp_path_factory) -> tuple[Path, Path]:
-    """A reproducer of simple_gemm and its traced host program (no cubin: --dry-run needs none)."""
-    if shutil.which("nvcc") is None:
-        pytest.skip("This test needs nvcc on PATH to compile repro.cu, and it is not installed here.")
+    """A reproducer of simple_gemm and its traced host program (no cubin: --dry-run needs none): the
+    session's one build of it (tests/host_programs.py), by a reproducer's own Makefile."""
+    shared = shared_host_programs(tmp_path_factory)
     d = tmp_path_factory.mktemp("host") / "r"
     _repro(load_case(str(SIMPLE)), d)
+    host_from(shared, d, "repro_traced")
     exe = d.parent / "repro_traced"
-    proc = subprocess.run(["nvcc", "-std=c++17", "-O0", f"-I{d / 'kernel' / 'include'}", "-DORACLE_REPRO_TRACED=1",
-                           "-o", str(exe), str(d / "repro.cu")], capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr
+    (d / "repro_traced").rename(exe)  # beside the reproducer, not in it: the tests copy its folder
     return d, exe
 
 

@@ -6,8 +6,8 @@ whitespace runs collapsed and file names dropped:
   to the same kernel with neither header nor taps, and holds no `oracle_trace_sink`;
 - with ORACLE_TRACE on, the traced kernel's SASS differs (so the comparison can fail) and the
   cubin holds the unmangled `oracle_trace_sink` symbol;
-- in harness/examples/simple_gemm.cu, the untraced instantiations are identical whether or not
-  ORACLE_TRACE is on: only the chosen instantiation carries taps.
+- in harness/examples/simple_gemm.cu, built as the oracle builds it, the untraced instantiations are
+  identical whether or not ORACLE_TRACE is on: only the chosen instantiation carries taps.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from cuda_tools import cuobjdump, sass_by_function  # tests/ is on sys.path
 
+from harness.build import build_cubin, build_slot
+
 pytestmark = pytest.mark.nvcc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +33,8 @@ ARCH = "-gencode=arch=compute_90a,code=sm_90a"
 
 def _build(src: Path, out: Path, *defines: str) -> Path:
     cmd = ["nvcc", ARCH, "-cubin", "-std=c++17", f"-I{INCLUDE}", *(f"-D{d}" for d in defines), "-o", str(out), str(src)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    with build_slot():
+        proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise AssertionError(f"nvcc failed ({' '.join(cmd)}):\n{proc.stderr}")
     return out
@@ -58,13 +61,16 @@ def cubins(tmp_path_factory) -> dict[str, Path]:
         "none": (EXAMPLES / "sass_identity.cu", ()),
         "off": (EXAMPLES / "sass_identity.cu", ("SASS_IDENTITY_WITH_HEADER",)),
         "on": (EXAMPLES / "sass_identity.cu", ("SASS_IDENTITY_WITH_HEADER", "ORACLE_TRACE")),
-        "gemm_off": (EXAMPLES / "simple_gemm.cu", ()),
-        "gemm_on": (EXAMPLES / "simple_gemm.cu", ("ORACLE_TRACE",)),
         "faults_off": (EXAMPLES / "faults.cu", ()),
         "faults_on": (EXAMPLES / "faults.cu", ("ORACLE_TRACE",)),
     }
+    # simple_gemm as the oracle builds it (harness.build: its flags and cache), with and without
+    # ORACLE_TRACE: the same two builds tests/cpu/test_repro.py compares make's cubins with
+    oracle_builds = {"gemm_off": {}, "gemm_on": {"ORACLE_TRACE": "1"}}
     with ThreadPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
         futures = {k: pool.submit(_build, src, tmp / f"{k}.cubin", *d) for k, (src, d) in jobs.items()}
+        futures.update({k: pool.submit(lambda d: build_cubin(EXAMPLES / "simple_gemm.cu", defines=d).cubin_path, d)
+                        for k, d in oracle_builds.items()})
         return {k: f.result() for k, f in futures.items()}
 
 

@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 from cuda_tools import entry_symbols, all_symbols, ptxas_usage, sass_by_function, traced_and_plain  # tests/ is on sys.path
 
+from harness.build import build_slot
 from harness.taps import ALL_STAGES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -257,7 +258,8 @@ def layout(tmp_path_factory) -> dict:
     src, exe = tmp / "probe.cu", tmp / "probe"
     src.write_text(PROBE)
     cmd = ["nvcc", "-std=c++17", f"-I{SM80_DIR}", "-o", str(exe), str(src)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    with build_slot():
+        proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, f"nvcc failed ({' '.join(cmd)}):\n{proc.stdout}{proc.stderr}"
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
     doc = json.loads(out)

@@ -161,7 +161,7 @@ int main() {
 def hopper_offsets(tmp_path_factory) -> dict:
     if shutil.which("nvcc") is None:
         pytest.skip("This test needs nvcc on PATH to compile CUDA, and it is not installed here.")
-    from harness.build import cutlass_include_dirs
+    from harness.build import build_slot, cutlass_include_dirs
 
     if not cutlass_include_dirs():
         pytest.skip("The Hopper layouts are CuTe layouts: install the nvidia-cutlass wheel for its headers.")
@@ -170,7 +170,8 @@ def hopper_offsets(tmp_path_factory) -> dict:
     src.write_text(HOPPER_PROBE)
     cmd = ["nvcc", "-std=c++17", "--expt-relaxed-constexpr", f"-I{HOPPER_SOURCE.parent}"] + \
         [f"-I{d}" for d in cutlass_include_dirs()] + ["-o", str(exe), str(src)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    with build_slot():
+        proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, f"nvcc failed ({' '.join(cmd)}):\n{proc.stdout}{proc.stderr}"
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
     return {k: np.array(v) for k, v in json.loads(out).items()}
