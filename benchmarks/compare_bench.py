@@ -232,6 +232,8 @@ def main(argv=None) -> int:
         pass_fn = lambda: tile_stats(received, expected, rtol=rtol, atol=atol, tile_shape=TILE,  # noqa: E731
                                      config=best_cfg)
         rounds = [(time_ms(pass_fn, 20, warmup=2), time_ms(whole_fn, 20, warmup=2)) for _ in range(ROUNDS)]
+        # the device time the host has to queue a rep in (the whole call's host side before its wait)
+        sleep = time_ms(lambda: torch.cuda._sleep(SLEEP_CYCLES), 10, warmup=1)
         ratios = [w["median_ms"] / p["median_ms"] for p, w in rounds]
         total = sorted(rounds, key=lambda pw: pw[1]["median_ms"] / pw[0]["median_ms"])[ROUNDS // 2][1]  # median round
         wall = []
@@ -295,6 +297,7 @@ def main(argv=None) -> int:
                 "input_bytes": nbytes, "oracle_ms_means": "device pass: tile_stats (statistics kernels + fold)",
                 "best_config": best["config"], "configs": configs, "read": reads, "assert_close": assert_close,
                 "assert_close_extra_memory_bytes": assert_close_mem,
+                "sleep_before_each_rep_ms": sleep["median_ms"],
                 "compare_fast_total": {**total, "host_wall_ms": wall,
                                        "means": "the whole call: device pass, the summary kernels, one copy, "
                                                 "TileMetrics of the shown units"},
