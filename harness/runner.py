@@ -36,7 +36,7 @@ import torch
 from harness import knobs as _knobs
 from harness import _protocol as P
 from harness import _tensorio
-from harness.child_process import DEFAULT_CHILD, REPO_ROOT, child_env, hand_over, take
+from harness.child_process import DEFAULT_CHILD, child_env, hand_over, take
 from harness.build import CUBIN_MAGICS, BuildError, BuildResult, build_cubin, load_cubin
 from harness.files import read_bounded
 from harness.launch import LaunchSpec, TensorMapArg

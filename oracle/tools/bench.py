@@ -256,10 +256,10 @@ def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optio
     env = environment()
     indices = [j for j in range(len(cases)) if j % n == i]
     if gpus > 1 and len(mine) > 1:
-        from oracle.tools.workers import run_workers
+        from oracle.tools.workers import absolute, run_workers
 
         def argv(sub: str, out: str) -> list[str]:
-            return ["bench", "--cases", cases_path, "--shard", sub, "--jsonl", out, "--workers", "1"] + \
+            return ["bench", "--cases", absolute(cases_path), "--shard", sub, "--jsonl", out, "--workers", "1"] + \
                 ([] if time_cases else ["--no-time"])
 
         rows = run_workers(argv, (i, n), gpus, indices, stream=stream)
