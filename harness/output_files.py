@@ -8,7 +8,7 @@ O_CREAT|O_EXCL|O_NOFOLLOW and mode 0600 (tempfile.mkstemp), given the mode open(
 given it (0666 less the umask) through its descriptor, then renamed over the destination, which
 replaces a directory entry and never writes into an existing file. A reader never sees half a file;
 on any failure the new file is removed and the destination is as it was. Every failure is `error`
-(the caller's own error type), naming the file.
+(the caller's own error type; OutputFileError by default), naming the file.
 """
 
 from __future__ import annotations
@@ -19,6 +19,11 @@ import tempfile
 from typing import BinaryIO, Callable, Union
 
 Path = Union[str, os.PathLike]
+
+
+class OutputFileError(OSError):
+    """An output file that cannot be written where it was pointed: a link, a FIFO, a directory
+    there, or a folder that is missing or not writable."""
 
 
 def _umask() -> int:
@@ -35,7 +40,7 @@ def _umask() -> int:
     return mask
 
 
-def check_destination(path: Path, name: str, error: type) -> None:
+def check_destination(path: Path, name: str, error: type = OutputFileError) -> None:
     """`path` may be written: it does not exist or is a regular file (a link is not followed)."""
     try:
         st = os.lstat(path)
@@ -51,7 +56,8 @@ def check_destination(path: Path, name: str, error: type) -> None:
                     f"replaced, and nothing is written through a link)")
 
 
-def write_atomically(path: Path, write: Callable[[BinaryIO], None], name: str, error: type) -> None:
+def write_atomically(path: Path, write: Callable[[BinaryIO], None], name: str,
+                     error: type = OutputFileError) -> None:
     """Call `write` with a binary file that becomes `path` once `write` returns."""
     path = os.fspath(path)
     check_destination(path, name, error)
@@ -79,5 +85,6 @@ def write_atomically(path: Path, write: Callable[[BinaryIO], None], name: str, e
         raise
 
 
-def write_bytes_atomically(path: Path, data: bytes, name: str, error: type) -> None:
+def write_text_atomically(path: Path, text: str, name: str, error: type = OutputFileError) -> None:
+    data = text.encode()
     write_atomically(path, lambda f: f.write(data), name, error)

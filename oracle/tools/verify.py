@@ -405,9 +405,10 @@ def run_verify(op_spec: str, cases: Sequence[VerifyCase], *, shard_text: Optiona
             rows.append({"index": j, **run_case(op, cases[j]), **here})
             _progress(len(rows), len(indices), rows[-1], stream)
     if jsonl:
-        with open(jsonl, "w") as f:
-            for r in rows:
-                f.write(json.dumps({"environment": env, "op": op_spec, **r}, default=str) + "\n")
+        from harness.output_files import write_text_atomically
+
+        write_text_atomically(jsonl, "".join(json.dumps({"environment": env, "op": op_spec, **r}, default=str) + "\n"
+                                             for r in rows), "JSON lines")
     verdicts = {r["verdict"] for r in rows}
     code = 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED", "KERNEL_ERROR"} else \
         2 if "ERROR" in verdicts else 0
