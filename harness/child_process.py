@@ -4,8 +4,9 @@ caller is still importing torch and preparing the inputs.
 
 A pre-started child (`harness._child --wait DEVICE`, started as harness.python_start starts every
 Python: never importing from the caller's folder, in a private 0700 folder of its own until its run
-directory comes) initialises CUDA, retains the device's primary context and blocks reading its stdin. `take(device)` hands it to one run: the run
-writes the run directory's path to its stdin and from then on it is that run's child, exactly as a
+directory comes) initialises CUDA, retains the device's primary context and blocks reading its
+stdin. `take(device)` hands it to one run: the run writes the run directory's path to its stdin
+and from then on it is that run's child, exactly as a
 freshly started one (same request, same files, same time limit from the hand-over on). A child
 never taken sees end-of-file when its parent exits, or is killed at exit, and leaves. Standard
 library only: this module is imported before torch.

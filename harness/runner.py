@@ -11,9 +11,9 @@ in the request: the child calls the library's oracle_launch (harness.launch_abi)
 Constraints: an illegal address or trap kills the CUDA context for good and a hang never returns,
 so the kernel never runs in the caller's process; nothing the child does (crash, hang, garbage
 files) raises here. On a timeout the whole process group is killed. The host-mapped sink is a
-shared file (in a private 0700 folder in /dev/shm when possible) registered with the driver, so the taps written before a
-fault or a hang are still readable by the parent. Tensors are CPU torch tensors; the kernel sees a
-dense row-major copy of each (`.contiguous()`).
+shared file (in a private 0700 folder in /dev/shm when possible) registered with the driver, so
+the taps written before a fault or a hang are still readable by the parent. Tensors are CPU torch
+tensors; the kernel sees a dense row-major copy of each (`.contiguous()`).
 """
 
 from __future__ import annotations
