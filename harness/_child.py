@@ -24,6 +24,7 @@ import ctypes
 import json
 import mmap
 import os
+import stat
 import struct
 import sys
 import time
@@ -48,7 +49,10 @@ class _Mapped:
     """A shared, writable mmap of a file and its address, closed in order."""
 
     def __init__(self, path: Path, size: int):
-        self._fd = os.open(path, os.O_RDWR)
+        self._fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)  # never through a link, never a FIFO's wait
+        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+            os.close(self._fd)
+            raise OSError(f"{path} is not a regular file")
         self.size = size
         self.mm = mmap.mmap(self._fd, max(size, 1), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self._anchor = ctypes.c_char.from_buffer(self.mm)
@@ -130,10 +134,17 @@ class _Sink:
 
     def regrow(self, size: int) -> bool:
         """A fresh sink of `size` bytes in place of this one; False (this one kept) when the file
-        cannot grow."""
-        fresh = self.path.with_name(self.path.name + ".grow")
+        cannot grow. The fresh file is made beside the sink, in the private folder the parent made
+        for it, under a new name (O_EXCL, O_NOFOLLOW, 0600: nothing there is opened or removed
+        unless this made it), then renamed over the sink."""
+        import tempfile  # only here: the child's start-up stays light
+
         try:
-            fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            fd, fresh = tempfile.mkstemp(prefix=self.path.name + ".grow-", dir=self.path.parent)
+        except OSError as exc:
+            self.status["sink_regrow_error"] = f"a {size}-byte sink could not be made: {exc}"
+            return False
+        try:
             try:
                 os.posix_fallocate(fd, 0, size)
                 head = bytearray(self.prefix)
@@ -143,10 +154,7 @@ class _Sink:
                 os.close(fd)
         except OSError as exc:
             self.status["sink_regrow_error"] = f"a {size}-byte sink could not be made: {exc}"
-            try:
-                fresh.unlink()
-            except OSError:
-                pass
+            os.unlink(fresh)
             return False
         self._close()
         os.replace(fresh, self.path)

@@ -2,9 +2,11 @@
 its run (`prestart`), so that its interpreter, its imports and its CUDA context come up while the
 caller is still importing torch and preparing the inputs.
 
-A pre-started child (`python -m harness._child --wait DEVICE`) initialises CUDA, retains the
-device's primary context and blocks reading its stdin. `take(device)` hands it to one run: the run
-writes the run directory's path to its stdin and from then on it is that run's child, exactly as a
+A pre-started child (`harness._child --wait DEVICE`, started as harness.python_start starts every
+Python: never importing from the caller's folder, in a private 0700 folder of its own until its run
+directory comes) initialises CUDA, retains the device's primary context and blocks reading its
+stdin. `take(device)` hands it to one run: the run writes the run directory's path to its stdin
+and from then on it is that run's child, exactly as a
 freshly started one (same request, same files, same time limit from the hand-over on). A child
 never taken sees end-of-file when its parent exits, or is killed at exit, and leaves. Standard
 library only: this module is imported before torch.
@@ -14,25 +16,26 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import signal
 import subprocess
-import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Optional, Sequence
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CHILD = (sys.executable, "-X", "faulthandler", "-m", "harness._child")
+from harness.python_start import python_command, python_env
+
+DEFAULT_CHILD = python_command("harness._child", ("-X", "faulthandler"))
 WAIT_FLAG = "--wait"
 
 _lock = threading.Lock()
-_waiting: Optional[tuple[int, tuple, subprocess.Popen]] = None  # (device, command, process)
+# (device, command, process, its private working folder)
+_waiting: Optional[tuple[int, tuple, subprocess.Popen, Path]] = None
 
 
 def child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    path = env.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = str(REPO_ROOT) + (os.pathsep + path if path else "")
+    env = python_env()
     env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
     return env
 
@@ -45,12 +48,17 @@ def prestart(device: int = 0, command: Sequence[str] = DEFAULT_CHILD) -> bool:
         if _waiting is not None:
             return False
         try:
-            proc = subprocess.Popen(list(command) + [WAIT_FLAG, str(int(device))], stdin=subprocess.PIPE,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env(),
-                                    start_new_session=True)
+            home = Path(tempfile.mkdtemp(prefix="oracle-child-"))  # 0700, this user's own
         except OSError:
             return False
-        _waiting = (int(device), tuple(command), proc)
+        try:
+            proc = subprocess.Popen(list(command) + [WAIT_FLAG, str(int(device))], stdin=subprocess.PIPE,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env(),
+                                    cwd=str(home), start_new_session=True)
+        except OSError:
+            shutil.rmtree(home, ignore_errors=True)
+            return False
+        _waiting = (int(device), tuple(command), proc, home)
         return True
 
 
@@ -61,7 +69,8 @@ def take(device: int, command: Sequence[str] = DEFAULT_CHILD) -> Optional[subpro
     with _lock:
         if _waiting is None or _waiting[:2] != (int(device), tuple(command)):
             return None
-        proc, _waiting = _waiting[2], None
+        proc, home, _waiting = _waiting[2], _waiting[3], None
+    shutil.rmtree(home, ignore_errors=True)  # the child moves to its run directory, made by then
     if proc.poll() is not None:
         _stop(proc)
         return None
@@ -101,3 +110,4 @@ def _stop_waiting() -> None:
         waiting, _waiting = _waiting, None
     if waiting is not None:
         _stop(waiting[2])
+        shutil.rmtree(waiting[3], ignore_errors=True)

@@ -35,6 +35,7 @@ import torch
 from harness import knobs as _knobs
 from harness._tensorio import MAX_HEADER_BYTES
 from harness.fields import UINT64_MAX, is_int_list, is_opt_int, require, shown
+from harness.output_files import check_destination, write_atomically
 from harness.taps import TAP_STAGES, DescriptorRecord, Tap, TapError
 from harness.tensormap import MAP_DTYPES
 
@@ -62,8 +63,9 @@ def _dtype_name(t: torch.dtype) -> str:
 
 
 def save_dump(path: str, dump: Dump) -> None:
-    """Write atomically: a reader never sees half a file."""
-    from safetensors.torch import save_file
+    """Write atomically (harness.output_files): a reader never sees half a file, and a destination
+    that is a symbolic link, a FIFO or a directory is refused (DumpError) without being opened."""
+    from safetensors.torch import save
 
     tensors: dict[str, torch.Tensor] = {}
     for kind, group in (("input", dump.inputs), ("output", dump.outputs)):
@@ -79,18 +81,17 @@ def save_dump(path: str, dump: Dump) -> None:
                          "partial": tap.mask is not None, "k_partial": tap.partial, "group": tap.group})
     doc = {"format": FORMAT, "version": VERSION, "meta": dict(dump.meta), "taps": tap_meta,
            "descriptors": [asdict(d) for d in dump.descriptors]}
-    tmp = f"{path}.tmp.{os.getpid()}"
-    if str(path).endswith(".gz"):  # a gzip stream of the same safetensors bytes
-        from safetensors.torch import save
+    check_destination(path, "dump", DumpError)  # before the bytes are made
+    data = save(tensors, metadata={META_KEY: json.dumps(doc)})
 
-        with gzip.open(tmp, "wb", compresslevel=9) as f:
-            f.write(save(tensors, metadata={META_KEY: json.dumps(doc)}))
-    else:
-        save_file(tensors, tmp, metadata={META_KEY: json.dumps(doc)})
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # a plain file, as open() would make it
-    os.replace(tmp, path)
+    def write(f) -> None:
+        if str(path).endswith(".gz"):  # a gzip stream of the same safetensors bytes
+            with gzip.GzipFile(filename="", fileobj=f, mode="wb", compresslevel=9) as z:
+                z.write(data)
+        else:
+            f.write(data)
+
+    write_atomically(path, write, "dump", DumpError)
 
 
 GZIP_MAGIC = b"\x1f\x8b"

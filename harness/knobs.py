@@ -2,6 +2,8 @@
 
 Read them through `get(name)`; the value is parsed on every call, so a test can set the
 variable and see the change. An unparsable value raises KnobError naming the variable.
+A knob whose value is a path says so (`path`: "path", or "command" for a name looked up on PATH
+or a path): `absolute_paths` anchors relative ones for a process started in another folder.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 
 class KnobError(ValueError):
@@ -22,6 +24,11 @@ class Knob:
     parse: Callable[[str], object]
     default: Callable[[], object]
     doc: str
+    path: str = ""  # "path": the value is a path; "command": a name looked up on PATH, or a path
+
+    def __post_init__(self) -> None:
+        if self.path not in ("", "path", "command"):
+            raise ValueError(f"knob {self.name}: path {self.path!r} must be '', 'path' or 'command'")
 
     def get(self):
         return get(self.name)
@@ -63,9 +70,9 @@ KNOBS: dict[str, Knob] = {
     for k in (
         Knob("ORACLE_CACHE_DIR", lambda s: Path(s).expanduser(),
              lambda: Path("~/.cache/oracle").expanduser(),
-             "Directory of the build cache (cubins and their build logs)."),
+             "Directory of the build cache (cubins and their build logs).", path="path"),
         Knob("ORACLE_NVCC", str, lambda: "nvcc",
-             "The nvcc executable (a name looked up on PATH, or a path)."),
+             "The nvcc executable (a name looked up on PATH, or a path).", path="command"),
         Knob("ORACLE_NVCC_TIMEOUT_S", _positive_float, lambda: 900.0,
              "Seconds one nvcc compile may take before it is killed and reported as a BuildError."),
         Knob("ORACLE_BUILD_JOBS", positive_int, _usable_cores,
@@ -77,7 +84,7 @@ KNOBS: dict[str, Knob] = {
              "Keep each run's temporary directory (request, inputs, outputs, logs) for inspection."),
         Knob("ORACLE_SINK_DIR", _optional_path, lambda: None,
              "Directory for the file-backed host-mapped trace sink; default /dev/shm when writable, "
-             "else the run directory."),
+             "else the run directory.", path="path"),
         Knob("ORACLE_CUBIN_MAX_MB", positive_int, lambda: 512,
              "The most bytes, in MiB, a prebuilt cubin (or fatbin) may have; a larger file is refused unread."),
         Knob("ORACLE_DUMP_MAX_MB", positive_int, lambda: 4096,
@@ -109,6 +116,20 @@ def get(name: str):
         return knob.parse(raw)
     except ValueError as exc:
         raise KnobError(f"environment variable {name}={raw!r} is invalid: {exc}. {knob.doc}") from None
+
+
+def absolute_paths(env: Mapping[str, str], cwd: str) -> dict[str, str]:
+    """`env` with each path knob's relative value made absolute against `cwd` (a command knob's
+    only when it holds a '/'; a bare name is looked up on PATH), for a process started elsewhere."""
+    out = dict(env)
+    for knob in KNOBS.values():
+        raw = out.get(knob.name)
+        if not knob.path or not raw:
+            continue
+        if knob.path == "command" and os.sep not in raw:
+            continue
+        out[knob.name] = os.path.join(cwd, os.path.expanduser(raw))
+    return out
 
 
 def describe() -> str:

@@ -11,9 +11,9 @@ in the request: the child calls the library's oracle_launch (harness.launch_abi)
 Constraints: an illegal address or trap kills the CUDA context for good and a hang never returns,
 so the kernel never runs in the caller's process; nothing the child does (crash, hang, garbage
 files) raises here. On a timeout the whole process group is killed. The host-mapped sink is a
-shared file (in /dev/shm when possible) registered with the driver, so the taps written before a
-fault or a hang are still readable by the parent. Tensors are CPU torch tensors; the kernel sees a
-dense row-major copy of each (`.contiguous()`).
+shared file (in a private 0700 folder in /dev/shm when possible) registered with the driver, so
+the taps written before a fault or a hang are still readable by the parent. Tensors are CPU torch
+tensors; the kernel sees a dense row-major copy of each (`.contiguous()`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import torch
 from harness import knobs as _knobs
 from harness import _protocol as P
 from harness import _tensorio
-from harness.child_process import DEFAULT_CHILD, REPO_ROOT, child_env, hand_over, take
+from harness.child_process import DEFAULT_CHILD, child_env, hand_over, take
 from harness.build import CUBIN_MAGICS, BuildError, BuildResult, build_cubin, load_cubin
 from harness.files import read_bounded
 from harness.launch import LaunchSpec, TensorMapArg
@@ -245,30 +245,49 @@ def _sink_dir(run_dir: Path) -> Path:
     return run_dir
 
 
+SINK_NAME = "sink.bin"
+
+
 def _write_sink_file(run_dir: Path, init: bytes, capacity: int) -> Path:
     """A file of `capacity` bytes starting with the sink's initial bytes, zero after them, its
     pages reserved up front: on tmpfs a page that cannot be allocated later would kill the child
-    with SIGBUS instead of an error here."""
+    with SIGBUS instead of an error here. It is made (O_EXCL, O_NOFOLLOW, 0600) inside a private
+    0700 folder of its own in the sink directory (the run directory's `sink` folder as a fallback),
+    where the child also makes a regrown sink; the caller removes that folder (`_remove_sink`)."""
     directory = _sink_dir(run_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix="oracle-sink-", suffix=".bin", dir=directory)
-    try:
+    first = None
+    if directory != run_dir:
+        home = None
         try:
-            os.posix_fallocate(fd, 0, capacity)
+            directory.mkdir(parents=True, exist_ok=True)
+            home = Path(tempfile.mkdtemp(prefix="oracle-sink-", dir=directory))
+            return _reserved(home / SINK_NAME, init, capacity)
         except OSError as exc:
-            os.close(fd)
-            os.unlink(name)
-            if directory == run_dir:
-                raise RunnerError(f"cannot reserve {capacity} bytes for the sink in {directory}: {exc}") from None
-            fd, name = tempfile.mkstemp(prefix="oracle-sink-", suffix=".bin", dir=run_dir)
-            try:
-                os.posix_fallocate(fd, 0, capacity)
-            except OSError as exc2:
-                raise RunnerError(f"cannot reserve {capacity} bytes for the sink in {run_dir}: {exc2}") from None
+            if home is not None:
+                shutil.rmtree(home, ignore_errors=True)
+            first = f"in {directory}: {exc}; "
+    try:
+        home = run_dir / "sink"
+        home.mkdir(mode=0o700)
+        return _reserved(home / SINK_NAME, init, capacity)
+    except OSError as exc:
+        raise RunnerError(f"cannot reserve {capacity} bytes for the sink: {first or ''}in the run directory "
+                          f"{run_dir}: {exc}") from None
+
+
+def _reserved(path: Path, init: bytes, capacity: int) -> Path:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, capacity)
         os.pwrite(fd, init, 0)
     finally:
         os.close(fd)
-    return Path(name)
+    return path
+
+
+def _remove_sink(sink_file: Path) -> None:
+    """The sink's private folder and what is in it (the sink, a regrown sink a killed child left)."""
+    shutil.rmtree(sink_file.parent, ignore_errors=True)
 
 
 def _read_sink(path: Path) -> bytes:
@@ -523,10 +542,7 @@ def _run_child(image_name: str, image: bytes, request_core: dict, dense: Mapping
         if proc is not None and proc.poll() is None:
             _kill_and_reap(proc)
         if sink_file is not None:
-            try:
-                sink_file.unlink()
-            except OSError:
-                pass
+            _remove_sink(sink_file)
         if not keep:
             shutil.rmtree(run_dir, ignore_errors=True)
 

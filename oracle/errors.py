@@ -15,6 +15,7 @@ def input_errors() -> tuple[type, ...]:
     from harness.dump import DumpError
     from harness.knobs import KnobError
     from harness.launch import LaunchError
+    from harness.output_files import OutputFileError
     from harness.runner import RunnerError
     from harness.taps import TapError
     from harness.tensormap import TensorMapError
@@ -26,7 +27,7 @@ def input_errors() -> tuple[type, ...]:
     from oracle.repro.generate import ReproError
 
     return (DumpError, SpecError, RecordingError, InputError, KnobError, CaseError, BuildError, LaunchError,
-            RunnerError, TraceFormatError, TensorMapError, ReproError, TapError)
+            RunnerError, TraceFormatError, TensorMapError, ReproError, TapError, OutputFileError)
 
 
 def __getattr__(name: str) -> type:

@@ -49,10 +49,10 @@ MAX_OPERAND_MB = register(Knob("ORACLE_MAX_OPERAND_MB", _positive_int, lambda: 3
 
 ZOO_RECORD_DIR = register(Knob("ORACLE_ZOO_RECORD_DIR", lambda s: s, lambda: None,
                                "Where the GPU zoo tests save each live recording under its manifest name "
-                               "(unset: not saved)."))
+                               "(unset: not saved).", path="path"))
 
 SERVER = register(Knob("ORACLE_SERVER", lambda s: s, lambda: None,
                        "The Unix socket of a warm `python -m oracle serve`: commands run there "
-                       "(unset: in the calling process)."))
+                       "(unset: in the calling process).", path="path"))
 
 ALL = tuple(KNOBS.values())

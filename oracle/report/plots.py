@@ -97,8 +97,15 @@ def write_plots(an, directory: str) -> list[str]:
 
 
 def _save(fig, plt, directory: str, name: str) -> str:
+    """The picture written whole, never through a link at its (fixed) name (harness.output_files)."""
+    import io
+
+    from harness.output_files import write_atomically
+
     path = os.path.join(directory, name)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, dpi=110, format="png")
     plt.close(fig)
+    write_atomically(path, lambda f: f.write(png.getvalue()), "picture")
     return path

@@ -356,9 +356,11 @@ def validate(doc: dict) -> None:
 
 
 def write_json(an: Analysis, path: str, extra: Optional[dict[str, Any]] = None, races=None, sanitizer=None) -> None:
-    with open(path, "w") as f:
-        json.dump(to_json(an, extra, races, sanitizer), f, indent=2, allow_nan=False, default=str)
-        f.write("\n")
+    """The report as JSON at `path`, written whole, never through a link (harness.output_files)."""
+    from harness.output_files import write_text_atomically
+
+    text = json.dumps(to_json(an, extra, races, sanitizer), indent=2, allow_nan=False, default=str) + "\n"
+    write_text_atomically(path, text, "JSON report")
 
 
 def performance_table(perf) -> str:

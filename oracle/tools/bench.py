@@ -256,10 +256,10 @@ def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optio
     env = environment()
     indices = [j for j in range(len(cases)) if j % n == i]
     if gpus > 1 and len(mine) > 1:
-        from oracle.tools.workers import run_workers
+        from oracle.tools.workers import absolute, run_workers
 
         def argv(sub: str, out: str) -> list[str]:
-            return ["bench", "--cases", cases_path, "--shard", sub, "--jsonl", out, "--workers", "1"] + \
+            return ["bench", "--cases", absolute(cases_path), "--shard", sub, "--jsonl", out, "--workers", "1"] + \
                 ([] if time_cases else ["--no-time"])
 
         rows = run_workers(argv, (i, n), gpus, indices, stream=stream)
@@ -275,9 +275,10 @@ def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optio
             rows.append({"index": j, **(broken.get(c.name) or run_case(c)), **here})
             _progress(len(rows), len(mine), rows[-1], stream)
     if jsonl:
-        with open(jsonl, "w") as f:
-            for r in rows:
-                f.write(json.dumps({"environment": env, **r}, default=str) + "\n")
+        from harness.output_files import write_text_atomically
+
+        write_text_atomically(jsonl, "".join(json.dumps({"environment": env, **r}, default=str) + "\n"
+                                             for r in rows), "JSON lines")
     verdicts = {r["verdict"] for r in rows}
     code = 3 if "KERNEL_ERROR" in verdicts else 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED"} \
         else 6 if "NONDETERMINISTIC" in verdicts else 2 if "ERROR" in verdicts else 0

@@ -388,7 +388,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         raise UsageError("give --sweep FILE.toml or --shape MxNxK (one of them)")
     cases = load_sweep(args.sweep) if args.sweep else shape_cases(args.shape, args.dtype, args.call,
                                                                              args.fast_accum)
-    sweep_argv = ["--sweep", args.sweep] if args.sweep else \
+    sweep_argv = ["--sweep", os.path.abspath(args.sweep)] if args.sweep else \
         [x for s in args.shape for x in ("--shape", s)] + ["--dtype", args.dtype, "--call", args.call] + \
         (["--fast-accum"] if args.fast_accum else [])
     rows, code = run_verify(args.op, cases, shard_text=args.shard, jsonl=args.jsonl, workers=args.workers,

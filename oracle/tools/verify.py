@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -155,6 +156,24 @@ def load_op(spec: str) -> Callable:
     if not callable(obj):
         raise CaseError(f"--op {spec!r} is not callable")
     return obj
+
+
+def _check_workers_import(spec: str) -> None:
+    """The workers never import from the current folder (harness.python_start): an --op module found
+    only there is refused with the way to hand it to them, instead of every worker failing."""
+    from harness.python_start import python_path
+
+    top = sys.modules.get(spec.partition(":")[0].split(".")[0])
+    where = getattr(top, "__file__", None)
+    if where is None:
+        return
+    root = os.path.dirname(os.path.dirname(where) if os.path.basename(where) == "__init__.py" else where)
+    given = python_path(os.environ.get("PYTHONPATH")).split(os.pathsep)
+    if os.path.realpath(root) == os.path.realpath(os.getcwd()) and \
+            not any(os.path.realpath(p) == os.path.realpath(root) for p in given):
+        raise CaseError(f"--op {spec!r}: {top.__name__!r} was imported from the current folder {root}, which the "
+                        f"worker processes never import from (a file left there would run as you); put the folder "
+                        f"on PYTHONPATH (PYTHONPATH={root}) or install the module, or run with --workers 1")
 
 
 def _operands(vc: VerifyCase, device: str):
@@ -374,6 +393,7 @@ def run_verify(op_spec: str, cases: Sequence[VerifyCase], *, shard_text: Optiona
     gpus = visible_gpus() if workers is None else workers
     env = environment()
     if gpus > 1 and len(indices) > 1:
+        _check_workers_import(op_spec)
         rows = run_workers(lambda sub, out: ["verify", "--op", op_spec, *sweep_argv, "--shard", sub, "--jsonl", out,
                                              "--workers", "1"], (i, n), gpus, indices, stream=stream)
         for r in rows:
@@ -385,9 +405,10 @@ def run_verify(op_spec: str, cases: Sequence[VerifyCase], *, shard_text: Optiona
             rows.append({"index": j, **run_case(op, cases[j]), **here})
             _progress(len(rows), len(indices), rows[-1], stream)
     if jsonl:
-        with open(jsonl, "w") as f:
-            for r in rows:
-                f.write(json.dumps({"environment": env, "op": op_spec, **r}, default=str) + "\n")
+        from harness.output_files import write_text_atomically
+
+        write_text_atomically(jsonl, "".join(json.dumps({"environment": env, "op": op_spec, **r}, default=str) + "\n"
+                                             for r in rows), "JSON lines")
     verdicts = {r["verdict"] for r in rows}
     code = 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED", "KERNEL_ERROR"} else \
         2 if "ERROR" in verdicts else 0

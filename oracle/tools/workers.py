@@ -5,6 +5,11 @@ A sweep's shard i/n keeps cases j with j % n == i; with G GPUs each worker g run
 child processes and caches, and writes JSON lines. The parent merges them into case order (every
 row carries `index`, its position in the whole list) and says which rows are missing, so a worker
 that died loses nothing silently.
+
+A worker is started as harness.python_start starts every Python: in a private folder (the one that
+holds its JSON lines), never importing from the caller's folder, with PYTHONPATH kept. So paths on
+its command line must be absolute (`absolute`), and the path-valued ORACLE_* knobs of its
+environment are made absolute against the caller's folder (harness.knobs.absolute_paths).
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
+
+from harness.knobs import absolute_paths
+from harness.python_start import python_command, python_env
 
 ENV_KEEP = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -35,20 +43,27 @@ def sub_shard(shard: tuple[int, int], gpus: int, g: int) -> str:
     return f"{i + n * g}/{n * gpus}"
 
 
+def absolute(path: str) -> str:
+    """A path of the caller's command line as a worker (in its own folder) must be given it."""
+    return os.path.abspath(os.path.expanduser(path))
+
+
 def run_workers(argv_for: Callable[[str, str], Sequence[str]], shard: tuple[int, int], gpus: int,
                 expected: Sequence[int], *, stream=sys.stderr, env: dict = None,
-                prefix: Sequence[str] = (sys.executable, "-m", "oracle")) -> list[dict]:
-    """Start one worker per GPU: prefix + argv_for(sub_shard_text, jsonl_path) is its command line.
-    Returns every row in `index` order; a case whose row is missing gets an ERROR row naming its
-    worker."""
+                prefix: Optional[Sequence[str]] = None) -> list[dict]:
+    """Start one worker per GPU: prefix (default: the oracle's own command, python_command("oracle"))
+    + argv_for(sub_shard_text, jsonl_path) is its command line. Returns every row in `index` order;
+    a case whose row is missing gets an ERROR row naming its worker."""
     rows: list[dict] = []
-    with tempfile.TemporaryDirectory() as tmp:
+    prefix = python_command("oracle") if prefix is None else tuple(prefix)
+    base = absolute_paths(python_env(os.environ if env is None else env), os.getcwd())
+    with tempfile.TemporaryDirectory(prefix="oracle-workers-") as tmp:  # 0700, this user's own
         procs = []
         for g in range(gpus):
             out = os.path.join(tmp, f"worker{g}.jsonl")
             argv = [*prefix, *argv_for(sub_shard(shard, gpus, g), out)]
-            wenv = dict(os.environ if env is None else env, CUDA_VISIBLE_DEVICES=str(g), **ENV_KEEP)
-            procs.append((g, subprocess.Popen(argv, env=wenv, stdout=subprocess.DEVNULL), out))
+            wenv = dict(base, CUDA_VISIBLE_DEVICES=str(g), **ENV_KEEP)
+            procs.append((g, subprocess.Popen(argv, env=wenv, cwd=tmp, stdout=subprocess.DEVNULL), out))
         for g, p, out in procs:
             code = p.wait()
             got = []

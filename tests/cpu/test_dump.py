@@ -1,5 +1,7 @@
 import json
+import os
 import re
+import stat
 import struct
 
 import pytest
@@ -209,3 +211,52 @@ def test_metadata_nested_past_the_json_parser_is_a_dump_error(tmp_path):
     p.write_bytes(struct.pack("<Q", len(hb)) + hb + raw[8 + n:])
     with pytest.raises(DumpError, match="is not valid JSON"):
         load_dump(str(p))
+
+
+def _victim(tmp_path):
+    """Another file of the user's, which a link planted by someone else points at."""
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    os.chmod(victim, 0o600)
+    return victim
+
+
+@pytest.mark.parametrize("name", ["run.safetensors", "run.safetensors.gz"])
+def test_a_link_at_the_old_temporary_name_is_not_written_through(tmp_path, name):
+    victim = _victim(tmp_path)
+    dest = tmp_path / name
+    for pid in {os.getpid(), os.getpid() + 1}:  # the name the old writer used
+        os.symlink(victim, f"{dest}.tmp.{pid}")
+    save_dump(str(dest), _dump())
+    assert victim.read_bytes() == b"keep me" and stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert not dest.is_symlink() and load_dump(str(dest)).meta["note"] == "x"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o666 & ~umask, "the mode open() would give it"
+    assert sorted(p.name for p in tmp_path.iterdir() if ".tmp" not in p.name) == sorted([name, "victim"])
+
+
+@pytest.mark.parametrize("kind", ["symbolic link", "FIFO", "directory"])
+def test_a_destination_that_is_not_a_regular_file_is_refused_untouched(tmp_path, kind):
+    victim = _victim(tmp_path)
+    dest = tmp_path / "run.safetensors.gz"
+    if kind == "symbolic link":
+        os.symlink(victim, dest)
+    elif kind == "FIFO":
+        os.mkfifo(dest)
+    else:
+        dest.mkdir()
+    with pytest.raises(DumpError, match=f"run.safetensors.gz.*it is a {kind}"):
+        save_dump(str(dest), _dump())
+    assert victim.read_bytes() == b"keep me" and stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert os.path.islink(dest) == (kind == "symbolic link") and os.path.lexists(dest)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["run.safetensors.gz", "victim"]), "nothing left"
+
+
+def test_a_dump_replaces_a_regular_file_and_leaves_no_temporary(tmp_path):
+    dest = tmp_path / "run.safetensors"
+    dest.write_bytes(b"old")
+    save_dump(str(dest), _dump())
+    assert load_dump(str(dest)).meta["note"] == "x" and [p.name for p in tmp_path.iterdir()] == ["run.safetensors"]
+    with pytest.raises(DumpError, match="cannot write dump"):
+        save_dump(str(tmp_path / "missing" / "x.safetensors"), _dump())

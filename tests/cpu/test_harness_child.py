@@ -306,3 +306,66 @@ def test_a_waiting_child_leaves_when_its_parent_closes_the_pipe():
     child_process._waiting = None
     waiting.stdin.close()  # what the parent's exit does
     assert waiting.wait(timeout=60) == 0
+
+
+def _bare_sink(tmp_path, monkeypatch):
+    """A _Sink over a real file without CUDA: mapping and registration are left out, regrow's file
+    handling is what runs."""
+    from pathlib import Path
+
+    from harness._child import _Sink
+
+    home = tmp_path / "oracle-sink-x"
+    home.mkdir(mode=0o700)
+    path = home / "sink.bin"
+    path.write_bytes(b"\x01" * 512)
+    sink = _Sink.__new__(_Sink)
+    sink.path, sink.size, sink.prefix, sink.status = Path(path), 512, b"\x01" * 512, {}
+    monkeypatch.setattr(_Sink, "_open", lambda self: None)
+    monkeypatch.setattr(_Sink, "_close", lambda self: None)
+    return sink
+
+
+def test_regrow_never_writes_through_a_link_planted_at_the_old_name(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    sink = _bare_sink(tmp_path, monkeypatch)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep me")
+    os.chmod(victim, 0o640)
+    os.symlink(victim, str(sink.path) + ".grow")  # the name the old regrow used
+    assert sink.regrow(8192)
+    assert victim.read_bytes() == b"keep me" and stat.S_IMODE(victim.stat().st_mode) == 0o640
+    st = os.lstat(sink.path)
+    assert stat.S_ISREG(st.st_mode) and st.st_size == 8192 and stat.S_IMODE(st.st_mode) == 0o600
+    assert sink.path.read_bytes()[8:16] == (8192).to_bytes(8, "little")
+    assert os.path.islink(str(sink.path) + ".grow"), "what it did not make it leaves alone"
+
+
+def test_regrow_neither_waits_on_nor_removes_a_fifo_planted_at_the_old_name(tmp_path, monkeypatch):
+    import os
+    import threading
+
+    sink = _bare_sink(tmp_path, monkeypatch)
+    fifo = str(sink.path) + ".grow"
+    os.mkfifo(fifo)
+    done = []
+    t = threading.Thread(target=lambda: done.append(sink.regrow(4096)), daemon=True)
+    t.start()
+    t.join(timeout=30)
+    assert done == [True], "regrow hung or failed on a FIFO it did not make"
+    assert os.path.exists(fifo) and os.path.getsize(sink.path) == 4096
+
+
+def test_a_regrow_that_fails_removes_only_its_own_file(tmp_path, monkeypatch):
+    import os
+
+    sink = _bare_sink(tmp_path, monkeypatch)
+
+    def no_room(fd, offset, length):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", no_room)
+    assert not sink.regrow(1 << 20) and "No space" in sink.status["sink_regrow_error"]
+    assert sorted(p.name for p in sink.path.parent.iterdir()) == ["sink.bin"]

@@ -371,3 +371,34 @@ def test_cubin_paths_are_checked(tmp_path):
     (tmp_path / "text.cubin").write_text("not a cubin")
     with pytest.raises(RunnerError, match="not a cubin"):
         run_kernel(tmp_path / "text.cubin", "k", VADD, vadd_tensors())
+
+
+SINK_HOME = r'''
+sink = Path(req["sink"]["file"])
+st = os.stat(sink.parent)
+Path(os.environ["SINK_SEEN"]).write_text(json.dumps(
+    {"file": str(sink), "home_mode": st.st_mode & 0o777, "file_mode": os.stat(sink).st_mode & 0o777,
+     "home_owner": st.st_uid == os.getuid()}))
+(sink.parent / "sink.bin.grow-left").write_bytes(b"a regrown sink a killed child left")
+'''
+
+
+def test_the_sink_lives_in_a_private_folder_that_is_removed_whole(tmp_path, monkeypatch):
+    import os
+    import stat
+
+    monkeypatch.setenv("ORACLE_SINK_DIR", str(tmp_path / "sinks"))
+    monkeypatch.setenv("SINK_SEEN", str(tmp_path / "seen.json"))
+    (tmp_path / "sinks").mkdir()
+    planted = tmp_path / "sinks" / "oracle-sink-planted"
+    os.symlink(tmp_path / "victim", planted)
+    body = SINK_HOME + "sys.exit(0)\n"
+    run = run_kernel(CUBIN, "k", VADD, vadd_tensors(), sink=SinkRequest(bytes(8)), child_cmd=py_child(body),
+                     timeout_s=30)
+    assert (tmp_path / "seen.json").exists(), run.stderr_tail
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    home = Path(seen["file"]).parent
+    assert home.parent == tmp_path / "sinks" and home.name.startswith("oracle-sink-") and home != planted
+    assert seen["home_mode"] == 0o700 and seen["file_mode"] == 0o600 and seen["home_owner"]
+    assert sorted(os.listdir(tmp_path / "sinks")) == ["oracle-sink-planted"], "its folder gone, whole"
+    assert stat.S_ISLNK(os.lstat(planted).st_mode)
