@@ -3,13 +3,18 @@
 Data path: source (a file or text) -> its local includes, resolved and hashed -> a cache key over
 source, local headers, the whole `harness/include` tree, the trace header version, flags, defines,
 the CUTLASS wheel version and `nvcc --version` -> `<cache>/cubin/<kk>/<key>.cubin` (a library:
-`<cache>/so/<kk>/<key>.so`) (+ `.json` with the build log). A hit never runs nvcc, not even `nvcc --version` (that answer is cached too,
-keyed by the nvcc binary's path, size and mtime).
+`<cache>/so/<kk>/<key>.so`) (+ `.json`: the built file's sha256 and the build log, or the exit code
+and output of a failed build, which then fails again at once). A hit never runs nvcc, not even
+`nvcc --version` (that answer is cached too, keyed by the nvcc binary's path, size and mtime); it
+hands out the bytes it hashed (BuildResult.read), not the path to open again.
 
-Constraints: needs nvcc (no GPU); writes are atomic (temp file + os.replace), so builds racing on
-one key never expose half a cubin; one build per key at a time, and at most ORACLE_BUILD_JOBS
-compiles at once among the processes sharing a cache (build_slot); CUTLASS/CuTe headers come from the `nvidia-cutlass` wheel when it
-is installed (found without importing it), and their absence only matters to sources that use them.
+Constraints: needs nvcc (no GPU); the cache is private to its user and every entry is checked before
+use (harness.build_cache: a cache another user could write is refused); writes are atomic (temp file
++ os.replace), so builds racing on one key never expose half a cubin; one build per key at a time,
+and at most ORACLE_BUILD_JOBS compiles at once among the processes sharing a cache (build_slot), each
+wait bounded by ORACLE_BUILD_LOCK_TIMEOUT_S; nvcc runs in a private temp folder outside the cache;
+CUTLASS/CuTe headers come from the `nvidia-cutlass` wheel when it is installed (found without
+importing it), and their absence only matters to sources that use them.
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ import json
 import os
 import re
 import shutil
-import stat
 import subprocess
 import tempfile
 import time
@@ -31,11 +35,14 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
 from harness import knobs as _knobs
+from harness.build_cache import sha256 as _sha256
+from harness.build_cache import CacheDir, Entry, hold_lock, hold_slot, open_root, read_entry, write_entry
+from harness.build_errors import BuildError, CacheDirError, DefineError, LockTimeoutError  # noqa: F401  (re-exported)
 from harness.files import read_bounded, regular_file_size
 from harness.names import check_macro_name, check_macro_value
 
 # Bump when the meaning of a cache entry changes (flags added by default, layout of the key...).
-BUILD_KEY_VERSION = 1
+BUILD_KEY_VERSION = 2  # 2: entries record their sha256, failed builds are cached
 
 HARNESS_INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 TRACE_HEADER = HARNESS_INCLUDE_DIR / "oracle_trace" / "trace.cuh"
@@ -56,20 +63,7 @@ _TRACE_VERSION_RES = (
 
 CUBIN_MAGICS = {b"\x7fELF": "ELF cubin", b"\x50\xed\x55\xba": "fatbin"}
 MAX_SOURCE_BYTES = 64 << 20  # a CUDA source larger than this is not one
-
-
-class BuildError(RuntimeError):
-    """nvcc failed (or could not run). `stderr` holds nvcc's own words, `command` the argv."""
-
-    def __init__(self, message: str, *, stderr: str = "", command: Sequence[str] = ()):
-        self.stderr = stderr
-        self.command = tuple(command)
-        full = message if not stderr else f"{message}\n--- nvcc output ---\n{stderr.rstrip()}"
-        super().__init__(full)
-
-
-class DefineError(BuildError, ValueError):
-    """A define's name or value outside harness.names' grammar (a C identifier; a safe word)."""
+MAX_LIBRARY_BYTES = 1 << 30  # nor is a launch library larger than this
 
 
 @dataclass(frozen=True)
@@ -79,9 +73,27 @@ class BuildResult:
     key: str
     log: str = ""  # nvcc's stdout+stderr of the build that produced the cubin (warnings)
     command: tuple[str, ...] = field(default=(), compare=False)
+    sha256: str = ""  # the built file's digest ("" for a result made by hand: then nothing to check)
+    # The bytes hashed when the entry was checked or built: read() hands these out, so what a run
+    # loads is what was verified, not the path opened again later.
+    data: Optional[bytes] = field(default=None, repr=False, compare=False)
 
     def read(self) -> bytes:
-        return load_cubin(self.cubin_path)
+        """The built file's bytes: the verified ones this result holds, else the file at cubin_path
+        (no link followed), checked against `sha256` when there is one."""
+        if self.data is not None:
+            return self.data
+        limit, limit_name = _entry_limit(self.cubin_path.suffix.lstrip("."))
+        data = read_bounded(self.cubin_path, f"built file {self.cubin_path}", limit, limit_name, BuildError,
+                            nofollow=True)
+        if len(data) > limit:
+            raise BuildError(f"built file {self.cubin_path} has more than {limit_name}")
+        if self.sha256 and _sha256(data) != self.sha256:
+            raise BuildError(f"built file {self.cubin_path} changed since it was built (its sha256 is "
+                             f"{_sha256(data)}, the build recorded {self.sha256}); build it again")
+        if self.cubin_path.suffix == ".cubin":
+            _check_magic(self.cubin_path, data)
+        return data
 
 
 # --------------------------------------------------------------------------- locations
@@ -207,23 +219,15 @@ def _text(data: Union[str, bytes, None]) -> str:
     return data.decode(errors="replace") if isinstance(data, bytes) else data
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def _entry_limit(suffix: str) -> tuple[int, str]:
+    """The most bytes a built file of this kind may have (a cubin: ORACLE_CUBIN_MAX_MB)."""
+    if suffix == LIBRARY_OUTPUT[0]:
+        return MAX_LIBRARY_BYTES, f"the {MAX_LIBRARY_BYTES >> 20} MiB a launch library may have"
+    return _cubin_limit()
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+def _lock_timeout() -> float:
+    return _knobs.get("ORACLE_BUILD_LOCK_TIMEOUT_S")
 
 
 def tree_digest(root: Path) -> str:
@@ -268,25 +272,32 @@ def _nvcc_path(nvcc: Optional[str]) -> str:
     return path
 
 
-def nvcc_version(nvcc_path: str, cache_dir: Path) -> str:
-    """`nvcc --version`, cached on disk by the binary's real path, size and mtime."""
+NVCC_VERSION_LIMIT = 1 << 20  # `nvcc --version` says a few lines
+
+
+def nvcc_version(nvcc_path: str, cache_dir: Union[CacheDir, str, os.PathLike]) -> str:
+    """`nvcc --version`, cached in the build cache (a checked private file, as entries are) by the
+    binary's real path, size and mtime. `cache_dir` is the cache's path or its open root."""
+    if not isinstance(cache_dir, CacheDir):
+        with open_root(cache_dir) as root:
+            return nvcc_version(nvcc_path, root)
     real = os.path.realpath(nvcc_path)
     st = os.stat(real)
-    ident = _sha256(f"{real}\0{st.st_size}\0{st.st_mtime_ns}".encode())[:32]
-    memo = cache_dir / "nvcc-version" / f"{ident}.txt"
-    try:
-        return memo.read_text()
-    except OSError:
-        pass
-    try:
-        proc = subprocess.run([nvcc_path, "--version"], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BuildError(f"could not run {nvcc_path} --version: {exc}") from None
-    if proc.returncode != 0:
-        raise BuildError(f"{nvcc_path} --version failed with exit code {proc.returncode}",
-                         stderr=proc.stderr, command=[nvcc_path, "--version"])
-    _atomic_write(memo, proc.stdout.encode())
-    return proc.stdout
+    ident = f"{real}\0{st.st_size}\0{st.st_mtime_ns}"
+    name = f"{_sha256(ident.encode())[:32]}.txt"
+    with cache_dir.sub("nvcc-version") as memo:
+        known = memo.read_private(name, NVCC_VERSION_LIMIT)
+        if known:
+            return known.decode(errors="replace")
+        try:
+            proc = subprocess.run([nvcc_path, "--version"], capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise BuildError(f"could not run {nvcc_path} --version: {exc}") from None
+        if proc.returncode != 0:
+            raise BuildError(f"{nvcc_path} --version failed with exit code {proc.returncode}",
+                             stderr=proc.stderr, command=[nvcc_path, "--version"])
+        memo.write_private(name, proc.stdout.encode())
+        return proc.stdout
 
 
 # --------------------------------------------------------------------------- build
@@ -306,91 +317,35 @@ def _resolve_source(source: Union[str, os.PathLike]) -> tuple[str, Optional[Path
     return text, path.resolve().parent, str(path)
 
 
-def _cached_build(cubin_path: Path, meta_path: Path, key: str) -> Optional["BuildResult"]:
-    """The cache's cubin for `key` with its build log, or None."""
-    if not cubin_path.is_file():
-        return None
-    log, command = "", ()
-    try:
-        meta = json.loads(meta_path.read_text())
-        log, command = meta.get("log", ""), tuple(meta.get("command", ()))
-    except (OSError, ValueError):
-        pass
-    return BuildResult(cubin_path=cubin_path, cached=True, key=key, log=log, command=command)
-
-
-def _open_lock(path: Path, what: str) -> int:
-    """A lock file's descriptor, opened without following a symbolic link (a link planted in a shared
-    cache cannot make a build create or touch a file elsewhere; a FIFO cannot make it wait forever);
-    it must be a regular file."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as exc:
-        raise BuildError(f"cannot open the {what} {path}: {exc.strerror or exc} (a symbolic link there is "
-                         f"not followed)") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise BuildError(f"the {what} {path} is not a regular file")
-    return fd
-
-
 @contextlib.contextmanager
-def _key_lock(path: Path):
-    """One build per cache key at a time across processes (test workers, parallel oracles): the
-    others wait, then find the cubin. Where flock is missing, builds only race (writes stay atomic)."""
-    try:
-        import fcntl
-    except ImportError:
+def _slot(root: CacheDir):
+    with root.sub("build-slots") as folder, hold_slot(folder, _knobs.get("ORACLE_BUILD_JOBS"), _lock_timeout()):
         yield
-        return
-    fd = _open_lock(path, "build lock")
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-
-
-SLOT_POLL_S = 0.05
 
 
 @contextlib.contextmanager
 def build_slot(cache_dir: Optional[Union[str, os.PathLike]] = None):
     """One of the ORACLE_BUILD_JOBS compile slots of a build cache, held while one compile runs: the
     processes that share the cache (test workers, parallel oracles) run at most that many compiles at
-    once, the others wait for a free slot. A compile is a large process: more of them than cores
-    cost CPU time, not only waiting (four CUTLASS compiles on two cores took 40 % more CPU than two).
-    Callers that run nvcc themselves (make, a test's host program) take a slot the same way; a
-    process must not wait for a build lock while it holds a slot. Where flock is missing: no limit."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
+    once, the others wait for a free slot, at most ORACLE_BUILD_LOCK_TIMEOUT_S (LockTimeoutError).
+    A compile is a large process: more of them than cores cost CPU time, not only waiting (four
+    CUTLASS compiles on two cores took 40 % more CPU than two). Callers that run nvcc themselves
+    (make, a test's host program) take a slot the same way; a process must not wait for a build lock
+    while it holds a slot. The cache's checks apply (harness.build_cache). Where flock is missing: no
+    limit."""
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    folder = cache / "build-slots"
-    folder.mkdir(parents=True, exist_ok=True)
-    jobs = _knobs.get("ORACLE_BUILD_JOBS")
-    first = os.getpid() % jobs  # processes start their search at different slots
-    while True:
-        for i in range(jobs):
-            fd = _open_lock(folder / f"{(first + i) % jobs}.lock", "build slot")
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            try:
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
-            return
-        time.sleep(SLOT_POLL_S)
+    with open_root(cache) as root, _slot(root):
+        yield
+
+
+def _result(entry: Entry, cached: bool, display: str) -> BuildResult:
+    """The BuildResult of an entry; a failed build's entry raises nvcc's saved words again."""
+    if not entry.ok:
+        raise BuildError(f"nvcc failed to compile {display} (exit code {entry.returncode}; an identical build "
+                         f"failed before and its output is cached in {entry.path}: delete that file to compile "
+                         f"again)", stderr=entry.log, command=entry.command)
+    return BuildResult(cubin_path=entry.path, cached=cached, key=entry.key, log=entry.log, command=entry.command,
+                       sha256=entry.sha256, data=entry.data)
 
 
 def build_cubin(
@@ -442,62 +397,74 @@ def _build(source, output: tuple[str, tuple[str, ...]], *, arch, defines, includ
     include_flags = tuple(f"-I{d}" for d in search + cutlass_dirs)
 
     nvcc_path = _nvcc_path(nvcc)
-    key_parts = {
-        "key_version": BUILD_KEY_VERSION,
-        "source": _sha256(text.encode()),
-        "local_headers": sorted(local_includes(text, source_dir, search).values()),
-        "harness_include": tree_digest(HARNESS_INCLUDE_DIR),
-        "trace_header_version": trace_header_version(),
-        "flags": list(flags),
-        # Directories matter only through what they contain (hashed above); their number and
-        # order matter because they decide which header wins.
-        "include_dirs": [str(d) for d in user_dirs],
-        "cutlass": cutlass_version() if cutlass_dirs else "absent",
-        "nvcc": nvcc_version(nvcc_path, cache),
-    }
-    key = _sha256(json.dumps(key_parts, sort_keys=True).encode())
-    out_dir = cache / suffix / key[:2]
-    cubin_path = out_dir / f"{key}.{suffix}"
-    meta_path = out_dir / f"{key}.json"
+    with open_root(cache) as root:
+        key_parts = {
+            "key_version": BUILD_KEY_VERSION,
+            "source": _sha256(text.encode()),
+            "local_headers": sorted(local_includes(text, source_dir, search).values()),
+            "harness_include": tree_digest(HARNESS_INCLUDE_DIR),
+            "trace_header_version": trace_header_version(),
+            "flags": list(flags),
+            # Directories matter only through what they contain (hashed above); their number and
+            # order matter because they decide which header wins.
+            "include_dirs": [str(d) for d in user_dirs],
+            "cutlass": cutlass_version() if cutlass_dirs else "absent",
+            "nvcc": nvcc_version(nvcc_path, root),
+        }
+        key = _sha256(json.dumps(key_parts, sort_keys=True).encode())
+        limit = _entry_limit(suffix)
+        with root.sub(suffix, key[:2]) as folder:
+            hit = read_entry(folder, key, suffix, limit[0])
+            if hit is None:
+                with hold_lock(folder, f"{key}.lock", "build lock", _lock_timeout()):
+                    hit = read_entry(folder, key, suffix, limit[0])  # built by another process meanwhile
+                    if hit is None:
+                        hit = _compile(root, folder, key, key_parts, suffix, text, source, source_dir, display,
+                                       nvcc_path, flags + include_flags, limit)
+                        return _result(hit, False, display)
+            return _result(hit, True, display)
 
-    cached = _cached_build(cubin_path, meta_path, key)
-    if cached is not None:
-        return cached
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with _key_lock(out_dir / f"{key}.lock"):
-        cached = _cached_build(cubin_path, meta_path, key)  # built by another process while this one waited
-        if cached is not None:
-            return cached
-        timeout = _knobs.get("ORACLE_NVCC_TIMEOUT_S")
-        with tempfile.TemporaryDirectory(prefix="oracle-build-", dir=out_dir) as tmp:
-            tmpdir = Path(tmp)
-            if source_dir is None:
-                src_file = tmpdir / "source.cu"
-                src_file.write_text(text)
-            else:
-                src_file = Path(source).resolve()
-            tmp_cubin = tmpdir / f"out.{suffix}"
-            command = [nvcc_path, *flags, *include_flags, "-o", str(tmp_cubin), str(src_file)]
-            try:
-                with build_slot(cache):
-                    started = time.monotonic()
-                    proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-            except subprocess.TimeoutExpired as exc:
-                raise BuildError(f"nvcc did not finish compiling {display} within {timeout:g} s "
-                                 f"(ORACLE_NVCC_TIMEOUT_S)", stderr=_text(exc.stderr), command=command) from None
-            except OSError as exc:
-                raise BuildError(f"could not run nvcc ({nvcc_path}): {exc}", command=command) from None
-            log = (proc.stdout or "") + (proc.stderr or "")
-            if proc.returncode != 0:
-                raise BuildError(f"nvcc failed to compile {display} (exit code {proc.returncode})",
-                                 stderr=log, command=command)
-            if not tmp_cubin.is_file():
-                raise BuildError(f"nvcc reported success for {display} but wrote no {suffix}", stderr=log,
-                                 command=command)
-            data = tmp_cubin.read_bytes()
-            meta = {"source": display, "command": command, "log": log, "key_parts": key_parts,
-                    "seconds": round(time.monotonic() - started, 3)}
-            # The metadata first: whoever sees the cubin also finds its log.
-            _atomic_write(meta_path, json.dumps(meta, indent=1).encode())
-            _atomic_write(cubin_path, data)
-        return BuildResult(cubin_path=cubin_path, cached=False, key=key, log=log, command=tuple(command))
+
+def _compile(root: CacheDir, folder: CacheDir, key: str, key_parts: dict, suffix: str, text: str, source,
+             source_dir: Optional[Path], display: str, nvcc_path: str, flags: tuple[str, ...],
+             limit: tuple[int, str]) -> Entry:
+    """Run nvcc in a private temp folder (mkdtemp: 0700, outside the cache) and write the entry: the
+    built file, or nvcc's failure (an exit code > 0: the same inputs fail the same way; a signal or a
+    timeout may not, so those are not cached)."""
+    timeout = _knobs.get("ORACLE_NVCC_TIMEOUT_S")
+    with tempfile.TemporaryDirectory(prefix="oracle-build-") as tmp:
+        tmpdir = Path(tmp)
+        if source_dir is None:
+            src_file = tmpdir / "source.cu"
+            src_file.write_text(text)
+        else:
+            src_file = Path(source).resolve()
+        tmp_out = tmpdir / f"out.{suffix}"
+        command = (nvcc_path, *flags, "-o", str(tmp_out), str(src_file))
+        try:
+            with _slot(root):
+                started = time.monotonic()
+                proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise BuildError(f"nvcc did not finish compiling {display} within {timeout:g} s "
+                             f"(ORACLE_NVCC_TIMEOUT_S)", stderr=_text(exc.stderr), command=command) from None
+        except OSError as exc:
+            raise BuildError(f"could not run nvcc ({nvcc_path}): {exc}", command=command) from None
+        seconds = time.monotonic() - started
+        log = (proc.stdout or "") + (proc.stderr or "")
+        if proc.returncode != 0:
+            if proc.returncode > 0:
+                write_entry(folder, suffix, Entry(key, False, log, command, folder.path / f"{key}.json",
+                                                  returncode=proc.returncode),
+                            source=display, key_parts=key_parts, seconds=seconds)
+            raise BuildError(f"nvcc failed to compile {display} (exit code {proc.returncode})",
+                             stderr=log, command=command)
+        if not tmp_out.is_file():
+            raise BuildError(f"nvcc reported success for {display} but wrote no {suffix}", stderr=log,
+                             command=command)
+        data = read_bounded(tmp_out, f"built file {tmp_out}", *limit, BuildError, nofollow=True)
+        if len(data) > limit[0]:
+            raise BuildError(f"nvcc built {display} into more than {limit[1]}", stderr=log, command=command)
+    entry = Entry(key, True, log, command, folder.path / f"{key}.{suffix}", sha256=_sha256(data), data=data)
+    write_entry(folder, suffix, entry, source=display, key_parts=key_parts, seconds=seconds)
+    return entry

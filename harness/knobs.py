@@ -78,6 +78,10 @@ KNOBS: dict[str, Knob] = {
         Knob("ORACLE_BUILD_JOBS", positive_int, _usable_cores,
              "The most nvcc compiles the processes sharing one build cache run at once (the others wait "
              "for a slot); default the usable cores."),
+        Knob("ORACLE_BUILD_LOCK_TIMEOUT_S", _positive_float, lambda: 2 * get("ORACLE_NVCC_TIMEOUT_S"),
+             "Seconds a build waits for its key's build lock or for a compile slot before a LockTimeoutError "
+             "names the file and its holder; default twice ORACLE_NVCC_TIMEOUT_S (the holder may wait for a "
+             "slot, then compile)."),
         Knob("ORACLE_KERNEL_TIMEOUT_S", _positive_float, lambda: 60.0,
              "Default wall-clock limit in seconds for one kernel run's child process (start-up included)."),
         Knob("ORACLE_KEEP_RUN_DIR", _bool, lambda: False,

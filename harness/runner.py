@@ -37,7 +37,7 @@ from harness import knobs as _knobs
 from harness import _protocol as P
 from harness import _tensorio
 from harness.child_process import DEFAULT_CHILD, child_env, hand_over, take
-from harness.build import CUBIN_MAGICS, BuildError, BuildResult, build_cubin, load_cubin
+from harness.build import CUBIN_MAGICS, MAX_LIBRARY_BYTES, BuildError, BuildResult, build_cubin, load_cubin
 from harness.files import read_bounded
 from harness.launch import LaunchSpec, TensorMapArg
 from harness.launch_abi import ENTRY_SYMBOL, LibraryCall
@@ -46,7 +46,6 @@ from kernels_ref.dtypes import ELEMENT_TYPES
 TAIL_CHARS = 8000
 KILL_GRACE_S = 30.0
 MAX_SINK_BYTES = 1 << 34
-MAX_LIBRARY_BYTES = 1 << 30
 
 TORCH_TO_ST: dict[torch.dtype, str] = {
     torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
@@ -167,7 +166,10 @@ class KernelRun:
 
 def _as_cubin_bytes(cubin) -> bytes:
     if isinstance(cubin, BuildResult):
-        return _as_cubin_bytes(cubin.cubin_path)
+        try:
+            return cubin.read()  # the bytes the build cache verified, not its path opened again
+        except BuildError as exc:
+            raise RunnerError(f"cannot use {cubin.cubin_path} as a cubin: {exc}") from None
     if isinstance(cubin, (bytes, bytearray, memoryview)):
         data = bytes(cubin)
         if data[:4] not in CUBIN_MAGICS:
@@ -461,9 +463,12 @@ def run_library(
     keep = _knobs.get("ORACLE_KEEP_RUN_DIR") if keep_dir is None else bool(keep_dir)
     path = library.cubin_path if isinstance(library, BuildResult) else library
     try:
-        image = read_bounded(path, f"launch library {path}", MAX_LIBRARY_BYTES,
-                             f"the {MAX_LIBRARY_BYTES >> 20} MiB a launch library may have", RunnerError)
-    except OSError as exc:
+        if isinstance(library, BuildResult):
+            image = library.read()  # the bytes the build cache verified, copied as they are into the run
+        else:
+            image = read_bounded(path, f"launch library {path}", MAX_LIBRARY_BYTES,
+                                 f"the {MAX_LIBRARY_BYTES >> 20} MiB a launch library may have", RunnerError)
+    except (OSError, BuildError) as exc:
         raise RunnerError(f"cannot read launch library {path}: {exc}") from None
     if image[:4] != b"\x7fELF":
         raise RunnerError(f"launch library {path} is not a shared object (first bytes {image[:4]!r})")

@@ -465,7 +465,7 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
     else:
         defines = {"ORACLE_TRACE": "1", **k.defines}
         br = build_cubin(k.source, arch=k.arch, defines=defines)  # the trace header's folder is always searched
-        cubin, cached = load_cubin(br.cubin_path), br.cached
+        cubin, cached = br.read(), br.cached  # the verified bytes
     sel = trace_selection(case)
     capacity = initial_sink_bytes(budget, ceiling)
     prefix = trace_format.sink_prefix(capacity, tiles=sel.tiles, k_blocks=sel.k_blocks, stages=sel.stages)
@@ -616,7 +616,7 @@ def untraced_build(case: Case):
         raise CaseError("a prebuilt [kernel] cubin has no untraced build: give the source to run the untraced "
                         "kernel (--repeat, --sanitize)")
     br = build_cubin(k.source, arch=k.arch, defines=dict(k.defines))
-    return load_cubin(br.cubin_path), k.untraced_entry or k.entry
+    return br.read(), k.untraced_entry or k.entry
 
 
 def _run_untraced_library(case: Case, ops: Operands, timeout_s: Optional[float]) -> KernelRun:

@@ -78,8 +78,8 @@ def test_a_live_run_s_parser_warnings_are_sorted_into_confounds_and_notes(monkey
         w.elements("epilogue_cast", (0, 0), [0], [0], cast.values[0, :1], shape=(64, 64), cta=5)
         return KernelRun(RunStatus.OK, outputs={"d": rec.output.clone()}, sink=w.to_bytes(), sink_source="test")
 
-    monkeypatch.setattr(live, "build_cubin", lambda *a, **k: type("B", (), {"cubin_path": "x", "cached": True})())
-    monkeypatch.setattr(live, "load_cubin", lambda path: b"cubin")
+    monkeypatch.setattr(live, "build_cubin", lambda *a, **k: type("B", (), {"cubin_path": "x", "cached": True,
+                                                                          "read": lambda self: b"cubin"})())
     monkeypatch.setattr(live, "run_kernel", fake_run)
     got = live.run_live(case, ops, Provenance("random", 1)).recording
     (conf,) = got.confounds
