@@ -1,4 +1,7 @@
-"""Reports of an analysis: a human table with one closing sentence, and a JSON document.
+"""Reports of a judgement (oracle.judging.judgement.Judgement): a human table with one closing
+sentence, and a JSON document. They only print what the judgement holds: the final verdict and
+kind are the judgement's, never recomputed here. An Analysis alone is told as the judgement of
+its recording (`as_judgement`).
 
 The JSON (schema `oracle.report.table/1`) is what machines read: `verdict`, `first_divergence`,
 `stages` (name, teacher_forced, chained, worst_tile, details), plus the problem, inputs,
@@ -20,6 +23,7 @@ from oracle.judging.compare import Comparison, Status, TileMetrics, _num
 from oracle.judging.diagnose import Verdict
 from oracle.judging.differential import Analysis, FirstDivergence, StageResult
 from oracle.judging.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Feed, describe_sites, sites_json
+from oracle.judging.judgement import Judgement, judgement_of
 
 SCHEMA = "oracle.report.table/1"
 
@@ -98,11 +102,17 @@ def _feed_phrase(f: FirstDivergence) -> str:
             "descriptor fields": "the descriptor's own fields"}.get(f.fed_by, "teacher-forced")
 
 
-def sentence(an: Analysis, races=None, sanitizer=None) -> str:
+def as_judgement(x) -> Judgement:
+    """A Judgement as it is, or an Analysis as the judgement of its recording alone."""
+    return x if isinstance(x, Judgement) else judgement_of(x)
+
+
+def sentence(judgement) -> str:
     """The closing sentence; NONDETERMINISTIC (and then run 1's stage finding, as a DRAFT) when
     the repeated runs differ; compute-sanitizer's findings, when any, are counted at its end."""
-    s = _sentence(an, races)
-    found = sanitizer.findings if sanitizer is not None else ()
+    j = as_judgement(judgement)
+    s = _sentence(j.analysis, j.races)
+    found = j.sanitizer.findings if j.sanitizer is not None else ()
     if found:
         tools = sorted({f.tool for f in found})
         s += (f" compute-sanitizer reported {len(found)} finding(s) in the untraced build ({', '.join(tools)}): "
@@ -112,13 +122,14 @@ def sentence(an: Analysis, races=None, sanitizer=None) -> str:
 
 def _sentence(an: Analysis, races=None) -> str:
     if races is not None and races.nondeterministic:
-        from oracle.judging.repeat import as_draft
-
         s = f"NONDETERMINISTIC: {'; '.join(races.reasons())}."
+        where = races.first_difference()
+        if where:
+            s += f" First difference: {where}."
         if races.tracing_changes and not races.changes:
             s += " The traced runs agree with each other, so the stage table below judges a run whose taps may hide " \
                  "the race."
-        return s + " Run 1's stage table alone: " + _sentence(as_draft(an, races))
+        return s + " Run 1's stage table alone: " + _sentence(an)  # `an` is told as a DRAFT
     d = an.diagnosis
     if d.verdict is Verdict.DIVERGED and an.first is not None:
         f = an.first
@@ -200,13 +211,12 @@ def races_section(races=None, sanitizer=None) -> list[str]:
     return lines
 
 
-def render(an: Analysis, races=None, sanitizer=None) -> str:
-    """The report: header, stage table, notes, the race section and the closing sentence. With
-    `races` (oracle.judging.repeat.RepeatResult) whose runs differ, the stage finding is told as a DRAFT."""
-    from oracle.judging.repeat import as_draft
-
-    if races is not None:
-        an = as_draft(an, races)
+def render(judgement) -> str:
+    """The report: header, stage table, notes, the race section, the closing sentence and, when the
+    kernel was timed, the performance table. When the repeated runs differ, the stage finding is
+    told as a DRAFT (the judgement's `analysis`)."""
+    j = as_judgement(judgement)
+    an, races, sanitizer = j.analysis, j.races, j.sanitizer
     rec = an.recording
     lines = []
     if rec.synthetic:
@@ -250,7 +260,9 @@ def render(an: Analysis, races=None, sanitizer=None) -> str:
     if extra:
         lines.append("")
         lines.extend(extra)
-    lines.append(sentence(an, races, sanitizer))
+    lines.append(sentence(j))
+    if j.performance is not None:
+        lines.extend(["", performance_table(j.performance)])
     return "\n".join(lines)
 
 
@@ -267,14 +279,11 @@ def _first_json(f: Optional[FirstDivergence]) -> Optional[dict]:
             "missing": list(f.missing), "partial": f.partial, "group": f.group, "assumed": list(f.assumed)}
 
 
-def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None, races=None, sanitizer=None) -> dict:
-    """The report as JSON; `races` and `sanitizer` become their own keys beside `stages`."""
-    from oracle.judging.repeat import as_draft, final_verdict
-
-    verdict = final_verdict(an, races)
-    stage_verdict = an.verdict
-    if races is not None:
-        an = as_draft(an, races)
+def to_json(judgement, extra: Optional[dict[str, Any]] = None) -> dict:
+    """The report as JSON; the races, the sanitizer, the kernel's run and its timings become keys of
+    their own beside `stages`; `extra` adds keys (a caller's own)."""
+    j = as_judgement(judgement)
+    an, races, sanitizer = j.analysis, j.races, j.sanitizer
     rec = an.recording
     stages = []
     for st in an.stages:
@@ -289,8 +298,8 @@ def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None, races=None, sa
     nf = an.first_nonfinite
     doc = {
         "schema": SCHEMA,
-        "verdict": verdict.value,
-        "summary": sentence(an, races, sanitizer),
+        "verdict": j.verdict.value,
+        "summary": sentence(j),
         "first_divergence": _first_json(an.first),
         "stages": stages,
         "problem": (an.whole or rec).spec.to_json(),
@@ -315,9 +324,17 @@ def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None, races=None, sa
         "phases_ms": {name: round(ms, 3) for name, ms in an.phases},
     }
     if races is not None:
-        doc["races"] = {**races.to_json(), "stage_verdict": stage_verdict.value}
+        doc["races"] = {**races.to_json(), "stage_verdict": j.stage_analysis.verdict.value}
     if sanitizer is not None:
         doc["sanitizer"] = sanitizer.to_json()
+    if j.source:
+        doc["source"] = j.source
+    if j.phases_s:
+        doc["phases_s"] = dict(j.phases_s)
+    if j.kernel_run is not None:
+        doc["run"] = j.kernel_run.to_json()
+    if j.performance is not None:
+        doc["performance"] = j.performance.to_json()
     if extra:
         doc.update(extra)
     return doc
@@ -355,9 +372,9 @@ def validate(doc: dict) -> None:
         raise error
 
 
-def write_json(an: Analysis, path: str, extra: Optional[dict[str, Any]] = None, races=None, sanitizer=None) -> None:
+def write_json(judgement, path: str, extra: Optional[dict[str, Any]] = None) -> None:
     with open(path, "w") as f:
-        json.dump(to_json(an, extra, races, sanitizer), f, indent=2, allow_nan=False, default=str)
+        json.dump(to_json(judgement, extra), f, indent=2, allow_nan=False, default=str)
         f.write("\n")
 
 
