@@ -75,6 +75,10 @@ def test_two_runs_whose_recordings_differ_are_nondeterministic(runs):
     text = report.render(judgement_of(an, res))
     assert "runs differ: output: traced run 1 vs traced run 2: 1 of 16384 elements differ in tile(s) (1, 0)" in text
     assert text.splitlines()[-1].startswith("NONDETERMINISTIC: repeated runs on the same inputs differ (mma, output)")
+    # the earliest stage that differed, where: not only in the JSON's races.changes
+    assert "First difference: mma between traced run 1 and traced run 2, tile (1, 1), k-block 1, element (5, 7) " \
+           "in the tile." in text
+    assert res.differing_traced == (2,)
     doc = report.to_json(judgement_of(an, res))
     report.validate(doc)
     assert doc["verdict"] == "NONDETERMINISTIC" and doc["races"]["stage_verdict"] == "MATCH"
@@ -606,3 +610,54 @@ def test_poison_that_no_cta_applied_is_said_and_shows_nothing(monkeypatch, runs)
     res = compare_runs(rr.traced, rr.untraced, poisoned=rr.poisoned, poison=rr.poison, poison_note=rr.poison_note)
     assert not res.nondeterministic
     assert "poison: the kernel never called oracle_trace smem_prologue()" in report.render(judgement_of(analyze(good), res))
+
+
+# --------------------------------------------------------------------------- the one path (RunRequest)
+
+def test_compare_takes_the_case_file_as_its_argument(monkeypatch, capsys):
+    from oracle.tools import cli
+
+    seen = {}
+    _fake_race_runs(monkeypatch, False, seen)
+    args = [CASE_ARGS[0], CASE_ARGS[2]] + CASE_ARGS[3:]  # compare CASE.toml --problem m=... --inputs ones
+    assert cli.main(args + ["--repeat", "2"]) == 0, capsys.readouterr()
+    assert seen["repeat"] == 2
+    assert cli.main(args + ["--problem", str(ROOT / "zoo/sm80_gemm/sm80_gemm.toml")]) == 2
+    assert "at most one case TOML" in capsys.readouterr().err
+
+
+def test_the_python_api_runs_every_option_the_command_line_has(monkeypatch):
+    import oracle
+
+    seen = {}
+    _fake_race_runs(monkeypatch, True, seen)
+    rep = oracle.run_live(ROOT / "zoo/sm80_gemm/sm80_gemm.toml", "ones", repeat=3, smem_poison=0xFFFFFFFF,
+                          sanitize=True, trace_tiles=[(0, 0)], m=128, n=128, k=64, activation="none", bias="none",
+                          beta=0)
+    assert seen == {"repeat": 3, "smem_poison": 0xFFFFFFFF, "sanitize": True}
+    assert rep.verdict == "NONDETERMINISTIC" and rep.exit_code == 6
+    assert rep.judgement.races.tracing_changes and rep.judgement.notices  # the sanitizer that could not run
+    assert "First difference: output between traced run 1 and untraced run 1" in str(rep)
+
+
+@pytest.mark.parametrize("fields, msg", [
+    ({}, "got none"), ({"dump": "x", "recording": "r"}, "dump and recording"),
+    ({"dump": "x", "repeat": 2}, "need a live kernel"), ({"dump": "x", "time": True}, "need a live kernel"),
+])
+def test_a_request_that_cannot_be_run_is_refused_in_one_place(fields, msg):
+    from oracle.run.request import RequestError, RunRequest
+
+    with pytest.raises(RequestError, match=msg):
+        RunRequest(**fields)
+
+
+def test_a_timed_request_runs_once():
+    from oracle.run.case import load_case
+    from oracle.run.request import RequestError, RunRequest
+
+    case = load_case(str(ROOT / "zoo/sm80_gemm/sm80_gemm.toml"))
+    for extra in ({"repeat": 2}, {"smem_poison": 1}, {"sanitize": True}):
+        with pytest.raises(RequestError, match="timing measures one run"):
+            RunRequest(case=case, time=True, **extra)
+    with pytest.raises(RequestError, match="repeat"):
+        RunRequest(case=case, repeat=0)
