@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional, Sequence, Union
 
+from harness.errors import BadInput
 from harness import knobs as _knobs
 from harness.files import read_bounded, regular_file_size
 from harness.names import check_macro_name, check_macro_value
@@ -58,7 +59,7 @@ CUBIN_MAGICS = {b"\x7fELF": "ELF cubin", b"\x50\xed\x55\xba": "fatbin"}
 MAX_SOURCE_BYTES = 64 << 20  # a CUDA source larger than this is not one
 
 
-class BuildError(RuntimeError):
+class BuildError(BadInput, RuntimeError):
     """nvcc failed (or could not run). `stderr` holds nvcc's own words, `command` the argv."""
 
     def __init__(self, message: str, *, stderr: str = "", command: Sequence[str] = ()):

@@ -170,9 +170,9 @@ def _sentence(an: Analysis, races=None) -> str:
     if d.verdict is Verdict.MATCH:
         compared = sum(_deciding(st).compared for st in an.stages)
         s = f"MATCH: {d.reason} ({compared} elements compared)."
-        incomplete = [c for c in an.open_confounds if c.startswith("incomplete trace")]
-        if incomplete:
-            s += " The trace was incomplete, so a defect in what was lost would not show: " + "; ".join(incomplete) + "."
+        if an.incomplete_trace:
+            s += " The trace was incomplete, so a defect in what was lost would not show: " + \
+                "; ".join(an.incomplete_trace) + "."
         if an.unobserved:
             s += " Not seen: " + "; ".join(an.unobserved) + "."
         return s
@@ -247,9 +247,7 @@ def render(judgement) -> str:
             if ev.masked_count(UNRECORDED) or ev.masked_count(UPSTREAM_UNRECORDED):
                 lines.append(f"masked: {st.name} {label}: {c.compared} compared; not compared: {ev.describe_masked()}")
     if an.first_nonfinite:
-        stage, tile, kb, el = an.first_nonfinite
-        kbs = f" k-block {kb}" if kb is not None else ""
-        lines.append(f"first NaN/Inf: {stage} tile {tile}{kbs}" + (f" element {el}" if el else ""))
+        lines.append(f"first NaN/Inf: {an.first_nonfinite.describe()}")
     notes = list(rec.notes)
     for st in an.stages:  # how the diverging stage was fed, and any stage that has something to say
         for c in (st.teacher_forced, st.chained):
@@ -295,7 +293,6 @@ def to_json(judgement, extra: Optional[dict[str, Any]] = None) -> dict:
                        "worst_tile": w.to_json() if w else None,
                        "details": {"teacher_forced": st.teacher_forced.to_json(),
                                    "chained": st.chained.to_json()}})
-    nf = an.first_nonfinite
     doc = {
         "schema": SCHEMA,
         "verdict": j.verdict.value,
@@ -317,8 +314,7 @@ def to_json(judgement, extra: Optional[dict[str, Any]] = None) -> dict:
                    for o in an.groups],
         "trace": rec.trace.to_json() if rec.trace is not None else None,
         "cross_check": {"ok": not an.cross_check, "problems": list(an.cross_check)},
-        "first_nonfinite": None if nf is None else {"stage": nf[0], "tile": list(nf[1]), "k_block": nf[2],
-                                                    "element": list(nf[3]) if nf[3] else None},
+        "first_nonfinite": an.first_nonfinite.to_json() if an.first_nonfinite else None,
         "reference_device": an.device,
         "environment": dict(rec.environment),
         "phases_ms": {name: round(ms, 3) for name, ms in an.phases},
