@@ -10,7 +10,7 @@ runs its sm_90 default, also fast accumulation: like for like, see the kernel's 
 For every row: fresh random inputs (seeded per row, never zeros); cuBLAS's output checked against
 the float64 product; an autotune over the kernel's short candidate list (each config checked
 against the float64 product, then timed briefly; none is hard-coded as the winner); then the
-chosen config and cuBLAS timed in interleaved runs (T C C T T C C T ...) by oracle.tools.timing
+chosen config and cuBLAS timed in interleaved runs (T C C T T C C T ...) by oracle.run.timing
 (warm-up, cold L2 by a flush before every rep, device events, median, adaptive stop), with both
 outputs verified before the first and after the last run. TFLOP/s = 2 M N K / median time.
 
@@ -38,7 +38,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from kernels_ref.gemm_fast import CANDIDATES, error_report, gemm_fast  # noqa: E402
-from oracle.tools.timing import gemm_flops, tflops, time_gpu, time_interleaved  # noqa: E402
+from oracle.run.timing import gemm_flops, tflops, time_gpu, time_interleaved  # noqa: E402
 
 GOAL = 0.95
 ROWS = (("bf16", 4096), ("bf16", 8192), ("e4m3", 8192))
@@ -52,7 +52,7 @@ def _machine(elapsed_s: float, args) -> dict:
         "l2_MiB": round(getattr(p, "L2_cache_size", 0) / 2**20, 1), "memory_GiB": round(p.total_memory / 2**30, 1),
         "torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
         "python": platform.python_version(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "harness": (f"oracle.tools.timing: events, cold L2 (flush), {args.rounds} interleaved rounds of at most "
+        "harness": (f"oracle.run.timing: events, cold L2 (flush), {args.rounds} interleaved rounds of at most "
                     f"{args.max_ms:g} ms each, rse target {args.rse:g}"),
         "elapsed_s": round(elapsed_s, 1),
     }

@@ -499,7 +499,7 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
 
 
 def _time_kernel(launch_once, timing: dict, progress: P.Progress, stream: int = 0) -> dict:
-    """Device-event timing of the kernel under test, the same rule as oracle.tools.timing: warm-up,
+    """Device-event timing of the kernel under test, the same rule as oracle.run.timing: warm-up,
     the L2 flushed before every rep (outside the timed region), adaptive stop on the relative
     standard error of the median (harness.stats)."""
     policy = Policy(warmup_ms=float(timing.get("warmup_ms", 25.0)), min_reps=int(timing.get("min_reps", 10)),

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from harness.errors import BadInput
 
-class BuildError(RuntimeError):
+
+class BuildError(BadInput, RuntimeError):
     """nvcc failed (or could not run). `stderr` holds nvcc's own words, `command` the argv."""
 
     def __init__(self, message: str, *, stderr: str = "", command: Sequence[str] = ()):

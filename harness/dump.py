@@ -32,6 +32,7 @@ from typing import Any, Mapping, Optional
 
 import torch
 
+from harness.errors import BadInput
 from harness import knobs as _knobs
 from harness._tensorio import MAX_HEADER_BYTES
 from harness.fields import UINT64_MAX, is_int_list, is_opt_int, require, shown
@@ -45,7 +46,7 @@ META_KEY = "oracle.dump"
 DESCRIPTOR_DTYPES = tuple(MAP_DTYPES)  # the element types a tensor map (and so a descriptor record) can have
 
 
-class DumpError(ValueError):
+class DumpError(BadInput, ValueError):
     """A dump file that is malformed, truncated or inconsistent."""
 
 

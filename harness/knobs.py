@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
+from harness.errors import BadInput
 
-class KnobError(ValueError):
+
+class KnobError(BadInput, ValueError):
     """An ORACLE_* environment variable holds a value that cannot be parsed."""
 
 

@@ -19,6 +19,7 @@ import struct
 from dataclasses import dataclass
 from typing import Sequence, Union
 
+from harness.errors import BadInput
 from harness.tensormap import TensorMapSpec
 
 MAX_THREADS_PER_BLOCK = 1024
@@ -40,7 +41,7 @@ SCALAR_TYPES = {
 }
 
 
-class LaunchError(ValueError):
+class LaunchError(BadInput, ValueError):
     """A launch description that cannot be right; the message names the field and what is allowed."""
 
 

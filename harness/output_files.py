@@ -18,10 +18,12 @@ import stat
 import tempfile
 from typing import BinaryIO, Callable, Union
 
+from harness.errors import BadInput
+
 Path = Union[str, os.PathLike]
 
 
-class OutputFileError(OSError):
+class OutputFileError(BadInput, OSError):
     """An output file that cannot be written where it was pointed: a link, a FIFO, a directory
     there, or a folder that is missing or not writable."""
 

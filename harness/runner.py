@@ -33,6 +33,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 import torch
 
+from harness.errors import BadInput
 from harness import knobs as _knobs
 from harness import _protocol as P
 from harness import _tensorio
@@ -62,7 +63,7 @@ ST_TO_TORCH = {v: k for k, v in TORCH_TO_ST.items()}
 MAP_DTYPE_TORCH: dict[str, tuple[torch.dtype, ...]] = {k: (d.torch,) for k, d in ELEMENT_TYPES.items()}
 
 
-class RunnerError(ValueError):
+class RunnerError(BadInput, ValueError):
     """The run request itself is wrong (names, dtypes, sizes); raised before any child starts."""
 
 

@@ -1,5 +1,5 @@
 """The statistics of timing, pure Python: the stopping policy, percentiles and the relative
-standard error of the median. Shared by the oracle's timing (oracle.tools.timing) and the kernel
+standard error of the median. Shared by the oracle's timing (oracle.run.timing) and the kernel
 child process (harness._child), which times the kernel under test with the same rule."""
 
 from __future__ import annotations

@@ -40,6 +40,8 @@ from typing import Optional
 
 import torch
 
+from harness.errors import BadInput
+
 DESCRIPTOR_STAGES = ("descriptor_a", "descriptor_b")
 LOAD_STAGES = ("load_a", "load_b")
 DEQUANT_STAGES = ("dequant_a", "dequant_b")  # a quantised operand's tile after dequantisation
@@ -73,7 +75,7 @@ def stage_rank(stage: str) -> int:
 DESCRIPTOR_SOURCES = ("kernel", "host", "unknown")
 
 
-class TapError(ValueError):
+class TapError(BadInput, ValueError):
     """A tap that is not self-consistent."""
 
 

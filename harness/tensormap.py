@@ -26,6 +26,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
+from harness.errors import BadInput
 from kernels_ref.dtypes import ELEMENT_TYPES
 
 # name -> (itemsize, CUtensorMapDataType value, is a floating-point map type), from the one dtype table
@@ -68,7 +69,7 @@ RULES: dict[str, str] = {
 }
 
 
-class TensorMapError(ValueError):
+class TensorMapError(BadInput, ValueError):
     """A tensor map breaks one or more rules; `rules` names them (keys of RULES), first one first."""
 
     def __init__(self, problems: Sequence[tuple[str, str]]):

@@ -13,15 +13,14 @@ compiles and no thread is started.
 
 from __future__ import annotations
 
-import importlib
 import threading
-from typing import Optional, Sequence
+from typing import Callable, Optional
 
 _started: Optional[threading.Thread] = None
 _lock = threading.Lock()
 
 
-def _pay(imports: Sequence[str]) -> None:
+def _pay(then: Optional[Callable[[], None]]) -> None:
     try:
         import torch
 
@@ -35,17 +34,17 @@ def _pay(imports: Sequence[str]) -> None:
         triton_key()
     except Exception:  # another Triton keeps its key elsewhere: the first compile pays for it
         pass
-    for name in imports:
+    if then is not None:
         try:
-            importlib.import_module(name)
+            then()
         except Exception:  # the judgement's own import reports it
             pass
 
 
-def start(imports: Sequence[str] = ()) -> Optional[threading.Thread]:
-    """Start paying the first-call costs, and importing the modules `imports` names, on a daemon
-    thread, once per process; the thread, or None when there is nothing to pay (Triton's
-    interpreter)."""
+def start(then: Optional[Callable[[], None]] = None) -> Optional[threading.Thread]:
+    """Start paying the first-call costs, and then the caller's own (`then`: the judgement's
+    imports, oracle.tools.startup), on a daemon thread, once per process; the thread, or None when
+    there is nothing to pay (Triton's interpreter)."""
     global _started
     from kernels_ref._common import interpreting
 
@@ -53,7 +52,7 @@ def start(imports: Sequence[str] = ()) -> Optional[threading.Thread]:
         return None
     with _lock:
         if _started is None:
-            _started = threading.Thread(target=_pay, args=(tuple(imports),), name="oracle-first-call", daemon=True)
+            _started = threading.Thread(target=_pay, args=(then,), name="oracle-first-call", daemon=True)
             _started.start()
         return _started
 

@@ -9,7 +9,8 @@ imports no torch):
     oracle.assert_gemm_close(a, b, d, **problem_fields)       raises AssertionError with the report
     oracle.judge(recording) -> Report                         the differential on a recording
     oracle.load(path) -> Recording                            a dump file
-    oracle.run_live(case, inputs="random:0") -> (Report, LiveRun)
+    oracle.run_live(case, inputs="random:0", repeat=..., time=...) -> Report   build, run, trace, judge
+    oracle.compare(RunRequest(...)) -> Report                 the one path the others walk
 Errors raised for bad input are the types in oracle.errors. Tensors may be on any device and no
 variable needs setting: without a GPU the references run under Triton's interpreter, which
 kernels_ref selects before it defines a kernel (kernels_ref._interpret); with one, on the GPU.
@@ -17,7 +18,7 @@ kernels_ref selects before it defines a kernel (kernels_ref._interpret); with on
 
 __version__ = "0.1.0"
 
-_API = ("check", "assert_gemm_close", "judge", "load", "run_live", "Report", "problem_of", "recording_of")
+_API = ("check", "assert_gemm_close", "judge", "load", "run_live", "compare", "Report", "problem_of", "recording_of")
 __all__ = list(_API) + ["__version__"]
 
 

@@ -1,6 +1,6 @@
 """`python -m oracle` and the `oracle` command: forwarded to a warm server when ORACLE_SERVER names
 one (oracle.tools.server), else run here (oracle.tools.cli). A live compare starts its kernel's
-child process first (harness.child_process), so that the child comes up while this one imports
+child process first (oracle.tools.startup), so that the child comes up while this one imports
 torch. The process leaves without tearing the interpreter down (`run`): the exit handlers run and
 the output is flushed, but torch's and CUDA's teardown (0.3-0.6 s on the H200's host) is skipped,
 as the operating system frees all of it anyway."""
@@ -10,22 +10,14 @@ import os
 import sys
 
 from oracle.tools.server import forward
-
-
-def _runs_a_kernel(argv) -> bool:
-    """A live compare: the command line names a case or a kernel source."""
-    return bool(argv) and argv[0] == "compare" and any(
-        a in ("--problem", "--kernel") or a.startswith(("--problem=", "--kernel=")) for a in argv[1:])
+from oracle.tools.startup import prestart_for
 
 
 def entry() -> int:
     argv = sys.argv[1:]
     code = forward(argv)
     if code is None:
-        if _runs_a_kernel(argv):
-            from harness.child_process import prestart
-
-            prestart()
+        prestart_for(argv)
         from oracle.tools.cli import main
 
         code = main()

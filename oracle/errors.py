@@ -1,16 +1,24 @@
 """The error types the oracle raises for bad usage or bad input, in one place.
 
-Every one of them means "the input is wrong" (a case file, a flag, a dump, a trace, a kernel's
-files, a limit passed) and the CLI turns it into exit code 2 with one `error:` line; any other
-exception is the oracle's own bug (exit 4, with its traceback). The README's Errors section lists
-them with what raises each.
+Every one of them derives from harness.errors.BadInput, "the input is wrong" (a case file, a flag,
+a dump, a trace, a kernel's files, a limit passed), and the CLI turns it into exit code 2 with one
+`error:` line; any other exception is the oracle's own bug (exit 4, with its traceback). The
+documented types are importable from here by name (`from oracle.errors import CaseError`), each
+loaded on first use (they pull in torch).
 """
 
 from __future__ import annotations
 
+from harness.errors import BadInput
+
 
 def input_errors() -> tuple[type, ...]:
-    """The documented error types (imported here, not at module load: they pull in torch)."""
+    """What a command catches as bad input: BadInput (every documented type derives from it)."""
+    return (BadInput,)
+
+
+def documented_errors() -> tuple[type, ...]:
+    """The documented error types."""
     from harness.build import BuildError
     from harness.dump import DumpError
     from harness.knobs import KnobError
@@ -32,7 +40,7 @@ def input_errors() -> tuple[type, ...]:
 
 def __getattr__(name: str) -> type:
     """`from oracle.errors import CaseError` and the like, imported on first use."""
-    for t in input_errors():
+    for t in documented_errors():
         if t.__name__ == name:
             return t
     raise AttributeError(f"module 'oracle.errors' has no attribute {name!r}")

@@ -12,6 +12,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from harness.errors import BadInput
 from harness.taps import TAP_STAGES
 from kernels_ref.dtypes import ELEMENT_TYPES
 
@@ -118,7 +119,7 @@ def _round_up(x: int, a: int = RECORD_ALIGN) -> int:
     return (x + a - 1) // a * a
 
 
-class TraceFormatError(ValueError):
+class TraceFormatError(BadInput, ValueError):
     """A trace buffer that does not follow the format; `offset` is the byte offset, if known."""
 
     def __init__(self, message: str, offset: Optional[int] = None) -> None:

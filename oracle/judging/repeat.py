@@ -66,6 +66,7 @@ class RepeatResult:
     poison_note: str = ""  # why poison was not (or not fully) applied
     failed: tuple[str, ...] = ()  # runs that did not complete (a run that fails once in N is a symptom too)
     finding_runs: tuple[tuple[str, str], ...] = ()  # (run, its verdict and stage) where they disagree
+    differing_traced: tuple[int, ...] = ()  # the traced runs (2, 3, ...) whose output or taps differ from run 1
 
     def __post_init__(self) -> None:
         if self.traced_runs < 1 or self.untraced_runs < 0:
@@ -74,6 +75,24 @@ class RepeatResult:
     @property
     def nondeterministic(self) -> bool:
         return bool(self.changes or self.tracing_changes or self.poison_changes or self.failed)
+
+    def first_difference(self) -> str:
+        """Where the runs first differ, earliest stage first: the stage (or the output), the two
+        runs, the tile, the k-block and the element; "" when they agree."""
+        from harness.taps import ALL_STAGES, stage_rank
+
+        found = self.changes + self.tracing_changes + self.poison_changes
+        if not found:
+            return ""
+        c = min(found, key=lambda c: stage_rank(c.what) if c.what in ALL_STAGES else len(ALL_STAGES))
+        where = f"{c.what} between {c.between[0]} and {c.between[1]}"
+        if c.tiles:
+            where += f", tile {c.tiles[0]}"
+        if c.k_blocks:
+            where += f", k-block {c.k_blocks[0]}"
+        if c.first:
+            where += f", element {c.first[0]}" + (" in the tile" if c.what != "output" else "")
+        return where
 
     def reasons(self) -> list[str]:
         out = []
@@ -199,12 +218,14 @@ def compare_runs(traced: Sequence, untraced: Sequence[Optional[torch.Tensor]] = 
     first = traced[0]
     block = (first.spec.tile.bm, first.spec.tile.bn)
     changes: list[RunChange] = []
+    differing: list[int] = []
     for i, rec in enumerate(traced[1:], start=2):
         between = ("traced run 1", f"traced run {i}")
         d = diff_output(first.output, rec.output, block, between)
-        if d is not None:
-            changes.append(d)
-        changes.extend(diff_taps(first.taps, rec.taps, between))
+        found = ([d] if d is not None else []) + diff_taps(first.taps, rec.taps, between)
+        changes.extend(found)
+        if found:
+            differing.append(i)
     tracing: list[RunChange] = []
     if untraced:
         for i, out in enumerate(untraced[1:], start=2):
@@ -220,7 +241,7 @@ def compare_runs(traced: Sequence, untraced: Sequence[Optional[torch.Tensor]] = 
         if d is not None:
             poison_changes.append(d)
     return RepeatResult(len(traced), len(untraced), tuple(changes), tuple(tracing), poison, tuple(poison_changes),
-                        poison_note, tuple(failed), tuple(finding_runs))
+                        poison_note, tuple(failed), tuple(finding_runs), tuple(differing))
 
 
 def as_draft(an, result: RepeatResult):
@@ -238,15 +259,6 @@ def as_draft(an, result: RepeatResult):
         return an
     first = replace(an.first, kind=Kind.DRAFT) if an.first is not None else None
     return replace(an, kind=Kind.DRAFT, first=first, open_confounds=tuple(an.open_confounds) + (why,))
-
-
-def final_verdict(an, result: Optional[RepeatResult]):
-    """NONDETERMINISTIC when the runs differ; otherwise the stage table's verdict."""
-    from oracle.judging.diagnose import Verdict
-
-    if result is not None and result.nondeterministic:
-        return Verdict.NONDETERMINISTIC
-    return an.verdict
 
 
 def finding_of(an) -> str:

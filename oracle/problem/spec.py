@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
+from harness.errors import BadInput
 from harness.fields import shown
 from kernels_ref import epilogue_graph
 from kernels_ref.dtypes import ALL_TYPES, FP8, QUANT_B
@@ -75,7 +76,7 @@ REDUCTIONS = ("none", "fp32", "bf16", "fp16")  # the type split-K partials are s
 ACTIVATION_IMPLS = ("accurate", "fast")
 
 
-class SpecError(ValueError):
+class SpecError(BadInput, ValueError):
     """A problem specification that is not valid."""
 
 

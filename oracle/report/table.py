@@ -1,4 +1,7 @@
-"""Reports of an analysis: a human table with one closing sentence, and a JSON document.
+"""Reports of a judgement (oracle.judging.judgement.Judgement): a human table with one closing
+sentence, and a JSON document. They only print what the judgement holds: the final verdict and
+kind are the judgement's, never recomputed here. An Analysis alone is told as the judgement of
+its recording (`as_judgement`).
 
 The JSON (schema `oracle.report.table/1`) is what machines read: `verdict`, `first_divergence`,
 `stages` (name, teacher_forced, chained, worst_tile, details), plus the problem, inputs,
@@ -20,6 +23,7 @@ from oracle.judging.compare import Comparison, Status, TileMetrics, _num
 from oracle.judging.diagnose import Verdict
 from oracle.judging.differential import Analysis, FirstDivergence, StageResult
 from oracle.judging.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Feed, describe_sites, sites_json
+from oracle.judging.judgement import Judgement, judgement_of
 
 SCHEMA = "oracle.report.table/1"
 
@@ -98,11 +102,17 @@ def _feed_phrase(f: FirstDivergence) -> str:
             "descriptor fields": "the descriptor's own fields"}.get(f.fed_by, "teacher-forced")
 
 
-def sentence(an: Analysis, races=None, sanitizer=None) -> str:
+def as_judgement(x) -> Judgement:
+    """A Judgement as it is, or an Analysis as the judgement of its recording alone."""
+    return x if isinstance(x, Judgement) else judgement_of(x)
+
+
+def sentence(judgement) -> str:
     """The closing sentence; NONDETERMINISTIC (and then run 1's stage finding, as a DRAFT) when
     the repeated runs differ; compute-sanitizer's findings, when any, are counted at its end."""
-    s = _sentence(an, races)
-    found = sanitizer.findings if sanitizer is not None else ()
+    j = as_judgement(judgement)
+    s = _sentence(j.analysis, j.races)
+    found = j.sanitizer.findings if j.sanitizer is not None else ()
     if found:
         tools = sorted({f.tool for f in found})
         s += (f" compute-sanitizer reported {len(found)} finding(s) in the untraced build ({', '.join(tools)}): "
@@ -112,13 +122,14 @@ def sentence(an: Analysis, races=None, sanitizer=None) -> str:
 
 def _sentence(an: Analysis, races=None) -> str:
     if races is not None and races.nondeterministic:
-        from oracle.judging.repeat import as_draft
-
         s = f"NONDETERMINISTIC: {'; '.join(races.reasons())}."
+        where = races.first_difference()
+        if where:
+            s += f" First difference: {where}."
         if races.tracing_changes and not races.changes:
             s += " The traced runs agree with each other, so the stage table below judges a run whose taps may hide " \
                  "the race."
-        return s + " Run 1's stage table alone: " + _sentence(as_draft(an, races))
+        return s + " Run 1's stage table alone: " + _sentence(an)  # `an` is told as a DRAFT
     d = an.diagnosis
     if d.verdict is Verdict.DIVERGED and an.first is not None:
         f = an.first
@@ -159,9 +170,9 @@ def _sentence(an: Analysis, races=None) -> str:
     if d.verdict is Verdict.MATCH:
         compared = sum(_deciding(st).compared for st in an.stages)
         s = f"MATCH: {d.reason} ({compared} elements compared)."
-        incomplete = [c for c in an.open_confounds if c.startswith("incomplete trace")]
-        if incomplete:
-            s += " The trace was incomplete, so a defect in what was lost would not show: " + "; ".join(incomplete) + "."
+        if an.incomplete_trace:
+            s += " The trace was incomplete, so a defect in what was lost would not show: " + \
+                "; ".join(an.incomplete_trace) + "."
         if an.unobserved:
             s += " Not seen: " + "; ".join(an.unobserved) + "."
         return s
@@ -200,13 +211,12 @@ def races_section(races=None, sanitizer=None) -> list[str]:
     return lines
 
 
-def render(an: Analysis, races=None, sanitizer=None) -> str:
-    """The report: header, stage table, notes, the race section and the closing sentence. With
-    `races` (oracle.judging.repeat.RepeatResult) whose runs differ, the stage finding is told as a DRAFT."""
-    from oracle.judging.repeat import as_draft
-
-    if races is not None:
-        an = as_draft(an, races)
+def render(judgement) -> str:
+    """The report: header, stage table, notes, the race section, the closing sentence and, when the
+    kernel was timed, the performance table. When the repeated runs differ, the stage finding is
+    told as a DRAFT (the judgement's `analysis`)."""
+    j = as_judgement(judgement)
+    an, races, sanitizer = j.analysis, j.races, j.sanitizer
     rec = an.recording
     lines = []
     if rec.synthetic:
@@ -237,9 +247,7 @@ def render(an: Analysis, races=None, sanitizer=None) -> str:
             if ev.masked_count(UNRECORDED) or ev.masked_count(UPSTREAM_UNRECORDED):
                 lines.append(f"masked: {st.name} {label}: {c.compared} compared; not compared: {ev.describe_masked()}")
     if an.first_nonfinite:
-        stage, tile, kb, el = an.first_nonfinite
-        kbs = f" k-block {kb}" if kb is not None else ""
-        lines.append(f"first NaN/Inf: {stage} tile {tile}{kbs}" + (f" element {el}" if el else ""))
+        lines.append(f"first NaN/Inf: {an.first_nonfinite.describe()}")
     notes = list(rec.notes)
     for st in an.stages:  # how the diverging stage was fed, and any stage that has something to say
         for c in (st.teacher_forced, st.chained):
@@ -250,7 +258,9 @@ def render(an: Analysis, races=None, sanitizer=None) -> str:
     if extra:
         lines.append("")
         lines.extend(extra)
-    lines.append(sentence(an, races, sanitizer))
+    lines.append(sentence(j))
+    if j.performance is not None:
+        lines.extend(["", performance_table(j.performance)])
     return "\n".join(lines)
 
 
@@ -267,14 +277,11 @@ def _first_json(f: Optional[FirstDivergence]) -> Optional[dict]:
             "missing": list(f.missing), "partial": f.partial, "group": f.group, "assumed": list(f.assumed)}
 
 
-def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None, races=None, sanitizer=None) -> dict:
-    """The report as JSON; `races` and `sanitizer` become their own keys beside `stages`."""
-    from oracle.judging.repeat import as_draft, final_verdict
-
-    verdict = final_verdict(an, races)
-    stage_verdict = an.verdict
-    if races is not None:
-        an = as_draft(an, races)
+def to_json(judgement, extra: Optional[dict[str, Any]] = None) -> dict:
+    """The report as JSON; the races, the sanitizer, the kernel's run and its timings become keys of
+    their own beside `stages`; `extra` adds keys (a caller's own)."""
+    j = as_judgement(judgement)
+    an, races, sanitizer = j.analysis, j.races, j.sanitizer
     rec = an.recording
     stages = []
     for st in an.stages:
@@ -286,11 +293,10 @@ def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None, races=None, sa
                        "worst_tile": w.to_json() if w else None,
                        "details": {"teacher_forced": st.teacher_forced.to_json(),
                                    "chained": st.chained.to_json()}})
-    nf = an.first_nonfinite
     doc = {
         "schema": SCHEMA,
-        "verdict": verdict.value,
-        "summary": sentence(an, races, sanitizer),
+        "verdict": j.verdict.value,
+        "summary": sentence(j),
         "first_divergence": _first_json(an.first),
         "stages": stages,
         "problem": (an.whole or rec).spec.to_json(),
@@ -308,16 +314,23 @@ def to_json(an: Analysis, extra: Optional[dict[str, Any]] = None, races=None, sa
                    for o in an.groups],
         "trace": rec.trace.to_json() if rec.trace is not None else None,
         "cross_check": {"ok": not an.cross_check, "problems": list(an.cross_check)},
-        "first_nonfinite": None if nf is None else {"stage": nf[0], "tile": list(nf[1]), "k_block": nf[2],
-                                                    "element": list(nf[3]) if nf[3] else None},
+        "first_nonfinite": an.first_nonfinite.to_json() if an.first_nonfinite else None,
         "reference_device": an.device,
         "environment": dict(rec.environment),
         "phases_ms": {name: round(ms, 3) for name, ms in an.phases},
     }
     if races is not None:
-        doc["races"] = {**races.to_json(), "stage_verdict": stage_verdict.value}
+        doc["races"] = {**races.to_json(), "stage_verdict": j.stage_analysis.verdict.value}
     if sanitizer is not None:
         doc["sanitizer"] = sanitizer.to_json()
+    if j.source:
+        doc["source"] = j.source
+    if j.phases_s:
+        doc["phases_s"] = dict(j.phases_s)
+    if j.kernel_run is not None:
+        doc["run"] = j.kernel_run.to_json()
+    if j.performance is not None:
+        doc["performance"] = j.performance.to_json()
     if extra:
         doc.update(extra)
     return doc
@@ -355,11 +368,12 @@ def validate(doc: dict) -> None:
         raise error
 
 
-def write_json(an: Analysis, path: str, extra: Optional[dict[str, Any]] = None, races=None, sanitizer=None) -> None:
+def write_json(judgement, path: str, extra: Optional[dict[str, Any]] = None) -> None:
     """The report as JSON at `path`, written whole, never through a link (harness.output_files)."""
     from harness.output_files import write_text_atomically
 
-    text = json.dumps(to_json(an, extra, races, sanitizer), indent=2, allow_nan=False, default=str) + "\n"
+    text = json.dumps(to_json(judgement, extra), indent=2, allow_nan=False, default=str) + "
+"
     write_text_atomically(path, text, "JSON report")
 
 

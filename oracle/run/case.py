@@ -75,6 +75,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional, Sequence, Union
 
+from harness.errors import BadInput
 from harness.fields import shown
 from harness.launch_abi import ABIS, ENTRY_SYMBOL
 from harness.names import check_entry
@@ -99,7 +100,7 @@ KERNEL_FILES = ("source", "cubin", "library")  # [kernel] keys that name a file,
 LIBRARY_ENTRY = ENTRY_SYMBOL
 
 
-class CaseError(ValueError):
+class CaseError(BadInput, ValueError):
     """A case description that cannot be used; the message names the key."""
 
 

@@ -35,6 +35,7 @@ from typing import Optional
 
 import torch
 
+from harness.errors import BadInput
 from kernels_ref.dtypes import ALL_TYPES, DTYPES
 from oracle.problem.spec import ProblemSpec
 
@@ -42,7 +43,7 @@ LADDER = ("ones", "index", "ktag", "random")
 KTAG_PERIOD = 16
 
 
-class InputError(ValueError):
+class InputError(BadInput, ValueError):
     """Operands that do not fit the problem."""
 
 

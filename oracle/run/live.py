@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -423,35 +423,33 @@ def initial_sink_bytes(budget: TraceBudget, ceiling: int) -> int:
     return min(ceiling, max(MIN_SINK_BYTES, -(-budget.estimate // 4096) * 4096))
 
 
-# what judging a recording imports (the references' Triton kernels among them): loaded while the kernel runs
-JUDGEMENT_MODULES = ("oracle.judging.differential", "oracle.report.table")
-
-
 def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Optional[float] = None,
              timing: Optional[dict] = None, command: Sequence[str] = (), smem_poison: Optional[int] = None,
-             repeat: int = 1) -> LiveRun:
-    """Build, run and trace `case` once; with `timing` (oracle.tools.perf.kernel_timing_request) the
+             repeat: int = 1, while_running: Optional[Callable[[], None]] = None) -> LiveRun:
+    """Build, run and trace `case` once; with `timing` (oracle.run.perf.kernel_timing_request) the
     child then times the kernel (case.kernel.time_entry if set) with the sink off. `command`: the
     command line that asked for the run, kept in the recording so a report can say how to re-run
     it with other tiles traced. `smem_poison`: fill the kernel's dynamic shared memory with this
     32-bit pattern first (the trace header's smem_prologue(); see run_kernel). `repeat` N > 1 runs
     the traced and the untraced build N times each on the same inputs (run_races, as compare
     --repeat N): the first traced run is returned, every run in `races` for
-    oracle.judging.repeat.compare_runs; neither timing nor poison goes with it."""
+    oracle.judging.repeat.compare_runs; neither timing nor poison goes with it. `while_running`: the
+    caller's preparation for judging (kernels_ref.first_call), done while the child runs."""
     if isinstance(repeat, bool) or not isinstance(repeat, int) or not 1 <= repeat <= MAX_REPEAT:
         raise CaseError(f"repeat {repeat!r} must be an integer from 1 to {MAX_REPEAT}")
     if repeat > 1:
         if timing is not None or smem_poison is not None:
             raise CaseError(f"repeat {repeat}: timing and shared-memory poison go with one run; time or poison the "
                             f"kernel in a run of its own")
-        rr = run_races(case, ops, provenance, repeat=repeat, timeout_s=timeout_s, command=command)
+        rr = run_races(case, ops, provenance, repeat=repeat, timeout_s=timeout_s, command=command,
+                       while_running=while_running)
         return replace(rr.first, races=rr)
     t0 = time.perf_counter()
     budget, ceiling = check_case(case)  # before building: a bad case fails fast
     check_operands(case.spec, ops)
     if is_library(case):
         return _run_live_library(case, ops, provenance, budget, ceiling, t0, timeout_s=timeout_s, timing=timing,
-                                 command=command, smem_poison=smem_poison)
+                                 command=command, smem_poison=smem_poison, while_running=while_running)
     sequence, tensors = launch_sequence(case, ops)
     launch = sequence[0][1]
     if timing is not None and len(sequence) > 1:
@@ -472,7 +470,7 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
     if timing is not None and k.time_entry:
         timing = {**timing, "entry": k.time_entry}
     t1 = time.perf_counter()
-    first_call.start(JUDGEMENT_MODULES)  # this process's first-judgement costs, paid while it waits for the child
+    first_call.start(while_running)  # this process's first-judgement costs, paid while it waits for the child
     try:
         run = run_kernel(cubin, k.entry, launch, tensors, sink=SinkRequest(prefix, capacity=capacity,
                                                                           max_bytes=ceiling),
@@ -484,7 +482,7 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
 
 
 def _run_live_library(case: Case, ops: Operands, provenance: Provenance, budget, ceiling: int, t0: float, *,
-                      timeout_s, timing, command, smem_poison) -> LiveRun:
+                      timeout_s, timing, command, smem_poison, while_running) -> LiveRun:
     """run_live for a launch library: built as a shared object, called through oracle_launch."""
     if smem_poison is not None:
         raise CaseError("shared-memory poison is written through the kernel module's symbol, which a launch "
@@ -496,7 +494,7 @@ def _run_live_library(case: Case, ops: Operands, provenance: Provenance, budget,
     capacity = initial_sink_bytes(budget, ceiling)
     prefix = trace_format.sink_prefix(capacity, tiles=sel.tiles, k_blocks=sel.k_blocks, stages=sel.stages)
     t1 = time.perf_counter()
-    first_call.start(JUDGEMENT_MODULES)
+    first_call.start(while_running)
     try:
         run = run_library(br, call, tensors, sink=SinkRequest(prefix, capacity=capacity, max_bytes=ceiling),
                           timeout_s=timeout_s, timing=timing)
@@ -638,7 +636,8 @@ def run_untraced(case: Case, ops: Operands, *, timeout_s: Optional[float] = None
 
 def run_races(case: Case, ops: Operands, provenance: Provenance, *, repeat: int, smem_poison: Optional[int] = None,
               sanitize: bool = False, timeout_s: Optional[float] = None, command: Sequence[str] = (),
-              sanitizer_timeout_s: Optional[float] = None) -> RaceRuns:
+              sanitizer_timeout_s: Optional[float] = None,
+              while_running: Optional[Callable[[], None]] = None) -> RaceRuns:
     """`repeat` traced runs and `repeat` untraced runs (each a fresh child process) on the same
     inputs; with `smem_poison`, two more traced runs with that pattern and its complement; with
     `sanitize`, the untraced build once under each compute-sanitizer tool."""
@@ -650,7 +649,7 @@ def run_races(case: Case, ops: Operands, provenance: Provenance, *, repeat: int,
     if is_library(case) and (sanitize or smem_poison is not None):
         raise CaseError("--sanitize and shared-memory poison run a cubin's kernel by its entry point; a launch "
                         "library ([kernel] library) is entered only through oracle_launch: use --repeat alone")
-    first = run_live(case, ops, provenance, timeout_s=timeout_s, command=command)
+    first = run_live(case, ops, provenance, timeout_s=timeout_s, command=command, while_running=while_running)
     traced, failed = [first.recording], []
     if first.recording.kernel_error:
         failed.append("traced run 1")

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Optional
 
 import torch
 
+from harness.errors import BadInput
 from harness.dump import Dump, DumpError, environment, load_dump, save_dump
 from harness.fields import INT64_MAX, is_opt_int, is_opt_str, is_str_list, require, shown
 from harness.taps import DESCRIPTOR_STAGES, DescriptorRecord, Tap
@@ -20,7 +21,7 @@ from oracle.run.inputs import LADDER, InputError, Operands, Provenance, check_op
 from oracle.problem.spec import ProblemSpec, SpecError
 
 
-class RecordingError(ValueError):
+class RecordingError(BadInput, ValueError):
     """A recording that does not fit its own problem."""
 
 

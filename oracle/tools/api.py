@@ -9,7 +9,12 @@
 and, where given, C, bias and scales) and any other ProblemSpec field as a keyword (acc_model,
 tile, alpha, beta, out_dtype, ...), wraps D as an output-only recording (no taps: every stage
 inside the kernel is unobserved, so only the output is judged, per tile, with the spec's numerics
-model) and runs the differential. The command line is built on these functions.
+model) and runs the differential.
+
+Every call walks the one path (`compare`): a RunRequest (oracle.run.request) -> run
+(oracle.run.execute) -> judge (oracle.judging.judgement) -> a Report, which renders itself. The
+command line, bench and the pytest plugin are built on these functions, and `run_live` takes
+every option the command line's compare does.
 """
 
 from __future__ import annotations
@@ -32,23 +37,35 @@ DUMP_DIR_ENV = "ORACLE_DUMP_DIR"  # where assert_gemm_close saves a dump of ever
 
 @dataclass(frozen=True)
 class Report:
-    """What the oracle found: `verdict` ("MATCH", "DIVERGED", ...), `first_divergence` (None or
+    """What the oracle found: `verdict` ("MATCH", "DIVERGED", ...: the final one, NONDETERMINISTIC
+    when repeated runs differ), `first_divergence` (None or
     oracle.judging.differential.FirstDivergence), `stages` (per stage: teacher-forced and chained
-    comparisons), `to_json()` (schema oracle.report.table/1); str() is the table and the sentence."""
+    comparisons), `judgement` (everything: races, sanitizer, timings, phases), `to_json()` (schema
+    oracle.report.table/1); str() is the table and the sentence. Made from a Judgement (or an
+    Analysis alone)."""
 
-    analysis: Any  # oracle.judging.differential.Analysis
+    judgement: Any  # oracle.judging.judgement.Judgement
+
+    def __post_init__(self) -> None:
+        from oracle.report.table import as_judgement
+
+        object.__setattr__(self, "judgement", as_judgement(self.judgement))
+
+    @property
+    def analysis(self):
+        return self.judgement.analysis
 
     @property
     def verdict(self) -> str:
-        return self.analysis.verdict.value
+        return self.judgement.verdict.value
 
     @property
     def ok(self) -> bool:
-        return self.analysis.verdict is Verdict.MATCH
+        return self.judgement.ok
 
     @property
     def first_divergence(self):
-        return self.analysis.first
+        return self.judgement.first
 
     @property
     def stages(self):
@@ -56,23 +73,30 @@ class Report:
 
     @property
     def recording(self) -> Recording:
-        return self.analysis.whole or self.analysis.recording
+        return self.judgement.recording
 
     @property
     def exit_code(self) -> int:
-        from oracle.judging.diagnose import EXIT_CODES
-
-        return EXIT_CODES[self.analysis.verdict]
+        return self.judgement.exit_code
 
     def to_json(self, extra: Optional[dict] = None) -> dict:
         from oracle.report import table as report
 
-        return report.to_json(self.analysis, extra)
+        return report.to_json(self.judgement, extra)
 
     def __str__(self) -> str:
         from oracle.report import table as report
 
-        return report.render(self.analysis)
+        return report.render(self.judgement)
+
+
+def compare(request) -> Report:
+    """The one path every entry point walks: run what the RunRequest asks, judge what it gave."""
+    from oracle.judging.judgement import judge
+    from oracle.run.execute import run
+    from oracle.tools.startup import import_judgement
+
+    return Report(judge(run(request, while_running=import_judgement)))
 
 
 def _dtype(name: str, t: Optional[torch.Tensor]) -> str:
@@ -257,11 +281,11 @@ def check(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c: Optional[torc
     kernel) is the same with A as stored [M, K / per], `a_scales` / `a_zeros` [M, K / group],
     `a_zeros_kind`, a_dtype and a_packing, beside an fp16 / bf16 B. Raises SpecError /
     RecordingError for tensors that do not make a problem."""
-    from oracle.judging.differential import analyze
+    from oracle.run.request import RunRequest
 
     rec = recording_of(a, b, d, c=c, bias=bias, scale_a=scale_a, scale_b=scale_b, b_scales=b_scales,
                        b_zeros=b_zeros, a_scales=a_scales, a_zeros=a_zeros, **problem_fields)
-    return Report(analyze(rec))
+    return compare(RunRequest(recording=rec))
 
 
 def assert_gemm_close(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, **kwargs) -> Report:
@@ -292,9 +316,9 @@ def save_failure(rep: Report) -> Optional[str]:
 
 def judge(recording: Recording) -> Report:
     """The differential on a recording (a dump, a live run, a model)."""
-    from oracle.judging.differential import analyze
+    from oracle.run.request import RunRequest
 
-    return Report(analyze(recording))
+    return compare(RunRequest(recording=recording))
 
 
 def load(path: str) -> Recording:
@@ -302,21 +326,27 @@ def load(path: str) -> Recording:
     return Recording.load(path)
 
 
-def run_live(case, inputs: str = "random:0", *, timeout_s: Optional[float] = None, **overrides):
-    """Build, run and trace a live case (a case TOML path or an oracle.run.case.Case) with controlled
-    inputs (ones | index | ktag | random[:seed]) and judge it; returns (Report, LiveRun)."""
-    from oracle.run.case import Case, load_case
-    from oracle.run.inputs import make_operands
-    from oracle.run.live import run_live as _run_live
+def run_live(case, inputs: str = "random:0", *, timeout_s: Optional[float] = None, repeat: Optional[int] = None,
+             smem_poison: Optional[int] = None, sanitize: bool = False, time: bool = False,
+             kernel: Optional[str] = None, entry: Optional[str] = None, untraced_entry: Optional[str] = None,
+             trace_tiles=None, trace_k_blocks=None, trace_stages: Optional[str] = None, **overrides):
+    """Build, run and trace a live case (a case TOML path, or an oracle.run.case.Case) and judge it;
+    returns the Report (its `judgement` holds the races, the sanitizer's findings and the timings).
+    Everything `python -m oracle compare CASE.toml` takes: `inputs` ones | index | ktag |
+    random[:seed] | dump:PATH; `repeat` N traced and untraced runs compared bit for bit;
+    `smem_poison` a 32-bit pattern; `sanitize` compute-sanitizer on the untraced build; `time` the
+    kernel and its peers timed; the kernel's source, entry and untraced entry; the traced tiles
+    ((tm, tn), ...), k-blocks and stages ("mma,epilogue_store"); problem fields as keywords (a
+    case file path only)."""
+    from oracle.run.case import Case
+    from oracle.run.request import RunRequest, resolve_case
 
-    if not isinstance(case, Case):
-        case = load_case(str(case), overrides)
-    elif overrides:
-        raise SpecError("problem overrides apply to a case file path, not to a Case object")
-    ladder, _, arg = inputs.partition(":")
-    seed = int(arg) if arg else 0
-    gen = "cuda" if torch.cuda.is_available() else "cpu"
-    ops = make_operands(case.spec, ladder, seed, generator=gen)
-    live = _run_live(case, ops, Provenance(ladder, seed if ladder == "random" else None, generator=gen),
-                     timeout_s=timeout_s)
-    return judge(live.recording), live
+    if isinstance(case, Case):
+        if overrides or kernel or entry or untraced_entry or trace_tiles or trace_k_blocks or trace_stages:
+            raise SpecError("problem fields, the kernel and the trace selection apply to a case file path; a Case "
+                            "object is run as it is")
+    else:
+        case = resolve_case(str(case), overrides, kernel=kernel, entry=entry, untraced_entry=untraced_entry,
+                            trace_tiles=trace_tiles, trace_k_blocks=trace_k_blocks, trace_stages_text=trace_stages)
+    return compare(RunRequest(case=case, inputs=inputs, repeat=repeat, smem_poison=smem_poison, sanitize=sanitize,
+                              time=time, timeout_s=timeout_s))

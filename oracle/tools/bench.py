@@ -151,55 +151,44 @@ def shard(cases: Sequence[BenchCase], i: int, n: int) -> list[BenchCase]:
 
 def run_case(bc: BenchCase) -> dict:
     """Verify, then time, one case. Never raises for what the kernel does: the row says."""
-    from oracle.judging.differential import analyze
-    from oracle.run.inputs import Provenance, make_operands
-    from oracle.run.live import run_live
-    from oracle.tools.perf import Performance, kernel_path, kernel_timing_request, reference_paths
+    from dataclasses import replace
+
+    from oracle.run.case import RunPlan
+    from oracle.run.request import RunRequest
+    from oracle.tools.api import compare
 
     row: dict[str, Any] = {"name": bc.name, "case": bc.case, "entry": bc.entry, "set": bc.overrides}
     t0 = time.perf_counter()
     try:
         case = live_case(bc)
-        ladder, seed, _ = parse_inputs(bc.inputs)
-        import torch
-
-        gen = "cuda" if torch.cuda.is_available() else "cpu"
-        ops = make_operands(case.spec, ladder, seed, generator=gen)
-        prov = Provenance(ladder, seed if ladder == "random" else None, generator=gen)
-        repeat = bc.repeat if bc.repeat is not None else case.run.repeat
-        live = run_live(case, ops, prov, timeout_s=bc.timeout, repeat=repeat,
-                        timing=kernel_timing_request() if bc.time and repeat == 1 else None)
-        an = analyze(live.recording)
-        races = None
-        if live.races is not None:
-            from oracle.judging.repeat import compare_runs
-
-            rr = live.races
-            races = compare_runs(rr.traced, rr.untraced, failed=rr.failed)
+        request = RunRequest(case=case, inputs=bc.inputs, repeat=bc.repeat, timeout_s=bc.timeout)
+        timed_here = bc.time and not request.races
+        judged = compare(replace(request, time=timed_here)).judgement
     except Exception as e:  # a broken case is a row, not the end of the sweep
         row.update(verdict="ERROR", error=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
         return row
-    from oracle.judging.repeat import final_verdict
-
     row["problem"] = case.spec.describe()
-    row["verdict"] = final_verdict(an, races).value
-    if races is not None:
-        row["repeat"] = {"runs": repeat, "nondeterministic": races.nondeterministic, "reasons": races.reasons()}
-    if an.first is not None:
-        f = an.first
+    row["verdict"] = judged.verdict.value
+    if judged.races is not None:
+        row["repeat"] = {"runs": request.runs, "nondeterministic": judged.races.nondeterministic,
+                         "reasons": judged.races.reasons()}
+    f = judged.first
+    if f is not None:
         row["first_divergence"] = {"stage": f.stage, "tile": list(f.tile) if f.tile else None, "k_block": f.k_block,
                                    "partial": f.partial, "group": f.group, "kind": f.kind.value}
-    if bc.time and row["verdict"] == "MATCH" and live.run.ok:
-        if races is not None:  # the repeated runs verified it; the timing is a run of its own
+    ran = judged.kernel_run is not None and judged.kernel_run.status == "OK"
+    if bc.time and judged.ok and ran:
+        performance = judged.performance
+        if not timed_here:  # the repeated runs verified it; the timing is a run of its own
             try:
-                live = run_live(case, ops, prov, timeout_s=bc.timeout, timing=kernel_timing_request())
+                once = replace(case, run=RunPlan())
+                performance = compare(RunRequest(case=once, inputs=bc.inputs, timeout_s=bc.timeout,
+                                                 time=True)).judgement.performance
             except Exception as e:
                 row.update(error=f"timing run: {type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
                 return row
-        k = kernel_path(case.spec, live.run.timing, case.kernel.time_entry or case.kernel.entry)
-        refs, notes = reference_paths(case.spec, ops)
-        perf = Performance(tuple(([k] if k else []) + refs), tuple(notes))
-        row["performance"] = perf.to_json()
+        if performance is not None:
+            row["performance"] = performance.to_json()
     row["seconds"] = time.perf_counter() - t0
     return row
 

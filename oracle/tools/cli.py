@@ -7,11 +7,11 @@ import math
 import os
 import sys
 import tempfile
-import time
 import traceback
+from dataclasses import replace
 from typing import Optional, Sequence
 
-from oracle.judging.diagnose import EXIT_CODES, EXIT_USAGE
+from oracle.judging.diagnose import EXIT_USAGE
 
 from oracle.tools.demo import DEMO_PATH as DEMO_DUMP
 
@@ -26,7 +26,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     Offline: a dump (--dump FILE), the embedded demo (--demo), or the run of a standalone
     reproducer (--repro-dir DIR: its inputs, D and the sink.bin of repro_traced; --sink FILE).
     Live (needs a GPU): build, run and trace a kernel, then judge it:
-        --problem CASE.toml            the problem, and optionally [kernel], [launch], [trace]
+        CASE.toml (or --problem CASE.toml)  the problem, and optionally [kernel], [launch], [trace]
         --problem m=256,n=256,k=512    or inline problem fields (override the TOML's)
         --kernel FILE.cu --entry NAME  the kernel (override the TOML's [kernel])
         --inputs ones|index|ktag|random[:seed]|dump:PATH
@@ -39,191 +39,97 @@ def cmd_compare(args: argparse.Namespace) -> int:
     sentence naming the first divergence. Exit codes: 0 match, 1 divergence, 2 bad usage or
     input, 3 kernel error, 4 oracle untrusted, 5 mistrusted (nothing could discriminate),
     6 nondeterministic (runs on the same inputs differ)."""
-    modes = [bool(args.dump), bool(args.demo), bool(args.kernel or args.problem), bool(args.repro_dir)]
-    if args.time and not modes[2]:
-        raise UsageError("--time needs a live kernel: a recording has nothing to time")
-    if sum(modes) != 1:
-        raise UsageError("give one of --dump FILE, --demo, --repro-dir DIR, or a live kernel (--problem CASE.toml "
-                         "and/or --kernel FILE.cu --entry NAME)")
-    if args.sink and not args.repro_dir:
-        raise UsageError("--sink FILE goes with --repro-dir DIR")
-    if (args.repeat is not None or args.smem_poison is not None or args.sanitize or args.untraced_entry) \
-            and not modes[2]:
-        raise UsageError("--repeat, --smem-poison, --sanitize and --untraced-entry need a live kernel: a recording "
-                         "cannot be run again")
-    extra, perf, races, sanitizer = {}, None, None, None
-    t0 = time.perf_counter()
-    if args.kernel or args.problem:
-        rec, extra, perf, races, sanitizer = _live_recording(args)
-        source = rec.kernel
-    elif args.repro_dir:
-        from oracle.repro.readback import load_repro_run
-
-        rec = load_repro_run(args.repro_dir, sink=args.sink)
-        source = args.repro_dir
-    else:
-        from oracle.run.recording import Recording
-
-        source = DEMO_DUMP if args.demo else args.dump
-        rec = Recording.load(source)
-    t1 = time.perf_counter()
-    from oracle.judging.differential import analyze  # after a live run: imported while its kernel ran
     from oracle.report import table as report
+    from oracle.tools.api import compare
 
-    an = analyze(rec)
-    if races is not None:
-        races = _judge_repeats(an, races)
-    phases = dict(extra.pop("phases_s", {}), recording=t1 - t0, analyze=time.perf_counter() - t1)
+    request = _request(args)
+    judged = compare(request).judgement
+    for line in judged.notices:
+        print(line, file=sys.stderr)
     if args.save_dump:
-        rec.save(args.save_dump)
+        judged.recording.save(args.save_dump)
     if getattr(args, "plots", None):
         from oracle.report.plots import write_plots
 
         try:
-            for path in write_plots(an, args.plots):
-                print(f"wrote {path}", file=sys.stderr)
+            written = write_plots(judged.analysis, args.plots)
         except RuntimeError as e:
             raise UsageError(str(e)) from None
+        if not args.quiet:
+            for path in written:
+                print(f"wrote {path}", file=sys.stderr)
     if not args.quiet:
-        print(report.render(an, races, sanitizer))
-        if perf is not None:
-            print()
-            print(report.performance_table(perf))
+        print(report.render(judged))
         if args.save_dump:
             print(f"saved the recording to {args.save_dump}")
     if args.json:
-        phases["report"] = time.perf_counter() - t1 - phases["analyze"]
-        report.write_json(an, args.json, extra={"source": source, "phases_s": phases, **extra}, races=races,
-                          sanitizer=sanitizer)
-    from oracle.judging.repeat import final_verdict
-
-    return EXIT_CODES[final_verdict(an, races)]
+        report.write_json(judged, args.json)
+    return judged.exit_code
 
 
-def _judge_repeats(an, pending):
-    """The repeat comparison, with the stage finding of every traced run that differs from run 1
-    where it is not run 1's (a finding in one run of two)."""
-    from dataclasses import replace
+def _request(args: argparse.Namespace):
+    """The RunRequest the compare command line asks for (UsageError for flags that do not go together)."""
+    from oracle.run.request import RunRequest
 
-    from oracle.judging.differential import analyze
-    from oracle.judging.repeat import finding_of
+    if args.case:
+        args.problem = [args.case] + list(args.problem or [])
+    live = bool(args.kernel or args.problem)
+    modes = [bool(args.dump), bool(args.demo), live, bool(args.repro_dir)]
+    if args.time and not live:
+        raise UsageError("--time needs a live kernel: a recording has nothing to time")
+    if sum(modes) != 1:
+        raise UsageError("give one of --dump FILE, --demo, --repro-dir DIR, or a live kernel (CASE.toml, --problem "
+                         "CASE.toml and/or --kernel FILE.cu --entry NAME)")
+    if args.sink and not args.repro_dir:
+        raise UsageError("--sink FILE goes with --repro-dir DIR")
+    if (args.repeat is not None or args.smem_poison is not None or args.sanitize or args.untraced_entry) and not live:
+        raise UsageError("--repeat, --smem-poison, --sanitize and --untraced-entry need a live kernel: a recording "
+                         "cannot be run again")
+    if args.repro_dir:
+        from oracle.repro.readback import load_repro_run
 
-    result, recordings = pending
-    differing = sorted({int(c.between[1].rsplit(" ", 1)[1]) for c in result.changes
-                        if c.between[1].startswith("traced run")})
-    mine = finding_of(an)
-    runs = []
-    for i in differing[:4]:
-        other = finding_of(analyze(recordings[i - 1]))
-        if other != mine:
-            runs.append((f"traced run {i}", other))
-    if runs:
-        runs.insert(0, ("traced run 1", mine))
-    return replace(result, finding_runs=tuple(runs))
-
-
-def _case_and_inputs(args: argparse.Namespace, base: Optional[dict] = None, entry: Optional[str] = None):
-    """The live case and its inputs from the command line: (case, operands, provenance, seconds
-    spent making the inputs). `base` holds problem fields under the inline ones and --set;
-    `entry` is the entry point when --entry is not given."""
-    from oracle.run.case import load_case, parse_assignments, trace_stages, with_trace
-    from oracle.run.inputs import Provenance, check_operands, make_operands, parse_inputs
-    from oracle.run.live import check_case
-
-    toml_path, inline = None, []
-    for p in args.problem or []:
-        if p.endswith(".toml"):
-            if toml_path:
-                raise UsageError("give at most one case TOML with --problem")
-            toml_path = p
-        else:
-            inline.append(p)
-    overrides = {**(base or {}), **parse_assignments(inline + list(args.set or []))}
-    case = load_case(toml_path, overrides, source=args.kernel, entry=args.entry or entry)
-    if getattr(args, "untraced_entry", None):
-        from dataclasses import replace
-
-        if case.kernel is None:
-            raise UsageError("--untraced-entry goes with a kernel (--kernel FILE.cu --entry NAME or [kernel])")
-        if case.kernel.library is not None:
-            raise UsageError("--untraced-entry names a cubin's entry point; a launch library ([kernel] library) is "
-                             "entered only through oracle_launch (its untraced build is the source without "
-                             "ORACLE_TRACE)")
-        case = replace(case, kernel=replace(case.kernel, untraced_entry=args.untraced_entry))
-    if args.trace_tiles or args.trace_k_blocks or getattr(args, "trace_stages", None):
-        tiles = _tiles_flag(args.trace_tiles) if args.trace_tiles else None
-        kbs = _indices_flag("--trace-k-blocks", args.trace_k_blocks) if args.trace_k_blocks else None
-        stages = trace_stages(args.trace_stages, "--trace-stages") if getattr(args, "trace_stages", None) else None
-        case = with_trace(case, tiles, kbs, stages)
-    ladder, seed, path = parse_inputs(args.inputs or "random")
-    check_case(case)  # every check that needs no inputs, no build and no GPU, before any of them
-    inputs_s = 0.0
-    if ladder == "dump":
-        from oracle.run.recording import Recording
-
-        ops = Recording.load(path).operands
-        check_operands(case.spec, ops)  # the dump's tensors must fit this case's problem
-        prov = Provenance("dump", source=path)
-    else:
-        t_in = time.perf_counter()
-        gen = _generator()
-        ops = make_operands(case.spec, ladder, seed, generator=gen)
-        inputs_s = time.perf_counter() - t_in
-        prov = Provenance(ladder, seed if ladder == "random" else None, generator=gen)
-    return case, ops, prov, inputs_s
-
-
-def _live_recording(args: argparse.Namespace):
-    from oracle.run.live import run_live
-
-    case, ops, prov, inputs_s = _case_and_inputs(args)
-    timing = None
-    if args.time:
-        from oracle.tools.perf import kernel_timing_request
-
-        timing = kernel_timing_request()
-    command = ("python", "-m", "oracle", *getattr(args, "argv", ("compare",)))
-    repeat = args.repeat if getattr(args, "repeat", None) is not None else case.run.repeat
-    poison = case.run.smem_poison
-    if getattr(args, "smem_poison", None) is not None:
+        return RunRequest(recording=load_repro_run(args.repro_dir, sink=args.sink), source=args.repro_dir)
+    if not live:
+        return RunRequest(dump=DEMO_DUMP if args.demo else args.dump)
+    poison = None
+    if args.smem_poison is not None:
         from oracle.run.live import parse_pattern
 
         try:
             poison = parse_pattern(args.smem_poison)
         except ValueError as e:
             raise UsageError(f"--smem-poison: {e}") from None
-    sanitize = bool(getattr(args, "sanitize", False))
-    races, sanitizer = None, None
-    if repeat > 1 or poison is not None or sanitize:
-        if args.time:
+    request = RunRequest(case=_case(args), inputs=args.inputs or "random", repeat=args.repeat, smem_poison=poison,
+                         sanitize=bool(args.sanitize), timeout_s=args.timeout,
+                         command=("python", "-m", "oracle", *getattr(args, "argv", ("compare",))))
+    if args.time:
+        if request.races or request.sanitize:
             raise UsageError("--time measures one run: give it without --repeat, --smem-poison and --sanitize")
-        from oracle.run.live import run_races
-        from oracle.judging.repeat import compare_runs
+        request = replace(request, time=True)
+    return request
 
-        rr = run_races(case, ops, prov, repeat=repeat, smem_poison=poison, sanitize=sanitize, timeout_s=args.timeout,
-                       command=command)
-        live = rr.first
-        if repeat > 1 or poison is not None:
-            races = (compare_runs(rr.traced, rr.untraced, poisoned=rr.poisoned, poison=rr.poison,
-                                  poison_note=rr.poison_note, failed=rr.failed), rr.traced)
-        sanitizer = rr.sanitizer
-        if sanitizer is not None and sanitizer.unavailable:
-            print(sanitizer.unavailable, file=sys.stderr)
-    else:
-        live = run_live(case, ops, prov, timeout_s=args.timeout, timing=timing, command=command)
-    extra = {"run": {"status": live.run.status.value, "message": live.run.message,
-                     "elapsed_s": live.run.elapsed_s, "kernel_s": live.run.kernel_s,
-                     "build_cached": live.build_cached},
-             "phases_s": dict(live.phases_s or {}, inputs=inputs_s)}
-    perf = None
-    if args.time and live.run.ok:
-        from oracle.tools.perf import Performance, kernel_path, reference_paths
 
-        k = kernel_path(case.spec, live.run.timing, case.kernel.time_entry or case.kernel.entry)
-        refs, notes = reference_paths(case.spec, ops)
-        perf = Performance(tuple(([k] if k else []) + refs), tuple(notes))
-        extra["performance"] = perf.to_json()
-    return live.recording, extra, perf, races, sanitizer
+def _case(args: argparse.Namespace, base: Optional[dict] = None, entry: Optional[str] = None):
+    """The live case the command line names: a case TOML and inline problem fields (--problem),
+    --set, the kernel and its entry, the untraced entry and the trace selection. `base` holds
+    problem fields under the inline ones and --set; `entry` is the entry point when --entry is not
+    given."""
+    from oracle.run.request import resolve_case
+
+    toml_path, inline = None, []
+    for p in args.problem or []:
+        if p.endswith(".toml"):
+            if toml_path:
+                raise UsageError("give at most one case TOML (CASE.toml or --problem CASE.toml)")
+            toml_path = p
+        else:
+            inline.append(p)
+    return resolve_case(toml_path, base, assignments=inline + list(args.set or []), kernel=args.kernel,
+                        entry=args.entry or entry, untraced_entry=getattr(args, "untraced_entry", None),
+                        trace_tiles=_tiles_flag(args.trace_tiles) if args.trace_tiles else None,
+                        trace_k_blocks=_indices_flag("--trace-k-blocks", args.trace_k_blocks)
+                        if args.trace_k_blocks else None,
+                        trace_stages_text=getattr(args, "trace_stages", None), trace_stages_where="--trace-stages")
 
 
 def _indices_flag(flag: str, text: str) -> tuple[int, ...]:
@@ -251,13 +157,6 @@ def _tiles_flag(text: str) -> tuple[tuple[int, int], ...]:
     if not tiles:
         raise UsageError(f"--trace-tiles {text!r} names no tile")
     return tuple(tiles)
-
-
-def _generator() -> str:
-    """Live runs draw random inputs on the GPU (fast at any size); see oracle.run.inputs.make_operands."""
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
@@ -289,9 +188,14 @@ def cmd_repro(args: argparse.Namespace) -> int:
             entry = rec.kernel
     elif not (args.problem or args.kernel):
         raise UsageError("give a live case (--problem CASE.toml and/or --kernel FILE.cu --entry NAME) or --dump FILE")
-    if rec is not None:
-        args.inputs = f"dump:{args.dump}"
-    case, ops, prov, _ = _case_and_inputs(args, base=base, entry=entry)
+    from oracle.run.execute import operands_for
+    from oracle.run.live import check_case
+    from oracle.run.request import RunRequest
+
+    case = _case(args, base=base, entry=entry)
+    check_case(case)  # every check that needs no inputs, no build and no GPU, before any of them
+    ops, prov = operands_for(RunRequest(case=case, inputs=f"dump:{args.dump}" if rec is not None else
+                                        (args.inputs or "random")))
     if rec is not None:
         prov = rec.provenance  # the recording says where its values came from
     out = write_repro(case, ops, prov, args.out, reference=not args.no_reference)
@@ -462,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compare", help="judge a recorded run stage by stage", description=cmd_compare.__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("case", nargs="?", metavar="CASE.toml", help="live: a case file (the same as --problem CASE.toml)")
     c.add_argument("--dump", metavar="FILE", help="a dump file (safetensors + JSON metadata)")
     c.add_argument("--demo", action="store_true", help="the embedded demo recording (no GPU needed)")
     c.add_argument("--repro-dir", metavar="DIR", help="the run of a reproducer (python -m oracle repro): its "

@@ -4,7 +4,7 @@ The op is any callable that takes the operands and returns D: `torch.matmul`, `t
 a custom op from an extension. For every case of a sweep it draws seeded random operands, calls
 the op, judges D with the oracle (`oracle.check`, output only, with the case's numerics model),
 and times the op against cuBLAS (torch.matmul, or cuBLASLt `_scaled_mm` with fast accumulation
-for fp8) under the oracle's timing discipline (oracle.tools.timing). A sweep (TOML):
+for fp8) under the oracle's timing discipline (oracle.run.timing). A sweep (TOML):
 
     [defaults]                         # applied to every case
     dtype = "bf16"
@@ -350,7 +350,7 @@ def run_case(op: Callable, vc: VerifyCase) -> dict:
 def _time(op, vc: VerifyCase, a, b, scales) -> dict:
     import torch
 
-    from oracle.tools.timing import gemm_flops, time_gpu, tflops
+    from oracle.run.timing import gemm_flops, time_gpu, tflops
 
     flops = gemm_flops(vc.m, vc.n, vc.k)
     mine = time_gpu(lambda: _call(op, vc, a, b, scales))

@@ -126,17 +126,20 @@ def test_a_bench_case_whose_repeated_runs_differ_is_nondeterministic_and_exits_6
     case, ops, rec, other = _runs()
     calls = []
 
-    def fake_live(case_, ops_, prov, *, repeat=1, timing=None, **_):
-        calls.append((repeat, timing))
+    def fake_races(case_, ops_, prov, *, repeat, smem_poison=None, sanitize=False, **_):
+        calls.append((repeat, smem_poison, sanitize))
         first = live.LiveRun(rec, KernelRun(RunStatus.OK), True, (), {})
-        return live.LiveRun(rec, KernelRun(RunStatus.OK), True, (), {},
-                            races=live.RaceRuns(first, (rec, other), (rec.output, rec.output), ()))
+        return live.RaceRuns(first, (rec, other), (rec.output, rec.output), ())
 
+    def fake_live(*_, **__):
+        raise AssertionError("a repeated case is verified by run_races, and a diverging one is not timed")
+
+    monkeypatch.setattr(live, "run_races", fake_races)
     monkeypatch.setattr(live, "run_live", fake_live)
     bc = BenchCase("x", SIMPLE, overrides={"m": 64, "n": 64, "k": 48}, repeat=2)
     row = bench.run_case(bc)
     assert row["verdict"] == "NONDETERMINISTIC" and row["repeat"]["nondeterministic"], row
-    assert calls == [(2, None)] and "performance" not in row  # verified by repeating, not timed
+    assert calls == [(2, None, False)] and "performance" not in row  # verified by repeating, not timed
     assert row["repeat"]["reasons"][0] == "repeated runs on the same inputs differ (output)"
 
     p = tmp_path / "c.toml"

@@ -99,7 +99,7 @@ def test_the_process_exits_with_the_code_after_the_exit_handlers_and_the_output(
     (["compare", "--problem=m=64,n=64,k=64"], True), (["compare", "--demo"], False),
     (["compare", "--dump", "d.safetensors"], False), (["repro", "--problem", "case.toml"], False), ([], False)])
 def test_a_child_is_started_ahead_only_for_a_live_compare(argv, live):
-    from oracle.__main__ import _runs_a_kernel
+    from oracle.tools.startup import runs_a_kernel as _runs_a_kernel
 
     assert _runs_a_kernel(argv) is live
 

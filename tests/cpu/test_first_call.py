@@ -39,10 +39,8 @@ def test_a_failing_item_is_left_to_the_judgement(monkeypatch):
     assert not t.is_alive()  # ended without raising out of the thread
 
 
-def test_the_judgement_s_modules_are_imported_on_the_thread_and_wait_joins_it(monkeypatch):
-    import sys
+def test_the_caller_s_preparation_runs_on_the_thread_and_wait_joins_it(monkeypatch):
     import threading
-    import types
 
     seen = []
     monkeypatch.setattr(first_call, "_started", None)
@@ -50,36 +48,31 @@ def test_the_judgement_s_modules_are_imported_on_the_thread_and_wait_joins_it(mo
     monkeypatch.setattr("triton.runtime.cache.triton_key", lambda: "k")
     gate = threading.Event()
 
-    class Finder:  # a module that only this finder can load, recording the thread that imports it
-        def find_spec(self, name, path=None, target=None):
-            if name not in ("first_call_probe_module", "first_call_broken_module"):
-                return None
-            import importlib.util
+    def prepare():
+        gate.wait(30)
+        seen.append(threading.current_thread().name)
+        raise ImportError("broken on purpose")  # a failure is left for the judgement to meet
 
-            return importlib.util.spec_from_loader(name, self)
+    t = first_call.start(prepare)
+    assert t.is_alive()  # held at the gate: wait() must join, not return early
+    threading.Timer(0.2, gate.set).start()
+    first_call.wait()
+    assert not t.is_alive()
+    assert seen == ["oracle-first-call"]
 
-        def create_module(self, spec):
-            return None
 
-        def exec_module(self, module):
-            gate.wait(30)
-            if module.__name__ == "first_call_broken_module":
-                raise ImportError("broken on purpose")
-            seen.append(threading.current_thread().name)
+def test_the_judgement_s_imports_are_named_where_the_layers_test_sees_them():
+    """oracle.tools.startup imports the judgement's modules as code (no module names as strings)."""
+    import ast
+    import inspect
 
-    finder = Finder()
-    sys.meta_path.insert(0, finder)
-    try:
-        t = first_call.start(imports=("first_call_broken_module", "first_call_probe_module"))
-        assert t.is_alive()  # held at the gate: wait() must join, not return early
-        threading.Timer(0.2, gate.set).start()
-        first_call.wait()
-        assert not t.is_alive()
-        assert seen == ["oracle-first-call"]  # a broken module is skipped, the next still imported
-        assert isinstance(sys.modules["first_call_probe_module"], types.ModuleType)
-    finally:
-        sys.meta_path.remove(finder)
-        sys.modules.pop("first_call_probe_module", None)
+    from oracle.tools import startup
+
+    tree = ast.parse(inspect.getsource(startup.import_judgement))
+    imported = {a.name if isinstance(n, ast.Import) else f"{n.module}.{a.name}"
+                for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    assert {"oracle.judging.differential", "oracle.report.table"} <= imported
+    assert "importlib" not in inspect.getsource(startup)
 
 
 def test_wait_without_a_thread_returns_at_once(monkeypatch):

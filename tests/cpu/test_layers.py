@@ -19,7 +19,7 @@ ORACLE_BASE = {"oracle.knobs"}
 # the public faces (the package, the error catalogue, old import paths kept for other projects):
 # they may import anything, and only the tools (and other projects) import them
 HARNESS_MAY = {"kernels_ref", "kernels_ref.dtypes"}  # the dtype table (and its package, whose names load lazily)
-ORACLE_FACES = {"oracle", "oracle.__main__", "oracle.errors", "oracle.differential", "oracle.recording"}
+ORACLE_FACES = {"oracle", "oracle.__main__", "oracle.errors"}
 
 
 def _modules() -> dict[str, Path]:
@@ -125,3 +125,15 @@ def test_no_sub_package_hides_a_name_of_the_public_api():
 
     clash = sorted(set(oracle._API) & {m.split(".")[1] for m in MODULES if m.count(".") >= 1 and m.startswith("oracle.")})
     assert not clash, f"oracle sub-packages or modules named like the API's functions: {clash}"
+
+
+def test_every_documented_error_type_is_bad_input():
+    """One base for "the input is wrong", in a leaf module: a command catches it alone."""
+    from harness.errors import BadInput
+    from oracle.errors import documented_errors, input_errors
+
+    assert input_errors() == (BadInput,)
+    assert len(documented_errors()) == 14
+    for t in documented_errors():
+        assert issubclass(t, BadInput), t
+    assert IMPORTS["harness.errors"] == set()  # a leaf: it imports nothing of the project

@@ -22,7 +22,8 @@ from oracle.judging.differential import analyze
 from oracle.run.inputs import Provenance, make_operands
 from oracle.problem.spec import ProblemSpec, Tile
 from oracle.run.live import complement, parse_pattern
-from oracle.judging.repeat import as_draft, compare_runs, final_verdict
+from oracle.judging.judgement import final_verdict, judgement_of
+from oracle.judging.repeat import as_draft, compare_runs
 from oracle.run.simulate import Injection, simulate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,10 +72,14 @@ def test_two_runs_whose_recordings_differ_are_nondeterministic(runs):
     assert by["mma"].between == ("traced run 1", "traced run 2")
     an = analyze(good)
     assert final_verdict(an, res) is Verdict.NONDETERMINISTIC
-    text = report.render(an, res)
+    text = report.render(judgement_of(an, res))
     assert "runs differ: output: traced run 1 vs traced run 2: 1 of 16384 elements differ in tile(s) (1, 0)" in text
     assert text.splitlines()[-1].startswith("NONDETERMINISTIC: repeated runs on the same inputs differ (mma, output)")
-    doc = report.to_json(an, races=res)
+    # the earliest stage that differed, where: not only in the JSON's races.changes
+    assert "First difference: mma between traced run 1 and traced run 2, tile (1, 1), k-block 1, element (5, 7) " \
+           "in the tile." in text
+    assert res.differing_traced == (2,)
+    doc = report.to_json(judgement_of(an, res))
     report.validate(doc)
     assert doc["verdict"] == "NONDETERMINISTIC" and doc["races"]["stage_verdict"] == "MATCH"
     assert {c["what"] for c in doc["races"]["changes"]} == {"output", "mma"}
@@ -96,11 +101,11 @@ def test_untraced_output_that_differs_is_tracing_changes_the_result(runs):
     assert res.nondeterministic
     assert "tracing changes the result" in res.reasons()[0]
     an = analyze(good)
-    text = report.render(an, res)
+    text = report.render(judgement_of(an, res))
     assert "tracing changes the result: output: traced run 1 vs untraced run 1: 1 of 16384" in text
     last = text.splitlines()[-1]
     assert last.startswith("NONDETERMINISTIC: tracing changes the result")
-    assert json.dumps(report.to_json(an, races=res)["races"]["tracing_changes_result"]) == "true"
+    assert json.dumps(report.to_json(judgement_of(an, res))["races"]["tracing_changes_result"]) == "true"
 
 
 def test_untraced_runs_that_differ_from_each_other(runs):
@@ -119,11 +124,11 @@ def test_a_stage_finding_in_one_run_of_two_is_a_draft(runs):
     drafted = as_draft(an, res)
     assert drafted.first.kind is Kind.DRAFT and drafted.first.stage == "mma"
     assert as_draft(drafted, res) == drafted  # telling it twice adds nothing
-    last = report.render(an, res).splitlines()[-1]
+    last = report.render(judgement_of(an, res)).splitlines()[-1]
     assert last.startswith("NONDETERMINISTIC: repeated runs on the same inputs differ")
     assert "First divergence: mma at tile (1, 1), k-block 1" in last and "DRAFT (" in last
     assert "does not repeat" in last and "VERDICT" not in last
-    doc = report.to_json(an, races=res)
+    doc = report.to_json(judgement_of(an, res))
     report.validate(doc)
     assert doc["first_divergence"]["kind"] == "DRAFT" and doc["verdict"] == "NONDETERMINISTIC"
     assert doc["races"]["stage_verdict"] == "DIVERGED"
@@ -136,7 +141,7 @@ def test_a_finding_that_repeats_stays_a_verdict(runs):
     assert not res.nondeterministic
     assert as_draft(an, res).first.kind is Kind.VERDICT
     assert final_verdict(an, res) is Verdict.DIVERGED
-    assert "every output and tap is bit for bit the same" in report.render(an, res)
+    assert "every output and tap is bit for bit the same" in report.render(judgement_of(an, res))
 
 
 def test_poison_patterns_that_change_the_output(runs):
@@ -146,7 +151,7 @@ def test_poison_patterns_that_change_the_output(runs):
     res = compare_runs([good], poisoned=[good.output, _flip(good.output, 0, 64)], poison=(p, complement(p)))
     assert res.nondeterministic and res.poison_changes[0].tiles == ((0, 1),)
     assert "reads shared memory it never wrote" in " ".join(res.reasons())
-    assert "reads never-written shared memory" in report.render(analyze(good), res)
+    assert "reads never-written shared memory" in report.render(judgement_of(analyze(good), res))
     for bad in ("0x1FFFFFFFF", "-1", "ones", True):
         with pytest.raises(ValueError, match="32-bit"):
             parse_pattern(bad)
@@ -364,11 +369,11 @@ def test_sanitizer_findings_are_in_the_report_beside_the_stage_table(runs):
 
     rep = SanitizerReport((SanitizerResult("racecheck", True, findings, n, "OK"),), executable="/opt/cs")
     an = analyze(good)
-    text = report.render(an, None, rep)
+    text = report.render(judgement_of(an, None, rep))
     table_end = text.index("compute-sanitizer (untraced build):")
     assert "racecheck: race between write and read accesses at zoo_sm80_bf16_race_store+0x1f30" in text[table_end:]
     assert "racecheck" not in text[:table_end]  # not mixed into the stage table
-    doc = report.to_json(an, sanitizer=rep)
+    doc = report.to_json(judgement_of(an, None, rep))
     report.validate(doc)
     f = doc["sanitizer"]["results"][0]["findings"][0]
     assert f["space"] == "shared" and f["count"] == 8192 and f["other"]["line"] == 410
@@ -604,4 +609,55 @@ def test_poison_that_no_cta_applied_is_said_and_shows_nothing(monkeypatch, runs)
     assert rr.poisoned == () and "never called" in rr.poison_note and rr.untraced == ()
     res = compare_runs(rr.traced, rr.untraced, poisoned=rr.poisoned, poison=rr.poison, poison_note=rr.poison_note)
     assert not res.nondeterministic
-    assert "poison: the kernel never called oracle_trace smem_prologue()" in report.render(analyze(good), res)
+    assert "poison: the kernel never called oracle_trace smem_prologue()" in report.render(judgement_of(analyze(good), res))
+
+
+# --------------------------------------------------------------------------- the one path (RunRequest)
+
+def test_compare_takes_the_case_file_as_its_argument(monkeypatch, capsys):
+    from oracle.tools import cli
+
+    seen = {}
+    _fake_race_runs(monkeypatch, False, seen)
+    args = [CASE_ARGS[0], CASE_ARGS[2]] + CASE_ARGS[3:]  # compare CASE.toml --problem m=... --inputs ones
+    assert cli.main(args + ["--repeat", "2"]) == 0, capsys.readouterr()
+    assert seen["repeat"] == 2
+    assert cli.main(args + ["--problem", str(ROOT / "zoo/sm80_gemm/sm80_gemm.toml")]) == 2
+    assert "at most one case TOML" in capsys.readouterr().err
+
+
+def test_the_python_api_runs_every_option_the_command_line_has(monkeypatch):
+    import oracle
+
+    seen = {}
+    _fake_race_runs(monkeypatch, True, seen)
+    rep = oracle.run_live(ROOT / "zoo/sm80_gemm/sm80_gemm.toml", "ones", repeat=3, smem_poison=0xFFFFFFFF,
+                          sanitize=True, trace_tiles=[(0, 0)], m=128, n=128, k=64, activation="none", bias="none",
+                          beta=0)
+    assert seen == {"repeat": 3, "smem_poison": 0xFFFFFFFF, "sanitize": True}
+    assert rep.verdict == "NONDETERMINISTIC" and rep.exit_code == 6
+    assert rep.judgement.races.tracing_changes and rep.judgement.notices  # the sanitizer that could not run
+    assert "First difference: output between traced run 1 and untraced run 1" in str(rep)
+
+
+@pytest.mark.parametrize("fields, msg", [
+    ({}, "got none"), ({"dump": "x", "recording": "r"}, "dump and recording"),
+    ({"dump": "x", "repeat": 2}, "need a live kernel"), ({"dump": "x", "time": True}, "need a live kernel"),
+])
+def test_a_request_that_cannot_be_run_is_refused_in_one_place(fields, msg):
+    from oracle.run.request import RequestError, RunRequest
+
+    with pytest.raises(RequestError, match=msg):
+        RunRequest(**fields)
+
+
+def test_a_timed_request_runs_once():
+    from oracle.run.case import load_case
+    from oracle.run.request import RequestError, RunRequest
+
+    case = load_case(str(ROOT / "zoo/sm80_gemm/sm80_gemm.toml"))
+    for extra in ({"repeat": 2}, {"smem_poison": 1}, {"sanitize": True}):
+        with pytest.raises(RequestError, match="timing measures one run"):
+            RunRequest(case=case, time=True, **extra)
+    with pytest.raises(RequestError, match="repeat"):
+        RunRequest(case=case, repeat=0)

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from oracle.tools import timing as T
-from oracle.tools.timing import Policy, Timing, TimingError
+from oracle.run import timing as T
+from oracle.run.timing import Policy, Timing, TimingError
 
 
 class FakeBackend:

@@ -5,7 +5,7 @@ region, verification failures raise, and interleaving pools the runs."""
 import pytest
 import torch
 
-from oracle.tools.timing import TimingError, time_gpu, time_interleaved, tflops
+from oracle.run.timing import TimingError, time_gpu, time_interleaved, tflops
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"

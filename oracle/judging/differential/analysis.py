@@ -25,7 +25,7 @@ from oracle.judging.differential.cross_check import start_cross_check
 from oracle.judging.differential.dequant import dequant_stage
 from oracle.judging.differential.epilogue import epilogue_stages, reference_chain, steps_of
 from oracle.judging.differential.groups import GroupOutcome, deciding, group_recordings
-from oracle.judging.differential.findings import (FirstDivergence, first_finding, first_nonfinite, mixing_confound,
+from oracle.judging.differential.findings import (FirstDivergence, NonFinite, first_finding, first_nonfinite, mixing_confound,
                                               trace_confounds, unobserved)
 from oracle.judging.differential.mma import mma_stage
 from oracle.judging.differential.operands import descriptor_stage, load_stage
@@ -44,7 +44,7 @@ class Analysis:
     open_confounds: tuple[str, ...]
     handled_confounds: tuple[str, ...]
     first: Optional[FirstDivergence]
-    first_nonfinite: Optional[tuple[str, tuple[int, int], Optional[int], Optional[tuple[int, int]]]]
+    first_nonfinite: Optional[NonFinite]
     device: str
     unobserved: tuple[str, ...] = ()  # what the run did not see (stages without taps, stand-ins, tiles)
     group: Optional[int] = None  # a grouped or batched run: the group these stages are of
@@ -53,6 +53,7 @@ class Analysis:
     partition: Optional[str] = None  # a split problem: the rule the taps' partitions follow (oracle.problem.partition)
     assumed: tuple[str, ...] = ()  # partition boundaries the declared rule placed over untraced k-blocks
     phases: tuple[tuple[str, float], ...] = ()  # wall milliseconds per phase of the run (_Clock)
+    incomplete_trace: tuple[str, ...] = ()  # the open confounds of an overflowed or torn trace (trace_confounds)
 
     @property
     def verdict(self) -> Verdict:
@@ -140,7 +141,8 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     clock.lap("context")
     if rec.kernel_error is not None and rec.output is None and not rec.taps:
         diag = first_divergence([], kernel_error=True)
-        return Analysis(rec, (), (), diag, Kind.DRAFT, tuple(trace_confounds(ctx)), (), None, None, str(dev))
+        incomplete = tuple(trace_confounds(ctx))
+        return Analysis(rec, (), (), diag, Kind.DRAFT, incomplete, (), None, None, str(dev), incomplete_trace=incomplete)
 
     tapped = sorted(ctx.traced_tiles)
     n_check = knobs.CROSS_CHECK_TILES.get()
@@ -166,7 +168,8 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
         open_conf.append(f"inputs are not controlled ({rec.provenance.describe()}): a localisation on them is a "
                          f"draft until reproduced on a controlled input")
     open_conf.extend(mixing_confound(ctx))
-    open_conf.extend(trace_confounds(ctx))
+    incomplete = tuple(trace_confounds(ctx))
+    open_conf.extend(incomplete)
     open_conf.extend(ctx.open_confounds)  # noticed by the stages: taps that break an assumption of the judgement
     partition = describe_partitions(spec, ctx.partitions)
     if partition is not None:
@@ -178,7 +181,7 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     clock.lap("findings")
     return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, nonfinite,
                     str(dev), missing, partition=partition, assumed=ctx.partition_assumptions,
-                    phases=clock.phases(ctx))
+                    phases=clock.phases(ctx), incomplete_trace=incomplete)
 
 
 def _stages(ctx: Context, clock: _Clock) -> list[StageResult]:

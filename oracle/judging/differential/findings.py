@@ -277,14 +277,33 @@ def _hint(ctx: Context, stage: str, el) -> Optional[str]:
     return None
 
 
-def first_nonfinite(stages):
+@dataclass(frozen=True)
+class NonFinite:
+    """Where the first NaN or Inf was received, in pipeline order: the stage, the tile, the
+    k-block (None for a stage without one) and the element (None when no bad element was kept)."""
+
+    stage: str
+    tile: tuple[int, int]
+    k_block: Optional[int] = None
+    element: Optional[tuple[int, int]] = None
+
+    def describe(self) -> str:
+        return f"{self.stage} tile {self.tile}" + (f" k-block {self.k_block}" if self.k_block is not None else "") + \
+            (f" element {self.element}" if self.element else "")
+
+    def to_json(self) -> dict:
+        return {"stage": self.stage, "tile": list(self.tile), "k_block": self.k_block,
+                "element": list(self.element) if self.element else None}
+
+
+def first_nonfinite(stages) -> Optional[NonFinite]:
     for s in stages:
         for cmp in (s.teacher_forced, s.chained):
             unit = cmp.first_nonfinite_tile
             if unit is not None:
                 el = next((b for b in unit.first_bad if b.received != b.received or abs(b.received) == float("inf")),
                           None)
-                return s.name, unit.tile, unit.k_block, (el.row, el.col) if el else None
+                return NonFinite(s.name, tuple(unit.tile), unit.k_block, (el.row, el.col) if el else None)
     return None
 
 

@@ -1,5 +1,5 @@
 """Timing both paths: the kernel under test, the Triton reference GEMM, and cuBLAS / cuBLASLt,
-each under the same discipline (oracle.tools.timing; the kernel under test is timed inside its child
+each under the same discipline (oracle.run.timing; the kernel under test is timed inside its child
 process by harness._child with the same stopping rule, with the sink off and the L2 flushed).
 
 The reference paths compute the same problem from the same operands: the Triton reference is
@@ -17,7 +17,7 @@ import torch
 
 from oracle.run.inputs import Operands
 from oracle.problem.spec import ProblemSpec
-from oracle.tools.timing import Timing, TimingError, gemm_flops, tflops, time_gpu
+from oracle.run.timing import Timing, TimingError, gemm_flops, tflops, time_gpu
 
 
 @dataclass(frozen=True)
