@@ -379,8 +379,10 @@ def write_json(judgement, path: str, extra: Optional[dict[str, Any]] = None) -> 
 def performance_table(perf) -> str:
     """Times of both paths; `speed` is the peer's time over the kernel's (>1: the kernel is faster)."""
     ratios = perf.ratios()
-    rows = [[p.name, f"{p.median_ms:.4g}", f"{p.tflops:.4g}", f"{ratios[p.name]:.3g}" if p.name in ratios else "-",
-             p.reps, f"{p.rse:.2%}", p.mode, p.note] for p in perf.paths]
-    out = tabulate(rows, headers=["path", "median ms", "TFLOP/s", "kernel speed vs", "reps", "rse", "timed by",
-                                  "note"])
+    rows = [[p.name, f"{p.median_ms:.4g}",
+             f"{p.median_ci_ms[0]:.4g}-{p.median_ci_ms[1]:.4g}" if p.median_ci_ms else "-", f"{p.tflops:.4g}",
+             f"{ratios[p.name]:.3g}" if p.name in ratios else "-", p.reps, f"{p.rse:.2%}", p.mode, p.note]
+            for p in perf.paths]
+    out = tabulate(rows, headers=["path", "median ms", "95% interval", "TFLOP/s", "kernel speed vs", "reps", "rse",
+                                  "timed by", "note"])
     return out + "".join(f"\nnote: {n}" for n in perf.notes)

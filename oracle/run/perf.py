@@ -17,7 +17,7 @@ import torch
 
 from oracle.run.inputs import Operands
 from oracle.problem.spec import ProblemSpec
-from oracle.run.timing import Timing, TimingError, gemm_flops, tflops, time_gpu
+from oracle.run.timing import Timing, TimingError, gemm_flops, median_interval, tflops, time_gpu
 
 
 @dataclass(frozen=True)
@@ -29,10 +29,11 @@ class PathTiming:
     reps: int
     rse: float
     note: str = ""
+    median_ci_ms: tuple = ()  # a distribution-free 95 % interval of the median (timing.median_interval)
 
     def to_json(self) -> dict:
         return {"name": self.name, "median_ms": self.median_ms, "TFLOPs": self.tflops, "mode": self.mode,
-                "reps": self.reps, "rse": self.rse, "note": self.note}
+                "reps": self.reps, "rse": self.rse, "note": self.note, "median_ci_ms": list(self.median_ci_ms)}
 
 
 @dataclass(frozen=True)
@@ -75,15 +76,17 @@ def kernel_path(spec: ProblemSpec, timing: Optional[dict], entry: str) -> Option
     note = f"entry {entry}"
     if timing.get("verified_after") is False:
         note += "; OUTPUT CHANGED during the timed reps (a race or an input it overwrites)"
+    samples = sorted(float(x) for x in timing.get("samples_ms") or ())
+    interval = median_interval(samples)[:2] if samples else ()
     return PathTiming("kernel", ms, tflops(gemm_flops(spec.m, spec.n, spec.k), ms), mode, int(timing["reps"]),
-                      float(timing["rse"]), note)
+                      float(timing["rse"]), note, interval)
 
 
 def _timed(name: str, spec: ProblemSpec, fn, note: str = "") -> PathTiming:
     t: Timing = time_gpu(fn)
     return PathTiming(name, t.median_ms, tflops(gemm_flops(spec.m, spec.n, spec.k), t.median_ms),
                       f"{t.mode}, {'cold' if t.cold_l2 else 'warm'} L2", t.reps, t.rse,
-                      "; ".join([note] + list(t.notes)).strip("; "))
+                      "; ".join([note] + list(t.notes)).strip("; "), t.median_ci_ms)
 
 
 def reference_paths(spec: ProblemSpec, ops: Operands) -> tuple[list[PathTiming], list[str]]:

@@ -79,6 +79,8 @@ class Timing:
     stop: str = "converged"
     notes: tuple = ()
     samples_ms: tuple = field(default=(), repr=False, compare=False)
+    median_ci_ms: tuple = ()  # (low, high): a distribution-free 95 % interval of the median (median_interval)
+    ci_coverage: Optional[float] = None  # the interval's exact coverage (>= 0.95 from 6 reps on)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -113,10 +115,11 @@ class Timing:
         n = len(s)
         mean = sum(s) / n
         stdev = math.sqrt(sum((x - mean) ** 2 for x in s) / (n - 1)) if n > 1 else 0.0
+        lo, hi, coverage = median_interval(srt)
         return cls(median_ms=percentile(srt, 0.5), mean_ms=mean, stdev_ms=stdev, min_ms=srt[0],
                    p10_ms=percentile(srt, 0.1), p90_ms=percentile(srt, 0.9), reps=n,
                    rse=relative_standard_error(s), mode=mode, cold_l2=cold_l2, stop=stop,
-                   notes=tuple(notes), samples_ms=tuple(s))
+                   notes=tuple(notes), samples_ms=tuple(s), median_ci_ms=(lo, hi), ci_coverage=coverage)
 
     @property
     def spread(self) -> float:
@@ -127,11 +130,33 @@ class Timing:
         d = asdict(self)
         d["notes"] = list(self.notes)
         d["rse"] = self.rse if math.isfinite(self.rse) else None
+        d["median_ci_ms"] = list(self.median_ci_ms)
         if samples:
             d["samples_ms"] = list(self.samples_ms)
         else:
             d.pop("samples_ms")
         return d
+
+
+def median_interval(sorted_samples: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
+    """A distribution-free interval of the median from order statistics: the number of samples
+    below the true median is Binomial(n, 1/2), so [x_(j), x_(n-1-j)] (0-based) covers it with
+    probability 1 - 2 P(B <= j). j is the largest rank whose coverage is still at least
+    `confidence` (scipy.stats.binom: the exact quantile, no normal approximation, which is off for
+    the 10 to 50 reps a timing takes). Returns (low, high, exact coverage); fewer than 6 samples
+    cannot reach 95 %: (min, max) and their coverage."""
+    from scipy.stats import binom
+
+    n = len(sorted_samples)
+    if n == 0:
+        raise ValueError("median_interval of no samples")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence={confidence!r} is not allowed; allowed: 0 < confidence < 1")
+    alpha = 1 - confidence
+    k = int(binom.ppf(alpha / 2, n, 0.5))  # the smallest k with P(B <= k) >= alpha / 2
+    j = max(0, k if binom.cdf(k, n, 0.5) <= alpha / 2 else k - 1)
+    coverage = 1.0 - 2.0 * float(binom.cdf(j, n, 0.5))
+    return float(sorted_samples[j]), float(sorted_samples[n - 1 - j]), coverage
 
 
 def tflops(flops: float, ms: float) -> float:

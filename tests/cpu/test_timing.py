@@ -360,3 +360,48 @@ def test_merge_of_mixed_modes_reports_events():
     m = T.merge([a, b])
     assert m.mode == "events" and not m.cold_l2 and m.stop == "max_ms" and m.reps == 3
     assert any("different modes" in n for n in m.notes)
+
+
+def _coverage_by_counting(n: int, j: int) -> float:
+    """1 - 2 P(B <= j), B ~ Binomial(n, 1/2), summed term by term."""
+    import math
+
+    return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(j + 1)) / 2 ** n
+
+
+@pytest.mark.parametrize("n", [1, 5, 6, 10, 17, 50, 200, 1000])
+def test_the_median_interval_is_the_widest_order_statistic_pair_that_still_covers_95_percent(n):
+    from oracle.run.timing import median_interval
+
+    samples = [float(i) for i in range(n)]  # x_(i) = i, so the interval names its ranks
+    lo, hi, coverage = median_interval(samples)
+    j = int(lo)
+    assert hi == n - 1 - j
+    assert coverage == pytest.approx(_coverage_by_counting(n, j), abs=1e-12)
+    if n >= 6:
+        assert coverage >= 0.95 and _coverage_by_counting(n, j + 1) < 0.95  # and no narrower pair covers
+    else:
+        assert j == 0  # (min, max): the most a handful of reps can say
+
+
+def test_a_timing_carries_its_median_interval():
+    from oracle.run.timing import Timing
+
+    t = Timing.from_samples([1.0, 1.1, 0.9, 1.05, 0.95, 1.2, 1.0, 0.98, 1.02, 1.01], mode="events", cold_l2=True)
+    assert t.median_ci_ms[0] <= t.median_ms <= t.median_ci_ms[1] and t.ci_coverage >= 0.95
+    assert t.as_dict()["median_ci_ms"] == list(t.median_ci_ms)
+
+
+def test_the_kernel_path_and_the_performance_table_carry_the_interval():
+    from oracle.problem.spec import ProblemSpec, Tile
+    from oracle.report.table import performance_table
+    from oracle.run.perf import Performance, kernel_path
+
+    spec = ProblemSpec(m=64, n=64, k=64, a_dtype="bf16", b_dtype="bf16", out_dtype="bf16", tile=Tile(64, 64, 64))
+    samples = [0.5 + 0.01 * i for i in range(20)]
+    path = kernel_path(spec, {"median_ms": 0.595, "reps": 20, "rse": 0.01, "cold_l2": True,
+                              "samples_ms": samples}, "k")
+    assert path.median_ci_ms[0] < 0.595 < path.median_ci_ms[1]
+    assert path.to_json()["median_ci_ms"] == list(path.median_ci_ms)
+    text = performance_table(Performance((path,)))
+    assert "95% interval" in text and f"{path.median_ci_ms[0]:.4g}-{path.median_ci_ms[1]:.4g}" in text
