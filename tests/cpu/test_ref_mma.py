@@ -7,6 +7,9 @@ import torch
 
 from kernels_ref import load as L
 from kernels_ref import mma as X
+from kernels_ref import mma_sample
+from kernels_ref import mma_stats as S
+from kernels_ref.mma_params import MainloopParams
 from kernels_ref.dtypes import DTYPES
 
 U32 = 2.0 ** -24
@@ -300,8 +303,8 @@ def test_bound_statistics_do_not_depend_on_the_launch_tile(ad, promo):
     M, N, K = 70, 40, 200
     a = torch.randn(M, K, generator=_gen(15)).to(DTYPES[ad].torch)
     b = torch.randn(K, N, generator=_gen(16)).to(DTYPES[ad].torch)
-    runs = [X._accumulate_stats(a, b, ad, ad, 32, 32, 64, "fp32", promo, None, None, None, "zero", 128, a.device,
-                                launch_tile=t) for t in (None, X.STATS_LAUNCH_TILE, (16, 64))]
+    p = MainloopParams(a, b, 32, 32, 64, "fp32", promo)
+    runs = [S.accumulate_stats(p, 128, a.device, launch_tile=t) for t in (None, S.STATS_LAUNCH_TILE, (16, 64))]
     for got in runs[1:]:
         for x, y in zip(runs[0][:2] + (runs[0][2].l, runs[0][2].v, runs[0][2].pabs, runs[0][2].prun),
                         got[:2] + (got[2].l, got[2].v, got[2].pabs, got[2].prun)):
@@ -312,12 +315,12 @@ def test_trajectory_stats_of_a_trajectory_end_where_the_whole_accumulation_does(
     a = torch.randn(16, 256, generator=_gen(13)).to(torch.bfloat16)
     b = torch.randn(256, 16, generator=_gen(14)).to(torch.bfloat16)
     traj, s_traj = X.mma_trajectory_host(a, b, [(0, 0)], 16, 16, 64, with_abs_sum=True)
-    st = X.trajectory_stats(traj, s_traj, 128, 64)
+    st = S.trajectory_stats(traj, s_traj, 128, 64)
     _, _, whole = X.mma_accumulate_host(a, b, 16, 16, 64, with_stats=True, stats_chunk=128)
     for f in ("l", "v", "pabs", "prun"):
         assert torch.allclose(getattr(st, f)[0, -1].double(), getattr(whole, f).double(), rtol=1e-6)
     with pytest.raises(ValueError, match="stats_chunk=100 must be a positive multiple of block_k=64"):
-        X.trajectory_stats(traj, s_traj, 100, 64)
+        S.trajectory_stats(traj, s_traj, 100, 64)
     with pytest.raises(ValueError, match="acc='int32' is exact"):
         X.mma_accumulate_host(torch.ones(4, 64, dtype=torch.int8), torch.ones(64, 4, dtype=torch.int8), 4, 4, 64,
                               acc="int32", with_stats=True)
@@ -347,7 +350,7 @@ def test_the_sampled_spec_is_the_loop_spec_at_its_elements(ad, acc, promo, scale
     lines = [0, 1, 5, bm - 1]
     rows = torch.tensor([[tm * bm + r for r in lines] for tm, _ in tiles])
     cols = torch.tensor([[tn * bn + c for c in range(bn)] for _, tn in tiles])
-    got, s = X.mma_sample_host(a, b, rows, cols, bm, bn, bk, **kw)
+    got, s = mma_sample.mma_sample_host(a, b, rows, cols, bm, bn, bk, **kw)
     assert got.shape == s.shape == (2, len(lines), bn) and got.dtype == torch.float64
     assert _same(got, loop[:, -1][:, lines])
     want_s = loop_s[:, -1][:, lines]

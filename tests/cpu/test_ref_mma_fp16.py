@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from kernels_ref import mma as X
+from kernels_ref import mma_params
 from kernels_ref.dtypes import DTYPES
 
 
@@ -129,7 +130,7 @@ def test_interpreter_step_scan_is_the_compiled_loop(monkeypatch, ad, bd, fill):
         return t.view(torch.int16 if t.dtype == torch.float16 else torch.int32)
 
     scan = run()
-    monkeypatch.setattr(X, "INTERPRET_FP16_STEPS_AS_LOOP", True)
+    monkeypatch.setattr(mma_params, "INTERPRET_FP16_STEPS_AS_LOOP", True)
     loop = run()
     for i, (x, y) in enumerate(zip(scan, loop)):
         assert torch.equal(bits(x), bits(y)), i
