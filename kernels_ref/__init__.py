@@ -3,7 +3,9 @@
 The stages of a GEMM kernel, one module each, in pipeline order:
   descriptor  what a TMA load writes into shared memory (swizzle, boxes, out-of-bounds fill)
   load        the operand tile the MMA reads (from the operand, or from a shared-memory image)
-  mma         the accumulator after every k-block (fp32, fp16, int32; fp8 promotion; block scales)
+  mma         the accumulator after every k-block (fp32, fp16, int32; fp8 promotion; block scales);
+              beside it `mma_params` (check_supported, the kernels' arguments), `mma_stats` (the
+              statistics the bounds read) and `mma_sample` (the cross-check's sampled host spec)
   epilogue    scale -> alpha/beta -> bias -> activation -> cast, or the order a graph declares
               (`epilogue_graph`: the steps, their order and the roundings between them)
   gemm        all of the above fused in one kernel built from the same jit helpers
@@ -22,7 +24,8 @@ imported on first use, so `kernels_ref.dtypes` (the one dtype table) loads witho
 
 import importlib
 
-_MODULES = ("descriptor", "dtypes", "epilogue", "epilogue_graph", "gemm", "load", "mma")
+_MODULES = ("descriptor", "dtypes", "epilogue", "epilogue_graph", "gemm", "load", "mma", "mma_params", "mma_sample",
+            "mma_stats")
 _NAMES = {
     "descriptor": ("image_nbytes", "operand_image", "operand_image_host", "operand_images", "operand_images_host",
                    "storage_shape", "swizzle", "swizzle_host", "tile_shape", "unswizzle", "unswizzle_host"),
@@ -35,8 +38,9 @@ _NAMES = {
     "gemm": ("gemm_host",),
     "load": ("load_tile", "load_tile_host", "load_tiles", "load_tiles_host", "tile_from_image",
              "tile_from_image_host"),
-    "mma": ("ACCS", "mma_accumulate", "mma_accumulate_host", "mma_step", "mma_step_host", "mma_trajectory",
+    "mma": ("mma_accumulate", "mma_accumulate_host", "mma_step", "mma_step_host", "mma_trajectory",
             "mma_trajectory_host", "truncate_mantissa_host"),
+    "mma_params": ("ACCS",),
 }
 _WHERE = {name: mod for mod, names in _NAMES.items() for name in names}
 __all__ = list(_MODULES) + [n for names in _NAMES.values() for n in names]

@@ -79,6 +79,17 @@ def _smem_byte_offset(outer, inner_byte, N_OUTER: tl.constexpr, INNER_BYTES: tl.
     return _swizzle_offset(a, SW_MASK)
 
 
+@triton.jit
+def _tile_byte_offset(i, j, byte, TR: tl.constexpr, TC: tl.constexpr, WIDTH: tl.constexpr,
+                      TRANSPOSED: tl.constexpr, SW: tl.constexpr, SW_MASK: tl.constexpr):
+    """Byte offset in the image of byte `byte` of logical tile element (i, j) ([RP, 1] and [1, CP]
+    index blocks): a transposed image stores the tile's columns as its rows."""
+    if TRANSPOSED:
+        return _smem_byte_offset(j + i * 0, (i + j * 0) * WIDTH + byte, TC, TR * WIDTH, SW, SW_MASK)
+    else:
+        return _smem_byte_offset(i + j * 0, (j + i * 0) * WIDTH + byte, TR, TC * WIDTH, SW, SW_MASK)
+
+
 # ----------------------------------------------------------------------------------------------
 # kernels
 # ----------------------------------------------------------------------------------------------
@@ -93,30 +104,29 @@ def _swizzle_kernel(src_ptr, dst_ptr, n, SW_MASK: tl.constexpr, BLOCK: tl.conste
 
 
 @triton.jit
+def _origin_box_bits(x_ptr, sx_r, sx_c, n_rows, n_cols, org_ptr, t, TR: tl.constexpr, TC: tl.constexpr,
+                     RP: tl.constexpr, CP: tl.constexpr, WIDTH: tl.constexpr, FILL_NAN: tl.constexpr,
+                     NAN_BITS: tl.constexpr):
+    """`_box_bits` of box t, whose origin (row0, col0) is the t-th pair at org_ptr."""
+    row0 = tl.load(org_ptr + 2 * t)
+    col0 = tl.load(org_ptr + 2 * t + 1)
+    return _box_bits(x_ptr, sx_r, sx_c, row0, col0, n_rows, n_cols, TR, TC, RP, CP, WIDTH, FILL_NAN, NAN_BITS)
+
+
+@triton.jit
 def _operand_image_kernel(x_ptr, sx_r, sx_c, n_rows, n_cols, org_ptr, img_ptr, s_img,
                           TR: tl.constexpr, TC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
                           WIDTH: tl.constexpr, FILL_NAN: tl.constexpr, NAN_BITS: tl.constexpr,
                           TRANSPOSED: tl.constexpr, SW: tl.constexpr, SW_MASK: tl.constexpr):
     t = tl.program_id(0)
-    row0 = tl.load(org_ptr + 2 * t)
-    col0 = tl.load(org_ptr + 2 * t + 1)
-    bits = _box_bits(x_ptr, sx_r, sx_c, row0, col0, n_rows, n_cols, TR, TC, RP, CP, WIDTH, FILL_NAN, NAN_BITS)
+    bits = _origin_box_bits(x_ptr, sx_r, sx_c, n_rows, n_cols, org_ptr, t, TR, TC, RP, CP, WIDTH, FILL_NAN,
+                            NAN_BITS)
     i = tl.arange(0, RP)[:, None]
     j = tl.arange(0, CP)[None, :]
     in_tile = (i < TR) & (j < TC)
-    if TRANSPOSED:
-        outer = j + i * 0
-        inner = i + j * 0
-        N_OUTER: tl.constexpr = TC
-        N_INNER: tl.constexpr = TR
-    else:
-        outer = i + j * 0
-        inner = j + i * 0
-        N_OUTER: tl.constexpr = TR
-        N_INNER: tl.constexpr = TC
     base = img_ptr + t.to(tl.int64) * s_img
     for byte in tl.static_range(WIDTH):
-        off = _smem_byte_offset(outer, inner * WIDTH + byte, N_OUTER, N_INNER * WIDTH, SW, SW_MASK)
+        off = _tile_byte_offset(i, j, byte, TR, TC, WIDTH, TRANSPOSED, SW, SW_MASK)
         tl.store(base + off, _to_storage((bits >> (8 * byte)) & 0xFF, 1), mask=in_tile)
 
 

@@ -319,8 +319,8 @@ class _Operands:
         return (("c", self.c), ("bias", self.bias), ("row_scale", self.row_scale), ("col_scale", self.col_scale),
                 ("tensor_scale", self.tensor_scale))
 
-    def kernel_args(self, dummy: torch.Tensor):
-        """Positional pointer/stride args and constexprs for `_epilogue_tile`."""
+    def kernel_args(self, dummy: torch.Tensor) -> dict:
+        """Pointer/stride arguments and constexprs of `_epilogue_tile`, by its names."""
         def vec(v):
             if v is None:
                 return (dummy, 0), (False, 0, 4)
@@ -333,17 +333,17 @@ class _Operands:
         (bb, b_s), (has_b, b_dt, b_w) = vec(self.bias)
         if self.c is not None:
             cb = C.bits_view(self.c)
-            c_args = (cb, cb.stride(0), cb.stride(1))
+            c_ptr, c_r, c_c = cb, cb.stride(0), cb.stride(1)
             has_c, c_dt, c_w = True, C.CODES[C.name_of(self.c.dtype)], self.c.element_size()
         else:
-            c_args, has_c, c_dt, c_w = (dummy, 0, 0), False, 0, 4
+            c_ptr, c_r, c_c, has_c, c_dt, c_w = dummy, 0, 0, False, 0, 4
         ep = self.ep
-        args = (rs, rs_s, cs, cs_s, ts, float(ep.alpha), float(ep.beta), *c_args, bb, b_s)
-        meta = dict(HAS_RS=has_rs, RS_DT=rs_dt, RS_W=rs_w, HAS_CS=has_cs, CS_DT=cs_dt, CS_W=cs_w,
+        return dict(rs_ptr=rs, rs_s=rs_s, cs_ptr=cs, cs_s=cs_s, ts_ptr=ts, alpha=float(ep.alpha), beta=float(ep.beta),
+                    c_ptr=c_ptr, c_r=c_r, c_c=c_c, b_ptr=bb, b_s=b_s,
+                    HAS_RS=has_rs, RS_DT=rs_dt, RS_W=rs_w, HAS_CS=has_cs, CS_DT=cs_dt, CS_W=cs_w,
                     HAS_TS=has_ts, TS_DT=ts_dt, TS_W=ts_w, HAS_C=has_c, C_DT=c_dt, C_W=c_w,
                     AXIS=_AXIS_CODE[ep.bias_axis] if has_b else 0, B_DT=b_dt, B_W=b_w,
                     ACT=_ACT_CODE[ep.activation], OUT=C.CODES[ep.out_dtype], SAT=ep.saturate)
-        return args, meta
 
 
 def _check_x(x):
@@ -358,13 +358,12 @@ def _run(x: torch.Tensor, ep: Epilogue, ops: _Operands, steps: bool):
     out = torch.empty((R, Cn), dtype=DTYPES[ep.out_dtype].torch, device=dev)
     st = torch.empty((4, R, Cn), dtype=torch.float32, device=dev) if steps else out
     xb, ob = C.bits_view(x), C.bits_view(out)
-    args, meta = ops.kernel_args(xb)
     BR, BC = 64, 64
     if R and Cn:
         _epilogue_kernel[(C.cdiv(R, BR), C.cdiv(Cn, BC))](
             xb, xb.stride(0), xb.stride(1), R, Cn, ob, ob.stride(0), ob.stride(1), st, R * Cn if steps else 0,
-            Cn if steps else 0, *args, X_DT=C.CODES[xd], X_W=x.element_size(), OUT_W=out.element_size(),
-            STEPS=steps, BR=BR, BC=BC, **meta, **C.launch_options(dev))
+            Cn if steps else 0, X_DT=C.CODES[xd], X_W=x.element_size(), OUT_W=out.element_size(),
+            STEPS=steps, BR=BR, BC=BC, **ops.kernel_args(xb), **C.launch_options(dev))
     if steps:
         return EpilogueSteps(st[0], st[1], st[2], st[3], out)
     return out

@@ -3,9 +3,10 @@
 Data path: for each output tile (tm, tn) and each k-block, the operand boxes are read with the
 descriptor's out-of-bounds fill (`descriptor._box_bits`, the same helper `load_tile` uses; the
 swizzled shared-memory image is not materialised because `tile_from_image(operand_image(.))` is the
-identity on the tile), accumulated by `mma._mma_kblock` in the declared precision (via
-`mma._mainloop`), then passed through `epilogue._epilogue_tile` (scale -> alpha_beta -> bias ->
-activation -> cast) and stored as D [M, N] in ep.out_dtype. So
+identity on the tile), accumulated by `_mainloop._mma_kblock` in the declared precision (via
+`_mainloop._mainloop`, with the arguments `mma_params.MainloopParams` builds), then passed
+through `epilogue._epilogue_tile` (scale -> alpha_beta -> bias -> activation -> cast) and
+stored as D [M, N] in ep.out_dtype. So
   gemm(a, b, ...) == epilogue(mma_accumulate(a, b, ...), ep, ...)   bit for bit.
 An epilogue declared in another order (ep.graph) is not fused: gemm is then literally
 mma_accumulate followed by epilogue.
@@ -34,8 +35,10 @@ from kernels_ref._codec import _to_storage
 from kernels_ref.dtypes import DTYPES
 from kernels_ref.epilogue import Epilogue, _epilogue_tile, _Operands, epilogue, epilogue_host
 from kernels_ref.epilogue import check_supported as _epilogue_check_supported
-from kernels_ref.mma import _Cfg, _loop_count, _mainloop, _scale_args, _validate_mm, mma_accumulate, mma_accumulate_host
-from kernels_ref.mma import check_supported as _mma_check_supported
+from kernels_ref._mainloop import _loop_count, _mainloop
+from kernels_ref.mma import mma_accumulate, mma_accumulate_host
+from kernels_ref.mma_params import MainloopParams
+from kernels_ref.mma_params import check_supported as _mma_check_supported
 
 
 @triton.jit
@@ -107,10 +110,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, block_m: int = 128, block_n: int =
     """D = epilogue(A @ B) [M, N] in ep.out_dtype, in one fused kernel (module docstring)."""
     if not isinstance(ep, Epilogue):
         raise ValueError(f"ep must be an Epilogue, got {type(ep).__name__}")
-    ad, bd = _validate_mm(a, b, block_m, block_n, block_k, acc, promotion_interval, scale_a_block, scale_b_block,
-                            block_scale_group, oob_fill)
-    M, K = a.shape
-    N = b.shape[1]
+    p = MainloopParams(a, b, block_m, block_n, block_k, acc, promotion_interval, scale_a_block, scale_b_block,
+                       block_scale_group, oob_fill)
+    M, N = a.shape[0], b.shape[1]
     ops = _Operands(M, N, ep, c, bias, row_scale, col_scale, tensor_scale)
     if not ep.fused:  # a declared order: the stages one after the other
         acc_v = mma_accumulate(a, b, block_m, block_n, block_k, acc, promotion_interval, scale_a_block,
@@ -123,19 +125,20 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, block_m: int = 128, block_n: int =
     if M == 0 or N == 0:
         return out
     ob = C.bits_view(out)
-    ab, bb = C.bits_view(a), C.bits_view(b)
-    cfg = _Cfg(ad, bd, acc, block_m, block_n, block_k, promotion_interval)
-    sargs, smeta = _scale_args(scale_a_block, scale_b_block, block_scale_group, ab)
-    eargs, emeta = ops.kernel_args(ab)
-    emeta["B_DT_EP"] = emeta.pop("B_DT")
-    emeta["B_W_EP"] = emeta.pop("B_W")
     grid = (C.cdiv(M, block_m) * C.cdiv(N, block_n),)
     _gemm_kernel[grid](
-        ab, ab.stride(0), ab.stride(1), bb, bb.stride(0), bb.stride(1), M, N, K, C.cdiv(K, block_k), *sargs,
-        ob, ob.stride(0), ob.stride(1), *eargs, BK=block_k, OUT_W=out.element_size(), GROUP_M=8,
-        N_KB_I=C.cdiv(K, block_k) if C.interpreting() else 0,
-        **cfg.meta, **cfg.fill(oob_fill), **smeta, **emeta, **C.launch_options(dev, cfg.num_warps))
+        out_ptr=ob, so_r=ob.stride(0), so_c=ob.stride(1), OUT_W=out.element_size(), GROUP_M=8,
+        **p.kernel_args(), **_epilogue_args(ops.kernel_args(C.bits_view(a))), **p.launch_options(dev))
     return out
+
+
+# The epilogue's arguments whose names the gemm kernel gives to operand B already.
+_EPILOGUE_RENAMED = {"b_ptr": "bias_ptr", "b_s": "bias_s", "B_DT": "B_DT_EP", "B_W": "B_W_EP"}
+
+
+def _epilogue_args(args: dict) -> dict:
+    """The epilogue's kernel arguments (`_Operands.kernel_args`) by the gemm kernel's names."""
+    return {_EPILOGUE_RENAMED.get(k, k): v for k, v in args.items()}
 
 
 def gemm_host(a: torch.Tensor, b: torch.Tensor, *, block_m: int = 128, block_n: int = 128, block_k: int = 64,

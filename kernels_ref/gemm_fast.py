@@ -158,22 +158,18 @@ class GemmConfig:
 # Candidates an autotune tries on the GPU (benchmarks/gemm_bench.py); short on purpose. They are
 # shapes wgmma likes (128-row tiles for two consumer warpgroups, 128-byte K rows for 128-byte
 # swizzle), not measured winners: the defaults below are the first entry of each list.
-CANDIDATES: dict[str, tuple[GemmConfig, ...]] = {
-    "bf16": (
-        GemmConfig(128, 256, 64, 8, 3, 8, False, True),
-        GemmConfig(128, 256, 64, 8, 4, 8, True, True),
-        GemmConfig(128, 128, 64, 8, 4, 8, False, True),
-        GemmConfig(256, 128, 64, 8, 3, 8, False, True),
-        GemmConfig(128, 256, 64, 8, 3, 8, False, False),
-    ),
-    "e4m3": (
-        GemmConfig(128, 256, 128, 8, 3, 8, False, True),
-        GemmConfig(128, 256, 128, 8, 4, 8, True, True),
-        GemmConfig(128, 128, 128, 8, 4, 8, False, True),
-        GemmConfig(256, 128, 128, 8, 3, 8, False, True),
-        GemmConfig(128, 256, 128, 8, 3, 8, False, False),
-    ),
-}
+def _candidates(block_k: int) -> tuple[GemmConfig, ...]:
+    """The candidate shapes with K rows of block_k elements (128 bytes of the operand type)."""
+    return (
+        GemmConfig(128, 256, block_k, 8, 3, 8, False, True),
+        GemmConfig(128, 256, block_k, 8, 4, 8, True, True),
+        GemmConfig(128, 128, block_k, 8, 4, 8, False, True),
+        GemmConfig(256, 128, block_k, 8, 3, 8, False, True),
+        GemmConfig(128, 256, block_k, 8, 3, 8, False, False),
+    )
+
+
+CANDIDATES: dict[str, tuple[GemmConfig, ...]] = {"bf16": _candidates(64), "e4m3": _candidates(128)}
 DEFAULTS: dict[str, GemmConfig] = {k: v[0] for k, v in CANDIDATES.items()}
 
 

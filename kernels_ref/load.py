@@ -23,7 +23,7 @@ import triton.language as tl
 from kernels_ref import _common as C
 from kernels_ref import descriptor as D
 from kernels_ref._codec import _to_storage
-from kernels_ref.descriptor import _box_bits, _smem_byte_offset
+from kernels_ref.descriptor import _origin_box_bits, _tile_byte_offset
 from kernels_ref.dtypes import DTYPES
 
 
@@ -32,9 +32,8 @@ def _load_tiles_kernel(x_ptr, sx_r, sx_c, n_rows, n_cols, org_ptr, out_ptr, so_t
                        TR: tl.constexpr, TC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
                        WIDTH: tl.constexpr, FILL_NAN: tl.constexpr, NAN_BITS: tl.constexpr):
     t = tl.program_id(0)
-    row0 = tl.load(org_ptr + 2 * t)
-    col0 = tl.load(org_ptr + 2 * t + 1)
-    bits = _box_bits(x_ptr, sx_r, sx_c, row0, col0, n_rows, n_cols, TR, TC, RP, CP, WIDTH, FILL_NAN, NAN_BITS)
+    bits = _origin_box_bits(x_ptr, sx_r, sx_c, n_rows, n_cols, org_ptr, t, TR, TC, RP, CP, WIDTH, FILL_NAN,
+                            NAN_BITS)
     i = tl.arange(0, RP)[:, None]
     j = tl.arange(0, CP)[None, :]
     tl.store(out_ptr + t.to(tl.int64) * so_t + i * so_r + j * so_c, _to_storage(bits, WIDTH),
@@ -48,19 +47,9 @@ def _tile_from_image_bits(img_ptr, TR: tl.constexpr, TC: tl.constexpr, RP: tl.co
     i = tl.arange(0, RP)[:, None]
     j = tl.arange(0, CP)[None, :]
     in_tile = (i < TR) & (j < TC)
-    if TRANSPOSED:
-        outer = j + i * 0
-        inner = i + j * 0
-        N_OUTER: tl.constexpr = TC
-        N_INNER: tl.constexpr = TR
-    else:
-        outer = i + j * 0
-        inner = j + i * 0
-        N_OUTER: tl.constexpr = TR
-        N_INNER: tl.constexpr = TC
     bits = tl.zeros([RP, CP], tl.int32)
     for byte in tl.static_range(WIDTH):
-        off = _smem_byte_offset(outer, inner * WIDTH + byte, N_OUTER, N_INNER * WIDTH, SW, SW_MASK)
+        off = _tile_byte_offset(i, j, byte, TR, TC, WIDTH, TRANSPOSED, SW, SW_MASK)
         b = tl.load(img_ptr + off, mask=in_tile, other=0).to(tl.int32) & 0xFF
         bits = bits | (b << (8 * byte))
     return bits

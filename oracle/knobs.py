@@ -4,7 +4,7 @@ the README does too."""
 
 from __future__ import annotations
 
-from harness.knobs import KNOBS, Knob, KnobError, register  # noqa: F401  (KnobError is re-exported)
+from harness.knobs import KNOBS, Knob, KnobError, positive_int, register  # noqa: F401  (KnobError is re-exported)
 
 
 def _choice(*allowed: str):
@@ -13,13 +13,6 @@ def _choice(*allowed: str):
             raise ValueError(f"expected one of {', '.join(allowed)}")
         return s
     return parse
-
-
-def _positive_int(s: str) -> int:
-    v = int(s)
-    if v <= 0:
-        raise ValueError("expected a positive integer")
-    return v
 
 
 DEVICE = register(Knob("ORACLE_DEVICE", _choice("auto", "cpu", "cuda"), lambda: "auto",
@@ -34,14 +27,14 @@ def _count(s: str) -> int:
 CROSS_CHECK_TILES = register(Knob("ORACLE_CROSS_CHECK_TILES", _count, lambda: 2,
                                   "Tiles on which the Triton references are checked against the float64 host "
                                   "specs on every run (0: none)."))
-MAX_DETAIL_TILES = register(Knob("ORACLE_MAX_DETAIL_TILES", _positive_int, lambda: 64,
+MAX_DETAIL_TILES = register(Knob("ORACLE_MAX_DETAIL_TILES", positive_int, lambda: 64,
                                  "Failing tiles per stage for which the first bad elements are extracted."))
 
-TRACE_MAX_MB = register(Knob("ORACLE_TRACE_MAX_MB", _positive_int, lambda: 2048,
+TRACE_MAX_MB = register(Knob("ORACLE_TRACE_MAX_MB", positive_int, lambda: 2048,
                              "The most a live run's trace sink may take, in MiB (a case's [trace] capacity_mb "
                              "overrides it): the sink is sized to the selection up to this."))
 
-MAX_OPERAND_MB = register(Knob("ORACLE_MAX_OPERAND_MB", _positive_int, lambda: 32768,
+MAX_OPERAND_MB = register(Knob("ORACLE_MAX_OPERAND_MB", positive_int, lambda: 32768,
                                "The most memory, in MiB, a problem's operands, output and declared workspaces may "
                                "take (A, B, C, D, bias, scales, [workspace.X]); a larger problem is refused before "
                                "any input is made. The machine's memory, the address-space limit (RLIMIT_AS) and, "

@@ -13,7 +13,7 @@ Over a k-block j every step has m_t <= m_j = max_c |X_(j-1) - X_c| + s_j, where 
 accumulator values at k-block boundaries (X_c over every earlier boundary and 0, so a partial
 restarted at any boundary, as split-K and stream-K do, is covered) and s_j the block's sum |a||b|.
 The reference accumulates two statistics per element, L = sum_j m_j and V = sum_j m_j^2
-(kernels_ref.mma, `with_stats`), and the bound is
+(kernels_ref.mma_stats, `with_stats`), and the bound is
     det * n_steps * L  +  LAMBDA * sqrt(rnd^2 * n_steps * V)
 with the truncating parts of c in `det` (a truncation errs in one direction, so those errors add
 up: the bias of a truncating tensor core at large K) and the rounding parts in `rnd` (errors of
@@ -356,7 +356,7 @@ def acc_model(name: str, operand: str) -> AccModel:
 
 
 # ----------------------------------------------------------------------------------------------
-# the statistics a bound reads (the reference computes them; kernels_ref.mma.MmaStats)
+# the statistics a bound reads (the reference computes them; kernels_ref.mma_stats.MmaStats)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -373,7 +373,7 @@ class Stats:
 
     @classmethod
     def of(cls, st) -> "Stats":
-        """From kernels_ref.mma.MmaStats (or anything with l, v, q, pabs, prun)."""
+        """From kernels_ref.mma_stats.MmaStats (or anything with l, v, q, pabs, prun)."""
         return cls(st.l, st.v, getattr(st, "q", None), getattr(st, "pabs", None), getattr(st, "prun", None))
 
     @classmethod
@@ -550,7 +550,7 @@ def mma_bound(spec, x0_abs: torch.Tensor, s: torch.Tensor, n, stats=None,
     each unit's span, the units along the tensors' first dim).
 
     x0_abs: |accumulator| at the start of the span (exactly known: a tap, or 0); s: sum of |a||b|
-    (scaled) over the span; stats: the span's L, V (Stats, kernels_ref.mma.MmaStats or SpanStats);
+    (scaled) over the span; stats: the span's L, V (Stats, kernels_ref.mma_stats.MmaStats or SpanStats);
     without them the bound uses what |x0| and S alone guarantee (looser). x_abs: |the reference's
     sum over the span| (a SpanStats carries its own): truncated operands' bias follows it; without
     it that term falls back to S."""

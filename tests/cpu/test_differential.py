@@ -103,10 +103,10 @@ def test_ktag_input_names_the_k_block_counted_twice():
 
 
 def test_broken_reference_makes_the_oracle_untrusted(monkeypatch):
-    from kernels_ref import mma
+    from kernels_ref import mma_sample
 
-    real = mma.mma_sample_finish
-    monkeypatch.setattr(mma, "mma_sample_finish", lambda *a, **k: (lambda acc, s: (acc * 1.5, s))(*real(*a, **k)))
+    real = mma_sample.mma_sample_finish
+    monkeypatch.setattr(mma_sample, "mma_sample_finish", lambda *a, **k: (lambda acc, s: (acc * 1.5, s))(*real(*a, **k)))
     an = run(BASE, "mma_kblock_twice")
     assert an.verdict is Verdict.ORACLE_UNTRUSTED and an.cross_check
 
@@ -119,7 +119,7 @@ def test_the_cross_checks_host_side_on_a_worker_thread_finds_what_it_finds_inlin
     import torch
 
     from kernels_ref import load as ref_load
-    from kernels_ref import mma
+    from kernels_ref import mma_sample
     from oracle.judging.differential import cross_check as cc
     from oracle.judging.differential.context import Context
 
@@ -127,8 +127,8 @@ def test_the_cross_checks_host_side_on_a_worker_thread_finds_what_it_finds_inlin
         real_load = ref_load.load_tile_host
         monkeypatch.setattr(ref_load, "load_tile_host", lambda *a, **k: real_load(*a, **k) + 1)
     if broken == "mma":
-        real = mma.mma_sample_finish
-        monkeypatch.setattr(mma, "mma_sample_finish", lambda *a, **k: (lambda acc, s: (acc * 1.5, s))(*real(*a, **k)))
+        real = mma_sample.mma_sample_finish
+        monkeypatch.setattr(mma_sample, "mma_sample_finish", lambda *a, **k: (lambda acc, s: (acc * 1.5, s))(*real(*a, **k)))
     seen = []
     real_dis = cc.disagreement
     monkeypatch.setattr(cc, "disagreement",

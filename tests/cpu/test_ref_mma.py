@@ -7,24 +7,13 @@ import torch
 
 from kernels_ref import load as L
 from kernels_ref import mma as X
+from kernels_ref import mma_sample
+from kernels_ref import mma_stats as S
+from kernels_ref.mma_params import MainloopParams
 from kernels_ref.dtypes import DTYPES
+from ref_checks import gen, ints, same  # tests/ is on sys.path
 
 U32 = 2.0 ** -24
-
-
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
-
-
-def _ints(shape, lo, hi, dtype, seed):
-    """Small integers: exactly representable in every operand type and summed exactly in fp32."""
-    return torch.randint(lo, hi + 1, shape, generator=_gen(seed)).to(dtype)
-
-
-def _same(got, want):
-    """Equal values, NaN where NaN (float64 comparison)."""
-    g, w = got.detach().cpu().double(), want.detach().cpu().double()
-    return g.shape == w.shape and torch.equal(g.isnan(), w.isnan()) and torch.equal(g.nan_to_num(0), w.nan_to_num(0))
 
 
 PAIRS = [("fp32", "fp32"), ("fp16", "fp16"), ("bf16", "bf16"), ("e4m3", "e4m3"), ("e5m2", "e5m2"), ("e4m3", "e5m2")]
@@ -33,20 +22,20 @@ PAIRS = [("fp32", "fp32"), ("fp16", "fp16"), ("bf16", "bf16"), ("e4m3", "e4m3"),
 @pytest.mark.parametrize("ad,bd", PAIRS)
 def test_fp32_acc_exact_inputs_bit_exact(ad, bd):
     M, N, K = 33, 47, 2500
-    a = _ints((M, K), -8, 8, DTYPES[ad].torch, 1)
-    b = _ints((K, N), -8, 8, DTYPES[bd].torch, 2)
+    a = ints((M, K), -8, 8, DTYPES[ad].torch, 1)
+    b = ints((K, N), -8, 8, DTYPES[bd].torch, 2)
     got = X.mma_accumulate(a, b, 32, 24, 128)  # ragged in M, N and K; BN not a power of two
     assert got.dtype == torch.float32 and got.shape == (M, N)
     exact = a.double() @ b.double()
-    assert _same(got, exact)
-    assert _same(X.mma_accumulate_host(a, b, 32, 24, 128), exact)
+    assert same(got, exact)
+    assert same(X.mma_accumulate_host(a, b, 32, 24, 128), exact)
 
 
 @pytest.mark.parametrize("ad", ["fp32", "fp16", "bf16", "e4m3", "e5m2"])
 def test_fp32_acc_random_within_rounding_bound(ad):
     M, N, K, BK = 40, 24, 700, 64
-    a = (torch.randn(M, K, generator=_gen(3)) * 2).to(DTYPES[ad].torch)
-    b = torch.randn(K, N, generator=_gen(4)).to(DTYPES[ad].torch)
+    a = (torch.randn(M, K, generator=gen(3)) * 2).to(DTYPES[ad].torch)
+    b = torch.randn(K, N, generator=gen(4)).to(DTYPES[ad].torch)
     got, s = X.mma_accumulate(a, b, 32, 16, BK, with_abs_sum=True)
     host, s_host = X.mma_accumulate_host(a, b, 32, 16, BK, with_abs_sum=True)
     exact = a.double() @ b.double()
@@ -62,8 +51,8 @@ def test_fp32_acc_random_within_rounding_bound(ad):
 
 def test_int8_exact_accumulation():
     M, N, K = 35, 29, 3000
-    a = torch.randint(-128, 128, (M, K), generator=_gen(7), dtype=torch.int8)
-    b = torch.randint(-128, 128, (K, N), generator=_gen(8), dtype=torch.int8)
+    a = torch.randint(-128, 128, (M, K), generator=gen(7), dtype=torch.int8)
+    b = torch.randint(-128, 128, (K, N), generator=gen(8), dtype=torch.int8)
     got, s = X.mma_accumulate(a, b, 32, 16, 128, acc="int32", with_abs_sum=True)
     assert got.dtype == torch.int32
     want = a.long() @ b.long()
@@ -99,15 +88,15 @@ def test_fp8_promotion_truncates_inside_the_interval():
     each_step = X.mma_accumulate(a, b, 16, 16, 64, promotion_interval=32)
     plain = X.mma_accumulate(a, b, 16, 16, 64)
     assert torch.all(each_step[:8] == 16385) and torch.all(plain[8:] == -16385)
-    assert _same(X.mma_accumulate_host(a, b, 16, 16, 64, promotion_interval=64), promoted)
-    assert _same(X.mma_step(None, a, b, promotion_interval=64), promoted)
-    assert _same(X.mma_step_host(None, a, b, promotion_interval=64), promoted)
+    assert same(X.mma_accumulate_host(a, b, 16, 16, 64, promotion_interval=64), promoted)
+    assert same(X.mma_step(None, a, b, promotion_interval=64), promoted)
+    assert same(X.mma_step_host(None, a, b, promotion_interval=64), promoted)
 
 
 def _spread_fp8(shape, seed):
     """e4m3 values 1.mmm * 2^e, e in [-2, 2], random sign: a 32-deep sum of products spans about
     21 bits, so it is exact in fp32 but does not fit the 13-bit promotion mantissa."""
-    g = _gen(seed)
+    g = gen(seed)
     mant = torch.randint(8, 16, shape, generator=g).double() / 8
     exp = torch.randint(-2, 3, shape, generator=g).double()
     sign = torch.randint(0, 2, shape, generator=g).double() * 2 - 1
@@ -120,7 +109,7 @@ def test_fp8_promotion_matches_host(bk, p):
     a, b = _spread_fp8((M, K), bk + p), _spread_fp8((K, N), bk + p + 1)
     got = X.mma_accumulate(a, b, 16, 32, bk, promotion_interval=p)
     host = X.mma_accumulate_host(a, b, 16, 32, bk, promotion_interval=p)
-    assert _same(got, host)
+    assert same(got, host)
     plain = X.mma_accumulate(a, b, 16, 32, bk)
     exact = a.double() @ b.double()
     s = a.double().abs() @ b.double().abs()
@@ -131,9 +120,9 @@ def test_fp8_promotion_matches_host(bk, p):
 
 def _scaled_case(seed, pow2=True):
     M, N, K = 45, 70, 300
-    g = _gen(seed)
-    a = _ints((M, K), -6, 6, torch.float8_e4m3fn, seed)
-    b = _ints((K, N), -6, 6, torch.float8_e4m3fn, seed + 1)
+    g = gen(seed)
+    a = ints((M, K), -6, 6, torch.float8_e4m3fn, seed)
+    b = ints((K, N), -6, 6, torch.float8_e4m3fn, seed + 1)
     gm, gn, gk = 1, 32, 64
     shape_a, shape_b = (M, -(-K // gk)), (-(-N // gn), -(-K // gk))
     if pow2:
@@ -161,8 +150,8 @@ def test_block_scales_exact():
     a, b, sa, sb, grp = _scaled_case(11)
     got, s = X.mma_accumulate(a, b, 16, 32, 32, scale_a=sa, scale_b=sb, block_scale_group=grp, with_abs_sum=True)
     want = _scaled_exact(a, b, sa, sb, grp, 32)
-    assert _same(got, want)
-    assert _same(X.mma_accumulate_host(a, b, 16, 32, 32, scale_a=sa, scale_b=sb, block_scale_group=grp), want)
+    assert same(got, want)
+    assert same(X.mma_accumulate_host(a, b, 16, 32, 32, scale_a=sa, scale_b=sb, block_scale_group=grp), want)
     s_want = _scaled_exact(a.float().abs().to(a.dtype), b.float().abs().to(b.dtype), sa, sb, grp, 32)
     assert torch.allclose(s.double(), s_want, rtol=1e-6)
     # scales on the wrong axis give something else: the stage can tell
@@ -174,13 +163,13 @@ def test_block_scales_random_and_with_promotion():
     a, b, sa, sb, grp = _scaled_case(12, pow2=False)
     got = X.mma_accumulate(a, b, 16, 32, 64, scale_a=sa, scale_b=sb, block_scale_group=grp)
     host = X.mma_accumulate_host(a, b, 16, 32, 64, scale_a=sa, scale_b=sb, block_scale_group=grp)
-    assert _same(got, host)  # integer operands: every partial product is exact, so is each rounding order
+    assert same(got, host)  # integer operands: every partial product is exact, so is each rounding order
     exact = _scaled_exact(a, b, sa, sb, grp, 64)
     assert torch.allclose(got.double(), exact, rtol=1e-5, atol=1e-3)
     pro = X.mma_accumulate(a, b, 16, 32, 64, promotion_interval=32, scale_a=sa, scale_b=sb, block_scale_group=grp)
     pro_host = X.mma_accumulate_host(a, b, 16, 32, 64, promotion_interval=32, scale_a=sa, scale_b=sb,
                                      block_scale_group=grp)
-    assert _same(pro, pro_host)
+    assert same(pro, pro_host)
 
 
 def test_trajectory_is_teacher_forced_steps():
@@ -193,14 +182,14 @@ def test_trajectory_is_teacher_forced_steps():
     assert traj.shape == (3, n_kb, BM, BN) and traj.dtype == torch.float32
     host = X.mma_trajectory_host(a, b, tiles, BM, BN, BK, promotion_interval=32, scale_a=sa, scale_b=sb,
                                  block_scale_group=grp)
-    assert _same(traj, host)
+    assert same(traj, host)
     full = X.mma_accumulate(a, b, BM, BN, BK, promotion_interval=32, scale_a=sa, scale_b=sb, block_scale_group=grp)
     M, N = full.shape
     for t, (tm, tn) in enumerate(tiles):
         rows = slice(tm * BM, min((tm + 1) * BM, M))
         cols = slice(tn * BN, min((tn + 1) * BN, N))
         last = traj[t, -1][:rows.stop - rows.start, :cols.stop - cols.start]
-        assert _same(last, full[rows, cols])
+        assert same(last, full[rows, cols])
         prev = None
         for kb in range(n_kb):
             ridx = (tm * BM + torch.arange(BM)).clamp(max=M - 1)
@@ -210,15 +199,15 @@ def test_trajectory_is_teacher_forced_steps():
             cb = torch.where(tn * BN + torch.arange(BN) < N, sb[cidx // grp[1], kc], 0.0)
             step, s_step = X.mma_step(prev, L.load_tile(a, "a", tm, kb, BM, BK), L.load_tile(b, "b", tn, kb, BN, BK),
                                       promotion_interval=32, scale_a=ra, scale_b=cb, with_abs_sum=True)
-            assert _same(step, traj[t, kb]), (t, kb)
+            assert same(step, traj[t, kb]), (t, kb)
             s_prev = s_traj[t, kb - 1] if kb else 0
             assert torch.allclose(s_step, s_traj[t, kb] - s_prev, rtol=1e-5, atol=1e-3)
             prev = step
 
 
 def test_oob_nan_fill_reaches_the_accumulator():
-    a = torch.randn(40, 100, generator=_gen(30)).to(torch.bfloat16)
-    b = torch.randn(100, 36, generator=_gen(31)).to(torch.bfloat16)
+    a = torch.randn(40, 100, generator=gen(30)).to(torch.bfloat16)
+    b = torch.randn(100, 36, generator=gen(31)).to(torch.bfloat16)
     assert torch.isnan(X.mma_accumulate(a, b, 16, 16, 64, oob_fill="nan")).all()  # K=100 is ragged
     a2, b2 = a[:, :64], b[:64, :]  # K a multiple of BK: only M/N padding is NaN, which feeds no output
     got = X.mma_accumulate(a2, b2, 16, 16, 64, oob_fill="nan")
@@ -268,13 +257,13 @@ def test_check_supported_and_errors():
 def test_bound_statistics_triton_against_host_spec(ad, acc, promo, chunk):
     """with_stats: l, v, q, pabs, prun from the kernel equal the host spec's (its trajectory's)."""
     M, N, K = 40, 24, 300
-    a = torch.randn(M, K, generator=_gen(11)).to(DTYPES[ad].torch)
-    b = torch.randn(K, N, generator=_gen(12)).to(DTYPES[ad].torch)
+    a = torch.randn(M, K, generator=gen(11)).to(DTYPES[ad].torch)
+    b = torch.randn(K, N, generator=gen(12)).to(DTYPES[ad].torch)
     got, s, st = X.mma_accumulate(a, b, 32, 16, 64, acc=acc, promotion_interval=promo, with_stats=True,
                                   stats_chunk=chunk)
     host, s_h, st_h = X.mma_accumulate_host(a, b, 32, 16, 64, acc=acc, promotion_interval=promo, with_stats=True,
                                             stats_chunk=chunk)
-    assert _same(got, X.mma_accumulate(a, b, 32, 16, 64, acc=acc, promotion_interval=promo))
+    assert same(got, X.mma_accumulate(a, b, 32, 16, 64, acc=acc, promotion_interval=promo))
     for f in ("l", "v", "q", "pabs", "prun"):
         g, w = getattr(st, f).double(), getattr(st_h, f).double()
         assert torch.allclose(g, w, rtol=2e-3 if acc == "fp16" else 1e-5, atol=0), f
@@ -298,26 +287,26 @@ def test_bound_statistics_do_not_depend_on_the_launch_tile(ad, promo):
     """The GPU launches the statistics kernel on its own tile (STATS_LAUNCH_TILE): every output bit
     is the problem tile's, ragged edges included."""
     M, N, K = 70, 40, 200
-    a = torch.randn(M, K, generator=_gen(15)).to(DTYPES[ad].torch)
-    b = torch.randn(K, N, generator=_gen(16)).to(DTYPES[ad].torch)
-    runs = [X._accumulate_stats(a, b, ad, ad, 32, 32, 64, "fp32", promo, None, None, None, "zero", 128, a.device,
-                                launch_tile=t) for t in (None, X.STATS_LAUNCH_TILE, (16, 64))]
+    a = torch.randn(M, K, generator=gen(15)).to(DTYPES[ad].torch)
+    b = torch.randn(K, N, generator=gen(16)).to(DTYPES[ad].torch)
+    p = MainloopParams(a, b, 32, 32, 64, "fp32", promo)
+    runs = [S.accumulate_stats(p, 128, a.device, launch_tile=t) for t in (None, S.STATS_LAUNCH_TILE, (16, 64))]
     for got in runs[1:]:
         for x, y in zip(runs[0][:2] + (runs[0][2].l, runs[0][2].v, runs[0][2].pabs, runs[0][2].prun),
                         got[:2] + (got[2].l, got[2].v, got[2].pabs, got[2].prun)):
-            assert _same(x, y)
+            assert same(x, y)
 
 
 def test_trajectory_stats_of_a_trajectory_end_where_the_whole_accumulation_does():
-    a = torch.randn(16, 256, generator=_gen(13)).to(torch.bfloat16)
-    b = torch.randn(256, 16, generator=_gen(14)).to(torch.bfloat16)
+    a = torch.randn(16, 256, generator=gen(13)).to(torch.bfloat16)
+    b = torch.randn(256, 16, generator=gen(14)).to(torch.bfloat16)
     traj, s_traj = X.mma_trajectory_host(a, b, [(0, 0)], 16, 16, 64, with_abs_sum=True)
-    st = X.trajectory_stats(traj, s_traj, 128, 64)
+    st = S.trajectory_stats(traj, s_traj, 128, 64)
     _, _, whole = X.mma_accumulate_host(a, b, 16, 16, 64, with_stats=True, stats_chunk=128)
     for f in ("l", "v", "pabs", "prun"):
         assert torch.allclose(getattr(st, f)[0, -1].double(), getattr(whole, f).double(), rtol=1e-6)
     with pytest.raises(ValueError, match="stats_chunk=100 must be a positive multiple of block_k=64"):
-        X.trajectory_stats(traj, s_traj, 100, 64)
+        S.trajectory_stats(traj, s_traj, 100, 64)
     with pytest.raises(ValueError, match="acc='int32' is exact"):
         X.mma_accumulate_host(torch.ones(4, 64, dtype=torch.int8), torch.ones(64, 4, dtype=torch.int8), 4, 4, 64,
                               acc="int32", with_stats=True)
@@ -331,11 +320,11 @@ def test_the_sampled_spec_is_the_loop_spec_at_its_elements(ad, acc, promo, scale
     """mma_sample_host (every k-block's product at once, the roundings in order) gives the loop
     spec's final accumulator bit for bit at the sampled rows and columns, ragged tiles included,
     and S up to float64 summation order."""
-    g = _gen(3)
+    g = gen(3)
     m, n, k, bm, bn, bk = 70, 50, 200, 32, 32, (128 if promo else 64)
     dt = DTYPES[ad].torch
     if ad == "int8":
-        a, b = _ints((m, k), -128, 127, dt, 4), _ints((k, n), -128, 127, dt, 5)
+        a, b = ints((m, k), -128, 127, dt, 4), ints((k, n), -128, 127, dt, 5)
     else:
         a, b = (torch.randn(m, k, generator=g) * 3).to(dt), (torch.randn(k, n, generator=g) * 3).to(dt)
     kw = dict(acc=acc, promotion_interval=promo, oob_fill=oob)
@@ -347,8 +336,8 @@ def test_the_sampled_spec_is_the_loop_spec_at_its_elements(ad, acc, promo, scale
     lines = [0, 1, 5, bm - 1]
     rows = torch.tensor([[tm * bm + r for r in lines] for tm, _ in tiles])
     cols = torch.tensor([[tn * bn + c for c in range(bn)] for _, tn in tiles])
-    got, s = X.mma_sample_host(a, b, rows, cols, bm, bn, bk, **kw)
+    got, s = mma_sample.mma_sample_host(a, b, rows, cols, bm, bn, bk, **kw)
     assert got.shape == s.shape == (2, len(lines), bn) and got.dtype == torch.float64
-    assert _same(got, loop[:, -1][:, lines])
+    assert same(got, loop[:, -1][:, lines])
     want_s = loop_s[:, -1][:, lines]
     assert torch.allclose(s, want_s, rtol=1e-12, atol=0, equal_nan=True)

@@ -7,22 +7,9 @@ import pytest
 import torch
 
 from kernels_ref import mma as X
+from kernels_ref import mma_params
 from kernels_ref.dtypes import DTYPES
-
-
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
-
-
-def _ints(shape, lo, hi, dtype, seed):
-    """Small integers: exactly representable in every operand type and summed exactly in fp32."""
-    return torch.randint(lo, hi + 1, shape, generator=_gen(seed)).to(dtype)
-
-
-def _same(got, want):
-    """Equal values, NaN where NaN (float64 comparison)."""
-    g, w = got.detach().cpu().double(), want.detach().cpu().double()
-    return g.shape == w.shape and torch.equal(g.isnan(), w.isnan()) and torch.equal(g.nan_to_num(0), w.nan_to_num(0))
+from ref_checks import gen, ints, same  # tests/ is on sys.path
 
 
 def _fp16_emulation(a, b, mma_k):
@@ -42,8 +29,8 @@ def test_fp16_acc_rounds_after_every_mma_step():
     got = X.mma_accumulate(a, b, 16, 16, 64, acc="fp16")
     assert got.dtype == torch.float16
     want = _fp16_emulation(a, b, 16)
-    assert _same(got, want)
-    assert _same(X.mma_accumulate_host(a, b, 16, 16, 64, acc="fp16"), want)
+    assert same(got, want)
+    assert same(X.mma_accumulate_host(a, b, 16, 16, 64, acc="fp16"), want)
     fp32 = X.mma_accumulate(a, b, 16, 16, 64, acc="fp32")
     assert float(fp32[0, 0]) == 64 * 5.33203125  # exact in fp32 ...
     assert float(got[0, 0]) != float(fp32[0, 0])  # ... but not in the fp16 register
@@ -68,8 +55,8 @@ def test_fp16_acc_stagnates_and_overflows():
 @pytest.mark.parametrize("ad,bd", [("e4m3", "e4m3"), ("e5m2", "e4m3")])
 def test_fp16_acc_with_fp8_operands(ad, bd):
     M, N, K = 20, 18, 640
-    a = (torch.randn(M, K, generator=_gen(5)) * 3).to(DTYPES[ad].torch)
-    b = (torch.randn(K, N, generator=_gen(6)) * 3).to(DTYPES[bd].torch)
+    a = (torch.randn(M, K, generator=gen(5)) * 3).to(DTYPES[ad].torch)
+    b = (torch.randn(K, N, generator=gen(6)) * 3).to(DTYPES[bd].torch)
     got = X.mma_accumulate(a, b, 16, 16, 64, acc="fp16")
     want = _fp16_emulation(a, b, 32)  # fp8 MMA steps are 32 deep
     host = X.mma_accumulate_host(a, b, 16, 16, 64, acc="fp16")
@@ -83,9 +70,9 @@ def test_fp16_acc_with_fp8_operands(ad, bd):
 
 def test_mma_step_batched_and_host():
     T0, T1, BM, BN, BK = 2, 3, 16, 24, 64
-    a = (torch.randn(T0, T1, BM, BK, generator=_gen(21)) * 4).to(torch.float16)
-    b = (torch.randn(T0, T1, BK, BN, generator=_gen(22)) * 4).to(torch.float16)
-    prev = (torch.randn(T0, T1, BM, BN, generator=_gen(23)) * 100).to(torch.float16)
+    a = (torch.randn(T0, T1, BM, BK, generator=gen(21)) * 4).to(torch.float16)
+    b = (torch.randn(T0, T1, BK, BN, generator=gen(22)) * 4).to(torch.float16)
+    prev = (torch.randn(T0, T1, BM, BN, generator=gen(23)) * 100).to(torch.float16)
     got = X.mma_step(prev, a, b, acc="fp16")
     assert got.shape == (T0, T1, BM, BN) and got.dtype == torch.float16
     host = X.mma_step_host(prev, a, b, acc="fp16")
@@ -98,9 +85,9 @@ def test_mma_step_batched_and_host():
     assert torch.equal(X.mma_step(None, a, b, acc="fp16"), zero)
     one = X.mma_step(prev[1, 2], a[1, 2], b[1, 2], acc="fp16")
     assert torch.equal(one, got[1, 2])
-    ai = _ints((4, 32, 32), -128, 127, torch.int8, 24)
-    bi = _ints((4, 32, 32), -128, 127, torch.int8, 25)
-    pi = torch.randint(-1000, 1000, (4, 32, 32), generator=_gen(26), dtype=torch.int32)
+    ai = ints((4, 32, 32), -128, 127, torch.int8, 24)
+    bi = ints((4, 32, 32), -128, 127, torch.int8, 25)
+    pi = torch.randint(-1000, 1000, (4, 32, 32), generator=gen(26), dtype=torch.int32)
     assert torch.equal(X.mma_step(pi, ai, bi, acc="int32").long(), pi.long() + ai.long() @ bi.long())
 
 
@@ -111,8 +98,8 @@ def test_interpreter_step_scan_is_the_compiled_loop(monkeypatch, ad, bd, fill):
     k-at-a-time loop (run here under the interpreter too) gives the same bits, S and statistics
     included, on a ragged tile, overflow to inf and an fp32 order that differs from the exact sum."""
     M, N, K = 12, 10, 80
-    a = (torch.randn(M, K, generator=_gen(31)) * 8).to(DTYPES[ad].torch)
-    b = (torch.randn(K, N, generator=_gen(32)) * 8).to(DTYPES[bd].torch)
+    a = (torch.randn(M, K, generator=gen(31)) * 8).to(DTYPES[ad].torch)
+    b = (torch.randn(K, N, generator=gen(32)) * 8).to(DTYPES[bd].torch)
     a[0, :], b[:, 0] = 64.0, 64.0  # row 0 x column 0 overflows the fp16 register
     if ad == "fp16":  # row 1 x column 1: 8192 + 4, then 2^-11 fourteen times, then zeros
         a[1, :], b[:, 1] = 0.0, 0.0
@@ -129,7 +116,7 @@ def test_interpreter_step_scan_is_the_compiled_loop(monkeypatch, ad, bd, fill):
         return t.view(torch.int16 if t.dtype == torch.float16 else torch.int32)
 
     scan = run()
-    monkeypatch.setattr(X, "INTERPRET_FP16_STEPS_AS_LOOP", True)
+    monkeypatch.setattr(mma_params, "INTERPRET_FP16_STEPS_AS_LOOP", True)
     loop = run()
     for i, (x, y) in enumerate(zip(scan, loop)):
         assert torch.equal(bits(x), bits(y)), i

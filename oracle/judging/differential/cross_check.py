@@ -6,7 +6,7 @@ On each sampled tile (knobs.CROSS_CHECK_TILES: the first tapped tiles, else the 
             descriptor's host spec (kernels_ref.load.load_tile_host) on the boxes copied to the CPU;
   mma       the Triton accumulator after the last k-block on SAMPLE_LINES rows (every column) and
             SAMPLE_LINES columns (every row) of the tile: both edges, the corners, the quarter and
-            middle lines. The spec is kernels_ref.mma.mma_sample_host: each k-block's product in one
+            middle lines. The spec is kernels_ref.mma_sample.mma_sample_host: each k-block's product in one
             batched float64 torch matmul on the references' device (not Triton), the accumulator's
             roundings in order on the CPU; judged with the accumulation bound of the spec;
   epilogue  every epilogue step of the whole tile (fed with the Triton accumulator and each
@@ -43,6 +43,7 @@ import torch
 from kernels_ref import epilogue as ref_epilogue
 from kernels_ref import load as ref_load
 from kernels_ref import mma as ref_mma
+from kernels_ref import mma_sample as ref_sample
 from kernels_ref import reduce as ref_reduce
 from oracle.judging import tolerance
 from oracle.judging.compare import Status, compare
@@ -236,7 +237,7 @@ def start_cross_check(ctx: Context, tiles: Sequence[tuple[int, int]],
     base_c = torch.tensor([tn * ctx.bn for _, tn in tiles])[:, None]
     lines_r, lines_c = torch.tensor(rows_at)[None], torch.tensor(cols_at)[None]
     every_r, every_c = torch.arange(ctx.bm)[None], torch.arange(ctx.bn)[None]
-    sampled = [ref_mma.mma_sample_products(ctx.a, ctx.b, rows, cols, ctx.bm, ctx.bn, ctx.bk, **kw)
+    sampled = [ref_sample.mma_sample_products(ctx.a, ctx.b, rows, cols, ctx.bm, ctx.bn, ctx.bk, **kw)
                for rows, cols in ((base_r + lines_r, base_c + every_c), (base_r + every_r, base_c + lines_c))]
     # one copy to the host
     dev_side = [f for *_, got, box in loads for f in (got, box)]
@@ -271,7 +272,7 @@ def _host_side(ctx: Context, tiles, loads, sampled, steps_of_tiles, copy: HostCo
     got_rows, got_cols = next(host), next(host)
     specs = []
     for sp in sampled:
-        specs.append(ref_mma.mma_sample_finish(sp.with_tensors([next(host) for _ in sp.tensors()])))
+        specs.append(ref_sample.mma_sample_finish(sp.with_tensors([next(host) for _ in sp.tensors()])))
     flat = (lambda x, y: torch.cat([x.reshape(len(tiles), -1), y.reshape(len(tiles), -1)], 1))  # [T, sampled]
     got, want, s = flat(got_rows, got_cols).double(), flat(specs[0][0], specs[1][0]), flat(specs[0][1], specs[1][1])
     bound = tolerance.mma_bound(spec, torch.zeros_like(s), s, spec.k).double()

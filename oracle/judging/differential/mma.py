@@ -25,6 +25,7 @@ import torch
 
 from harness.taps import Tap
 from kernels_ref import mma as ref_mma
+from kernels_ref import mma_stats as ref_stats
 from oracle.judging import tolerance
 from oracle.judging.compare import Comparison, Status, TileMetrics, combine
 from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult, Unit
@@ -115,7 +116,7 @@ class _References:
         for (b0, b1), members in groups.items():
             tiles = [runs[r][0] for r in members]
             traj, s_traj = _partial_reference(ctx, tiles, b0, b1)  # [T, k-blocks, BM, BN]
-            stats = ref_mma.trajectory_stats(traj, s_traj, spec.reduction_chunk, ctx.bk)  # what the bounds read
+            stats = ref_stats.trajectory_stats(traj, s_traj, spec.reduction_chunk, ctx.bk)  # what the bounds read
             n_kb = traj.shape[1]
             for name, x in (("traj", traj), ("s", s_traj), ("l", stats.l), ("v", stats.v), ("q", stats.q),
                             ("pabs", stats.pabs), ("prun", stats.prun)):
@@ -127,7 +128,7 @@ class _References:
         cat = (lambda xs: None if any(x is None for x in xs) else torch.cat(xs) if len(xs) > 1 else xs[0])
         self.traj, self.s = cat(pools["traj"]), cat(pools["s"])
         self.s = torch.cat([self.s, torch.zeros_like(self.s[:1])])  # row `rows`: zero (no k-block before)
-        self.stats = ref_mma.MmaStats(*(cat(pools[f]) for f in ("l", "v", "q", "pabs", "prun")))
+        self.stats = ref_stats.MmaStats(*(cat(pools[f]) for f in ("l", "v", "q", "pabs", "prun")))
 
     def at(self, run: int, kb) -> int:
         if kb is None:
