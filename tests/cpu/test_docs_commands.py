@@ -425,7 +425,7 @@ def test_case_file_header_commands_parse():
 
 
 @pytest.mark.parametrize("line, why", [
-    ("python -m oracle compare zoo/cutlass_sm90/cutlass_sm90.toml --inputs random:1", "parser refuses"),
+    ("python -m oracle compare zoo/cutlass_sm90/cutlass_sm90.toml zoo/cutlass_sm90/e4m3.toml", "parser refuses"),
     ("python -m oracle compare --problem harness/examples/simple_gemm.toml --input random:1", "parser refuses"),
     ("python -m oracle compare --problem zoo/no_such_case.toml", "no such file"),
     ("python -m oracle compare --problem harness/examples/simple_gemm.toml --set activation=gelu_fast", "does not load"),
