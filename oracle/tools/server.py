@@ -193,15 +193,23 @@ def _refusal(message: str) -> Reply:
     return Reply(EXIT_USAGE, "", f"error: {message}\n")
 
 
-_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+# a string (to its end when unterminated) or one bracket: each byte is looked at once, never again
+_TOKENS = re.compile(rb'"(?:[^"\\]+|\\.)*"?|[\[\]{}]', re.S)
 
 
-def _depth(data: bytes) -> int:
-    """How deep the brackets of a JSON text nest (strings skipped), without parsing it."""
+def _depth(data: bytes, stop_past: int) -> int:
+    """How deep the brackets of a JSON text nest (strings skipped), without parsing it; the count
+    stops once past `stop_past`."""
     depth = deepest = 0
-    for ch in re.findall(rb"[\[\]{}]", _STRINGS.sub(b'""', data)):
-        depth += 1 if ch in b"[{" else -1
-        deepest = max(deepest, depth)
+    for m in _TOKENS.finditer(data):
+        ch = m.group()
+        if ch in (b"[", b"{"):
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > stop_past:
+                break
+        elif ch in (b"]", b"}"):
+            depth -= 1
     return deepest
 
 
@@ -217,7 +225,7 @@ def parse_request(data: bytes) -> Request:
     """A request line checked for size, depth and shape; BadRequest naming what is wrong."""
     if len(data) > MAX_REQUEST_BYTES:
         raise BadRequest(f"request larger than {MAX_REQUEST_BYTES} bytes")
-    if _depth(data) > MAX_DEPTH:
+    if _depth(data, MAX_DEPTH) > MAX_DEPTH:
         raise BadRequest(f"request nested deeper than {MAX_DEPTH} levels")
     try:
         doc = json.loads(data.decode("utf-8"))
@@ -236,6 +244,8 @@ def parse_request(data: bytes) -> Request:
     if argv[0] not in FORWARDED:
         raise BadRequest(f"the server runs {', '.join(FORWARDED)}, got {argv[0][:40]!r}")
     cwd = _text(doc["cwd"], "cwd", 4096)
+    if not os.path.isabs(cwd):
+        raise BadRequest(f"cwd {cwd[:40]!r} is not an absolute path")
     env = doc.get("env", {})
     if not isinstance(env, dict) or len(env) > MAX_ENV:
         raise BadRequest(f"env must be an object of at most {MAX_ENV} ORACLE_* strings, got {type(env).__name__}")

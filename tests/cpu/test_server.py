@@ -273,6 +273,7 @@ def test_malformed_requests_neither_kill_nor_block_the_server(running, monkeypat
                          (b'{"argv": ["knobs", 3], "cwd": "/"}\n', "argv[1] must be a string"),
                          (b'{"argv": ["knobs"], "cwd": "/", "env": {"ORACLE_X": 1' + b"0" * 50_000 + b"}}\n",
                           "not a JSON line"),
+                         (b'"\\"' * 300_000 + b"\n", "not a JSON line"),  # unterminated, quote after quote
                          (b"\xff\n", "not a JSON line")):
         reply = _ask(path, line)
         assert reply["exit"] == 2 and reply["stderr"].startswith("error: bad request") and phrase in reply["stderr"], \
