@@ -95,7 +95,10 @@ def _ask(path, payload: bytes, timeout=20.0) -> dict:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
         c.settimeout(timeout)
         c.connect(path)
-        c.sendall(payload)
+        try:
+            c.sendall(payload)
+        except BrokenPipeError:  # refused before it read the request: the reply still waits
+            pass
         buf = b""
         while not buf.endswith(b"\n"):
             chunk = c.recv(1 << 16)
