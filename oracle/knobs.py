@@ -45,7 +45,8 @@ ZOO_RECORD_DIR = register(Knob("ORACLE_ZOO_RECORD_DIR", lambda s: s, lambda: Non
                                "(unset: not saved).", path="path"))
 
 SERVER = register(Knob("ORACLE_SERVER", lambda s: s, lambda: None,
-                       "The Unix socket of a warm `python -m oracle serve`: commands run there "
-                       "(unset: in the calling process).", path="path"))
+                       "The warm `python -m oracle serve` that commands run in: `auto` (or 1) for its "
+                       "default socket, else the path of its --socket (unset, empty or 0: commands run in "
+                       "the calling process).", path="command"))
 
 ALL = tuple(KNOBS.values())

@@ -6,7 +6,6 @@ import argparse
 import math
 import os
 import sys
-import tempfile
 import traceback
 from dataclasses import replace
 from typing import Optional, Sequence
@@ -217,19 +216,36 @@ def cmd_repro(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Keep one warm oracle answering commands on a Unix socket (see oracle.tools.server).
 
-    Start it once, then set ORACLE_SERVER to the socket: `python -m oracle compare ...` (and
-    bench, simulate, knobs) run in the server without paying for `import torch` and Triton's
-    kernel loading again, and print here. Without a server the commands run in their own process.
+    Start it once, then set ORACLE_SERVER=auto (the default socket) or ORACLE_SERVER=PATH (the
+    --socket given): `python -m oracle compare ...` (and bench, simulate, knobs, repro) run in the
+    server without paying for `import torch` and Triton's kernel loading again, and print here.
+    Without a server the commands run in their own process. The default socket is
+    $XDG_RUNTIME_DIR/oracle/server.sock (when that folder is yours, mode 0700), else
+    <tmp>/oracle-<uid>/server.sock in a folder made with mode 0700. The server answers only your
+    user; the client sends nothing to a server of another user.
     --warm CASE (repeatable) compiles what judging that case launches before the first command is
     taken (oracle.tools.warmup: the case's problem shrunk, a model kernel's recording analysed)."""
-    from oracle.tools.server import serve
+    import signal
+    import threading
+
+    from oracle.tools.server import ServerError, default_socket, serve
+
+    try:
+        path = args.socket or default_socket(create=True)
+    except (ServerError, OSError) as e:
+        raise UsageError(str(e)) from None
 
     def warm():
         from oracle.tools.warmup import warm as warm_cases
 
         warm_cases(args.warm, log=lambda line: print(f"oracle server: {line}", file=sys.stderr, flush=True))
 
-    return serve(args.socket, main, warm=warm if args.warm else None)
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, interrupt)  # `kill` removes the socket as Ctrl-C does
+    return serve(path, main, warm=warm if args.warm else None)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -468,8 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("serve", help="keep a warm oracle answering commands on a Unix socket",
                        description=cmd_serve.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    v.add_argument("--socket", default=os.path.join(tempfile.gettempdir(), f"oracle-{os.getuid()}.sock"),
-                   help="the socket path (default: %(default)s); point ORACLE_SERVER at it")
+    v.add_argument("--socket", metavar="PATH", help="the socket path, used as given (default: the private "
+                   "default socket, which ORACLE_SERVER=auto names); point ORACLE_SERVER at it")
     v.add_argument("--warm", action="append", default=[], metavar="CASE",
                    help="a case file whose references to compile before the first command (repeatable)")
     v.set_defaults(func=cmd_serve)

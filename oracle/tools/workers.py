@@ -57,6 +57,7 @@ def run_workers(argv_for: Callable[[str, str], Sequence[str]], shard: tuple[int,
     rows: list[dict] = []
     prefix = python_command("oracle") if prefix is None else tuple(prefix)
     base = absolute_paths(python_env(os.environ if env is None else env), os.getcwd())
+    base.pop("ORACLE_SERVER", None)  # a worker runs its shard itself: forwarded, it would wait on its parent's server
     with tempfile.TemporaryDirectory(prefix="oracle-workers-") as tmp:  # 0700, this user's own
         procs = []
         for g in range(gpus):
