@@ -21,7 +21,8 @@ with open(out, "w") as f:
         if j % n == i:
             f.write(json.dumps({"index": j, "name": f"case{j}", "verdict": "MATCH",
                                 "gpu": os.environ["CUDA_VISIBLE_DEVICES"],
-                                "nvls": os.environ.get("NCCL_NVLS_ENABLE")}) + "\n")
+                                "nvls": os.environ.get("NCCL_NVLS_ENABLE"),
+                                "server": os.environ.get("ORACLE_SERVER")}) + "\n")
 """
 
 
@@ -37,6 +38,13 @@ def test_every_case_runs_once_in_case_order_on_its_gpu():
     for r in rows:  # case j of the whole list goes to GPU j % 4
         assert r["gpu"] == str(r["index"] % 4) and r["worker"] == r["index"] % 4
     assert all(r["nvls"] == "0" for r in rows)  # NVLink multicast stays off in the workers
+
+
+def test_a_worker_runs_its_shard_itself_not_through_a_warm_server(monkeypatch):
+    """A bench run in the warm server starts workers; forwarded back to that server, which runs
+    one command at a time, they would wait on their own parent."""
+    monkeypatch.setenv("ORACLE_SERVER", "auto")
+    assert all(r["server"] is None for r in _run(4, 2))
 
 
 def test_a_dead_worker_loses_no_row_silently():
