@@ -13,7 +13,8 @@ Derivation (exact values unstarred are the computed ones):
   scores   S = sum_d q_d k_d in fp32 over D products, exact products (16-bit and e4m3 operands are
            exact in fp32), at most D additions each within 2u of the running magnitude (covering a
            tensor core that truncates its alignment): |S - S*| <= 2 D u sum_d |q_d||k_d| (descaled).
-  mask     x = softcap * tanh(scale * S / softcap): the scale multiply u|x|, the tanh either the
+  mask     x = softcap * tanh(scale * S / softcap): the scale (rounded to fp32) and its multiply
+           2u|x|, the tanh either the
            hardware's (E_TANH |x|) or the reference's 1 - 2 / (e^2y + 1) (4u softcap absolute); the
            cap's slope is at most 1, so S's error passes through times scale. Masking is exact.
   softmax  m is a max (exact on given x); alpha = exp(m_old - m_new): relative E_EXP + 2u|m_old -
@@ -92,7 +93,7 @@ def _scores(qk_abs, head_dim: int):
 
 
 def _mask(x_abs, softcap: float):
-    b = U * x_abs
+    b = 2 * U * x_abs  # softmax_scale rounded to fp32, then the multiply
     if softcap > 0:
         b = b + E_TANH.value * x_abs + 4 * U * softcap
     return b
@@ -132,7 +133,7 @@ TABLE: dict[tuple[str, str], StageModel] = {}
 for _dt in ("bf16", "fp16", "e4m3"):
     for _stage, _fn, _doc in (
             ("scores", _scores, "2 D u sum|q||k|"),
-            ("mask", _mask, "u|x| (+ E_TANH|x| + 4u softcap)"),
+            ("mask", _mask, "2u|x| (+ E_TANH|x| + 4u softcap)"),
             ("softmax_state.alpha", _alpha, "alpha (E_EXP + 2u|m_old - m_new|)"),
             ("softmax_state.l", _row_sum, "l ((B + n_b) 2u + E_EXP + 2u max|x|)"),
             ("p", _p(_dt), "p (E_EXP + 2u|x - m| + u_p) + step/2"),

@@ -128,15 +128,18 @@ def attention_problem_of(q, k, v, o, lse=None, *, causal: Any = False, window=No
 
 
 def attention_recording_of(q, k, v, o, lse=None, *, kernel: str = "check_attention", cu_seqlens_q=None,
-                           cu_seqlens_k=None, page_table=None, **fields) -> AttentionRecording:
-    """An output-only attention recording of O (and LSE) for the differential (no taps)."""
+                           cu_seqlens_k=None, page_table=None, provenance: Optional[Provenance] = None,
+                           **fields) -> AttentionRecording:
+    """An output-only attention recording of O (and LSE) for the differential (no taps).
+    `provenance`: how q, k, v were made (oracle.run.attention_inputs' operands carry it); by
+    default "captured" (not controlled)."""
     spec = attention_problem_of(q, k, v, o, lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                 page_table=page_table, **fields)
     if lse is not None:
         _tensor("lse", lse)
     det = (lambda t: None if t is None else t.detach())
     rec = AttentionRecording(spec=spec, q=q.detach(), k=k.detach(), v=v.detach(), output=o.detach(),
-                             provenance=Provenance("captured"), lse=det(lse), cu_seqlens_q=det(cu_seqlens_q),
+                             provenance=provenance or Provenance("captured"), lse=det(lse), cu_seqlens_q=det(cu_seqlens_q),
                              cu_seqlens_k=det(cu_seqlens_k), page_table=det(page_table), kernel=kernel)
     rec.validate()
     return rec
