@@ -22,7 +22,7 @@ import torch
 from kernels_ref.attention.forward import attention_forward, attention_forward_host
 from kernels_ref.attention.geometry import AttnParams, layout
 from oracle import knobs
-from oracle.judging.attention_tolerance import output_bound, row_terms
+from oracle.judging.attention_tolerance import STATS_MARGIN, U, output_bound, row_terms
 from oracle.judging.compare import NOT_RUN, Comparison, combine, compare_units
 from oracle.judging.diagnose import Kind, Verdict, evidence_kind, first_divergence
 from oracle.judging.differential.analysis import Analysis, reference_device
@@ -114,11 +114,11 @@ def _cross_check(rec, o_ref, lse_ref, stats, dev) -> list[str]:
     h_o = _rows(o_h, spec, lay, spec.varlen_q)
     h_l = _rows(l_h, spec, lay, spec.varlen_q, True)
     b, hq, maxq = stats.rows_shape
-    a = stats.av.double().cpu().reshape(b, hq, maxq, -1) * 1.01
+    a = stats.av.double().cpu().reshape(b, hq, maxq, -1) * STATS_MARGIN
     rel = terms.rel.cpu().reshape(b, hq, maxq, 1)
     absolute = terms.absolute.cpu().reshape(b, hq, maxq, 1)
     bound_o = rel * a + absolute
-    bound_l = terms.lse.cpu().reshape(b, hq, maxq) + 4 * 2.0**-24 * h_l[..., 0].abs().nan_to_num(0, 0, 0)
+    bound_l = terms.lse.cpu().reshape(b, hq, maxq) + 4 * U * h_l[..., 0].abs().nan_to_num(0, 0, 0)
     out = []
     for bb, h in pairs:
         n_q = int(lay.lq[bb])
