@@ -15,6 +15,9 @@ Every stage has a Triton launcher (runs on the input's device: CUDA, or the CPU 
 TRITON_INTERPRET=1), a `*_host` specification on the CPU, and `check_supported(...)` returning
 the reasons a configuration cannot be modelled. Operands are logical: A [M, K], B [K, N].
 
+Attention's stages are the subpackage `kernels_ref.attention` (scores, mask, softmax_state, p, o,
+normalize, combine, and the fused attention_forward), with the same contract.
+
 Not a stage: `kernels_ref.gemm_fast` (import it by name) is a fast TMA-persistent GEMM for
 Hopper, the speed peer that benchmarks set beside cuBLAS and the kernel under test.
 
@@ -24,8 +27,8 @@ imported on first use, so `kernels_ref.dtypes` (the one dtype table) loads witho
 
 import importlib
 
-_MODULES = ("descriptor", "dtypes", "epilogue", "epilogue_graph", "gemm", "load", "mma", "mma_params", "mma_sample",
-            "mma_stats")
+_MODULES = ("attention", "descriptor", "dtypes", "epilogue", "epilogue_graph", "gemm", "load", "mma", "mma_params",
+            "mma_sample", "mma_stats")
 _NAMES = {
     "descriptor": ("image_nbytes", "operand_image", "operand_image_host", "operand_images", "operand_images_host",
                    "storage_shape", "swizzle", "swizzle_host", "tile_shape", "unswizzle", "unswizzle_host"),

@@ -7,6 +7,7 @@ From Python (oracle.tools.api; imported on first use, so `python -m oracle` thro
 imports no torch):
     oracle.check(a, b, d, **problem_fields) -> Report        output-only check of any GEMM-like result
     oracle.assert_gemm_close(a, b, d, **problem_fields)       raises AssertionError with the report
+    oracle.check_attention(q, k, v, o, lse, causal=...) -> Report   output-only check of an attention forward
     oracle.judge(recording) -> Report                         the differential on a recording
     oracle.load(path) -> Recording                            a dump file
     oracle.run_live(case, inputs="random:0", repeat=..., time=...) -> Report   build, run, trace, judge
@@ -18,7 +19,8 @@ kernels_ref selects before it defines a kernel (kernels_ref._interpret); with on
 
 __version__ = "0.1.0"
 
-_API = ("check", "assert_gemm_close", "judge", "load", "run_live", "compare", "Report", "problem_of", "recording_of")
+_API = ("check", "assert_gemm_close", "judge", "load", "run_live", "compare", "Report", "problem_of", "recording_of",
+        "check_attention", "attention_problem_of", "attention_recording_of")
 __all__ = list(_API) + ["__version__"]
 
 

@@ -68,10 +68,14 @@ def final_verdict(analysis, races: Optional[RepeatResult]) -> Verdict:
 
 
 def judge(outcome) -> Judgement:
-    """Judge what a request's run gave (oracle.run.execute.RunOutcome)."""
+    """Judge what a request's run gave (oracle.run.execute.RunOutcome): a GEMM recording through
+    oracle.judging.differential, an attention one (problem kind "attention") through
+    oracle.judging.attention_analysis; both give the same Analysis type."""
     from oracle.judging.differential import analyze
 
     t0 = time.perf_counter()
+    if getattr(outcome.recording.spec, "kind", "gemm") == "attention":  # the attention chain's stages
+        from oracle.judging.attention_analysis import analyze_attention as analyze
     an = analyze(outcome.recording)
     runs, races, sanitizer = outcome.races, None, None
     if runs is not None:

@@ -198,6 +198,8 @@ class ProblemSpec:
     b_zeros: str = "none"  # a quantised B: oracle.problem.quant.ZEROS
     dequant_precision: Optional[str] = None  # a quantised operand: oracle.problem.quant.DEQUANT_PRECISIONS (None: fp32)
 
+    kind = "gemm"  # the problem's kind (oracle.problem.attention.AttentionSpec is "attention"); not a field
+
     def __post_init__(self) -> None:
         for f in ("m", "n", "k"):
             _positive_int(f, getattr(self, f), MAX_DIM)

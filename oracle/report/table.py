@@ -45,11 +45,15 @@ def _worst(st: StageResult) -> Optional[TileMetrics]:
     return max(cands, key=lambda t: (not t.passed, t.max_ratio, t.mismatches))
 
 
-def _where(t: Optional[TileMetrics]) -> str:
+def _where(t: Optional[TileMetrics], attention: bool = False) -> str:
     if t is None:
         return "-"
-    kb = "" if t.k_block is None else f" kb {t.k_block}"
+    kb = "" if t.k_block is None else f" {'kvb' if attention else 'kb'} {t.k_block}"
     return f"({t.tile[0]}, {t.tile[1]}){kb}"
+
+
+def _attention(spec) -> bool:
+    return getattr(spec, "kind", "gemm") == "attention"
 
 
 def _status(c: Comparison) -> str:
@@ -78,13 +82,14 @@ def _masked(c: Comparison) -> str:
 
 def table(an: Analysis) -> str:
     rows = []
+    attention = _attention(an.recording.spec)
     for st in an.stages:
         w = _worst(st)
         d = _deciding(st)
         fields = f" +{len(d.fields)} fields" if d.fields else ""
         counted = d.status is not Status.NOT_RUN or d.evidence.masked_total
         rows.append([st.name, _status(st.teacher_forced), _status(st.chained),
-                     _fed_by(st.teacher_forced) if st.teacher_forced.evidence.feeds else "-", _where(w),
+                     _fed_by(st.teacher_forced) if st.teacher_forced.evidence.feeds else "-", _where(w, attention),
                      "exact" if w is not None and w.exact and w.passed else _fmt(w.max_ratio if w else None),
                      _fmt(w.max_abs_err if w else None), _fmt(w.amplification if w else None),
                      f"{w.nan_received}/{w.nan_expected}" if w else "-",
@@ -92,7 +97,8 @@ def table(an: Analysis) -> str:
                      (f"{d.mismatches + len(d.field_mismatches)}/{d.compared}{fields}"
                       if counted else "-"),
                      _masked(d) if counted else "-"])
-    return tabulate(rows, headers=["stage", "teacher-forced", "chained", "fed by", "worst tile", "err/bound",
+    return tabulate(rows, headers=["stage", "teacher-forced", "chained", "fed by", "worst unit" if attention else
+                                   "worst tile", "err/bound",
                                    "max |err|", "amplif.", "NaN r/e", "Inf r/e", "bad/compared", "masked"])
 
 
@@ -135,6 +141,16 @@ def _sentence(an: Analysis, races=None) -> str:
         f = an.first
         if f.field is not None:
             where = f": {f.field.describe()}"
+        elif _attention(an.recording.spec) and f.tile is not None:
+            b, h, qb = an.recording.spec.unit_of(f.tile)
+            where = f" at unit {f.tile} (batch {b}, query head {h}, query block {qb})" + \
+                (f", split {f.partial}" if f.partial is not None else "") + \
+                (f", KV block {f.k_block}" if f.k_block is not None else "")
+            if f.element is not None:
+                col = "LSE" if f.element[1] == an.recording.spec.head_dim_v else f"dim {f.element[1]}"
+                got = "never written" if f.unwritten else f"received {_fmt(f.received, 6)}"
+                where += (f", query {f.element[0]} {col}: {got}, expected {_fmt(f.expected, 6)} "
+                          f"(bound {_fmt(f.bound)})")
         else:
             where = (f" in group {f.group}" if f.group is not None else "") + \
                 (f" at tile {f.tile}" if f.tile is not None else "") + \
@@ -225,7 +241,9 @@ def render(judgement) -> str:
     lines.append(f"kernel {rec.kernel}: {rec.spec.describe()}; inputs {rec.provenance.describe()}; "
                  f"references on {an.device}")
     spec = rec.spec
-    if spec.acc_model is not None or spec.reduction != "none" or spec.activation_impl != "accurate":
+    if _attention(spec):
+        lines.append(f"numerics: {_numerics(spec)}")
+    elif spec.acc_model is not None or spec.reduction != "none" or spec.activation_impl != "accurate":
         lines.append(f"numerics: {tolerance.describe(spec)}")
     if an.groups:
         lines.append(f"grouped run ({an.whole.spec.describe()}, {len(an.groups)} groups); the stages below are "
@@ -264,6 +282,15 @@ def render(judgement) -> str:
     return "\n".join(lines)
 
 
+def _numerics(spec) -> str:
+    """The bound model's line: the GEMM's accumulation model, or attention's output model."""
+    if _attention(spec):
+        from oracle.judging.attention_tolerance import describe
+
+        return describe(spec)
+    return tolerance.describe(spec)
+
+
 def _first_json(f: Optional[FirstDivergence]) -> Optional[dict]:
     if f is None:
         return None
@@ -300,7 +327,7 @@ def to_json(judgement, extra: Optional[dict[str, Any]] = None) -> dict:
         "first_divergence": _first_json(an.first),
         "stages": stages,
         "problem": (an.whole or rec).spec.to_json(),
-        "numerics": tolerance.describe(rec.spec),
+        "numerics": _numerics(rec.spec),
         "kernel": {"name": rec.kernel, "error": rec.kernel_error},
         "inputs": {"ladder": rec.provenance.ladder, "seed": rec.provenance.seed, "source": rec.provenance.source,
                    "controlled": rec.provenance.controlled},

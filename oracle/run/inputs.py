@@ -40,6 +40,8 @@ from kernels_ref.dtypes import ALL_TYPES, DTYPES
 from oracle.problem.spec import ProblemSpec
 
 LADDER = ("ones", "index", "ktag", "random")
+# attention's controlled ladders (oracle.run.attention_inputs documents each)
+ATTENTION_LADDER = ("ones", "one_hot", "index", "large_logits", "masked_row", "random")
 KTAG_PERIOD = 16
 
 
@@ -85,14 +87,14 @@ class Operands:
 class Provenance:
     """Where the inputs came from. Only controlled inputs can give a VERDICT."""
 
-    ladder: str  # ones | index | ktag | random | dump | captured
+    ladder: str  # ones | index | ktag | random | dump | captured (attention: ATTENTION_LADDER)
     seed: Optional[int] = None
     source: Optional[str] = None  # a file, for dumps
     generator: str = "cpu"  # random: the device whose generator drew the values ("cpu" or "cuda")
 
     @property
     def controlled(self) -> bool:
-        return self.ladder in LADDER
+        return self.ladder in LADDER or self.ladder in ATTENTION_LADDER
 
     def describe(self) -> str:
         if self.ladder == "random":

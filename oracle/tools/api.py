@@ -288,6 +288,46 @@ def check(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c: Optional[torc
     return compare(RunRequest(recording=rec))
 
 
+def check_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                    lse: Optional[torch.Tensor] = None, *, causal: Any = False, window=None,
+                    softmax_scale: Optional[float] = None, softcap: float = 0.0,
+                    cu_seqlens_q: Optional[torch.Tensor] = None, cu_seqlens_k: Optional[torch.Tensor] = None,
+                    page_table: Optional[torch.Tensor] = None, **fields) -> Report:
+    """Judge an attention forward's O (and LSE) against the reference attention and its bound, per
+    unit (batch * heads_q + head, query block), through the same path as `check`.
+
+    Tensors in FlashAttention's layout: q [batch, seqlen_q, heads_q, head_dim], k / v [batch,
+    seqlen_k, heads_kv, dim], o like q, lse [batch, heads_q, seqlen_q] fp32 (torch SDPA's
+    [batch, heads, seqlen, dim] tensors: transpose(1, 2) first). Variable lengths: cu_seqlens_q /
+    cu_seqlens_k with packed [total, heads, dim] tensors (lse [heads_q, total_q]); a paged cache: k / v
+    [num_pages, page_size, heads_kv, dim] and page_table [batch, max_pages]. causal True is
+    FlashAttention's bottom-right alignment; "top_left" is SDPA's is_causal. window (left, right),
+    -1 unbounded. Other AttentionSpec fields as keywords (block_q, block_kv, splits, descale_q /
+    _k / _v and p_scale for e4m3, empty_lse="+inf" for FlashAttention-2's fully masked rows).
+    Raises SpecError / RecordingError for tensors that do not make a problem."""
+    from oracle.run.request import RunRequest
+    from oracle.tools.attention_check import attention_recording_of
+
+    rec = attention_recording_of(q, k, v, o, lse, causal=causal, window=window, softmax_scale=softmax_scale,
+                                 softcap=softcap, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                 page_table=page_table, **fields)
+    return compare(RunRequest(recording=rec))
+
+
+def attention_problem_of(*args, **kwargs):
+    """The AttentionSpec a check_attention of these tensors describes (oracle.tools.attention_check)."""
+    from oracle.tools.attention_check import attention_problem_of as of
+
+    return of(*args, **kwargs)
+
+
+def attention_recording_of(*args, **kwargs):
+    """An output-only attention recording (oracle.tools.attention_check)."""
+    from oracle.tools.attention_check import attention_recording_of as of
+
+    return of(*args, **kwargs)
+
+
 def assert_gemm_close(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, **kwargs) -> Report:
     """`check`, raising AssertionError with the stage table and the first divergence unless MATCH.
     With ORACLE_DUMP_DIR set (the pytest plugin's --oracle-dump-dir), a failing check is saved as a

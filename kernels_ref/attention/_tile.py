@@ -1,0 +1,67 @@
+"""Plumbing of the attention stages: stacked-tile launches and in-kernel tile loads.
+
+Every stage launcher takes tiles stacked along a first "unit" axis ([U, rows, cols]) and runs one
+program per unit; tiles are padded in-kernel to powers of two of at least 16 (tl.dot's minimum).
+Operands are read as raw bits and decoded to fp32 (kernels_ref._codec), so the interpreter (whose
+tl.dot on bf16 multiplies raw bits) and the GPU (an fp32 dot with input_precision="ieee") see the
+same exact operand values.
+"""
+
+from __future__ import annotations
+
+from kernels_ref._interpret import choose_backend
+
+choose_backend()  # before triton loads: its kernels are interpreted or compiled from then on (_interpret)
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels_ref import _common as C
+from kernels_ref._codec import _decode_f32, _unsigned
+
+
+def pad(n: int) -> int:
+    return C.pad_dim(n, 16)
+
+
+def code(name: str) -> int:
+    return C.CODES[name]
+
+
+def dtype_of(x: torch.Tensor):
+    """The short dtype name of a tensor, or None for a type the table does not know."""
+    try:
+        return C.name_of(x.dtype)
+    except ValueError:
+        return None
+
+
+def tiles_reasons(named, allowed, ndim: int = 3) -> list[str]:
+    """Reasons these tensors are not [U, ...] stacks of tiles (ndim dims) of an allowed dtype."""
+    out = []
+    for name, x in named:
+        if not isinstance(x, torch.Tensor) or x.dim() != ndim:
+            out.append(f"{name} must be a {ndim}-D tensor of tiles stacked along units")
+        elif dtype_of(x) not in allowed:
+            out.append(f"{name} has dtype {x.dtype}; allowed: {', '.join(allowed)}")
+    return out
+
+
+@triton.jit
+def _load_f32(ptr, s_r, s_c, R, Cn, RP: tl.constexpr, CP: tl.constexpr, DT: tl.constexpr, W: tl.constexpr):
+    """A [RP, CP] fp32 tile of an [R, Cn] matrix of element type DT (storage width W), 0 outside."""
+    r = tl.arange(0, RP)[:, None]
+    c = tl.arange(0, CP)[None, :]
+    ok = (r < R) & (c < Cn)
+    raw = tl.load(ptr + r * s_r + c * s_c, mask=ok, other=0)
+    return tl.where(ok, _decode_f32(_unsigned(raw, W), DT), 0.0)
+
+
+@triton.jit
+def _dot32(a, b, INTERP: tl.constexpr):
+    """a @ b of fp32 tiles, fp32 products and sums (ieee on the GPU: no TF32)."""
+    if INTERP:
+        return tl.dot(a, b)
+    else:
+        return tl.dot(a, b, input_precision="ieee")

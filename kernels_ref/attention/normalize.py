@@ -1,0 +1,80 @@
+"""Normalize stage: the finished O and LSE of one unit.
+
+Data path: acc [BQ, Dv] fp32, the final row max m and row sum l, and `factor` (descale_v / p_scale:
+1 for 16-bit types) -> O = acc * (factor / l) fp32, LSE = m + log(l) (natural log, the unscaled
+units of the masked scores). A fully masked row (l = 0: it saw no key) gets O = 0 and LSE = -inf,
+as FlashAttention defines it (FlashAttention-2's non-split kernels write +inf there:
+oracle.problem.attention's `empty_lse`). The host spec is float64.
+"""
+
+from __future__ import annotations
+
+from kernels_ref._interpret import choose_backend
+
+choose_backend()  # before triton loads: its kernels are interpreted or compiled from then on (_interpret)
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels_ref import _common as C
+from kernels_ref.attention._tile import pad, tiles_reasons
+
+
+@triton.jit
+def _normalize_tile(acc, m, l, factor):
+    """(O [BQP, DVP], LSE [BQP]) of an accumulator; rows with l = 0 give 0 and -inf."""
+    seen = l > 0.0
+    inv = tl.where(seen, factor / tl.where(seen, l, 1.0), 0.0)
+    o = acc * inv[:, None]
+    lse = tl.where(seen, m + tl.log(tl.where(seen, l, 1.0)), float("-inf"))
+    return o, lse
+
+
+@triton.jit
+def _normalize_kernel(acc_ptr, m_ptr, l_ptr, o_ptr, lse_ptr, BQ, DV, factor, BQP: tl.constexpr, DVP: tl.constexpr):
+    u = tl.program_id(0).to(tl.int64)
+    r = tl.arange(0, BQP)
+    c = tl.arange(0, DVP)
+    ok = (r[:, None] < BQ) & (c[None, :] < DV)
+    acc = tl.load(acc_ptr + u * BQ * DV + r[:, None] * DV + c[None, :], mask=ok, other=0.0)
+    m = tl.load(m_ptr + u * BQ + r, mask=r < BQ, other=float("-inf"))
+    l = tl.load(l_ptr + u * BQ + r, mask=r < BQ, other=0.0)
+    o, lse = _normalize_tile(acc, m, l, factor)
+    tl.store(o_ptr + u * BQ * DV + r[:, None] * DV + c[None, :], o, mask=ok)
+    tl.store(lse_ptr + u * BQ + r, lse, mask=r < BQ)
+
+
+def check_supported(acc, m, l) -> list[str]:
+    reasons = tiles_reasons((("acc", acc),), ("fp32",)) + tiles_reasons((("m", m), ("l", l)), ("fp32",), 2)
+    if not reasons and (tuple(m.shape) != tuple(acc.shape[:2]) or tuple(l.shape) != tuple(acc.shape[:2])):
+        reasons.append(f"m {list(m.shape)} and l {list(l.shape)} must be [units, rows] of acc {list(acc.shape)}")
+    return reasons
+
+
+def normalize(acc: torch.Tensor, m: torch.Tensor, l: torch.Tensor, factor: float = 1.0):
+    """(O [U, BQ, Dv] fp32, LSE [U, BQ] fp32)."""
+    reasons = check_supported(acc, m, l)
+    if reasons:
+        raise C.reasons_error(reasons)
+    dev = C.check_device(("acc", acc), ("m", m), ("l", l))
+    acc, m, l = acc.contiguous(), m.contiguous(), l.contiguous()
+    u, bq, dv = acc.shape
+    o, lse = torch.empty_like(acc), torch.empty_like(m)
+    if u:
+        _normalize_kernel[(u,)](acc, m, l, o, lse, bq, dv, float(factor), BQP=pad(bq), DVP=pad(dv),
+                                **C.launch_options(dev))
+    return o, lse
+
+
+def normalize_host(acc, m, l, factor: float = 1.0):
+    """Host spec (float64) of `normalize`."""
+    reasons = check_supported(acc, m, l)
+    if reasons:
+        raise C.reasons_error(reasons)
+    acc, m, l = (t.detach().cpu().double() for t in (acc, m, l))
+    seen = l > 0
+    safe = torch.where(seen, l, torch.ones_like(l))
+    o = torch.where(seen[..., None], acc * (factor / safe)[..., None], torch.zeros_like(acc))
+    lse = torch.where(seen, m + torch.log(safe), torch.full_like(m, float("-inf")))
+    return o, lse

@@ -1,0 +1,29 @@
+"""The attention false-alarm benchmark on the CPU: a few SDPA cases judged, the JSON it writes, and
+a backend made wrong on purpose counted as false alarms (exit 1)."""
+
+import json
+
+import bench_scripts  # tests/ is on sys.path
+
+B = bench_scripts.load("attention_false_alarms")
+
+
+def test_cpu_smoke_run_writes_the_json(tmp_path):
+    assert B.main(["--cpu", "--cases", "4", "--planted", "1", "--out-dir", str(tmp_path), "--seed", "3"]) == 0
+    doc = json.loads((tmp_path / "results" / "attention_false_alarms_cpu.json").read_text())
+    assert doc["machine"] == "cpu" and doc["seed"] == 3 and doc["environment"]["torch"]
+    assert doc["false_diverged"] == 0 and sum(p["cases"] + p["skipped"] for p in doc["per_backend"].values()) == 4
+    assert doc["planted_detected"] == len(doc["planted"]) == 3
+
+
+def test_a_wrong_backend_is_a_false_alarm(tmp_path, monkeypatch):
+    real = B._sdpa
+
+    def doubled(*args):
+        outs, lse = real(*args)
+        return [o * 2 for o in outs], lse
+
+    monkeypatch.setattr(B, "_sdpa", doubled)
+    assert B.main(["--cpu", "--cases", "2", "--planted", "0", "--out-dir", str(tmp_path)]) == 1
+    doc = json.loads((tmp_path / "results" / "attention_false_alarms_cpu.json").read_text())
+    assert doc["false_diverged"] == 2 and len(doc["false_alarms"]) == 2
