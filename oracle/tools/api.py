@@ -302,15 +302,19 @@ def load(path: str) -> Recording:
     return Recording.load(path)
 
 
-def run_live(case, inputs: str = "random:0", *, timeout_s: Optional[float] = None, **overrides):
+def run_live(case, inputs: str = "random:0", *, timeout_s: Optional[float] = None, allow_library: bool = False,
+             allow_outside_case_dir: bool = False, **overrides):
     """Build, run and trace a live case (a case TOML path or an oracle.run.case.Case) with controlled
-    inputs (ones | index | ktag | random[:seed]) and judge it; returns (Report, LiveRun)."""
+    inputs (ones | index | ktag | random[:seed]) and judge it; returns (Report, LiveRun). A case file
+    that names a launch library (host code) needs `allow_library=True`, one that names files outside
+    its folder `allow_outside_case_dir=True` (oracle.run.case_files)."""
     from oracle.run.case import Case, load_case
     from oracle.run.inputs import make_operands
     from oracle.run.live import run_live as _run_live
 
     if not isinstance(case, Case):
-        case = load_case(str(case), overrides)
+        case = load_case(str(case), overrides, allow_library=allow_library,
+                         allow_outside_case_dir=allow_outside_case_dir)
     elif overrides:
         raise SpecError("problem overrides apply to a case file path, not to a Case object")
     ladder, _, arg = inputs.partition(":")
