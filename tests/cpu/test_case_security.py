@@ -255,8 +255,8 @@ def test_repro_of_a_file_that_is_not_a_source_copies_nothing(tmp_path, capsys, k
     (tmp_path / "evil.cu").write_bytes(ELF_HOST)
     path = kernel if kernel.startswith("/") else str(tmp_path / kernel)
     out = tmp_path / "r"
-    line = _one_error_line(capsys, ["repro", "--problem", SIMPLE, "--kernel", path, "--entry", "simple_gemm_bf16_traced",
-                                    "--inputs", "ones", "--no-reference", "--out", out])
+    line = _one_error_line(capsys, ["repro", "--problem", SIMPLE, "--kernel", path, "--entry",
+                                    "simple_gemm_bf16_traced", "--inputs", "ones", "--no-reference", "--out", out])
     assert "[kernel] source" in line and path in line and "not a CUDA/C++ source" in line
     assert not out.exists()
 
