@@ -108,8 +108,8 @@ def adapter_of(library: Optional[str]) -> Optional[Adapter]:
     if library is None:
         return None
     try:  # a regular file, checked before it is opened (a FIFO never makes this wait)
-        head = read_head(os.path.realpath(library), f"library {library}", MAX_SOURCE_BYTES, source_files.MAX_SOURCE_BYTES,
-                         "its size limit", OSError, nofollow=True)
+        head = read_head(os.path.realpath(library), f"library {library}", MAX_SOURCE_BYTES,
+                         source_files.MAX_SOURCE_BYTES, "its size limit", OSError, nofollow=True)
     except OSError:
         return None
     text = head.decode("utf-8", "replace")

@@ -246,8 +246,8 @@ def visible_gpus() -> int:
 def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optional[str] = None,
               workers: Optional[int] = None, time_cases: bool = True, stream=None, allow_library: bool = False,
               allow_outside_case_dir: bool = False) -> tuple[list[dict], int]:
-    """Run the sweep (the opt-ins of oracle.run.case_files apply to every case); returns (rows, exit code: 0 all match, 1 a divergence, 3 a kernel error, 6 runs that
-    differ (NONDETERMINISTIC), 2 a broken case).
+    """Run the sweep; returns (rows, exit code: 0 all match, 1 a divergence, 3 a kernel error, 6 runs that
+    differ (NONDETERMINISTIC), 2 a broken case). The opt-ins of oracle.run.case_files apply to every case.
     Progress goes to `stream` (default: sys.stderr at the time of the call)."""
     stream = sys.stderr if stream is None else stream
     cases = load_cases(cases_path)
