@@ -62,10 +62,12 @@ def _inside(path: str, root: str) -> bool:
 def case_path(value: str, field: str, case_file: str, root: str, trust: CaseTrust, error: type) -> str:
     """The path `value` that `case_file` gives for `field`, joined to the case file's folder; it must
     stay inside `root`, also once resolved, unless the user allowed otherwise. Returns the joined path."""
+    where = f"{case_file}: {field} = {shown_path(value)}"
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):  # NUL, newline...: no file the case may name
+        raise error(f"{where} holds a control character; a path has none")
     joined = os.path.join(os.path.dirname(os.path.abspath(case_file)), value)
     if trust.outside_case_dir:
         return joined
-    where = f"{case_file}: {field} = {shown_path(value)}"
     if os.path.isabs(value):
         why = f"{where} is an absolute path; a case file names its files relative to its own folder"
     elif not _inside(os.path.normpath(joined), os.path.normpath(root)):

@@ -110,6 +110,16 @@ def test_extends_may_reach_one_folder_up_and_no_further(tmp_path, how):
     assert _load(far, allow_outside_case_dir=True).kernel.source == str(d / "simple_gemm.cu")
 
 
+@pytest.mark.parametrize("key", ["source", "extends"])
+def test_a_path_with_a_control_character_is_a_case_error(tmp_path, key):
+    d = _folder(tmp_path)
+    path = d / "x.toml"
+    path.write_text('extends = "a\\u0000b.toml"\n' if key == "extends" else
+                    _case_with(d, "source", "a").read_text().replace('"a"', '"a\\u0000b.cu"'))
+    with pytest.raises(CaseError, match=rf"{key} = 'a\\x00b.*' holds a control character"):
+        _load(path)
+
+
 def test_the_command_line_opt_in_reaches_the_case(tmp_path, capsys, monkeypatch):
     from oracle.run import live
 
