@@ -38,7 +38,8 @@ from harness import knobs as _knobs
 from harness.build_cache import sha256 as _sha256
 from harness.build_cache import CacheDir, Entry, hold_lock, hold_slot, open_root, read_entry, write_entry
 from harness.build_errors import BuildError, CacheDirError, DefineError, LockTimeoutError  # noqa: F401  (re-exported)
-from harness.files import read_bounded, regular_file_size
+from harness.files import read_bounded, read_head, regular_file_size
+from harness.source_files import MAX_SOURCE_BYTES, check_source_file as _check_source
 from harness.names import check_macro_name, check_macro_value
 
 # Bump when the meaning of a cache entry changes (flags added by default, layout of the key...).
@@ -62,8 +63,7 @@ _TRACE_VERSION_RES = (
 )
 
 CUBIN_MAGICS = {b"\x7fELF": "ELF cubin", b"\x50\xed\x55\xba": "fatbin"}
-MAX_SOURCE_BYTES = 64 << 20  # a CUDA source larger than this is not one
-MAX_LIBRARY_BYTES = 1 << 30  # nor is a launch library larger than this
+MAX_LIBRARY_BYTES = 1 << 30  # a launch library larger than this is not one
 
 
 @dataclass(frozen=True)
@@ -169,11 +169,6 @@ def define_flags(defines: Mapping[str, object]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _regular_file(path: Union[str, os.PathLike], what: str, limit: int, limit_name: str) -> int:
-    """The size of `path`, a regular file of at most `limit` bytes (a BuildError otherwise)."""
-    return regular_file_size(path, f"{what} {path}", limit, limit_name, BuildError)
-
-
 def _cubin_limit() -> tuple[int, str]:
     mb = _knobs.get("ORACLE_CUBIN_MAX_MB")
     return mb << 20, f"the {mb} MiB limit of ORACLE_CUBIN_MAX_MB"
@@ -182,12 +177,7 @@ def _cubin_limit() -> tuple[int, str]:
 def check_cubin_file(path: Union[str, os.PathLike]) -> None:
     """A prebuilt cubin (or fatbin): a regular file within ORACLE_CUBIN_MAX_MB that starts with a
     cubin's magic. Reads four bytes."""
-    _regular_file(path, "cubin", *_cubin_limit())
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4)
-    except OSError as exc:
-        raise BuildError(f"cannot read cubin {path}: {exc.strerror or exc}") from None
+    head = read_head(path, f"cubin {path}", 4, *_cubin_limit(), BuildError)
     _check_magic(path, head)
 
 
@@ -198,8 +188,9 @@ def _check_magic(path, head: bytes) -> None:
 
 
 def check_source_file(path: Union[str, os.PathLike]) -> None:
-    """A CUDA source to build: a regular file of at most MAX_SOURCE_BYTES."""
-    _regular_file(path, "CUDA source", MAX_SOURCE_BYTES, f"the {MAX_SOURCE_BYTES >> 20} MiB a CUDA source may have")
+    """A CUDA source to build (harness.source_files): a regular file of at most MAX_SOURCE_BYTES with a
+    source's suffix and text, never an object, archive or library that nvcc would link."""
+    _check_source(path, f"CUDA source {path}", BuildError)
 
 
 def load_cubin(path: Union[str, os.PathLike]) -> bytes:
@@ -310,11 +301,11 @@ def _resolve_source(source: Union[str, os.PathLike]) -> tuple[str, Optional[Path
         return source, None, "<source text>"
     path = Path(source)
     check_source_file(path)
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        raise BuildError(f"cannot read CUDA source {path}: {exc.strerror or exc}") from None
-    return text, path.resolve().parent, str(path)
+    limit = f"the {MAX_SOURCE_BYTES >> 20} MiB a CUDA source may have"
+    data = read_bounded(path, f"CUDA source {path}", MAX_SOURCE_BYTES, limit, BuildError)
+    if len(data) > MAX_SOURCE_BYTES:
+        raise BuildError(f"CUDA source {path} has more than {limit}")
+    return data.decode(errors="replace"), path.resolve().parent, str(path)
 
 
 @contextlib.contextmanager

@@ -5,7 +5,8 @@
 With `nofollow`, a symbolic link is refused instead of followed (the file itself is opened with
 O_NOFOLLOW and checked again once open, so a swap after the check is caught); files of the kernel's
 pseudo-filesystems (/proc, /sys, /dev) are refused too: they claim a size of 0 or 4096 and hold
-something else.
+something else. Every file is checked to be a regular one before it is opened, and opened with
+O_NONBLOCK (a FIFO swapped in after the check cannot make the open wait for a writer).
 """
 
 from __future__ import annotations
@@ -52,8 +53,20 @@ def read_bounded(path: Path, name: str, limit: int, limit_text: str, error: type
 def read_bounded_stat(path: Path, name: str, limit: int, limit_text: str, error: type, *,
                       nofollow: bool = False) -> tuple[bytes, os.stat_result]:
     """read_bounded, with the open file's stat (its mtime, to keep it on a copy)."""
+    return _read_regular(path, name, limit, limit_text, error, nofollow, limit + 1)
+
+
+def read_head(path: Path, name: str, count: int, limit: int, limit_text: str, error: type, *,
+              nofollow: bool = False) -> bytes:
+    """The first `count` bytes of `path` (regular_file_size's checks first): enough to tell what
+    kind of file it is without reading it all."""
+    return _read_regular(path, name, limit, limit_text, error, nofollow, count)[0]
+
+
+def _read_regular(path: Path, name: str, limit: int, limit_text: str, error: type, nofollow: bool,
+                  count: int) -> tuple[bytes, os.stat_result]:
     regular_file_size(path, name, limit, limit_text, error, nofollow=nofollow)
-    flags = os.O_RDONLY | (os.O_NOFOLLOW | os.O_NONBLOCK if nofollow else 0)
+    flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_NOFOLLOW if nofollow else 0)
     try:
         fd = os.open(path, flags)
     except OSError as exc:
@@ -64,7 +77,7 @@ def read_bounded_stat(path: Path, name: str, limit: int, limit_text: str, error:
             raise error(f"{name} is not a regular file")
         with os.fdopen(fd, "rb") as f:
             fd = -1
-            return f.read(limit + 1), st
+            return f.read(count), st
     except OSError as exc:
         raise error(f"cannot read {name}: {exc.strerror or exc}") from None
     finally:

@@ -12,7 +12,9 @@ The rules:
   error, never a write through it).
 - The kernel's files are copied from regular files only (harness.files with nofollow: no links,
   no /proc, /sys or /dev): the translation unit and the local headers a conservative scan of its
-  quoted #include lines reaches (see kernel_files), never a folder's whole contents.
+  quoted #include lines reaches (see kernel_files), never a folder's whole contents; every one is a
+  CUDA/C++ source by its suffix and its content (harness.source_files: no object, archive, cubin or
+  any file holding a NUL byte), so nothing but source text is handed on in a reproducer.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Optional
 
 from harness import names
 from harness.files import read_bounded, read_bounded_stat
+from harness.source_files import HEADER_SUFFIXES, SOURCE_SUFFIXES, check_source_bytes, check_source_suffix
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "oracle-repro-manifest"
@@ -289,6 +292,17 @@ def read_kernel_file(path: Path, error: type) -> tuple[bytes, int]:
     return data, st.st_mtime_ns
 
 
+def read_source_file(path: Path, error: type, suffixes: tuple[str, ...] = SOURCE_SUFFIXES,
+                     where: str = "") -> tuple[bytes, int]:
+    """read_kernel_file of a source or header: its suffix checked before it is opened, its content
+    after (source text, never an object, archive or other binary); `where` says what named it."""
+    name = f"kernel file {str(path)!r}" + (f" ({where})" if where else "")
+    check_source_suffix(path, name, error, suffixes)
+    data, mtime = read_kernel_file(path, error)
+    check_source_bytes(data, name, error)
+    return data, mtime
+
+
 def kernel_files(source: Path, skip_dirs: tuple[Path, ...], error: type) -> tuple[str, list[KernelFile]]:
     """The translation unit and the local headers it includes, found by a conservative scan (not
     nvcc's dependency output, so no compiler is needed to write a reproducer): every quoted
@@ -298,7 +312,8 @@ def kernel_files(source: Path, skip_dirs: tuple[Path, ...], error: type) -> tupl
     A header that is found must be a regular file reached without a symbolic link, inside the tree
     of the source's folder or at most INCLUDE_LEVELS_UP folders above it, with a path there in
     harness.names' file grammar (no hidden '.name' parts); otherwise `error` names it and the file
-    that includes it. Returns the source's name relative to the copy's root and the files."""
+    that includes it. The source ends in a source suffix, a header in a header suffix, and both hold
+    source text (harness.source_files). Returns the source's name relative to the copy's root and the files."""
     if os.path.lexists(source) and stat.S_ISLNK(os.lstat(source).st_mode):
         raise error(f"kernel file {str(source)!r} is a symbolic link: the reproducer copies regular files only")
     src_dir = Path(os.path.realpath(source.parent))
@@ -307,7 +322,7 @@ def kernel_files(source: Path, skip_dirs: tuple[Path, ...], error: type) -> tupl
         if bound.parent != bound:
             bound = bound.parent
     main = src_dir / source.name
-    data, mtime = read_kernel_file(main, error)
+    data, mtime = read_source_file(main, error)
     found: dict[Path, KernelFile] = {main: KernelFile(main, "", data, mtime)}
     pending = [main]
     while pending:
@@ -333,7 +348,7 @@ def kernel_files(source: Path, skip_dirs: tuple[Path, ...], error: type) -> tupl
             names.check_file_name(rel, where, error)
             if len(found) >= MAX_KERNEL_FILES:
                 raise error(f"{source}: more than {MAX_KERNEL_FILES} local headers")
-            data, mtime = read_kernel_file(candidate, error)
+            data, mtime = read_source_file(candidate, error, HEADER_SUFFIXES, where)
             found[candidate] = KernelFile(candidate, rel, data, mtime)
             pending.append(candidate)
     used = [f.path for f in found.values()]

@@ -26,8 +26,9 @@ directory:
   expected.bin   the oracle's reference D (oracle.judging.differential.expected_output), logical
                  [total M, N] (a grouped problem: every group's rows in order)
   bound.bin      its per-element bound: fp64, or fp32 rounded up for outputs above BOUND_F64_LIMIT
-  kernel/        copies of the kernel source and its local headers (kernel/src/...) and of the trace
-                 header (kernel/include/oracle_trace/)
+  kernel/        copies of the kernel source and its local headers (kernel/src/...: CUDA/C++ source
+                 text only, oracle.repro.folder) and of the trace header (kernel/include/oracle_trace/);
+                 a prebuilt cubin is copied only when it is a CUDA device image
   repro.json     the same facts for `python -m oracle compare --repro-dir` (oracle.repro.readback)
   README.txt     the commands, the launch, the tensor maps and the files copied from the kernel's folder
   manifest.json  every file above with its sha256, written last (oracle.repro.folder): the proof that
@@ -59,6 +60,7 @@ from harness.build import HARNESS_INCLUDE_DIR
 from harness.launch import ScalarArg, StructArg, TensorArg, TensorMapArg
 from harness.launch_abi import BIAS_KINDS, LAUNCH_CODES, SCALE_KINDS, SLOTS, LibraryCall
 from harness.runner import RunnerError, _check_request, sequence_roles
+from harness.source_files import check_device_image_bytes
 from harness.tensormap import TensorMapSpec
 from harness.trace_format import STAGE_CODES, TraceSelection
 from kernels_ref import epilogue_graph
@@ -489,7 +491,9 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
     selection = TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks)  # checked by check_case
     # Everything read from the user's files before the folder is touched: a refusal changes nothing.
     if build.prebuilt is not None:
-        sources = [KernelFile(build.prebuilt, "kernel_traced.cubin", *read_kernel_file(build.prebuilt, ReproError))]
+        data, mtime = read_kernel_file(build.prebuilt, ReproError)
+        check_device_image_bytes(data, f"[kernel] cubin {str(build.prebuilt)!r}", ReproError)  # never a host object
+        sources = [KernelFile(build.prebuilt, "kernel_traced.cubin", data, mtime)]
         kernel_main = None
     else:
         main, found = kernel_files(build.source, (HARNESS_INCLUDE_DIR.resolve(),), ReproError)

@@ -16,11 +16,14 @@ harness/include/oracle_trace/cutlass/entry.hpp).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Optional
 
+from harness import source_files
 from harness.fields import shown
+from harness.files import read_head
 from kernels_ref.dtypes import FP8
 from oracle.problem.spec import ProblemSpec
 
@@ -104,11 +107,12 @@ def adapter_of(library: Optional[str]) -> Optional[Adapter]:
     file that cannot be read: the build reports that)."""
     if library is None:
         return None
-    try:
-        with open(library, "rb") as f:
-            text = f.read(MAX_SOURCE_BYTES).decode("utf-8", "replace")
+    try:  # a regular file, checked before it is opened (a FIFO never makes this wait)
+        head = read_head(os.path.realpath(library), f"library {library}", MAX_SOURCE_BYTES,
+                         source_files.MAX_SOURCE_BYTES, "its size limit", OSError, nofollow=True)
     except OSError:
         return None
+    text = head.decode("utf-8", "replace")
     for adapter in ADAPTERS:
         pattern = r'^[ \t]*#[ \t]*include[ \t]*[<"]' + re.escape(adapter.header) + r'[>"]'
         if re.search(pattern, text, re.MULTILINE):

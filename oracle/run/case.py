@@ -11,7 +11,7 @@ command line:
     # epilogue = ["alpha", "bias", "beta_c", "cast"]   the epilogue's steps in order (docs/epilogue.md)
 
     [kernel]
-    source = "simple_gemm.cu"  # relative to the TOML file
+    source = "simple_gemm.cu"  # relative to the TOML file, inside its folder (oracle.run.case_files)
     entry = "simple_gemm_bf16_traced"
     time_entry = "simple_gemm_bf16"   # optional: time the untraced entry (default: entry, sink off)
     defines = { ORACLE_TRACE = 1 }
@@ -24,7 +24,9 @@ command line:
             { i32 = 2 }]
 
     A launch library instead (oracle_trace/launch.hpp; harness.launch_abi): the kernel's own host
-    code, built as a shared library, launches it; [launch] then holds only the ABI:
+    code, built as a shared library, launches it; [launch] then holds only the ABI. Its host code
+    runs in the kernel's child process, so such a case is loaded only with --allow-library
+    (allow_library=True):
     [kernel]
     library = "my_gemm.cu"     # no source, cubin, entry, time_entry or untraced_entry beside it
     [launch]
@@ -77,9 +79,11 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from harness.errors import BadInput
 from harness.fields import shown
+from harness.files import read_bounded
 from harness.launch_abi import ABIS, ENTRY_SYMBOL
 from harness.names import check_entry
 from oracle.run.adapters import Adapter, adapter_of
+from oracle.run.case_files import CaseTrust, case_path, check_kernel_file, check_library_allowed, extends_root
 from oracle.run.case_grammar import check_kernel_names
 from oracle.problem.spec import ProblemSpec, SpecError
 
@@ -223,11 +227,16 @@ def _split_top(s: str) -> list[str]:
 
 
 def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *, source: Optional[str] = None,
-              entry: Optional[str] = None) -> Case:
+              entry: Optional[str] = None, allow_library: bool = False, allow_outside_case_dir: bool = False) -> Case:
+    """The case of the file `path` (or none: the problem from the overrides) with the command line's
+    kernel `source` and `entry`. The files the case file names stay inside its folder unless
+    `allow_outside_case_dir`; a launch library ([kernel] library: host code the kernel's child runs) is
+    refused unless `allow_library` (oracle.run.case_files)."""
+    trust = CaseTrust(library=allow_library, outside_case_dir=allow_outside_case_dir)
     doc: dict = {}
     base = os.getcwd()
     if path is not None:
-        doc = _read_case(path, ())
+        doc = _read_case(path, (), trust, extends_root(path))
         base = os.path.dirname(os.path.abspath(path))
     prob = dict(doc.get("problem", {}))
     prob.update(dict(problem_overrides))
@@ -252,6 +261,7 @@ def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *,
                 if a.kind == "workspace" and a.name not in declared:
                     raise CaseError(f"[launch] args[{i}]: workspace {a.name!r} is not declared; declared: "
                                     f"{', '.join(sorted(declared)) or 'none'} ([workspace.NAME] tables)")
+    check_library_allowed(kernel.library if kernel is not None else None, path, trust, CaseError)  # a valid case
     return Case(spec, kernel, launch, trace, path, workspaces, run)
 
 
@@ -326,15 +336,11 @@ def _workspaces(sec) -> tuple[Workspace, ...]:
 
 def read_toml(path: str, what: str) -> dict:
     """A TOML file as a dict; a missing or malformed file is a CaseError naming `what` and the path."""
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         raise CaseError(f"{what} {path!r} does not exist")
-    if not os.path.isfile(path):
-        raise CaseError(f"{what} {path!r} is not a regular file")
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_CASE_BYTES + 1)
-    except OSError as e:
-        raise CaseError(f"{what} {path!r} cannot be read: {e.strerror or e}") from None
+    # the file its links lead to, checked to be a regular one before it is opened (never a FIFO or /proc)
+    data = read_bounded(os.path.realpath(path), f"{what} {path!r}", MAX_CASE_BYTES,
+                        f"the {MAX_CASE_BYTES >> 20} MiB a case file may have", CaseError, nofollow=True)
     if len(data) > MAX_CASE_BYTES:
         raise CaseError(f"{what} {path!r} is larger than {MAX_CASE_BYTES >> 20} MiB, the most a case file may be")
     try:
@@ -347,9 +353,10 @@ def read_toml(path: str, what: str) -> dict:
         raise CaseError(f"{what} {path!r} nests arrays or tables deeper than the TOML reader goes") from None
 
 
-def _read_case(path: str, seen: tuple[str, ...]) -> dict:
+def _read_case(path: str, seen: tuple[str, ...], trust: CaseTrust, chain_root: str) -> dict:
     """The TOML of a case with its `extends` chain merged: a case may name a base case file
-    (relative to itself) and replace keys of its tables; the base's file paths stay its own."""
+    (relative to itself, inside `chain_root`) and replace keys of its tables; the base's file paths
+    stay its own, inside its own folder (oracle.run.case_files)."""
     doc = read_toml(path, "case file")
     unknown = sorted(set(doc) - set(SECTIONS) - {"extends"})
     if unknown:
@@ -363,16 +370,16 @@ def _read_case(path: str, seen: tuple[str, ...]) -> dict:
             value = doc["kernel"][key]
             if not isinstance(value, str) or not value:
                 raise CaseError(f"{path}: [kernel] {key} = {shown(value)} must be the path of a file (a string)")
-            doc["kernel"][key] = os.path.join(here, value)
+            doc["kernel"][key] = case_path(value, f"[kernel] {key}", path, here, trust, CaseError)
     parent = doc.pop("extends", None)
     if parent is None:
         return doc
-    if not isinstance(parent, str):
+    if not isinstance(parent, str) or not parent:
         raise CaseError(f"{path}: extends must be the path of a case file, got {parent!r}")
-    parent_path = os.path.normpath(os.path.join(here, parent))
+    parent_path = os.path.normpath(case_path(parent, "extends", path, chain_root, trust, CaseError))
     if parent_path in seen or len(seen) > 8:
         raise CaseError(f"{path}: extends forms a cycle or a chain deeper than 8: {' -> '.join(seen + (parent_path,))}")
-    merged = _read_case(parent_path, seen + (os.path.abspath(path),))
+    merged = _read_case(parent_path, seen + (os.path.abspath(path),), trust, chain_root)
     for section, table in doc.items():
         merged[section] = {**merged.get(section, {}), **table}
     return merged
@@ -411,6 +418,7 @@ def _library_kernel(sec: dict, base: str, source: Optional[str], entry: Optional
     library = source or os.path.join(base, sec["library"])
     defines = _defines(sec)
     check_kernel_names(None, None, LIBRARY_ENTRY, None, defines, CaseError, library=library)
+    check_kernel_file("library", library, CaseError)  # a source, never an object or archive, before it is read
     arch = _arch(sec)
     return KernelSource(None, LIBRARY_ENTRY, defines, arch, library=library, adapter=adapter_of(library))
 
@@ -465,6 +473,8 @@ def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Option
             raise CaseError(f"[kernel] {key} = {shown(value)} must be the kernel's entry point name (a string)")
     defines = _defines(sec)
     check_kernel_names(src, cubin, ent, time_entry, defines, CaseError)
+    check_kernel_file("source", src, CaseError)
+    check_kernel_file("cubin", cubin, CaseError)
     if untraced is not None:
         check_entry(untraced, "[kernel] untraced_entry", CaseError)
     arch = _arch(sec)

@@ -92,12 +92,16 @@ def resolve_case(path: Optional[str] = None, overrides: Optional[dict] = None, *
                  kernel: Optional[str] = None, entry: Optional[str] = None, untraced_entry: Optional[str] = None,
                  trace_tiles: Optional[Sequence[tuple[int, int]]] = None,
                  trace_k_blocks: Optional[Sequence[int]] = None, trace_stages_text: Optional[str] = None,
-                 trace_stages_where: str = "trace_stages") -> Case:
+                 trace_stages_where: str = "trace_stages", allow_library: bool = False,
+                 allow_outside_case_dir: bool = False) -> Case:
     """The live case a request runs: the case file (or none), problem fields (`overrides`, then
     `assignments` such as "m=256"), the kernel's source and entry point, the untraced entry, and
-    the trace selection. Every entry point (command line, Python, bench) builds its case here."""
+    the trace selection. Every entry point (command line, Python, bench) builds its case here. A case
+    file that names a launch library needs `allow_library`, one that names files outside its folder
+    `allow_outside_case_dir` (oracle.run.case_files)."""
     fields = {**(overrides or {}), **parse_assignments(list(assignments))}
-    case = load_case(path, fields, source=kernel, entry=entry)
+    case = load_case(path, fields, source=kernel, entry=entry, allow_library=allow_library,
+                     allow_outside_case_dir=allow_outside_case_dir)
     if untraced_entry:
         if case.kernel is None:
             raise RequestError("an untraced entry goes with a kernel (a source and its entry, or [kernel])")

@@ -369,7 +369,8 @@ def load(path: str) -> Recording:
 def run_live(case, inputs: str = "random:0", *, timeout_s: Optional[float] = None, repeat: Optional[int] = None,
              smem_poison: Optional[int] = None, sanitize: bool = False, time: bool = False,
              kernel: Optional[str] = None, entry: Optional[str] = None, untraced_entry: Optional[str] = None,
-             trace_tiles=None, trace_k_blocks=None, trace_stages: Optional[str] = None, **overrides):
+             trace_tiles=None, trace_k_blocks=None, trace_stages: Optional[str] = None, allow_library: bool = False,
+             allow_outside_case_dir: bool = False, **overrides):
     """Build, run and trace a live case (a case TOML path, or an oracle.run.case.Case) and judge it;
     returns the Report (its `judgement` holds the races, the sanitizer's findings and the timings).
     Everything `python -m oracle compare CASE.toml` takes: `inputs` ones | index | ktag |
@@ -377,7 +378,9 @@ def run_live(case, inputs: str = "random:0", *, timeout_s: Optional[float] = Non
     `smem_poison` a 32-bit pattern; `sanitize` compute-sanitizer on the untraced build; `time` the
     kernel and its peers timed; the kernel's source, entry and untraced entry; the traced tiles
     ((tm, tn), ...), k-blocks and stages ("mma,epilogue_store"); problem fields as keywords (a
-    case file path only)."""
+    case file path only). A case file that names a launch library (host code) needs
+    `allow_library=True`, one that names files outside its folder `allow_outside_case_dir=True`
+    (oracle.run.case_files)."""
     from oracle.run.case import Case
     from oracle.run.request import RunRequest, resolve_case
 
@@ -387,6 +390,7 @@ def run_live(case, inputs: str = "random:0", *, timeout_s: Optional[float] = Non
                             "object is run as it is")
     else:
         case = resolve_case(str(case), overrides, kernel=kernel, entry=entry, untraced_entry=untraced_entry,
-                            trace_tiles=trace_tiles, trace_k_blocks=trace_k_blocks, trace_stages_text=trace_stages)
+                            trace_tiles=trace_tiles, trace_k_blocks=trace_k_blocks, trace_stages_text=trace_stages,
+                            allow_library=allow_library, allow_outside_case_dir=allow_outside_case_dir)
     return compare(RunRequest(case=case, inputs=inputs, repeat=repeat, smem_poison=smem_poison, sanitize=sanitize,
                               time=time, timeout_s=timeout_s))

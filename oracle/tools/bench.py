@@ -35,6 +35,7 @@ from typing import Any, Optional, Sequence
 
 from harness.fields import shown
 from oracle.run.case import MAX_REPEAT, CaseError, read_toml, trace_plan
+from oracle.run.case_files import CaseTrust
 from oracle.run.inputs import InputError, parse_inputs
 
 CASE_KEYS = ("name", "case", "entry", "set", "inputs", "time", "trace_tiles", "trace_k_blocks", "timeout", "repeat")
@@ -52,6 +53,7 @@ class BenchCase:
     trace_tiles: Optional[tuple] = None  # None: the case's [trace] (or its default sample)
     trace_k_blocks: Optional[tuple] = None
     repeat: Optional[int] = None  # None: the live case's [run] repeat
+    trust: CaseTrust = CaseTrust()  # the command line's opt-ins (oracle.run.case_files), not the cases file's
 
 
 def load_cases(path: str) -> list[BenchCase]:
@@ -126,7 +128,8 @@ def live_case(bc: BenchCase):
     from oracle.run.case import load_case, with_trace
     from oracle.run.live import check_case
 
-    case = load_case(bc.case, bc.overrides, entry=bc.entry)
+    case = load_case(bc.case, bc.overrides, entry=bc.entry, allow_library=bc.trust.library,
+                     allow_outside_case_dir=bc.trust.outside_case_dir)
     if bc.trace_tiles or bc.trace_k_blocks:
         case = with_trace(case, bc.trace_tiles, bc.trace_k_blocks)
     check_case(case)
@@ -230,9 +233,10 @@ def visible_gpus() -> int:
 
 
 def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optional[str] = None,
-              workers: Optional[int] = None, time_cases: bool = True, stream=None) -> tuple[list[dict], int]:
+              workers: Optional[int] = None, time_cases: bool = True, stream=None, allow_library: bool = False,
+              allow_outside_case_dir: bool = False) -> tuple[list[dict], int]:
     """Run the sweep; returns (rows, exit code: 0 all match, 1 a divergence, 3 a kernel error, 6 runs that
-    differ (NONDETERMINISTIC), 2 a broken case).
+    differ (NONDETERMINISTIC), 2 a broken case). The opt-ins of oracle.run.case_files apply to every case.
     Progress goes to `stream` (default: sys.stderr at the time of the call)."""
     stream = sys.stderr if stream is None else stream
     cases = load_cases(cases_path)
@@ -240,6 +244,8 @@ def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optio
     mine = shard(cases, i, n)
     if not time_cases:
         mine = [BenchCase(**{**c.__dict__, "time": False}) for c in mine]
+    trust = CaseTrust(library=allow_library, outside_case_dir=allow_outside_case_dir)
+    mine = [BenchCase(**{**c.__dict__, "trust": trust}) for c in mine]
     broken = _broken(mine)  # every case checked before the first one is built
     gpus = visible_gpus() if workers is None else workers
     env = environment()
@@ -249,7 +255,8 @@ def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optio
 
         def argv(sub: str, out: str) -> list[str]:
             return ["bench", "--cases", absolute(cases_path), "--shard", sub, "--jsonl", out, "--workers", "1"] + \
-                ([] if time_cases else ["--no-time"])
+                ([] if time_cases else ["--no-time"]) + (["--allow-library"] if allow_library else []) + \
+                (["--allow-outside-case-dir"] if allow_outside_case_dir else [])
 
         rows = run_workers(argv, (i, n), gpus, indices, stream=stream)
         for r in rows:

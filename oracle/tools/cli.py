@@ -29,6 +29,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         --problem m=256,n=256,k=512    or inline problem fields (override the TOML's)
         --kernel FILE.cu --entry NAME  the kernel (override the TOML's [kernel])
         --inputs ones|index|ktag|random[:seed]|dump:PATH
+    A live case builds and runs its kernel's device code. The files a case file names stay inside
+    its folder (--allow-outside-case-dir lifts that); a launch library ([kernel] library) is host
+    code run in the kernel's child process, refused without --allow-library.
     Races (live): --repeat N runs the traced and the untraced build N times each on the same
     inputs and compares every output and tap bit for bit; --smem-poison PATTERN runs the traced
     build twice more with the kernel's dynamic shared memory filled with PATTERN and with its
@@ -128,7 +131,9 @@ def _case(args: argparse.Namespace, base: Optional[dict] = None, entry: Optional
                         trace_tiles=_tiles_flag(args.trace_tiles) if args.trace_tiles else None,
                         trace_k_blocks=_indices_flag("--trace-k-blocks", args.trace_k_blocks)
                         if args.trace_k_blocks else None,
-                        trace_stages_text=getattr(args, "trace_stages", None), trace_stages_where="--trace-stages")
+                        trace_stages_text=getattr(args, "trace_stages", None), trace_stages_where="--trace-stages",
+                        allow_library=getattr(args, "allow_library", False),
+                        allow_outside_case_dir=getattr(args, "allow_outside_case_dir", False))
 
 
 def _indices_flag(flag: str, text: str) -> tuple[int, ...]:
@@ -167,6 +172,10 @@ def cmd_repro(args: argparse.Namespace) -> int:
         --dump FILE     the problem and inputs of a recording (the case TOML still gives the
                         kernel and its launch; the entry point is the recording's)
         --out DIR       the directory (new, or a reproducer written before)
+        --allow-library, --allow-outside-case-dir   as for compare
+    Only checked sources are copied: the translation unit and the local headers it includes (CUDA/C++
+    sources by suffix and content, regular files, inside the source's tree), or a prebuilt cubin
+    that is a CUDA device image; README.txt lists them.
     Then: make -C DIR && DIR/repro prints MATCH or DIVERGED (exit 0 / 1, 3 for a kernel error);
     make -C DIR TRACE=1 && DIR/repro_traced writes DIR/sink.bin, and
     python -m oracle compare --repro-dir DIR judges it stage by stage."""
@@ -279,13 +288,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     Prints progress and a results table; --jsonl PATH writes one JSON object per case with the
     environment. --shard i/n runs cases i, i+n, ... (0-based). With several visible GPUs one
     worker process runs per GPU. A case's `repeat = N` (default its live case's [run] repeat)
-    verifies it as compare --repeat N does. Exit codes: 0 every case matches, 1 a case diverges (or
+    verifies it as compare --repeat N does. --allow-library and --allow-outside-case-dir as for
+    compare, for every case. Exit codes: 0 every case matches, 1 a case diverges (or
     is mistrusted or the oracle untrusted), 2 bad usage or a broken case, 3 a kernel error, 6 a
     case's repeated runs differ (NONDETERMINISTIC)."""
     from oracle.tools.bench import run_bench, table
 
     rows, code = run_bench(args.cases, shard_text=args.shard, jsonl=args.jsonl, workers=args.workers,
-                           time_cases=not args.no_time)
+                           time_cases=not args.no_time, allow_library=args.allow_library,
+                           allow_outside_case_dir=args.allow_outside_case_dir)
     print(table(rows))
     for r in rows:
         if r.get("error"):
@@ -374,6 +385,15 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _trust_flags(p: argparse.ArgumentParser) -> None:
+    """The opt-ins of oracle.run.case_files: what a case file may do beyond the default."""
+    p.add_argument("--allow-library", action="store_true", help="run a case's launch library ([kernel] library): "
+                   "its host code is compiled and runs in the kernel's child process with your rights; without this "
+                   "flag such a case is refused")
+    p.add_argument("--allow-outside-case-dir", action="store_true", help="let a case file name files ([kernel] "
+                   "source, library, cubin; extends) outside its own folder (extends: and the folder above it)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m oracle",
                                 description="Differential oracle for GEMM-like CUDA kernels: names the first "
@@ -418,6 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--save-dump", metavar="PATH", help="save the judged recording as a dump to PATH")
     c.add_argument("--quiet", action="store_true", help="print nothing; the exit code and --json say it all")
     c.add_argument("--plots", metavar="DIR", help="write PNG pictures of every diverging stage to DIR (matplotlib)")
+    _trust_flags(c)
     c.set_defaults(func=cmd_compare)
 
     s = sub.add_parser("simulate", help="write a synthetic dump with an optional defect",
@@ -442,6 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--jsonl", metavar="PATH", help="write one JSON line per case, with the environment")
     b.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per visible GPU)")
     b.add_argument("--no-time", action="store_true", help="verify only")
+    _trust_flags(b)
     b.set_defaults(func=cmd_bench)
 
     r = sub.add_parser("repro", help="write a standalone reproducer (.cu + Makefile, no Python needed)",
@@ -459,6 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-reference", action="store_true",
                    help="write no expected.bin/bound.bin: repro computes its own host reference")
     r.add_argument("--out", required=True, metavar="DIR", help="the directory to write")
+    _trust_flags(r)
     r.set_defaults(func=cmd_repro)
 
     vf = sub.add_parser("verify", help="benchmark-and-verify a torch op over a sweep", description=cmd_verify.__doc__,

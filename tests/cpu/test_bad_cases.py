@@ -13,7 +13,9 @@ from oracle.run import live
 
 ROOT = Path(__file__).resolve().parents[2]
 SIMPLE = ROOT / "harness" / "examples" / "simple_gemm.toml"
-BASE = SIMPLE.read_text().replace('source = "simple_gemm.cu"', f'source = "{SIMPLE.parent / "simple_gemm.cu"}"')
+SOURCE = 'source = "simple_gemm.cu"'  # the case's own source, copied beside the case file
+BASE = SIMPLE.read_text()
+assert SOURCE in BASE
 GRID = 'grid = ["tiles_n", "tiles_m", 1]'
 
 
@@ -38,10 +40,11 @@ def _run(capsys, argv) -> str:
     ("problem = 5\n", "problem = 5 must be a table ([problem])"),
     ("kernel = 5\n[problem]\nm = 8\nn = 8\nk = 8\n", "kernel = 5 must be a table ([kernel])"),
     (BASE.replace('args = ["a"', 'args = 5\nxargs = ["a"').replace("xargs", "#"), "args = 5 must be a list"),
-    (BASE.replace(f'source = "{SIMPLE.parent / "simple_gemm.cu"}"', "source = 5"), "source = 5 must be the path"),
+    (BASE.replace(SOURCE, "source = 5"), "source = 5 must be the path"),
     (BASE.replace('time_entry = "simple_gemm_bf16"', "defines = [1, 2]"), "defines = [1, 2] must be a table"),
     ('extends = "."\n' + BASE, "is not a regular file"),
-    ('extends = "/dev/zero"\n' + BASE, "case file '/dev/zero' is not a regular file"),
+    ('extends = "/dev/zero"\n' + BASE, "extends = '/dev/zero' is an absolute path"),
+    ('extends = "zero"\n' + BASE, "extends = 'zero' goes through a symbolic link to /dev/zero"),  # a link there
     (BASE.replace(GRID, 'grid = ["1 // 0", 1, 1]'), "grid[0]: '1 // 0' divides by zero"),
     (BASE.replace(GRID, 'grid = ["cdiv(m, 0)", 1, 1]'), "grid[0]: 'cdiv(m, 0)' divides by zero"),
     (BASE.replace(GRID, 'grid = ["min()", 1, 1]'), "min() in 'min()' takes at least 2 arguments, got 0"),
@@ -57,14 +60,15 @@ def _run(capsys, argv) -> str:
     (BASE.replace('k_blocks = "all"', "k_blocks = [0, 5000]"), "k-blocks span 0..5000; they must fit in a window"),
     (BASE.replace('k_blocks = "all"', "tiles = [" + ", ".join(["[0, 0]"] * 33) + "]"),
      "selection has 33 tiles; at most 32"),
-    (BASE.replace(f'source = "{SIMPLE.parent / "simple_gemm.cu"}"', 'cubin = "/dev/zero"'),
-     "cubin /dev/zero is not a regular file"),
-    (BASE.replace(f'source = "{SIMPLE.parent / "simple_gemm.cu"}"', f'source = "{ROOT}"'),
-     "is not a regular file"),
+    (BASE.replace(SOURCE, 'cubin = "/dev/zero"'), "[kernel] cubin = '/dev/zero' is an absolute path"),
+    (BASE.replace(SOURCE, 'source = "folder.cu"'), "folder.cu' is not a regular file"),
     (BASE.replace('entry = "simple_gemm_bf16_traced"', 'entry = "simple_gemm_bf16_traced"\narch = "sm_1000x"'),
      "arch = 'sm_1000x' must look like sm_90a"),
 ])
 def test_a_malformed_case_file_is_one_error_line(tmp_path, capsys, text, message):
+    (tmp_path / "simple_gemm.cu").write_bytes((SIMPLE.parent / "simple_gemm.cu").read_bytes())
+    (tmp_path / "folder.cu").mkdir()
+    (tmp_path / "zero").symlink_to("/dev/zero")
     p = tmp_path / "case.toml"
     p.write_text(text)
     line = _run(capsys, ["compare", "--problem", str(p), "--inputs", "ones"])

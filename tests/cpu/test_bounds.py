@@ -74,7 +74,7 @@ def test_stream_k_workers_past_the_maximum_is_refused_at_once_from_toml(tmp_path
     case = tmp_path / "c.toml"
     case.write_text(BASE.replace("[problem]\n", "[problem]\nstream_k_workers = 2147483648\n"))
     with deadline(10), pytest.raises(CaseError, match="stream_k_workers=2147483648"):
-        load_case(str(case))
+        load_case(str(case), allow_outside_case_dir=True)
 
 
 def test_stream_k_workers_past_the_maximum_is_refused_at_once_from_set(capsys, monkeypatch):
@@ -131,7 +131,7 @@ def test_a_workspace_is_checked_against_the_budget_before_allocation(tmp_path):
     r = _child(f"""
         from oracle.run.case import load_case, CaseError
         from oracle.run.live import launch_sequence
-        case = load_case({str(case)!r})
+        case = load_case({str(case)!r}, allow_outside_case_dir=True)
         try:
             launch_sequence(case, None)
         except CaseError as e:
@@ -148,7 +148,7 @@ def test_a_workspace_counts_with_the_operands_against_the_knob(tmp_path, monkeyp
     case = tmp_path / "ws.toml"
     case.write_text(BASE + '\n[workspace.big]\nbytes = 1048576\n')
     with pytest.raises(CaseError, match="the 1 MiB limit of ORACLE_MAX_OPERAND_MB"):
-        live.launch_sequence(load_case(str(case)), None)
+        live.launch_sequence(load_case(str(case), allow_outside_case_dir=True), None)
 
 
 def test_operands_are_checked_against_the_address_space_limit():

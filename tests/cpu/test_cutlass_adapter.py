@@ -42,7 +42,7 @@ def _needs_cutlass():
 
 @pytest.fixture(scope="module")
 def traced_library() -> Path:
-    case = load_case(str(ZOO / "cutlass_sm90.toml"))
+    case = load_case(str(ZOO / "cutlass_sm90.toml"), allow_library=True)
     return build_library(case.kernel.library, arch=case.kernel.arch, defines={"ORACLE_TRACE": "1"}).cubin_path
 
 

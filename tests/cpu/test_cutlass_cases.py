@@ -29,10 +29,10 @@ DUMPS = ROOT / "tests" / "zoo" / "dumps"
 
 
 def test_the_adapter_is_known_from_the_library_s_own_include_line(tmp_path):
-    case = load_case(str(ZOO / "cutlass_sm90.toml"))
+    case = load_case(str(ZOO / "cutlass_sm90.toml"), allow_library=True)
     assert case.kernel.adapter is CUTLASS_SM90
-    assert load_case(str(ZOO / "e4m3.toml")).kernel.adapter is CUTLASS_SM90
-    plain = load_case(str(ROOT / "harness" / "examples" / "simple_gemm_lib.toml"))
+    assert load_case(str(ZOO / "e4m3.toml"), allow_library=True).kernel.adapter is CUTLASS_SM90
+    plain = load_case(str(ROOT / "harness" / "examples" / "simple_gemm_lib.toml"), allow_library=True)
     assert plain.kernel.library is not None and plain.kernel.adapter is None
     src = tmp_path / "k.cu"
     src.write_text('// #include "oracle_trace/cutlass.hpp" in a comment is not an include\n')
@@ -72,11 +72,11 @@ def test_what_the_adapter_cannot_run_is_refused_when_the_case_is_loaded(case_fil
 
 def test_what_the_adapter_runs_loads_and_a_library_without_it_is_not_limited():
     for case_file in ("cutlass_sm90.toml", "pingpong.toml", "e4m3.toml", "pingpong_e4m3.toml"):
-        load_case(str(ZOO / case_file))
-    load_case(str(ZOO / "cutlass_sm90.toml"), {"epilogue": ["alpha_beta", "cast"]})
-    load_case(str(ZOO / "e4m3.toml"), {"epilogue": ["scale", "alpha_beta", "cast"]})
+        load_case(str(ZOO / case_file), allow_library=True)
+    load_case(str(ZOO / "cutlass_sm90.toml"), {"epilogue": ["alpha_beta", "cast"]}, allow_library=True)
+    load_case(str(ZOO / "e4m3.toml"), {"epilogue": ["scale", "alpha_beta", "cast"]}, allow_library=True)
     # the hand-written library example has a bias: no adapter, no limit
-    lib = load_case(str(ROOT / "harness" / "examples" / "simple_gemm_lib.toml"), {"bias": "col"})
+    lib = load_case(str(ROOT / "harness" / "examples" / "simple_gemm_lib.toml"), {"bias": "col"}, allow_library=True)
     assert lib.spec.bias == "col"
 
 
@@ -98,7 +98,7 @@ def test_a_cutlass_run_says_it_did_not_see_the_production_timing(name, stage):
     from oracle.judging.differential import analyze
 
     rec = Recording.load(str(DUMPS / f"{name}.safetensors.gz"))
-    case = load_case(str(ZOO / ("cutlass_sm90.toml" if "coop" in name else "pingpong.toml")))
+    case = load_case(str(ZOO / ("cutlass_sm90.toml" if "coop" in name else "pingpong.toml")), allow_library=True)
     rec = dataclasses.replace(rec, serialised=case.kernel.adapter.serialised)
     an = analyze(rec)
     said = [u for u in an.unobserved if u.startswith("the production build's timing (traced build serialised: ")]
@@ -122,8 +122,8 @@ def test_a_cutlass_reproducer_s_traced_run_carries_the_serialisation(tmp_path):
     from oracle.run.case import with_trace
 
     rec = Recording.load(str(DUMPS / "cutlass_sm90_coop_alpha_twice.safetensors.gz"))
-    case = with_trace(load_case(str(ZOO / "defects" / "alpha_twice.toml"), {"m": 300, "n": 392, "k": 520}),
-                      ((0, 0),), None)
+    case = with_trace(load_case(str(ZOO / "defects" / "alpha_twice.toml"), {"m": 300, "n": 392, "k": 520},
+                                allow_library=True), ((0, 0),), None)
     out = write_repro(case, rec.operands, rec.provenance, tmp_path / "r", reference=False).path
     assert json.loads((out / "repro.json").read_text())["library"]["serialised"] == list(CUTLASS_SM90.serialised)
     (out / "d.bin").write_bytes(rec.output.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())

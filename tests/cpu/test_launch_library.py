@@ -210,8 +210,8 @@ def test_the_command_line_cannot_give_a_library_an_entry_point(tmp_path, capsys)
     path = _case(tmp_path, 'library = "lib.cu"', 'abi = "oracle/1"')
     with pytest.raises(CaseError, match=r"--entry 'k' is not allowed for a launch library"):
         load_case(str(path), entry="k")
-    assert load_case(str(path), source=str(tmp_path / "other.cu")).kernel.library == str(tmp_path / "other.cu")
-    assert cli.main(["compare", "--problem", str(path), "--untraced-entry", "k"]) == 2
+    assert load_case(str(path), source=str(tmp_path / "other.cu"), allow_library=True).kernel.library == str(tmp_path / "other.cu")
+    assert cli.main(["compare", "--problem", str(path), "--untraced-entry", "k", "--allow-library"]) == 2
     assert "--untraced-entry names a cubin's entry point" in capsys.readouterr().err
 
 
@@ -225,7 +225,7 @@ def test_a_next_launch_cannot_name_an_abi(tmp_path):
 def test_the_example_case_reads_and_passes_its_checks():
     from oracle.run import live
 
-    case = load_case(str(EXAMPLE))
+    case = load_case(str(EXAMPLE), allow_library=True)
     assert case.kernel.library.endswith("simple_gemm_lib.cu") and case.kernel.entry == "oracle_launch"
     assert case.launch.abi == "oracle/1"
     live.check_case(case)
@@ -244,7 +244,7 @@ def test_the_library_call_has_each_operands_layout(tmp_path):
         '[workspace.flags]\nbytes = "4 * tiles"\ninit = "zero"\n'
     (tmp_path / "lib.cu").write_text("//\n")
     (tmp_path / "c.toml").write_text(text)
-    case = load_case(str(tmp_path / "c.toml"))
+    case = load_case(str(tmp_path / "c.toml"), allow_library=True)
     call, _ = live.library_call(case, None)
     by = {t.slot: t for t in call.tensors}
     assert by["a"].shape == (128, 16) and by["a"].strides == (1, 128)  # col-major A of 2 x 64 rows
@@ -263,7 +263,7 @@ def test_the_library_call_has_each_operands_layout(tmp_path):
 def test_the_examples_build_as_libraries_that_export_oracle_launch(tmp_path, example, traced):
     from harness.build import build_library
 
-    case = load_case(str(EXAMPLE.parent / example))
+    case = load_case(str(EXAMPLE.parent / example), allow_library=True)
     defines = {**case.kernel.defines, "ORACLE_TRACE": "1"} if traced else dict(case.kernel.defines)
     res = build_library(case.kernel.library, arch=case.kernel.arch, defines=defines, cache_dir=tmp_path / "cache")
     assert res.cubin_path.suffix == ".so" and res.cubin_path.read_bytes()[:4] == b"\x7fELF"
@@ -454,7 +454,7 @@ def _library_repro(out: Path):
     from oracle.repro.generate import write_repro
     from oracle.run.inputs import Provenance, make_operands
 
-    case = load_case(str(EXAMPLE))
+    case = load_case(str(EXAMPLE), allow_library=True)
     ops = make_operands(case.spec, "ones", 0)
     return case, ops, write_repro(case, ops, Provenance("ones", None), out)
 

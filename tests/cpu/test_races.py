@@ -390,16 +390,17 @@ def test_case_run_table_and_untraced_entry(tmp_path):
     p = tmp_path / "c.toml"
     p.write_text(f'extends = "{ROOT}/zoo/sm80_gemm/sm80_gemm.toml"\n[kernel]\nuntraced_entry = "zoo_sm80_bf16"\n'
                  f'[run]\nrepeat = 5\nsmem_poison = "0x7F800001"\n')
-    case = load_case(str(p))
+    case = load_case(str(p), allow_outside_case_dir=True)
     assert case.run.repeat == 5 and case.run.smem_poison == 0x7F800001
     assert case.kernel.untraced_entry == "zoo_sm80_bf16"
-    assert load_case(str(p), entry="zoo_sm80_bf16_traced").kernel.untraced_entry == "zoo_sm80_bf16"
-    assert load_case(str(p), entry="other_traced").kernel.untraced_entry is None
+    traced = load_case(str(p), allow_outside_case_dir=True, entry="zoo_sm80_bf16_traced")
+    assert traced.kernel.untraced_entry == "zoo_sm80_bf16"
+    assert load_case(str(p), allow_outside_case_dir=True, entry="other_traced").kernel.untraced_entry is None
     for body, msg in (("[run]\nrepeat = 0\n", "repeat"), ("[run]\nrepeat = true\n", "repeat"),
                       ("[run]\nsmem_poison = \"red\"\n", "smem_poison"), ("[run]\ntimes = 2\n", "unknown key")):
         p.write_text(f'extends = "{ROOT}/zoo/sm80_gemm/sm80_gemm.toml"\n' + body)
         with pytest.raises(CaseError, match=msg):
-            load_case(str(p))
+            load_case(str(p), allow_outside_case_dir=True)
 
 
 class _Run:

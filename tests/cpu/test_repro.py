@@ -296,7 +296,7 @@ def test_the_two_launch_split_k_case_describes_both_launches_in_order(tmp_path, 
 def test_a_time_entry_of_a_multi_launch_case_leaves_the_untraced_build_traced(tmp_path):
     toml = tmp_path / "timed.toml"
     toml.write_text(f'extends = "{SPLIT / "splitk_atomic.toml"}"\n[kernel]\ntime_entry = "zoo_splitk_atomic_partials"\n')
-    out, _ = _write(load_case(str(toml)), out=tmp_path / "t")
+    out, _ = _write(load_case(str(toml), allow_outside_case_dir=True), out=tmp_path / "t")
     assert out.entries_plain == out.entries_traced and out.cubin_plain == "kernel_traced.cubin"
     assert "kernel.cubin:" not in (out.path / "Makefile").read_text()
     assert "time_entry (zoo_splitk_atomic_partials) names the untraced kernel of one launch" in \
@@ -355,7 +355,8 @@ def test_a_batched_reproducer_holds_every_entry_s_rows(tmp_path):
 def test_a_grouped_case_with_a_tensor_map_is_an_error_line(tmp_path, capsys):
     toml = tmp_path / "mapped.toml"
     toml.write_text(f'extends = "{SPLIT / "grouped.toml"}"\n[launch]\nargs = [{{ tensormap = "a" }}, "b", "d"]\n')
-    assert cli.main(["repro", "--problem", str(toml), "--inputs", "ones", "--out", str(tmp_path / "x")]) == 2
+    assert cli.main(["repro", "--problem", str(toml), "--inputs", "ones", "--out", str(tmp_path / "x"),
+                     "--allow-outside-case-dir"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "args[0]" in err and "grouped" in err and "Traceback" not in err
 

@@ -28,13 +28,16 @@ SIMPLE = ROOT / "harness" / "examples" / "simple_gemm.toml"
 SIMPLE_CU = SIMPLE.parent / "simple_gemm.cu"
 
 
-def _case_text(source: str = str(SIMPLE_CU), extra_kernel: str = "", entry: str = '"simple_gemm_bf16_traced"') -> str:
+def _case_text(source: str = SIMPLE_CU.name, extra_kernel: str = "", entry: str = '"simple_gemm_bf16_traced"') -> str:
     text = SIMPLE.read_text().replace('source = "simple_gemm.cu"', f"source = {json.dumps(source)}")
     text = text.replace('entry = "simple_gemm_bf16_traced"', f"entry = {entry}")
     return text.replace("[launch]", extra_kernel + "\n[launch]", 1) if extra_kernel else text
 
 
 def _toml(tmp_path: Path, text: str, name: str = "case.toml") -> Path:
+    """The case file in tmp_path, with simple_gemm.cu beside it (a case names files inside its folder)."""
+    if not (tmp_path / SIMPLE_CU.name).exists():
+        shutil.copy(SIMPLE_CU, tmp_path / SIMPLE_CU.name)
     p = tmp_path / name
     p.write_text(text)
     return p
@@ -104,7 +107,7 @@ def test_the_live_build_refuses_a_define_outside_the_grammar_too():
 def test_a_source_file_named_with_make_syntax_is_refused(tmp_path, capsys):
     src = tmp_path / "k$(shell touch PWNED).cu"
     shutil.copy(SIMPLE_CU, src)
-    toml = _toml(tmp_path, _case_text(source=str(src)))
+    toml = _toml(tmp_path, _case_text(source=src.name))
     with pytest.raises(CaseError, match=r"\[kernel\] source"):
         load_case(str(toml))
     out = tmp_path / "out"
@@ -237,7 +240,7 @@ def _kernel_dir(tmp_path: Path, header_text: str = "#pragma once\n") -> Path:
 
 def test_only_the_translation_unit_and_the_headers_it_includes_are_copied_and_listed(tmp_path):
     d = _kernel_dir(tmp_path)
-    case = load_case(str(_toml(tmp_path, _case_text(source=str(d / "simple.cu")))))
+    case = load_case(str(_toml(tmp_path, _case_text(source="proj/kern/simple.cu"))))
     out = _repro(case, tmp_path / "r")
     copied = sorted(f for f in out.files if f.startswith("kernel/src/"))
     assert copied == ["kernel/src/simple.cu", "kernel/src/used.cuh"]
@@ -268,7 +271,7 @@ def test_a_linked_source_or_header_is_not_copied(tmp_path, what):
         (d / "used.cuh").unlink()
         (d / "used.cuh").symlink_to(secret)
         src = d / "simple.cu"
-    case = load_case(str(_toml(tmp_path, _case_text(source=str(src)))))
+    case = load_case(str(_toml(tmp_path, _case_text(source=str(src.relative_to(tmp_path))))))
     with pytest.raises(ReproError, match="symbolic link"):
         _repro(case, tmp_path / "r")
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").rglob("*"))
@@ -277,7 +280,7 @@ def test_a_linked_source_or_header_is_not_copied(tmp_path, what):
 def test_a_header_outside_the_source_s_tree_is_refused(tmp_path):
     d = _kernel_dir(tmp_path, header_text='#include "../../outside.h"\n')
     (tmp_path / "outside.h").write_text("// not the kernel's\n")
-    case = load_case(str(_toml(tmp_path, _case_text(source=str(d / "simple.cu")))))
+    case = load_case(str(_toml(tmp_path, _case_text(source="proj/kern/simple.cu"))))
     with pytest.raises(ReproError, match="outside"):
         _repro(case, tmp_path / "r")
 

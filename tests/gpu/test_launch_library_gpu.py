@@ -37,7 +37,7 @@ def test_the_library_example_is_judged_as_the_cubin_case_is(dtype, mnk):
     m, n, k = mnk
     over = dict(m=m, n=n, k=k, a_dtype=dtype, b_dtype=dtype, out_dtype=dtype, bias_dtype=dtype)
     cubin_case = load_case(str(CUBIN_CASE), over, entry=f"simple_gemm_{dtype}_traced")
-    lib_case = load_case(str(LIB_CASE), over)
+    lib_case = load_case(str(LIB_CASE), over, allow_library=True)
     ops = make_operands(cubin_case.spec, "random", 1)
     prov = Provenance("random", 1)
     by_cubin = run_live(cubin_case, ops, prov, timeout_s=120)
@@ -54,7 +54,9 @@ def test_the_library_example_is_judged_as_the_cubin_case_is(dtype, mnk):
 
 def _cli(*args):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "oracle", "compare", *args], cwd=ROOT, env=env,
+    # the examples' own library cases, and fault cases in tmp_path extending them: both opt-ins
+    return subprocess.run([sys.executable, "-m", "oracle", "compare", "--allow-library", "--allow-outside-case-dir",
+                           *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
 
 
@@ -126,7 +128,7 @@ def test_the_library_reproducer_runs_the_library_and_matches(tmp_path):
     d = tmp_path / "repro"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     r = subprocess.run([sys.executable, "-m", "oracle", "repro", "--problem", str(LIB_CASE), "--inputs", "random:1",
-                        "--out", str(d)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                        "--out", str(d), "--allow-library"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     for target, exe in (([], "repro"), (["TRACE=1"], "repro_traced")):
         built = subprocess.run(["make", "-C", str(d), *target], capture_output=True, text=True, timeout=1800)

@@ -61,7 +61,7 @@ def test_a_wrong_alpha_is_localised_to_the_alpha_beta_step(tmp_path):
     text = open(CASE).read().replace('"alpha", "beta"', '{ f32 = 1.5 }, "beta"')
     case.write_text(text.replace('source = "simple_gemm.cu"',
                                  f'source = "{os.path.join(ROOT, "harness", "examples", "simple_gemm.cu")}"'))
-    c = load_case(str(case))
+    c = load_case(str(case), allow_outside_case_dir=True)
     ops = make_operands(c.spec, "random", 2)
     an = analyze(run_live(c, ops, Provenance("random", 2)).recording)
     assert an.verdict is Verdict.DIVERGED and an.first.stage == "epilogue_alpha_beta"
