@@ -38,7 +38,7 @@ from harness import knobs as _knobs
 from harness.build_cache import sha256 as _sha256
 from harness.build_cache import CacheDir, Entry, hold_lock, hold_slot, open_root, read_entry, write_entry
 from harness.build_errors import BuildError, CacheDirError, DefineError, LockTimeoutError  # noqa: F401  (re-exported)
-from harness.files import read_bounded, read_head, regular_file_size
+from harness.files import read_bounded, read_head
 from harness.source_files import MAX_SOURCE_BYTES, check_source_file as _check_source
 from harness.names import check_macro_name, check_macro_value
 

@@ -71,11 +71,8 @@ def judge(outcome) -> Judgement:
     """Judge what a request's run gave (oracle.run.execute.RunOutcome): a GEMM recording through
     oracle.judging.differential, an attention one (problem kind "attention") through
     oracle.judging.attention_analysis; both give the same Analysis type."""
-    from oracle.judging.differential import analyze
-
     t0 = time.perf_counter()
-    if getattr(outcome.recording.spec, "kind", "gemm") == "attention":  # the attention chain's stages
-        from oracle.judging.attention_analysis import analyze_attention as analyze
+    analyze = _analysis_of(getattr(outcome.recording.spec, "kind", "gemm"))
     an = analyze(outcome.recording)
     runs, races, sanitizer = outcome.races, None, None
     if runs is not None:
@@ -87,6 +84,17 @@ def judge(outcome) -> Judgement:
     phases = dict(outcome.phases_s, analyze=time.perf_counter() - t0)
     return judgement_of(an, races, sanitizer, performance=outcome.performance, kernel_run=outcome.kernel_run,
                         source=outcome.source, phases_s=phases, notices=outcome.notices)
+
+
+def _analysis_of(kind: str):
+    """The stage-by-stage analysis of a problem kind."""
+    if kind == "attention":  # the attention chain's stages
+        from oracle.judging.attention_analysis import analyze_attention
+
+        return analyze_attention
+    from oracle.judging.differential import analyze
+
+    return analyze
 
 
 def judgement_of(analysis, races: Optional[RepeatResult] = None, sanitizer=None, **told) -> Judgement:

@@ -27,7 +27,6 @@ from typing import Any, Optional
 import torch
 
 from kernels_ref.dtypes import name_of
-from oracle.judging.diagnose import Verdict
 from oracle.run.inputs import Operands, Provenance
 from oracle.problem.spec import ProblemSpec, Scale, SpecError, Tile
 from oracle.run.recording import Recording
