@@ -92,11 +92,13 @@ def resolve_case(path: Optional[str] = None, overrides: Optional[dict] = None, *
                  kernel: Optional[str] = None, entry: Optional[str] = None, untraced_entry: Optional[str] = None,
                  trace_tiles: Optional[Sequence[tuple[int, int]]] = None,
                  trace_k_blocks: Optional[Sequence[int]] = None, trace_stages_text: Optional[str] = None,
-                 trace_stages_where: str = "trace_stages", allow_library: bool = False,
+                 trace_stages_where: str = "trace_stages", untraced_entry_where: str = "untraced_entry",
+                 allow_library: bool = False,
                  allow_outside_case_dir: bool = False) -> Case:
     """The live case a request runs: the case file (or none), problem fields (`overrides`, then
     `assignments` such as "m=256"), the kernel's source and entry point, the untraced entry, and
-    the trace selection. Every entry point (command line, Python, bench) builds its case here. A case
+    the trace selection (`*_where`: how the caller names the option in a message, a flag or a
+    keyword). Every entry point (command line, Python, bench) builds its case here. A case
     file that names a launch library needs `allow_library`, one that names files outside its folder
     `allow_outside_case_dir` (oracle.run.case_files)."""
     fields = {**(overrides or {}), **parse_assignments(list(assignments))}
@@ -104,11 +106,11 @@ def resolve_case(path: Optional[str] = None, overrides: Optional[dict] = None, *
                      allow_outside_case_dir=allow_outside_case_dir)
     if untraced_entry:
         if case.kernel is None:
-            raise RequestError("an untraced entry goes with a kernel (a source and its entry, or [kernel])")
+            raise RequestError(f"{untraced_entry_where} goes with a kernel (a source and its entry, or [kernel])")
         if case.kernel.library is not None:
-            raise RequestError("an untraced entry names a cubin's entry point; a launch library ([kernel] library) "
-                               "is entered only through oracle_launch (its untraced build is the source without "
-                               "ORACLE_TRACE)")
+            raise RequestError(f"{untraced_entry_where} names a cubin's entry point; a launch library ([kernel] "
+                               "library) is entered only through oracle_launch (its untraced build is the source "
+                               "without ORACLE_TRACE)")
         case = replace(case, kernel=replace(case.kernel, untraced_entry=untraced_entry))
     if trace_tiles or trace_k_blocks or trace_stages_text:
         stages = trace_stages(trace_stages_text, trace_stages_where) if trace_stages_text else None

@@ -132,6 +132,7 @@ def _case(args: argparse.Namespace, base: Optional[dict] = None, entry: Optional
                         trace_k_blocks=_indices_flag("--trace-k-blocks", args.trace_k_blocks)
                         if args.trace_k_blocks else None,
                         trace_stages_text=getattr(args, "trace_stages", None), trace_stages_where="--trace-stages",
+                        untraced_entry_where="--untraced-entry",
                         allow_library=getattr(args, "allow_library", False),
                         allow_outside_case_dir=getattr(args, "allow_outside_case_dir", False))
 
