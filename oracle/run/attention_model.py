@@ -323,7 +323,7 @@ def run_attention_model(q: torch.Tensor, k: Optional[torch.Tensor], v: Optional[
             for h in range(heads):
                 if selection.records(stage, (qb, h), kb):
                     records.append((stage, (qb, h), kb, split, b, values[b, h]))
-    need = HEADER_BYTES + sum(_record_bytes(*val.shape, val.element_size()) for *_, val in records)
+    need = HEADER_BYTES + 8 + sum(_record_bytes(*val.shape, val.element_size()) for *_, val in records)
     writer = TraceWriter(need if capacity is None else capacity, tiles=selection.tiles, k_blocks=selection.k_blocks,
                          stages=selection.stages)
     for stage, tile, kb, split, b, val in records:
