@@ -120,7 +120,8 @@ class _Sink:
 
     def needed(self) -> int:
         """Bytes a sink needs to hold every record of the last launch: header plus the cursor."""
-        return 512 + int.from_bytes(self._header()[16:24], "little")
+        head = self._header()
+        return int.from_bytes(head[6:8], "little") + int.from_bytes(head[16:24], "little")
 
     def copy_back(self, progress: P.Progress) -> None:
         if self.mode == P.SINK_PINNED_COPY:

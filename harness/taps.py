@@ -31,6 +31,26 @@ problem that has one.
 `mask` (bool, same shape) marks the elements that were actually recorded: a thread
 that taps only the fragment it holds fills part of a tile. `None` means all of it.
 Tile coordinates are in units of the output tile (BM, BN); k-blocks in units of BK.
+
+Attention (a problem of kind `attention`) taps its own chain, ATTENTION_STAGES, on the same Tap:
+tile = (query block, query head), k_block = the KV block, partial = the split-KV index (None when
+not split), group = the batch entry. With BQ query rows and BKV keys a block, D the head dim of
+Q and K and DV that of V:
+
+| stage          | values                                                     | shape         |
+|----------------|------------------------------------------------------------|---------------|
+| load_q         | Q tile of the query block (no KV block)                    | [BQ, D]       |
+| load_k / load_v| K / V tile of KV block `k_block`, one row per key          | [BKV, D] / [BKV, DV] |
+| s              | Q K^T of the KV block, fp32                                | [BQ, BKV]     |
+| mask           | the scores scaled, soft-capped and masked (-inf), fp32     | [BQ, BKV]     |
+| softmax_state  | per query row after the KV block: m (running max, in the   | [BQ, 3] fp32  |
+|                | scaled domain), the rescale factor of the old O, l (row sum)|              |
+| p              | P as the second MMA reads it, in its operand dtype         | [BQ, BKV]     |
+| o              | the O accumulator after the KV block (rescaled), fp32      | [BQ, DV]      |
+| normalize      | O / l in columns 0..DV-1, the LSE (natural log) in column DV; no KV block; per split | [BQ, DV + 1] fp32 |
+| combine        | the split partials merged by their LSE: O and LSE as in normalize; no KV block, no partial | [BQ, DV + 1] fp32 |
+
+`store` (O and LSE in memory) is read from the outputs. `attention_pipeline()` gives the judged order.
 """
 
 from __future__ import annotations
@@ -58,6 +78,25 @@ TAP_STAGES = _HEAD + EPILOGUE_STAGES[:-1] + SPLIT_EPILOGUE_STAGES
 # Every stage in one order for sorting: the dequant stages after load, the split steps beside the step they split.
 ALL_STAGES = _HEAD + STAGES[STAGES.index("epilogue_scale"):STAGES.index("epilogue_alpha_beta")] \
     + ("epilogue_alpha", "epilogue_alpha_beta", "epilogue_beta_c") + STAGES[STAGES.index("epilogue_alpha_beta") + 1:]
+
+
+# Attention's chain (see the module docstring), in pipeline order; `store` is read from the outputs.
+ATTENTION_STAGES = ("load_q", "load_k", "load_v", "s", "mask", "softmax_state", "p", "o", "normalize", "combine",
+                    "store")
+ATTENTION_TAP_STAGES = ATTENTION_STAGES[:-1]
+# attention stages whose tap belongs to one KV block (k_block required)
+ATTENTION_KV_STAGES = ("load_k", "load_v", "s", "mask", "softmax_state", "p", "o")
+SOFTMAX_STATE_COLUMNS = ("m", "rescale", "l")  # the columns of a softmax_state tap
+# every stage a kernel of any problem kind can tap: what the trace format has a code for
+ALL_TAP_STAGES = TAP_STAGES + ATTENTION_TAP_STAGES
+# stages a tap must name a k-block (GEMM) or KV block (attention) for
+K_BLOCK_STAGES = DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES + ATTENTION_KV_STAGES
+ALL_STAGES = ALL_STAGES + ATTENTION_STAGES
+
+
+def attention_pipeline(split: bool = False) -> tuple[str, ...]:
+    """Attention's stages in pipeline order; `combine` only for a split-KV problem."""
+    return tuple(s for s in ATTENTION_STAGES if split or s != "combine")
 
 
 def pipeline(epilogue_steps=EPILOGUE_STEPS, dequant=()) -> tuple[str, ...]:
@@ -96,8 +135,8 @@ class Tap:
     group: Optional[int] = None  # the batch entry or group of a batched / grouped GEMM
 
     def __post_init__(self) -> None:
-        if self.stage not in TAP_STAGES:
-            raise TapError(f"tap stage {self.stage!r} is unknown; allowed: {', '.join(TAP_STAGES)}")
+        if self.stage not in ALL_TAP_STAGES:
+            raise TapError(f"tap stage {self.stage!r} is unknown; allowed: {', '.join(ALL_TAP_STAGES)}")
         if not isinstance(self.tile, (tuple, list)) or len(self.tile) != 2 or not all(_index(t) for t in self.tile):
             raise TapError(f"tap tile {self.tile!r} must be two non-negative ints (tile_m, tile_n)")
         object.__setattr__(self, "tile", tuple(self.tile))
@@ -113,7 +152,7 @@ class Tap:
             v = getattr(self, name)
             if v is not None and not _index(v):
                 raise TapError(f"tap {self.stage} tile {self.tile}: {name} {v!r} must be a non-negative int or None")
-        if self.stage in DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES and self.k_block is None:
+        if self.stage in K_BLOCK_STAGES and self.k_block is None:
             raise TapError(f"tap {self.stage} tile {self.tile}: k_block is required and must be >= 0")
         if self.mask is not None:
             if self.mask.dtype != torch.bool or tuple(self.mask.shape) != tuple(self.values.shape):

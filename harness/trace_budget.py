@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from harness.taps import DEQUANT_STAGES, DESCRIPTOR_STAGES, LOAD_STAGES
-from harness.trace_format import DESCRIPTOR_BODY, RECORD_HEAD_BYTES, TraceSelection
+from harness.trace_format import DESCRIPTOR_BODY, HEADER_BYTES, RECORD_HEAD_BYTES, TraceSelection
 
 _ELEMENT_OVERHEAD = 4 + 8  # a coordinate per element, and a record head shared by ~8 elements
 _WARP_RECORDS = 32  # image / block records of one tap: at most one per warp of a 1024-thread CTA
@@ -49,7 +49,7 @@ def trace_budget(selection: TraceSelection, *, tiles_m: int, tiles_n: int, k_blo
         n_tiles = len(whole_rows) * tiles_n + len(whole_cols) * tiles_m - len(whole_rows) * len(whole_cols)
         n_tiles += sum(1 for tm, tn in exact if tm not in whole_rows and tn not in whole_cols)
     n_kb = k_blocks if selection.k_blocks is None else sum(1 for kb in selection.k_blocks if kb < k_blocks)
-    least = estimate = 512
+    least = estimate = HEADER_BYTES
     for stage in selection.stages:
         size = itemsize.get(stage, 4)
         if stage in DESCRIPTOR_STAGES:

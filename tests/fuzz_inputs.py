@@ -253,11 +253,12 @@ def make_trace(seed: int) -> tuple[bytes, dict, bool, str]:
     rng = random.Random(seed)
     bm, bn, bk = rng.choice((8, 16, 32, 64)), rng.choice((8, 16, 32)), rng.choice((4, 8, 16))
     blocks = dict(block_m=bm, block_n=bn, block_k=bk)
-    version = rng.choice((1, 2, 2, 2))
+    version = rng.choice((1, 2, 3, 3))
     tiles = None if rng.random() < 0.4 else [(rng.randrange(-1, 3), rng.randrange(-1, 3))
                                              for _ in range(rng.randrange(1, 4))]
     kbs = None if rng.random() < 0.5 else sorted(rng.sample(range(8), rng.randrange(1, 4)))
-    stages = None if rng.random() < 0.6 else rng.sample(list(tf.STAGE_CODES), rng.randrange(1, 6))
+    known = [s for s, c in tf.STAGE_CODES.items() if c <= tf.MAX_STAGE_CODE_OF_VERSION[version]]
+    stages = None if rng.random() < 0.6 else rng.sample(known, rng.randrange(1, 6))
     writer_kw = dict(tiles=tiles, k_blocks=kbs, stages=stages, version=version)
     g = torch.Generator().manual_seed(seed)
     recs: list[tuple[int, int]] = []  # (offset, head bytes) of every record

@@ -9,8 +9,10 @@ it, launches, copies it back and calls `parse_trace`, which returns `harness.tap
 `DescriptorRecord` objects. `TraceWriter` produces the same bytes in pure Python, so the parser
 and everything downstream can be tested without a GPU.
 
-Constraints: little-endian; format version 2 is written, versions 1 and 2 are read (version 1 has
-40-byte record heads without partial and group, and no per-stage drop counts); tiles up to
+Constraints: little-endian; format version 3 is written, versions 1, 2 and 3 are read (version 1 has
+40-byte record heads without partial and group, and no per-stage drop counts; versions 1 and 2 have
+a 512-byte header, 16 drop counts in version 2, and only GEMM stage codes; version 3 a 576-byte
+header with 32 drop counts, and attention's stage codes 16..25); tiles up to
 65535 x 65535 elements; the k-block selection is a 1024-wide window. Every malformed input raises a
 `TraceFormatError` subclass whose message names the field, the value and the byte offset. The format
 itself is specified in docs/trace-format.md; tests/cpu/test_trace_constants.py checks that the numbers
@@ -20,6 +22,7 @@ here agree with the header. Every name is importable from `harness.trace_format`
 from harness.trace_format.format import (  # noqa: F401
     ALL_STAGES_MASK, BLOCK_BODY, BYTES_BODY, COMMIT_TAG, DESCRIPTOR_BODY, DESCRIPTOR_BODY_OFFSETS,
     DTYPE_CODES, DTYPE_NAMES, DTYPE_SIZE, DTYPE_TORCH, ELEMENTS_BODY, FLAG_ALL_K_BLOCKS, HEADER_BYTES,
+    HEADER_BYTES_OF_VERSION, MAX_STAGE_CODE_OF_VERSION, STAGE_COUNTERS_OF_VERSION, STAGES_MASK_OF_VERSION,
     HEADER_FIXED, HEADER_OFFSETS, HEAD_BYTES_OF_VERSION, INT32_MAX, KBLOCK_WINDOW, KNOWN_FLAGS, MAGIC,
     MAX_TILES, MAX_TILE_DIM, NONE, OOB_FILL_CODES, OPERAND_CODES, READABLE_VERSIONS, RECORD_ALIGN,
     RECORD_HEAD, RECORD_HEAD_BYTES, RECORD_HEAD_OFFSETS, RECORD_HEAD_V1, RecordKind, STAGE_CODES,

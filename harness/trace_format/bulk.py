@@ -24,9 +24,10 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
-from harness.taps import DEQUANT_STAGES, DESCRIPTOR_STAGES, LOAD_STAGES, TAP_STAGES, Tap, TapError
+from harness.taps import ALL_TAP_STAGES, DESCRIPTOR_STAGES, K_BLOCK_STAGES, Tap, TapError
 from harness.trace_format.format import (
-    COMMIT_TAG, DTYPE_NAMES, DTYPE_SIZE, DTYPE_TORCH, NONE, RECORD_ALIGN, RecordKind, STAGE_NAMES,
+    COMMIT_TAG, DTYPE_NAMES, DTYPE_SIZE, DTYPE_TORCH, MAX_STAGE_CODE_OF_VERSION, NONE, RECORD_ALIGN, RecordKind,
+    STAGE_NAMES,
     TAP_DENSE_FLOOR_BYTES, TAP_SPARSE_RATIO, TraceFormatError, TraceLimitError, _BITS)
 from harness.trace_format.header import SinkHeader
 
@@ -34,6 +35,7 @@ _HEAD_FIELDS = [("size", "<u4"), ("kind", "<u2"), ("commit", "<u2"), ("stage", "
                 ("reserved", "<u2"), ("thread", "<u4"), ("cta", "<u4"), ("tile_m", "<i4"), ("tile_n", "<i4"),
                 ("k_block", "<i4"), ("slot", "<i4"), ("rows", "<u2"), ("cols", "<u2")]
 HEAD_DTYPES = {1: np.dtype(_HEAD_FIELDS), 2: np.dtype(_HEAD_FIELDS + [("partial", "<i4"), ("group", "<i4")])}
+HEAD_DTYPES[3] = HEAD_DTYPES[2]
 _ELEMENTS, _BLOCK, _BYTES, _DESCRIPTOR = (int(k) for k in (RecordKind.ELEMENTS, RecordKind.BLOCK, RecordKind.BYTES,
                                                           RecordKind.DESCRIPTOR))
 
@@ -49,10 +51,9 @@ def _table(pairs, fill=0, dtype=np.int64) -> np.ndarray:
 _STAGE_KNOWN = _table(((c, True) for c in STAGE_NAMES), False, bool)
 _DTYPE_KNOWN = _table(((c, True) for c in DTYPE_NAMES), False, bool)
 _ITEMSIZE = _table((c, DTYPE_SIZE[d]) for c, d in DTYPE_NAMES.items())
-_RANK = _table((c, TAP_STAGES.index(s)) for c, s in STAGE_NAMES.items())  # the strict parser's tap order
+_RANK = _table((c, ALL_TAP_STAGES.index(s)) for c, s in STAGE_NAMES.items())  # the strict parser's tap order
 _IMAGE = _table(((c, s in DESCRIPTOR_STAGES) for c, s in STAGE_NAMES.items()), False, bool)
-_NEEDS_KB = _table(((c, s in DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES) for c, s in STAGE_NAMES.items()),
-                   False, bool)
+_NEEDS_KB = _table(((c, s in K_BLOCK_STAGES) for c, s in STAGE_NAMES.items()), False, bool)
 
 
 def _walk(mv: memoryview, start: int, n: int, hb: int) -> Optional[np.ndarray]:
@@ -137,6 +138,7 @@ def read_bulk(mv: memoryview, header: SinkHeader, *, block_m: int, block_n: int,
     kind, stage, dtype = head["kind"].astype(np.int64), head["stage"], head["dtype"]
     size = head["size"].astype(np.int64)
     if not ((head["commit"] == COMMIT_TAG).all() and _STAGE_KNOWN[stage].all() and _DTYPE_KNOWN[dtype].all()
+            and (stage <= MAX_STAGE_CODE_OF_VERSION[header.version]).all()
             and ((kind >= _ELEMENTS) & (kind <= _DESCRIPTOR)).all()):
         return None
 

@@ -13,21 +13,23 @@ import numpy as np
 import torch
 
 from harness.errors import BadInput
-from harness.taps import TAP_STAGES
+from harness.taps import ALL_TAP_STAGES
 from kernels_ref.dtypes import ELEMENT_TYPES
 
 
 MAGIC = 0x4352544F  # bytes b"OTRC"
-VERSION = 2
-READABLE_VERSIONS = (1, 2)
-HEADER_BYTES = 512
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+HEADER_BYTES = 576  # version 3's; versions 1 and 2 had 512 (HEADER_BYTES_OF_VERSION)
+HEADER_BYTES_OF_VERSION = {1: 512, 2: 512, 3: HEADER_BYTES}
 MAX_TILES = 32
 KBLOCK_WINDOW = 1024
 FLAG_ALL_K_BLOCKS = 1
 KNOWN_FLAGS = FLAG_ALL_K_BLOCKS
 COMMIT_TAG = 0xC0DE
 RECORD_HEAD_BYTES = 48
-STAGE_COUNTERS = 16  # dropped_by_stage[] entries in the header, indexed by stage code
+STAGE_COUNTERS = 32  # dropped_by_stage[] entries in the header, indexed by stage code (version 3)
+STAGE_COUNTERS_OF_VERSION = {1: 0, 2: 16, 3: STAGE_COUNTERS}
 RECORD_ALIGN = 8
 MAX_TILE_DIM = 65535
 NONE = -1  # no k-block / no slot / any tile
@@ -49,11 +51,28 @@ STAGE_CODES: dict[str, int] = {
     "epilogue_beta_c": 13,  # added without a version change, as no older trace holds them
     "dequant_a": 14,  # a quantised operand's dequantised tile: between load and mma in pipeline order,
     "dequant_b": 15,  # added without a version change, as no older trace holds them
+    # attention (harness.taps.ATTENTION_TAP_STAGES), from version 3, in pipeline order
+    "load_q": 16,
+    "load_k": 17,
+    "load_v": 18,
+    "s": 19,
+    "mask": 20,
+    "softmax_state": 21,
+    "p": 22,
+    "o": 23,
+    "normalize": 24,
+    "combine": 25,
 }
 STAGE_NAMES: dict[int, str] = {v: k for k, v in STAGE_CODES.items()}
-if set(STAGE_CODES) != set(TAP_STAGES):  # one code for every stage a kernel can tap
-    raise ImportError(f"trace stage codes {tuple(STAGE_CODES)} do not cover TAP_STAGES {TAP_STAGES}")
+if set(STAGE_CODES) != set(ALL_TAP_STAGES):  # one code for every stage a kernel can tap
+    raise ImportError(f"trace stage codes {tuple(STAGE_CODES)} do not cover ALL_TAP_STAGES {ALL_TAP_STAGES}")
+# the highest stage code a trace of each version may hold (versions 1 and 2: the GEMM codes 1..15)
+MAX_STAGE_CODE_OF_VERSION = {1: 15, 2: 15, 3: 31}
 ALL_STAGES_MASK = sum(1 << c for c in STAGE_CODES.values())
+# the stage_mask bits a header of each version may set
+STAGES_MASK_OF_VERSION = {v: sum(1 << c for c in STAGE_CODES.values() if c <= top)
+                          for v, top in MAX_STAGE_CODE_OF_VERSION.items()}
+assert max(STAGE_CODES.values()) < min(STAGE_COUNTERS, 32)  # every code has a counter and a stage_mask bit
 
 # from the one dtype table (kernels_ref.dtypes)
 DTYPE_CODES: dict[str, int] = {k: d.trace_code for k, d in ELEMENT_TYPES.items() if d.trace_code}
@@ -91,7 +110,7 @@ RECORD_HEAD_OFFSETS = {
     "size": 0, "kind": 4, "commit": 6, "stage": 8, "dtype": 9, "thread": 12, "cta": 16, "tile_m": 20,
     "tile_n": 24, "k_block": 28, "slot": 32, "shape_rows": 36, "shape_cols": 38, "partial": 40, "group": 44,
 }
-HEAD_BYTES_OF_VERSION = {1: RECORD_HEAD_V1.size, 2: RECORD_HEAD.size}
+HEAD_BYTES_OF_VERSION = {1: RECORD_HEAD_V1.size, 2: RECORD_HEAD.size, 3: RECORD_HEAD.size}
 ELEMENTS_BODY = struct.Struct("<II")  # count, reserved; then u32 coords[count], values
 BLOCK_BODY = struct.Struct("<HHHH")  # row0, col0, rows, cols; then values row-major
 BYTES_BODY = struct.Struct("<IIII")  # offset, nbytes, total_bytes, reserved; then data
@@ -105,8 +124,10 @@ STRUCT_SIZES = {
 _TILES_OFFSET = HEADER_OFFSETS["tiles"]
 _KB_BITS_OFFSET = HEADER_OFFSETS["kb_bits"]
 _DROPPED_BY_STAGE = struct.Struct(f"<{STAGE_COUNTERS}I")
+_DROPPED_BY_STAGE_OF_VERSION = {v: struct.Struct(f"<{n}I") for v, n in STAGE_COUNTERS_OF_VERSION.items() if n}
 assert HEADER_FIXED.size == 48 and RECORD_HEAD.size == RECORD_HEAD_BYTES and DESCRIPTOR_BODY.size == 120
-assert HEADER_OFFSETS["dropped_by_stage"] + _DROPPED_BY_STAGE.size == HEADER_BYTES
+assert all(HEADER_OFFSETS["dropped_by_stage"] + c.size == HEADER_BYTES_OF_VERSION[v]
+           for v, c in _DROPPED_BY_STAGE_OF_VERSION.items())
 
 # A tap is assembled dense (values and a mask over its whole tile) from its records; a record may
 # cover a few elements of it. A claim is refused when the dense tap would pass both this floor

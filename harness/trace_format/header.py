@@ -9,12 +9,13 @@ from typing import Iterable, Optional, Sequence
 
 import torch
 
-from harness.taps import TAP_STAGES, DescriptorRecord
+from harness.taps import ALL_TAP_STAGES, TAP_STAGES, DescriptorRecord
 from harness.trace_format.format import (
-    ALL_STAGES_MASK, FLAG_ALL_K_BLOCKS, HEADER_BYTES, HEADER_FIXED, HEADER_OFFSETS, HEAD_BYTES_OF_VERSION,
-    INT32_MAX, KBLOCK_WINDOW, KNOWN_FLAGS, MAGIC, MAX_TILES, NONE, READABLE_VERSIONS, RECORD_ALIGN,
-    STAGE_CODES, STAGE_COUNTERS, STAGE_NAMES, TILE_SELECTOR, TraceHeaderError, TraceTruncatedError, VERSION,
-    _DROPPED_BY_STAGE, _KB_BITS_OFFSET, _TILES_OFFSET)
+    FLAG_ALL_K_BLOCKS, HEADER_BYTES, HEADER_BYTES_OF_VERSION, HEADER_FIXED, HEADER_OFFSETS,
+    HEAD_BYTES_OF_VERSION, INT32_MAX, KBLOCK_WINDOW, KNOWN_FLAGS, MAGIC, MAX_STAGE_CODE_OF_VERSION, MAX_TILES, NONE,
+    READABLE_VERSIONS, RECORD_ALIGN, STAGE_CODES, STAGE_COUNTERS_OF_VERSION, STAGE_NAMES, STAGES_MASK_OF_VERSION,
+    TILE_SELECTOR, TraceHeaderError, TraceTruncatedError, VERSION, _DROPPED_BY_STAGE_OF_VERSION, _KB_BITS_OFFSET,
+    _TILES_OFFSET)
 from harness.trace_format.records import encode_descriptor
 
 
@@ -25,7 +26,9 @@ class TraceSelection:
     tiles: None records every tile; else up to 32 (tile_m, tile_n) selectors where -1 (or None)
     matches any index, so (3, -1) is a whole row of tiles. k_blocks: None records every
     k-block; else k-blocks inside one 1024-wide window. Stages without a k-block (epilogue)
-    ignore the k-block selection.
+    ignore the k-block selection. `stages` may name any stage the format has a code for
+    (harness.taps.ALL_TAP_STAGES: GEMM's and attention's); the default is GEMM's. For attention a
+    tile is (query block, query head) and a k-block a KV block.
     """
 
     tiles: Optional[tuple[tuple[int, int], ...]] = None
@@ -57,8 +60,8 @@ class TraceSelection:
             object.__setattr__(self, "k_blocks", kbs)
         for s in self.stages:
             if not isinstance(s, str) or s not in STAGE_CODES:
-                raise ValueError(f"selection stage {s!r} is unknown; allowed: {', '.join(TAP_STAGES)}")
-        object.__setattr__(self, "stages", tuple(s for s in TAP_STAGES if s in set(self.stages)))
+                raise ValueError(f"selection stage {s!r} is unknown; allowed: {', '.join(ALL_TAP_STAGES)}")
+        object.__setattr__(self, "stages", tuple(s for s in ALL_TAP_STAGES if s in set(self.stages)))
 
     def records_tile(self, tile: tuple[int, int]) -> bool:
         if self.tiles is None:
@@ -108,6 +111,11 @@ class SinkHeader:
 
 def _encode_header(capacity: int, selection: TraceSelection, cursor: int = 0, dropped: int = 0,
                    magic: int = MAGIC, version: int = VERSION, dropped_by_stage: Sequence[int] = ()) -> bytes:
+    # an unknown `version` (a test's corrupt header) gets the current layout
+    too_new = [s for s in selection.stages if STAGE_CODES[s] > MAX_STAGE_CODE_OF_VERSION.get(version, 255)]
+    if too_new:
+        raise ValueError(f"a version-{version} header cannot select the stages {', '.join(too_new)} "
+                         f"(codes above {MAX_STAGE_CODE_OF_VERSION[version]})")
     flags = 0
     kb_base = 0
     bits = [0] * (KBLOCK_WINDOW // 32)
@@ -120,24 +128,28 @@ def _encode_header(capacity: int, selection: TraceSelection, cursor: int = 0, dr
             bits[d >> 5] |= 1 << (d & 31)
     tiles = ((NONE, NONE),) if selection.tiles is None else selection.tiles
     stage_mask = sum(1 << STAGE_CODES[s] for s in selection.stages)
-    head = bytearray(HEADER_BYTES)
-    HEADER_FIXED.pack_into(head, 0, magic, version, HEADER_BYTES, capacity, cursor, dropped, flags, stage_mask,
+    head = bytearray(HEADER_BYTES_OF_VERSION.get(version, HEADER_BYTES))
+    HEADER_FIXED.pack_into(head, 0, magic, version, len(head), capacity, cursor, dropped, flags, stage_mask,
                            len(tiles), kb_base, 0)
     for i, (tm, tn) in enumerate(tiles):
         TILE_SELECTOR.pack_into(head, _TILES_OFFSET + 8 * i, tm, tn)
     struct.pack_into(f"<{len(bits)}I", head, _KB_BITS_OFFSET, *bits)
-    if version >= 2:
-        counts = list(dropped_by_stage) + [0] * (STAGE_COUNTERS - len(dropped_by_stage))
-        _DROPPED_BY_STAGE.pack_into(head, HEADER_OFFSETS["dropped_by_stage"], *counts)
+    layout = version if version in HEADER_BYTES_OF_VERSION else VERSION
+    n_counters = STAGE_COUNTERS_OF_VERSION[layout]
+    if n_counters:
+        counts = list(dropped_by_stage)[:n_counters]
+        counts += [0] * (n_counters - len(counts))
+        _DROPPED_BY_STAGE_OF_VERSION[layout].pack_into(head, HEADER_OFFSETS["dropped_by_stage"], *counts)
     return bytes(head)
 
 
-def _check_capacity(capacity: int) -> None:
+def _check_capacity(capacity: int, version: int = VERSION) -> None:
     if isinstance(capacity, bool) or not isinstance(capacity, int):
         raise ValueError(f"sink capacity must be an int, got {type(capacity).__name__}")
-    if capacity < HEADER_BYTES + RECORD_ALIGN or capacity % RECORD_ALIGN or capacity >= 2**63:
+    hb = HEADER_BYTES_OF_VERSION.get(version, HEADER_BYTES)
+    if capacity < hb + RECORD_ALIGN or capacity % RECORD_ALIGN or capacity >= 2**63:
         raise ValueError(f"sink capacity {capacity} must be a multiple of {RECORD_ALIGN}, at least "
-                         f"{HEADER_BYTES + RECORD_ALIGN} (the {HEADER_BYTES}-byte header plus records)")
+                         f"{hb + RECORD_ALIGN} (the {hb}-byte header plus records)")
 
 
 def sink_prefix(capacity: int, tiles: Optional[Iterable] = None, k_blocks: Optional[Iterable[int]] = None, *,
@@ -194,29 +206,32 @@ def parse_header(buf) -> SinkHeader:
     if version not in READABLE_VERSIONS:
         raise TraceHeaderError(f"trace format version {version} is not supported; this parser reads versions "
                                f"{', '.join(map(str, READABLE_VERSIONS))}", HEADER_OFFSETS["version"])
-    if header_bytes != HEADER_BYTES:
-        raise TraceHeaderError(f"trace header_bytes is {header_bytes}, expected {HEADER_BYTES}",
+    want_header = HEADER_BYTES_OF_VERSION[version]
+    if header_bytes != want_header:
+        raise TraceHeaderError(f"trace header_bytes is {header_bytes}, expected {want_header}"
+                               + (f" (version {version})" if version != VERSION else ""),
                                HEADER_OFFSETS["header_bytes"])
-    if len(mv) < HEADER_BYTES:
-        raise TraceTruncatedError(f"trace buffer has {len(mv)} bytes, fewer than the {HEADER_BYTES}-byte header", 0)
-    if capacity < HEADER_BYTES + RECORD_ALIGN or capacity % RECORD_ALIGN:
+    if len(mv) < want_header:
+        raise TraceTruncatedError(f"trace buffer has {len(mv)} bytes, fewer than the {want_header}-byte header", 0)
+    if capacity < want_header + RECORD_ALIGN or capacity % RECORD_ALIGN:
         raise TraceHeaderError(f"trace capacity {capacity} must be a multiple of {RECORD_ALIGN} and at least "
-                               f"{HEADER_BYTES + RECORD_ALIGN}", HEADER_OFFSETS["capacity"])
+                               f"{want_header + RECORD_ALIGN}", HEADER_OFFSETS["capacity"])
     if len(mv) > capacity:
         raise TraceHeaderError(f"trace buffer has {len(mv)} bytes but its header says capacity {capacity}",
                                HEADER_OFFSETS["capacity"])
     if flags & ~KNOWN_FLAGS:
         raise TraceHeaderError(f"trace header flags 0x{flags:x} has unknown bits (known: 0x{KNOWN_FLAGS:x})",
                                HEADER_OFFSETS["flags"])
-    if stage_mask & ~ALL_STAGES_MASK:
+    known_mask = STAGES_MASK_OF_VERSION[version]
+    if stage_mask & ~known_mask:
         raise TraceHeaderError(f"trace stage_mask 0x{stage_mask:x} selects unknown stage codes "
-                               f"(known mask 0x{ALL_STAGES_MASK:x})", HEADER_OFFSETS["stage_mask"])
+                               f"(known mask 0x{known_mask:x})", HEADER_OFFSETS["stage_mask"])
     if n_tiles > MAX_TILES:
         raise TraceHeaderError(f"trace n_tiles {n_tiles} exceeds {MAX_TILES}", HEADER_OFFSETS["n_tiles"])
     if cursor % RECORD_ALIGN:
         raise TraceHeaderError(f"trace cursor {cursor} is not a multiple of {RECORD_ALIGN}", HEADER_OFFSETS["cursor"])
-    if cursor > capacity - HEADER_BYTES and dropped == 0:
-        raise TraceHeaderError(f"trace cursor {cursor} is past the {capacity - HEADER_BYTES}-byte record area but "
+    if cursor > capacity - want_header and dropped == 0:
+        raise TraceHeaderError(f"trace cursor {cursor} is past the {capacity - want_header}-byte record area but "
                                f"no record was counted as dropped", HEADER_OFFSETS["cursor"])
     tiles = []
     for i in range(n_tiles):
@@ -236,17 +251,17 @@ def parse_header(buf) -> SinkHeader:
             raise TraceHeaderError(f"trace kb_base {kb_base} with bit {k_blocks[-1] - kb_base} of kb_bits set selects "
                                    f"k-block {k_blocks[-1]}, past the int32 k-blocks of a record "
                                    f"(at most {INT32_MAX})", HEADER_OFFSETS["kb_base"])
-    stages = tuple(s for s in TAP_STAGES if stage_mask >> STAGE_CODES[s] & 1)
+    stages = tuple(s for s in ALL_TAP_STAGES if stage_mask >> STAGE_CODES[s] & 1)
     all_tiles = any(tm < 0 and tn < 0 for tm, tn in tiles)
     try:
         selection = TraceSelection(tiles=None if all_tiles else tuple(tiles), k_blocks=k_blocks, stages=stages)
     except ValueError as e:  # every field was checked above; this names anything still amiss
         raise TraceHeaderError(f"trace header selection is not valid: {e}", HEADER_OFFSETS["tiles"]) from None
     by_stage = None
-    if version >= 2:
-        counts = _DROPPED_BY_STAGE.unpack_from(mv, HEADER_OFFSETS["dropped_by_stage"])
+    if STAGE_COUNTERS_OF_VERSION[version]:
+        counts = _DROPPED_BY_STAGE_OF_VERSION[version].unpack_from(mv, HEADER_OFFSETS["dropped_by_stage"])
         for code, n in enumerate(counts):
-            if n and code not in STAGE_NAMES:
+            if n and (code not in STAGE_NAMES or code > MAX_STAGE_CODE_OF_VERSION[version]):
                 raise TraceHeaderError(f"trace dropped_by_stage[{code}] is {n}, but {code} is no stage code",
                                        HEADER_OFFSETS["dropped_by_stage"] + 4 * code)
         if sum(counts) > dropped:
@@ -258,5 +273,6 @@ def parse_header(buf) -> SinkHeader:
 
 
 def trace_extent(header: bytes) -> int:
-    """How many bytes of a sink to copy back, given its first HEADER_BYTES bytes."""
+    """How many bytes of a sink to copy back, given its first HEADER_BYTES bytes (or the whole
+    buffer, where it is shorter: an older version's header is smaller)."""
     return parse_header(header[:HEADER_BYTES]).extent

@@ -14,10 +14,11 @@ import numpy as np
 import torch
 
 from harness import knobs as _knobs
-from harness.taps import DEQUANT_STAGES, DESCRIPTOR_STAGES, LOAD_STAGES, TAP_STAGES, DescriptorRecord, Tap, TapError
+from harness.taps import (
+    ALL_TAP_STAGES, DESCRIPTOR_STAGES, K_BLOCK_STAGES, LOAD_STAGES, DescriptorRecord, Tap, TapError)
 from harness.trace_format.format import (
     BLOCK_BODY, BYTES_BODY, COMMIT_TAG, DESCRIPTOR_BODY, DTYPE_CODES, DTYPE_NAMES, DTYPE_SIZE, DTYPE_TORCH,
-    ELEMENTS_BODY, MAX_TILE_DIM, NONE, OOB_FILL_CODES, OPERAND_CODES, RECORD_ALIGN, RECORD_HEAD,
+    ELEMENTS_BODY, MAX_STAGE_CODE_OF_VERSION, MAX_TILE_DIM, NONE, OOB_FILL_CODES, OPERAND_CODES, RECORD_ALIGN, RECORD_HEAD,
     RECORD_HEAD_V1, RecordKind, STAGE_CODES, STAGE_NAMES, SWIZZLE_BYTES, TAP_DENSE_FLOOR_BYTES, TAP_SPARSE_RATIO,
     TraceCodeError, TraceConflictError, TraceCoordinateError, TraceFormatError, TraceLimitError, TraceRecordError,
     TraceTruncatedError, VERSION, _BITS, _round_up)
@@ -123,8 +124,24 @@ class _Warnings:
         return tuple(t for _, t in lines), tuple(k for k, _ in lines), tuple(self.counts.items())
 
 
-def _expected_shape(stage: str, block_m: int, block_n: int, block_k: int, dtype: str = "") -> tuple[int, int]:
-    """A tap's tile shape; a load of a packed operand (uint8 bytes) holds two k per byte."""
+def _expected_shape(stage: str, block_m: int, block_n: int, block_k: int, dtype: str = "",
+                    head_dim_v: Optional[int] = None) -> tuple[int, int]:
+    """A tap's tile shape; a load of a packed operand (uint8 bytes) holds two k per byte. Attention:
+    block_m query rows, block_n keys (a KV block), block_k the head dim of Q and K, head_dim_v
+    (default block_k) that of V (harness.taps' table)."""
+    dv = block_k if head_dim_v is None else head_dim_v
+    if stage == "load_q":
+        return (block_m, block_k)
+    if stage == "load_k":
+        return (block_n, block_k)
+    if stage == "load_v":
+        return (block_n, dv)
+    if stage == "softmax_state":
+        return (block_m, 3)
+    if stage == "o":
+        return (block_m, dv)
+    if stage in ("normalize", "combine"):
+        return (block_m, dv + 1)
     packed_k = block_k // 2 if dtype == "uint8" and stage in LOAD_STAGES else block_k
     if stage in ("load_a", "dequant_a"):
         return (block_m, packed_k)
@@ -159,7 +176,7 @@ def _tap_byte_limit(max_tap_bytes: Optional[int]) -> tuple[int, str]:
 
 
 def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool = False,
-                max_tap_bytes: Optional[int] = None) -> TraceResult:
+                max_tap_bytes: Optional[int] = None, head_dim_v: Optional[int] = None) -> TraceResult:
     """Parse a sink copied back from the device into taps and descriptor records.
 
     `buf` is bytes-like (or a 1-D uint8 tensor): the whole sink, or at least its header and
@@ -176,17 +193,24 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
     columns).
     A well-formed trace is read in bulk (harness.trace_format.bulk); one the bulk reader does not
     take (a warning, an error, an element held twice) is read record by record, with the same result.
+    An attention trace (version 3) is read with block_m = the query block's rows, block_n = the KV
+    block's keys, block_k = the head dim of Q and K and `head_dim_v` that of V (default block_k).
     """
     return _parse(buf, block_m=block_m, block_n=block_n, block_k=block_k, partial=partial,
-                  max_tap_bytes=max_tap_bytes)
+                  max_tap_bytes=max_tap_bytes, head_dim_v=head_dim_v)
 
 
 def _parse(buf, *, block_m: int, block_n: int, block_k: int, partial: bool = False,
-           max_tap_bytes: Optional[int] = None, bulk: bool = True) -> TraceResult:
+           max_tap_bytes: Optional[int] = None, bulk: bool = True, head_dim_v: Optional[int] = None) -> TraceResult:
     """parse_trace; `bulk=False` reads record by record whatever the trace holds."""
     for name, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TILE_DIM:
             raise ValueError(f"parse_trace: {name}={v!r} must be an int in 1..{MAX_TILE_DIM}")
+    if head_dim_v is not None and (isinstance(head_dim_v, bool) or not isinstance(head_dim_v, int)
+                                   or not 1 <= head_dim_v < MAX_TILE_DIM):
+        raise ValueError(f"parse_trace: head_dim_v={head_dim_v!r} must be an int in 1..{MAX_TILE_DIM - 1}")
+    shape_of = (_expected_shape if head_dim_v is None else
+                lambda stage, bm, bn, bk, dtype="": _expected_shape(stage, bm, bn, bk, dtype, head_dim_v))
     tap_limit, limit_name = _tap_byte_limit(max_tap_bytes)
     mv = _buffer(buf)
     header = parse_header(mv)
@@ -203,7 +227,7 @@ def _parse(buf, *, block_m: int, block_n: int, block_k: int, partial: bool = Fal
 
     if bulk:
         got = read_bulk(mv, header, block_m=block_m, block_n=block_n, block_k=block_k, tap_limit=tap_limit,
-                        expected_shape=_expected_shape, parse_descriptor=_parse_descriptor)
+                        expected_shape=shape_of, parse_descriptor=_parse_descriptor)
         if got is not None:
             taps, descriptors, n_records = got
             return TraceResult(taps=taps, descriptors=tuple(dict.fromkeys(descriptors)), dropped=header.dropped,
@@ -258,7 +282,7 @@ def _parse(buf, *, block_m: int, block_n: int, block_k: int, partial: bool = Fal
         fields = head.unpack_from(mv, off)
         _, _, _, stage_code, dtype_code, _, thread, cta, tile_m, tile_n, k_block, slot, rows, cols = fields[:14]
         part, group = fields[14:] if header.version >= 2 else (NONE, NONE)
-        stage = STAGE_NAMES.get(stage_code)
+        stage = STAGE_NAMES.get(stage_code) if stage_code <= MAX_STAGE_CODE_OF_VERSION[header.version] else None
         if stage is None:
             raise TraceCodeError(f"record stage code {stage_code} is unknown; known: "
                                  f"{', '.join(f'{c}={s}' for s, c in STAGE_CODES.items())}", off + 8)
@@ -279,7 +303,7 @@ def _parse(buf, *, block_m: int, block_n: int, block_k: int, partial: bool = Fal
             raise TraceCoordinateError(f"{stage} record k_block {k_block} / slot {slot} must be >= -1", off + 28)
         if part < NONE or group < NONE:
             raise TraceCoordinateError(f"{stage} record partial {part} / group {group} must be >= -1", off + 40)
-        if (stage in DESCRIPTOR_STAGES or stage in LOAD_STAGES or stage in DEQUANT_STAGES) and k_block < 0:
+        if stage in K_BLOCK_STAGES and k_block < 0:
             raise TraceCoordinateError(f"{stage} record tile ({tile_m}, {tile_n}) has no k-block; the stage needs one",
                                        off + 28)
         kb = None if k_block < 0 else k_block
@@ -299,7 +323,7 @@ def _parse(buf, *, block_m: int, block_n: int, block_k: int, partial: bool = Fal
             if stage in DESCRIPTOR_STAGES:
                 raise TraceCodeError(f"{kind.name.lower()} record for {stage}: descriptor stages hold byte images "
                                      f"(Bytes records) only", off + 8)
-            shape = _expected_shape(stage, block_m, block_n, block_k, dtype)
+            shape = shape_of(stage, block_m, block_n, block_k, dtype)
             if (rows, cols) != shape:
                 raise TraceCoordinateError(
                     f"{stage} record tile ({tile_m}, {tile_n}) says the tile is {rows}x{cols}, but block sizes "
@@ -332,7 +356,7 @@ def _parse(buf, *, block_m: int, block_n: int, block_k: int, partial: bool = Fal
     budget.require(need, f"the trace's {len(pieces)} taps (values and masks)", TraceLimitError,
                    advice="trace fewer tiles, k-blocks or stages")
     taps = []
-    order = {s: i for i, s in enumerate(TAP_STAGES)}
+    order = {s: i for i, s in enumerate(ALL_TAP_STAGES)}
     none_first = (lambda v: -1 if v is None else v)  # noqa: E731
     for key in sorted(pieces, key=lambda k: (order[k[0]], k[1], none_first(k[2]), none_first(k[3]),
                                              none_first(k[4]))):

@@ -11,8 +11,8 @@ import torch
 
 from harness.taps import DESCRIPTOR_STAGES, TAP_STAGES, DescriptorRecord, Tap
 from harness.trace_format.format import (
-    BLOCK_BODY, BYTES_BODY, COMMIT_TAG, DTYPE_SIZE, ELEMENTS_BODY, HEADER_BYTES, MAGIC, READABLE_VERSIONS,
-    RecordKind, STAGE_COUNTERS, VERSION)
+    BLOCK_BODY, BYTES_BODY, COMMIT_TAG, DTYPE_SIZE, ELEMENTS_BODY, HEADER_BYTES_OF_VERSION, MAGIC,
+    MAX_STAGE_CODE_OF_VERSION, READABLE_VERSIONS, RecordKind, STAGE_CODES, STAGE_COUNTERS_OF_VERSION, VERSION)
 from harness.trace_format.records import ValuesLike, _dtype_name, _value_bytes, encode_descriptor, encode_record
 from harness.trace_format.header import TraceSelection, _check_capacity, _encode_header
 
@@ -29,19 +29,23 @@ class TraceWriter:
     def __init__(self, capacity: int = 1 << 20, *, tiles: Optional[Iterable] = None,
                  k_blocks: Optional[Iterable[int]] = None, stages: Optional[Iterable[str]] = None,
                  version: int = VERSION) -> None:
-        _check_capacity(capacity)
         if version not in READABLE_VERSIONS:
             raise ValueError(f"version {version} is not a trace format version ({READABLE_VERSIONS})")
+        _check_capacity(capacity, version)
         self.capacity = capacity
         self.version = version
+        self.header_bytes = HEADER_BYTES_OF_VERSION[version]
         self.selection = TraceSelection(
             tiles=None if tiles is None else tuple(tuple(t) for t in tiles),
             k_blocks=None if k_blocks is None else tuple(k_blocks),
             stages=TAP_STAGES if stages is None else tuple(stages))
+        newer = [s for s in self.selection.stages if STAGE_CODES[s] > MAX_STAGE_CODE_OF_VERSION[version]]
+        if newer:
+            raise ValueError(f"a version-{version} trace cannot hold the stages {', '.join(newer)}")
         self._records: list[bytes] = []
 
     def _offset(self) -> int:
-        return HEADER_BYTES + sum(len(r) for r in self._records)
+        return self.header_bytes + sum(len(r) for r in self._records)
 
     def raw(self, data: bytes) -> int:
         off = self._offset()
@@ -136,16 +140,17 @@ class TraceWriter:
                  version: Optional[int] = None, length: Optional[int] = None) -> bytes:
         """The sink as the device would leave it. Overrides write corrupt header fields; `length`
         cuts (or must not exceed) the returned buffer."""
-        area = self.capacity - HEADER_BYTES
+        area = self.capacity - self.header_bytes
         body = bytearray(area)
         pos = 0
         n_dropped = 0
-        by_stage = [0] * STAGE_COUNTERS
+        n_counters = max(STAGE_COUNTERS_OF_VERSION[self.version], 1)
+        by_stage = [0] * n_counters
         for r in self._records:
             if pos + len(r) > area:
                 n_dropped += 1
                 if len(r) > 8:
-                    by_stage[r[8] % STAGE_COUNTERS] += 1
+                    by_stage[r[8] % n_counters] += 1
                 if pos < area:  # the straddling reservation closes the area
                     body[pos:pos + 8] = struct.pack("<IHH", area - pos, RecordKind.PAD, COMMIT_TAG)
             else:

@@ -101,19 +101,20 @@ def overflow(params):
     sink = q(ctypes.addressof(SYMBOL))
     record = bytes.fromhex(os.environ["EMULATED_RECORD"])
     head = (ctypes.c_uint64 * 3).from_address(sink)
-    area = head[1] - 512
+    hb = ctypes.c_uint16.from_address(sink + 6).value  # the header's size: records start there
+    area = head[1] - hb
     for _ in range(6):
         off = head[2]
         head[2] = off + len(record)
         if off + len(record) > area:
             counts = (ctypes.c_uint32 * 1).from_address(sink + 24)
             counts[0] += 1
-            by_stage = (ctypes.c_uint32 * 16).from_address(sink + 448)
+            by_stage = (ctypes.c_uint32 * ((hb - 448) // 4)).from_address(sink + 448)
             by_stage[record[8]] += 1
             if off < area:
-                ctypes.memmove(sink + 512 + off, struct.pack("<IHH", area - off, 5, 0xC0DE), 8)
+                ctypes.memmove(sink + hb + off, struct.pack("<IHH", area - off, 5, 0xC0DE), 8)
         else:
-            ctypes.memmove(sink + 512 + off, record, len(record))
+            ctypes.memmove(sink + hb + off, record, len(record))
 
 KERNELS = {"vadd": vadd, "fault": fault, "tma": tma, "overflow": overflow}
 
@@ -211,6 +212,9 @@ def test_tensor_map_is_encoded_against_its_tensor():
     assert run.outputs["out"].tolist() == [1, 1]
 
 
+from harness.trace_format import HEADER_BYTES as HB  # noqa: E402  (the sink header's bytes)
+
+
 def _overflowing_run(monkeypatch, capacity, max_bytes):
     from harness import trace_format as tf
 
@@ -224,20 +228,20 @@ def _overflowing_run(monkeypatch, capacity, max_bytes):
 
 
 def test_an_overflowing_sink_is_measured_and_the_kernel_launched_again(monkeypatch):
-    run, res, size = _overflowing_run(monkeypatch, 512 + 2 * 64, max_bytes=1 << 16)
-    assert run.sink_overflow["relaunched"] and run.sink_overflow["needed"] == 512 + 6 * size
-    assert res.dropped == 0 and res.records == 6 and res.capacity >= 512 + 6 * size
+    run, res, size = _overflowing_run(monkeypatch, HB + 2 * 64, max_bytes=1 << 16)
+    assert run.sink_overflow["relaunched"] and run.sink_overflow["needed"] == HB + 6 * size
+    assert res.dropped == 0 and res.records == 6 and res.capacity >= HB + 6 * size
 
 
 def test_an_overflow_past_the_ceiling_keeps_the_first_run_and_says_so(monkeypatch):
-    run, res, size = _overflowing_run(monkeypatch, 512 + 2 * 64, max_bytes=512 + 3 * 64)
-    assert run.sink_overflow == {"first_capacity": 640, "needed": 512 + 6 * size, "max_size": 704,
+    run, res, size = _overflowing_run(monkeypatch, HB + 2 * 64, max_bytes=HB + 3 * 64)
+    assert run.sink_overflow == {"first_capacity": HB + 2 * 64, "needed": HB + 6 * size, "max_size": HB + 3 * 64,
                                  "relaunched": False}
     assert res.dropped == 4 and dict(res.dropped_by_stage) == {"mma": 4}
 
 
 def test_without_a_ceiling_an_overflow_is_left_as_it_is(monkeypatch):
-    run, res, _ = _overflowing_run(monkeypatch, 512 + 2 * 64, max_bytes=None)
+    run, res, _ = _overflowing_run(monkeypatch, HB + 2 * 64, max_bytes=None)
     assert run.sink_overflow is None and res.dropped == 4
 
 

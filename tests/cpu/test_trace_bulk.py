@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from harness.taps import DescriptorRecord, Tap
-from harness.trace_format import RECORD_HEAD_OFFSETS, TraceWriter, parse_header, parse_trace
+from harness.trace_format import HEADER_BYTES, RECORD_HEAD_OFFSETS, TraceWriter, parse_header, parse_trace
 from harness.trace_format.bulk import read_bulk
 from harness.trace_format.header import _buffer
 from harness.trace_format.parser import _expected_shape, _parse, _parse_descriptor
@@ -227,7 +227,7 @@ def test_bad_codes_and_coordinates_give_the_strict_errors():
     w = TraceWriter(1 << 16)
     _fragments(w, "mma", (0, 0), _rand((BM, BN), torch.float32), k_block=0)
     good = w.to_bytes()
-    first = 512
+    first = HEADER_BYTES
     cases = {"stage": (first + 8, "<B", 99), "dtype": (first + 9, "<B", 99), "kind": (first + 4, "<H", 9),
              "commit": (first + 6, "<H", 0), "coordinate": (first + 56, "<I", 0xFFFF)}
     for name, (at, fmt, v) in cases.items():

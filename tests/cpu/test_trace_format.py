@@ -394,8 +394,8 @@ def test_wrong_magic():
 
 
 def test_wrong_version():
-    with pytest.raises(TraceHeaderError, match="version 3 is not supported") as e:
-        parse_trace(_put(_valid(), "<H", 4, 3), **BLOCKS)
+    with pytest.raises(TraceHeaderError, match="version 4 is not supported") as e:
+        parse_trace(_put(_valid(), "<H", 4, 4), **BLOCKS)
     assert "byte offset 4" in str(e.value)
 
 
@@ -413,8 +413,8 @@ def test_truncated_header(n):
 def test_truncated_records():
     buf = bytes(_valid())
     with pytest.raises(TraceTruncatedError, match=f"cursor says records run to byte {tf.HEADER_BYTES + MMA_REC}") as e:
-        parse_trace(buf[:560], **BLOCKS)
-    assert e.value.offset == 560
+        parse_trace(buf[:tf.HEADER_BYTES + 48], **BLOCKS)
+    assert e.value.offset == tf.HEADER_BYTES + 48
 
 
 def test_buffer_longer_than_capacity():
@@ -427,7 +427,7 @@ def test_buffer_longer_than_capacity():
     ("capacity", "<Q", 1028, "multiple of 8"),
     ("flags", "<I", 6, "unknown bits"),
     ("stage_mask", "<I", 1, "unknown stage codes"),
-    ("stage_mask", "<I", 1 << 16, "unknown stage codes"),
+    ("stage_mask", "<I", 1 << 26, "unknown stage codes"),
     ("n_tiles", "<I", 33, "exceeds 32"),
     ("cursor", "<Q", 12, "not a multiple of 8"),
     ("cursor", "<Q", 1024, "no record was counted as dropped"),
@@ -532,8 +532,8 @@ def test_unknown_kind():
 
 
 def test_unknown_stage():
-    with pytest.raises(TraceCodeError, match="stage code 16 is unknown") as e:
-        parse_trace(_put(_valid(), "<B", REC + 8, 16), **BLOCKS)
+    with pytest.raises(TraceCodeError, match="stage code 26 is unknown") as e:
+        parse_trace(_put(_valid(), "<B", REC + 8, 26), **BLOCKS)
     assert e.value.offset == REC + 8
     with pytest.raises(TraceCodeError, match="stage code 0 is unknown"):
         parse_trace(_put(_valid(), "<B", REC + 8, 0), **BLOCKS)

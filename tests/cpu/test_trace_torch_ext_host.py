@@ -39,7 +39,7 @@ def test_reset_sink_rewrites_in_place():
 def test_bad_sinks_are_refused():
     with pytest.raises(TypeError, match="1-D uint8"):
         torch_ext.read_sink(torch.zeros(1024), block_m=1, block_n=1, block_k=1)
-    with pytest.raises(ValueError, match="smaller than its 512-byte header"):
+    with pytest.raises(ValueError, match="smaller than its 576-byte header"):
         torch_ext.read_sink(torch.zeros(100, dtype=torch.uint8), block_m=1, block_n=1, block_k=1)
     with pytest.raises(TraceHeaderError, match="magic"):
         torch_ext.read_sink(torch.zeros(1024, dtype=torch.uint8), block_m=1, block_n=1, block_k=1)

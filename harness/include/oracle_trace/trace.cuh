@@ -78,8 +78,8 @@ namespace oracle_trace {
 // ---------------------------------------------------------------------------------
 
 constexpr uint32_t kMagic = 0x4352544Fu;  // bytes "OTRC" in little-endian order
-constexpr uint32_t kVersion = 2u;         // 1: 40-byte heads, no per-stage drop counts
-constexpr uint32_t kHeaderBytes = 512u;
+constexpr uint32_t kVersion = 3u;  // 1: 40-byte heads, no drop counts; 2: 512-byte header, 16 drop counts
+constexpr uint32_t kHeaderBytes = 576u;
 constexpr uint32_t kMaxTiles = 32u;         // tile selectors in the header
 constexpr uint32_t kKBlockWindow = 1024u;   // k-blocks the bitmap covers, from kb_base
 constexpr uint32_t kFlagAllKBlocks = 1u;    // header flags bit: every k-block is selected
@@ -88,7 +88,7 @@ constexpr uint32_t kRecordHeadBytes = 48u;
 constexpr uint32_t kRecordAlign = 8u;
 constexpr uint32_t kMaxTileDim = 65535u;    // rows and cols are 16-bit
 constexpr int kNone = -1;                   // no k-block / slot / partial / group; any tile
-constexpr uint32_t kStageCounters = 16u;    // dropped_by_stage[] entries, indexed by stage code
+constexpr uint32_t kStageCounters = 32u;    // dropped_by_stage[] entries, indexed by stage code
 
 // Stage codes (harness/trace_format.py STAGE_CODES); the pipeline order is harness/taps.py STAGES.
 enum class Stage : uint8_t {
@@ -107,6 +107,17 @@ enum class Stage : uint8_t {
   EpilogueBetaC = 13,
   DequantA = 14,  // a quantised operand's tile as the MMA reads it, after dequantisation;
   DequantB = 15,  // in pipeline order between LoadA/LoadB and Mma
+  // Attention (format version 3; oracle_trace/attention.cuh taps them), in pipeline order.
+  LoadQ = 16,
+  LoadK = 17,
+  LoadV = 18,
+  S = 19,             // Q K^T of one KV block, fp32
+  Mask = 20,          // the scores scaled, soft-capped and masked
+  SoftmaxState = 21,  // per query row: m, rescale, l (a [rows, 3] fp32 block)
+  P = 22,             // P in the second MMA's operand type
+  O = 23,             // the O accumulator after a KV block
+  Normalize = 24,     // O / l and the LSE (column head_dim_v)
+  Combine = 25,       // split-KV partials merged by their LSE
 };
 
 // Element types (kernels_ref/dtypes.py names: fp32 fp16 bf16 e4m3 e5m2 int8 int32 uint8; uint8 holds
