@@ -279,3 +279,82 @@ def test_a_truncated_gzip_body_is_named(tmp_path):
     _gzip(p, struct.pack("<Q", len(header)) + header + b"ab", 0)
     message, _, _ = _load_measured(p)
     assert "the stream ends 4094 bytes into the 4096 data bytes" in message, message
+
+
+# -- the partition of a huge split problem is sized before it is walked ------------------------
+@pytest.mark.parametrize("case", ["splitk_serial.toml", "streamk.toml"])
+def test_a_huge_split_problem_is_refused_at_once_from_set(capsys, monkeypatch, case):
+    monkeypatch.setattr(live, "build_cubin", lambda *a, **k: pytest.fail("the build was reached"))
+    with deadline(30):
+        code = cli.main(["compare", "--problem", str(ROOT / "zoo" / "split_gemm" / case), "--set",
+                         "m=2000000,n=2000000"])
+    err = capsys.readouterr().err
+    assert code == 2 and "ORACLE_MAX_OPERAND_MB" in err and "Traceback" not in err, err
+
+
+def test_the_most_partials_of_any_tile_agrees_with_every_tile_s_partition():
+    import random
+
+    from oracle.problem.partition import max_partials, rules_for, tile_partials
+    from oracle.problem.spec import Tile
+
+    rng = random.Random(7)
+    for _ in range(150):
+        m, n, k = rng.randint(1, 300), rng.randint(1, 300), rng.randint(1, 600)
+        tile = Tile(rng.choice([16, 32, 64]), rng.choice([16, 32, 64]), rng.choice([8, 16, 32]))
+        split = dict(stream_k_workers=rng.randint(1, 200)) if rng.random() < 0.6 else \
+            dict(splits=rng.randint(1, -(-k // tile.bk)))
+        base = ProblemSpec(m=m, n=n, k=k, tile=tile, **split)
+        for rule in (rules_for(base) if base.partitioned else (None,)):
+            spec = ProblemSpec(m=m, n=n, k=k, tile=tile, partition=rule, **split) if rule else base
+            every = max(len(tile_partials(spec, (tm, tn))) for tm in range(spec.tiles_m) for tn in range(spec.tiles_n))
+            assert max_partials(spec) == every, (spec.describe(), rule)
+
+
+def test_the_most_partials_of_a_million_tiles_is_found_without_visiting_them():
+    from oracle.problem.partition import max_partials
+    from oracle.problem.spec import Tile
+
+    spec = ProblemSpec(m=1 << 20, n=1 << 20, k=4096, tile=Tile(16, 16, 16), stream_k_workers=1000)
+    with deadline(10):
+        assert max_partials(spec) >= 2
+
+
+def test_splits_past_the_maximum_are_refused_at_once():
+    from oracle.problem.spec import MAX_SPLITS, Tile
+
+    with deadline(10), pytest.raises(SpecError, match=rf"splits=2147483647 .*at most {MAX_SPLITS}"):
+        ProblemSpec(m=8, n=8, k=2**31 - 1, tile=Tile(8, 8, 1), splits=2**31 - 1)
+
+
+# -- the bounded reader costs the file's size, not its limit -----------------------------------
+def test_a_small_file_is_read_under_a_tight_address_space_limit_whatever_the_read_limit(tmp_path):
+    p = tmp_path / "small.bin"
+    p.write_bytes(bytes(range(100)))
+    r = _child(f"""
+        import resource
+        from harness.files import read_bounded
+        class Refused(Exception):
+            pass
+        soft = 1 << 30
+        resource.setrlimit(resource.RLIMIT_AS, (soft, soft))
+        try:
+            data = read_bounded({str(p)!r}, "small", 4 << 30, "4 GiB", Refused)
+        except MemoryError:
+            print("MEMORYERROR")
+        else:
+            print("READ", len(data), data == bytes(range(100)))
+    """, as_gib=8.0)
+    assert "READ 100 True" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_file_that_is_a_fifo_is_refused_without_waiting(tmp_path):
+    from harness.files import read_bounded
+
+    class Refused(Exception):
+        pass
+
+    p = tmp_path / "fifo"
+    os.mkfifo(p)
+    with deadline(10), pytest.raises(Refused, match="not a regular file"):
+        read_bounded(p, "fifo", 1 << 20, "1 MiB", Refused)
