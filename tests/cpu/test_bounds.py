@@ -358,3 +358,114 @@ def test_a_file_that_is_a_fifo_is_refused_without_waiting(tmp_path):
     os.mkfifo(p)
     with deadline(10), pytest.raises(Refused, match="not a regular file"):
         read_bounded(p, "fifo", 1 << 20, "1 MiB", Refused)
+
+
+# -- the reproducer's host program: every file regular and of the size the problem implies -------
+@pytest.fixture(scope="module")
+def host_programs(tmp_path_factory):
+    """A reproducer of simple_gemm with the session's one build of repro and repro_traced beside it
+    (tests/host_programs.py); each test mutates a copy of the folder."""
+    from host_programs import host_from, shared_host_programs  # tests/ is on sys.path
+    from oracle.repro.generate import write_repro
+    from oracle.run.inputs import Provenance, make_operands
+
+    shared = shared_host_programs(tmp_path_factory)
+    d = tmp_path_factory.mktemp("bounds_host") / "r"
+    case = load_case(str(SIMPLE))
+    write_repro(case, make_operands(case.spec, "ones", 0), Provenance("ones", None), d)
+    host_from(shared, d, "repro", "repro_traced")
+    for p in ("repro", "repro_traced"):
+        (d / p).rename(d.parent / p)  # beside the reproducer, not in it: the tests copy its folder
+    return d, d.parent / "repro", d.parent / "repro_traced"
+
+
+def _mutated(src: Path, dst: Path, edit) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("kernel"))
+    (dst / "d.bin").write_bytes(bytes(200 * 136 * 2))  # a D of the right size for --check-only
+    edit(dst)
+    return dst
+
+
+def _edit_text(name: str, old: str, new: str):
+    def edit(d: Path) -> None:
+        text = (d / name).read_text()
+        assert old in text, (name, old)
+        (d / name).write_text(text.replace(old, new, 1))
+    return edit
+
+
+def _run_host(exe: Path, d: Path, *flags: str, limit_gib: float = 2.0) -> subprocess.CompletedProcess:
+    limit = int(limit_gib * 2**30)
+    return subprocess.run([str(exe), "--dir", str(d), *flags], capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+
+
+def _short_a(d: Path) -> None:
+    _edit_text("inputs.txt", "shape=200x72 bytes=28800 file=a.bin logical=200x72",
+               "shape=200x8 bytes=3200 file=a.bin logical=200x8")(d)
+    (d / "a.bin").write_bytes((d / "a.bin").read_bytes()[:3200])
+
+
+def _fifo_a(d: Path) -> None:
+    (d / "a.bin").unlink()
+    os.mkfifo(d / "a.bin")
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("edit, flags, message", [
+    (_edit_text("problem.txt", "\nk 72\n", "\nk 2147483648\n"), ("--check-only", "--host-reference"),
+     "k 2147483648 must be 1..2147483647"),
+    (_edit_text("problem.txt", "\nk 72\n", "\nk 2147483647\n"), ("--check-only", "--host-reference"),
+     "a is 200x72 (logical) but problem.txt's"),
+    (_short_a, ("--check-only", "--host-reference"), "a is 200x8 (logical) but problem.txt's"),
+    (_short_a, ("--dry-run",), "a is 200x8 (logical) but problem.txt's"),
+    (_edit_text("inputs.txt", "shape=200x72 bytes=28800", "shape=200x8 bytes=3200"), ("--dry-run",),
+     "the logical shape does not fit in the stored shape"),
+    (_edit_text("inputs.txt", "shape=200x72 bytes=28800", "shape=4294967296x4294967296 bytes=28800"), ("--dry-run",),
+     "passes a 64-bit size"),
+    (_edit_text("problem.txt", "tile 64 64 16", "tile 64 64 4294967312"), ("--dry-run",), "tile extent 4294967312"),
+    (_fifo_a, ("--dry-run",), "a.bin (a: 28800 bytes of bf16) is not a regular file"),
+    (_fifo_a, ("--check-only", "--host-reference"), "is not a regular file"),
+])
+def test_the_host_program_refuses_files_that_disagree_with_the_problem(host_programs, tmp_path, edit, flags, message):
+    d, repro, traced = host_programs
+    bad = _mutated(d, tmp_path / "bad", edit)
+    proc = _run_host(traced if "--dry-run" in flags else repro, bad, *flags)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and message in out and "error: " in out, (proc.returncode, out)
+
+
+@pytest.mark.nvcc
+def test_a_fifo_in_place_of_the_problem_text_is_refused_without_waiting(host_programs, tmp_path):
+    d, repro, _ = host_programs
+
+    def edit(x: Path) -> None:
+        (x / "problem.txt").unlink()
+        os.mkfifo(x / "problem.txt")
+    proc = _run_host(repro, _mutated(d, tmp_path / "bad", edit), "--check-only")
+    assert proc.returncode == 2 and "problem.txt" in proc.stderr and "not a regular file" in proc.stderr, proc.stderr
+
+
+@pytest.mark.nvcc
+def test_a_dry_run_with_a_huge_trace_capacity_allocates_only_the_header(host_programs, tmp_path):
+    d, _, traced = host_programs
+
+    def edit(x: Path) -> None:
+        text = (x / "launch.txt").read_text()
+        line = next(w for w in text.splitlines() if w.startswith("trace_capacity_bytes "))
+        (x / "launch.txt").write_text(text.replace(line, "trace_capacity_bytes 3150000128"))
+    bad = _mutated(d, tmp_path / "cap", edit)
+    proc = _run_host(traced, bad, "--dry-run", limit_gib=1.0)
+    assert proc.returncode == 0 and "wrote sink_init.bin" in proc.stdout, (proc.returncode, proc.stdout + proc.stderr)
+    assert (bad / "sink_init.bin").stat().st_size < 1 << 20
+
+
+@pytest.mark.nvcc
+def test_the_host_program_still_reads_a_clean_folder(host_programs, tmp_path):
+    d, repro, traced = host_programs
+    ok = _mutated(d, tmp_path / "ok", lambda x: None)
+    assert _run_host(traced, ok, "--dry-run").returncode == 0
+    proc = _run_host(repro, ok, "--check-only", "--host-reference")
+    assert proc.returncode == 1 and "verdict: DIVERGED" in proc.stdout, proc.stdout + proc.stderr  # D is all zero
