@@ -159,6 +159,10 @@ def run_case(bc: BenchCase) -> dict:
     row: dict[str, Any] = {"name": bc.name, "case": bc.case, "entry": bc.entry, "set": bc.overrides}
     t0 = time.perf_counter()
     try:
+        if bc.time:  # before anything is built
+            from oracle.tools.timing import require_gpu
+
+            require_gpu(advice="give --no-time, or time = false for the case")
         case = live_case(bc)
         ladder, seed, _ = parse_inputs(bc.inputs)
         import torch

@@ -42,6 +42,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     modes = [bool(args.dump), bool(args.demo), bool(args.kernel or args.problem), bool(args.repro_dir)]
     if args.time and not modes[2]:
         raise UsageError("--time needs a live kernel: a recording has nothing to time")
+    if args.time:  # before anything is built
+        from oracle.tools.timing import require_gpu
+
+        require_gpu(UsageError, "run without --time, or on a machine with a GPU")
     if sum(modes) != 1:
         raise UsageError("give one of --dump FILE, --demo, --repro-dir DIR, or a live kernel (--problem CASE.toml "
                          "and/or --kernel FILE.cu --entry NAME)")
