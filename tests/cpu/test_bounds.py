@@ -469,3 +469,44 @@ def test_the_host_program_still_reads_a_clean_folder(host_programs, tmp_path):
     assert _run_host(traced, ok, "--dry-run").returncode == 0
     proc = _run_host(repro, ok, "--check-only", "--host-reference")
     assert proc.returncode == 1 and "verdict: DIVERGED" in proc.stdout, proc.stdout + proc.stderr  # D is all zero
+
+
+# -- the draws that make the inputs, and a reproducer's reference D, count against the budget ---
+def test_the_float64_draws_of_a_quantised_a_count_against_the_knob(monkeypatch):
+    from oracle.problem.spec import Tile
+    from oracle.run.inputs import InputError, make_operands, operand_bytes
+
+    monkeypatch.setenv("ORACLE_MAX_OPERAND_MB", "8")
+    spec = ProblemSpec(2048, 16, 2048, a_dtype="int4", b_dtype="fp16", out_dtype="fp16", a_packing="k_pairs_low_first",
+                       a_group_size=32, a_scales="fp16", a_zeros="int", tile=Tile(32, 16, 32))
+    assert operand_bytes(spec) < 8 << 20  # the operands alone fit: only the draws pass the limit
+    with deadline(20), pytest.raises(InputError, match=r"with the draws that make them .*the 8 MiB limit of "
+                                                       r"ORACLE_MAX_OPERAND_MB"):
+        make_operands(spec, "random", 0)
+
+
+def test_the_draws_of_a_plain_problem_count_against_the_knob(monkeypatch):
+    from oracle.run.inputs import InputError, make_operands, operand_bytes
+
+    monkeypatch.setenv("ORACLE_MAX_OPERAND_MB", "5")
+    spec = ProblemSpec(m=64, n=64, k=16384)  # bf16 A and B: 4 MiB; their float64 draws: 16 MiB
+    assert operand_bytes(spec) <= 5 << 20
+    with deadline(20), pytest.raises(InputError, match="with the draws that make them"):
+        make_operands(spec, "random", 0)
+    monkeypatch.setenv("ORACLE_MAX_OPERAND_MB", "64")
+    assert make_operands(spec, "random", 0).a.shape == (64, 16384)
+
+
+def test_a_reproducer_s_reference_d_counts_against_the_knob_before_it_is_made(tmp_path, monkeypatch):
+    import oracle.judging.differential as differential
+    from oracle.repro.generate import write_repro
+    from oracle.run.inputs import InputError, Provenance, make_operands, operand_bytes
+
+    case = load_case(str(SIMPLE), {"m": 2048, "n": 2048, "k": 16})
+    ops = make_operands(case.spec, "ones", 0)
+    assert operand_bytes(case.spec) < 16 << 20
+    monkeypatch.setenv("ORACLE_MAX_OPERAND_MB", "64")  # the operands fit; the reference D (32 B an element) does not
+    monkeypatch.setattr(differential, "expected_output", lambda *a, **k: pytest.fail("the reference D was made"))
+    with deadline(30), pytest.raises(InputError, match=r"reference D and its per-element bound .*the 64 MiB limit"):
+        write_repro(case, ops, Provenance("ones", None), tmp_path / "r")
+    assert not (tmp_path / "r").exists()
