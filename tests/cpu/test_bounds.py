@@ -510,3 +510,77 @@ def test_a_reproducer_s_reference_d_counts_against_the_knob_before_it_is_made(tm
     with deadline(30), pytest.raises(InputError, match=r"reference D and its per-element bound .*the 64 MiB limit"):
         write_repro(case, ops, Provenance("ones", None), tmp_path / "r")
     assert not (tmp_path / "r").exists()
+
+
+def _dump_claiming(tmp_path: Path, edit) -> Path:
+    """A gzip dump of a real recording whose header `edit` changes (name -> (dtype, shape)), its data zeros."""
+    import torch
+
+    import oracle
+    from harness import _tensorio
+    from harness.dump import META_KEY
+    from safetensors import safe_open
+
+    a = torch.ones(64, 32, dtype=torch.bfloat16)
+    b = torch.ones(32, 48, dtype=torch.bfloat16)
+    src = tmp_path / "real.safetensors"
+    oracle.check(a, b, (a.float() @ b.float()).bfloat16()).recording.save(str(src))
+    with safe_open(str(src), framework="pt") as f:
+        meta = f.metadata()
+        entries = {k: (f.get_slice(k).get_dtype(), f.get_slice(k).get_shape()) for k in f.keys()}
+    edit(entries)
+    head, laid = _tensorio.layout(((k, d, s) for k, (d, s) in entries.items()), {META_KEY: meta[META_KEY]})
+    size = sum(e.nbytes for e in laid)
+    p = tmp_path / "claim.safetensors.gz"
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    chunk = bytes(1 << 20)
+    with open(p, "wb") as out:
+        out.write(c.compress(head))
+        for at in range(0, size, len(chunk)):
+            out.write(c.compress(chunk[:min(len(chunk), size - at)]))
+        out.write(c.flush())
+    return p
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda e: e.update({"input.a": ("BF16", [64, 4 << 20])}),
+     "is inconsistent: operand 'a' has shape [64, 4194304], the problem needs [64, 32]"),
+    (lambda e: e.update({"output.d": ("BF16", [4 << 20, 64])}), "is inconsistent: output D is torch.bfloat16"),
+    (lambda e: e.update({"input.zz": ("U8", [512 << 20])}), "unknown input tensor(s)"),
+    (lambda e: e.update({"stray": ("U8", [512 << 20])}), "are not described by the metadata"),
+])
+def test_a_gzip_dump_whose_tensors_disagree_with_its_metadata_is_refused_before_its_body(tmp_path, edit, message):
+    from oracle.run.recording import Recording
+
+    p = _dump_claiming(tmp_path, edit)
+    tracemalloc.start()
+    try:
+        with deadline(60), pytest.raises(DumpError) as e:
+            Recording.load(str(p))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert message in str(e.value) and peak < 32 << 20, (str(e.value), peak)
+
+
+def test_a_plain_dump_is_checked_from_its_header_before_a_tensor_is_read(tmp_path, monkeypatch):
+    import gzip
+
+    import safetensors
+
+    from oracle.run.recording import Recording
+
+    gz = _dump_claiming(tmp_path, lambda e: e.update({"input.a": ("BF16", [64, 1 << 20])}))
+    plain = tmp_path / "claim.safetensors"
+    plain.write_bytes(gzip.decompress(gz.read_bytes()))
+    monkeypatch.setattr(safetensors, "safe_open", lambda *a, **k: pytest.fail("the tensors were opened"))
+    with deadline(60), pytest.raises(DumpError, match="operand 'a' has shape \\[64, 1048576\\]"):
+        Recording.load(str(plain))
+
+
+def test_a_consistent_gzip_dump_still_loads(tmp_path):
+    from oracle.run.recording import Recording
+
+    p = _dump_claiming(tmp_path, lambda e: None)
+    rec = Recording.load(str(p))
+    assert tuple(rec.operands.a.shape) == (64, 32) and tuple(rec.output.shape) == (64, 48)
