@@ -280,8 +280,12 @@ def _read(path: str, check_header) -> tuple[dict[str, torch.Tensor], dict]:
                             f"is genuine")
         with open(path, "rb") as raw:  # the header alone, checked before safetensors reads a tensor
             where = f"dump {path!r}"
-            n = _header_length(raw.read(8), max(0, size - 8), where)
-            head, meta, _ = _header(n, raw.read(n), where)
+            try:
+                n = _header_length(raw.read(8), max(0, size - 8), where)
+                head, meta, _ = _header(n, raw.read(n), where)
+            except DumpError as e:
+                raise DumpError(f"{where} is not a readable safetensors file (truncated or corrupt?): "
+                                f"{str(e)[len(where) + 2:]}") from None
         check_header(head, meta)
         with safe_open(path, framework="pt") as f:
             return {k: f.get_tensor(k) for k in f.keys()}, f.metadata() or {}

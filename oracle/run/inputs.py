@@ -238,12 +238,11 @@ def check_problem_size(spec: ProblemSpec, extra: int = 0, extra_what: str = "", 
     need = operand_bytes(spec) + extra
     what = f"the operands and output of {spec.describe()}" + (f" and {extra_what}" if extra_what else "")
     draws = draw_bytes(spec, generator or "cpu")
-    if generator is not None:
+    budget.require(need, what, InputError, knob=operand_limit(), host=False, verb="take",
+                   advice="choose a smaller problem or raise the limit")
+    if generator is not None:  # the operands fit: with the draws beside them?
         budget.require(need + draws, f"{what}, with the draws that make them ({draws / 2**20:.1f} MiB)",
                        InputError, knob=operand_limit(), host=False, verb="take",
-                       advice="choose a smaller problem or raise the limit")
-    else:
-        budget.require(need, what, InputError, knob=operand_limit(), host=False, verb="take",
                        advice="choose a smaller problem or raise the limit")
     budget.require(need, what, InputError, host=True, host_need=need + draws, verb="take",
                    advice=f"making them holds {draws / 2**20:.1f} MiB of draws beside them; choose a smaller "

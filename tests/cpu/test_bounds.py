@@ -265,8 +265,13 @@ def test_a_gzip_whose_header_claims_past_the_limit_is_refused_before_its_body(tm
     assert "more than the 256 MiB limit of ORACLE_DUMP_MAX_MB" in message and peak < 32 << 20, (message, peak)
 
 
+# the document a dump's header carries (oracle.dump), read before its data
+_DOC = {"__metadata__": {"oracle.dump": json.dumps({"format": "oracle-dump", "version": 1, "meta": {}, "taps": [],
+                                                    "descriptors": []})}}
+
+
 def test_a_gzip_with_bytes_after_its_tensors_is_refused(tmp_path):
-    header = json.dumps({"x": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}}).encode()
+    header = json.dumps({**_DOC, "input.x": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}}).encode()
     p = tmp_path / "tail.safetensors.gz"
     _gzip(p, struct.pack("<Q", len(header)) + header + b"abcd" + b"junk", 0)
     message, _, _ = _load_measured(p)
@@ -274,7 +279,7 @@ def test_a_gzip_with_bytes_after_its_tensors_is_refused(tmp_path):
 
 
 def test_a_truncated_gzip_body_is_named(tmp_path):
-    header = json.dumps({"x": {"dtype": "U8", "shape": [4096], "data_offsets": [0, 4096]}}).encode()
+    header = json.dumps({**_DOC, "input.x": {"dtype": "U8", "shape": [4096], "data_offsets": [0, 4096]}}).encode()
     p = tmp_path / "short.safetensors.gz"
     _gzip(p, struct.pack("<Q", len(header)) + header + b"ab", 0)
     message, _, _ = _load_measured(p)
