@@ -133,6 +133,9 @@ def test_a_bench_case_whose_repeated_runs_differ_is_nondeterministic_and_exits_6
                             races=live.RaceRuns(first, (rec, other), (rec.output, rec.output), ()))
 
     monkeypatch.setattr(live, "run_live", fake_live)
+    from oracle.tools import timing
+
+    monkeypatch.setattr(timing, "require_gpu", lambda *a, **k: None)  # the run is faked: so is the GPU timing needs
     bc = BenchCase("x", SIMPLE, overrides={"m": 64, "n": 64, "k": 48}, repeat=2)
     row = bench.run_case(bc)
     assert row["verdict"] == "NONDETERMINISTIC" and row["repeat"]["nondeterministic"], row
