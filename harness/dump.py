@@ -28,7 +28,7 @@ import os
 import platform
 import zlib
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 
@@ -235,10 +235,11 @@ def _tensors_of(head: dict, data: bytearray, where: str) -> dict[str, torch.Tens
     return out
 
 
-def _read_gzip(path: str, limit: int, limit_name: str) -> tuple[dict[str, torch.Tensor], dict]:
-    """A gzip dump, header first: its 8-byte length and its header are decompressed and checked,
-    then the data the header describes (within the limit and the host's memory) into one buffer
-    of exactly that size; bytes after it are refused."""
+def _read_gzip(path: str, limit: int, limit_name: str, check_header) -> tuple[dict[str, torch.Tensor], dict]:
+    """A gzip dump, header first: its 8-byte length and its header are decompressed and checked
+    (the declared size against the limit and the host's memory, then `check_header(head, meta)`:
+    the metadata against the tensors the header lists), and only then the data it describes into
+    one buffer of exactly that size; bytes after it are refused."""
     from harness import budget
 
     where = f"dump {path!r}"
@@ -252,14 +253,16 @@ def _read_gzip(path: str, limit: int, limit_name: str) -> tuple[dict[str, torch.
         head, meta, size = _header(n, z.read(n, f"the {n}-byte safetensors header"), where)
         budget.require(8 + n + size, f"{where}: the tensors its header describes", DumpError,
                        knob=budget.Limit(limit, limit_name), advice="raise the limit if the dump is genuine")
+        check_header(head, meta)  # before a byte of data is inflated
         data = z.read(size, f"the {size} data bytes its header describes")
         if not z.at_end():
             raise DumpError(f"{where}: the stream holds bytes after the {size} data bytes its header describes")
     return _tensors_of(head, data, where), meta
 
 
-def _read(path: str) -> tuple[dict[str, torch.Tensor], dict]:
-    """The tensors and safetensors metadata of a dump file, gzip or plain, within the size limit."""
+def _read(path: str, check_header) -> tuple[dict[str, torch.Tensor], dict]:
+    """The tensors and safetensors metadata of a dump file, gzip or plain, within the size limit;
+    `check_header(head, meta)` runs on the header before any tensor's data is read."""
     from safetensors import safe_open
 
     limit, limit_name = _size_limit()
@@ -270,13 +273,22 @@ def _read(path: str) -> tuple[dict[str, torch.Tensor], dict]:
             gzipped = raw.read(2) == GZIP_MAGIC
         if gzipped:
             try:
-                return _read_gzip(path, limit, limit_name)
+                return _read_gzip(path, limit, limit_name, check_header)
             except zlib.error as e:
                 raise DumpError(f"dump {path!r} is not a readable gzip stream (truncated or corrupt?): {e}") from None
         size = os.path.getsize(path)
         if size > limit:
             raise DumpError(f"dump {path!r} has {size} bytes, more than {limit_name}: raise the limit if the dump "
                             f"is genuine")
+        with open(path, "rb") as raw:  # the header alone, checked before safetensors reads a tensor
+            where = f"dump {path!r}"
+            try:
+                n = _header_length(raw.read(8), max(0, size - 8), where)
+                head, meta, _ = _header(n, raw.read(n), where)
+            except DumpError as e:
+                raise DumpError(f"{where} is not a readable safetensors file (truncated or corrupt?): "
+                                f"{str(e)[len(where) + 2:]}") from None
+        check_header(head, meta)
         with safe_open(path, framework="pt") as f:
             return {k: f.get_tensor(k) for k in f.keys()}, f.metadata() or {}
     except DumpError:
@@ -327,11 +339,8 @@ def _descriptor(dm: Any, where: str) -> DescriptorRecord:
         raise DumpError(f"{where}: {e}") from None
 
 
-def load_dump(path: str) -> Dump:
-    """Read a dump, checking everything: the file within ORACLE_DUMP_MAX_MB (a gzip stream is
-    stopped as soon as it passes it), every tensor entry, every metadata field. Raises DumpError
-    naming the file, the field, the value and what is allowed; nothing else."""
-    tensors, meta = _read(path)
+def _document(path: str, meta: dict) -> dict:
+    """The oracle.dump document of a file's safetensors metadata, its fields checked by type."""
     if META_KEY not in meta:
         raise DumpError(f"dump {path!r} has no {META_KEY!r} metadata: it was not written by this tool")
     doc = _json(meta[META_KEY], f"dump {path!r}: the {META_KEY!r} metadata")
@@ -347,7 +356,57 @@ def load_dump(path: str) -> Dump:
     for key, typ in (("meta", dict), ("taps", list), ("descriptors", list)):
         if not isinstance(doc.get(key), typ):
             raise DumpError(f"dump {path!r}: metadata field {key!r} must be a JSON {typ.__name__}")
+    return doc
 
+
+def _check_entries(path: str, doc: dict, head: dict) -> None:
+    """The document against the tensors the header lists, before their data is read: every tap's
+    tensors there with its dtype and shape, and no tensor the document does not describe."""
+    from harness.runner import ST_TO_TORCH
+
+    named = set()
+    for i, tm in enumerate(doc["taps"]):
+        where = f"dump {path!r}: tap #{i}"
+        _tap_meta(tm, where)
+        for part in ("values", "mask") if tm["partial"] else ("values",):
+            name = f"tap.{i}.{part}"
+            if name not in head:
+                raise DumpError(f"{where} names tensor {name!r}, which the file does not contain")
+            named.add(name)
+        info = head[f"tap.{i}.values"]
+        dtype = _dtype_name(ST_TO_TORCH[info["dtype"]])
+        if dtype != tm["dtype"] or list(info["shape"]) != list(tm["shape"]):
+            raise DumpError(f"{where} ({tm['stage']}) says {tm['dtype'][:40]} {shown(tm['shape'])} but its tensor "
+                            f"is {dtype} {shown(info['shape'])}")
+    orphans = sorted(n for n in head if n not in named and not n.startswith(("input.", "output.")))
+    if orphans:
+        raise DumpError(f"dump {path!r}: tensor(s) {shown(orphans[:5])} are not described by the metadata")
+
+
+def entry_shapes(head: dict, prefix: str) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+    """The dtype and shape of every header entry under `prefix` ("input.", "output."), by its name after it."""
+    from harness.runner import ST_TO_TORCH
+
+    return {k[len(prefix):]: (ST_TO_TORCH[v["dtype"]], tuple(v["shape"])) for k, v in head.items()
+            if k.startswith(prefix)}
+
+
+def load_dump(path: str, check_meta: Optional[Callable[[Mapping[str, Any], dict, dict], None]] = None) -> Dump:
+    """Read a dump, checking everything: the file within ORACLE_DUMP_MAX_MB (a gzip stream is
+    stopped as soon as it passes it), every tensor entry, every metadata field. The header is read
+    and checked first, with the document it carries: the taps' entries against their metadata and,
+    with `check_meta(meta, inputs, outputs)` (the caller's, e.g. the problem against its operands;
+    inputs and outputs map names to (dtype, shape) from the header), the meta object; only then is
+    any tensor's data read or a gzip stream's body inflated. Raises DumpError naming the file, the
+    field, the value and what is allowed; nothing else."""
+    def check_header(head: dict, meta: dict) -> None:
+        doc = _document(path, meta)
+        _check_entries(path, doc, head)
+        if check_meta is not None:
+            check_meta(doc["meta"], entry_shapes(head, "input."), entry_shapes(head, "output."))
+
+    tensors, meta = _read(path, check_header)
+    doc = _document(path, meta)
     used: set[str] = set()
 
     def take(name: str, what: str) -> torch.Tensor:

@@ -45,15 +45,17 @@ def regular_file_size(path: Path, name: str, limit: int, limit_text: str, error:
 
 def read_bounded(path: Path, name: str, limit: int, limit_text: str, error: type, *,
                  nofollow: bool = False) -> bytes:
-    """The bytes of `path` (regular_file_size's checks first); never more than `limit` + 1 are read,
-    so a file that grows after the check is still caught by its caller's length check."""
+    """The bytes of `path` (regular_file_size's checks first); never more than the open file's size
+    (at most `limit`) + 1 are read, and a file that grew past its size while it was read is refused."""
     return read_bounded_stat(path, name, limit, limit_text, error, nofollow=nofollow)[0]
 
 
 def read_bounded_stat(path: Path, name: str, limit: int, limit_text: str, error: type, *,
                       nofollow: bool = False) -> tuple[bytes, os.stat_result]:
-    """read_bounded, with the open file's stat (its mtime, to keep it on a copy)."""
-    return _read_regular(path, name, limit, limit_text, error, nofollow, limit + 1)
+    """read_bounded, with the open file's stat (its mtime, to keep it on a copy). The bytes are read
+    in chunks up to the open file's own size + 1, never `limit` at once: a small file costs its size
+    whatever the limit (a single read of `limit` + 1 reserves that much before reading)."""
+    return _read_regular(path, name, limit, limit_text, error, nofollow, None)
 
 
 def read_head(path: Path, name: str, count: int, limit: int, limit_text: str, error: type, *,
@@ -64,9 +66,10 @@ def read_head(path: Path, name: str, count: int, limit: int, limit_text: str, er
 
 
 def _read_regular(path: Path, name: str, limit: int, limit_text: str, error: type, nofollow: bool,
-                  count: int) -> tuple[bytes, os.stat_result]:
+                  count) -> tuple[bytes, os.stat_result]:
+    """The whole file (count None: refused when it grew while read) or its first `count` bytes."""
     regular_file_size(path, name, limit, limit_text, error, nofollow=nofollow)
-    flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_NOFOLLOW if nofollow else 0)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if nofollow else 0)  # a FIFO never blocks
     try:
         fd = os.open(path, flags)
     except OSError as exc:
@@ -75,11 +78,31 @@ def _read_regular(path: Path, name: str, limit: int, limit_text: str, error: typ
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise error(f"{name} is not a regular file")
-        with os.fdopen(fd, "rb") as f:
+        with os.fdopen(fd, "rb", buffering=0) as f:
             fd = -1
-            return f.read(count), st
+            if count is not None:
+                return _read_chunks(f, count), st
+            data = _read_chunks(f, min(limit, st.st_size) + 1)
+        if len(data) > st.st_size:
+            raise error(f"{name} grew while it was read (more than its {st.st_size} bytes)")
+        return data, st
     except OSError as exc:
         raise error(f"cannot read {name}: {exc.strerror or exc}") from None
     finally:
         if fd >= 0:
             os.close(fd)
+
+
+_CHUNK = 1 << 20
+
+
+def _read_chunks(f, most: int) -> bytes:
+    """At most `most` bytes of `f`, read a chunk at a time."""
+    parts, left = [], most
+    while left > 0:
+        piece = f.read(min(_CHUNK, left))
+        if not piece:
+            break
+        parts.append(piece)
+        left -= len(piece)
+    return parts[0] if len(parts) == 1 else b"".join(parts)

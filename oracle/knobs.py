@@ -36,8 +36,9 @@ TRACE_MAX_MB = register(Knob("ORACLE_TRACE_MAX_MB", positive_int, lambda: 2048,
 
 MAX_OPERAND_MB = register(Knob("ORACLE_MAX_OPERAND_MB", positive_int, lambda: 32768,
                                "The most memory, in MiB, a problem's operands, output and declared workspaces may "
-                               "take (A, B, C, D, bias, scales, [workspace.X]); a larger problem is refused before "
-                               "any input is made. The machine's memory, the address-space limit (RLIMIT_AS) and, "
+                               "take (A, B, C, D, bias, scales, [workspace.X]), with the draws that make the inputs "
+                               "and a reproducer's reference D and bound; a larger problem is refused before any "
+                               "input is made. The machine's memory, the address-space limit (RLIMIT_AS) and, "
                                "with a GPU, the device's free memory also bound it (harness.budget)."))
 
 ZOO_RECORD_DIR = register(Knob("ORACLE_ZOO_RECORD_DIR", lambda s: s, lambda: None,

@@ -132,6 +132,29 @@ def tile_partials(spec: ProblemSpec, tile: tuple[int, int], rule: Optional[str] 
     return tuple(Partial(i, s, e) for i, (s, e) in enumerate(deal.pieces(0, kb_n)))
 
 
+def max_partials(spec: ProblemSpec) -> int:
+    """The most partials any tile has by the declared rule, without visiting the tiles: split-K
+    deals every tile alike (O(splits)); stream-K's pieces of a tile are cut where a worker's share
+    begins inside it, so the tile cut most often is found from the W share boundaries (O(W)),
+    whatever the tile count."""
+    if not spec.partitioned:
+        return 1
+    kb_n, rule = spec.k_blocks, default_rule(spec)
+    if spec.stream_k_workers is None:
+        return len(_Deal(kb_n, spec.splits, rule).pieces(0, kb_n))
+    w_n, tiles = spec.stream_k_workers, spec.tiles_m * spec.tiles_n
+    if rule == "stream_k_dp_remainder":
+        sk_tiles = tiles - max(0, tiles // w_n - 1) * w_n  # the rest are whole (one partial)
+        d = _Deal(sk_tiles * kb_n, min(w_n, sk_tiles * kb_n), "cutlass_stream_k")
+    else:
+        d = _Deal(tiles * kb_n, w_n, rule)
+    cuts: dict[int, int] = {}
+    for b in {d.begin(w) for w in range(1, d.takers)}:
+        if 0 < b < d.n and b % kb_n:
+            cuts[b // kb_n] = cuts.get(b // kb_n, 0) + 1
+    return 1 + max(cuts.values(), default=0)
+
+
 def partial_of(partials: tuple[Partial, ...], index: Optional[int]) -> Optional[Partial]:
     return next((p for p in partials if p.index == index), None) if index is not None else None
 

@@ -64,6 +64,7 @@ MAX_TILE_DIM = 65535  # the trace format's limit; a CTA tile is far smaller
 MAX_DIM = 2**31 - 1  # m, n, k and the stacked rows of a batch: a launch passes sizes as int32
 MAX_GROUPS = 1 << 16  # groups of a grouped problem, entries of a batched one
 MAX_STREAM_K_WORKERS = 1 << 20  # far past any persistent grid; the partition is linear in it
+MAX_SPLITS = 1 << 20  # split-K splits: far past any kernel's; a tile's partition is linear in it
 FP32_MAX = 3.4028234663852886e38  # alpha and beta reach the epilogue as fp32 values
 # What the engine's accumulation does (oracle.judging.tolerance.ACC_TABLE has each model's bound):
 ACC_MODELS = ("fp32", "tf32", "tf32_rn", "tf32x3", "bf16x3", "fp16", "fp8_fast", "fp8_promoted", "int32", "any")
@@ -273,7 +274,7 @@ class ProblemSpec:
         _require(self.bias_dtype in C_DTYPES, "bias_dtype", self.bias_dtype, f"one of {', '.join(C_DTYPES)}")
         _require(self.activation in ACTIVATIONS, "activation", self.activation, f"one of {', '.join(ACTIVATIONS)}")
         _require(isinstance(self.saturate, bool), "saturate", self.saturate, "must be true or false")
-        _positive_int("splits", self.splits)
+        _positive_int("splits", self.splits, MAX_SPLITS)
         _require(self.splits <= self.k_blocks, "splits", self.splits,
                  f"at most the {self.k_blocks} k-blocks (K = {self.k}, tile.bk = {self.tile.bk})")
         if self.stream_k_workers is not None:

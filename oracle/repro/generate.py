@@ -66,7 +66,7 @@ from harness.trace_format import STAGE_CODES, TraceSelection
 from kernels_ref import epilogue_graph
 from kernels_ref.dtypes import name_of
 from oracle.run.case import Case, CaseError, LaunchPlan
-from oracle.run.inputs import Operands, Provenance, check_operands
+from oracle.run.inputs import Operands, Provenance, check_operands, check_problem_size
 from oracle.run.live import _names, check_case, default_trace_tiles, is_library, launch_sequence, library_call
 from oracle.repro.errors import ReproError
 from oracle.repro.folder import MANIFEST, KernelFile, ReproFolder, kernel_files, read_kernel_file
@@ -167,6 +167,15 @@ def quant_part(spec, name: str) -> Optional[dict]:
         stored = {torch.int8: "int8", torch.uint8: "uint8"}.get(spec.dequant_config.zero_torch(), spec.b_scales)
         return {"part": "zeros", "values": stored, "form": spec.b_zeros}
     return None
+
+
+REFERENCE_BYTES_PER_ELEMENT = 32  # the chain's float64 value and bound of each output, and the copies written
+
+
+def reference_bytes(spec) -> int:
+    """What expected_output holds for a reproducer's expected.bin and bound.bin: the reference chain's
+    float64 value and bound of every output element, and the float32 / float64 copies written out."""
+    return REFERENCE_BYTES_PER_ELEMENT * spec.total_m * spec.n
 
 
 def _bound_tensor(b: torch.Tensor, n_elements: int) -> torch.Tensor:
@@ -474,6 +483,9 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
                          f"reproducer yet: its host reference dequantises a quantised B only; judge it with a live "
                          f"compare")
     check_operands(case.spec, operands)
+    if reference:  # the reference D and its bound, counted with the operands before either is made
+        check_problem_size(case.spec, extra=reference_bytes(case.spec),
+                           extra_what="the reference D and its per-element bound (expected.bin, bound.bin)")
     out = Path(out_dir)
     call = None
     if is_library(case):  # one oracle_launch call; its LaunchArgs are written out field by field

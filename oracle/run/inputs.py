@@ -213,19 +213,40 @@ def operand_limit():
     return budget.Limit(mb << 20, f"the {mb} MiB limit of ORACLE_MAX_OPERAND_MB")
 
 
-def check_problem_size(spec: ProblemSpec, extra: int = 0, extra_what: str = "") -> None:
+def draw_bytes(spec: ProblemSpec, generator: str = "cpu") -> int:
+    """Host bytes make_operands holds beside the operands while it makes them: the draws of A and B
+    (float64 on the CPU generator, float32 on the GPU's), a grouped B's draws twice (the list and
+    its stack); a quantised operand's values are drawn in float64 with their int64 codes (16 bytes
+    an element) and its scales and zero points in float64, whichever generator draws them."""
+    each = 8 if generator == "cpu" else 4
+    groups = len(spec.group_sizes or (1,))
+    op = spec.quant_op
+    if op is None:
+        return each * (spec.total_m * spec.k + spec.k * spec.n * groups * (2 if groups > 1 else 1))
+    lines = spec.n if op == "b" else spec.total_m  # the quantised operand's lines along K
+    other = spec.total_m * spec.k if op == "b" else spec.k * spec.n  # the float operand, drawn plainly
+    return 16 * spec.k * lines + 16 * spec.quant_groups * lines + 8 * other
+
+
+def check_problem_size(spec: ProblemSpec, extra: int = 0, extra_what: str = "", *,
+                       generator: Optional[str] = None) -> None:
     """Refuse a problem whose operands and output (plus `extra` bytes of `extra_what`: a case's
-    workspaces) cannot be held: InputError naming the sizes and the limit. Made before any input
-    is allocated, against one budget (harness.budget): the ORACLE_MAX_OPERAND_MB knob; the host's
-    physical memory and address-space headroom, for them plus the float64 draws of A and B that
-    make_operands holds while it makes them on the CPU; a visible GPU's free memory."""
+    workspaces, a reproducer's reference D) cannot be held: InputError naming the sizes and the
+    limit. Made before any input is allocated, against one budget (harness.budget): the
+    ORACLE_MAX_OPERAND_MB knob; the host's physical memory and address-space headroom, for them
+    plus the draws that make_operands holds while it makes them (draw_bytes); a visible GPU's free
+    memory. With `generator` (make_operands' own check) the draws count against the knob too."""
     from harness import budget
 
     need = operand_bytes(spec) + extra
     what = f"the operands and output of {spec.describe()}" + (f" and {extra_what}" if extra_what else "")
+    draws = draw_bytes(spec, generator or "cpu")
     budget.require(need, what, InputError, knob=operand_limit(), host=False, verb="take",
                    advice="choose a smaller problem or raise the limit")
-    draws = 8 * (spec.total_m * spec.k + spec.k * spec.n * len(spec.group_sizes or (1,)))
+    if generator is not None:  # the operands fit: with the draws beside them?
+        budget.require(need + draws, f"{what}, with the draws that make them ({draws / 2**20:.1f} MiB)",
+                       InputError, knob=operand_limit(), host=False, verb="take",
+                       advice="choose a smaller problem or raise the limit")
     budget.require(need, what, InputError, host=True, host_need=need + draws, verb="take",
                    advice=f"making them holds {draws / 2**20:.1f} MiB of draws beside them; choose a smaller "
                           f"problem")
@@ -270,7 +291,7 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
         raise InputError(f"input ladder {ladder!r} is unknown; choose one of {', '.join(LADDER)} or dump:PATH")
     if generator not in ("cpu", "cuda"):
         raise InputError(f"generator {generator!r} must be 'cpu' or 'cuda'")
-    check_problem_size(spec)
+    check_problem_size(spec, generator=generator)
     m, n, k = spec.total_m, spec.n, spec.k
     n_groups = len(spec.group_sizes) if spec.group_sizes is not None else None
     g = torch.Generator(device=generator).manual_seed(seed)

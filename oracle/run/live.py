@@ -31,7 +31,7 @@ from oracle.run.case import MAX_REPEAT, Case, CaseError, check_trace_selection, 
 from oracle.run.case_grammar import check_case_names
 from oracle.run.inputs import (InputError, Operands, Provenance, analytic_ones_value, check_operands,
                            check_problem_size, expected_shapes, operand_limit_bytes)
-from oracle.problem.partition import group_offsets, tile_partials
+from oracle.problem.partition import group_offsets, max_partials, tile_partials
 from oracle.problem.spec import ACTIVATIONS
 from oracle.run.recording import Recording, trace_warnings
 
@@ -78,8 +78,7 @@ def _names(case: Case) -> dict[str, int]:
     names.update(total_m=s.total_m, splits=s.splits, stream_k_workers=s.stream_k_workers or 0,
                  groups=len(sizes) if sizes else 0,
                  group_tiles_m=sum(-(-g // s.tile.bm) for g in sizes) if sizes else s.tiles_m,
-                 max_partials=max(len(tile_partials(s, (tm, tn))) for tm in range(s.tiles_m)
-                                  for tn in range(s.tiles_n)) if s.partitioned else 1)
+                 max_partials=max_partials(s))
     if sizes:  # leading dimensions of the stacked operands
         names["lda"] = s.k if s.a_major == "row" else s.total_m
         names["ldc"] = s.n if s.c_major == "row" else s.total_m
@@ -363,13 +362,13 @@ def check_case(case: Case) -> tuple[TraceBudget, int]:
     if case.kernel is None:
         raise CaseError("no kernel to run: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
     check_case_names(case, CaseError)  # what reaches nvcc or a generated file, in its grammar
+    check_problem_size(case.spec)  # first: every later check may walk the tile grid or the partition
     if is_library(case):
         library_call(case, None)
     else:
         launch_sequence(case, None)
     check_trace_selection(case)
     budget = sink_budget(case)
-    check_problem_size(case.spec)
     k = case.kernel
     if k.library:
         check_source_file(k.library)

@@ -63,7 +63,11 @@ def l2_flush_bytes() -> int:
 
 
 def kernel_timing_request(entry: Optional[str] = None) -> dict:
-    """What harness.runner.run_kernel(timing=...) needs to time the kernel under test."""
+    """What harness.runner.run_kernel(timing=...) needs to time the kernel under test (TimingError
+    without a GPU)."""
+    from oracle.run.timing import require_gpu
+
+    require_gpu()
     return {"entry": entry, "flush_bytes": l2_flush_bytes(), "min_reps": 10, "max_reps": 500,
             "rse_target": 0.02, "max_ms": 2000.0, "warmup_ms": 25.0}
 

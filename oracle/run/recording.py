@@ -143,16 +143,9 @@ class Recording:
     def load(cls, path: str) -> "Recording":
         """Read a dump written by `save`; every metadata field is checked by type and range, and the
         whole recording against its problem. Raises DumpError naming the field, nothing else."""
-        dump = load_dump(path)
+        dump = load_dump(path, lambda meta, inputs, outputs: _check_header(path, meta, inputs, outputs))
         m = _Meta.of(dump.meta, f"dump {path!r}")
-        unknown = sorted(set(dump.inputs) - {f.name for f in fields(Operands)})
-        if unknown:
-            raise DumpError(f"dump {path!r}: unknown input tensor(s) {shown(unknown)}")
-        if "a" not in dump.inputs or "b" not in dump.inputs:
-            raise DumpError(f"dump {path!r}: operands A and B are required (input.a, input.b)")
-        unknown = sorted(set(dump.outputs) - {"d"})
-        if unknown:
-            raise DumpError(f"dump {path!r}: unknown output tensor(s) {shown(unknown)}; the only output is d")
+        _check_names(path, dump.inputs, dump.outputs)
         prov = m.provenance
         rec = cls(spec=m.spec, operands=Operands(**dump.inputs), output=dump.outputs.get("d"),
                   provenance=Provenance(prov["ladder"], prov.get("seed"), prov.get("source") or path,
@@ -166,6 +159,36 @@ class Recording:
         except RecordingError as e:
             raise DumpError(f"dump {path!r} is inconsistent: {e}") from None
         return rec
+
+
+def _check_names(path: str, inputs, outputs) -> None:
+    unknown = sorted(set(inputs) - {f.name for f in fields(Operands)})
+    if unknown:
+        raise DumpError(f"dump {path!r}: unknown input tensor(s) {shown(unknown)}")
+    if "a" not in inputs or "b" not in inputs:
+        raise DumpError(f"dump {path!r}: operands A and B are required (input.a, input.b)")
+    unknown = sorted(set(outputs) - {"d"})
+    if unknown:
+        raise DumpError(f"dump {path!r}: unknown output tensor(s) {shown(unknown)}; the only output is d")
+
+
+def _check_header(path: str, meta, inputs: dict, outputs: dict) -> None:
+    """A dump's problem against the operands and output its header lists (dtype and shape), before
+    any data is read or inflated: a header whose tensors the problem does not account for is
+    refused without reading them."""
+    m = _Meta.of(meta, f"dump {path!r}")
+    _check_names(path, inputs, outputs)
+    spec = m.spec
+    ghost = {k: torch.empty(shape, dtype=dt, device="meta") for k, (dt, shape) in inputs.items()}
+    try:
+        check_operands(spec, Operands(**ghost))
+    except InputError as e:
+        raise DumpError(f"dump {path!r} is inconsistent: {e}") from None
+    if "d" in outputs:
+        dt, shape = outputs["d"]
+        if shape != (spec.total_m, spec.n) or dt != DTYPES[spec.out_dtype].torch:
+            raise DumpError(f"dump {path!r} is inconsistent: output D is {dt} {list(shape)}, the problem needs "
+                            f"{DTYPES[spec.out_dtype].torch} [{spec.total_m}, {spec.n}]")
 
 
 def trace_warnings(trace) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -60,6 +60,18 @@ class TimingError(RuntimeError):
     """Timing could not be done or cannot be trusted: no GPU, verification failed, the callable raised."""
 
 
+NO_GPU = "timing needs a CUDA GPU; none is visible"
+
+
+def require_gpu(error: type = TimingError, advice: str = "") -> None:
+    """Raise `error` with NO_GPU (and `advice`) unless a CUDA device is visible: every path that
+    times checks it before anything is built or run."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise error(NO_GPU + (f" ({advice})" if advice else ""))
+
+
 @dataclass(frozen=True)
 class Timing:
     """What one timing run measured. Times in milliseconds per rep; rse is the relative standard

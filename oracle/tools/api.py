@@ -106,9 +106,12 @@ def _dtype(name: str, t: Optional[torch.Tensor]) -> str:
 
 
 def _check_tensor(name: str, t: Any, scale: bool = False) -> None:
-    """One argument of `check`: a dense torch.Tensor with data (any real device), of a real dtype."""
+    """One argument of `check`: a dense torch.Tensor with data (any real device), of a real dtype, not nested."""
     if not isinstance(t, torch.Tensor):
         raise SpecError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.is_nested:  # before anything reads its sizes: a nested tensor has none to give
+        raise SpecError(f"{name} is a nested tensor (torch.nested): the oracle reads one dense matrix; check each "
+                        f"component on its own, or pass {name}.to_padded_tensor(0)")
     if t.layout is not torch.strided:
         raise SpecError(f"{name} is a {t.layout} tensor; the oracle reads dense (strided) tensors: pass "
                         f"{name}.to_dense()")
@@ -164,6 +167,33 @@ def _quant_fields(op: str, a: torch.Tensor, b: torch.Tensor, scales, zeros, fiel
 
 def _pow2_at_least(x: int) -> int:
     return 1 << max(0, (int(x) - 1).bit_length())
+
+
+REFERENCE_TILE_ELEMENTS = 1 << 20  # the most elements one tile of the Triton references may hold (Triton's limit)
+
+
+def fitted_tile(tile: Tile, m: int, n: int, k: int) -> Tile:
+    """The tile a check judges with: each extent at most what covers its dimension of the problem
+    (the power of two at or above M, N or K, or the default tile's extent if larger), so a tile far
+    larger than the problem sizes nothing by itself; one tile (or k-block) covers the dimension
+    before and after, so the partition of the output and of K is the same. A tile still too large
+    for the references is a SpecError."""
+    d = Tile()
+    fit = Tile(min(tile.bm, max(_pow2_at_least(m), d.bm)), min(tile.bn, max(_pow2_at_least(n), d.bn)),
+               min(tile.bk, max(_pow2_at_least(k), d.bk)))
+    for x, y, names in ((fit.bm, fit.bn, "bm x bn"), (fit.bm, fit.bk, "bm x bk"), (fit.bn, fit.bk, "bn x bk")):
+        if x * y > REFERENCE_TILE_ELEMENTS:
+            raise SpecError(f"tile={tile.bm}x{tile.bn}x{tile.bk} is not allowed: its {names} = {x * y} elements "
+                            f"on this {m}x{n}x{k} problem, more than the {REFERENCE_TILE_ELEMENTS} one tile of the "
+                            f"references may hold; give a smaller tile")
+    return fit
+
+
+def _tile_note(asked: Tile, used: Tile) -> Optional[str]:
+    if asked == used:
+        return None
+    return (f"tile {asked.bm}x{asked.bn}x{asked.bk} is larger than the problem: judged with {used.bm}x{used.bn}x"
+            f"{used.bk}, which covers the same tiles and k-blocks")
 
 
 def _scale_of(t: Optional[torch.Tensor], kind: str) -> Optional[torch.Tensor]:
@@ -235,6 +265,8 @@ def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bia
     try:
         if isinstance(fields.get("tile"), (list, tuple)):
             fields["tile"] = Tile(*fields["tile"])
+        if isinstance(fields.get("tile"), Tile):  # fitted before any size is taken from it
+            fields["tile"] = fitted_tile(fields["tile"], m, n, k)
         kw.update(fields)
         return ProblemSpec(**kw)
     except TypeError as e:
@@ -253,7 +285,11 @@ def recording_of(a, b, d, *, c=None, bias=None, scale_a=None, scale_b=None, b_sc
                    b_zeros=None if b_zeros is None else b_zeros.detach(),
                    a_scales=None if a_scales is None else _stored_scales(a_scales.detach()),
                    a_zeros=None if a_zeros is None else a_zeros.detach())
-    rec = Recording(spec=spec, operands=ops, output=d.detach(), provenance=Provenance("captured"), kernel=kernel)
+    asked = fields.get("tile")
+    asked = Tile(*asked) if isinstance(asked, (list, tuple)) else asked
+    note = _tile_note(asked, spec.tile) if isinstance(asked, Tile) else None
+    rec = Recording(spec=spec, operands=ops, output=d.detach(), provenance=Provenance("captured"), kernel=kernel,
+                    notes=(note,) if note else ())
     rec.validate()
     return rec
 

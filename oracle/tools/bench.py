@@ -163,6 +163,10 @@ def run_case(bc: BenchCase) -> dict:
     row: dict[str, Any] = {"name": bc.name, "case": bc.case, "entry": bc.entry, "set": bc.overrides}
     t0 = time.perf_counter()
     try:
+        if bc.time:  # before anything is built
+            from oracle.run.timing import require_gpu
+
+            require_gpu(advice="give --no-time, or time = false for the case")
         case = live_case(bc)
         request = RunRequest(case=case, inputs=bc.inputs, repeat=bc.repeat, timeout_s=bc.timeout)
         timed_here = bc.time and not request.races

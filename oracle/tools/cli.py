@@ -79,6 +79,10 @@ def _request(args: argparse.Namespace):
     modes = [bool(args.dump), bool(args.demo), live, bool(args.repro_dir)]
     if args.time and not live:
         raise UsageError("--time needs a live kernel: a recording has nothing to time")
+    if args.time:  # before anything is built
+        from oracle.run.timing import require_gpu
+
+        require_gpu(UsageError, "run without --time, or on a machine with a GPU")
     if sum(modes) != 1:
         raise UsageError("give one of --dump FILE, --demo, --repro-dir DIR, or a live kernel (CASE.toml, --problem "
                          "CASE.toml and/or --kernel FILE.cu --entry NAME)")

@@ -136,6 +136,9 @@ def test_a_bench_case_whose_repeated_runs_differ_is_nondeterministic_and_exits_6
 
     monkeypatch.setattr(live, "run_races", fake_races)
     monkeypatch.setattr(live, "run_live", fake_live)
+    from oracle.run import timing
+
+    monkeypatch.setattr(timing, "require_gpu", lambda *a, **k: None)  # the run is faked: so is the GPU timing needs
     bc = BenchCase("x", SIMPLE, overrides={"m": 64, "n": 64, "k": 48}, repeat=2)
     row = bench.run_case(bc)
     assert row["verdict"] == "NONDETERMINISTIC" and row["repeat"]["nondeterministic"], row

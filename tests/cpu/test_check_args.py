@@ -168,3 +168,90 @@ def test_check_on_a_huge_stream_k_worker_count_returns_at_once():
 def test_replace_keeps_alpha_a_float():
     spec = dataclasses.replace(ProblemSpec(m=8, n=8, k=8), alpha=3)
     assert spec.alpha == 3.0 and isinstance(spec.alpha, float)
+
+
+# -- a tile far larger than the problem, nested tensors ----------------------------------------
+def test_a_tile_far_larger_than_the_problem_is_fitted_with_a_note_before_anything_is_sized():
+    import resource
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = textwrap.dedent("""
+        import resource, torch, oracle
+        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+        a = torch.ones(64, 32, dtype=torch.bfloat16); b = torch.ones(32, 48, dtype=torch.bfloat16)
+        rep = oracle.check(a, b, (a.float() @ b.float()).bfloat16(), tile=(65535, 65535, 4096))
+        print("VERDICT", rep.verdict, rep.recording.spec.tile)
+        print("NOTES", rep.recording.notes)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, cwd=str(root),
+                       env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert "VERDICT MATCH Tile(bm=128, bn=128, bk=64)" in r.stdout, r.stdout + r.stderr[-3000:]
+    assert "tile 65535x65535x4096 is larger than the problem: judged with 128x128x64" in r.stdout, r.stdout
+
+
+def test_a_fitted_tile_keeps_the_problem_s_tiles_and_k_blocks():
+    from oracle.tools.api import fitted_tile
+    from oracle.problem.spec import Tile
+
+    assert fitted_tile(Tile(64, 64, 16), 200, 136, 72) == Tile(64, 64, 16)  # an ordinary tile is kept
+    assert fitted_tile(Tile(65535, 64, 65535), 5000, 136, 100) == Tile(8192, 64, 128)
+    for asked, (m, n, k) in ((Tile(65535, 65535, 4096), (64, 48, 32)), (Tile(1024, 512, 4096), (600, 300, 1000))):
+        fit = fitted_tile(asked, m, n, k)
+        for a, f, e in ((asked.bm, fit.bm, m), (asked.bn, fit.bn, n), (asked.bk, fit.bk, k)):
+            assert -(-e // a) == -(-e // f) == 1 or a == f
+
+
+def test_a_tile_too_large_for_the_references_is_a_spec_error():
+    a, b = torch.ones(4096, 64, dtype=torch.bfloat16), torch.ones(64, 4096, dtype=torch.bfloat16)
+    with deadline(30), pytest.raises(SpecError, match=r"tile=2048x2048x64 is not allowed: its bm x bn = 4194304"):
+        oracle.check(a, b, torch.zeros(4096, 4096, dtype=torch.bfloat16), tile=(2048, 2048, 64))
+
+
+@pytest.mark.parametrize("layout", [torch.strided, torch.jagged])
+@pytest.mark.parametrize("which", ["a", "d", "bias"])
+def test_a_nested_tensor_is_a_spec_error(layout, which):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns that the strided nested layout is a prototype
+        args = {"a": A, "b": B, "d": D, "bias": None}
+        base = {"a": A, "d": D, "bias": torch.ones(48, dtype=torch.bfloat16)}[which]
+        parts = [base, base[:10]] if base.dim() == 2 else [base, base[:5]]
+        args[which] = torch.nested.nested_tensor(parts, layout=layout)
+        with deadline(60), pytest.raises(SpecError, match=f"{which} is a nested tensor \\(torch.nested\\)"):
+            oracle.check(args["a"], args["b"], args["d"], **({"bias": args["bias"]} if args["bias"] is not None
+                                                             else {}))
+
+
+# -- timing without a GPU --------------------------------------------------------------------------
+def test_compare_time_without_a_gpu_is_one_error_line_before_anything_is_built(capsys, monkeypatch):
+    from pathlib import Path
+
+    from oracle.run import live
+    from oracle.tools import cli
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(live, "build_cubin", lambda *a, **k: pytest.fail("the build was reached"))
+    simple = Path(__file__).resolve().parents[2] / "harness" / "examples" / "simple_gemm.toml"
+    code = cli.main(["compare", "--problem", str(simple), "--inputs", "ones", "--time"])
+    err = capsys.readouterr().err
+    assert code == 2 and "error: timing needs a CUDA GPU; none is visible" in err and "Traceback" not in err, err
+
+
+def test_a_timed_bench_case_without_a_gpu_is_an_error_row_before_anything_is_built(monkeypatch):
+    from pathlib import Path
+
+    from oracle.run import live
+    from oracle.tools import bench
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(bench, "live_case", lambda *a, **k: pytest.fail("the case was loaded"))
+    monkeypatch.setattr(live, "build_cubin", lambda *a, **k: pytest.fail("the build was reached"))
+    simple = str(Path(__file__).resolve().parents[2] / "harness" / "examples" / "simple_gemm.toml")
+    row = bench.run_case(bench.BenchCase("x", simple))
+    assert row["verdict"] == "ERROR" and row["error"].startswith("TimingError: timing needs a CUDA GPU; none is "
+                                                                 "visible"), row

@@ -32,7 +32,9 @@ from kernels_ref import load as ref_load
 from oracle.judging.compare import FAST_MIN_ELEMENTS, Comparison, Status, compare, compare_units
 from oracle.judging.diagnose import StageOutcome
 from oracle.judging.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Evidence, Feed
-from oracle.problem.partition import Partial, PartitionIssue, TilePartition, observed_partition, partial_of, tile_partials
+from oracle.problem.partition import (Partial, PartitionIssue, TilePartition, observed_partition, partial_of,
+                                      tile_partials)
+from oracle.problem.partition import max_partials as declared_max_partials
 from oracle.run.recording import Recording
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -235,7 +237,7 @@ class Context:
         spec = self.spec
         if not spec.partitioned:
             return 1
-        declared = max(len(tile_partials(spec, (tm, tn))) for tm in range(spec.tiles_m) for tn in range(spec.tiles_n))
+        declared = declared_max_partials(spec)
         return max([declared] + [len(p.partials) for p in self.partitions.values()])
 
     # -- taps and geometry ---------------------------------------------------------------------

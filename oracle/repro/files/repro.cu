@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   if (!o.check_only) run(o);
   const Problem p = read_problem(o.dir);
   auto tensors = read_inputs_manifest(o.dir);
+  check_problem_tensors(p, tensors);
   auto dit = tensors.find("d");
   if (dit == tensors.end()) fail("inputs.txt must list the output d");
   TensorFile d = dit->second;

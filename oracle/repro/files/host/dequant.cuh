@@ -187,6 +187,7 @@ int write_dequantised_b(const std::string& dir, const std::string& out) {
   const Problem p = read_problem(dir);
   if (!p.quantised_b()) fail("--dequant-b: problem.txt has no quantised B (b_scales none)");
   auto tensors = read_inputs_manifest(dir);
+  check_problem_tensors(p, tensors);
   auto get = [&](const char* name) -> TensorFile* {
     auto it = tensors.find(name);
     if (it == tensors.end()) return nullptr;

@@ -113,12 +113,14 @@ void* driver_entry(const char* name) {
   return fn;
 }
 
-void init_sink(oracle_trace::SinkHeader* h, unsigned long long capacity, const Launch& L) {
+// The sink header of a sink of `capacity` bytes at h, whose first `zeroed` bytes (the whole sink,
+// or the header alone in a dry run) are cleared: the record area must start zero.
+void init_sink(oracle_trace::SinkHeader* h, unsigned long long capacity, const Launch& L, size_t zeroed) {
   using namespace oracle_trace;
   if (capacity < sizeof(SinkHeader) + kRecordAlign || capacity % kRecordAlign)
     fail("launch.txt: trace_capacity_bytes " + std::to_string(capacity) + " must be a multiple of " +
          std::to_string(kRecordAlign) + " above the " + std::to_string(sizeof(SinkHeader)) + "-byte header");
-  std::memset(static_cast<void*>(h), 0, size_t(capacity));  // the record area must be zero
+  std::memset(static_cast<void*>(h), 0, zeroed);
   h->magic = kMagic;
   h->version = static_cast<uint16_t>(kVersion);
   h->header_bytes = static_cast<uint16_t>(kHeaderBytes);

@@ -47,6 +47,22 @@ std::vector<long long> parse_shape(const std::string& s, const std::string& at) 
   return out;
 }
 
+// The buffer holds its logical matrix in its major (at() and at_in() never index past it): the same
+// rank, the same leading (stack) extents, and rows and columns within the stored ones.
+void check_storage(const TensorFile& t, const std::string& at) {
+  if (t.major != "row" && t.major != "col") fail(at + ": major=" + t.major + " is unknown; known: row, col");
+  const size_t r = t.shape.size();
+  bool ok = t.logical.size() == r && r >= 1 && r <= 3;
+  for (size_t i = 0; ok && i + 2 < r; ++i) ok = t.shape[i] == t.logical[i];
+  if (ok && r == 1) ok = t.shape[0] >= t.logical[0];
+  if (ok && r >= 2) {
+    const long long rows = t.logical[r - 2], cols = t.logical[r - 1];
+    ok = t.major == "col" ? t.shape[r - 2] >= cols && t.shape[r - 1] >= rows
+                          : t.shape[r - 2] >= rows && t.shape[r - 1] >= cols;
+  }
+  if (!ok) fail(at + ": the logical shape does not fit in the stored shape (" + t.major + "-major)");
+}
+
 std::map<std::string, TensorFile> read_inputs_manifest(const std::string& dir) {
   const std::string path = join_path(dir, "inputs.txt");
   std::map<std::string, TensorFile> out;
@@ -66,26 +82,32 @@ std::map<std::string, TensorFile> read_inputs_manifest(const std::string& dir) {
     t.bytes = to_int(need(kv, "bytes", at), at);
     if (t.role != "in" && t.role != "out" && t.role != "inout" && t.role != "expected" && t.role != "bound")
       fail(at + ": role=" + t.role + " is unknown; known: in, out, inout (a workspace), expected, bound");
-    if (t.bytes != t.elements() * dt_size(t.dtype))
+    long long elements = 1;
+    for (long long e : t.shape) elements = checked_mul(elements, e, at + ": shape");
+    const long long need = checked_mul(elements, dt_size(t.dtype), at + ": shape x " + dt_name(t.dtype));
+    if (t.bytes != need)
       fail(at + ": bytes=" + std::to_string(t.bytes) + " but shape x " + dt_name(t.dtype) + " needs " +
-           std::to_string(t.elements() * dt_size(t.dtype)));
+           std::to_string(need));
+    check_storage(t, at);
     out[t.name] = t;
   }
   return out;
 }
 
+// A tensor's file: a regular file (open_regular) of exactly the bytes inputs.txt gives it, whose
+// shape check_problem_tensors holds to the problem; its size is checked before anything is allocated.
 void load_file(TensorFile& t, const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) fail("cannot read " + path + " (" + t.name + ": " + std::to_string(t.bytes) + " bytes of " +
-                dt_name(t.dtype) + ")");
-  const long long size = in.tellg();
-  if (size != t.bytes)
+  struct stat st;
+  const int fd = open_regular(path, t.name + ": " + std::to_string(t.bytes) + " bytes of " + dt_name(t.dtype), &st);
+  const long long size = (long long)st.st_size;
+  if (size != t.bytes) {
+    ::close(fd);
     fail(path + " has " + std::to_string(size) + " bytes; inputs.txt says " + t.name + " has " +
          std::to_string(t.bytes) + " (" + dt_name(t.dtype) + ")");
-  in.seekg(0);
+  }
   t.data.resize(size_t(size));
-  in.read(reinterpret_cast<char*>(t.data.data()), size);
-  if (!in) fail("could not read all of " + path);
+  read_exactly(fd, t.data.data(), size_t(size), path);
+  ::close(fd);
 }
 
 // A file the program writes (its folder's outputs, --dequant-b): a regular file with one name,
@@ -152,6 +174,29 @@ const std::string& one_of(const std::string& value, const std::string& allowed, 
   fail(at + ": " + key + " '" + value + "' is unknown; known: " + allowed);
 }
 
+constexpr long long kMaxDim = 2147483647;   // m, n, k and the stacked rows: the oracle's int32 sizes
+constexpr long long kMaxTileDim = 65535;    // the trace format's limit (oracle.problem.spec)
+
+// The sizes against each other and against overflow, before anything is sized from them.
+void check_problem_sizes(const Problem& p, const std::string& path) {
+  for (const auto& f : {std::make_pair("m", p.m), std::make_pair("n", p.n), std::make_pair("k", p.k),
+                        std::make_pair("total_m", p.total_m)})
+    if (f.second < 1 || f.second > kMaxDim)
+      fail(path + ": " + f.first + " " + std::to_string(f.second) + " must be 1.." + std::to_string(kMaxDim));
+  if (p.bm > kMaxTileDim || p.bn > kMaxTileDim || p.bk > kMaxTileDim)
+    fail(path + ": tile " + std::to_string(p.bm) + " " + std::to_string(p.bn) + " " + std::to_string(p.bk) +
+         " has an extent past " + std::to_string(kMaxTileDim));
+  if (p.group_rows.size() > 65536) fail(path + ": more than 65536 groups");
+  checked_mul(checked_mul(p.total_m, p.n, path + ": M x N"), 16, path + ": the reference of M x N elements");
+  checked_mul(checked_mul(p.k, p.n, path + ": K x N"), 16, path + ": a dequantised B of K x N elements");
+  checked_mul(p.total_m, p.k, path + ": M x K");
+  if (p.scale_a == "block" && (p.sa_rows < 1 || p.sa_k < 1 || p.sa_rows > kMaxDim || p.sa_k > kMaxDim))
+    fail(path + ": scale_a block " + std::to_string(p.sa_rows) + " " + std::to_string(p.sa_k) + " must be positive");
+  if (p.scale_b == "block" && (p.sb_rows < 1 || p.sb_k < 1 || p.sb_rows > kMaxDim || p.sb_k > kMaxDim))
+    fail(path + ": scale_b block " + std::to_string(p.sb_rows) + " " + std::to_string(p.sb_k) + " must be positive");
+  if (p.b_group > p.k) fail(path + ": b_group_size " + std::to_string(p.b_group) + " is more than K = " + std::to_string(p.k));
+}
+
 Problem read_problem(const std::string& dir) {
   const std::string path = join_path(dir, "problem.txt");
   Problem p;
@@ -169,13 +214,21 @@ Problem read_problem(const std::string& dir) {
       if (p.grouped)
         for (size_t i = 1; i < l.tokens.size(); ++i) {
           const long long g = to_int(l.tokens[i], at);
-          if (g < 0) fail(at + ": group size " + l.tokens[i] + " is negative");
+          if (g < 0 || g > kMaxDim) fail(at + ": group size " + l.tokens[i] + " must be 0.." + std::to_string(kMaxDim));
+          if (p.group_rows.size() >= 65536) fail(at + ": more than 65536 groups");
           p.group_rows.push_back(g);
         }
     }
     else if (key == "n") p.n = to_int(arg(1), at);
     else if (key == "k") p.k = to_int(arg(1), at);
-    else if (key == "tile") { p.bm = int(to_int(arg(1), at)); p.bn = int(to_int(arg(2), at)); p.bk = int(to_int(arg(3), at)); }
+    else if (key == "tile") {
+      auto dim = [&](size_t i) {
+        const long long v = to_int(arg(i), at);
+        if (v < 1 || v > kMaxTileDim) fail(at + ": tile extent " + arg(i) + " must be 1.." + std::to_string(kMaxTileDim));
+        return int(v);
+      };
+      p.bm = dim(1), p.bn = dim(2), p.bk = dim(3);
+    }
     else if (key == "a_dtype") p.a_dtype = arg(1);
     else if (key == "acc_dtype") p.acc = arg(1);
     else if (key == "out_dtype") p.out = parse_dtype(arg(1), at);
@@ -217,7 +270,37 @@ Problem read_problem(const std::string& dir) {
     fail(path + ": the group sizes add up to " + std::to_string(row) + " rows, total_m is " + std::to_string(p.total_m));
   if (p.b_group < 0) fail(path + ": b_group_size " + std::to_string(p.b_group) + " is negative");
   if (p.quantised_b() && p.b_group == 0) p.b_group = p.k;  // none: one group of all K
+  check_problem_sizes(p, path);
   return p;
+}
+
+// Every tensor the problem reads has the logical shape the problem gives it, so no loop over M, N
+// or K reads past a buffer (a problem.txt that disagrees with inputs.txt is refused here, before a
+// file is loaded). A quantised B and its scales are checked by host/dequant.cuh.
+void check_problem_tensors(const Problem& p, const std::map<std::string, TensorFile>& tensors) {
+  const long long groups = (long long)p.group_rows.size();
+  auto ceil_div = [](long long a, long long b) { return (a + b - 1) / b; };
+  std::map<std::string, std::vector<long long>> want = {
+      {"a", {p.total_m, p.k}}, {"d", {p.total_m, p.n}}, {"c", {p.total_m, p.n}},
+      {"expected", {p.total_m, p.n}}, {"bound", {p.total_m, p.n}}};
+  if (!p.quantised_b()) want["b"] = p.grouped ? std::vector<long long>{groups, p.k, p.n} : std::vector<long long>{p.k, p.n};
+  if (p.bias == "row") want["bias"] = {p.total_m};
+  if (p.bias == "col") want["bias"] = p.grouped ? std::vector<long long>{groups, p.n} : std::vector<long long>{p.n};
+  if (p.scale_a == "tensor") want["scale_a"] = {1};
+  if (p.scale_a == "row") want["scale_a"] = {p.total_m};
+  if (p.scale_a == "block") want["scale_a"] = {ceil_div(p.total_m, p.sa_rows), ceil_div(p.k, p.sa_k)};
+  if (p.scale_b == "tensor") want["scale_b"] = {1};
+  if (p.scale_b == "col") want["scale_b"] = {p.n};
+  if (p.scale_b == "block") want["scale_b"] = {ceil_div(p.n, p.sb_rows), ceil_div(p.k, p.sb_k)};
+  for (const auto& kv : want) {
+    auto it = tensors.find(kv.first);
+    if (it == tensors.end() || it->second.logical == kv.second) continue;
+    std::string shape, has;
+    for (long long e : kv.second) shape += (shape.empty() ? "" : "x") + std::to_string(e);
+    for (long long e : it->second.logical) has += (has.empty() ? "" : "x") + std::to_string(e);
+    fail("inputs.txt: " + kv.first + " is " + has + " (logical) but problem.txt's " + p.describe + " needs " + shape +
+         ": the two files disagree");
+  }
 }
 
 }  // namespace repro

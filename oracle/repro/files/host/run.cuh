@@ -13,6 +13,7 @@ int run(const Options& o) {
   const Problem p = read_problem(o.dir);
   Launch L = read_launch(o.dir);
   auto tensors = read_inputs_manifest(o.dir);
+  check_problem_tensors(p, tensors);
   const size_t n_launches = L.kernels.size();
   auto entry_of = [&](size_t k) -> const std::string& {
     return traced ? L.kernels[k].entry_traced : L.kernels[k].entry_plain;
@@ -46,6 +47,7 @@ int run(const Options& o) {
   if (dit == tensors.end() || dit->second.role != "out") fail("inputs.txt must list the output d (role=out)");
   if (o.dry_run) {
     if (lib && file_exists(cubin)) {  // loaded and its ABI checked: no CUDA call is made
+      require_regular(cubin, "the launch library");
       load_library(cubin);
       std::printf("dry run: %s exports oracle_launch (%s)\n", cubin.c_str(),
                   describe_abi((uint64_t(oracle_trace::kLaunchAbiVersion) << 32) | sizeof(oracle_trace::LaunchArgs)).c_str());
@@ -66,10 +68,10 @@ int run(const Options& o) {
         else std::printf("arg %zu bytes %s\n", i, hex.c_str());
       }
     }
-    if (traced) {
-      std::vector<unsigned long long> buf(size_t(L.capacity / 8));  // 8-byte aligned, like pinned memory
+    if (traced) {  // the header alone: the record area is never allocated in a dry run
+      std::vector<unsigned long long> buf((sizeof(oracle_trace::SinkHeader) + 7) / 8);  // 8-byte aligned
       auto* h = reinterpret_cast<oracle_trace::SinkHeader*>(buf.data());
-      init_sink(h, L.capacity, L);
+      init_sink(h, L.capacity, L, sizeof(oracle_trace::SinkHeader));
       write_file(join_path(o.dir, "sink_init.bin"), h, sizeof(oracle_trace::SinkHeader));
       std::printf("dry run: wrote sink_init.bin (the initial sink header)\n");
     }
@@ -79,6 +81,7 @@ int run(const Options& o) {
   if (!file_exists(cubin))
     fail(std::string(lib ? "launch library " : "cubin ") + cubin + " does not exist: run make" +
          std::string(traced ? " TRACE=1" : "") + " first");
+  require_regular(cubin, lib ? "the launch library" : "the cubin");
 
   check_cuda(cudaSetDevice(0), "cudaSetDevice(0)", kBadInput, o.dir);
   check_cuda(cudaFree(nullptr), "CUDA initialisation", kBadInput, o.dir);
@@ -135,7 +138,7 @@ int run(const Options& o) {
     check_cuda(cudaHostAlloc(&host, size_t(L.capacity), cudaHostAllocMapped | cudaHostAllocPortable),
                "allocating the host-mapped sink", kBadInput, o.dir);
     sink = static_cast<oracle_trace::SinkHeader*>(host);
-    init_sink(sink, L.capacity, L);
+    init_sink(sink, L.capacity, L, size_t(L.capacity));
     check_cuda(cudaHostGetDevicePointer(&sink_dev, host, 0), "mapping the sink", kBadInput, o.dir);
     if (!lib)
       check_cuda(cudaMemcpy(sink_symbol, &sink_dev, 8, cudaMemcpyHostToDevice), "setting oracle_trace_sink", kBadInput,

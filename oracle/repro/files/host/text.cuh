@@ -13,11 +13,23 @@ struct Line {
   std::vector<std::string> tokens;
 };
 
+constexpr long long kMaxTextBytes = 64ll << 20;  // a text file of the folder; the oracle's are far smaller
+
 // Lines of whitespace-separated tokens; '#' starts a comment; blank lines are skipped. A control
 // character other than a tab (a carriage return, a NUL, an escape) is refused, not read around.
+// The file is a regular one of at most kMaxTextBytes (open_regular), read whole before parsing.
 std::vector<Line> read_lines(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail("cannot read " + path + " (the reproducer's directory must hold it; --dir DIR)");
+  struct stat st;
+  const int fd = open_regular(path, "a text file of the reproducer's directory (--dir DIR)", &st);
+  if (st.st_size > kMaxTextBytes) {
+    ::close(fd);
+    fail(path + " has " + std::to_string((long long)st.st_size) + " bytes, more than the " +
+         std::to_string(kMaxTextBytes >> 20) + " MiB a reproducer's text file may have");
+  }
+  std::string all(size_t(st.st_size), '\0');
+  read_exactly(fd, &all[0], all.size(), path);
+  ::close(fd);
+  std::istringstream in(all);
   std::vector<Line> out;
   std::string text;
   int no = 0;
