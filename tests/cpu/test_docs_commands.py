@@ -164,7 +164,7 @@ def strict_parser():
 def check_oracle_args(words: list[str], where: str, s: Session) -> None:
     """Through the CLI's own parser, then every input file named, then the live case loaded and
     held to every check that needs no build and no GPU."""
-    from oracle.run.case import CaseError, load_case, parse_assignments, trace_stages, with_trace
+    from oracle.run.case import CaseError
     from oracle.problem.spec import SpecError
     from oracle.tools import cli
 
@@ -177,20 +177,16 @@ def check_oracle_args(words: list[str], where: str, s: Session) -> None:
         for v in (getattr(args, flag, None) or []) if flag == "warm" else [getattr(args, flag, None)]:
             if v and not placeholder(v) and not (ROOT / v).exists():
                 s.fail(where, words, f"--{flag} {v}: no such file")
-    tomls = [p for p in (getattr(args, "problem", None) or []) if p.endswith(".toml")]
+    problems = ([args.case] if getattr(args, "case", None) else []) + list(getattr(args, "problem", None) or [])
+    tomls = [p for p in problems if p.endswith(".toml")]
     if not tomls or any(placeholder(p) for p in tomls):
         return
     if not (ROOT / tomls[0]).is_file():
         s.fail(where, words, f"--problem {tomls[0]}: no such file")
         return
-    inline = [p for p in args.problem if not p.endswith(".toml")] + list(args.set or [])
+    args.problem = [str(ROOT / p) if p.endswith(".toml") else p for p in problems]
     try:
-        case = load_case(str(ROOT / tomls[0]), parse_assignments(inline), source=args.kernel, entry=args.entry)
-        if args.trace_tiles or args.trace_k_blocks or getattr(args, "trace_stages", None):
-            tiles = cli._tiles_flag(args.trace_tiles) if args.trace_tiles else None
-            kbs = cli._indices_flag("--trace-k-blocks", args.trace_k_blocks) if args.trace_k_blocks else None
-            stages = trace_stages(args.trace_stages, "--trace-stages") if getattr(args, "trace_stages", None) else None
-            case = with_trace(case, tiles, kbs, stages)
+        case = cli._case(args)  # the command line's own assembly: flags, trace selection, opt-ins
         from oracle.run.case import check_trace_selection
 
         check_trace_selection(case)
