@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from harness.launch import ScalarArg, TensorArg, TensorMapArg
-from harness.trace_format import TraceWriter, parse_header, sink_init_bytes
+from harness.trace_format import HEADER_BYTES, TraceWriter, parse_header, sink_init_bytes
 from oracle.tools import cli
 from oracle.run.case import load_case, with_trace
 from oracle.judging.differential import analyze, expected_output
@@ -844,7 +844,7 @@ def test_the_two_launch_reproducer_builds_traced_and_packs_both_launches(simple_
         for i, a in enumerate(launch.args):
             assert args[i] == (f"ptr {a.name}" if isinstance(a, TensorArg) else f"bytes {a.to_bytes().hex()}"), i
     want = sink_init_bytes(sink_bytes(case), tiles=[(0, 0), (0, 1)], k_blocks=None)
-    assert (d / "sink_init.bin").read_bytes() == want[:512]
+    assert (d / "sink_init.bin").read_bytes() == want[:HEADER_BYTES]
 
 
 @pytest.mark.nvcc
@@ -866,7 +866,7 @@ def test_dry_run_packs_the_harness_s_argument_bytes_and_sink_header(simple_build
             assert printed[str(i)].startswith("tensormap ")
     header = (out.path / "sink_init.bin").read_bytes()
     want = sink_init_bytes(sink_bytes(case), tiles=[(0, 0)], k_blocks=[1, 3])
-    assert header == want[:512]
+    assert header == want[:HEADER_BYTES]
     h = parse_header(header)
     assert h.selection.tiles == ((0, 0),) and h.selection.k_blocks == (1, 3)
 
