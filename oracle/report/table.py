@@ -372,8 +372,7 @@ def write_json(judgement, path: str, extra: Optional[dict[str, Any]] = None) -> 
     """The report as JSON at `path`, written whole, never through a link (harness.output_files)."""
     from harness.output_files import write_text_atomically
 
-    text = json.dumps(to_json(judgement, extra), indent=2, allow_nan=False, default=str) + "
-"
+    text = json.dumps(to_json(judgement, extra), indent=2, allow_nan=False, default=str) + "\n"
     write_text_atomically(path, text, "JSON report")
 
 
