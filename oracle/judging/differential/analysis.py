@@ -171,7 +171,7 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     incomplete = tuple(trace_confounds(ctx))
     open_conf.extend(incomplete)
     open_conf.extend(ctx.open_confounds)  # noticed by the stages: taps that break an assumption of the judgement
-    partition = describe_partitions(spec, ctx.partitions)
+    partition = describe_partitions(spec, ctx.geo.partitions)
     if partition is not None:
         handled += (partition,)
     first, kind = first_finding(ctx, stages, diag, confounds=open_conf)
@@ -180,13 +180,13 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     nonfinite, missing = first_nonfinite(stages), tuple(unobserved(ctx, stages))
     clock.lap("findings")
     return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, nonfinite,
-                    str(dev), missing, partition=partition, assumed=ctx.partition_assumptions,
+                    str(dev), missing, partition=partition, assumed=ctx.geo.partition_assumptions,
                     phases=clock.phases(ctx), incomplete_trace=incomplete)
 
 
 def _stages(ctx: Context, clock: _Clock) -> list[StageResult]:
     """Every stage's result, in the pipeline's order."""
-    spec = ctx.spec
+    spec = ctx.geo.spec
     stages: list[StageResult] = [descriptor_stage(ctx, op) for op in ("a", "b")]
     stages += [load_stage(ctx, op) for op in ("a", "b")]
     stages += [dequant_stage(ctx, op) for op in spec.dequant_operands]

@@ -32,7 +32,7 @@ from kernels_ref import load as ref_load
 from oracle.judging.compare import FAST_MIN_ELEMENTS, Comparison, Status, compare, compare_units
 from oracle.judging.diagnose import StageOutcome
 from oracle.judging.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Evidence, Feed
-from oracle.problem.partition import Partial, PartitionIssue, TilePartition, observed_partition, partial_of, tile_partials
+from oracle.judging.differential.geometry import Geometry
 from oracle.run.recording import Recording
 
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -119,6 +119,7 @@ class Context:
 
     def __init__(self, rec: Recording, device: torch.device):
         self.rec, self.spec, self.dev = rec, rec.spec, device
+        self.geo = Geometry.of(rec, device)
         ops = rec.operands.to(device)
         self.a, self.b, self.c = ops.a, ops.b, ops.c
         self.quant = rec.spec.dequant_config  # None unless an operand is quantised
@@ -128,7 +129,7 @@ class Context:
             from kernels_ref import dequant as ref_dequant
 
             self.q_stored, self.q_scales, self.q_zeros = ops.quant_kn(self.quant_op)
-            w = self.orient(ref_dequant.dequant_operand(self.q_stored, self.q_scales, self.q_zeros, self.quant))
+            w = self.geo.orient(ref_dequant.dequant_operand(self.q_stored, self.q_scales, self.q_zeros, self.quant))
             if self.quant_op == "a":
                 self.a = w.contiguous()
             else:
@@ -150,13 +151,11 @@ class Context:
         self.open_confounds: list[str] = []  # what broke an assumption of the judgement (see confound())
         self.taps: dict[tuple, Tap] = self._index(rec.taps)
         self.traced_tiles = frozenset(t.tile for t in rec.taps)
-        self.partitions: dict[tuple[int, int], TilePartition] = self._partitions()
         self._unexpected_records()
         self.padding_excluded: dict[str, int] = {}
         self._ref_tiles: dict[tuple[str, int, int], torch.Tensor] = {}
         self.compare_s = 0.0  # wall seconds inside judge()
-        t = spec.tile
-        self.bm, self.bn, self.bk = t.bm, t.bn, t.bk
+        self.bm, self.bn, self.bk = self.geo.bm, self.geo.bn, self.geo.bk
 
     # -- confounds ---------------------------------------------------------------------------
     def confound(self, text: str) -> None:
@@ -178,26 +177,13 @@ class Context:
             out[t.site] = t
         return out
 
-    def _partitions(self) -> dict[tuple[int, int], TilePartition]:
-        """Each traced tile's partition as its mma taps show it (oracle.problem.partition.observed_partition)."""
-        spec = self.spec
-        if not spec.partitioned:
-            return {}
-        tapped: dict[tuple[int, int], dict] = {}
-        for t in self.rec.taps:
-            if t.stage == "mma" and t.k_block is not None:
-                tapped.setdefault(t.tile, {}).setdefault(t.partial, set()).add(t.k_block)
-        acc = self.rec.trace
-        recorded = acc.selection.records_k_block if acc is not None else (lambda kb: True)
-        return {tile: observed_partition(spec, tile, kbs, recorded) for tile, kbs in tapped.items()}
-
     def _unexpected_records(self) -> None:
         """Operand taps of a split tile that belong to no partial its mma taps show (a partial the
         mma stage never tapped, or a k-block outside the partial): the judgement has no place for
         them, so they are an open confound, named."""
         odd = []
         for t in self.rec.taps:
-            part = self.partitions.get(t.tile)
+            part = self.geo.partitions.get(t.tile)
             if part is None or t.k_block is None or not (t.stage.startswith("load_") or
                                                           t.stage.startswith("descriptor_")):
                 continue
@@ -209,35 +195,6 @@ class Context:
             self.confound(f"operand records outside the partition the mma taps show: {shown} (no partial of the tile "
                           f"holds them there)")
 
-    def assumed(self, tile, *, begin: Optional[int] = None, end: Optional[int] = None, at: Optional[int] = None,
-                every: bool = False) -> tuple[str, ...]:
-        """The partition boundaries a comparison in `tile` rests on that the declared rule placed over
-        untraced k-blocks (oracle.problem.partition.AssumedBoundary), described: where partial
-        `begin` begins, where partial `end` ends, which partial holds k-block `at`, or (`every`) any
-        boundary of the tile. Each is an open confound of the units that rest on it."""
-        p = self.partitions.get(tuple(tile))
-        if p is None or not p.assumed:
-            return ()
-        found = p.assumed if every else \
-            p.assumed_begin(begin) + p.assumed_end(end) + (p.assumed_at(at) if at is not None else ())
-        return tuple(dict.fromkeys(a.describe() for a in found))
-
-    @property
-    def partition_assumptions(self) -> tuple[str, ...]:
-        return tuple(a.describe() for p in self.partitions.values() for a in p.assumed)
-
-    @property
-    def partition_issues(self) -> tuple[PartitionIssue, ...]:
-        return tuple(i for p in self.partitions.values() for i in p.issues)
-
-    def max_partials(self) -> int:
-        """The most partials any tile has (declared, or as tapped): what the reduction bound reads."""
-        spec = self.spec
-        if not spec.partitioned:
-            return 1
-        declared = max(len(tile_partials(spec, (tm, tn))) for tm in range(spec.tiles_m) for tn in range(spec.tiles_n))
-        return max([declared] + [len(p.partials) for p in self.partitions.values()])
-
     # -- taps and geometry ---------------------------------------------------------------------
     def taps_of(self, stage: str) -> list[Tap]:
         return sorted((t for t in self.rec.taps if t.stage == stage),
@@ -246,18 +203,6 @@ class Context:
 
     def tap(self, stage: str, tile, k_block=None, partial=None) -> Optional[Tap]:
         return self.taps.get((stage, tuple(tile), k_block, partial))
-
-    def valid_mask(self, stage: str, tile: tuple[int, int], shape) -> torch.Tensor:
-        """True where the element can feed a valid output (see module docstring)."""
-        spec = self.spec
-        tm, tn = tile
-        rows = torch.arange(shape[0], device=self.dev)
-        cols = torch.arange(shape[1], device=self.dev)
-        if stage.endswith("_a"):
-            return (tm * self.bm + rows < spec.m)[:, None].expand(shape)
-        if stage.endswith("_b"):
-            return (tn * self.bn + cols < spec.n)[None, :].expand(shape)
-        return (tm * self.bm + rows < spec.m)[:, None] & (tn * self.bn + cols < spec.n)[None, :]
 
     def recorded(self, tap: Tap) -> torch.Tensor:
         """True where the kernel recorded the element (for an image tap: per byte)."""
@@ -278,21 +223,6 @@ class Context:
             ones = torch.ones(tuple(vals[0].shape), dtype=torch.bool)
             recorded = torch.stack([ones if t.mask is None else t.mask for t in taps]).to(self.dev)
         return values, recorded
-
-    def valid_units(self, stage: str, tiles, shape) -> torch.Tensor:
-        """valid_mask() of many tiles at once: [len(tiles), *shape]."""
-        spec = self.spec
-        tt = torch.tensor([list(t) for t in tiles], dtype=torch.int64, device=self.dev).reshape(-1, 2)
-        rows = torch.arange(shape[0], device=self.dev)
-        cols = torch.arange(shape[1], device=self.dev)
-        r_ok = (tt[:, 0:1] * self.bm + rows[None, :] < spec.m)[:, :, None]
-        c_ok = (tt[:, 1:2] * self.bn + cols[None, :] < spec.n)[:, None, :]
-        full = (len(tiles),) + tuple(shape)
-        if stage.endswith("_a"):
-            return r_ok.expand(full)
-        if stage.endswith("_b"):
-            return c_ok.expand(full)
-        return r_ok & c_ok
 
     def ref_tiles(self, op: str, sites) -> torch.Tensor:
         """The reference operand tiles of (tile, k-block) sites, stacked: [len(sites), ...]."""
@@ -343,40 +273,6 @@ class Context:
         if n:
             self.padding_excluded[stage] = self.padding_excluded.get(stage, 0) + n
 
-    def origin(self, stage: str, tile: tuple[int, int], k_block: Optional[int]) -> tuple[int, int]:
-        tm, tn = tile
-        if stage.endswith("_a"):
-            return tm * self.bm, (k_block or 0) * self.bk
-        if self.quant is not None and self.quant.packed and stage == f"load_{self.quant_op}":  # two k a byte
-            kq = (k_block or 0) * self.bk // 2
-            return (tm * self.bm, kq) if self.quant_op == "a" else (kq, tn * self.bn)
-        if stage.endswith("_b"):
-            return (k_block or 0) * self.bk, tn * self.bn
-        return tm * self.bm, tn * self.bn
-
-    def partials(self, tile) -> tuple[Partial, ...]:
-        """The tile's partials: as its mma taps show them, else by the declared rule."""
-        p = self.partitions.get(tuple(tile))
-        return p.partials if p is not None else tile_partials(self.spec, tuple(tile))
-
-    def whole(self, tile) -> bool:
-        """Is the tile accumulated in one piece (no split, its taps name no partial, or one partial)?"""
-        p = self.partitions.get(tuple(tile))
-        return not self.spec.partitioned or (p is not None and p.whole) or len(self.partials(tile)) == 1
-
-    def partial(self, tile, index) -> Partial:
-        """The partial a tap names (None: the one partial of a whole tile); a partial the tile's
-        partition does not have holds no k-block."""
-        if index is None:
-            return Partial(0, 0, self.spec.k_blocks)
-        found = partial_of(self.partials(tile), index)
-        return found if found is not None else Partial(index, 0, 0)
-
-    def has_tma(self, op: str) -> bool:
-        """Does anything say operand `op` travels through a TMA copy (an image tap or map fields)?"""
-        return any(t.stage == f"descriptor_{op}" for t in self.rec.taps) or \
-            any(d.operand == op for d in self.rec.descriptors)
-
     # -- reference operand tiles ---------------------------------------------------------------
     def operand(self, op: str) -> torch.Tensor:
         return self.a if op == "a" else self.b
@@ -399,15 +295,6 @@ class Context:
         for (idx, kb), t in zip(pairs, tiles):
             self._ref_tiles[(op, idx, kb)] = t
 
-    def mma_stage_of(self, op: str) -> str:
-        """The stage whose tap is the MMA's operand: dequant_<op> for the quantised operand, else load_<op>."""
-        return f"dequant_{op}" if op == self.quant_op else f"load_{op}"
-
-    def orient(self, t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-        """A tile of the quantised operand turned between its own orientation and K along the rows
-        (kernels_ref.dequant's): A's transposed (its own inverse), B's as it is."""
-        return t.t() if t is not None and self.quant_op == "a" else t
-
     def stored_tile(self, tile: tuple[int, int], kb: int) -> torch.Tensor:
         """The quantised operand's stored tile as the problem holds it, K along the rows ([BK / per_byte,
         BN] of B, or A's [BM, BK / per_byte] transposed; zero past K and the operand's rows or
@@ -419,22 +306,6 @@ class Context:
         src = self.q_stored
         out = torch.zeros(rows, width, dtype=src.dtype, device=self.dev)
         part = src[r0:r0 + rows, c0:c0 + width]
-        out[:part.shape[0], :part.shape[1]] = part
-        return out
-
-    def tile_slice(self, vec: Optional[torch.Tensor], start: int, size: int) -> Optional[torch.Tensor]:
-        if vec is None:
-            return None
-        out = torch.zeros(size, dtype=vec.dtype, device=self.dev)
-        part = vec[start:start + size]
-        out[:part.numel()] = part
-        return out
-
-    def tile_of(self, full: torch.Tensor, tile) -> torch.Tensor:
-        """One BM x BN tile of a full [M, N] tensor, zero past the extent."""
-        r0, c0 = tile[0] * self.bm, tile[1] * self.bn
-        out = torch.zeros(self.bm, self.bn, dtype=full.dtype, device=self.dev)
-        part = full[r0:r0 + self.bm, c0:c0 + self.bn]
         out[:part.shape[0], :part.shape[1]] = part
         return out
 

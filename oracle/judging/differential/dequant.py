@@ -31,23 +31,23 @@ def dequant_stage(ctx: Context, op: str) -> StageResult:
     taps = ctx.taps_of(stage)
     if not taps:
         return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
-    cfg, o = ctx.quant, ctx.orient
+    cfg, o = ctx.geo.quant, ctx.geo.orient
     per = 2 if cfg.packed else 1
     tf, ch = [], []
     for tap in taps:
-        received = tap.values.to(ctx.dev)
+        received = tap.values.to(ctx.geo.dev)
         recorded = ctx.recorded(tap)
-        valid = ctx.valid_mask(stage, tap.tile, tuple(received.shape))
+        valid = ctx.geo.valid_mask(stage, tap.tile, tuple(received.shape))
         ctx.note_padding(stage, valid, recorded)
-        k0, n0 = tap.k_block * ctx.bk, (tap.tile[0] * ctx.bm if op == "a" else tap.tile[1] * ctx.bn)
-        where = dict(origin=ctx.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
+        k0, n0 = tap.k_block * ctx.geo.bk, (tap.tile[0] * ctx.geo.bm if op == "a" else tap.tile[1] * ctx.geo.bn)
+        where = dict(origin=ctx.geo.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
         stored = ctx.stored_tile(tap.tile, tap.k_block)
         ref = o(ref_dequant.dequant(stored, ctx.q_scales, ctx.q_zeros, cfg, k0=k0, n0=n0))
         ch.append(ctx.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded,
                             bound=o(_bound(ctx, stored, k0, n0)), **where))
         up = ctx.tap(f"load_{op}", tap.tile, tap.k_block, tap.partial)
         if up is not None:
-            own = o(up.values.to(ctx.dev))
+            own = o(up.values.to(ctx.geo.dev))
             if own.dtype != stored.dtype:
                 own = own.view(stored.dtype)
             fed = o(ref_dequant.dequant(own, ctx.q_scales, ctx.q_zeros, cfg, k0=k0, n0=n0))
@@ -71,7 +71,7 @@ def _byte_rows(tk: int, packing: str) -> torch.Tensor:
 def _fields(ctx: Context, stored: torch.Tensor, k0: int, n0: int):
     """q, z, s (float64, CPU) of every element of a stored tile (K along the rows) whose first element
     is (k0, n0)."""
-    cfg = ctx.quant
+    cfg = ctx.geo.quant
     q = ref_dequant.values_of_codes(ref_dequant.unpack_host(stored.cpu(), cfg), cfg.dtype)
     tk, tn = q.shape
     g = ((k0 + torch.arange(tk)) // cfg.group_size).clamp(max=ctx.q_scales.shape[0] - 1)
@@ -82,30 +82,30 @@ def _fields(ctx: Context, stored: torch.Tensor, k0: int, n0: int):
 
 
 def _bound(ctx: Context, stored: torch.Tensor, k0: int, n0: int) -> Optional[torch.Tensor]:
-    cfg = ctx.quant
+    cfg = ctx.geo.quant
     kw = dict(out_dtype=cfg.out_dtype, precision=cfg.precision, zeros=cfg.zeros, scale_dtype=cfg.scale_dtype,
               centre=cfg.centre)
     if tolerance.dequant_bound(torch.zeros(1), torch.zeros(1), torch.zeros(1), **kw) is None:
         return None
     q, z, s = _fields(ctx, stored, k0, n0)
-    return tolerance.dequant_bound(q, z, s, **kw).to(ctx.dev)
+    return tolerance.dequant_bound(q, z, s, **kw).to(ctx.geo.dev)
 
 
 def operand_bound(ctx: Context) -> Optional[torch.Tensor]:
     """The dequant bound of the whole quantised operand in its own orientation (B [K, N], A [M, K];
     float64; None where the declared dequant is exact)."""
-    return ctx.orient(_bound(ctx, ctx.q_stored, 0, 0))
+    return ctx.geo.orient(_bound(ctx, ctx.q_stored, 0, 0))
 
 
 def group_of(ctx: Context, k: int) -> int:
-    return k // ctx.quant.group_size
+    return k // ctx.geo.quant.group_size
 
 
 def hint(ctx: Context, row: int, col: int, received: float) -> Optional[str]:
     """The scale group of element (row, col) of the quantised operand (B's (k, n), A's (m, k)) and the
     single-field mistakes its received value matches, read from the problem's stored operand, scales
     and zero points."""
-    cfg, spec, op = ctx.quant, ctx.spec, ctx.quant_op
+    cfg, spec, op = ctx.geo.quant, ctx.geo.spec, ctx.geo.quant_op
     k, n = (col, row) if op == "a" else (row, col)  # n: B's column, or A's row
     if not (0 <= k < spec.k and 0 <= n < ctx.q_stored.shape[1]):
         return None

@@ -36,18 +36,18 @@ class Vectors:
     """The epilogue's per-row / per-column operands, for the whole output or one tile."""
 
     def __init__(self, ctx: Context, tile: Optional[tuple[int, int]]):
-        spec = ctx.spec
+        spec = ctx.geo.spec
         if tile is None:
             r0, c0, h, w = 0, 0, spec.m, spec.n
             self.c = ctx.c
         else:
-            r0, c0, h, w = tile[0] * ctx.bm, tile[1] * ctx.bn, ctx.bm, ctx.bn
+            r0, c0, h, w = tile[0] * ctx.geo.bm, tile[1] * ctx.geo.bn, ctx.geo.bm, ctx.geo.bn
             self.c = None
             if ctx.c is not None:
-                self.c = torch.zeros(h, w, dtype=ctx.c.dtype, device=ctx.dev)
+                self.c = torch.zeros(h, w, dtype=ctx.c.dtype, device=ctx.geo.dev)
                 part = ctx.c[r0:r0 + h, c0:c0 + w]
                 self.c[:part.shape[0], :part.shape[1]] = part
-        sl = (lambda v, s, n: v if tile is None else ctx.tile_slice(v, s, n))
+        sl = (lambda v, s, n: v if tile is None else ctx.geo.tile_slice(v, s, n))
         self.row_scale = sl(ctx.row_scale, r0, h)
         self.col_scale = sl(ctx.col_scale, c0, w)
         self.tensor_scale = ctx.tensor_scale
@@ -83,7 +83,7 @@ def steps_of(spec) -> tuple[str, ...]:
 def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step: int, vec: Vectors):
     """Run the declared epilogue's nodes from index `first_step` on, carrying the bound. Yields
     (step, y, bound); a node that rounds yields its rounded value."""
-    spec = ctx.spec
+    spec = ctx.geo.spec
     x = x.float()
     for node in spec.epilogue_nodes[first_step:]:
         step = node.step
@@ -136,26 +136,26 @@ def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step:
 
 def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """The reference pipeline over the whole output: each epilogue step's values and bound."""
-    spec = ctx.spec
+    spec = ctx.geo.spec
     stats = None
     if spec.acc_dtype == "int32":
-        acc_full = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **mma_kwargs(ctx)).float()
-        s_full = ref_mma.mma_accumulate(abs_operand(ctx.a), abs_operand(ctx.b), ctx.bm, ctx.bn, ctx.bk,
+        acc_full = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, **mma_kwargs(ctx)).float()
+        s_full = ref_mma.mma_accumulate(abs_operand(ctx.a), abs_operand(ctx.b), ctx.geo.bm, ctx.geo.bn, ctx.geo.bk,
                                         **abs_kwargs(ctx)).double()
     else:  # the accumulator, S and the partial-sum statistics the accumulation bound reads, in one pass
-        acc_full, s_full, stats = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **mma_kwargs(ctx),
+        acc_full, s_full, stats = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, **mma_kwargs(ctx),
                                                          with_stats=True, stats_chunk=spec.reduction_chunk)
         acc_full, s_full = acc_full.float(), s_full.double()
     bound0 = tolerance.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k, stats,
                                  x_abs=acc_full.double().abs()).double()
     if spec.partitioned:  # the partials' reduction, in whatever order the kernel sums them
-        bound0 = bound0 + tolerance.reduce_bound(s_full, ctx.max_partials())
-    if ctx.quant is not None:  # the kernel's dequantised operand may differ from the reference's within its bound
+        bound0 = bound0 + tolerance.reduce_bound(s_full, ctx.geo.max_partials())
+    if ctx.geo.quant is not None:  # the kernel's dequantised operand may differ from the reference's within its bound
         from oracle.judging.differential.dequant import operand_bound
 
         w_bound = operand_bound(ctx)
         if w_bound is not None:
-            bound0 = bound0 + (ctx.a.double().abs() @ w_bound if ctx.quant_op == "b"
+            bound0 = bound0 + (ctx.a.double().abs() @ w_bound if ctx.geo.quant_op == "b"
                                else w_bound @ ctx.b.double().abs())
     return {step: (y, b) for step, y, b in run_epilogue(ctx, acc_full, bound0, 0, Vectors(ctx, None))}
 
@@ -166,7 +166,7 @@ def _teacher_forced(ctx: Context, tile, step_index: int, sources: dict):
     source: the final mma tap, the reduce tap, or the partials summed). Returns (values, bound,
     recorded mask of the source, stand-ins, note, the partition assumptions the source rests on) or
     None when nothing upstream was tapped."""
-    spec = ctx.spec
+    spec = ctx.geo.spec
     steps = steps_of(spec)
     for up in range(step_index - 1, -2, -1):
         src = ctx.tap(f"epilogue_{steps[up]}", tile) if up >= 0 else sources.get(tile)
@@ -181,8 +181,8 @@ def _teacher_forced(ctx: Context, tile, step_index: int, sources: dict):
             name, recorded = f"the kernel's {src.name}", src.recorded
             stand_ins = tuple(src.stand_ins) + stand_ins
         note = name + (f" through untapped {', '.join(f'epilogue_{s}' for s in skipped)}" if skipped else "")
-        y = src.values.to(ctx.dev)
-        b = torch.zeros(y.shape, dtype=torch.float64, device=ctx.dev)
+        y = src.values.to(ctx.geo.dev)
+        b = torch.zeros(y.shape, dtype=torch.float64, device=ctx.geo.dev)
         last = min(step_index, len(steps) - 1)  # the store runs every step up to the cast
         if up < last:
             for step, y, b in run_epilogue(ctx, y, b, up + 1, Vectors(ctx, tile)):
@@ -194,11 +194,11 @@ def _teacher_forced(ctx: Context, tile, step_index: int, sources: dict):
 
 def undeclared_taps(ctx: Context) -> None:
     """Taps of epilogue stages the declared epilogue does not have: an open confound."""
-    declared = {f"epilogue_{s}" for s in steps_of(ctx.spec)}
+    declared = {f"epilogue_{s}" for s in steps_of(ctx.geo.spec)}
     extra = sorted({t.stage for t in ctx.rec.taps if t.stage.startswith("epilogue_")} - declared)
     if extra:
         ctx.confound(f"the kernel tapped {', '.join(extra)}, which the declared epilogue "
-                     f"({' > '.join(n.token for n in ctx.spec.epilogue_nodes)}) does not have: the kernel's epilogue "
+                     f"({' > '.join(n.token for n in ctx.geo.spec.epilogue_nodes)}) does not have: the kernel's epilogue "
                      f"is not the one declared, so its taps were not judged; declare the kernel's steps in their "
                      f"order ([problem] epilogue)")
 
@@ -206,17 +206,17 @@ def undeclared_taps(ctx: Context) -> None:
 def epilogue_stages(ctx: Context, chain, sources: dict) -> list[StageResult]:
     undeclared_taps(ctx)
     results = []
-    for si, step in enumerate(steps_of(ctx.spec)):
+    for si, step in enumerate(steps_of(ctx.geo.spec)):
         stage = f"epilogue_{step}"
         tf, ch = [], []
         for tap in ctx.taps_of(stage):
-            received = tap.values.to(ctx.dev)
+            received = tap.values.to(ctx.geo.dev)
             recorded = ctx.recorded(tap)
-            valid = ctx.valid_mask(stage, tap.tile, tuple(received.shape))
+            valid = ctx.geo.valid_mask(stage, tap.tile, tuple(received.shape))
             ctx.note_padding(stage, valid, recorded)
-            where = dict(origin=ctx.origin(stage, tap.tile, None), tile_index=tap.tile)
+            where = dict(origin=ctx.geo.origin(stage, tap.tile, None), tile_index=tap.tile)
             y_full, b_full = chain[step]
-            exp, bnd = ctx.tile_of(y_full, tap.tile), ctx.tile_of(b_full, tap.tile)
+            exp, bnd = ctx.geo.tile_of(y_full, tap.tile), ctx.geo.tile_of(b_full, tap.tile)
             exact = step == "cast" and bool((bnd == 0).all())
             ch.append(ctx.judge(received, exp.to(received.dtype) if exact else exp, feed=Feed.REFERENCE, valid=valid,
                                 recorded=recorded, bound=None if exact else bnd, **where))
@@ -242,23 +242,23 @@ def store_stage(ctx: Context, chain, sources: dict) -> StageResult:
     y_ref, b_ref = chain["cast"]
     exact = bool((b_ref == 0).all())
     want = y_ref.to(out.dtype) if exact else y_ref
-    ch = ctx.judge(out, want, feed=Feed.REFERENCE, valid=torch.ones(out.shape, dtype=torch.bool, device=ctx.dev),
-                   bound=None if exact else b_ref, unwritten=ctx.unwritten(out, y_ref), tile_shape=(ctx.bm, ctx.bn),
+    ch = ctx.judge(out, want, feed=Feed.REFERENCE, valid=torch.ones(out.shape, dtype=torch.bool, device=ctx.geo.dev),
+                   bound=None if exact else b_ref, unwritten=ctx.unwritten(out, y_ref), tile_shape=(ctx.geo.bm, ctx.geo.bn),
                    max_detail_tiles=knobs.MAX_DETAIL_TILES.get())
     tiles = sorted({t.tile for t in ctx.rec.taps if t.stage.startswith("epilogue")} | set(sources))
     tf = []
     for tile in tiles:
-        fed = _teacher_forced(ctx, tile, len(steps_of(ctx.spec)), sources)
+        fed = _teacher_forced(ctx, tile, len(steps_of(ctx.geo.spec)), sources)
         if fed is None:
             continue
         y, b, upstream, stand_ins, note, assumed = fed
-        r0, c0 = tile[0] * ctx.bm, tile[1] * ctx.bn
-        got = out[r0:r0 + ctx.bm, c0:c0 + ctx.bn]
+        r0, c0 = tile[0] * ctx.geo.bm, tile[1] * ctx.geo.bn
+        got = out[r0:r0 + ctx.geo.bm, c0:c0 + ctx.geo.bn]
         h, w = got.shape
         y, b, upstream = y[:h, :w], b[:h, :w], upstream[:h, :w]
         is_exact = bool((b == 0).all()) and y.dtype == got.dtype
         c = ctx.judge(got, y if is_exact else y.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL,
-                      valid=torch.ones(got.shape, dtype=torch.bool, device=ctx.dev), upstream=upstream,
+                      valid=torch.ones(got.shape, dtype=torch.bool, device=ctx.geo.dev), upstream=upstream,
                       bound=None if is_exact else b, stand_ins=stand_ins, unwritten=ctx.unwritten(got, y),
                       origin=(r0, c0), tile_index=tile, assumed=assumed)
         tf.append(c.with_notes(f"fed from {note}"))

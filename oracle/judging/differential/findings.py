@@ -83,7 +83,7 @@ def trace_confounds(ctx: Context) -> list[str]:
 
 def _lost_sites(ctx: Context, stage: str) -> str:
     """Selected sites of `stage` with no tap, and taps of it with unrecorded elements."""
-    spec, sel = ctx.spec, ctx.rec.trace.selection
+    spec, sel = ctx.geo.spec, ctx.rec.trace.selection
     partial = [(t.stage, t.tile, t.k_block) for t in ctx.taps_of(stage)
                if t.mask is not None and not bool(t.mask.all())]
     tiles = [(tm, tn) for tm in range(spec.tiles_m) for tn in range(spec.tiles_n) if sel.records_tile((tm, tn))] \
@@ -106,7 +106,7 @@ def mixing_confound(ctx: Context) -> list[str]:
         return []
     out = []
     for op in ("a", "b"):
-        taps = ctx.taps_of(ctx.mma_stage_of(op))  # a quantised operand: its dequantised tiles, not its codes
+        taps = ctx.taps_of(ctx.geo.mma_stage_of(op))  # a quantised operand: its dequantised tiles, not its codes
         if not taps:
             continue
         inp = ctx.operand(op).float().abs().max().item()
@@ -176,7 +176,7 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
     if assumed:
         if "no open confound" not in missing:
             missing.append("no open confound")
-        kbs = sorted({kb for part in ctx.partitions.values() for a in part.assumed if a.describe() in assumed
+        kbs = sorted({kb for part in ctx.geo.partitions.values() for a in part.assumed if a.describe() in assumed
                       for kb in a.untraced})
         missing.append(f"a trace of k-block{'s' if len(kbs) > 1 else ''} {kb_ranges(kbs)}, where the partition "
                        f"boundary was assumed (--trace-k-blocks with them): the kernel's taps then place it")
@@ -190,9 +190,9 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
     in_tile = None
     if el:
         if st.name == "epilogue_store":
-            in_tile = (el.row - unit.tile[0] * ctx.bm, el.col - unit.tile[1] * ctx.bn)
+            in_tile = (el.row - unit.tile[0] * ctx.geo.bm, el.col - unit.tile[1] * ctx.geo.bn)
         else:
-            o = ctx.origin(st.name, unit.tile, unit.k_block)
+            o = ctx.geo.origin(st.name, unit.tile, unit.k_block)
             in_tile = (el.row - o[0], el.col - o[1])
     return FirstDivergence(st.name, unit.tile, unit.k_block, element, in_tile, el.received if el else None,
                            el.expected if el else None, el.bound if el else None, kind, which,
@@ -235,9 +235,9 @@ def _chosen_unit(cmp: Comparison, diag: Diagnosis) -> Optional[TileMetrics]:
 
 def _acts(ctx: Context, stage: str) -> bool:
     if stage.startswith("epilogue_") and stage != "epilogue_store":
-        return step_acts(ctx.spec, stage[len("epilogue_"):])
+        return step_acts(ctx.geo.spec, stage[len("epilogue_"):])
     if stage in DESCRIPTOR_STAGES:
-        return ctx.has_tma(stage[-1])
+        return ctx.geo.has_tma(stage[-1])
     return True
 
 
@@ -245,7 +245,7 @@ def _partition_hint(ctx: Context, stage: str, unit: TileMetrics) -> Optional[str
     """What a failing mma unit made of a partition issue (oracle.problem.partition) says."""
     if stage != "mma":
         return None
-    return next((i.describe() for i in ctx.partition_issues
+    return next((i.describe() for i in ctx.geo.partition_issues
                  if (i.tile, i.partial, i.k_block) == (unit.tile, unit.partial, unit.k_block)), None)
 
 
@@ -256,22 +256,22 @@ def _hint(ctx: Context, stage: str, el) -> Optional[str]:
         return (f"the output element still holds the 0x{ctx.rec.output_poison:02X} poison the harness wrote before the "
                 f"launch: the kernel never wrote it")
     ladder = ctx.rec.provenance.ladder
-    if ctx.quant is not None and stage == f"dequant_{ctx.quant_op}":
+    if ctx.geo.quant is not None and stage == f"dequant_{ctx.geo.quant_op}":
         from oracle.judging.differential.dequant import hint
 
         return hint(ctx, el.row, el.col, el.received)
-    if ctx.quant is not None and stage.endswith(f"_{ctx.quant_op}"):
+    if ctx.geo.quant is not None and stage.endswith(f"_{ctx.geo.quant_op}"):
         return None  # a quantised operand's stored codes encode no index
     if ladder == "index" and stage.split("_")[0] in ("descriptor", "load"):
         op = stage[-1]
-        src = decode_index(el.received, getattr(ctx.spec, f"{op}_dtype"))
+        src = decode_index(el.received, getattr(ctx.geo.spec, f"{op}_dtype"))
         if src:
             dims = ("m", "k") if op == "a" else ("k", "n")
             return (f"the received value encodes {op.upper()}[{dims[0]} = {src[0]} mod P, {dims[1]} = {src[1]} mod Q]"
                     f" (index-encoded input)")
         return "the received value encodes no operand position: it was not loaded from the operand"
     if ladder == "ktag" and stage == "mma":
-        what = decode_ktag(el.received - el.expected, ctx.bk)
+        what = decode_ktag(el.received - el.expected, ctx.geo.bk)
         if what:
             return f"{what} (ktag input, period {KTAG_PERIOD})"
     return None
@@ -324,8 +324,8 @@ def unobserved(ctx: Context, stages: Sequence[StageResult]) -> list[str]:
         if ev.stand_ins:
             out.append(f"{s.name} was teacher-forced through reference stand-ins for {describe_sites(ev.stand_ins)}")
     if ctx.traced_tiles:
-        total = ctx.spec.tiles_m * ctx.spec.tiles_n
+        total = ctx.geo.spec.tiles_m * ctx.geo.spec.tiles_n
         if len(ctx.traced_tiles) < total:
             out.append(f"{len(ctx.traced_tiles)} of {total} tiles traced (the others are judged at the output only)")
-    out.extend(ctx.partition_assumptions)  # boundaries placed by the declared rule over untraced k-blocks
+    out.extend(ctx.geo.partition_assumptions)  # boundaries placed by the declared rule over untraced k-blocks
     return out

@@ -41,7 +41,7 @@ def abs_operand(x: torch.Tensor) -> torch.Tensor:
 
 
 def mma_kwargs(ctx: Context) -> dict:
-    spec = ctx.spec
+    spec = ctx.geo.spec
     return dict(acc=spec.acc_dtype, promotion_interval=spec.promotion_interval, scale_a=ctx.block_a,
                 scale_b=ctx.block_b, block_scale_group=ctx.group)
 
@@ -57,7 +57,7 @@ def _block_abs(ctx: Context, tiles, kbs) -> torch.Tensor:
     """|block scale a| |block scale b| of each (tile, k-block) site: [U, BM, BN] (1 unscaled)."""
     sa, sb = ctx.block_scales_units(tiles, kbs)
     if sa is None:
-        return torch.ones((), device=ctx.dev)
+        return torch.ones((), device=ctx.geo.dev)
     return sa.abs()[:, :, None] * sb.abs()[:, None, :]
 
 
@@ -72,7 +72,7 @@ def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
         return StageResult("mma", NOT_RUN_STAGE, NOT_RUN_STAGE), finals
     runs: dict[tuple, dict[int, Tap]] = {}  # (tile, partial) -> {k-block: tap}, in-range taps only
     for t in taps:
-        part = ctx.partial(t.tile, t.partial)
+        part = ctx.geo.partial(t.tile, t.partial)
         kb = part.kb_end - 1 if t.k_block is None else t.k_block
         if not part.holds(kb):
             ctx.confound(f"mma tile {t.tile} {part.describe()} tapped k-block {kb}, outside its range: the tap is left "
@@ -81,12 +81,12 @@ def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
         runs.setdefault((t.tile, t.partial), {})[kb] = t
         if kb == part.kb_end - 1:
             finals[(t.tile, t.partial)] = t
-    tf = [partition_unit(i, ctx.assumed(i.tile, at=i.k_block) if i.kind == "gap" else ())
-          for i in ctx.partition_issues]
+    tf = [partition_unit(i, ctx.geo.assumed(i.tile, at=i.k_block) if i.kind == "gap" else ())
+          for i in ctx.geo.partition_issues]
     ordered = sorted(runs.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1]))
     if not ordered:
         return StageResult("mma", combine(tf), combine([])), finals
-    refs = _References(ctx, [(tile, ctx.partial(tile, p)) for (tile, p), _ in ordered])
+    refs = _References(ctx, [(tile, ctx.geo.partial(tile, p)) for (tile, p), _ in ordered])
     units = []  # (run index, tap, k-block, j0): j0 the nearest earlier tapped k-block (None: from zero)
     for r, ((tile, p_index), by_kb) in enumerate(ordered):
         kbs = sorted(by_kb)
@@ -104,7 +104,7 @@ class _References:
     k-block; None: the zero row)."""
 
     def __init__(self, ctx: Context, runs):
-        spec = ctx.spec
+        spec = ctx.geo.spec
         self.parts = [part for _, part in runs]
         groups: dict[tuple, list[int]] = {}
         for r, (_, part) in enumerate(runs):
@@ -115,7 +115,7 @@ class _References:
         for (b0, b1), members in groups.items():
             tiles = [runs[r][0] for r in members]
             traj, s_traj = _partial_reference(ctx, tiles, b0, b1)  # [T, k-blocks, BM, BN]
-            stats = ref_mma.trajectory_stats(traj, s_traj, spec.reduction_chunk, ctx.bk)  # what the bounds read
+            stats = ref_mma.trajectory_stats(traj, s_traj, spec.reduction_chunk, ctx.geo.bk)  # what the bounds read
             n_kb = traj.shape[1]
             for name, x in (("traj", traj), ("s", s_traj), ("l", stats.l), ("v", stats.v), ("q", stats.q),
                             ("pabs", stats.pabs), ("prun", stats.prun)):
@@ -139,39 +139,39 @@ class _References:
 def _partial_reference(ctx: Context, tiles, kb_begin: int, kb_end: int):
     """The reference accumulator of one partial range of some tiles after each of its k-blocks, and
     S: [tiles, k-blocks of the range, BM, BN], local index kb - kb_begin."""
-    spec = ctx.spec
+    spec = ctx.geo.spec
     if kb_begin == 0 and kb_end == spec.k_blocks:
-        traj = ref_mma.mma_trajectory(ctx.a, ctx.b, tiles, ctx.bm, ctx.bn, ctx.bk, oob_fill=spec.oob_fill,
+        traj = ref_mma.mma_trajectory(ctx.a, ctx.b, tiles, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, oob_fill=spec.oob_fill,
                                       **mma_kwargs(ctx))
-        s_traj = ref_mma.mma_trajectory(abs_operand(ctx.a), abs_operand(ctx.b), tiles, ctx.bm, ctx.bn, ctx.bk,
+        s_traj = ref_mma.mma_trajectory(abs_operand(ctx.a), abs_operand(ctx.b), tiles, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk,
                                         **abs_kwargs(ctx))
     else:
-        traj = ref_mma.partial_trajectory(ctx.a, ctx.b, tiles, ctx.bm, ctx.bn, ctx.bk, kb_begin, kb_end,
+        traj = ref_mma.partial_trajectory(ctx.a, ctx.b, tiles, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, kb_begin, kb_end,
                                           oob_fill=spec.oob_fill, **mma_kwargs(ctx))
-        s_traj = ref_mma.partial_trajectory(abs_operand(ctx.a), abs_operand(ctx.b), tiles, ctx.bm, ctx.bn, ctx.bk,
+        s_traj = ref_mma.partial_trajectory(abs_operand(ctx.a), abs_operand(ctx.b), tiles, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk,
                                             kb_begin, kb_end, **abs_kwargs(ctx))
     return traj, s_traj
 
 
 def _unit_of(ctx: Context, t: Tap, kb: int, **labels) -> Unit:
-    return Unit(origin=ctx.origin("mma", t.tile, kb), tile=t.tile, k_block=kb, partial=t.partial, **labels)
+    return Unit(origin=ctx.geo.origin("mma", t.tile, kb), tile=t.tile, k_block=kb, partial=t.partial, **labels)
 
 
 def _from_begin(ctx: Context, t: Tap) -> tuple[str, ...]:
     # the chained trajectory starts at the partial's first k-block; so does the teacher-forced span
     # when no earlier tap of the partial is there; a tap without a k-block sits at its last
-    return ctx.assumed(t.tile, begin=t.partial, end=t.partial if t.k_block is None else None)
+    return ctx.geo.assumed(t.tile, begin=t.partial, end=t.partial if t.k_block is None else None)
 
 
 def _chained(ctx: Context, refs: _References, units, values, recorded) -> list:
     """Each accumulator tap against the reference trajectory of its partial."""
-    spec = ctx.spec
-    at = torch.tensor([refs.at(r, kb) for r, _, kb, _ in units], device=ctx.dev)
+    spec = ctx.geo.spec
+    at = torch.tensor([refs.at(r, kb) for r, _, kb, _ in units], device=ctx.geo.dev)
     x, s = refs.traj[at], refs.s[at]
-    n_k = [min((kb + 1) * ctx.bk, spec.k) - refs.parts[r].kb_begin * ctx.bk for r, _, kb, _ in units]
+    n_k = [min((kb + 1) * ctx.geo.bk, spec.k) - refs.parts[r].kb_begin * ctx.geo.bk for r, _, kb, _ in units]
     stats = refs.stats.at(at)
     bound = tolerance.mma_bound(spec, torch.zeros_like(s), s, n_k, stats, x_abs=x.abs())
-    valid = ctx.valid_units("mma", [t.tile for _, t, _, _ in units], tuple(values.shape[1:]))
+    valid = ctx.geo.valid_units("mma", [t.tile for _, t, _, _ in units], tuple(values.shape[1:]))
     return ctx.judge_units([_unit_of(ctx, t, kb, feed=Feed.REFERENCE, assumed=_from_begin(ctx, t))
                             for _, t, kb, _ in units], values.float(), x.float(), valid=valid, recorded=recorded,
                            bound=bound, padding="mma")
@@ -182,11 +182,11 @@ def _teacher_forced(ctx: Context, refs: _References, units, values, recorded) ->
     the kernel's nearest earlier accumulator tap of the partial (or zero) and fed with the kernel's
     own operand tiles (the reference's standing in for untapped ones): the spans advance together,
     one batched mma_step per step of the longest."""
-    spec = ctx.spec
+    spec = ctx.geo.spec
     n = len(units)
     row_of = {(r, kb): u for u, (r, _, kb, _) in enumerate(units)}
     firsts = [refs.parts[r].kb_begin if j0 is None else j0 + 1 for r, _, _, j0 in units]
-    a_stage, b_stage = ctx.mma_stage_of("a"), ctx.mma_stage_of("b")  # a quantised operand: its dequant tile
+    a_stage, b_stage = ctx.geo.mma_stage_of("a"), ctx.geo.mma_stage_of("b")  # a quantised operand: its dequant tile
     # where each step's operand tiles come from: (op, step) -> [(unit, tap or None, j)]
     steps = max(kb - f + 1 for (_, _, kb, _), f in zip(units, firsts))
     plan = []
@@ -222,7 +222,7 @@ def _teacher_forced(ctx: Context, refs: _References, units, values, recorded) ->
         pools[op] = (pool, ok, index)
 
     has_start = [j0 is not None for _, _, _, j0 in units]
-    start = torch.tensor([row_of[(r, j0)] if j0 is not None else n for r, _, _, j0 in units], device=ctx.dev)
+    start = torch.tensor([row_of[(r, j0)] if j0 is not None else n for r, _, _, j0 in units], device=ctx.geo.dev)
     zero_row = (lambda x: torch.cat([x, torch.zeros_like(x[:1])]))
     acc = zero_row(values)[start]
     upstream = torch.ones_like(recorded)
@@ -230,36 +230,36 @@ def _teacher_forced(ctx: Context, refs: _References, units, values, recorded) ->
         upstream = upstream & torch.cat([recorded, torch.ones_like(recorded[:1])])[start]
     start_abs = acc.float().abs()
     traj_dtype = refs.traj.dtype
-    s_end = refs.s[torch.tensor([refs.at(r, kb) for r, _, kb, _ in units], device=ctx.dev)]
+    s_end = refs.s[torch.tensor([refs.at(r, kb) for r, _, kb, _ in units], device=ctx.geo.dev)]
     s_before = refs.s[torch.tensor([refs.at(r, f - 1 if f > refs.parts[r].kb_begin else None)
-                                    for (r, _, _, _), f in zip(units, firsts)], device=ctx.dev)]
+                                    for (r, _, _, _), f in zip(units, firsts)], device=ctx.geo.dev)]
     span_s = s_end - s_before
     span = tolerance.SpanStats(acc.float())
     acc = acc.to(traj_dtype)
     for rows in plan:
         every = len(rows) == n
-        idx = None if every else torch.tensor([u for u, *_ in rows], device=ctx.dev)
+        idx = None if every else torch.tensor([u for u, *_ in rows], device=ctx.geo.dev)
         sel = (lambda x: x if idx is None else x[idx])
         tiles = {}
         for op, k in (("a", 2), ("b", 3)):
             pool, ok, index = pools[op]
             keys = [id(row[k]) if row[k] is not None else ("ref", units[row[0]][1].tile, row[1]) for row in rows]
-            tiles[op] = pool[torch.tensor([index[key] for key in keys], device=ctx.dev)]
+            tiles[op] = pool[torch.tensor([index[key] for key in keys], device=ctx.geo.dev)]
             own = [i for i, row in enumerate(rows) if row[k] is not None]
             if own:
-                who = torch.tensor([rows[i][0] for i in own], device=ctx.dev)
-                got = ok[torch.tensor([index[id(rows[i][k])] for i in own], device=ctx.dev)]
+                who = torch.tensor([rows[i][0] for i in own], device=ctx.geo.dev)
+                got = ok[torch.tensor([index[id(rows[i][k])] for i in own], device=ctx.geo.dev)]
                 got = got[:, :, None] if op == "a" else got[:, None, :]
                 upstream = upstream.index_put((who,), upstream[who] & got)
         j_now = [refs.at(units[u][0], j) for u, j, _, _ in rows]
         j_prev = [refs.at(units[u][0], j - 1 if j > refs.parts[units[u][0]].kb_begin else None) for u, j, _, _ in rows]
-        s_blk = refs.s[torch.tensor(j_now, device=ctx.dev)] - refs.s[torch.tensor(j_prev, device=ctx.dev)]
+        s_blk = refs.s[torch.tensor(j_now, device=ctx.geo.dev)] - refs.s[torch.tensor(j_prev, device=ctx.geo.dev)]
         own = [i for i, (_, _, a_t, b_t) in enumerate(rows) if a_t is not None or b_t is not None]
         if own:  # the kernel's own operands may differ in magnitude
-            o = torch.tensor(own, device=ctx.dev)
+            o = torch.tensor(own, device=ctx.geo.dev)
             s_own = abs_operand(tiles["a"][o]).float() @ abs_operand(tiles["b"][o]).float() * \
                 _block_abs(ctx, [units[rows[i][0]][1].tile for i in own], [rows[i][1] for i in own])
-            who = torch.tensor([rows[i][0] for i in own], device=ctx.dev)
+            who = torch.tensor([rows[i][0] for i in own], device=ctx.geo.dev)
             span_s = span_s.index_put((who,), span_s[who] - s_blk[o] + s_own)
             s_blk = s_blk.index_put((o,), s_own)
         sa, sb = ctx.block_scales_units([units[u][1].tile for u, *_ in rows], [j for _, j, _, _ in rows])
@@ -267,12 +267,12 @@ def _teacher_forced(ctx: Context, refs: _References, units, values, recorded) ->
                                promotion_interval=spec.promotion_interval, scale_a=sa, scale_b=sb)
         acc = new if every else acc.index_put((idx,), new)
         span.add_at(idx, s_blk, new.float())
-    n_span = [max(min((kb + 1) * ctx.bk, spec.k) - f * ctx.bk, 1) for (_, _, kb, _), f in zip(units, firsts)]
+    n_span = [max(min((kb + 1) * ctx.geo.bk, spec.k) - f * ctx.geo.bk, 1) for (_, _, kb, _), f in zip(units, firsts)]
     bound = tolerance.mma_bound(spec, start_abs, span_s, n_span, span)
-    valid = ctx.valid_units("mma", [t.tile for _, t, _, _ in units], tuple(values.shape[1:]))
+    valid = ctx.geo.valid_units("mma", [t.tile for _, t, _, _ in units], tuple(values.shape[1:]))
     labels = [_unit_of(ctx, t, kb, feed=Feed.STAND_IN if stand_ins[u] else Feed.KERNEL, stand_ins=stand_ins[u],
                        assumed=_from_begin(ctx, t) if j0 is None else
-                       ctx.assumed(t.tile, end=t.partial if t.k_block is None else None))
+                       ctx.geo.assumed(t.tile, end=t.partial if t.k_block is None else None))
               for u, (_, t, kb, j0) in enumerate(units)]
     return ctx.judge_units(labels, values.float(), acc.float(), valid=valid, recorded=recorded, upstream=upstream,
                            bound=bound)

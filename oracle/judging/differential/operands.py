@@ -29,9 +29,9 @@ FIELDS = ("dtype", "global_dims", "global_strides", "box_dims", "element_strides
 
 
 def descriptor_stage(ctx: Context, op: str) -> StageResult:
-    spec = ctx.spec
+    spec = ctx.geo.spec
     stage = f"descriptor_{op}"
-    if op == ctx.quant_op:
+    if op == ctx.geo.quant_op:
         if ctx.taps_of(stage) or any(d.operand == op for d in ctx.rec.descriptors):
             ctx.confound(f"{stage} of a quantised {op.upper()} ({getattr(spec, f'{op}_dtype')}) was recorded but is "
                          f"not judged: the oracle models no TMA image of stored codes")
@@ -39,18 +39,18 @@ def descriptor_stage(ctx: Context, op: str) -> StageResult:
     sw = getattr(spec, f"swizzle_{op}")
     major = getattr(spec, f"{op}_major")
     dname = getattr(spec, f"{op}_dtype")
-    block_mn = ctx.bm if op == "a" else ctx.bn
+    block_mn = ctx.geo.bm if op == "a" else ctx.geo.bn
     taps = ctx.taps_of(stage)
     parts = []
     if taps:  # every image at once: the references in one launch, one comparison pass
         idx = [tap.tile[0] if op == "a" else tap.tile[1] for tap in taps]
         want = ref_descriptor.operand_images(ctx.operand(op), op, major, list(zip(idx, [t.k_block for t in taps])),
-                                             block_mn, ctx.bk, sw, spec.oob_fill)
-        expected = ref_load.tile_from_image(want, op, major, block_mn, ctx.bk, dname, sw)
-        got = torch.stack([t.values for t in taps]).to(ctx.dev)
-        received = ref_load.tile_from_image(got, op, major, block_mn, ctx.bk, dname, sw)
-        valid = ctx.valid_units(stage, [t.tile for t in taps], tuple(expected.shape[1:]))
-        units = [Unit(Feed.GLOBAL, ctx.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
+                                             block_mn, ctx.geo.bk, sw, spec.oob_fill)
+        expected = ref_load.tile_from_image(want, op, major, block_mn, ctx.geo.bk, dname, sw)
+        got = torch.stack([t.values for t in taps]).to(ctx.geo.dev)
+        received = ref_load.tile_from_image(got, op, major, block_mn, ctx.geo.bk, dname, sw)
+        valid = ctx.geo.valid_units(stage, [t.tile for t in taps], tuple(expected.shape[1:]))
+        units = [Unit(Feed.GLOBAL, ctx.geo.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
         parts = ctx.judge_units(units, received, expected, valid=valid, recorded=ctx.image_elements_units(taps, op),
                                 padding=stage)
     fields = descriptor_fields(ctx, op)
@@ -67,10 +67,10 @@ def descriptor_fields(ctx: Context, op: str):
     recs = [d for d in ctx.rec.descriptors if d.operand == op]
     if not recs:
         return None
-    spec = ctx.spec
+    spec = ctx.geo.spec
     rows, cols = (spec.m, spec.k) if op == "a" else (spec.k, spec.n)
     want = operand_tensormap(op, getattr(spec, f"{op}_major"), rows, cols, getattr(spec, f"{op}_dtype"),
-                             ctx.bm if op == "a" else ctx.bn, ctx.bk, getattr(spec, f"swizzle_{op}"),
+                             ctx.geo.bm if op == "a" else ctx.geo.bn, ctx.geo.bk, getattr(spec, f"swizzle_{op}"),
                              spec.oob_fill).to_descriptor_record(op)
     mn_axis = mn_dim(op, getattr(spec, f"{op}_major"))
     checks, notes = [], []
@@ -102,31 +102,31 @@ def _padded_only(got: tuple, want: tuple, mn_axis: int) -> bool:
 
 
 def load_stage(ctx: Context, op: str) -> StageResult:
-    spec = ctx.spec
+    spec = ctx.geo.spec
     stage = f"load_{op}"
     sw = getattr(spec, f"swizzle_{op}")
     major = getattr(spec, f"{op}_major")
     dname = getattr(spec, f"{op}_dtype")
-    block_mn = ctx.bm if op == "a" else ctx.bn
-    tma = ctx.has_tma(op)
+    block_mn = ctx.geo.bm if op == "a" else ctx.geo.bn
+    tma = ctx.geo.has_tma(op)
     taps = ctx.taps_of(stage)
     if not taps:
         return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
-    if op == ctx.quant_op:
+    if op == ctx.geo.quant_op:
         return _stored_load_stage(ctx, taps, op)
     received, recorded = ctx.stack_taps(taps)
     ref = ctx.ref_tiles(op, [(t.tile, t.k_block) for t in taps])
-    valid = ctx.valid_units(stage, [t.tile for t in taps], tuple(received.shape[1:]))
-    where = [(ctx.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
+    valid = ctx.geo.valid_units(stage, [t.tile for t in taps], tuple(received.shape[1:]))
+    where = [(ctx.geo.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
     ch = ctx.judge_units([Unit(Feed.REFERENCE, *w) for w in where], received, ref, valid=valid, recorded=recorded,
                          padding=stage)
     ups = [ctx.tap(f"descriptor_{op}", t.tile, t.k_block, t.partial) for t in taps]
     fed = [i for i, up in enumerate(ups) if up is not None]
     expected, upstream = ref, None
     if fed:  # the kernel's own images, read back through the swizzle
-        rows = torch.tensor(fed, device=ctx.dev)
-        images = torch.stack([ups[i].values for i in fed]).to(ctx.dev)
-        expected = ref.index_put((rows,), ref_load.tile_from_image(images, op, major, block_mn, ctx.bk, dname, sw))
+        rows = torch.tensor(fed, device=ctx.geo.dev)
+        images = torch.stack([ups[i].values for i in fed]).to(ctx.geo.dev)
+        expected = ref.index_put((rows,), ref_load.tile_from_image(images, op, major, block_mn, ctx.geo.bk, dname, sw))
         upstream = torch.ones_like(recorded).index_put((rows,), ctx.image_elements_units([ups[i] for i in fed], op))
     units = []
     for tap, up, w in zip(taps, ups, where):
@@ -146,14 +146,14 @@ def _stored_load_stage(ctx: Context, taps, op: str) -> StageResult:
     stage = f"load_{op}"
     tf, ch = [], []
     for tap in taps:
-        received = tap.values.to(ctx.dev)
-        ref = ctx.orient(ctx.stored_tile(tap.tile, tap.k_block))
+        received = tap.values.to(ctx.geo.dev)
+        ref = ctx.geo.orient(ctx.stored_tile(tap.tile, tap.k_block))
         if received.dtype != ref.dtype or received.shape != ref.shape:
             received = received.view(ref.dtype) if received.element_size() == 1 else received
         recorded = ctx.recorded(tap)
-        valid = ctx.valid_mask(stage, tap.tile, tuple(received.shape))
+        valid = ctx.geo.valid_mask(stage, tap.tile, tuple(received.shape))
         ctx.note_padding(stage, valid, recorded)
-        where = dict(origin=ctx.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
+        where = dict(origin=ctx.geo.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
         ch.append(ctx.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded, **where))
         tf.append(ctx.judge(received, ref, feed=Feed.GLOBAL, valid=valid, recorded=recorded, **where))
     return StageResult(stage, combine(tf), combine(ch))

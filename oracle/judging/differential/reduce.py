@@ -29,45 +29,45 @@ from oracle.problem.partition import Partial
 
 def reduce_stage(ctx: Context, finals: dict) -> tuple[StageResult, dict]:
     """The stage, and {tile: Source} for the epilogue."""
-    spec = ctx.spec
+    spec = ctx.geo.spec
     tiles = sorted({t.tile for t in ctx.rec.taps if t.stage in ("mma", "reduce") or t.stage.startswith("epilogue")})
     sources: dict = {}
     tf, ch = [], []
     for tile in tiles:
         tap = ctx.tap("reduce", tile)
-        assumed = ctx.assumed(tile, every=True)
-        if ctx.whole(tile):
+        assumed = ctx.geo.assumed(tile, every=True)
+        if ctx.geo.whole(tile):
             final = finals.get((tile, None)) if (tile, None) in finals else finals.get((tile, 0))
             if tap is not None and spec.partitioned:  # the kernel passed the whole tile through its reduction
-                sources[tile] = Source(tap.values.to(ctx.dev), ctx.recorded(tap), "reduce")
+                sources[tile] = Source(tap.values.to(ctx.geo.dev), ctx.recorded(tap), "reduce")
             elif final is not None:
-                sources[tile] = Source(final.values.to(ctx.dev), ctx.recorded(final), "mma (final accumulator)",
+                sources[tile] = Source(final.values.to(ctx.geo.dev), ctx.recorded(final), "mma (final accumulator)",
                                        assumed=assumed)
             if tap is not None and final is not None:
-                c_tf, c_ch = _judge(ctx, tap, final.values.to(ctx.dev).float(), ctx.recorded(final), (), 1,
-                                    torch.zeros(ctx.bm, ctx.bn, dtype=torch.float64, device=ctx.dev), None, assumed)
+                c_tf, c_ch = _judge(ctx, tap, final.values.to(ctx.geo.dev).float(), ctx.recorded(final), (), 1,
+                                    torch.zeros(ctx.geo.bm, ctx.geo.bn, dtype=torch.float64, device=ctx.geo.dev), None, assumed)
                 tf.append(c_tf)
                 ch.append(c_ch)
             continue
-        parts = ctx.partials(tile)
-        values, recorded, stand_ins, extra = [], torch.ones(ctx.bm, ctx.bn, dtype=torch.bool, device=ctx.dev), [], 0
+        parts = ctx.geo.partials(tile)
+        values, recorded, stand_ins, extra = [], torch.ones(ctx.geo.bm, ctx.geo.bn, dtype=torch.bool, device=ctx.geo.dev), [], 0
         for p in parts:
             t = finals.get((tile, p.index))
             if t is not None:
-                values.append(t.values.to(ctx.dev).float())
+                values.append(t.values.to(ctx.geo.dev).float())
                 recorded &= ctx.recorded(t)
             else:  # the reference partial stands in, with its own bound
                 traj, s_traj = _tile_reference(ctx, tile, p)
                 values.append(traj[-1].float())
                 stand_ins.append(("mma", tile, p.kb_end - 1))
-                n_k = min(p.kb_end * ctx.bk, spec.k) - p.kb_begin * ctx.bk
+                n_k = min(p.kb_end * ctx.geo.bk, spec.k) - p.kb_begin * ctx.geo.bk
                 extra = extra + tolerance.mma_bound(spec, torch.zeros_like(s_traj[-1]), s_traj[-1], n_k).double()
         summed = ref_reduce.reduce_partials(torch.stack(values))
         if tap is None:
             sources[tile] = Source(summed, recorded, "mma partials through the untapped reduce",
                                    tuple(stand_ins) + (("reduce", tile, None),), assumed)
             continue
-        sources[tile] = Source(tap.values.to(ctx.dev), ctx.recorded(tap), "reduce")
+        sources[tile] = Source(tap.values.to(ctx.geo.dev), ctx.recorded(tap), "reduce")
         c_tf, c_ch = _judge(ctx, tap, summed, recorded, tuple(stand_ins), len(parts), extra,
                             torch.stack(values), assumed)
         tf.append(c_tf)
@@ -84,12 +84,12 @@ def _tile_reference(ctx: Context, tile, part):
 
 
 def _judge(ctx: Context, tap, expected, upstream, stand_ins, n_parts, extra_bound, parts=None, assumed=()):
-    spec = ctx.spec
-    received = tap.values.to(ctx.dev).float()
+    spec = ctx.geo.spec
+    received = tap.values.to(ctx.geo.dev).float()
     recorded = ctx.recorded(tap)
-    valid = ctx.valid_mask("reduce", tap.tile, tuple(received.shape))
+    valid = ctx.geo.valid_mask("reduce", tap.tile, tuple(received.shape))
     ctx.note_padding("reduce", valid, recorded)
-    where = dict(origin=ctx.origin("reduce", tap.tile, None), tile_index=tap.tile)
+    where = dict(origin=ctx.geo.origin("reduce", tap.tile, None), tile_index=tap.tile)
     abs_sum = parts.abs().sum(0).double() if parts is not None else expected.abs().double()
     bound = tolerance.reduce_bound(abs_sum, n_parts) + extra_bound
     c_tf = ctx.judge(received, expected, feed=Feed.STAND_IN if stand_ins else Feed.KERNEL, valid=valid,
