@@ -144,7 +144,7 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
         incomplete = tuple(trace_confounds(ctx))
         return Analysis(rec, (), (), diag, Kind.DRAFT, incomplete, (), None, None, str(dev), incomplete_trace=incomplete)
 
-    tapped = sorted(ctx.traced_tiles)
+    tapped = sorted(ctx.taps.traced_tiles)
     n_check = knobs.CROSS_CHECK_TILES.get()
     sample = tapped[:n_check] or sorted({(0, 0), (spec.tiles_m - 1, spec.tiles_n - 1)})[:n_check]
     pending = start_cross_check(ctx, sample)  # its host side overlaps the stages on a GPU
@@ -157,7 +157,7 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
         pending.close()
 
     diag = first_divergence([s.outcome for s in stages], kernel_error=rec.kernel_error is not None,
-                            references_trusted=not cross, traced_tiles=ctx.traced_tiles)
+                            references_trusted=not cross, traced_tiles=ctx.taps.traced_tiles)
     handled = ()
     if ctx.padding_excluded:
         per = ", ".join(f"{stage} {n}" for stage, n in ctx.padding_excluded.items())

@@ -27,15 +27,14 @@ from typing import Optional
 
 import torch
 
-from harness.taps import Tap
 from kernels_ref import load as ref_load
 from oracle.judging.compare import FAST_MIN_ELEMENTS, Comparison, Status, compare, compare_units
 from oracle.judging.diagnose import StageOutcome
 from oracle.judging.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Evidence, Feed
 from oracle.judging.differential.geometry import Geometry
+from oracle.judging.differential.judge import bits
+from oracle.judging.differential.tap_index import TapIndex
 from oracle.run.recording import Recording
-
-_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[torch.Tensor]:
@@ -59,18 +58,6 @@ def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[
         out = torch.where(unwritten.to(out.device), float("inf"), out)
     out = torch.where(mask.to(out.device), out, 0.0)
     return out.float().cpu()
-
-
-def bits(x: torch.Tensor) -> torch.Tensor:
-    return x.contiguous().view(_INT_OF_SIZE[x.element_size()])
-
-
-def _same_tap(a: Tap, b: Tap) -> bool:
-    if a.values.shape != b.values.shape or a.values.dtype != b.values.dtype:
-        return False
-    if (a.mask is None) != (b.mask is None) or (a.mask is not None and not torch.equal(a.mask, b.mask)):
-        return False
-    return bool((bits(a.values) == bits(b.values)).all())
 
 
 @dataclass(frozen=True)
@@ -149,9 +136,8 @@ class Context:
                       if spec.block_scaled else None)
         self.output = rec.output.to(device) if rec.output is not None else None
         self.open_confounds: list[str] = []  # what broke an assumption of the judgement (see confound())
-        self.taps: dict[tuple, Tap] = self._index(rec.taps)
-        self.traced_tiles = frozenset(t.tile for t in rec.taps)
-        self._unexpected_records()
+        self.taps = TapIndex.of(rec, self.geo)
+        self.open_confounds.extend(self.taps.confounds)
         self.padding_excluded: dict[str, int] = {}
         self._ref_tiles: dict[tuple[str, int, int], torch.Tensor] = {}
         self.compare_s = 0.0  # wall seconds inside judge()
@@ -164,65 +150,6 @@ class Context:
         so no finding of the run is more than a DRAFT, and the report names it."""
         if text not in self.open_confounds:
             self.open_confounds.append(text)
-
-    def _index(self, taps) -> dict[tuple, Tap]:
-        """The taps by site; a site tapped twice with different values is an open confound (the
-        later tap is the one judged)."""
-        out: dict[tuple, Tap] = {}
-        for t in taps:
-            seen = out.get(t.site)
-            if seen is not None and not _same_tap(seen, t):
-                self.confound(f"two {t.describe()} records disagree (a site tapped twice with different values: a "
-                              f"race, or taps of two runs mixed); the later one is judged")
-            out[t.site] = t
-        return out
-
-    def _unexpected_records(self) -> None:
-        """Operand taps of a split tile that belong to no partial its mma taps show (a partial the
-        mma stage never tapped, or a k-block outside the partial): the judgement has no place for
-        them, so they are an open confound, named."""
-        odd = []
-        for t in self.rec.taps:
-            part = self.geo.partitions.get(t.tile)
-            if part is None or t.k_block is None or not (t.stage.startswith("load_") or
-                                                          t.stage.startswith("descriptor_")):
-                continue
-            p = part.partial(t.partial)
-            if p is None or not p.holds(t.k_block) or (t.partial is None) != part.whole:
-                odd.append(t.describe())
-        if odd:
-            shown = "; ".join(odd[:4]) + (f" and {len(odd) - 4} more" if len(odd) > 4 else "")
-            self.confound(f"operand records outside the partition the mma taps show: {shown} (no partial of the tile "
-                          f"holds them there)")
-
-    # -- taps and geometry ---------------------------------------------------------------------
-    def taps_of(self, stage: str) -> list[Tap]:
-        return sorted((t for t in self.rec.taps if t.stage == stage),
-                      key=lambda t: (t.tile, -1 if t.partial is None else t.partial,
-                                     -1 if t.k_block is None else t.k_block))
-
-    def tap(self, stage: str, tile, k_block=None, partial=None) -> Optional[Tap]:
-        return self.taps.get((stage, tuple(tile), k_block, partial))
-
-    def recorded(self, tap: Tap) -> torch.Tensor:
-        """True where the kernel recorded the element (for an image tap: per byte)."""
-        if tap.mask is None:
-            return torch.ones(tuple(tap.values.shape), dtype=torch.bool, device=self.dev)
-        return tap.mask.to(self.dev)
-
-    def stack_taps(self, taps) -> tuple[torch.Tensor, torch.Tensor]:
-        """Many taps of one shape as one stack on the reference device: their values (in their
-        dtype; mixed dtypes as float32) and where the kernel recorded them (Context.recorded)."""
-        vals = [t.values for t in taps]
-        if len({v.dtype for v in vals}) > 1:
-            vals = [v.float() for v in vals]
-        values = torch.stack(vals).to(self.dev)
-        if all(t.mask is None for t in taps):
-            recorded = torch.ones(tuple(values.shape), dtype=torch.bool, device=self.dev)
-        else:
-            ones = torch.ones(tuple(vals[0].shape), dtype=torch.bool)
-            recorded = torch.stack([ones if t.mask is None else t.mask for t in taps]).to(self.dev)
-        return values, recorded
 
     def ref_tiles(self, op: str, sites) -> torch.Tensor:
         """The reference operand tiles of (tile, k-block) sites, stacked: [len(sites), ...]."""
@@ -239,33 +166,6 @@ class Context:
         rows = (tt[:, 0:1] * self.bm + torch.arange(self.bm, device=self.dev)[None, :]).clamp(max=self.spec.m - 1) // gm
         cols = (tt[:, 1:2] * self.bn + torch.arange(self.bn, device=self.dev)[None, :]).clamp(max=self.spec.n - 1) // gn
         return self.block_a[rows, g], self.block_b[cols, g]
-
-    def image_elements(self, tap: Tap, op: str) -> torch.Tensor:
-        """An image tap's recorded bytes as a logical-tile mask: an element is recorded when every
-        one of its bytes is."""
-        spec = self.spec
-        shape = (self.bm, self.bk) if op == "a" else (self.bk, self.bn)
-        if tap.mask is None:
-            return torch.ones(shape, dtype=torch.bool, device=self.dev)
-        marks = torch.where(tap.mask.to(self.dev), 0xFF, 0).to(torch.uint8)
-        tile = ref_load.tile_from_image(marks, op, getattr(spec, f"{op}_major"), self.bm if op == "a" else self.bn,
-                                        self.bk, getattr(spec, f"{op}_dtype"), getattr(spec, f"swizzle_{op}"))
-        all_ones = bits(tile) == (0xFF if tile.element_size() == 1 else -1)
-        return all_ones
-
-    def image_elements_units(self, taps, op: str) -> torch.Tensor:
-        """image_elements() of many image taps: [len(taps), *tile shape]."""
-        spec = self.spec
-        shape = (len(taps),) + ((self.bm, self.bk) if op == "a" else (self.bk, self.bn))
-        out = torch.ones(shape, dtype=torch.bool, device=self.dev)
-        masked = [i for i, t in enumerate(taps) if t.mask is not None]
-        if masked:
-            marks = torch.where(torch.stack([taps[i].mask for i in masked]).to(self.dev), 0xFF, 0).to(torch.uint8)
-            tile = ref_load.tile_from_image(marks, op, getattr(spec, f"{op}_major"),
-                                            self.bm if op == "a" else self.bn, self.bk, getattr(spec, f"{op}_dtype"),
-                                            getattr(spec, f"swizzle_{op}"))
-            out[torch.tensor(masked, device=self.dev)] = bits(tile) == (0xFF if tile.element_size() == 1 else -1)
-        return out
 
     def note_padding(self, stage: str, valid: torch.Tensor, recorded: torch.Tensor) -> None:
         """Count recorded elements past the real extent (the padding confound, handled)."""

@@ -28,7 +28,7 @@ from oracle.judging.evidence import Feed
 
 def dequant_stage(ctx: Context, op: str) -> StageResult:
     stage = f"dequant_{op}"
-    taps = ctx.taps_of(stage)
+    taps = ctx.taps.taps_of(stage)
     if not taps:
         return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
     cfg, o = ctx.geo.quant, ctx.geo.orient
@@ -36,7 +36,7 @@ def dequant_stage(ctx: Context, op: str) -> StageResult:
     tf, ch = [], []
     for tap in taps:
         received = tap.values.to(ctx.geo.dev)
-        recorded = ctx.recorded(tap)
+        recorded = ctx.taps.recorded(tap)
         valid = ctx.geo.valid_mask(stage, tap.tile, tuple(received.shape))
         ctx.note_padding(stage, valid, recorded)
         k0, n0 = tap.k_block * ctx.geo.bk, (tap.tile[0] * ctx.geo.bm if op == "a" else tap.tile[1] * ctx.geo.bn)
@@ -45,13 +45,13 @@ def dequant_stage(ctx: Context, op: str) -> StageResult:
         ref = o(ref_dequant.dequant(stored, ctx.q_scales, ctx.q_zeros, cfg, k0=k0, n0=n0))
         ch.append(ctx.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded,
                             bound=o(_bound(ctx, stored, k0, n0)), **where))
-        up = ctx.tap(f"load_{op}", tap.tile, tap.k_block, tap.partial)
+        up = ctx.taps.tap(f"load_{op}", tap.tile, tap.k_block, tap.partial)
         if up is not None:
             own = o(up.values.to(ctx.geo.dev))
             if own.dtype != stored.dtype:
                 own = own.view(stored.dtype)
             fed = o(ref_dequant.dequant(own, ctx.q_scales, ctx.q_zeros, cfg, k0=k0, n0=n0))
-            marks = o(ctx.recorded(up))  # the load's recorded bytes, K along the rows
+            marks = o(ctx.taps.recorded(up))  # the load's recorded bytes, K along the rows
             if cfg.packed:  # a byte's mark covers the k it holds
                 marks = marks[_byte_rows(marks.shape[0] * per, cfg.packing).to(marks.device)]
             tf.append(ctx.judge(received, fed, feed=Feed.KERNEL, valid=valid, recorded=recorded, upstream=o(marks),

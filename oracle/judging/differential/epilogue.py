@@ -169,14 +169,14 @@ def _teacher_forced(ctx: Context, tile, step_index: int, sources: dict):
     spec = ctx.geo.spec
     steps = steps_of(spec)
     for up in range(step_index - 1, -2, -1):
-        src = ctx.tap(f"epilogue_{steps[up]}", tile) if up >= 0 else sources.get(tile)
+        src = ctx.taps.tap(f"epilogue_{steps[up]}", tile) if up >= 0 else sources.get(tile)
         if src is None:
             continue
         skipped = [s for s in steps[up + 1:step_index] if step_acts(spec, s)]
         stand_ins = tuple((f"epilogue_{s}", tile, None) for s in skipped)
         assumed = () if up >= 0 else tuple(src.assumed)
         if up >= 0:
-            name, recorded = f"the kernel's {src.stage} tap", ctx.recorded(src)
+            name, recorded = f"the kernel's {src.stage} tap", ctx.taps.recorded(src)
         else:
             name, recorded = f"the kernel's {src.name}", src.recorded
             stand_ins = tuple(src.stand_ins) + stand_ins
@@ -195,7 +195,7 @@ def _teacher_forced(ctx: Context, tile, step_index: int, sources: dict):
 def undeclared_taps(ctx: Context) -> None:
     """Taps of epilogue stages the declared epilogue does not have: an open confound."""
     declared = {f"epilogue_{s}" for s in steps_of(ctx.geo.spec)}
-    extra = sorted({t.stage for t in ctx.rec.taps if t.stage.startswith("epilogue_")} - declared)
+    extra = sorted({t.stage for t in ctx.taps.records if t.stage.startswith("epilogue_")} - declared)
     if extra:
         ctx.confound(f"the kernel tapped {', '.join(extra)}, which the declared epilogue "
                      f"({' > '.join(n.token for n in ctx.geo.spec.epilogue_nodes)}) does not have: the kernel's epilogue "
@@ -209,9 +209,9 @@ def epilogue_stages(ctx: Context, chain, sources: dict) -> list[StageResult]:
     for si, step in enumerate(steps_of(ctx.geo.spec)):
         stage = f"epilogue_{step}"
         tf, ch = [], []
-        for tap in ctx.taps_of(stage):
+        for tap in ctx.taps.taps_of(stage):
             received = tap.values.to(ctx.geo.dev)
-            recorded = ctx.recorded(tap)
+            recorded = ctx.taps.recorded(tap)
             valid = ctx.geo.valid_mask(stage, tap.tile, tuple(received.shape))
             ctx.note_padding(stage, valid, recorded)
             where = dict(origin=ctx.geo.origin(stage, tap.tile, None), tile_index=tap.tile)
@@ -245,7 +245,7 @@ def store_stage(ctx: Context, chain, sources: dict) -> StageResult:
     ch = ctx.judge(out, want, feed=Feed.REFERENCE, valid=torch.ones(out.shape, dtype=torch.bool, device=ctx.geo.dev),
                    bound=None if exact else b_ref, unwritten=ctx.unwritten(out, y_ref), tile_shape=(ctx.geo.bm, ctx.geo.bn),
                    max_detail_tiles=knobs.MAX_DETAIL_TILES.get())
-    tiles = sorted({t.tile for t in ctx.rec.taps if t.stage.startswith("epilogue")} | set(sources))
+    tiles = sorted({t.tile for t in ctx.taps.records if t.stage.startswith("epilogue")} | set(sources))
     tf = []
     for tile in tiles:
         fed = _teacher_forced(ctx, tile, len(steps_of(ctx.geo.spec)), sources)

@@ -68,7 +68,7 @@ def trace_confounds(ctx: Context) -> list[str]:
             stages = [s for s, _ in acc.dropped_by_stage]
             by = ", ".join(f"{s} {n}" for s, n in acc.dropped_by_stage)
         else:
-            stages = sorted({t.stage for t in ctx.rec.taps}, key=stage_rank)
+            stages = sorted({t.stage for t in ctx.taps.records}, key=stage_rank)
             by = "stages not recorded by this sink version"
         lost = "; ".join(filter(None, (_lost_sites(ctx, s) for s in stages)))
         out.append(f"incomplete trace: {acc.dropped} tap record(s) were dropped because the {acc.capacity}-byte sink "
@@ -84,13 +84,13 @@ def trace_confounds(ctx: Context) -> list[str]:
 def _lost_sites(ctx: Context, stage: str) -> str:
     """Selected sites of `stage` with no tap, and taps of it with unrecorded elements."""
     spec, sel = ctx.geo.spec, ctx.rec.trace.selection
-    partial = [(t.stage, t.tile, t.k_block) for t in ctx.taps_of(stage)
+    partial = [(t.stage, t.tile, t.k_block) for t in ctx.taps.taps_of(stage)
                if t.mask is not None and not bool(t.mask.all())]
     tiles = [(tm, tn) for tm in range(spec.tiles_m) for tn in range(spec.tiles_n) if sel.records_tile((tm, tn))] \
         if spec.tiles_m * spec.tiles_n <= MAX_LISTED_SITES else []
     has_kb = stage in DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES or stage == "mma"
     kbs = [kb for kb in range(spec.k_blocks) if sel.records_k_block(kb)] if has_kb else [None]
-    present = {(t.tile, t.k_block) for t in ctx.taps_of(stage)}
+    present = {(t.tile, t.k_block) for t in ctx.taps.taps_of(stage)}
     absent = [(stage, t, kb) for t in tiles for kb in kbs if (t, kb) not in present][:MAX_LISTED_SITES]
     parts = []
     if absent:
@@ -106,7 +106,7 @@ def mixing_confound(ctx: Context) -> list[str]:
         return []
     out = []
     for op in ("a", "b"):
-        taps = ctx.taps_of(ctx.geo.mma_stage_of(op))  # a quantised operand: its dequantised tiles, not its codes
+        taps = ctx.taps.taps_of(ctx.geo.mma_stage_of(op))  # a quantised operand: its dequantised tiles, not its codes
         if not taps:
             continue
         inp = ctx.operand(op).float().abs().max().item()
@@ -323,9 +323,9 @@ def unobserved(ctx: Context, stages: Sequence[StageResult]) -> list[str]:
         ev = s.teacher_forced.evidence
         if ev.stand_ins:
             out.append(f"{s.name} was teacher-forced through reference stand-ins for {describe_sites(ev.stand_ins)}")
-    if ctx.traced_tiles:
+    if ctx.taps.traced_tiles:
         total = ctx.geo.spec.tiles_m * ctx.geo.spec.tiles_n
-        if len(ctx.traced_tiles) < total:
-            out.append(f"{len(ctx.traced_tiles)} of {total} tiles traced (the others are judged at the output only)")
+        if len(ctx.taps.traced_tiles) < total:
+            out.append(f"{len(ctx.taps.traced_tiles)} of {total} tiles traced (the others are judged at the output only)")
     out.extend(ctx.geo.partition_assumptions)  # boundaries placed by the declared rule over untraced k-blocks
     return out

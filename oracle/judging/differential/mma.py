@@ -66,7 +66,7 @@ def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
     partial None for a tile that is not split (what the reduction, or the epilogue, is fed with).
     Every tap is a unit; the units are judged together (Context.judge_units), their references
     launched once per partial range and once per step of the longest teacher-forced span."""
-    taps = ctx.taps_of("mma")
+    taps = ctx.taps.taps_of("mma")
     finals: dict[tuple, Tap] = {}
     if not taps:
         return StageResult("mma", NOT_RUN_STAGE, NOT_RUN_STAGE), finals
@@ -92,7 +92,7 @@ def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
         kbs = sorted(by_kb)
         for i, kb in enumerate(kbs):
             units.append((r, by_kb[kb], kb, kbs[i - 1] if i else None))
-    values, recorded = ctx.stack_taps([t for _, t, _, _ in units])
+    values, recorded = ctx.taps.stack_taps([t for _, t, _, _ in units])
     chained = _chained(ctx, refs, units, values, recorded)
     forced = _teacher_forced(ctx, refs, units, values, recorded)
     return StageResult("mma", combine(tf + forced), combine(chained)), finals
@@ -197,8 +197,8 @@ def _teacher_forced(ctx: Context, refs: _References, units, values, recorded) ->
             j = f + step
             if j > kb:
                 continue
-            a_t = ctx.tap(a_stage, t.tile, j, t.partial)
-            b_t = ctx.tap(b_stage, t.tile, j, t.partial)
+            a_t = ctx.taps.tap(a_stage, t.tile, j, t.partial)
+            b_t = ctx.taps.tap(b_stage, t.tile, j, t.partial)
             if a_t is None:
                 stand_ins[u].append((a_stage, t.tile, j))
             if b_t is None:
@@ -211,7 +211,7 @@ def _teacher_forced(ctx: Context, refs: _References, units, values, recorded) ->
         sites = list(dict.fromkeys((units[row[0]][1].tile, row[1]) for rows in plan for row in rows if row[k] is None))
         parts, ok = [], None
         if own:
-            v, rec = ctx.stack_taps(own)
+            v, rec = ctx.taps.stack_taps(own)
             parts.append(v)
             ok = rec.all(dim=2) if op == "a" else rec.all(dim=1)  # rows of A, columns of B recorded whole
         if sites:

@@ -32,7 +32,7 @@ def descriptor_stage(ctx: Context, op: str) -> StageResult:
     spec = ctx.geo.spec
     stage = f"descriptor_{op}"
     if op == ctx.geo.quant_op:
-        if ctx.taps_of(stage) or any(d.operand == op for d in ctx.rec.descriptors):
+        if ctx.taps.taps_of(stage) or any(d.operand == op for d in ctx.taps.descriptors):
             ctx.confound(f"{stage} of a quantised {op.upper()} ({getattr(spec, f'{op}_dtype')}) was recorded but is "
                          f"not judged: the oracle models no TMA image of stored codes")
         return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
@@ -40,7 +40,7 @@ def descriptor_stage(ctx: Context, op: str) -> StageResult:
     major = getattr(spec, f"{op}_major")
     dname = getattr(spec, f"{op}_dtype")
     block_mn = ctx.geo.bm if op == "a" else ctx.geo.bn
-    taps = ctx.taps_of(stage)
+    taps = ctx.taps.taps_of(stage)
     parts = []
     if taps:  # every image at once: the references in one launch, one comparison pass
         idx = [tap.tile[0] if op == "a" else tap.tile[1] for tap in taps]
@@ -51,7 +51,7 @@ def descriptor_stage(ctx: Context, op: str) -> StageResult:
         received = ref_load.tile_from_image(got, op, major, block_mn, ctx.geo.bk, dname, sw)
         valid = ctx.geo.valid_units(stage, [t.tile for t in taps], tuple(expected.shape[1:]))
         units = [Unit(Feed.GLOBAL, ctx.geo.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
-        parts = ctx.judge_units(units, received, expected, valid=valid, recorded=ctx.image_elements_units(taps, op),
+        parts = ctx.judge_units(units, received, expected, valid=valid, recorded=ctx.taps.image_elements_units(taps, op),
                                 padding=stage)
     fields = descriptor_fields(ctx, op)
     if fields is not None:
@@ -64,7 +64,7 @@ def descriptor_stage(ctx: Context, op: str) -> StageResult:
 
 def descriptor_fields(ctx: Context, op: str):
     """Recorded tensor-map fields against the ones the problem implies (None: none recorded)."""
-    recs = [d for d in ctx.rec.descriptors if d.operand == op]
+    recs = [d for d in ctx.taps.descriptors if d.operand == op]
     if not recs:
         return None
     spec = ctx.geo.spec
@@ -109,25 +109,25 @@ def load_stage(ctx: Context, op: str) -> StageResult:
     dname = getattr(spec, f"{op}_dtype")
     block_mn = ctx.geo.bm if op == "a" else ctx.geo.bn
     tma = ctx.geo.has_tma(op)
-    taps = ctx.taps_of(stage)
+    taps = ctx.taps.taps_of(stage)
     if not taps:
         return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
     if op == ctx.geo.quant_op:
         return _stored_load_stage(ctx, taps, op)
-    received, recorded = ctx.stack_taps(taps)
+    received, recorded = ctx.taps.stack_taps(taps)
     ref = ctx.ref_tiles(op, [(t.tile, t.k_block) for t in taps])
     valid = ctx.geo.valid_units(stage, [t.tile for t in taps], tuple(received.shape[1:]))
     where = [(ctx.geo.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
     ch = ctx.judge_units([Unit(Feed.REFERENCE, *w) for w in where], received, ref, valid=valid, recorded=recorded,
                          padding=stage)
-    ups = [ctx.tap(f"descriptor_{op}", t.tile, t.k_block, t.partial) for t in taps]
+    ups = [ctx.taps.tap(f"descriptor_{op}", t.tile, t.k_block, t.partial) for t in taps]
     fed = [i for i, up in enumerate(ups) if up is not None]
     expected, upstream = ref, None
     if fed:  # the kernel's own images, read back through the swizzle
         rows = torch.tensor(fed, device=ctx.geo.dev)
         images = torch.stack([ups[i].values for i in fed]).to(ctx.geo.dev)
         expected = ref.index_put((rows,), ref_load.tile_from_image(images, op, major, block_mn, ctx.geo.bk, dname, sw))
-        upstream = torch.ones_like(recorded).index_put((rows,), ctx.image_elements_units([ups[i] for i in fed], op))
+        upstream = torch.ones_like(recorded).index_put((rows,), ctx.taps.image_elements_units([ups[i] for i in fed], op))
     units = []
     for tap, up, w in zip(taps, ups, where):
         if up is not None:
@@ -150,7 +150,7 @@ def _stored_load_stage(ctx: Context, taps, op: str) -> StageResult:
         ref = ctx.geo.orient(ctx.stored_tile(tap.tile, tap.k_block))
         if received.dtype != ref.dtype or received.shape != ref.shape:
             received = received.view(ref.dtype) if received.element_size() == 1 else received
-        recorded = ctx.recorded(tap)
+        recorded = ctx.taps.recorded(tap)
         valid = ctx.geo.valid_mask(stage, tap.tile, tuple(received.shape))
         ctx.note_padding(stage, valid, recorded)
         where = dict(origin=ctx.geo.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)

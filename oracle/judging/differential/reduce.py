@@ -30,21 +30,21 @@ from oracle.problem.partition import Partial
 def reduce_stage(ctx: Context, finals: dict) -> tuple[StageResult, dict]:
     """The stage, and {tile: Source} for the epilogue."""
     spec = ctx.geo.spec
-    tiles = sorted({t.tile for t in ctx.rec.taps if t.stage in ("mma", "reduce") or t.stage.startswith("epilogue")})
+    tiles = sorted({t.tile for t in ctx.taps.records if t.stage in ("mma", "reduce") or t.stage.startswith("epilogue")})
     sources: dict = {}
     tf, ch = [], []
     for tile in tiles:
-        tap = ctx.tap("reduce", tile)
+        tap = ctx.taps.tap("reduce", tile)
         assumed = ctx.geo.assumed(tile, every=True)
         if ctx.geo.whole(tile):
             final = finals.get((tile, None)) if (tile, None) in finals else finals.get((tile, 0))
             if tap is not None and spec.partitioned:  # the kernel passed the whole tile through its reduction
-                sources[tile] = Source(tap.values.to(ctx.geo.dev), ctx.recorded(tap), "reduce")
+                sources[tile] = Source(tap.values.to(ctx.geo.dev), ctx.taps.recorded(tap), "reduce")
             elif final is not None:
-                sources[tile] = Source(final.values.to(ctx.geo.dev), ctx.recorded(final), "mma (final accumulator)",
+                sources[tile] = Source(final.values.to(ctx.geo.dev), ctx.taps.recorded(final), "mma (final accumulator)",
                                        assumed=assumed)
             if tap is not None and final is not None:
-                c_tf, c_ch = _judge(ctx, tap, final.values.to(ctx.geo.dev).float(), ctx.recorded(final), (), 1,
+                c_tf, c_ch = _judge(ctx, tap, final.values.to(ctx.geo.dev).float(), ctx.taps.recorded(final), (), 1,
                                     torch.zeros(ctx.geo.bm, ctx.geo.bn, dtype=torch.float64, device=ctx.geo.dev), None, assumed)
                 tf.append(c_tf)
                 ch.append(c_ch)
@@ -55,7 +55,7 @@ def reduce_stage(ctx: Context, finals: dict) -> tuple[StageResult, dict]:
             t = finals.get((tile, p.index))
             if t is not None:
                 values.append(t.values.to(ctx.geo.dev).float())
-                recorded &= ctx.recorded(t)
+                recorded &= ctx.taps.recorded(t)
             else:  # the reference partial stands in, with its own bound
                 traj, s_traj = _tile_reference(ctx, tile, p)
                 values.append(traj[-1].float())
@@ -67,7 +67,7 @@ def reduce_stage(ctx: Context, finals: dict) -> tuple[StageResult, dict]:
             sources[tile] = Source(summed, recorded, "mma partials through the untapped reduce",
                                    tuple(stand_ins) + (("reduce", tile, None),), assumed)
             continue
-        sources[tile] = Source(tap.values.to(ctx.geo.dev), ctx.recorded(tap), "reduce")
+        sources[tile] = Source(tap.values.to(ctx.geo.dev), ctx.taps.recorded(tap), "reduce")
         c_tf, c_ch = _judge(ctx, tap, summed, recorded, tuple(stand_ins), len(parts), extra,
                             torch.stack(values), assumed)
         tf.append(c_tf)
@@ -86,7 +86,7 @@ def _tile_reference(ctx: Context, tile, part):
 def _judge(ctx: Context, tap, expected, upstream, stand_ins, n_parts, extra_bound, parts=None, assumed=()):
     spec = ctx.geo.spec
     received = tap.values.to(ctx.geo.dev).float()
-    recorded = ctx.recorded(tap)
+    recorded = ctx.taps.recorded(tap)
     valid = ctx.geo.valid_mask("reduce", tap.tile, tuple(received.shape))
     ctx.note_padding("reduce", valid, recorded)
     where = dict(origin=ctx.geo.origin("reduce", tap.tile, None), tile_index=tap.tile)
