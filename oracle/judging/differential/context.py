@@ -27,10 +27,10 @@ from typing import Optional
 
 import torch
 
-from kernels_ref import load as ref_load
 from oracle.judging.compare import FAST_MIN_ELEMENTS, Comparison, Status, compare, compare_units
 from oracle.judging.diagnose import StageOutcome
 from oracle.judging.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Evidence, Feed
+from oracle.judging.differential.device_operands import DeviceOperands
 from oracle.judging.differential.geometry import Geometry
 from oracle.judging.differential.judge import bits
 from oracle.judging.differential.tap_index import TapIndex
@@ -107,39 +107,11 @@ class Context:
     def __init__(self, rec: Recording, device: torch.device):
         self.rec, self.spec, self.dev = rec, rec.spec, device
         self.geo = Geometry.of(rec, device)
-        ops = rec.operands.to(device)
-        self.a, self.b, self.c = ops.a, ops.b, ops.c
-        self.quant = rec.spec.dequant_config  # None unless an operand is quantised
-        self.quant_op = rec.spec.quant_op
-        self.q_stored = self.q_scales = self.q_zeros = None
-        if self.quant is not None:
-            from kernels_ref import dequant as ref_dequant
-
-            self.q_stored, self.q_scales, self.q_zeros = ops.quant_kn(self.quant_op)
-            w = self.geo.orient(ref_dequant.dequant_operand(self.q_stored, self.q_scales, self.q_zeros, self.quant))
-            if self.quant_op == "a":
-                self.a = w.contiguous()
-            else:
-                self.b = w
-        self.bias = ops.bias.float() if ops.bias is not None else None
-        spec = self.spec
-        self.row_scale = ops.scale_a.float() if spec.scale_a.kind == "row" else None
-        self.col_scale = ops.scale_b.float() if spec.scale_b.kind == "col" else None
-        tensor_scales = [s.float().reshape(()) for s, k in ((ops.scale_a, spec.scale_a.kind),
-                                                             (ops.scale_b, spec.scale_b.kind)) if k == "tensor"]
-        self.tensor_scale = None
-        if tensor_scales:
-            self.tensor_scale = tensor_scales[0] if len(tensor_scales) == 1 else tensor_scales[0] * tensor_scales[1]
-        self.block_a = ops.scale_a.float() if spec.block_scaled else None
-        self.block_b = ops.scale_b.float() if spec.block_scaled else None
-        self.group = ((spec.scale_a.block[0], spec.scale_b.block[0], spec.scale_a.block[1])
-                      if spec.block_scaled else None)
-        self.output = rec.output.to(device) if rec.output is not None else None
+        self.ops = DeviceOperands.of(rec, self.geo)
         self.open_confounds: list[str] = []  # what broke an assumption of the judgement (see confound())
         self.taps = TapIndex.of(rec, self.geo)
         self.open_confounds.extend(self.taps.confounds)
         self.padding_excluded: dict[str, int] = {}
-        self._ref_tiles: dict[tuple[str, int, int], torch.Tensor] = {}
         self.compare_s = 0.0  # wall seconds inside judge()
         self.bm, self.bn, self.bk = self.geo.bm, self.geo.bn, self.geo.bk
 
@@ -151,73 +123,11 @@ class Context:
         if text not in self.open_confounds:
             self.open_confounds.append(text)
 
-    def ref_tiles(self, op: str, sites) -> torch.Tensor:
-        """The reference operand tiles of (tile, k-block) sites, stacked: [len(sites), ...]."""
-        self.prefetch_ref_tiles(op, sites)
-        return torch.stack([self.ref_tile(op, t, kb) for t, kb in sites])
-
-    def block_scales_units(self, tiles, kbs):
-        """block_scales() of many (tile, k-block) sites: [U, BM], [U, BN] (None, None unscaled)."""
-        if not self.spec.block_scaled:
-            return None, None
-        gm, gn, gk = self.group
-        tt = torch.tensor([list(t) for t in tiles], dtype=torch.int64, device=self.dev).reshape(-1, 2)
-        g = torch.tensor([(kb * self.bk) // gk for kb in kbs], dtype=torch.int64, device=self.dev)[:, None]
-        rows = (tt[:, 0:1] * self.bm + torch.arange(self.bm, device=self.dev)[None, :]).clamp(max=self.spec.m - 1) // gm
-        cols = (tt[:, 1:2] * self.bn + torch.arange(self.bn, device=self.dev)[None, :]).clamp(max=self.spec.n - 1) // gn
-        return self.block_a[rows, g], self.block_b[cols, g]
-
     def note_padding(self, stage: str, valid: torch.Tensor, recorded: torch.Tensor) -> None:
         """Count recorded elements past the real extent (the padding confound, handled)."""
         n = int((recorded & ~valid).sum())
         if n:
             self.padding_excluded[stage] = self.padding_excluded.get(stage, 0) + n
-
-    # -- reference operand tiles ---------------------------------------------------------------
-    def operand(self, op: str) -> torch.Tensor:
-        return self.a if op == "a" else self.b
-
-    def ref_tile(self, op: str, tile: tuple[int, int], kb: int) -> torch.Tensor:
-        idx = tile[0] if op == "a" else tile[1]
-        key = (op, idx, kb)
-        if key not in self._ref_tiles:
-            self.prefetch_ref_tiles(op, [(tile, kb)])
-        return self._ref_tiles[key]
-
-    def prefetch_ref_tiles(self, op: str, sites) -> None:
-        """Load the reference operand tiles of many (tile, k-block) sites in one launch."""
-        pairs = sorted({((t[0] if op == "a" else t[1]), kb) for t, kb in sites} -
-                       {(i, kb) for o, i, kb in self._ref_tiles if o == op})
-        if not pairs:
-            return
-        tiles = ref_load.load_tiles(self.operand(op), op, pairs, self.bm if op == "a" else self.bn, self.bk,
-                                    self.spec.oob_fill)
-        for (idx, kb), t in zip(pairs, tiles):
-            self._ref_tiles[(op, idx, kb)] = t
-
-    def stored_tile(self, tile: tuple[int, int], kb: int) -> torch.Tensor:
-        """The quantised operand's stored tile as the problem holds it, K along the rows ([BK / per_byte,
-        BN] of B, or A's [BM, BK / per_byte] transposed; zero past K and the operand's rows or
-        columns): what a correct load tap holds, oriented (orient)."""
-        per = 2 if self.quant.packed else 1
-        rows = self.bk // per
-        width = self.bm if self.quant_op == "a" else self.bn
-        r0, c0 = kb * rows, tile[0 if self.quant_op == "a" else 1] * width
-        src = self.q_stored
-        out = torch.zeros(rows, width, dtype=src.dtype, device=self.dev)
-        part = src[r0:r0 + rows, c0:c0 + width]
-        out[:part.shape[0], :part.shape[1]] = part
-        return out
-
-    def block_scales(self, tile: tuple[int, int], kb: int):
-        if not self.spec.block_scaled:
-            return None, None
-        gm, gn, gk = self.group
-        tm, tn = tile
-        g = (kb * self.bk) // gk
-        rows = (tm * self.bm + torch.arange(self.bm, device=self.dev)).clamp(max=self.spec.m - 1) // gm
-        cols = (tn * self.bn + torch.arange(self.bn, device=self.dev)).clamp(max=self.spec.n - 1) // gn
-        return self.block_a[rows, g], self.block_b[cols, g]
 
     # -- the output's poison -------------------------------------------------------------------
     def unwritten(self, got: torch.Tensor, expected: torch.Tensor) -> Optional[torch.Tensor]:

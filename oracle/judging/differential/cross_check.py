@@ -213,17 +213,17 @@ def start_cross_check(ctx: Context, tiles: Sequence[tuple[int, int]],
     # the Triton side, on the device
     loads = []
     for op in ("a", "b"):
-        ctx.prefetch_ref_tiles(op, [(t, kb) for t in tiles for kb in kbs])
-        x, bmn = ctx.operand(op), (ctx.geo.bm if op == "a" else ctx.geo.bn)
+        ctx.ops.prefetch_ref_tiles(op, [(t, kb) for t in tiles for kb in kbs])
+        x, bmn = ctx.ops.operand(op), (ctx.geo.bm if op == "a" else ctx.geo.bn)
         for t in tiles:
             for kb in kbs:
                 i = t[0] if op == "a" else t[1]
                 r0, c0 = (i * bmn, kb * ctx.geo.bk) if op == "a" else (kb * ctx.geo.bk, i * bmn)
                 tr, tc = (bmn, ctx.geo.bk) if op == "a" else (ctx.geo.bk, bmn)
-                loads.append((op, t, kb, ctx.ref_tile(op, t, kb), x[r0:r0 + tr, c0:c0 + tc]))
-    kw = dict(acc=spec.acc_dtype, promotion_interval=spec.promotion_interval, scale_a=ctx.block_a,
-              scale_b=ctx.block_b, block_scale_group=ctx.group, oob_fill=spec.oob_fill)
-    final = ref_mma.mma_trajectory(ctx.a, ctx.b, tiles, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, **kw)[:, -1]  # [T, BM, BN]
+                loads.append((op, t, kb, ctx.ops.ref_tile(op, t, kb), x[r0:r0 + tr, c0:c0 + tc]))
+    kw = dict(acc=spec.acc_dtype, promotion_interval=spec.promotion_interval, scale_a=ctx.ops.block_a,
+              scale_b=ctx.ops.block_b, block_scale_group=ctx.ops.group, oob_fill=spec.oob_fill)
+    final = ref_mma.mma_trajectory(ctx.ops.a, ctx.ops.b, tiles, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, **kw)[:, -1]  # [T, BM, BN]
     rows_at, cols_at = sample_lines(ctx.geo.bm), sample_lines(ctx.geo.bn)
     epilogues = []
     for t, tile in enumerate(tiles):
@@ -236,7 +236,7 @@ def start_cross_check(ctx: Context, tiles: Sequence[tuple[int, int]],
     base_c = torch.tensor([tn * ctx.geo.bn for _, tn in tiles])[:, None]
     lines_r, lines_c = torch.tensor(rows_at)[None], torch.tensor(cols_at)[None]
     every_r, every_c = torch.arange(ctx.geo.bm)[None], torch.arange(ctx.geo.bn)[None]
-    sampled = [ref_mma.mma_sample_products(ctx.a, ctx.b, rows, cols, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, **kw)
+    sampled = [ref_mma.mma_sample_products(ctx.ops.a, ctx.ops.b, rows, cols, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, **kw)
                for rows, cols in ((base_r + lines_r, base_c + every_c), (base_r + every_r, base_c + lines_c))]
     # one copy to the host
     dev_side = [f for *_, got, box in loads for f in (got, box)]
@@ -308,7 +308,7 @@ def _partials_cross_check(ctx: Context, tile, a_h, b_h, local) -> list[str]:
     spec = ctx.geo.spec
     out, finals = [], []
     for p in ctx.geo.partials(tile):
-        got = ref_mma.partial_trajectory(ctx.a, ctx.b, [tile], ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, p.kb_begin, p.kb_end,
+        got = ref_mma.partial_trajectory(ctx.ops.a, ctx.ops.b, [tile], ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, p.kb_begin, p.kb_end,
                                          oob_fill=spec.oob_fill, acc=spec.acc_dtype)
         want = ref_mma.partial_trajectory_host(a_h, b_h, [local], ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, p.kb_begin, p.kb_end,
                                                oob_fill=spec.oob_fill, acc=spec.acc_dtype)
@@ -355,15 +355,15 @@ def _host_operands(ctx: Context, tile):
     """The rows of A and columns of B (and block scales) that one tile reads, on the CPU for the
     float64 host specs, with the tile's index in them: only those cross to the host."""
     tm, tn = tile
-    sa = ctx.block_a.cpu() if ctx.block_a is not None else None
-    sb = ctx.block_b.cpu() if ctx.block_b is not None else None
-    if sa is not None and (ctx.geo.bm % ctx.group[0] or ctx.geo.bn % ctx.group[1]):
-        return ctx.a.cpu(), ctx.b.cpu(), sa, sb, tile  # block scales that straddle tiles: keep everything
-    a = ctx.a[tm * ctx.geo.bm:(tm + 1) * ctx.geo.bm].cpu()
-    b = ctx.b[:, tn * ctx.geo.bn:(tn + 1) * ctx.geo.bn].cpu()
+    sa = ctx.ops.block_a.cpu() if ctx.ops.block_a is not None else None
+    sb = ctx.ops.block_b.cpu() if ctx.ops.block_b is not None else None
+    if sa is not None and (ctx.geo.bm % ctx.ops.group[0] or ctx.geo.bn % ctx.ops.group[1]):
+        return ctx.ops.a.cpu(), ctx.ops.b.cpu(), sa, sb, tile  # block scales that straddle tiles: keep everything
+    a = ctx.ops.a[tm * ctx.geo.bm:(tm + 1) * ctx.geo.bm].cpu()
+    b = ctx.ops.b[:, tn * ctx.geo.bn:(tn + 1) * ctx.geo.bn].cpu()
     if sa is not None:
-        sa = sa[tm * ctx.geo.bm // ctx.group[0]:(tm + 1) * ctx.geo.bm // ctx.group[0]]
-        sb = sb[tn * ctx.geo.bn // ctx.group[1]:(tn + 1) * ctx.geo.bn // ctx.group[1]]
+        sa = sa[tm * ctx.geo.bm // ctx.ops.group[0]:(tm + 1) * ctx.geo.bm // ctx.ops.group[0]]
+        sb = sb[tn * ctx.geo.bn // ctx.ops.group[1]:(tn + 1) * ctx.geo.bn // ctx.ops.group[1]]
     return a, b, sa, sb, (0, 0)
 
 

@@ -41,8 +41,8 @@ def dequant_stage(ctx: Context, op: str) -> StageResult:
         ctx.note_padding(stage, valid, recorded)
         k0, n0 = tap.k_block * ctx.geo.bk, (tap.tile[0] * ctx.geo.bm if op == "a" else tap.tile[1] * ctx.geo.bn)
         where = dict(origin=ctx.geo.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
-        stored = ctx.stored_tile(tap.tile, tap.k_block)
-        ref = o(ref_dequant.dequant(stored, ctx.q_scales, ctx.q_zeros, cfg, k0=k0, n0=n0))
+        stored = ctx.ops.stored_tile(tap.tile, tap.k_block)
+        ref = o(ref_dequant.dequant(stored, ctx.ops.q_scales, ctx.ops.q_zeros, cfg, k0=k0, n0=n0))
         ch.append(ctx.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded,
                             bound=o(_bound(ctx, stored, k0, n0)), **where))
         up = ctx.taps.tap(f"load_{op}", tap.tile, tap.k_block, tap.partial)
@@ -50,7 +50,7 @@ def dequant_stage(ctx: Context, op: str) -> StageResult:
             own = o(up.values.to(ctx.geo.dev))
             if own.dtype != stored.dtype:
                 own = own.view(stored.dtype)
-            fed = o(ref_dequant.dequant(own, ctx.q_scales, ctx.q_zeros, cfg, k0=k0, n0=n0))
+            fed = o(ref_dequant.dequant(own, ctx.ops.q_scales, ctx.ops.q_zeros, cfg, k0=k0, n0=n0))
             marks = o(ctx.taps.recorded(up))  # the load's recorded bytes, K along the rows
             if cfg.packed:  # a byte's mark covers the k it holds
                 marks = marks[_byte_rows(marks.shape[0] * per, cfg.packing).to(marks.device)]
@@ -74,10 +74,10 @@ def _fields(ctx: Context, stored: torch.Tensor, k0: int, n0: int):
     cfg = ctx.geo.quant
     q = ref_dequant.values_of_codes(ref_dequant.unpack_host(stored.cpu(), cfg), cfg.dtype)
     tk, tn = q.shape
-    g = ((k0 + torch.arange(tk)) // cfg.group_size).clamp(max=ctx.q_scales.shape[0] - 1)
-    col = (n0 + torch.arange(tn)).clamp(max=ctx.q_scales.shape[1] - 1)
-    s = ref_dequant.scale_values_host(ctx.q_scales.cpu(), cfg.scale_dtype)[g[:, None], col[None, :]]
-    z = torch.zeros_like(s) if cfg.zeros == "none" else ctx.q_zeros.cpu().double()[g[:, None], col[None, :]]
+    g = ((k0 + torch.arange(tk)) // cfg.group_size).clamp(max=ctx.ops.q_scales.shape[0] - 1)
+    col = (n0 + torch.arange(tn)).clamp(max=ctx.ops.q_scales.shape[1] - 1)
+    s = ref_dequant.scale_values_host(ctx.ops.q_scales.cpu(), cfg.scale_dtype)[g[:, None], col[None, :]]
+    z = torch.zeros_like(s) if cfg.zeros == "none" else ctx.ops.q_zeros.cpu().double()[g[:, None], col[None, :]]
     return q, z, s  # q as stored: the float_offset form's centre is the bound's to subtract
 
 
@@ -94,7 +94,7 @@ def _bound(ctx: Context, stored: torch.Tensor, k0: int, n0: int) -> Optional[tor
 def operand_bound(ctx: Context) -> Optional[torch.Tensor]:
     """The dequant bound of the whole quantised operand in its own orientation (B [K, N], A [M, K];
     float64; None where the declared dequant is exact)."""
-    return ctx.geo.orient(_bound(ctx, ctx.q_stored, 0, 0))
+    return ctx.geo.orient(_bound(ctx, ctx.ops.q_stored, 0, 0))
 
 
 def group_of(ctx: Context, k: int) -> int:
@@ -107,16 +107,16 @@ def hint(ctx: Context, row: int, col: int, received: float) -> Optional[str]:
     and zero points."""
     cfg, spec, op = ctx.geo.quant, ctx.geo.spec, ctx.geo.quant_op
     k, n = (col, row) if op == "a" else (row, col)  # n: B's column, or A's row
-    if not (0 <= k < spec.k and 0 <= n < ctx.q_stored.shape[1]):
+    if not (0 <= k < spec.k and 0 <= n < ctx.ops.q_stored.shape[1]):
         return None
     X, line = op.upper(), ("row m" if op == "a" else "column n")
     gs = cfg.group_size
     g = k // gs
-    n_groups = ctx.q_scales.shape[0]
-    codes = ref_dequant.unpack_host(ctx.q_stored[:, n:n + 1].cpu(), cfg)
+    n_groups = ctx.ops.q_scales.shape[0]
+    codes = ref_dequant.unpack_host(ctx.ops.q_stored[:, n:n + 1].cpu(), cfg)
     qs = ref_dequant.values_of_codes(codes[:, 0], cfg.dtype)
-    s_all = ref_dequant.scale_values_host(ctx.q_scales.cpu(), cfg.scale_dtype)[:, n]
-    z_all = torch.zeros_like(s_all) if cfg.zeros == "none" else ctx.q_zeros.cpu().double()[:, n]
+    s_all = ref_dequant.scale_values_host(ctx.ops.q_scales.cpu(), cfg.scale_dtype)[:, n]
+    z_all = torch.zeros_like(s_all) if cfg.zeros == "none" else ctx.ops.q_zeros.cpu().double()[:, n]
 
     def w(q, z, s) -> float:
         one = [torch.tensor([[v]], dtype=torch.float64) for v in (q, z, s)]

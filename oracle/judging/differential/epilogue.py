@@ -39,21 +39,21 @@ class Vectors:
         spec = ctx.geo.spec
         if tile is None:
             r0, c0, h, w = 0, 0, spec.m, spec.n
-            self.c = ctx.c
+            self.c = ctx.ops.c
         else:
             r0, c0, h, w = tile[0] * ctx.geo.bm, tile[1] * ctx.geo.bn, ctx.geo.bm, ctx.geo.bn
             self.c = None
-            if ctx.c is not None:
-                self.c = torch.zeros(h, w, dtype=ctx.c.dtype, device=ctx.geo.dev)
-                part = ctx.c[r0:r0 + h, c0:c0 + w]
+            if ctx.ops.c is not None:
+                self.c = torch.zeros(h, w, dtype=ctx.ops.c.dtype, device=ctx.geo.dev)
+                part = ctx.ops.c[r0:r0 + h, c0:c0 + w]
                 self.c[:part.shape[0], :part.shape[1]] = part
         sl = (lambda v, s, n: v if tile is None else ctx.geo.tile_slice(v, s, n))
-        self.row_scale = sl(ctx.row_scale, r0, h)
-        self.col_scale = sl(ctx.col_scale, c0, w)
-        self.tensor_scale = ctx.tensor_scale
+        self.row_scale = sl(ctx.ops.row_scale, r0, h)
+        self.col_scale = sl(ctx.ops.col_scale, c0, w)
+        self.tensor_scale = ctx.ops.tensor_scale
         self.bias = None
-        if ctx.bias is not None:
-            self.bias = sl(ctx.bias, r0, h) if spec.bias == "row" else sl(ctx.bias, c0, w)
+        if ctx.ops.bias is not None:
+            self.bias = sl(ctx.ops.bias, r0, h) if spec.bias == "row" else sl(ctx.ops.bias, c0, w)
 
 
 def step_acts(spec, step: str) -> bool:
@@ -139,11 +139,11 @@ def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]
     spec = ctx.geo.spec
     stats = None
     if spec.acc_dtype == "int32":
-        acc_full = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, **mma_kwargs(ctx)).float()
-        s_full = ref_mma.mma_accumulate(abs_operand(ctx.a), abs_operand(ctx.b), ctx.geo.bm, ctx.geo.bn, ctx.geo.bk,
+        acc_full = ref_mma.mma_accumulate(ctx.ops.a, ctx.ops.b, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, **mma_kwargs(ctx)).float()
+        s_full = ref_mma.mma_accumulate(abs_operand(ctx.ops.a), abs_operand(ctx.ops.b), ctx.geo.bm, ctx.geo.bn, ctx.geo.bk,
                                         **abs_kwargs(ctx)).double()
     else:  # the accumulator, S and the partial-sum statistics the accumulation bound reads, in one pass
-        acc_full, s_full, stats = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, **mma_kwargs(ctx),
+        acc_full, s_full, stats = ref_mma.mma_accumulate(ctx.ops.a, ctx.ops.b, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, **mma_kwargs(ctx),
                                                          with_stats=True, stats_chunk=spec.reduction_chunk)
         acc_full, s_full = acc_full.float(), s_full.double()
     bound0 = tolerance.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k, stats,
@@ -155,8 +155,8 @@ def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]
 
         w_bound = operand_bound(ctx)
         if w_bound is not None:
-            bound0 = bound0 + (ctx.a.double().abs() @ w_bound if ctx.geo.quant_op == "b"
-                               else w_bound @ ctx.b.double().abs())
+            bound0 = bound0 + (ctx.ops.a.double().abs() @ w_bound if ctx.geo.quant_op == "b"
+                               else w_bound @ ctx.ops.b.double().abs())
     return {step: (y, b) for step, y, b in run_epilogue(ctx, acc_full, bound0, 0, Vectors(ctx, None))}
 
 
@@ -236,9 +236,9 @@ def epilogue_stages(ctx: Context, chain, sources: dict) -> list[StageResult]:
 def store_stage(ctx: Context, chain, sources: dict) -> StageResult:
     """D in global memory: chained against the reference over every tile, and teacher-forced per
     tapped tile against the kernel's last epilogue tap placed at its coordinates."""
-    if ctx.output is None:
+    if ctx.ops.output is None:
         return StageResult("epilogue_store", NOT_RUN_STAGE, NOT_RUN_STAGE)
-    out = ctx.output
+    out = ctx.ops.output
     y_ref, b_ref = chain["cast"]
     exact = bool((b_ref == 0).all())
     want = y_ref.to(out.dtype) if exact else y_ref

@@ -109,7 +109,7 @@ def mixing_confound(ctx: Context) -> list[str]:
         taps = ctx.taps.taps_of(ctx.geo.mma_stage_of(op))  # a quantised operand: its dequantised tiles, not its codes
         if not taps:
             continue
-        inp = ctx.operand(op).float().abs().max().item()
+        inp = ctx.ops.operand(op).float().abs().max().item()
         tap_max = max(float(t.values.float().abs().nan_to_num(0).max()) for t in taps)
         if tap_max > 4 * inp:
             out.append(f"load_{op} taps reach {tap_max:.4g} but no input value exceeds {inp:.4g}: the taps may come "

@@ -42,20 +42,20 @@ def abs_operand(x: torch.Tensor) -> torch.Tensor:
 
 def mma_kwargs(ctx: Context) -> dict:
     spec = ctx.geo.spec
-    return dict(acc=spec.acc_dtype, promotion_interval=spec.promotion_interval, scale_a=ctx.block_a,
-                scale_b=ctx.block_b, block_scale_group=ctx.group)
+    return dict(acc=spec.acc_dtype, promotion_interval=spec.promotion_interval, scale_a=ctx.ops.block_a,
+                scale_b=ctx.ops.block_b, block_scale_group=ctx.ops.group)
 
 
 def abs_kwargs(ctx: Context) -> dict:
     """The arguments that make the reference accumulate S = sum |a||b| (times |block scales|)."""
     return dict(mma_kwargs(ctx), acc="fp32", promotion_interval=None,
-                scale_a=ctx.block_a.abs() if ctx.block_a is not None else None,
-                scale_b=ctx.block_b.abs() if ctx.block_b is not None else None)
+                scale_a=ctx.ops.block_a.abs() if ctx.ops.block_a is not None else None,
+                scale_b=ctx.ops.block_b.abs() if ctx.ops.block_b is not None else None)
 
 
 def _block_abs(ctx: Context, tiles, kbs) -> torch.Tensor:
     """|block scale a| |block scale b| of each (tile, k-block) site: [U, BM, BN] (1 unscaled)."""
-    sa, sb = ctx.block_scales_units(tiles, kbs)
+    sa, sb = ctx.ops.block_scales_units(tiles, kbs)
     if sa is None:
         return torch.ones((), device=ctx.geo.dev)
     return sa.abs()[:, :, None] * sb.abs()[:, None, :]
@@ -141,14 +141,14 @@ def _partial_reference(ctx: Context, tiles, kb_begin: int, kb_end: int):
     S: [tiles, k-blocks of the range, BM, BN], local index kb - kb_begin."""
     spec = ctx.geo.spec
     if kb_begin == 0 and kb_end == spec.k_blocks:
-        traj = ref_mma.mma_trajectory(ctx.a, ctx.b, tiles, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, oob_fill=spec.oob_fill,
+        traj = ref_mma.mma_trajectory(ctx.ops.a, ctx.ops.b, tiles, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, oob_fill=spec.oob_fill,
                                       **mma_kwargs(ctx))
-        s_traj = ref_mma.mma_trajectory(abs_operand(ctx.a), abs_operand(ctx.b), tiles, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk,
+        s_traj = ref_mma.mma_trajectory(abs_operand(ctx.ops.a), abs_operand(ctx.ops.b), tiles, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk,
                                         **abs_kwargs(ctx))
     else:
-        traj = ref_mma.partial_trajectory(ctx.a, ctx.b, tiles, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, kb_begin, kb_end,
+        traj = ref_mma.partial_trajectory(ctx.ops.a, ctx.ops.b, tiles, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, kb_begin, kb_end,
                                           oob_fill=spec.oob_fill, **mma_kwargs(ctx))
-        s_traj = ref_mma.partial_trajectory(abs_operand(ctx.a), abs_operand(ctx.b), tiles, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk,
+        s_traj = ref_mma.partial_trajectory(abs_operand(ctx.ops.a), abs_operand(ctx.ops.b), tiles, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk,
                                             kb_begin, kb_end, **abs_kwargs(ctx))
     return traj, s_traj
 
@@ -215,7 +215,7 @@ def _teacher_forced(ctx: Context, refs: _References, units, values, recorded) ->
             parts.append(v)
             ok = rec.all(dim=2) if op == "a" else rec.all(dim=1)  # rows of A, columns of B recorded whole
         if sites:
-            parts.append(ctx.ref_tiles(op, sites))
+            parts.append(ctx.ops.ref_tiles(op, sites))
         pool = torch.cat(parts) if len(parts) > 1 else parts[0]
         index = {id(x): i for i, x in enumerate(own)}
         index.update({("ref",) + site: len(own) + i for i, site in enumerate(sites)})
@@ -262,7 +262,7 @@ def _teacher_forced(ctx: Context, refs: _References, units, values, recorded) ->
             who = torch.tensor([rows[i][0] for i in own], device=ctx.geo.dev)
             span_s = span_s.index_put((who,), span_s[who] - s_blk[o] + s_own)
             s_blk = s_blk.index_put((o,), s_own)
-        sa, sb = ctx.block_scales_units([units[u][1].tile for u, *_ in rows], [j for _, j, _, _ in rows])
+        sa, sb = ctx.ops.block_scales_units([units[u][1].tile for u, *_ in rows], [j for _, j, _, _ in rows])
         new = ref_mma.mma_step(sel(acc).to(traj_dtype), tiles["a"], tiles["b"], acc=spec.acc_dtype,
                                promotion_interval=spec.promotion_interval, scale_a=sa, scale_b=sb)
         acc = new if every else acc.index_put((idx,), new)

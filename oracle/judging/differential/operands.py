@@ -44,7 +44,7 @@ def descriptor_stage(ctx: Context, op: str) -> StageResult:
     parts = []
     if taps:  # every image at once: the references in one launch, one comparison pass
         idx = [tap.tile[0] if op == "a" else tap.tile[1] for tap in taps]
-        want = ref_descriptor.operand_images(ctx.operand(op), op, major, list(zip(idx, [t.k_block for t in taps])),
+        want = ref_descriptor.operand_images(ctx.ops.operand(op), op, major, list(zip(idx, [t.k_block for t in taps])),
                                              block_mn, ctx.geo.bk, sw, spec.oob_fill)
         expected = ref_load.tile_from_image(want, op, major, block_mn, ctx.geo.bk, dname, sw)
         got = torch.stack([t.values for t in taps]).to(ctx.geo.dev)
@@ -115,7 +115,7 @@ def load_stage(ctx: Context, op: str) -> StageResult:
     if op == ctx.geo.quant_op:
         return _stored_load_stage(ctx, taps, op)
     received, recorded = ctx.taps.stack_taps(taps)
-    ref = ctx.ref_tiles(op, [(t.tile, t.k_block) for t in taps])
+    ref = ctx.ops.ref_tiles(op, [(t.tile, t.k_block) for t in taps])
     valid = ctx.geo.valid_units(stage, [t.tile for t in taps], tuple(received.shape[1:]))
     where = [(ctx.geo.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
     ch = ctx.judge_units([Unit(Feed.REFERENCE, *w) for w in where], received, ref, valid=valid, recorded=recorded,
@@ -147,7 +147,7 @@ def _stored_load_stage(ctx: Context, taps, op: str) -> StageResult:
     tf, ch = [], []
     for tap in taps:
         received = tap.values.to(ctx.geo.dev)
-        ref = ctx.geo.orient(ctx.stored_tile(tap.tile, tap.k_block))
+        ref = ctx.geo.orient(ctx.ops.stored_tile(tap.tile, tap.k_block))
         if received.dtype != ref.dtype or received.shape != ref.shape:
             received = received.view(ref.dtype) if received.element_size() == 1 else received
         recorded = ctx.taps.recorded(tap)
