@@ -23,10 +23,17 @@ from kernels_ref import dequant as ref_dequant
 from oracle.judging import tolerance
 from oracle.judging.compare import combine
 from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
+from oracle.judging.differential.judge import Notebook, StageNotes
 from oracle.judging.evidence import Feed
 
 
-def dequant_stage(ctx: Context, op: str) -> StageResult:
+def dequant_stage(ctx: Context, op: str) -> tuple[StageResult, StageNotes]:
+    """The stage of the quantised operand `op`, and what it noted."""
+    nb = Notebook(ctx.geo.dev)
+    return _dequant_stage(ctx, nb, op), nb.notes()
+
+
+def _dequant_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
     stage = f"dequant_{op}"
     taps = ctx.taps.taps_of(stage)
     if not taps:
@@ -38,13 +45,13 @@ def dequant_stage(ctx: Context, op: str) -> StageResult:
         received = tap.values.to(ctx.geo.dev)
         recorded = ctx.taps.recorded(tap)
         valid = ctx.geo.valid_mask(stage, tap.tile, tuple(received.shape))
-        ctx.note_padding(stage, valid, recorded)
+        nb.note_padding(stage, valid, recorded)
         k0, n0 = tap.k_block * ctx.geo.bk, (tap.tile[0] * ctx.geo.bm if op == "a" else tap.tile[1] * ctx.geo.bn)
         where = dict(origin=ctx.geo.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
         stored = ctx.ops.stored_tile(tap.tile, tap.k_block)
         ref = o(ref_dequant.dequant(stored, ctx.ops.q_scales, ctx.ops.q_zeros, cfg, k0=k0, n0=n0))
-        ch.append(ctx.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded,
-                            bound=o(_bound(ctx, stored, k0, n0)), **where))
+        ch.append(nb.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded,
+                           bound=o(_bound(ctx, stored, k0, n0)), **where))
         up = ctx.taps.tap(f"load_{op}", tap.tile, tap.k_block, tap.partial)
         if up is not None:
             own = o(up.values.to(ctx.geo.dev))
@@ -54,12 +61,12 @@ def dequant_stage(ctx: Context, op: str) -> StageResult:
             marks = o(ctx.taps.recorded(up))  # the load's recorded bytes, K along the rows
             if cfg.packed:  # a byte's mark covers the k it holds
                 marks = marks[_byte_rows(marks.shape[0] * per, cfg.packing).to(marks.device)]
-            tf.append(ctx.judge(received, fed, feed=Feed.KERNEL, valid=valid, recorded=recorded, upstream=o(marks),
-                                bound=o(_bound(ctx, own, k0, n0)), **where))
+            tf.append(nb.judge(received, fed, feed=Feed.KERNEL, valid=valid, recorded=recorded, upstream=o(marks),
+                               bound=o(_bound(ctx, own, k0, n0)), **where))
         else:
-            tf.append(ctx.judge(received, ref, feed=Feed.STAND_IN, valid=valid, recorded=recorded,
-                                bound=o(_bound(ctx, stored, k0, n0)),
-                                stand_ins=((f"load_{op}", tap.tile, tap.k_block),), **where))
+            tf.append(nb.judge(received, ref, feed=Feed.STAND_IN, valid=valid, recorded=recorded,
+                               bound=o(_bound(ctx, stored, k0, n0)),
+                               stand_ins=((f"load_{op}", tap.tile, tap.k_block),), **where))
     return StageResult(stage, combine(tf), combine(ch))
 
 

@@ -28,6 +28,7 @@ from oracle import knobs
 from oracle.judging import tolerance
 from oracle.judging.compare import combine
 from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
+from oracle.judging.differential.judge import Notebook, StageNotes, unwritten
 from oracle.judging.differential.mma import abs_kwargs, abs_operand, mma_kwargs
 from oracle.judging.evidence import Feed
 
@@ -192,19 +193,24 @@ def _teacher_forced(ctx: Context, tile, step_index: int, sources: dict):
     return None
 
 
-def undeclared_taps(ctx: Context) -> None:
-    """Taps of epilogue stages the declared epilogue does not have: an open confound."""
+def undeclared_taps(ctx: Context) -> Optional[str]:
+    """Taps of epilogue stages the declared epilogue does not have: an open confound (None: none)."""
     declared = {f"epilogue_{s}" for s in steps_of(ctx.geo.spec)}
     extra = sorted({t.stage for t in ctx.taps.records if t.stage.startswith("epilogue_")} - declared)
-    if extra:
-        ctx.confound(f"the kernel tapped {', '.join(extra)}, which the declared epilogue "
-                     f"({' > '.join(n.token for n in ctx.geo.spec.epilogue_nodes)}) does not have: the kernel's epilogue "
-                     f"is not the one declared, so its taps were not judged; declare the kernel's steps in their "
-                     f"order ([problem] epilogue)")
+    if not extra:
+        return None
+    return (f"the kernel tapped {', '.join(extra)}, which the declared epilogue "
+            f"({' > '.join(n.token for n in ctx.geo.spec.epilogue_nodes)}) does not have: the kernel's epilogue "
+            f"is not the one declared, so its taps were not judged; declare the kernel's steps in their "
+            f"order ([problem] epilogue)")
 
 
-def epilogue_stages(ctx: Context, chain, sources: dict) -> list[StageResult]:
-    undeclared_taps(ctx)
+def epilogue_stages(ctx: Context, chain, sources: dict) -> tuple[list[StageResult], StageNotes]:
+    """The epilogue's steps and the store, in order, and what they noted."""
+    nb = Notebook(ctx.geo.dev)
+    undeclared = undeclared_taps(ctx)
+    if undeclared is not None:
+        nb.confound(undeclared)
     results = []
     for si, step in enumerate(steps_of(ctx.geo.spec)):
         stage = f"epilogue_{step}"
@@ -213,27 +219,27 @@ def epilogue_stages(ctx: Context, chain, sources: dict) -> list[StageResult]:
             received = tap.values.to(ctx.geo.dev)
             recorded = ctx.taps.recorded(tap)
             valid = ctx.geo.valid_mask(stage, tap.tile, tuple(received.shape))
-            ctx.note_padding(stage, valid, recorded)
+            nb.note_padding(stage, valid, recorded)
             where = dict(origin=ctx.geo.origin(stage, tap.tile, None), tile_index=tap.tile)
             y_full, b_full = chain[step]
             exp, bnd = ctx.geo.tile_of(y_full, tap.tile), ctx.geo.tile_of(b_full, tap.tile)
             exact = step == "cast" and bool((bnd == 0).all())
-            ch.append(ctx.judge(received, exp.to(received.dtype) if exact else exp, feed=Feed.REFERENCE, valid=valid,
-                                recorded=recorded, bound=None if exact else bnd, **where))
+            ch.append(nb.judge(received, exp.to(received.dtype) if exact else exp, feed=Feed.REFERENCE, valid=valid,
+                               recorded=recorded, bound=None if exact else bnd, **where))
             fed = _teacher_forced(ctx, tap.tile, si, sources)
             if fed is not None:
                 y, b, upstream, stand_ins, note, assumed = fed
                 exact = bool((b == 0).all()) and y.dtype == received.dtype
-                c = ctx.judge(received, y if exact else y.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL,
-                              valid=valid, recorded=recorded, upstream=upstream, bound=None if exact else b,
-                              stand_ins=stand_ins, assumed=assumed, **where)
+                c = nb.judge(received, y if exact else y.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL,
+                             valid=valid, recorded=recorded, upstream=upstream, bound=None if exact else b,
+                             stand_ins=stand_ins, assumed=assumed, **where)
                 tf.append(c.with_notes(f"fed from {note}"))
         results.append(StageResult(stage, combine(tf) if tf else NOT_RUN_STAGE, combine(ch) if ch else NOT_RUN_STAGE))
-    results.append(store_stage(ctx, chain, sources))
-    return results
+    results.append(store_stage(ctx, nb, chain, sources))
+    return results, nb.notes()
 
 
-def store_stage(ctx: Context, chain, sources: dict) -> StageResult:
+def store_stage(ctx: Context, nb: Notebook, chain, sources: dict) -> StageResult:
     """D in global memory: chained against the reference over every tile, and teacher-forced per
     tapped tile against the kernel's last epilogue tap placed at its coordinates."""
     if ctx.ops.output is None:
@@ -242,9 +248,9 @@ def store_stage(ctx: Context, chain, sources: dict) -> StageResult:
     y_ref, b_ref = chain["cast"]
     exact = bool((b_ref == 0).all())
     want = y_ref.to(out.dtype) if exact else y_ref
-    ch = ctx.judge(out, want, feed=Feed.REFERENCE, valid=torch.ones(out.shape, dtype=torch.bool, device=ctx.geo.dev),
-                   bound=None if exact else b_ref, unwritten=ctx.unwritten(out, y_ref), tile_shape=(ctx.geo.bm, ctx.geo.bn),
-                   max_detail_tiles=knobs.MAX_DETAIL_TILES.get())
+    ch = nb.judge(out, want, feed=Feed.REFERENCE, valid=torch.ones(out.shape, dtype=torch.bool, device=ctx.geo.dev),
+                  bound=None if exact else b_ref, unwritten=unwritten(ctx.ops.poison, out, y_ref),
+                  tile_shape=(ctx.geo.bm, ctx.geo.bn), max_detail_tiles=knobs.MAX_DETAIL_TILES.get())
     tiles = sorted({t.tile for t in ctx.taps.records if t.stage.startswith("epilogue")} | set(sources))
     tf = []
     for tile in tiles:
@@ -257,9 +263,9 @@ def store_stage(ctx: Context, chain, sources: dict) -> StageResult:
         h, w = got.shape
         y, b, upstream = y[:h, :w], b[:h, :w], upstream[:h, :w]
         is_exact = bool((b == 0).all()) and y.dtype == got.dtype
-        c = ctx.judge(got, y if is_exact else y.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL,
-                      valid=torch.ones(got.shape, dtype=torch.bool, device=ctx.geo.dev), upstream=upstream,
-                      bound=None if is_exact else b, stand_ins=stand_ins, unwritten=ctx.unwritten(got, y),
-                      origin=(r0, c0), tile_index=tile, assumed=assumed)
+        c = nb.judge(got, y if is_exact else y.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL,
+                     valid=torch.ones(got.shape, dtype=torch.bool, device=ctx.geo.dev), upstream=upstream,
+                     bound=None if is_exact else b, stand_ins=stand_ins, unwritten=unwritten(ctx.ops.poison, got, y),
+                     origin=(r0, c0), tile_index=tile, assumed=assumed)
         tf.append(c.with_notes(f"fed from {note}"))
     return StageResult("epilogue_store", combine(tf) if tf else NOT_RUN_STAGE, ch)

@@ -27,7 +27,8 @@ from harness.taps import Tap
 from kernels_ref import mma as ref_mma
 from oracle.judging import tolerance
 from oracle.judging.compare import Comparison, Status, TileMetrics, combine
-from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult, Unit
+from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
+from oracle.judging.differential.judge import Notebook, StageNotes, Unit
 from oracle.judging.evidence import Evidence, Feed
 from oracle.problem.partition import PartitionIssue
 
@@ -61,11 +62,17 @@ def _block_abs(ctx: Context, tiles, kbs) -> torch.Tensor:
     return sa.abs()[:, :, None] * sb.abs()[:, None, :]
 
 
-def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
-    """The stage, and the final accumulator tap of each tile's partials: {(tile, partial): tap}, the
-    partial None for a tile that is not split (what the reduction, or the epilogue, is fed with).
-    Every tap is a unit; the units are judged together (Context.judge_units), their references
-    launched once per partial range and once per step of the longest teacher-forced span."""
+def mma_stage(ctx: Context) -> tuple[StageResult, StageNotes, dict]:
+    """The stage, what it noted, and the final accumulator tap of each tile's partials: {(tile,
+    partial): tap}, the partial None for a tile that is not split (what the reduction, or the
+    epilogue, is fed with). Every tap is a unit; the units are judged together (judge_units), their
+    references launched once per partial range and once per step of the longest teacher-forced span."""
+    nb = Notebook(ctx.geo.dev)
+    result, finals = _mma_stage(ctx, nb)
+    return result, nb.notes(), finals
+
+
+def _mma_stage(ctx: Context, nb: Notebook) -> tuple[StageResult, dict]:
     taps = ctx.taps.taps_of("mma")
     finals: dict[tuple, Tap] = {}
     if not taps:
@@ -75,7 +82,7 @@ def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
         part = ctx.geo.partial(t.tile, t.partial)
         kb = part.kb_end - 1 if t.k_block is None else t.k_block
         if not part.holds(kb):
-            ctx.confound(f"mma tile {t.tile} {part.describe()} tapped k-block {kb}, outside its range: the tap is left "
+            nb.confound(f"mma tile {t.tile} {part.describe()} tapped k-block {kb}, outside its range: the tap is left "
                          f"out of the judgement")
             continue
         runs.setdefault((t.tile, t.partial), {})[kb] = t
@@ -93,8 +100,8 @@ def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
         for i, kb in enumerate(kbs):
             units.append((r, by_kb[kb], kb, kbs[i - 1] if i else None))
     values, recorded = ctx.taps.stack_taps([t for _, t, _, _ in units])
-    chained = _chained(ctx, refs, units, values, recorded)
-    forced = _teacher_forced(ctx, refs, units, values, recorded)
+    chained = _chained(ctx, nb, refs, units, values, recorded)
+    forced = _teacher_forced(ctx, nb, refs, units, values, recorded)
     return StageResult("mma", combine(tf + forced), combine(chained)), finals
 
 
@@ -163,7 +170,7 @@ def _from_begin(ctx: Context, t: Tap) -> tuple[str, ...]:
     return ctx.geo.assumed(t.tile, begin=t.partial, end=t.partial if t.k_block is None else None)
 
 
-def _chained(ctx: Context, refs: _References, units, values, recorded) -> list:
+def _chained(ctx: Context, nb: Notebook, refs: _References, units, values, recorded) -> list:
     """Each accumulator tap against the reference trajectory of its partial."""
     spec = ctx.geo.spec
     at = torch.tensor([refs.at(r, kb) for r, _, kb, _ in units], device=ctx.geo.dev)
@@ -172,12 +179,12 @@ def _chained(ctx: Context, refs: _References, units, values, recorded) -> list:
     stats = refs.stats.at(at)
     bound = tolerance.mma_bound(spec, torch.zeros_like(s), s, n_k, stats, x_abs=x.abs())
     valid = ctx.geo.valid_units("mma", [t.tile for _, t, _, _ in units], tuple(values.shape[1:]))
-    return ctx.judge_units([_unit_of(ctx, t, kb, feed=Feed.REFERENCE, assumed=_from_begin(ctx, t))
-                            for _, t, kb, _ in units], values.float(), x.float(), valid=valid, recorded=recorded,
-                           bound=bound, padding="mma")
+    return nb.judge_units([_unit_of(ctx, t, kb, feed=Feed.REFERENCE, assumed=_from_begin(ctx, t))
+                           for _, t, kb, _ in units], values.float(), x.float(), valid=valid, recorded=recorded,
+                          bound=bound, padding="mma")
 
 
-def _teacher_forced(ctx: Context, refs: _References, units, values, recorded) -> list:
+def _teacher_forced(ctx: Context, nb: Notebook, refs: _References, units, values, recorded) -> list:
     """Each accumulator tap against the reference update over its span of k-blocks, started from
     the kernel's nearest earlier accumulator tap of the partial (or zero) and fed with the kernel's
     own operand tiles (the reference's standing in for untapped ones): the spans advance together,
@@ -274,14 +281,14 @@ def _teacher_forced(ctx: Context, refs: _References, units, values, recorded) ->
                        assumed=_from_begin(ctx, t) if j0 is None else
                        ctx.geo.assumed(t.tile, end=t.partial if t.k_block is None else None))
               for u, (_, t, kb, j0) in enumerate(units)]
-    return ctx.judge_units(labels, values.float(), acc.float(), valid=valid, recorded=recorded, upstream=upstream,
-                           bound=bound)
+    return nb.judge_units(labels, values.float(), acc.float(), valid=valid, recorded=recorded, upstream=upstream,
+                          bound=bound)
 
 
 def partition_unit(issue: PartitionIssue, assumed: tuple[str, ...] = ()) -> Comparison:
     """A partition no valid kernel has, as a failing unit of the mma stage at its partial and
     k-block (no element: the fault is which k-blocks were summed, read from the kernel's taps).
-    `assumed`: the assumed boundaries its partial depends on (Context.assumed)."""
+    `assumed`: the assumed boundaries its partial depends on (Geometry.assumed)."""
     nan = float("nan")
     unit = TileMetrics(issue.tile, issue.k_block, compared=0, excluded=0, mismatches=1, max_abs_err=nan,
                        max_rel_err=nan, max_ratio=float("inf"), rel_l2=nan, cosine=nan, amplification=nan,

@@ -11,7 +11,7 @@ that is not split, a tile whose taps name no partial, a stream-K tile one worker
 final mma tap. Which mma tap is a partial's last, and the k-blocks a stand-in partial covers, rest
 on the tile's partition: where the declared rule placed a boundary over untraced k-blocks, the
 reduce units of the tile, and an epilogue fed by anything but the kernel's reduce tap, carry it
-as an open confound (Context.assumed).
+as an open confound (Geometry.assumed).
 """
 
 from __future__ import annotations
@@ -22,13 +22,20 @@ from kernels_ref import reduce as ref_reduce
 from oracle.judging import tolerance
 from oracle.judging.compare import combine
 from oracle.judging.differential.context import NOT_RUN_STAGE, Context, Source, StageResult
+from oracle.judging.differential.judge import Notebook, StageNotes
 from oracle.judging.differential.mma import _partial_reference
 from oracle.judging.evidence import Feed
 from oracle.problem.partition import Partial
 
 
-def reduce_stage(ctx: Context, finals: dict) -> tuple[StageResult, dict]:
-    """The stage, and {tile: Source} for the epilogue."""
+def reduce_stage(ctx: Context, finals: dict) -> tuple[StageResult, StageNotes, dict]:
+    """The stage, what it noted, and {tile: Source} for the epilogue."""
+    nb = Notebook(ctx.geo.dev)
+    result, sources = _reduce_stage(ctx, nb, finals)
+    return result, nb.notes(), sources
+
+
+def _reduce_stage(ctx: Context, nb: Notebook, finals: dict) -> tuple[StageResult, dict]:
     spec = ctx.geo.spec
     tiles = sorted({t.tile for t in ctx.taps.records if t.stage in ("mma", "reduce") or t.stage.startswith("epilogue")})
     sources: dict = {}
@@ -44,7 +51,7 @@ def reduce_stage(ctx: Context, finals: dict) -> tuple[StageResult, dict]:
                 sources[tile] = Source(final.values.to(ctx.geo.dev), ctx.taps.recorded(final), "mma (final accumulator)",
                                        assumed=assumed)
             if tap is not None and final is not None:
-                c_tf, c_ch = _judge(ctx, tap, final.values.to(ctx.geo.dev).float(), ctx.taps.recorded(final), (), 1,
+                c_tf, c_ch = _judge(ctx, nb, tap, final.values.to(ctx.geo.dev).float(), ctx.taps.recorded(final), (), 1,
                                     torch.zeros(ctx.geo.bm, ctx.geo.bn, dtype=torch.float64, device=ctx.geo.dev), None, assumed)
                 tf.append(c_tf)
                 ch.append(c_ch)
@@ -68,7 +75,7 @@ def reduce_stage(ctx: Context, finals: dict) -> tuple[StageResult, dict]:
                                    tuple(stand_ins) + (("reduce", tile, None),), assumed)
             continue
         sources[tile] = Source(tap.values.to(ctx.geo.dev), ctx.taps.recorded(tap), "reduce")
-        c_tf, c_ch = _judge(ctx, tap, summed, recorded, tuple(stand_ins), len(parts), extra,
+        c_tf, c_ch = _judge(ctx, nb, tap, summed, recorded, tuple(stand_ins), len(parts), extra,
                             torch.stack(values), assumed)
         tf.append(c_tf)
         ch.append(c_ch)
@@ -83,19 +90,19 @@ def _tile_reference(ctx: Context, tile, part):
     return traj[0], s_traj[0]
 
 
-def _judge(ctx: Context, tap, expected, upstream, stand_ins, n_parts, extra_bound, parts=None, assumed=()):
+def _judge(ctx: Context, nb: Notebook, tap, expected, upstream, stand_ins, n_parts, extra_bound, parts=None, assumed=()):
     spec = ctx.geo.spec
     received = tap.values.to(ctx.geo.dev).float()
     recorded = ctx.taps.recorded(tap)
     valid = ctx.geo.valid_mask("reduce", tap.tile, tuple(received.shape))
-    ctx.note_padding("reduce", valid, recorded)
+    nb.note_padding("reduce", valid, recorded)
     where = dict(origin=ctx.geo.origin("reduce", tap.tile, None), tile_index=tap.tile)
     abs_sum = parts.abs().sum(0).double() if parts is not None else expected.abs().double()
     bound = tolerance.reduce_bound(abs_sum, n_parts) + extra_bound
-    c_tf = ctx.judge(received, expected, feed=Feed.STAND_IN if stand_ins else Feed.KERNEL, valid=valid,
-                     recorded=recorded, upstream=upstream, bound=bound, stand_ins=stand_ins, assumed=assumed, **where)
+    c_tf = nb.judge(received, expected, feed=Feed.STAND_IN if stand_ins else Feed.KERNEL, valid=valid,
+                    recorded=recorded, upstream=upstream, bound=bound, stand_ins=stand_ins, assumed=assumed, **where)
     traj, s_traj = _tile_reference(ctx, tap.tile, Partial(0, 0, spec.k_blocks))
     full = tolerance.mma_bound(spec, torch.zeros_like(s_traj[-1]), s_traj[-1], spec.k).double()
-    c_ch = ctx.judge(received, traj[-1].float(), feed=Feed.REFERENCE, valid=valid, recorded=recorded,
-                     bound=full + tolerance.reduce_bound(s_traj[-1].double(), n_parts), assumed=assumed, **where)
+    c_ch = nb.judge(received, traj[-1].float(), feed=Feed.REFERENCE, valid=valid, recorded=recorded,
+                    bound=full + tolerance.reduce_bound(s_traj[-1].double(), n_parts), assumed=assumed, **where)
     return c_tf, c_ch
