@@ -109,7 +109,7 @@ def reference_gemm(a, b, d):
     ctx = Context.of(recording_of(a, b, d), d.device)
     spec = ctx.geo.spec
     return lambda: ref_mma.mma_accumulate(ctx.ops.a, ctx.ops.b, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk,
-                                          **mma_kwargs(ctx), with_stats=True, stats_chunk=spec.reduction_chunk)
+                                          **mma_kwargs(ctx.ops), with_stats=True, stats_chunk=spec.reduction_chunk)
 
 
 def profile_text(fn, calls: int = 2) -> str:

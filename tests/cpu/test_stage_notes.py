@@ -31,7 +31,8 @@ def test_a_stage_judged_twice_notes_its_padding_the_same_each_time():
     (_, first), (_, again) = load_stage(ctx, "a"), load_stage(ctx, "a")
     assert [k for k, _ in first.padding] == ["load_a"] and first.padding[0][1] > 0
     assert first.padding == again.padding  # nothing accumulated between the calls
-    (_, mma_first, _), (_, mma_again, _) = mma_stage(ctx), mma_stage(ctx)
+    parts = (ctx.geo, ctx.taps, ctx.ops)
+    (_, mma_first, _), (_, mma_again, _) = mma_stage(*parts), mma_stage(*parts)
     assert [k for k, _ in mma_first.padding] == ["mma"] and mma_first.padding == mma_again.padding
     assert first.compare_s > 0 and not first.confounds
 

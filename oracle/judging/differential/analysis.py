@@ -193,7 +193,7 @@ def _stages(ctx: Context, clock: _Clock) -> tuple[list[StageResult], StageNotes]
     done += [load_stage(ctx, op) for op in ("a", "b")]
     done += [dequant_stage(ctx, op) for op in spec.dequant_operands]
     clock.lap("descriptor_load")
-    mma_result, mma_notes, finals = mma_stage(ctx)
+    mma_result, mma_notes, finals = mma_stage(ctx.geo, ctx.taps, ctx.ops)
     reduce_result, reduce_notes, sources = reduce_stage(ctx, finals)
     done += [(mma_result, mma_notes), (reduce_result, reduce_notes)]
     clock.lap("mma_reduce")

@@ -15,7 +15,8 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-from oracle.problem.partition import Partial, PartitionIssue, TilePartition, observed_partition, partial_of, tile_partials
+from oracle.problem.partition import (Partial, PartitionIssue, TilePartition, observed_partition, partial_of,
+                                      tile_partials)
 from oracle.run.recording import Recording
 
 

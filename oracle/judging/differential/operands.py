@@ -38,29 +38,30 @@ def descriptor_stage(ctx: Context, op: str) -> tuple[StageResult, StageNotes]:
 
 
 def _descriptor_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
-    spec = ctx.geo.spec
+    geo, tapped, ops = ctx.geo, ctx.taps, ctx.ops
+    spec = geo.spec
     stage = f"descriptor_{op}"
-    if op == ctx.geo.quant_op:
-        if ctx.taps.taps_of(stage) or any(d.operand == op for d in ctx.taps.descriptors):
+    if op == geo.quant_op:
+        if tapped.taps_of(stage) or any(d.operand == op for d in tapped.descriptors):
             nb.confound(f"{stage} of a quantised {op.upper()} ({getattr(spec, f'{op}_dtype')}) was recorded but is "
-                         f"not judged: the oracle models no TMA image of stored codes")
+                        f"not judged: the oracle models no TMA image of stored codes")
         return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
     sw = getattr(spec, f"swizzle_{op}")
     major = getattr(spec, f"{op}_major")
     dname = getattr(spec, f"{op}_dtype")
-    block_mn = ctx.geo.bm if op == "a" else ctx.geo.bn
-    taps = ctx.taps.taps_of(stage)
+    block_mn = geo.bm if op == "a" else geo.bn
+    taps = tapped.taps_of(stage)
     parts = []
     if taps:  # every image at once: the references in one launch, one comparison pass
         idx = [tap.tile[0] if op == "a" else tap.tile[1] for tap in taps]
-        want = ref_descriptor.operand_images(ctx.ops.operand(op), op, major, list(zip(idx, [t.k_block for t in taps])),
-                                             block_mn, ctx.geo.bk, sw, spec.oob_fill)
-        expected = ref_load.tile_from_image(want, op, major, block_mn, ctx.geo.bk, dname, sw)
-        got = torch.stack([t.values for t in taps]).to(ctx.geo.dev)
-        received = ref_load.tile_from_image(got, op, major, block_mn, ctx.geo.bk, dname, sw)
-        valid = ctx.geo.valid_units(stage, [t.tile for t in taps], tuple(expected.shape[1:]))
-        units = [Unit(Feed.GLOBAL, ctx.geo.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
-        parts = nb.judge_units(units, received, expected, valid=valid, recorded=ctx.taps.image_elements_units(taps, op),
+        want = ref_descriptor.operand_images(ops.operand(op), op, major, list(zip(idx, [t.k_block for t in taps])),
+                                             block_mn, geo.bk, sw, spec.oob_fill)
+        expected = ref_load.tile_from_image(want, op, major, block_mn, geo.bk, dname, sw)
+        got = torch.stack([t.values for t in taps]).to(geo.dev)
+        received = ref_load.tile_from_image(got, op, major, block_mn, geo.bk, dname, sw)
+        valid = geo.valid_units(stage, [t.tile for t in taps], tuple(expected.shape[1:]))
+        units = [Unit(Feed.GLOBAL, geo.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
+        parts = nb.judge_units(units, received, expected, valid=valid, recorded=tapped.image_elements_units(taps, op),
                                padding=stage)
     fields, map_rows = descriptor_fields(ctx, op)
     if fields is not None:
@@ -75,13 +76,14 @@ def _descriptor_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
 def descriptor_fields(ctx: Context, op: str) -> tuple[Optional[Comparison], int]:
     """Recorded tensor-map fields against the ones the problem implies (None: none recorded), and
     the padding rows past M / N the last padded map covers (0: none)."""
-    recs = [d for d in ctx.taps.descriptors if d.operand == op]
+    geo, tapped = ctx.geo, ctx.taps
+    recs = [d for d in tapped.descriptors if d.operand == op]
     if not recs:
         return None, 0
-    spec = ctx.geo.spec
+    spec = geo.spec
     rows, cols = (spec.m, spec.k) if op == "a" else (spec.k, spec.n)
     want = operand_tensormap(op, getattr(spec, f"{op}_major"), rows, cols, getattr(spec, f"{op}_dtype"),
-                             ctx.geo.bm if op == "a" else ctx.geo.bn, ctx.geo.bk, getattr(spec, f"swizzle_{op}"),
+                             geo.bm if op == "a" else geo.bn, geo.bk, getattr(spec, f"swizzle_{op}"),
                              spec.oob_fill).to_descriptor_record(op)
     mn_axis = mn_dim(op, getattr(spec, f"{op}_major"))
     checks, notes, map_rows = [], [], 0
@@ -119,32 +121,33 @@ def load_stage(ctx: Context, op: str) -> tuple[StageResult, StageNotes]:
 
 
 def _load_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
-    spec = ctx.geo.spec
+    geo, tapped, ops = ctx.geo, ctx.taps, ctx.ops
+    spec = geo.spec
     stage = f"load_{op}"
     sw = getattr(spec, f"swizzle_{op}")
     major = getattr(spec, f"{op}_major")
     dname = getattr(spec, f"{op}_dtype")
-    block_mn = ctx.geo.bm if op == "a" else ctx.geo.bn
-    tma = ctx.geo.has_tma(op)
-    taps = ctx.taps.taps_of(stage)
+    block_mn = geo.bm if op == "a" else geo.bn
+    tma = geo.has_tma(op)
+    taps = tapped.taps_of(stage)
     if not taps:
         return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
-    if op == ctx.geo.quant_op:
+    if op == geo.quant_op:
         return _stored_load_stage(ctx, nb, taps, op)
-    received, recorded = ctx.taps.stack_taps(taps)
-    ref = ctx.ops.ref_tiles(op, [(t.tile, t.k_block) for t in taps])
-    valid = ctx.geo.valid_units(stage, [t.tile for t in taps], tuple(received.shape[1:]))
-    where = [(ctx.geo.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
+    received, recorded = tapped.stack_taps(taps)
+    ref = ops.ref_tiles(op, [(t.tile, t.k_block) for t in taps])
+    valid = geo.valid_units(stage, [t.tile for t in taps], tuple(received.shape[1:]))
+    where = [(geo.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
     ch = nb.judge_units([Unit(Feed.REFERENCE, *w) for w in where], received, ref, valid=valid, recorded=recorded,
                         padding=stage)
-    ups = [ctx.taps.tap(f"descriptor_{op}", t.tile, t.k_block, t.partial) for t in taps]
+    ups = [tapped.tap(f"descriptor_{op}", t.tile, t.k_block, t.partial) for t in taps]
     fed = [i for i, up in enumerate(ups) if up is not None]
     expected, upstream = ref, None
     if fed:  # the kernel's own images, read back through the swizzle
-        rows = torch.tensor(fed, device=ctx.geo.dev)
-        images = torch.stack([ups[i].values for i in fed]).to(ctx.geo.dev)
-        expected = ref.index_put((rows,), ref_load.tile_from_image(images, op, major, block_mn, ctx.geo.bk, dname, sw))
-        upstream = torch.ones_like(recorded).index_put((rows,), ctx.taps.image_elements_units([ups[i] for i in fed], op))
+        rows = torch.tensor(fed, device=geo.dev)
+        images = torch.stack([ups[i].values for i in fed]).to(geo.dev)
+        expected = ref.index_put((rows,), ref_load.tile_from_image(images, op, major, block_mn, geo.bk, dname, sw))
+        upstream = torch.ones_like(recorded).index_put((rows,), tapped.image_elements_units([ups[i] for i in fed], op))
     units = []
     for tap, up, w in zip(taps, ups, where):
         if up is not None:
@@ -160,17 +163,18 @@ def _load_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
 def _stored_load_stage(ctx: Context, nb: Notebook, taps, op: str) -> StageResult:
     """The load of the quantised operand: the stored tile, bit for bit, against the problem's stored
     operand (the load's real input when no TMA image was judged; a packed byte's mask covers both its k)."""
+    geo, tapped, ops = ctx.geo, ctx.taps, ctx.ops
     stage = f"load_{op}"
     tf, ch = [], []
     for tap in taps:
-        received = tap.values.to(ctx.geo.dev)
-        ref = ctx.geo.orient(ctx.ops.stored_tile(tap.tile, tap.k_block))
+        received = tap.values.to(geo.dev)
+        ref = geo.orient(ops.stored_tile(tap.tile, tap.k_block))
         if received.dtype != ref.dtype or received.shape != ref.shape:
             received = received.view(ref.dtype) if received.element_size() == 1 else received
-        recorded = ctx.taps.recorded(tap)
-        valid = ctx.geo.valid_mask(stage, tap.tile, tuple(received.shape))
+        recorded = tapped.recorded(tap)
+        valid = geo.valid_mask(stage, tap.tile, tuple(received.shape))
         nb.note_padding(stage, valid, recorded)
-        where = dict(origin=ctx.geo.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
+        where = dict(origin=geo.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
         ch.append(nb.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded, **where))
         tf.append(nb.judge(received, ref, feed=Feed.GLOBAL, valid=valid, recorded=recorded, **where))
     return StageResult(stage, combine(tf), combine(ch))

@@ -36,45 +36,46 @@ def reduce_stage(ctx: Context, finals: dict) -> tuple[StageResult, StageNotes, d
 
 
 def _reduce_stage(ctx: Context, nb: Notebook, finals: dict) -> tuple[StageResult, dict]:
-    spec = ctx.geo.spec
-    tiles = sorted({t.tile for t in ctx.taps.records if t.stage in ("mma", "reduce") or t.stage.startswith("epilogue")})
+    geo, tapped = ctx.geo, ctx.taps
+    spec = geo.spec
+    tiles = sorted({t.tile for t in tapped.records if t.stage in ("mma", "reduce") or t.stage.startswith("epilogue")})
     sources: dict = {}
     tf, ch = [], []
     for tile in tiles:
-        tap = ctx.taps.tap("reduce", tile)
-        assumed = ctx.geo.assumed(tile, every=True)
-        if ctx.geo.whole(tile):
+        tap = tapped.tap("reduce", tile)
+        assumed = geo.assumed(tile, every=True)
+        if geo.whole(tile):
             final = finals.get((tile, None)) if (tile, None) in finals else finals.get((tile, 0))
             if tap is not None and spec.partitioned:  # the kernel passed the whole tile through its reduction
-                sources[tile] = Source(tap.values.to(ctx.geo.dev), ctx.taps.recorded(tap), "reduce")
+                sources[tile] = Source(tap.values.to(geo.dev), tapped.recorded(tap), "reduce")
             elif final is not None:
-                sources[tile] = Source(final.values.to(ctx.geo.dev), ctx.taps.recorded(final), "mma (final accumulator)",
+                sources[tile] = Source(final.values.to(geo.dev), tapped.recorded(final), "mma (final accumulator)",
                                        assumed=assumed)
             if tap is not None and final is not None:
-                c_tf, c_ch = _judge(ctx, nb, tap, final.values.to(ctx.geo.dev).float(), ctx.taps.recorded(final), (), 1,
-                                    torch.zeros(ctx.geo.bm, ctx.geo.bn, dtype=torch.float64, device=ctx.geo.dev), None, assumed)
+                c_tf, c_ch = _judge(ctx, nb, tap, final.values.to(geo.dev).float(), tapped.recorded(final), (), 1,
+                                    torch.zeros(geo.bm, geo.bn, dtype=torch.float64, device=geo.dev), None, assumed)
                 tf.append(c_tf)
                 ch.append(c_ch)
             continue
-        parts = ctx.geo.partials(tile)
-        values, recorded, stand_ins, extra = [], torch.ones(ctx.geo.bm, ctx.geo.bn, dtype=torch.bool, device=ctx.geo.dev), [], 0
+        parts = geo.partials(tile)
+        values, recorded, stand_ins, extra = [], torch.ones(geo.bm, geo.bn, dtype=torch.bool, device=geo.dev), [], 0
         for p in parts:
             t = finals.get((tile, p.index))
             if t is not None:
-                values.append(t.values.to(ctx.geo.dev).float())
-                recorded &= ctx.taps.recorded(t)
+                values.append(t.values.to(geo.dev).float())
+                recorded &= tapped.recorded(t)
             else:  # the reference partial stands in, with its own bound
                 traj, s_traj = _tile_reference(ctx, tile, p)
                 values.append(traj[-1].float())
                 stand_ins.append(("mma", tile, p.kb_end - 1))
-                n_k = min(p.kb_end * ctx.geo.bk, spec.k) - p.kb_begin * ctx.geo.bk
+                n_k = min(p.kb_end * geo.bk, spec.k) - p.kb_begin * geo.bk
                 extra = extra + tolerance.mma_bound(spec, torch.zeros_like(s_traj[-1]), s_traj[-1], n_k).double()
         summed = ref_reduce.reduce_partials(torch.stack(values))
         if tap is None:
             sources[tile] = Source(summed, recorded, "mma partials through the untapped reduce",
                                    tuple(stand_ins) + (("reduce", tile, None),), assumed)
             continue
-        sources[tile] = Source(tap.values.to(ctx.geo.dev), ctx.taps.recorded(tap), "reduce")
+        sources[tile] = Source(tap.values.to(geo.dev), tapped.recorded(tap), "reduce")
         c_tf, c_ch = _judge(ctx, nb, tap, summed, recorded, tuple(stand_ins), len(parts), extra,
                             torch.stack(values), assumed)
         tf.append(c_tf)
@@ -86,17 +87,19 @@ def _reduce_stage(ctx: Context, nb: Notebook, finals: dict) -> tuple[StageResult
 
 def _tile_reference(ctx: Context, tile, part):
     """The reference accumulator of one partial of one tile after each of its k-blocks, and S."""
-    traj, s_traj = _partial_reference(ctx, [tile], part.kb_begin, part.kb_end)
+    traj, s_traj = _partial_reference(ctx.geo, ctx.ops, [tile], part.kb_begin, part.kb_end)
     return traj[0], s_traj[0]
 
 
-def _judge(ctx: Context, nb: Notebook, tap, expected, upstream, stand_ins, n_parts, extra_bound, parts=None, assumed=()):
-    spec = ctx.geo.spec
-    received = tap.values.to(ctx.geo.dev).float()
-    recorded = ctx.taps.recorded(tap)
-    valid = ctx.geo.valid_mask("reduce", tap.tile, tuple(received.shape))
+def _judge(ctx: Context, nb: Notebook, tap, expected, upstream, stand_ins, n_parts, extra_bound, parts=None,
+           assumed=()):
+    geo, tapped = ctx.geo, ctx.taps
+    spec = geo.spec
+    received = tap.values.to(geo.dev).float()
+    recorded = tapped.recorded(tap)
+    valid = geo.valid_mask("reduce", tap.tile, tuple(received.shape))
     nb.note_padding("reduce", valid, recorded)
-    where = dict(origin=ctx.geo.origin("reduce", tap.tile, None), tile_index=tap.tile)
+    where = dict(origin=geo.origin("reduce", tap.tile, None), tile_index=tap.tile)
     abs_sum = parts.abs().sum(0).double() if parts is not None else expected.abs().double()
     bound = tolerance.reduce_bound(abs_sum, n_parts) + extra_bound
     c_tf = nb.judge(received, expected, feed=Feed.STAND_IN if stand_ins else Feed.KERNEL, valid=valid,
