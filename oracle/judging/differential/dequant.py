@@ -23,14 +23,13 @@ from kernels_ref import dequant as ref_dequant
 from oracle.judging import tolerance
 from oracle.judging.compare import combine
 from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
-from oracle.judging.differential.judge import Notebook, StageNotes
+from oracle.judging.differential.judge import Notebook, StageNotes, with_notes
 from oracle.judging.evidence import Feed
 
 
 def dequant_stage(ctx: Context, op: str) -> tuple[StageResult, StageNotes]:
     """The stage of the quantised operand `op`, and what it noted."""
-    nb = Notebook(ctx.geo.dev)
-    return _dequant_stage(ctx, nb, op), nb.notes()
+    return with_notes(ctx.geo.dev, lambda nb: _dequant_stage(ctx, nb, op))
 
 
 def _dequant_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:

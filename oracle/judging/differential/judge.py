@@ -20,13 +20,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, TypeVar
 
 import torch
 
 from oracle.judging.compare import FAST_MIN_ELEMENTS, Comparison, Status, compare, compare_units
 from oracle.judging.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Evidence, Feed
 
+_T = TypeVar("_T")
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -121,6 +122,12 @@ class Notebook:
 
     def notes(self) -> StageNotes:
         return StageNotes(tuple(self._confounds), tuple(self._padding.items()), self._seconds)
+
+
+def with_notes(dev: torch.device, judged: Callable[[Notebook], _T]) -> tuple[_T, StageNotes]:
+    """`judged(notebook)` with a notebook of its own: what it returns, and the notes it took."""
+    nb = Notebook(dev)
+    return judged(nb), nb.notes()
 
 
 def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[torch.Tensor]:

@@ -25,7 +25,7 @@ from kernels_ref import descriptor as ref_descriptor
 from kernels_ref import load as ref_load
 from oracle.judging.compare import Comparison, Status, combine
 from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
-from oracle.judging.differential.judge import Notebook, StageNotes, Unit
+from oracle.judging.differential.judge import Notebook, StageNotes, Unit, with_notes
 from oracle.judging.evidence import Evidence, Feed, FieldCheck
 
 FIELDS = ("dtype", "global_dims", "global_strides", "box_dims", "element_strides", "swizzle", "oob_fill")
@@ -33,8 +33,7 @@ FIELDS = ("dtype", "global_dims", "global_strides", "box_dims", "element_strides
 
 def descriptor_stage(ctx: Context, op: str) -> tuple[StageResult, StageNotes]:
     """The stage of operand `op`, and what it noted."""
-    nb = Notebook(ctx.geo.dev)
-    return _descriptor_stage(ctx, nb, op), nb.notes()
+    return with_notes(ctx.geo.dev, lambda nb: _descriptor_stage(ctx, nb, op))
 
 
 def _descriptor_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
@@ -116,8 +115,7 @@ def _padded_only(got: tuple, want: tuple, mn_axis: int) -> bool:
 
 def load_stage(ctx: Context, op: str) -> tuple[StageResult, StageNotes]:
     """The stage of operand `op`, and what it noted."""
-    nb = Notebook(ctx.geo.dev)
-    return _load_stage(ctx, nb, op), nb.notes()
+    return with_notes(ctx.geo.dev, lambda nb: _load_stage(ctx, nb, op))
 
 
 def _load_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
