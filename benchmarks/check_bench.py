@@ -106,10 +106,10 @@ def reference_gemm(a, b, d):
     from oracle.judging.differential.mma import mma_kwargs
     from oracle.tools.api import recording_of
 
-    ctx = Context(recording_of(a, b, d), d.device)
-    spec = ctx.spec
-    return lambda: ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **mma_kwargs(ctx), with_stats=True,
-                                          stats_chunk=spec.reduction_chunk)
+    ctx = Context.of(recording_of(a, b, d), d.device)
+    spec = ctx.geo.spec
+    return lambda: ref_mma.mma_accumulate(ctx.ops.a, ctx.ops.b, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk,
+                                          **mma_kwargs(ctx.ops), with_stats=True, stats_chunk=spec.reduction_chunk)
 
 
 def profile_text(fn, calls: int = 2) -> str:

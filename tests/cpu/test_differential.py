@@ -135,7 +135,7 @@ def test_the_cross_checks_host_side_on_a_worker_thread_finds_what_it_finds_inlin
                         lambda *a, **k: (seen.append(torch.get_num_threads()), real_dis(*a, **k))[1])
     ops = make_operands(BASE, "random", 0)
     rec = simulate(BASE, ops, Provenance("random", 0), tap_tiles=[(0, 0)])
-    ctx = Context(rec, torch.device("cpu"))
+    ctx = Context.of(rec, torch.device("cpu"))
     tiles = [(0, 0), (BASE.tiles_m - 1, BASE.tiles_n - 1)]
     inline = cc.start_cross_check(ctx, tiles, background=False).result()
     before = torch.get_num_threads()

@@ -11,7 +11,7 @@ import torch
 from oracle.judging import compare as compare_mod
 from oracle.judging.compare_fast import check_supported, compare_fast
 from oracle.judging.compare_fast import results as fast_results
-from oracle.judging.differential import analyze, context
+from oracle.judging.differential import analyze, judge
 from oracle.run.recording import Recording
 from oracle.tools.api import recording_of
 from zoo_cases import ROOT  # tests/ is on sys.path
@@ -56,7 +56,7 @@ def _same(fast, ref):
 def _both(rec, monkeypatch):
     ref = analyze(rec)
     with monkeypatch.context() as m:
-        m.setattr(context, "compare", _fast_whole_outputs)
+        m.setattr(judge, "compare", _fast_whole_outputs)
         m.setattr(fast_results, "HOST_UNITS", 0)
         fast = analyze(rec)
     return fast, ref

@@ -1,7 +1,10 @@
 """The differential: every stage's reference run on the kernel's own data, teacher-forced and
 chained, and the first divergent stage with the evidence behind it.
 
-- context: the recording on the reference device, masks, and how one comparison is judged;
+- geometry, tap_index, device_operands: what the stages read, each built once and frozen (the
+  tile geometry and partitions, the taps indexed, the tensors on the reference device); context
+  bundles them;
+- judge: how one comparison is judged, and the notes a stage returns (StageNotes);
 - operands: descriptor_a/b and load_a/b; mma: the accumulator per k-block; epilogue: the
   sub-steps, the store and the reference pipeline over the whole output;
 - cross_check: the Triton references against their float64 host specs;

@@ -27,6 +27,7 @@ from oracle.judging.differential.epilogue import epilogue_stages, reference_chai
 from oracle.judging.differential.groups import GroupOutcome, deciding, group_recordings
 from oracle.judging.differential.findings import (FirstDivergence, NonFinite, first_finding, first_nonfinite, mixing_confound,
                                               trace_confounds, unobserved)
+from oracle.judging.differential.judge import StageNotes, fold_notes
 from oracle.judging.differential.mma import mma_stage
 from oracle.judging.differential.operands import descriptor_stage, load_stage
 from oracle.judging.differential.reduce import reduce_stage
@@ -100,7 +101,7 @@ class _Clock:
     boundary notes the host clock and, on a GPU, records an event; `phases` synchronises once, on
     the last event, and a phase ends when both its host work and the device work queued up to its
     boundary are done (the device work queued before the analysis is waited for at the start, so
-    it counts in no phase). `compare` is the time inside the stages' comparisons (Context.judge),
+    it counts in no phase). `compare` is the time inside the stages' comparisons (StageNotes.compare_s),
     a part of the stages' phases."""
 
     def __init__(self, dev: torch.device):
@@ -121,7 +122,7 @@ class _Clock:
         ev = self._event() if self.start is not None else None
         self.marks.append((name, time.perf_counter() - self.t, ev))
 
-    def phases(self, ctx: Context) -> tuple[tuple[str, float], ...]:
+    def phases(self, compare_s: float) -> tuple[tuple[str, float], ...]:
         if self.start is not None and self.marks:
             self.marks[-1][2].synchronize()
         out, prev = [], 0.0
@@ -130,37 +131,37 @@ class _Clock:
             end = max(end, prev)
             out.append((name, (end - prev) * 1e3))
             prev = end
-        return tuple(out) + (("compare", ctx.compare_s * 1e3),)
+        return tuple(out) + (("compare", compare_s * 1e3),)
 
 
 def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analysis:
     spec = rec.spec
     dev = device or reference_device()
     clock = _Clock(dev)
-    ctx = Context(rec, dev)
+    ctx = Context.of(rec, dev)
     clock.lap("context")
     if rec.kernel_error is not None and rec.output is None and not rec.taps:
         diag = first_divergence([], kernel_error=True)
         incomplete = tuple(trace_confounds(ctx))
         return Analysis(rec, (), (), diag, Kind.DRAFT, incomplete, (), None, None, str(dev), incomplete_trace=incomplete)
 
-    tapped = sorted(ctx.traced_tiles)
+    tapped = sorted(ctx.taps.traced_tiles)
     n_check = knobs.CROSS_CHECK_TILES.get()
     sample = tapped[:n_check] or sorted({(0, 0), (spec.tiles_m - 1, spec.tiles_n - 1)})[:n_check]
     pending = start_cross_check(ctx, sample)  # its host side overlaps the stages on a GPU
     clock.lap("cross_check")
     try:
-        stages = _stages(ctx, clock)
+        stages, notes = _stages(ctx, clock)
         cross = tuple(pending.result())
         clock.lap("cross_check_host")
     finally:
         pending.close()
 
     diag = first_divergence([s.outcome for s in stages], kernel_error=rec.kernel_error is not None,
-                            references_trusted=not cross, traced_tiles=ctx.traced_tiles)
+                            references_trusted=not cross, traced_tiles=ctx.taps.traced_tiles)
     handled = ()
-    if ctx.padding_excluded:
-        per = ", ".join(f"{stage} {n}" for stage, n in ctx.padding_excluded.items())
+    if notes.padding:
+        per = ", ".join(f"{stage} {n}" for stage, n in notes.padding)
         handled = (f"padding confound: tap elements past the real extent (rows >= M={spec.m} or columns >= "
                    f"N={spec.n}) feed no valid output and were excluded ({per})",)
     open_conf = list(rec.confounds)
@@ -170,8 +171,8 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     open_conf.extend(mixing_confound(ctx))
     incomplete = tuple(trace_confounds(ctx))
     open_conf.extend(incomplete)
-    open_conf.extend(ctx.open_confounds)  # noticed by the stages: taps that break an assumption of the judgement
-    partition = describe_partitions(spec, ctx.partitions)
+    open_conf.extend(notes.confounds)  # noticed by the tap index and the stages: taps that break an assumption
+    partition = describe_partitions(spec, ctx.geo.partitions)
     if partition is not None:
         handled += (partition,)
     first, kind = first_finding(ctx, stages, diag, confounds=open_conf)
@@ -180,28 +181,31 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     nonfinite, missing = first_nonfinite(stages), tuple(unobserved(ctx, stages))
     clock.lap("findings")
     return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, nonfinite,
-                    str(dev), missing, partition=partition, assumed=ctx.partition_assumptions,
-                    phases=clock.phases(ctx), incomplete_trace=incomplete)
+                    str(dev), missing, partition=partition, assumed=ctx.geo.partition_assumptions,
+                    phases=clock.phases(notes.compare_s), incomplete_trace=incomplete)
 
 
-def _stages(ctx: Context, clock: _Clock) -> list[StageResult]:
-    """Every stage's result, in the pipeline's order."""
-    spec = ctx.spec
-    stages: list[StageResult] = [descriptor_stage(ctx, op) for op in ("a", "b")]
-    stages += [load_stage(ctx, op) for op in ("a", "b")]
-    stages += [dequant_stage(ctx, op) for op in spec.dequant_operands]
+def _stages(ctx: Context, clock: _Clock) -> tuple[list[StageResult], StageNotes]:
+    """Every stage's result, in the pipeline's order, and their notes folded in that order (after
+    what the tap index found in the records)."""
+    spec = ctx.geo.spec
+    done = [descriptor_stage(ctx, op) for op in ("a", "b")]
+    done += [load_stage(ctx, op) for op in ("a", "b")]
+    done += [dequant_stage(ctx, op) for op in spec.dequant_operands]
     clock.lap("descriptor_load")
-    mma_result, finals = mma_stage(ctx)
-    reduce_result, sources = reduce_stage(ctx, finals)
-    stages += [mma_result, reduce_result]
+    mma_result, mma_notes, finals = mma_stage(ctx.geo, ctx.taps, ctx.ops)
+    reduce_result, reduce_notes, sources = reduce_stage(ctx, finals)
+    done += [(mma_result, mma_notes), (reduce_result, reduce_notes)]
     clock.lap("mma_reduce")
     chain = reference_chain(ctx)
     clock.lap("reference_chain")
-    stages.extend(epilogue_stages(ctx, chain, sources))
+    epilogue, epilogue_notes = epilogue_stages(ctx, chain, sources)
     clock.lap("epilogue_store")
+    stages = [result for result, _ in done] + epilogue
+    notes = fold_notes([StageNotes(ctx.taps.confounds)] + [n for _, n in done] + [epilogue_notes])
     assert [s.name for s in stages] == list(pipeline(steps_of(spec), spec.dequant_operands)), \
         "stage order drifted from harness.taps.pipeline"
-    return stages
+    return stages, notes
 
 
 def expected_output(spec, operands, device: Optional[torch.device] = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -220,7 +224,7 @@ def expected_output(spec, operands, device: Optional[torch.device] = None) -> tu
         exact = all(bool((b == 0).all()) for _, b in parts)
         ys = [y if exact else y.float() for y, _ in parts]
         return torch.cat(ys), torch.cat([b for _, b in parts])
-    ctx = Context(rec, device or reference_device())
+    ctx = Context.of(rec, device or reference_device())
     y, b = reference_chain(ctx)["cast"]
     exact = bool((b == 0).all())
     return (y.to(DTYPES[spec.out_dtype].torch) if exact else y.float()), b

@@ -204,9 +204,10 @@ def start_cross_check(ctx: Context, tiles: Sequence[tuple[int, int]],
     """The cross-check's device work launched and its host side pending: on a worker thread when
     `background` (default: references on a GPU, whose stages the host side then overlaps), else run
     by `result`. The split problems' partials are checked here, before it returns."""
+    geo, ops = ctx.geo, ctx.ops
     if background is None:
-        background = ctx.dev.type == "cuda"
-    spec = ctx.spec
+        background = geo.dev.type == "cuda"
+    spec = geo.spec
     tiles = [tuple(t) for t in tiles]
     if not tiles or spec.k_blocks == 0:
         return PendingCrossCheck(list, background=False)
@@ -214,30 +215,30 @@ def start_cross_check(ctx: Context, tiles: Sequence[tuple[int, int]],
     # the Triton side, on the device
     loads = []
     for op in ("a", "b"):
-        ctx.prefetch_ref_tiles(op, [(t, kb) for t in tiles for kb in kbs])
-        x, bmn = ctx.operand(op), (ctx.bm if op == "a" else ctx.bn)
+        ops.prefetch_ref_tiles(op, [(t, kb) for t in tiles for kb in kbs])
+        x, bmn = ops.operand(op), (geo.bm if op == "a" else geo.bn)
         for t in tiles:
             for kb in kbs:
                 i = t[0] if op == "a" else t[1]
-                r0, c0 = (i * bmn, kb * ctx.bk) if op == "a" else (kb * ctx.bk, i * bmn)
-                tr, tc = (bmn, ctx.bk) if op == "a" else (ctx.bk, bmn)
-                loads.append((op, t, kb, ctx.ref_tile(op, t, kb), x[r0:r0 + tr, c0:c0 + tc]))
-    kw = dict(acc=spec.acc_dtype, promotion_interval=spec.promotion_interval, scale_a=ctx.block_a,
-              scale_b=ctx.block_b, block_scale_group=ctx.group, oob_fill=spec.oob_fill)
-    final = ref_mma.mma_trajectory(ctx.a, ctx.b, tiles, ctx.bm, ctx.bn, ctx.bk, **kw)[:, -1]  # [T, BM, BN]
-    rows_at, cols_at = sample_lines(ctx.bm), sample_lines(ctx.bn)
+                r0, c0 = (i * bmn, kb * geo.bk) if op == "a" else (kb * geo.bk, i * bmn)
+                tr, tc = (bmn, geo.bk) if op == "a" else (geo.bk, bmn)
+                loads.append((op, t, kb, ops.ref_tile(op, t, kb), x[r0:r0 + tr, c0:c0 + tc]))
+    kw = dict(acc=spec.acc_dtype, promotion_interval=spec.promotion_interval, scale_a=ops.block_a,
+              scale_b=ops.block_b, block_scale_group=ops.group, oob_fill=spec.oob_fill)
+    final = ref_mma.mma_trajectory(ops.a, ops.b, tiles, geo.bm, geo.bn, geo.bk, **kw)[:, -1]  # [T, BM, BN]
+    rows_at, cols_at = sample_lines(geo.bm), sample_lines(geo.bn)
     epilogues = []
     for t, tile in enumerate(tiles):
         vec = Vectors(ctx, tile)
         x = final[t].float()
-        steps = list(run_epilogue(ctx, x, torch.zeros(x.shape, dtype=torch.float64, device=ctx.dev), 0, vec))
+        steps = list(run_epilogue(ctx, x, torch.zeros(x.shape, dtype=torch.float64, device=geo.dev), 0, vec))
         epilogues.append((vec, x, steps))
     # the float64 spec of the accumulator on the sampled lines: its products on the device
-    base_r = torch.tensor([tm * ctx.bm for tm, _ in tiles])[:, None]
-    base_c = torch.tensor([tn * ctx.bn for _, tn in tiles])[:, None]
+    base_r = torch.tensor([tm * geo.bm for tm, _ in tiles])[:, None]
+    base_c = torch.tensor([tn * geo.bn for _, tn in tiles])[:, None]
     lines_r, lines_c = torch.tensor(rows_at)[None], torch.tensor(cols_at)[None]
-    every_r, every_c = torch.arange(ctx.bm)[None], torch.arange(ctx.bn)[None]
-    sampled = [ref_sample.mma_sample_products(ctx.a, ctx.b, rows, cols, ctx.bm, ctx.bn, ctx.bk, **kw)
+    every_r, every_c = torch.arange(geo.bm)[None], torch.arange(geo.bn)[None]
+    sampled = [ref_sample.mma_sample_products(ops.a, ops.b, rows, cols, geo.bm, geo.bn, geo.bk, **kw)
                for rows, cols in ((base_r + lines_r, base_c + every_c), (base_r + every_r, base_c + lines_c))]
     # one copy to the host
     dev_side = [f for *_, got, box in loads for f in (got, box)]
@@ -261,12 +262,13 @@ def start_cross_check(ctx: Context, tiles: Sequence[tuple[int, int]],
 
 def _host_side(ctx: Context, tiles, loads, sampled, steps_of_tiles, copy: HostCopy) -> list[str]:
     """The comparisons of the copied Triton side against the float64 host specs, on the CPU only."""
-    spec = ctx.spec
+    geo = ctx.geo
+    spec = geo.spec
     problems = []
     host = iter(copy.get())
     for op, tile, kb in loads:
         got, box = next(host), next(host)
-        want = ref_load.load_tile_host(box, op, 0, 0, ctx.bm if op == "a" else ctx.bn, ctx.bk, spec.oob_fill)
+        want = ref_load.load_tile_host(box, op, 0, 0, geo.bm if op == "a" else geo.bn, geo.bk, spec.oob_fill)
         if disagreement(got, want) is not None:
             problems.append(f"load_{op} tile {tile} k-block {kb}: Triton != host spec")
     got_rows, got_cols = next(host), next(host)
@@ -306,16 +308,17 @@ class _HostVectors:
 
 def _partials_cross_check(ctx: Context, tile, a_h, b_h, local) -> list[str]:
     """The partial references (each partial from zero) and the reduction against their host specs."""
-    spec = ctx.spec
+    geo, ops = ctx.geo, ctx.ops
+    spec = geo.spec
     out, finals = [], []
-    for p in ctx.partials(tile):
-        got = ref_mma.partial_trajectory(ctx.a, ctx.b, [tile], ctx.bm, ctx.bn, ctx.bk, p.kb_begin, p.kb_end,
+    for p in geo.partials(tile):
+        got = ref_mma.partial_trajectory(ops.a, ops.b, [tile], geo.bm, geo.bn, geo.bk, p.kb_begin, p.kb_end,
                                          oob_fill=spec.oob_fill, acc=spec.acc_dtype)
-        want = ref_mma.partial_trajectory_host(a_h, b_h, [local], ctx.bm, ctx.bn, ctx.bk, p.kb_begin, p.kb_end,
+        want = ref_mma.partial_trajectory_host(a_h, b_h, [local], geo.bm, geo.bn, geo.bk, p.kb_begin, p.kb_end,
                                                oob_fill=spec.oob_fill, acc=spec.acc_dtype)
-        s = ref_mma.partial_trajectory_host(abs_operand(a_h), abs_operand(b_h), [local], ctx.bm, ctx.bn, ctx.bk,
+        s = ref_mma.partial_trajectory_host(abs_operand(a_h), abs_operand(b_h), [local], geo.bm, geo.bn, geo.bk,
                                             p.kb_begin, p.kb_end, acc="fp32")
-        n_k = min(p.kb_end * ctx.bk, spec.k) - p.kb_begin * ctx.bk
+        n_k = min(p.kb_end * geo.bk, spec.k) - p.kb_begin * geo.bk
         bound = tolerance.mma_bound(spec, torch.zeros_like(s[0, -1]), s[0, -1], n_k)
         c = compare(got[0, -1].cpu().double(), want[0, -1].double(), bound=bound.double(),
                     mask=accumulator_in_range(s[0, -1], spec.acc_dtype))
@@ -355,21 +358,22 @@ def same_values(x: torch.Tensor, y: torch.Tensor) -> bool:
 def _host_operands(ctx: Context, tile):
     """The rows of A and columns of B (and block scales) that one tile reads, on the CPU for the
     float64 host specs, with the tile's index in them: only those cross to the host."""
+    geo, ops = ctx.geo, ctx.ops
     tm, tn = tile
-    sa = ctx.block_a.cpu() if ctx.block_a is not None else None
-    sb = ctx.block_b.cpu() if ctx.block_b is not None else None
-    if sa is not None and (ctx.bm % ctx.group[0] or ctx.bn % ctx.group[1]):
-        return ctx.a.cpu(), ctx.b.cpu(), sa, sb, tile  # block scales that straddle tiles: keep everything
-    a = ctx.a[tm * ctx.bm:(tm + 1) * ctx.bm].cpu()
-    b = ctx.b[:, tn * ctx.bn:(tn + 1) * ctx.bn].cpu()
+    sa = ops.block_a.cpu() if ops.block_a is not None else None
+    sb = ops.block_b.cpu() if ops.block_b is not None else None
+    if sa is not None and (geo.bm % ops.group[0] or geo.bn % ops.group[1]):
+        return ops.a.cpu(), ops.b.cpu(), sa, sb, tile  # block scales that straddle tiles: keep everything
+    a = ops.a[tm * geo.bm:(tm + 1) * geo.bm].cpu()
+    b = ops.b[:, tn * geo.bn:(tn + 1) * geo.bn].cpu()
     if sa is not None:
-        sa = sa[tm * ctx.bm // ctx.group[0]:(tm + 1) * ctx.bm // ctx.group[0]]
-        sb = sb[tn * ctx.bn // ctx.group[1]:(tn + 1) * ctx.bn // ctx.group[1]]
+        sa = sa[tm * geo.bm // ops.group[0]:(tm + 1) * geo.bm // ops.group[0]]
+        sb = sb[tn * geo.bn // ops.group[1]:(tn + 1) * geo.bn // ops.group[1]]
     return a, b, sa, sb, (0, 0)
 
 
 def _host_epilogue_step(ctx, step, x, vec) -> torch.Tensor:
-    spec = ctx.spec
+    spec = ctx.geo.spec
     if step == "scale":
         if vec.row_scale is None and vec.col_scale is None and vec.tensor_scale is None:
             return x

@@ -23,43 +23,50 @@ from kernels_ref import dequant as ref_dequant
 from oracle.judging import tolerance
 from oracle.judging.compare import combine
 from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
+from oracle.judging.differential.judge import Notebook, StageNotes, with_notes
 from oracle.judging.evidence import Feed
 
 
-def dequant_stage(ctx: Context, op: str) -> StageResult:
+def dequant_stage(ctx: Context, op: str) -> tuple[StageResult, StageNotes]:
+    """The stage of the quantised operand `op`, and what it noted."""
+    return with_notes(ctx.geo.dev, lambda nb: _dequant_stage(ctx, nb, op))
+
+
+def _dequant_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
+    geo, tapped, ops = ctx.geo, ctx.taps, ctx.ops
     stage = f"dequant_{op}"
-    taps = ctx.taps_of(stage)
+    taps = tapped.taps_of(stage)
     if not taps:
         return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
-    cfg, o = ctx.quant, ctx.orient
+    cfg, o = geo.quant, geo.orient
     per = 2 if cfg.packed else 1
     tf, ch = [], []
     for tap in taps:
-        received = tap.values.to(ctx.dev)
-        recorded = ctx.recorded(tap)
-        valid = ctx.valid_mask(stage, tap.tile, tuple(received.shape))
-        ctx.note_padding(stage, valid, recorded)
-        k0, n0 = tap.k_block * ctx.bk, (tap.tile[0] * ctx.bm if op == "a" else tap.tile[1] * ctx.bn)
-        where = dict(origin=ctx.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
-        stored = ctx.stored_tile(tap.tile, tap.k_block)
-        ref = o(ref_dequant.dequant(stored, ctx.q_scales, ctx.q_zeros, cfg, k0=k0, n0=n0))
-        ch.append(ctx.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded,
-                            bound=o(_bound(ctx, stored, k0, n0)), **where))
-        up = ctx.tap(f"load_{op}", tap.tile, tap.k_block, tap.partial)
+        received = tap.values.to(geo.dev)
+        recorded = tapped.recorded(tap)
+        valid = geo.valid_mask(stage, tap.tile, tuple(received.shape))
+        nb.note_padding(stage, valid, recorded)
+        k0, n0 = tap.k_block * geo.bk, (tap.tile[0] * geo.bm if op == "a" else tap.tile[1] * geo.bn)
+        where = dict(origin=geo.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
+        stored = ops.stored_tile(tap.tile, tap.k_block)
+        ref = o(ref_dequant.dequant(stored, ops.q_scales, ops.q_zeros, cfg, k0=k0, n0=n0))
+        ch.append(nb.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded,
+                           bound=o(_bound(ctx, stored, k0, n0)), **where))
+        up = tapped.tap(f"load_{op}", tap.tile, tap.k_block, tap.partial)
         if up is not None:
-            own = o(up.values.to(ctx.dev))
+            own = o(up.values.to(geo.dev))
             if own.dtype != stored.dtype:
                 own = own.view(stored.dtype)
-            fed = o(ref_dequant.dequant(own, ctx.q_scales, ctx.q_zeros, cfg, k0=k0, n0=n0))
-            marks = o(ctx.recorded(up))  # the load's recorded bytes, K along the rows
+            fed = o(ref_dequant.dequant(own, ops.q_scales, ops.q_zeros, cfg, k0=k0, n0=n0))
+            marks = o(tapped.recorded(up))  # the load's recorded bytes, K along the rows
             if cfg.packed:  # a byte's mark covers the k it holds
                 marks = marks[_byte_rows(marks.shape[0] * per, cfg.packing).to(marks.device)]
-            tf.append(ctx.judge(received, fed, feed=Feed.KERNEL, valid=valid, recorded=recorded, upstream=o(marks),
-                                bound=o(_bound(ctx, own, k0, n0)), **where))
+            tf.append(nb.judge(received, fed, feed=Feed.KERNEL, valid=valid, recorded=recorded, upstream=o(marks),
+                               bound=o(_bound(ctx, own, k0, n0)), **where))
         else:
-            tf.append(ctx.judge(received, ref, feed=Feed.STAND_IN, valid=valid, recorded=recorded,
-                                bound=o(_bound(ctx, stored, k0, n0)),
-                                stand_ins=((f"load_{op}", tap.tile, tap.k_block),), **where))
+            tf.append(nb.judge(received, ref, feed=Feed.STAND_IN, valid=valid, recorded=recorded,
+                               bound=o(_bound(ctx, stored, k0, n0)),
+                               stand_ins=((f"load_{op}", tap.tile, tap.k_block),), **where))
     return StageResult(stage, combine(tf), combine(ch))
 
 
@@ -71,52 +78,56 @@ def _byte_rows(tk: int, packing: str) -> torch.Tensor:
 def _fields(ctx: Context, stored: torch.Tensor, k0: int, n0: int):
     """q, z, s (float64, CPU) of every element of a stored tile (K along the rows) whose first element
     is (k0, n0)."""
-    cfg = ctx.quant
+    geo, ops = ctx.geo, ctx.ops
+    cfg = geo.quant
     q = ref_dequant.values_of_codes(ref_dequant.unpack_host(stored.cpu(), cfg), cfg.dtype)
     tk, tn = q.shape
-    g = ((k0 + torch.arange(tk)) // cfg.group_size).clamp(max=ctx.q_scales.shape[0] - 1)
-    col = (n0 + torch.arange(tn)).clamp(max=ctx.q_scales.shape[1] - 1)
-    s = ref_dequant.scale_values_host(ctx.q_scales.cpu(), cfg.scale_dtype)[g[:, None], col[None, :]]
-    z = torch.zeros_like(s) if cfg.zeros == "none" else ctx.q_zeros.cpu().double()[g[:, None], col[None, :]]
+    g = ((k0 + torch.arange(tk)) // cfg.group_size).clamp(max=ops.q_scales.shape[0] - 1)
+    col = (n0 + torch.arange(tn)).clamp(max=ops.q_scales.shape[1] - 1)
+    s = ref_dequant.scale_values_host(ops.q_scales.cpu(), cfg.scale_dtype)[g[:, None], col[None, :]]
+    z = torch.zeros_like(s) if cfg.zeros == "none" else ops.q_zeros.cpu().double()[g[:, None], col[None, :]]
     return q, z, s  # q as stored: the float_offset form's centre is the bound's to subtract
 
 
 def _bound(ctx: Context, stored: torch.Tensor, k0: int, n0: int) -> Optional[torch.Tensor]:
-    cfg = ctx.quant
+    geo = ctx.geo
+    cfg = geo.quant
     kw = dict(out_dtype=cfg.out_dtype, precision=cfg.precision, zeros=cfg.zeros, scale_dtype=cfg.scale_dtype,
               centre=cfg.centre)
     if tolerance.dequant_bound(torch.zeros(1), torch.zeros(1), torch.zeros(1), **kw) is None:
         return None
     q, z, s = _fields(ctx, stored, k0, n0)
-    return tolerance.dequant_bound(q, z, s, **kw).to(ctx.dev)
+    return tolerance.dequant_bound(q, z, s, **kw).to(geo.dev)
 
 
 def operand_bound(ctx: Context) -> Optional[torch.Tensor]:
     """The dequant bound of the whole quantised operand in its own orientation (B [K, N], A [M, K];
     float64; None where the declared dequant is exact)."""
-    return ctx.orient(_bound(ctx, ctx.q_stored, 0, 0))
+    geo, ops = ctx.geo, ctx.ops
+    return geo.orient(_bound(ctx, ops.q_stored, 0, 0))
 
 
 def group_of(ctx: Context, k: int) -> int:
-    return k // ctx.quant.group_size
+    return k // ctx.geo.quant.group_size
 
 
 def hint(ctx: Context, row: int, col: int, received: float) -> Optional[str]:
     """The scale group of element (row, col) of the quantised operand (B's (k, n), A's (m, k)) and the
     single-field mistakes its received value matches, read from the problem's stored operand, scales
     and zero points."""
-    cfg, spec, op = ctx.quant, ctx.spec, ctx.quant_op
+    geo, ops = ctx.geo, ctx.ops
+    cfg, spec, op = geo.quant, geo.spec, geo.quant_op
     k, n = (col, row) if op == "a" else (row, col)  # n: B's column, or A's row
-    if not (0 <= k < spec.k and 0 <= n < ctx.q_stored.shape[1]):
+    if not (0 <= k < spec.k and 0 <= n < ops.q_stored.shape[1]):
         return None
     X, line = op.upper(), ("row m" if op == "a" else "column n")
     gs = cfg.group_size
     g = k // gs
-    n_groups = ctx.q_scales.shape[0]
-    codes = ref_dequant.unpack_host(ctx.q_stored[:, n:n + 1].cpu(), cfg)
+    n_groups = ops.q_scales.shape[0]
+    codes = ref_dequant.unpack_host(ops.q_stored[:, n:n + 1].cpu(), cfg)
     qs = ref_dequant.values_of_codes(codes[:, 0], cfg.dtype)
-    s_all = ref_dequant.scale_values_host(ctx.q_scales.cpu(), cfg.scale_dtype)[:, n]
-    z_all = torch.zeros_like(s_all) if cfg.zeros == "none" else ctx.q_zeros.cpu().double()[:, n]
+    s_all = ref_dequant.scale_values_host(ops.q_scales.cpu(), cfg.scale_dtype)[:, n]
+    z_all = torch.zeros_like(s_all) if cfg.zeros == "none" else ops.q_zeros.cpu().double()[:, n]
 
     def w(q, z, s) -> float:
         one = [torch.tensor([[v]], dtype=torch.float64) for v in (q, z, s)]

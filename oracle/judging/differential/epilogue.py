@@ -28,6 +28,7 @@ from oracle import knobs
 from oracle.judging import tolerance
 from oracle.judging.compare import combine
 from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
+from oracle.judging.differential.judge import Notebook, StageNotes, unwritten
 from oracle.judging.differential.mma import abs_kwargs, abs_operand, mma_kwargs
 from oracle.judging.evidence import Feed
 
@@ -36,24 +37,25 @@ class Vectors:
     """The epilogue's per-row / per-column operands, for the whole output or one tile."""
 
     def __init__(self, ctx: Context, tile: Optional[tuple[int, int]]):
-        spec = ctx.spec
+        geo, ops = ctx.geo, ctx.ops
+        spec = geo.spec
         if tile is None:
             r0, c0, h, w = 0, 0, spec.m, spec.n
-            self.c = ctx.c
+            self.c = ops.c
         else:
-            r0, c0, h, w = tile[0] * ctx.bm, tile[1] * ctx.bn, ctx.bm, ctx.bn
+            r0, c0, h, w = tile[0] * geo.bm, tile[1] * geo.bn, geo.bm, geo.bn
             self.c = None
-            if ctx.c is not None:
-                self.c = torch.zeros(h, w, dtype=ctx.c.dtype, device=ctx.dev)
-                part = ctx.c[r0:r0 + h, c0:c0 + w]
+            if ops.c is not None:
+                self.c = torch.zeros(h, w, dtype=ops.c.dtype, device=geo.dev)
+                part = ops.c[r0:r0 + h, c0:c0 + w]
                 self.c[:part.shape[0], :part.shape[1]] = part
-        sl = (lambda v, s, n: v if tile is None else ctx.tile_slice(v, s, n))
-        self.row_scale = sl(ctx.row_scale, r0, h)
-        self.col_scale = sl(ctx.col_scale, c0, w)
-        self.tensor_scale = ctx.tensor_scale
+        sl = (lambda v, s, n: v if tile is None else geo.tile_slice(v, s, n))
+        self.row_scale = sl(ops.row_scale, r0, h)
+        self.col_scale = sl(ops.col_scale, c0, w)
+        self.tensor_scale = ops.tensor_scale
         self.bias = None
-        if ctx.bias is not None:
-            self.bias = sl(ctx.bias, r0, h) if spec.bias == "row" else sl(ctx.bias, c0, w)
+        if ops.bias is not None:
+            self.bias = sl(ops.bias, r0, h) if spec.bias == "row" else sl(ops.bias, c0, w)
 
 
 def step_acts(spec, step: str) -> bool:
@@ -83,7 +85,7 @@ def steps_of(spec) -> tuple[str, ...]:
 def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step: int, vec: Vectors):
     """Run the declared epilogue's nodes from index `first_step` on, carrying the bound. Yields
     (step, y, bound); a node that rounds yields its rounded value."""
-    spec = ctx.spec
+    spec = ctx.geo.spec
     x = x.float()
     for node in spec.epilogue_nodes[first_step:]:
         step = node.step
@@ -136,27 +138,28 @@ def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step:
 
 def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """The reference pipeline over the whole output: each epilogue step's values and bound."""
-    spec = ctx.spec
+    geo, ops = ctx.geo, ctx.ops
+    spec = geo.spec
     stats = None
     if spec.acc_dtype == "int32":
-        acc_full = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **mma_kwargs(ctx)).float()
-        s_full = ref_mma.mma_accumulate(abs_operand(ctx.a), abs_operand(ctx.b), ctx.bm, ctx.bn, ctx.bk,
-                                        **abs_kwargs(ctx)).double()
+        acc_full = ref_mma.mma_accumulate(ops.a, ops.b, geo.bm, geo.bn, geo.bk, **mma_kwargs(ctx.ops)).float()
+        s_full = ref_mma.mma_accumulate(abs_operand(ops.a), abs_operand(ops.b), geo.bm, geo.bn, geo.bk,
+                                        **abs_kwargs(ctx.ops)).double()
     else:  # the accumulator, S and the partial-sum statistics the accumulation bound reads, in one pass
-        acc_full, s_full, stats = ref_mma.mma_accumulate(ctx.a, ctx.b, ctx.bm, ctx.bn, ctx.bk, **mma_kwargs(ctx),
+        acc_full, s_full, stats = ref_mma.mma_accumulate(ops.a, ops.b, geo.bm, geo.bn, geo.bk, **mma_kwargs(ctx.ops),
                                                          with_stats=True, stats_chunk=spec.reduction_chunk)
         acc_full, s_full = acc_full.float(), s_full.double()
     bound0 = tolerance.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k, stats,
                                  x_abs=acc_full.double().abs()).double()
     if spec.partitioned:  # the partials' reduction, in whatever order the kernel sums them
-        bound0 = bound0 + tolerance.reduce_bound(s_full, ctx.max_partials())
-    if ctx.quant is not None:  # the kernel's dequantised operand may differ from the reference's within its bound
+        bound0 = bound0 + tolerance.reduce_bound(s_full, geo.max_partials())
+    if geo.quant is not None:  # the kernel's dequantised operand may differ from the reference's within its bound
         from oracle.judging.differential.dequant import operand_bound
 
         w_bound = operand_bound(ctx)
         if w_bound is not None:
-            bound0 = bound0 + (ctx.a.double().abs() @ w_bound if ctx.quant_op == "b"
-                               else w_bound @ ctx.b.double().abs())
+            bound0 = bound0 + (ops.a.double().abs() @ w_bound if geo.quant_op == "b"
+                               else w_bound @ ops.b.double().abs())
     return {step: (y, b) for step, y, b in run_epilogue(ctx, acc_full, bound0, 0, Vectors(ctx, None))}
 
 
@@ -166,23 +169,24 @@ def _teacher_forced(ctx: Context, tile, step_index: int, sources: dict):
     source: the final mma tap, the reduce tap, or the partials summed). Returns (values, bound,
     recorded mask of the source, stand-ins, note, the partition assumptions the source rests on) or
     None when nothing upstream was tapped."""
-    spec = ctx.spec
+    geo, tapped = ctx.geo, ctx.taps
+    spec = geo.spec
     steps = steps_of(spec)
     for up in range(step_index - 1, -2, -1):
-        src = ctx.tap(f"epilogue_{steps[up]}", tile) if up >= 0 else sources.get(tile)
+        src = tapped.tap(f"epilogue_{steps[up]}", tile) if up >= 0 else sources.get(tile)
         if src is None:
             continue
         skipped = [s for s in steps[up + 1:step_index] if step_acts(spec, s)]
         stand_ins = tuple((f"epilogue_{s}", tile, None) for s in skipped)
         assumed = () if up >= 0 else tuple(src.assumed)
         if up >= 0:
-            name, recorded = f"the kernel's {src.stage} tap", ctx.recorded(src)
+            name, recorded = f"the kernel's {src.stage} tap", tapped.recorded(src)
         else:
             name, recorded = f"the kernel's {src.name}", src.recorded
             stand_ins = tuple(src.stand_ins) + stand_ins
         note = name + (f" through untapped {', '.join(f'epilogue_{s}' for s in skipped)}" if skipped else "")
-        y = src.values.to(ctx.dev)
-        b = torch.zeros(y.shape, dtype=torch.float64, device=ctx.dev)
+        y = src.values.to(geo.dev)
+        b = torch.zeros(y.shape, dtype=torch.float64, device=geo.dev)
         last = min(step_index, len(steps) - 1)  # the store runs every step up to the cast
         if up < last:
             for step, y, b in run_epilogue(ctx, y, b, up + 1, Vectors(ctx, tile)):
@@ -192,74 +196,82 @@ def _teacher_forced(ctx: Context, tile, step_index: int, sources: dict):
     return None
 
 
-def undeclared_taps(ctx: Context) -> None:
-    """Taps of epilogue stages the declared epilogue does not have: an open confound."""
-    declared = {f"epilogue_{s}" for s in steps_of(ctx.spec)}
-    extra = sorted({t.stage for t in ctx.rec.taps if t.stage.startswith("epilogue_")} - declared)
-    if extra:
-        ctx.confound(f"the kernel tapped {', '.join(extra)}, which the declared epilogue "
-                     f"({' > '.join(n.token for n in ctx.spec.epilogue_nodes)}) does not have: the kernel's epilogue "
-                     f"is not the one declared, so its taps were not judged; declare the kernel's steps in their "
-                     f"order ([problem] epilogue)")
+def undeclared_taps(ctx: Context) -> Optional[str]:
+    """Taps of epilogue stages the declared epilogue does not have: an open confound (None: none)."""
+    geo, tapped = ctx.geo, ctx.taps
+    declared = {f"epilogue_{s}" for s in steps_of(geo.spec)}
+    extra = sorted({t.stage for t in tapped.records if t.stage.startswith("epilogue_")} - declared)
+    if not extra:
+        return None
+    return (f"the kernel tapped {', '.join(extra)}, which the declared epilogue "
+            f"({' > '.join(n.token for n in geo.spec.epilogue_nodes)}) does not have: the kernel's epilogue "
+            f"is not the one declared, so its taps were not judged; declare the kernel's steps in their "
+            f"order ([problem] epilogue)")
 
 
-def epilogue_stages(ctx: Context, chain, sources: dict) -> list[StageResult]:
-    undeclared_taps(ctx)
+def epilogue_stages(ctx: Context, chain, sources: dict) -> tuple[list[StageResult], StageNotes]:
+    """The epilogue's steps and the store, in order, and what they noted."""
+    geo, tapped = ctx.geo, ctx.taps
+    nb = Notebook(geo.dev)
+    undeclared = undeclared_taps(ctx)
+    if undeclared is not None:
+        nb.confound(undeclared)
     results = []
-    for si, step in enumerate(steps_of(ctx.spec)):
+    for si, step in enumerate(steps_of(geo.spec)):
         stage = f"epilogue_{step}"
         tf, ch = [], []
-        for tap in ctx.taps_of(stage):
-            received = tap.values.to(ctx.dev)
-            recorded = ctx.recorded(tap)
-            valid = ctx.valid_mask(stage, tap.tile, tuple(received.shape))
-            ctx.note_padding(stage, valid, recorded)
-            where = dict(origin=ctx.origin(stage, tap.tile, None), tile_index=tap.tile)
+        for tap in tapped.taps_of(stage):
+            received = tap.values.to(geo.dev)
+            recorded = tapped.recorded(tap)
+            valid = geo.valid_mask(stage, tap.tile, tuple(received.shape))
+            nb.note_padding(stage, valid, recorded)
+            where = dict(origin=geo.origin(stage, tap.tile, None), tile_index=tap.tile)
             y_full, b_full = chain[step]
-            exp, bnd = ctx.tile_of(y_full, tap.tile), ctx.tile_of(b_full, tap.tile)
+            exp, bnd = geo.tile_of(y_full, tap.tile), geo.tile_of(b_full, tap.tile)
             exact = step == "cast" and bool((bnd == 0).all())
-            ch.append(ctx.judge(received, exp.to(received.dtype) if exact else exp, feed=Feed.REFERENCE, valid=valid,
-                                recorded=recorded, bound=None if exact else bnd, **where))
+            ch.append(nb.judge(received, exp.to(received.dtype) if exact else exp, feed=Feed.REFERENCE, valid=valid,
+                               recorded=recorded, bound=None if exact else bnd, **where))
             fed = _teacher_forced(ctx, tap.tile, si, sources)
             if fed is not None:
                 y, b, upstream, stand_ins, note, assumed = fed
                 exact = bool((b == 0).all()) and y.dtype == received.dtype
-                c = ctx.judge(received, y if exact else y.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL,
-                              valid=valid, recorded=recorded, upstream=upstream, bound=None if exact else b,
-                              stand_ins=stand_ins, assumed=assumed, **where)
+                c = nb.judge(received, y if exact else y.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL,
+                             valid=valid, recorded=recorded, upstream=upstream, bound=None if exact else b,
+                             stand_ins=stand_ins, assumed=assumed, **where)
                 tf.append(c.with_notes(f"fed from {note}"))
         results.append(StageResult(stage, combine(tf) if tf else NOT_RUN_STAGE, combine(ch) if ch else NOT_RUN_STAGE))
-    results.append(store_stage(ctx, chain, sources))
-    return results
+    results.append(store_stage(ctx, nb, chain, sources))
+    return results, nb.notes()
 
 
-def store_stage(ctx: Context, chain, sources: dict) -> StageResult:
+def store_stage(ctx: Context, nb: Notebook, chain, sources: dict) -> StageResult:
     """D in global memory: chained against the reference over every tile, and teacher-forced per
     tapped tile against the kernel's last epilogue tap placed at its coordinates."""
-    if ctx.output is None:
+    geo, tapped, ops = ctx.geo, ctx.taps, ctx.ops
+    if ops.output is None:
         return StageResult("epilogue_store", NOT_RUN_STAGE, NOT_RUN_STAGE)
-    out = ctx.output
+    out = ops.output
     y_ref, b_ref = chain["cast"]
     exact = bool((b_ref == 0).all())
     want = y_ref.to(out.dtype) if exact else y_ref
-    ch = ctx.judge(out, want, feed=Feed.REFERENCE, valid=torch.ones(out.shape, dtype=torch.bool, device=ctx.dev),
-                   bound=None if exact else b_ref, unwritten=ctx.unwritten(out, y_ref), tile_shape=(ctx.bm, ctx.bn),
-                   max_detail_tiles=knobs.MAX_DETAIL_TILES.get())
-    tiles = sorted({t.tile for t in ctx.rec.taps if t.stage.startswith("epilogue")} | set(sources))
+    ch = nb.judge(out, want, feed=Feed.REFERENCE, valid=torch.ones(out.shape, dtype=torch.bool, device=geo.dev),
+                  bound=None if exact else b_ref, unwritten=unwritten(ops.poison, out, y_ref),
+                  tile_shape=(geo.bm, geo.bn), max_detail_tiles=knobs.MAX_DETAIL_TILES.get())
+    tiles = sorted({t.tile for t in tapped.records if t.stage.startswith("epilogue")} | set(sources))
     tf = []
     for tile in tiles:
-        fed = _teacher_forced(ctx, tile, len(steps_of(ctx.spec)), sources)
+        fed = _teacher_forced(ctx, tile, len(steps_of(geo.spec)), sources)
         if fed is None:
             continue
         y, b, upstream, stand_ins, note, assumed = fed
-        r0, c0 = tile[0] * ctx.bm, tile[1] * ctx.bn
-        got = out[r0:r0 + ctx.bm, c0:c0 + ctx.bn]
+        r0, c0 = tile[0] * geo.bm, tile[1] * geo.bn
+        got = out[r0:r0 + geo.bm, c0:c0 + geo.bn]
         h, w = got.shape
         y, b, upstream = y[:h, :w], b[:h, :w], upstream[:h, :w]
         is_exact = bool((b == 0).all()) and y.dtype == got.dtype
-        c = ctx.judge(got, y if is_exact else y.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL,
-                      valid=torch.ones(got.shape, dtype=torch.bool, device=ctx.dev), upstream=upstream,
-                      bound=None if is_exact else b, stand_ins=stand_ins, unwritten=ctx.unwritten(got, y),
-                      origin=(r0, c0), tile_index=tile, assumed=assumed)
+        c = nb.judge(got, y if is_exact else y.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL,
+                     valid=torch.ones(got.shape, dtype=torch.bool, device=geo.dev), upstream=upstream,
+                     bound=None if is_exact else b, stand_ins=stand_ins, unwritten=unwritten(ops.poison, got, y),
+                     origin=(r0, c0), tile_index=tile, assumed=assumed)
         tf.append(c.with_notes(f"fed from {note}"))
     return StageResult("epilogue_store", combine(tf) if tf else NOT_RUN_STAGE, ch)

@@ -68,7 +68,7 @@ def trace_confounds(ctx: Context) -> list[str]:
             stages = [s for s, _ in acc.dropped_by_stage]
             by = ", ".join(f"{s} {n}" for s, n in acc.dropped_by_stage)
         else:
-            stages = sorted({t.stage for t in ctx.rec.taps}, key=stage_rank)
+            stages = sorted({t.stage for t in ctx.taps.records}, key=stage_rank)
             by = "stages not recorded by this sink version"
         lost = "; ".join(filter(None, (_lost_sites(ctx, s) for s in stages)))
         out.append(f"incomplete trace: {acc.dropped} tap record(s) were dropped because the {acc.capacity}-byte sink "
@@ -83,14 +83,15 @@ def trace_confounds(ctx: Context) -> list[str]:
 
 def _lost_sites(ctx: Context, stage: str) -> str:
     """Selected sites of `stage` with no tap, and taps of it with unrecorded elements."""
-    spec, sel = ctx.spec, ctx.rec.trace.selection
-    partial = [(t.stage, t.tile, t.k_block) for t in ctx.taps_of(stage)
+    geo, tapped = ctx.geo, ctx.taps
+    spec, sel = geo.spec, ctx.rec.trace.selection
+    partial = [(t.stage, t.tile, t.k_block) for t in tapped.taps_of(stage)
                if t.mask is not None and not bool(t.mask.all())]
     tiles = [(tm, tn) for tm in range(spec.tiles_m) for tn in range(spec.tiles_n) if sel.records_tile((tm, tn))] \
         if spec.tiles_m * spec.tiles_n <= MAX_LISTED_SITES else []
     has_kb = stage in DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES or stage == "mma"
     kbs = [kb for kb in range(spec.k_blocks) if sel.records_k_block(kb)] if has_kb else [None]
-    present = {(t.tile, t.k_block) for t in ctx.taps_of(stage)}
+    present = {(t.tile, t.k_block) for t in tapped.taps_of(stage)}
     absent = [(stage, t, kb) for t in tiles for kb in kbs if (t, kb) not in present][:MAX_LISTED_SITES]
     parts = []
     if absent:
@@ -102,14 +103,15 @@ def _lost_sites(ctx: Context, stage: str) -> str:
 
 def mixing_confound(ctx: Context) -> list[str]:
     """Operand taps far larger than any input value suggest taps from another layer or config."""
+    geo, tapped, ops = ctx.geo, ctx.taps, ctx.ops
     if ctx.rec.provenance.controlled:
         return []
     out = []
     for op in ("a", "b"):
-        taps = ctx.taps_of(ctx.mma_stage_of(op))  # a quantised operand: its dequantised tiles, not its codes
+        taps = tapped.taps_of(geo.mma_stage_of(op))  # a quantised operand: its dequantised tiles, not its codes
         if not taps:
             continue
-        inp = ctx.operand(op).float().abs().max().item()
+        inp = ops.operand(op).float().abs().max().item()
         tap_max = max(float(t.values.float().abs().nan_to_num(0).max()) for t in taps)
         if tap_max > 4 * inp:
             out.append(f"load_{op} taps reach {tap_max:.4g} but no input value exceeds {inp:.4g}: the taps may come "
@@ -138,6 +140,7 @@ def rerun_command(command: Sequence[str], tiles: Sequence[tuple[int, int]]) -> O
 
 def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, *, confounds: Sequence[str]) \
         -> tuple[Optional[FirstDivergence], Kind]:
+    geo = ctx.geo
     controlled = ctx.rec.provenance.controlled
     if diag.verdict is not Verdict.DIVERGED:
         return None, evidence_kind(diag, inputs_controlled=controlled, confounds=confounds)
@@ -176,7 +179,7 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
     if assumed:
         if "no open confound" not in missing:
             missing.append("no open confound")
-        kbs = sorted({kb for part in ctx.partitions.values() for a in part.assumed if a.describe() in assumed
+        kbs = sorted({kb for part in geo.partitions.values() for a in part.assumed if a.describe() in assumed
                       for kb in a.untraced})
         missing.append(f"a trace of k-block{'s' if len(kbs) > 1 else ''} {kb_ranges(kbs)}, where the partition "
                        f"boundary was assumed (--trace-k-blocks with them): the kernel's taps then place it")
@@ -190,9 +193,9 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
     in_tile = None
     if el:
         if st.name == "epilogue_store":
-            in_tile = (el.row - unit.tile[0] * ctx.bm, el.col - unit.tile[1] * ctx.bn)
+            in_tile = (el.row - unit.tile[0] * geo.bm, el.col - unit.tile[1] * geo.bn)
         else:
-            o = ctx.origin(st.name, unit.tile, unit.k_block)
+            o = geo.origin(st.name, unit.tile, unit.k_block)
             in_tile = (el.row - o[0], el.col - o[1])
     return FirstDivergence(st.name, unit.tile, unit.k_block, element, in_tile, el.received if el else None,
                            el.expected if el else None, el.bound if el else None, kind, which,
@@ -234,10 +237,11 @@ def _chosen_unit(cmp: Comparison, diag: Diagnosis) -> Optional[TileMetrics]:
 
 
 def _acts(ctx: Context, stage: str) -> bool:
+    geo = ctx.geo
     if stage.startswith("epilogue_") and stage != "epilogue_store":
-        return step_acts(ctx.spec, stage[len("epilogue_"):])
+        return step_acts(geo.spec, stage[len("epilogue_"):])
     if stage in DESCRIPTOR_STAGES:
-        return ctx.has_tma(stage[-1])
+        return geo.has_tma(stage[-1])
     return True
 
 
@@ -245,33 +249,34 @@ def _partition_hint(ctx: Context, stage: str, unit: TileMetrics) -> Optional[str
     """What a failing mma unit made of a partition issue (oracle.problem.partition) says."""
     if stage != "mma":
         return None
-    return next((i.describe() for i in ctx.partition_issues
+    return next((i.describe() for i in ctx.geo.partition_issues
                  if (i.tile, i.partial, i.k_block) == (unit.tile, unit.partial, unit.k_block)), None)
 
 
 def _hint(ctx: Context, stage: str, el) -> Optional[str]:
+    geo = ctx.geo
     if el is None:
         return None
     if el.unwritten:
         return (f"the output element still holds the 0x{ctx.rec.output_poison:02X} poison the harness wrote before the "
                 f"launch: the kernel never wrote it")
     ladder = ctx.rec.provenance.ladder
-    if ctx.quant is not None and stage == f"dequant_{ctx.quant_op}":
+    if geo.quant is not None and stage == f"dequant_{geo.quant_op}":
         from oracle.judging.differential.dequant import hint
 
         return hint(ctx, el.row, el.col, el.received)
-    if ctx.quant is not None and stage.endswith(f"_{ctx.quant_op}"):
+    if geo.quant is not None and stage.endswith(f"_{geo.quant_op}"):
         return None  # a quantised operand's stored codes encode no index
     if ladder == "index" and stage.split("_")[0] in ("descriptor", "load"):
         op = stage[-1]
-        src = decode_index(el.received, getattr(ctx.spec, f"{op}_dtype"))
+        src = decode_index(el.received, getattr(geo.spec, f"{op}_dtype"))
         if src:
             dims = ("m", "k") if op == "a" else ("k", "n")
             return (f"the received value encodes {op.upper()}[{dims[0]} = {src[0]} mod P, {dims[1]} = {src[1]} mod Q]"
                     f" (index-encoded input)")
         return "the received value encodes no operand position: it was not loaded from the operand"
     if ladder == "ktag" and stage == "mma":
-        what = decode_ktag(el.received - el.expected, ctx.bk)
+        what = decode_ktag(el.received - el.expected, geo.bk)
         if what:
             return f"{what} (ktag input, period {KTAG_PERIOD})"
     return None
@@ -314,6 +319,7 @@ def unobserved(ctx: Context, stages: Sequence[StageResult]) -> list[str]:
     production build does not (Recording.serialised, from the kernel's adapter). The last is never an
     open confound: a finding stays what its own comparison makes it (the traced build computed the
     divergent value), while a MATCH says it did not see the production build's timing."""
+    geo, tapped = ctx.geo, ctx.taps
     out = [f"the production build's timing (traced build serialised: {s})" for s in ctx.rec.serialised]
     silent = [s.name for s in stages if s.teacher_forced.status is Status.NOT_RUN
               and s.chained.status is Status.NOT_RUN and _acts(ctx, s.name)]
@@ -323,9 +329,9 @@ def unobserved(ctx: Context, stages: Sequence[StageResult]) -> list[str]:
         ev = s.teacher_forced.evidence
         if ev.stand_ins:
             out.append(f"{s.name} was teacher-forced through reference stand-ins for {describe_sites(ev.stand_ins)}")
-    if ctx.traced_tiles:
-        total = ctx.spec.tiles_m * ctx.spec.tiles_n
-        if len(ctx.traced_tiles) < total:
-            out.append(f"{len(ctx.traced_tiles)} of {total} tiles traced (the others are judged at the output only)")
-    out.extend(ctx.partition_assumptions)  # boundaries placed by the declared rule over untraced k-blocks
+    if tapped.traced_tiles:
+        total = geo.spec.tiles_m * geo.spec.tiles_n
+        if len(tapped.traced_tiles) < total:
+            out.append(f"{len(tapped.traced_tiles)} of {total} tiles traced (the others are judged at the output only)")
+    out.extend(geo.partition_assumptions)  # boundaries placed by the declared rule over untraced k-blocks
     return out

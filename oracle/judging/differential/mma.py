@@ -28,7 +28,11 @@ from kernels_ref import mma as ref_mma
 from kernels_ref import mma_stats as ref_stats
 from oracle.judging import tolerance
 from oracle.judging.compare import Comparison, Status, TileMetrics, combine
-from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult, Unit
+from oracle.judging.differential.context import NOT_RUN_STAGE, StageResult
+from oracle.judging.differential.device_operands import DeviceOperands
+from oracle.judging.differential.geometry import Geometry
+from oracle.judging.differential.judge import Notebook, StageNotes, Unit
+from oracle.judging.differential.tap_index import TapIndex
 from oracle.judging.evidence import Evidence, Feed
 from oracle.problem.partition import PartitionIssue
 
@@ -41,61 +45,67 @@ def abs_operand(x: torch.Tensor) -> torch.Tensor:
     return x.abs()
 
 
-def mma_kwargs(ctx: Context) -> dict:
-    spec = ctx.spec
-    return dict(acc=spec.acc_dtype, promotion_interval=spec.promotion_interval, scale_a=ctx.block_a,
-                scale_b=ctx.block_b, block_scale_group=ctx.group)
+def mma_kwargs(ops: DeviceOperands) -> dict:
+    spec = ops.geo.spec
+    return dict(acc=spec.acc_dtype, promotion_interval=spec.promotion_interval, scale_a=ops.block_a,
+                scale_b=ops.block_b, block_scale_group=ops.group)
 
 
-def abs_kwargs(ctx: Context) -> dict:
+def abs_kwargs(ops: DeviceOperands) -> dict:
     """The arguments that make the reference accumulate S = sum |a||b| (times |block scales|)."""
-    return dict(mma_kwargs(ctx), acc="fp32", promotion_interval=None,
-                scale_a=ctx.block_a.abs() if ctx.block_a is not None else None,
-                scale_b=ctx.block_b.abs() if ctx.block_b is not None else None)
+    return dict(mma_kwargs(ops), acc="fp32", promotion_interval=None,
+                scale_a=ops.block_a.abs() if ops.block_a is not None else None,
+                scale_b=ops.block_b.abs() if ops.block_b is not None else None)
 
 
-def _block_abs(ctx: Context, tiles, kbs) -> torch.Tensor:
+def _block_abs(ops: DeviceOperands, tiles, kbs) -> torch.Tensor:
     """|block scale a| |block scale b| of each (tile, k-block) site: [U, BM, BN] (1 unscaled)."""
-    sa, sb = ctx.block_scales_units(tiles, kbs)
+    sa, sb = ops.block_scales_units(tiles, kbs)
     if sa is None:
-        return torch.ones((), device=ctx.dev)
+        return torch.ones((), device=ops.geo.dev)
     return sa.abs()[:, :, None] * sb.abs()[:, None, :]
 
 
-def mma_stage(ctx: Context) -> tuple[StageResult, dict]:
-    """The stage, and the final accumulator tap of each tile's partials: {(tile, partial): tap}, the
-    partial None for a tile that is not split (what the reduction, or the epilogue, is fed with).
-    Every tap is a unit; the units are judged together (Context.judge_units), their references
-    launched once per partial range and once per step of the longest teacher-forced span."""
-    taps = ctx.taps_of("mma")
+def mma_stage(geo: Geometry, tapped: TapIndex, ops: DeviceOperands) -> tuple[StageResult, StageNotes, dict]:
+    """The stage, what it noted, and the final accumulator tap of each tile's partials: {(tile,
+    partial): tap}, the partial None for a tile that is not split (what the reduction, or the
+    epilogue, is fed with). Every tap is a unit; the units are judged together (judge_units), their
+    references launched once per partial range and once per step of the longest teacher-forced span."""
+    nb = Notebook(geo.dev)
+    result, finals = _mma_stage(geo, tapped, ops, nb)
+    return result, nb.notes(), finals
+
+
+def _mma_stage(geo: Geometry, tapped: TapIndex, ops: DeviceOperands, nb: Notebook) -> tuple[StageResult, dict]:
+    taps = tapped.taps_of("mma")
     finals: dict[tuple, Tap] = {}
     if not taps:
         return StageResult("mma", NOT_RUN_STAGE, NOT_RUN_STAGE), finals
     runs: dict[tuple, dict[int, Tap]] = {}  # (tile, partial) -> {k-block: tap}, in-range taps only
     for t in taps:
-        part = ctx.partial(t.tile, t.partial)
+        part = geo.partial(t.tile, t.partial)
         kb = part.kb_end - 1 if t.k_block is None else t.k_block
         if not part.holds(kb):
-            ctx.confound(f"mma tile {t.tile} {part.describe()} tapped k-block {kb}, outside its range: the tap is left "
-                         f"out of the judgement")
+            nb.confound(f"mma tile {t.tile} {part.describe()} tapped k-block {kb}, outside its range: the tap is left "
+                        f"out of the judgement")
             continue
         runs.setdefault((t.tile, t.partial), {})[kb] = t
         if kb == part.kb_end - 1:
             finals[(t.tile, t.partial)] = t
-    tf = [partition_unit(i, ctx.assumed(i.tile, at=i.k_block) if i.kind == "gap" else ())
-          for i in ctx.partition_issues]
+    tf = [partition_unit(i, geo.assumed(i.tile, at=i.k_block) if i.kind == "gap" else ())
+          for i in geo.partition_issues]
     ordered = sorted(runs.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1]))
     if not ordered:
         return StageResult("mma", combine(tf), combine([])), finals
-    refs = _References(ctx, [(tile, ctx.partial(tile, p)) for (tile, p), _ in ordered])
+    refs = _References(geo, ops, [(tile, geo.partial(tile, p)) for (tile, p), _ in ordered])
     units = []  # (run index, tap, k-block, j0): j0 the nearest earlier tapped k-block (None: from zero)
     for r, ((tile, p_index), by_kb) in enumerate(ordered):
         kbs = sorted(by_kb)
         for i, kb in enumerate(kbs):
             units.append((r, by_kb[kb], kb, kbs[i - 1] if i else None))
-    values, recorded = ctx.stack_taps([t for _, t, _, _ in units])
-    chained = _chained(ctx, refs, units, values, recorded)
-    forced = _teacher_forced(ctx, refs, units, values, recorded)
+    values, recorded = tapped.stack_taps([t for _, t, _, _ in units])
+    chained = _chained(geo, nb, refs, units, values, recorded)
+    forced = _teacher_forced(geo, tapped, ops, nb, refs, units, values, recorded)
     return StageResult("mma", combine(tf + forced), combine(chained)), finals
 
 
@@ -104,8 +114,8 @@ class _References:
     per partial range, kept as pools of [BM, BN] slices: `at(run, kb)` indexes them (kb a global
     k-block; None: the zero row)."""
 
-    def __init__(self, ctx: Context, runs):
-        spec = ctx.spec
+    def __init__(self, geo: Geometry, ops: DeviceOperands, runs):
+        spec = geo.spec
         self.parts = [part for _, part in runs]
         groups: dict[tuple, list[int]] = {}
         for r, (_, part) in enumerate(runs):
@@ -115,8 +125,8 @@ class _References:
         row = 0
         for (b0, b1), members in groups.items():
             tiles = [runs[r][0] for r in members]
-            traj, s_traj = _partial_reference(ctx, tiles, b0, b1)  # [T, k-blocks, BM, BN]
-            stats = ref_stats.trajectory_stats(traj, s_traj, spec.reduction_chunk, ctx.bk)  # what the bounds read
+            traj, s_traj = _partial_reference(geo, ops, tiles, b0, b1)  # [T, k-blocks, BM, BN]
+            stats = ref_stats.trajectory_stats(traj, s_traj, spec.reduction_chunk, geo.bk)  # what the bounds read
             n_kb = traj.shape[1]
             for name, x in (("traj", traj), ("s", s_traj), ("l", stats.l), ("v", stats.v), ("q", stats.q),
                             ("pabs", stats.pabs), ("prun", stats.prun)):
@@ -137,57 +147,58 @@ class _References:
         return first + kb - b0
 
 
-def _partial_reference(ctx: Context, tiles, kb_begin: int, kb_end: int):
+def _partial_reference(geo: Geometry, ops: DeviceOperands, tiles, kb_begin: int, kb_end: int):
     """The reference accumulator of one partial range of some tiles after each of its k-blocks, and
     S: [tiles, k-blocks of the range, BM, BN], local index kb - kb_begin."""
-    spec = ctx.spec
+    spec = geo.spec
     if kb_begin == 0 and kb_end == spec.k_blocks:
-        traj = ref_mma.mma_trajectory(ctx.a, ctx.b, tiles, ctx.bm, ctx.bn, ctx.bk, oob_fill=spec.oob_fill,
-                                      **mma_kwargs(ctx))
-        s_traj = ref_mma.mma_trajectory(abs_operand(ctx.a), abs_operand(ctx.b), tiles, ctx.bm, ctx.bn, ctx.bk,
-                                        **abs_kwargs(ctx))
+        traj = ref_mma.mma_trajectory(ops.a, ops.b, tiles, geo.bm, geo.bn, geo.bk, oob_fill=spec.oob_fill,
+                                      **mma_kwargs(ops))
+        s_traj = ref_mma.mma_trajectory(abs_operand(ops.a), abs_operand(ops.b), tiles, geo.bm, geo.bn, geo.bk,
+                                        **abs_kwargs(ops))
     else:
-        traj = ref_mma.partial_trajectory(ctx.a, ctx.b, tiles, ctx.bm, ctx.bn, ctx.bk, kb_begin, kb_end,
-                                          oob_fill=spec.oob_fill, **mma_kwargs(ctx))
-        s_traj = ref_mma.partial_trajectory(abs_operand(ctx.a), abs_operand(ctx.b), tiles, ctx.bm, ctx.bn, ctx.bk,
-                                            kb_begin, kb_end, **abs_kwargs(ctx))
+        traj = ref_mma.partial_trajectory(ops.a, ops.b, tiles, geo.bm, geo.bn, geo.bk, kb_begin, kb_end,
+                                          oob_fill=spec.oob_fill, **mma_kwargs(ops))
+        s_traj = ref_mma.partial_trajectory(abs_operand(ops.a), abs_operand(ops.b), tiles, geo.bm, geo.bn, geo.bk,
+                                            kb_begin, kb_end, **abs_kwargs(ops))
     return traj, s_traj
 
 
-def _unit_of(ctx: Context, t: Tap, kb: int, **labels) -> Unit:
-    return Unit(origin=ctx.origin("mma", t.tile, kb), tile=t.tile, k_block=kb, partial=t.partial, **labels)
+def _unit_of(geo: Geometry, t: Tap, kb: int, **labels) -> Unit:
+    return Unit(origin=geo.origin("mma", t.tile, kb), tile=t.tile, k_block=kb, partial=t.partial, **labels)
 
 
-def _from_begin(ctx: Context, t: Tap) -> tuple[str, ...]:
+def _from_begin(geo: Geometry, t: Tap) -> tuple[str, ...]:
     # the chained trajectory starts at the partial's first k-block; so does the teacher-forced span
     # when no earlier tap of the partial is there; a tap without a k-block sits at its last
-    return ctx.assumed(t.tile, begin=t.partial, end=t.partial if t.k_block is None else None)
+    return geo.assumed(t.tile, begin=t.partial, end=t.partial if t.k_block is None else None)
 
 
-def _chained(ctx: Context, refs: _References, units, values, recorded) -> list:
+def _chained(geo: Geometry, nb: Notebook, refs: _References, units, values, recorded) -> list:
     """Each accumulator tap against the reference trajectory of its partial."""
-    spec = ctx.spec
-    at = torch.tensor([refs.at(r, kb) for r, _, kb, _ in units], device=ctx.dev)
+    spec = geo.spec
+    at = torch.tensor([refs.at(r, kb) for r, _, kb, _ in units], device=geo.dev)
     x, s = refs.traj[at], refs.s[at]
-    n_k = [min((kb + 1) * ctx.bk, spec.k) - refs.parts[r].kb_begin * ctx.bk for r, _, kb, _ in units]
+    n_k = [min((kb + 1) * geo.bk, spec.k) - refs.parts[r].kb_begin * geo.bk for r, _, kb, _ in units]
     stats = refs.stats.at(at)
     bound = tolerance.mma_bound(spec, torch.zeros_like(s), s, n_k, stats, x_abs=x.abs())
-    valid = ctx.valid_units("mma", [t.tile for _, t, _, _ in units], tuple(values.shape[1:]))
-    return ctx.judge_units([_unit_of(ctx, t, kb, feed=Feed.REFERENCE, assumed=_from_begin(ctx, t))
-                            for _, t, kb, _ in units], values.float(), x.float(), valid=valid, recorded=recorded,
-                           bound=bound, padding="mma")
+    valid = geo.valid_units("mma", [t.tile for _, t, _, _ in units], tuple(values.shape[1:]))
+    return nb.judge_units([_unit_of(geo, t, kb, feed=Feed.REFERENCE, assumed=_from_begin(geo, t))
+                           for _, t, kb, _ in units], values.float(), x.float(), valid=valid, recorded=recorded,
+                          bound=bound, padding="mma")
 
 
-def _teacher_forced(ctx: Context, refs: _References, units, values, recorded) -> list:
+def _teacher_forced(geo: Geometry, tapped: TapIndex, ops: DeviceOperands, nb: Notebook, refs: _References, units,
+                    values, recorded) -> list:
     """Each accumulator tap against the reference update over its span of k-blocks, started from
     the kernel's nearest earlier accumulator tap of the partial (or zero) and fed with the kernel's
     own operand tiles (the reference's standing in for untapped ones): the spans advance together,
     one batched mma_step per step of the longest."""
-    spec = ctx.spec
+    spec = geo.spec
     n = len(units)
     row_of = {(r, kb): u for u, (r, _, kb, _) in enumerate(units)}
     firsts = [refs.parts[r].kb_begin if j0 is None else j0 + 1 for r, _, _, j0 in units]
-    a_stage, b_stage = ctx.mma_stage_of("a"), ctx.mma_stage_of("b")  # a quantised operand: its dequant tile
+    a_stage, b_stage = geo.mma_stage_of("a"), geo.mma_stage_of("b")  # a quantised operand: its dequant tile
     # where each step's operand tiles come from: (op, step) -> [(unit, tap or None, j)]
     steps = max(kb - f + 1 for (_, _, kb, _), f in zip(units, firsts))
     plan = []
@@ -198,8 +209,8 @@ def _teacher_forced(ctx: Context, refs: _References, units, values, recorded) ->
             j = f + step
             if j > kb:
                 continue
-            a_t = ctx.tap(a_stage, t.tile, j, t.partial)
-            b_t = ctx.tap(b_stage, t.tile, j, t.partial)
+            a_t = tapped.tap(a_stage, t.tile, j, t.partial)
+            b_t = tapped.tap(b_stage, t.tile, j, t.partial)
             if a_t is None:
                 stand_ins[u].append((a_stage, t.tile, j))
             if b_t is None:
@@ -212,18 +223,18 @@ def _teacher_forced(ctx: Context, refs: _References, units, values, recorded) ->
         sites = list(dict.fromkeys((units[row[0]][1].tile, row[1]) for rows in plan for row in rows if row[k] is None))
         parts, ok = [], None
         if own:
-            v, rec = ctx.stack_taps(own)
+            v, rec = tapped.stack_taps(own)
             parts.append(v)
             ok = rec.all(dim=2) if op == "a" else rec.all(dim=1)  # rows of A, columns of B recorded whole
         if sites:
-            parts.append(ctx.ref_tiles(op, sites))
+            parts.append(ops.ref_tiles(op, sites))
         pool = torch.cat(parts) if len(parts) > 1 else parts[0]
         index = {id(x): i for i, x in enumerate(own)}
         index.update({("ref",) + site: len(own) + i for i, site in enumerate(sites)})
         pools[op] = (pool, ok, index)
 
     has_start = [j0 is not None for _, _, _, j0 in units]
-    start = torch.tensor([row_of[(r, j0)] if j0 is not None else n for r, _, _, j0 in units], device=ctx.dev)
+    start = torch.tensor([row_of[(r, j0)] if j0 is not None else n for r, _, _, j0 in units], device=geo.dev)
     zero_row = (lambda x: torch.cat([x, torch.zeros_like(x[:1])]))
     acc = zero_row(values)[start]
     upstream = torch.ones_like(recorded)
@@ -231,58 +242,58 @@ def _teacher_forced(ctx: Context, refs: _References, units, values, recorded) ->
         upstream = upstream & torch.cat([recorded, torch.ones_like(recorded[:1])])[start]
     start_abs = acc.float().abs()
     traj_dtype = refs.traj.dtype
-    s_end = refs.s[torch.tensor([refs.at(r, kb) for r, _, kb, _ in units], device=ctx.dev)]
+    s_end = refs.s[torch.tensor([refs.at(r, kb) for r, _, kb, _ in units], device=geo.dev)]
     s_before = refs.s[torch.tensor([refs.at(r, f - 1 if f > refs.parts[r].kb_begin else None)
-                                    for (r, _, _, _), f in zip(units, firsts)], device=ctx.dev)]
+                                    for (r, _, _, _), f in zip(units, firsts)], device=geo.dev)]
     span_s = s_end - s_before
     span = tolerance.SpanStats(acc.float())
     acc = acc.to(traj_dtype)
     for rows in plan:
         every = len(rows) == n
-        idx = None if every else torch.tensor([u for u, *_ in rows], device=ctx.dev)
+        idx = None if every else torch.tensor([u for u, *_ in rows], device=geo.dev)
         sel = (lambda x: x if idx is None else x[idx])
         tiles = {}
         for op, k in (("a", 2), ("b", 3)):
             pool, ok, index = pools[op]
             keys = [id(row[k]) if row[k] is not None else ("ref", units[row[0]][1].tile, row[1]) for row in rows]
-            tiles[op] = pool[torch.tensor([index[key] for key in keys], device=ctx.dev)]
+            tiles[op] = pool[torch.tensor([index[key] for key in keys], device=geo.dev)]
             own = [i for i, row in enumerate(rows) if row[k] is not None]
             if own:
-                who = torch.tensor([rows[i][0] for i in own], device=ctx.dev)
-                got = ok[torch.tensor([index[id(rows[i][k])] for i in own], device=ctx.dev)]
+                who = torch.tensor([rows[i][0] for i in own], device=geo.dev)
+                got = ok[torch.tensor([index[id(rows[i][k])] for i in own], device=geo.dev)]
                 got = got[:, :, None] if op == "a" else got[:, None, :]
                 upstream = upstream.index_put((who,), upstream[who] & got)
         j_now = [refs.at(units[u][0], j) for u, j, _, _ in rows]
         j_prev = [refs.at(units[u][0], j - 1 if j > refs.parts[units[u][0]].kb_begin else None) for u, j, _, _ in rows]
-        s_blk = refs.s[torch.tensor(j_now, device=ctx.dev)] - refs.s[torch.tensor(j_prev, device=ctx.dev)]
+        s_blk = refs.s[torch.tensor(j_now, device=geo.dev)] - refs.s[torch.tensor(j_prev, device=geo.dev)]
         own = [i for i, (_, _, a_t, b_t) in enumerate(rows) if a_t is not None or b_t is not None]
         if own:  # the kernel's own operands may differ in magnitude
-            o = torch.tensor(own, device=ctx.dev)
+            o = torch.tensor(own, device=geo.dev)
             s_own = abs_operand(tiles["a"][o]).float() @ abs_operand(tiles["b"][o]).float() * \
-                _block_abs(ctx, [units[rows[i][0]][1].tile for i in own], [rows[i][1] for i in own])
-            who = torch.tensor([rows[i][0] for i in own], device=ctx.dev)
+                _block_abs(ops, [units[rows[i][0]][1].tile for i in own], [rows[i][1] for i in own])
+            who = torch.tensor([rows[i][0] for i in own], device=geo.dev)
             span_s = span_s.index_put((who,), span_s[who] - s_blk[o] + s_own)
             s_blk = s_blk.index_put((o,), s_own)
-        sa, sb = ctx.block_scales_units([units[u][1].tile for u, *_ in rows], [j for _, j, _, _ in rows])
+        sa, sb = ops.block_scales_units([units[u][1].tile for u, *_ in rows], [j for _, j, _, _ in rows])
         new = ref_mma.mma_step(sel(acc).to(traj_dtype), tiles["a"], tiles["b"], acc=spec.acc_dtype,
                                promotion_interval=spec.promotion_interval, scale_a=sa, scale_b=sb)
         acc = new if every else acc.index_put((idx,), new)
         span.add_at(idx, s_blk, new.float())
-    n_span = [max(min((kb + 1) * ctx.bk, spec.k) - f * ctx.bk, 1) for (_, _, kb, _), f in zip(units, firsts)]
+    n_span = [max(min((kb + 1) * geo.bk, spec.k) - f * geo.bk, 1) for (_, _, kb, _), f in zip(units, firsts)]
     bound = tolerance.mma_bound(spec, start_abs, span_s, n_span, span)
-    valid = ctx.valid_units("mma", [t.tile for _, t, _, _ in units], tuple(values.shape[1:]))
-    labels = [_unit_of(ctx, t, kb, feed=Feed.STAND_IN if stand_ins[u] else Feed.KERNEL, stand_ins=stand_ins[u],
-                       assumed=_from_begin(ctx, t) if j0 is None else
-                       ctx.assumed(t.tile, end=t.partial if t.k_block is None else None))
+    valid = geo.valid_units("mma", [t.tile for _, t, _, _ in units], tuple(values.shape[1:]))
+    labels = [_unit_of(geo, t, kb, feed=Feed.STAND_IN if stand_ins[u] else Feed.KERNEL, stand_ins=stand_ins[u],
+                       assumed=_from_begin(geo, t) if j0 is None else
+                       geo.assumed(t.tile, end=t.partial if t.k_block is None else None))
               for u, (_, t, kb, j0) in enumerate(units)]
-    return ctx.judge_units(labels, values.float(), acc.float(), valid=valid, recorded=recorded, upstream=upstream,
-                           bound=bound)
+    return nb.judge_units(labels, values.float(), acc.float(), valid=valid, recorded=recorded, upstream=upstream,
+                          bound=bound)
 
 
 def partition_unit(issue: PartitionIssue, assumed: tuple[str, ...] = ()) -> Comparison:
     """A partition no valid kernel has, as a failing unit of the mma stage at its partial and
     k-block (no element: the fault is which k-blocks were summed, read from the kernel's taps).
-    `assumed`: the assumed boundaries its partial depends on (Context.assumed)."""
+    `assumed`: the assumed boundaries its partial depends on (Geometry.assumed)."""
     nan = float("nan")
     unit = TileMetrics(issue.tile, issue.k_block, compared=0, excluded=0, mismatches=1, max_abs_err=nan,
                        max_rel_err=nan, max_ratio=float("inf"), rel_l2=nan, cosine=nan, amplification=nan,

@@ -16,64 +16,76 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from harness.tensormap import mn_dim, operand_tensormap
 from kernels_ref import descriptor as ref_descriptor
 from kernels_ref import load as ref_load
 from oracle.judging.compare import Comparison, Status, combine
-from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult, Unit
+from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
+from oracle.judging.differential.judge import Notebook, StageNotes, Unit, with_notes
 from oracle.judging.evidence import Evidence, Feed, FieldCheck
 
 FIELDS = ("dtype", "global_dims", "global_strides", "box_dims", "element_strides", "swizzle", "oob_fill")
 
 
-def descriptor_stage(ctx: Context, op: str) -> StageResult:
-    spec = ctx.spec
+def descriptor_stage(ctx: Context, op: str) -> tuple[StageResult, StageNotes]:
+    """The stage of operand `op`, and what it noted."""
+    return with_notes(ctx.geo.dev, lambda nb: _descriptor_stage(ctx, nb, op))
+
+
+def _descriptor_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
+    geo, tapped, ops = ctx.geo, ctx.taps, ctx.ops
+    spec = geo.spec
     stage = f"descriptor_{op}"
-    if op == ctx.quant_op:
-        if ctx.taps_of(stage) or any(d.operand == op for d in ctx.rec.descriptors):
-            ctx.confound(f"{stage} of a quantised {op.upper()} ({getattr(spec, f'{op}_dtype')}) was recorded but is "
-                         f"not judged: the oracle models no TMA image of stored codes")
+    if op == geo.quant_op:
+        if tapped.taps_of(stage) or any(d.operand == op for d in tapped.descriptors):
+            nb.confound(f"{stage} of a quantised {op.upper()} ({getattr(spec, f'{op}_dtype')}) was recorded but is "
+                        f"not judged: the oracle models no TMA image of stored codes")
         return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
     sw = getattr(spec, f"swizzle_{op}")
     major = getattr(spec, f"{op}_major")
     dname = getattr(spec, f"{op}_dtype")
-    block_mn = ctx.bm if op == "a" else ctx.bn
-    taps = ctx.taps_of(stage)
+    block_mn = geo.bm if op == "a" else geo.bn
+    taps = tapped.taps_of(stage)
     parts = []
     if taps:  # every image at once: the references in one launch, one comparison pass
         idx = [tap.tile[0] if op == "a" else tap.tile[1] for tap in taps]
-        want = ref_descriptor.operand_images(ctx.operand(op), op, major, list(zip(idx, [t.k_block for t in taps])),
-                                             block_mn, ctx.bk, sw, spec.oob_fill)
-        expected = ref_load.tile_from_image(want, op, major, block_mn, ctx.bk, dname, sw)
-        got = torch.stack([t.values for t in taps]).to(ctx.dev)
-        received = ref_load.tile_from_image(got, op, major, block_mn, ctx.bk, dname, sw)
-        valid = ctx.valid_units(stage, [t.tile for t in taps], tuple(expected.shape[1:]))
-        units = [Unit(Feed.GLOBAL, ctx.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
-        parts = ctx.judge_units(units, received, expected, valid=valid, recorded=ctx.image_elements_units(taps, op),
-                                padding=stage)
-    fields = descriptor_fields(ctx, op)
+        want = ref_descriptor.operand_images(ops.operand(op), op, major, list(zip(idx, [t.k_block for t in taps])),
+                                             block_mn, geo.bk, sw, spec.oob_fill)
+        expected = ref_load.tile_from_image(want, op, major, block_mn, geo.bk, dname, sw)
+        got = torch.stack([t.values for t in taps]).to(geo.dev)
+        received = ref_load.tile_from_image(got, op, major, block_mn, geo.bk, dname, sw)
+        valid = geo.valid_units(stage, [t.tile for t in taps], tuple(expected.shape[1:]))
+        units = [Unit(Feed.GLOBAL, geo.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
+        parts = nb.judge_units(units, received, expected, valid=valid, recorded=tapped.image_elements_units(taps, op),
+                               padding=stage)
+    fields, map_rows = descriptor_fields(ctx, op)
     if fields is not None:
         parts.append(fields)
+    nb.count_padding(f"descriptor_{op} map rows", map_rows)
     if not parts:
         return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
     cmp = combine(parts)
     return StageResult(stage, cmp, cmp)  # the first stage: its input is the kernel's own global memory
 
 
-def descriptor_fields(ctx: Context, op: str):
-    """Recorded tensor-map fields against the ones the problem implies (None: none recorded)."""
-    recs = [d for d in ctx.rec.descriptors if d.operand == op]
+def descriptor_fields(ctx: Context, op: str) -> tuple[Optional[Comparison], int]:
+    """Recorded tensor-map fields against the ones the problem implies (None: none recorded), and
+    the padding rows past M / N the last padded map covers (0: none)."""
+    geo, tapped = ctx.geo, ctx.taps
+    recs = [d for d in tapped.descriptors if d.operand == op]
     if not recs:
-        return None
-    spec = ctx.spec
+        return None, 0
+    spec = geo.spec
     rows, cols = (spec.m, spec.k) if op == "a" else (spec.k, spec.n)
     want = operand_tensormap(op, getattr(spec, f"{op}_major"), rows, cols, getattr(spec, f"{op}_dtype"),
-                             ctx.bm if op == "a" else ctx.bn, ctx.bk, getattr(spec, f"swizzle_{op}"),
+                             geo.bm if op == "a" else geo.bn, geo.bk, getattr(spec, f"swizzle_{op}"),
                              spec.oob_fill).to_descriptor_record(op)
     mn_axis = mn_dim(op, getattr(spec, f"{op}_major"))
-    checks, notes = [], []
+    checks, notes, map_rows = [], [], 0
     for got in recs:
         for f in FIELDS:
             g, w = getattr(got, f), getattr(want, f)
@@ -84,7 +96,7 @@ def descriptor_fields(ctx: Context, op: str):
                 note = (f"descriptor {op}: the map covers {extra} padding row(s) past "
                         f"{'M' if op == 'a' else 'N'} = {w[mn_axis]} (global_dims {g!r})")
                 notes.append(note)
-                ctx.padding_excluded[f"descriptor_{op} map rows"] = extra
+                map_rows = extra
             checks.append(FieldCheck(op, got.source, f, repr(g), repr(w), note))
     sources = sorted({d.source for d in recs})
     who = {"kernel": "tapped by the kernel", "host": "encoded by the harness from the case (they check the case "
@@ -93,7 +105,7 @@ def descriptor_fields(ctx: Context, op: str):
         notes.append(f"descriptor_{op} fields match the problem ({len(recs)} record(s), "
                      f"{'; '.join(who[s] for s in sources)})")
     status = Status.MATCH if all(c.ok for c in checks) else Status.MISMATCH
-    return Comparison(status, (), tuple(notes), tuple(checks), Evidence((Feed.FIELDS,)))
+    return Comparison(status, (), tuple(notes), tuple(checks), Evidence((Feed.FIELDS,))), map_rows
 
 
 def _padded_only(got: tuple, want: tuple, mn_axis: int) -> bool:
@@ -101,33 +113,39 @@ def _padded_only(got: tuple, want: tuple, mn_axis: int) -> bool:
             and all(g == w for i, (g, w) in enumerate(zip(got, want)) if i != mn_axis))
 
 
-def load_stage(ctx: Context, op: str) -> StageResult:
-    spec = ctx.spec
+def load_stage(ctx: Context, op: str) -> tuple[StageResult, StageNotes]:
+    """The stage of operand `op`, and what it noted."""
+    return with_notes(ctx.geo.dev, lambda nb: _load_stage(ctx, nb, op))
+
+
+def _load_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
+    geo, tapped, ops = ctx.geo, ctx.taps, ctx.ops
+    spec = geo.spec
     stage = f"load_{op}"
     sw = getattr(spec, f"swizzle_{op}")
     major = getattr(spec, f"{op}_major")
     dname = getattr(spec, f"{op}_dtype")
-    block_mn = ctx.bm if op == "a" else ctx.bn
-    tma = ctx.has_tma(op)
-    taps = ctx.taps_of(stage)
+    block_mn = geo.bm if op == "a" else geo.bn
+    tma = geo.has_tma(op)
+    taps = tapped.taps_of(stage)
     if not taps:
         return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
-    if op == ctx.quant_op:
-        return _stored_load_stage(ctx, taps, op)
-    received, recorded = ctx.stack_taps(taps)
-    ref = ctx.ref_tiles(op, [(t.tile, t.k_block) for t in taps])
-    valid = ctx.valid_units(stage, [t.tile for t in taps], tuple(received.shape[1:]))
-    where = [(ctx.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
-    ch = ctx.judge_units([Unit(Feed.REFERENCE, *w) for w in where], received, ref, valid=valid, recorded=recorded,
-                         padding=stage)
-    ups = [ctx.tap(f"descriptor_{op}", t.tile, t.k_block, t.partial) for t in taps]
+    if op == geo.quant_op:
+        return _stored_load_stage(ctx, nb, taps, op)
+    received, recorded = tapped.stack_taps(taps)
+    ref = ops.ref_tiles(op, [(t.tile, t.k_block) for t in taps])
+    valid = geo.valid_units(stage, [t.tile for t in taps], tuple(received.shape[1:]))
+    where = [(geo.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
+    ch = nb.judge_units([Unit(Feed.REFERENCE, *w) for w in where], received, ref, valid=valid, recorded=recorded,
+                        padding=stage)
+    ups = [tapped.tap(f"descriptor_{op}", t.tile, t.k_block, t.partial) for t in taps]
     fed = [i for i, up in enumerate(ups) if up is not None]
     expected, upstream = ref, None
     if fed:  # the kernel's own images, read back through the swizzle
-        rows = torch.tensor(fed, device=ctx.dev)
-        images = torch.stack([ups[i].values for i in fed]).to(ctx.dev)
-        expected = ref.index_put((rows,), ref_load.tile_from_image(images, op, major, block_mn, ctx.bk, dname, sw))
-        upstream = torch.ones_like(recorded).index_put((rows,), ctx.image_elements_units([ups[i] for i in fed], op))
+        rows = torch.tensor(fed, device=geo.dev)
+        images = torch.stack([ups[i].values for i in fed]).to(geo.dev)
+        expected = ref.index_put((rows,), ref_load.tile_from_image(images, op, major, block_mn, geo.bk, dname, sw))
+        upstream = torch.ones_like(recorded).index_put((rows,), tapped.image_elements_units([ups[i] for i in fed], op))
     units = []
     for tap, up, w in zip(taps, ups, where):
         if up is not None:
@@ -136,24 +154,25 @@ def load_stage(ctx: Context, op: str) -> StageResult:
             units.append(Unit(Feed.GLOBAL, *w))
         else:
             units.append(Unit(Feed.STAND_IN, *w, stand_ins=((f"descriptor_{op}", tap.tile, tap.k_block),)))
-    tf = ctx.judge_units(units, received, expected, valid=valid, recorded=recorded, upstream=upstream)
+    tf = nb.judge_units(units, received, expected, valid=valid, recorded=recorded, upstream=upstream)
     return StageResult(stage, combine(tf), combine(ch))
 
 
-def _stored_load_stage(ctx: Context, taps, op: str) -> StageResult:
+def _stored_load_stage(ctx: Context, nb: Notebook, taps, op: str) -> StageResult:
     """The load of the quantised operand: the stored tile, bit for bit, against the problem's stored
     operand (the load's real input when no TMA image was judged; a packed byte's mask covers both its k)."""
+    geo, tapped, ops = ctx.geo, ctx.taps, ctx.ops
     stage = f"load_{op}"
     tf, ch = [], []
     for tap in taps:
-        received = tap.values.to(ctx.dev)
-        ref = ctx.orient(ctx.stored_tile(tap.tile, tap.k_block))
+        received = tap.values.to(geo.dev)
+        ref = geo.orient(ops.stored_tile(tap.tile, tap.k_block))
         if received.dtype != ref.dtype or received.shape != ref.shape:
             received = received.view(ref.dtype) if received.element_size() == 1 else received
-        recorded = ctx.recorded(tap)
-        valid = ctx.valid_mask(stage, tap.tile, tuple(received.shape))
-        ctx.note_padding(stage, valid, recorded)
-        where = dict(origin=ctx.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
-        ch.append(ctx.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded, **where))
-        tf.append(ctx.judge(received, ref, feed=Feed.GLOBAL, valid=valid, recorded=recorded, **where))
+        recorded = tapped.recorded(tap)
+        valid = geo.valid_mask(stage, tap.tile, tuple(received.shape))
+        nb.note_padding(stage, valid, recorded)
+        where = dict(origin=geo.origin(stage, tap.tile, tap.k_block), tile_index=tap.tile, k_block=tap.k_block)
+        ch.append(nb.judge(received, ref, feed=Feed.REFERENCE, valid=valid, recorded=recorded, **where))
+        tf.append(nb.judge(received, ref, feed=Feed.GLOBAL, valid=valid, recorded=recorded, **where))
     return StageResult(stage, combine(tf), combine(ch))
