@@ -1,7 +1,7 @@
 """The differential of an attention recording: the stage table of the attention chain, judged on
 what was observed, as the same Analysis a GEMM gets (so the report renders it unchanged).
 
-Stages, in order: load_q, load_k, load_v, scores, mask, softmax_state, p, o, normalize, combine,
+Stages, in order: load_q, load_k, load_v, s, mask, softmax_state, p, o, normalize, combine,
 store. An output-only recording (oracle.check_attention) has no taps, so every stage but `store`
 is NOT_RUN and `store` is judged chained: the kernel's O and LSE against the reference forward
 (kernels_ref.attention.forward, on the reference device) with the bound of
@@ -30,7 +30,7 @@ from oracle.judging.differential.context import StageResult
 from oracle.judging.differential.findings import FirstDivergence, first_nonfinite
 from oracle.judging.evidence import Evidence, Feed
 
-STAGES = ("load_q", "load_k", "load_v", "scores", "mask", "softmax_state", "p", "o", "normalize", "combine", "store")
+STAGES = ("load_q", "load_k", "load_v", "s", "mask", "softmax_state", "p", "o", "normalize", "combine", "store")
 
 
 def params_of(spec) -> AttnParams:

@@ -10,7 +10,7 @@ Hardware constants (HW, each with its source):
                   FlashAttention's kernels;
   E_LOG  = 2^-22  absolute error of lg2.approx.f32 (PTX ISA, lg2: 2^-22.6 for the mantissa), LSE's log.
 Derivation (exact values unstarred are the computed ones):
-  scores   S = sum_d q_d k_d in fp32 over D products, exact products (16-bit and e4m3 operands are
+  s        S = sum_d q_d k_d in fp32 over D products, exact products (16-bit and e4m3 operands are
            exact in fp32), at most D additions each within 2u of the running magnitude (covering a
            tensor core that truncates its alignment): |S - S*| <= 2 D u sum_d |q_d||k_d| (descaled).
   mask     x = softcap * tanh(scale * S / softcap): the scale (rounded to fp32) and its multiply
@@ -132,7 +132,7 @@ def _combine(a, lse_abs, splits: int):
 TABLE: dict[tuple[str, str], StageModel] = {}
 for _dt in ("bf16", "fp16", "e4m3"):
     for _stage, _fn, _doc in (
-            ("scores", _scores, "2 D u sum|q||k|"),
+            ("s", _scores, "2 D u sum|q||k|"),
             ("mask", _mask, "2u|x| (+ E_TANH|x| + 4u softcap)"),
             ("softmax_state.alpha", _alpha, "alpha (E_EXP + 2u|m_old - m_new|)"),
             ("softmax_state.l", _row_sum, "l ((B + n_b) 2u + E_EXP + 2u max|x|)"),
@@ -170,7 +170,7 @@ def row_terms(spec, stats, v_abs_max: float) -> RowTerms:
     xa = stats.s_abs.double() * STATS_MARGIN
     keys = stats.keys.double()
     n_b = torch.ceil(torch.full_like(keys, float(spec.seqlen_k)) / bkv).clamp(min=1)
-    eta = spec.softmax_scale * lookup("scores", spec.q_dtype).bound(qk, d) + 4 * U * xa + E_EXP.value
+    eta = spec.softmax_scale * lookup("s", spec.q_dtype).bound(qk, d) + 4 * U * xa + E_EXP.value
     if spec.softcap > 0:
         eta = eta + E_TANH.value * xa + 4 * U * spec.softcap
     rho = n_b * (E_EXP.value + 4 * U) + (bkv + n_b) * 2 * U
