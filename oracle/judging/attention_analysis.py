@@ -258,7 +258,7 @@ def describe_element(spec, stage: str, element: tuple[int, int]) -> str:
     return f"query {r}, dim {c}"
 
 
-def _site_words(spec, stage: str, tile, kb, partial) -> str:
+def _site_words(spec, tile, kb, partial) -> str:
     b, h, qb = spec.unit_of(tile)
     return (f"batch {b}, head {h}, query block {qb}" + (f", KV block {kb}" if kb is not None else "") +
             (f", split {partial}" if partial is not None else ""))
