@@ -31,7 +31,7 @@ from kernels_ref.attention.geometry import layout
 from oracle import knobs
 from oracle.judging.attention_stages import StageJudge, params_of
 from oracle.judging.attention_tolerance import STATS_MARGIN, U, output_bound, row_terms
-from oracle.judging.compare import NOT_RUN, Comparison, Status, combine, compare_units
+from oracle.judging.compare import NOT_RUN, Status, combine, compare_units
 from oracle.judging.diagnose import Diagnosis, Kind, Verdict, evidence_kind, first_divergence
 from oracle.judging.differential.analysis import Analysis, reference_device
 from oracle.judging.differential.context import StageResult

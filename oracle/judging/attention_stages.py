@@ -45,7 +45,7 @@ from kernels_ref.attention.p import p_tile
 from kernels_ref.attention.scores import scores as ref_scores
 from kernels_ref.attention.softmax_state import softmax_state as ref_softmax_state
 from kernels_ref.dtypes import DTYPES
-from oracle.judging.attention_tolerance import E_EXP, E_LOG, STATS_MARGIN, U, lookup, sub_step, u_of
+from oracle.judging.attention_tolerance import E_EXP, STATS_MARGIN, U, lookup, sub_step, u_of
 from oracle.judging.compare import NOT_RUN, Comparison, combine, compare_units
 from oracle.judging.differential.context import StageResult
 from oracle.judging.evidence import PADDING, UNRECORDED, Evidence, Feed
@@ -351,8 +351,6 @@ class StageJudge:
                 continue
             r = self.tap(stage, key)
             keep, pad = keep_fn(key) if keep_fn else (None, 0)
-            if stage == "p":
-                r = r.double()
             units.append(self._unit(stage, key, r, e, b, (Feed.REFERENCE,), keep=keep, padding=pad))
         return self.judge(units)
 
