@@ -1,7 +1,7 @@
 """Reference stages of attention (FlashAttention-style forward and split-KV decode), one module each:
 
   geometry       layouts (dense, varlen, paged), the GQA head map, the mask rule, AttnParams
-  scores         S = Q K^T for one KV block (fp32)
+  scores         stage `s`: S = Q K^T for one KV block (fp32)
   mask           scale, softcap, causal / window / length mask (-inf)
   softmax_state  running max m, rescale alpha = exp(m_old - m_new), row sum l, per KV block
   p              P = exp(S - m) in the second MMA's operand type (p_scale for e4m3)

@@ -1,9 +1,14 @@
 """The differential of an attention recording: the stage table of the attention chain, judged on
 what was observed, as the same Analysis a GEMM gets (so the report renders it unchanged).
 
-Stages, in order: load_q, load_k, load_v, scores, mask, softmax_state, p, o, normalize, combine,
-store. An output-only recording (oracle.check_attention) has no taps, so every stage but `store`
-is NOT_RUN and `store` is judged chained: the kernel's O and LSE against the reference forward
+Stages, in order (harness.taps.attention_pipeline): load_q, load_k, load_v, s, mask,
+softmax_state, p, o, normalize, combine (split-KV only), store. Every tapped stage is judged
+teacher-forced and chained (oracle.judging.attention_stages); the first divergence is
+oracle.judging.diagnose.first_divergence over them, and a finding is a VERDICT only on controlled
+inputs, with no open confound, for a teacher-forced root cause fed by the kernel's own taps or
+global memory (no stand-in); a DRAFT says what a VERDICT needs. A recording without taps
+(oracle.check_attention) has every stage but `store` NOT_RUN. `store` is judged chained: the
+kernel's O and LSE against the reference forward
 (kernels_ref.attention.forward, on the reference device) with the bound of
 oracle.judging.attention_tolerance, per unit (batch * heads_q + head, query block). The store's
 element space is one sequence's [query, head_dim_v + 1]: columns 0..head_dim_v - 1 are O, column
@@ -15,30 +20,26 @@ ORACLE_UNTRUSTED.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import torch
 
+from harness.taps import ATTENTION_KV_STAGES, SOFTMAX_STATE_COLUMNS, attention_pipeline
 from kernels_ref.attention.forward import attention_forward, attention_forward_host
-from kernels_ref.attention.geometry import AttnParams, layout
+from kernels_ref.attention.geometry import layout
 from oracle import knobs
+from oracle.judging.attention_stages import StageJudge, params_of
 from oracle.judging.attention_tolerance import STATS_MARGIN, U, output_bound, row_terms
-from oracle.judging.compare import NOT_RUN, Comparison, combine, compare_units
-from oracle.judging.diagnose import Kind, Verdict, evidence_kind, first_divergence
+from oracle.judging.compare import NOT_RUN, Status, combine, compare_units
+from oracle.judging.diagnose import Diagnosis, Kind, Verdict, evidence_kind, first_divergence
 from oracle.judging.differential.analysis import Analysis, reference_device
 from oracle.judging.differential.context import StageResult
 from oracle.judging.differential.findings import FirstDivergence, first_nonfinite
 from oracle.judging.evidence import Evidence, Feed
 
-STAGES = ("load_q", "load_k", "load_v", "scores", "mask", "softmax_state", "p", "o", "normalize", "combine", "store")
-
-
-def params_of(spec) -> AttnParams:
-    """The reference's parameters for a problem."""
-    return AttnParams(scale=spec.softmax_scale, softcap=spec.softcap, causal=spec.causal,
-                      window=spec.window or (-1, -1), block_q=spec.block_q, block_kv=spec.block_kv,
-                      p_dtype=spec.v_dtype, p_scale=spec.p_scale or 1.0, descale_q=spec.descale_q or 1.0,
-                      descale_k=spec.descale_k or 1.0, descale_v=spec.descale_v or 1.0, splits=spec.splits)
+STAGES = attention_pipeline(split=True)
+__all__ = ["STAGES", "analyze_attention", "describe_element", "params_of"]
 
 
 def _rows(x: torch.Tensor, spec, lay, varlen: bool, lse: bool = False) -> torch.Tensor:
@@ -66,7 +67,7 @@ def _units(x: torch.Tensor, bq: int) -> torch.Tensor:
     return x.reshape(b * h * nqb, bq, c)
 
 
-def _store(rec, o_ref, lse_ref, stats, dev) -> tuple[Comparison, torch.Tensor]:
+def _store(rec, o_ref, lse_ref, stats, dev, judge: Optional[StageJudge] = None) -> StageResult:
     spec = rec.spec
     lay = layout(rec.q, rec.k, cu_seqlens_q=rec.cu_seqlens_q, cu_seqlens_k=rec.cu_seqlens_k,
                  page_table=rec.page_table)
@@ -94,7 +95,8 @@ def _store(rec, o_ref, lse_ref, stats, dev) -> tuple[Comparison, torch.Tensor]:
     origins = [((u % nqb) * bq, 0) for u in range(r.shape[0])]
     parts = compare_units(r, e, origins=origins, tiles=tiles, k_blocks=[None] * len(tiles), bound=bd, mask=m > 0)
     cmp = combine([p for p in parts if p.tiles]) if any(p.tiles for p in parts) else NOT_RUN
-    return cmp.labelled(Evidence.of(Feed.REFERENCE)), bound
+    forced = NOT_RUN if judge is None else judge.store_forced(r, m > 0)
+    return StageResult("store", forced, cmp.labelled(Evidence.of(Feed.REFERENCE)))
 
 
 def _cross_check(rec, o_ref, lse_ref, stats, dev) -> list[str]:
@@ -140,11 +142,13 @@ def analyze_attention(rec, device: Optional[torch.device] = None) -> Analysis:
     rec.validate()
     spec = rec.spec
     dev = device or reference_device()
-    stages = [StageResult(name, NOT_RUN, NOT_RUN) for name in STAGES[:-1]]
-    if rec.output is None:
+    names = attention_pipeline(split=spec.splits > 1)
+    if rec.output is None and not rec.taps:
         diag = first_divergence([], kernel_error=True)
-        return Analysis(rec, tuple(stages + [StageResult("store", NOT_RUN, NOT_RUN)]), (), diag, Kind.DRAFT, (), (),
-                        None, None, str(dev))
+        stages = tuple(StageResult(n, NOT_RUN, NOT_RUN) for n in names)
+        return Analysis(rec, stages, (), diag, Kind.DRAFT, (), (), None, None, str(dev))
+    judge = StageJudge(rec, dev) if rec.taps else None
+    stages = _stages(judge, names)
     params = params_of(spec)
     q, k, v = (t.detach().to(dev) for t in (rec.q, rec.k, rec.v))
     cu_q = None if rec.cu_seqlens_q is None else rec.cu_seqlens_q.to(dev)
@@ -152,45 +156,217 @@ def analyze_attention(rec, device: Optional[torch.device] = None) -> Analysis:
     pt = None if rec.page_table is None else rec.page_table.to(dev)
     o_ref, lse_ref, stats = attention_forward(q, k, v, params, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, page_table=pt,
                                               with_stats=True)
-    store, _ = _store(rec, o_ref, lse_ref, stats, dev)
-    stages.append(StageResult("store", NOT_RUN, store))
     cross = tuple(_cross_check(rec, o_ref, lse_ref, stats, dev))
+    if rec.output is not None:
+        stages.append(_store(rec, o_ref, lse_ref, stats, dev, judge))
+    else:
+        stages.append(StageResult("store", NOT_RUN, NOT_RUN))
+    traced = judge.traced_tiles() if judge is not None else None
     diag = first_divergence([s.outcome for s in stages], kernel_error=rec.kernel_error is not None,
-                            references_trusted=not cross, traced_tiles=None)
+                            references_trusted=not cross, traced_tiles=traced or None)
     controlled = rec.provenance.controlled
     open_conf = list(rec.confounds)
     if not controlled:
         open_conf.append(f"inputs are not controlled ({rec.provenance.describe()}): a localisation on them is a "
                          f"draft until reproduced on a controlled input")
-    kind = evidence_kind(diag, inputs_controlled=controlled, confounds=open_conf)
-    first = None
+    incomplete = tuple(_trace_confounds(rec))
+    open_conf.extend(incomplete)
+    if judge is not None:
+        open_conf.extend(judge.confounds)
+    handled = ()
+    if judge is not None:
+        pad = {s.name: s.teacher_forced.evidence.masked_count("padding") for s in stages}
+        per = ", ".join(f"{n} {c}" for n, c in pad.items() if c)
+        if per:
+            handled = (f"padding: query rows past a sequence's length (and the rescale of a split's first KV block, "
+                       f"which multiplies an empty accumulator) feed no output and were not compared ({per})",)
+    first, kind = None, evidence_kind(diag, inputs_controlled=controlled, confounds=open_conf)
     if diag.verdict is Verdict.DIVERGED:
-        first = _finding(spec, store, diag, kind, controlled, open_conf)
-    unobserved = (f"not observed: {', '.join(STAGES[:-1])} (no tap: the trace protocol has no attention taps yet, "
-                  f"so only the output was judged)",)
-    return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), (), first, first_nonfinite(stages),
-                    str(dev), unobserved)
+        first, kind = _finding(rec, judge, stages, diag, controlled, open_conf)
+    unobserved = _unobserved(rec, stages, judge)
+    notes = tuple(judge.notes) if judge is not None else ()
+    if notes:
+        rec_notes = tuple(dict.fromkeys(tuple(rec.notes) + notes))
+        rec = dataclasses.replace(rec, notes=rec_notes)
+    return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, first_nonfinite(stages),
+                    str(dev), unobserved, incomplete_trace=incomplete)
 
 
-def _finding(spec, store: Comparison, diag, kind, controlled: bool, confounds) -> FirstDivergence:
-    unit = store.first_bad_tile
-    el = unit.first_bad[0] if unit is not None and unit.first_bad else None
+def _stages(judge: Optional[StageJudge], names) -> list[StageResult]:
+    """Every stage but store, in pipeline order (NOT_RUN without taps)."""
+    if judge is None:
+        return [StageResult(n, NOT_RUN, NOT_RUN) for n in names[:-1]]
+    out = []
+    for n in names[:-1]:
+        if n.startswith("load_"):
+            out.append(judge.loads(n))
+        else:
+            out.append(getattr(judge, n)())
+    return out
+
+
+def _trace_confounds(rec) -> list[str]:
+    """An overflowed or torn trace: the stages that lost records (every finding on them is a draft)."""
+    acc = rec.trace
+    if acc is None or acc.complete:
+        return []
+    out = []
+    if acc.dropped:
+        by = ", ".join(f"{s} {n}" for s, n in acc.dropped_by_stage) if acc.dropped_by_stage else "not said"
+        out.append(f"incomplete trace: {acc.dropped} tap record(s) were dropped because the {acc.capacity}-byte sink "
+                   f"was full (the kernel needed {acc.needed_bytes} bytes; by stage: {by})")
+    if acc.torn:
+        out.append(f"incomplete trace: {acc.torn} record(s) were reserved but never completed")
+    return out
+
+
+def _unobserved(rec, stages, judge) -> tuple[str, ...]:
+    silent = [s.name for s in stages if s.name != "store" and s.teacher_forced.status is Status.NOT_RUN
+              and s.chained.status is Status.NOT_RUN]
+    out = []
+    if silent:
+        why = "no tap" if rec.taps else "no tap: the recording holds only the output"
+        out.append(f"not observed: {', '.join(silent)} ({why})")
+    for s in stages:
+        if s.teacher_forced.evidence.stand_ins:
+            from oracle.judging.evidence import describe_sites
+
+            out.append(f"{s.name} was teacher-forced through reference stand-ins for "
+                       f"{describe_sites(s.teacher_forced.evidence.stand_ins)}")
+    if judge is not None:
+        spec = rec.spec
+        total = spec.batch * spec.heads_q * spec.q_blocks
+        if len(judge.units) < total:
+            out.append(f"{len(judge.units)} of {total} units (batch, head, query block) traced (the others are judged "
+                       f"at the output only)")
+    return tuple(out)
+
+
+# -- the finding -----------------------------------------------------------------------------
+def describe_element(spec, stage: str, element: tuple[int, int]) -> str:
+    """An element of a stage's tensor space in words: 'query 5, key 17', 'key 17, dim 3',
+    'query 5 l', 'query 5 LSE'."""
+    r, c = element
+    if stage in ("load_k", "load_v"):
+        return f"key {r}, dim {c}"
+    if stage in ("s", "mask", "p"):
+        return f"query {r}, key {c}"
+    if stage == "softmax_state":
+        return f"query {r} {SOFTMAX_STATE_COLUMNS[c] if 0 <= c < 3 else c}"
+    if stage in ("normalize", "combine", "store") and c == spec.head_dim_v:
+        return f"query {r} LSE"
+    return f"query {r}, dim {c}"
+
+
+def _site_words(spec, tile, kb, partial) -> str:
+    b, h, qb = spec.unit_of(tile)
+    return (f"batch {b}, head {h}, query block {qb}" + (f", KV block {kb}" if kb is not None else "") +
+            (f", split {partial}" if partial is not None else ""))
+
+
+def _finding(rec, judge, stages, diag: Diagnosis, controlled: bool, confounds) -> tuple[FirstDivergence, Kind]:
+    spec = rec.spec
+    st = next(s for s in stages if s.name == diag.stage)
+    which = "teacher_forced" if diag.root_cause else "chained"
+    cmp = st.teacher_forced if diag.root_cause else st.chained
+    unit = cmp.first_bad_tile
+    if diag.untraced:
+        bad = cmp.failing_in(diag.untraced)
+        unit = max(bad, key=lambda t: (t.max_ratio, t.mismatches)) if bad else unit
     missing = []
     if not controlled:
         missing.append("controlled inputs (oracle.run.attention_inputs: ones, one_hot, index, large_logits, "
-                       "masked_row, random)")
+                       "masked_row, random[:seed])")
     if confounds:
         missing.append("no open confound")
-    missing.append("taps of the attention stages inside the kernel (not in the trace protocol yet): the output "
-                   "alone cannot say which stage went wrong")
-    b, h, qb = spec.unit_of(unit.tile)
-    hint = None
-    if el is not None:
-        what = "LSE" if el.col == spec.head_dim_v else f"O dim {el.col}"
-        hint = f"batch {b}, query head {h} (KV head {h // spec.group}), query {el.row}: {what}"
-    return FirstDivergence("store", tuple(unit.tile), None, None if el is None else (el.row, el.col),
-                           None if el is None else (el.row - qb * spec.block_q, el.col),
+    stand_ins = unit.stand_ins if unit is not None else ()
+    if not rec.taps:
+        missing.append("taps of the attention stages inside the kernel (oracle_trace/attention.cuh): the output "
+                       "alone cannot say which stage went wrong")
+    elif diag.untraced and unit is not None:
+        b, h, qb = spec.unit_of(unit.tile)
+        missing.append(f"a trace of batch {b}, head {h}, query block {qb} (--trace-tiles {qb},{h})")
+    elif not diag.root_cause and unit is not None:
+        names = [s.name for s in stages]
+        before = names[names.index(st.name) - 1] if names.index(st.name) else None
+        untapped = [s.name for s in stages[:names.index(st.name)] if s.teacher_forced.status is Status.NOT_RUN]
+        if before is not None:
+            kb = unit.k_block if before in ATTENTION_KV_STAGES else None
+            missing.append(f"a tap of {before} at {_site_words(spec, unit.tile, kb, unit.partial)}"
+                           + (f" ({', '.join(untapped)} not teacher-forced)" if untapped else ""))
+    if stand_ins:
+        missing.append("the kernel's own " + "; ".join(
+            f"{s} at {_site_words(spec, t, kb, unit.partial)}" for s, t, kb in stand_ins) +
+            " (a reference value stood in for each: trace those stages and sites)")
+    kind = evidence_kind(diag, inputs_controlled=controlled, confounds=confounds, stand_ins=stand_ins)
+    if unit is None:
+        return FirstDivergence(st.name, None, None, None, None, None, None, None, kind, which,
+                               missing=tuple(missing) if kind is Kind.DRAFT else ()), kind
+    el = unit.first_bad[0] if unit.first_bad else None
+    origin = _origin(spec, st.name, unit)
+    hint = _hint(rec, judge, st.name, unit, el) if el is not None else None
+    return FirstDivergence(st.name, tuple(unit.tile), unit.k_block, None if el is None else (el.row, el.col),
+                           None if el is None else (el.row - origin[0], el.col - origin[1]),
                            None if el is None else el.received, None if el is None else el.expected,
-                           None if el is None else el.bound, kind, "chained", hint=hint, fed_by=Feed.REFERENCE.value,
-                           untraced=tuple(diag.untraced), unwritten=bool(el.unwritten) if el else False,
-                           missing=tuple(missing) if kind is Kind.DRAFT else ())
+                           None if el is None else el.bound, kind, which, hint=hint, fed_by=unit.fed_by,
+                           stand_ins=tuple(stand_ins), untraced=tuple(diag.untraced),
+                           unwritten=bool(el.unwritten) if el else False,
+                           missing=tuple(missing) if kind is Kind.DRAFT else (), partial=unit.partial), kind
+
+
+def _origin(spec, stage: str, unit) -> tuple[int, int]:
+    qb, kb = unit.tile[1], unit.k_block
+    if stage in ("load_k", "load_v"):
+        return (kb * spec.block_kv, 0)
+    if stage in ("s", "mask", "p"):
+        return (qb * spec.block_q, kb * spec.block_kv)
+    return (qb * spec.block_q, 0)
+
+
+def _hint(rec, judge, stage: str, unit, el) -> Optional[str]:
+    spec = rec.spec
+    b, h, qb = spec.unit_of(unit.tile)
+    words = describe_element(spec, stage, (el.row, el.col))
+    if stage in ("load_k", "load_v") and judge is not None:
+        return _row_hint(rec, judge, stage, (b, h, qb, unit.k_block, unit.partial or 0), el)
+    if stage == "mask" and judge is not None:
+        if el.expected == float("-inf") and el.received != float("-inf"):
+            return (f"{words}: the kernel let through a key the mask hides (causal {spec.causal}"
+                    f"{', window ' + str(spec.window) if spec.window else ''}, seqlen_k {judge.geo.lk[b]})")
+        if el.received == float("-inf") and el.expected != float("-inf"):
+            return f"{words}: the kernel masked a key the query may see"
+    if stage in ("normalize", "combine", "store") and el.received != el.received and el.expected == 0.0:
+        return f"{words}: NaN where a row that sees no key must give O = 0 (divided by l = 0?)"
+    return None
+
+
+def _row_hint(rec, judge, stage: str, key, el) -> str:
+    """Which row of K or V (any batch, KV head, key) the kernel loaded instead, if any."""
+    spec, g = rec.spec, judge.geo
+    which = stage[-1]
+    tap = judge.tap(stage, key)
+    r = el.row - key[3] * spec.block_kv
+    row = tap[r]
+    if bool(torch.isnan(row.float()).any()):
+        past = el.row >= g.lk[key[0]]
+        return (f"key {el.row} of the tile holds NaN" +
+                (f": it lies past seqlen_k = {g.lk[key[0]]}, where the tile must be zero (the tail was not "
+                 f"cleared)" if past else ""))
+    src = g.k_tok if which == "k" else g.v_tok
+    hits = (src == row[None, None, :]).all(-1).nonzero().tolist() if bool(row.ne(0).any()) else []
+    want = f"key {el.row}, KV head {key[1] // spec.group}"
+    if not hits:
+        return f"the loaded row of {want} matches no row of {which.upper()} in global memory"
+    tok, hk = hits[0]
+    where = _token_words(rec, g, tok)
+    return f"the loaded row of {want} is {which.upper()}'s {where}, KV head {hk}"
+
+
+def _token_words(rec, g, tok: int) -> str:
+    """A token row of K / V's [tokens, heads, dim] view as (batch, key) words."""
+    tab = g.key_tab.cpu()
+    for b in range(rec.spec.batch):
+        j = (tab[b, :g.lk[b]] == tok).nonzero()
+        if j.numel():
+            return f"batch {b} key {int(j[0])}"
+    return f"token row {tok} (no sequence's key)"

@@ -10,7 +10,7 @@ Hardware constants (HW, each with its source):
                   FlashAttention's kernels;
   E_LOG  = 2^-22  absolute error of lg2.approx.f32 (PTX ISA, lg2: 2^-22.6 for the mantissa), LSE's log.
 Derivation (exact values unstarred are the computed ones):
-  scores   S = sum_d q_d k_d in fp32 over D products, exact products (16-bit and e4m3 operands are
+  s        S = sum_d q_d k_d in fp32 over D products, exact products (16-bit and e4m3 operands are
            exact in fp32), at most D additions each within 2u of the running magnitude (covering a
            tensor core that truncates its alignment): |S - S*| <= 2 D u sum_d |q_d||k_d| (descaled).
   mask     x = softcap * tanh(scale * S / softcap): the scale (rounded to fp32) and its multiply
@@ -24,7 +24,9 @@ Derivation (exact values unstarred are the computed ones):
            normal range half a subnormal step (over p_scale) absolute.
   o        acc' = alpha acc + P V: (B + 2) 2u (alpha |acc| + sum_j |P_j| |V_j|).
   normalize O = acc / l: 2u|O| (a reciprocal and a multiply); LSE = m + log l: E_LOG + 4u(|LSE| + |m|).
-  combine  w_s = exp(LSE_s - M): relative E_EXP + 2u|LSE_s - M| each, one normalisation, S additions.
+  combine  w_s = exp(LSE_s - M): relative E_EXP + 2u|LSE_s - M| each, one normalisation, S additions;
+           its LSE = M + log sum w: E_LOG + 4u|LSE| + S (E_EXP + 2u|LSE_s - M|).
+  softmax_state's m is a max of the masked scores it is given: exact (bound 0).
 Output. With p_j = exp(x_j - m) the exact weights, L = sum p_j, A_d = sum_j p_j |V_jd| / L (the
 reference returns A: kernels_ref.attention.forward Stats), every numerator term of O = N / L carries
 a relative error of at most eta + u_p + rho and every denominator term eta + rho, where
@@ -129,18 +131,28 @@ def _combine(a, lse_abs, splits: int):
     return a * (splits * (E_EXP.value + 2 * U) + 4 * U * lse_abs)
 
 
+def _max(x):
+    return torch.zeros_like(x)  # a running max of given values is exact
+
+
+def _combine_lse(lse_abs, dl_abs, splits: int):
+    return E_LOG.value + 4 * U * lse_abs + splits * (E_EXP.value + 2 * U * dl_abs)
+
+
 TABLE: dict[tuple[str, str], StageModel] = {}
 for _dt in ("bf16", "fp16", "e4m3"):
     for _stage, _fn, _doc in (
-            ("scores", _scores, "2 D u sum|q||k|"),
+            ("s", _scores, "2 D u sum|q||k|"),
             ("mask", _mask, "2u|x| (+ E_TANH|x| + 4u softcap)"),
+            ("softmax_state.m", _max, "0: a max of the given masked scores"),
             ("softmax_state.alpha", _alpha, "alpha (E_EXP + 2u|m_old - m_new|)"),
             ("softmax_state.l", _row_sum, "l ((B + n_b) 2u + E_EXP + 2u max|x|)"),
             ("p", _p(_dt), "p (E_EXP + 2u|x - m| + u_p) + step/2"),
             ("o", _o, "(B + 2) 2u (|acc| + sum|P||V|)"),
             ("normalize.o", _normalize_o, "2u|O|"),
             ("normalize.lse", _normalize_lse, "E_LOG + 4u(|LSE| + |m|)"),
-            ("combine", _combine, "A (S (E_EXP + 2u) + 4u|LSE|)")):
+            ("combine", _combine, "A (S (E_EXP + 2u) + 4u|LSE|)"),
+            ("combine.lse", _combine_lse, "E_LOG + 4u|LSE| + S (E_EXP + 2u|LSE_s - M|)")):
         TABLE[(_stage, _dt)] = StageModel(_stage, _dt, _fn, _doc)
     TABLE[("output", _dt)] = StageModel("output", _dt, None, "the module docstring's output model")
 
@@ -170,7 +182,7 @@ def row_terms(spec, stats, v_abs_max: float) -> RowTerms:
     xa = stats.s_abs.double() * STATS_MARGIN
     keys = stats.keys.double()
     n_b = torch.ceil(torch.full_like(keys, float(spec.seqlen_k)) / bkv).clamp(min=1)
-    eta = spec.softmax_scale * lookup("scores", spec.q_dtype).bound(qk, d) + 4 * U * xa + E_EXP.value
+    eta = spec.softmax_scale * lookup("s", spec.q_dtype).bound(qk, d) + 4 * U * xa + E_EXP.value
     if spec.softcap > 0:
         eta = eta + E_TANH.value * xa + 4 * U * spec.softcap
     rho = n_b * (E_EXP.value + 4 * U) + (bkv + n_b) * 2 * U

@@ -2,7 +2,7 @@
 
 O = softmax(mask(softcap(scale * Q K^T))) V per (batch, query head), and LSE = log sum exp of the
 masked scores per query row, as FlashAttention computes them block by block:
-  load_q / load_k / load_v -> scores (Q K^T per KV block) -> mask -> softmax_state (running max m,
+  load_q / load_k / load_v -> s (Q K^T per KV block) -> mask -> softmax_state (running max m,
   rescale exp(m_old - m_new), row sum l) -> p (P as the second MMA reads it) -> o (the rescaled
   accumulator) -> normalize (O / l, LSE = m + log l) -> combine (split-KV partials) -> store.
 A KV block (`block_kv` keys) plays the part a k-block plays in a GEMM, a unit (batch, query head,

@@ -147,10 +147,11 @@ def _sentence(an: Analysis, races=None) -> str:
                 (f", split {f.partial}" if f.partial is not None else "") + \
                 (f", KV block {f.k_block}" if f.k_block is not None else "")
             if f.element is not None:
-                col = "LSE" if f.element[1] == an.recording.spec.head_dim_v else f"dim {f.element[1]}"
+                from oracle.judging.attention_analysis import describe_element
+
                 got = "never written" if f.unwritten else f"received {_fmt(f.received, 6)}"
-                where += (f", query {f.element[0]} {col}: {got}, expected {_fmt(f.expected, 6)} "
-                          f"(bound {_fmt(f.bound)})")
+                where += (f", {describe_element(an.recording.spec, f.stage, f.element)}: {got}, expected "
+                          f"{_fmt(f.expected, 6)} (bound {_fmt(f.bound)})")
         else:
             where = (f" in group {f.group}" if f.group is not None else "") + \
                 (f" at tile {f.tile}" if f.tile is not None else "") + \

@@ -1,6 +1,11 @@
 """A recorded attention run: the problem, Q, K, V (and the layout's offsets and page table), the
-kernel's O and LSE. Output only for now: the trace protocol has no attention taps yet, so every
-stage inside the kernel is unobserved and `store` is what is judged.
+kernel's O and LSE, and the stage taps the kernel recorded (harness.taps' attention chain, read
+from a trace sink of format version 3), with the trace's account (what the selection held and what
+was lost). A recording without taps (oracle.check_attention) is judged at `store` only.
+
+Taps name their site as docs/trace-format.md's "Attention sites" says: tile = (query block, query
+head), k_block = the KV block, partial = the split (None when the problem is not split), group =
+the batch entry. `recording_of_model` makes one from oracle.run.attention_model's sink.
 
 Shapes are FlashAttention's (kernels_ref.attention.geometry): dense q [batch, seqlen_q, heads_q,
 head_dim], k / v [batch, seqlen_k, heads_kv, dim], o like q with head_dim_v, lse [batch, heads_q,
@@ -16,10 +21,15 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-from kernels_ref.dtypes import DTYPES
+from harness.taps import ATTENTION_KV_STAGES, ATTENTION_TAP_STAGES, Tap
+from harness.trace_format import TraceAccount, account_of
+from kernels_ref.dtypes import DTYPES, name_of
 from oracle.problem.attention import AttentionSpec
+from oracle.run.attention_model import AttentionModelRun, PagedKV, run_attention_model
 from oracle.run.inputs import Provenance
 from oracle.run.recording import RecordingError
+
+_F32_STAGES = ("s", "mask", "softmax_state", "o", "normalize", "combine")
 
 
 @dataclass(frozen=True)
@@ -40,11 +50,10 @@ class AttentionRecording:
     confounds: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     environment: Mapping[str, Any] = field(default_factory=dict)
-    # what a GEMM recording also carries, empty here: no trace, no taps, nothing serialised
-    trace = None
-    taps: tuple = ()
-    serialised: tuple = ()
-    command: tuple = ()
+    taps: tuple[Tap, ...] = ()  # the attention stages' taps (module docstring: their sites)
+    trace: Optional[TraceAccount] = None  # the trace's selection and what it lost; None: no trace
+    command: tuple[str, ...] = ()  # the command line that made the run
+    serialised: tuple[str, ...] = ()  # what the traced build serialises that the production build does not
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """The shape each tensor must have for the spec."""
@@ -96,3 +105,97 @@ class AttentionRecording:
                 raise RecordingError(f"page_table names pages outside 0..{s.num_pages - 1}")
         elif self.page_table is not None:
             raise RecordingError("a page_table was given but the problem has no paged KV cache (page_size)")
+        for tap in self.taps:
+            self._check_tap(tap)
+
+    def tap_shape(self, stage: str) -> tuple[int, int]:
+        """The [rows, cols] a tap of `stage` holds (harness.taps' attention table)."""
+        s = self.spec
+        return {"load_q": (s.block_q, s.head_dim), "load_k": (s.block_kv, s.head_dim),
+                "load_v": (s.block_kv, s.head_dim_v), "s": (s.block_q, s.block_kv), "mask": (s.block_q, s.block_kv),
+                "softmax_state": (s.block_q, 3), "p": (s.block_q, s.block_kv), "o": (s.block_q, s.head_dim_v),
+                "normalize": (s.block_q, s.head_dim_v + 1), "combine": (s.block_q, s.head_dim_v + 1)}[stage]
+
+    def _check_tap(self, tap: Tap) -> None:
+        """Raise RecordingError naming a tap whose site or values do not fit the problem."""
+        s = self.spec
+        if not isinstance(tap, Tap) or tap.stage not in ATTENTION_TAP_STAGES:
+            raise RecordingError(f"{getattr(tap, 'stage', tap)!r}: an attention recording holds only taps of "
+                                 f"{', '.join(ATTENTION_TAP_STAGES)}")
+        qb, h = tap.tile
+        where = tap.describe()
+        if tap.group is None or tap.group >= s.batch:
+            raise RecordingError(f"{where}: group must name the batch entry 0..{s.batch - 1}, got {tap.group}")
+        if qb >= s.q_blocks or h >= s.heads_q:
+            raise RecordingError(f"{where}: tile (query block {qb}, head {h}) is outside {s.q_blocks} query blocks x "
+                                 f"{s.heads_q} heads")
+        if tap.stage in ATTENTION_KV_STAGES:
+            if tap.k_block >= s.kv_blocks:
+                raise RecordingError(f"{where}: KV block {tap.k_block} is outside 0..{s.kv_blocks - 1}")
+        elif tap.k_block is not None:
+            raise RecordingError(f"{where}: a {tap.stage} tap belongs to no KV block")
+        if tap.stage == "combine" or s.splits == 1:
+            if tap.partial is not None:
+                raise RecordingError(f"{where}: names split {tap.partial}, but " +
+                                     ("combine merges every split" if tap.stage == "combine" else
+                                      "the problem is not split (splits = 1)"))
+        elif tap.partial is None or tap.partial >= s.splits:
+            raise RecordingError(f"{where}: a split problem's tap must name its split 0..{s.splits - 1}")
+        if tap.stage == "combine" and s.splits == 1:
+            raise RecordingError(f"{where}: the problem is not split, so it has no combine stage")
+        want = self.tap_shape(tap.stage)
+        if tuple(tap.values.shape) != want:
+            raise RecordingError(f"{where}: values have shape {list(tap.values.shape)}, the problem's tap holds "
+                                 f"{list(want)}")
+        if tap.stage.startswith("load_"):  # the operand's own elements, compared bit for bit
+            dt = getattr(s, f"{tap.stage[-1]}_dtype")
+            if tap.values.dtype != DTYPES[dt].torch:
+                raise RecordingError(f"{where}: values are {tap.values.dtype}, but a load tap holds the operand's own "
+                                     f"elements: {tap.stage[-1]}_dtype is {dt}")
+        elif tap.stage in _F32_STAGES and tap.values.dtype != torch.float32:
+            raise RecordingError(f"{where}: values are {tap.values.dtype}, a {tap.stage} tap holds fp32")
+
+
+def recording_of_model(run: AttentionModelRun, q: torch.Tensor, k: Optional[torch.Tensor],
+                       v: Optional[torch.Tensor], provenance: Provenance, *, causal: str = "none",
+                       softmax_scale: Optional[float] = None, softcap: float = 0.0,
+                       paged: Optional[PagedKV] = None, kernel: Optional[str] = None) -> AttentionRecording:
+    """The recording of one run of oracle.run.attention_model on these inputs (given as the model
+    took them, with the same causal, softmax_scale, softcap and paged): its problem, its O and LSE,
+    and its taps parsed from the sink, with the trace's account. The model writes +inf as a fully
+    masked row's LSE (FlashAttention-2's convention: empty_lse "+inf") and O in q's type; a paged
+    cache's key count is recorded as seqlens_k with its cu_seqlens_k."""
+    batch, seqlen_q, heads_q, head_dim = (int(x) for x in q.shape)
+    kk = k if paged is None else paged.k_cache
+    vv = v if paged is None else paged.v_cache
+    names = [name_of(t.dtype) for t in (q, kk, vv)]
+    extra: dict[str, Any] = {}
+    cu_k = page_table = None
+    if paged is None:
+        seqlen_k = int(k.shape[1])
+    else:
+        seqlen_k = paged.seqlen_k
+        page_table = paged.page_table.to(torch.int32)
+        extra = dict(page_size=paged.page_size, num_pages=int(paged.k_cache.shape[0]),
+                     max_pages=int(page_table.shape[1]), seqlens_k=(seqlen_k,) * batch)
+        cu_k = torch.arange(batch + 1, dtype=torch.int32) * seqlen_k
+    spec = AttentionSpec(batch=batch, heads_q=heads_q, heads_kv=int(kk.shape[2]), seqlen_q=seqlen_q,
+                         seqlen_k=seqlen_k, head_dim=head_dim, head_dim_v=run.head_dim_v, causal=causal,
+                         softmax_scale=softmax_scale, softcap=softcap, q_dtype=names[0], k_dtype=names[1],
+                         v_dtype=names[2], o_dtype=names[0], block_q=run.block_q, block_kv=run.block_kv,
+                         splits=run.splits, empty_lse="+inf", **extra)
+    notes = tuple(run.trace.warnings)
+    name = kernel or ("attention model" + (f" with {run.injection.value}" if run.injection else ""))
+    rec = AttentionRecording(spec=spec, q=q, k=kk, v=vv, output=run.out, provenance=provenance, lse=run.lse,
+                             cu_seqlens_k=cu_k, page_table=page_table, kernel=name, synthetic=True, notes=notes,
+                             taps=tuple(run.trace.taps), trace=account_of(run.trace))
+    rec.validate()
+    return rec
+
+
+def model_recording(q: torch.Tensor, k: Optional[torch.Tensor], v: Optional[torch.Tensor], provenance: Provenance,
+                    **model_args) -> AttentionRecording:
+    """Run oracle.run.attention_model (its keyword arguments) and record the run."""
+    run = run_attention_model(q, k, v, **model_args)
+    keep = {n: model_args[n] for n in ("causal", "softmax_scale", "softcap", "paged") if n in model_args}
+    return recording_of_model(run, q, k, v, provenance, **keep)

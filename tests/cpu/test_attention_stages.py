@@ -32,7 +32,7 @@ def test_scores_against_host(dtype):
     q, k = rnd(3, 5, 24, dtype=dtype), rnd(3, 19, 24, dtype=dtype)
     s, a = scores.scores(q, k, descale=0.5, with_abs=True)
     host = scores.scores_host(q, k, descale=0.5)
-    within(s, host, lookup("scores", "bf16").bound(a.double(), 24))
+    within(s, host, lookup("s", "bf16").bound(a.double(), 24))
     assert scores.check_supported(q, k.float()) != []
 
 
@@ -99,7 +99,7 @@ def test_combine_against_host_and_an_empty_split():
 
 def test_the_table_refuses_a_missing_key():
     with pytest.raises(ToleranceError, match="fp32"):
-        lookup("scores", "fp32")
+        lookup("s", "fp32")
     assert ("output", "e4m3") in TABLE
 
 
