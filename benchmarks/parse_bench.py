@@ -154,13 +154,13 @@ def main(argv=None) -> int:
 
     from harness import trace_format
     from harness.runner import KernelRun, RunStatus
-    from oracle.run import live
+    from oracle.run import live, sink
     from oracle.run.inputs import Provenance, make_operands
 
     case = load_case(args.size, None if args.k_blocks is None else tuple(range(args.k_blocks)))
     s = case.spec
-    budget, ceiling = live.sink_budget(case)
-    capacity = live.initial_sink_bytes(budget, ceiling)
+    budget, ceiling = sink.sink_budget(case)
+    capacity = sink.initial_sink_bytes(budget, ceiling)
     t0 = time.perf_counter()
     sink = synth_sink(case, capacity)
     synth_s = time.perf_counter() - t0

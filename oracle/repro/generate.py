@@ -1,7 +1,7 @@
 """Track B: a standalone reproducer of a live case, written as a directory that builds with nvcc
 alone and runs without Python.
 
-Data path: Case + Operands -> the launches the oracle itself makes (oracle.run.live.launch_sequence:
+Data path: Case + Operands -> the launches the oracle itself makes (oracle.run.launch.launch_sequence:
 [launch] then every [[launch.next]], the tensors they share in storage order, workspaces filled as
 declared, tensor maps with the case's host-side options, grids and arguments evaluated) -> a
 directory:
@@ -67,7 +67,8 @@ from kernels_ref import epilogue_graph
 from kernels_ref.dtypes import name_of
 from oracle.run.case import Case, CaseError, LaunchPlan
 from oracle.run.inputs import Operands, Provenance, check_operands, check_problem_size
-from oracle.run.live import _names, check_case, default_trace_tiles, is_library, launch_sequence, library_call
+from oracle.run.launch import is_library, launch_names, launch_sequence, library_call
+from oracle.run.sink import check_case, default_trace_tiles
 from oracle.repro.errors import ReproError
 from oracle.repro.folder import MANIFEST, KernelFile, ReproFolder, kernel_files, read_kernel_file
 from oracle.repro.makefile import TEMPLATE, TEMPLATE_PARTS, BuildPlan, FirstEntries, build_plan, makefile_text
@@ -276,7 +277,7 @@ def _launch_text(case: Case, sequence: list, build: BuildPlan, selection: TraceS
 
 def sink_bytes(case: Case) -> int:
     """The sink the traced reproducer allocates: what a live run of the case starts with."""
-    from oracle.run.live import initial_sink_bytes, sink_budget
+    from oracle.run.sink import initial_sink_bytes, sink_budget
 
     return initial_sink_bytes(*sink_budget(case))
 
@@ -369,7 +370,7 @@ def _readme(case: Case, prov: Provenance, sequence: list, build: BuildPlan, refe
     kbs = "all" if selection.k_blocks is None else ", ".join(map(str, selection.k_blocks))
     exprs = [str(g) for plan in _plans(case) for g in plan.grid] + \
         [str(a.expr) for plan in _plans(case) for a in plan.args if a.kind == "literal"]
-    sms = (f"\nGrids and literals were evaluated with num_sms = {_names(case)['num_sms']} (the GPU of the machine "
+    sms = (f"\nGrids and literals were evaluated with num_sms = {launch_names(case)['num_sms']} (the GPU of the machine "
            f"that wrote this, or an H200's 132 without one).") if any("num_sms" in e for e in exprs) else ""
     if build.time_entry_unused:
         cubin_note = (f"The untraced build is the traced one with a null sink: the case's time_entry "

@@ -37,7 +37,7 @@ from harness.tensormap import TensorMapError, TensorMapSpec
 from kernels_ref.dtypes import ELEMENT_TYPES
 from oracle import knobs
 from oracle.run.inputs import InputError, Operands, Provenance, check_problem_size, expected_shapes
-from oracle.run.live import _ones_check
+from oracle.run.live import ones_check
 from oracle.problem.spec import ProblemSpec, SpecError
 from oracle.run.recording import Recording, trace_warnings
 from oracle.repro.generate import FORMAT, READABLE_VERSIONS, ReproError, quant_part
@@ -232,5 +232,5 @@ def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
     except ValueError as e:
         raise ReproError(f"{root}: the run does not fit its problem: {e}") from None
     if provenance.ladder == "ones" and output is not None:  # as a live run checks it
-        rec = replace(rec, notes=rec.notes + (_ones_check(rec),))
+        rec = replace(rec, notes=rec.notes + (ones_check(rec),))
     return rec

@@ -12,7 +12,7 @@ held to them.
 What the files must be, wherever they are: source and library a CUDA/C++ source, cubin a CUDA
 device image (harness.source_files: a regular file checked before it is opened, by suffix and by
 its first bytes), so an object, archive, shared library or FIFO named there is refused when the
-case is loaded. A file that does not exist yet is left to oracle.run.live.check_case, which runs
+case is loaded. A file that does not exist yet is left to oracle.run.sink.check_case, which runs
 before anything is built.
 
 The code a case runs: a live case builds its kernel's device code ([kernel] source, or a prebuilt

@@ -1,7 +1,7 @@
 """The case's kernel names held to harness.names' grammar: the source, cubin and library paths, the entry
 points and the defines, everything of [kernel] and [[launch.next]] that reaches nvcc, a Makefile
 or a reproducer's files. Called when a case is read (oracle.run.case) and again by
-oracle.run.live.check_case, before anything is built or written."""
+oracle.run.sink.check_case, before anything is built or written."""
 
 from __future__ import annotations
 

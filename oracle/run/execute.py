@@ -43,7 +43,7 @@ class RunOutcome:
     recording: Recording
     source: str
     kernel_run: Optional[KernelRunInfo] = None
-    races: Optional[object] = None  # oracle.run.live.RaceRuns, when the request looked for races
+    races: Optional[object] = None  # oracle.run.races.RaceRuns, when the request looked for races
     performance: Optional[object] = None  # oracle.run.perf.Performance, with `time`
     phases_s: dict = field(default_factory=dict)
     notices: tuple[str, ...] = ()
@@ -85,7 +85,9 @@ def run(request: RunRequest, *, while_running: Optional[Callable[[], None]] = No
 
 
 def _run_live(request: RunRequest, t0: float, while_running) -> RunOutcome:
-    from oracle.run.live import check_case, run_live, run_races
+    from oracle.run.live import run_live
+    from oracle.run.races import run_races
+    from oracle.run.sink import check_case
 
     case = request.case
     check_case(case)  # every check that needs no inputs, no build and no GPU, before any of them

@@ -126,7 +126,7 @@ def live_case(bc: BenchCase):
     """The live case a bench case runs, with every check made before anything is built (CaseError,
     SpecError, InputError, BuildError, ... naming what is wrong)."""
     from oracle.run.case import load_case, with_trace
-    from oracle.run.live import check_case
+    from oracle.run.sink import check_case
 
     case = load_case(bc.case, bc.overrides, entry=bc.entry, allow_library=bc.trust.library,
                      allow_outside_case_dir=bc.trust.outside_case_dir)

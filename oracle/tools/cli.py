@@ -99,7 +99,7 @@ def _request(args: argparse.Namespace):
         return RunRequest(dump=DEMO_DUMP if args.demo else args.dump)
     poison = None
     if args.smem_poison is not None:
-        from oracle.run.live import parse_pattern
+        from oracle.run.races import parse_pattern
 
         try:
             poison = parse_pattern(args.smem_poison)
@@ -202,7 +202,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     elif not (args.problem or args.kernel):
         raise UsageError("give a live case (--problem CASE.toml and/or --kernel FILE.cu --entry NAME) or --dump FILE")
     from oracle.run.execute import operands_for
-    from oracle.run.live import check_case
+    from oracle.run.sink import check_case
     from oracle.run.request import RunRequest
 
     case = _case(args, base=base, entry=entry)

@@ -96,10 +96,11 @@ def _runs():
     return case, ops, rec, dataclasses.replace(rec, output=out)
 
 
-def test_run_live_with_repeat_runs_the_races_and_refuses_timing(monkeypatch):
+def test_a_repeated_request_runs_the_races(monkeypatch):
     from harness.runner import KernelRun, RunStatus
-    from oracle.run import live
-    from oracle.run.inputs import Provenance
+    from oracle.run import live, races
+    from oracle.run.execute import run
+    from oracle.run.request import RunRequest
 
     case, ops, rec, _ = _runs()
     first = live.LiveRun(rec, KernelRun(RunStatus.OK), True, (), {})
@@ -107,20 +108,16 @@ def test_run_live_with_repeat_runs_the_races_and_refuses_timing(monkeypatch):
 
     def fake_races(case_, ops_, prov, *, repeat, **kw):
         seen.update(repeat=repeat, **kw)
-        return live.RaceRuns(first, (rec, rec), (rec.output, rec.output), ())
+        return races.RaceRuns(first, (rec, rec), (rec.output, rec.output), ())
 
-    monkeypatch.setattr(live, "run_races", fake_races)
-    got = live.run_live(case, ops, Provenance("random", 0), repeat=2, timeout_s=9.0)
+    monkeypatch.setattr(races, "run_races", fake_races)
+    got = run(RunRequest(case=case, repeat=2, timeout_s=9.0))
     assert got.recording is rec and got.races.traced == (rec, rec) and seen["repeat"] == 2 and seen["timeout_s"] == 9.0
-    with pytest.raises(CaseError, match="timing and shared-memory poison go with one run"):
-        live.run_live(case, ops, Provenance("random", 0), repeat=2, timing={})
-    with pytest.raises(CaseError, match="repeat 0 must be an integer from 1 to 100"):
-        live.run_live(case, ops, Provenance("random", 0), repeat=0)
 
 
 def test_a_bench_case_whose_repeated_runs_differ_is_nondeterministic_and_exits_6(monkeypatch, tmp_path):
     from harness.runner import KernelRun, RunStatus
-    from oracle.run import live
+    from oracle.run import live, races
     from oracle.tools import bench
 
     case, ops, rec, other = _runs()
@@ -129,12 +126,12 @@ def test_a_bench_case_whose_repeated_runs_differ_is_nondeterministic_and_exits_6
     def fake_races(case_, ops_, prov, *, repeat, smem_poison=None, sanitize=False, **_):
         calls.append((repeat, smem_poison, sanitize))
         first = live.LiveRun(rec, KernelRun(RunStatus.OK), True, (), {})
-        return live.RaceRuns(first, (rec, other), (rec.output, rec.output), ())
+        return races.RaceRuns(first, (rec, other), (rec.output, rec.output), ())
 
     def fake_live(*_, **__):
         raise AssertionError("a repeated case is verified by run_races, and a diverging one is not timed")
 
-    monkeypatch.setattr(live, "run_races", fake_races)
+    monkeypatch.setattr(races, "run_races", fake_races)
     monkeypatch.setattr(live, "run_live", fake_live)
     from oracle.run import timing
 

@@ -24,7 +24,7 @@ import pytest
 from harness import budget
 from harness.dump import DumpError, load_dump
 from oracle.tools import cli
-from oracle.run import live
+from oracle.run import launch, live
 from oracle.run.case import CaseError, load_case
 from oracle.problem.spec import MAX_GROUPS, MAX_STREAM_K_WORKERS, ProblemSpec, SpecError
 
@@ -130,7 +130,7 @@ def test_a_workspace_is_checked_against_the_budget_before_allocation(tmp_path):
     case.write_text(BASE + '\n[workspace.big]\nbytes = 8589934592\n')
     r = _child(f"""
         from oracle.run.case import load_case, CaseError
-        from oracle.run.live import launch_sequence
+        from oracle.run.launch import launch_sequence
         case = load_case({str(case)!r}, allow_outside_case_dir=True)
         try:
             launch_sequence(case, None)
@@ -148,7 +148,7 @@ def test_a_workspace_counts_with_the_operands_against_the_knob(tmp_path, monkeyp
     case = tmp_path / "ws.toml"
     case.write_text(BASE + '\n[workspace.big]\nbytes = 1048576\n')
     with pytest.raises(CaseError, match="the 1 MiB limit of ORACLE_MAX_OPERAND_MB"):
-        live.launch_sequence(load_case(str(case), allow_outside_case_dir=True), None)
+        launch.launch_sequence(load_case(str(case), allow_outside_case_dir=True), None)
 
 
 def test_operands_are_checked_against_the_address_space_limit():

@@ -12,7 +12,7 @@ from oracle.run.case import CaseError, load_case
 from oracle.report import table as report
 from oracle.judging.differential import analyze
 from oracle.run.inputs import make_operands
-from oracle.run.live import launch_spec, stale_rows
+from oracle.run.launch import launch_spec, stale_rows
 from oracle.run.recording import Recording
 
 ROOT = Path(__file__).resolve().parents[2]

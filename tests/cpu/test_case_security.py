@@ -121,7 +121,7 @@ def test_a_path_with_a_control_character_is_a_case_error(tmp_path, key):
 
 
 def test_the_command_line_opt_in_reaches_the_case(tmp_path, capsys, monkeypatch):
-    from oracle.run import live
+    from oracle.run import sink
 
     d = _folder(tmp_path)
     path = _case_with(d, "source", str(d / "simple_gemm.cu"))
@@ -131,7 +131,7 @@ def test_the_command_line_opt_in_reaches_the_case(tmp_path, capsys, monkeypatch)
     def reached(case):
         raise CaseError("the case was loaded")
 
-    monkeypatch.setattr(live, "check_case", reached)
+    monkeypatch.setattr(sink, "check_case", reached)
     for command in (["compare"], ["repro", "--out", tmp_path / "r"]):
         line = _one_error_line(capsys, [*command, "--problem", path, "--inputs", "ones", "--allow-outside-case-dir"])
         assert "the case was loaded" in line
@@ -218,7 +218,7 @@ def test_a_proc_file_is_refused_even_where_outside_files_are_allowed(tmp_path):
 
 
 def test_a_library_case_is_refused_without_the_opt_in_and_names_the_flag(tmp_path, capsys, monkeypatch):
-    from oracle.run import live
+    from oracle.run import sink
 
     with pytest.raises(CaseError, match=r"\[kernel\] library = .*simple_gemm_lib.cu.* host code .*--allow-library"):
         load_case(str(LIBRARY))
@@ -231,7 +231,7 @@ def test_a_library_case_is_refused_without_the_opt_in_and_names_the_flag(tmp_pat
     def reached(case):
         raise CaseError("the case was loaded")
 
-    monkeypatch.setattr(live, "check_case", reached)
+    monkeypatch.setattr(sink, "check_case", reached)
     line = _one_error_line(capsys, ["compare", "--problem", LIBRARY, "--inputs", "ones", "--allow-library"])
     assert "the case was loaded" in line
 
@@ -302,7 +302,7 @@ def test_repro_copies_no_included_file_that_is_not_a_source(tmp_path, header, da
 
 
 def test_repro_copies_a_host_elf_cubin_never(tmp_path):
-    from dataclasses import replace
+    pass
 
     from oracle.repro.generate import ReproError, write_repro
     from oracle.run.inputs import Provenance, make_operands

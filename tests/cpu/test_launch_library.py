@@ -223,21 +223,21 @@ def test_a_next_launch_cannot_name_an_abi(tmp_path):
 
 
 def test_the_example_case_reads_and_passes_its_checks():
-    from oracle.run import live
+    from oracle.run import launch, sink
 
     case = load_case(str(EXAMPLE), allow_library=True)
     assert case.kernel.library.endswith("simple_gemm_lib.cu") and case.kernel.entry == "oracle_launch"
     assert case.launch.abi == "oracle/1"
-    live.check_case(case)
-    call, _ = live.library_call(case, None)
+    sink.check_case(case)
+    call, _ = launch.library_call(case, None)
     assert [t.slot for t in call.tensors] == ["a", "b", "d", "bias"]
     assert call.tensors[1].strides == (136, 1) and call.activation == ACTIVATIONS.index("gelu_erf")
     with pytest.raises(CaseError, match="use library_call"):
-        live.launch_sequence(case, None)
+        launch.launch_sequence(case, None)
 
 
 def test_the_library_call_has_each_operands_layout(tmp_path):
-    from oracle.run import live
+    from oracle.run import launch
 
     text = PROBLEM.replace('a_dtype = "fp32"', 'a_dtype = "fp32"\na_major = "col"\nbeta = 0.5\nc_dtype = "fp32"\nbias = "row"\n'
                            'batch = 2') + '\n[kernel]\nlibrary = "lib.cu"\n[launch]\nabi = "oracle/1"\n' \
@@ -245,7 +245,7 @@ def test_the_library_call_has_each_operands_layout(tmp_path):
     (tmp_path / "lib.cu").write_text("//\n")
     (tmp_path / "c.toml").write_text(text)
     case = load_case(str(tmp_path / "c.toml"), allow_library=True)
-    call, _ = live.library_call(case, None)
+    call, _ = launch.library_call(case, None)
     by = {t.slot: t for t in call.tensors}
     assert by["a"].shape == (128, 16) and by["a"].strides == (1, 128)  # col-major A of 2 x 64 rows
     assert by["b"].shape == (2, 16, 64) and by["b"].strides == (1024, 1, 16)  # a stack of col-major B
@@ -465,11 +465,11 @@ def _lines(d: Path, key: str) -> list[list[str]]:
 
 
 def test_a_library_reproducer_writes_its_call_and_builds_the_library(tmp_path):
-    from oracle.run import live
+    from oracle.run import launch
 
     d = tmp_path / "lib"
     case, _, written = _library_repro(d)
-    call, _ = live.library_call(case, None)
+    call, _ = launch.library_call(case, None)
     assert (written.cubin_traced, written.cubin_plain, written.entry_traced) == \
         ("libkernel_traced.so", "libkernel.so", "oracle_launch")
     assert {"kernel/src/simple_gemm_lib.cu", "kernel/src/simple_gemm.cu",

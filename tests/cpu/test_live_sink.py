@@ -12,7 +12,8 @@ from harness.trace_budget import trace_budget
 from harness.trace_format import TraceSelection
 from oracle.run.case import CaseError, load_case, with_trace
 from oracle.run.inputs import Provenance, make_operands
-from oracle.run.live import run_live, sink_budget
+from oracle.run.live import run_live
+from oracle.run.sink import sink_budget
 
 HOPPER = ROOT / "zoo" / "hopper_gemm" / "hopper_gemm.toml"
 BIG = {"m": 4096, "n": 4096, "k": 4096}

@@ -21,7 +21,7 @@ from oracle.judging.diagnose import EXIT_CODES, Kind, Verdict
 from oracle.judging.differential import analyze
 from oracle.run.inputs import Provenance, make_operands
 from oracle.problem.spec import ProblemSpec, Tile
-from oracle.run.live import complement, parse_pattern
+from oracle.run.races import complement, parse_pattern
 from oracle.judging.judgement import final_verdict, judgement_of
 from oracle.judging.repeat import as_draft, compare_runs
 from oracle.run.simulate import Injection, simulate
@@ -411,7 +411,7 @@ class _Run:
 
 
 def _fake_race_runs(monkeypatch, untraced_flip: bool, seen: dict):
-    from oracle.run import live
+    from oracle.run import live, races
 
     def fake(case, ops, prov, *, repeat, smem_poison=None, sanitize=False, timeout_s=None, command=(), **_):
         seen.update(repeat=repeat, smem_poison=smem_poison, sanitize=sanitize)
@@ -419,9 +419,9 @@ def _fake_race_runs(monkeypatch, untraced_flip: bool, seen: dict):
         out = _flip(rec.output, 3, 4) if untraced_flip else rec.output
         first = live.LiveRun(rec, _Run(), True, (), {})
         rep = SanitizerReport(unavailable="--sanitize: compute-sanitizer is not on PATH") if sanitize else None
-        return live.RaceRuns(first, (rec,) * repeat, (out,) * repeat, (), sanitizer=rep)
+        return races.RaceRuns(first, (rec,) * repeat, (out,) * repeat, (), sanitizer=rep)
 
-    monkeypatch.setattr(live, "run_races", fake)
+    monkeypatch.setattr(races, "run_races", fake)
 
 
 CASE_ARGS = ["compare", "--problem", str(ROOT / "zoo/sm80_gemm/sm80_gemm.toml"), "--problem",
@@ -554,7 +554,7 @@ def test_run_races_runs_each_build_as_asked(monkeypatch, runs):
     # the orchestration with the runs faked: N traced, N untraced (one of them faulting), two
     # poison runs with a pattern and its complement, and --sanitize without the tool (no build)
     from harness.runner import KernelRun, RunStatus
-    from oracle.run import live
+    from oracle.run import live, races
     from oracle.run.case import load_case
 
     good, _ = runs
@@ -578,12 +578,12 @@ def test_run_races_runs_each_build_as_asked(monkeypatch, runs):
         calls["builds"] += 1
         return b"cubin", case_.kernel.untraced_entry
 
-    monkeypatch.setattr(live, "run_live", fake_live)
-    monkeypatch.setattr(live, "run_kernel", fake_kernel)
-    monkeypatch.setattr(live, "untraced_build", fake_build)
-    monkeypatch.setattr(live, "launch_sequence", lambda c, o: ([("e", None)], {}))
+    monkeypatch.setattr(races, "run_live", fake_live)
+    monkeypatch.setattr(races, "run_kernel", fake_kernel)
+    monkeypatch.setattr(races, "untraced_build", fake_build)
+    monkeypatch.setattr(races, "launch_sequence", lambda c, o: ([("e", None)], {}))
     monkeypatch.setattr("harness.sanitizer.find_sanitizer", lambda: None)
-    rr = live.run_races(case, good.operands, good.provenance, repeat=3, smem_poison=0x0000FFFF, sanitize=True)
+    rr = races.run_races(case, good.operands, good.provenance, repeat=3, smem_poison=0x0000FFFF, sanitize=True)
     assert calls["traced"] == [None, None, None, 0x0000FFFF, 0xFFFF0000] and calls["untraced"] == 3
     assert calls["builds"] == 1  # the untraced build for the repeats; none for a sanitizer that is not there
     assert len(rr.traced) == 3 and rr.untraced[1] is None and rr.failed == ("untraced run 2",)
@@ -595,7 +595,7 @@ def test_run_races_runs_each_build_as_asked(monkeypatch, runs):
 
 def test_poison_that_no_cta_applied_is_said_and_shows_nothing(monkeypatch, runs):
     from harness.runner import KernelRun, RunStatus
-    from oracle.run import live
+    from oracle.run import live, races
     from oracle.run.case import load_case
 
     good, _ = runs
@@ -605,8 +605,8 @@ def test_poison_that_no_cta_applied_is_said_and_shows_nothing(monkeypatch, runs)
         run = KernelRun(RunStatus.OK, smem_poison=None if smem_poison is None else {"pattern": smem_poison, "ctas": 0})
         return live.LiveRun(good, run, True, (), {})
 
-    monkeypatch.setattr(live, "run_live", fake_live)
-    rr = live.run_races(case, good.operands, good.provenance, repeat=1, smem_poison=0xFFFFFFFF)
+    monkeypatch.setattr(races, "run_live", fake_live)
+    rr = races.run_races(case, good.operands, good.provenance, repeat=1, smem_poison=0xFFFFFFFF)
     assert rr.poisoned == () and "never called" in rr.poison_note and rr.untraced == ()
     res = compare_runs(rr.traced, rr.untraced, poisoned=rr.poisoned, poison=rr.poison, poison_note=rr.poison_note)
     assert not res.nondeterministic

@@ -25,7 +25,7 @@ from oracle.tools import cli
 from oracle.run.case import load_case, with_trace
 from oracle.judging.differential import analyze, expected_output
 from oracle.run.inputs import Provenance, make_operands
-from oracle.run.live import launch_sequence, launch_spec, stale_rows, workspace_buffer
+from oracle.run.launch import launch_sequence, launch_spec, stale_rows, workspace_buffer
 from oracle.repro.generate import ReproError, sink_bytes, write_repro
 from oracle.repro.readback import load_repro_run
 from host_programs import host_from, shared_host_programs  # tests/ is on sys.path

@@ -34,7 +34,7 @@ from oracle.repro.generate import ReproError, write_repro
 from oracle.repro.readback import load_repro_run
 from oracle.run.case import load_case
 from oracle.run.inputs import Provenance, make_operands
-from oracle.run.live import launch_sequence
+from oracle.run.launch import launch_sequence
 from oracle.tools import cli
 from host_programs import host_from, shared_host_programs  # tests/ is on sys.path
 from repro_files import input_manifest

@@ -12,7 +12,7 @@ import torch
 from oracle.problem.spec import ProblemSpec, Scale, SpecError, Tile
 from oracle.run.case import load_case
 from oracle.run.inputs import make_operands
-from oracle.run.live import launch_sequence, scale_major
+from oracle.run.launch import launch_sequence, scale_major
 from oracle.repro.generate import _major_of
 
 ROOT = Path(__file__).resolve().parents[2]

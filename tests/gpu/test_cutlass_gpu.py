@@ -19,7 +19,9 @@ import torch
 from oracle.run.case import load_case, with_trace
 from oracle.judging.differential import expected_output
 from oracle.run.inputs import Provenance, make_operands
-from oracle.run.live import _from_storage, run_live, run_untraced
+from oracle.run.launch import from_storage
+from oracle.run.live import run_live
+from oracle.run.races import run_untraced
 
 pytestmark = pytest.mark.gpu
 
@@ -41,7 +43,7 @@ def test_traced_and_production_builds_agree_and_taps_name_their_tiles(case_file,
     plain = run_untraced(case, ops, timeout_s=120)
     assert plain.ok, plain.describe() + "\n" + plain.stderr_tail
     traced_d = live.recording.output
-    plain_d = _from_storage(plain.outputs["d"], case.spec.d_major)
+    plain_d = from_storage(plain.outputs["d"], case.spec.d_major)
     tb, pb = traced_d.contiguous().view(torch.int16), plain_d.contiguous().view(torch.int16)
     diff = tb != pb
     why = (f"traced and production D differ at {int(diff.sum())} of {diff.numel()} elements, first "

@@ -19,7 +19,7 @@ from oracle import knobs as oracle_knobs
 from oracle.judging.diagnose import EXIT_CODES, Verdict
 from oracle.judging.differential import analyze
 from oracle.run.inputs import Provenance, make_operands
-from oracle.run.live import run_races
+from oracle.run.races import run_races
 from oracle.judging.judgement import final_verdict
 from oracle.judging.repeat import compare_runs
 

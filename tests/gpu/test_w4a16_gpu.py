@@ -11,7 +11,7 @@ from oracle.judging.diagnose import Verdict
 from oracle.judging.differential import analyze
 from oracle.judging.repeat import compare_runs
 from oracle.run.inputs import Provenance, make_operands
-from oracle.run.live import run_races
+from oracle.run.races import run_races
 
 pytestmark = pytest.mark.gpu
 

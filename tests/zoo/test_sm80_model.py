@@ -29,7 +29,7 @@ from oracle.judging.compare import Status
 from oracle.judging.diagnose import Verdict
 from oracle.judging.differential import analyze
 from oracle.run.inputs import Operands, Provenance, make_operands
-from oracle.run.live import default_trace_tiles
+from oracle.run.sink import default_trace_tiles
 from oracle.problem.spec import ProblemSpec
 from oracle.run.recording import Recording
 

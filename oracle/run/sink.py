@@ -1,0 +1,98 @@
+"""The trace a live case asks for, and the checks made before anything is built: the tiles,
+k-blocks and stages selected (trace_selection), the sink's estimate and ceiling (sink_budget,
+initial_sink_bytes), and check_case, every check that needs no inputs, no build and no GPU."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+
+from harness import trace_format
+from harness.build import check_cubin_file, check_source_file
+from harness.taps import pipeline
+from harness.trace_budget import TraceBudget, trace_budget
+from kernels_ref.dtypes import ALL_TYPES, DTYPES
+from oracle import knobs
+from oracle.run.case import Case, CaseError, check_trace_selection
+from oracle.run.case_grammar import check_case_names
+from oracle.run.inputs import check_problem_size
+from oracle.run.launch import is_library, launch_sequence, library_call
+
+
+def default_trace_tiles(case: Case) -> tuple[tuple[int, int], ...]:
+    """The first tile, a middle one and the last (ragged) one: where defects like to hide."""
+    s = case.spec
+    return tuple(dict.fromkeys([(0, 0), (s.tiles_m // 2, s.tiles_n // 2), (s.tiles_m - 1, s.tiles_n - 1)]))
+
+
+MIN_SINK_BYTES = 1 << 20
+
+
+def check_case(case: Case) -> tuple[TraceBudget, int]:
+    """Every check of a live case that needs no inputs, no build and no GPU, made before any of
+    them: the [launch] table evaluated in full (grid, literals, tensor maps), the trace selection
+    against the tile grid, the k-blocks and the sink's ceiling, the operands' size against the
+    memory there is, and the kernel's files (a source or cubin that is a regular file within its
+    size limit). Returns the sink budget (sink_budget). Raises CaseError, BuildError, InputError,
+    LaunchError or TensorMapError naming what is wrong."""
+    if case.kernel is None:
+        raise CaseError("no kernel to run: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
+    check_case_names(case, CaseError)  # what reaches nvcc or a generated file, in its grammar
+    check_problem_size(case.spec)  # first: every later check may walk the tile grid or the partition
+    if is_library(case):
+        library_call(case, None)
+    else:
+        launch_sequence(case, None)
+    check_trace_selection(case)
+    budget = sink_budget(case)
+    k = case.kernel
+    if k.library:
+        check_source_file(k.library)
+    elif k.cubin:
+        check_cubin_file(k.cubin)
+    else:
+        check_source_file(k.source)
+    return budget
+
+
+def _problem_stages(case: Case) -> tuple[str, ...]:
+    """The stages a kernel of this problem can tap: its pipeline, epilogue in the declared order."""
+    return pipeline([n.step for n in case.spec.epilogue_nodes], case.spec.dequant_operands)[:-1]
+
+
+def trace_selection(case: Case) -> trace_format.TraceSelection:
+    tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case)
+    try:
+        return trace_format.TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks,
+                                           stages=case.trace.stages or _problem_stages(case))
+    except ValueError as e:
+        raise CaseError(f"trace selection: {e}") from None
+
+
+def sink_budget(case: Case) -> tuple[TraceBudget, int]:
+    """The selection's size and the ceiling the sink may grow to (bytes); a selection that cannot
+    fit under the ceiling is refused here, before anything is built or launched."""
+    s = case.spec
+    size = {f"descriptor_{op}": ALL_TYPES[getattr(s, f"{op}_dtype")].itemsize for op in "ab"}
+    size.update({f"load_{op}": ALL_TYPES[getattr(s, f"{op}_dtype")].itemsize for op in "ab"})
+    size.update({f"dequant_{op}": DTYPES[s.mma_dtype].itemsize for op in "ab"})
+    size["epilogue_cast"] = DTYPES[s.out_dtype].itemsize
+    budget = trace_budget(trace_selection(case), tiles_m=s.tiles_m, tiles_n=s.tiles_n, k_blocks=s.k_blocks,
+                          block_m=s.tile.bm, block_n=s.tile.bn, block_k=s.tile.bk, itemsize=size)
+    if s.group_sizes is not None:  # a tile selector matches that tile in every group
+        g = len(s.group_sizes)
+        budget = replace(budget, least=512 + g * (budget.least - 512), estimate=512 + g * (budget.estimate - 512))
+    mb = case.trace.capacity_mb or knobs.TRACE_MAX_MB.get()
+    ceiling = mb << 20
+    if budget.least > ceiling:
+        per_tile = max(1, (budget.least - 512) // max(budget.tiles, 1))
+        raise CaseError(f"the trace selection ({budget.describe()}) cannot fit in the {mb} MiB ceiling of the sink: "
+                        f"raise it (ORACLE_TRACE_MAX_MB, or [trace] capacity_mb) or narrow the selection: "
+                        f"--trace-tiles with at most {max(1, ceiling // per_tile)} tile(s), fewer --trace-k-blocks, "
+                        f"or --trace-stages naming only the stages the kernel taps")
+    return budget, ceiling
+
+
+def initial_sink_bytes(budget: TraceBudget, ceiling: int) -> int:
+    """The sink a launch starts with: the selection's estimate, at least MIN_SINK_BYTES, at most the ceiling."""
+    return min(ceiling, max(MIN_SINK_BYTES, -(-budget.estimate // 4096) * 4096))
