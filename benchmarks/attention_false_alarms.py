@@ -1,7 +1,7 @@
 """False alarms of the attention check: correct attention outputs from real kernels, judged output-only.
 
 On the H200 (one GPU; about 300+ cases):
-    python benchmarks/attention_false_alarms.py --machine h200 --out-dir $OUT
+    python benchmarks/attention_false_alarms.py --out-dir $OUT
 On the CPU (a smoke test: the math and CPU flash backends, small shapes):
     python benchmarks/attention_false_alarms.py --cpu --cases 6 --out-dir /tmp/x
 
@@ -151,6 +151,15 @@ def _flash_attn(c: Case, q, k, v, dev):
     return o, lse
 
 
+def machine_name() -> str:
+    """The GPU's short name ("h100", "h200", ...) from its device name, as results files are named."""
+    import re
+
+    name = torch.cuda.get_device_name(0)
+    m = re.search(r"\b([A-Z]\d{2,4})\b", name)
+    return m.group(1).lower() if m else re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
 def run_case(c: Case, dev: str) -> dict:
     """One case: its output judged; the record of what happened."""
     g = torch.Generator(device="cpu").manual_seed(c.seed)
@@ -225,13 +234,14 @@ def main(argv=None) -> int:
     ap.add_argument("--cpu", action="store_true", help="run on the CPU (SDPA math and flash; small shapes)")
     ap.add_argument("--cases", type=int, default=None, help="how many cases (default 360, --cpu 12)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--machine", default=None, help="the name in the output file (default: h200, or cpu)")
+    ap.add_argument("--machine", default=None, help="the name in the output file (default: the GPU's, e.g. h100 or "
+                    "h200, or cpu)")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "benchmarks"))
     ap.add_argument("--planted", type=int, default=None, help="correct cases to plant defects in (default 6)")
     ap.add_argument("--budget-s", type=float, default=1500.0, help="no new case after this many seconds")
     args = ap.parse_args(argv)
     dev = "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"
-    machine = args.machine or ("cpu" if dev == "cpu" else "h200")
+    machine = args.machine or ("cpu" if dev == "cpu" else machine_name())
     backends = ("sdpa_flash", "sdpa_math") if dev == "cpu" else BACKENDS
     cases = make_cases(args.cases or (12 if dev == "cpu" else 360), args.seed, backends, dev == "cpu")
     t0 = time.perf_counter()

@@ -241,9 +241,11 @@ def _lse_layout(x: torch.Tensor, lay: Layout, varlen: bool) -> torch.Tensor:
 
 
 def attention_forward_host(q, k, v, params: AttnParams, *, cu_seqlens_q=None, cu_seqlens_k=None, page_table=None,
-                           seqlens_k=None, heads: Optional[Sequence[tuple[int, int]]] = None):
+                           seqlens_k=None, heads: Optional[Sequence[tuple[int, int]]] = None, device=None):
     """Float64 specification: exact softmax attention, O and LSE in attention_forward's layouts.
-    `heads` limits it to these (batch, query head) pairs (others are NaN), for sampled checks."""
+    `heads` limits it to these (batch, query head) pairs (others are NaN), for sampled checks.
+    `device` is where the float64 arithmetic runs (default the CPU; a GPU's float64 takes a 32k-key
+    head in milliseconds); the results come back on the CPU."""
     reasons = check_supported(q, k, v, params, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                               page_table=page_table)
     if reasons:
@@ -251,31 +253,35 @@ def attention_forward_host(q, k, v, params: AttnParams, *, cu_seqlens_q=None, cu
     lay = layout(q, k, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, page_table=page_table,
                  seqlens_k=seqlens_k)
     varlen_q, paged = cu_seqlens_q is not None, page_table is not None
-    qt = token_view(q, varlen_q).detach().cpu().double() * params.descale_q
-    kt = token_view(k, cu_seqlens_k is not None, paged).detach().cpu().double() * params.descale_k
-    vt = token_view(v, cu_seqlens_k is not None, paged).detach().cpu().double() * params.descale_v
+    dev = torch.device("cpu") if device is None else torch.device(device)
+    qt = token_view(q, varlen_q).detach().to(dev).double() * params.descale_q
+    kt = token_view(k, cu_seqlens_k is not None, paged).detach().to(dev).double() * params.descale_k
+    vt = token_view(v, cu_seqlens_k is not None, paged).detach().to(dev).double() * params.descale_v
     batch, hq, hk, dv = lay.lq.numel(), qt.shape[1], kt.shape[1], vt.shape[2]
     maxq = max(lay.max_q, 1)
-    o = torch.full((batch, hq, maxq, dv), float("nan"), dtype=torch.float64)
-    lse = torch.full((batch, hq, maxq), float("nan"), dtype=torch.float64)
+    o = torch.full((batch, hq, maxq, dv), float("nan"), dtype=torch.float64, device=dev)
+    lse = torch.full((batch, hq, maxq), float("nan"), dtype=torch.float64, device=dev)
     todo = heads if heads is not None else [(b, h) for b in range(batch) for h in range(hq)]
     for b, h in todo:
         lq = int(lay.lq[b])
         qs = qt[int(lay.q_start[b]):int(lay.q_start[b]) + lq, h]
-        kr = key_rows(b, lay, page_table, k.shape[1] if paged else 1)
+        kr = key_rows(b, lay, page_table, k.shape[1] if paged else 1).to(dev)
         hk_ = h // (hq // hk)
         kk, vv = kt[kr, hk_], vt[kr, hk_]
         x = (qs @ kk.T) * params.scale
         if params.softcap > 0:
             x = params.softcap * torch.tanh(x / params.softcap)
-        keep = allowed_host(torch.arange(lq), torch.arange(kk.shape[0]), lq, int(lay.lk[b]), params)
-        x = torch.where(keep, x, torch.tensor(float("-inf"), dtype=torch.float64))
-        mx = x.amax(dim=1, keepdim=True) if x.shape[1] else torch.full((lq, 1), float("-inf"), dtype=torch.float64)
+        keep = allowed_host(torch.arange(lq, device=dev), torch.arange(kk.shape[0], device=dev), lq, int(lay.lk[b]),
+                            params)
+        x = torch.where(keep, x, torch.tensor(float("-inf"), dtype=torch.float64, device=dev))
+        mx = x.amax(dim=1, keepdim=True) if x.shape[1] else \
+            torch.full((lq, 1), float("-inf"), dtype=torch.float64, device=dev)
         mx = torch.where(torch.isinf(mx), torch.zeros_like(mx), mx)
         e = torch.exp(x - mx)
         lsum = e.sum(dim=1)
         seen = lsum > 0
         safe = torch.where(seen, lsum, torch.ones_like(lsum))
-        o[b, h, :lq] = torch.where(seen[:, None], (e @ vv) / safe[:, None], torch.zeros(lq, dv, dtype=torch.float64))
+        o[b, h, :lq] = torch.where(seen[:, None], (e @ vv) / safe[:, None],
+                                   torch.zeros(lq, dv, dtype=torch.float64, device=dev))
         lse[b, h, :lq] = torch.where(seen, mx[:, 0] + torch.log(safe), torch.full_like(lsum, -math.inf))
-    return _to_layout(o, lay, varlen_q), _lse_layout(lse, lay, varlen_q)
+    return _to_layout(o.cpu(), lay, varlen_q), _lse_layout(lse.cpu(), lay, varlen_q)

@@ -106,7 +106,8 @@ def _cross_check(rec, o_ref, lse_ref, stats, dev) -> list[str]:
     pairs = sorted({(0, 0), (spec.batch - 1, spec.heads_q - 1)})[:n]
     params = params_of(spec)
     o_h, l_h = attention_forward_host(rec.q, rec.k, rec.v, params, cu_seqlens_q=rec.cu_seqlens_q,
-                                      cu_seqlens_k=rec.cu_seqlens_k, page_table=rec.page_table, heads=pairs)
+                                      cu_seqlens_k=rec.cu_seqlens_k, page_table=rec.page_table, heads=pairs,
+                                      device=dev)
     lay = layout(rec.q, rec.k, cu_seqlens_q=rec.cu_seqlens_q, cu_seqlens_k=rec.cu_seqlens_k,
                  page_table=rec.page_table)
     v_abs = float(rec.v.detach().float().abs().amax()) if rec.v.numel() else 0.0
