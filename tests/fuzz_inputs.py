@@ -680,7 +680,12 @@ def run_dumps(count: int, seed0: int = 0, analyze_every: int = 0, tally: Optiona
 
 BASE_CASES = ("harness/examples/simple_gemm.toml", "zoo/hopper_gemm/hopper_gemm.toml",
               "zoo/hopper_gemm/hopper_gemm_e4m3.toml", "zoo/hopper_gemm/hopper_gemm_n16.toml",
-              "zoo/hopper_gemm/defects/narrow_box.toml", "zoo/hopper_gemm/defects/wrong_stride.toml")
+              "zoo/hopper_gemm/defects/narrow_box.toml", "zoo/hopper_gemm/defects/wrong_stride.toml",
+              # the newer surfaces: launch libraries (the example and CUTLASS through the adapter), a
+              # quantised operand
+              "harness/examples/simple_gemm_lib.toml", "zoo/cutlass_sm90/cutlass_sm90.toml",
+              "zoo/w4a16_sm80/w4a16_gemm.toml")
+LIBRARY_CASES = ("harness/examples/simple_gemm_lib.toml", "zoo/cutlass_sm90/cutlass_sm90.toml")
 BENCH_LISTS = ("benchmarks/cases_simple_gemm.toml", "benchmarks/cases_zoo.toml")
 SMALL = {"m": 40, "n": 24, "k": 96}
 
@@ -815,7 +820,8 @@ def make_case(seed: int, directory: Path, dumps: dict[str, Path]) -> tuple[list[
         path = directory / f"b{seed}.toml"
         path.write_text(toml_text(doc) if isinstance(doc, dict) else _toml_value(doc))
         return ["bench", "--cases", str(path), "--workers", "1", "--no-time"], "; ".join(how)
-    doc = _case_doc(rng.choice(BASE_CASES))
+    base = rng.choice(BASE_CASES)
+    doc = _case_doc(base)
     how = []
     for _ in range(rng.choice((0, 1, 1, 2))):
         if rng.random() < 0.5:
@@ -829,6 +835,8 @@ def make_case(seed: int, directory: Path, dumps: dict[str, Path]) -> tuple[list[
     argv = [command, "--problem", str(path)]
     if seed % 5:  # its paths were made absolute (_case_doc): most runs let them reach past the case's folder
         argv.append("--allow-outside-case-dir")
+    if base in LIBRARY_CASES and seed % 3:  # most runs opt in to its host code, the rest check the refusal
+        argv.append("--allow-library")
     if rng.random() < 0.7:
         argv += ["--set", ",".join(f"{k}={v}" for k, v in SMALL.items())]
     for flag in rng.sample(sorted(FLAG_VALUES), rng.choice((0, 1, 1, 2, 3))):
@@ -1438,6 +1446,64 @@ def run_repro_dirs(count: int, seed0: int = 0, tally: Optional[Tally] = None) ->
 # ---------------------------------------------------------------------------------------------
 
 
+# ---------------------------------------------------------------------------------------------
+# The warm server's protocol
+# ---------------------------------------------------------------------------------------------
+
+SERVER_KINDS = {"hostile field": r"^field ", "bytes flipped": r"^bytes flipped", "cut short": r"^cut short",
+                "nested": r"^nested", "huge": r"^huge", "not json": r"^not json", "unmutated": r"^unmutated$"}
+
+
+def make_request(seed: int) -> tuple[bytes, str]:
+    """One request line for the server: a valid one mutated (a field replaced by a hostile value,
+    bytes flipped, cut short, nested deep, made huge, or not JSON at all): (bytes, how)."""
+    rng = random.Random(seed)
+    doc = {"argv": ["knobs"], "cwd": "/", "env": {"ORACLE_DEVICE": "cpu"}}
+    pick = rng.randrange(8)
+    if pick == 0:
+        return json.dumps(doc).encode(), "unmutated"
+    if pick in (1, 2):
+        key = rng.choice(("argv", "cwd", "env", "extra"))
+        doc[key] = hostile_value(rng, json_only=True)
+        if rng.random() < 0.3 and isinstance(doc.get("argv"), list):
+            doc["argv"] = [hostile_value(rng, json_only=True) for _ in range(rng.randrange(4))]
+        return json.dumps(doc, default=str).encode(), f"field {key}"
+    raw = bytearray(json.dumps(doc).encode())
+    if pick == 3:
+        for _ in range(rng.randrange(1, 6)):
+            raw[rng.randrange(len(raw))] = rng.randrange(256)
+        return bytes(raw), "bytes flipped"
+    if pick == 4:
+        return bytes(raw[:rng.randrange(len(raw))]), "cut short"
+    if pick == 5:
+        depth = rng.choice((5, 50, 5000, 200000))
+        return ("[" * depth + "]" * depth).encode() if rng.random() < 0.5 else \
+            json.dumps({"argv": ["knobs"], "cwd": "/", "env": {"ORACLE_X": "[" * depth}}).encode(), "nested"
+    if pick == 6:
+        return json.dumps({"argv": ["knobs", "x" * rng.choice((1 << 10, 1 << 17, 1 << 21))], "cwd": "/"}).encode(), \
+            "huge"
+    return bytes(rng.randrange(256) for _ in range(rng.randrange(1, 64))), "not json"
+
+
+def run_server_requests(count: int, seed0: int = 0, tally: Optional[Tally] = None) -> Tally:
+    """Check `count` mutated request lines as the server does; BadRequest is the only acceptable
+    refusal, and what is accepted is a well-formed request."""
+    from oracle.tools.server import BadRequest, parse_request
+
+    tally = tally or Tally("server requests")
+    t0 = time.perf_counter()
+    for seed in range(seed0, seed0 + count):
+        data, how = make_request(seed)
+        req = _record(tally, seed, lambda: parse_request(data), (BadRequest,))
+        if req is not None and not (req.argv and all(isinstance(a, str) for a in req.argv)):
+            tally.breaches.append((seed, f"accepted a malformed request ({how})"))
+        count_kinds(tally, how, SERVER_KINDS)
+        if how == "unmutated" and req is None:
+            tally.extra["unmutated refused"] += 1
+    tally.seconds += time.perf_counter() - t0
+    return tally
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     import argparse
     import resource
@@ -1450,6 +1516,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--check-calls", type=int, default=1000)
     p.add_argument("--judge-every", type=int, default=1, help="judge every n-th oracle.check call that is valid")
     p.add_argument("--repro-dirs", type=int, default=300)
+    p.add_argument("--server-requests", type=int, default=20000)
     p.add_argument("--seed", type=int, default=1_000_000, help="the first seed (the CPU tier starts at 0)")
     p.add_argument("--analyze-every", type=int, default=8, help="judge every n-th dump that loads")
     p.add_argument("--as-limit-gb", type=float, default=4.0, help="the address-space limit (RLIMIT_AS)")
@@ -1473,6 +1540,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     tallies.append(run_check_calls(args.check_calls, args.seed, judge_every=args.judge_every))
     print(json.dumps(tallies[-1].to_json()), flush=True)
     tallies.append(run_repro_dirs(args.repro_dirs, args.seed))
+    print(json.dumps(tallies[-1].to_json()), flush=True)
+    tallies.append(run_server_requests(args.server_requests, args.seed))
     print(json.dumps(tallies[-1].to_json()), flush=True)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     import platform

@@ -1,5 +1,6 @@
 """Hostile inputs, seeded: mutated trace buffers (built with the header's writer), the zoo's
-recordings mutated, and mutated reproducer folders are refused with the documented error types
+recordings mutated, mutated reproducer folders and the warm server's mutated request lines are
+refused with the documented error types
 only, in bounded time and memory, and no link is followed. The inputs come from
 tests/fuzz_inputs.py, whose script is the long campaign; this tier runs seeds 0.. of each kind,
 enough that every mutation kind of each is tried (asserted), in about a minute on two cores (the
@@ -15,7 +16,7 @@ import fuzz_inputs as F  # tests/ is on sys.path
 import numpy as np
 import pytest
 
-TRACES, DUMPS, ANALYZE_EVERY, REPRO_DIRS = 1500, 250, 12, 120
+TRACES, DUMPS, ANALYZE_EVERY, REPRO_DIRS, SERVER_REQUESTS = 1500, 250, 12, 120, 400
 
 
 def test_mutated_trace_buffers_raise_only_trace_format_errors():
@@ -43,6 +44,25 @@ def test_mutated_reproducer_folders_are_refused_typed_and_never_touched():
     # refused writes left every byte as it was (else a breach); the oracle's own folders were written again
     assert t.extra["write refused: ReproError"] > REPRO_DIRS // 2 and t.extra["written again"] > REPRO_DIRS // 10
     assert not F.kinds_missing(t, F.REPRO_KINDS), F.kinds_missing(t, F.REPRO_KINDS)
+
+
+def test_mutated_server_requests_are_refused_typed():
+    t = F.run_server_requests(SERVER_REQUESTS)
+    assert t.clean, t.failures()
+    assert t.inputs == SERVER_REQUESTS and t.extra["unmutated refused"] == 0
+    assert t.refused["BadRequest"] > SERVER_REQUESTS // 2 and t.accepted >= SERVER_REQUESTS // 20
+    assert not F.kinds_missing(t, F.SERVER_KINDS), F.kinds_missing(t, F.SERVER_KINDS)
+
+
+def test_a_request_parser_failing_untyped_is_caught(monkeypatch):
+    from oracle.tools import server
+
+    def broken(data):
+        raise KeyError("the parser's own defect")
+
+    monkeypatch.setattr(server, "parse_request", broken)
+    t = F.run_server_requests(3)
+    assert len(t.untyped) == 3 and not t.clean
 
 
 # -- the campaign can fail: each kind of defect it looks for is seen when planted -------------
