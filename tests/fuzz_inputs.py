@@ -1529,20 +1529,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     import torch  # noqa: F401  (imported under the limit, as everything after it)
 
     t0 = time.perf_counter()
-    tallies = [run_traces(args.traces, args.seed)]
-    print(json.dumps(tallies[-1].to_json()), flush=True)
-    tallies.append(run_dumps(args.dumps, args.seed, analyze_every=args.analyze_every))
-    print(json.dumps(tallies[-1].to_json()), flush=True)
-    tallies.append(run_cases(args.cases, args.seed))
-    print(json.dumps(tallies[-1].to_json()), flush=True)
-    tallies.append(run_case_fields(args.case_fields, args.seed))
-    print(json.dumps(tallies[-1].to_json()), flush=True)
-    tallies.append(run_check_calls(args.check_calls, args.seed, judge_every=args.judge_every))
-    print(json.dumps(tallies[-1].to_json()), flush=True)
-    tallies.append(run_repro_dirs(args.repro_dirs, args.seed))
-    print(json.dumps(tallies[-1].to_json()), flush=True)
-    tallies.append(run_server_requests(args.server_requests, args.seed))
-    print(json.dumps(tallies[-1].to_json()), flush=True)
+    campaigns = ((run_traces, args.traces, {}), (run_dumps, args.dumps, {"analyze_every": args.analyze_every}),
+                 (run_cases, args.cases, {}), (run_case_fields, args.case_fields, {}),
+                 (run_check_calls, args.check_calls, {"judge_every": args.judge_every}),
+                 (run_repro_dirs, args.repro_dirs, {}), (run_server_requests, args.server_requests, {}))
+    tallies = []
+    for run, count, kw in campaigns:
+        tallies.append(run(count, args.seed, **kw))
+        print(json.dumps(tallies[-1].to_json()), flush=True)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     import platform
 
