@@ -157,6 +157,7 @@ class Comparison:
     # units kept as tensors (oracle.judging.compare_fast): `tiles` then holds only those of them the
     # report reads (shown=True), beside the units made on the host
     tables: tuple[UnitTable, ...] = field(default=(), compare=False, repr=False)
+    fed_from: tuple[str, ...] = ()  # what fed each teacher-forced unit (the kernel's tap a step read), in order
 
     @property
     def _host_units(self) -> tuple[TileMetrics, ...]:
@@ -229,6 +230,16 @@ class Comparison:
     def with_notes(self, *notes: str) -> "Comparison":
         return dataclasses.replace(self, notes=self.notes + tuple(n for n in notes if n))
 
+    def fed(self, source: str) -> "Comparison":
+        """The same comparison, saying what fed it (kept apart from the notes: the report shows it
+        only for the stage the finding is at)."""
+        return dataclasses.replace(self, fed_from=self.fed_from + (source,))
+
+    @property
+    def all_notes(self) -> tuple[str, ...]:
+        """What fed it ("fed from ..."), then the notes."""
+        return tuple(f"fed from {f}" for f in self.fed_from) + self.notes
+
     def labelled(self, evidence: Evidence) -> "Comparison":
         """The same comparison, its units and its evidence saying what fed it."""
         feed = evidence.feeds[0].value if len(evidence.feeds) == 1 else \
@@ -253,7 +264,7 @@ class Comparison:
                 "failing_units": self.failing_units,
                 "compared": self.compared, "evidence": self.evidence.to_json(),
                 "fields": [f.to_json() for f in self.fields],
-                "worst_tile": w.to_json() if w else None, "notes": list(self.notes)}
+                "worst_tile": w.to_json() if w else None, "notes": list(self.all_notes)}
 
 
 NOT_RUN = Comparison(Status.NOT_RUN)
@@ -267,10 +278,11 @@ def combine(parts: Sequence[Comparison], *notes: str) -> Comparison:
     fields = tuple(f for p in parts for f in p.fields)
     all_notes = tuple(n for p in parts for n in p.notes) + tuple(n for n in notes if n)
     all_notes = tuple(dict.fromkeys(all_notes))
+    fed_from = tuple(dict.fromkeys(f for p in parts for f in p.fed_from))
     evidence = Evidence()
     for p in parts:
         evidence = evidence.merge(p.evidence)
-    return Comparison(status_of(tiles, tables, fields), tiles, all_notes, fields, evidence, tables)
+    return Comparison(status_of(tiles, tables, fields), tiles, all_notes, fields, evidence, tables, fed_from)
 
 
 def status_of(tiles: Sequence[TileMetrics], tables: Sequence[UnitTable] = (),

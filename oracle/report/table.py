@@ -270,7 +270,7 @@ def render(judgement) -> str:
     notes = list(rec.notes)
     for st in an.stages:  # how the diverging stage was fed, and any stage that has something to say
         for c in (st.teacher_forced, st.chained):
-            notes.extend(n for n in c.notes if st.name == an.diagnosis.stage or not n.startswith("fed from"))
+            notes.extend(c.all_notes if st.name == an.diagnosis.stage else c.notes)
     for n in dict.fromkeys(notes):
         lines.append(f"note: {n}")
     extra = races_section(races, sanitizer)

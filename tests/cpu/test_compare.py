@@ -109,3 +109,17 @@ def test_first_bad_tile_prefers_earliest_k_block():
     early = compare(bad, ref, bound=b, tile_index=(3, 3), k_block=2)
     c = combine([late, early])
     assert c.first_bad_tile.k_block == 2 and c.first_bad_tile.tile == (3, 3)
+
+
+def test_what_fed_a_comparison_is_kept_apart_from_its_notes():
+    """The report shows what fed a stage only at the stage of the finding: it reads a field of its
+    own, not notes matched by their wording."""
+    from oracle.judging.comparison import NOT_RUN, combine
+
+    a = NOT_RUN.fed("the kernel's epilogue_bias tap").with_notes("a note")
+    b = NOT_RUN.fed("the kernel's epilogue_bias tap").fed("the kernel's mma tap")
+    both = combine([a, b], "closing note")
+    assert both.fed_from == ("the kernel's epilogue_bias tap", "the kernel's mma tap")
+    assert both.notes == ("a note", "closing note")
+    assert both.all_notes[:2] == ("fed from the kernel's epilogue_bias tap", "fed from the kernel's mma tap")
+    assert both.to_json()["notes"] == list(both.all_notes)

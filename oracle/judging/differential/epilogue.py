@@ -238,7 +238,7 @@ def epilogue_stages(ctx: Context, chain, sources: dict) -> tuple[list[StageResul
                 c = nb.judge(received, y if exact else y.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL,
                              valid=valid, recorded=recorded, upstream=upstream, bound=None if exact else b,
                              stand_ins=stand_ins, assumed=assumed, **where)
-                tf.append(c.with_notes(f"fed from {note}"))
+                tf.append(c.fed(note))
         results.append(StageResult(stage, combine(tf) if tf else NOT_RUN_STAGE, combine(ch) if ch else NOT_RUN_STAGE))
     results.append(store_stage(ctx, nb, chain, sources))
     return results, nb.notes()
@@ -273,5 +273,5 @@ def store_stage(ctx: Context, nb: Notebook, chain, sources: dict) -> StageResult
                      valid=torch.ones(got.shape, dtype=torch.bool, device=geo.dev), upstream=upstream,
                      bound=None if is_exact else b, stand_ins=stand_ins, unwritten=unwritten(ops.poison, got, y),
                      origin=(r0, c0), tile_index=tile, assumed=assumed)
-        tf.append(c.with_notes(f"fed from {note}"))
+        tf.append(c.fed(note))
     return StageResult("epilogue_store", combine(tf) if tf else NOT_RUN_STAGE, ch)
