@@ -361,20 +361,7 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
     tensors: dict = req["tensors"]
     sink_req = req.get("sink")
 
-    phase = "init"
-    status["phase"] = phase
-    progress.mark(phase)
-    cu.init()
-
-    phase = status["phase"] = "context"
-    progress.mark(phase)
-    ctx = cu.Context(int(req.get("device", 0)))
-    status["device"] = {"ordinal": ctx.ordinal, "name": ctx.name,
-                        "compute_capability": list(ctx.compute_capability)}
-    try:
-        status["device"]["driver_version"] = int(cu.call("cuDriverGetVersion"))
-    except cu.CudaError:
-        pass
+    ctx = _open_context(req, progress, status)
 
     phase = status["phase"] = "load"
     progress.mark(phase)

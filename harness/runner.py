@@ -372,6 +372,18 @@ def _read_outputs(run_dir: Path) -> dict[str, torch.Tensor]:
 # --------------------------------------------------------------------------- run
 
 
+def _child_settings(sink: Optional[SinkRequest], timeout_s: Optional[float],
+                    keep_dir: Optional[bool]) -> tuple[float, bool]:
+    """The sink checked, and the child's time limit and whether to keep its run directory, from the
+    arguments or their knobs (ORACLE_KERNEL_TIMEOUT_S, ORACLE_KEEP_RUN_DIR)."""
+    if sink is not None and not isinstance(sink, SinkRequest):
+        raise RunnerError(f"sink must be a SinkRequest, got {type(sink).__name__}")
+    timeout = float(_knobs.get("ORACLE_KERNEL_TIMEOUT_S") if timeout_s is None else timeout_s)
+    if not (timeout > 0 and math.isfinite(timeout)):
+        raise RunnerError(f"timeout_s {timeout_s!r} must be a positive number of seconds")
+    return timeout, _knobs.get("ORACLE_KEEP_RUN_DIR") if keep_dir is None else bool(keep_dir)
+
+
 def run_kernel(
     cubin: Union[bytes, str, os.PathLike, BuildResult],
     entry: str,
@@ -407,12 +419,7 @@ def run_kernel(
     """
     if not isinstance(entry, str) or not entry:
         raise RunnerError(f"entry {entry!r} must be the kernel's (extern \"C\" or mangled) name")
-    if sink is not None and not isinstance(sink, SinkRequest):
-        raise RunnerError(f"sink must be a SinkRequest, got {type(sink).__name__}")
-    timeout = float(_knobs.get("ORACLE_KERNEL_TIMEOUT_S") if timeout_s is None else timeout_s)
-    if not (timeout > 0 and math.isfinite(timeout)):
-        raise RunnerError(f"timeout_s {timeout_s!r} must be a positive number of seconds")
-    keep = _knobs.get("ORACLE_KEEP_RUN_DIR") if keep_dir is None else bool(keep_dir)
+    timeout, keep = _child_settings(sink, timeout_s, keep_dir)
     image = _as_cubin_bytes(cubin)
     then = tuple(then)
     for i, item in enumerate(then):
@@ -456,12 +463,7 @@ def run_library(
     null sink. Raises RunnerError for a malformed request."""
     if not isinstance(call, LibraryCall):
         raise RunnerError(f"call must be a LibraryCall, got {type(call).__name__}")
-    if sink is not None and not isinstance(sink, SinkRequest):
-        raise RunnerError(f"sink must be a SinkRequest, got {type(sink).__name__}")
-    timeout = float(_knobs.get("ORACLE_KERNEL_TIMEOUT_S") if timeout_s is None else timeout_s)
-    if not (timeout > 0 and math.isfinite(timeout)):
-        raise RunnerError(f"timeout_s {timeout_s!r} must be a positive number of seconds")
-    keep = _knobs.get("ORACLE_KEEP_RUN_DIR") if keep_dir is None else bool(keep_dir)
+    timeout, keep = _child_settings(sink, timeout_s, keep_dir)
     path = library.cubin_path if isinstance(library, BuildResult) else library
     try:
         if isinstance(library, BuildResult):

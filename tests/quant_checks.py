@@ -137,3 +137,34 @@ def assert_verify_tells_the_nibble_order(op, case: dict, quant: dict, packing_fi
     row = run_case(op, VerifyCase(**case, call="w4a16", quant={**quant, packing_field: "k_pairs_high_first"},
                                   time=False))
     assert row["verdict"] == "DIVERGED", row
+
+
+def assert_check_refuses_an_unreadable_quantised(op: str, scales_shape: str):
+    """`oracle.check` names what is wrong with a packed int4 `op` ("a" or "b") it cannot read: no
+    dtype, a packed width that is not K / 2, scales of the wrong shape (`scales_shape`, the message
+    expected), zero points without scales. K = 64 in groups of 32."""
+    import oracle
+    from oracle.problem.spec import SpecError
+
+    m, n = (8, 4) if op == "a" else (4, 8)
+
+    def stored(k):  # the shape of `op` stored with k rows or columns along K
+        return (m, k) if op == "a" else (k, n)
+
+    operands = {"a": torch.ones(m, 64, dtype=torch.float16), "b": torch.ones(64, n, dtype=torch.float16)}
+    d = torch.zeros(m, n, dtype=torch.float16)
+    s = torch.ones(stored(2), dtype=torch.float16)
+
+    def check(packed=stored(32), **kw):
+        oracle.check(**{**operands, op: torch.zeros(packed, dtype=torch.uint8)}, d=d, **kw)
+
+    packing = {f"{op}_packing": "k_pairs_low_first"}
+    with pytest.raises(SpecError, match=f"{op}_dtype=None is not allowed"):
+        check(**{f"{op}_scales": s}, **packing)
+    with pytest.raises(SpecError, match=r"stored as \[M, 32\]" if op == "a" else r"stored as \[32, N\]"):
+        check(stored(64), **{f"{op}_scales": s, f"{op}_dtype": "int4"}, **packing)
+    bad_scales = torch.ones((3, 2) if op == "a" else (3, n), dtype=torch.float16)
+    with pytest.raises(SpecError, match=scales_shape):
+        check(**{f"{op}_scales": bad_scales, f"{op}_dtype": "int4"}, **packing)
+    with pytest.raises(SpecError, match=f"without {op}_scales"):
+        check(**{f"{op}_zeros": torch.zeros(stored(2), dtype=torch.int8)})

@@ -29,6 +29,15 @@ def _python(code, tmp_path, **extra):
     return proc.stdout
 
 
+# Prints "refused True" when a CPU tensor's cast is refused for {reason} (only without a GPU).
+_CAST_REFUSED = """
+        if not torch.cuda.is_available():
+            try:
+                E.apply_cast(torch.ones(1, 4), "bf16")
+            except ValueError as e:
+                print("refused", {reason!r} in str(e))
+"""
+
 CHECK = """
     import torch, oracle
     from kernels_ref._common import interpreting
@@ -92,12 +101,7 @@ def test_a_set_variable_is_kept(tmp_path):
         from kernels_ref import epilogue as E
         from kernels_ref._common import interpreting
         print("interpreting", interpreting())
-        if not torch.cuda.is_available():
-            try:
-                E.apply_cast(torch.ones(1, 4), "bf16")
-            except ValueError as e:
-                print("refused", "TRITON_INTERPRET=0" in str(e))
-    """, tmp_path, TRITON_INTERPRET="0")
+    """ + _CAST_REFUSED.format(reason="TRITON_INTERPRET=0"), tmp_path, TRITON_INTERPRET="0")
     assert "interpreting False" in out, out
     if not GPU:
         assert "refused True" in out, out
@@ -111,12 +115,7 @@ def test_too_late_to_choose_is_said_not_half_done(tmp_path):
         import os, triton, torch
         from kernels_ref import epilogue as E
         print("env", os.environ.get("TRITON_INTERPRET"))
-        if not torch.cuda.is_available():
-            try:
-                E.apply_cast(torch.ones(1, 4), "bf16")
-            except ValueError as e:
-                print("refused", "triton was imported before" in str(e))
-    """, tmp_path)
+    """ + _CAST_REFUSED.format(reason="triton was imported before"), tmp_path)
     assert "env None" in out, out
     if not GPU:
         assert "refused True" in out, out

@@ -23,16 +23,17 @@ def test_bad_shards_are_refused(text):
         parse_shard(text)
 
 
-def test_bad_case_files_are_named(tmp_path):
+@pytest.mark.parametrize("text, match", [
+    ("[[case]]\nname = 'x'\nflavour = 1\n", "unknown key"),
+    ("[[case]]\nname = 'x'\n", "no live case file"),
+    ("[defaults]\ncase = 'a.toml'\n[[case]]\nname = 'x'\n[[case]]\nname = 'x'\n", "duplicate"),
+    ("[[case]]\ncase = 'a.toml'\ntrace_tiles = [1, 2]\n", "case #0: trace tiles must be a list"),
+    ("[[case]]\ncase = 'a.toml'\ntrace_k_blocks = [-1]\n", "case #0: trace k_blocks must be"),
+])
+def test_bad_case_lists_are_named(tmp_path, text, match):
     p = tmp_path / "c.toml"
-    p.write_text("[[case]]\nname = 'x'\nflavour = 1\n")
-    with pytest.raises(CaseError, match="unknown key"):
-        load_cases(str(p))
-    p.write_text("[[case]]\nname = 'x'\n")
-    with pytest.raises(CaseError, match="no live case file"):
-        load_cases(str(p))
-    p.write_text("[defaults]\ncase = 'a.toml'\n[[case]]\nname = 'x'\n[[case]]\nname = 'x'\n")
-    with pytest.raises(CaseError, match="duplicate"):
+    p.write_text(text)
+    with pytest.raises(CaseError, match=match):
         load_cases(str(p))
 
 
@@ -56,16 +57,6 @@ def test_zoo_case_list_loads_with_its_trace_selection():
     for c in cases.values():  # every case makes a valid problem for its kernel
         spec = load_case(c.case, c.overrides, entry=c.entry).spec
         assert max(c.trace_k_blocks) < spec.k_blocks, c.name
-
-
-def test_bad_trace_selections_are_named(tmp_path):
-    p = tmp_path / "c.toml"
-    p.write_text("[[case]]\ncase = 'a.toml'\ntrace_tiles = [1, 2]\n")
-    with pytest.raises(CaseError, match="case #0: trace tiles must be a list"):
-        load_cases(str(p))
-    p.write_text("[[case]]\ncase = 'a.toml'\ntrace_k_blocks = [-1]\n")
-    with pytest.raises(CaseError, match="case #0: trace k_blocks must be"):
-        load_cases(str(p))
 
 
 SIMPLE = "harness/examples/simple_gemm.toml"

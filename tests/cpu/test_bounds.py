@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import signal
 import struct
 import subprocess
 import sys
@@ -16,7 +15,6 @@ import textwrap
 import time
 import tracemalloc
 import zlib
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,29 +25,11 @@ from oracle.tools import cli
 from oracle.run import launch, live
 from oracle.run.case import CaseError, load_case
 from oracle.problem.spec import MAX_GROUPS, MAX_STREAM_K_WORKERS, ProblemSpec, SpecError
+from time_limits import deadline  # tests/ is on sys.path
 
 ROOT = Path(__file__).resolve().parents[2]
 SIMPLE = ROOT / "harness" / "examples" / "simple_gemm.toml"
 BASE = SIMPLE.read_text().replace('source = "simple_gemm.cu"', f'source = "{SIMPLE.parent / "simple_gemm.cu"}"')
-
-
-class Hung(Exception):
-    pass
-
-
-@contextmanager
-def deadline(seconds: int):
-    """Fail (not hang) when the block runs longer than `seconds`."""
-    def ring(*_):
-        raise Hung(f"still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, ring)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _child(code: str, as_gib: float = 4.0, timeout: float = 240, env: dict | None = None):

@@ -17,6 +17,7 @@ import pytest
 
 from oracle.run.case import CaseError, load_case
 from oracle.tools import cli
+from cli_checks import one_error_line  # tests/ is on sys.path
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "harness" / "examples"
@@ -24,14 +25,6 @@ SIMPLE = EXAMPLES / "simple_gemm.toml"
 LIBRARY = EXAMPLES / "simple_gemm_lib.toml"
 ELF_HOST = b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HH", 3, 62) + bytes(44)  # x86-64 shared object
 ELF_CUDA = b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack("<HH", 2, 190) + bytes(44)  # a cubin's header
-
-
-def _one_error_line(capsys, argv) -> str:
-    code = cli.main([str(a) for a in argv])
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    return lines[0]
 
 
 def _folder(tmp_path: Path) -> Path:
@@ -125,7 +118,7 @@ def test_the_command_line_opt_in_reaches_the_case(tmp_path, capsys, monkeypatch)
 
     d = _folder(tmp_path)
     path = _case_with(d, "source", str(d / "simple_gemm.cu"))
-    line = _one_error_line(capsys, ["compare", "--problem", path, "--inputs", "ones"])
+    line = one_error_line(capsys, ["compare", "--problem", path, "--inputs", "ones"])
     assert "--allow-outside-case-dir" in line and "is an absolute path" in line
 
     def reached(case):
@@ -133,7 +126,7 @@ def test_the_command_line_opt_in_reaches_the_case(tmp_path, capsys, monkeypatch)
 
     monkeypatch.setattr(sink, "check_case", reached)
     for command in (["compare"], ["repro", "--out", tmp_path / "r"]):
-        line = _one_error_line(capsys, [*command, "--problem", path, "--inputs", "ones", "--allow-outside-case-dir"])
+        line = one_error_line(capsys, [*command, "--problem", path, "--inputs", "ones", "--allow-outside-case-dir"])
         assert "the case was loaded" in line
 
 
@@ -224,7 +217,7 @@ def test_a_library_case_is_refused_without_the_opt_in_and_names_the_flag(tmp_pat
         load_case(str(LIBRARY))
     assert load_case(str(LIBRARY), allow_library=True).kernel.library.endswith("simple_gemm_lib.cu")
     for command in (["compare"], ["repro", "--out", tmp_path / "r"]):
-        line = _one_error_line(capsys, [*command, "--problem", LIBRARY, "--inputs", "ones"])
+        line = one_error_line(capsys, [*command, "--problem", LIBRARY, "--inputs", "ones"])
         assert "--allow-library" in line and "host code" in line
     assert not (tmp_path / "r").exists()
 
@@ -232,7 +225,7 @@ def test_a_library_case_is_refused_without_the_opt_in_and_names_the_flag(tmp_pat
         raise CaseError("the case was loaded")
 
     monkeypatch.setattr(sink, "check_case", reached)
-    line = _one_error_line(capsys, ["compare", "--problem", LIBRARY, "--inputs", "ones", "--allow-library"])
+    line = one_error_line(capsys, ["compare", "--problem", LIBRARY, "--inputs", "ones", "--allow-library"])
     assert "the case was loaded" in line
 
 
@@ -265,7 +258,7 @@ def test_repro_of_a_file_that_is_not_a_source_copies_nothing(tmp_path, capsys, k
     (tmp_path / "evil.cu").write_bytes(ELF_HOST)
     path = kernel if kernel.startswith("/") else str(tmp_path / kernel)
     out = tmp_path / "r"
-    line = _one_error_line(capsys, ["repro", "--problem", SIMPLE, "--kernel", path, "--entry",
+    line = one_error_line(capsys, ["repro", "--problem", SIMPLE, "--kernel", path, "--entry",
                                     "simple_gemm_bf16_traced", "--inputs", "ones", "--no-reference", "--out", out])
     assert "[kernel] source" in line and path in line and "not a CUDA/C++ source" in line
     assert not out.exists()
@@ -275,9 +268,9 @@ def test_repro_of_a_case_naming_a_file_outside_copies_nothing(tmp_path, capsys):
     d = _folder(tmp_path)
     path = _case_with(d, "source", "/etc/passwd")
     out = tmp_path / "r"
-    line = _one_error_line(capsys, ["repro", "--problem", path, "--inputs", "ones", "--no-reference", "--out", out])
+    line = one_error_line(capsys, ["repro", "--problem", path, "--inputs", "ones", "--no-reference", "--out", out])
     assert "'/etc/passwd' is an absolute path" in line and not out.exists()
-    line = _one_error_line(capsys, ["repro", "--problem", path, "--inputs", "ones", "--no-reference", "--out", out,
+    line = one_error_line(capsys, ["repro", "--problem", path, "--inputs", "ones", "--no-reference", "--out", out,
                                     "--allow-outside-case-dir"])
     assert "not a CUDA/C++ source" in line and not out.exists()
 

@@ -5,8 +5,6 @@ at a dtype's extremes and NaN / Inf operands (never ORACLE_UNTRUSTED)."""
 from __future__ import annotations
 
 import dataclasses
-import signal
-from contextlib import contextmanager
 
 import pytest
 import torch
@@ -16,20 +14,7 @@ from harness.dump import DumpError
 from oracle.judging.differential.cross_check import accumulator_in_range, same_values
 from oracle.problem.spec import FP32_MAX, ProblemSpec, SpecError
 from oracle.run.recording import Recording
-
-
-@contextmanager
-def deadline(seconds: int):
-    def ring(*_):
-        raise TimeoutError(f"still running after {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, ring)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
+from time_limits import deadline  # tests/ is on sys.path
 
 
 def _problem(m=64, n=48, k=32, dtype=torch.bfloat16, seed=0):

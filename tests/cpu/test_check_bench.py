@@ -2,21 +2,16 @@
 the GEMM beside it, the phases from the report, the profile and the JSON (its measurements are
 the GPU tier's job: benchmarks/check_bench.py on the H200)."""
 
-import importlib.util
 import json
-import os
 
 import pytest
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import bench_scripts  # tests/ is on sys.path
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("check_bench", os.path.join(ROOT, "benchmarks", "check_bench.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_scripts.load("check_bench")
 
 
 def test_a_tiny_run_on_the_cpu_writes_every_key(tmp_path, capsys):

@@ -2,23 +2,17 @@
 host reads (each a device synchronisation on CUDA) of `analyze` are the same for a recording of 2
 tiles x 4 k-blocks and one of 2 tiles x 16 k-blocks (benchmarks/analyze_bench.py counts them)."""
 
-import importlib.util
-import os
-
 import pytest
 
 from oracle.problem.spec import ProblemSpec, Tile
 from oracle.run.inputs import Provenance, make_operands
 from oracle.run.simulate import Injection, simulate
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import bench_scripts  # tests/ is on sys.path
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("analyze_bench", os.path.join(ROOT, "benchmarks", "analyze_bench.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_scripts.load("analyze_bench")
 
 
 def _counts(k: int, defect=None, sparse=False):

@@ -1,20 +1,14 @@
 """The GEMM benchmark script imports, declares the rows the brief asks for, formats its table, and
 says so in a full sentence when no GPU is visible (its measurements are the GPU tier's job)."""
 
-import importlib.util
-import os
-
 import pytest
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import bench_scripts  # tests/ is on sys.path
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("gemm_bench", os.path.join(ROOT, "benchmarks", "gemm_bench.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_scripts.load("gemm_bench")
 
 
 def test_rows_and_table():

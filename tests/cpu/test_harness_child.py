@@ -13,28 +13,13 @@ from harness import _protocol as P
 from harness.launch import LaunchSpec, ScalarArg, TensorArg, TensorMapArg
 from harness.runner import RunStatus, SinkRequest, run_kernel
 from harness.tensormap import TensorMapSpec
+from emulated_driver import DRIVER_IN_HOST_MEMORY  # tests/ is on sys.path
 
 CUBIN = b"\x7fELF" + b"\0" * 60
 
-EMULATED_CHILD = r'''
-import ctypes, os, struct, sys
-from harness import _child, cuda_driver as cu
-
-MEM = []
+EMULATED_CHILD = DRIVER_IN_HOST_MEMORY + r'''
 STATE = {"pending": None}
 SYMBOL = ctypes.create_string_buffer(8)
-
-def alloc(n):
-    buf = ctypes.create_string_buffer(max(int(n), 1))
-    MEM.append(buf)
-    return ctypes.addressof(buf)
-
-def htod(dptr, src, nbytes=None):
-    if isinstance(src, int):
-        ctypes.memmove(dptr, src, nbytes)
-    else:
-        data = bytes(src)[: (len(src) if nbytes is None else nbytes)]
-        ctypes.memmove(dptr, data, len(data))
 
 class Function:
     def __init__(self, name): self.name = name
@@ -53,17 +38,10 @@ class Module:
             raise cu.CudaError(500, "CUDA_ERROR_NOT_FOUND", f"no __device__ symbol named {name!r}", "cuModuleGetGlobal")
         return ctypes.addressof(SYMBOL), 8
 
-class Context:
-    def __init__(self, device): self.ordinal, self.name, self.compute_capability = device, "emulated", (9, 0)
-
 def register(addr, n):
     if os.environ.get("EMULATED_REGISTER_FAILS"):
         raise cu.CudaError(1, "CUDA_ERROR_INVALID_VALUE", "refused", "cuMemHostRegister")
     return cu.HostMapped(addr, addr, n, True)
-
-def host_alloc(n):
-    a = alloc(n)
-    return cu.HostMapped(a, a, n, False)
 
 def args(params, n):
     ptrs = (ctypes.c_void_p * n).from_address(params)
@@ -129,13 +107,8 @@ def synchronize():
 def encode(spec, address):
     return struct.pack("<Q", address) + spec.dtype.encode().ljust(120, b"\0")
 
-cu.init = lambda: None
-cu.call = lambda name, *a: 12080 if name == "cuDriverGetVersion" else None
-cu.Context, cu.Module = Context, Module
-cu.mem_alloc, cu.memcpy_htod = alloc, htod
-cu.memcpy_dtoh_into = lambda h, d, n: ctypes.memmove(h, d, n)
-cu.memset_d8 = lambda d, v, n: ctypes.memset(d, v, n)
-cu.host_register_mapped, cu.host_alloc_mapped = register, host_alloc
+cu.Module = Module
+cu.host_register_mapped = register
 cu.launch, cu.synchronize = launch, synchronize
 _child.encode = encode
 _child.main(sys.argv[1:])

@@ -22,6 +22,7 @@ from harness.runner import RunnerError, RunStatus, SinkRequest, run_library
 from kernels_ref.dtypes import ELEMENT_TYPES
 from kernels_ref.epilogue import ACTIVATIONS
 from oracle.run.case import CaseError, load_case
+from emulated_driver import DRIVER_IN_HOST_MEMORY  # tests/ is on sys.path
 from host_programs import host_from, shared_host_programs  # tests/ is on sys.path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -283,39 +284,8 @@ def test_the_examples_build_as_libraries_that_export_oracle_launch(tmp_path, exa
 
 # ------------------------------------------------------------------------------------ the child
 
-EMULATED_CHILD = r'''
-import ctypes, sys
-from harness import _child, cuda_driver as cu
-
-MEM = []
-
-def alloc(n):
-    buf = ctypes.create_string_buffer(max(int(n), 1))
-    MEM.append(buf)
-    return ctypes.addressof(buf)
-
-def htod(dptr, src, nbytes=None):
-    if isinstance(src, int):
-        ctypes.memmove(dptr, src, nbytes)
-    else:
-        data = bytes(src)[: (len(src) if nbytes is None else nbytes)]
-        ctypes.memmove(dptr, data, len(data))
-
-class Context:
-    def __init__(self, device): self.ordinal, self.name, self.compute_capability = device, "emulated", (9, 0)
-
-def host_alloc(n):
-    a = alloc(n)
-    return cu.HostMapped(a, a, n, False)
-
-cu.init = lambda: None
-cu.call = lambda name, *a: 12080 if name == "cuDriverGetVersion" else None
-cu.Context = Context
-cu.mem_alloc, cu.memcpy_htod = alloc, htod
-cu.memcpy_dtoh_into = lambda h, d, n: ctypes.memmove(h, d, n)
-cu.memset_d8 = lambda d, v, n: ctypes.memset(d, v, n)
+EMULATED_CHILD = DRIVER_IN_HOST_MEMORY + r'''
 cu.host_register_mapped = lambda addr, n: cu.HostMapped(addr, addr, n, True)
-cu.host_alloc_mapped = host_alloc
 cu.stream_create = lambda: 0x5EA
 cu.stream_synchronize = lambda s: None
 cu.synchronize = lambda: None

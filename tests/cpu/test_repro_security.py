@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from harness import build
-from oracle.tools import cli
 from oracle.run.case import CaseError, load_case
 from oracle.run.inputs import Provenance, make_operands
 from oracle.repro.generate import ReproError, write_repro
 from oracle.repro.readback import load_repro_run
 from host_programs import host_from, shared_host_programs  # tests/ is on sys.path
+from cli_checks import one_error_line  # tests/ is on sys.path
 
 ROOT = Path(__file__).resolve().parents[2]
 SIMPLE = ROOT / "harness" / "examples" / "simple_gemm.toml"
@@ -41,14 +41,6 @@ def _toml(tmp_path: Path, text: str, name: str = "case.toml") -> Path:
     p = tmp_path / name
     p.write_text(text)
     return p
-
-
-def _one_error_line(capsys, argv) -> str:
-    code = cli.main([str(a) for a in argv])
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    return lines[0]
 
 
 def _repro(case, out: Path):
@@ -85,7 +77,7 @@ def test_a_define_value_outside_the_grammar_is_refused_before_anything_is_writte
     with pytest.raises(CaseError, match=r"defines\.X"):
         load_case(str(toml))
     out = tmp_path / "out"
-    line = _one_error_line(capsys, ["repro", "--problem", toml, "--inputs", "ones", "--out", out])
+    line = one_error_line(capsys, ["repro", "--problem", toml, "--inputs", "ones", "--out", out])
     assert "[kernel] defines.X" in line and repr(value) in line
     assert not out.exists() and not list(tmp_path.rglob("PWNED"))
 
@@ -111,12 +103,12 @@ def test_a_source_file_named_with_make_syntax_is_refused(tmp_path, capsys):
     with pytest.raises(CaseError, match=r"\[kernel\] source"):
         load_case(str(toml))
     out = tmp_path / "out"
-    _one_error_line(capsys, ["repro", "--problem", toml, "--inputs", "ones", "--out", out])
+    one_error_line(capsys, ["repro", "--problem", toml, "--inputs", "ones", "--out", out])
     assert not out.exists() and not list(tmp_path.rglob("PWNED"))
 
 
-def test_a_source_path_with_a_newline_is_one_error_line(tmp_path, capsys):
-    line = _one_error_line(capsys, ["repro", "--kernel", str(tmp_path / "a\nb.cu"), "--entry", "k", "--problem",
+def test_a_source_path_with_a_newline_isone_error_line(tmp_path, capsys):
+    line = one_error_line(capsys, ["repro", "--kernel", str(tmp_path / "a\nb.cu"), "--entry", "k", "--problem",
                                     SIMPLE, "--inputs", "ones", "--out", tmp_path / "out"])
     assert "\\n" in line and "[kernel] source" in line
 
@@ -127,7 +119,7 @@ def test_an_entry_name_that_is_not_an_identifier_cannot_reach_launch_txt(tmp_pat
     with pytest.raises(CaseError, match=r"\[kernel\] entry"):
         load_case(str(toml))
     out = tmp_path / "out"
-    line = _one_error_line(capsys, ["repro", "--problem", SIMPLE, "--entry", entry, "--inputs", "ones", "--out", out])
+    line = one_error_line(capsys, ["repro", "--problem", SIMPLE, "--entry", entry, "--inputs", "ones", "--out", out])
     assert "[kernel] entry" in line and not out.exists()
 
 
@@ -254,7 +246,7 @@ def test_only_the_translation_unit_and_the_headers_it_includes_are_copied_and_li
 def test_a_pseudo_file_source_is_not_copied(tmp_path, capsys):
     toml = _toml(tmp_path, _case_text(source="/proc/self/environ"))
     out = tmp_path / "r"
-    line = _one_error_line(capsys, ["repro", "--problem", toml, "--inputs", "ones", "--out", out])
+    line = one_error_line(capsys, ["repro", "--problem", toml, "--inputs", "ones", "--out", out])
     assert "/proc" in line
     assert not out.exists() or not any(out.rglob("*"))
 

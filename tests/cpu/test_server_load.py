@@ -126,19 +126,9 @@ def _clients(tmp):
     def gone(r):
         assert r == "closed"
 
-    i = 0
-    for _ in range(12):
-        out.append(fake_print(i)); i += 1  # noqa: E702
-    for _ in range(4):
-        out.append(fake_sleep(i)); i += 1  # noqa: E702
-    for _ in range(2):
-        out.append(fake_raise(i)); i += 1  # noqa: E702
-    for _ in range(2):
-        out.append(real_knobs(i)); i += 1  # noqa: E702
-    for _ in range(2):
-        out.append(real_bad_flag(i)); i += 1  # noqa: E702
-    for _ in range(2):
-        out.append(real_missing_dump(i)); i += 1  # noqa: E702
+    makers = [fake_print] * 12 + [fake_sleep] * 4 + [fake_raise] * 2 + [real_knobs] * 2 + [real_bad_flag] * 2 \
+        + [real_missing_dump] * 2
+    out.extend(make(i) for i, make in enumerate(makers))
     for _ in range(4):
         out.append(("silent", [], refused("no complete request")))
     for _ in range(2):

@@ -77,6 +77,16 @@ def _load_pairs(ptr, rows64, s_h, col, BM: tl.constexpr, BN: tl.constexpr):
 
 
 @triton.jit
+def _load_kept(r_at, e_at, m_ptr, rows64, cols, row_end, col_end, s_mh, s_mw, HAS_MASK: tl.constexpr):
+    """The positions of a block to keep (inside the strip, and nonzero in the mask when there is
+    one) and the received and expected bits at `r_at` and `e_at` there (0 elsewhere)."""
+    keep = (rows64 < row_end)[:, None] & (cols < col_end)[None, :]
+    if HAS_MASK:
+        keep = keep & (tl.load(m_ptr + rows64[:, None] * s_mh + cols[None, :] * s_mw, mask=keep, other=0) != 0)
+    return keep, tl.load(r_at, mask=keep, other=0), tl.load(e_at, mask=keep, other=0)
+
+
+@triton.jit
 def _chain2(x, y, acc):
     x0, x1 = tl.split(x)
     y0, y1 = tl.split(y)
@@ -197,12 +207,8 @@ def _fast_pass(out_ptr, pid, r_ptr, e_ptr, b_ptr, m_ptr, lut_r_ptr, lut_e_ptr, r
                         br = tl.load(r_ptr + o_r)
                         be = tl.load(e_ptr + o_e)
                 else:
-                    keep = (rows64 < row_end)[:, None] & (cols < col_end)[None, :]
-                    if HAS_MASK:
-                        keep = keep & (tl.load(m_ptr + rows64[:, None] * s_mh + cols[None, :] * s_mw,
-                                               mask=keep, other=0) != 0)
-                    br = tl.load(r_ptr + o_r, mask=keep, other=0)
-                    be = tl.load(e_ptr + o_e, mask=keep, other=0)
+                    keep, br, be = _load_kept(r_ptr + o_r, e_ptr + o_e, m_ptr, rows64, cols, row_end, col_end,
+                                              s_mh, s_mw, HAS_MASK)
                 if HAS_MASK or not EVEN:
                     a_keep += tl.sum(tl.reshape(keep.to(tl.int32), FS), axis=2)
                 if PAIRS:
@@ -390,12 +396,8 @@ def _general_pass(out_ptr, pid, r_ptr, e_ptr, b_ptr, m_ptr, lut_r_ptr, lut_e_ptr
                     if B_MODE == 2:
                         bb = tl.load(b_ptr + o_b)
                 else:
-                    keep = (rows64 < row_end)[:, None] & (cols < col_end)[None, :]
-                    if HAS_MASK:
-                        keep = keep & (tl.load(m_ptr + rows64[:, None] * s_mh + cols[None, :] * s_mw,
-                                               mask=keep, other=0) != 0)
-                    br = tl.load(r_ptr + o_r, mask=keep, other=0)
-                    be = tl.load(e_ptr + o_e, mask=keep, other=0)
+                    keep, br, be = _load_kept(r_ptr + o_r, e_ptr + o_e, m_ptr, rows64, cols, row_end, col_end,
+                                              s_mh, s_mw, HAS_MASK)
                     if B_MODE == 2:
                         bb = tl.load(b_ptr + o_b, mask=keep, other=0)
                 r = _decode64(br, lut_r_ptr, R_KIND)
