@@ -361,7 +361,7 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
     tensors: dict = req["tensors"]
     sink_req = req.get("sink")
 
-    ctx = _open_context(req, progress, status)
+    ctx = _open_context(req, progress, status)  # noqa: F841  (held: the context lives as long as the run)
 
     phase = status["phase"] = "load"
     progress.mark(phase)

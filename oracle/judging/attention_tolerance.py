@@ -48,7 +48,6 @@ key raises ToleranceError (oracle.judging.tolerance), never a default.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable
 
