@@ -28,7 +28,7 @@ import torch
 
 from harness.dump import Dump, DumpError, load_dump, save_dump
 from harness.fields import shown
-from harness.taps import ATTENTION_KV_STAGES, ATTENTION_TAP_STAGES, Tap
+from harness.taps import ALL_TAP_STAGES, ATTENTION_KV_STAGES, ATTENTION_TAP_STAGES, Tap
 from harness.trace_format import TraceAccount, account_of
 from kernels_ref.dtypes import DTYPES, name_of
 from oracle.problem.attention import AttentionSpec
@@ -121,7 +121,7 @@ class AttentionRecording:
         against every tensor's dtype and shape), then the data, then the whole recording against its
         problem (validate). Raises DumpError naming the problem, nothing else."""
         dump = load_dump(path, lambda meta, inputs, outputs: check_attention_header(path, meta, inputs, outputs),
-                         stages=ATTENTION_TAP_STAGES)
+                         stages=ALL_TAP_STAGES)  # the kind is checked first; validate refuses a GEMM's taps
         return cls.of_dump(path, dump)
 
     @classmethod
