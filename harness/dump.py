@@ -299,16 +299,17 @@ def _read(path: str, check_header) -> tuple[dict[str, torch.Tensor], dict]:
         raise DumpError(f"dump {path!r} is not a readable safetensors file (truncated or corrupt?): {e}") from None
 
 
-def _tap_meta(tm: Any, where: str) -> None:
-    """The fields of one tap's metadata, by type and range (Tap itself checks the stage's rules)."""
+def _tap_meta(tm: Any, where: str, stages: tuple[str, ...] = TAP_STAGES) -> None:
+    """The fields of one tap's metadata, by type and range (Tap itself checks the stage's rules);
+    `stages`: the stages the reader accepts (a GEMM's by default)."""
     require(isinstance(tm, dict), DumpError, where, "entry", tm, "a JSON object")
     unknown = sorted(set(tm) - set(TAP_FIELDS), key=str)
     require(not unknown, DumpError, where, "unknown field(s)", unknown, f"known: {', '.join(TAP_FIELDS)}")
     missing = [k for k in ("stage", "tile", "k_block", "dtype", "shape", "partial") if k not in tm]
     if missing:
         raise DumpError(f"{where} lacks field(s) {', '.join(missing)}")
-    require(isinstance(tm["stage"], str) and tm["stage"] in TAP_STAGES, DumpError, where, "stage", tm["stage"],
-            f"one of {', '.join(TAP_STAGES)}")
+    require(isinstance(tm["stage"], str) and tm["stage"] in stages, DumpError, where, "stage", tm["stage"],
+            f"one of {', '.join(stages)}")
     require(is_int_list(tm["tile"], 2, hi=2**31 - 1), DumpError, where, "tile", tm["tile"],
             "[tile_m, tile_n], two non-negative integers")
     for key in ("k_block", "slot", "cta", "k_partial", "group"):
@@ -359,7 +360,7 @@ def _document(path: str, meta: dict) -> dict:
     return doc
 
 
-def _check_entries(path: str, doc: dict, head: dict) -> None:
+def _check_entries(path: str, doc: dict, head: dict, stages: tuple[str, ...]) -> None:
     """The document against the tensors the header lists, before their data is read: every tap's
     tensors there with its dtype and shape, and no tensor the document does not describe."""
     from harness.runner import ST_TO_TORCH
@@ -367,7 +368,7 @@ def _check_entries(path: str, doc: dict, head: dict) -> None:
     named = set()
     for i, tm in enumerate(doc["taps"]):
         where = f"dump {path!r}: tap #{i}"
-        _tap_meta(tm, where)
+        _tap_meta(tm, where, stages)
         for part in ("values", "mask") if tm["partial"] else ("values",):
             name = f"tap.{i}.{part}"
             if name not in head:
@@ -391,17 +392,20 @@ def entry_shapes(head: dict, prefix: str) -> dict[str, tuple[torch.dtype, tuple[
             if k.startswith(prefix)}
 
 
-def load_dump(path: str, check_meta: Optional[Callable[[Mapping[str, Any], dict, dict], None]] = None) -> Dump:
+def load_dump(path: str, check_meta: Optional[Callable[[Mapping[str, Any], dict, dict], None]] = None, *,
+              stages: tuple[str, ...] = TAP_STAGES) -> Dump:
     """Read a dump, checking everything: the file within ORACLE_DUMP_MAX_MB (a gzip stream is
     stopped as soon as it passes it), every tensor entry, every metadata field. The header is read
     and checked first, with the document it carries: the taps' entries against their metadata and,
     with `check_meta(meta, inputs, outputs)` (the caller's, e.g. the problem against its operands;
     inputs and outputs map names to (dtype, shape) from the header), the meta object; only then is
-    any tensor's data read or a gzip stream's body inflated. Raises DumpError naming the file, the
+    any tensor's data read or a gzip stream's body inflated. `stages`: the tap stages accepted (a
+    GEMM's by default; a reader of several problem kinds passes theirs and checks each tap against
+    its problem's own chain). Raises DumpError naming the file, the
     field, the value and what is allowed; nothing else."""
     def check_header(head: dict, meta: dict) -> None:
         doc = _document(path, meta)
-        _check_entries(path, doc, head)
+        _check_entries(path, doc, head, stages)
         if check_meta is not None:
             check_meta(doc["meta"], entry_shapes(head, "input."), entry_shapes(head, "output."))
 
@@ -418,7 +422,7 @@ def load_dump(path: str, check_meta: Optional[Callable[[Mapping[str, Any], dict,
     taps = []
     for i, tm in enumerate(doc["taps"]):
         where = f"dump {path!r}: tap #{i}"
-        _tap_meta(tm, where)
+        _tap_meta(tm, where, stages)
         values = take(f"tap.{i}.values", where)
         if _dtype_name(values.dtype) != tm["dtype"] or list(values.shape) != list(tm["shape"]):
             raise DumpError(f"{where} ({tm['stage']}) says {tm['dtype'][:40]} {shown(tm['shape'])} but its tensor "

@@ -7,6 +7,11 @@ Taps name their site as docs/trace-format.md's "Attention sites" says: tile = (q
 head), k_block = the KV block, partial = the split (None when the problem is not split), group =
 the batch entry. `recording_of_model` makes one from oracle.run.attention_model's sink.
 
+A recording saves and loads as a dump (harness.dump, as a GEMM recording does): inputs q, k, v and,
+where the layout has them, cu_seqlens_q, cu_seqlens_k, page_table; outputs o and lse; every tap
+with its site; the document's problem is the AttentionSpec (kind "attention"), checked against the
+header's tensors before any data is read. oracle.run.dumps.load_recording reads either kind.
+
 Shapes are FlashAttention's (kernels_ref.attention.geometry): dense q [batch, seqlen_q, heads_q,
 head_dim], k / v [batch, seqlen_k, heads_kv, dim], o like q with head_dim_v, lse [batch, heads_q,
 seqlen_q] fp32; varlen q / o [total_q, heads, dim] with cu_seqlens_q [batch + 1] and lse [heads_q,
@@ -21,13 +26,19 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-from harness.taps import ATTENTION_KV_STAGES, ATTENTION_TAP_STAGES, Tap
+from harness.dump import Dump, DumpError, load_dump, save_dump
+from harness.fields import shown
+from harness.taps import ALL_TAP_STAGES, ATTENTION_KV_STAGES, ATTENTION_TAP_STAGES, Tap
 from harness.trace_format import TraceAccount, account_of
 from kernels_ref.dtypes import DTYPES, name_of
 from oracle.problem.attention import AttentionSpec
 from oracle.run.attention_model import AttentionModelRun, PagedKV, run_attention_model
-from oracle.run.inputs import Provenance
-from oracle.run.recording import RecordingError
+from oracle.run.inputs import ATTENTION_LADDER, Provenance
+from oracle.run.recording import RecordingError, _Meta, common_meta, problem_kind
+
+INPUTS = ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "page_table")  # a dump's input.<name>
+OUTPUTS = ("o", "lse")  # its output.<name>
+_INDEX_TYPES = (torch.int32, torch.int64)
 
 _F32_STAGES = ("s", "mask", "softmax_state", "o", "normalize", "combine")
 
@@ -57,30 +68,12 @@ class AttentionRecording:
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """The shape each tensor must have for the spec."""
-        s = self.spec
-        tq = sum(s.lengths_q)
-        q = (tq, s.heads_q, s.head_dim) if s.varlen_q else (s.batch, s.seqlen_q, s.heads_q, s.head_dim)
-        o = q[:-1] + (s.head_dim_v,)
-        if s.paged:
-            k = (s.num_pages, s.page_size, s.heads_kv)
-        elif s.varlen_k:
-            k = (sum(s.lengths_k), s.heads_kv)
-        else:
-            k = (s.batch, s.seqlen_k, s.heads_kv)
-        lse = (s.heads_q, tq) if s.varlen_q else (s.batch, s.heads_q, s.seqlen_q)
-        return {"q": q, "k": k + (s.head_dim,), "v": k + (s.head_dim_v,), "o": o, "lse": lse}
+        return shapes_of(self.spec)
 
     def validate(self) -> None:
         """Raise RecordingError naming the tensor that does not fit the problem."""
-        s, want = self.spec, self.shapes()
-        for name, t, dt in (("q", self.q, s.q_dtype), ("k", self.k, s.k_dtype), ("v", self.v, s.v_dtype),
-                            ("o", self.output, s.o_dtype), ("lse", self.lse, "fp32")):
-            if t is None:
-                continue
-            if tuple(t.shape) != want[name]:
-                raise RecordingError(f"{name} has shape {list(t.shape)}, {s.describe()} needs {list(want[name])}")
-            if t.dtype != DTYPES[dt].torch:
-                raise RecordingError(f"{name} has dtype {t.dtype}, the problem's is {dt} ({DTYPES[dt].torch})")
+        s = self.spec
+        _check_types(s, {name: (t.dtype, tuple(t.shape)) for name, t in self.tensors().items()})
         if self.output is None and self.kernel_error is None:
             raise RecordingError("the recording has no output O and no kernel error")
         if s.lse and self.output is not None and self.lse is None:
@@ -107,6 +100,49 @@ class AttentionRecording:
             raise RecordingError("a page_table was given but the problem has no paged KV cache (page_size)")
         for tap in self.taps:
             self._check_tap(tap)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The recording's tensors by their dump names (INPUTS, OUTPUTS), those it has."""
+        named = {"q": self.q, "k": self.k, "v": self.v, "cu_seqlens_q": self.cu_seqlens_q,
+                 "cu_seqlens_k": self.cu_seqlens_k, "page_table": self.page_table, "o": self.output, "lse": self.lse}
+        return {name: t for name, t in named.items() if t is not None}
+
+    # -- persistence -------------------------------------------------------------------------
+    def save(self, path: str) -> None:
+        """Write the recording as a dump (harness.dump.save_dump: atomically, never through a link)."""
+        named = self.tensors()
+        save_dump(path, Dump(inputs={n: named[n] for n in INPUTS if n in named},
+                             outputs={n: named[n] for n in OUTPUTS if n in named}, taps=self.taps,
+                             meta=common_meta(self)))
+
+    @classmethod
+    def load(cls, path: str) -> "AttentionRecording":
+        """Read an attention dump written by `save`: the header and the document first (the problem
+        against every tensor's dtype and shape), then the data, then the whole recording against its
+        problem (validate). Raises DumpError naming the problem, nothing else."""
+        dump = load_dump(path, lambda meta, inputs, outputs: check_attention_header(path, meta, inputs, outputs),
+                         stages=ALL_TAP_STAGES)  # the kind is checked first; validate refuses a GEMM's taps
+        return cls.of_dump(path, dump)
+
+    @classmethod
+    def of_dump(cls, path: str, dump: Dump) -> "AttentionRecording":
+        """The recording a loaded dump holds (its header already checked by check_attention_header)."""
+        m = _meta_of(path, dump.meta)
+        _check_names(path, dump.inputs, dump.outputs)
+        if dump.descriptors:
+            raise DumpError(f"dump {path!r}: an attention recording has no TMA descriptor records")
+        t = dict(dump.inputs, **dump.outputs)
+        rec = cls(spec=m.spec, q=t["q"], k=t["k"], v=t["v"], output=t.get("o"), provenance=m.provenance_of(path),
+                  lse=t.get("lse"), cu_seqlens_q=t.get("cu_seqlens_q"), cu_seqlens_k=t.get("cu_seqlens_k"),
+                  page_table=t.get("page_table"), kernel=m.kernel.get("name", "unknown"),
+                  kernel_error=m.kernel.get("error"), synthetic=m.synthetic, confounds=m.confounds, notes=m.notes,
+                  environment=m.environment, taps=dump.taps, trace=m.trace, command=m.command,
+                  serialised=m.serialised)
+        try:
+            rec.validate()
+        except RecordingError as e:
+            raise DumpError(f"dump {path!r} is inconsistent: {e}") from None
+        return rec
 
     def tap_shape(self, stage: str) -> tuple[int, int]:
         """The [rows, cols] a tap of `stage` holds (harness.taps' attention table)."""
@@ -154,6 +190,79 @@ class AttentionRecording:
                                      f"elements: {tap.stage[-1]}_dtype is {dt}")
         elif tap.stage in _F32_STAGES and tap.values.dtype != torch.float32:
             raise RecordingError(f"{where}: values are {tap.values.dtype}, a {tap.stage} tap holds fp32")
+
+
+def shapes_of(s: AttentionSpec) -> dict[str, tuple[int, ...]]:
+    """The shape each of q, k, v, o, lse must have for the problem (module docstring)."""
+    tq = sum(s.lengths_q)
+    q = (tq, s.heads_q, s.head_dim) if s.varlen_q else (s.batch, s.seqlen_q, s.heads_q, s.head_dim)
+    o = q[:-1] + (s.head_dim_v,)
+    if s.paged:
+        k = (s.num_pages, s.page_size, s.heads_kv)
+    elif s.varlen_k:
+        k = (sum(s.lengths_k), s.heads_kv)
+    else:
+        k = (s.batch, s.seqlen_k, s.heads_kv)
+    lse = (s.heads_q, tq) if s.varlen_q else (s.batch, s.heads_q, s.seqlen_q)
+    return {"q": q, "k": k + (s.head_dim,), "v": k + (s.head_dim_v,), "o": o, "lse": lse}
+
+
+
+def _check_types(s: AttentionSpec, entries: Mapping[str, tuple[torch.dtype, tuple[int, ...]]]) -> None:
+    """Each tensor's dtype and shape (by dump name) against the problem: RecordingError naming it."""
+    want = shapes_of(s)
+    for name, dt in (("q", s.q_dtype), ("k", s.k_dtype), ("v", s.v_dtype), ("o", s.o_dtype), ("lse", "fp32")):
+        if name not in entries:
+            continue
+        dtype, shape = entries[name]
+        if tuple(shape) != want[name]:
+            raise RecordingError(f"{name} has shape {list(shape)}, {s.describe()} needs {list(want[name])}")
+        if dtype != DTYPES[dt].torch:
+            raise RecordingError(f"{name} has dtype {dtype}, the problem's is {dt} ({DTYPES[dt].torch})")
+    for name, rows in (("cu_seqlens_q", (s.batch + 1,)), ("cu_seqlens_k", (s.batch + 1,)),
+                       ("page_table", (s.batch, s.max_pages))):
+        if name in entries:
+            dtype, shape = entries[name]
+            if dtype not in _INDEX_TYPES or (name != "page_table" or s.paged) and tuple(shape) != rows:
+                raise RecordingError(f"{name} is {dtype} {list(shape)}, the problem's is int32 or int64 "
+                                     f"{list(rows) if name != 'page_table' or s.paged else '(none: not paged)'}")
+
+
+def _meta_of(path: str, meta: Mapping[str, Any]) -> _Meta:
+    """An attention dump's metadata, every field checked (oracle.run.recording's checks, with an
+    AttentionSpec for the problem)."""
+    where = f"dump {path!r}"
+    if problem_kind(meta, where) != "attention":
+        raise DumpError(f"{where}: the problem's kind is not 'attention' (a GEMM dump: read it with "
+                        f"oracle.run.dumps.load_recording)")
+    m = _Meta.of(meta, where, problem=AttentionSpec, ladders=ATTENTION_LADDER + ("dump", "captured"))
+    if m.output_poison is not None:
+        raise DumpError(f"{where}: metadata field output_poison={m.output_poison} is not allowed: an attention "
+                        f"recording records none (null)")
+    return m
+
+
+def _check_names(path: str, inputs, outputs) -> None:
+    for kind, names, known in (("input", inputs, INPUTS), ("output", outputs, OUTPUTS)):
+        unknown = sorted(set(names) - set(known))
+        if unknown:
+            raise DumpError(f"dump {path!r}: unknown {kind} tensor(s) {shown(unknown)}; an attention dump's are "
+                            f"{', '.join(known)}")
+    missing = [n for n in ("q", "k", "v") if n not in inputs]
+    if missing:
+        raise DumpError(f"dump {path!r}: Q, K and V are required (input.q, input.k, input.v); missing "
+                        f"{', '.join(missing)}")
+
+
+def check_attention_header(path: str, meta, inputs: dict, outputs: dict) -> None:
+    """An attention dump's document against the tensors its header lists (dtype and shape), before
+    any data is read: a header the problem does not account for is refused without reading it."""
+    m = _meta_of(path, meta)
+    _check_names(path, inputs, outputs)
+    try:
+        _check_types(m.spec, dict(inputs, **outputs))
+    except RecordingError as e:
+        raise DumpError(f"dump {path!r} is inconsistent: {e}") from None
 
 
 def recording_of_model(run: AttentionModelRun, q: torch.Tensor, k: Optional[torch.Tensor],

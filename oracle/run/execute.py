@@ -2,8 +2,9 @@
 
 A live case: its inputs made (or read from a dump), then built, run and traced once (oracle.run.live
 run_live), or run for races (run_races: repeated traced and untraced runs, shared-memory poison,
-compute-sanitizer), and, with `time`, the kernel and its peers timed (oracle.run.perf). A dump or a
-recording: read, nothing run. What comes back is data only; judging it is oracle.judging.judgement.
+compute-sanitizer), and, with `time`, the kernel and its peers timed (oracle.run.perf). A dump (of
+either problem kind: oracle.run.dumps.load_recording) or a recording: read, nothing run. What
+comes back is data only; judging it is oracle.judging.judgement.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from oracle.run.inputs import Operands, Provenance, check_operands, make_operands, parse_inputs
+from oracle.run.dumps import load_recording
 from oracle.run.recording import Recording
 from oracle.run.request import RunRequest
 
@@ -40,7 +42,7 @@ class RunOutcome:
     that could not run)."""
 
     request: RunRequest
-    recording: Recording
+    recording: Recording  # or an AttentionRecording (a dump or a recording of that kind)
     source: str
     kernel_run: Optional[KernelRunInfo] = None
     races: Optional[object] = None  # oracle.run.races.RaceRuns, when the request looked for races
@@ -78,7 +80,7 @@ def run(request: RunRequest, *, while_running: Optional[Callable[[], None]] = No
         return RunOutcome(request, request.recording, request.source or request.recording.kernel,
                           phases_s={"recording": time.perf_counter() - t0})
     if request.dump is not None:
-        rec = Recording.load(request.dump)
+        rec = load_recording(request.dump)  # either problem kind
         return RunOutcome(request, rec, request.source or request.dump,
                           phases_s={"recording": time.perf_counter() - t0})
     return _run_live(request, t0, while_running)

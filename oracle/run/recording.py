@@ -14,7 +14,7 @@ import torch
 from harness.errors import BadInput
 from harness.dump import Dump, DumpError, environment, load_dump, save_dump
 from harness.fields import INT64_MAX, is_opt_int, is_opt_str, is_str_list, require, shown
-from harness.taps import DESCRIPTOR_STAGES, DescriptorRecord, Tap
+from harness.taps import ALL_TAP_STAGES, DESCRIPTOR_STAGES, TAP_STAGES, DescriptorRecord, Tap
 from harness.trace_format import TraceAccount
 from kernels_ref.dtypes import ALL_TYPES, DTYPES
 from oracle.run.inputs import LADDER, InputError, Operands, Provenance, check_operands
@@ -74,6 +74,8 @@ class Recording:
         if spec.partitioned:
             _check_whole_tiles(self.taps)
         for tap in self.taps:
+            if tap.stage not in TAP_STAGES:
+                raise RecordingError(f"{tap.describe()}: a GEMM recording holds only taps of {', '.join(TAP_STAGES)}")
             tm, tn = tap.tile
             if sizes is not None:
                 if tap.group is None or tap.group >= len(sizes):
@@ -125,40 +127,58 @@ class Recording:
 
     # -- persistence -------------------------------------------------------------------------
     def save(self, path: str) -> None:
-        meta = {"problem": self.spec.to_json(),
-                "provenance": {"ladder": self.provenance.ladder, "seed": self.provenance.seed,
-                               "source": self.provenance.source, "generator": self.provenance.generator},
-                "kernel": {"name": self.kernel, "error": self.kernel_error}, "synthetic": self.synthetic,
-                "confounds": list(self.confounds), "notes": list(self.notes),
-                "environment": dict(self.environment or environment()),
-                "trace": self.trace.to_json() if self.trace is not None else None,
-                "output_poison": self.output_poison, "command": list(self.command)}
-        if self.serialised:  # absent from older dumps: nothing declared
-            meta["serialised"] = list(self.serialised)
+        meta = dict(common_meta(self), output_poison=self.output_poison)
         outputs = {"d": self.output} if self.output is not None else {}
         save_dump(path, Dump(inputs=self.operands.named(), outputs=outputs, taps=self.taps,
                              descriptors=self.descriptors, meta=meta))
 
     @classmethod
     def load(cls, path: str) -> "Recording":
-        """Read a dump written by `save`; every metadata field is checked by type and range, and the
-        whole recording against its problem. Raises DumpError naming the field, nothing else."""
-        dump = load_dump(path, lambda meta, inputs, outputs: _check_header(path, meta, inputs, outputs))
+        """Read a GEMM dump written by `save`; every metadata field is checked by type and range, and
+        the whole recording against its problem. Raises DumpError naming the field, nothing else.
+        oracle.run.dumps.load_recording reads a dump of either problem kind."""
+        check = lambda meta, inputs, outputs: check_header(path, meta, inputs, outputs)  # noqa: E731
+        return cls.of_dump(path, load_dump(path, check, stages=ALL_TAP_STAGES))  # validate refuses others' taps
+
+    @classmethod
+    def of_dump(cls, path: str, dump: Dump) -> "Recording":
         m = _Meta.of(dump.meta, f"dump {path!r}")
         _check_names(path, dump.inputs, dump.outputs)
-        prov = m.provenance
         rec = cls(spec=m.spec, operands=Operands(**dump.inputs), output=dump.outputs.get("d"),
-                  provenance=Provenance(prov["ladder"], prov.get("seed"), prov.get("source") or path,
-                                        prov.get("generator", "cpu")),
-                  taps=dump.taps, descriptors=dump.descriptors, kernel=m.kernel.get("name", "unknown"),
-                  kernel_error=m.kernel.get("error"), synthetic=m.synthetic, confounds=m.confounds, notes=m.notes,
-                  environment=m.environment, trace=m.trace, output_poison=m.output_poison, command=m.command,
-                  serialised=m.serialised)
+                  provenance=m.provenance_of(path), taps=dump.taps, descriptors=dump.descriptors,
+                  kernel=m.kernel.get("name", "unknown"), kernel_error=m.kernel.get("error"), synthetic=m.synthetic,
+                  confounds=m.confounds, notes=m.notes, environment=m.environment, trace=m.trace,
+                  output_poison=m.output_poison, command=m.command, serialised=m.serialised)
         try:
             rec.validate()
         except RecordingError as e:
             raise DumpError(f"dump {path!r} is inconsistent: {e}") from None
         return rec
+
+
+def common_meta(rec) -> dict:
+    """The metadata document every recording's dump holds (a GEMM's or an attention's): its problem
+    (with its kind), provenance, kernel, declarations and environment."""
+    prov = rec.provenance
+    meta = {"problem": rec.spec.to_json(),
+            "provenance": {"ladder": prov.ladder, "seed": prov.seed, "source": prov.source,
+                           "generator": prov.generator},
+            "kernel": {"name": rec.kernel, "error": rec.kernel_error}, "synthetic": rec.synthetic,
+            "confounds": list(rec.confounds), "notes": list(rec.notes),
+            "environment": dict(rec.environment or environment()),
+            "trace": rec.trace.to_json() if rec.trace is not None else None, "command": list(rec.command)}
+    if rec.serialised:  # absent from older dumps: nothing declared
+        meta["serialised"] = list(rec.serialised)
+    return meta
+
+
+def problem_kind(meta: Any, where: str) -> str:
+    """The problem kind a dump's metadata names: "gemm" (a GEMM problem names none) or "attention"."""
+    problem = meta.get("problem") if isinstance(meta, dict) else None
+    kind = problem.get("kind", "gemm") if isinstance(problem, dict) else "gemm"
+    require(kind in PROBLEM_KINDS, DumpError, where, "metadata field problem.kind", kind,
+            f"one of {', '.join(PROBLEM_KINDS)}")
+    return kind
 
 
 def _check_names(path: str, inputs, outputs) -> None:
@@ -172,10 +192,13 @@ def _check_names(path: str, inputs, outputs) -> None:
         raise DumpError(f"dump {path!r}: unknown output tensor(s) {shown(unknown)}; the only output is d")
 
 
-def _check_header(path: str, meta, inputs: dict, outputs: dict) -> None:
+def check_header(path: str, meta, inputs: dict, outputs: dict) -> None:
     """A dump's problem against the operands and output its header lists (dtype and shape), before
     any data is read or inflated: a header whose tensors the problem does not account for is
     refused without reading them."""
+    if problem_kind(meta, f"dump {path!r}") != "gemm":
+        raise DumpError(f"dump {path!r} holds an attention problem, not a GEMM: read it with "
+                        f"oracle.run.dumps.load_recording")
     m = _Meta.of(meta, f"dump {path!r}")
     _check_names(path, inputs, outputs)
     spec = m.spec
@@ -239,6 +262,7 @@ META_FIELDS = ("problem", "provenance", "kernel", "synthetic", "confounds", "not
                "output_poison", "command", "serialised")
 PROVENANCE_FIELDS = ("ladder", "seed", "source", "generator")
 LADDERS = LADDER + ("dump", "captured")
+PROBLEM_KINDS = ("gemm", "attention")
 # environment fields the recorders write, and their types; other fields may hold any JSON value
 ENVIRONMENT_TYPES = {"python": str, "torch": str, "platform": str, "triton": (str, type(None)),
                      "gpu": (str, type(None)), "cuda": (str, type(None)), "triton_interpret": bool, "device": dict,
@@ -261,8 +285,14 @@ class _Meta:
     command: tuple[str, ...]
     serialised: tuple[str, ...] = ()
 
+    def provenance_of(self, path: str) -> Provenance:
+        prov = self.provenance
+        return Provenance(prov["ladder"], prov.get("seed"), prov.get("source") or path, prov.get("generator", "cpu"))
+
     @classmethod
-    def of(cls, meta: Mapping[str, Any], where: str) -> "_Meta":
+    def of(cls, meta: Mapping[str, Any], where: str, problem=ProblemSpec, ladders: tuple[str, ...] = LADDERS) -> "_Meta":
+        """`problem`: the problem's type (its from_json raises SpecError); `ladders`: the input
+        ladders its provenance may name."""
         def need(ok: bool, field: str, value: Any, allowed: str) -> None:
             require(ok, DumpError, where, f"metadata field {field}", value, allowed)
 
@@ -270,7 +300,7 @@ class _Meta:
         if unknown:
             raise DumpError(f"{where}: unknown metadata field(s) {shown(unknown)}; known: {', '.join(META_FIELDS)}")
         try:
-            spec = ProblemSpec.from_json(meta.get("problem"))
+            spec = problem.from_json(meta.get("problem"))
         except SpecError as e:
             raise DumpError(f"{where}: problem spec: {e}") from None
         prov = meta.get("provenance")
@@ -278,7 +308,7 @@ class _Meta:
              "an object with at least the ladder (how the inputs were made)")
         need(set(prov) <= set(PROVENANCE_FIELDS), "provenance", sorted(prov, key=str),
              f"the fields are {', '.join(PROVENANCE_FIELDS)}")
-        need(_one_of(prov["ladder"], LADDERS), "provenance.ladder", prov["ladder"], f"one of {', '.join(LADDERS)}")
+        need(_one_of(prov["ladder"], ladders), "provenance.ladder", prov["ladder"], f"one of {', '.join(ladders)}")
         need(is_opt_int(prov.get("seed"), lo=-INT64_MAX - 1), "provenance.seed", prov.get("seed"),
              "a 64-bit integer or null")
         need(is_opt_str(prov.get("source")), "provenance.source", prov.get("source"), "a string or null")

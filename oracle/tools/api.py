@@ -396,9 +396,12 @@ def judge(recording: Recording) -> Report:
     return compare(RunRequest(recording=recording))
 
 
-def load(path: str) -> Recording:
-    """A recording from a dump file (safetensors, or its .gz)."""
-    return Recording.load(path)
+def load(path: str):
+    """A recording from a dump file (safetensors, or its .gz): a GEMM Recording or an
+    AttentionRecording, as the dump's problem kind says."""
+    from oracle.run.dumps import load_recording
+
+    return load_recording(path)
 
 
 def run_live(case, inputs: str = "random:0", *, timeout_s: Optional[float] = None, repeat: Optional[int] = None,

@@ -265,7 +265,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     """Write a synthetic dump made by a Python model of a kernel, optionally with one defect.
 
-    Useful to see what the oracle reports for each defect class without a GPU."""
+    Useful to see what the oracle reports for each defect class without a GPU.
+    --attention: the attention model (oracle.run.attention_model) instead, on --batch, --heads,
+    --heads-kv, --queries, --keys, --head-dim, --causal, --blocks BQ BKV, --splits, --page-size;
+    --defect takes its defects' names (e.g. max_not_updated_before_rescale)."""
+    if args.attention:
+        return _simulate_attention(args)
+    attention_only = [f"--{f.replace('_', '-')}" for f in ATTENTION_FLAGS if getattr(args, f) is not None]
+    if attention_only:
+        raise UsageError(f"{', '.join(attention_only)} go with --attention")
+    args.shape, args.tile = args.shape or (128, 128, 256), args.tile or (64, 64, 64)
     from oracle.run.inputs import Provenance, make_operands
     from oracle.problem.spec import ProblemSpec, Tile
     from oracle.run.simulate import DEFECTS, Injection, simulate
@@ -283,6 +292,32 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     rec = simulate(spec, ops, Provenance(args.inputs, args.seed), injection=inj, tap_tiles=tiles)
     rec.save(args.out)
     print(f"wrote {args.out}: {rec.kernel}, {spec.describe()}, {len(rec.taps)} taps (synthetic)")
+    return 0
+
+
+ATTENTION_FLAGS = ("batch", "heads", "heads_kv", "queries", "keys", "head_dim", "causal", "blocks", "splits",
+                   "page_size")
+
+
+def _simulate_attention(args: argparse.Namespace) -> int:
+    from oracle.problem.attention import AttentionSpec
+    from oracle.run.attention_simulate import simulate_attention
+
+    gemm_only = [flag for flag, v in (("--shape", args.shape), ("--tile", args.tile)) if v is not None]
+    if gemm_only or args.out_dtype != "bf16" or args.swizzle != 128 or args.defect_k_block != 1 or \
+            tuple(args.defect_tile) != (0, 0):
+        raise UsageError("--shape, --tile, --out-dtype, --swizzle, --defect-tile and --defect-k-block are a GEMM's: "
+                         "drop them with --attention")
+    heads = args.heads or 2
+    bq, bkv = args.blocks or (32, 32)
+    spec = AttentionSpec(batch=args.batch or 1, heads_q=heads, heads_kv=args.heads_kv or heads,
+                         seqlen_q=64 if args.queries is None else args.queries,
+                         seqlen_k=96 if args.keys is None else args.keys, head_dim=args.head_dim or 32,
+                         causal=args.causal or "bottom_right", q_dtype=args.dtype, k_dtype=args.dtype,
+                         v_dtype=args.dtype, o_dtype=args.dtype, block_q=bq, block_kv=bkv, splits=args.splits or 1)
+    rec = simulate_attention(spec, defect=args.defect, inputs=args.inputs, seed=args.seed, page_size=args.page_size)
+    rec.save(args.out)
+    print(f"wrote {args.out}: {rec.kernel}, {rec.spec.describe()}, {len(rec.taps)} taps (synthetic)")
     return 0
 
 
@@ -452,13 +487,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--defect", default=None)
     s.add_argument("--defect-tile", type=int, nargs=2, default=(0, 0), metavar=("TM", "TN"))
     s.add_argument("--defect-k-block", type=int, default=1)
-    s.add_argument("--shape", type=int, nargs=3, default=(128, 128, 256), metavar=("M", "N", "K"))
-    s.add_argument("--tile", type=int, nargs=3, default=(64, 64, 64), metavar=("BM", "BN", "BK"))
+    s.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"), help="a GEMM's (default 128 128 256)")
+    s.add_argument("--tile", type=int, nargs=3, metavar=("BM", "BN", "BK"), help="a GEMM's (default 64 64 64)")
     s.add_argument("--dtype", default="bf16")
     s.add_argument("--out-dtype", default="bf16")
     s.add_argument("--swizzle", type=int, default=128)
     s.add_argument("--inputs", default="random")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--attention", action="store_true", help="an attention recording (the flags below)")
+    s.add_argument("--batch", type=int, help="attention: sequences (default 1)")
+    s.add_argument("--heads", type=int, help="attention: query heads (default 2)")
+    s.add_argument("--heads-kv", type=int, help="attention: KV heads (default: --heads)")
+    s.add_argument("--queries", type=int, help="attention: queries per sequence (default 64)")
+    s.add_argument("--keys", type=int, help="attention: keys per sequence (default 96)")
+    s.add_argument("--head-dim", type=int, help="attention: head dimension (default 32)")
+    s.add_argument("--causal", choices=("none", "top_left", "bottom_right"), help="attention (default bottom_right)")
+    s.add_argument("--blocks", type=int, nargs=2, metavar=("BQ", "BKV"), help="attention: block sizes (default 32 32)")
+    s.add_argument("--splits", type=int, help="attention: split-KV partials (default 1)")
+    s.add_argument("--page-size", type=int, help="attention: a paged KV cache of this many keys a page")
     s.set_defaults(func=cmd_simulate)
 
     b = sub.add_parser("bench", help="benchmark-and-verify a list of live cases", description=cmd_bench.__doc__,
