@@ -60,13 +60,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not args.quiet:
             for path in written:
                 print(f"wrote {path}", file=sys.stderr)
-    if not args.quiet:
-        print(report.render(judged))
-        if args.save_dump:
-            print(f"saved the recording to {args.save_dump}")
     if args.json:
         report.write_json(judged, args.json)
+    if not args.quiet:
+        try:
+            print(report.render(judged))
+            if args.save_dump:
+                print(f"saved the recording to {args.save_dump}")
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader stopped early (`| head`): the judgement stands
+            _stdout_closed()
     return judged.exit_code
+
+
+def _stdout_closed() -> None:
+    """Standard output's reader is gone: what is left to print goes nowhere, quietly."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def _request(args: argparse.Namespace):
@@ -591,6 +602,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (UsageError, *input_errors()) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # the reader of the output stopped early: not the command's error
+        _stdout_closed()
+        return 141  # as a shell reports a command ended by SIGPIPE
     except OSError as e:  # a path the command line named: missing, unreadable, unwritable
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE

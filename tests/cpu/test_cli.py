@@ -110,3 +110,19 @@ def test_module_entry_point_runs_without_a_gpu():
     r = subprocess.run([sys.executable, "-m", "oracle", "compare", "--demo", "--quiet"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 1, r.stderr
+
+
+def test_a_reader_that_leaves_early_leaves_the_verdict_s_exit_code_and_no_error(tmp_path):
+    """`python -m oracle compare --demo | head -c 1` or `| true`: the pipe closes under the report,
+    which is the reader's choice, not an error of the command (here it is closed before the report
+    is written, so every write meets it)."""
+    r, w = os.pipe()
+    os.close(r)  # the reader has left
+    proc = subprocess.Popen([sys.executable, "-m", "oracle", "compare", "--demo", "--json", str(tmp_path / "r.json")],
+                            cwd=ROOT, stdout=w, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"})  # each write meets it
+    os.close(w)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=600) == 1, err  # the demo's divergence
+    assert "Broken pipe" not in err and "error" not in err, err
+    assert json.loads((tmp_path / "r.json").read_text())["verdict"] == "DIVERGED"
