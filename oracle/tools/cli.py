@@ -592,7 +592,8 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     vf.add_argument("--op", required=True, metavar="MODULE:FUNCTION", help="the op, e.g. torch:matmul")
     vf.add_argument("--sweep", metavar="FILE.toml", help="the cases (oracle/tools/verify.py)")
-    vf.add_argument("--shape", action="append", metavar="MxNxK", help="a case shape (repeatable; attention: B,HQ,HKV,LQ,LK,D)")
+    vf.add_argument("--shape", action="append", metavar="MxNxK",
+                    help="a case shape (repeatable; attention: B,HQ,HKV,LQ,LK,D)")
     vf.add_argument("--dtype", default="bf16", help="operand type for --shape cases (default bf16)")
     vf.add_argument("--call", choices=("matmul", "scaled_mm", "scaled_mm_block", *ATTENTION_CALLS),
                     help="how the op is called (default matmul; a w4a16 op, with its quant table, from a --sweep "
@@ -600,9 +601,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "for bhsd, flash for bshd)")
     vf.add_argument("--fast-accum", action="store_true", help="scaled_mm: use_fast_accum=True for --shape cases")
     vf.add_argument("--attention", action="store_true", help="an attention op (--shape B,HQ,HKV,LQ,LK,D)")
-    vf.add_argument("--causal", choices=("none", "top_left", "bottom_right"),
+    vf.add_argument("--causal", metavar="none|top_left|bottom_right",
                     help="attention --shape cases: the causal mask (default none; top_left is SDPA's is_causal)")
-    vf.add_argument("--layout", choices=("bshd", "bhsd"),
+    vf.add_argument("--layout", metavar="bshd|bhsd",
                     help="attention --shape cases: the op's tensors (default: bhsd for sdpa, bshd for flash)")
     vf.add_argument("--shard", metavar="i/n", help="run cases i, i+n, ... (0-based)")
     vf.add_argument("--jsonl", metavar="PATH", help="one JSON line per case, with the environment")

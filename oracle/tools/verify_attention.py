@@ -91,7 +91,8 @@ class AttentionVerifyCase:
                             f"heads, dim] as FlashAttention takes, bhsd [batch, heads, seq, dim] as SDPA takes)")
         if self.call == "sdpa" and self.causal == "bottom_right" and self.seqlen_q != self.seqlen_k:
             raise CaseError(f"{where}: a 'sdpa' call has no bottom-right causal (is_causal is top-left aligned) and "
-                            f"seqlen_q {self.seqlen_q} != seqlen_k {self.seqlen_k}: use call 'flash' or causal 'top_left'")
+                            f"seqlen_q {self.seqlen_q} != seqlen_k {self.seqlen_k}: use call 'flash' or causal "
+                            f"'top_left'")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise CaseError(f"{where}: seed = {self.seed!r} must be a non-negative integer")
 
@@ -285,13 +286,14 @@ def _time(op, vc: AttentionVerifyCase, q, k, v) -> dict:
 
 
 def run_verify(op_spec: str, cases: Sequence[AttentionVerifyCase], *, shard_text: Optional[str] = None,
-               jsonl: Optional[str] = None, stream=sys.stderr) -> tuple[list[dict], int]:
+               jsonl: Optional[str] = None, stream=None) -> tuple[list[dict], int]:
     """Run the sweep (this shard of it) in this process; returns (rows, exit code: 0 all match,
     1 a divergence, 2 a broken case)."""
     from oracle.tools.bench import environment, parse_shard
     from oracle.tools.verify import _progress, load_op
     from oracle.tools.workers import device_of_this_process
 
+    stream = sys.stderr if stream is None else stream  # the progress lines; read now, not at import
     op = load_op(op_spec)
     i, n = parse_shard(shard_text)
     indices = [j for j in range(len(cases)) if j % n == i]
