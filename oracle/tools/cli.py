@@ -363,11 +363,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
     timed against cuBLAS under the oracle's timing discipline. The sweep: --sweep FILE.toml (see
     oracle/tools/verify.py), or --shape MxNxK (repeatable) with --dtype and --call. --shard i/n keeps
     cases i, i+n, ...; one worker per visible GPU. Exit codes: 0 every case matches, 1 a
-    divergence, 2 bad usage or a broken case."""
+    divergence, 2 bad usage or a broken case.
+
+    --attention (or a sweep file with kind = "attention"): an attention forward op, e.g.
+    torch.nn.functional:scaled_dot_product_attention, over --shape B,HQ,HKV,LQ,LK,D with --dtype,
+    --causal none|top_left|bottom_right, --layout bshd|bhsd and --call sdpa|flash (see
+    oracle/tools/verify_attention.py), judged by oracle.check_attention and timed against torch SDPA
+    on a GPU (without one the timing is skipped with a note)."""
     from oracle.tools.verify import load_sweep, run_verify, shape_cases, table
 
     if bool(args.sweep) == bool(args.shape):
         raise UsageError("give --sweep FILE.toml or --shape MxNxK (one of them)")
+    if args.attention or (args.sweep and _sweep_is_attention(args.sweep)):
+        return _verify_attention(args)
+    attention_only = [f for f, v in (("--causal", args.causal), ("--layout", args.layout)) if v is not None]
+    if attention_only or args.call in ATTENTION_CALLS:
+        raise UsageError(f"{', '.join(attention_only) or '--call ' + args.call} go with --attention (an attention op)")
+    args.call = args.call or "matmul"
     cases = load_sweep(args.sweep) if args.sweep else shape_cases(args.shape, args.dtype, args.call,
                                                                              args.fast_accum)
     sweep_argv = ["--sweep", os.path.abspath(args.sweep)] if args.sweep else \
@@ -375,6 +387,36 @@ def cmd_verify(args: argparse.Namespace) -> int:
         (["--fast-accum"] if args.fast_accum else [])
     rows, code = run_verify(args.op, cases, shard_text=args.shard, jsonl=args.jsonl, workers=args.workers,
                             sweep_argv=sweep_argv)
+    print(table(rows))
+    return code
+
+
+ATTENTION_CALLS = ("sdpa", "flash")
+
+
+def _sweep_is_attention(path: str) -> bool:
+    from oracle.tools.verify_attention import KIND, sweep_kind
+
+    return sweep_kind(path) == KIND
+
+
+def _verify_attention(args: argparse.Namespace) -> int:
+    from oracle.tools.verify_attention import load_sweep, run_verify, shape_cases, table
+
+    gemm_only = [f for f, v in (("--fast-accum", args.fast_accum), ("--workers", args.workers)) if v]
+    if args.call is not None and args.call not in ATTENTION_CALLS:
+        gemm_only.append(f"--call {args.call}")
+    if gemm_only:
+        raise UsageError(f"{', '.join(gemm_only)} belong to a GEMM sweep: drop them with --attention")
+    if args.sweep:
+        given = [f for f, v in (("--causal", args.causal), ("--layout", args.layout), ("--call", args.call)) if v]
+        if given:
+            raise UsageError(f"{', '.join(given)} go with --shape; a sweep file's cases say them")
+        cases = load_sweep(args.sweep)
+    else:
+        call = args.call or ("flash" if args.layout == "bshd" else "sdpa")
+        cases = shape_cases(args.shape, args.dtype, args.causal or "none", args.layout, call)
+    rows, code = run_verify(args.op, cases, shard_text=args.shard, jsonl=args.jsonl)
     print(table(rows))
     return code
 
@@ -550,11 +592,19 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=argparse.RawDescriptionHelpFormatter)
     vf.add_argument("--op", required=True, metavar="MODULE:FUNCTION", help="the op, e.g. torch:matmul")
     vf.add_argument("--sweep", metavar="FILE.toml", help="the cases (oracle/tools/verify.py)")
-    vf.add_argument("--shape", action="append", metavar="MxNxK", help="a case shape (repeatable)")
+    vf.add_argument("--shape", action="append", metavar="MxNxK",
+                    help="a case shape (repeatable; attention: B,HQ,HKV,LQ,LK,D)")
     vf.add_argument("--dtype", default="bf16", help="operand type for --shape cases (default bf16)")
-    vf.add_argument("--call", default="matmul", choices=("matmul", "scaled_mm", "scaled_mm_block"),
-                    help="how the op is called (a w4a16 op, with its quant table, from a --sweep file)")
+    vf.add_argument("--call", choices=("matmul", "scaled_mm", "scaled_mm_block", *ATTENTION_CALLS),
+                    help="how the op is called (default matmul; a w4a16 op, with its quant table, from a --sweep "
+                    "file); attention: sdpa op(q, k, v, is_causal=) or flash op(q, k, v, causal=) (default: sdpa "
+                    "for bhsd, flash for bshd)")
     vf.add_argument("--fast-accum", action="store_true", help="scaled_mm: use_fast_accum=True for --shape cases")
+    vf.add_argument("--attention", action="store_true", help="an attention op (--shape B,HQ,HKV,LQ,LK,D)")
+    vf.add_argument("--causal", metavar="none|top_left|bottom_right",
+                    help="attention --shape cases: the causal mask (default none; top_left is SDPA's is_causal)")
+    vf.add_argument("--layout", metavar="bshd|bhsd",
+                    help="attention --shape cases: the op's tensors (default: bhsd for sdpa, bshd for flash)")
     vf.add_argument("--shard", metavar="i/n", help="run cases i, i+n, ... (0-based)")
     vf.add_argument("--jsonl", metavar="PATH", help="one JSON line per case, with the environment")
     vf.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per visible GPU)")
