@@ -380,13 +380,16 @@ def _time(op, vc: VerifyCase, a, b, scales) -> dict:
 
 def run_verify(op_spec: str, cases: Sequence[VerifyCase], *, shard_text: Optional[str] = None,
                jsonl: Optional[str] = None, workers: Optional[int] = None, sweep_argv: Sequence[str] = (),
-               stream=sys.stderr) -> tuple[list[dict], int]:
+               stream=None) -> tuple[list[dict], int]:
     """Run the sweep (this shard of it); returns (rows, exit code: 0 all match, 1 a divergence, 2 an error).
+    Progress goes to `stream` (default: sys.stderr at the time of the call, so a caller that swapped
+    it, such as the warm server, gets it).
     With several visible GPUs (or `workers` > 1) one worker runs per GPU; `sweep_argv` is the part of
     the command line that names the sweep (--sweep FILE, or --shape and --dtype), for the workers."""
     from oracle.tools.bench import environment, parse_shard, visible_gpus
     from oracle.tools.workers import device_of_this_process, run_workers
 
+    stream = sys.stderr if stream is None else stream
     op = load_op(op_spec)
     i, n = parse_shard(shard_text)
     indices = [j for j in range(len(cases)) if j % n == i]

@@ -49,12 +49,13 @@ def absolute(path: str) -> str:
 
 
 def run_workers(argv_for: Callable[[str, str], Sequence[str]], shard: tuple[int, int], gpus: int,
-                expected: Sequence[int], *, stream=sys.stderr, env: dict = None,
+                expected: Sequence[int], *, stream=None, env: dict = None,
                 prefix: Optional[Sequence[str]] = None) -> list[dict]:
     """Start one worker per GPU: prefix (default: the oracle's own command, python_command("oracle"))
     + argv_for(sub_shard_text, jsonl_path) is its command line. Returns every row in `index` order;
     a case whose row is missing gets an ERROR row naming its worker."""
     rows: list[dict] = []
+    stream = sys.stderr if stream is None else stream  # looked up at the call: a caller may have swapped it
     prefix = python_command("oracle") if prefix is None else tuple(prefix)
     base = absolute_paths(python_env(os.environ if env is None else env), os.getcwd())
     base.pop("ORACLE_SERVER", None)  # a worker runs its shard itself: forwarded, it would wait on its parent's server
