@@ -99,13 +99,14 @@ class VerifyCase:
         return "a" if any(key.startswith("a_") for key in self.quant) else "b"
 
 
-def load_sweep(path: str) -> list[VerifyCase]:
+def sweep_entries(path: str, case_keys: Sequence[str], top: Sequence[str] = ("defaults", "case")) -> list[dict]:
+    """The [[case]] tables of a sweep file, each over its [defaults], every key checked against
+    `case_keys` (a case without a name is called case<i>); `top` are the keys the file may have."""
     doc = read_toml(path, "verify sweep")
-    unknown = sorted(set(doc) - {"defaults", "case"})
+    unknown = sorted(set(doc) - set(top))
     if unknown:
-        raise CaseError(f"verify sweep {path!r}: unknown table(s) {', '.join(unknown)}; allowed: defaults, case")
-    defaults = doc.get("defaults", {})
-    cases = doc.get("case", [])
+        raise CaseError(f"verify sweep {path!r}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(top)}")
+    defaults, cases = doc.get("defaults", {}), doc.get("case", [])
     if not isinstance(defaults, dict) or not isinstance(cases, list):
         raise CaseError(f"verify sweep {path!r}: [defaults] must be a table and [[case]] an array of tables")
     out = []
@@ -113,17 +114,24 @@ def load_sweep(path: str) -> list[VerifyCase]:
         if not isinstance(raw, dict):
             raise CaseError(f"verify sweep {path!r}: case #{i} must be a table")
         entry = {**defaults, **raw}
-        bad = sorted(set(entry) - set(CASE_KEYS))
+        bad = sorted(set(entry) - set(case_keys))
         if bad:
             raise CaseError(f"verify sweep {path!r}: case #{i}: unknown key(s) {', '.join(bad)}; allowed: "
-                            f"{', '.join(CASE_KEYS)}")
+                            f"{', '.join(case_keys)}")
         entry.setdefault("name", f"case{i}")
+        out.append(entry)
+    if not out:
+        raise CaseError(f"verify sweep {path!r} has no [[case]] entries")
+    return out
+
+
+def load_sweep(path: str) -> list[VerifyCase]:
+    out = []
+    for i, entry in enumerate(sweep_entries(path, CASE_KEYS)):
         try:
             out.append(VerifyCase(**entry))
         except TypeError as e:
             raise CaseError(f"verify sweep {path!r}: case #{i}: {e}") from None
-    if not out:
-        raise CaseError(f"verify sweep {path!r} has no [[case]] entries")
     return out
 
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from oracle.run.case import CaseError, read_toml
+from oracle.tools.verify import sweep_entries
 
 KIND = "attention"
 CASE_KEYS = ("name", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "dtype", "causal",
@@ -120,30 +121,14 @@ def sweep_kind(path: str) -> str:
 
 def load_sweep(path: str) -> list[AttentionVerifyCase]:
     doc = read_toml(path, "verify sweep")
-    unknown = sorted(set(doc) - {"kind", "defaults", "case"})
-    if unknown:
-        raise CaseError(f"verify sweep {path!r}: unknown key(s) {', '.join(unknown)}; allowed: kind, defaults, case")
     if doc.get("kind", KIND) != KIND:
         raise CaseError(f"verify sweep {path!r}: kind = {doc['kind']!r}, not {KIND!r}: not an attention sweep")
-    defaults, cases = doc.get("defaults", {}), doc.get("case", [])
-    if not isinstance(defaults, dict) or not isinstance(cases, list):
-        raise CaseError(f"verify sweep {path!r}: [defaults] must be a table and [[case]] an array of tables")
     out = []
-    for i, raw in enumerate(cases):
-        if not isinstance(raw, dict):
-            raise CaseError(f"verify sweep {path!r}: case #{i} must be a table")
-        entry = {**defaults, **raw}
-        bad = sorted(set(entry) - set(CASE_KEYS))
-        if bad:
-            raise CaseError(f"verify sweep {path!r}: case #{i}: unknown key(s) {', '.join(bad)}; allowed: "
-                            f"{', '.join(CASE_KEYS)}")
+    for i, entry in enumerate(sweep_entries(path, CASE_KEYS, top=("kind", "defaults", "case"))):
         missing = [f for f in SHAPE_FIELDS if f not in entry]
         if missing:
             raise CaseError(f"verify sweep {path!r}: case #{i}: missing {', '.join(missing)}")
-        entry.setdefault("name", f"case{i}")
         out.append(AttentionVerifyCase(**entry))
-    if not out:
-        raise CaseError(f"verify sweep {path!r} has no [[case]] entries")
     return out
 
 
