@@ -65,3 +65,13 @@ def _dot32(a, b, INTERP: tl.constexpr):
         return tl.dot(a, b)
     else:
         return tl.dot(a, b, input_precision="ieee")
+
+
+def row_state_reasons(name: str, tiles, m, l) -> list[str]:
+    """Reasons `tiles` ([U, BQ, C] fp32) and its rows' running max m and sum l ([U, BQ] fp32 each)
+    do not go together."""
+    reasons = tiles_reasons(((name, tiles),), ("fp32",)) + tiles_reasons((("m", m), ("l", l)), ("fp32",), 2)
+    if not reasons and (tuple(m.shape) != tuple(tiles.shape[:2]) or tuple(l.shape) != tuple(tiles.shape[:2])):
+        reasons.append(f"m {list(m.shape)} and l {list(l.shape)} must be [units, rows] of {name} "
+                       f"{list(tiles.shape)}")
+    return reasons

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from kernels_ref import _common as C
-from kernels_ref.attention._tile import pad, tiles_reasons
+from kernels_ref.attention._tile import pad, row_state_reasons
 
 
 @triton.jit
@@ -46,10 +46,7 @@ def _normalize_kernel(acc_ptr, m_ptr, l_ptr, o_ptr, lse_ptr, BQ, DV, factor, BQP
 
 
 def check_supported(acc, m, l) -> list[str]:
-    reasons = tiles_reasons((("acc", acc),), ("fp32",)) + tiles_reasons((("m", m), ("l", l)), ("fp32",), 2)
-    if not reasons and (tuple(m.shape) != tuple(acc.shape[:2]) or tuple(l.shape) != tuple(acc.shape[:2])):
-        reasons.append(f"m {list(m.shape)} and l {list(l.shape)} must be [units, rows] of acc {list(acc.shape)}")
-    return reasons
+    return row_state_reasons("acc", acc, m, l)
 
 
 def normalize(acc: torch.Tensor, m: torch.Tensor, l: torch.Tensor, factor: float = 1.0):

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from kernels_ref import _common as C
-from kernels_ref.attention._tile import pad, tiles_reasons
+from kernels_ref.attention._tile import pad, row_state_reasons
 
 
 @triton.jit
@@ -53,10 +53,7 @@ def _softmax_kernel(x_ptr, m_ptr, l_ptr, mo_ptr, a_ptr, lo_ptr, BQ, BKV, BQP: tl
 
 
 def check_supported(x, m, l) -> list[str]:
-    reasons = tiles_reasons((("x", x),), ("fp32",)) + tiles_reasons((("m", m), ("l", l)), ("fp32",), 2)
-    if not reasons and (tuple(m.shape) != tuple(x.shape[:2]) or tuple(l.shape) != tuple(x.shape[:2])):
-        reasons.append(f"m {list(m.shape)} and l {list(l.shape)} must be [units, rows] of x {list(x.shape)}")
-    return reasons
+    return row_state_reasons("x", x, m, l)
 
 
 def softmax_state(x: torch.Tensor, m: torch.Tensor, l: torch.Tensor):
