@@ -66,10 +66,6 @@ class RunRequest:
         object.__setattr__(self, "command", tuple(self.command))
 
     @property
-    def live(self) -> bool:
-        return self.case is not None
-
-    @property
     def runs(self) -> int:
         """How many times each build runs (the request's repeat, else the case's)."""
         if self.repeat is not None:
