@@ -329,13 +329,16 @@ def build_slot(cache_dir: Optional[Union[str, os.PathLike]] = None):
         yield
 
 
-def _result(entry: Entry, cached: bool, display: str) -> BuildResult:
-    """The BuildResult of an entry; a failed build's entry raises nvcc's saved words again."""
+def _result(entry: Entry, cached: bool, display: str, command: tuple[str, ...]) -> BuildResult:
+    """The BuildResult of an entry; a failed build's entry raises nvcc's saved words again. `command` is
+    this call's nvcc line: the key is content, not paths, so an entry written from another environment
+    (another venv's CUTLASS, another checkout) is the same build, and its saved command names that
+    environment's folders."""
     if not entry.ok:
         raise BuildError(f"nvcc failed to compile {display} (exit code {entry.returncode}; an identical build "
                          f"failed before and its output is cached in {entry.path}: delete that file to compile "
-                         f"again)", stderr=entry.log, command=entry.command)
-    return BuildResult(cubin_path=entry.path, cached=cached, key=entry.key, log=entry.log, command=entry.command,
+                         f"again)", stderr=entry.log, command=command)
+    return BuildResult(cubin_path=entry.path, cached=cached, key=entry.key, log=entry.log, command=command,
                        sha256=entry.sha256, data=entry.data)
 
 
@@ -404,24 +407,26 @@ def _build(source, output: tuple[str, tuple[str, ...]], *, arch, defines, includ
         }
         key = _sha256(json.dumps(key_parts, sort_keys=True).encode())
         limit = _entry_limit(suffix)
+        src_name = str(Path(source).resolve()) if source_dir is not None else "source.cu"
         with root.sub(suffix, key[:2]) as folder:
+            command = (nvcc_path, *flags, *include_flags, "-o", str(folder.path / f"{key}.{suffix}"), src_name)
             hit = read_entry(folder, key, suffix, limit[0])
             if hit is None:
                 with hold_lock(folder, f"{key}.lock", "build lock", _lock_timeout()):
                     hit = read_entry(folder, key, suffix, limit[0])  # built by another process meanwhile
                     if hit is None:
                         hit = _compile(root, folder, key, key_parts, suffix, text, source, source_dir, display,
-                                       nvcc_path, flags + include_flags, limit)
-                        return _result(hit, False, display)
-            return _result(hit, True, display)
+                                       nvcc_path, flags + include_flags, limit, command)
+                        return _result(hit, False, display, command)
+            return _result(hit, True, display, command)
 
 
 def _compile(root: CacheDir, folder: CacheDir, key: str, key_parts: dict, suffix: str, text: str, source,
              source_dir: Optional[Path], display: str, nvcc_path: str, flags: tuple[str, ...],
-             limit: tuple[int, str]) -> Entry:
+             limit: tuple[int, str], reported: tuple[str, ...]) -> Entry:
     """Run nvcc in a private temp folder (mkdtemp: 0700, outside the cache) and write the entry: the
     built file, or nvcc's failure (an exit code > 0: the same inputs fail the same way; a signal or a
-    timeout may not, so those are not cached)."""
+    timeout may not, so those are not cached). Errors carry `reported`, the line a hit reports."""
     timeout = _knobs.get("ORACLE_NVCC_TIMEOUT_S")
     with tempfile.TemporaryDirectory(prefix="oracle-build-") as tmp:
         tmpdir = Path(tmp)
@@ -431,31 +436,31 @@ def _compile(root: CacheDir, folder: CacheDir, key: str, key_parts: dict, suffix
         else:
             src_file = Path(source).resolve()
         tmp_out = tmpdir / f"out.{suffix}"
-        command = (nvcc_path, *flags, "-o", str(tmp_out), str(src_file))
+        run = (nvcc_path, *flags, "-o", str(tmp_out), str(src_file))
         try:
             with _slot(root):
                 started = time.monotonic()
-                proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+                proc = subprocess.run(run, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             raise BuildError(f"nvcc did not finish compiling {display} within {timeout:g} s "
-                             f"(ORACLE_NVCC_TIMEOUT_S)", stderr=_text(exc.stderr), command=command) from None
+                             f"(ORACLE_NVCC_TIMEOUT_S)", stderr=_text(exc.stderr), command=reported) from None
         except OSError as exc:
-            raise BuildError(f"could not run nvcc ({nvcc_path}): {exc}", command=command) from None
+            raise BuildError(f"could not run nvcc ({nvcc_path}): {exc}", command=reported) from None
         seconds = time.monotonic() - started
         log = (proc.stdout or "") + (proc.stderr or "")
         if proc.returncode != 0:
             if proc.returncode > 0:
-                write_entry(folder, suffix, Entry(key, False, log, command, folder.path / f"{key}.json",
+                write_entry(folder, suffix, Entry(key, False, log, reported, folder.path / f"{key}.json",
                                                   returncode=proc.returncode),
                             source=display, key_parts=key_parts, seconds=seconds)
             raise BuildError(f"nvcc failed to compile {display} (exit code {proc.returncode})",
-                             stderr=log, command=command)
+                             stderr=log, command=reported)
         if not tmp_out.is_file():
             raise BuildError(f"nvcc reported success for {display} but wrote no {suffix}", stderr=log,
-                             command=command)
+                             command=reported)
         data = read_bounded(tmp_out, f"built file {tmp_out}", *limit, BuildError, nofollow=True)
         if len(data) > limit[0]:
-            raise BuildError(f"nvcc built {display} into more than {limit[1]}", stderr=log, command=command)
-    entry = Entry(key, True, log, command, folder.path / f"{key}.{suffix}", sha256=_sha256(data), data=data)
+            raise BuildError(f"nvcc built {display} into more than {limit[1]}", stderr=log, command=reported)
+    entry = Entry(key, True, log, reported, folder.path / f"{key}.{suffix}", sha256=_sha256(data), data=data)
     write_entry(folder, suffix, entry, source=display, key_parts=key_parts, seconds=seconds)
     return entry

@@ -99,6 +99,22 @@ def test_the_command_line(fake):
         assert f"-I{d}" in cmd
 
 
+def test_a_hit_names_this_environment_s_folders(fake, tmp_path, monkeypatch):
+    """The key is content, not paths: an entry built from another environment (another venv's CUTLASS
+    wheel, another checkout) is a hit, and its command is the one this environment runs, naming this
+    environment's include folders, never the other's."""
+    monkeypatch.setattr(build, "cutlass_version", lambda: "4.2.0")
+    monkeypatch.setattr(build, "cutlass_include_dirs", lambda: (tmp_path / "venv_a" / "cutlass" / "include",))
+    first = build_cubin(fake.source)
+    assert f"-I{tmp_path / 'venv_a' / 'cutlass' / 'include'}" in first.command
+    monkeypatch.setattr(build, "cutlass_include_dirs", lambda: (tmp_path / "venv_b" / "cutlass" / "include",))
+    second = build_cubin(fake.source)
+    assert second.cached and second.key == first.key
+    assert f"-I{tmp_path / 'venv_b' / 'cutlass' / 'include'}" in second.command
+    assert not any("venv_a" in word for word in second.command)
+    assert second.command[second.command.index("-o") + 1] == str(second.cubin_path)
+
+
 @pytest.mark.parametrize("change", ["define", "flag", "arch", "source", "local_header", "include_tree",
                                     "trace_version", "nvcc"])
 def test_every_key_part_invalidates(fake, change, tmp_path, monkeypatch):
