@@ -40,15 +40,8 @@ class TraceBudget:
 def trace_budget(selection: TraceSelection, *, tiles_m: int, tiles_n: int, k_blocks: int, block_m: int,
                  block_n: int, block_k: int, itemsize: Mapping[str, int]) -> TraceBudget:
     """`itemsize`: bytes of one tapped element per stage (a missing stage counts 4)."""
-    if selection.tiles is None or any(tm < 0 and tn < 0 for tm, tn in selection.tiles):
-        n_tiles = tiles_m * tiles_n
-    else:  # tiles matched by any selector, counted without enumerating a large grid
-        whole_rows = {tm for tm, tn in selection.tiles if tn < 0 and tm < tiles_m}
-        whole_cols = {tn for tm, tn in selection.tiles if tm < 0 and tn < tiles_n}
-        exact = {(tm, tn) for tm, tn in selection.tiles if 0 <= tm < tiles_m and 0 <= tn < tiles_n}
-        n_tiles = len(whole_rows) * tiles_n + len(whole_cols) * tiles_m - len(whole_rows) * len(whole_cols)
-        n_tiles += sum(1 for tm, tn in exact if tm not in whole_rows and tn not in whole_cols)
-    n_kb = k_blocks if selection.k_blocks is None else sum(1 for kb in selection.k_blocks if kb < k_blocks)
+    n_tiles = _selected_tiles(selection, tiles_m, tiles_n)
+    n_kb = _selected_k_blocks(selection, k_blocks)
     least = estimate = HEADER_BYTES
     for stage in selection.stages:
         size = itemsize.get(stage, 4)
@@ -65,4 +58,42 @@ def trace_budget(selection: TraceSelection, *, tiles_m: int, tiles_n: int, k_blo
         sites = n_tiles * (n_kb if stage in DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES + ("mma",) else 1)
         least += sites * site_least
         estimate += sites * site_est
+    return TraceBudget(n_tiles, n_kb, tuple(selection.stages), least, estimate)
+
+
+def _selected_tiles(selection: TraceSelection, tiles_m: int, tiles_n: int) -> int:
+    """Tiles of a tiles_m x tiles_n grid matched by any selector, counted without enumerating the grid."""
+    if selection.tiles is None or any(tm < 0 and tn < 0 for tm, tn in selection.tiles):
+        return tiles_m * tiles_n
+    whole_rows = {tm for tm, tn in selection.tiles if tn < 0 and tm < tiles_m}
+    whole_cols = {tn for tm, tn in selection.tiles if tm < 0 and tn < tiles_n}
+    exact = {(tm, tn) for tm, tn in selection.tiles if 0 <= tm < tiles_m and 0 <= tn < tiles_n}
+    n = len(whole_rows) * tiles_n + len(whole_cols) * tiles_m - len(whole_rows) * len(whole_cols)
+    return n + sum(1 for tm, tn in exact if tm not in whole_rows and tn not in whole_cols)
+
+
+def _selected_k_blocks(selection: TraceSelection, k_blocks: int) -> int:
+    return k_blocks if selection.k_blocks is None else sum(1 for kb in selection.k_blocks if kb < k_blocks)
+
+
+def attention_trace_budget(selection: TraceSelection, *, batch: int, q_blocks: int, heads_q: int, kv_blocks: int,
+                           splits: int, block_q: int, block_kv: int, head_dim: int, head_dim_v: int,
+                           itemsize: Mapping[str, int]) -> TraceBudget:
+    """The budget of an attention trace: a tile is (query block, query head), matched in every batch
+    entry; the KV stages are tapped once per KV block, normalize once per split and combine once
+    (docs/trace-format.md, "Attention sites"). `itemsize` as for trace_budget."""
+    n_tiles = batch * _selected_tiles(selection, q_blocks, heads_q)
+    n_kb = _selected_k_blocks(selection, kv_blocks)
+    shapes = {"load_q": (block_q, head_dim), "load_k": (block_kv, head_dim), "load_v": (block_kv, head_dim_v),
+              "s": (block_q, block_kv), "mask": (block_q, block_kv), "p": (block_q, block_kv),
+              "softmax_state": (block_q, 3), "o": (block_q, head_dim_v), "normalize": (block_q, head_dim_v + 1),
+              "combine": (block_q, head_dim_v + 1)}
+    per_unit = {"load_q": 1, "normalize": splits, "combine": 1}
+    least = estimate = HEADER_BYTES
+    for stage in selection.stages:
+        rows, cols = shapes.get(stage, (block_q, block_kv))
+        n, size = rows * cols, itemsize.get(stage, 4)
+        sites = n_tiles * per_unit.get(stage, n_kb)
+        least += sites * (n * size + RECORD_HEAD_BYTES + 8)
+        estimate += sites * n * (size + _ELEMENT_OVERHEAD)
     return TraceBudget(n_tiles, n_kb, tuple(selection.stages), least, estimate)

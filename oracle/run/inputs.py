@@ -105,9 +105,9 @@ class Provenance:
         return self.ladder
 
 
-def parse_inputs(text: str) -> tuple[str, Optional[int], Optional[str]]:
+def parse_inputs(text: str, ladders: tuple[str, ...] = LADDER) -> tuple[str, Optional[int], Optional[str]]:
     """An inputs choice, `LADDER[:SEED]` or `dump:PATH`, as (ladder, seed, path); InputError
-    naming what is wrong."""
+    naming what is wrong. `ladders`: the problem kind's (ATTENTION_LADDER for attention)."""
     if not isinstance(text, str):
         raise InputError(f"inputs {text!r} must be a string: ones, index, ktag, random[:seed] or dump:PATH")
     ladder, _, arg = text.partition(":")
@@ -115,8 +115,8 @@ def parse_inputs(text: str) -> tuple[str, Optional[int], Optional[str]]:
         if not arg:
             raise InputError("inputs dump:PATH needs a path")
         return ladder, None, arg
-    if ladder not in LADDER:
-        raise InputError(f"inputs {text!r}: {ladder!r} is not an input ladder; choose one of {', '.join(LADDER)} "
+    if ladder not in ladders:
+        raise InputError(f"inputs {text!r}: {ladder!r} is not an input ladder; choose one of {', '.join(ladders)} "
                          f"(random takes a seed: random:7) or dump:PATH")
     if arg and ladder != "random":
         raise InputError(f"inputs {text!r}: only random takes a seed")
