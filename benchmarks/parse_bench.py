@@ -135,7 +135,8 @@ def synth_sink(case, capacity: int, seed: int = 0) -> bytes:
 
 
 def load_case(size: int, k_blocks):
-    from oracle.run.case import load_case as load, with_trace
+    from oracle.run.case import load_case as load
+    from oracle.run.case_types import with_trace
 
     case = load(str(CASE), {"m": size, "n": size, "k": size})
     s = case.spec  # a smaller problem: the same tiles folded into its grid

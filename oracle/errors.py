@@ -28,7 +28,7 @@ def documented_errors() -> tuple[type, ...]:
     from harness.taps import TapError
     from harness.tensormap import TensorMapError
     from harness.trace_format import TraceFormatError
-    from oracle.run.case import CaseError
+    from oracle.run.case_types import CaseError
     from oracle.run.inputs import InputError
     from oracle.problem.spec import SpecError
     from oracle.run.recording import RecordingError

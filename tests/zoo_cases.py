@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Optional
 
 from harness.taps import stage_rank
-from oracle.run.case import Case, load_case, trace_plan, with_trace
+from oracle.run.case import load_case, trace_plan
+from oracle.run.case_types import Case, with_trace
 from oracle.judging.compare import Status
 from oracle.judging.diagnose import Kind, Verdict
 

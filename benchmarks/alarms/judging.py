@@ -108,7 +108,8 @@ def zoo_results(budget_end: float, planted: bool = True) -> list[Result]:
     """The zoo's correct kernels through live runs (oracle.run.live.run_live: its traced cubin from the
     build cache, one child process each), judged output-only (taps dropped), with the planted
     defects as for the other engines."""
-    from oracle.run.case import load_case, with_trace
+    from oracle.run.case import load_case
+    from oracle.run.case_types import with_trace
     from oracle.run.inputs import make_operands as ladder_operands
     from oracle.run.live import run_live
 

@@ -65,7 +65,7 @@ from harness.tensormap import TensorMapSpec
 from harness.trace_format import STAGE_CODES, TraceSelection
 from kernels_ref import epilogue_graph
 from kernels_ref.dtypes import name_of
-from oracle.run.case import Case, CaseError, LaunchPlan
+from oracle.run.case_types import Case, CaseError, LaunchPlan
 from oracle.run.inputs import Operands, Provenance, check_operands, check_problem_size
 from oracle.run.launch import is_library, launch_names, launch_sequence, library_call
 from oracle.run.sink import check_case, default_trace_tiles

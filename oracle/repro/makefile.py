@@ -14,7 +14,7 @@ from typing import Optional
 
 from harness.build import DEFAULT_FLAGS, LIBRARY_FLAGS, arch_flags, cutlass_include_dirs, define_flags
 from oracle.repro.errors import ReproError
-from oracle.run.case import Case
+from oracle.run.case_types import Case
 
 TEMPLATE = Path(__file__).resolve().parent / "files" / "repro.cu"
 TEMPLATE_PARTS = tuple(sorted((TEMPLATE.parent / "host").glob("*.cuh")))

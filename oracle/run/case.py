@@ -1,4 +1,4 @@
-"""A live case: the problem, the kernel to build, how to launch it, and what to trace.
+"""A live case read from TOML: the problem, the kernel to build, how to launch it, and what to trace.
 
 Described in TOML (one file, every section but [problem] optional) and overridable from the
 command line:
@@ -69,22 +69,20 @@ the problem, hence every recording, holds the number.
 
 from __future__ import annotations
 
-import ast
-import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence
 
-from harness.errors import BadInput
 from harness.fields import shown
 from harness.files import read_bounded
 from harness.launch_abi import ABIS, ENTRY_SYMBOL
 from harness.names import check_entry
-from oracle.run.adapters import Adapter, adapter_of
+from oracle.run.adapters import adapter_of
 from oracle.run.case_files import CaseTrust, case_path, check_kernel_file, check_library_allowed, extends_root
+from oracle.run.case_expressions import device_sms, evaluate_int
 from oracle.run.case_grammar import check_kernel_names
+from oracle.run.case_types import Arg, Case, CaseError, KernelSource, LaunchPlan, RunPlan, TracePlan, Workspace
 from oracle.problem.spec import ProblemSpec, SpecError
 
 OPERANDS = ("a", "b", "c", "d", "bias", "scale_a", "scale_b", "group_offsets", "b_scales", "b_zeros", "a_scales",
@@ -98,97 +96,8 @@ MAX_CAPACITY_MB = 65536
 TENSORMAP_OPTIONS = ("rows", "stride_bytes", "box_inner", "swizzle", "oob_fill")
 SECTIONS = ("problem", "kernel", "launch", "trace", "workspace", "run")
 MAX_CASE_BYTES = 1 << 20  # a case file (or a cases file) larger than this is not one
-MAX_EXPRESSION_CHARS = 512
-MAX_VALUE = 2**64  # an expression's integers stay within this magnitude (a launch argument has 64 bits)
 KERNEL_FILES = ("source", "cubin", "library")  # [kernel] keys that name a file, relative to the case file
 LIBRARY_ENTRY = ENTRY_SYMBOL
-
-
-class CaseError(BadInput, ValueError):
-    """A case description that cannot be used; the message names the key."""
-
-
-@dataclass(frozen=True)
-class KernelSource:
-    source: Optional[str]  # a .cu file
-    entry: str
-    defines: Mapping[str, str] = field(default_factory=dict)
-    arch: str = "sm_90a"
-    cubin: Optional[str] = None  # a prebuilt cubin instead of the source
-    time_entry: Optional[str] = None  # the untraced entry point to time (default: `entry`, sink off)
-    untraced_entry: Optional[str] = None  # the entry in the build without -DORACLE_TRACE (default: `entry`)
-    library: Optional[str] = None  # a launch library's source (entry is then its oracle_launch)
-    adapter: Optional[Adapter] = None  # the shipped adapter the library includes (oracle.run.adapters)
-
-
-@dataclass(frozen=True)
-class Arg:
-    kind: str  # "operand" | "size" | "float" | "literal" | "tensormap" | "workspace" | "null"
-    name: str = ""
-    ctype: str = ""
-    expr: Union[str, int, float, None] = None
-    options: tuple[tuple[str, Any], ...] = ()  # tensormap: host-side choices (see the module doc)
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    grid: tuple[Union[int, str], ...]
-    block: tuple[int, int, int]
-    args: tuple[Arg, ...]
-    shared_mem_bytes: int = 0
-    cluster: tuple[int, int, int] = (1, 1, 1)
-    entry: Optional[str] = None  # a later launch's kernel (the first launch runs [kernel] entry)
-    next: tuple["LaunchPlan", ...] = ()  # kernels launched after this one, in order, on the same buffers
-    abi: Optional[str] = None  # a launch library's ABI ([launch] abi); it launches its own kernels
-
-
-@dataclass(frozen=True)
-class Workspace:
-    """A buffer the harness allocates for every launch and fills before it: zeros, the 0xFF poison,
-    or stale data (a deterministic junk pattern, as an earlier use of the buffer leaves it)."""
-
-    name: str
-    bytes: Union[int, str]  # an expression of the problem's sizes
-    init: str = "zero"
-    dtype: str = "uint8"  # what stale data looks like: bytes, small int32s, or finite fp32 values
-
-
-@dataclass(frozen=True)
-class TracePlan:
-    tiles: Optional[tuple[tuple[int, int], ...]] = None  # None: a default sample
-    k_blocks: Optional[tuple[int, ...]] = None  # None: all
-    stages: Optional[tuple[str, ...]] = None  # None: every tap stage
-    capacity_mb: Optional[int] = None  # the sink's ceiling; None: the ORACLE_TRACE_MAX_MB knob
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """[run]: how often and how the kernel runs (oracle.judging.repeat): `repeat` runs of the traced and
-    of the untraced build on the same inputs, and an optional shared-memory poison pattern."""
-
-    repeat: int = 1
-    smem_poison: Optional[int] = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.repeat, bool) or not isinstance(self.repeat, int) or not 1 <= self.repeat <= MAX_REPEAT:
-            raise CaseError(f"[run] repeat = {shown(self.repeat)} must be an integer from 1 to {MAX_REPEAT}")
-        if self.smem_poison is not None and (isinstance(self.smem_poison, bool) or not isinstance(self.smem_poison, int)
-                                             or not 0 <= self.smem_poison <= 0xFFFFFFFF):
-            raise CaseError(f"[run] smem_poison = {shown(self.smem_poison)} must be a 32-bit word (0 to 0xFFFFFFFF)")
-
-
-MAX_REPEAT = 100
-
-
-@dataclass(frozen=True)
-class Case:
-    spec: ProblemSpec
-    kernel: Optional[KernelSource]
-    launch: Optional[LaunchPlan]
-    trace: TracePlan
-    path: Optional[str] = None
-    workspaces: tuple[Workspace, ...] = ()
-    run: RunPlan = RunPlan()
 
 
 def parse_value(text: str) -> Any:
@@ -280,15 +189,6 @@ def run_plan(sec: dict) -> RunPlan:
 
 
 PROBLEM_EXPRESSIONS = ("stream_k_workers",)  # [problem] fields that may be expressions of the sizes
-
-
-def device_sms() -> int:
-    """The GPU's multiprocessor count (`num_sms` in expressions); 132, an H200's, without a GPU."""
-    import torch
-
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_properties(0).multi_processor_count
-    return 132
 
 
 def _resolve_problem(prob: dict) -> dict:
@@ -652,96 +552,3 @@ def check_trace_selection(case: Case) -> None:
 
 def _index(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def with_trace(case: Case, tiles=None, k_blocks=None, stages=None) -> Case:
-    t = case.trace
-    return replace(case, trace=replace(t, tiles=tiles if tiles is not None else t.tiles,
-                                       k_blocks=k_blocks if k_blocks is not None else t.k_blocks,
-                                       stages=stages if stages is not None else t.stages))
-
-
-# -- expressions -----------------------------------------------------------------------------
-def _cdiv(a, b):
-    return -(-a // b)
-
-
-_FUNCS = {"min": (min, 2, None), "max": (max, 2, None), "cdiv": (_cdiv, 2, 2)}  # name: (function, least, most args)
-_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
-        ast.FloorDiv: lambda a, b: a // b}
-
-
-def evaluate(expr: Union[str, int, float], names: Mapping[str, int], where: str) -> Union[int, float]:
-    """Evaluate a small arithmetic expression over known names; nothing else is allowed.
-
-    Numbers, names, + - * //, unary minus, min(a, b, ...), max(a, b, ...) and cdiv(a, b); at most
-    MAX_EXPRESSION_CHARS characters; every value finite, every integer within MAX_VALUE in
-    magnitude; a division by zero is named. Any failure is a CaseError naming `where` and the expression."""
-    if isinstance(expr, (int, float)) and not isinstance(expr, bool):
-        return _checked(expr, expr, where)
-    if not isinstance(expr, str):
-        raise CaseError(f"{where}: {shown(expr)} is not a number or an expression")
-    if len(expr) > MAX_EXPRESSION_CHARS:
-        raise CaseError(f"{where}: the expression {shown(expr)} has {len(expr)} characters; at most "
-                        f"{MAX_EXPRESSION_CHARS} are allowed")
-    try:
-        tree = ast.parse(expr.strip(), mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        raise CaseError(f"{where}: {shown(expr)} is not a valid expression") from None
-
-    def ev(node):
-        if isinstance(node, ast.Expression):
-            return ev(node.body)
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
-            return _checked(node.value, expr, where)
-        if isinstance(node, ast.Name):
-            if node.id not in names:
-                raise CaseError(f"{where}: unknown name {node.id!r} in {shown(expr)}; known: {', '.join(sorted(names))}")
-            return names[node.id]
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-            a, b = ev(node.left), ev(node.right)
-            if isinstance(node.op, ast.FloorDiv) and b == 0:
-                raise CaseError(f"{where}: {shown(expr)} divides by zero")
-            return _checked(_OPS[type(node.op)](a, b), expr, where)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -ev(node.operand)
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCS \
-                and not node.keywords:
-            fn, least, most = _FUNCS[node.func.id]
-            if len(node.args) < least or most is not None and len(node.args) > most \
-                    or any(isinstance(x, ast.Starred) for x in node.args):
-                count = f"{least}" if least == most else f"at least {least}"
-                raise CaseError(f"{where}: {node.func.id}() in {shown(expr)} takes {count} arguments, got "
-                                f"{len(node.args)}")
-            args = [ev(x) for x in node.args]
-            if fn is _cdiv and args[1] == 0:
-                raise CaseError(f"{where}: {shown(expr)} divides by zero")
-            return _checked(fn(*args), expr, where)
-        raise CaseError(f"{where}: {shown(expr)} uses something other than numbers, names, + - * //, min, max, cdiv")
-
-    try:
-        return ev(tree)
-    except RecursionError:
-        raise CaseError(f"{where}: {shown(expr)} nests deeper than an expression may") from None
-
-
-def _checked(v: Union[int, float], expr, where: str) -> Union[int, float]:
-    if isinstance(v, float) and not math.isfinite(v):
-        raise CaseError(f"{where}: {shown(expr)} reaches {v}: an expression's values must be finite")
-    if isinstance(v, int) and abs(v) > MAX_VALUE:
-        raise CaseError(f"{where}: {shown(expr)} reaches {shown(v)}, past the 2^64 an integer may take here")
-    return v
-
-
-def evaluate_int(expr: Union[str, int, float], names: Mapping[str, int], where: str, lo: int = 0,
-                 hi: int = MAX_VALUE) -> int:
-    """An expression that must give an integer in lo..hi (a float with no fraction counts as one)."""
-    v = evaluate(expr, names, where)
-    said = shown(v) if isinstance(expr, (int, float)) else f"{shown(expr)} = {shown(v)}"
-    if isinstance(v, float):
-        if v != int(v):
-            raise CaseError(f"{where}: {said} is not an integer")
-        v = int(v)
-    if not lo <= v <= hi:
-        raise CaseError(f"{where}: {said} is outside {lo}..{hi}")
-    return v

@@ -16,7 +16,8 @@ from harness.launch import MAX_GRID, SCALAR_TYPES, LaunchSpec, ScalarArg, Tensor
 from harness.launch_abi import SLOTS, AbiError, LibraryCall, TensorSlotArg
 from harness.tensormap import mn_dim, operand_tensormap
 from kernels_ref.dtypes import DTYPES, PACKED, name_of
-from oracle.run.case import Case, CaseError, device_sms, evaluate, evaluate_int
+from oracle.run.case_expressions import device_sms, evaluate, evaluate_int
+from oracle.run.case_types import Case, CaseError
 from oracle.run.inputs import InputError, Operands, check_problem_size, expected_shapes, operand_limit_bytes
 from oracle.problem.partition import group_offsets, max_partials
 from oracle.problem.spec import ACTIVATIONS

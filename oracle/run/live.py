@@ -20,7 +20,7 @@ from harness.launch import TensorMapArg
 from harness.runner import KernelRun, SinkRequest, run_kernel, run_library
 from kernels_ref import first_call
 from kernels_ref.dtypes import DTYPES
-from oracle.run.case import Case, CaseError
+from oracle.run.case_types import Case, CaseError
 from oracle.run.inputs import Operands, Provenance, analytic_ones_value, check_operands
 from oracle.run.recording import Recording, trace_warnings
 from oracle.run.launch import from_storage, is_library, launch_sequence, library_call

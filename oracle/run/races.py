@@ -11,7 +11,7 @@ import torch
 
 from harness.build import build_cubin, build_library
 from harness.runner import KernelRun, run_kernel, run_library
-from oracle.run.case import Case, CaseError
+from oracle.run.case_types import Case, CaseError
 from oracle.run.inputs import Operands, Provenance
 from oracle.run.recording import Recording
 from oracle.run.launch import from_storage, is_library, launch_sequence, library_call

@@ -43,7 +43,7 @@ class Recording:
     output_poison: Optional[int] = None  # the byte D was filled with before the launch; None: unknown
     command: tuple[str, ...] = ()  # the command line that made the run, to re-run it with other taps
     # what the traced build waits for or synchronises that the production build does not (its adapter
-    # says so: oracle.run.case.ADAPTERS): a run judged on it did not see the production build's timing
+    # says so: oracle.run.adapters.ADAPTERS): a run judged on it did not see the production build's timing
     serialised: tuple[str, ...] = ()
 
     def validate(self) -> None:

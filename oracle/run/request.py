@@ -3,7 +3,7 @@ entry point walks (request -> oracle.run.execute.run -> oracle.judging.judgement
 renderers of oracle.report).
 
 A request names exactly one source of a recording:
-    case        a live case (oracle.run.case.Case): built, run and traced on `inputs`
+    case        a live case (oracle.run.case_types.Case): built, run and traced on `inputs`
     dump        a dump file (safetensors, or its .gz)
     recording   a Recording already in memory (oracle.check, a reproducer's run read back by
                 oracle.repro.readback, a model, a caller's own); `source` says where it came from
@@ -18,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
-from oracle.run.case import MAX_REPEAT, Case, CaseError, load_case, parse_assignments, trace_stages, with_trace
+from oracle.run.case import load_case, parse_assignments, trace_stages
+from oracle.run.case_types import MAX_REPEAT, Case, CaseError, with_trace
 from oracle.run.inputs import parse_inputs
 from oracle.run.recording import Recording
 

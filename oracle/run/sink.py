@@ -13,7 +13,8 @@ from harness.taps import pipeline
 from harness.trace_budget import TraceBudget, trace_budget
 from kernels_ref.dtypes import ALL_TYPES, DTYPES
 from oracle import knobs
-from oracle.run.case import Case, CaseError, check_trace_selection
+from oracle.run.case import check_trace_selection
+from oracle.run.case_types import Case, CaseError
 from oracle.run.case_grammar import check_case_names
 from oracle.run.inputs import check_problem_size
 from oracle.run.launch import is_library, launch_sequence, library_call

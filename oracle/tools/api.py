@@ -409,7 +409,7 @@ def run_live(case, inputs: str = "random:0", *, timeout_s: Optional[float] = Non
              kernel: Optional[str] = None, entry: Optional[str] = None, untraced_entry: Optional[str] = None,
              trace_tiles=None, trace_k_blocks=None, trace_stages: Optional[str] = None, allow_library: bool = False,
              allow_outside_case_dir: bool = False, **overrides):
-    """Build, run and trace a live case (a case TOML path, or an oracle.run.case.Case) and judge it;
+    """Build, run and trace a live case (a case TOML path, or an oracle.run.case_types.Case) and judge it;
     returns the Report (its `judgement` holds the races, the sanitizer's findings and the timings).
     Everything `python -m oracle compare CASE.toml` takes: `inputs` ones | index | ktag |
     random[:seed] | dump:PATH; `repeat` N traced and untraced runs compared bit for bit;
@@ -419,7 +419,7 @@ def run_live(case, inputs: str = "random:0", *, timeout_s: Optional[float] = Non
     case file path only). A case file that names a launch library (host code) needs
     `allow_library=True`, one that names files outside its folder `allow_outside_case_dir=True`
     (oracle.run.case_files)."""
-    from oracle.run.case import Case
+    from oracle.run.case_types import Case
     from oracle.run.request import RunRequest, resolve_case
 
     if isinstance(case, Case):

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from harness.fields import shown
-from oracle.run.case import MAX_REPEAT, CaseError, read_toml, trace_plan
+from oracle.run.case import read_toml, trace_plan
+from oracle.run.case_types import MAX_REPEAT, CaseError
 from oracle.run.case_files import CaseTrust
 from oracle.run.inputs import InputError, parse_inputs
 
@@ -125,7 +126,8 @@ def _typed(entry: dict, where: str) -> None:
 def live_case(bc: BenchCase):
     """The live case a bench case runs, with every check made before anything is built (CaseError,
     SpecError, InputError, BuildError, ... naming what is wrong)."""
-    from oracle.run.case import load_case, with_trace
+    from oracle.run.case import load_case
+    from oracle.run.case_types import with_trace
     from oracle.run.sink import check_case
 
     case = load_case(bc.case, bc.overrides, entry=bc.entry, allow_library=bc.trust.library,
@@ -156,7 +158,7 @@ def run_case(bc: BenchCase) -> dict:
     """Verify, then time, one case. Never raises for what the kernel does: the row says."""
     from dataclasses import replace
 
-    from oracle.run.case import RunPlan
+    from oracle.run.case_types import RunPlan
     from oracle.run.request import RunRequest
     from oracle.tools.api import compare
 

@@ -467,7 +467,7 @@ def _seconds(text: str) -> float:
 
 def _positive_int(text: str) -> int:
     """A --repeat value: an integer from 1 to 100."""
-    from oracle.run.case import MAX_REPEAT
+    from oracle.run.case_types import MAX_REPEAT
 
     try:
         v = int(text)

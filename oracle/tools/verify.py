@@ -42,7 +42,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from oracle.run.case import CaseError, read_toml
+from oracle.run.case import read_toml
+from oracle.run.case_types import CaseError
 
 CASE_KEYS = ("name", "m", "n", "k", "dtype", "out_dtype", "b_major", "fields", "call", "fast_accum", "seed",
              "time", "quant")

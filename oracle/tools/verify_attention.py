@@ -40,7 +40,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
-from oracle.run.case import CaseError, read_toml
+from oracle.run.case import read_toml
+from oracle.run.case_types import CaseError
 from oracle.tools.verify import sweep_entries
 
 KIND = "attention"

@@ -169,7 +169,7 @@ def test_verify_judges_with_a_model_the_dispatched_engine_follows(monkeypatch):
 
 
 def test_a_verify_case_refuses_a_call_its_dtype_cannot_make():
-    from oracle.run.case import CaseError
+    from oracle.run.case_types import CaseError
     from oracle.tools.verify import VerifyCase
 
     assert VerifyCase("x", 128, 128, 128, "e4m3", call="scaled_mm_block").call == "scaled_mm_block"

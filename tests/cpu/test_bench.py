@@ -3,7 +3,7 @@ import os
 import pytest
 
 from oracle.tools.bench import BenchCase, load_cases, parse_shard, shard
-from oracle.run.case import CaseError
+from oracle.run.case_types import CaseError
 from oracle.tools.cli import main
 
 

@@ -23,7 +23,8 @@ from harness import budget
 from harness.dump import DumpError, load_dump
 from oracle.tools import cli
 from oracle.run import launch, live
-from oracle.run.case import CaseError, load_case
+from oracle.run.case import load_case
+from oracle.run.case_types import CaseError
 from oracle.problem.spec import MAX_GROUPS, MAX_STREAM_K_WORKERS, ProblemSpec, SpecError
 from time_limits import deadline  # tests/ is on sys.path
 

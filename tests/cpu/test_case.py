@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from oracle.run.case import CaseError, load_case
+from oracle.run.case import load_case
+from oracle.run.case_types import CaseError
 from oracle.report import table as report
 from oracle.judging.differential import analyze
 from oracle.run.inputs import make_operands

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from oracle.run.case import CaseError, load_case
+from oracle.run.case import load_case
+from oracle.run.case_types import CaseError
 from oracle.tools import cli
 from cli_checks import one_error_line  # tests/ is on sys.path
 

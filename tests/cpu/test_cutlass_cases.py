@@ -20,7 +20,8 @@ import torch
 
 from oracle.report import table as report
 from oracle.run.adapters import CUTLASS_SM90, adapter_of
-from oracle.run.case import CaseError, load_case
+from oracle.run.case import load_case
+from oracle.run.case_types import CaseError
 from oracle.run.recording import Recording
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,7 +120,7 @@ def test_a_cutlass_reproducer_s_traced_run_carries_the_serialisation(tmp_path):
     from harness.trace_format import TraceWriter
     from oracle.repro.generate import sink_bytes, write_repro
     from oracle.repro.readback import load_repro_run
-    from oracle.run.case import with_trace
+    from oracle.run.case_types import with_trace
 
     rec = Recording.load(str(DUMPS / "cutlass_sm90_coop_alpha_twice.safetensors.gz"))
     case = with_trace(load_case(str(ZOO / "defects" / "alpha_twice.toml"), {"m": 300, "n": 392, "k": 520},

@@ -165,7 +165,7 @@ def strict_parser():
 def check_oracle_args(words: list[str], where: str, s: Session) -> None:
     """Through the CLI's own parser, then every input file named, then the live case loaded and
     held to every check that needs no build and no GPU."""
-    from oracle.run.case import CaseError
+    from oracle.run.case_types import CaseError
     from oracle.problem.spec import SpecError
     from oracle.tools import cli
 

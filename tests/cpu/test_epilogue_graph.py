@@ -20,7 +20,8 @@ from oracle.judging.diagnose import Kind, Verdict
 from oracle.judging.differential import analyze
 from oracle.problem.spec import ProblemSpec, Scale, SpecError, Tile
 from oracle.report import table as report
-from oracle.run.case import CaseError, load_case
+from oracle.run.case import load_case
+from oracle.run.case_types import CaseError
 from oracle.run.inputs import Provenance, make_operands
 from oracle.run.simulate import Injection, simulate
 from oracle.tools.api import Report

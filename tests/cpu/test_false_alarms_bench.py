@@ -182,7 +182,8 @@ def test_cases_run_in_a_seeded_mixed_order():
 
 
 def test_zoo_cases_load_with_their_specs():
-    from oracle.run.case import load_case, with_trace
+    from oracle.run.case import load_case
+    from oracle.run.case_types import with_trace
 
     for path, entry, shapes in F.ZOO:
         for m, n, k in shapes:

@@ -48,12 +48,13 @@ def test_oracle_check_refuses_bad_arguments_with_documented_errors_and_judges_th
 @pytest.mark.parametrize("broken", ["traceback", "two lines", "bench row"])
 def test_a_command_failing_untyped_is_caught(monkeypatch, broken):
     import oracle.run.case
+    import oracle.run.case_types
 
     if broken == "traceback":
         monkeypatch.setattr(oracle.run.case, "load_case", lambda *a, **k: 1 // 0)
     elif broken == "two lines":
         def two_lines(*a, **k):
-            raise oracle.run.case.CaseError("first line\nsecond line")
+            raise oracle.run.case_types.CaseError("first line\nsecond line")
         monkeypatch.setattr(oracle.run.case, "load_case", two_lines)
     else:
         import oracle.tools.bench

@@ -21,7 +21,8 @@ from harness.build import HARNESS_INCLUDE_DIR, build_slot
 from harness.runner import RunnerError, RunStatus, SinkRequest, run_library
 from kernels_ref.dtypes import ELEMENT_TYPES
 from kernels_ref.epilogue import ACTIVATIONS
-from oracle.run.case import CaseError, load_case
+from oracle.run.case import load_case
+from oracle.run.case_types import CaseError
 from emulated_driver import DRIVER_IN_HOST_MEMORY  # tests/ is on sys.path
 from host_programs import host_from, shared_host_programs  # tests/ is on sys.path
 

@@ -10,7 +10,8 @@ from zoo_cases import ROOT  # tests/ is on sys.path
 
 from harness.trace_budget import trace_budget
 from harness.trace_format import TraceSelection
-from oracle.run.case import CaseError, load_case, with_trace
+from oracle.run.case import load_case
+from oracle.run.case_types import CaseError, with_trace
 from oracle.run.inputs import Provenance, make_operands
 from oracle.run.live import run_live
 from oracle.run.sink import sink_budget

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from oracle.report import table as report
-from oracle.run.case import CaseError, load_case
+from oracle.run.case import load_case
+from oracle.run.case_types import CaseError
 from oracle.judging.diagnose import Kind, Verdict
 from oracle.judging.differential import analyze
 from oracle.run.inputs import Provenance, make_operands

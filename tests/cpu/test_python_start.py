@@ -134,7 +134,7 @@ def test_python_path_drops_empty_entries_and_keeps_order():
 
 
 def test_an_op_module_found_only_in_the_current_folder_is_refused_for_workers(tmp_path, monkeypatch):
-    from oracle.run.case import CaseError
+    from oracle.run.case_types import CaseError
     from oracle.tools.verify import _check_workers_import
 
     (tmp_path / "myops_here.py").write_text("def gemm(a, b):\n    return a @ b\n")

@@ -246,7 +246,7 @@ def test_check_refuses_a_quantised_a_it_cannot_read():
 
 
 def test_verify_runs_an_op_with_a_quantised_a():
-    from oracle.run.case import CaseError
+    from oracle.run.case_types import CaseError
     from oracle.tools.verify import VerifyCase
 
     quant = dict(a_dtype="int4", a_packing="k_pairs_low_first", a_group_size=64, a_scales="fp16", a_zeros="int")

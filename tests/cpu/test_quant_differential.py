@@ -93,7 +93,7 @@ def test_w4a16_accumulates_with_the_models_of_its_fp16_operands():
 
 
 def test_verify_runs_a_w4a16_op():
-    from oracle.run.case import CaseError
+    from oracle.run.case_types import CaseError
     from oracle.tools.verify import VerifyCase
 
     quant = dict(b_dtype="int4", b_packing="k_pairs_low_first", b_group_size=64, b_scales="fp16", b_zeros="int")

@@ -385,7 +385,8 @@ def test_sanitizer_findings_are_in_the_report_beside_the_stage_table(runs):
 # --------------------------------------------------------------------------- the case and the CLI
 
 def test_case_run_table_and_untraced_entry(tmp_path):
-    from oracle.run.case import CaseError, load_case
+    from oracle.run.case import load_case
+    from oracle.run.case_types import CaseError
 
     p = tmp_path / "c.toml"
     p.write_text(f'extends = "{ROOT}/zoo/sm80_gemm/sm80_gemm.toml"\n[kernel]\nuntraced_entry = "zoo_sm80_bf16"\n'

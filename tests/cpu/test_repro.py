@@ -22,7 +22,8 @@ import torch
 from harness.launch import ScalarArg, TensorArg, TensorMapArg
 from harness.trace_format import HEADER_BYTES, TraceWriter, parse_header, sink_init_bytes
 from oracle.tools import cli
-from oracle.run.case import load_case, with_trace
+from oracle.run.case import load_case
+from oracle.run.case_types import with_trace
 from oracle.judging.differential import analyze, expected_output
 from oracle.run.inputs import Provenance, make_operands
 from oracle.run.launch import launch_sequence, launch_spec, stale_rows, workspace_buffer

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from harness import build
-from oracle.run.case import CaseError, load_case
+from oracle.run.case import load_case
+from oracle.run.case_types import CaseError
 from oracle.run.inputs import Provenance, make_operands
 from oracle.repro.generate import ReproError, write_repro
 from oracle.repro.readback import load_repro_run

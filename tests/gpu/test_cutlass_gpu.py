@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from oracle.run.case import load_case, with_trace
+from oracle.run.case import load_case
+from oracle.run.case_types import with_trace
 from oracle.judging.differential import expected_output
 from oracle.run.inputs import Provenance, make_operands
 from oracle.run.launch import from_storage

@@ -14,7 +14,8 @@ from harness.trace_format import parse_header
 from harness.trace_format.bulk import read_bulk
 from harness.trace_format.header import _buffer
 from harness.trace_format.parser import _expected_shape, _parse, _parse_descriptor
-from oracle.run.case import load_case, with_trace
+from oracle.run.case import load_case
+from oracle.run.case_types import with_trace
 from oracle.run.inputs import Provenance, make_operands
 from oracle.run.live import run_live
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from zoo_cases import ROOT, check_judgement, stage_table  # tests/ is on sys.path
 
-from oracle.run.case import load_case, with_trace
+from oracle.run.case import load_case
+from oracle.run.case_types import with_trace
 from oracle.judging.diagnose import Verdict
 from oracle.judging.differential import analyze
 from oracle.run.inputs import Provenance, make_operands
