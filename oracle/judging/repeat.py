@@ -12,7 +12,7 @@ Constraints: pure functions of tensors; nothing here runs a kernel (oracle.run.l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 import torch
@@ -204,6 +204,27 @@ def diff_taps(a: Sequence, b: Sequence, between: tuple[str, str]) -> list[RunCha
     return out
 
 
+def output_view(spec):
+    """How runs' outputs are compared: the block that names an output tile, and the view of an output
+    as a matrix. A GEMM's D as it is; an attention's O as rows of queries, each sequence padded to
+    whole query blocks (so an output tile is (batch x q_blocks + query block, query head)), and
+    columns head x head_dim_v + column."""
+    if getattr(spec, "kind", "gemm") != "attention":
+        return (spec.tile.bm, spec.tile.bn), (lambda t: t)
+
+    def view(o):
+        if o is None:
+            return None
+        rows = spec.q_blocks * spec.block_q
+        seqs = list(o) if not spec.varlen_q else list(torch.split(o, list(spec.lengths_q)))
+        out = o.new_zeros((len(seqs) * rows, spec.heads_q * spec.head_dim_v))
+        for b, seq in enumerate(seqs):
+            out[b * rows:b * rows + seq.shape[0]] = seq.reshape(seq.shape[0], -1)
+        return out
+
+    return (spec.block_q, spec.head_dim_v), view
+
+
 def compare_runs(traced: Sequence, untraced: Sequence[Optional[torch.Tensor]] = (), *,
                  poisoned: Sequence[Optional[torch.Tensor]] = (), poison: Optional[tuple[int, int]] = None,
                  poison_note: str = "", failed: Sequence[str] = (),
@@ -216,7 +237,10 @@ def compare_runs(traced: Sequence, untraced: Sequence[Optional[torch.Tensor]] = 
     if not traced:
         raise ValueError("compare_runs needs at least one traced run")
     first = traced[0]
-    block = (first.spec.tile.bm, first.spec.tile.bn)
+    block, view = output_view(first.spec)
+    traced = [replace(r, output=view(r.output)) for r in traced]
+    untraced, poisoned = [view(t) for t in untraced], [view(t) for t in poisoned]
+    first = traced[0]
     changes: list[RunChange] = []
     differing: list[int] = []
     for i, rec in enumerate(traced[1:], start=2):

@@ -59,6 +59,21 @@ def _opt_positive(field: str, v: Any) -> None:
         _require(_finite(v) and v > 0, field, v, "a positive, finite number or None")
 
 
+# What a live attention case's [launch] args may name (oracle.run.attention_live): the operand
+# buffers, the outputs among them, the sizes (i32) and the floats (f32).
+OPERANDS = ("q", "k", "v", "o", "lse", "cu_seqlens_q", "cu_seqlens_k", "page_table")
+OUTPUTS = ("o", "lse")
+LAUNCH_SIZES = ("batch", "heads_q", "heads_kv", "group", "seqlen_q", "seqlen_k", "head_dim", "head_dim_v",
+                "block_q", "block_kv", "q_blocks", "kv_blocks", "units", "splits", "page_size", "num_pages",
+                "max_pages", "total_q", "total_k", "num_sms")
+LAUNCH_FLOATS = ("softmax_scale", "softcap", "descale_q", "descale_k", "descale_v", "p_scale")
+
+
+def is_attention(spec) -> bool:
+    return getattr(spec, "kind", "gemm") == "attention"
+
+
+
 @dataclass(frozen=True)
 class AttentionSpec:
     batch: int
@@ -250,3 +265,27 @@ class AttentionSpec:
             return cls(**d)
         except TypeError as e:
             raise SpecError(f"attention problem: {e}") from None
+
+
+def tap_stages(spec: AttentionSpec) -> tuple[str, ...]:
+    """The stages an attention kernel of this problem can tap (combine only when split)."""
+    from harness.taps import attention_pipeline  # torch: imported only when a selection is checked
+
+    return attention_pipeline(split=spec.splits > 1)[:-1]
+
+
+def check_selection(spec: AttentionSpec, plan) -> None:
+    """A [trace] selection against the problem: query blocks, query heads and KV blocks in range,
+    stages of attention's chain. `plan` is the case's TracePlan; raises ValueError naming the field."""
+    for tm, tn in plan.tiles or ():
+        if tm >= spec.q_blocks or tn >= spec.heads_q:
+            raise ValueError(f"trace tile ({tm}, {tn}) is outside the problem's {spec.q_blocks} query block(s) x "
+                             f"{spec.heads_q} query head(s) (an attention tile is (query block, query head))")
+    for kb in plan.k_blocks or ():
+        if kb >= spec.kv_blocks:
+            raise ValueError(f"trace k-block {kb} is past the problem's {spec.kv_blocks} KV block(s)")
+    allowed = tap_stages(spec)
+    for stage in plan.stages or ():
+        if stage not in allowed:
+            raise ValueError(f"trace stage {stage!r} is not a stage of this attention problem; its stages: "
+                             f"{', '.join(allowed)}")

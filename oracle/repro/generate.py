@@ -500,7 +500,7 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
         except RunnerError as e:
             raise ReproError(f"the launch cannot be reproduced: {e}") from None
     build = build_plan(case)
-    tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case)
+    tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case.spec)
     selection = TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks)  # checked by check_case
     # Everything read from the user's files before the folder is touched: a refusal changes nothing.
     if build.prebuilt is not None:

@@ -21,26 +21,13 @@ from typing import Optional
 import torch
 
 from harness import trace_format
-from harness.taps import attention_pipeline
 from harness.trace_budget import TraceBudget, attention_trace_budget
 from kernels_ref.dtypes import DTYPES
-from oracle.problem.attention import AttentionSpec
+from oracle.problem.attention import AttentionSpec, check_selection, is_attention, tap_stages  # noqa: F401 (for callers)
 from oracle.run.attention_inputs import AttentionOperands, make_attention_operands
 from oracle.run.attention_recording import AttentionRecording, _check_types, shapes_of
 from oracle.run.inputs import ATTENTION_LADDER, InputError, Provenance, operand_limit_bytes, parse_inputs
 from oracle.run.recording import RecordingError, trace_warnings
-
-OPERANDS = ("q", "k", "v", "o", "lse", "cu_seqlens_q", "cu_seqlens_k", "page_table")
-OUTPUTS = ("o", "lse")
-SIZES = ("batch", "heads_q", "heads_kv", "group", "seqlen_q", "seqlen_k", "head_dim", "head_dim_v", "block_q",
-         "block_kv", "q_blocks", "kv_blocks", "units", "splits", "page_size", "num_pages", "max_pages", "total_q",
-         "total_k", "num_sms")
-FLOATS = ("softmax_scale", "softcap", "descale_q", "descale_k", "descale_v", "p_scale")
-
-
-def is_attention(spec) -> bool:
-    return getattr(spec, "kind", "gemm") == "attention"
-
 
 def launch_names(spec: AttentionSpec, num_sms: int) -> dict[str, int]:
     """The sizes a launch expression of an attention case may name (module docstring)."""
@@ -126,28 +113,6 @@ def default_tiles(spec: AttentionSpec) -> tuple[tuple[int, int], ...]:
     """(query block, query head) of the first unit, a middle one and the last (ragged) one."""
     last = (spec.q_blocks - 1, spec.heads_q - 1)
     return tuple(dict.fromkeys([(0, 0), (spec.q_blocks // 2, spec.heads_q // 2), last]))
-
-
-def tap_stages(spec: AttentionSpec) -> tuple[str, ...]:
-    """The stages an attention kernel of this problem can tap (combine only when split)."""
-    return attention_pipeline(split=spec.splits > 1)[:-1]
-
-
-def check_selection(spec: AttentionSpec, plan) -> None:
-    """A [trace] selection against the problem: query blocks, query heads and KV blocks in range,
-    stages of attention's chain. `plan` is the case's TracePlan; raises ValueError naming the field."""
-    for tm, tn in plan.tiles or ():
-        if tm >= spec.q_blocks or tn >= spec.heads_q:
-            raise ValueError(f"trace tile ({tm}, {tn}) is outside the problem's {spec.q_blocks} query block(s) x "
-                             f"{spec.heads_q} query head(s) (an attention tile is (query block, query head))")
-    for kb in plan.k_blocks or ():
-        if kb >= spec.kv_blocks:
-            raise ValueError(f"trace k-block {kb} is past the problem's {spec.kv_blocks} KV block(s)")
-    allowed = tap_stages(spec)
-    for stage in plan.stages or ():
-        if stage not in allowed:
-            raise ValueError(f"trace stage {stage!r} is not a stage of this attention problem; its stages: "
-                             f"{', '.join(allowed)}")
 
 
 def budget(spec: AttentionSpec, selection: trace_format.TraceSelection) -> TraceBudget:

@@ -72,6 +72,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from harness.fields import shown
@@ -83,6 +84,8 @@ from oracle.run.case_files import CaseTrust, case_path, check_kernel_file, check
 from oracle.run.case_expressions import device_sms, evaluate_int
 from oracle.run.case_grammar import check_kernel_names
 from oracle.run.case_types import Arg, Case, CaseError, KernelSource, LaunchPlan, RunPlan, TracePlan, Workspace
+from oracle.problem import attention
+from oracle.problem.attention import AttentionSpec, check_selection as check_attention_selection, is_attention
 from oracle.problem.spec import ProblemSpec, SpecError
 
 OPERANDS = ("a", "b", "c", "d", "bias", "scale_a", "scale_b", "group_offsets", "b_scales", "b_zeros", "a_scales",
@@ -151,14 +154,13 @@ def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *,
     prob.update(dict(problem_overrides))
     if not prob:
         raise CaseError("no problem given: use a [problem] table or --problem m=...,n=...,k=...")
-    prob = _resolve_problem(prob)
-    try:
-        spec = ProblemSpec.from_json(prob)
-    except SpecError as e:
-        raise CaseError(f"problem: {e}") from None
+    spec = _problem(prob)
     kernel = _kernel(doc.get("kernel"), base, source, entry)
-    launch = _launch(doc["launch"]) if "launch" in doc else None
+    launch = _launch(doc["launch"], names=_arg_names(spec)) if "launch" in doc else None
     _check_library(kernel, launch)
+    if is_attention(spec) and kernel is not None and kernel.library is not None:
+        raise CaseError("[kernel] library: a launch library's ABI (oracle/1) passes a GEMM; an attention kernel is "
+                        "launched from [launch] args")
     check_adapter(spec, kernel)
     trace = trace_plan(doc.get("trace", {}))
     workspaces = _workspaces(doc.get("workspace", {}))
@@ -172,6 +174,35 @@ def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *,
                                     f"{', '.join(sorted(declared)) or 'none'} ([workspace.NAME] tables)")
     check_library_allowed(kernel.library if kernel is not None else None, path, trust, CaseError)  # a valid case
     return Case(spec, kernel, launch, trace, path, workspaces, run)
+
+
+def _problem(prob: dict):
+    """The [problem] table (with the command line's overrides) as its kind's spec: a GEMM's
+    ProblemSpec, or an AttentionSpec for kind = "attention"."""
+    try:
+        if prob.get("kind") == "attention":
+            return AttentionSpec.from_json(prob)
+        return ProblemSpec.from_json(_resolve_problem(prob))
+    except SpecError as e:
+        raise CaseError(f"problem: {e}") from None
+
+
+@dataclass(frozen=True)
+class ArgNames:
+    """The names a [launch] args string may take for a problem kind."""
+
+    operands: tuple[str, ...]
+    sizes: tuple[str, ...]
+    floats: tuple[str, ...]
+    tensormaps: tuple[str, ...]
+
+
+GEMM_ARGS = ArgNames(OPERANDS, SIZE_NAMES, ("alpha", "beta"), ("a", "b"))
+ATTENTION_ARGS = ArgNames(attention.OPERANDS, attention.LAUNCH_SIZES, attention.LAUNCH_FLOATS, ())
+
+
+def _arg_names(spec) -> ArgNames:
+    return ATTENTION_ARGS if is_attention(spec) else GEMM_ARGS
 
 
 def run_plan(sec: dict) -> RunPlan:
@@ -327,6 +358,9 @@ def check_adapter(spec: ProblemSpec, kernel: Optional[KernelSource]) -> None:
     """A library built through a shipped adapter runs only the problems the adapter supports: every
     field it lacks, in one CaseError."""
     adapter = kernel.adapter if kernel is not None else None
+    if adapter is not None and is_attention(spec):
+        raise CaseError(f"[kernel] library = {shown(os.path.basename(kernel.library))} is built through the "
+                        f"{adapter.name} adapter, a GEMM's: an attention problem is launched from [launch] args")
     why = adapter.unsupported(spec) if adapter is not None else []
     if why:
         raise CaseError(f"[kernel] library = {shown(os.path.basename(kernel.library))} is built through the "
@@ -394,7 +428,7 @@ def _triple(v, key: str, expressions: bool = False) -> tuple:
     return tuple(list(v) + [1] * (3 - len(v)))
 
 
-def _launch(sec: dict, where: str = "[launch]") -> LaunchPlan:
+def _launch(sec: dict, where: str = "[launch]", names: ArgNames = GEMM_ARGS) -> LaunchPlan:
     if not isinstance(sec, dict):
         raise CaseError(f"{where} must be a table, got {sec!r}")
     if "abi" in sec:
@@ -407,7 +441,7 @@ def _launch(sec: dict, where: str = "[launch]") -> LaunchPlan:
     if "next" in sec:
         if not isinstance(sec["next"], list):
             raise CaseError("[[launch.next]] must be an array of tables (one per kernel launched after the first)")
-        nxt = tuple(_launch(t, f"[[launch.next]] #{i}") for i, t in enumerate(sec["next"]))
+        nxt = tuple(_launch(t, f"[[launch.next]] #{i}", names) for i, t in enumerate(sec["next"]))
         for i, t in enumerate(nxt):
             if not isinstance(t.entry, str) or not t.entry:
                 raise CaseError(f"[[launch.next]] #{i} needs entry = \"kernel name\"")
@@ -418,7 +452,7 @@ def _launch(sec: dict, where: str = "[launch]") -> LaunchPlan:
     block = _triple(sec["block"], "block")
     if not isinstance(sec["args"], list):
         raise CaseError(f"[launch] args = {shown(sec['args'])} must be a list of the kernel's arguments, in order")
-    args = tuple(_arg(a, i) for i, a in enumerate(sec["args"]))
+    args = tuple(_arg(a, i, names) for i, a in enumerate(sec["args"]))
     smem = sec.get("shared_mem_bytes", 0)
     if not _index(smem):
         raise CaseError(f"{where} shared_mem_bytes = {shown(smem)} must be a non-negative integer")
@@ -440,26 +474,31 @@ def _library_launch(sec: dict, where: str) -> LaunchPlan:
     return LaunchPlan((), (1, 1, 1), (), abi=abi)
 
 
-def _arg(a, i: int) -> Arg:
+def _arg(a, i: int, names: ArgNames = GEMM_ARGS) -> Arg:
     where = f"[launch] args[{i}]"
     if isinstance(a, str):
-        if a in OPERANDS:
+        if a in names.operands:
             return Arg("operand", a)
-        if a in SIZE_NAMES:
+        if a in names.sizes:
             return Arg("size", a)
-        if a in ("alpha", "beta"):
+        if a in names.floats:
             return Arg("float", a)
         if a == "null":
             return Arg("null")
-        raise CaseError(f"{where} = {shown(a)} is unknown; operands {', '.join(OPERANDS)}, sizes {', '.join(SIZE_NAMES)},"
-                        f" alpha, beta, null, or a table like {{ i32 = 3 }} / {{ tensormap = \"a\" }}")
+        maps = " / { tensormap = \"a\" }" if names.tensormaps else ""
+        raise CaseError(f"{where} = {shown(a)} is unknown; operands {', '.join(names.operands)}, sizes "
+                        f"{', '.join(names.sizes)}, floats {', '.join(names.floats)}, null, or a table like "
+                        f"{{ i32 = 3 }}{maps}")
     if isinstance(a, dict) and "workspace" in a:
         if len(a) != 1 or not isinstance(a["workspace"], str):
             raise CaseError(f"{where}: a workspace argument is {{ workspace = \"NAME\" }}, got {a!r}")
         return Arg("workspace", a["workspace"])
     if isinstance(a, dict) and "tensormap" in a:
         val = a["tensormap"]
-        if not isinstance(val, str) or val not in ("a", "b"):
+        if not names.tensormaps:
+            raise CaseError(f"{where}: the harness builds no tensor map over an attention operand: pass it as a "
+                            f"pointer and build the map in the kernel's own launch, or use a launch library")
+        if not isinstance(val, str) or val not in names.tensormaps:
             raise CaseError(f"{where}: tensormap must be \"a\" or \"b\", got {shown(val)}")
         opts = {k: v for k, v in a.items() if k != "tensormap"}
         unknown = sorted(set(opts) - set(TENSORMAP_OPTIONS))
@@ -539,6 +578,13 @@ def check_trace_selection(case: Case) -> None:
     traced tile inside the tile grid, every traced k-block inside 0..k_blocks-1 and one 1024-wide
     window (a CaseError before anything is built or launched)."""
     s, t = case.spec, case.trace
+    if is_attention(s):
+        try:
+            check_attention_selection(s, t)
+        except ValueError as e:
+            raise CaseError(str(e)) from None
+        _selection(t, "trace selection")
+        return
     for tm, tn in t.tiles or ():
         if tm >= s.tiles_m or tn >= s.tiles_n:
             raise CaseError(f"trace tile ({tm}, {tn}) is outside the {s.tiles_m} x {s.tiles_n} tile grid of "

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from oracle.problem.attention import is_attention
+from oracle.run import attention_live
 from oracle.run.inputs import Operands, Provenance, check_operands, make_operands, parse_inputs
 from oracle.run.dumps import load_recording
 from oracle.run.recording import Recording
@@ -62,6 +64,9 @@ def operands_for(request: RunRequest) -> tuple[Operands, Provenance]:
     """A live request's inputs: controlled ones made for its problem, or a dump's operands, which
     must fit the case's problem."""
     spec = request.case.spec
+    if is_attention(spec):
+        ops = attention_live.operands(spec, request.inputs)
+        return ops, ops.provenance
     ladder, seed, path = parse_inputs(request.inputs)
     if ladder == "dump":
         ops = Recording.load(path).operands

@@ -19,8 +19,13 @@ from kernels_ref.dtypes import DTYPES, PACKED, name_of
 from oracle.run.case_expressions import device_sms, evaluate, evaluate_int
 from oracle.run.case_types import Case, CaseError
 from oracle.run.inputs import InputError, Operands, check_problem_size, expected_shapes, operand_limit_bytes
+from oracle.problem.attention import OUTPUTS as ATTENTION_OUTPUTS, is_attention
 from oracle.problem.partition import group_offsets, max_partials
+from oracle.run import attention_live
 from oracle.problem.spec import ACTIVATIONS
+
+
+OUTPUT_NAMES = ("d",) + ATTENTION_OUTPUTS  # the buffers a kernel writes: poisoned before, read back after
 
 
 def _storage(x: torch.Tensor, major: str) -> torch.Tensor:
@@ -42,6 +47,8 @@ def from_storage(x: torch.Tensor, major: str) -> torch.Tensor:
 
 def launch_names(case: Case) -> dict[str, int]:
     s = case.spec
+    if is_attention(s):
+        return attention_live.launch_names(s, device_sms())
     ld = {"lda": s.k if s.a_major == "row" else s.m, "ldb": s.n if s.b_major == "row" else s.k,
           "ldc": s.n if s.c_major == "row" else s.m, "ldd": s.n if s.d_major == "row" else s.m}
     names = {"m": s.m, "n": s.n, "k": s.k, "tiles_m": s.tiles_m, "tiles_n": s.tiles_n, "k_blocks": s.k_blocks,
@@ -96,8 +103,11 @@ def _buffers(case: Case, ops: Optional[Operands], names: dict) -> tuple[set, dic
     """The buffers the problem has (operands, D, group offsets, ws_NAME for each workspace) and,
     with `ops`, each of them in memory order, filled as declared (empty without `ops`)."""
     s = case.spec
-    present = {n for n, shape in expected_shapes(s).items() if shape is not None} | {"d"}
-    offsets = group_offsets(s)
+    if is_attention(s):
+        present = attention_live.present(s)
+    else:
+        present = {n for n, shape in expected_shapes(s).items() if shape is not None} | {"d"}
+    offsets = None if is_attention(s) else group_offsets(s)
     if offsets is not None:
         present.add("group_offsets")
     sizes = {}
@@ -107,11 +117,14 @@ def _buffers(case: Case, ops: Optional[Operands], names: dict) -> tuple[set, dic
     if sizes:  # the workspaces beside the operands, against the one budget, before any is allocated
         listed = ", ".join(f"{k} {v} bytes" for k, v in sizes.items())
         try:
-            check_problem_size(s, extra=sum(sizes.values()), extra_what=f"the workspaces ({listed[:200]})")
+            (attention_live.check_size if is_attention(s) else check_problem_size)(
+                s, extra=sum(sizes.values()), extra_what=f"the workspaces ({listed[:200]})")
         except InputError as e:
             raise CaseError(f"[workspace] {e}") from None
     storage: dict[str, torch.Tensor] = {}
-    if ops is not None:
+    if ops is not None and is_attention(s):
+        storage = attention_live.buffers(s, ops)
+    elif ops is not None:
         storage = {"a": _storage(ops.a, s.a_major), "b": _storage(ops.b, s.b_major)}
         if ops.c is not None:
             storage["c"] = _storage(ops.c, s.c_major)
@@ -123,6 +136,7 @@ def _buffers(case: Case, ops: Optional[Operands], names: dict) -> tuple[set, dic
         storage["d"] = torch.empty(d_shape, dtype=DTYPES[s.out_dtype].torch)
         if offsets is not None:
             storage["group_offsets"] = torch.tensor(offsets, dtype=torch.int32)
+    if ops is not None:
         for w in case.workspaces:
             storage[f"ws_{w.name}"] = workspace_buffer(w, sizes[w.name])
     return present, storage
@@ -226,7 +240,7 @@ def _one_launch(case: Case, lp, where0: str, present: set, storage: dict, names:
         where = f"{where0} args[{i}]"
         if a.kind == "operand":
             if a.name in present:
-                args.append(TensorArg(a.name, "out" if a.name == "d" else "in"))
+                args.append(TensorArg(a.name, "out" if a.name in OUTPUT_NAMES else "in"))
                 use(a.name)
             else:
                 args.append(ScalarArg(0, "u64"))  # the problem does not use it: a null pointer
@@ -243,7 +257,10 @@ def _one_launch(case: Case, lp, where0: str, present: set, storage: dict, names:
                 raise CaseError(f"{where} = {a.name!r}: {v} does not fit the i32 a size argument is passed as")
             args.append(ScalarArg(v, "i32"))
         elif a.kind == "float":
-            args.append(ScalarArg(float(getattr(s, a.name)), "f32"))
+            value = getattr(s, a.name)
+            if value is None:
+                raise CaseError(f"{where} = {a.name!r}: the problem has no {a.name} (set it in [problem])")
+            args.append(ScalarArg(float(value), "f32"))
         elif a.kind == "literal":
             args.append(_literal(a, names, where))
         elif a.kind == "tensormap":

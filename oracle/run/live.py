@@ -20,6 +20,8 @@ from harness.launch import TensorMapArg
 from harness.runner import KernelRun, SinkRequest, run_kernel, run_library
 from kernels_ref import first_call
 from kernels_ref.dtypes import DTYPES
+from oracle.problem.attention import is_attention
+from oracle.run import attention_live
 from oracle.run.case_types import Case, CaseError
 from oracle.run.inputs import Operands, Provenance, analytic_ones_value, check_operands
 from oracle.run.recording import Recording, trace_warnings
@@ -50,7 +52,7 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
     (kernels_ref.first_call), done while the child runs."""
     t0 = time.perf_counter()
     budget, ceiling = check_case(case)  # before building: a bad case fails fast
-    check_operands(case.spec, ops)
+    (attention_live.check_operands if is_attention(case.spec) else check_operands)(case.spec, ops)
     if is_library(case):
         return _run_live_library(case, ops, provenance, budget, ceiling, t0, timeout_s=timeout_s, timing=timing,
                                  command=command, smem_poison=smem_poison, while_running=while_running)
@@ -138,6 +140,14 @@ def _recording(case: Case, ops: Operands, provenance: Provenance, run: KernelRun
                      f"{budget.describe()}) overflowed; the kernel needed {over['needed']} bytes, " +
                      ("so it was launched again with a sink of that size" if over.get("relaunched") else
                       f"more than the {ceiling >> 20} MiB ceiling (ORACLE_TRACE_MAX_MB), so the trace is incomplete"))
+    if is_attention(s):
+        if not run.ok and not run.kernel_fault:
+            raise CaseError(f"the kernel could not be run: {run.describe()}\n{run.stderr_tail}")
+        rec = attention_live.recording(s, ops, run, kernel=k.entry, notes=notes, environment=_environment(run),
+                                       command=command, relaunched=bool(over.get("relaunched")),
+                                       first_capacity=over.get("first_capacity"))
+        return LiveRun(rec, run, cached, tuple(notes), {"build": t1 - t0, "run": t2 - t1,
+                                                        "parse": time.perf_counter() - t2})
     if run.sink is not None:
         trace = trace_format.parse_trace(run.sink, block_m=s.tile.bm, block_n=s.tile.bn, block_k=s.tile.bk,
                                          partial=not run.ok)

@@ -15,6 +15,7 @@ from typing import Optional
 
 import torch
 
+from oracle.problem.attention import is_attention
 from oracle.run.inputs import Operands
 from oracle.problem.spec import ProblemSpec
 from oracle.run.timing import Timing, TimingError, gemm_flops, median_interval, tflops, time_gpu
@@ -72,6 +73,21 @@ def kernel_timing_request(entry: Optional[str] = None) -> dict:
             "rse_target": 0.02, "max_ms": 2000.0, "warmup_ms": 25.0}
 
 
+def problem_flops(spec) -> int:
+    """The problem's floating-point operations: a GEMM's, or an attention forward's."""
+    if is_attention(spec):
+        return attention_flops(spec)
+    return gemm_flops(spec.m, spec.n, spec.k)
+
+
+def attention_flops(spec) -> int:
+    """Multiply-adds of S = QK^T and O = PV (2 flops each) over the (query, key) pairs the mask keeps."""
+    from oracle.run.attention_inputs import allowed
+
+    pairs = sum(int(allowed(spec, b).sum()) for b in range(spec.batch))
+    return 2 * spec.heads_q * pairs * (spec.head_dim + spec.head_dim_v)
+
+
 def kernel_path(spec: ProblemSpec, timing: Optional[dict], entry: str) -> Optional[PathTiming]:
     if not timing:
         return None
@@ -82,19 +98,22 @@ def kernel_path(spec: ProblemSpec, timing: Optional[dict], entry: str) -> Option
         note += "; OUTPUT CHANGED during the timed reps (a race or an input it overwrites)"
     samples = sorted(float(x) for x in timing.get("samples_ms") or ())
     interval = median_interval(samples)[:2] if samples else ()
-    return PathTiming("kernel", ms, tflops(gemm_flops(spec.m, spec.n, spec.k), ms), mode, int(timing["reps"]),
+    return PathTiming("kernel", ms, tflops(problem_flops(spec), ms), mode, int(timing["reps"]),
                       float(timing["rse"]), note, interval)
 
 
 def _timed(name: str, spec: ProblemSpec, fn, note: str = "") -> PathTiming:
     t: Timing = time_gpu(fn)
-    return PathTiming(name, t.median_ms, tflops(gemm_flops(spec.m, spec.n, spec.k), t.median_ms),
+    return PathTiming(name, t.median_ms, tflops(problem_flops(spec), t.median_ms),
                       f"{t.mode}, {'cold' if t.cold_l2 else 'warm'} L2", t.reps, t.rse,
                       "; ".join([note] + list(t.notes)).strip("; "), t.median_ci_ms)
 
 
 def reference_paths(spec: ProblemSpec, ops: Operands) -> tuple[list[PathTiming], list[str]]:
-    """Time the Triton reference GEMM and cuBLAS on the problem's operands (on the GPU)."""
+    """Time the Triton reference GEMM and cuBLAS on the problem's operands (on the GPU); for an
+    attention problem, torch SDPA (attention_paths)."""
+    if is_attention(spec):
+        return attention_paths(spec, ops)
     from kernels_ref import gemm as ref_gemm
     from kernels_ref.epilogue import Epilogue
 
@@ -153,3 +172,49 @@ def _cublas_path(spec: ProblemSpec, o: Operands) -> PathTiming:
         return _timed("cublas", spec, lambda: torch.matmul(a, b), "torch.matmul, GEMM only")
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev
+
+
+def sdpa_peer(spec, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """torch SDPA on dense FlashAttention-layout Q, K, V [batch, seqlen, heads, dim] (on the GPU),
+    timed under the discipline: its flash backend, or its math backend where flash refuses the
+    case. Returns (name, Timing), or (None, None) when no backend ran it."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
+    kw: dict = {"is_causal": spec.causal != "none", "scale": spec.softmax_scale}
+    if spec.heads_q != spec.heads_kv:
+        kh, vh = kh.repeat_interleave(spec.group, dim=1), vh.repeat_interleave(spec.group, dim=1)
+    if spec.causal == "bottom_right" and spec.seqlen_q != spec.seqlen_k:
+        from torch.nn.attention.bias import causal_lower_right
+
+        kw = {"attn_mask": causal_lower_right(spec.seqlen_q, spec.seqlen_k), "scale": spec.softmax_scale}
+    for name, backend in (("torch SDPA flash", SDPBackend.FLASH_ATTENTION), ("torch SDPA math", SDPBackend.MATH)):
+        def sdpa(backend=backend):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(qh, kh, vh, **kw)
+        try:
+            sdpa()
+            torch.cuda.synchronize()
+        except RuntimeError:  # this backend refuses the case: the next one
+            continue
+        return name, time_gpu(sdpa)
+    return None, None
+
+
+def attention_paths(spec, ops) -> tuple[list[PathTiming], list[str]]:
+    """The peer of an attention kernel: torch SDPA on the case's Q, K, V (dense layouts only)."""
+    if spec.varlen_q or spec.varlen_k or spec.paged or spec.window is not None or spec.softcap or spec.fp8:
+        return [], ["torch SDPA was not timed: it takes dense bf16 / fp16 Q, K, V without a window or soft-cap, and "
+                    "this problem has " + ", ".join(w for w, on in (("variable lengths", spec.varlen_q or spec.varlen_k),
+                                                                   ("a paged KV cache", spec.paged),
+                                                                   ("a window", spec.window is not None),
+                                                                   ("a soft-cap", bool(spec.softcap)),
+                                                                   ("e4m3 inputs", spec.fp8)) if on)]
+    dev = torch.device("cuda")
+    name, t = sdpa_peer(spec, ops.q.to(dev), ops.k.to(dev), ops.v.to(dev))
+    if t is None:
+        return [], ["no torch SDPA backend ran the problem"]
+    return [PathTiming("sdpa", t.median_ms, tflops(attention_flops(spec), t.median_ms),
+                       f"{t.mode}, {'cold' if t.cold_l2 else 'warm'} L2", t.reps, t.rse,
+                       "; ".join([name] + list(t.notes)), t.median_ci_ms)], []

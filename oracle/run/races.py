@@ -11,6 +11,7 @@ import torch
 
 from harness.build import build_cubin, build_library
 from harness.runner import KernelRun, run_kernel, run_library
+from oracle.problem.attention import is_attention
 from oracle.run.case_types import Case, CaseError
 from oracle.run.inputs import Operands, Provenance
 from oracle.run.recording import Recording
@@ -108,7 +109,7 @@ def run_races(case: Case, ops: Operands, provenance: Provenance, *, repeat: int,
             run = one()
             if not run.ok and not run.kernel_fault:
                 raise CaseError(f"the untraced kernel {entry!r} could not be run: {run.describe()}\n{run.stderr_tail}")
-            untraced.append(from_storage(run.outputs["d"], case.spec.d_major) if run.ok else None)
+            untraced.append(kernel_output(case, run) if run.ok else None)
             if not run.ok:
                 failed.append(f"untraced run {i}")
     if len(failed) == len(traced) + len(untraced):
@@ -134,6 +135,13 @@ def run_races(case: Case, ops: Operands, provenance: Provenance, *, repeat: int,
         limit = sanitizer_timeout_s or max(120.0, 5.0 * float(timeout_s or knobs_timeout()))
         report = run_sanitizer(cubin, entry, sequence[0][1], tensors, timeout_s=limit, then=sequence[1:])
     return RaceRuns(first, tuple(traced), tuple(untraced), tuple(failed), poison, tuple(poisoned), note, report, entry)
+
+
+def kernel_output(case: Case, run: KernelRun) -> torch.Tensor:
+    """What a run wrote, logical: a GEMM's D, an attention's O."""
+    if is_attention(case.spec):
+        return run.outputs["o"]
+    return from_storage(run.outputs["d"], case.spec.d_major)
 
 
 def knobs_timeout() -> float:

@@ -20,7 +20,8 @@ from typing import Optional, Sequence
 
 from oracle.run.case import load_case, parse_assignments, trace_stages
 from oracle.run.case_types import MAX_REPEAT, Case, CaseError, with_trace
-from oracle.run.inputs import parse_inputs
+from oracle.problem.attention import is_attention
+from oracle.run.inputs import ATTENTION_LADDER, LADDER, parse_inputs
 from oracle.run.recording import Recording
 
 
@@ -51,8 +52,8 @@ class RunRequest:
                                            ("sanitize", self.sanitize), ("time", self.time)) if on]
         if self.case is None and live_only:
             raise RequestError(f"{', '.join(live_only)} need a live kernel: a recording cannot be run again")
-        if self.case is not None:
-            parse_inputs(self.inputs)  # InputError naming what is wrong
+        if self.case is not None:  # InputError naming what is wrong
+            parse_inputs(self.inputs, ATTENTION_LADDER if is_attention(self.case.spec) else LADDER)
         r = self.repeat
         if r is not None and (isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= MAX_REPEAT):
             raise RequestError(f"repeat = {r!r} must be an integer from 1 to {MAX_REPEAT}")

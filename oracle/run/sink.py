@@ -13,6 +13,8 @@ from harness.taps import pipeline
 from harness.trace_budget import TraceBudget, trace_budget
 from kernels_ref.dtypes import ALL_TYPES, DTYPES
 from oracle import knobs
+from oracle.problem.attention import is_attention, tap_stages
+from oracle.run import attention_live
 from oracle.run.case import check_trace_selection
 from oracle.run.case_types import Case, CaseError
 from oracle.run.case_grammar import check_case_names
@@ -20,9 +22,8 @@ from oracle.run.inputs import check_problem_size
 from oracle.run.launch import is_library, launch_sequence, library_call
 
 
-def default_trace_tiles(case: Case) -> tuple[tuple[int, int], ...]:
+def default_trace_tiles(s) -> tuple[tuple[int, int], ...]:
     """The first tile, a middle one and the last (ragged) one: where defects like to hide."""
-    s = case.spec
     return tuple(dict.fromkeys([(0, 0), (s.tiles_m // 2, s.tiles_n // 2), (s.tiles_m - 1, s.tiles_n - 1)]))
 
 
@@ -39,7 +40,8 @@ def check_case(case: Case) -> tuple[TraceBudget, int]:
     if case.kernel is None:
         raise CaseError("no kernel to run: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
     check_case_names(case, CaseError)  # what reaches nvcc or a generated file, in its grammar
-    check_problem_size(case.spec)  # first: every later check may walk the tile grid or the partition
+    # first: every later check may walk the tile grid or the partition
+    (attention_live.check_size if is_attention(case.spec) else check_problem_size)(case.spec)
     if is_library(case):
         library_call(case, None)
     else:
@@ -58,11 +60,14 @@ def check_case(case: Case) -> tuple[TraceBudget, int]:
 
 def _problem_stages(case: Case) -> tuple[str, ...]:
     """The stages a kernel of this problem can tap: its pipeline, epilogue in the declared order."""
+    if is_attention(case.spec):
+        return tap_stages(case.spec)
     return pipeline([n.step for n in case.spec.epilogue_nodes], case.spec.dequant_operands)[:-1]
 
 
 def trace_selection(case: Case) -> trace_format.TraceSelection:
-    tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case)
+    default = attention_live.default_tiles if is_attention(case.spec) else default_trace_tiles
+    tiles = case.trace.tiles if case.trace.tiles is not None else default(case.spec)
     try:
         return trace_format.TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks,
                                            stages=case.trace.stages or _problem_stages(case))
@@ -74,6 +79,8 @@ def sink_budget(case: Case) -> tuple[TraceBudget, int]:
     """The selection's size and the ceiling the sink may grow to (bytes); a selection that cannot
     fit under the ceiling is refused here, before anything is built or launched."""
     s = case.spec
+    if is_attention(s):
+        return _ceiling(case, attention_live.budget(s, trace_selection(case)))
     size = {f"descriptor_{op}": ALL_TYPES[getattr(s, f"{op}_dtype")].itemsize for op in "ab"}
     size.update({f"load_{op}": ALL_TYPES[getattr(s, f"{op}_dtype")].itemsize for op in "ab"})
     size.update({f"dequant_{op}": DTYPES[s.mma_dtype].itemsize for op in "ab"})
@@ -83,6 +90,11 @@ def sink_budget(case: Case) -> tuple[TraceBudget, int]:
     if s.group_sizes is not None:  # a tile selector matches that tile in every group
         g = len(s.group_sizes)
         budget = replace(budget, least=512 + g * (budget.least - 512), estimate=512 + g * (budget.estimate - 512))
+    return _ceiling(case, budget)
+
+
+def _ceiling(case: Case, budget: TraceBudget) -> tuple[TraceBudget, int]:
+    """The budget with the sink's ceiling; CaseError when the selection cannot fit under it."""
     mb = case.trace.capacity_mb or knobs.TRACE_MAX_MB.get()
     ceiling = mb << 20
     if budget.least > ceiling:

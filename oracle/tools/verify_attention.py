@@ -225,45 +225,15 @@ def run_case(op: Callable, vc: AttentionVerifyCase) -> dict:
     return row
 
 
-def attention_flops(vc: AttentionVerifyCase) -> int:
-    """Multiply-adds of S = QK^T and O = PV (2 flops each) over the (query, key) pairs the mask keeps."""
-    from oracle.run.attention_inputs import allowed
-
-    pairs = int(allowed(vc.spec(), 0).sum()) if vc.causal != "none" else vc.seqlen_q * vc.seqlen_k
-    return 4 * vc.batch * vc.heads_q * pairs * vc.head_dim
-
-
 def _time(op, vc: AttentionVerifyCase, q, k, v) -> dict:
-    import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
+    from oracle.run.perf import attention_flops, sdpa_peer
     from oracle.run.timing import require_gpu, time_gpu, tflops
 
     require_gpu()
-    flops = attention_flops(vc)
+    spec = vc.spec()
+    flops = attention_flops(spec)
     mine = time_gpu(lambda: _call(op, vc, q, k, v))
-    qh, kh, vh = (t.transpose(1, 2) for t in (q, k, v))
-    kw: dict[str, Any] = {"is_causal": vc.causal != "none"}
-    if vc.heads_q != vc.heads_kv:
-        rep = vc.heads_q // vc.heads_kv
-        kh, vh = kh.repeat_interleave(rep, dim=1), vh.repeat_interleave(rep, dim=1)
-    if vc.causal == "bottom_right" and vc.seqlen_q != vc.seqlen_k:
-        from torch.nn.attention.bias import causal_lower_right
-
-        kw = {"attn_mask": causal_lower_right(vc.seqlen_q, vc.seqlen_k)}
-    peer = None
-    for name, backend in (("torch SDPA flash", SDPBackend.FLASH_ATTENTION), ("torch SDPA math", SDPBackend.MATH)):
-        def sdpa(backend=backend):
-            with sdpa_kernel(backend):
-                return F.scaled_dot_product_attention(qh, kh, vh, **kw)
-        try:
-            sdpa()
-            torch.cuda.synchronize()
-        except RuntimeError:  # this backend refuses the case: the next one
-            continue
-        peer_name, peer = name, time_gpu(sdpa)
-        break
+    peer_name, peer = sdpa_peer(spec, q, k, v)
     out = {"op_ms": mine.median_ms, "op_TFLOPs": tflops(flops, mine.median_ms), "op_rse": mine.rse}
     if peer is None:
         return {**out, "peer": None, "peer_note": "no SDPA backend ran the case"}

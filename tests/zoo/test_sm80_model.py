@@ -161,7 +161,7 @@ def test_manifest_entry_on_the_kernel_model(entry):
     case = load_case(str(ROOT / entry["case"]), entry["problem"], entry=fn)
     seed = entry.get("seed", 0)
     ops = make_operands(case.spec, "random", seed)
-    an = analyze(model(case.spec, ops, Provenance("random", seed), entry["defect"], set(default_trace_tiles(case))))
+    an = analyze(model(case.spec, ops, Provenance("random", seed), entry["defect"], set(default_trace_tiles(case.spec))))
     table = {s.name: (s.teacher_forced.status.value, s.chained.status.value) for s in an.stages}
     want = entry["expected_stage"]
     if want is None:
