@@ -37,7 +37,7 @@ from harness.fields import shown
 from oracle.run.case import read_toml, trace_plan
 from oracle.run.case_types import MAX_REPEAT, CaseError
 from oracle.run.case_files import CaseTrust
-from oracle.run.inputs import InputError, parse_inputs
+from oracle.run.inputs import ATTENTION_LADDER, LADDER, InputError, parse_inputs
 
 CASE_KEYS = ("name", "case", "entry", "set", "inputs", "time", "trace_tiles", "trace_k_blocks", "timeout", "repeat")
 
@@ -55,6 +55,9 @@ class BenchCase:
     trace_k_blocks: Optional[tuple] = None
     repeat: Optional[int] = None  # None: the live case's [run] repeat
     trust: CaseTrust = CaseTrust()  # the command line's opt-ins (oracle.run.case_files), not the cases file's
+
+
+ANY_LADDER = LADDER + tuple(x for x in ATTENTION_LADDER if x not in LADDER)
 
 
 def load_cases(path: str) -> list[BenchCase]:
@@ -115,7 +118,8 @@ def _typed(entry: dict, where: str) -> None:
     if t is not None and not (isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t < float("inf")):
         raise CaseError(f"{where}: timeout = {shown(t)} must be a positive number of seconds")
     try:
-        ladder, _, _ = parse_inputs(entry.get("inputs", "random:0"))
+        # either kind's ladders here: the case file, read later, says which kind (RunRequest checks)
+        ladder, _, _ = parse_inputs(entry.get("inputs", "random:0"), ANY_LADDER)
     except InputError as e:
         raise CaseError(f"{where}: {e}") from None
     if ladder == "dump":
@@ -224,12 +228,16 @@ def table(rows: Sequence[dict]) -> str:
         perf = {p["name"]: p for p in r.get("performance", {}).get("paths", [])}
         speed = r.get("performance", {}).get("kernel_speed_vs", {})
         fd = r.get("first_divergence")
+        peer = next((p for p in PEERS if p in speed), None)  # cuBLAS for a GEMM, torch SDPA for attention
         out.append([r["name"], r["verdict"], f"{fd['stage']} {tuple(fd['tile'])} kb {fd['k_block']}" if fd else "-",
-                    *(f"{perf[p]['median_ms']:.4g}" if p in perf else "-" for p in ("kernel", "triton", "cublas")),
+                    *(f"{perf[p]['median_ms']:.4g}" if p in perf else "-" for p in ("kernel", "triton", "cublas", "sdpa")),
                     f"{perf['kernel']['TFLOPs']:.4g}" if "kernel" in perf else "-",
-                    f"{speed['cublas']:.3g}" if "cublas" in speed else "-"])
+                    f"{speed[peer]:.3g} ({PEERS[peer]})" if peer else "-"])
     return tabulate(out, headers=["case", "verdict", "first divergence", "kernel ms", "triton ms", "cublas ms",
-                                  "kernel TFLOP/s", "speed vs cuBLAS"])
+                                  "sdpa ms", "kernel TFLOP/s", "speed vs peer"])
+
+
+PEERS = {"cublas": "cuBLAS", "sdpa": "SDPA"}  # the peer a kernel's speed is told against, by problem kind
 
 
 def visible_gpus() -> int:

@@ -188,3 +188,22 @@ def test_repeated_runs_of_an_attention_kernel_name_where_they_differ(tmp_path, m
     (change,) = j.races.changes
     assert change.between == ("untraced run 1", "untraced run 2") and change.tiles == ((1, 1),), change
     assert change.first == ((33, 1 * 32 + 5),)
+
+
+def test_bench_runs_an_attention_case_and_tells_its_peer(tmp_path, monkeypatch):
+    from oracle.tools import bench
+
+    path = _case_file(tmp_path)
+    seen = _stand_in_kernel(monkeypatch, Injection.MAX_NOT_UPDATED)
+    seen["spec"] = load_case(path).spec
+    (tmp_path / "cases.toml").write_text('[[case]]\nname = "fa"\ncase = "fa.toml"\ninputs = "random:3"\ntime = false\n'
+                                         '[[case]]\nname = "fa1"\ncase = "fa.toml"\ninputs = "one_hot"\n')
+    bc, one_hot = bench.load_cases(str(tmp_path / "cases.toml"))  # an attention ladder is a bench case's input
+    assert one_hot.inputs == "one_hot"
+    row = bench.run_case(bc)
+    assert row["verdict"] == "DIVERGED" and row["first_divergence"]["stage"] == "softmax_state", row
+    fake_timed = dict(row, performance={"paths": [{"name": "kernel", "median_ms": 2.0, "TFLOPs": 1.0},
+                                                  {"name": "sdpa", "median_ms": 1.0, "TFLOPs": 2.0}],
+                                        "kernel_speed_vs": {"sdpa": 0.5}})
+    text = bench.table([fake_timed])
+    assert "0.5 (SDPA)" in text and "sdpa ms" in text
