@@ -360,3 +360,47 @@ def test_a_reduce_resting_on_an_assumed_boundary_is_a_draft_and_an_epilogue_fed_
     summed = analyze(dataclasses.replace(rec, taps=tuple(t for t in rec.taps if t.stage != "reduce")))
     assert summed.first.stage == "epilogue_bias" and summed.first.kind is Kind.DRAFT, summed.first
     assert "k-block 1 not traced" in summed.first.assumed[0] and summed.first.assumed[0] in report.sentence(summed)
+
+
+# -- a whole tile whose accumulator never reaches K ------------------------------------------------
+WHOLE = ProblemSpec(m=40, n=24, k=256, tile=Tile(64, 64, 32))  # one tile, 8 k-blocks, not split
+
+
+def _stopping_at(rec, last_kb, **account):
+    """The recording of a kernel whose loop stops after k-block `last_kb` (K rounded down to the
+    tile): its mma taps end there, and the trace recorded every k-block."""
+    from harness.trace_format import TraceSelection
+    from harness.trace_format.account import TraceAccount
+
+    taps = tuple(t for t in rec.taps if not (t.stage == "mma" and t.k_block is not None and t.k_block > last_kb))
+    return dataclasses.replace(rec, taps=taps, trace=TraceAccount(selection=TraceSelection(), **account))
+
+
+def test_a_whole_tile_whose_accumulator_stops_short_of_k_is_named_at_mma_with_the_first_k_block_never_summed():
+    an = analyze(_stopping_at(_rec(WHOLE), 6))
+    assert an.verdict is Verdict.DIVERGED and an.first.stage == "mma" and an.first.k_block == 7, report.sentence(an)
+    assert an.first.kind is Kind.VERDICT and an.first.partial is None
+    assert "k-block 7 never accumulated" in report.sentence(an) + " ".join(_mma_units(an).notes)
+    three_short = analyze(_stopping_at(_rec(WHOLE), 4))
+    assert three_short.first.k_block == 5 and any("k-blocks 5 to 7" in n for n in _mma_units(three_short).notes)
+
+
+@pytest.mark.parametrize("why", ["correct", "last k-block not selected", "records dropped", "kernel error"])
+def test_a_whole_tile_that_stops_short_is_no_finding_where_the_trace_cannot_say(why):
+    from harness.trace_format import TraceSelection
+    from harness.trace_format.account import TraceAccount
+
+    rec = _rec(WHOLE)
+    if why == "correct":
+        rec = _stopping_at(rec, 7)
+    elif why == "last k-block not selected":
+        rec = _stopping_at(rec, 5)
+        rec = dataclasses.replace(rec, trace=TraceAccount(selection=TraceSelection(k_blocks=(0, 1, 2, 3, 4, 5))))
+    elif why == "records dropped":
+        rec = _stopping_at(rec, 5, dropped=3)
+    else:
+        rec = dataclasses.replace(_stopping_at(rec, 5), kernel_error="an illegal address at k-block 6")
+    an = analyze(rec)
+    assert not any("never accumulated" in n for n in _mma_units(an).notes), why
+    if why in ("correct", "last k-block not selected"):
+        assert an.verdict is Verdict.MATCH, (why, report.sentence(an))

@@ -32,6 +32,7 @@ class Geometry:
     quant_op: Optional[str]  # the quantised operand ("a" or "b"), None without one
     partitions: Mapping[tuple[int, int], TilePartition]  # each traced tile's, as its mma taps show it
     tma_ops: frozenset  # the operands something says travel through a TMA copy (has_tma)
+    stopped_short: tuple[PartitionIssue, ...] = ()  # whole tiles whose accumulator never reached K (_stopped_short)
 
     @classmethod
     def of(cls, rec: Recording, dev: torch.device) -> "Geometry":
@@ -40,7 +41,7 @@ class Geometry:
                         or any(d.operand == op for d in rec.descriptors))
         t = spec.tile
         return cls(spec, dev, t.bm, t.bn, t.bk, spec.dequant_config, spec.quant_op,
-                   MappingProxyType(_partitions(rec)), tma)
+                   MappingProxyType(_partitions(rec)), tma, _stopped_short(rec))
 
     # -- partitions ----------------------------------------------------------------------------
     def partials(self, tile) -> tuple[Partial, ...]:
@@ -80,7 +81,7 @@ class Geometry:
 
     @property
     def partition_issues(self) -> tuple[PartitionIssue, ...]:
-        return tuple(i for p in self.partitions.values() for i in p.issues)
+        return tuple(i for p in self.partitions.values() for i in p.issues) + self.stopped_short
 
     def max_partials(self) -> int:
         """The most partials any tile has (declared, or as tapped): what the reduction bound reads."""
@@ -172,3 +173,33 @@ def _partitions(rec: Recording) -> dict[tuple[int, int], TilePartition]:
     acc = rec.trace
     recorded = acc.selection.records_k_block if acc is not None else (lambda kb: True)
     return {tile: observed_partition(spec, tile, kbs, recorded) for tile, kbs in tapped.items()}
+
+
+def _stopped_short(rec: Recording) -> tuple[PartitionIssue, ...]:
+    """Whole tiles (a problem that is not split) whose mma taps stop before the last k-block while
+    the trace would have recorded the k-blocks after it and lost nothing: those k-blocks were never
+    accumulated (K rounded down to the tile, a loop bound off by one), a failing unit of mma at the
+    first of them. Gaps elsewhere in a whole tile's taps are not findings: a kernel may tap only
+    some k-blocks; a kernel that stopped (an error) or a trace that lost records says nothing here."""
+    spec, acc = rec.spec, rec.trace
+    if spec.partitioned or acc is None or acc.dropped or acc.torn or rec.kernel_error:
+        return ()
+    last = spec.k_blocks - 1
+    if not acc.selection.records_k_block(last):
+        return ()
+    reached: dict[tuple, int] = {}
+    for t in rec.taps:
+        if t.stage == "mma" and t.k_block is not None and t.partial is None:
+            key = (t.group, tuple(t.tile))
+            reached[key] = max(reached.get(key, -1), t.k_block)
+    out = []
+    for (group, tile), kb in sorted(reached.items(), key=lambda kv: (-1 if kv[0][0] is None else kv[0][0], kv[0][1])):
+        if kb < last and acc.selection.records_k_block(kb + 1):
+            never = f"k-block {kb + 1}" if kb + 1 == last else f"k-blocks {kb + 1} to {last}"
+            where = f" of group {group}" if group is not None else ""
+            out.append(PartitionIssue("gap", tile, None, kb + 1,
+                                      f"the accumulator{where} was tapped through k-block {kb} of {last + 1} and never "
+                                      f"after, though the trace recorded them: {never} never accumulated (K = "
+                                      f"{spec.k} in k-blocks of {spec.tile.bk}: a loop that stops short of K, such as "
+                                      f"K rounded down to the tile)"))
+    return tuple(out)
