@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
+from benchmarks import provenance  # noqa: E402
 from oracle.judging.differential import analyze  # noqa: E402
 from oracle.problem.spec import ProblemSpec, Tile  # noqa: E402
 from oracle.run.inputs import Operands, Provenance, make_operands  # noqa: E402
@@ -186,6 +187,12 @@ def main(argv=None) -> int:
         with open(args.report, "w") as f:
             json.dump(doc, f, indent=1, sort_keys=True, default=str)
     if args.out:
+        res[provenance.KEY] = provenance.stamp(
+            __file__, argv, seeds={"operands": 3},  # recording()'s seed
+            peer=provenance.NotApplicable("the differential's own cost: nothing is timed beside it"),
+            timing=provenance.Timing(clock="the host's wall clock around each analyze (it ends reading the device)",
+                                     warmup="one analyze (it compiles)", reps=f"{args.runs} analyze calls",
+                                     statistic="median (every run and its phases kept)"))
         with open(args.out, "w") as f:
             json.dump(res, f, indent=1)
     print(f"median analyze {res['median_ms']:.1f} ms")

@@ -46,6 +46,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import oracle  # noqa: E402
+from benchmarks import provenance  # noqa: E402
 from kernels_ref.attention.geometry import AttnParams, allowed_host  # noqa: E402
 
 BACKENDS = ("sdpa_flash", "sdpa_efficient", "sdpa_math", "flash_attn")
@@ -271,6 +272,11 @@ def main(argv=None) -> int:
            "skipped": [{"case": r["case"], "why": r["why"]} for r in records if r["status"] == "skipped"][:50],
            "planted": planted, "planted_detected": sum(p["detected"] for p in planted),
            "planted_right_unit": sum(p["right_unit"] for p in planted), "seconds": time.perf_counter() - t0}
+    doc[provenance.KEY] = provenance.stamp(
+        __file__, argv, seeds={"run": args.seed, "cases": "each case's own, seed * 100003 + its index (case.seed)"},
+        peer=provenance.NotApplicable("counts of verdicts on correct outputs and planted defects, not a speed "
+                                      "comparison"),
+        timing=provenance.NotApplicable("nothing is timed: seconds is the run's wall time, for the budget"))
     path = os.path.join(args.out_dir, "results", f"attention_false_alarms_{machine}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     from harness.output_files import write_text_atomically

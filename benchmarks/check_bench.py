@@ -47,6 +47,7 @@ if ROOT not in sys.path:
 import torch  # noqa: E402
 
 import oracle  # noqa: E402
+from benchmarks import provenance  # noqa: E402
 
 GOALS_MS = {4096: 25.0, 8192: 60.0}
 
@@ -157,6 +158,21 @@ def bench_size(n: int, seed: int, dev: torch.device, args) -> dict:
     return row
 
 
+def _provenance(argv, args, seed: int, dev: torch.device) -> dict:
+    clock = "CUDA events around each rep" if dev.type == "cuda" else "the host's wall clock around each rep"
+    return provenance.stamp(
+        __file__, argv, seeds={"inputs": seed, "per_size": [seed + n for n in args.sizes]},
+        peer=provenance.Peer("cuBLAS: torch.matmul(a, b) of the same inputs (the GEMM that made the output checked)",
+                             "ratio_to_gemm = warm check median ms / GEMM median ms (lower is better); "
+                             "goal_ms per size"),
+        timing=provenance.Timing(
+            clock=f"the check: the host's wall clock around each oracle.check call, device synchronised; "
+                  f"the GEMM: {clock}",
+            warmup="the check: the first call (timed apart as first_ms); the GEMM: 3 reps",
+            reps=f"the check: {args.warm} warm calls per size; the GEMM: {args.gemm_reps} reps",
+            statistic="median (min and max kept)"))
+
+
 def _table(rows) -> str:
     lines = [f"{'n':>6s} {'verdict':>9s} {'first ms':>9s} {'warm ms':>9s} {'gemm ms':>8s} {'ratio':>7s} {'goal':>6s} "
              f"{'ref gemm ms':>11s}"]
@@ -199,6 +215,7 @@ def main(argv=None) -> int:
                  "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None},
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "elapsed_s": round(time.time() - t0, 1),
+        provenance.KEY: _provenance(argv, args, seed, dev),
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:

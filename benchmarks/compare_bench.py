@@ -57,6 +57,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from benchmarks import provenance  # noqa: E402
 from oracle.judging.compare import Status, compare_reference  # noqa: E402
 from oracle.judging.compare_fast import (CANDIDATE_CONFIGS, DEFAULT_CONFIG, S_GENERAL, FastConfig,  # noqa: E402
                                  compare_fast, inline_bound, tile_stats)
@@ -165,6 +166,24 @@ def verify(received, expected, rtol, atol, config, log: list) -> None:
     finally:
         received[rs, cs] = saved
     _check(torch.equal(received[rs, cs], saved), "the received tensor is restored", log)
+
+
+def _provenance(argv, args, seed: int) -> dict:
+    return provenance.stamp(
+        __file__, argv, seeds={"inputs": seed},
+        peer=provenance.Peer("torch.testing.assert_close(received, expected, rtol, atol) on the same tensors; "
+                             "and the read ceiling (the fastest read-only kernel)",
+                             "speedup_vs_assert_close = assert_close median ms / device pass median ms (higher is "
+                             "better); fraction_of_read_bw = effective TB/s / read ceiling TB/s"),
+        timing=provenance.Timing(
+            clock=f"CUDA events around each rep, a device sleep of {SLEEP_CYCLES} cycles before each; no flush: "
+                  f"the two inputs are {4 * args.rows * args.cols / 2**30:.3g} GiB; the whole call also by the host's "
+                  "wall clock",
+            warmup="3 reps (2 for assert_close, the rounds and the float64 pass)",
+            reps=f"{args.reps} per read kernel and config, {max(5, args.reps // 3)} of assert_close, {ROUNDS} "
+                 "alternating rounds of 20 of the pass and the whole call",
+            statistic="median (min, max, p10, p90 kept); the whole call over the pass: the median round's"),
+    )
 
 
 def main(argv=None) -> int:
@@ -318,6 +337,7 @@ def main(argv=None) -> int:
         status = 1
         result = {"machine": torch.cuda.get_device_name(), "error": str(ex), "verification": log, "seed": seed}
 
+    result[provenance.KEY] = _provenance(argv, args, seed)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)

@@ -84,11 +84,23 @@ from alarms.planting import DEFECTS, _planted_tile, judge_planted, plant  # noqa
 from alarms.results import (load_results, merged, not_judged, summarise, tables, write,  # noqa: E402,F401
                             _environment_of)
 from alarms.specs import _promotion, _w4_precision, make_operands, spec_for  # noqa: E402,F401
+from benchmarks import provenance  # noqa: E402
 from oracle.run.inputs import Operands  # noqa: E402,F401
 
 DEFAULT_OUT = os.path.join(ROOT, "benchmarks", "results", "false_alarms_h200.json")
 DEFAULT_NUMERICS = os.path.join(ROOT, "benchmarks", "results", "numerics_h200.json")
 DEFAULT_W4_PROBE = os.path.join(ROOT, "benchmarks", "results", "w4a16_probe_h200.json")
+
+
+def _provenance(argv) -> dict:
+    """The stamp of a run, or of a merge (its machine is the merging one; each part's is in environment.runs)."""
+    seeds = ("each case's own, cases[].fields.seed (make_cases numbers them over every engine and shuffles them "
+             "with random.Random(0)); it also picks the tile each planted defect goes in")
+    return provenance.stamp(
+        __file__, argv, seeds={"cases": seeds},
+        peer=provenance.NotApplicable("counts of verdicts on correct outputs and planted defects, not a speed "
+                                      "comparison"),
+        timing=provenance.NotApplicable("nothing is timed: each case's seconds are its wall time, for the budget"))
 
 
 def main(argv=None) -> int:
@@ -123,6 +135,7 @@ def main(argv=None) -> int:
         doc = summarise(results, left, secs)
         # where each merged run ran (a merge itself runs anywhere)
         doc["environment"] = {"merged": doc["environment"]["date"], "runs": [_environment_of(p) for p in args.merge]}
+        doc[provenance.KEY] = _provenance(argv)
         write(doc, args.out)
         print(f"merged {len(args.merge)} run(s): correct cases {doc['correct_cases']}, false DIVERGED "
               f"{doc['false_diverged']}, planted {doc['planted']}, at the right tile {doc['detected_right_tile']}")
@@ -165,6 +178,7 @@ def main(argv=None) -> int:
         results += zoo_results(max(end, time.time()) + 60, planted=not args.no_planted)
     doc = summarise(results, left, time.time() - t0)
     doc["environment"]["numerics"] = f"{args.numerics} ({numerics.get('environment', {}).get('date', 'absent')})"
+    doc[provenance.KEY] = _provenance(argv)
     write(doc, args.out)
     print(f"\ncorrect cases {doc['correct_cases']}, false DIVERGED {doc['false_diverged']} "
           f"(worst err/bound {doc['worst_ratio']}, {doc['worst_case']}; quantiles {doc['ratio_quantiles']})")

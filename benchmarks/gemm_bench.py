@@ -37,6 +37,7 @@ if ROOT not in sys.path:
 import torch  # noqa: E402
 import triton  # noqa: E402
 
+from benchmarks import provenance  # noqa: E402
 from kernels_ref.gemm_fast import CANDIDATES, error_report, gemm_fast  # noqa: E402
 from oracle.run.timing import gemm_flops, tflops, time_gpu, time_interleaved  # noqa: E402
 
@@ -56,6 +57,21 @@ def _machine(elapsed_s: float, args) -> dict:
                     f"{args.max_ms:g} ms each, rse target {args.rse:g}"),
         "elapsed_s": round(elapsed_s, 1),
     }
+
+
+def _provenance(argv, args, rows) -> dict:
+    graph = {False: "CUDA events", "auto": "CUDA graphs where they help, else CUDA events", True: "CUDA graphs"}
+    return provenance.stamp(
+        __file__, argv, seeds={"rows": [r["seed"] for r in rows]},
+        peer=provenance.Peer("cuBLAS: torch.matmul(a, b_nk.t()) for bf16, torch._scaled_mm (cuBLASLt) for e4m3; "
+                             "each row's cublas_path", "ratio = cuBLAS median ms / Triton median ms (above 1: "
+                             "Triton is faster); goal_ratio per row"),
+        timing=provenance.Timing(
+            clock=f"{graph[args.graph]}, cold L2 (a flush before every rep), oracle.run.timing",
+            warmup="10 ms of each path before each timed run",
+            reps=f"{args.rounds} interleaved rounds per path, each 20-2000 reps, at most {args.max_ms:g} ms, "
+                 f"stopping at a relative standard error of {args.rse:g}",
+            statistic="median of the reps of every round pooled (p10, p90 and the spread kept per row)"))
 
 
 def _inputs(name: str, n: int, seed: int):
@@ -218,7 +234,8 @@ def main(argv=None) -> int:
               f"cublas {r['cublas_TFLOPs']} TFLOP/s, ratio {r['ratio']}"
               + (f"  ERROR {r['error'][:200]}" if "error" in r else ""), flush=True)
 
-    out = {"machine": _machine(time.perf_counter() - t0, args), "rows": rows}
+    out = {"machine": _machine(time.perf_counter() - t0, args), "rows": rows,
+           provenance.KEY: _provenance(argv, args, rows)}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=2)

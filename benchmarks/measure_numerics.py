@@ -52,6 +52,8 @@ if ROOT not in sys.path:
 
 import torch  # noqa: E402
 
+from benchmarks import provenance  # noqa: E402
+
 # The parts, and the names this script has always offered to the tests and to false_alarms.py.
 from benchmarks.numerics.engines import KNOWN, Adapter, emulated_adapters, gpu_adapters  # noqa: E402,F401
 from benchmarks.numerics.families import (ACT_KINDS, QUICK_SPLITK, SPLITK_SHAPES, _inputs,  # noqa: E402,F401
@@ -149,6 +151,11 @@ def main(argv=None) -> int:
     names = [n for n in args.engines.split(",") if n] or None
     res = measure(names, args.quick, args.emulate, tuple(args.families.split(",")))
     res["constants_snippet"] = constants_snippet(res)
+    res[provenance.KEY] = provenance.stamp(
+        __file__, argv, seeds={"inputs": "fixed in benchmarks/numerics/families.py: 0 for the split-K and int8 "
+                                         "inputs, K + len(kind) for each envelope row; the probes are constructed"},
+        peer=provenance.NotApplicable("a measurement of each engine's numerics, not a comparison of speed"),
+        timing=provenance.NotApplicable("nothing is timed: it fits datapath models to probe results"))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(res, f, indent=1, default=str)

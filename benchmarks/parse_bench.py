@@ -41,6 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import provenance  # noqa: E402
+
 CASE = ROOT / "zoo" / "hopper_gemm" / "hopper_gemm.toml"
 TILES = ((0, 0), (31, 31), (0, 31), (31, 0), (15, 16), (16, 15), (7, 23), (23, 7))  # as benchmarks/warm_path.py
 THREADS = 128  # the consumer warpgroup
@@ -203,6 +205,13 @@ def main(argv=None) -> int:
            "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
     print(json.dumps(doc, indent=1))
     if args.out:
+        doc[provenance.KEY] = provenance.stamp(
+            __file__, argv, seeds={"sink_values": 0},  # synth_sink's: the values are random bits nobody reads
+            peer=provenance.NotApplicable("the host side alone: nothing is timed beside it"),
+            timing=provenance.Timing(clock="the host's wall clock and the process's CPU time around each parse",
+                                     warmup="none: the sink is made once, then parsed --runs times",
+                                     reps=f"{args.runs} parses, each followed by one Recording made from the sink",
+                                     statistic="median (every run kept)"))
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     return 0

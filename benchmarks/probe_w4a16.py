@@ -39,6 +39,7 @@ for p in (ROOT, os.path.join(ROOT, "benchmarks")):
 import torch  # noqa: E402
 
 import false_alarms as FA  # noqa: E402
+from benchmarks import provenance  # noqa: E402
 from kernels_ref import dequant as dq  # noqa: E402
 from oracle.judging import tolerance  # noqa: E402
 
@@ -152,6 +153,11 @@ def main(argv=None) -> int:
         print("no CUDA device: the probe runs torch's tinygemm kernel on the GPU", file=sys.stderr)
         return 2
     doc = measure()
+    doc[provenance.KEY] = provenance.stamp(
+        __file__, argv, seeds={"rows": list(range(1, len(doc["rows"]) + 1))},  # measure(): one per row, in order
+        peer=provenance.NotApplicable("a probe of tinygemm's dequantisation against models of it, not a speed "
+                                      "comparison"),
+        timing=provenance.NotApplicable("nothing is timed"))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)

@@ -43,6 +43,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import provenance  # noqa: E402
+
 CASE = ROOT / "zoo" / "hopper_gemm" / "hopper_gemm.toml"
 # first, last, the other two corners and four inside: 8 of the 32 x 32 output tiles
 TILES = "0,0 31,31 0,31 31,0 15,16 16,15 7,23 23,7"
@@ -55,6 +60,19 @@ def _files(d: Path) -> set[str]:
 
 def _triton_cache() -> Path:
     return Path(os.environ.get("TRITON_CACHE_DIR", Path.home() / ".triton" / "cache"))
+
+
+def _provenance(argv, args, others: int) -> dict:
+    return provenance.stamp(
+        __file__, argv, seeds={"inputs": 1},  # the command's --inputs random:1
+        peer=provenance.Peer("a bare `python -c \"import torch\"`, timed right before each warm run of the plain "
+                             "command", "cli_own_s = each warm run's wall time - the import's before it (no ratio); "
+                             "goal_s on cli_own_s, served and in-process"),
+        timing=provenance.Timing(
+            clock="the host's wall clock of each whole process, start to exit (in-process: around each call)",
+            warmup="one run each way first (the plain command's: cold_wall_s), the oracle's bytecode compiled ahead",
+            reps=f"{args.runs} warm runs of the plain command, {others} in-process and {others} through the server",
+            statistic="median (every run kept)"))
 
 
 def main(argv=None) -> int:
@@ -181,6 +199,7 @@ def main(argv=None) -> int:
         "nothing_recompiled": all(not r.get("new_cache_files") and r["build_cached"] for r in runs[1:]),
         "all_match_nothing_dropped": all(r["verdict"] == "MATCH" and r["dropped"] == 0 for r in runs),
         "runs": runs,
+        provenance.KEY: _provenance(argv, args, others),
     }
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1))
     if args.out:

@@ -1548,13 +1548,20 @@ def main(argv: Optional[list[str]] = None) -> int:
            "tallies": [t.to_json() for t in tallies],
            "untyped": sum(len(t.untyped) for t in tallies), "hangs": sum(len(t.hangs) for t in tallies),
            "limit_breaches": sum(len(t.breaches) for t in tallies)}
+    from benchmarks import provenance
+
+    doc[provenance.KEY] = provenance.stamp(
+        __file__, argv, seeds={"first_seed": args.seed,
+                               "inputs": "first_seed, first_seed + 1, ... in each campaign (make_trace(seed), ...)"},
+        peer=provenance.NotApplicable("counts of typed refusals, untyped errors, hangs and limit breaches"),
+        timing=provenance.NotApplicable("nothing is timed but the campaign's wall_s and the hang limit"))
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
     if args.entries:
         path = Path(args.entries)
         results = json.loads(path.read_text()) if path.exists() else {}
-        common = {k: doc[k] for k in ("machine", "first_seed", "address_space_limit_bytes", "knobs", "hang_s",
-                                      "python")}
+        common = {k: doc[k] for k in ("machine", "first_seed", "address_space_limit_bytes", "knobs", "hang_s", "python",
+                                      provenance.KEY)}
         for key, tally in (("case_fields", tallies[3]), ("check_calls", tallies[4])):
             results[key] = dict(common, **tally.to_json(), **({"judge_every": args.judge_every}
                                                                if key == "check_calls" else {}))
