@@ -20,6 +20,7 @@ from harness.launch import TensorMapArg
 from harness.runner import KernelRun, SinkRequest, run_kernel, run_library
 from kernels_ref import first_call
 from kernels_ref.dtypes import DTYPES
+from kernels_ref.scales import groups_of_problem as scale_groups
 from oracle.run.case import Case, CaseError
 from oracle.run.inputs import Operands, Provenance, analytic_ones_value, check_operands
 from oracle.run.recording import Recording, trace_warnings
@@ -140,7 +141,7 @@ def _recording(case: Case, ops: Operands, provenance: Provenance, run: KernelRun
                       f"more than the {ceiling >> 20} MiB ceiling (ORACLE_TRACE_MAX_MB), so the trace is incomplete"))
     if run.sink is not None:
         trace = trace_format.parse_trace(run.sink, block_m=s.tile.bm, block_n=s.tile.bn, block_k=s.tile.bk,
-                                         partial=not run.ok)
+                                         partial=not run.ok, scale_groups=scale_groups(s))
         taps, descriptors = trace.taps, trace.descriptors
         account = trace_format.account_of(trace, relaunched=bool(over.get("relaunched")),
                                           first_capacity=over.get("first_capacity"))
