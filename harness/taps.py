@@ -10,6 +10,7 @@ A tap holds the OUTPUT of a stage as the kernel saw it:
 | load_b               | B tile as the MMA reads it, logical (k,n)| [BK, BN] operand dtype|
 |                      | a packed 4-bit B: its bytes as the dequantiser reads them | [BK/2, BN] uint8 |
 | dequant_a / _b       | the dequantised tile the MMA reads, logical (m,k) / (k,n) | [BM, BK] / [BK, BN] MMA operand dtype |
+| scale_a / scale_b    | the block scales the k-block applied: per row of A's tile / column of B's, one column per scale group of the k-block (BK / gk groups narrower than BK, else 1) | [BM, S] / [BN, S] fp32 |
 | mma                  | accumulator after k-block `k_block` (of its `partial`, for a split tile) | [BM, BN] acc dtype |
 | reduce               | a split tile's partials summed: the accumulator the epilogue reads | [BM, BN] acc dtype |
 | epilogue_<step>      | tile after that epilogue sub-step        | [BM, BN]             |
@@ -65,6 +66,7 @@ from harness.errors import BadInput
 DESCRIPTOR_STAGES = ("descriptor_a", "descriptor_b")
 LOAD_STAGES = ("load_a", "load_b")
 DEQUANT_STAGES = ("dequant_a", "dequant_b")  # a quantised operand's tile after dequantisation
+SCALE_STAGES = ("scale_a", "scale_b")  # the block scales a k-block of a tile applied (kernels_ref.scales)
 EPILOGUE_STEPS = ("scale", "alpha_beta", "bias", "activation", "cast")
 EPILOGUE_STAGES = tuple(f"epilogue_{s}" for s in EPILOGUE_STEPS) + ("epilogue_store",)
 # Pipeline order: the comparator walks stages in this order (a quantised operand's dequant stage,
@@ -72,7 +74,7 @@ EPILOGUE_STAGES = tuple(f"epilogue_{s}" for s in EPILOGUE_STEPS) + ("epilogue_st
 STAGES = DESCRIPTOR_STAGES + LOAD_STAGES + ("mma", "reduce") + EPILOGUE_STAGES
 # A declared epilogue that applies alpha and beta * C as two steps taps them as these stages.
 SPLIT_EPILOGUE_STAGES = ("epilogue_alpha", "epilogue_beta_c")
-_HEAD = DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES + ("mma", "reduce")
+_HEAD = DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES + SCALE_STAGES + ("mma", "reduce")
 # Stages a kernel can tap (epilogue_store is read from the output tensor itself).
 TAP_STAGES = _HEAD + EPILOGUE_STAGES[:-1] + SPLIT_EPILOGUE_STAGES
 # Every stage in one order for sorting: the dequant stages after load, the split steps beside the step they split.
@@ -90,7 +92,7 @@ SOFTMAX_STATE_COLUMNS = ("m", "rescale", "l")  # the columns of a softmax_state 
 # every stage a kernel of any problem kind can tap: what the trace format has a code for
 ALL_TAP_STAGES = TAP_STAGES + ATTENTION_TAP_STAGES
 # stages a tap must name a k-block (GEMM) or KV block (attention) for
-K_BLOCK_STAGES = DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES + ATTENTION_KV_STAGES
+K_BLOCK_STAGES = DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES + SCALE_STAGES + ATTENTION_KV_STAGES
 ALL_STAGES = ALL_STAGES + ATTENTION_STAGES
 
 
@@ -99,10 +101,12 @@ def attention_pipeline(split: bool = False) -> tuple[str, ...]:
     return tuple(s for s in ATTENTION_STAGES if split or s != "combine")
 
 
-def pipeline(epilogue_steps=EPILOGUE_STEPS, dequant=()) -> tuple[str, ...]:
-    """The stages of a problem in pipeline order, its epilogue's steps in their declared order, and
-    a dequant stage for each operand in `dequant` ("a", "b": the quantised ones)."""
-    head = tuple(s for s in _HEAD if s not in DEQUANT_STAGES or s[-1] in tuple(dequant))
+def pipeline(epilogue_steps=EPILOGUE_STEPS, dequant=(), block_scaled: bool = False) -> tuple[str, ...]:
+    """The stages of a problem in pipeline order, its epilogue's steps in their declared order, a
+    dequant stage for each operand in `dequant` ("a", "b": the quantised ones), and the scale stages
+    of a block-scaled problem."""
+    head = tuple(s for s in _HEAD if (s not in DEQUANT_STAGES or s[-1] in tuple(dequant))
+                 and (s not in SCALE_STAGES or block_scaled))
     return head + tuple(f"epilogue_{s}" for s in epilogue_steps) + ("epilogue_store",)
 
 

@@ -62,6 +62,10 @@ STAGE_CODES: dict[str, int] = {
     "o": 23,
     "normalize": 24,
     "combine": 25,
+    # the block scales a k-block applied (harness.taps.SCALE_STAGES): between load / dequant and mma in pipeline
+    # order, added without a version change, as no older trace holds them
+    "scale_a": 26,
+    "scale_b": 27,
 }
 STAGE_NAMES: dict[int, str] = {v: k for k, v in STAGE_CODES.items()}
 if set(STAGE_CODES) != set(ALL_TAP_STAGES):  # one code for every stage a kernel can tap

@@ -125,11 +125,16 @@ class _Warnings:
 
 
 def _expected_shape(stage: str, block_m: int, block_n: int, block_k: int, dtype: str = "",
-                    head_dim_v: Optional[int] = None) -> tuple[int, int]:
+                    head_dim_v: Optional[int] = None, scale_groups: int = 1) -> tuple[int, int]:
     """A tap's tile shape; a load of a packed operand (uint8 bytes) holds two k per byte. Attention:
     block_m query rows, block_n keys (a KV block), block_k the head dim of Q and K, head_dim_v
-    (default block_k) that of V (harness.taps' table)."""
+    (default block_k) that of V (harness.taps' table). A scale tap holds `scale_groups` columns (the
+    scale groups of one k-block)."""
     dv = block_k if head_dim_v is None else head_dim_v
+    if stage == "scale_a":
+        return (block_m, scale_groups)
+    if stage == "scale_b":
+        return (block_n, scale_groups)
     if stage == "load_q":
         return (block_m, block_k)
     if stage == "load_k":
@@ -176,7 +181,8 @@ def _tap_byte_limit(max_tap_bytes: Optional[int]) -> tuple[int, str]:
 
 
 def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool = False,
-                max_tap_bytes: Optional[int] = None, head_dim_v: Optional[int] = None) -> TraceResult:
+                max_tap_bytes: Optional[int] = None, head_dim_v: Optional[int] = None,
+                scale_groups: int = 1) -> TraceResult:
     """Parse a sink copied back from the device into taps and descriptor records.
 
     `buf` is bytes-like (or a 1-D uint8 tensor): the whole sink, or at least its header and
@@ -195,22 +201,27 @@ def parse_trace(buf, *, block_m: int, block_n: int, block_k: int, partial: bool 
     take (a warning, an error, an element held twice) is read record by record, with the same result.
     An attention trace (version 3) is read with block_m = the query block's rows, block_n = the KV
     block's keys, block_k = the head dim of Q and K and `head_dim_v` that of V (default block_k).
+    A block-scaled GEMM's scale_a / scale_b taps are [block_m, scale_groups] / [block_n, scale_groups]
+    (kernels_ref.scales.groups_per_k_block: the scale groups of one k-block).
     """
     return _parse(buf, block_m=block_m, block_n=block_n, block_k=block_k, partial=partial,
-                  max_tap_bytes=max_tap_bytes, head_dim_v=head_dim_v)
+                  max_tap_bytes=max_tap_bytes, head_dim_v=head_dim_v, scale_groups=scale_groups)
 
 
 def _parse(buf, *, block_m: int, block_n: int, block_k: int, partial: bool = False,
-           max_tap_bytes: Optional[int] = None, bulk: bool = True, head_dim_v: Optional[int] = None) -> TraceResult:
+           max_tap_bytes: Optional[int] = None, bulk: bool = True, head_dim_v: Optional[int] = None,
+           scale_groups: int = 1) -> TraceResult:
     """parse_trace; `bulk=False` reads record by record whatever the trace holds."""
+    if isinstance(scale_groups, bool) or not isinstance(scale_groups, int) or not 1 <= scale_groups <= MAX_TILE_DIM:
+        raise ValueError(f"parse_trace: scale_groups={scale_groups!r} must be an int in 1..{MAX_TILE_DIM}")
     for name, v in (("block_m", block_m), ("block_n", block_n), ("block_k", block_k)):
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_TILE_DIM:
             raise ValueError(f"parse_trace: {name}={v!r} must be an int in 1..{MAX_TILE_DIM}")
     if head_dim_v is not None and (isinstance(head_dim_v, bool) or not isinstance(head_dim_v, int)
                                    or not 1 <= head_dim_v < MAX_TILE_DIM):
         raise ValueError(f"parse_trace: head_dim_v={head_dim_v!r} must be an int in 1..{MAX_TILE_DIM - 1}")
-    shape_of = (_expected_shape if head_dim_v is None else
-                lambda stage, bm, bn, bk, dtype="": _expected_shape(stage, bm, bn, bk, dtype, head_dim_v))
+    def shape_of(stage, bm, bn, bk, dtype=""):
+        return _expected_shape(stage, bm, bn, bk, dtype, head_dim_v, scale_groups)
     tap_limit, limit_name = _tap_byte_limit(max_tap_bytes)
     mv = _buffer(buf)
     header = parse_header(mv)

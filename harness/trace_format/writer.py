@@ -38,7 +38,8 @@ class TraceWriter:
         self.selection = TraceSelection(
             tiles=None if tiles is None else tuple(tuple(t) for t in tiles),
             k_blocks=None if k_blocks is None else tuple(k_blocks),
-            stages=TAP_STAGES if stages is None else tuple(stages))
+            stages=tuple(s for s in TAP_STAGES if STAGE_CODES[s] <= MAX_STAGE_CODE_OF_VERSION[version])
+            if stages is None else tuple(stages))  # default: every GEMM stage the version has a code for
         newer = [s for s in self.selection.stages if STAGE_CODES[s] > MAX_STAGE_CODE_OF_VERSION[version]]
         if newer:
             raise ValueError(f"a version-{version} trace cannot hold the stages {', '.join(newer)}")

@@ -128,12 +128,16 @@ class Scale:
     (1, 128) for activations and (128, 128) for weights. Block scales act inside the main loop
     (per k-block); the others act in the epilogue. `major` is how a block scale tensor, logically
     [rows / block rows, K / block k], lies in memory: row (k contiguous, the default) or col (its
-    rows contiguous: DeepGEMM's MN-major activation scales).
+    rows contiguous: DeepGEMM's MN-major activation scales). `dtype` is how a block scale is stored
+    (kernels_ref.scales): fp32 values, e8m0 exponents (OCP MX: 1 x 32 blocks) or e4m3 values
+    (NVFP4-style 1 x 16 blocks; NVFP4's per-tensor fp32 scale is the epilogue's alpha). A block's k
+    extent may be narrower than tile.bk (several scale groups per k-block) if it divides it.
     """
 
     kind: str = "none"
     block: Optional[tuple[int, int]] = None
     major: str = "row"
+    dtype: str = "fp32"
 
     def validate(self, operand: str) -> None:
         kinds = SCALE_KINDS_A if operand == "a" else SCALE_KINDS_B
@@ -145,7 +149,15 @@ class Scale:
                      "a block scale needs (rows, k), two positive integers, e.g. (1, 128)")
             _require(self.major in MAJORS, f"scale_{operand}.major", self.major,
                      "'row' (k contiguous) or 'col' (rows contiguous, MN-major)")
+            from kernels_ref import scales as _scales
+
+            _require(self.dtype in _scales.SCALE_DTYPES, f"scale_{operand}.dtype", self.dtype,
+                     f"one of {', '.join(_scales.SCALE_DTYPES)}")
+            for reason in _scales.check_supported(_layout_unchecked(self), operand):
+                raise SpecError(f"{reason} is not allowed")
         else:
+            _require(self.dtype == "fp32", f"scale_{operand}.dtype", self.dtype,
+                     f"only a 'block' scale has a stored dtype other than fp32 (kind is {self.kind!r})")
             _require(self.major == "row", f"scale_{operand}.major", self.major,
                      f"only a 'block' scale is a matrix with a storage order (kind is {self.kind!r})")
             _require(self.block is None, f"scale_{operand}.block", self.block,
@@ -258,8 +270,12 @@ class ProblemSpec:
             gk = self.scale_a.block[1]
             _require(self.scale_b.block[1] == gk, "scale_b.block", self.scale_b.block,
                      f"the k extent must equal scale_a's ({gk})")
-            _require(gk % self.tile.bk == 0, "scale_a.block", self.scale_a.block,
-                     f"the k extent must be a multiple of tile.bk ({self.tile.bk})")
+            _require(gk % self.tile.bk == 0 or self.tile.bk % gk == 0, "scale_a.block", self.scale_a.block,
+                     f"the k extent must be a multiple of tile.bk ({self.tile.bk}) or divide it (several scale "
+                     f"groups per k-block)")
+            if gk < self.tile.bk:
+                _require(self.k % self.tile.bk == 0, "k", self.k, f"scale groups narrower than tile.bk "
+                         f"({gk} < {self.tile.bk}) are modelled for whole k-blocks: K must be a multiple of tile.bk")
         for f in ("alpha", "beta"):
             v = getattr(self, f)
             _require(_finite(v) and abs(v) <= FP32_MAX, f, v,
@@ -288,10 +304,10 @@ class ProblemSpec:
                      "a partition rule needs a split problem (splits > 1 or stream_k_workers)")
             _require(self.partition != "stream_k_dp_remainder" or self.stream_k_workers is not None, "partition",
                      self.partition, "a data-parallel remainder is a stream-K rule: give stream_k_workers")
-        if self.partitioned:
-            _require(not self.block_scaled, "splits" if self.splits > 1 else "stream_k_workers",
+        if self.partitioned and self.block_scaled:
+            _require(self.scale_a.block[1] >= self.tile.bk, "splits" if self.splits > 1 else "stream_k_workers",
                      self.splits if self.splits > 1 else self.stream_k_workers,
-                     "split accumulation is not modelled with block scales")
+                     "split accumulation with scale groups narrower than tile.bk is not modelled")
         if self.groups is not None:
             g = self.groups
             _require(isinstance(g, tuple) and 0 < len(g) <= MAX_GROUPS, "groups", _count_of(g),
@@ -515,6 +531,8 @@ class ProblemSpec:
                 d[s]["block"] = list(d[s]["block"])
             if d[s]["major"] == "row":
                 del d[s]["major"]  # absent: the default (a recording made before the field reads the same)
+            if d[s]["dtype"] == "fp32":
+                del d[s]["dtype"]
         if d["groups"] is not None:
             d["groups"] = list(d["groups"])
         if d["epilogue"] is None:
@@ -562,6 +580,17 @@ class ProblemSpec:
 _OP_WHY = {"scale": lambda s: f"scale_a {s.scale_a.kind}, scale_b {s.scale_b.kind}",
            "alpha": lambda s: f"alpha = {s.alpha!r}", "beta_c": lambda s: f"beta = {s.beta!r}",
            "bias": lambda s: f"bias = {s.bias!r}", "activation": lambda s: f"activation = {s.activation!r}"}
+
+
+def _layout_unchecked(scale: Scale):
+    """kernels_ref.scales.ScaleLayout of a block Scale, built without its own check (the spec's
+    check names the operand)."""
+    from kernels_ref.scales import ScaleLayout
+
+    lay = object.__new__(ScaleLayout)
+    for f, v in (("block", scale.block), ("dtype", scale.dtype), ("major", scale.major)):
+        object.__setattr__(lay, f, v)
+    return lay
 
 
 def _as_mapping(v: Any, field: str) -> Mapping:

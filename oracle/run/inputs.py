@@ -7,6 +7,10 @@ Inputs are designed so that a bug points at itself:
   dtype, so a misplaced element names its source;
 - ktag: A = 1 and every row of B in k-block j holds 2^(j mod T): the accumulator, divided by BK,
   is a binary record of which k-blocks were summed;
+- scales: a block-scaled problem's A = B = 1 and every scale block a distinct power of two (A's
+  2^-(1 + (i + 7g) mod P), B's 2^((j + 7g + 3) mod P) for scale block row i / column j and k group g;
+  P = 23, or 8 for e4m3 scales): a misapplied scale is exact and names itself (kernels_ref.scales,
+  oracle.judging.scale_hint);
 - random[:seed]: seeded normal values (the default seed is 0);
 - dump:PATH: tensors from a dump file (captured, so not controlled).
 
@@ -39,7 +43,7 @@ from harness.errors import BadInput
 from kernels_ref.dtypes import ALL_TYPES, DTYPES
 from oracle.problem.spec import ProblemSpec
 
-LADDER = ("ones", "index", "ktag", "random")
+LADDER = ("ones", "index", "ktag", "scales", "random")
 # attention's controlled ladders (oracle.run.attention_inputs documents each)
 ATTENTION_LADDER = ("ones", "one_hot", "index", "large_logits", "masked_row", "random")
 KTAG_PERIOD = 16
@@ -109,7 +113,7 @@ def parse_inputs(text: str, ladders: tuple[str, ...] = LADDER) -> tuple[str, Opt
     """An inputs choice, `LADDER[:SEED]` or `dump:PATH`, as (ladder, seed, path); InputError
     naming what is wrong. `ladders`: the problem kind's (ATTENTION_LADDER for attention)."""
     if not isinstance(text, str):
-        raise InputError(f"inputs {text!r} must be a string: ones, index, ktag, random[:seed] or dump:PATH")
+        raise InputError(f"inputs {text!r} must be a string: ones, index, ktag, scales, random[:seed] or dump:PATH")
     ladder, _, arg = text.partition(":")
     if ladder == "dump":
         if not arg:
@@ -179,9 +183,51 @@ def check_operands(spec: ProblemSpec, ops: Operands) -> None:
             raise InputError(f"operand {name!r} is missing: the problem needs shape {list(shape)}")
         if tuple(t.shape) != shape:
             raise InputError(f"operand {name!r} has shape {list(t.shape)}, the problem needs {list(shape)}")
-        want = dtypes.get(name, torch.float32)
+        want = dtypes.get(name, _block_scale_dtype(spec, name))
         if t.dtype != want:
             raise InputError(f"operand {name!r} has dtype {t.dtype}, the problem needs {want}")
+
+
+def _block_scale_dtype(spec: ProblemSpec, name: str) -> torch.dtype:
+    """The torch dtype of an operand the dtype table leaves to fp32: a block scale in its stored dtype."""
+    if name in ("scale_a", "scale_b") and getattr(spec, name).kind == "block":
+        from kernels_ref.scales import torch_dtype
+
+        return torch_dtype(getattr(spec, name).dtype)
+    return torch.float32
+
+
+def pow2_scales(spec: ProblemSpec, name: str) -> torch.Tensor:
+    """The `scales` ladder's values of block scale `name` (float32): a distinct power of two per block."""
+    s = getattr(spec, name)
+    rows, groups = expected_shapes(spec)[name]
+    period = 8 if s.dtype == "e4m3" else 23
+    i = torch.arange(rows)[:, None]
+    g = torch.arange(groups)[None, :]
+    if name == "scale_a":
+        return torch.pow(2.0, -(1 + (i + 7 * g) % period).double()).float()
+    return torch.pow(2.0, ((i + 7 * g + 3) % period).double()).float()
+
+
+def _store_block_scales(spec: ProblemSpec, ops: "Operands") -> "Operands":
+    """Block scales drawn as fp32 values, held in their stored dtype (e8m0: the nearest power of two's
+    byte; e4m3: rounded to it)."""
+    import dataclasses
+
+    from kernels_ref.scales import stored
+
+    out = {}
+    for name in ("scale_a", "scale_b"):
+        s, t = getattr(spec, name), getattr(ops, name)
+        if s.kind != "block" or s.dtype == "fp32" or t is None:
+            continue
+        v = t.double()
+        if s.dtype == "e8m0":
+            v = torch.pow(2.0, torch.log2(v).round().clamp(-127, 127))
+        else:
+            v = v.to(torch.float8_e4m3fn).double()
+        out[name] = stored(v, s.dtype)
+    return dataclasses.replace(ops, **out) if out else ops
 
 
 def operand_bytes(spec: ProblemSpec) -> int:
@@ -301,6 +347,9 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
     def rnd(*shape, scale=1.0):
         return torch.randn(*shape, generator=g, dtype=draw, device=generator) * scale
 
+    if ladder == "scales" and not spec.block_scaled:
+        raise InputError("the scales ladder sets a block-scaled problem's scales (scale_a.kind and scale_b.kind "
+                         "block): this problem has none; use ones, index, ktag or random")
     qop = spec.quant_op
     if qop is not None:
         if ladder == "ktag":
@@ -320,7 +369,7 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
         ones = {n_: torch.ones(shapes[n_]) for n_ in ("scale_a", "scale_b") if shapes[n_] is not None}
         return Operands(**{fop: _cast(fl, spec.mma_dtype)}, **quant, c=c, bias=bias, scale_a=ones.get("scale_a"),
                         scale_b=ones.get("scale_b"))
-    if ladder == "ones":
+    if ladder in ("ones", "scales"):
         a, b = torch.ones(m, k), torch.ones(k, n)
     elif ladder == "index":
         a, b = index_values(m, k, spec.a_dtype), index_values(k, n, spec.b_dtype)
@@ -351,6 +400,8 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
             if name.startswith("scale"):
                 return (torch.rand(*shape, generator=g, dtype=draw, device=generator) * 1.5 + 0.5).float().cpu()
             return rnd(*shape).float()
+        if ladder == "scales" and name in ("scale_a", "scale_b"):
+            return pow2_scales(spec, name)
         if ladder == "index" and name in ("c", "bias"):
             return torch.arange(math.prod(shape), dtype=torch.float32).remainder(64).reshape(shape)
         return torch.ones(shape, dtype=torch.float32)
@@ -361,7 +412,8 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
     bias = aux("bias")
     if bias is not None:
         bias = _cast(bias, spec.bias_dtype)
-    return Operands(a=a, b=b, c=c, bias=bias, scale_a=aux("scale_a"), scale_b=aux("scale_b"))
+    return _store_block_scales(spec, Operands(a=a, b=b, c=c, bias=bias, scale_a=aux("scale_a"),
+                                              scale_b=aux("scale_b")))
 
 
 def _quantised(spec: ProblemSpec, op: str, ladder: str, g: torch.Generator, generator: str):

@@ -20,6 +20,7 @@ from harness.launch import TensorMapArg
 from harness.runner import KernelRun, SinkRequest, run_kernel, run_library
 from kernels_ref import first_call
 from kernels_ref.dtypes import DTYPES
+from kernels_ref.scales import groups_of_problem as scale_groups
 from oracle.problem.attention import is_attention
 from oracle.run import attention_live
 from oracle.run.case_types import Case, CaseError
@@ -150,7 +151,7 @@ def _recording(case: Case, ops: Operands, provenance: Provenance, run: KernelRun
                                                         "parse": time.perf_counter() - t2})
     if run.sink is not None:
         trace = trace_format.parse_trace(run.sink, block_m=s.tile.bm, block_n=s.tile.bn, block_k=s.tile.bk,
-                                         partial=not run.ok)
+                                         partial=not run.ok, scale_groups=scale_groups(s))
         taps, descriptors = trace.taps, trace.descriptors
         account = trace_format.account_of(trace, relaunched=bool(over.get("relaunched")),
                                           first_capacity=over.get("first_capacity"))

@@ -17,6 +17,7 @@ from harness.fields import INT64_MAX, is_opt_int, is_opt_str, is_str_list, requi
 from harness.taps import ALL_TAP_STAGES, DESCRIPTOR_STAGES, TAP_STAGES, DescriptorRecord, Tap
 from harness.trace_format import TraceAccount
 from kernels_ref.dtypes import ALL_TYPES, DTYPES
+from kernels_ref.scales import groups_of_problem as scale_groups
 from oracle.run.inputs import LADDER, InputError, Operands, Provenance, check_operands
 from oracle.problem.spec import ProblemSpec, SpecError
 
@@ -105,7 +106,11 @@ class Recording:
                 continue
             per_a, per_b = (ALL_TYPES[getattr(spec, f"{o}_dtype")].per_item for o in "ab")  # packed: two k a byte
             want_shape = {"load_a": (t.bm, t.bk // per_a), "load_b": (t.bk // per_b, t.bn), "dequant_a": (t.bm, t.bk),
-                          "dequant_b": (t.bk, t.bn)}.get(tap.stage, (t.bm, t.bn))
+                          "dequant_b": (t.bk, t.bn), "scale_a": (t.bm, scale_groups(spec)),
+                          "scale_b": (t.bn, scale_groups(spec))}.get(tap.stage, (t.bm, t.bn))
+            if tap.stage in ("scale_a", "scale_b") and not spec.block_scaled:
+                raise RecordingError(f"{tap.describe()}: the problem has no block scales (scale_a.kind and "
+                                     f"scale_b.kind block)")
             if shape != want_shape:
                 raise RecordingError(f"{tap.describe()}: values have shape {list(shape)}, expected {list(want_shape)}")
             if tap.stage in ("dequant_a", "dequant_b"):

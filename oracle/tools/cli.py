@@ -279,9 +279,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     Useful to see what the oracle reports for each defect class without a GPU.
     --attention: the attention model (oracle.run.attention_model) instead, on --batch, --heads,
     --heads-kv, --queries, --keys, --head-dim, --causal, --blocks BQ BKV, --splits, --page-size;
-    --defect takes its defects' names (e.g. max_not_updated_before_rescale)."""
+    --defect takes its defects' names (e.g. max_not_updated_before_rescale).
+    --block-scaled: the block-scaled fp8 model (oracle.run.scale_model) on its small default problem,
+    with --scale-dtype fp32, e8m0 (MX) or e4m3; --defect takes its scale defects (e.g. scale_b_reused)
+    and --inputs defaults to the scales ladder."""
     if args.attention:
         return _simulate_attention(args)
+    if args.block_scaled:
+        return _simulate_block_scaled(args)
     attention_only = [f"--{f.replace('_', '-')}" for f in ATTENTION_FLAGS if getattr(args, f) is not None]
     if attention_only:
         raise UsageError(f"{', '.join(attention_only)} go with --attention")
@@ -303,6 +308,21 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     rec = simulate(spec, ops, Provenance(args.inputs, args.seed), injection=inj, tap_tiles=tiles)
     rec.save(args.out)
     print(f"wrote {args.out}: {rec.kernel}, {spec.describe()}, {len(rec.taps)} taps (synthetic)")
+    return 0
+
+
+def _simulate_block_scaled(args: argparse.Namespace) -> int:
+    from oracle.run.scale_model import SCALE_DEFECTS, simulate_block_scaled
+
+    if args.defect and args.defect not in SCALE_DEFECTS:
+        raise UsageError(f"--defect {args.defect!r} is not a block-scaled defect; known: {', '.join(SCALE_DEFECTS)}")
+    inputs = "scales" if args.inputs == "random" else args.inputs  # the default ladder: the scales one
+    try:
+        rec = simulate_block_scaled(args.defect, inputs, args.seed, args.scale_dtype or "fp32")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    rec.save(args.out)
+    print(f"wrote {args.out}: {rec.kernel}, {rec.spec.describe()}, {len(rec.taps)} taps (synthetic)")
     return 0
 
 
@@ -547,6 +567,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--swizzle", type=int, default=128)
     s.add_argument("--inputs", default="random")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--block-scaled", action="store_true", help="the block-scaled fp8 model (scale defects)")
+    s.add_argument("--scale-dtype", choices=("fp32", "e8m0", "e4m3"), help="--block-scaled: its scales (default fp32)")
     s.add_argument("--attention", action="store_true", help="an attention recording (the flags below)")
     s.add_argument("--batch", type=int, help="attention: sequences (default 1)")
     s.add_argument("--heads", type=int, help="attention: query heads (default 2)")

@@ -427,7 +427,7 @@ def test_buffer_longer_than_capacity():
     ("capacity", "<Q", 1028, "multiple of 8"),
     ("flags", "<I", 6, "unknown bits"),
     ("stage_mask", "<I", 1, "unknown stage codes"),
-    ("stage_mask", "<I", 1 << 26, "unknown stage codes"),
+    ("stage_mask", "<I", 1 << 28, "unknown stage codes"),  # 26, 27: the scale stages
     ("n_tiles", "<I", 33, "exceeds 32"),
     ("cursor", "<Q", 12, "not a multiple of 8"),
     ("cursor", "<Q", 1024, "no record was counted as dropped"),
@@ -532,8 +532,8 @@ def test_unknown_kind():
 
 
 def test_unknown_stage():
-    with pytest.raises(TraceCodeError, match="stage code 26 is unknown") as e:
-        parse_trace(_put(_valid(), "<B", REC + 8, 26), **BLOCKS)
+    with pytest.raises(TraceCodeError, match="stage code 28 is unknown") as e:
+        parse_trace(_put(_valid(), "<B", REC + 8, 28), **BLOCKS)
     assert e.value.offset == REC + 8
     with pytest.raises(TraceCodeError, match="stage code 0 is unknown"):
         parse_trace(_put(_valid(), "<B", REC + 8, 0), **BLOCKS)

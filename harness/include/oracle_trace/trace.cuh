@@ -118,6 +118,10 @@ enum class Stage : uint8_t {
   O = 23,             // the O accumulator after a KV block
   Normalize = 24,     // O / l and the LSE (column head_dim_v)
   Combine = 25,       // split-KV partials merged by their LSE
+  // The block scales a k-block applied (oracle_trace/scales.cuh taps them); in pipeline order between
+  // LoadA/LoadB (DequantA/DequantB) and Mma.
+  ScaleA = 26,  // [BM, S] fp32: per row of A's tile, per scale group of the k-block
+  ScaleB = 27,  // [BN, S] fp32: per column of B's tile
 };
 
 // Element types (kernels_ref/dtypes.py names: fp32 fp16 bf16 e4m3 e5m2 int8 int32 uint8; uint8 holds

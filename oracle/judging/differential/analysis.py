@@ -1,7 +1,7 @@
 """The whole differential: every stage's references run on the recording, in pipeline order, then
 the first divergence and what the report may claim about it.
 
-descriptor -> load -> (dequant, for a quantised A or B) -> mma -> epilogue sub-steps -> store, each compared
+descriptor -> load -> (dequant, for a quantised A or B) -> (scale_a, scale_b, for block scales) -> mma -> epilogue sub-steps -> store, each compared
 teacher-forced (fed with
 the kernel's own upstream tap) and chained (fed with the reference pipeline); the Triton
 references are cross-checked against their float64 host specs on a few tiles of every run.
@@ -20,7 +20,7 @@ from harness.taps import pipeline
 from kernels_ref.dtypes import DTYPES
 from oracle import knobs
 from oracle.judging.diagnose import Diagnosis, Kind, Verdict, first_divergence
-from oracle.judging.differential.context import Context, StageResult
+from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
 from oracle.judging.differential.cross_check import start_cross_check
 from oracle.judging.differential.dequant import dequant_stage
 from oracle.judging.differential.epilogue import epilogue_stages, reference_chain, steps_of
@@ -31,6 +31,7 @@ from oracle.judging.differential.judge import StageNotes, fold_notes
 from oracle.judging.differential.mma import mma_stage
 from oracle.judging.differential.operands import descriptor_stage, load_stage
 from oracle.judging.differential.reduce import reduce_stage
+from oracle.judging.differential.scales import scale_stage, unmodelled
 from oracle.problem.partition import describe_partitions
 from oracle.run.recording import Recording, RecordingError
 
@@ -148,7 +149,7 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     tapped = sorted(ctx.taps.traced_tiles)
     n_check = knobs.CROSS_CHECK_TILES.get()
     sample = tapped[:n_check] or sorted({(0, 0), (spec.tiles_m - 1, spec.tiles_n - 1)})[:n_check]
-    pending = start_cross_check(ctx, sample)  # its host side overlaps the stages on a GPU
+    pending = start_cross_check(ctx, [] if unmodelled(spec) else sample)  # its host side overlaps the stages
     clock.lap("cross_check")
     try:
         stages, notes = _stages(ctx, clock)
@@ -179,6 +180,8 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     if first is not None:  # the finding's own assumptions are open confounds of the run's report
         open_conf.extend(a for a in first.assumed if a not in open_conf)
     nonfinite, missing = first_nonfinite(stages), tuple(unobserved(ctx, stages))
+    if unmodelled(spec):
+        missing += (unmodelled(spec),)
     clock.lap("findings")
     return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, nonfinite,
                     str(dev), missing, partition=partition, assumed=ctx.geo.partition_assumptions,
@@ -192,7 +195,12 @@ def _stages(ctx: Context, clock: _Clock) -> tuple[list[StageResult], StageNotes]
     done = [descriptor_stage(ctx, op) for op in ("a", "b")]
     done += [load_stage(ctx, op) for op in ("a", "b")]
     done += [dequant_stage(ctx, op) for op in spec.dequant_operands]
+    done += [scale_stage(ctx, op) for op in (("a", "b") if spec.block_scaled else ())]
     clock.lap("descriptor_load")
+    if unmodelled(spec):  # no reference past the scales: the later stages are not run
+        later = [st for st in pipeline(steps_of(spec), spec.dequant_operands, True)[len(done):]]
+        stages = [r for r, _ in done] + [StageResult(st, NOT_RUN_STAGE, NOT_RUN_STAGE) for st in later]
+        return stages, fold_notes([StageNotes(ctx.taps.confounds)] + [n for _, n in done])
     mma_result, mma_notes, finals = mma_stage(ctx.geo, ctx.taps, ctx.ops)
     reduce_result, reduce_notes, sources = reduce_stage(ctx, finals)
     done += [(mma_result, mma_notes), (reduce_result, reduce_notes)]
@@ -203,7 +211,7 @@ def _stages(ctx: Context, clock: _Clock) -> tuple[list[StageResult], StageNotes]
     clock.lap("epilogue_store")
     stages = [result for result, _ in done] + epilogue
     notes = fold_notes([StageNotes(ctx.taps.confounds)] + [n for _, n in done] + [epilogue_notes])
-    assert [s.name for s in stages] == list(pipeline(steps_of(spec), spec.dequant_operands)), \
+    assert [s.name for s in stages] == list(pipeline(steps_of(spec), spec.dequant_operands, spec.block_scaled)), \
         "stage order drifted from harness.taps.pipeline"
     return stages, notes
 

@@ -66,7 +66,8 @@ class DeviceOperands:
         return cls(geo, a, b, ops.c, ops.bias.float() if ops.bias is not None else None,
                    ops.scale_a.float() if spec.scale_a.kind == "row" else None,
                    ops.scale_b.float() if spec.scale_b.kind == "col" else None, tensor_scale,
-                   ops.scale_a.float() if block else None, ops.scale_b.float() if block else None,
+                   _block_values(ops.scale_a, spec.scale_a, dev) if block else None,
+                   _block_values(ops.scale_b, spec.scale_b, dev) if block else None,
                    (spec.scale_a.block[0], spec.scale_b.block[0], spec.scale_a.block[1]) if block else None,
                    q_stored, q_scales, q_zeros, rec.output.to(dev) if rec.output is not None else None,
                    rec.output_poison)
@@ -127,3 +128,10 @@ class DeviceOperands:
         rows = (tt[:, 0:1] * geo.bm + torch.arange(geo.bm, device=dev)[None, :]).clamp(max=spec.m - 1) // gm
         cols = (tt[:, 1:2] * geo.bn + torch.arange(geo.bn, device=dev)[None, :]).clamp(max=spec.n - 1) // gn
         return self.block_a[rows, g], self.block_b[cols, g]
+
+
+def _block_values(t: torch.Tensor, scale, dev) -> torch.Tensor:
+    """A block scale tensor's values in fp32 on `dev` (e8m0 bytes decoded: kernels_ref.scales)."""
+    from kernels_ref.scales import scale_values
+
+    return scale_values(t, scale.dtype).float().to(dev)

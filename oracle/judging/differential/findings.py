@@ -18,7 +18,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from harness.taps import DEQUANT_STAGES, DESCRIPTOR_STAGES, LOAD_STAGES, stage_rank
+from harness.taps import DEQUANT_STAGES, DESCRIPTOR_STAGES, LOAD_STAGES, SCALE_STAGES, stage_rank
 from oracle.judging.compare import Comparison, Status, TileMetrics
 from oracle.judging.diagnose import Diagnosis, Kind, Verdict, evidence_kind
 from oracle.judging.differential.context import Context, StageResult
@@ -89,7 +89,7 @@ def _lost_sites(ctx: Context, stage: str) -> str:
                if t.mask is not None and not bool(t.mask.all())]
     tiles = [(tm, tn) for tm in range(spec.tiles_m) for tn in range(spec.tiles_n) if sel.records_tile((tm, tn))] \
         if spec.tiles_m * spec.tiles_n <= MAX_LISTED_SITES else []
-    has_kb = stage in DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES or stage == "mma"
+    has_kb = stage in DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES + SCALE_STAGES or stage == "mma"
     kbs = [kb for kb in range(spec.k_blocks) if sel.records_k_block(kb)] if has_kb else [None]
     present = {(t.tile, t.k_block) for t in tapped.taps_of(stage)}
     absent = [(stage, t, kb) for t in tiles for kb in kbs if (t, kb) not in present][:MAX_LISTED_SITES]
@@ -199,7 +199,7 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
             in_tile = (el.row - o[0], el.col - o[1])
     return FirstDivergence(st.name, unit.tile, unit.k_block, element, in_tile, el.received if el else None,
                            el.expected if el else None, el.bound if el else None, kind, which,
-                           _hint(ctx, st.name, el) or _partition_hint(ctx, st.name, unit), fed_by=unit.fed_by,
+                           _hint(ctx, st.name, el, unit) or _partition_hint(ctx, st.name, unit), fed_by=unit.fed_by,
                            stand_ins=stand_ins,
                            untraced=diag.untraced, rerun=rerun, unwritten=bool(el and el.unwritten),
                            missing=tuple(missing) if kind is Kind.DRAFT else (), partial=unit.partial,
@@ -253,10 +253,14 @@ def _partition_hint(ctx: Context, stage: str, unit: TileMetrics) -> Optional[str
                  if (i.tile, i.partial, i.k_block) == (unit.tile, unit.partial, unit.k_block)), None)
 
 
-def _hint(ctx: Context, stage: str, el) -> Optional[str]:
+def _hint(ctx: Context, stage: str, el, unit: Optional[TileMetrics] = None) -> Optional[str]:
     geo = ctx.geo
     if el is None:
         return None
+    if stage in SCALE_STAGES and unit is not None:  # which scale of the problem the kernel applied
+        from oracle.judging.differential.scales import hint as scale_hint
+
+        return scale_hint(ctx, stage, el.row, el.col, el.received, unit.tile, unit.partial)
     if el.unwritten:
         return (f"the output element still holds the 0x{ctx.rec.output_poison:02X} poison the harness wrote before the "
                 f"launch: the kernel never wrote it")

@@ -94,6 +94,10 @@ class Geometry:
     # -- tiles ---------------------------------------------------------------------------------
     def origin(self, stage: str, tile: tuple[int, int], k_block: Optional[int]) -> tuple[int, int]:
         tm, tn = tile
+        if stage in ("scale_a", "scale_b"):  # (first row of A / column of B, k-block x scale groups per k-block)
+            from oracle.judging.differential.scales import origin
+
+            return origin(self.spec, stage, tile, k_block, self.bm, self.bn)
         if stage.endswith("_a"):
             return tm * self.bm, (k_block or 0) * self.bk
         if self.quant is not None and self.quant.packed and stage == f"load_{self.quant_op}":  # two k a byte

@@ -1,0 +1,113 @@
+"""The scale stages of a block-scaled problem (scale_a, scale_b): the scales each k-block of a tile
+applied, per row of A's tile (column of B's) and per scale group of the k-block, judged bit for bit
+against the scales the problem implies for that tile and k-block (kernels_ref.scales.tile_scales).
+
+The stage's input is the problem's scale tensor in global memory, so its teacher-forced and chained
+comparisons are the same comparison (fed by global memory). An element is compared where its row
+(column) lies inside the operand and the kernel recorded it. `hint` names which scale of the problem
+a wrong value is (oracle.judging.scale_hint).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from kernels_ref import scales as ref_scales
+from oracle.judging.compare import combine
+from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
+from oracle.judging.differential.judge import Notebook, StageNotes, with_notes
+from oracle.judging.evidence import Feed
+from oracle.judging.scale_hint import ScaleSite, identify
+
+
+def scale_stage(ctx: Context, op: str) -> tuple[StageResult, StageNotes]:
+    """The scale stage of operand `op`, and what it noted."""
+    return with_notes(ctx.geo.dev, lambda nb: _scale_stage(ctx, nb, op))
+
+
+def _axis(ctx: Context, op: str):
+    """(extent, tile extent, rows per scale block) of operand `op`'s scale axis."""
+    geo, spec = ctx.geo, ctx.geo.spec
+    block = getattr(spec, f"scale_{op}").block
+    return (spec.m, geo.bm, block[0]) if op == "a" else (spec.n, geo.bn, block[0])
+
+
+def values(ctx: Context, op: str) -> torch.Tensor:
+    """The problem's scale values of operand `op`, float64 on the CPU: [row blocks, groups]."""
+    spec = ctx.geo.spec
+    t = ctx.rec.operands.scale_a if op == "a" else ctx.rec.operands.scale_b
+    return ref_scales.scale_values(t, getattr(spec, f"scale_{op}").dtype)
+
+
+def _scale_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
+    geo, tapped = ctx.geo, ctx.taps
+    stage = f"scale_{op}"
+    taps = tapped.taps_of(stage)
+    if not taps:
+        return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
+    spec = geo.spec
+    gk = spec.scale_a.block[1]
+    s = ref_scales.groups_per_k_block(gk, geo.bk)
+    extent, width, block_rows = _axis(ctx, op)
+    vals = values(ctx, op)
+    out = []
+    for tap in taps:
+        row0 = (tap.tile[0] if op == "a" else tap.tile[1]) * width
+        received = tap.values.to(geo.dev)
+        if tuple(received.shape) != (width, s):
+            nb.confound(f"{tap.describe()} holds shape {tuple(received.shape)}, not the [{width}, {s}] of one k-block's "
+                        f"scales: the tap is left out")
+            continue
+        want = ref_scales.tile_scales(vals, block_rows, gk, row0, width, tap.k_block, geo.bk, extent)
+        valid = (row0 + torch.arange(width, device=geo.dev) < extent)[:, None].expand(width, s)
+        recorded = tapped.recorded(tap)
+        nb.note_padding(stage, valid, recorded)
+        out.append(nb.judge(received.float(), want.float().to(geo.dev), feed=Feed.GLOBAL, valid=valid,
+                            recorded=recorded, origin=(row0, tap.k_block * s), tile_index=tap.tile,
+                            k_block=tap.k_block, partial=tap.partial))
+    return StageResult(stage, combine(out), combine(out))
+
+
+def unmodelled(spec) -> Optional[str]:
+    """Why the mma and later references cannot judge a block-scaled problem (None: they can): scale
+    groups narrower than the k-block, or a split tile, are judged up to the scale stages only."""
+    if not spec.block_scaled:
+        return None
+    gk = spec.scale_a.block[1]
+    if gk < spec.tile.bk:
+        return (f"mma and the stages after it: their references hold one scale per k-block, and scale_a.block's k "
+                f"extent ({gk}) is narrower than tile.bk ({spec.tile.bk}); judged up to scale_a / scale_b")
+    if spec.partitioned:
+        return "mma and the stages after it: split accumulation with block scales has no reference yet; judged up " \
+               "to scale_a / scale_b"
+    return None
+
+
+def origin(spec, stage: str, tile: tuple[int, int], k_block: Optional[int], bm: int, bn: int) -> tuple[int, int]:
+    """Where a scale tap's element (0, 0) lies in the stage's space: (its first row of A / column of B,
+    k_block x the scale groups of one k-block)."""
+    s = ref_scales.groups_of_problem(spec)
+    return ((tile[0] * bm) if stage == "scale_a" else (tile[1] * bn)), (k_block or 0) * s
+
+
+def hint(ctx: Context, stage: str, row: int, col: int, received: float, tile, partial: Optional[int]) -> Optional[str]:
+    """Which scale of the problem the applied value at (row, col) of `stage` is: row the row of A
+    (column of B), col = k-block x groups per k-block + the group inside it."""
+    geo, spec = ctx.geo, ctx.geo.spec
+    op = stage[-1]
+    gk = spec.scale_a.block[1]
+    s = ref_scales.groups_per_k_block(gk, geo.bk)
+    kb, j = divmod(col, s)
+    g = ref_scales.group_of(kb, j, gk, geo.bk)
+    slice0 = None
+    if partial:
+        mine, first = geo.partial(tile, partial), geo.partial(tile, 0)
+        if mine.kb_end > mine.kb_begin and first.kb_end > first.kb_begin:
+            slice0 = ref_scales.group_of(first.kb_begin + kb - mine.kb_begin, j, gk, geo.bk)
+    _, width, block_rows = _axis(ctx, op)
+    other = "b" if op == "a" else "a"
+    other_row0 = tile[1] * geo.bn if op == "a" else tile[0] * geo.bm
+    site = ScaleSite(op, tuple(tile), kb, row, g, block_rows, width, partial, slice0, other_row0)
+    return identify(site, received, values(ctx, op), values(ctx, other), _axis(ctx, other)[2])
