@@ -75,7 +75,7 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from harness.errors import BadInput
 from harness.fields import shown
@@ -242,6 +242,10 @@ def load_case(path: Optional[str], problem_overrides: Mapping[str, Any] = (), *,
     prob.update(dict(problem_overrides))
     if not prob:
         raise CaseError("no problem given: use a [problem] table or --problem m=...,n=...,k=...")
+    if prob.get("kind", "gemm") != "gemm":
+        raise CaseError(f"[problem] kind = {shown(prob['kind'])}: this loader reads GEMM cases (kind \"gemm\"); an "
+                        f"attention case is read by oracle.run.attention_case.load_attention_case")
+    prob.pop("kind", None)
     prob = _resolve_problem(prob)
     try:
         spec = ProblemSpec.from_json(prob)
@@ -494,7 +498,29 @@ def _triple(v, key: str, expressions: bool = False) -> tuple:
     return tuple(list(v) + [1] * (3 - len(v)))
 
 
-def _launch(sec: dict, where: str = "[launch]") -> LaunchPlan:
+def read_case_document(path: str, trust: CaseTrust) -> dict:
+    """The TOML of the case file `path`, its extends chain merged and the files it names joined to
+    its folder and held inside it as `trust` says (what load_case reads before the problem)."""
+    return _read_case(path, (), trust, extends_root(path))
+
+
+def kernel_source(sec: Optional[dict], base: str) -> Optional[KernelSource]:
+    """[kernel] of a case document (paths already joined to `base`), checked as load_case checks it."""
+    return _kernel(sec, base, None, None)
+
+
+def launch_plan(sec: dict, arg: Callable[[Any, int], Arg]) -> LaunchPlan:
+    """[launch] (and its [[launch.next]]) of a case document with another problem kind's argument
+    grammar: `arg(value, index)` -> Arg, or a CaseError naming the argument."""
+    return _launch(sec, arg_of=arg)
+
+
+def workspaces_of(sec: Any) -> tuple[Workspace, ...]:
+    """[workspace.NAME] tables of a case document."""
+    return _workspaces(sec)
+
+
+def _launch(sec: dict, where: str = "[launch]", arg_of: Optional[Callable[[Any, int], Arg]] = None) -> LaunchPlan:
     if not isinstance(sec, dict):
         raise CaseError(f"{where} must be a table, got {sec!r}")
     if "abi" in sec:
@@ -507,7 +533,7 @@ def _launch(sec: dict, where: str = "[launch]") -> LaunchPlan:
     if "next" in sec:
         if not isinstance(sec["next"], list):
             raise CaseError("[[launch.next]] must be an array of tables (one per kernel launched after the first)")
-        nxt = tuple(_launch(t, f"[[launch.next]] #{i}") for i, t in enumerate(sec["next"]))
+        nxt = tuple(_launch(t, f"[[launch.next]] #{i}", arg_of) for i, t in enumerate(sec["next"]))
         for i, t in enumerate(nxt):
             if not isinstance(t.entry, str) or not t.entry:
                 raise CaseError(f"[[launch.next]] #{i} needs entry = \"kernel name\"")
@@ -518,7 +544,7 @@ def _launch(sec: dict, where: str = "[launch]") -> LaunchPlan:
     block = _triple(sec["block"], "block")
     if not isinstance(sec["args"], list):
         raise CaseError(f"[launch] args = {shown(sec['args'])} must be a list of the kernel's arguments, in order")
-    args = tuple(_arg(a, i) for i, a in enumerate(sec["args"]))
+    args = tuple((arg_of or _arg)(a, i) for i, a in enumerate(sec["args"]))
     smem = sec.get("shared_mem_bytes", 0)
     if not _index(smem):
         raise CaseError(f"{where} shared_mem_bytes = {shown(smem)} must be a non-negative integer")
