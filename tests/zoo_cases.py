@@ -18,18 +18,23 @@ MANIFEST = ROOT / "tests" / "zoo" / "manifest.json"
 EPILOGUE_TAPS = {"epilogue_alpha_beta", "epilogue_bias", "epilogue_activation", "epilogue_cast"}
 
 
-def entries(kernel_dir: Optional[str] = None) -> list[dict]:
+def entries(kernel_dir: Optional[str] = None, kind: Optional[str] = "gemm") -> list[dict]:
+    """The manifest's entries of problem kind `kind` (an entry's `kind`, "gemm" when absent; None:
+    every kind), under `kernel_dir` if given."""
     with open(MANIFEST) as f:
         doc = json.load(f)
-    return [e for e in doc if kernel_dir is None or e["kernel"].startswith(kernel_dir)]
+    return [e for e in doc if (kernel_dir is None or e["kernel"].startswith(kernel_dir))
+            and (kind is None or e.get("kind", "gemm") == kind)]
 
 
 # The offline dump test is spread over files (tests/cpu/test_zoo_dumps*.py), one per shard, so that
 # `--dist loadfile` runs them side by side; every entry falls in exactly one shard, "rest" included.
-DUMP_SHARDS = ("cutlass_coop", "cutlass_pingpong", "hopper", "split", "rest")
+DUMP_SHARDS = ("cutlass_coop", "cutlass_pingpong", "hopper", "split", "attention", "rest")
 
 
 def dump_shard(entry: dict) -> str:
+    if entry.get("kind") == "attention":
+        return "attention"
     family = entry["kernel"].split("/")[1]
     if family == "cutlass_sm90":
         return "cutlass_pingpong" if "pingpong" in entry["name"] else "cutlass_coop"
@@ -38,7 +43,7 @@ def dump_shard(entry: dict) -> str:
 
 def dump_entries(shard: str) -> list[dict]:
     assert shard in DUMP_SHARDS, shard
-    return [e for e in entries() if dump_shard(e) == shard]
+    return [e for e in entries(kind=None) if dump_shard(e) == shard]
 
 
 def judge_recorded_dump(entry: dict) -> None:
@@ -50,8 +55,7 @@ def judge_recorded_dump(entry: dict) -> None:
 
     path = ROOT / entry["dump"]
     if not path.is_file() and entry.get("dump_pending"):
-        pytest.skip(f"{entry['dump']} has not been recorded yet: record it on the H200 with ORACLE_ZOO_RECORD_DIR="
-                    f"tests/zoo/dumps python -m pytest tests/gpu/test_zoo.py -k {entry['name']}")
+        pytest.skip(pending_reason(entry))
     assert path.is_file(), f"{entry['dump']} is missing: record it on the GPU (tests/gpu/test_zoo.py)"
     rec = Recording.load(str(path))
     case = entry_case(entry, entry.get("record_problem") or entry["problem"])
@@ -135,3 +139,77 @@ def check_judgement(want: Optional[str], case: Case, an, entry: Optional[dict] =
             assert got == entry[key], (key, got, entry[key], an.first)
     upstream = [s for s in an.stages if stage_rank(s.name) < stage_rank(want)]
     assert all(Status.MISMATCH not in (s.teacher_forced.status, s.chained.status) for s in upstream), table
+
+
+def pending_reason(entry: dict) -> str:
+    """Why an entry added without a GPU has no recording yet, and how to make it."""
+    test = "tests/gpu/test_attention_zoo_gpu.py" if entry.get("kind") == "attention" else "tests/gpu/test_zoo.py"
+    return (f"{entry['dump']} has not been recorded yet: record it on the H200 with ORACLE_ZOO_RECORD_DIR="
+            f"tests/zoo/dumps python -m pytest {test} -k {entry['name']}")
+
+
+# -- attention entries (`kind` "attention": a case file with [problem] kind = "attention") -------------
+def attention_entry_case(entry: dict, problem: Optional[dict] = None):
+    """The attention entry's case: its case file, problem overrides, traced entry point and trace selection."""
+    from dataclasses import replace
+
+    from oracle.run.case import load_case
+
+    src, _, fn = entry["kernel"].partition(":")
+    case = load_case(str(ROOT / entry["case"]), problem if problem is not None else entry["problem"], entry=fn)
+    assert case.kernel.source is not None and Path(case.kernel.source).resolve() == (ROOT / src).resolve(), \
+        (entry["name"], case.kernel.source, src)
+    if "trace" in entry:
+        plan = trace_plan(entry["trace"], where=f"manifest entry {entry['name']!r} trace")
+        case = replace(case, trace=replace(case.trace, tiles=plan.tiles or case.trace.tiles, k_blocks=plan.k_blocks))
+    return case
+
+
+def attention_tapped_stages(case) -> set[str]:
+    """The stages the fa2_sm80 kernel taps: every attention stage, combine only when split."""
+    from harness.taps import ATTENTION_TAP_STAGES
+
+    return {s for s in ATTENTION_TAP_STAGES if s != "combine" or case.spec.splits > 1}
+
+
+def check_attention_judgement(want: Optional[str], case, an, entry: Optional[dict] = None) -> None:
+    """The oracle's judgement of one attention run must be `want`: the first divergent stage (a
+    VERDICT, every stage before it MATCH teacher-forced, the manifest's KV block if it names one),
+    or None for a MATCH at every tapped stage, teacher-forced and chained."""
+    from oracle.report.table import sentence
+
+    table = {s.name: (s.teacher_forced.status.value, s.chained.status.value) for s in an.stages}
+    tapped = attention_tapped_stages(case)
+    if want is None:
+        assert an.verdict is Verdict.MATCH and an.first is None, (sentence(an), table)
+        for st in an.stages:
+            if st.name in tapped:
+                assert st.teacher_forced.status is Status.MATCH and st.chained.status is Status.MATCH, (st.name, table)
+        return
+    names = [s.name for s in an.stages]
+    assert want in names, (want, names)
+    assert an.verdict is Verdict.DIVERGED and an.first.stage == want, (sentence(an), table)
+    assert an.first.kind is Kind.VERDICT, (sentence(an), an.first.missing)
+    assert an.stages[names.index(want)].teacher_forced.status is Status.MISMATCH, table
+    for st in an.stages[:names.index(want)]:
+        assert st.teacher_forced.status is Status.MATCH, (st.name, table)
+    if entry is not None and "expected_k_block" in entry:
+        assert an.first.k_block == entry["expected_k_block"], (an.first.k_block, entry["expected_k_block"], sentence(an))
+
+
+def judge_recorded_attention_dump(entry: dict) -> None:
+    """The attention entry's recorded trace, judged offline as the manifest says."""
+    import pytest
+
+    from oracle.judging.attention_analysis import analyze_attention
+    from oracle.run.attention_recording import AttentionRecording
+
+    path = ROOT / entry["dump"]
+    if not path.is_file() and entry.get("dump_pending"):
+        pytest.skip(pending_reason(entry))
+    assert path.is_file(), f"{entry['dump']} is missing: record it on the GPU (tests/gpu/test_attention_zoo_gpu.py)"
+    rec = AttentionRecording.load(str(path))
+    case = attention_entry_case(entry, entry.get("record_problem") or entry["problem"])
+    assert rec.spec == case.spec, "the dump was recorded for another problem than the manifest's"
+    assert attention_tapped_stages(case) <= {t.stage for t in rec.taps}
+    check_attention_judgement(entry["expected_stage"], case, analyze_attention(rec), entry)

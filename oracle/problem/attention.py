@@ -65,7 +65,8 @@ OPERANDS = ("q", "k", "v", "o", "lse", "cu_seqlens_q", "cu_seqlens_k", "page_tab
 OUTPUTS = ("o", "lse")
 LAUNCH_SIZES = ("batch", "heads_q", "heads_kv", "group", "seqlen_q", "seqlen_k", "head_dim", "head_dim_v",
                 "block_q", "block_kv", "q_blocks", "kv_blocks", "units", "splits", "page_size", "num_pages",
-                "max_pages", "total_q", "total_k", "num_sms")
+                "max_pages", "total_q", "total_k", "causal", "num_sms")
+CAUSAL_CODES = {"none": 0, "top_left": 1, "bottom_right": 2}  # the `causal` size a launch passes
 LAUNCH_FLOATS = ("softmax_scale", "softcap", "descale_q", "descale_k", "descale_v", "p_scale")
 
 

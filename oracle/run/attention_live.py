@@ -23,7 +23,7 @@ import torch
 from harness import trace_format
 from harness.trace_budget import TraceBudget, attention_trace_budget
 from kernels_ref.dtypes import DTYPES
-from oracle.problem.attention import AttentionSpec, check_selection, is_attention, tap_stages  # noqa: F401 (for callers)
+from oracle.problem.attention import CAUSAL_CODES, AttentionSpec, check_selection, is_attention, tap_stages  # noqa: F401 (for callers)
 from oracle.run.attention_inputs import AttentionOperands, make_attention_operands
 from oracle.run.attention_recording import AttentionRecording, _check_types, shapes_of
 from oracle.run.inputs import ATTENTION_LADDER, InputError, Provenance, operand_limit_bytes, parse_inputs
@@ -36,7 +36,8 @@ def launch_names(spec: AttentionSpec, num_sms: int) -> dict[str, int]:
             "head_dim_v": spec.head_dim_v, "block_q": spec.block_q, "block_kv": spec.block_kv,
             "q_blocks": spec.q_blocks, "kv_blocks": spec.kv_blocks, "units": spec.units, "splits": spec.splits,
             "page_size": spec.page_size or 0, "num_pages": spec.num_pages or 0, "max_pages": spec.max_pages or 0,
-            "total_q": sum(spec.lengths_q), "total_k": sum(spec.lengths_k), "num_sms": num_sms}
+            "total_q": sum(spec.lengths_q), "total_k": sum(spec.lengths_k), "causal": CAUSAL_CODES[spec.causal],
+            "num_sms": num_sms}
 
 
 def present(spec: AttentionSpec) -> set[str]:

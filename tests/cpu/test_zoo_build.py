@@ -37,7 +37,7 @@ SM80_DIR = ROOT / "zoo" / "sm80_gemm"
 SM80_SOURCE = SM80_DIR / "sm80_gemm.cu"
 ENTRY_KEYS = {"name", "kernel", "case", "defect", "expected_stage", "problem", "dump"}
 OPTIONAL_KEYS = {"seed", "note", "trace", "record_problem", "expected_group", "expected_partial", "expected_race",
-                 "dump_pending", "expected_tile", "expected_k_block"}
+                 "dump_pending", "expected_tile", "expected_k_block", "kind"}
 
 # Every variant of the sm80 GEMM (the ZOO_SM80_* lists in sm80_gemm.cu): (dtype, defect).
 SM80_VARIANTS = [("bf16", None), ("fp16", None)] + [("bf16", d) for d in (
@@ -84,6 +84,15 @@ def test_manifest_is_well_formed():
             assert f"_{e['defect']}_" in fn, f"{where}: entry point {fn} does not carry the defect {e['defect']!r}"
         if e["expected_stage"] is None and e["defect"] is not None:
             assert e.get("note"), f"{where}: a defect the oracle must not blame needs a note saying why"
+        assert e.get("kind", "gemm") in ("gemm", "attention"), f"{where}: kind {e.get('kind')!r}"
+        if e.get("kind") == "attention":  # an attention case (oracle.run.attention_case), its own stages
+            from harness.taps import ATTENTION_STAGES
+            from zoo_cases import attention_entry_case
+
+            assert e["expected_stage"] is None or e["expected_stage"] in ATTENTION_STAGES, where
+            for prob in [e["problem"]] + ([e["record_problem"]] if "record_problem" in e else []):
+                assert attention_entry_case(e, prob).spec.kind == "attention", where
+            continue
         assert isinstance(e["problem"], dict) and {"m", "n", "k"} <= set(e["problem"]), \
             f"{where}: problem overrides must give at least m, n and k"
         assert isinstance(e.get("seed", 0), int), where
