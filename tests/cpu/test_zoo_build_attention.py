@@ -9,7 +9,7 @@ its manifest entries and its case files.
 - tests/zoo/manifest.json: one entry per planted defect of the source (by its define), the correct
   dense, head_dim 128, split-KV and paged variants, every entry point in the traced cubin, every
   defect case defining exactly its defect's macro;
-- every case file under zoo/fa2_sm80 loads (oracle.run.attention_case) with a launch that fits the
+- every case file under zoo/fa2_sm80 loads (oracle.run.case.load_case) with a launch that fits the
   kernel: the shared memory of its head dim, 128 threads, the combine after a split.
 Builds go through the oracle's build cache (tests/cuda_tools.zoo_build), two at a time.
 """
@@ -125,7 +125,7 @@ def test_the_manifest_names_the_stage_each_defect_first_changes():
 # -- the case files -------------------------------------------------------------------------------
 @pytest.mark.parametrize("path", sorted(FA2_DIR.rglob("*.toml")), ids=lambda p: str(p.relative_to(FA2_DIR)))
 def test_every_case_file_loads_with_a_launch_that_fits_the_kernel(path):
-    from oracle.run.attention_case import load_attention_case
+    from oracle.run.case import load_case as load_attention_case
 
     case = load_attention_case(str(path))
     s = case.spec
