@@ -85,6 +85,7 @@ from harness.names import check_entry
 from oracle.run.adapters import Adapter, adapter_of
 from oracle.run.case_files import CaseTrust, case_path, check_kernel_file, check_library_allowed, extends_root
 from oracle.run.case_grammar import check_kernel_names
+from oracle.run.kernel_flags import check_nvcc_flags, resolve_include_dirs
 from oracle.problem.spec import ProblemSpec, SpecError
 
 OPERANDS = ("a", "b", "c", "d", "bias", "scale_a", "scale_b", "group_offsets", "b_scales", "b_zeros", "a_scales",
@@ -119,6 +120,8 @@ class KernelSource:
     untraced_entry: Optional[str] = None  # the entry in the build without -DORACLE_TRACE (default: `entry`)
     library: Optional[str] = None  # a launch library's source (entry is then its oracle_launch)
     adapter: Optional[Adapter] = None  # the shipped adapter the library includes (oracle.run.adapters)
+    include_dirs: tuple[str, ...] = ()  # folders searched for headers, checked (oracle.run.kernel_flags)
+    nvcc_flags: tuple[str, ...] = ()  # extra nvcc flags, each on the allow-list (oracle.run.kernel_flags)
 
 
 @dataclass(frozen=True)
@@ -371,6 +374,8 @@ def _read_case(path: str, seen: tuple[str, ...], trust: CaseTrust, chain_root: s
             if not isinstance(value, str) or not value:
                 raise CaseError(f"{path}: [kernel] {key} = {shown(value)} must be the path of a file (a string)")
             doc["kernel"][key] = case_path(value, f"[kernel] {key}", path, here, trust, CaseError)
+    if "include_dirs" in doc.get("kernel", {}):  # relative to the file that names them, like its files
+        doc["kernel"]["include_dirs"] = resolve_include_dirs(doc["kernel"]["include_dirs"], path, trust, CaseError)
     parent = doc.pop("extends", None)
     if parent is None:
         return doc
@@ -420,7 +425,16 @@ def _library_kernel(sec: dict, base: str, source: Optional[str], entry: Optional
     check_kernel_names(None, None, LIBRARY_ENTRY, None, defines, CaseError, library=library)
     check_kernel_file("library", library, CaseError)  # a source, never an object or archive, before it is read
     arch = _arch(sec)
-    return KernelSource(None, LIBRARY_ENTRY, defines, arch, library=library, adapter=adapter_of(library))
+    return KernelSource(None, LIBRARY_ENTRY, defines, arch, library=library, adapter=adapter_of(library),
+                        **_build_options(sec))
+
+
+def _build_options(sec: dict) -> dict:
+    """include_dirs (resolved by _read_case) and nvcc_flags (checked against the allow-list)."""
+    dirs = sec.get("include_dirs", [])
+    if not isinstance(dirs, list) or not all(isinstance(d, str) and os.path.isabs(d) for d in dirs):
+        raise CaseError(f"[kernel] include_dirs = {shown(dirs)} must be folders named by a case file")
+    return {"include_dirs": tuple(dirs), "nvcc_flags": check_nvcc_flags(sec.get("nvcc_flags", []), CaseError)}
 
 
 def check_adapter(spec: ProblemSpec, kernel: Optional[KernelSource]) -> None:
@@ -448,10 +462,10 @@ def _check_library(kernel: Optional[KernelSource], launch: Optional[LaunchPlan])
 def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Optional[str]) -> Optional[KernelSource]:
     sec = dict(sec or {})
     unknown = sorted(set(sec) - {"source", "entry", "defines", "arch", "cubin", "time_entry", "untraced_entry",
-                                 "library"})
+                                 "library", "include_dirs", "nvcc_flags"})
     if unknown:
         raise CaseError(f"[kernel]: unknown key(s) {', '.join(unknown)}; allowed: source, entry, defines, arch, "
-                        f"cubin, time_entry, untraced_entry, library")
+                        f"cubin, time_entry, untraced_entry, library, include_dirs, nvcc_flags")
     for key in KERNEL_FILES:  # a case read from a file has them as paths already; inline ones too
         if key in sec and (not isinstance(sec[key], str) or not sec[key]):
             raise CaseError(f"[kernel] {key} = {shown(sec[key])} must be the path of a file (a string)")
@@ -478,7 +492,10 @@ def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Option
     if untraced is not None:
         check_entry(untraced, "[kernel] untraced_entry", CaseError)
     arch = _arch(sec)
-    return KernelSource(src, ent, defines, arch, cubin, time_entry, untraced)
+    options = _build_options(sec)
+    if cubin is not None and src is None and (options["include_dirs"] or options["nvcc_flags"]):
+        raise CaseError("[kernel] include_dirs and nvcc_flags are for a build: a prebuilt [kernel] cubin has none")
+    return KernelSource(src, ent, defines, arch, cubin, time_entry, untraced, **options)
 
 
 def _triple(v, key: str, expressions: bool = False) -> tuple:

@@ -21,6 +21,7 @@ from harness.runner import KernelRun, SinkRequest, run_kernel, run_library
 from kernels_ref import first_call
 from kernels_ref.dtypes import DTYPES
 from oracle.run.case import Case, CaseError
+from oracle.run.kernel_flags import build_options
 from oracle.run.inputs import Operands, Provenance, analytic_ones_value, check_operands
 from oracle.run.recording import Recording, trace_warnings
 from oracle.run.launch import from_storage, is_library, launch_sequence, library_call
@@ -66,7 +67,8 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
         cubin = load_cubin(k.cubin)
     else:
         defines = {"ORACLE_TRACE": "1", **k.defines}
-        br = build_cubin(k.source, arch=k.arch, defines=defines)  # the trace header's folder is always searched
+        # the trace header's folder is always searched, after the case's include_dirs
+        br = build_cubin(k.source, arch=k.arch, defines=defines, **build_options(k))
         cubin, cached = br.read(), br.cached  # the verified bytes
     sel = trace_selection(case)
     capacity = initial_sink_bytes(budget, ceiling)
@@ -93,7 +95,7 @@ def _run_live_library(case: Case, ops: Operands, provenance: Provenance, budget,
                         "library's kernels keep to themselves: not available for [kernel] library cases")
     call, tensors = library_call(case, ops)
     k = case.kernel
-    br = build_library(k.library, arch=k.arch, defines={"ORACLE_TRACE": "1", **k.defines})
+    br = build_library(k.library, arch=k.arch, defines={"ORACLE_TRACE": "1", **k.defines}, **build_options(k))
     sel = trace_selection(case)
     capacity = initial_sink_bytes(budget, ceiling)
     prefix = trace_format.sink_prefix(capacity, tiles=sel.tiles, k_blocks=sel.k_blocks, stages=sel.stages)

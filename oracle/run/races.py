@@ -12,6 +12,7 @@ import torch
 from harness.build import build_cubin, build_library
 from harness.runner import KernelRun, run_kernel, run_library
 from oracle.run.case import Case, CaseError
+from oracle.run.kernel_flags import build_options
 from oracle.run.inputs import Operands, Provenance
 from oracle.run.recording import Recording
 from oracle.run.launch import from_storage, is_library, launch_sequence, library_call
@@ -45,7 +46,7 @@ def untraced_build(case: Case):
     if k.cubin:
         raise CaseError("a prebuilt [kernel] cubin has no untraced build: give the source to run the untraced "
                         "kernel (--repeat, --sanitize)")
-    br = build_cubin(k.source, arch=k.arch, defines=dict(k.defines))
+    br = build_cubin(k.source, arch=k.arch, defines=dict(k.defines), **build_options(k))
     return br.read(), k.untraced_entry or k.entry
 
 
@@ -53,7 +54,7 @@ def _run_untraced_library(case: Case, ops: Operands, timeout_s: Optional[float])
     """One call of the launch library built without -DORACLE_TRACE (no sink)."""
     k = case.kernel
     call, tensors = library_call(case, ops)
-    br = build_library(k.library, arch=k.arch, defines=dict(k.defines))
+    br = build_library(k.library, arch=k.arch, defines=dict(k.defines), **build_options(k))
     return run_library(br, call, tensors, timeout_s=timeout_s)
 
 
