@@ -84,6 +84,7 @@ from harness.launch_abi import ABIS, ENTRY_SYMBOL
 from harness.names import check_entry
 from oracle.run.adapters import Adapter, adapter_of
 from oracle.run.case_files import CaseTrust, case_path, check_kernel_file, check_library_allowed, extends_root
+from oracle.run.case_extends import apply_unset
 from oracle.run.case_grammar import check_kernel_names
 from oracle.run.kernel_flags import check_nvcc_flags, resolve_include_dirs
 from oracle.problem.spec import ProblemSpec, SpecError
@@ -361,9 +362,10 @@ def _read_case(path: str, seen: tuple[str, ...], trust: CaseTrust, chain_root: s
     (relative to itself, inside `chain_root`) and replace keys of its tables; the base's file paths
     stay its own, inside its own folder (oracle.run.case_files)."""
     doc = read_toml(path, "case file")
-    unknown = sorted(set(doc) - set(SECTIONS) - {"extends"})
+    unknown = sorted(set(doc) - set(SECTIONS) - {"extends", "unset"})
     if unknown:
-        raise CaseError(f"{path}: unknown section(s) {', '.join(unknown)}; allowed: {', '.join(SECTIONS)}, extends")
+        raise CaseError(f"{path}: unknown section(s) {', '.join(unknown)}; allowed: {', '.join(SECTIONS)}, extends, "
+                        f"unset")
     for section in SECTIONS:
         if section in doc and not isinstance(doc[section], dict):
             raise CaseError(f"{path}: {section} = {shown(doc[section])} must be a table ([{section}])")
@@ -376,8 +378,10 @@ def _read_case(path: str, seen: tuple[str, ...], trust: CaseTrust, chain_root: s
             doc["kernel"][key] = case_path(value, f"[kernel] {key}", path, here, trust, CaseError)
     if "include_dirs" in doc.get("kernel", {}):  # relative to the file that names them, like its files
         doc["kernel"]["include_dirs"] = resolve_include_dirs(doc["kernel"]["include_dirs"], path, trust, CaseError)
-    parent = doc.pop("extends", None)
+    parent, unset = doc.pop("extends", None), doc.pop("unset", None)
     if parent is None:
+        if unset is not None:
+            raise CaseError(f"{path}: unset = {shown(unset)} removes keys of a base: it needs extends = \"BASE.toml\"")
         return doc
     if not isinstance(parent, str) or not parent:
         raise CaseError(f"{path}: extends must be the path of a case file, got {parent!r}")
@@ -385,6 +389,8 @@ def _read_case(path: str, seen: tuple[str, ...], trust: CaseTrust, chain_root: s
     if parent_path in seen or len(seen) > 8:
         raise CaseError(f"{path}: extends forms a cycle or a chain deeper than 8: {' -> '.join(seen + (parent_path,))}")
     merged = _read_case(parent_path, seen + (os.path.abspath(path),), trust, chain_root)
+    if unset is not None:  # the base's keys this case drops (oracle.run.case_extends)
+        merged = apply_unset(merged, unset, path, CaseError)
     for section, table in doc.items():
         merged[section] = {**merged.get(section, {}), **table}
     return merged
