@@ -144,6 +144,7 @@ class LaunchPlan:
     entry: Optional[str] = None  # a later launch's kernel (the first launch runs [kernel] entry)
     next: tuple["LaunchPlan", ...] = ()  # kernels launched after this one, in order, on the same buffers
     abi: Optional[str] = None  # a launch library's ABI ([launch] abi); it launches its own kernels
+    untraced_entry: Optional[str] = None  # a later launch's entry in the untraced build (oracle.run.races)
 
 
 @dataclass(frozen=True)
@@ -522,7 +523,7 @@ def _launch(sec: dict, where: str = "[launch]") -> LaunchPlan:
         raise CaseError(f"{where} must be a table, got {sec!r}")
     if "abi" in sec:
         return _library_launch(sec, where)
-    allowed = {"grid", "block", "shared_mem_bytes", "args", "cluster"} | ({"next"} if where == "[launch]" else {"entry"})
+    allowed = {"grid", "block", "shared_mem_bytes", "args", "cluster"} | ({"next"} if where == "[launch]" else {"entry", "untraced_entry"})
     unknown = sorted(set(sec) - allowed)
     if unknown:
         raise CaseError(f"{where}: unknown key(s) {', '.join(unknown)}")
@@ -535,6 +536,8 @@ def _launch(sec: dict, where: str = "[launch]") -> LaunchPlan:
             if not isinstance(t.entry, str) or not t.entry:
                 raise CaseError(f"[[launch.next]] #{i} needs entry = \"kernel name\"")
             check_entry(t.entry, f"[[launch.next]] #{i} entry", CaseError)
+            if t.untraced_entry is not None:
+                check_entry(t.untraced_entry, f"[[launch.next]] #{i} untraced_entry", CaseError)
     for key in ("grid", "block", "args"):
         if key not in sec:
             raise CaseError(f"[launch] needs {key!r}")
@@ -546,7 +549,8 @@ def _launch(sec: dict, where: str = "[launch]") -> LaunchPlan:
     if not _index(smem):
         raise CaseError(f"{where} shared_mem_bytes = {shown(smem)} must be a non-negative integer")
     grid = _triple(sec["grid"], "grid", expressions=True)
-    return LaunchPlan(grid, block, args, smem, _triple(sec.get("cluster", [1, 1, 1]), "cluster"), sec.get("entry"), nxt)
+    return LaunchPlan(grid, block, args, smem, _triple(sec.get("cluster", [1, 1, 1]), "cluster"), sec.get("entry"), nxt,
+                      untraced_entry=sec.get("untraced_entry"))
 
 
 def _library_launch(sec: dict, where: str) -> LaunchPlan:
