@@ -166,7 +166,8 @@ def _recording(case: Case, ops: Operands, provenance: Provenance, run: KernelRun
                     descriptors=descriptors, kernel=k.entry, kernel_error=kernel_error,
                     environment=_environment(run), trace=account, output_poison=POISON_BYTE,
                     command=tuple(command), confounds=confounds,
-                    serialised=k.adapter.serialised if k.adapter is not None else ())
+                    serialised=k.adapter.serialised if k.adapter is not None else (),
+                    guard_breaches=tuple(run.guard_breaches))
     if provenance.ladder == "ones" and output is not None:
         notes.append(ones_check(rec))
     rec = replace(rec, notes=tuple(notes))
