@@ -35,6 +35,7 @@ from harness import _protocol as P
 from harness import _tensorio
 from harness import launch_abi
 from harness import cuda_driver as cu
+from harness import guard_bands as G
 from harness.child_process import WAIT_FLAG
 from harness.launch import KernelParams, LaunchSpec, TensorMapArg, argument_bytes
 from harness.stats import Policy, percentile, relative_standard_error, stop_reason
@@ -179,6 +180,39 @@ def _prepare(inputs_path: Path, tensors: dict, dptrs: dict, poison: int) -> None
             cu.memset_d8(dptrs[name], poison, int(info["nbytes"]))
 
 
+def _allocate(tensors: dict) -> tuple[dict, dict]:
+    """Device buffers by name, and {name: (base, nbytes)} of those the kernel writes ('out', 'inout'),
+    each allocated inside two guard bands (harness.guard_bands): the kernel gets the interior pointer."""
+    dptrs, guarded = {}, {}
+    for name, info in tensors.items():
+        nbytes = int(info["nbytes"])
+        if info["role"] in ("out", "inout"):
+            base = cu.mem_alloc(G.guarded_bytes(nbytes))
+            dptrs[name], guarded[name] = base + G.GUARD_BYTES, (base, nbytes)
+        else:
+            dptrs[name] = cu.mem_alloc(nbytes)
+    return dptrs, guarded
+
+
+def _fill_guards(guarded: dict) -> None:
+    for base, nbytes in guarded.values():
+        cu.memset_d8(base, G.GUARD_BYTE, G.GUARD_BYTES)
+        cu.memset_d8(base + G.GUARD_BYTES + nbytes, G.GUARD_BYTE, G.GUARD_BYTES)
+
+
+def _check_guards(guarded: dict) -> list:
+    """The guard bands read back after the launches: every breach as a record for status.json."""
+    out = []
+    for name, (base, nbytes) in guarded.items():
+        bands = []
+        for address in (base, base + G.GUARD_BYTES + nbytes):
+            buf = ctypes.create_string_buffer(G.GUARD_BYTES)
+            cu.memcpy_dtoh_into(ctypes.addressof(buf), address, G.GUARD_BYTES)
+            bands.append(buf.raw)
+        out.extend(b.to_dict() for b in G.check_bands(name, bands[0], bands[1], nbytes))
+    return out
+
+
 def _write_outputs(run_dir: Path, tensors: dict, dptrs: dict) -> list:
     """The 'out' and 'inout' tensors downloaded into outputs.safetensors (written whole, then renamed)."""
     out_specs = [(n, i["st_dtype"], i["shape"]) for n, i in tensors.items() if i["role"] in ("out", "inout")]
@@ -277,7 +311,7 @@ def _run_library(run_dir: Path, req: dict, progress: P.Progress, status: dict) -
 
     status["phase"] = "alloc"
     progress.mark("alloc")
-    dptrs = {name: cu.mem_alloc(int(info["nbytes"])) for name, info in tensors.items()}
+    dptrs, guarded = _allocate(tensors)
     sizes = {name: int(info["nbytes"]) for name, info in tensors.items()}
     stream = cu.stream_create()
     status["phase"] = "upload"
@@ -285,6 +319,7 @@ def _run_library(run_dir: Path, req: dict, progress: P.Progress, status: dict) -
     poison = P.POISON_BYTE if req.get("poison_outputs", True) else 0
     inputs_path = run_dir / P.INPUTS
     _prepare(inputs_path, tensors, dptrs, poison)
+    _fill_guards(guarded)
     sink = None
     if sink_req is not None:
         status["phase"] = "sink"
@@ -320,11 +355,12 @@ def _run_library(run_dir: Path, req: dict, progress: P.Progress, status: dict) -
             if sink is not None:
                 sink.copy_back(progress)
 
-    _launch_regrowing(launch_once, lambda: _prepare(inputs_path, tensors, dptrs, poison), sink, sink_req, status,
-                      progress)
+    _launch_regrowing(launch_once, lambda: (_prepare(inputs_path, tensors, dptrs, poison), _fill_guards(guarded)),
+                      sink, sink_req, status, progress)
 
     status["phase"] = "download"
     progress.mark("download")
+    status["guard_breaches"] = _check_guards(guarded)
     if sink is not None:
         sink.download(progress)
     out_specs = _write_outputs(run_dir, tensors, dptrs)
@@ -397,9 +433,7 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
 
     phase = status["phase"] = "alloc"
     progress.mark(phase)
-    dptrs: dict[str, int] = {}
-    for name, info in tensors.items():
-        dptrs[name] = cu.mem_alloc(int(info["nbytes"]))
+    dptrs, guarded = _allocate(tensors)
 
     phase = status["phase"] = "upload"
     progress.mark(phase)
@@ -409,6 +443,7 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
     def prepare_tensors() -> None:
         """Inputs uploaded, outputs poisoned: before the launch, and again before a relaunch."""
         _prepare(inputs_path, tensors, dptrs, poison)
+        _fill_guards(guarded)
         if poison_symbol is not None:  # {enabled, pattern, CTAs that applied it, 0}
             cu.memcpy_htod(poison_symbol, struct.pack("<4I", 1, int(poison_req["pattern"]) & 0xFFFFFFFF, 0, 0))
 
@@ -458,6 +493,7 @@ def _run(run_dir: Path, progress: P.Progress, status: dict) -> None:
 
     phase = status["phase"] = "download"
     progress.mark(phase)
+    status["guard_breaches"] = _check_guards(guarded)
     if poison_symbol is not None:
         buf = ctypes.create_string_buffer(16)
         cu.memcpy_dtoh_into(ctypes.addressof(buf), poison_symbol, 16)

@@ -40,6 +40,7 @@ from harness import _tensorio
 from harness.child_process import DEFAULT_CHILD, child_env, hand_over, take
 from harness.build import CUBIN_MAGICS, MAX_LIBRARY_BYTES, BuildError, BuildResult, build_cubin, load_cubin
 from harness.files import read_bounded
+from harness.guard_bands import GuardBreach, GuardError, breaches_of
 from harness.launch import LaunchSpec, TensorMapArg
 from harness.launch_abi import ENTRY_SYMBOL, LibraryCall
 from kernels_ref.dtypes import ELEMENT_TYPES
@@ -143,6 +144,8 @@ class KernelRun:
     # a launch library's oracle_launch: what it returned (0: launched) and the sentence it wrote
     launch_return: Optional[int] = None
     launch_message: str = ""
+    # bytes written outside an output's allocation, read from its guard bands (harness.guard_bands)
+    guard_breaches: tuple[GuardBreach, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -613,13 +616,18 @@ def _collect(run_dir: Path, rc: Optional[int], timed_out: bool, timeout: float, 
                 status, message = RunStatus.HARNESS_ERROR, f"the child's outputs are unreadable: {exc}"
         if doc.get("traceback"):
             message = f"{message}\n{doc['traceback']}"
+        try:
+            breaches = breaches_of(doc.get("guard_breaches"))
+        except (GuardError, TypeError) as exc:
+            breaches, status = (), RunStatus.HARNESS_ERROR
+            message = f"the child's guard-band records are malformed: {exc}"
         return KernelRun(status=status, message=message, error_code=doc.get("error_code"),
                          error_name=doc.get("error_name"), error_call=doc.get("error_call"),
                          outputs=outputs, kernel_s=doc.get("kernel_s"), device=doc.get("device") or {},
                          function=doc.get("function") or {}, timing=doc.get("timing"),
                          sink_overflow=doc.get("sink_overflow"), smem_poison=doc.get("smem_poison"),
                          launch_return=doc.get("launch_return"), launch_message=str(doc.get("launch_message") or ""),
-                         **common)
+                         guard_breaches=breaches, **common)
     if timed_out:
         where = {"sync": "the kernel was still running", "launch": "the launch call did not return"}.get(
             last_phase or "", f"the child was in phase {last_phase}")

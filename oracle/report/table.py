@@ -105,7 +105,8 @@ def table(an: Analysis) -> str:
 def _feed_phrase(f: FirstDivergence) -> str:
     return {"kernel tap": "teacher-forced on the kernel's own taps",
             "global memory": "fed with the operand in global memory, its real input",
-            "descriptor fields": "the descriptor's own fields"}.get(f.fed_by, "teacher-forced")
+            "descriptor fields": "the descriptor's own fields",
+            "guard band": "read from the guard bands around the buffer after the run"}.get(f.fed_by, "teacher-forced")
 
 
 def as_judgement(x) -> Judgement:
@@ -176,6 +177,9 @@ def _sentence(an: Analysis, races=None) -> str:
             s += f" For a VERDICT it needs: {'; '.join(f.missing)}."
         if d.inherited:
             s += f" Inherited downstream: {', '.join(d.inherited)}."
+        oob = getattr(an, "out_of_bounds", ())
+        if oob and f.fed_by != "guard band":
+            s += f" Also written out of bounds ({oob[0].tensor}): {'; '.join(b.describe() for b in oob)}."
         if d.unexplained:
             tiles = ", ".join(map(str, d.unexplained[:4])) + (" and others" if len(d.unexplained) > 4 else "")
             s += f" Also diverging, in tiles the root cause does not cover (not traced there): {tiles}."

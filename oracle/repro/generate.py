@@ -478,6 +478,9 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
     `reference`, expected.bin and bound.bin come from oracle.judging.differential.expected_output."""
     if case.kernel is None:
         raise CaseError("no kernel to reproduce: give --kernel FILE.cu and --entry NAME, or a [kernel] table")
+    if case.kernel.include_dirs or case.kernel.nvcc_flags:  # the Makefile and kernel/ would lack them
+        raise ReproError("the reproducer does not carry [kernel] include_dirs or nvcc_flags yet: its Makefile would "
+                         "build another kernel than the oracle ran; compare the case live instead")
     check_case(case)  # the checks of a live run, before anything is written
     if case.spec.quantised_a:
         raise ReproError(f"a quantised A ({case.spec.a_dtype}, its scales and zero points) has no standalone "

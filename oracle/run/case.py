@@ -86,6 +86,8 @@ from oracle.run.case_grammar import check_kernel_names
 from oracle.run.case_types import Arg, Case, CaseError, KernelSource, LaunchPlan, RunPlan, TracePlan, Workspace
 from oracle.problem import attention
 from oracle.problem.attention import AttentionSpec, check_selection as check_attention_selection, is_attention
+from oracle.run.case_extends import apply_unset
+from oracle.run.kernel_flags import check_nvcc_flags, resolve_include_dirs
 from oracle.problem.spec import ProblemSpec, SpecError
 
 OPERANDS = ("a", "b", "c", "d", "bias", "scale_a", "scale_b", "group_offsets", "b_scales", "b_zeros", "a_scales",
@@ -289,9 +291,10 @@ def _read_case(path: str, seen: tuple[str, ...], trust: CaseTrust, chain_root: s
     (relative to itself, inside `chain_root`) and replace keys of its tables; the base's file paths
     stay its own, inside its own folder (oracle.run.case_files)."""
     doc = read_toml(path, "case file")
-    unknown = sorted(set(doc) - set(SECTIONS) - {"extends"})
+    unknown = sorted(set(doc) - set(SECTIONS) - {"extends", "unset"})
     if unknown:
-        raise CaseError(f"{path}: unknown section(s) {', '.join(unknown)}; allowed: {', '.join(SECTIONS)}, extends")
+        raise CaseError(f"{path}: unknown section(s) {', '.join(unknown)}; allowed: {', '.join(SECTIONS)}, extends, "
+                        f"unset")
     for section in SECTIONS:
         if section in doc and not isinstance(doc[section], dict):
             raise CaseError(f"{path}: {section} = {shown(doc[section])} must be a table ([{section}])")
@@ -302,8 +305,12 @@ def _read_case(path: str, seen: tuple[str, ...], trust: CaseTrust, chain_root: s
             if not isinstance(value, str) or not value:
                 raise CaseError(f"{path}: [kernel] {key} = {shown(value)} must be the path of a file (a string)")
             doc["kernel"][key] = case_path(value, f"[kernel] {key}", path, here, trust, CaseError)
-    parent = doc.pop("extends", None)
+    if "include_dirs" in doc.get("kernel", {}):  # relative to the file that names them, like its files
+        doc["kernel"]["include_dirs"] = resolve_include_dirs(doc["kernel"]["include_dirs"], path, trust, CaseError)
+    parent, unset = doc.pop("extends", None), doc.pop("unset", None)
     if parent is None:
+        if unset is not None:
+            raise CaseError(f"{path}: unset = {shown(unset)} removes keys of a base: it needs extends = \"BASE.toml\"")
         return doc
     if not isinstance(parent, str) or not parent:
         raise CaseError(f"{path}: extends must be the path of a case file, got {parent!r}")
@@ -311,6 +318,8 @@ def _read_case(path: str, seen: tuple[str, ...], trust: CaseTrust, chain_root: s
     if parent_path in seen or len(seen) > 8:
         raise CaseError(f"{path}: extends forms a cycle or a chain deeper than 8: {' -> '.join(seen + (parent_path,))}")
     merged = _read_case(parent_path, seen + (os.path.abspath(path),), trust, chain_root)
+    if unset is not None:  # the base's keys this case drops (oracle.run.case_extends)
+        merged = apply_unset(merged, unset, path, CaseError)
     for section, table in doc.items():
         merged[section] = {**merged.get(section, {}), **table}
     return merged
@@ -351,7 +360,16 @@ def _library_kernel(sec: dict, base: str, source: Optional[str], entry: Optional
     check_kernel_names(None, None, LIBRARY_ENTRY, None, defines, CaseError, library=library)
     check_kernel_file("library", library, CaseError)  # a source, never an object or archive, before it is read
     arch = _arch(sec)
-    return KernelSource(None, LIBRARY_ENTRY, defines, arch, library=library, adapter=adapter_of(library))
+    return KernelSource(None, LIBRARY_ENTRY, defines, arch, library=library, adapter=adapter_of(library),
+                        **_build_options(sec))
+
+
+def _build_options(sec: dict) -> dict:
+    """include_dirs (resolved by _read_case) and nvcc_flags (checked against the allow-list)."""
+    dirs = sec.get("include_dirs", [])
+    if not isinstance(dirs, list) or not all(isinstance(d, str) and os.path.isabs(d) for d in dirs):
+        raise CaseError(f"[kernel] include_dirs = {shown(dirs)} must be folders named by a case file")
+    return {"include_dirs": tuple(dirs), "nvcc_flags": check_nvcc_flags(sec.get("nvcc_flags", []), CaseError)}
 
 
 def check_adapter(spec: ProblemSpec, kernel: Optional[KernelSource]) -> None:
@@ -382,10 +400,10 @@ def _check_library(kernel: Optional[KernelSource], launch: Optional[LaunchPlan])
 def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Optional[str]) -> Optional[KernelSource]:
     sec = dict(sec or {})
     unknown = sorted(set(sec) - {"source", "entry", "defines", "arch", "cubin", "time_entry", "untraced_entry",
-                                 "library"})
+                                 "library", "include_dirs", "nvcc_flags"})
     if unknown:
         raise CaseError(f"[kernel]: unknown key(s) {', '.join(unknown)}; allowed: source, entry, defines, arch, "
-                        f"cubin, time_entry, untraced_entry, library")
+                        f"cubin, time_entry, untraced_entry, library, include_dirs, nvcc_flags")
     for key in KERNEL_FILES:  # a case read from a file has them as paths already; inline ones too
         if key in sec and (not isinstance(sec[key], str) or not sec[key]):
             raise CaseError(f"[kernel] {key} = {shown(sec[key])} must be the path of a file (a string)")
@@ -412,7 +430,10 @@ def _kernel(sec: Optional[dict], base: str, source: Optional[str], entry: Option
     if untraced is not None:
         check_entry(untraced, "[kernel] untraced_entry", CaseError)
     arch = _arch(sec)
-    return KernelSource(src, ent, defines, arch, cubin, time_entry, untraced)
+    options = _build_options(sec)
+    if cubin is not None and src is None and (options["include_dirs"] or options["nvcc_flags"]):
+        raise CaseError("[kernel] include_dirs and nvcc_flags are for a build: a prebuilt [kernel] cubin has none")
+    return KernelSource(src, ent, defines, arch, cubin, time_entry, untraced, **options)
 
 
 def _triple(v, key: str, expressions: bool = False) -> tuple:
@@ -433,7 +454,7 @@ def _launch(sec: dict, where: str = "[launch]", names: ArgNames = GEMM_ARGS) -> 
         raise CaseError(f"{where} must be a table, got {sec!r}")
     if "abi" in sec:
         return _library_launch(sec, where)
-    allowed = {"grid", "block", "shared_mem_bytes", "args", "cluster"} | ({"next"} if where == "[launch]" else {"entry"})
+    allowed = {"grid", "block", "shared_mem_bytes", "args", "cluster"} | ({"next"} if where == "[launch]" else {"entry", "untraced_entry"})
     unknown = sorted(set(sec) - allowed)
     if unknown:
         raise CaseError(f"{where}: unknown key(s) {', '.join(unknown)}")
@@ -446,6 +467,8 @@ def _launch(sec: dict, where: str = "[launch]", names: ArgNames = GEMM_ARGS) -> 
             if not isinstance(t.entry, str) or not t.entry:
                 raise CaseError(f"[[launch.next]] #{i} needs entry = \"kernel name\"")
             check_entry(t.entry, f"[[launch.next]] #{i} entry", CaseError)
+            if t.untraced_entry is not None:
+                check_entry(t.untraced_entry, f"[[launch.next]] #{i} untraced_entry", CaseError)
     for key in ("grid", "block", "args"):
         if key not in sec:
             raise CaseError(f"[launch] needs {key!r}")
@@ -457,7 +480,8 @@ def _launch(sec: dict, where: str = "[launch]", names: ArgNames = GEMM_ARGS) -> 
     if not _index(smem):
         raise CaseError(f"{where} shared_mem_bytes = {shown(smem)} must be a non-negative integer")
     grid = _triple(sec["grid"], "grid", expressions=True)
-    return LaunchPlan(grid, block, args, smem, _triple(sec.get("cluster", [1, 1, 1]), "cluster"), sec.get("entry"), nxt)
+    return LaunchPlan(grid, block, args, smem, _triple(sec.get("cluster", [1, 1, 1]), "cluster"), sec.get("entry"), nxt,
+                      untraced_entry=sec.get("untraced_entry"))
 
 
 def _library_launch(sec: dict, where: str) -> LaunchPlan:

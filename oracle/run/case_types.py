@@ -30,6 +30,8 @@ class KernelSource:
     untraced_entry: Optional[str] = None  # the entry in the build without -DORACLE_TRACE (default: `entry`)
     library: Optional[str] = None  # a launch library's source (entry is then its oracle_launch)
     adapter: Optional[Adapter] = None  # the shipped adapter the library includes (oracle.run.adapters)
+    include_dirs: tuple[str, ...] = ()  # folders searched for headers, checked (oracle.run.kernel_flags)
+    nvcc_flags: tuple[str, ...] = ()  # extra nvcc flags, each on the allow-list (oracle.run.kernel_flags)
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class LaunchPlan:
     entry: Optional[str] = None  # a later launch's kernel (the first launch runs [kernel] entry)
     next: tuple["LaunchPlan", ...] = ()  # kernels launched after this one, in order, on the same buffers
     abi: Optional[str] = None  # a launch library's ABI ([launch] abi); it launches its own kernels
+    untraced_entry: Optional[str] = None  # a later launch's entry in the untraced build (oracle.run.races)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from kernels_ref.scales import groups_of_problem as scale_groups
 from oracle.problem.attention import is_attention
 from oracle.run import attention_live
 from oracle.run.case_types import Case, CaseError
+from oracle.run.kernel_flags import build_options
 from oracle.run.inputs import Operands, Provenance, analytic_ones_value, check_operands
 from oracle.run.recording import Recording, trace_warnings
 from oracle.run.launch import from_storage, is_library, launch_sequence, library_call
@@ -69,7 +70,8 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
         cubin = load_cubin(k.cubin)
     else:
         defines = {"ORACLE_TRACE": "1", **k.defines}
-        br = build_cubin(k.source, arch=k.arch, defines=defines)  # the trace header's folder is always searched
+        # the trace header's folder is always searched, after the case's include_dirs
+        br = build_cubin(k.source, arch=k.arch, defines=defines, **build_options(k))
         cubin, cached = br.read(), br.cached  # the verified bytes
     sel = trace_selection(case)
     capacity = initial_sink_bytes(budget, ceiling)
@@ -96,7 +98,7 @@ def _run_live_library(case: Case, ops: Operands, provenance: Provenance, budget,
                         "library's kernels keep to themselves: not available for [kernel] library cases")
     call, tensors = library_call(case, ops)
     k = case.kernel
-    br = build_library(k.library, arch=k.arch, defines={"ORACLE_TRACE": "1", **k.defines})
+    br = build_library(k.library, arch=k.arch, defines={"ORACLE_TRACE": "1", **k.defines}, **build_options(k))
     sel = trace_selection(case)
     capacity = initial_sink_bytes(budget, ceiling)
     prefix = trace_format.sink_prefix(capacity, tiles=sel.tiles, k_blocks=sel.k_blocks, stages=sel.stages)
@@ -175,7 +177,8 @@ def _recording(case: Case, ops: Operands, provenance: Provenance, run: KernelRun
                     descriptors=descriptors, kernel=k.entry, kernel_error=kernel_error,
                     environment=_environment(run), trace=account, output_poison=POISON_BYTE,
                     command=tuple(command), confounds=confounds,
-                    serialised=k.adapter.serialised if k.adapter is not None else ())
+                    serialised=k.adapter.serialised if k.adapter is not None else (),
+                    guard_breaches=tuple(run.guard_breaches))
     if provenance.ladder == "ones" and output is not None:
         notes.append(ones_check(rec))
     rec = replace(rec, notes=tuple(notes))

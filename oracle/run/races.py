@@ -13,6 +13,7 @@ from harness.build import build_cubin, build_library
 from harness.runner import KernelRun, run_kernel, run_library
 from oracle.problem.attention import is_attention
 from oracle.run.case_types import Case, CaseError
+from oracle.run.kernel_flags import build_options
 from oracle.run.inputs import Operands, Provenance
 from oracle.run.recording import Recording
 from oracle.run.launch import from_storage, is_library, launch_sequence, library_call
@@ -38,23 +39,60 @@ class RaceRuns:
     untraced_entry: str = ""
 
 
+TRACED_SUFFIX = "_traced"  # the zoo's naming: NAME_traced exists only with -DORACLE_TRACE, NAME in both builds
+UNTRACED_KEYS = ("--untraced-entry or [kernel] untraced_entry (the first launch), [[launch.next]] untraced_entry "
+                 "(a later one)")
+
+
+def default_untraced_entry(entry: str) -> str:
+    """The untraced build's entry point for a traced `entry`: NAME for NAME_traced, else the same name."""
+    if entry.endswith(TRACED_SUFFIX) and len(entry) > len(TRACED_SUFFIX):
+        return entry[:-len(TRACED_SUFFIX)]
+    return entry
+
+
+def untraced_entries(case: Case) -> tuple[str, ...]:
+    """The entry point of every launch in the untraced build, in order: [kernel] untraced_entry (or
+    --untraced-entry) for the first, each [[launch.next]] untraced_entry for the later ones, each
+    defaulting to its traced entry without the _traced suffix."""
+    k = case.kernel
+    first = k.untraced_entry or default_untraced_entry(k.entry)
+    later = tuple(plan.untraced_entry or default_untraced_entry(plan.entry)
+                  for plan in (case.launch.next if case.launch is not None else ()))
+    return (first,) + later
+
+
 def untraced_build(case: Case):
-    """The case's kernel built without -DORACLE_TRACE, and the entry point to run in it
-    ([kernel] untraced_entry, default the traced entry's name). A prebuilt cubin has no untraced
-    build: CaseError."""
+    """The case's kernel built without -DORACLE_TRACE, and the entry point of its first launch
+    (untraced_entries). A prebuilt cubin has no untraced build: CaseError."""
     k = case.kernel
     if k.cubin:
         raise CaseError("a prebuilt [kernel] cubin has no untraced build: give the source to run the untraced "
                         "kernel (--repeat, --sanitize)")
-    br = build_cubin(k.source, arch=k.arch, defines=dict(k.defines))
-    return br.read(), k.untraced_entry or k.entry
+    br = build_cubin(k.source, arch=k.arch, defines=dict(k.defines), **build_options(k))
+    return br.read(), untraced_entries(case)[0]
+
+
+def untraced_sequence(case: Case, sequence) -> list:
+    """launch_sequence's later launches ((entry, LaunchSpec)) with the untraced build's entry points."""
+    entries = untraced_entries(case)
+    return [(entries[i], spec) for i, (_, spec) in enumerate(sequence) if i > 0]
+
+
+def untraced_failure(case: Case, run: KernelRun) -> CaseError:
+    """An untraced run that could not start (no such entry point, say), naming the keys that choose them."""
+    if is_library(case):
+        return CaseError(f"the untraced launch library could not be run: {run.describe()}\n{run.stderr_tail}")
+    return CaseError(f"the untraced build's kernel(s) {', '.join(untraced_entries(case))} could not be run: "
+                     f"{run.describe()}; the untraced build (without -DORACLE_TRACE) runs each launch's entry "
+                     f"without its _traced suffix unless {UNTRACED_KEYS} names another\n{run.stderr_tail}")
 
 
 def _run_untraced_library(case: Case, ops: Operands, timeout_s: Optional[float]) -> KernelRun:
     """One call of the launch library built without -DORACLE_TRACE (no sink)."""
     k = case.kernel
     call, tensors = library_call(case, ops)
-    br = build_library(k.library, arch=k.arch, defines=dict(k.defines))
+    br = build_library(k.library, arch=k.arch, defines=dict(k.defines), **build_options(k))
     return run_library(br, call, tensors, timeout_s=timeout_s)
 
 
@@ -64,7 +102,7 @@ def run_untraced(case: Case, ops: Operands, *, timeout_s: Optional[float] = None
         return _run_untraced_library(case, ops, timeout_s)
     sequence, tensors = launch_sequence(case, ops)
     cubin, entry = untraced_build(case)
-    return run_kernel(cubin, entry, sequence[0][1], tensors, timeout_s=timeout_s, then=sequence[1:])
+    return run_kernel(cubin, entry, sequence[0][1], tensors, timeout_s=timeout_s, then=untraced_sequence(case, sequence))
 
 
 def run_races(case: Case, ops: Operands, provenance: Provenance, *, repeat: int, smem_poison: Optional[int] = None,
@@ -104,11 +142,12 @@ def run_races(case: Case, ops: Operands, provenance: Provenance, *, repeat: int,
             sequence, tensors = launch_sequence(case, ops)
 
             def one() -> KernelRun:
-                return run_kernel(cubin, entry, sequence[0][1], tensors, timeout_s=timeout_s, then=sequence[1:])
+                return run_kernel(cubin, entry, sequence[0][1], tensors, timeout_s=timeout_s,
+                                  then=untraced_sequence(case, sequence))
         for i in range(1, repeat + 1) if repeat > 1 else ():
             run = one()
             if not run.ok and not run.kernel_fault:
-                raise CaseError(f"the untraced kernel {entry!r} could not be run: {run.describe()}\n{run.stderr_tail}")
+                raise untraced_failure(case, run)
             untraced.append(kernel_output(case, run) if run.ok else None)
             if not run.ok:
                 failed.append(f"untraced run {i}")
@@ -133,7 +172,8 @@ def run_races(case: Case, ops: Operands, provenance: Provenance, *, repeat: int,
         cubin, entry = untraced_build(case)
         sequence, tensors = launch_sequence(case, ops)
         limit = sanitizer_timeout_s or max(120.0, 5.0 * float(timeout_s or knobs_timeout()))
-        report = run_sanitizer(cubin, entry, sequence[0][1], tensors, timeout_s=limit, then=sequence[1:])
+        report = run_sanitizer(cubin, entry, sequence[0][1], tensors, timeout_s=limit,
+                               then=untraced_sequence(case, sequence))
     return RaceRuns(first, tuple(traced), tuple(untraced), tuple(failed), poison, tuple(poisoned), note, report, entry)
 
 

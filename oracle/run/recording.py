@@ -13,6 +13,7 @@ import torch
 
 from harness.errors import BadInput
 from harness.dump import Dump, DumpError, environment, load_dump, save_dump
+from harness.guard_bands import GuardBreach
 from harness.fields import INT64_MAX, is_opt_int, is_opt_str, is_str_list, require, shown
 from harness.taps import ALL_TAP_STAGES, DESCRIPTOR_STAGES, TAP_STAGES, DescriptorRecord, Tap
 from harness.trace_format import TraceAccount
@@ -46,6 +47,9 @@ class Recording:
     # what the traced build waits for or synchronises that the production build does not (its adapter
     # says so: oracle.run.adapters.ADAPTERS): a run judged on it did not see the production build's timing
     serialised: tuple[str, ...] = ()
+    # bytes the kernel wrote outside D or another output, read from their guard bands (a live run's;
+    # not kept in a dump): the finding at epilogue_store (oracle.judging.differential.analysis)
+    guard_breaches: tuple[GuardBreach, ...] = ()
 
     def validate(self) -> None:
         """Raise RecordingError naming what does not fit the problem."""

@@ -94,7 +94,16 @@ def overflow(params):
         else:
             ctypes.memmove(sink + hb + off, record, len(record))
 
-KERNELS = {"vadd": vadd, "fault": fault, "tma": tma, "overflow": overflow}
+def overrun(params):
+    # vadd's arguments; writes its n values and two more past the end of z, and one byte before it
+    a = args(params, 4)
+    n = i32(a[3])
+    z = (ctypes.c_float * (n + 2)).from_address(q(a[2]))
+    for i in range(n + 2):
+        z[i] = 1.0
+    ctypes.memset(q(a[2]) - 3, 0, 1)
+
+KERNELS = {"vadd": vadd, "fault": fault, "tma": tma, "overflow": overflow, "overrun": overrun}
 
 def launch(function, grid, block, smem, params, cluster=None, stream=0):
     KERNELS[function.name](params)
@@ -134,6 +143,20 @@ def test_ok_run_outputs_poison_and_sink():
     assert run.sink_source == P.SINK_FILE
     assert struct.unpack("<2I", run.sink[:8]) == (0xC0FFEE04, 7)
     assert run.device["name"] == "emulated" and run.device["driver_version"] == 12080
+
+
+def test_a_write_outside_an_output_is_read_from_its_guard_bands():
+    clean = vadd_run()
+    assert clean.ok and clean.guard_breaches == ()
+    launch = LaunchSpec(grid=1, block=32, args=[TensorArg("x"), TensorArg("y"), TensorArg("z", "out"), ScalarArg(N)])
+    x = torch.arange(N, dtype=torch.float32)
+    run = run_kernel(CUBIN, "overrun", launch, {"x": x, "y": x, "z": torch.zeros(N)}, child_cmd=CHILD, timeout_s=60)
+    assert run.ok, run.describe() + run.stderr_tail
+    after = next(b for b in run.guard_breaches if b.side == "after")
+    before = next(b for b in run.guard_breaches if b.side == "before")
+    assert (after.tensor, after.first, after.last, after.nbytes) == ("z", 4 * N, 4 * N + 7, 4 * N)
+    assert (before.first, before.last, before.changed) == (-3, -3, 1)
+    assert torch.equal(run.outputs["z"], torch.ones(N))
 
 
 def test_without_poison_outputs_start_at_zero():

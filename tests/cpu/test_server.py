@@ -305,15 +305,31 @@ def test_a_failing_request_gets_its_error_while_the_server_is_busy(running, monk
     busy = threading.Thread(target=ask, args=("busy", ["knobs", "fake", "sleep", "tag-busy", "1.5"]))
     busy.start()
     time.sleep(0.3)
+    case = os.path.join(ROOT, "zoo", "sm80_gemm", "sm80_gemm.toml")
     failing = [threading.Thread(target=ask, args=("flag", ["compare", "--no-such-flag"])),
-               threading.Thread(target=ask, args=("dump", ["compare", "--dump", "missing.npz"]))]
+               threading.Thread(target=ask, args=("dump", ["compare", "--dump", "missing.npz"])),
+               threading.Thread(target=ask, args=("problem", ["compare", "--problem", "m=-7,n=8,k=8",
+                                                              "--kernel", case.replace(".toml", ".cu"),
+                                                              "--entry", "zoo_sm80_bf16_traced"])),
+               threading.Thread(target=ask, args=("live", ["compare", "--problem", case, "--inputs", "ones"]))]
     for t in failing:
         t.start()
     for t in (busy, *failing):
-        t.join(30)
+        t.join(300)
     silent.close()
     assert replies["busy"] == {"exit": 0, "stdout": "out:tag-busy\n", "stderr": "fd:tag-busy\n" * 5}
     assert replies["flag"]["exit"] == 2 and "--no-such-flag" in replies["flag"]["stderr"]
     assert replies["dump"]["exit"] == 2 and "missing.npz" in replies["dump"]["stderr"]
-    assert "tag-busy" not in replies["flag"]["stderr"] + replies["dump"]["stderr"]
+    assert replies["problem"]["exit"] == 2 and "m=-7" in replies["problem"]["stderr"], replies["problem"]
+    import torch
+
+    if not torch.cuda.is_available():  # a live compare without a GPU: its own error and exit code
+        assert replies["live"]["exit"] == 2 and "the kernel could not be run" in replies["live"]["stderr"], \
+            replies["live"]
+        assert "CUDA" in replies["live"]["stderr"]
+    else:
+        assert replies["live"]["exit"] in (0, 1) and "epilogue_store" in replies["live"]["stdout"]
+    for name in ("flag", "dump", "problem", "live"):  # nobody else's output
+        others = {"flag": "--no-such-flag", "dump": "missing.npz", "problem": "m=-7", "busy": "tag-busy"}
+        assert not [o for n, o in others.items() if n != name and o in replies[name]["stderr"]], (name, replies[name])
 

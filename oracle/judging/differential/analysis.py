@@ -29,6 +29,7 @@ from oracle.judging.differential.findings import (FirstDivergence, NonFinite, fi
                                               trace_confounds, unobserved)
 from oracle.judging.differential.judge import StageNotes, fold_notes
 from oracle.judging.differential.mma import mma_stage
+from oracle.judging.differential.out_of_bounds import ordered, out_of_bounds_finding
 from oracle.judging.differential.operands import descriptor_stage, load_stage
 from oracle.judging.differential.reduce import reduce_stage
 from oracle.judging.differential.scales import scale_stage, unmodelled
@@ -56,6 +57,7 @@ class Analysis:
     assumed: tuple[str, ...] = ()  # partition boundaries the declared rule placed over untraced k-blocks
     phases: tuple[tuple[str, float], ...] = ()  # wall milliseconds per phase of the run (_Clock)
     incomplete_trace: tuple[str, ...] = ()  # the open confounds of an overflowed or torn trace (trace_confounds)
+    out_of_bounds: tuple = ()  # harness.guard_bands.GuardBreach: bytes written outside D or another output
 
     @property
     def verdict(self) -> Verdict:
@@ -177,6 +179,10 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     if partition is not None:
         handled += (partition,)
     first, kind = first_finding(ctx, stages, diag, confounds=open_conf)
+    breach = out_of_bounds_finding(rec.guard_breaches, diag, inputs_controlled=rec.provenance.controlled,
+                                   confounds=open_conf)
+    if breach is not None:  # the stage table saw nothing wrong, the guard bands did
+        diag, first, kind = breach
     if first is not None:  # the finding's own assumptions are open confounds of the run's report
         open_conf.extend(a for a in first.assumed if a not in open_conf)
     nonfinite, missing = first_nonfinite(stages), tuple(unobserved(ctx, stages))
@@ -185,7 +191,8 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     clock.lap("findings")
     return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, nonfinite,
                     str(dev), missing, partition=partition, assumed=ctx.geo.partition_assumptions,
-                    phases=clock.phases(notes.compare_s), incomplete_trace=incomplete)
+                    phases=clock.phases(notes.compare_s), incomplete_trace=incomplete,
+                    out_of_bounds=ordered(rec.guard_breaches))
 
 
 def _stages(ctx: Context, clock: _Clock) -> tuple[list[StageResult], StageNotes]:
