@@ -36,6 +36,7 @@ from oracle.judging.diagnose import Diagnosis, Kind, Verdict, evidence_kind, fir
 from oracle.judging.differential.analysis import Analysis, reference_device
 from oracle.judging.differential.context import StageResult
 from oracle.judging.differential.findings import FirstDivergence, first_nonfinite
+from oracle.judging.differential.out_of_bounds import ordered, out_of_bounds_finding
 from oracle.judging.evidence import Evidence, Feed
 
 STAGES = attention_pipeline(split=True)
@@ -184,13 +185,17 @@ def analyze_attention(rec, device: Optional[torch.device] = None) -> Analysis:
     first, kind = None, evidence_kind(diag, inputs_controlled=controlled, confounds=open_conf)
     if diag.verdict is Verdict.DIVERGED:
         first, kind = _finding(rec, judge, stages, diag, controlled, open_conf)
+    breach = out_of_bounds_finding(rec.guard_breaches, diag, inputs_controlled=controlled, confounds=open_conf,
+                                   stage="store")
+    if breach is not None:  # the stage table saw nothing wrong, the guard bands did
+        diag, first, kind = breach
     unobserved = _unobserved(rec, stages, judge)
     notes = tuple(judge.notes) if judge is not None else ()
     if notes:
         rec_notes = tuple(dict.fromkeys(tuple(rec.notes) + notes))
         rec = dataclasses.replace(rec, notes=rec_notes)
     return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, first_nonfinite(stages),
-                    str(dev), unobserved, incomplete_trace=incomplete)
+                    str(dev), unobserved, incomplete_trace=incomplete, out_of_bounds=ordered(rec.guard_breaches))
 
 
 def _stages(judge: Optional[StageJudge], names) -> list[StageResult]:

@@ -149,7 +149,8 @@ def recording(spec: AttentionSpec, ops: AttentionOperands, run, *, kernel: str, 
                              cu_seqlens_q=ops.cu_seqlens_q, cu_seqlens_k=ops.cu_seqlens_k, page_table=ops.page_table,
                              kernel=kernel, kernel_error=None if run.ok else run.describe(), confounds=confounds,
                              notes=tuple(notes), environment=environment, taps=tuple(taps), trace=account,
-                             command=tuple(command), serialised=tuple(serialised))
+                             command=tuple(command), serialised=tuple(serialised),
+                             guard_breaches=tuple(run.guard_breaches))
     rec.validate()
     return rec
 

@@ -65,6 +65,7 @@ class AttentionRecording:
     trace: Optional[TraceAccount] = None  # the trace's selection and what it lost; None: no trace
     command: tuple[str, ...] = ()  # the command line that made the run
     serialised: tuple[str, ...] = ()  # what the traced build serialises that the production build does not
+    guard_breaches: tuple = ()  # harness.guard_bands.GuardBreach: bytes written outside O, LSE or a workspace
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """The shape each tensor must have for the spec."""

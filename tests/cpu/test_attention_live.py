@@ -93,7 +93,7 @@ def test_an_attention_selection_outside_the_problem_is_refused_before_the_build(
         load_case(_case_file(tmp_path, CASE.replace("head_dim = 32", "head_dim = 32\nm = 3")))
 
 
-def _stand_in_kernel(monkeypatch, injection=None):
+def _stand_in_kernel(monkeypatch, injection=None, breaches=()):
     """The child stood in for by the attention model, run on the buffers the oracle laid out, with
     the selection the sink header asks for."""
     seen = {}
@@ -109,7 +109,7 @@ def _stand_in_kernel(monkeypatch, injection=None):
                                   capacity=sink.capacity)
         seen["entry"] = entry
         return KernelRun(RunStatus.OK, outputs={"o": run.out.to(tensors["o"].dtype), "lse": run.lse},
-                         sink=bytes(run.sink), sink_source="test")
+                         sink=bytes(run.sink), sink_source="test", guard_breaches=tuple(breaches))
 
     monkeypatch.setattr(live, "build_cubin", lambda *a, **k: type("B", (), {"cached": True,
                                                                           "read": lambda self: b"cubin"})())
@@ -207,3 +207,17 @@ def test_bench_runs_an_attention_case_and_tells_its_peer(tmp_path, monkeypatch):
                                         "kernel_speed_vs": {"sdpa": 0.5}})
     text = bench.table([fake_timed])
     assert "0.5 (SDPA)" in text and "sdpa ms" in text
+
+
+def test_a_write_past_the_end_of_o_is_named_at_store(tmp_path, monkeypatch):
+    """A correct computation whose kernel also wrote 2 bytes past the end of O (seen in the guard band
+    the harness put after it): the run diverges at store, and the report names the offset."""
+    from harness.guard_bands import GuardBreach
+
+    case = load_case(_case_file(tmp_path))
+    o_bytes = 1 * 40 * 2 * 32 * 2
+    seen = _stand_in_kernel(monkeypatch, breaches=(GuardBreach("o", "after", o_bytes, o_bytes + 1, 2, o_bytes),))
+    seen["spec"] = case.spec
+    j = judge(execute.run(RunRequest(case=case, inputs="random:3")))
+    assert j.verdict is Verdict.DIVERGED and j.analysis.first.stage == "store", j
+    assert str(o_bytes) in j.analysis.first.hint and j.analysis.out_of_bounds

@@ -26,16 +26,18 @@ def ordered(breaches: Sequence[GuardBreach]) -> tuple[GuardBreach, ...]:
 
 
 def out_of_bounds_finding(breaches: Sequence[GuardBreach], diagnosis: Diagnosis, *, inputs_controlled: bool,
-                          confounds: Sequence[str]) -> Optional[tuple[Diagnosis, FirstDivergence, Kind]]:
+                          confounds: Sequence[str], stage: str = STAGE) -> Optional[tuple[Diagnosis, FirstDivergence,
+                                                                                            Kind]]:
     """The diagnosis, first divergence and kind a breach gives, or None when there is none or the
-    stage table already names a divergence or a kernel error."""
+    stage table already names a divergence or a kernel error. `stage`: the problem's store stage
+    (a GEMM's epilogue_store, an attention's store)."""
     if not breaches or diagnosis.verdict not in (Verdict.MATCH, Verdict.MISTRUSTED):
         return None
     first = ordered(breaches)[0]
     told = "; ".join(b.describe() for b in ordered(breaches))
-    diag = Diagnosis(Verdict.DIVERGED, STAGE, True, f"{STAGE} wrote outside the buffers it was given: {told}")
+    diag = Diagnosis(Verdict.DIVERGED, stage, True, f"{stage} wrote outside the buffers it was given: {told}")
     kind = evidence_kind(diag, inputs_controlled=inputs_controlled, confounds=confounds)
-    finding = FirstDivergence(stage=STAGE, tile=None, k_block=None, element=None, element_in_tile=None, received=None,
+    finding = FirstDivergence(stage=stage, tile=None, k_block=None, element=None, element_in_tile=None, received=None,
                               expected=None, bound=None, kind=kind, comparison="teacher_forced",
                               hint=f"{first.describe()} (guard bands of {len(breaches)} breach(es): {told})",
                               fed_by=FED_BY)
