@@ -159,11 +159,10 @@ def _legend(x: int, y: int, cap: float, masked_label: str, ident: str) -> str:
     for t, text in ((0, _fmt(FLOOR)), (0.5, "1 (bound)"), (1, _fmt(max(cap, 10)))):
         out.append(f'<text x="{x + w * t}" y="{y + h + 11}" class="tick" text-anchor="middle">{_e(text)}</text>')
     out.append(f'<text x="{x}" y="{y - 4}" class="tick">err/bound (log): blue passes, red fails</text>')
-    sx = x + w + 36
     for k, (fill, text) in enumerate(((_hex(_ZERO), "0 (equal)"), (_hex(_INF), "inf (bit-exact differs, non-finite, "
                                                                                 "never written)"),
                                       (f"url(#chk-{ident})", masked_label))):
-        yy = y - 8 + k * 13
+        sx, yy = x, y + h + 18 + k * 13
         out.append(f'<rect x="{sx}" y="{yy}" width="10" height="10" fill="{fill}" stroke="#888"/>'
                    f'<text x="{sx + 14}" y="{yy + 9}" class="tick">{_e(text)}</text>')
     return "".join(out)
@@ -187,9 +186,9 @@ def _tile_heatmap(cmp, stage: str, attention: bool, ident: str) -> str:
     rows = max(t[0] for t in worst) + 1
     cols = max(t[1] for t in worst) + 1
     cap = _cap(worst.values())
-    cell = max(4, min(36, 480 // max(cols, 1), 360 // max(rows, 1)))
+    cell = max(4, min(36, 440 // max(cols, 1), 360 // max(rows, 1)))
     left, top = 24, 34
-    width, height = max(left + cols * cell + 20, 600), top + rows * cell + 78
+    width, height = max(left + cols * cell + 20, 300), top + rows * cell + 110
     body = [_checker(ident),
             f'<rect x="{left}" y="{top}" width="{cols * cell}" height="{rows * cell}" fill="url(#chk-{ident})"/>']
     if rows * cols <= MAX_RECT_CELLS:
@@ -237,10 +236,10 @@ def _element_map(unit, stage: str, ident: str, masked: str) -> str:
     grid = _pooled(unit.ratio_map)
     rows, cols = len(grid), len(grid[0])
     cap = _cap(v for line in grid for v in line)
-    scale = max(1, min(480 // cols, 320 // rows)) if cols <= 480 and rows <= 320 else 1
+    scale = max(1, min(440 // cols, 320 // rows)) if cols <= 440 and rows <= 320 else 1
     w, h = max(cols * scale, 120), max(rows * scale, 60)
     left, top = 24, 34
-    width, height = max(left + w + 20, 600), top + h + 78
+    width, height = max(left + w + 20, 300), top + h + 110
     pooled = "" if (rows, cols) == tuple(unit.ratio_map.shape) else \
         f" (each pixel the worst of {math.ceil(unit.ratio_map.shape[0] / rows)}^2 elements)"
     body = [_checker(ident),
@@ -281,8 +280,8 @@ def _kblock_curve(st, attention: bool, ident: str) -> Optional[str]:
     lo = math.floor(math.log10(max(min(finite + [1.0]), FLOOR))) - 1
     hi = math.ceil(math.log10(max(finite + [1.0]))) + 1
     kbs = sorted({k for _, pts in shown for k in pts})
-    left, top, pw, ph = 64, 24, 400, 200
-    width, height = 720, top + ph + 56
+    left, top, pw, ph = 52, 24, 300, 200
+    width, height = 540, top + ph + 56
     x_of = (lambda k: left + (pw / 2 if len(kbs) == 1 else pw * (k - kbs[0]) / (kbs[-1] - kbs[0])))
 
     def y_of(v: float) -> float:
@@ -340,12 +339,20 @@ def _value(v) -> str:
     return _e(v)
 
 
+def _collapsed(text: str) -> str:
+    """A long text as its first clause, the whole of it one click away."""
+    head, sep, _ = text.partition(";")
+    if not sep or len(text) < 160:
+        return _e(text)
+    return f"<details><summary>{_e(head)}; ...</summary>{_e(text)}</details>"
+
+
 def _facts(j) -> str:
     an = j.analysis
     rec = an.recording
     whole = an.whole or rec
     items = [("kernel", _e(rec.kernel)), ("problem", _e(whole.spec.describe())),
-             ("numerics", _e(_numerics(rec.spec))), ("inputs", _e(rec.provenance.describe())
+             ("numerics", _collapsed(_numerics(rec.spec))), ("inputs", _e(rec.provenance.describe())
                                                      + ("" if rec.provenance.controlled else " (not controlled)")),
              ("references on", _e(an.device))]
     if j.source:
@@ -408,7 +415,9 @@ def _stage_section(st, attention: bool) -> str:
     ident = _ident(st.name)
     parts = [f'<section class="stage" id="stage-{ident}"><h3>{_e(st.name)} <small>({label}; '
              f'{cmp.failing_units} of {cmp.units} unit(s) fail, {cmp.mismatches}/{cmp.compared} elements)</small></h3>']
-    parts.append(f"<h4>worst err/bound per tile</h4>{_tile_heatmap(cmp, st.name, attention, f'heatmap-{ident}')}")
+    parts.append('<div class="figs">')
+    parts.append(f"<div><h4>worst err/bound per tile</h4>{_tile_heatmap(cmp, st.name, attention, f'heatmap-{ident}')}"
+                 "</div>")
     unit = max((t for t in cmp.tiles if not t.passed and t.ratio_map is not None),
                key=lambda t: (t.max_ratio, t.mismatches), default=None)
     unit_name = "unit" if attention else "tile"
@@ -416,10 +425,14 @@ def _stage_section(st, attention: bool) -> str:
         kb = "" if unit.k_block is None else f", {'KV block' if attention else 'k-block'} {unit.k_block}"
         part = "" if unit.partial is None else f", partial {unit.partial}"
         masked = _deciding_masked(cmp)
-        parts.append(f"<h4>the worst {unit_name}, {_e(unit.tile)}{_e(part)}{_e(kb)}, element by element</h4>"
-                     + _element_map(unit, st.name, f"worst-{ident}", masked))
+        parts.append(f"<div><h4>the worst {unit_name}, {_e(unit.tile)}{_e(part)}{_e(kb)}, element by element</h4>"
+                     + _element_map(unit, st.name, f"worst-{ident}", masked) + "</div>")
     else:
         parts.append(f'<p class="quiet">No element map was kept for this stage\'s failing {unit_name}s.</p>')
+    curve = _kblock_curve(st, attention, f"kblocks-{ident}")
+    if curve is not None:
+        parts.append(f"<div><h4>per {'KV block' if attention else 'k-block'}</h4>{curve}</div>")
+    parts.append("</div>")
     bad = cmp.worst.first_bad if cmp.worst is not None else ()
     if bad:
         rows = "".join(f"<tr><td>({b.row}, {b.col})</td><td>{_e(_fmt(b.received, 6))}</td>"
@@ -428,9 +441,6 @@ def _stage_section(st, attention: bool) -> str:
         parts.append(f"<h4>first bad elements of the worst {unit_name}</h4><table class=\"small\"><thead><tr>"
                      f"<th>element (global)</th><th>received</th><th>expected</th><th>bound</th><th></th></tr>"
                      f"</thead><tbody>{rows}</tbody></table>")
-    curve = _kblock_curve(st, attention, f"kblocks-{ident}")
-    if curve is not None:
-        parts.append(f"<h4>per {'KV block' if attention else 'k-block'}</h4>{curve}")
     parts.append("</section>")
     return "".join(parts)
 
@@ -505,7 +515,7 @@ th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;white-space:nowrap}t
 tr.first td{background:#ffebee;font-weight:bold}tr.first td:first-child{border-left:4px solid #c62828}
 tr.inherited td{background:#fff6f6}tr.notrun td{color:#999}.mark{font-size:11px;color:#c62828;font-weight:bold}
 tr.inherited .mark{color:#a66;font-weight:normal}.st-bad{color:#c62828;font-weight:bold}.st-ok{color:#2e7d32}
-.st-warn{color:#ef6c00}svg.fig{display:block;margin:4px 0 8px;max-width:100%;height:auto}
+.st-warn{color:#ef6c00}.figs{display:flex;flex-wrap:wrap;gap:4px 16px;align-items:flex-start}svg.fig{display:block;margin:4px 0 8px;max-width:100%;height:auto}
 svg .tick{font-size:11px;fill:#333}.quiet{color:#777}.notes .label{color:#555;font-weight:bold}
 .cmd{position:relative;margin:6px 0}.cmd pre{background:#f6f8fa;border:1px solid #ddd;padding:8px 60px 8px 10px;
 overflow-x:auto;margin:2px 0}.cmd button{position:absolute;right:6px;bottom:8px}.cmdlabel{color:#555;font-size:12px}
