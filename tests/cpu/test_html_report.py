@@ -248,3 +248,18 @@ def test_the_pytest_plugin_writes_the_page_of_a_failing_check(pytester):
     assert page.name == "test_foreign.py_test_bad-1.html"
     result.stdout.fnmatch_lines([f"*HTML report: {page}*"])
     assert 'id="heatmap-epilogue_store"' in page.read_text()
+
+
+def test_an_attention_page_draws_its_units_element_by_element_and_per_kv_block():
+    from oracle.problem.attention import AttentionSpec
+    from oracle.run.attention_simulate import simulate_attention
+
+    spec = AttentionSpec(batch=1, heads_q=2, heads_kv=2, seqlen_q=64, seqlen_k=96, head_dim=32, causal="bottom_right",
+                         q_dtype="bf16", k_dtype="bf16", v_dtype="bf16", o_dtype="bf16", block_q=32, block_kv=32)
+    rep = oracle.judge(simulate_attention(spec, defect="max_not_updated_before_rescale", inputs="random", seed=0))
+    assert rep.first_divergence.stage == "softmax_state"
+    page = rep.to_html()
+    assert 'data-stage="softmax_state"' in page and 'id="worst-softmax_state"' in page  # attention units keep maps
+    curve = page[page.index('id="kblocks-softmax_state"'):]
+    assert "KV block" in curve[:curve.index("</svg>")]
+    assert "rows: batch x heads_q + head" in page
