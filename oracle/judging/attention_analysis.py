@@ -36,6 +36,7 @@ from oracle.judging.diagnose import Diagnosis, Kind, Verdict, evidence_kind, fir
 from oracle.judging.differential.analysis import Analysis, reference_device
 from oracle.judging.differential.context import StageResult
 from oracle.judging.differential.findings import FirstDivergence, first_nonfinite
+from oracle.judging.differential.judge import with_unit_maps
 from oracle.judging.differential.out_of_bounds import ordered, out_of_bounds_finding
 from oracle.judging.evidence import Evidence, Feed
 
@@ -95,6 +96,7 @@ def _store(rec, o_ref, lse_ref, stats, dev, judge: Optional[StageJudge] = None) 
     tiles = [(u // nqb, u % nqb) for u in range(r.shape[0])]
     origins = [((u % nqb) * bq, 0) for u in range(r.shape[0])]
     parts = compare_units(r, e, origins=origins, tiles=tiles, k_blocks=[None] * len(tiles), bound=bd, mask=m > 0)
+    parts = with_unit_maps(parts, r, e, bd, m > 0)
     cmp = combine([p for p in parts if p.tiles]) if any(p.tiles for p in parts) else NOT_RUN
     forced = NOT_RUN if judge is None else judge.store_forced(r, m > 0)
     return StageResult("store", forced, cmp.labelled(Evidence.of(Feed.REFERENCE)))

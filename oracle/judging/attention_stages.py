@@ -48,6 +48,7 @@ from kernels_ref.dtypes import DTYPES
 from oracle.judging.attention_tolerance import E_EXP, STATS_MARGIN, U, lookup, sub_step, u_of
 from oracle.judging.compare import NOT_RUN, Comparison, combine, compare_units
 from oracle.judging.differential.context import StageResult
+from oracle.judging.differential.judge import with_unit_maps
 from oracle.judging.evidence import PADDING, UNRECORDED, Evidence, Feed
 
 SIDES = 2  # kernel and reference each err from the exact value by a stage's bound
@@ -335,6 +336,7 @@ class StageJudge:
         keep = torch.stack([u.keep for u in units])
         parts = compare_units(r, e, origins=[u.origin for u in units], tiles=[self.geo.tile(u.key) for u in units],
                               k_blocks=[u.key[3] for u in units], bound=b, mask=keep)
+        parts = with_unit_maps(parts, r, e, b, keep)
         out = []
         for u, part in zip(units, parts):
             masked = tuple((r_, n) for r_, n in ((PADDING, u.padding), (UNRECORDED, u.unrecorded)) if n)

@@ -62,10 +62,10 @@ def write_plots(an, directory: str) -> list[str]:
                    key=lambda t: (t.max_ratio, t.mismatches), default=None)
         if unit is not None:
             m = unit.ratio_map.numpy().copy()
-            m[~np.isfinite(m)] = cap
+            m[np.isinf(m)] = cap  # NaN (not compared) stays blank
             fig, ax = plt.subplots(figsize=(6, 5))
             im = ax.imshow(np.log10(np.maximum(m, 1e-12)), cmap="magma", interpolation="nearest", aspect="auto")
-            fig.colorbar(im, ax=ax, label="log10 err/bound")
+            fig.colorbar(im, ax=ax, label="log10 err/bound (blank: not compared)")
             kb = "" if unit.k_block is None else f", k-block {unit.k_block}"
             part = "" if unit.partial is None else f", partial {unit.partial}"
             ax.set_title(f"{st.name}: tile {unit.tile}{part}{kb}, per element")

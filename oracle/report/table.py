@@ -80,7 +80,20 @@ def _masked(c: Comparison) -> str:
     return " ".join(f"{n} {_MASK_SHORT[r]}" for r, n in ev.masked) or "0"
 
 
-def table(an: Analysis) -> str:
+TABLE_HEADERS = ("stage", "teacher-forced", "chained", "fed by", "worst tile", "err/bound", "max |err|", "amplif.",
+                 "NaN r/e", "Inf r/e", "bad/compared", "masked")
+
+
+def table_headers(an: Analysis) -> list[str]:
+    """The stage table's column names (an attention judgement's worst unit is not a tile)."""
+    heads = list(TABLE_HEADERS)
+    if _attention(an.recording.spec):
+        heads[4] = "worst unit"
+    return heads
+
+
+def table_rows(an: Analysis) -> list[list[str]]:
+    """The stage table's cells, one row per stage, as the text and the HTML report print them."""
     rows = []
     attention = _attention(an.recording.spec)
     for st in an.stages:
@@ -97,9 +110,11 @@ def table(an: Analysis) -> str:
                      (f"{d.mismatches + len(d.field_mismatches)}/{d.compared}{fields}"
                       if counted else "-"),
                      _masked(d) if counted else "-"])
-    return tabulate(rows, headers=["stage", "teacher-forced", "chained", "fed by", "worst unit" if attention else
-                                   "worst tile", "err/bound",
-                                   "max |err|", "amplif.", "NaN r/e", "Inf r/e", "bad/compared", "masked"])
+    return rows
+
+
+def table(an: Analysis) -> str:
+    return tabulate(table_rows(an), headers=table_headers(an))
 
 
 def _feed_phrase(f: FirstDivergence) -> str:
@@ -257,26 +272,7 @@ def render(judgement) -> str:
     lines.append("")
     lines.append(table(an))
     lines.append("")
-    for c in an.handled_confounds:
-        lines.append(f"handled: {c}")
-    for c in an.open_confounds:
-        lines.append(f"confound: {c}")
-    for c in an.assumed:
-        if c not in an.open_confounds:
-            lines.append(f"assumed, not observed: {c}")
-    for st in an.stages:  # elements a comparison could not see because the kernel did not record them
-        for label, c in (("teacher-forced", st.teacher_forced), ("chained", st.chained)):
-            ev = c.evidence
-            if ev.masked_count(UNRECORDED) or ev.masked_count(UPSTREAM_UNRECORDED):
-                lines.append(f"masked: {st.name} {label}: {c.compared} compared; not compared: {ev.describe_masked()}")
-    if an.first_nonfinite:
-        lines.append(f"first NaN/Inf: {an.first_nonfinite.describe()}")
-    notes = list(rec.notes)
-    for st in an.stages:  # how the diverging stage was fed, and any stage that has something to say
-        for c in (st.teacher_forced, st.chained):
-            notes.extend(c.all_notes if st.name == an.diagnosis.stage else c.notes)
-    for n in dict.fromkeys(notes):
-        lines.append(f"note: {n}")
+    lines.extend(f"{label}: {text}" for label, text in findings_lines(an))
     extra = races_section(races, sanitizer)
     if extra:
         lines.append("")
@@ -285,6 +281,29 @@ def render(judgement) -> str:
     if j.performance is not None:
         lines.extend(["", performance_table(j.performance)])
     return "\n".join(lines)
+
+
+def findings_lines(an: Analysis) -> list[tuple[str, str]]:
+    """The lines below the stage table, as (label, text): confounds handled and open, what was
+    assumed, elements not recorded, the first NaN/Inf, and the notes (how the diverging stage was
+    fed, and any stage that has something to say)."""
+    lines = [("handled", c) for c in an.handled_confounds]
+    lines += [("confound", c) for c in an.open_confounds]
+    lines += [("assumed, not observed", c) for c in an.assumed if c not in an.open_confounds]
+    for st in an.stages:  # elements a comparison could not see because the kernel did not record them
+        for label, c in (("teacher-forced", st.teacher_forced), ("chained", st.chained)):
+            ev = c.evidence
+            if ev.masked_count(UNRECORDED) or ev.masked_count(UPSTREAM_UNRECORDED):
+                lines.append(("masked", f"{st.name} {label}: {c.compared} compared; not compared: "
+                                        f"{ev.describe_masked()}"))
+    if an.first_nonfinite:
+        lines.append(("first NaN/Inf", an.first_nonfinite.describe()))
+    notes = list(an.recording.notes)
+    for st in an.stages:
+        for c in (st.teacher_forced, st.chained):
+            notes.extend(c.all_notes if st.name == an.diagnosis.stage else c.notes)
+    lines += [("note", n) for n in dict.fromkeys(notes)]
+    return lines
 
 
 def _numerics(spec) -> str:

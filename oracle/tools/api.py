@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
 
 import torch
 
@@ -40,10 +40,12 @@ class Report:
     when repeated runs differ), `first_divergence` (None or
     oracle.judging.differential.FirstDivergence), `stages` (per stage: teacher-forced and chained
     comparisons), `judgement` (everything: races, sanitizer, timings, phases), `to_json()` (schema
-    oracle.report.table/1); str() is the table and the sentence. Made from a Judgement (or an
-    Analysis alone)."""
+    oracle.report.table/1), `to_html()` (one self-contained page, oracle.report.html); str() is the
+    table and the sentence. Made from a Judgement (or an Analysis alone); `request` is the
+    RunRequest that made it, when known (the page's re-run commands come from it)."""
 
     judgement: Any  # oracle.judging.judgement.Judgement
+    request: Any = field(default=None, compare=False)  # oracle.run.request.RunRequest
 
     def __post_init__(self) -> None:
         from oracle.report.table import as_judgement
@@ -83,6 +85,27 @@ class Report:
 
         return report.to_json(self.judgement, extra)
 
+    def to_html(self, commands: Optional[Sequence] = None, *, dump: Optional[str] = None) -> str:
+        """The report as one self-contained HTML page; `commands` (oracle.report.html.Command) that
+        re-run it, by default those of the request (oracle.tools.rerun), `dump` a saved recording."""
+        from oracle.report import html
+
+        return html.render(self.judgement, self._commands(commands, dump))
+
+    def write_html(self, path: str, commands: Optional[Sequence] = None, *, dump: Optional[str] = None) -> str:
+        """to_html() written to `path` whole, never through a link; returns the path."""
+        from oracle.report import html
+
+        html.write_html(self.judgement, path, self._commands(commands, dump))
+        return path
+
+    def _commands(self, commands: Optional[Sequence], dump: Optional[str]) -> tuple:
+        if commands is not None:
+            return tuple(commands)
+        from oracle.tools.rerun import commands_for
+
+        return commands_for(self.request, dump=dump)
+
     def __str__(self) -> str:
         from oracle.report import table as report
 
@@ -95,7 +118,7 @@ def compare(request) -> Report:
     from oracle.run.execute import run
     from oracle.tools.startup import import_judgement
 
-    return Report(judge(run(request, while_running=import_judgement)))
+    return Report(judge(run(request, while_running=import_judgement)), request)
 
 
 def _dtype(name: str, t: Optional[torch.Tensor]) -> str:
@@ -363,15 +386,28 @@ def attention_recording_of(*args, **kwargs):
     return of(*args, **kwargs)
 
 
-def assert_gemm_close(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, **kwargs) -> Report:
+def assert_gemm_close(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, html_path: Optional[str] = None,
+                      **kwargs) -> Report:
     """`check`, raising AssertionError with the stage table and the first divergence unless MATCH.
     With ORACLE_DUMP_DIR set (the pytest plugin's --oracle-dump-dir), a failing check is saved as a
-    dump there first, for `python -m oracle compare --dump FILE`."""
+    dump there first, for `python -m oracle compare --dump FILE`; with `html_path` (the pytest
+    plugin gives one) its HTML page is written there, and the message names both."""
     rep = check(a, b, d, **kwargs)
     if not rep.ok:
-        where = save_failure(rep)
-        raise AssertionError(f"{rep}" + (f"\nsaved the recording to {where}" if where else ""))
+        raise AssertionError(failure_message(rep, html_path))
     return rep
+
+
+def failure_message(rep: Report, html_path: Optional[str] = None) -> str:
+    """A failing check's message: the report, where its dump was saved (ORACLE_DUMP_DIR) and where
+    its HTML page was written (`html_path`, its folder made if missing)."""
+    where = save_failure(rep)
+    text = f"{rep}" + (f"\nsaved the recording to {where}" if where else "")
+    if html_path:
+        os.makedirs(os.path.dirname(os.path.abspath(html_path)), exist_ok=True)
+        rep.write_html(html_path, dump=where)
+        text += f"\nHTML report: {html_path}"
+    return text
 
 
 def save_failure(rep: Report) -> Optional[str]:

@@ -158,8 +158,40 @@ def shard(cases: Sequence[BenchCase], i: int, n: int) -> list[BenchCase]:
     return [c for j, c in enumerate(cases) if j % n == i]
 
 
-def run_case(bc: BenchCase) -> dict:
-    """Verify, then time, one case. Never raises for what the kernel does: the row says."""
+def compare_words(bc: BenchCase) -> tuple[str, ...]:
+    """The `python -m oracle compare` command line that judges the bench case alone."""
+    words = ["python", "-m", "oracle", "compare", bc.case, "--inputs", bc.inputs]
+    if bc.entry:
+        words += ["--entry", bc.entry]
+    for key, value in bc.overrides.items():
+        words += ["--set", f"{key}={_toml_value(value)}"]
+    if bc.trace_tiles:
+        words += ["--trace-tiles", " ".join(f"{tm},{tn}" for tm, tn in bc.trace_tiles)]
+    if bc.trace_k_blocks:
+        words += ["--trace-k-blocks", ",".join(map(str, bc.trace_k_blocks))]
+    if bc.repeat is not None:
+        words += ["--repeat", str(bc.repeat)]
+    if bc.timeout is not None:
+        words += ["--timeout", str(bc.timeout)]
+    words += (["--allow-library"] if bc.trust.library else []) + \
+        (["--allow-outside-case-dir"] if bc.trust.outside_case_dir else [])
+    return tuple(words)
+
+
+def _toml_value(v) -> str:
+    """A problem field's value as `--set k=v` reads it back (oracle.run.case.parse_value)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, str):
+        return json.dumps(v) if any(c in v for c in " ,=[]{}\"'") else v
+    return str(v)
+
+
+def run_case(bc: BenchCase, html_page: Optional[str] = None) -> dict:
+    """Verify, then time, one case. Never raises for what the kernel does: the row says. With
+    `html_page`, the judgement's HTML page is written there (the row's `html` names its file)."""
     from dataclasses import replace
 
     from oracle.run.case_types import RunPlan
@@ -174,12 +206,20 @@ def run_case(bc: BenchCase) -> dict:
 
             require_gpu(advice="give --no-time, or time = false for the case")
         case = live_case(bc)
-        request = RunRequest(case=case, inputs=bc.inputs, repeat=bc.repeat, timeout_s=bc.timeout)
+        request = RunRequest(case=case, inputs=bc.inputs, repeat=bc.repeat, timeout_s=bc.timeout,
+                             command=compare_words(bc))
         timed_here = bc.time and not request.races
-        judged = compare(replace(request, time=timed_here)).judgement
+        report = compare(replace(request, time=timed_here))
+        judged = report.judgement
     except Exception as e:  # a broken case is a row, not the end of the sweep
         row.update(verdict="ERROR", error=f"{type(e).__name__}: {e}", seconds=time.perf_counter() - t0)
         return row
+    if html_page:
+        try:
+            report.write_html(html_page)
+            row["html"] = os.path.basename(html_page)
+        except OSError as e:
+            row["html_error"] = f"{type(e).__name__}: {e}"
     row["problem"] = case.spec.describe()
     row["verdict"] = judged.verdict.value
     if judged.races is not None:
@@ -248,10 +288,11 @@ def visible_gpus() -> int:
 
 def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optional[str] = None,
               workers: Optional[int] = None, time_cases: bool = True, stream=None, allow_library: bool = False,
-              allow_outside_case_dir: bool = False) -> tuple[list[dict], int]:
+              allow_outside_case_dir: bool = False, html: Optional[str] = None) -> tuple[list[dict], int]:
     """Run the sweep; returns (rows, exit code: 0 all match, 1 a divergence, 3 a kernel error, 6 runs that
     differ (NONDETERMINISTIC), 2 a broken case). The opt-ins of oracle.run.case_files apply to every case.
-    Progress goes to `stream` (default: sys.stderr at the time of the call)."""
+    Progress goes to `stream` (default: sys.stderr at the time of the call). `html`: a folder for
+    every case's HTML page and an index.html linking them (write_index)."""
     stream = sys.stderr if stream is None else stream
     cases = load_cases(cases_path)
     i, n = parse_shard(shard_text)
@@ -270,7 +311,8 @@ def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optio
         def argv(sub: str, out: str) -> list[str]:
             return ["bench", "--cases", absolute(cases_path), "--shard", sub, "--jsonl", out, "--workers", "1"] + \
                 ([] if time_cases else ["--no-time"]) + (["--allow-library"] if allow_library else []) + \
-                (["--allow-outside-case-dir"] if allow_outside_case_dir else [])
+                (["--allow-outside-case-dir"] if allow_outside_case_dir else []) + \
+                (["--html", absolute(html)] if html else [])
 
         rows = run_workers(argv, (i, n), gpus, indices, stream=stream)
         for r in rows:
@@ -281,18 +323,44 @@ def run_bench(cases_path: str, *, shard_text: Optional[str] = None, jsonl: Optio
 
         here = device_of_this_process()
         rows = []
+        if html:
+            from oracle.report.html import page_name
+
+            os.makedirs(html, exist_ok=True)
         for j, c in zip(indices, mine):
-            rows.append({"index": j, **(broken.get(c.name) or run_case(c)), **here})
+            page = os.path.join(html, page_name(j, c.name)) if html else None
+            rows.append({"index": j, **(broken.get(c.name) or (run_case(c, page) if page else run_case(c))), **here})
             _progress(len(rows), len(mine), rows[-1], stream)
     if jsonl:
         from harness.output_files import write_text_atomically
 
         write_text_atomically(jsonl, "".join(json.dumps({"environment": env, **r}, default=str) + "\n"
                                              for r in rows), "JSON lines")
+    if html:
+        write_index(html, f"bench {os.path.basename(cases_path)}", rows)
     verdicts = {r["verdict"] for r in rows}
     code = 3 if "KERNEL_ERROR" in verdicts else 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED"} \
         else 6 if "NONDETERMINISTIC" in verdicts else 2 if "ERROR" in verdicts else 0
     return rows, code
+
+
+def write_index(directory: str, title: str, rows: Sequence[dict]) -> str:
+    """DIR/index.html: one row per case (bench, verify), linking the page its row names (`html`)."""
+    from oracle.report.html import IndexEntry, write_index as write
+
+    entries = []
+    for r in rows:
+        fd = r.get("first_divergence") or {}
+        where = fd.get("tile") or fd.get("unit")
+        first = " ".join(str(x) for x in (fd.get("stage"), tuple(where) if where else None,
+                                          f"k-block {fd['k_block']}" if fd.get("k_block") is not None else None,
+                                          fd.get("kind")) if x)
+        entries.append(IndexEntry(str(r["name"]), str(r["verdict"]), first, r.get("html"),
+                                  str(r.get("error") or r.get("html_error") or "")))
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, "index.html")
+    write(path, title, entries)
+    return path
 
 
 def _broken(cases: Sequence[BenchCase]) -> dict[str, dict]:

@@ -38,7 +38,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     complement (kernels that call the trace header's smem_prologue()); --sanitize runs the
     untraced build under compute-sanitizer (racecheck, synccheck, memcheck, initcheck).
     Prints a table, one row per stage with the teacher-forced and chained verdicts, then one
-    sentence naming the first divergence. Exit codes: 0 match, 1 divergence, 2 bad usage or
+    sentence naming the first divergence; --json PATH and --html PATH also write it for machines
+    and as a page to look at (pictures inline, copyable commands to re-run it). Exit codes: 0 match, 1 divergence, 2 bad usage or
     input, 3 kernel error, 4 oracle untrusted, 5 mistrusted (nothing could discriminate),
     6 nondeterministic (runs on the same inputs differ)."""
     from oracle.report import table as report
@@ -62,6 +63,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 print(f"wrote {path}", file=sys.stderr)
     if args.json:
         report.write_json(judged, args.json)
+    if args.html:
+        from oracle.report.html import write_html
+        from oracle.tools.rerun import commands_for
+
+        write_html(judged, args.html, commands_for(request, dump=args.save_dump))
     if not args.quiet:
         try:
             print(report.render(judged))
@@ -357,7 +363,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     Every case is judged stage by stage first, then timed (kernel, Triton reference, cuBLAS).
     Prints progress and a results table; --jsonl PATH writes one JSON object per case with the
-    environment. --shard i/n runs cases i, i+n, ... (0-based). With several visible GPUs one
+    environment; --html DIR every case's HTML page and an index.html linking them. --shard i/n runs cases i, i+n, ... (0-based). With several visible GPUs one
     worker process runs per GPU. A case's `repeat = N` (default its live case's [run] repeat)
     verifies it as compare --repeat N does. --allow-library and --allow-outside-case-dir as for
     compare, for every case. Exit codes: 0 every case matches, 1 a case diverges (or
@@ -367,7 +373,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     rows, code = run_bench(args.cases, shard_text=args.shard, jsonl=args.jsonl, workers=args.workers,
                            time_cases=not args.no_time, allow_library=args.allow_library,
-                           allow_outside_case_dir=args.allow_outside_case_dir)
+                           allow_outside_case_dir=args.allow_outside_case_dir, html=args.html)
     print(table(rows))
     for r in rows:
         if r.get("error"):
@@ -380,7 +386,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
     The op takes the operands and returns D (torch.matmul, torch._scaled_mm, a custom op). Every
     case is judged by the oracle (output only, tile by tile, with the case's numerics model), then
-    timed against cuBLAS under the oracle's timing discipline. The sweep: --sweep FILE.toml (see
+    timed against cuBLAS under the oracle's timing discipline; --html DIR writes every case's
+    HTML page and an index.html linking them. The sweep: --sweep FILE.toml (see
     oracle/tools/verify.py), or --shape MxNxK (repeatable) with --dtype and --call. --shard i/n keeps
     cases i, i+n, ...; one worker per visible GPU. Exit codes: 0 every case matches, 1 a
     divergence, 2 bad usage or a broken case.
@@ -406,7 +413,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         [x for s in args.shape for x in ("--shape", s)] + ["--dtype", args.dtype, "--call", args.call] + \
         (["--fast-accum"] if args.fast_accum else [])
     rows, code = run_verify(args.op, cases, shard_text=args.shard, jsonl=args.jsonl, workers=args.workers,
-                            sweep_argv=sweep_argv)
+                            sweep_argv=sweep_argv, html=args.html)
     print(table(rows))
     return code
 
@@ -436,7 +443,12 @@ def _verify_attention(args: argparse.Namespace) -> int:
     else:
         call = args.call or ("flash" if args.layout == "bshd" else "sdpa")
         cases = shape_cases(args.shape, args.dtype, args.causal or "none", args.layout, call)
-    rows, code = run_verify(args.op, cases, shard_text=args.shard, jsonl=args.jsonl)
+    sweep_argv = ["--sweep", os.path.abspath(args.sweep)] if args.sweep else \
+        [x for s in args.shape for x in ("--shape", s)] + ["--attention", "--dtype", args.dtype] + \
+        [x for f, v in (("--causal", args.causal), ("--layout", args.layout), ("--call", args.call)) if v
+         for x in (f, v)]
+    rows, code = run_verify(args.op, cases, shard_text=args.shard, jsonl=args.jsonl, html=args.html,
+                            sweep_argv=sweep_argv)
     print(table(rows))
     return code
 
@@ -548,6 +560,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--sanitize", action="store_true", help="live: run the untraced build under compute-sanitizer "
                    "(racecheck, synccheck, memcheck, initcheck) and report its findings")
     c.add_argument("--json", metavar="PATH", help="also write the report as JSON to PATH")
+    c.add_argument("--html", metavar="PATH", help="also write the report as one self-contained HTML page to PATH "
+                   "(pictures inline, no network needed)")
     c.add_argument("--save-dump", metavar="PATH", help="save the judged recording as a dump to PATH")
     c.add_argument("--quiet", action="store_true", help="print nothing; the exit code and --json say it all")
     c.add_argument("--plots", metavar="DIR", help="write PNG pictures of every diverging stage to DIR (matplotlib)")
@@ -589,6 +603,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--jsonl", metavar="PATH", help="write one JSON line per case, with the environment")
     b.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per visible GPU)")
     b.add_argument("--no-time", action="store_true", help="verify only")
+    b.add_argument("--html", metavar="DIR", help="write every case's HTML page and an index.html linking them to DIR")
     _trust_flags(b)
     b.set_defaults(func=cmd_bench)
 
@@ -630,6 +645,7 @@ def build_parser() -> argparse.ArgumentParser:
     vf.add_argument("--shard", metavar="i/n", help="run cases i, i+n, ... (0-based)")
     vf.add_argument("--jsonl", metavar="PATH", help="one JSON line per case, with the environment")
     vf.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per visible GPU)")
+    vf.add_argument("--html", metavar="DIR", help="write every case's HTML page and an index.html linking them to DIR")
     vf.set_defaults(func=cmd_verify)
 
     e = sub.add_parser("env", help="print what a bug report needs", description=cmd_env.__doc__)

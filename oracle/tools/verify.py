@@ -309,8 +309,9 @@ def _call(op: Callable, vc: VerifyCase, a, b, scales):
     return op(a, b)
 
 
-def run_case(op: Callable, vc: VerifyCase) -> dict:
-    """Verify, then time, one case; a failure of the op or the case is a row, never a crash."""
+def run_case(op: Callable, vc: VerifyCase, html_page: Optional[str] = None, commands: Sequence = ()) -> dict:
+    """Verify, then time, one case; a failure of the op or the case is a row, never a crash. With
+    `html_page`, the judgement's HTML page is written there, with `commands` to re-run it."""
     import torch
 
     from oracle.tools.api import check
@@ -341,6 +342,7 @@ def run_case(op: Callable, vc: VerifyCase) -> dict:
             extra = {} if scales is None else {"scale_a": scales[0], "scale_b": scales[1]}
         d = _call(op, vc, a, b, scales)
         rep = check(a, b, d, **extra, **kw)
+        write_page(row, rep, html_page, commands)
         row["verdict"] = rep.verdict
         first = rep.first_divergence
         if first is not None:
@@ -354,6 +356,28 @@ def run_case(op: Callable, vc: VerifyCase) -> dict:
         row.update(verdict="ERROR", error=f"{type(e).__name__}: {e}")
     row["seconds"] = time.perf_counter() - t0
     return row
+
+
+def write_page(row: dict, rep, html_page: Optional[str], commands: Sequence) -> None:
+    """A verified case's HTML page at `html_page` (if given), its file named in the row (`html`)."""
+    if not html_page:
+        return
+    try:
+        rep.write_html(html_page, tuple(commands))
+        row["html"] = os.path.basename(html_page)
+    except OSError as e:
+        row["html_error"] = f"{type(e).__name__}: {e}"
+
+
+def sweep_pages(html: Optional[str], op_spec: str, sweep_argv: Sequence[str]):
+    """(page of case j and name, commands) of a verify sweep writing HTML pages to `html`."""
+    from oracle.report.html import Command, page_name
+
+    if html:
+        os.makedirs(html, exist_ok=True)
+    page = (lambda j, name: os.path.join(html, page_name(j, name)) if html else None)
+    return page, (Command("verify the sweep again", ("python", "-m", "oracle", "verify", "--op", op_spec,
+                                                     *sweep_argv)),)
 
 
 def _time(op, vc: VerifyCase, a, b, scales) -> dict:
@@ -389,12 +413,13 @@ def _time(op, vc: VerifyCase, a, b, scales) -> dict:
 
 def run_verify(op_spec: str, cases: Sequence[VerifyCase], *, shard_text: Optional[str] = None,
                jsonl: Optional[str] = None, workers: Optional[int] = None, sweep_argv: Sequence[str] = (),
-               stream=None) -> tuple[list[dict], int]:
+               stream=None, html: Optional[str] = None) -> tuple[list[dict], int]:
     """Run the sweep (this shard of it); returns (rows, exit code: 0 all match, 1 a divergence, 2 an error).
     Progress goes to `stream` (default: sys.stderr at the time of the call, so a caller that swapped
     it, such as the warm server, gets it).
     With several visible GPUs (or `workers` > 1) one worker runs per GPU; `sweep_argv` is the part of
-    the command line that names the sweep (--sweep FILE, or --shape and --dtype), for the workers."""
+    the command line that names the sweep (--sweep FILE, or --shape and --dtype), for the workers.
+    `html`: a folder for every case's HTML page and an index.html linking them."""
     from oracle.tools.bench import environment, parse_shard, visible_gpus
     from oracle.tools.workers import device_of_this_process, run_workers
 
@@ -407,20 +432,26 @@ def run_verify(op_spec: str, cases: Sequence[VerifyCase], *, shard_text: Optiona
     if gpus > 1 and len(indices) > 1:
         _check_workers_import(op_spec)
         rows = run_workers(lambda sub, out: ["verify", "--op", op_spec, *sweep_argv, "--shard", sub, "--jsonl", out,
-                                             "--workers", "1"], (i, n), gpus, indices, stream=stream)
+                                             "--workers", "1"] + (["--html", os.path.abspath(html)] if html else []),
+                           (i, n), gpus, indices, stream=stream)
         for r in rows:
             r.pop("environment", None)
     else:
         here = device_of_this_process()
         rows = []
+        page, commands = sweep_pages(html, op_spec, sweep_argv)
         for j in indices:
-            rows.append({"index": j, **run_case(op, cases[j]), **here})
+            rows.append({"index": j, **run_case(op, cases[j], page(j, cases[j].name), commands), **here})
             _progress(len(rows), len(indices), rows[-1], stream)
     if jsonl:
         from harness.output_files import write_text_atomically
 
         write_text_atomically(jsonl, "".join(json.dumps({"environment": env, "op": op_spec, **r}, default=str) + "\n"
                                              for r in rows), "JSON lines")
+    if html:
+        from oracle.tools.bench import write_index
+
+        write_index(html, f"verify {op_spec}", rows)
     verdicts = {r["verdict"] for r in rows}
     code = 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED", "KERNEL_ERROR"} else \
         2 if "ERROR" in verdicts else 0

@@ -42,7 +42,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from oracle.run.case import read_toml
 from oracle.run.case_types import CaseError
-from oracle.tools.verify import sweep_entries
+from oracle.tools.verify import sweep_entries, write_page
 
 KIND = "attention"
 CASE_KEYS = ("name", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "dtype", "causal",
@@ -187,8 +187,9 @@ def _call(op: Callable, vc: AttentionVerifyCase, q, k, v):
     return to_op(o), lse
 
 
-def run_case(op: Callable, vc: AttentionVerifyCase) -> dict:
-    """Verify, then time, one case; a failure of the op or the case is a row, never a crash."""
+def run_case(op: Callable, vc: AttentionVerifyCase, html_page: Optional[str] = None, commands: Sequence = ()) -> dict:
+    """Verify, then time, one case; a failure of the op or the case is a row, never a crash. With
+    `html_page`, the judgement's HTML page is written there, with `commands` to re-run it."""
     import torch
 
     from oracle.run.attention_inputs import make_attention_operands
@@ -203,6 +204,7 @@ def run_case(op: Callable, vc: AttentionVerifyCase) -> dict:
         q, k, v = (t.to(dev) for t in (ops.q, ops.k, ops.v))
         o, lse = _call(op, vc, q, k, v)
         rep = check_attention(q, k, v, o, lse, causal=vc.causal, provenance=ops.provenance)
+        write_page(row, rep, html_page, commands)
         row["verdict"] = rep.verdict
         first = rep.first_divergence
         if first is not None:
@@ -242,11 +244,13 @@ def _time(op, vc: AttentionVerifyCase, q, k, v) -> dict:
 
 
 def run_verify(op_spec: str, cases: Sequence[AttentionVerifyCase], *, shard_text: Optional[str] = None,
-               jsonl: Optional[str] = None, stream=None) -> tuple[list[dict], int]:
+               jsonl: Optional[str] = None, stream=None, html: Optional[str] = None,
+               sweep_argv: Sequence[str] = ()) -> tuple[list[dict], int]:
     """Run the sweep (this shard of it) in this process; returns (rows, exit code: 0 all match,
-    1 a divergence, 2 a broken case)."""
-    from oracle.tools.bench import environment, parse_shard
-    from oracle.tools.verify import _progress, load_op
+    1 a divergence, 2 a broken case). `html`: a folder for every case's HTML page and an index.html
+    linking them; `sweep_argv` the command line's words that name the sweep (for the pages)."""
+    from oracle.tools.bench import environment, parse_shard, write_index
+    from oracle.tools.verify import _progress, load_op, sweep_pages
     from oracle.tools.workers import device_of_this_process
 
     stream = sys.stderr if stream is None else stream  # the progress lines; read now, not at import
@@ -255,8 +259,9 @@ def run_verify(op_spec: str, cases: Sequence[AttentionVerifyCase], *, shard_text
     indices = [j for j in range(len(cases)) if j % n == i]
     here = device_of_this_process()
     rows = []
+    page, commands = sweep_pages(html, op_spec, sweep_argv)
     for j in indices:
-        rows.append({"index": j, "kind": KIND, **run_case(op, cases[j]), **here})
+        rows.append({"index": j, "kind": KIND, **run_case(op, cases[j], page(j, cases[j].name), commands), **here})
         _progress(len(rows), len(indices), rows[-1], stream)
     if jsonl:
         from harness.output_files import write_text_atomically
@@ -264,6 +269,8 @@ def run_verify(op_spec: str, cases: Sequence[AttentionVerifyCase], *, shard_text
         env = environment()
         write_text_atomically(jsonl, "".join(json.dumps({"environment": env, "op": op_spec, **r}, default=str) + "\n"
                                              for r in rows), "JSON lines")
+    if html:
+        write_index(html, f"verify --attention {op_spec}", rows)
     verdicts = {r["verdict"] for r in rows}
     code = 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED", "KERNEL_ERROR"} else \
         2 if "ERROR" in verdicts else 0

@@ -46,6 +46,7 @@ INSTALLS = {
 INSTALL_WORDS = {" ".join(shlex.split(i)) for i in INSTALLS}  # as the page's words are compared
 # Exit codes other than 0 that a documented command gives by design.
 EXPECTED_EXIT = {"python -m oracle compare --demo": 1,
+                 "python -m oracle compare --demo --quiet --html /tmp/demo.html": 1,
                  "python -m oracle compare --dump /tmp/attention-max.safetensors": 1,
                  "python -m oracle compare --dump /tmp/scaled.safetensors": 1}
 MARKER = re.compile(r"^<!--\s*(gpu|not-run:\s*\S.*?)\s*-->$")

@@ -131,7 +131,10 @@ def with_notes(dev: torch.device, judged: Callable[[Notebook], _T]) -> tuple[_T,
 
 
 def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[torch.Tensor]:
-    """err/bound per element of one failing unit (float32 on the CPU), for pictures."""
+    """err/bound per element of one failing unit (float32 on the CPU), for pictures: 0 where the
+    data agree bit for bit (or are the same NaN or Inf), inf where bit-exact data differ, a value is
+    NaN or Inf on one side only, or the output was never written; NaN where nothing was compared
+    (masked: padding, not recorded)."""
     shape = kw.get("tile_shape")
     if shape is not None:  # one tile of a split comparison: only its elements
         origin = kw.get("origin", (0, 0))
@@ -146,11 +149,31 @@ def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[
         out = torch.where(same | (torch.isnan(r) & torch.isnan(e)), 0.0, float("inf"))
     else:
         out = (r - e).abs() / bound.to(r.device).double().clamp(min=1e-300)
-        out = torch.where(torch.isnan(r) & torch.isnan(e), 0.0, out)
+        out = torch.where(torch.isnan(out), float("inf"), out)  # NaN or Inf on one side, or Inf - Inf
+        same = (torch.isnan(r) & torch.isnan(e)) | (r == e)  # the same value, the same Inf included
+        out = torch.where(same, 0.0, out)
     if unwritten is not None:
         out = torch.where(unwritten.to(out.device), float("inf"), out)
-    out = torch.where(mask.to(out.device), out, 0.0)
+    out = torch.where(mask.to(out.device), out, float("nan"))
     return out.float().cpu()
+
+
+def with_unit_maps(cmps: list[Comparison], received: torch.Tensor, expected: torch.Tensor,
+                   bound: Optional[torch.Tensor], mask: torch.Tensor) -> list[Comparison]:
+    """The comparisons of units [U, R, C] (compare_units' answer), each failing unit with its
+    ratio_map, made in one pass over the failing units."""
+    failing = [u for u, c in enumerate(cmps) if c.status is Status.MISMATCH]
+    if not failing:
+        return list(cmps)
+    shape = tuple(received.shape)
+    sel = torch.tensor(failing, device=received.device)
+    pick = (lambda t: None if t is None else t.expand(shape)[sel.to(t.device)])
+    whole = ratio_map(pick(received), pick(expected), pick(bound), pick(mask), None, None, {})
+    out = list(cmps)
+    for i, u in enumerate(failing):
+        out[u] = dataclasses.replace(out[u], tiles=tuple(dataclasses.replace(t, ratio_map=whole[i])
+                                                         if not t.passed else t for t in out[u].tiles))
+    return out
 
 
 def unwritten(poison: Optional[int], got: torch.Tensor, expected: torch.Tensor) -> Optional[torch.Tensor]:
@@ -236,18 +259,9 @@ def judge_units(dev: torch.device, units, received: torch.Tensor, expected: torc
         cmps = compare_units(received, expected, origins=[x.origin for x in units], tiles=[x.tile for x in units],
                              k_blocks=[x.k_block for x in units],
                              bound=None if bound is None else bound.expand(shape), mask=mask)
-    failing = [u for u, c in enumerate(cmps) if c.status is Status.MISMATCH]
-    maps = {}
-    if failing:
-        sel = torch.tensor(failing, device=received.device)
-        pick = (lambda t: None if t is None else t.expand(shape)[sel])
-        whole = ratio_map(pick(received), pick(expected), pick(bound), pick(mask), None, None, {})
-        maps = {u: whole[i] for i, u in enumerate(failing)}
+    cmps = with_unit_maps(cmps, received, expected, bound, mask)
     out = []
     for u, (x, cmp) in enumerate(zip(units, cmps)):
-        if u in maps:
-            cmp = dataclasses.replace(cmp, tiles=tuple(dataclasses.replace(t, ratio_map=maps[u]) if not t.passed
-                                                       else t for t in cmp.tiles))
         if x.partial is not None:
             cmp = cmp.of_partial(x.partial)
         if x.assumed:
