@@ -72,7 +72,7 @@ class TileMetrics:
     unwritten: int = 0  # output elements still holding the poison
     fed_by: str = ""  # oracle.judging.evidence.Feed value: what fed the expected side of this unit
     partial: Optional[int] = None  # the partial of a split tile the unit belongs to
-    # a failing unit's per-element err/bound (inf where bit-exact data differ, 0 where not compared),
+    # a failing unit's per-element err/bound (inf where bit-exact data differ, NaN where not compared),
     # kept for pictures (oracle.report.plots); not part of the evidence
     ratio_map: Optional[torch.Tensor] = field(default=None, compare=False, repr=False)
     stand_ins: tuple = ()  # (stage, tile, k_block) of upstream taps that were missing: the reference stood in

@@ -131,7 +131,8 @@ def with_notes(dev: torch.device, judged: Callable[[Notebook], _T]) -> tuple[_T,
 
 
 def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[torch.Tensor]:
-    """err/bound per element of one failing unit (float32 on the CPU), for pictures."""
+    """err/bound per element of one failing unit (float32 on the CPU), for pictures: inf where a
+    bit-exact element differs or a NaN was received, NaN where the element was not compared."""
     shape = kw.get("tile_shape")
     if shape is not None:  # one tile of a split comparison: only its elements
         origin = kw.get("origin", (0, 0))
@@ -147,9 +148,10 @@ def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[
     else:
         out = (r - e).abs() / bound.to(r.device).double().clamp(min=1e-300)
         out = torch.where(torch.isnan(r) & torch.isnan(e), 0.0, out)
+    out = torch.where(torch.isnan(out), float("inf"), out)  # a NaN received where a number was expected fails
     if unwritten is not None:
         out = torch.where(unwritten.to(out.device), float("inf"), out)
-    out = torch.where(mask.to(out.device), out, 0.0)
+    out = torch.where(mask.to(out.device), out, float("nan"))  # NaN: not compared (masked)
     return out.float().cpu()
 
 
