@@ -10,7 +10,7 @@ import traceback
 from dataclasses import replace
 from typing import Optional, Sequence
 
-from oracle.judging.diagnose import EXIT_USAGE
+from oracle.judging.diagnose import EXIT_NO_GPU, EXIT_USAGE
 
 from oracle.tools.demo import DEMO_PATH as DEMO_DUMP
 
@@ -40,7 +40,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     Prints a table, one row per stage with the teacher-forced and chained verdicts, then one
     sentence naming the first divergence. Exit codes: 0 match, 1 divergence, 2 bad usage or
     input, 3 kernel error, 4 oracle untrusted, 5 mistrusted (nothing could discriminate),
-    6 nondeterministic (runs on the same inputs differ)."""
+    6 nondeterministic (runs on the same inputs differ), 7 a live case and no CUDA GPU visible
+    (said before anything is built)."""
     from oracle.report import table as report
     from oracle.tools.api import compare
 
@@ -638,6 +639,7 @@ def _choose_triton_backend() -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     _choose_triton_backend()
+    from harness.errors import NoGpuError
     from oracle.errors import input_errors
 
     parser = build_parser()
@@ -652,6 +654,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (UsageError, *input_errors()) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except NoGpuError as e:  # no one's fault: this machine has no GPU for a live run
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_NO_GPU
     except BrokenPipeError:  # the reader of the output stopped early: not the command's error
         _stdout_closed()
         return 141  # as a shell reports a command ended by SIGPIPE
