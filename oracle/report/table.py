@@ -113,6 +113,31 @@ def as_judgement(x) -> Judgement:
     return x if isinstance(x, Judgement) else judgement_of(x)
 
 
+def headline(judgement) -> str:
+    """One line: the final verdict and, when something diverged, where, e.g. "DIVERGED at mma,
+    tile (0, 1), k-block 3, element (5, 17) (VERDICT)" (the first line of a failed assertion, so
+    pytest's short summary names it)."""
+    j = as_judgement(judgement)
+    f = j.first
+    if f is None:
+        return j.verdict.value
+    attention = _attention(j.analysis.recording.spec)
+    where = [f"at {f.stage}"]
+    if f.group is not None:
+        where.append(f"group {f.group}")
+    if f.field is not None:
+        where.append(f"descriptor_{f.field.operand} {f.field.field}")
+    if f.tile is not None:
+        where.append(f"{'unit' if attention else 'tile'} {f.tile}")
+    if f.partial is not None:
+        where.append(f"{'split' if attention else 'partial'} {f.partial}")
+    if f.k_block is not None:
+        where.append(f"{'KV block' if attention else 'k-block'} {f.k_block}")
+    if f.element is not None:
+        where.append(f"element {f.element}")
+    return f"{j.verdict.value} {', '.join(where)} ({f.kind.value})"
+
+
 def sentence(judgement) -> str:
     """The closing sentence; NONDETERMINISTIC (and then run 1's stage finding, as a DRAFT) when
     the repeated runs differ; compute-sanitizer's findings, when any, are counted at its end."""

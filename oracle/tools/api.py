@@ -364,13 +364,17 @@ def attention_recording_of(*args, **kwargs):
 
 
 def assert_gemm_close(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, **kwargs) -> Report:
-    """`check`, raising AssertionError with the stage table and the first divergence unless MATCH.
+    """`check`, raising AssertionError unless MATCH: its first line the verdict and where (pytest's
+    short summary shows it: "DIVERGED at epilogue_store, tile (0, 1), element (5, 17) (DRAFT)"),
+    then the stage table and the first divergence.
     With ORACLE_DUMP_DIR set (the pytest plugin's --oracle-dump-dir), a failing check is saved as a
     dump there first, for `python -m oracle compare --dump FILE`."""
     rep = check(a, b, d, **kwargs)
     if not rep.ok:
+        from oracle.report.table import headline
+
         where = save_failure(rep)
-        raise AssertionError(f"{rep}" + (f"\nsaved the recording to {where}" if where else ""))
+        raise AssertionError(f"{headline(rep.judgement)}\n{rep}" + (f"\nsaved the recording to {where}" if where else ""))
     return rep
 
 
