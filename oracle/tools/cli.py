@@ -43,6 +43,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     6 nondeterministic (runs on the same inputs differ), 7 a live case and no CUDA GPU visible
     (said before anything is built)."""
     from oracle.report import table as report
+    from oracle.run.caller import Caller
     from oracle.tools.api import compare
 
     request = _request(args)
@@ -62,10 +63,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             for path in written:
                 print(f"wrote {path}", file=sys.stderr)
     if args.json:
-        report.write_json(judged, args.json)
+        report.write_json(judged, args.json, caller=Caller.COMMAND_LINE)
     if not args.quiet:
         try:
-            print(report.render(judged))
+            print(report.render(judged, Caller.COMMAND_LINE))
             if args.save_dump:
                 print(f"saved the recording to {args.save_dump}")
             sys.stdout.flush()
@@ -132,6 +133,7 @@ def _case(args: argparse.Namespace, base: Optional[dict] = None, entry: Optional
     --set, the kernel and its entry, the untraced entry and the trace selection. `base` holds
     problem fields under the inline ones and --set; `entry` is the entry point when --entry is not
     given."""
+    from oracle.run.caller import Caller
     from oracle.run.request import resolve_case
 
     toml_path, inline = None, []
@@ -147,8 +149,9 @@ def _case(args: argparse.Namespace, base: Optional[dict] = None, entry: Optional
                         trace_tiles=_tiles_flag(args.trace_tiles) if args.trace_tiles else None,
                         trace_k_blocks=_indices_flag("--trace-k-blocks", args.trace_k_blocks)
                         if args.trace_k_blocks else None,
-                        trace_stages_text=getattr(args, "trace_stages", None), trace_stages_where="--trace-stages",
-                        untraced_entry_where="--untraced-entry",
+                        trace_stages_text=getattr(args, "trace_stages", None),
+                        trace_stages_where=Caller.COMMAND_LINE.option("trace_stages"),
+                        untraced_entry_where=Caller.COMMAND_LINE.option("untraced_entry"),
                         allow_library=getattr(args, "allow_library", False),
                         allow_outside_case_dir=getattr(args, "allow_outside_case_dir", False))
 
