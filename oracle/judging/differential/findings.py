@@ -185,8 +185,8 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
         kbs = sorted({kb for part in geo.partitions.values() for a in part.assumed if a.describe() in assumed
                       for kb in a.untraced})
         missing.append(Advice.of(f"a trace of k-block{'s' if len(kbs) > 1 else ''} {kb_ranges(kbs)}, where the "
-                                 f"partition boundary was assumed (", Option.k_blocks(kbs), " with them): the "
-                                 f"kernel's taps then place it"))
+                                 "partition boundary was assumed (", Option.k_blocks(kbs), " with them): the "
+                                 "kernel's taps then place it"))
     kind = evidence_kind(diag, inputs_controlled=controlled, confounds=tuple(confounds) + tuple(assumed),
                          stand_ins=stand_ins)
     if unit is None:
