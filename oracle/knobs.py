@@ -41,6 +41,18 @@ MAX_OPERAND_MB = register(Knob("ORACLE_MAX_OPERAND_MB", positive_int, lambda: 32
                                "input is made. The machine's memory, the address-space limit (RLIMIT_AS) and, "
                                "with a GPU, the device's free memory also bound it (harness.budget)."))
 
+def _seconds(s: str) -> float:
+    v = float(s)
+    if not 0 < v < float("inf"):
+        raise ValueError("expected a positive, finite number of seconds")
+    return v
+
+
+CPU_MAX_S = register(Knob("ORACLE_CPU_MAX_S", _seconds, lambda: 900.0,
+                          "The longest a verify sweep may be estimated to take on a machine with no GPU (the "
+                          "Triton interpreter judges it on the CPU), in seconds; a sweep estimated longer is "
+                          "refused before any case runs, naming the case."))
+
 ZOO_RECORD_DIR = register(Knob("ORACLE_ZOO_RECORD_DIR", lambda s: s, lambda: None,
                                "Where the GPU zoo tests save each live recording under its manifest name "
                                "(unset: not saved).", path="path"))

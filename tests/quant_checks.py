@@ -15,6 +15,7 @@ from oracle.judging.differential import analyze
 from oracle.report.table import sentence
 from oracle.run.inputs import Provenance
 from oracle.run.simulate import Injection, simulate
+from oracle.run.caller import Caller
 
 
 # each planted dequant defect of the model kernel at group 2 of 4, and the hint that must name it
@@ -83,7 +84,7 @@ def assert_draft_without_load(an, op: str, tile, kb: int):
     """A dequant defect whose load was not tapped: a DRAFT that names the load as its stand-in."""
     f = an.first
     assert f.stage == f"dequant_{op}" and an.kind is Kind.DRAFT
-    assert (f"load_{op}", tile, kb) in f.stand_ins and any(f"load_{op}" in m for m in f.missing)
+    assert (f"load_{op}", tile, kb) in f.stand_ins and any(f"load_{op}" in m.say(Caller.PYTHON) for m in f.missing)
 
 
 def int4_low_first(stored: torch.Tensor, dim: int) -> torch.Tensor:

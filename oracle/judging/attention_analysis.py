@@ -35,10 +35,11 @@ from oracle.judging.compare import NOT_RUN, Status, combine, compare_units
 from oracle.judging.diagnose import Diagnosis, Kind, Verdict, evidence_kind, first_divergence
 from oracle.judging.differential.analysis import Analysis, reference_device
 from oracle.judging.differential.context import StageResult
-from oracle.judging.differential.findings import FirstDivergence, first_nonfinite
+from oracle.judging.differential.findings import NO_OPEN_CONFOUND, FirstDivergence, first_nonfinite
 from oracle.judging.differential.judge import with_unit_maps
 from oracle.judging.differential.out_of_bounds import ordered, out_of_bounds_finding
 from oracle.judging.evidence import Evidence, Feed
+from oracle.run.caller import Advice, Option
 
 STAGES = attention_pipeline(split=True)
 __all__ = ["STAGES", "analyze_attention", "describe_element", "params_of"]
@@ -283,29 +284,29 @@ def _finding(rec, judge, stages, diag: Diagnosis, controlled: bool, confounds) -
         unit = max(bad, key=lambda t: (t.max_ratio, t.mismatches)) if bad else unit
     missing = []
     if not controlled:
-        missing.append("controlled inputs (oracle.run.attention_inputs: ones, one_hot, index, large_logits, "
-                       "masked_row, random[:seed])")
+        missing.append(Advice.of("controlled inputs (oracle.run.attention_inputs: ones, one_hot, index, large_logits, "
+                                 "masked_row, random[:seed])"))
     if confounds:
-        missing.append("no open confound")
+        missing.append(NO_OPEN_CONFOUND)
     stand_ins = unit.stand_ins if unit is not None else ()
     if not rec.taps:
-        missing.append("taps of the attention stages inside the kernel (oracle_trace/attention.cuh): the output "
-                       "alone cannot say which stage went wrong")
+        missing.append(Advice.of("taps of the attention stages inside the kernel (oracle_trace/attention.cuh): the "
+                                 "output alone cannot say which stage went wrong"))
     elif diag.untraced and unit is not None:
         b, h, qb = spec.unit_of(unit.tile)
-        missing.append(f"a trace of batch {b}, head {h}, query block {qb} (--trace-tiles {qb},{h})")
+        missing.append(Advice.of(f"a trace of batch {b}, head {h}, query block {qb} (", Option.tiles([(qb, h)]), ")"))
     elif not diag.root_cause and unit is not None:
         names = [s.name for s in stages]
         before = names[names.index(st.name) - 1] if names.index(st.name) else None
         untapped = [s.name for s in stages[:names.index(st.name)] if s.teacher_forced.status is Status.NOT_RUN]
         if before is not None:
             kb = unit.k_block if before in ATTENTION_KV_STAGES else None
-            missing.append(f"a tap of {before} at {_site_words(spec, unit.tile, kb, unit.partial)}"
-                           + (f" ({', '.join(untapped)} not teacher-forced)" if untapped else ""))
+            missing.append(Advice.of(f"a tap of {before} at {_site_words(spec, unit.tile, kb, unit.partial)}"
+                                     + (f" ({', '.join(untapped)} not teacher-forced)" if untapped else "")))
     if stand_ins:
-        missing.append("the kernel's own " + "; ".join(
+        missing.append(Advice.of("the kernel's own " + "; ".join(
             f"{s} at {_site_words(spec, t, kb, unit.partial)}" for s, t, kb in stand_ins) +
-            " (a reference value stood in for each: trace those stages and sites)")
+            " (a reference value stood in for each: trace those stages and sites)"))
     kind = evidence_kind(diag, inputs_controlled=controlled, confounds=confounds, stand_ins=stand_ins)
     if unit is None:
         return FirstDivergence(st.name, None, None, None, None, None, None, None, kind, which,

@@ -42,6 +42,7 @@ class Kind(str, enum.Enum):
 EXIT_CODES = {Verdict.MATCH: 0, Verdict.DIVERGED: 1, Verdict.KERNEL_ERROR: 3, Verdict.ORACLE_UNTRUSTED: 4,
               Verdict.MISTRUSTED: 5, Verdict.NONDETERMINISTIC: 6}
 EXIT_USAGE = 2
+EXIT_NO_GPU = 7  # a live run asked for on a machine with no visible CUDA GPU (harness.errors.NoGpuError)
 
 
 Tiles = AbstractSet[tuple[int, int]]

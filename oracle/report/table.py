@@ -24,6 +24,7 @@ from oracle.judging.diagnose import Verdict
 from oracle.judging.differential import Analysis, FirstDivergence, StageResult
 from oracle.judging.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Feed, describe_sites, sites_json
 from oracle.judging.judgement import Judgement, judgement_of
+from oracle.run.caller import Caller
 
 SCHEMA = "oracle.report.table/1"
 
@@ -129,11 +130,37 @@ def as_judgement(x) -> Judgement:
     return x if isinstance(x, Judgement) else judgement_of(x)
 
 
-def sentence(judgement) -> str:
-    """The closing sentence; NONDETERMINISTIC (and then run 1's stage finding, as a DRAFT) when
-    the repeated runs differ; compute-sanitizer's findings, when any, are counted at its end."""
+def headline(judgement) -> str:
+    """One line: the final verdict and, when something diverged, where, e.g. "DIVERGED at mma,
+    tile (0, 1), k-block 3, element (5, 17) (VERDICT)" (the first line of a failed assertion, so
+    pytest's short summary names it)."""
     j = as_judgement(judgement)
-    s = _sentence(j.analysis, j.races)
+    f = j.first
+    if f is None:
+        return j.verdict.value
+    attention = _attention(j.analysis.recording.spec)
+    where = [f"at {f.stage}"]
+    if f.group is not None:
+        where.append(f"group {f.group}")
+    if f.field is not None:
+        where.append(f"descriptor_{f.field.operand} {f.field.field}")
+    if f.tile is not None:
+        where.append(f"{'unit' if attention else 'tile'} {f.tile}")
+    if f.partial is not None:
+        where.append(f"{'split' if attention else 'partial'} {f.partial}")
+    if f.k_block is not None:
+        where.append(f"{'KV block' if attention else 'k-block'} {f.k_block}")
+    if f.element is not None:
+        where.append(f"element {f.element}")
+    return f"{j.verdict.value} {', '.join(where)} ({f.kind.value})"
+
+
+def sentence(judgement, caller: Caller = Caller.PYTHON) -> str:
+    """The closing sentence; NONDETERMINISTIC (and then run 1's stage finding, as a DRAFT) when
+    the repeated runs differ; compute-sanitizer's findings, when any, are counted at its end. What
+    a VERDICT would need names options as `caller` writes them (oracle.run.caller)."""
+    j = as_judgement(judgement)
+    s = _sentence(j.analysis, j.races, caller)
     found = j.sanitizer.findings if j.sanitizer is not None else ()
     if found:
         tools = sorted({f.tool for f in found})
@@ -142,7 +169,7 @@ def sentence(judgement) -> str:
     return s
 
 
-def _sentence(an: Analysis, races=None) -> str:
+def _sentence(an: Analysis, races=None, caller: Caller = Caller.PYTHON) -> str:
     if races is not None and races.nondeterministic:
         s = f"NONDETERMINISTIC: {'; '.join(races.reasons())}."
         where = races.first_difference()
@@ -151,7 +178,7 @@ def _sentence(an: Analysis, races=None) -> str:
         if races.tracing_changes and not races.changes:
             s += " The traced runs agree with each other, so the stage table below judges a run whose taps may hide " \
                  "the race."
-        return s + " Run 1's stage table alone: " + _sentence(an)  # `an` is told as a DRAFT
+        return s + " Run 1's stage table alone: " + _sentence(an, caller=caller)  # `an` is told as a DRAFT
     d = an.diagnosis
     if d.verdict is Verdict.DIVERGED and an.first is not None:
         f = an.first
@@ -189,7 +216,7 @@ def _sentence(an: Analysis, races=None) -> str:
         if f.hint:
             s += f" Hint: {f.hint}."
         if f.missing:
-            s += f" For a VERDICT it needs: {'; '.join(f.missing)}."
+            s += f" For a VERDICT it needs: {'; '.join(m.say(caller) for m in f.missing)}."
         if d.inherited:
             s += f" Inherited downstream: {', '.join(d.inherited)}."
         oob = getattr(an, "out_of_bounds", ())
@@ -247,10 +274,10 @@ def races_section(races=None, sanitizer=None) -> list[str]:
     return lines
 
 
-def render(judgement) -> str:
+def render(judgement, caller: Caller = Caller.PYTHON) -> str:
     """The report: header, stage table, notes, the race section, the closing sentence and, when the
     kernel was timed, the performance table. When the repeated runs differ, the stage finding is
-    told as a DRAFT (the judgement's `analysis`)."""
+    told as a DRAFT (the judgement's `analysis`). Advice is spelt for `caller`."""
     j = as_judgement(judgement)
     an, races, sanitizer = j.analysis, j.races, j.sanitizer
     rec = an.recording
@@ -277,7 +304,7 @@ def render(judgement) -> str:
     if extra:
         lines.append("")
         lines.extend(extra)
-    lines.append(sentence(j))
+    lines.append(sentence(j, caller))
     if j.performance is not None:
         lines.extend(["", performance_table(j.performance)])
     return "\n".join(lines)
@@ -315,7 +342,7 @@ def _numerics(spec) -> str:
     return tolerance.describe(spec)
 
 
-def _first_json(f: Optional[FirstDivergence]) -> Optional[dict]:
+def _first_json(f: Optional[FirstDivergence], caller: Caller) -> Optional[dict]:
     if f is None:
         return None
     return {"stage": f.stage, "tile": list(f.tile) if f.tile is not None else None, "k_block": f.k_block,
@@ -325,12 +352,12 @@ def _first_json(f: Optional[FirstDivergence]) -> Optional[dict]:
             "kind": f.kind.value, "comparison": f.comparison, "hint": f.hint, "fed_by": f.fed_by or None,
             "stand_ins": sites_json(f.stand_ins), "field": f.field.to_json() if f.field else None,
             "untraced_tiles": [list(t) for t in f.untraced], "rerun": f.rerun, "unwritten": f.unwritten,
-            "missing": list(f.missing), "partial": f.partial, "group": f.group, "assumed": list(f.assumed)}
+            "missing": [m.say(caller) for m in f.missing], "partial": f.partial, "group": f.group, "assumed": list(f.assumed)}
 
 
-def to_json(judgement, extra: Optional[dict[str, Any]] = None) -> dict:
+def to_json(judgement, extra: Optional[dict[str, Any]] = None, caller: Caller = Caller.PYTHON) -> dict:
     """The report as JSON; the races, the sanitizer, the kernel's run and its timings become keys of
-    their own beside `stages`; `extra` adds keys (a caller's own)."""
+    their own beside `stages`; `extra` adds keys (a caller's own); advice is spelt for `caller`."""
     j = as_judgement(judgement)
     an, races, sanitizer = j.analysis, j.races, j.sanitizer
     rec = an.recording
@@ -347,8 +374,8 @@ def to_json(judgement, extra: Optional[dict[str, Any]] = None) -> dict:
     doc = {
         "schema": SCHEMA,
         "verdict": j.verdict.value,
-        "summary": sentence(j),
-        "first_divergence": _first_json(an.first),
+        "summary": sentence(j, caller),
+        "first_divergence": _first_json(an.first, caller),
         "stages": stages,
         "problem": (an.whole or rec).spec.to_json(),
         "numerics": _numerics(rec.spec),
@@ -419,11 +446,12 @@ def validate(doc: dict) -> None:
         raise error
 
 
-def write_json(judgement, path: str, extra: Optional[dict[str, Any]] = None) -> None:
+def write_json(judgement, path: str, extra: Optional[dict[str, Any]] = None,
+               caller: Caller = Caller.PYTHON) -> None:
     """The report as JSON at `path`, written whole, never through a link (harness.output_files)."""
     from harness.output_files import write_text_atomically
 
-    text = json.dumps(to_json(judgement, extra), indent=2, allow_nan=False, default=str) + "\n"
+    text = json.dumps(to_json(judgement, extra, caller), indent=2, allow_nan=False, default=str) + "\n"
     write_text_atomically(path, text, "JSON report")
 
 

@@ -16,6 +16,7 @@ import torch
 from harness import trace_format
 from harness._protocol import POISON_BYTE
 from harness.build import build_cubin, build_library, load_cubin
+from harness.errors import NoGpuError
 from harness.launch import TensorMapArg
 from harness.runner import KernelRun, SinkRequest, run_kernel, run_library
 from kernels_ref import first_call
@@ -42,6 +43,16 @@ class LiveRun:
     phases_s: dict = None  # wall seconds of build, run (the child, with transfers) and parse
 
 
+NO_GPU = ("no CUDA GPU is visible (torch.cuda.is_available() is False): a live case builds and runs its kernel "
+          "on one; judge a recording instead (a dump, the demo, a reproducer's run) or run on a machine with a GPU")
+
+
+def require_gpu() -> None:
+    """NoGpuError unless a CUDA device is visible: every live run checks it before it builds."""
+    if not torch.cuda.is_available():
+        raise NoGpuError(NO_GPU)
+
+
 def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Optional[float] = None,
              timing: Optional[dict] = None, command: Sequence[str] = (), smem_poison: Optional[int] = None,
              while_running: Optional[Callable[[], None]] = None) -> LiveRun:
@@ -55,6 +66,7 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
     t0 = time.perf_counter()
     budget, ceiling = check_case(case)  # before building: a bad case fails fast
     (attention_live.check_operands if is_attention(case.spec) else check_operands)(case.spec, ops)
+    require_gpu()  # before building: without a GPU the build would be for nothing
     if is_library(case):
         return _run_live_library(case, ops, provenance, budget, ceiling, t0, timeout_s=timeout_s, timing=timing,
                                  command=command, smem_poison=smem_poison, while_running=while_running)

@@ -388,7 +388,9 @@ def attention_recording_of(*args, **kwargs):
 
 def assert_gemm_close(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, html_path: Optional[str] = None,
                       **kwargs) -> Report:
-    """`check`, raising AssertionError with the stage table and the first divergence unless MATCH.
+    """`check`, raising AssertionError unless MATCH: its first line the verdict and where (pytest's
+    short summary shows it: "DIVERGED at epilogue_store, tile (0, 1), element (5, 17) (DRAFT)"),
+    then the stage table and the first divergence.
     With ORACLE_DUMP_DIR set (the pytest plugin's --oracle-dump-dir), a failing check is saved as a
     dump there first, for `python -m oracle compare --dump FILE`; with `html_path` (the pytest
     plugin gives one) its HTML page is written there, and the message names both."""
@@ -401,8 +403,10 @@ def assert_gemm_close(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, html
 def failure_message(rep: Report, html_path: Optional[str] = None) -> str:
     """A failing check's message: the report, where its dump was saved (ORACLE_DUMP_DIR) and where
     its HTML page was written (`html_path`, its folder made if missing)."""
+    from oracle.report.table import headline
+
     where = save_failure(rep)
-    text = f"{rep}" + (f"\nsaved the recording to {where}" if where else "")
+    text = f"{headline(rep.judgement)}\n{rep}" + (f"\nsaved the recording to {where}" if where else "")
     if html_path:
         os.makedirs(os.path.dirname(os.path.abspath(html_path)), exist_ok=True)
         rep.write_html(html_path, dump=where)

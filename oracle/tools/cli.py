@@ -10,7 +10,7 @@ import traceback
 from dataclasses import replace
 from typing import Optional, Sequence
 
-from oracle.judging.diagnose import EXIT_USAGE
+from oracle.judging.diagnose import EXIT_NO_GPU, EXIT_USAGE
 
 from oracle.tools.demo import DEMO_PATH as DEMO_DUMP
 
@@ -41,8 +41,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     sentence naming the first divergence; --json PATH and --html PATH also write it for machines
     and as a page to look at (pictures inline, copyable commands to re-run it). Exit codes: 0 match, 1 divergence, 2 bad usage or
     input, 3 kernel error, 4 oracle untrusted, 5 mistrusted (nothing could discriminate),
-    6 nondeterministic (runs on the same inputs differ)."""
+    6 nondeterministic (runs on the same inputs differ), 7 a live case and no CUDA GPU visible
+    (said before anything is built)."""
     from oracle.report import table as report
+    from oracle.run.caller import Caller
     from oracle.tools.api import compare
 
     request = _request(args)
@@ -62,7 +64,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             for path in written:
                 print(f"wrote {path}", file=sys.stderr)
     if args.json:
-        report.write_json(judged, args.json)
+        report.write_json(judged, args.json, caller=Caller.COMMAND_LINE)
     if args.html:
         from oracle.report.html import write_html
         from oracle.tools.rerun import commands_for
@@ -70,7 +72,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         write_html(judged, args.html, commands_for(request, dump=args.save_dump))
     if not args.quiet:
         try:
-            print(report.render(judged))
+            print(report.render(judged, Caller.COMMAND_LINE))
             if args.save_dump:
                 print(f"saved the recording to {args.save_dump}")
             sys.stdout.flush()
@@ -137,6 +139,7 @@ def _case(args: argparse.Namespace, base: Optional[dict] = None, entry: Optional
     --set, the kernel and its entry, the untraced entry and the trace selection. `base` holds
     problem fields under the inline ones and --set; `entry` is the entry point when --entry is not
     given."""
+    from oracle.run.caller import Caller
     from oracle.run.request import resolve_case
 
     toml_path, inline = None, []
@@ -152,8 +155,9 @@ def _case(args: argparse.Namespace, base: Optional[dict] = None, entry: Optional
                         trace_tiles=_tiles_flag(args.trace_tiles) if args.trace_tiles else None,
                         trace_k_blocks=_indices_flag("--trace-k-blocks", args.trace_k_blocks)
                         if args.trace_k_blocks else None,
-                        trace_stages_text=getattr(args, "trace_stages", None), trace_stages_where="--trace-stages",
-                        untraced_entry_where="--untraced-entry",
+                        trace_stages_text=getattr(args, "trace_stages", None),
+                        trace_stages_where=Caller.COMMAND_LINE.option("trace_stages"),
+                        untraced_entry_where=Caller.COMMAND_LINE.option("untraced_entry"),
                         allow_library=getattr(args, "allow_library", False),
                         allow_outside_case_dir=getattr(args, "allow_outside_case_dir", False))
 
@@ -676,6 +680,7 @@ def _choose_triton_backend() -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     _choose_triton_backend()
+    from harness.errors import NoGpuError
     from oracle.errors import input_errors
 
     parser = build_parser()
@@ -690,6 +695,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (UsageError, *input_errors()) as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
+    except NoGpuError as e:  # no one's fault: this machine has no GPU for a live run
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_NO_GPU
     except BrokenPipeError:  # the reader of the output stopped early: not the command's error
         _stdout_closed()
         return 141  # as a shell reports a command ended by SIGPIPE

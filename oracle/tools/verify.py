@@ -30,12 +30,18 @@ for fp8) under the oracle's timing discipline (oracle.run.timing). A sweep (TOML
 or `--shape MxNxK` (repeatable) and `--dtype`. Results: one JSON line per case (`--jsonl`), a
 progress line per case on stderr, a table; `--shard i/n` keeps cases i, i+n, ...; with several
 visible GPUs one worker process runs per GPU (as `bench`).
+
+Without a GPU the references run under the Triton interpreter on the CPU, thousands of times
+slower: the sweep's time is estimated from its sizes first (cpu_estimate_s), said on stderr with
+a line as each case starts, and a sweep estimated past ORACLE_CPU_MAX_S is refused before any case
+runs.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import sys
 import time
@@ -411,12 +417,36 @@ def _time(op, vc: VerifyCase, a, b, scales) -> dict:
             "op_speed_vs_peer": peer.median_ms / mine.median_ms, "op_rse": mine.rse, "peer_rse": peer.rse}
 
 
+CPU_MACS_PER_S = 4e6  # multiply-adds a second the interpreter judges on a CPU (measured: 512^3 in about 35 s)
+CPU_START_S = 3.0  # the first call's compiles and a case's fixed costs, in seconds
+
+
+def cpu_estimate_s(vc: VerifyCase) -> float:
+    """About how many seconds judging `vc` takes under the Triton interpreter on a CPU."""
+    return CPU_START_S + vc.m * vc.n * vc.k / CPU_MACS_PER_S
+
+
+def _cpu_plan(cases: Sequence[VerifyCase], stream) -> None:
+    """Say what a sweep on the CPU will take; CaseError when it is estimated past ORACLE_CPU_MAX_S."""
+    from oracle import knobs
+
+    total, limit = sum(cpu_estimate_s(vc) for vc in cases), knobs.CPU_MAX_S.get()
+    if total > limit:
+        big = max(cases, key=cpu_estimate_s)
+        raise CaseError(f"verify: no GPU is visible, so the Triton interpreter would judge the {len(cases)} case(s) on "
+                        f"the CPU in about {total:.0f} s (case {big.name!r}, {big.m}x{big.n}x{big.k}: about "
+                        f"{cpu_estimate_s(big):.0f} s), past ORACLE_CPU_MAX_S = {limit:g} s: run on a machine with a "
+                        f"GPU, give smaller shapes, or set ORACLE_CPU_MAX_S={math.ceil(total)} to wait for it")
+    print(f"no GPU is visible: {len(cases)} case(s) judged on the CPU by the Triton interpreter, about {total:.0f} s",
+          file=stream, flush=True)
+
+
 def run_verify(op_spec: str, cases: Sequence[VerifyCase], *, shard_text: Optional[str] = None,
                jsonl: Optional[str] = None, workers: Optional[int] = None, sweep_argv: Sequence[str] = (),
                stream=None, html: Optional[str] = None) -> tuple[list[dict], int]:
     """Run the sweep (this shard of it); returns (rows, exit code: 0 all match, 1 a divergence, 2 an error).
     Progress goes to `stream` (default: sys.stderr at the time of the call, so a caller that swapped
-    it, such as the warm server, gets it).
+    it, such as the warm server, gets it); without a GPU, with the CPU estimate first (_cpu_plan).
     With several visible GPUs (or `workers` > 1) one worker runs per GPU; `sweep_argv` is the part of
     the command line that names the sweep (--sweep FILE, or --shape and --dtype), for the workers.
     `html`: a folder for every case's HTML page and an index.html linking them."""
@@ -438,9 +468,16 @@ def run_verify(op_spec: str, cases: Sequence[VerifyCase], *, shard_text: Optiona
             r.pop("environment", None)
     else:
         here = device_of_this_process()
+        cpu = not _gpu_visible()
+        if cpu:
+            _cpu_plan([cases[j] for j in indices], stream)
         rows = []
         page, commands = sweep_pages(html, op_spec, sweep_argv)
         for j in indices:
+            if cpu:
+                vc = cases[j]
+                print(f"{len(rows) + 1}/{len(indices)} {vc.name}: {vc.m}x{vc.n}x{vc.k}, about "
+                      f"{cpu_estimate_s(vc):.0f} s on the CPU", file=stream, flush=True)
             rows.append({"index": j, **run_case(op, cases[j], page(j, cases[j].name), commands), **here})
             _progress(len(rows), len(indices), rows[-1], stream)
     if jsonl:
@@ -456,6 +493,12 @@ def run_verify(op_spec: str, cases: Sequence[VerifyCase], *, shard_text: Optiona
     code = 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED", "KERNEL_ERROR"} else \
         2 if "ERROR" in verdicts else 0
     return rows, code
+
+
+def _gpu_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _progress(done: int, total: int, r: dict, stream) -> None:

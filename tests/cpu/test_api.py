@@ -207,3 +207,24 @@ def test_cublas_flags_follow_torch_through_the_api_it_has():
         else:
             m.allow_tf32 = before[0]
         m.allow_bf16_reduced_precision_reduction = before[1]
+
+
+SUMMARY_TEST = '''
+import torch
+
+def test_bad(gemm_oracle):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(100, 64, generator=g).bfloat16(); b = torch.randn(64, 72, generator=g).bfloat16()
+    d = (a.float() @ b.float()).bfloat16()
+    d[69, 17] += 8  # tile (1, 0) of 64 x 64 tiles, element (5, 17) in it
+    gemm_oracle.assert_close(a, b, d, tile=(64, 64, 32))
+'''
+
+
+def test_the_pytest_short_summary_names_verdict_stage_tile_and_element(pytester, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # pytest cuts the summary line at the terminal's width
+    pytester.makepyfile(test_summary=SUMMARY_TEST)
+    result = pytester.runpytest_subprocess("-rf", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["FAILED test_summary.py::test_bad - AssertionError: DIVERGED at epilogue_store, "
+                                 "tile (1, 0), element (69, 17) (DRAFT)"])

@@ -20,6 +20,7 @@ from oracle.run.attention_inputs import make_attention_operands
 from oracle.run.attention_model import INJECTION_STAGE, Injection, to_paged
 from oracle.run.attention_recording import model_recording
 from oracle.run.inputs import Provenance
+from oracle.run.caller import Caller
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -119,14 +120,15 @@ def test_a_missing_upstream_tap_is_stood_in_for_and_makes_a_draft():
     assert an.verdict is Verdict.DIVERGED and an.diagnosis.stage == "o" and an.kind is Kind.DRAFT
     f = an.first
     assert f.stand_ins and f.k_block == 1
-    assert any("softmax_state at batch 0, head" in m and "KV block 1" in m for m in f.missing), f.missing
+    said = [m.say(Caller.PYTHON) for m in f.missing]
+    assert any("softmax_state at batch 0, head" in m and "KV block 1" in m for m in said), said
     assert "not observed: softmax_state" in "; ".join(an.unobserved)
 
 
 def test_uncontrolled_inputs_make_a_draft_and_the_json_validates():
     an = _run(injection=Injection.CAUSAL_OFF_BY_ONE, causal="bottom_right", provenance=Provenance("captured"))
     assert an.diagnosis.stage == "mask" and an.kind is Kind.DRAFT
-    assert any("controlled inputs" in m for m in an.first.missing)
+    assert any("controlled inputs" in m.say(Caller.PYTHON) for m in an.first.missing)
     doc = to_json(an)
     validate(doc)
     assert doc["first_divergence"]["stage"] == "mask" and doc["first_divergence"]["kind"] == "DRAFT"

@@ -114,6 +114,7 @@ def _stand_in_kernel(monkeypatch, injection=None, breaches=()):
     monkeypatch.setattr(live, "build_cubin", lambda *a, **k: type("B", (), {"cached": True,
                                                                           "read": lambda self: b"cubin"})())
     monkeypatch.setattr(live, "run_kernel", fake_run)
+    monkeypatch.setattr(live, "require_gpu", lambda: None)  # the stand-in needs none
     return seen
 
 

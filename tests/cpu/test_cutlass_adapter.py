@@ -93,7 +93,7 @@ def _launch(lib_path: Path, call: L.LibraryCall, **fields) -> tuple[int, str]:
     (_call(tensors=(L.TensorSlotArg("a", "a", "fp16", (300, 520), (520, 1)),
                     L.TensorSlotArg("b", "b", "bf16", (520, 392), (1, 520)),
                     L.TensorSlotArg("d", "d", "bf16", (300, 392), (392, 1), "out")), beta=0.0),
-     {}, 1001, "A must be a [M, K] = [300, 520] matrix of element type 3 (got 2)"),
+     {}, 1001, "A must be a [M, K] = [300, 520] matrix of element type bf16 (got fp16)"),
     (_call(tensors=(L.TensorSlotArg("a", "a", "bf16", (300, 520), (1, 300)),
                     L.TensorSlotArg("b", "b", "bf16", (520, 392), (1, 520)),
                     L.TensorSlotArg("d", "d", "bf16", (300, 392), (392, 1), "out")), beta=0.0),

@@ -19,6 +19,7 @@ from oracle.judging.diagnose import Kind, Verdict
 from oracle.judging.differential import analyze
 from oracle.judging.evidence import UNRECORDED, UPSTREAM_UNRECORDED, Feed
 from oracle.run.recording import Recording
+from oracle.run.caller import Caller
 
 pytestmark = pytest.mark.slow
 
@@ -164,8 +165,9 @@ def test_a_wrong_untraced_tile_is_named_with_the_command_that_traces_it():
     assert an.first.tile == (0, 0) and an.first.untraced == ((0, 0),)
     assert an.first.kind is Kind.DRAFT and not an.diagnosis.inherited
     assert an.first.rerun.endswith("--inputs random:1 --trace-tiles 0,0")
-    text = report.sentence(an)
+    text = report.sentence(an, Caller.COMMAND_LINE)  # the command line is shown the command
     assert "where nothing was traced" in text and an.first.rerun in text and "inherited" not in text
+    assert "a trace of tile (0, 0): trace_tiles=[(0, 0)]" in report.sentence(an)  # Python, its keyword
 
 
 # -- 6. unwritten is told apart from NaN -----------------------------------------------------

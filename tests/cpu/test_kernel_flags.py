@@ -126,6 +126,7 @@ def test_the_options_reach_the_traced_build(folder, monkeypatch):
     monkeypatch.setattr(live, "build_cubin", fake_build)
     monkeypatch.setattr(live, "check_case", lambda case: (None, 0))
     monkeypatch.setattr(live, "launch_sequence", lambda case, ops: ([("k_traced", FakeLaunch())], {}))
+    monkeypatch.setattr(live, "require_gpu", lambda: None)  # the build is faked: so is the GPU
     case = load_case(_case(folder, 'include_dirs = ["inc"]\nnvcc_flags = ["--maxrregcount=64"]'))
     with pytest.raises(Stop):
         live.run_live(case, make_operands(case.spec, "ones"), Provenance("ones"))

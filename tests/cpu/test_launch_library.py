@@ -65,6 +65,9 @@ def compile_host(tmp_path: Path, name: str, text: str, *flags: str) -> Path:
 # ------------------------------------------------------------------------------------ layout
 
 
+NAMED_CODES = max(d.launch_code for d in ELEMENT_TYPES.values()) + 2  # 0 (no tensor), the table, one past it
+
+
 def _layout_program() -> str:
     lines = ['#include "oracle_trace/launch.hpp"', "#include <cstdio>", "#include <cstddef>",
              "using namespace oracle_trace;", "int main() {"]
@@ -89,6 +92,8 @@ def _layout_program() -> str:
     for key, expr in consts.items():
         lines.append(f'  std::printf("const {key} %llu\\n", (unsigned long long)({expr}));')
     lines.append('  std::printf("abi %llu\\n", (unsigned long long)oracle_launch_abi());')
+    for code in range(NAMED_CODES):  # the names messages give element types, past the table too
+        lines.append(f'  std::printf("name {code} %s\\n", element_type_name(uint32_t({code})));')
     lines += ["  return 0;", "}"]
     return "\n".join(lines) + "\n"
 
@@ -105,6 +110,8 @@ def header_facts(tmp_path_factory):
             facts[f"{key} {vals[0]}"] = int(vals[1])
         elif key == "abi":
             facts["abi"] = int(vals[0])
+        elif key == "name":
+            facts[f"name {vals[0]}"] = vals[1]
         else:
             facts[key] = (int(vals[0]), int(vals[1]))
     return facts
@@ -134,6 +141,13 @@ def test_the_headers_codes_are_the_tables(header_facts):
     assert [f[f"const scale.{s}"] for s in L.SCALE_KINDS] == list(range(len(L.SCALE_KINDS)))
     codes = [d.launch_code for d in ELEMENT_TYPES.values()]
     assert 0 not in codes and len(set(codes)) == len(codes)  # 0 is "no tensor"
+
+
+def test_the_header_names_element_types_as_the_table_does(header_facts):
+    names = {d.launch_code: name for name, d in ELEMENT_TYPES.items()}
+    want = {code: names.get(code, "none" if code == 0 else "unknown") for code in range(NAMED_CODES)}
+    assert {code: header_facts[f"name {code}"] for code in range(NAMED_CODES)} == want
+    assert set(names) < set(range(NAMED_CODES))  # every row is asked for, and one code past them
 
 
 def test_fill_places_every_operand_in_its_slot():

@@ -83,6 +83,7 @@ def test_a_live_run_s_parser_warnings_are_sorted_into_confounds_and_notes(monkey
     monkeypatch.setattr(live, "build_cubin", lambda *a, **k: type("B", (), {"cubin_path": "x", "cached": True,
                                                                           "read": lambda self: b"cubin"})())
     monkeypatch.setattr(live, "run_kernel", fake_run)
+    monkeypatch.setattr(live, "require_gpu", lambda: None)  # the run is faked: so is the GPU
     got = live.run_live(case, ops, Provenance("random", 1)).recording
     (conf,) = got.confounds
     assert "did not select" in conf and "mma tile (1, 0) k-block 0" in conf

@@ -102,7 +102,7 @@ def test_a_picture_is_not_written_through_a_link_at_its_fixed_name(tmp_path, vic
         def tight_layout(self):
             pass
 
-        def savefig(self, f, dpi, format):
+        def savefig(self, f, dpi, format, **layout):
             f.write(b"\x89PNG picture")
 
     class Pyplot:

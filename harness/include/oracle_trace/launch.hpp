@@ -55,6 +55,24 @@ enum class ElementType : uint32_t {
   U8 = 8,  // raw bytes
 };
 
+// The short name of an element type (kernels_ref/dtypes.py's names), for messages: "none" for no
+// tensor, "unknown" for a code past the table.
+constexpr const char* element_type_name(ElementType t) {
+  switch (t) {
+    case ElementType::None: return "none";
+    case ElementType::F32: return "fp32";
+    case ElementType::F16: return "fp16";
+    case ElementType::BF16: return "bf16";
+    case ElementType::E4M3: return "e4m3";
+    case ElementType::E5M2: return "e5m2";
+    case ElementType::I8: return "int8";
+    case ElementType::I32: return "int32";
+    case ElementType::U8: return "uint8";
+  }
+  return "unknown";
+}
+constexpr const char* element_type_name(uint32_t code) { return element_type_name(ElementType(code)); }
+
 // Which tensor a slot holds. Slots past ScaleB are free for later use (zero today).
 enum TensorSlot : uint32_t {
   kSlotA = 0,       // logical [M, K] ([total M, K] for a grouped or batched problem)

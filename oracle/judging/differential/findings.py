@@ -25,9 +25,12 @@ from oracle.judging.differential.context import Context, StageResult
 from oracle.judging.differential.epilogue import step_acts
 from oracle.judging.evidence import FieldCheck, describe_sites
 from oracle.problem.partition import kb_ranges
+from oracle.run.caller import Advice, Option
 from oracle.run.inputs import KTAG_PERIOD, decode_index, decode_ktag
 
 MAX_LISTED_SITES = 2048  # selection sites enumerated when naming what an overflowed sink lost
+CONTROLLED_INPUTS = ("ones", "index", "ktag", "random[:seed]")
+NO_OPEN_CONFOUND = Advice.of("no open confound")
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class FirstDivergence:
     untraced: tuple[tuple[int, int], ...] = ()  # failing tiles in which nothing was traced
     rerun: Optional[str] = None  # the command that re-runs with the failing tile traced
     unwritten: bool = False  # the first bad element was never written (it holds the poison)
-    missing: tuple[str, ...] = ()  # what a VERDICT would need
+    missing: tuple[Advice, ...] = ()  # what a VERDICT would need, spelt for the caller when told
     partial: Optional[int] = None  # the partial of a split tile
     group: Optional[int] = None  # the group (or batch entry) of a grouped run
     assumed: tuple[str, ...] = ()  # partition boundaries the finding rests on that were assumed, not traced
@@ -149,9 +152,9 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
     cmp = st.teacher_forced if diag.root_cause else st.chained
     missing = []
     if not controlled:
-        missing.append("controlled inputs (--inputs ones|index|ktag|random[:seed])")
+        missing.append(Advice.of("controlled inputs (", Option.choices("inputs", *CONTROLLED_INPUTS), ")"))
     if confounds:
-        missing.append("no open confound")
+        missing.append(NO_OPEN_CONFOUND)
     field = next(iter(cmp.field_mismatches), None) if diag.root_cause else None
     if field is not None:
         kind = evidence_kind(diag, inputs_controlled=controlled, confounds=confounds)
@@ -163,26 +166,27 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
     if diag.untraced:
         worst = unit.tile if unit is not None else diag.untraced[0]
         rerun = rerun_command(ctx.rec.command, [worst])
-        missing.append(f"a trace of tile {worst}: " + (rerun or f"re-run the live compare with --trace-tiles "
-                                                                 f"{worst[0]},{worst[1]}"))
+        missing.append(Advice.of(f"a trace of tile {worst}: " + ("" if rerun else "re-run the live compare with "),
+                                 Option.tiles([worst], command=rerun)))
     elif not diag.root_cause:
         before = [s.name for s in stages[:[x.name for x in stages].index(st.name)]
                   if s.teacher_forced.status is Status.NOT_RUN
                   and _acts(ctx, s.name)]
-        missing.append(f"a tap of the stage before {st.name} in that tile" +
-                       (f" ({', '.join(before)} not teacher-forced)" if before else ""))
+        missing.append(Advice.of(f"a tap of the stage before {st.name} in that tile" +
+                                 (f" ({', '.join(before)} not teacher-forced)" if before else "")))
     stand_ins = unit.stand_ins if unit is not None else ()
     if stand_ins:
-        missing.append(f"the kernel's own {describe_sites(stand_ins)} (a reference value stood in for each; "
-                       f"{_how_to_record(ctx, stand_ins)})")
+        missing.append(Advice.of(f"the kernel's own {describe_sites(stand_ins)} (a reference value stood in for "
+                                 f"each; ", *_how_to_record(ctx, stand_ins), ")"))
     assumed = unit.assumed if unit is not None else ()
     if assumed:
-        if "no open confound" not in missing:
-            missing.append("no open confound")
+        if NO_OPEN_CONFOUND not in missing:
+            missing.append(NO_OPEN_CONFOUND)
         kbs = sorted({kb for part in geo.partitions.values() for a in part.assumed if a.describe() in assumed
                       for kb in a.untraced})
-        missing.append(f"a trace of k-block{'s' if len(kbs) > 1 else ''} {kb_ranges(kbs)}, where the partition "
-                       f"boundary was assumed (--trace-k-blocks with them): the kernel's taps then place it")
+        missing.append(Advice.of(f"a trace of k-block{'s' if len(kbs) > 1 else ''} {kb_ranges(kbs)}, where the "
+                                 "partition boundary was assumed (", Option.k_blocks(kbs), " with them): the "
+                                 "kernel's taps then place it"))
     kind = evidence_kind(diag, inputs_controlled=controlled, confounds=tuple(confounds) + tuple(assumed),
                          stand_ins=stand_ins)
     if unit is None:
@@ -206,20 +210,21 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
                            assumed=tuple(assumed)), kind
 
 
-def _how_to_record(ctx: Context, sites) -> str:
-    """What would bring the missing taps: a wider selection, or a tap the kernel does not have yet."""
+def _how_to_record(ctx: Context, sites) -> tuple:
+    """What would bring the missing taps (Advice parts): a wider selection, or a tap the kernel does
+    not have yet."""
     acc = ctx.rec.trace
     stages = sorted({s for s, _, _ in sites}, key=stage_rank)
     if acc is not None:
         sel = acc.selection
         unselected = [s for s in stages if s not in sel.stages]
         if unselected:
-            return f"trace them: --trace-stages with {', '.join(unselected)}"
+            return "trace them: ", Option.stages(unselected), " added to the stages traced"
         kbs = sorted({kb for _, _, kb in sites if kb is not None and not sel.records_k_block(kb)})
         if kbs:
-            return f"trace them: --trace-k-blocks with {', '.join(map(str, kbs))}"
+            return "trace them: ", Option.k_blocks(kbs), " added to the k-blocks traced"
     return (f"the kernel did not record them: tap {', '.join(stages)} in the kernel (tap_smem_tile / "
-            f"tap_elements / tap_smem_bytes, see docs/trace-format.md)")
+            f"tap_elements / tap_smem_bytes, see docs/trace-format.md)",)
 
 
 def _chosen_unit(cmp: Comparison, diag: Diagnosis) -> Optional[TileMetrics]:

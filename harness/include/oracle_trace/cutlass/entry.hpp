@@ -127,18 +127,18 @@ int launch(const LaunchArgs* args, int (*adjust)(const LaunchArgs*, typename Gem
                        args->scale_b_kind);
   }
   if (!is_matrix(A, M, K) || !has_type<ElementA>(A))
-    return fail_launch(args, kLaunchUnsupported, "A must be a [M, K] = [%lld, %lld] matrix of element type %u (got %u)",
-                       (long long)M, (long long)K, unsigned(launch_code<ElementA>), A.dtype);
+    return fail_launch(args, kLaunchUnsupported, "A must be a [M, K] = [%lld, %lld] matrix of element type %s (got %s)",
+                       (long long)M, (long long)K, element_type_name(launch_code<ElementA>), element_type_name(A.dtype));
   if (!is_matrix(B, K, N) || !has_type<ElementB>(B))
-    return fail_launch(args, kLaunchUnsupported, "B must be a [K, N] = [%lld, %lld] matrix of element type %u (got %u)",
-                       (long long)K, (long long)N, unsigned(launch_code<ElementB>), B.dtype);
+    return fail_launch(args, kLaunchUnsupported, "B must be a [K, N] = [%lld, %lld] matrix of element type %s (got %s)",
+                       (long long)K, (long long)N, element_type_name(launch_code<ElementB>), element_type_name(B.dtype));
   if (!is_matrix(D, M, N) || !has_type<ElementD>(D))
-    return fail_launch(args, kLaunchUnsupported, "D must be a [M, N] = [%lld, %lld] matrix of element type %u (got %u)",
-                       (long long)M, (long long)N, unsigned(launch_code<ElementD>), D.dtype);
+    return fail_launch(args, kLaunchUnsupported, "D must be a [M, N] = [%lld, %lld] matrix of element type %s (got %s)",
+                       (long long)M, (long long)N, element_type_name(launch_code<ElementD>), element_type_name(D.dtype));
   const bool with_c = C.data != nullptr;
   if (with_c && (!is_matrix(C, M, N) || !has_type<ElementC>(C)))
-    return fail_launch(args, kLaunchUnsupported, "C must be a [M, N] = [%lld, %lld] matrix of element type %u (got %u)",
-                       (long long)M, (long long)N, unsigned(launch_code<ElementC>), C.dtype);
+    return fail_launch(args, kLaunchUnsupported, "C must be a [M, N] = [%lld, %lld] matrix of element type %s (got %s)",
+                       (long long)M, (long long)N, element_type_name(launch_code<ElementC>), element_type_name(C.dtype));
   if (!with_c && args->beta != 0.f)
     return fail_launch(args, kLaunchUnsupported, "beta = %g needs C, and the harness passed none", double(args->beta));
   if (args->trace_sink != nullptr && !compiled_in)
