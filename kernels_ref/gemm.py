@@ -18,6 +18,7 @@ enters the epilogue converted to fp32 (RNE), an fp16 accumulator exactly.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import types
 from typing import Optional, Sequence
@@ -109,18 +110,19 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, block_m: int = 128, block_n: int =
     return out
 
 
-def gemm_host(a: torch.Tensor, b: torch.Tensor, *, block_m: int = 128, block_n: int = 128, block_k: int = 64,
-              acc: str = "fp32", promotion_interval: Optional[int] = None, ep: Epilogue = Epilogue(),
-              c: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
-              row_scale: Optional[torch.Tensor] = None, col_scale: Optional[torch.Tensor] = None,
-              tensor_scale: Optional[torch.Tensor] = None, scale_a_block: Optional[torch.Tensor] = None,
-              scale_b_block: Optional[torch.Tensor] = None, block_scale_group: Optional[Sequence[int]] = None,
-              oob_fill: str = "zero") -> torch.Tensor:
-    """Host spec of `gemm`: mma_accumulate_host then epilogue_host (CPU, ep.out_dtype)."""
-    acc_v = mma_accumulate_host(a, b, block_m, block_n, block_k, acc, promotion_interval, scale_a_block,
-                                  scale_b_block, block_scale_group, oob_fill=oob_fill)
-    return epilogue_host(acc_v, ep, c=c, bias=bias, row_scale=row_scale, col_scale=col_scale,
-                           tensor_scale=tensor_scale)
+def gemm_host(a: torch.Tensor, b: torch.Tensor, **kw) -> torch.Tensor:
+    """Host spec of `gemm`, with its keywords: mma_accumulate_host then epilogue_host (CPU,
+    ep.out_dtype)."""
+    bound = inspect.signature(gemm).bind(a, b, **kw)  # a TypeError names a keyword gemm does not take
+    bound.apply_defaults()
+    k = bound.arguments
+    acc_v = mma_accumulate_host(a, b, k["block_m"], k["block_n"], k["block_k"], k["acc"], k["promotion_interval"],
+                                k["scale_a_block"], k["scale_b_block"], k["block_scale_group"], oob_fill=k["oob_fill"])
+    return epilogue_host(acc_v, k["ep"], c=k["c"], bias=k["bias"], row_scale=k["row_scale"],
+                         col_scale=k["col_scale"], tensor_scale=k["tensor_scale"])
+
+
+gemm_host.__signature__ = inspect.signature(gemm)  # help() shows gemm's keywords
 
 
 def _check_groups(a: torch.Tensor, b: torch.Tensor, offsets) -> list[int]:
