@@ -25,7 +25,7 @@ Depends only on triton, torch and numpy; importable by any project with plain te
 imported on first use, so `kernels_ref.dtypes` (the one dtype table) loads without torch or triton.
 """
 
-import importlib
+from kernels_ref._lazy import lazy_exports
 
 _MODULES = ("attention", "descriptor", "dtypes", "epilogue", "epilogue_graph", "gemm", "load", "mma", "mma_params",
             "mma_sample", "mma_stats")
@@ -45,19 +45,4 @@ _NAMES = {
             "mma_trajectory_host", "truncate_mantissa_host"),
     "mma_params": ("ACCS",),
 }
-_WHERE = {name: mod for mod, names in _NAMES.items() for name in names}
-__all__ = list(_MODULES) + [n for names in _NAMES.values() for n in names]
-
-
-def __getattr__(name):
-    if name in _MODULES:
-        return importlib.import_module(f"kernels_ref.{name}")
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f"kernels_ref.{_WHERE[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'kernels_ref' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _MODULES, _NAMES, globals())

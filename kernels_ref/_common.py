@@ -16,6 +16,7 @@ choose_backend()  # before triton loads: its kernels are interpreted or compiled
 
 import torch
 import triton
+import triton.language as tl
 
 from kernels_ref.dtypes import DTYPES, FLOAT_NAMES, name_of  # noqa: F401  (re-exported to the stages)
 
@@ -116,6 +117,19 @@ def require_index(name: str, value, limit: int) -> int:
 def bits_view(x: torch.Tensor) -> torch.Tensor:
     """Same-width signed-integer view (any strides) of a tensor; kernels load raw bits from it."""
     return x.view(_INT_VIEW[x.element_size()])
+
+
+def strided(x: torch.Tensor) -> tuple:
+    """(bits, *strides): one kernel argument for a tensor the kernel indexes itself."""
+    xb = bits_view(x)
+    return (xb, *xb.stride())
+
+
+def constexprs(cls, **values):
+    """A NamedTuple of a kernel's compile-time constants, each field a tl.constexpr: passed as one
+    argument, every field specialises the kernel as a constexpr argument of its own would (a tuple
+    passed whole as a constexpr gives plain values on triton 3.6, which tl.static_range refuses)."""
+    return cls(**{k: tl.constexpr(v) for k, v in values.items()})
 
 
 def cdiv(a: int, b: int) -> int:

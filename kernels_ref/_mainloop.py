@@ -5,8 +5,8 @@ out-of-bounds fill (`descriptor._box_bits`), multiplied and added into the accum
 declared precision (`_mma_kblock`; the semantics, and why each add is written as it is, are in
 `kernels_ref.mma`'s docstring); `_mainloop` runs every k-block and can store the accumulator after
 each. The kernels of `kernels_ref.mma`, `kernels_ref.mma_stats` and `kernels_ref.gemm` call these
-helpers, so the full GEMM accumulates exactly as the MMA stage does; their arguments are built by
-`kernels_ref.mma_params`.
+helpers, so the full GEMM accumulates exactly as the MMA stage does; their arguments are the two
+tuples `kernels_ref.mma_params` builds (`ml`: MainloopArgs, `MC`: MmaConsts).
 
 Constraints: jit code only (no launcher, no host spec: the stage's are in `kernels_ref.mma`).
 """
@@ -47,15 +47,17 @@ def _acc_store_bits(acc, ACC: tl.constexpr):
 
 
 @triton.jit
-def _block_scale_tile(sca_ptr, sca_r, sca_c, scb_ptr, scb_r, scb_c, m0, n0, k0, M, N,
-                      GM: tl.constexpr, GN: tl.constexpr, GK: tl.constexpr, BMP: tl.constexpr, BNP: tl.constexpr,
-                      SA_DT: tl.constexpr, SA_W: tl.constexpr, SB_DT: tl.constexpr, SB_W: tl.constexpr):
-    """fp32(sa[m//GM, k0//GK] * sb[n//GN, k0//GK]) over the tile, [BMP, BNP]."""
-    rm = m0 + tl.arange(0, BMP)
-    rn = n0 + tl.arange(0, BNP)
-    kc = k0 // GK
-    sa = _decode_f32(_unsigned(tl.load(sca_ptr + (rm // GM) * sca_r + kc * sca_c, mask=rm < M, other=0), SA_W), SA_DT)
-    sb = _decode_f32(_unsigned(tl.load(scb_ptr + (rn // GN) * scb_r + kc * scb_c, mask=rn < N, other=0), SB_W), SB_DT)
+def _block_scale_tile(sa, sb, m0, n0, k0, M, N, MC):
+    """fp32(sa[m//GM, k0//GK] * sb[n//GN, k0//GK]) over the tile, [BMP, BNP] (sa, sb: Operand)."""
+    sa_ptr, sa_r, sa_c = sa
+    sb_ptr, sb_r, sb_c = sb
+    rm = m0 + tl.arange(0, MC.BMP)
+    rn = n0 + tl.arange(0, MC.BNP)
+    kc = k0 // MC.GK
+    sa = _decode_f32(_unsigned(tl.load(sa_ptr + (rm // MC.GM) * sa_r + kc * sa_c, mask=rm < M, other=0), MC.SA_W),
+                     MC.SA_DT)
+    sb = _decode_f32(_unsigned(tl.load(sb_ptr + (rn // MC.GN) * sb_r + kc * sb_c, mask=rn < N, other=0), MC.SB_W),
+                     MC.SB_DT)
     return sa[:, None] * sb[None, :]
 
 
@@ -80,118 +82,139 @@ def _sum_in_k_order(p, KP: tl.constexpr):
 
 
 @triton.jit
-def _mma_kblock(acc, s_acc, scale, a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0, k0, M, N, K,
-                A_DT: tl.constexpr, A_W: tl.constexpr, A_NAN: tl.constexpr,
-                B_DT: tl.constexpr, B_W: tl.constexpr, B_NAN: tl.constexpr, FILL_NAN: tl.constexpr,
-                ACC: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                BMP: tl.constexpr, BNP: tl.constexpr, KS: tl.constexpr, KSP: tl.constexpr,
-                NCHUNK: tl.constexpr, NSTEP: tl.constexpr, PROMO: tl.constexpr,
-                SCALED: tl.constexpr, WITH_ABS: tl.constexpr, INTERP: tl.constexpr):
+def _a_bits(a, m0, k0, M, K, KS: tl.constexpr, KSP: tl.constexpr, MC):
+    """Bits of A's [BM, KS] box at (m0, k0) (a: Operand), with the out-of-bounds fill."""
+    a_ptr, sa_m, sa_k = a
+    return _box_bits(a_ptr, sa_m, sa_k, m0, k0, M, K, MC.BM, KS, MC.BMP, KSP, MC.A_W, MC.FILL_NAN, MC.A_NAN)
+
+
+@triton.jit
+def _b_bits(b, k0, n0, K, N, KS: tl.constexpr, KSP: tl.constexpr, MC):
+    """Bits of B's [KS, BN] box at (k0, n0) (b: Operand), with the out-of-bounds fill."""
+    b_ptr, sb_k, sb_n = b
+    return _box_bits(b_ptr, sb_k, sb_n, k0, n0, K, N, KS, MC.BN, KSP, MC.BNP, MC.B_W, MC.FILL_NAN, MC.B_NAN)
+
+
+@triton.jit
+def _mma_kblock(acc, s_acc, scale, a, b, m0, n0, k0, M, N, K, MC, WITH_ABS: tl.constexpr):
     """One k-block update of the accumulator (kernels_ref.mma docstring: semantics).
 
     The k-block is NCHUNK * NSTEP sub-blocks of KS k-elements, each loaded with the descriptor's
-    box helper; `scale` is the [BMP, BNP] block-scale tile when SCALED."""
-    F32: tl.constexpr = INTERP or (A_DT == 0)
-    for c in tl.static_range(NCHUNK):
-        if ACC == 2:
-            q = tl.zeros([BMP, BNP], tl.int32)
+    box helper from a and b (Operand tuples); `scale` is the [BMP, BNP] block-scale tile when
+    SCALED. MC: MmaConsts."""
+    F32: tl.constexpr = MC.INTERP or (MC.A_DT == 0)
+    for c in tl.static_range(MC.NCHUNK):
+        if MC.ACC == 2:
+            q = tl.zeros([MC.BMP, MC.BNP], tl.int32)
         else:
-            q = tl.zeros([BMP, BNP], tl.float32)
-        for j in tl.static_range(NSTEP):
-            kk = k0 + (c * NSTEP + j) * KS
-            if ACC == 1 and INTERP == 1:
+            q = tl.zeros([MC.BMP, MC.BNP], tl.float32)
+        for j in tl.static_range(MC.NSTEP):
+            kk = k0 + (c * MC.NSTEP + j) * MC.KS
+            if MC.ACC == 1 and MC.INTERP == 1:
                 # the same fp32 sums in the same order, a step at a time: the interpreter's cumsum
                 # adds left to right (numpy), so its last element is the loop's sum below
-                a_bits = _box_bits(a_ptr, sa_m, sa_k, m0, kk, M, K, BM, KS, BMP, KSP, A_W, FILL_NAN, A_NAN)
-                b_bits = _box_bits(b_ptr, sb_k, sb_n, kk, n0, K, N, KS, BN, KSP, BNP, B_W, FILL_NAN, B_NAN)
-                a_k = _decode_f32(a_bits, A_DT)
-                b_k = _decode_f32(b_bits, B_DT)
-                s = _sum_in_k_order(a_k[:, :, None] * b_k[None, :, :], KSP)
+                a_k = _decode_f32(_a_bits(a, m0, kk, M, K, MC.KS, MC.KSP, MC), MC.A_DT)
+                b_k = _decode_f32(_b_bits(b, kk, n0, K, N, MC.KS, MC.KSP, MC), MC.B_DT)
+                s = _sum_in_k_order(a_k[:, :, None] * b_k[None, :, :], MC.KSP)
                 if WITH_ABS:
-                    sabs = _sum_in_k_order(tl.abs(a_k)[:, :, None] * tl.abs(b_k)[None, :, :], KSP)
-            elif ACC == 1:
+                    sabs = _sum_in_k_order(tl.abs(a_k)[:, :, None] * tl.abs(b_k)[None, :, :], MC.KSP)
+            elif MC.ACC == 1:
                 # fp16 accumulation: each mma_k-deep step is summed in fp32 one k at a time (outer
                 # products on the CUDA cores). A 16-deep tl.dot gave wrong sums on sm_90 (triton 3.6).
-                s = tl.zeros([BMP, BNP], tl.float32)
-                sabs = tl.zeros([BMP, BNP], tl.float32)
-                for kq in tl.static_range(KS):
-                    a1 = _decode_f32(_box_bits(a_ptr, sa_m, sa_k, m0, kk + kq, M, K, BM, 1, BMP, 1, A_W, FILL_NAN,
-                                               A_NAN), A_DT)
-                    b1 = _decode_f32(_box_bits(b_ptr, sb_k, sb_n, kk + kq, n0, K, N, 1, BN, 1, BNP, B_W, FILL_NAN,
-                                               B_NAN), B_DT)
+                s = tl.zeros([MC.BMP, MC.BNP], tl.float32)
+                sabs = tl.zeros([MC.BMP, MC.BNP], tl.float32)
+                for kq in tl.static_range(MC.KS):
+                    a1 = _decode_f32(_a_bits(a, m0, kk + kq, M, K, 1, 1, MC), MC.A_DT)
+                    b1 = _decode_f32(_b_bits(b, kk + kq, n0, K, N, 1, 1, MC), MC.B_DT)
                     s = s + a1 * b1
                     if WITH_ABS:
                         sabs = sabs + tl.abs(a1) * tl.abs(b1)
             else:
-                a_bits = _box_bits(a_ptr, sa_m, sa_k, m0, kk, M, K, BM, KS, BMP, KSP, A_W, FILL_NAN, A_NAN)
-                b_bits = _box_bits(b_ptr, sb_k, sb_n, kk, n0, K, N, KS, BN, KSP, BNP, B_W, FILL_NAN, B_NAN)
-                s = _dot(_dot_operand(a_bits, A_DT, INTERP), _dot_operand(b_bits, B_DT, INTERP), F32)
+                a_bits = _a_bits(a, m0, kk, M, K, MC.KS, MC.KSP, MC)
+                b_bits = _b_bits(b, kk, n0, K, N, MC.KS, MC.KSP, MC)
+                s = _dot(_dot_operand(a_bits, MC.A_DT, MC.INTERP), _dot_operand(b_bits, MC.B_DT, MC.INTERP), F32)
                 if WITH_ABS:
-                    sabs = _dot(_abs_operand(a_bits, A_DT, INTERP), _abs_operand(b_bits, B_DT, INTERP), F32)
+                    sabs = _dot(_abs_operand(a_bits, MC.A_DT, MC.INTERP), _abs_operand(b_bits, MC.B_DT, MC.INTERP),
+                                F32)
             if WITH_ABS:
-                if SCALED:
+                if MC.SCALED:
                     sabs = sabs * tl.abs(scale)
                 s_acc = s_acc + sabs
-            if PROMO:
+            if MC.PROMO:
                 q = _truncate_mantissa(q + s, 10)  # keep 13 explicit mantissa bits
-            elif ACC == 1:
+            elif MC.ACC == 1:
                 acc = _round_to(acc + s, 1)
             else:
                 q = s
-        if ACC != 1:
-            if SCALED:
+        if MC.ACC != 1:
+            if MC.SCALED:
                 acc = acc + q * scale
-            elif ACC == 0:
-                acc = _add_rn(acc, q, INTERP)
+            elif MC.ACC == 0:
+                acc = _add_rn(acc, q, MC.INTERP)
             else:
                 acc = acc + q
     return acc, s_acc
 
 
 @triton.jit
-def _loop_count(n_kb, INTERP: tl.constexpr, N_KB_I: tl.constexpr):
+def _loop_count(n_kb, MC):
     """The k-block count: the runtime argument when compiled; under the interpreter the same
     number as a constexpr (some interpreter versions cannot take range() of a runtime scalar)."""
-    if INTERP:
-        return N_KB_I
+    if MC.INTERP:
+        return MC.N_KB_I
     else:
         return n_kb
 
 
 @triton.jit
-def _mainloop(a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0, M, N, K, n_kb,
-              sca_ptr, sca_r, sca_c, scb_ptr, scb_r, scb_c,
-              tr_ptr, tr_kb, tr_r, tr_c, ts_ptr, ts_kb, ts_r, ts_c,
-              A_DT: tl.constexpr, A_W: tl.constexpr, A_NAN: tl.constexpr,
-              B_DT: tl.constexpr, B_W: tl.constexpr, B_NAN: tl.constexpr, FILL_NAN: tl.constexpr,
-              ACC: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-              BMP: tl.constexpr, BNP: tl.constexpr, KS: tl.constexpr, KSP: tl.constexpr,
-              NCHUNK: tl.constexpr, NSTEP: tl.constexpr, PROMO: tl.constexpr,
-              SCALED: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr, GK: tl.constexpr,
-              SA_DT: tl.constexpr, SA_W: tl.constexpr, SB_DT: tl.constexpr, SB_W: tl.constexpr,
-              WITH_ABS: tl.constexpr, TRACE: tl.constexpr, INTERP: tl.constexpr):
-    """All k-blocks of output tile (m0, n0): the accumulator and S; with TRACE also stores the
-    accumulator (and S when WITH_ABS) after every k-block."""
-    if ACC == 2:
-        acc = tl.zeros([BMP, BNP], tl.int32)
+def _zero_acc(MC):
+    """A zero accumulator tile [BMP, BNP] of the accumulator's type (int32 or fp32)."""
+    if MC.ACC == 2:
+        return tl.zeros([MC.BMP, MC.BNP], tl.int32)
     else:
-        acc = tl.zeros([BMP, BNP], tl.float32)
-    s_acc = tl.zeros([BMP, BNP], tl.float32)
-    i = tl.arange(0, BMP)[:, None]
-    j = tl.arange(0, BNP)[None, :]
-    in_tile = (i < BM) & (j < BN)
-    for kb in range(0, n_kb):
-        k0 = kb * BK
-        if SCALED:
-            scale = _block_scale_tile(sca_ptr, sca_r, sca_c, scb_ptr, scb_r, scb_c, m0, n0, k0, M, N,
-                                      GM, GN, GK, BMP, BNP, SA_DT, SA_W, SB_DT, SB_W)
-        else:
-            scale = 1.0
-        acc, s_acc = _mma_kblock(acc, s_acc, scale, a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0, k0, M, N, K,
-                                 A_DT, A_W, A_NAN, B_DT, B_W, B_NAN, FILL_NAN, ACC, BM, BN, BMP, BNP, KS, KSP,
-                                 NCHUNK, NSTEP, PROMO, SCALED, WITH_ABS, INTERP)
+        return tl.zeros([MC.BMP, MC.BNP], tl.float32)
+
+
+@triton.jit
+def _kblock_scale(sa, sb, m0, n0, k0, M, N, MC):
+    """The k-block's block-scale tile when SCALED, else 1.0."""
+    if MC.SCALED:
+        return _block_scale_tile(sa, sb, m0, n0, k0, M, N, MC)
+    else:
+        return 1.0
+
+
+@triton.jit
+def _mainloop(ml, m0, n0, tr, ts, MC, WITH_ABS: tl.constexpr, TRACE: tl.constexpr):
+    """All k-blocks of output tile (m0, n0) (ml: MainloopArgs, MC: MmaConsts): the accumulator
+    and S; with TRACE also stores the accumulator (and S when WITH_ABS) after every k-block at
+    tr (and ts), each (ptr, stride_kb, stride_r, stride_c)."""
+    # A tuple's fields are read before the loop: inside it triton 3.6 loses a field's value that
+    # was specialised to a constant (a stride of 1).
+    a, b, M, N, K, n_kb, sa, sb = ml
+    tr_ptr, tr_kb, tr_r, tr_c = tr
+    ts_ptr, ts_kb, ts_r, ts_c = ts
+    acc = _zero_acc(MC)
+    s_acc = tl.zeros([MC.BMP, MC.BNP], tl.float32)
+    i = tl.arange(0, MC.BMP)[:, None]
+    j = tl.arange(0, MC.BNP)[None, :]
+    in_tile = (i < MC.BM) & (j < MC.BN)
+    for kb in range(0, _loop_count(n_kb, MC)):
+        k0 = kb * MC.BK
+        scale = _kblock_scale(sa, sb, m0, n0, k0, M, N, MC)
+        acc, s_acc = _mma_kblock(acc, s_acc, scale, a, b, m0, n0, k0, M, N, K, MC, WITH_ABS)
         if TRACE:
-            tl.store(tr_ptr + kb * tr_kb + i * tr_r + j * tr_c, _acc_store_bits(acc, ACC), mask=in_tile)
+            tl.store(tr_ptr + kb * tr_kb + i * tr_r + j * tr_c, _acc_store_bits(acc, MC.ACC), mask=in_tile)
             if WITH_ABS:
                 tl.store(ts_ptr + kb * ts_kb + i * ts_r + j * ts_c, s_acc, mask=in_tile)
     return acc, s_acc
+
+
+@triton.jit
+def _tile_mask(ml, m0, n0, MC):
+    """(rows [BMP, 1], cols [1, BNP], mask): the tile's elements inside C [M, N] and the tile."""
+    rm = m0 + tl.arange(0, MC.BMP)[:, None]
+    rn = n0 + tl.arange(0, MC.BNP)[None, :]
+    mask = (rm < ml.M) & (rn < ml.N) & (tl.arange(0, MC.BMP)[:, None] < MC.BM) & \
+        (tl.arange(0, MC.BNP)[None, :] < MC.BN)
+    return rm, rn, mask

@@ -16,7 +16,7 @@ need not be powers of two. Kernels move raw bits only, so Triton and host agree 
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from kernels_ref._interpret import choose_backend
 
@@ -104,35 +104,63 @@ def _swizzle_kernel(src_ptr, dst_ptr, n, SW_MASK: tl.constexpr, BLOCK: tl.conste
 
 
 @triton.jit
-def _origin_box_bits(x_ptr, sx_r, sx_c, n_rows, n_cols, org_ptr, t, TR: tl.constexpr, TC: tl.constexpr,
-                     RP: tl.constexpr, CP: tl.constexpr, WIDTH: tl.constexpr, FILL_NAN: tl.constexpr,
-                     NAN_BITS: tl.constexpr):
-    """`_box_bits` of box t, whose origin (row0, col0) is the t-th pair at org_ptr."""
+def _origin_box_bits(src, t, BOX):
+    """`_box_bits` of box t of src (x_ptr, stride_r, stride_c, n_rows, n_cols, origins_ptr), whose
+    origin (row0, col0) is the t-th pair at origins_ptr; BOX: Box."""
+    x_ptr, sx_r, sx_c, n_rows, n_cols, org_ptr = src
     row0 = tl.load(org_ptr + 2 * t)
     col0 = tl.load(org_ptr + 2 * t + 1)
-    return _box_bits(x_ptr, sx_r, sx_c, row0, col0, n_rows, n_cols, TR, TC, RP, CP, WIDTH, FILL_NAN, NAN_BITS)
+    return _box_bits(x_ptr, sx_r, sx_c, row0, col0, n_rows, n_cols, BOX.TR, BOX.TC, BOX.RP, BOX.CP, BOX.WIDTH,
+                     BOX.FILL_NAN, BOX.NAN_BITS)
 
 
 @triton.jit
-def _operand_image_kernel(x_ptr, sx_r, sx_c, n_rows, n_cols, org_ptr, img_ptr, s_img,
-                          TR: tl.constexpr, TC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
-                          WIDTH: tl.constexpr, FILL_NAN: tl.constexpr, NAN_BITS: tl.constexpr,
-                          TRANSPOSED: tl.constexpr, SW: tl.constexpr, SW_MASK: tl.constexpr):
+def _operand_image_kernel(src, img, BOX, TRANSPOSED: tl.constexpr, SW: tl.constexpr, SW_MASK: tl.constexpr):
+    """The image of box program_id(0) into img (ptr, stride per image)."""
+    img_ptr, s_img = img
     t = tl.program_id(0)
-    bits = _origin_box_bits(x_ptr, sx_r, sx_c, n_rows, n_cols, org_ptr, t, TR, TC, RP, CP, WIDTH, FILL_NAN,
-                            NAN_BITS)
-    i = tl.arange(0, RP)[:, None]
-    j = tl.arange(0, CP)[None, :]
-    in_tile = (i < TR) & (j < TC)
+    bits = _origin_box_bits(src, t, BOX)
+    i = tl.arange(0, BOX.RP)[:, None]
+    j = tl.arange(0, BOX.CP)[None, :]
+    in_tile = (i < BOX.TR) & (j < BOX.TC)
     base = img_ptr + t.to(tl.int64) * s_img
-    for byte in tl.static_range(WIDTH):
-        off = _tile_byte_offset(i, j, byte, TR, TC, WIDTH, TRANSPOSED, SW, SW_MASK)
+    for byte in tl.static_range(BOX.WIDTH):
+        off = _tile_byte_offset(i, j, byte, BOX.TR, BOX.TC, BOX.WIDTH, TRANSPOSED, SW, SW_MASK)
         tl.store(base + off, _to_storage((bits >> (8 * byte)) & 0xFF, 1), mask=in_tile)
 
 
 # ----------------------------------------------------------------------------------------------
 # geometry and checks
 # ----------------------------------------------------------------------------------------------
+
+
+class Box(NamedTuple):
+    """The compile-time constants of a box read (`_box_bits`), one tuple argument (`BOX`): the
+    logical tile [TR, TC], its power-of-two block [RP, CP], the element width in bytes, and the
+    out-of-bounds fill (NaN with NAN_BITS, else zero). Each field a tl.constexpr."""
+
+    TR: tl.constexpr
+    TC: tl.constexpr
+    RP: tl.constexpr
+    CP: tl.constexpr
+    WIDTH: tl.constexpr
+    FILL_NAN: tl.constexpr
+    NAN_BITS: tl.constexpr
+
+
+def box_args(x: torch.Tensor, operand: str, pairs, block_mn: int, block_k: int, dtype_name: str,
+             oob_fill: str) -> tuple:
+    """(device, T, src, BOX) of a launch that reads the boxes of x's (tile_index, k_block) pairs
+    (x already validated): src (x's bits and strides, its shape, the boxes' origins) and Box."""
+    dev = C.check_device(("x", x))
+    pairs_t = C.as_index_tensor("pairs", pairs, torch.device("cpu"))
+    _check_pairs(x, operand, pairs_t, block_mn, block_k)
+    origins = torch.tensor([tile_origin(operand, int(ti), int(kb), block_mn, block_k) for ti, kb in pairs_t.tolist()],
+                           dtype=torch.int32).to(dev)
+    tr, tc = tile_shape(operand, block_mn, block_k)
+    box = C.constexprs(Box, TR=tr, TC=tc, RP=C.pad_dim(tr, 1), CP=C.pad_dim(tc, 1), WIDTH=DTYPES[dtype_name].itemsize,
+                       FILL_NAN=oob_fill == "nan", NAN_BITS=C.NAN_BITS.get(dtype_name, 0))
+    return dev, pairs_t.shape[0], (*C.strided(x), x.shape[0], x.shape[1], origins), box
 
 
 def tile_shape(operand: str, block_mn: int, block_k: int) -> tuple[int, int]:
@@ -271,21 +299,10 @@ def operand_images(x: torch.Tensor, operand: str, major: str, pairs, block_mn: i
 
     `pairs` is a list of (tile_index, k_block): tile_index is tm for A, tn for B."""
     name = _validate_operand(x, operand, major, block_mn, block_k, swizzle, oob_fill)
-    dev = C.check_device(("x", x))
-    pairs_t = C.as_index_tensor("pairs", pairs, torch.device("cpu"))
-    _check_pairs(x, operand, pairs_t, block_mn, block_k)
-    origins = torch.tensor([tile_origin(operand, int(ti), int(kb), block_mn, block_k) for ti, kb in pairs_t.tolist()],
-                           dtype=torch.int32).to(dev)
-    tr, tc = tile_shape(operand, block_mn, block_k)
-    width = DTYPES[name].itemsize
-    nbytes = tr * tc * width
-    out = torch.empty((pairs_t.shape[0], nbytes), dtype=torch.uint8, device=dev)
-    xb = C.bits_view(x)
-    _operand_image_kernel[(pairs_t.shape[0],)](
-        xb, xb.stride(0), xb.stride(1), x.shape[0], x.shape[1], origins, out.view(torch.int8), out.stride(0),
-        TR=tr, TC=tc, RP=C.pad_dim(tr, 1), CP=C.pad_dim(tc, 1), WIDTH=width,
-        FILL_NAN=oob_fill == "nan", NAN_BITS=C.NAN_BITS.get(name, 0), TRANSPOSED=major == "col",
-        SW=swizzle, SW_MASK=_SWIZZLE_MASK[swizzle], **C.launch_options(dev))
+    dev, T, src, box = box_args(x, operand, pairs, block_mn, block_k, name, oob_fill)
+    out = torch.empty((T, box.TR.value * box.TC.value * box.WIDTH.value), dtype=torch.uint8, device=dev)
+    _operand_image_kernel[(T,)](src, (out.view(torch.int8), out.stride(0)), box, TRANSPOSED=major == "col", SW=swizzle,
+                                SW_MASK=_SWIZZLE_MASK[swizzle], **C.launch_options(dev))
     return out
 
 

@@ -41,7 +41,7 @@ import math
 import sys
 import types
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from kernels_ref._interpret import choose_backend
 
@@ -201,46 +201,36 @@ def _ep_cast(x, OUT: tl.constexpr, SAT: tl.constexpr):
 
 
 @triton.jit
-def _epilogue_tile(x, rows, cols, R, Cn,
-                   rs_ptr, rs_s, cs_ptr, cs_s, ts_ptr, alpha, beta, c_ptr, c_r, c_c, b_ptr, b_s,
-                   HAS_RS: tl.constexpr, RS_DT: tl.constexpr, RS_W: tl.constexpr,
-                   HAS_CS: tl.constexpr, CS_DT: tl.constexpr, CS_W: tl.constexpr,
-                   HAS_TS: tl.constexpr, TS_DT: tl.constexpr, TS_W: tl.constexpr,
-                   HAS_C: tl.constexpr, C_DT: tl.constexpr, C_W: tl.constexpr,
-                   AXIS: tl.constexpr, B_DT: tl.constexpr, B_W: tl.constexpr,
-                   ACT: tl.constexpr, OUT: tl.constexpr, SAT: tl.constexpr):
-    """scale -> alpha_beta -> bias -> activation -> cast on an fp32 tile at global (rows, cols).
-    Returns the four fp32 intermediates and the output bit patterns."""
+def _epilogue_tile(x, rows, cols, R, Cn, ep, EP):
+    """scale -> alpha_beta -> bias -> activation -> cast on an fp32 tile at global (rows, cols) of
+    an [R, Cn] output; ep: EpArgs, EP: EpConsts. Returns the four fp32 intermediates and the
+    output bit patterns."""
+    rs_ptr, rs_s, cs_ptr, cs_s, ts_ptr, alpha, beta, c_ptr, c_r, c_c, b_ptr, b_s = ep
     rmask = rows < R
     cmask = cols < Cn
     mask = rmask[:, None] & cmask[None, :]
     x1 = _ep_scale(x, rows, cols, rmask, cmask, rs_ptr, rs_s, cs_ptr, cs_s, ts_ptr,
-                   HAS_RS, RS_DT, RS_W, HAS_CS, CS_DT, CS_W, HAS_TS, TS_DT, TS_W)
-    x2 = _ep_alpha_beta(x1, alpha, beta, c_ptr, c_r, c_c, rows, cols, mask, HAS_C, C_DT, C_W)
-    x3 = _ep_bias(x2, b_ptr, b_s, rows, cols, rmask, cmask, AXIS, B_DT, B_W)
-    x4 = _ep_activation(x3, ACT)
-    return x1, x2, x3, x4, _ep_cast(x4, OUT, SAT)
+                   EP.HAS_RS, EP.RS_DT, EP.RS_W, EP.HAS_CS, EP.CS_DT, EP.CS_W, EP.HAS_TS, EP.TS_DT, EP.TS_W)
+    x2 = _ep_alpha_beta(x1, alpha, beta, c_ptr, c_r, c_c, rows, cols, mask, EP.HAS_C, EP.C_DT, EP.C_W)
+    x3 = _ep_bias(x2, b_ptr, b_s, rows, cols, rmask, cmask, EP.AXIS, EP.B_DT, EP.B_W)
+    x4 = _ep_activation(x3, EP.ACT)
+    return x1, x2, x3, x4, _ep_cast(x4, EP.OUT, EP.SAT)
 
 
 @triton.jit
-def _epilogue_kernel(x_ptr, sx_r, sx_c, R, Cn, out_ptr, so_r, so_c, st_ptr, st_s, st_r,
-                     rs_ptr, rs_s, cs_ptr, cs_s, ts_ptr, alpha, beta, c_ptr, c_r, c_c, b_ptr, b_s,
-                     X_DT: tl.constexpr, X_W: tl.constexpr,
-                     HAS_RS: tl.constexpr, RS_DT: tl.constexpr, RS_W: tl.constexpr,
-                     HAS_CS: tl.constexpr, CS_DT: tl.constexpr, CS_W: tl.constexpr,
-                     HAS_TS: tl.constexpr, TS_DT: tl.constexpr, TS_W: tl.constexpr,
-                     HAS_C: tl.constexpr, C_DT: tl.constexpr, C_W: tl.constexpr,
-                     AXIS: tl.constexpr, B_DT: tl.constexpr, B_W: tl.constexpr,
-                     ACT: tl.constexpr, OUT: tl.constexpr, SAT: tl.constexpr, OUT_W: tl.constexpr,
+def _epilogue_kernel(x, R, Cn, out, st, ep, EP, X_DT: tl.constexpr, X_W: tl.constexpr, OUT_W: tl.constexpr,
                      STEPS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+    """Block (program_id 0, 1) of x [R, Cn] into out, and with STEPS the four intermediates into
+    st [4, R, Cn]; x, out (ptr, stride_r, stride_c), st (ptr, stride_step, stride_r)."""
+    x_ptr, sx_r, sx_c = x
+    out_ptr, so_r, so_c = out
+    st_ptr, st_s, st_r = st
     rows = tl.program_id(0) * BR + tl.arange(0, BR)
     cols = tl.program_id(1) * BC + tl.arange(0, BC)
     mask = (rows < R)[:, None] & (cols < Cn)[None, :]
     raw = tl.load(x_ptr + rows[:, None] * sx_r + cols[None, :] * sx_c, mask=mask, other=0)
     x = _decode_f32(_unsigned(raw, X_W), X_DT)
-    x1, x2, x3, x4, bits = _epilogue_tile(x, rows, cols, R, Cn, rs_ptr, rs_s, cs_ptr, cs_s, ts_ptr, alpha, beta,
-                                          c_ptr, c_r, c_c, b_ptr, b_s, HAS_RS, RS_DT, RS_W, HAS_CS, CS_DT, CS_W,
-                                          HAS_TS, TS_DT, TS_W, HAS_C, C_DT, C_W, AXIS, B_DT, B_W, ACT, OUT, SAT)
+    x1, x2, x3, x4, bits = _epilogue_tile(x, rows, cols, R, Cn, ep, EP)
     tl.store(out_ptr + rows[:, None] * so_r + cols[None, :] * so_c, _to_storage(bits, OUT_W), mask=mask)
     if STEPS:
         off = rows[:, None] * st_r + cols[None, :]
@@ -290,6 +280,49 @@ def _tensor_scale(t):
     return t.reshape(1)
 
 
+class EpArgs(NamedTuple):
+    """The epilogue's runtime arguments, one tuple argument (`ep`) of the kernels that run it: the
+    scale vectors (bits, stride), the tensor scale, alpha and beta, C (bits, strides), the bias."""
+
+    rs_ptr: torch.Tensor
+    rs_s: int
+    cs_ptr: torch.Tensor
+    cs_s: int
+    ts_ptr: torch.Tensor
+    alpha: float
+    beta: float
+    c_ptr: torch.Tensor
+    c_r: int
+    c_c: int
+    b_ptr: torch.Tensor
+    b_s: int
+
+
+class EpConsts(NamedTuple):
+    """The epilogue's compile-time constants, one tuple argument (`EP`): for each optional input
+    whether it is there, its element code and width; the bias axis (0 none, 1 row, 2 col), the
+    activation, the output format and saturation."""
+
+    HAS_RS: tl.constexpr
+    RS_DT: tl.constexpr
+    RS_W: tl.constexpr
+    HAS_CS: tl.constexpr
+    CS_DT: tl.constexpr
+    CS_W: tl.constexpr
+    HAS_TS: tl.constexpr
+    TS_DT: tl.constexpr
+    TS_W: tl.constexpr
+    HAS_C: tl.constexpr
+    C_DT: tl.constexpr
+    C_W: tl.constexpr
+    AXIS: tl.constexpr
+    B_DT: tl.constexpr
+    B_W: tl.constexpr
+    ACT: tl.constexpr
+    OUT: tl.constexpr
+    SAT: tl.constexpr
+
+
 class _Operands:
     """Validated epilogue inputs for an output of shape [R, Cn]."""
 
@@ -320,7 +353,8 @@ class _Operands:
                 ("tensor_scale", self.tensor_scale))
 
     def kernel_args(self, dummy: torch.Tensor) -> dict:
-        """Pointer/stride arguments and constexprs of `_epilogue_tile`, by its names."""
+        """The two arguments of `_epilogue_tile`: `ep` (EpArgs) and `EP` (EpConsts); `dummy` stands
+        for the inputs that are not there."""
         def vec(v):
             if v is None:
                 return (dummy, 0), (False, 0, 4)
@@ -338,12 +372,12 @@ class _Operands:
         else:
             c_ptr, c_r, c_c, has_c, c_dt, c_w = dummy, 0, 0, False, 0, 4
         ep = self.ep
-        return dict(rs_ptr=rs, rs_s=rs_s, cs_ptr=cs, cs_s=cs_s, ts_ptr=ts, alpha=float(ep.alpha), beta=float(ep.beta),
-                    c_ptr=c_ptr, c_r=c_r, c_c=c_c, b_ptr=bb, b_s=b_s,
-                    HAS_RS=has_rs, RS_DT=rs_dt, RS_W=rs_w, HAS_CS=has_cs, CS_DT=cs_dt, CS_W=cs_w,
-                    HAS_TS=has_ts, TS_DT=ts_dt, TS_W=ts_w, HAS_C=has_c, C_DT=c_dt, C_W=c_w,
-                    AXIS=_AXIS_CODE[ep.bias_axis] if has_b else 0, B_DT=b_dt, B_W=b_w,
-                    ACT=_ACT_CODE[ep.activation], OUT=C.CODES[ep.out_dtype], SAT=ep.saturate)
+        args = EpArgs(rs, rs_s, cs, cs_s, ts, float(ep.alpha), float(ep.beta), c_ptr, c_r, c_c, bb, b_s)
+        consts = C.constexprs(EpConsts, HAS_RS=has_rs, RS_DT=rs_dt, RS_W=rs_w, HAS_CS=has_cs, CS_DT=cs_dt, CS_W=cs_w,
+                              HAS_TS=has_ts, TS_DT=ts_dt, TS_W=ts_w, HAS_C=has_c, C_DT=c_dt, C_W=c_w,
+                              AXIS=_AXIS_CODE[ep.bias_axis] if has_b else 0, B_DT=b_dt, B_W=b_w,
+                              ACT=_ACT_CODE[ep.activation], OUT=C.CODES[ep.out_dtype], SAT=ep.saturate)
+        return dict(ep=args, EP=consts)
 
 
 def _check_x(x):
@@ -357,13 +391,12 @@ def _run(x: torch.Tensor, ep: Epilogue, ops: _Operands, steps: bool):
     R, Cn = x.shape
     out = torch.empty((R, Cn), dtype=DTYPES[ep.out_dtype].torch, device=dev)
     st = torch.empty((4, R, Cn), dtype=torch.float32, device=dev) if steps else out
-    xb, ob = C.bits_view(x), C.bits_view(out)
     BR, BC = 64, 64
     if R and Cn:
         _epilogue_kernel[(C.cdiv(R, BR), C.cdiv(Cn, BC))](
-            xb, xb.stride(0), xb.stride(1), R, Cn, ob, ob.stride(0), ob.stride(1), st, R * Cn if steps else 0,
-            Cn if steps else 0, X_DT=C.CODES[xd], X_W=x.element_size(), OUT_W=out.element_size(),
-            STEPS=steps, BR=BR, BC=BC, **ops.kernel_args(xb), **C.launch_options(dev))
+            C.strided(x), R, Cn, C.strided(out), (st, R * Cn if steps else 0, Cn if steps else 0),
+            X_DT=C.CODES[xd], X_W=x.element_size(), OUT_W=out.element_size(), STEPS=steps, BR=BR, BC=BC,
+            **ops.kernel_args(C.bits_view(x)), **C.launch_options(dev))
     if steps:
         return EpilogueSteps(st[0], st[1], st[2], st[3], out)
     return out

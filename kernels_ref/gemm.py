@@ -18,6 +18,7 @@ enters the epilogue converted to fp32 (RNE), an fp16 accumulator exactly.
 
 from __future__ import annotations
 
+import inspect
 import sys
 import types
 from typing import Optional, Sequence
@@ -35,57 +36,36 @@ from kernels_ref._codec import _to_storage
 from kernels_ref.dtypes import DTYPES
 from kernels_ref.epilogue import Epilogue, _epilogue_tile, _Operands, epilogue, epilogue_host
 from kernels_ref.epilogue import check_supported as _epilogue_check_supported
-from kernels_ref._mainloop import _loop_count, _mainloop
+from kernels_ref._mainloop import _mainloop
 from kernels_ref.mma import mma_accumulate, mma_accumulate_host
 from kernels_ref.mma_params import MainloopParams
 from kernels_ref.mma_params import check_supported as _mma_check_supported
 
 
 @triton.jit
-def _gemm_kernel(a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, M, N, K, n_kb,
-                 sca_ptr, sca_r, sca_c, scb_ptr, scb_r, scb_c, out_ptr, so_r, so_c,
-                 rs_ptr, rs_s, cs_ptr, cs_s, ts_ptr, alpha, beta, c_ptr, c_r, c_c, bias_ptr, bias_s,
-                 A_DT: tl.constexpr, A_W: tl.constexpr, A_NAN: tl.constexpr,
-                 B_DT: tl.constexpr, B_W: tl.constexpr, B_NAN: tl.constexpr, FILL_NAN: tl.constexpr,
-                 ACC: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                 BMP: tl.constexpr, BNP: tl.constexpr, KS: tl.constexpr, KSP: tl.constexpr,
-                 NCHUNK: tl.constexpr, NSTEP: tl.constexpr, PROMO: tl.constexpr,
-                 SCALED: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr, GK: tl.constexpr,
-                 SA_DT: tl.constexpr, SA_W: tl.constexpr, SB_DT: tl.constexpr, SB_W: tl.constexpr,
-                 HAS_RS: tl.constexpr, RS_DT: tl.constexpr, RS_W: tl.constexpr,
-                 HAS_CS: tl.constexpr, CS_DT: tl.constexpr, CS_W: tl.constexpr,
-                 HAS_TS: tl.constexpr, TS_DT: tl.constexpr, TS_W: tl.constexpr,
-                 HAS_C: tl.constexpr, C_DT: tl.constexpr, C_W: tl.constexpr,
-                 AXIS: tl.constexpr, B_DT_EP: tl.constexpr, B_W_EP: tl.constexpr,
-                 ACT: tl.constexpr, OUT: tl.constexpr, SAT: tl.constexpr, OUT_W: tl.constexpr,
-                 GROUP_M: tl.constexpr, INTERP: tl.constexpr, N_KB_I: tl.constexpr):
+def _gemm_kernel(ml, out, ep, MC, EP, OUT_W: tl.constexpr, GROUP_M: tl.constexpr):
+    """D's tile number program_id(0) in grouped order: the mainloop (ml: MainloopArgs, MC:
+    MmaConsts), then the epilogue (ep: EpArgs, EP: EpConsts), into out (ptr, stride_r, stride_c)."""
+    out_ptr, so_r, so_c = out
     # Grouped tile order (L2 reuse on the GPU); the result does not depend on it.
     pid = tl.program_id(0)
-    n_tm = tl.cdiv(M, BM)
-    n_tn = tl.cdiv(N, BN)
+    n_tm = tl.cdiv(ml.M, MC.BM)
+    n_tn = tl.cdiv(ml.N, MC.BN)
     per_group = GROUP_M * n_tn
     first_m = (pid // per_group) * GROUP_M
     group_size = tl.minimum(n_tm - first_m, GROUP_M)
     tm = first_m + (pid % per_group) % group_size
     tn = (pid % per_group) // group_size
-    m0 = tm * BM
-    n0 = tn * BN
-    acc, _unused = _mainloop(a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0, M, N, K,
-                             _loop_count(n_kb, INTERP, N_KB_I),
-                             sca_ptr, sca_r, sca_c, scb_ptr, scb_r, scb_c, out_ptr, 0, 0, 0, out_ptr, 0, 0, 0,
-                             A_DT, A_W, A_NAN, B_DT, B_W, B_NAN, FILL_NAN, ACC, BM, BN, BK, BMP, BNP, KS, KSP,
-                             NCHUNK, NSTEP, PROMO, SCALED, GM, GN, GK, SA_DT, SA_W, SB_DT, SB_W, False, False,
-                             INTERP)
+    m0 = tm * MC.BM
+    n0 = tn * MC.BN
+    acc, _unused = _mainloop(ml, m0, n0, (out_ptr, 0, 0, 0), (out_ptr, 0, 0, 0), MC, False, False)
     x = acc.to(tl.float32)
-    i = tl.arange(0, BMP)
-    j = tl.arange(0, BNP)
+    i = tl.arange(0, MC.BMP)
+    j = tl.arange(0, MC.BNP)
     rows = m0 + i
     cols = n0 + j
-    x1, x2, x3, x4, bits = _epilogue_tile(x, rows, cols, M, N, rs_ptr, rs_s, cs_ptr, cs_s, ts_ptr, alpha, beta,
-                                          c_ptr, c_r, c_c, bias_ptr, bias_s, HAS_RS, RS_DT, RS_W, HAS_CS, CS_DT,
-                                          CS_W, HAS_TS, TS_DT, TS_W, HAS_C, C_DT, C_W, AXIS, B_DT_EP, B_W_EP,
-                                          ACT, OUT, SAT)
-    mask = ((rows < M) & (i < BM))[:, None] & ((cols < N) & (j < BN))[None, :]
+    x1, x2, x3, x4, bits = _epilogue_tile(x, rows, cols, ml.M, ml.N, ep, EP)
+    mask = ((rows < ml.M) & (i < MC.BM))[:, None] & ((cols < ml.N) & (j < MC.BN))[None, :]
     tl.store(out_ptr + rows[:, None] * so_r + cols[None, :] * so_c, _to_storage(bits, OUT_W), mask=mask)
 
 
@@ -124,35 +104,25 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, block_m: int = 128, block_n: int =
     out = torch.empty((M, N), dtype=DTYPES[ep.out_dtype].torch, device=dev)
     if M == 0 or N == 0:
         return out
-    ob = C.bits_view(out)
     grid = (C.cdiv(M, block_m) * C.cdiv(N, block_n),)
-    _gemm_kernel[grid](
-        out_ptr=ob, so_r=ob.stride(0), so_c=ob.stride(1), OUT_W=out.element_size(), GROUP_M=8,
-        **p.kernel_args(), **_epilogue_args(ops.kernel_args(C.bits_view(a))), **p.launch_options(dev))
+    _gemm_kernel[grid](out=C.strided(out), OUT_W=out.element_size(), GROUP_M=8, **p.kernel_args(),
+                       **ops.kernel_args(C.bits_view(a)), **p.launch_options(dev))
     return out
 
 
-# The epilogue's arguments whose names the gemm kernel gives to operand B already.
-_EPILOGUE_RENAMED = {"b_ptr": "bias_ptr", "b_s": "bias_s", "B_DT": "B_DT_EP", "B_W": "B_W_EP"}
+def gemm_host(a: torch.Tensor, b: torch.Tensor, **kw) -> torch.Tensor:
+    """Host spec of `gemm`, with its keywords: mma_accumulate_host then epilogue_host (CPU,
+    ep.out_dtype)."""
+    bound = inspect.signature(gemm).bind(a, b, **kw)  # a TypeError names a keyword gemm does not take
+    bound.apply_defaults()
+    k = bound.arguments
+    acc_v = mma_accumulate_host(a, b, k["block_m"], k["block_n"], k["block_k"], k["acc"], k["promotion_interval"],
+                                k["scale_a_block"], k["scale_b_block"], k["block_scale_group"], oob_fill=k["oob_fill"])
+    return epilogue_host(acc_v, k["ep"], c=k["c"], bias=k["bias"], row_scale=k["row_scale"],
+                         col_scale=k["col_scale"], tensor_scale=k["tensor_scale"])
 
 
-def _epilogue_args(args: dict) -> dict:
-    """The epilogue's kernel arguments (`_Operands.kernel_args`) by the gemm kernel's names."""
-    return {_EPILOGUE_RENAMED.get(k, k): v for k, v in args.items()}
-
-
-def gemm_host(a: torch.Tensor, b: torch.Tensor, *, block_m: int = 128, block_n: int = 128, block_k: int = 64,
-              acc: str = "fp32", promotion_interval: Optional[int] = None, ep: Epilogue = Epilogue(),
-              c: Optional[torch.Tensor] = None, bias: Optional[torch.Tensor] = None,
-              row_scale: Optional[torch.Tensor] = None, col_scale: Optional[torch.Tensor] = None,
-              tensor_scale: Optional[torch.Tensor] = None, scale_a_block: Optional[torch.Tensor] = None,
-              scale_b_block: Optional[torch.Tensor] = None, block_scale_group: Optional[Sequence[int]] = None,
-              oob_fill: str = "zero") -> torch.Tensor:
-    """Host spec of `gemm`: mma_accumulate_host then epilogue_host (CPU, ep.out_dtype)."""
-    acc_v = mma_accumulate_host(a, b, block_m, block_n, block_k, acc, promotion_interval, scale_a_block,
-                                  scale_b_block, block_scale_group, oob_fill=oob_fill)
-    return epilogue_host(acc_v, ep, c=c, bias=bias, row_scale=row_scale, col_scale=col_scale,
-                           tensor_scale=tensor_scale)
+gemm_host.__signature__ = inspect.signature(gemm)  # help() shows gemm's keywords
 
 
 def _check_groups(a: torch.Tensor, b: torch.Tensor, offsets) -> list[int]:

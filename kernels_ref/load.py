@@ -28,16 +28,16 @@ from kernels_ref.dtypes import DTYPES
 
 
 @triton.jit
-def _load_tiles_kernel(x_ptr, sx_r, sx_c, n_rows, n_cols, org_ptr, out_ptr, so_t, so_r, so_c,
-                       TR: tl.constexpr, TC: tl.constexpr, RP: tl.constexpr, CP: tl.constexpr,
-                       WIDTH: tl.constexpr, FILL_NAN: tl.constexpr, NAN_BITS: tl.constexpr):
+def _load_tiles_kernel(src, out, BOX):
+    """Box program_id(0) of src (descriptor._origin_box_bits) into out (ptr, stride_t, stride_r,
+    stride_c); BOX: descriptor.Box."""
+    out_ptr, so_t, so_r, so_c = out
     t = tl.program_id(0)
-    bits = _origin_box_bits(x_ptr, sx_r, sx_c, n_rows, n_cols, org_ptr, t, TR, TC, RP, CP, WIDTH, FILL_NAN,
-                            NAN_BITS)
-    i = tl.arange(0, RP)[:, None]
-    j = tl.arange(0, CP)[None, :]
-    tl.store(out_ptr + t.to(tl.int64) * so_t + i * so_r + j * so_c, _to_storage(bits, WIDTH),
-             mask=(i < TR) & (j < TC))
+    bits = _origin_box_bits(src, t, BOX)
+    i = tl.arange(0, BOX.RP)[:, None]
+    j = tl.arange(0, BOX.CP)[None, :]
+    tl.store(out_ptr + t.to(tl.int64) * so_t + i * so_r + j * so_c, _to_storage(bits, BOX.WIDTH),
+             mask=(i < BOX.TR) & (j < BOX.TC))
 
 
 @triton.jit
@@ -88,18 +88,9 @@ def load_tiles(x: torch.Tensor, operand: str, pairs, block_mn: int, block_k: int
     """Many operand tiles in one launch: [T, BM, BK] for A, [T, BK, BN] for B, in x's dtype.
     `pairs` is a list of (tile_index, k_block): tile_index is tm for A, tn for B."""
     name = _validate(x, operand, block_mn, block_k, oob_fill)
-    dev = C.check_device(("x", x))
-    pairs_t = C.as_index_tensor("pairs", pairs, torch.device("cpu"))
-    D._check_pairs(x, operand, pairs_t, block_mn, block_k)
-    origins = torch.tensor([D.tile_origin(operand, int(ti), int(kb), block_mn, block_k)
-                            for ti, kb in pairs_t.tolist()], dtype=torch.int32).to(dev)
-    tr, tc = D.tile_shape(operand, block_mn, block_k)
-    out = torch.empty((pairs_t.shape[0], tr, tc), dtype=x.dtype, device=dev)
-    xb, ob = C.bits_view(x), C.bits_view(out)
-    _load_tiles_kernel[(pairs_t.shape[0],)](
-        xb, xb.stride(0), xb.stride(1), x.shape[0], x.shape[1], origins, ob, ob.stride(0), ob.stride(1), ob.stride(2),
-        TR=tr, TC=tc, RP=C.pad_dim(tr, 1), CP=C.pad_dim(tc, 1), WIDTH=DTYPES[name].itemsize,
-        FILL_NAN=oob_fill == "nan", NAN_BITS=C.NAN_BITS.get(name, 0), **C.launch_options(dev))
+    dev, T, src, box = D.box_args(x, operand, pairs, block_mn, block_k, name, oob_fill)
+    out = torch.empty((T, box.TR.value, box.TC.value), dtype=x.dtype, device=dev)
+    _load_tiles_kernel[(T,)](src, C.strided(out), box, **C.launch_options(dev))
     return out
 
 

@@ -61,8 +61,8 @@ import triton.language as tl
 
 from kernels_ref import _common as C
 from kernels_ref._codec import _decode_f32, _unsigned
-from kernels_ref._mainloop import _acc_load, _acc_store_bits, _loop_count, _mainloop, _mma_kblock
-from kernels_ref.mma_params import ACC_TORCH, ACCS, MainloopParams, MmaConfig, check_supported, mma_k_of, scale_meta
+from kernels_ref._mainloop import _acc_load, _acc_store_bits, _mainloop, _mma_kblock, _tile_mask, _zero_acc
+from kernels_ref.mma_params import ACC_TORCH, ACCS, MainloopParams, MmaConfig, check_supported, mma_k_of
 from kernels_ref.mma_stats import MmaStats, accumulate_stats, check_stats_chunk, trajectory_stats
 
 PROMOTION_MANTISSA_BITS = 13
@@ -74,91 +74,67 @@ PROMOTION_MANTISSA_BITS = 13
 
 
 @triton.jit
-def _mma_step_kernel(prev_ptr, sp_t, sp_r, sp_c, a_ptr, sa_t, sa_m, sa_k, b_ptr, sb_t, sb_k, sb_n,
-                     sca_ptr, sca_t, sca_m, scb_ptr, scb_t, scb_n, out_ptr, so_t, so_r, so_c, abs_ptr, sabs_t,
-                     A_DT: tl.constexpr, A_W: tl.constexpr, B_DT: tl.constexpr, B_W: tl.constexpr,
-                     ACC: tl.constexpr, HAS_PREV: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                     BMP: tl.constexpr, BNP: tl.constexpr, KS: tl.constexpr, KSP: tl.constexpr,
-                     NCHUNK: tl.constexpr, NSTEP: tl.constexpr, PROMO: tl.constexpr,
-                     SCALED: tl.constexpr, SA_DT: tl.constexpr, SA_W: tl.constexpr,
-                     SB_DT: tl.constexpr, SB_W: tl.constexpr, WITH_ABS: tl.constexpr, INTERP: tl.constexpr):
+def _mma_step_kernel(prev, a, b, sa, sb, out, absum, MC, HAS_PREV: tl.constexpr, WITH_ABS: tl.constexpr):
+    """Tile t of a stack: prev, a, b, out [T, R, C] and the scales sa [T, BM], sb [T, BN] as
+    (ptr, stride_t, stride_r[, stride_c]); absum (ptr, stride_t), contiguous tiles. MC: MmaConsts."""
+    prev_ptr, sp_t, sp_r, sp_c = prev
+    a_ptr, sa_t, sa_m, sa_k = a
+    b_ptr, sb_t, sb_k, sb_n = b
+    sca_ptr, sca_t, sca_m = sa
+    scb_ptr, scb_t, scb_n = sb
+    out_ptr, so_t, so_r, so_c = out
+    abs_ptr, sabs_t = absum
     t = tl.program_id(0).to(tl.int64)
-    i = tl.arange(0, BMP)[:, None]
-    j = tl.arange(0, BNP)[None, :]
-    in_tile = (i < BM) & (j < BN)
+    i = tl.arange(0, MC.BMP)[:, None]
+    j = tl.arange(0, MC.BNP)[None, :]
+    in_tile = (i < MC.BM) & (j < MC.BN)
     if HAS_PREV:
-        acc = _acc_load(prev_ptr + t * sp_t + i * sp_r + j * sp_c, in_tile, ACC)
-    elif ACC == 2:
-        acc = tl.zeros([BMP, BNP], tl.int32)
+        acc = _acc_load(prev_ptr + t * sp_t + i * sp_r + j * sp_c, in_tile, MC.ACC)
     else:
-        acc = tl.zeros([BMP, BNP], tl.float32)
-    if SCALED:
-        ri = tl.arange(0, BMP)
-        cj = tl.arange(0, BNP)
-        sa = _decode_f32(_unsigned(tl.load(sca_ptr + t * sca_t + ri * sca_m, mask=ri < BM, other=0), SA_W), SA_DT)
-        sb = _decode_f32(_unsigned(tl.load(scb_ptr + t * scb_t + cj * scb_n, mask=cj < BN, other=0), SB_W), SB_DT)
+        acc = _zero_acc(MC)
+    if MC.SCALED:
+        ri = tl.arange(0, MC.BMP)
+        cj = tl.arange(0, MC.BNP)
+        sa = _decode_f32(_unsigned(tl.load(sca_ptr + t * sca_t + ri * sca_m, mask=ri < MC.BM, other=0), MC.SA_W),
+                         MC.SA_DT)
+        sb = _decode_f32(_unsigned(tl.load(scb_ptr + t * scb_t + cj * scb_n, mask=cj < MC.BN, other=0), MC.SB_W),
+                         MC.SB_DT)
         scale = sa[:, None] * sb[None, :]
     else:
         scale = 1.0
-    s_acc = tl.zeros([BMP, BNP], tl.float32)
-    acc, s_acc = _mma_kblock(acc, s_acc, scale, a_ptr + t * sa_t, sa_m, sa_k, b_ptr + t * sb_t, sb_k, sb_n,
-                             0, 0, 0, BM, BN, KS * NSTEP * NCHUNK,
-                             A_DT, A_W, 0, B_DT, B_W, 0, False, ACC, BM, BN, BMP, BNP, KS, KSP,
-                             NCHUNK, NSTEP, PROMO, SCALED, WITH_ABS, INTERP)
-    tl.store(out_ptr + t * so_t + i * so_r + j * so_c, _acc_store_bits(acc, ACC), mask=in_tile)
+    s_acc = tl.zeros([MC.BMP, MC.BNP], tl.float32)
+    acc, s_acc = _mma_kblock(acc, s_acc, scale, (a_ptr + t * sa_t, sa_m, sa_k), (b_ptr + t * sb_t, sb_k, sb_n),
+                             0, 0, 0, MC.BM, MC.BN, MC.BK, MC, WITH_ABS)
+    tl.store(out_ptr + t * so_t + i * so_r + j * so_c, _acc_store_bits(acc, MC.ACC), mask=in_tile)
     if WITH_ABS:
-        tl.store(abs_ptr + t * sabs_t + i * BN + j, s_acc, mask=in_tile)
+        tl.store(abs_ptr + t * sabs_t + i * MC.BN + j, s_acc, mask=in_tile)
 
 
 @triton.jit
-def _mma_tiles_kernel(a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, M, N, K, n_kb, tiles_ptr,
-                      sca_ptr, sca_r, sca_c, scb_ptr, scb_r, scb_c,
-                      tr_ptr, tr_t, tr_kb, tr_r, tr_c, ts_ptr, ts_t, ts_kb, ts_r, ts_c,
-                      A_DT: tl.constexpr, A_W: tl.constexpr, A_NAN: tl.constexpr,
-                      B_DT: tl.constexpr, B_W: tl.constexpr, B_NAN: tl.constexpr, FILL_NAN: tl.constexpr,
-                      ACC: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                      BMP: tl.constexpr, BNP: tl.constexpr, KS: tl.constexpr, KSP: tl.constexpr,
-                      NCHUNK: tl.constexpr, NSTEP: tl.constexpr, PROMO: tl.constexpr,
-                      SCALED: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr, GK: tl.constexpr,
-                      SA_DT: tl.constexpr, SA_W: tl.constexpr, SB_DT: tl.constexpr, SB_W: tl.constexpr,
-                      WITH_ABS: tl.constexpr, INTERP: tl.constexpr, N_KB_I: tl.constexpr):
+def _mma_tiles_kernel(ml, tiles_ptr, tr, ts, MC, WITH_ABS: tl.constexpr):
+    """The trajectory of tile (tm, tn) = tiles[t]: tr, ts [T, n_kb, BM, BN] as (ptr, *strides)."""
+    tr_ptr, tr_t, tr_kb, tr_r, tr_c = tr
+    ts_ptr, ts_t, ts_kb, ts_r, ts_c = ts
     t = tl.program_id(0)
-    m0 = tl.load(tiles_ptr + 2 * t) * BM
-    n0 = tl.load(tiles_ptr + 2 * t + 1) * BN
+    m0 = tl.load(tiles_ptr + 2 * t) * MC.BM
+    n0 = tl.load(tiles_ptr + 2 * t + 1) * MC.BN
     t64 = t.to(tl.int64)
-    _mainloop(a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0, M, N, K,
-              _loop_count(n_kb, INTERP, N_KB_I),
-              sca_ptr, sca_r, sca_c, scb_ptr, scb_r, scb_c,
-              tr_ptr + t64 * tr_t, tr_kb, tr_r, tr_c, ts_ptr + t64 * ts_t, ts_kb, ts_r, ts_c,
-              A_DT, A_W, A_NAN, B_DT, B_W, B_NAN, FILL_NAN, ACC, BM, BN, BK, BMP, BNP, KS, KSP,
-              NCHUNK, NSTEP, PROMO, SCALED, GM, GN, GK, SA_DT, SA_W, SB_DT, SB_W, WITH_ABS, True, INTERP)
+    _mainloop(ml, m0, n0, (tr_ptr + t64 * tr_t, tr_kb, tr_r, tr_c), (ts_ptr + t64 * ts_t, ts_kb, ts_r, ts_c), MC,
+              WITH_ABS, True)
 
 
 @triton.jit
-def _mma_accumulate_kernel(a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, M, N, K, n_kb,
-                           sca_ptr, sca_r, sca_c, scb_ptr, scb_r, scb_c, out_ptr, so_r, so_c, abs_ptr,
-                           A_DT: tl.constexpr, A_W: tl.constexpr, A_NAN: tl.constexpr,
-                           B_DT: tl.constexpr, B_W: tl.constexpr, B_NAN: tl.constexpr, FILL_NAN: tl.constexpr,
-                           ACC: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                           BMP: tl.constexpr, BNP: tl.constexpr, KS: tl.constexpr, KSP: tl.constexpr,
-                           NCHUNK: tl.constexpr, NSTEP: tl.constexpr, PROMO: tl.constexpr,
-                           SCALED: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr, GK: tl.constexpr,
-                           SA_DT: tl.constexpr, SA_W: tl.constexpr, SB_DT: tl.constexpr, SB_W: tl.constexpr,
-                           WITH_ABS: tl.constexpr, INTERP: tl.constexpr, N_KB_I: tl.constexpr):
-    m0 = tl.program_id(0) * BM
-    n0 = tl.program_id(1) * BN
-    acc, s_acc = _mainloop(a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0, M, N, K,
-                           _loop_count(n_kb, INTERP, N_KB_I),
-                           sca_ptr, sca_r, sca_c, scb_ptr, scb_r, scb_c, out_ptr, 0, 0, 0, abs_ptr, 0, 0, 0,
-                           A_DT, A_W, A_NAN, B_DT, B_W, B_NAN, FILL_NAN, ACC, BM, BN, BK, BMP, BNP, KS, KSP,
-                           NCHUNK, NSTEP, PROMO, SCALED, GM, GN, GK, SA_DT, SA_W, SB_DT, SB_W, WITH_ABS, False,
-                           INTERP)
-    rm = m0 + tl.arange(0, BMP)[:, None]
-    rn = n0 + tl.arange(0, BNP)[None, :]
-    mask = (rm < M) & (rn < N) & (tl.arange(0, BMP)[:, None] < BM) & (tl.arange(0, BNP)[None, :] < BN)
-    tl.store(out_ptr + rm * so_r + rn * so_c, _acc_store_bits(acc, ACC), mask=mask)
+def _mma_accumulate_kernel(ml, out, abs_ptr, MC, WITH_ABS: tl.constexpr):
+    """The accumulator of tile (program_id 0, 1) into out (ptr, stride_r, stride_c), and S into
+    abs_ptr [M, N] when WITH_ABS."""
+    out_ptr, so_r, so_c = out
+    m0 = tl.program_id(0) * MC.BM
+    n0 = tl.program_id(1) * MC.BN
+    acc, s_acc = _mainloop(ml, m0, n0, (out_ptr, 0, 0, 0), (abs_ptr, 0, 0, 0), MC, WITH_ABS, False)
+    rm, rn, mask = _tile_mask(ml, m0, n0, MC)
+    tl.store(out_ptr + rm * so_r + rn * so_c, _acc_store_bits(acc, MC.ACC), mask=mask)
     if WITH_ABS:
-        tl.store(abs_ptr + rm * N + rn, s_acc, mask=mask)
+        tl.store(abs_ptr + rm * ml.N + rn, s_acc, mask=mask)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -209,20 +185,19 @@ def mma_step(acc_prev: Optional[torch.Tensor], a_tile: torch.Tensor, b_tile: tor
     T = 1
     for d in lead:
         T *= d
-    a3 = C.bits_view(a_tile.reshape(T, BM, BK))
-    b3 = C.bits_view(b_tile.reshape(T, BK, BN))
     out = torch.empty((T, BM, BN), dtype=ACC_TORCH[acc], device=dev)
-    ob = C.bits_view(out)
     absum = torch.empty((T, BM, BN), dtype=torch.float32, device=dev) if with_abs_sum else out
-    prev = C.bits_view(acc_prev.reshape(T, BM, BN)) if acc_prev is not None else ob
-    sa = C.bits_view(scale_a.reshape(T, BM)) if scaled else ob
-    sb = C.bits_view(scale_b.reshape(T, BN)) if scaled else ob
-    _mma_step_kernel[(T,)](
-        prev, prev.stride(0), prev.stride(1), prev.stride(2), a3, a3.stride(0), a3.stride(1), a3.stride(2),
-        b3, b3.stride(0), b3.stride(1), b3.stride(2), sa, sa.stride(0), sa.stride(-1), sb, sb.stride(0), sb.stride(-1),
-        ob, ob.stride(0), ob.stride(1), ob.stride(2), absum, absum.stride(0),
-        HAS_PREV=acc_prev is not None, WITH_ABS=with_abs_sum, **cfg.kernel_args(), **scale_meta(scale_a, scale_b),
-        **cfg.launch_options(dev))
+    prev = C.strided(acc_prev.reshape(T, BM, BN) if acc_prev is not None else out)
+
+    def per_tile(v):  # a stack [T, n] of per-row or per-column scales: (bits, stride_t, stride)
+        vb = C.bits_view(v)
+        return vb, vb.stride(0), vb.stride(-1)
+
+    sa = per_tile(scale_a.reshape(T, BM) if scaled else out)
+    sb = per_tile(scale_b.reshape(T, BN) if scaled else out)
+    _mma_step_kernel[(T,)](prev, C.strided(a_tile.reshape(T, BM, BK)), C.strided(b_tile.reshape(T, BK, BN)), sa, sb,
+                           C.strided(out), (absum, absum.stride(0)), MC=cfg.consts(scale_a, scale_b),
+                           HAS_PREV=acc_prev is not None, WITH_ABS=with_abs_sum, **cfg.launch_options(dev))
     out = out.reshape(lead + (BM, BN))
     if with_abs_sum:
         return out, absum.reshape(lead + (BM, BN))
@@ -250,12 +225,9 @@ def mma_trajectory(a: torch.Tensor, b: torch.Tensor, tiles, block_m: int, block_
                          f"tm in 0..{n_tm - 1}, tn in 0..{n_tn - 1}")
     T = tiles_t.shape[0]
     out = torch.empty((T, p.n_kb, block_m, block_n), dtype=ACC_TORCH[acc], device=dev)
-    ob = C.bits_view(out)
     ts = torch.empty((T, p.n_kb, block_m, block_n), dtype=torch.float32, device=dev) if with_abs_sum else out
-    _mma_tiles_kernel[(T,)](
-        tiles_ptr=tiles_t.to(dev), tr_ptr=ob, tr_t=ob.stride(0), tr_kb=ob.stride(1), tr_r=ob.stride(2),
-        tr_c=ob.stride(3), ts_ptr=ts, ts_t=ts.stride(0), ts_kb=ts.stride(1), ts_r=ts.stride(2), ts_c=ts.stride(3),
-        WITH_ABS=with_abs_sum, **p.kernel_args(), **p.launch_options(dev))
+    _mma_tiles_kernel[(T,)](tiles_ptr=tiles_t.to(dev), tr=C.strided(out), ts=(ts, *ts.stride()), WITH_ABS=with_abs_sum,
+                            **p.kernel_args(), **p.launch_options(dev))
     return (out, ts) if with_abs_sum else out
 
 def mma_accumulate(a: torch.Tensor, b: torch.Tensor, block_m: int, block_n: int, block_k: int, acc: str = "fp32",
@@ -273,12 +245,10 @@ def mma_accumulate(a: torch.Tensor, b: torch.Tensor, block_m: int, block_n: int,
         return accumulate_stats(p, stats_chunk, dev)
     M, N = a.shape[0], b.shape[1]
     out = torch.empty((M, N), dtype=ACC_TORCH[acc], device=dev)
-    ob = C.bits_view(out)
     s = torch.empty((M, N), dtype=torch.float32, device=dev) if with_abs_sum else out
     if M and N:
         _mma_accumulate_kernel[(C.cdiv(M, block_m), C.cdiv(N, block_n))](
-            out_ptr=ob, so_r=ob.stride(0), so_c=ob.stride(1), abs_ptr=s, WITH_ABS=with_abs_sum, **p.kernel_args(),
-            **p.launch_options(dev))
+            out=C.strided(out), abs_ptr=s, WITH_ABS=with_abs_sum, **p.kernel_args(), **p.launch_options(dev))
     return (out, s) if with_abs_sum else out
 
 

@@ -2,26 +2,29 @@
 
 Data path: the caller's choice (operand and accumulator types, block shape, promotion interval,
 block scales, out-of-bounds fill) -> `check_supported` (the reasons it cannot be modelled) ->
-`MmaConfig` (validated once: the engine's constexprs, how a k-block is cut into MMA steps, the
-launch's warps) -> `MainloopParams` (validated operands A [M, K], B [K, N] and block scales with
-the config: every argument of the kernels built on `_mainloop`). A launcher passes
-`**params.kernel_args()` and spells only what its own kernel adds, as a CUTLASS kernel takes one
-Params struct; the kernels still name every argument in their `@triton.jit` signatures.
+`MmaConfig` (validated once: how a k-block is cut into MMA steps, the launch's warps, and
+`MmaConsts`, the kernels' compile-time constants) -> `MainloopParams` (validated operands
+A [M, K], B [K, N] and block scales with the config: `MainloopArgs`, the runtime arguments of the
+kernels built on `_mainloop`). As a CUTLASS kernel takes one Params struct, every MMA kernel takes
+these two tuples as two arguments (`ml`, `MC`) and spells only what it adds; the jit helpers read
+their fields (`MC.BMP`, `ml.n_kb`).
 
 Constraints: the accumulator semantics are `kernels_ref.mma`'s (its docstring); errors name the
-argument, its value and what is allowed.
+argument, its value and what is allowed. Each field of an `MmaConsts` is a tl.constexpr
+(`_common.constexprs`), so the kernels specialise on it as on a constexpr argument.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from kernels_ref._interpret import choose_backend
 
 choose_backend()  # before triton loads: its kernels are interpreted or compiled from then on (_interpret)
 
 import torch
+import triton.language as tl
 
 from kernels_ref import _common as C
 from kernels_ref.dtypes import DTYPES, FP8
@@ -103,8 +106,64 @@ def _interp_mode() -> int:
     return 2 if INTERPRET_FP16_STEPS_AS_LOOP else 1
 
 
-def scale_meta(scale_a: Optional[torch.Tensor], scale_b: Optional[torch.Tensor]) -> dict:
-    """The block scales' constexprs (SCALED and the two scales' codes and widths)."""
+class MmaConsts(NamedTuple):
+    """The compile-time constants of every MMA kernel, one tuple argument (`MC`)."""
+
+    A_DT: tl.constexpr  # operand A's element code (_common.CODES), storage width, quiet-NaN bits
+    A_W: tl.constexpr
+    A_NAN: tl.constexpr
+    B_DT: tl.constexpr
+    B_W: tl.constexpr
+    B_NAN: tl.constexpr
+    FILL_NAN: tl.constexpr  # out-of-bounds boxes read as NaN (else zero)
+    ACC: tl.constexpr  # 0 fp32, 1 fp16, 2 int32
+    BM: tl.constexpr  # the tile, and its power-of-two padding
+    BN: tl.constexpr
+    BK: tl.constexpr
+    BMP: tl.constexpr
+    BNP: tl.constexpr
+    KS: tl.constexpr  # k-elements one step sums, and their padding
+    KSP: tl.constexpr
+    NCHUNK: tl.constexpr  # promotion chunks per k-block, steps per chunk
+    NSTEP: tl.constexpr
+    PROMO: tl.constexpr
+    SCALED: tl.constexpr  # block scales: their group and the two scales' codes and widths
+    GM: tl.constexpr
+    GN: tl.constexpr
+    GK: tl.constexpr
+    SA_DT: tl.constexpr
+    SA_W: tl.constexpr
+    SB_DT: tl.constexpr
+    SB_W: tl.constexpr
+    INTERP: tl.constexpr  # _interp_mode()
+    N_KB_I: tl.constexpr  # the k-block count under the interpreter (0 compiled: _mainloop._loop_count)
+
+
+class Operand(NamedTuple):
+    """A matrix in global memory, as a kernel reads it: its bits and its row and column strides."""
+
+    ptr: torch.Tensor
+    s_r: int
+    s_c: int
+
+
+class MainloopArgs(NamedTuple):
+    """The runtime arguments of the kernels built on `_mainloop`, one tuple argument (`ml`):
+    A [M, K], B [K, N], the k-block count and the block scales (sa, sb; A's bits and strides 0
+    when there are none)."""
+
+    a: Operand
+    b: Operand
+    M: int
+    N: int
+    K: int
+    n_kb: int
+    sa: Operand
+    sb: Operand
+
+
+def _scale_meta(scale_a: Optional[torch.Tensor], scale_b: Optional[torch.Tensor]) -> dict:
+    """The block scales' constants (SCALED and the two scales' codes and widths)."""
     if scale_a is None:
         return dict(SCALED=False, SA_DT=0, SA_W=4, SB_DT=0, SB_W=4)
     return dict(SCALED=True, SA_DT=C.CODES[C.name_of(scale_a.dtype)], SA_W=scale_a.element_size(),
@@ -152,19 +211,21 @@ class MmaConfig:
     def num_warps(self) -> int:
         return 8 if C.pad_dim(self.block_m) * C.pad_dim(self.block_n) >= 128 * 128 else 4
 
-    def kernel_args(self) -> dict:
-        """The engine's constexprs, as every MMA kernel names them (INTERP read at the launch)."""
+    def consts(self, scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None,
+               n_kb: int = 0) -> MmaConsts:
+        """The kernels' constants: this config's, the block scales' codes and widths (scale_a,
+        scale_b: the tensors, or None), and under the interpreter the k-block count n_kb. INTERP
+        is read here, at the launch."""
         ks, nstep, nchunk = self.steps
         a, b = self.a_dtype, self.b_dtype
-        return dict(A_DT=C.CODES[a], A_W=DTYPES[a].itemsize, B_DT=C.CODES[b], B_W=DTYPES[b].itemsize,
-                    ACC=_ACC_CODE[self.acc], BM=self.block_m, BN=self.block_n, BMP=C.pad_dim(self.block_m),
-                    BNP=C.pad_dim(self.block_n), KS=ks, KSP=C.pad_dim(ks, C.dot_k_min((a, b))), NCHUNK=nchunk,
-                    NSTEP=nstep, PROMO=self.promotion_interval is not None, INTERP=_interp_mode())
-
-    def fill_args(self) -> dict:
-        """The out-of-bounds fill's constexprs (the mainloop's box loads)."""
-        return dict(A_NAN=C.NAN_BITS.get(self.a_dtype, 0), B_NAN=C.NAN_BITS.get(self.b_dtype, 0),
-                    FILL_NAN=self.oob_fill == "nan")
+        gm, gn, gk = self.block_scale_group if self.block_scale_group is not None else (1, 1, 1)
+        return C.constexprs(
+            MmaConsts, A_DT=C.CODES[a], A_W=DTYPES[a].itemsize, A_NAN=C.NAN_BITS.get(a, 0), B_DT=C.CODES[b],
+            B_W=DTYPES[b].itemsize, B_NAN=C.NAN_BITS.get(b, 0), FILL_NAN=self.oob_fill == "nan",
+            ACC=_ACC_CODE[self.acc], BM=self.block_m, BN=self.block_n, BK=self.block_k, BMP=C.pad_dim(self.block_m),
+            BNP=C.pad_dim(self.block_n), KS=ks, KSP=C.pad_dim(ks, C.dot_k_min((a, b))), NCHUNK=nchunk, NSTEP=nstep,
+            PROMO=self.promotion_interval is not None, GM=gm, GN=gn, GK=gk, INTERP=_interp_mode(),
+            N_KB_I=n_kb if C.interpreting() else 0, **_scale_meta(scale_a, scale_b))
 
     def launch_options(self, device: torch.device) -> dict:
         return C.launch_options(device, self.num_warps)
@@ -232,21 +293,16 @@ class MainloopParams:
                               self.scale_a, self.scale_b, self.block_scale_group, self.oob_fill)
 
     def kernel_args(self) -> dict:
-        """Operands, block scales and every constexpr of the config, by the kernels' names."""
-        ab, bb = C.bits_view(self.a), C.bits_view(self.b)
+        """The two arguments every kernel built on `_mainloop` takes: `ml` (MainloopArgs) and `MC`
+        (MmaConsts)."""
+        a, b = Operand(*C.strided(self.a)), Operand(*C.strided(self.b))
         M, K = self.a.shape
-        n_kb = self.n_kb
-        args = dict(a_ptr=ab, sa_m=ab.stride(0), sa_k=ab.stride(1), b_ptr=bb, sb_k=bb.stride(0), sb_n=bb.stride(1),
-                    M=M, N=self.b.shape[1], K=K, n_kb=n_kb, BK=self.block_k, N_KB_I=n_kb if C.interpreting() else 0)
         if self.scale_a is None:
-            args.update(sca_ptr=ab, sca_r=0, sca_c=0, scb_ptr=ab, scb_r=0, scb_c=0, GM=1, GN=1, GK=1)
+            sa = sb = Operand(a.ptr, 0, 0)
         else:
-            sa, sb = C.bits_view(self.scale_a), C.bits_view(self.scale_b)
-            gm, gn, gk = self.block_scale_group
-            args.update(sca_ptr=sa, sca_r=sa.stride(0), sca_c=sa.stride(1), scb_ptr=sb, scb_r=sb.stride(0),
-                        scb_c=sb.stride(1), GM=gm, GN=gn, GK=gk)
-        return {**args, **self.config.kernel_args(), **self.config.fill_args(),
-                **scale_meta(self.scale_a, self.scale_b)}
+            sa, sb = Operand(*C.strided(self.scale_a)), Operand(*C.strided(self.scale_b))
+        ml = MainloopArgs(a, b, M, self.b.shape[1], K, self.n_kb, sa, sb)
+        return dict(ml=ml, MC=self.config.consts(self.scale_a, self.scale_b, self.n_kb))
 
     def launch_options(self, device: torch.device) -> dict:
         return self.config.launch_options(device)

@@ -32,7 +32,7 @@ import triton.language as tl
 
 from kernels_ref import _common as C
 from kernels_ref._codec import _decode_f32, _dot
-from kernels_ref._mainloop import _acc_store_bits, _block_scale_tile, _loop_count, _mma_kblock
+from kernels_ref._mainloop import _acc_store_bits, _kblock_scale, _loop_count, _mma_kblock, _tile_mask
 from kernels_ref.descriptor import _box_bits
 from kernels_ref.mma_params import ACC_TORCH, MainloopParams
 
@@ -127,70 +127,55 @@ def _trajectory_stats_scan(traj, s_traj, kd: int, q):
 
 
 @triton.jit
-def _sq_kblock(a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0, k0, M, N, K,
-               A_W: tl.constexpr, B_W: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-               BMP: tl.constexpr, BNP: tl.constexpr, BK: tl.constexpr, BKP: tl.constexpr):
-    """sum over the k-block of (a b)^2 for fp32 operands (ieee dot of the squares)."""
-    a = _decode_f32(_box_bits(a_ptr, sa_m, sa_k, m0, k0, M, K, BM, BK, BMP, BKP, A_W, False, 0), 0)
-    b = _decode_f32(_box_bits(b_ptr, sb_k, sb_n, k0, n0, K, N, BK, BN, BKP, BNP, B_W, False, 0), 0)
+def _sq_kblock(a, b, m0, n0, k0, M, N, K, MC, BKP: tl.constexpr):
+    """sum over the k-block of (a b)^2 for fp32 operands (ieee dot of the squares; a, b: Operand)."""
+    a_ptr, sa_m, sa_k = a
+    b_ptr, sb_k, sb_n = b
+    a = _decode_f32(_box_bits(a_ptr, sa_m, sa_k, m0, k0, M, K, MC.BM, MC.BK, MC.BMP, BKP, MC.A_W, False, 0), 0)
+    b = _decode_f32(_box_bits(b_ptr, sb_k, sb_n, k0, n0, K, N, MC.BK, MC.BN, BKP, MC.BNP, MC.B_W, False, 0), 0)
     return _dot(a * a, b * b, True)
 
 
 @triton.jit
-def _mma_stats_kernel(a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, M, N, K, n_kb,
-                      sca_ptr, sca_r, sca_c, scb_ptr, scb_r, scb_c, out_ptr, so_r, so_c, abs_ptr, st_ptr, st_s,
-                      A_DT: tl.constexpr, A_W: tl.constexpr, A_NAN: tl.constexpr,
-                      B_DT: tl.constexpr, B_W: tl.constexpr, B_NAN: tl.constexpr, FILL_NAN: tl.constexpr,
-                      ACC: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                      BMP: tl.constexpr, BNP: tl.constexpr, KS: tl.constexpr, KSP: tl.constexpr,
-                      NCHUNK: tl.constexpr, NSTEP: tl.constexpr, PROMO: tl.constexpr,
-                      SCALED: tl.constexpr, GM: tl.constexpr, GN: tl.constexpr, GK: tl.constexpr,
-                      SA_DT: tl.constexpr, SA_W: tl.constexpr, SB_DT: tl.constexpr, SB_W: tl.constexpr,
-                      CHUNK_KB: tl.constexpr, WITH_Q: tl.constexpr, BKP: tl.constexpr,
-                      INTERP: tl.constexpr, N_KB_I: tl.constexpr):
-    """mma_accumulate with S and the bound statistics (module docstring)."""
-    m0 = tl.program_id(0) * BM
-    n0 = tl.program_id(1) * BN
-    acc = tl.zeros([BMP, BNP], tl.float32)
-    s_acc = tl.zeros([BMP, BNP], tl.float32)
-    l_st = tl.zeros([BMP, BNP], tl.float32)
-    v_st = tl.zeros([BMP, BNP], tl.float32)
-    q_st = tl.zeros([BMP, BNP], tl.float32)
-    pabs = tl.zeros([BMP, BNP], tl.float32)
-    prun = tl.zeros([BMP, BNP], tl.float32)
-    lo = tl.zeros([BMP, BNP], tl.float32)
-    hi = tl.zeros([BMP, BNP], tl.float32)
-    mark = tl.zeros([BMP, BNP], tl.float32)
-    n_loop = _loop_count(n_kb, INTERP, N_KB_I)
+def _mma_stats_kernel(ml, out, abs_ptr, st_ptr, st_s, MC, CHUNK_KB: tl.constexpr, WITH_Q: tl.constexpr,
+                      BKP: tl.constexpr):
+    """mma_accumulate with S and the bound statistics (module docstring); out (ptr, stride_r,
+    stride_c), S and the five statistics [5, M, N] (st_s apart) contiguous."""
+    a, b, M, N, K, n_kb, sa, sb = ml  # before the loop (_mainloop._mainloop says why)
+    out_ptr, so_r, so_c = out
+    m0 = tl.program_id(0) * MC.BM
+    n0 = tl.program_id(1) * MC.BN
+    acc = tl.zeros([MC.BMP, MC.BNP], tl.float32)
+    s_acc = tl.zeros([MC.BMP, MC.BNP], tl.float32)
+    l_st = tl.zeros([MC.BMP, MC.BNP], tl.float32)
+    v_st = tl.zeros([MC.BMP, MC.BNP], tl.float32)
+    q_st = tl.zeros([MC.BMP, MC.BNP], tl.float32)
+    pabs = tl.zeros([MC.BMP, MC.BNP], tl.float32)
+    prun = tl.zeros([MC.BMP, MC.BNP], tl.float32)
+    lo = tl.zeros([MC.BMP, MC.BNP], tl.float32)
+    hi = tl.zeros([MC.BMP, MC.BNP], tl.float32)
+    mark = tl.zeros([MC.BMP, MC.BNP], tl.float32)
+    n_loop = _loop_count(n_kb, MC)
     for kb in range(0, n_loop):
-        k0 = kb * BK
-        if SCALED:
-            scale = _block_scale_tile(sca_ptr, sca_r, sca_c, scb_ptr, scb_r, scb_c, m0, n0, k0, M, N,
-                                      GM, GN, GK, BMP, BNP, SA_DT, SA_W, SB_DT, SB_W)
-        else:
-            scale = 1.0
+        k0 = kb * MC.BK
+        scale = _kblock_scale(sa, sb, m0, n0, k0, M, N, MC)
         x = acc
         s_before = s_acc
-        acc, s_acc = _mma_kblock(acc, s_acc, scale, a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0, k0, M, N, K,
-                                 A_DT, A_W, A_NAN, B_DT, B_W, B_NAN, FILL_NAN, ACC, BM, BN, BMP, BNP, KS, KSP,
-                                 NCHUNK, NSTEP, PROMO, SCALED, True, INTERP)
+        acc, s_acc = _mma_kblock(acc, s_acc, scale, a, b, m0, n0, k0, M, N, K, MC, True)
         m = tl.maximum(x - lo, hi - x) + (s_acc - s_before)
         l_st = l_st + m
         v_st = v_st + m * m
         lo = tl.minimum(lo, acc)
         hi = tl.maximum(hi, acc)
         if WITH_Q:
-            q_st = q_st + _sq_kblock(a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, m0, n0, k0, M, N, K, A_W, B_W,
-                                     BM, BN, BMP, BNP, BK, BKP)
+            q_st = q_st + _sq_kblock(a, b, m0, n0, k0, M, N, K, MC, BKP)
         if CHUNK_KB > 0:
             edge = ((kb + 1) % CHUNK_KB == 0) | (kb + 1 == n_kb)
             pabs = tl.where(edge, pabs + tl.abs(acc - mark), pabs)
             prun = tl.where(edge, prun + tl.abs(acc), prun)
             mark = tl.where(edge, acc, mark)
-    rm = m0 + tl.arange(0, BMP)[:, None]
-    rn = n0 + tl.arange(0, BNP)[None, :]
-    mask = (rm < M) & (rn < N) & (tl.arange(0, BMP)[:, None] < BM) & (tl.arange(0, BNP)[None, :] < BN)
-    tl.store(out_ptr + rm * so_r + rn * so_c, _acc_store_bits(acc, ACC), mask=mask)
+    rm, rn, mask = _tile_mask(ml, m0, n0, MC)
+    tl.store(out_ptr + rm * so_r + rn * so_c, _acc_store_bits(acc, MC.ACC), mask=mask)
     tl.store(abs_ptr + rm * N + rn, s_acc, mask=mask)
     off = rm * N + rn
     tl.store(st_ptr + off, l_st, mask=mask)
@@ -219,13 +204,12 @@ def accumulate_stats(p: MainloopParams, stats_chunk: Optional[int], dev: torch.d
     chunk_kb = check_stats_chunk(stats_chunk, p.block_k)
     M, N = p.a.shape[0], p.b.shape[1]
     out = torch.empty((M, N), dtype=ACC_TORCH[p.acc], device=dev)
-    ob = C.bits_view(out)
     s = torch.empty((M, N), dtype=torch.float32, device=dev)
     st = torch.zeros((5, M, N), dtype=torch.float32, device=dev)
     if M and N:
         cfg = p.config
         _mma_stats_kernel[(C.cdiv(M, p.block_m), C.cdiv(N, p.block_n))](
-            out_ptr=ob, so_r=ob.stride(0), so_c=ob.stride(1), abs_ptr=s, st_ptr=st, st_s=M * N, CHUNK_KB=chunk_kb,
+            out=C.strided(out), abs_ptr=s, st_ptr=st, st_s=M * N, CHUNK_KB=chunk_kb,
             WITH_Q=cfg.a_dtype == "fp32" and cfg.b_dtype == "fp32", BKP=C.pad_dim(p.block_k), **p.kernel_args(),
             **p.launch_options(dev))
     return out, s, MmaStats(st[0], st[1], st[2], st[3], st[4])

@@ -13,7 +13,7 @@ Every stage has a Triton launcher over tiles stacked along a first "unit" axis, 
 specification and `check_supported(...)` returning reasons. Depends on triton and torch only.
 """
 
-import importlib
+from kernels_ref._lazy import lazy_exports
 
 _NAMES = {
     "geometry": ("AttnParams", "allowed_host", "kv_head", "layout"),
@@ -26,15 +26,4 @@ _NAMES = {
     "combine": ("combine", "combine_host"),
     "forward": ("Stats", "attention_forward", "attention_forward_host"),
 }
-_WHERE = {name: mod for mod, names in _NAMES.items() for name in names}
-__all__ = list(_NAMES) + [n for names in _NAMES.values() for n in names]
-
-
-def __getattr__(name):
-    if name in _NAMES:
-        return importlib.import_module(f"kernels_ref.attention.{name}")
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f"kernels_ref.attention.{_WHERE[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'kernels_ref.attention' has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_exports(__name__, tuple(_NAMES), _NAMES, globals())

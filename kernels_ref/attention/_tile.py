@@ -59,6 +59,20 @@ def _load_f32(ptr, s_r, s_c, R, Cn, RP: tl.constexpr, CP: tl.constexpr, DT: tl.c
 
 
 @triton.jit
+def _unit_rows(t_ptr, m_ptr, l_ptr, u, BQ, C, OTHER: tl.constexpr, BQP: tl.constexpr, CP: tl.constexpr):
+    """Unit u's tile [BQ, C] (OTHER outside, in a [BQP, CP] block) and its rows' running max m
+    (-inf outside) and sum l (0 outside), of contiguous fp32 stacks; with the row index r [BQP] and
+    the tile's mask ok."""
+    r = tl.arange(0, BQP)
+    c = tl.arange(0, CP)
+    ok = (r[:, None] < BQ) & (c[None, :] < C)
+    t = tl.load(t_ptr + u * BQ * C + r[:, None] * C + c[None, :], mask=ok, other=OTHER)
+    m = tl.load(m_ptr + u * BQ + r, mask=r < BQ, other=float("-inf"))
+    l = tl.load(l_ptr + u * BQ + r, mask=r < BQ, other=0.0)
+    return t, m, l, r, c, ok
+
+
+@triton.jit
 def _dot32(a, b, INTERP: tl.constexpr):
     """a @ b of fp32 tiles, fp32 products and sums (ieee on the GPU: no TF32)."""
     if INTERP:
@@ -75,3 +89,13 @@ def row_state_reasons(name: str, tiles, m, l) -> list[str]:
         reasons.append(f"m {list(m.shape)} and l {list(l.shape)} must be [units, rows] of {name} "
                        f"{list(tiles.shape)}")
     return reasons
+
+
+def row_state_inputs(name: str, tiles, m, l) -> tuple:
+    """(device, tiles, m, l), each contiguous, of a stage that reads a tile stack and its rows'
+    running max and sum; `row_state_reasons` raised as one error."""
+    reasons = row_state_reasons(name, tiles, m, l)
+    if reasons:
+        raise C.reasons_error(reasons)
+    dev = C.check_device((name, tiles), ("m", m), ("l", l))
+    return dev, tiles.contiguous(), m.contiguous(), l.contiguous()

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from kernels_ref import _common as C
-from kernels_ref.attention._tile import pad, row_state_reasons
+from kernels_ref.attention._tile import _unit_rows, pad, row_state_inputs, row_state_reasons
 
 
 @triton.jit
@@ -34,12 +34,7 @@ def _normalize_tile(acc, m, l, factor):
 @triton.jit
 def _normalize_kernel(acc_ptr, m_ptr, l_ptr, o_ptr, lse_ptr, BQ, DV, factor, BQP: tl.constexpr, DVP: tl.constexpr):
     u = tl.program_id(0).to(tl.int64)
-    r = tl.arange(0, BQP)
-    c = tl.arange(0, DVP)
-    ok = (r[:, None] < BQ) & (c[None, :] < DV)
-    acc = tl.load(acc_ptr + u * BQ * DV + r[:, None] * DV + c[None, :], mask=ok, other=0.0)
-    m = tl.load(m_ptr + u * BQ + r, mask=r < BQ, other=float("-inf"))
-    l = tl.load(l_ptr + u * BQ + r, mask=r < BQ, other=0.0)
+    acc, m, l, r, c, ok = _unit_rows(acc_ptr, m_ptr, l_ptr, u, BQ, DV, 0.0, BQP, DVP)
     o, lse = _normalize_tile(acc, m, l, factor)
     tl.store(o_ptr + u * BQ * DV + r[:, None] * DV + c[None, :], o, mask=ok)
     tl.store(lse_ptr + u * BQ + r, lse, mask=r < BQ)
@@ -51,11 +46,7 @@ def check_supported(acc, m, l) -> list[str]:
 
 def normalize(acc: torch.Tensor, m: torch.Tensor, l: torch.Tensor, factor: float = 1.0):
     """(O [U, BQ, Dv] fp32, LSE [U, BQ] fp32)."""
-    reasons = check_supported(acc, m, l)
-    if reasons:
-        raise C.reasons_error(reasons)
-    dev = C.check_device(("acc", acc), ("m", m), ("l", l))
-    acc, m, l = acc.contiguous(), m.contiguous(), l.contiguous()
+    dev, acc, m, l = row_state_inputs("acc", acc, m, l)
     u, bq, dv = acc.shape
     o, lse = torch.empty_like(acc), torch.empty_like(m)
     if u:

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from kernels_ref import _common as C
-from kernels_ref.attention._tile import pad, row_state_reasons
+from kernels_ref.attention._tile import _unit_rows, pad, row_state_inputs, row_state_reasons
 
 
 @triton.jit
@@ -40,12 +40,7 @@ def _softmax_step(x, m, l):
 @triton.jit
 def _softmax_kernel(x_ptr, m_ptr, l_ptr, mo_ptr, a_ptr, lo_ptr, BQ, BKV, BQP: tl.constexpr, BKVP: tl.constexpr):
     u = tl.program_id(0).to(tl.int64)
-    r = tl.arange(0, BQP)
-    c = tl.arange(0, BKVP)
-    ok = (r[:, None] < BQ) & (c[None, :] < BKV)
-    x = tl.load(x_ptr + u * BQ * BKV + r[:, None] * BKV + c[None, :], mask=ok, other=float("-inf"))
-    m = tl.load(m_ptr + u * BQ + r, mask=r < BQ, other=float("-inf"))
-    l = tl.load(l_ptr + u * BQ + r, mask=r < BQ, other=0.0)
+    x, m, l, r, _c, _ok = _unit_rows(x_ptr, m_ptr, l_ptr, u, BQ, BKV, float("-inf"), BQP, BKVP)
     m_new, alpha, p, l_new = _softmax_step(x, m, l)
     tl.store(mo_ptr + u * BQ + r, m_new, mask=r < BQ)
     tl.store(a_ptr + u * BQ + r, alpha, mask=r < BQ)
@@ -58,11 +53,7 @@ def check_supported(x, m, l) -> list[str]:
 
 def softmax_state(x: torch.Tensor, m: torch.Tensor, l: torch.Tensor):
     """(m_new, alpha, l_new), each [U, BQ] fp32, after masked scores x [U, BQ, BKV] fp32."""
-    reasons = check_supported(x, m, l)
-    if reasons:
-        raise C.reasons_error(reasons)
-    dev = C.check_device(("x", x), ("m", m), ("l", l))
-    x, m, l = x.contiguous(), m.contiguous(), l.contiguous()
+    dev, x, m, l = row_state_inputs("x", x, m, l)
     u, bq, bkv = x.shape
     m_new, alpha, l_new = torch.empty_like(m), torch.empty_like(m), torch.empty_like(l)
     if u:

@@ -4,6 +4,7 @@ import inspect
 
 import pytest
 import torch
+import triton.language as tl
 
 from kernels_ref import gemm as G
 from kernels_ref import mma as X
@@ -12,10 +13,10 @@ from kernels_ref.mma_params import MainloopParams, MmaConfig
 
 # What each launcher adds to MainloopParams.kernel_args(): its outputs and its own switches.
 OWN = {
-    X._mma_tiles_kernel: {"tiles_ptr", "tr_ptr", "tr_t", "tr_kb", "tr_r", "tr_c", "ts_ptr", "ts_t", "ts_kb", "ts_r",
-                          "ts_c", "WITH_ABS"},
-    X._mma_accumulate_kernel: {"out_ptr", "so_r", "so_c", "abs_ptr", "WITH_ABS"},
-    S._mma_stats_kernel: {"out_ptr", "so_r", "so_c", "abs_ptr", "st_ptr", "st_s", "CHUNK_KB", "WITH_Q", "BKP"},
+    X._mma_tiles_kernel: {"tiles_ptr", "tr", "ts", "WITH_ABS"},
+    X._mma_accumulate_kernel: {"out", "abs_ptr", "WITH_ABS"},
+    S._mma_stats_kernel: {"out", "abs_ptr", "st_ptr", "st_s", "CHUNK_KB", "WITH_Q", "BKP"},
+    G._gemm_kernel: {"out", "ep", "EP", "OUT_W", "GROUP_M"},
 }
 
 
@@ -29,10 +30,27 @@ def test_kernel_args_are_every_shared_argument_of_the_mainloop_kernels(scaled):
     b = torch.ones(64, 16, dtype=torch.float8_e4m3fn)
     kw = dict(scale_a=torch.ones(1, 1), scale_b=torch.ones(1, 1), block_scale_group=(16, 16, 64)) if scaled else {}
     args = MainloopParams(a, b, 16, 16, 64, **kw).kernel_args()
+    assert set(args) == {"ml", "MC"}
     for kernel, own in OWN.items():
         assert set(args) | own == _names(kernel), kernel.fn.__name__
         assert not set(args) & own
-    assert set(args) <= _names(G._gemm_kernel)
+
+
+def test_every_constant_is_a_constexpr_and_the_scales_are_the_tensors_given():
+    """Each field of MC is a tl.constexpr (a plain int in a tuple would be a runtime argument on the
+    GPU, and tl.arange refuses it); ml carries the block scales' bits, or A's with strides 0."""
+    a = torch.ones(16, 64, dtype=torch.float8_e4m3fn)
+    b = torch.ones(64, 16, dtype=torch.float8_e4m3fn)
+    sa, sb = torch.ones(1, 1), torch.full((1, 1), 2.0)
+    for kw in ({}, dict(scale_a=sa, scale_b=sb, block_scale_group=(16, 16, 64))):
+        args = MainloopParams(a, b, 16, 16, 64, **kw).kernel_args()
+        assert all(isinstance(v, tl.constexpr) for v in args["MC"])
+        ml = args["ml"]
+        if kw:
+            assert args["MC"].SCALED.value and ml.sa.ptr.data_ptr() == sa.data_ptr()
+            assert ml.sb.ptr.data_ptr() == sb.data_ptr() and (ml.sa.s_r, ml.sa.s_c) == sa.stride()
+        else:
+            assert not args["MC"].SCALED.value and ml.sa == (ml.a.ptr, 0, 0)
 
 
 def test_config_is_checked_once_with_every_reason():
