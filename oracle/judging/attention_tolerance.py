@@ -43,7 +43,7 @@ per side, twice. A fully masked row is exact: O = 0 and LSE = -inf (or the decla
 The statistics are the reference's own fp32 values: STATS_MARGIN covers their rounding.
 
 `TABLE` holds one model per (stage, dtype) (dtype: the operand type of Q, K, V and P); a missing
-key raises ToleranceError (oracle.judging.tolerance), never a default.
+key raises ToleranceError (oracle.judging.hardware_numerics), never a default.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from typing import Callable
 import torch
 
 from kernels_ref.dtypes import DTYPES
-from oracle.judging.tolerance import ToleranceError
+from oracle.judging.hardware_numerics import ToleranceError
 
 U = 2.0**-24
 STATS_MARGIN = 1.01

@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from tabulate import tabulate
 
-from oracle.judging import tolerance
+from oracle.judging import accumulation_bound
 from oracle.judging.compare import Comparison, Status, TileMetrics, _num
 from oracle.judging.diagnose import Verdict
 from oracle.judging.differential import Analysis, FirstDivergence, StageResult
@@ -245,7 +245,7 @@ def render(judgement) -> str:
     if _attention(spec):
         lines.append(f"numerics: {_numerics(spec)}")
     elif spec.acc_model is not None or spec.reduction != "none" or spec.activation_impl != "accurate":
-        lines.append(f"numerics: {tolerance.describe(spec)}")
+        lines.append(f"numerics: {accumulation_bound.describe(spec)}")
     if an.groups:
         lines.append(f"grouped run ({an.whole.spec.describe()}, {len(an.groups)} groups); the stages below are "
                      f"group {an.group}'s:")
@@ -289,7 +289,7 @@ def _numerics(spec) -> str:
         from oracle.judging.attention_tolerance import describe
 
         return describe(spec)
-    return tolerance.describe(spec)
+    return accumulation_bound.describe(spec)
 
 
 def _first_json(f: Optional[FirstDivergence]) -> Optional[dict]:

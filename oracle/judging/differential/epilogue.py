@@ -25,7 +25,7 @@ import torch
 from kernels_ref import epilogue as ref_epilogue
 from kernels_ref import mma as ref_mma
 from oracle import knobs
-from oracle.judging import tolerance
+from oracle.judging import accumulation_bound, tolerance
 from oracle.judging.compare import combine
 from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
 from oracle.judging.differential.judge import Notebook, StageNotes, unwritten
@@ -149,7 +149,7 @@ def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]
         acc_full, s_full, stats = ref_mma.mma_accumulate(ops.a, ops.b, geo.bm, geo.bn, geo.bk, **mma_kwargs(ctx.ops),
                                                          with_stats=True, stats_chunk=spec.reduction_chunk)
         acc_full, s_full = acc_full.float(), s_full.double()
-    bound0 = tolerance.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k, stats,
+    bound0 = accumulation_bound.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k, stats,
                                  x_abs=acc_full.double().abs()).double()
     if spec.partitioned:  # the partials' reduction, in whatever order the kernel sums them
         bound0 = bound0 + tolerance.reduce_bound(s_full, geo.max_partials())
