@@ -3,9 +3,10 @@ sentence, and a JSON document. They only print what the judgement holds: the fin
 kind are the judgement's, never recomputed here. An Analysis alone is told as the judgement of
 its recording (`as_judgement`).
 
-The JSON (schema `oracle.report.table/1`) is what machines read: `verdict`, `first_divergence`,
+The JSON (schema `oracle.report.table/2`) is what machines read: `verdict`, `first_divergence`,
 `stages` (name, teacher_forced, chained, worst_tile, details), plus the problem, inputs,
-confounds, the reference cross-check and the environment.
+confounds (each its kind, stage, fields and sentence: oracle.run.confounds), the reference cross-check
+and the environment. Version 2 made confounds objects; version 1 held their sentences.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from oracle.judging.compare import Comparison, Status, TileMetrics, _num
 from oracle.judging.diagnose import Verdict
 from oracle.judging.differential import Analysis, FirstDivergence, StageResult
 from oracle.judging.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Feed, describe_sites, sites_json
+from oracle.run.confounds import ConfoundKind
 from oracle.judging.judgement import Judgement, judgement_of
 
-SCHEMA = "oracle.report.table/1"
+SCHEMA = "oracle.report.table/2"
 
 
 def _fmt(v: Optional[float], digits: int = 3) -> str:
@@ -164,7 +166,8 @@ def _sentence(an: Analysis, races=None) -> str:
         if f.kind.value == "VERDICT":
             why = f"controlled inputs, {_feed_phrase(f)}"
         else:
-            why = "; ".join(filter(None, [d.reason if not d.root_cause else "", *an.open_confounds])) or \
+            opened = [c.sentence for c in an.open_confounds]
+            why = "; ".join(filter(None, [d.reason if not d.root_cause else "", *opened])) or \
                 ("teacher-forced through reference stand-ins" if f.stand_ins else d.reason)
         s = f"First divergence: {f.stage}{where}. {f.kind.value} ({why})."
         if f.stand_ins and f.kind.value == "DRAFT" and d.root_cause:
@@ -189,7 +192,7 @@ def _sentence(an: Analysis, races=None) -> str:
         s = f"MATCH: {d.reason} ({compared} elements compared)."
         if an.incomplete_trace:
             s += " The trace was incomplete, so a defect in what was lost would not show: " + \
-                "; ".join(an.incomplete_trace) + "."
+                "; ".join(c.sentence for c in an.incomplete_trace) + "."
         if an.unobserved:
             s += " Not seen: " + "; ".join(an.unobserved) + "."
         return s
@@ -254,11 +257,12 @@ def render(judgement) -> str:
     lines.append(table(an))
     lines.append("")
     for c in an.handled_confounds:
-        lines.append(f"handled: {c}")
+        lines.append(f"handled: {c.sentence}")
     for c in an.open_confounds:
-        lines.append(f"confound: {c}")
+        lines.append(f"confound: {c.sentence}")
+    opened = {c.field("boundary") for c in an.open_confounds if c.kind is ConfoundKind.ASSUMED_BOUNDARY}
     for c in an.assumed:
-        if c not in an.open_confounds:
+        if c not in opened:
             lines.append(f"assumed, not observed: {c}")
     for st in an.stages:  # elements a comparison could not see because the kernel did not record them
         for label, c in (("teacher-forced", st.teacher_forced), ("chained", st.chained)):
@@ -333,7 +337,8 @@ def to_json(judgement, extra: Optional[dict[str, Any]] = None) -> dict:
         "inputs": {"ladder": rec.provenance.ladder, "seed": rec.provenance.seed, "source": rec.provenance.source,
                    "controlled": rec.provenance.controlled},
         "synthetic": rec.synthetic,
-        "confounds": {"open": list(an.open_confounds), "handled": list(an.handled_confounds)},
+        "confounds": {"open": [c.to_json() for c in an.open_confounds],
+                      "handled": [c.to_json() for c in an.handled_confounds]},
         "notes": list(rec.notes),
         "unobserved": list(an.unobserved),
         "group": an.group,
@@ -385,7 +390,7 @@ def _checked_validator(schema_text: str):
 
 
 def validate(doc: dict) -> None:
-    """Raise jsonschema.ValidationError if `doc` is not an oracle.report.table/1 document (needs jsonschema);
+    """Raise jsonschema.ValidationError if `doc` is not an oracle.report.table/2 document (needs jsonschema);
     the error is the one jsonschema.validate would raise (its best match)."""
     import jsonschema
 

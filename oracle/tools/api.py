@@ -40,7 +40,7 @@ class Report:
     when repeated runs differ), `first_divergence` (None or
     oracle.judging.differential.FirstDivergence), `stages` (per stage: teacher-forced and chained
     comparisons), `judgement` (everything: races, sanitizer, timings, phases), `to_json()` (schema
-    oracle.report.table/1); str() is the table and the sentence. Made from a Judgement (or an
+    oracle.report.table/2); str() is the table and the sentence. Made from a Judgement (or an
     Analysis alone)."""
 
     judgement: Any  # oracle.judging.judgement.Judgement

@@ -31,6 +31,7 @@ from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageRes
 from oracle.judging.differential.judge import Notebook, StageNotes, unwritten
 from oracle.judging.differential.mma import abs_kwargs, abs_operand, mma_kwargs
 from oracle.judging.evidence import Feed
+from oracle.run.confounds import Confound, ConfoundKind
 
 
 class Vectors:
@@ -196,17 +197,15 @@ def _teacher_forced(ctx: Context, tile, step_index: int, sources: dict):
     return None
 
 
-def undeclared_taps(ctx: Context) -> Optional[str]:
+def undeclared_taps(ctx: Context) -> Optional[Confound]:
     """Taps of epilogue stages the declared epilogue does not have: an open confound (None: none)."""
     geo, tapped = ctx.geo, ctx.taps
     declared = {f"epilogue_{s}" for s in steps_of(geo.spec)}
     extra = sorted({t.stage for t in tapped.records if t.stage.startswith("epilogue_")} - declared)
     if not extra:
         return None
-    return (f"the kernel tapped {', '.join(extra)}, which the declared epilogue "
-            f"({' > '.join(n.token for n in geo.spec.epilogue_nodes)}) does not have: the kernel's epilogue "
-            f"is not the one declared, so its taps were not judged; declare the kernel's steps in their "
-            f"order ([problem] epilogue)")
+    return Confound.of(ConfoundKind.UNDECLARED_EPILOGUE, tapped=", ".join(extra),
+                       declared=" > ".join(n.token for n in geo.spec.epilogue_nodes))
 
 
 def epilogue_stages(ctx: Context, chain, sources: dict) -> tuple[list[StageResult], StageNotes]:

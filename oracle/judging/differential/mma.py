@@ -35,6 +35,7 @@ from oracle.judging.differential.judge import Notebook, StageNotes, Unit
 from oracle.judging.differential.tap_index import TapIndex
 from oracle.judging.evidence import Evidence, Feed
 from oracle.problem.partition import PartitionIssue
+from oracle.run.confounds import Confound, ConfoundKind
 
 
 def abs_operand(x: torch.Tensor) -> torch.Tensor:
@@ -86,8 +87,8 @@ def _mma_stage(geo: Geometry, tapped: TapIndex, ops: DeviceOperands, nb: Noteboo
         part = geo.partial(t.tile, t.partial)
         kb = part.kb_end - 1 if t.k_block is None else t.k_block
         if not part.holds(kb):
-            nb.confound(f"mma tile {t.tile} {part.describe()} tapped k-block {kb}, outside its range: the tap is left "
-                        f"out of the judgement")
+            nb.confound(Confound.of(ConfoundKind.MMA_TAP_OUTSIDE_PARTIAL, "mma", tile=str(t.tile),
+                                    partial=part.describe(), k_block=kb))
             continue
         runs.setdefault((t.tile, t.partial), {})[kb] = t
         if kb == part.kb_end - 1:

@@ -27,6 +27,7 @@ from oracle.judging.compare import Comparison, Status, combine
 from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
 from oracle.judging.differential.judge import Notebook, StageNotes, Unit, with_notes
 from oracle.judging.evidence import Evidence, Feed, FieldCheck
+from oracle.run.confounds import Confound, ConfoundKind
 
 FIELDS = ("dtype", "global_dims", "global_strides", "box_dims", "element_strides", "swizzle", "oob_fill")
 
@@ -42,8 +43,8 @@ def _descriptor_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
     stage = f"descriptor_{op}"
     if op == geo.quant_op:
         if tapped.taps_of(stage) or any(d.operand == op for d in tapped.descriptors):
-            nb.confound(f"{stage} of a quantised {op.upper()} ({getattr(spec, f'{op}_dtype')}) was recorded but is "
-                        f"not judged: the oracle models no TMA image of stored codes")
+            nb.confound(Confound.of(ConfoundKind.QUANTISED_DESCRIPTOR, stage, operand=op,
+                                    dtype=getattr(spec, f"{op}_dtype")))
         return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
     sw = getattr(spec, f"swizzle_{op}")
     major = getattr(spec, f"{op}_major")
