@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from kernels_ref.dtypes import FP8
-from oracle.judging.hardware_numerics import ToleranceError, hw
+from oracle.judging.hardware_numerics import entry, hw
 
 STATS_MARGIN = 1.01  # L, V, S come from the reference's own fp32 values, not the exact ones
 
@@ -153,11 +153,8 @@ _reg(AccModel("any", "int8: exact", None, union=("int32",), catches="any differe
 
 
 def acc_model(name: str, operand: str) -> AccModel:
-    try:
-        return ACC_TABLE[(name, operand)]
-    except KeyError:
-        raise ToleranceError(f"no accumulation model {name!r} for {operand!r} operands; known: "
-                             f"{', '.join(sorted({f'{m}/{d}' for m, d in ACC_TABLE}))}") from None
+    return entry(ACC_TABLE, (name, operand), lambda: f"no accumulation model {name!r} for {operand!r} operands; "
+                 f"known: {', '.join(sorted({f'{m}/{d}' for m, d in ACC_TABLE}))}")
 
 
 def resolved_model(spec) -> AccModel:

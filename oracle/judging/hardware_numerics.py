@@ -14,13 +14,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Mapping, Optional
 
 RESULTS = "benchmarks/results/numerics_h200.json"
 
 
 class ToleranceError(KeyError):
     """No tolerance model for a key: a missing key is an error, never a default."""
+
+
+def entry(table: Mapping, key, missing: Callable[[], str]):
+    """table[key], or a ToleranceError saying `missing()` (what was asked and what the table has)."""
+    try:
+        return table[key]
+    except KeyError:
+        raise ToleranceError(missing()) from None
 
 
 @dataclass(frozen=True)
@@ -137,7 +145,4 @@ HW: dict[str, Constant] = {
 
 
 def hw(key: str) -> Constant:
-    try:
-        return HW[key]
-    except KeyError:
-        raise ToleranceError(f"no hardware constant {key!r}; known: {', '.join(sorted(HW))}") from None
+    return entry(HW, key, lambda: f"no hardware constant {key!r}; known: {', '.join(sorted(HW))}")

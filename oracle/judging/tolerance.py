@@ -42,7 +42,7 @@ from typing import Callable, Optional
 import torch
 
 from kernels_ref.dtypes import DTYPES
-from oracle.judging.hardware_numerics import ToleranceError, hw
+from oracle.judging.hardware_numerics import ToleranceError, entry, hw
 
 U32 = 2.0**-23
 ACTIVATION_SLOPE = {"none": 1.0, "relu": 1.0, "gelu_erf": 1.13, "gelu_tanh": 1.13, "silu": 1.1}
@@ -50,10 +50,7 @@ ACTIVATION_SLOPE = {"none": 1.0, "relu": 1.0, "gelu_erf": 1.13, "gelu_tanh": 1.1
 
 def lookup(stage: str, dtype: str) -> "Model":
     family = stage if stage.startswith("epilogue") or stage == "mma" else stage.split("_")[0]
-    try:
-        return TABLE[(family, dtype)]
-    except KeyError:
-        raise ToleranceError(f"no tolerance model for stage {stage!r} with dtype {dtype!r}") from None
+    return entry(TABLE, (family, dtype), lambda: f"no tolerance model for stage {stage!r} with dtype {dtype!r}")
 
 
 @dataclass(frozen=True)
