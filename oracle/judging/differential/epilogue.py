@@ -248,7 +248,7 @@ def store_stage(ctx: Context, nb: Notebook, chain, sources: dict) -> StageResult
     tapped tile against the kernel's last epilogue tap placed at its coordinates."""
     geo, tapped, ops = ctx.geo, ctx.taps, ctx.ops
     if ops.output is None:
-        return StageResult("epilogue_store", NOT_RUN_STAGE, NOT_RUN_STAGE)
+        return StageResult.not_run("epilogue_store")
     out = ops.output
     y_ref, b_ref = chain["cast"]
     exact = bool((b_ref == 0).all())

@@ -131,6 +131,16 @@ def with_notes(dev: torch.device, judged: Callable[[Notebook], _T]) -> tuple[_T,
     return judged(nb), nb.notes()
 
 
+def per_operand(judge: Callable[..., _T], doc: str) -> Callable[..., tuple[_T, StageNotes]]:
+    """The stage of one operand, `judge(ctx, notebook, op)`, as its callers run it: stage(ctx, op)
+    with a notebook of its own, giving what it returns and the notes it took."""
+    def stage(ctx, op: str) -> tuple[_T, StageNotes]:
+        return with_notes(ctx.geo.dev, lambda nb: judge(ctx, nb, op))
+
+    stage.__doc__ = doc
+    return stage
+
+
 def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[torch.Tensor]:
     """err/bound per element of one failing unit (float32 on the CPU), for pictures."""
     shape = kw.get("tile_shape")

@@ -28,7 +28,7 @@ from kernels_ref import mma as ref_mma
 from kernels_ref import mma_stats as ref_stats
 from oracle.judging import accumulation_bound, bound_stats
 from oracle.judging.compare import Comparison, Status, TileMetrics, combine
-from oracle.judging.differential.context import NOT_RUN_STAGE, StageResult
+from oracle.judging.differential.context import StageResult
 from oracle.judging.differential.device_operands import DeviceOperands
 from oracle.judging.differential.geometry import Geometry
 from oracle.judging.differential.judge import Notebook, StageNotes, Unit
@@ -81,7 +81,7 @@ def _mma_stage(geo: Geometry, tapped: TapIndex, ops: DeviceOperands, nb: Noteboo
     taps = tapped.taps_of("mma")
     finals: dict[tuple, Tap] = {}
     if not taps:
-        return StageResult("mma", NOT_RUN_STAGE, NOT_RUN_STAGE), finals
+        return StageResult.not_run("mma"), finals
     runs: dict[tuple, dict[int, Tap]] = {}  # (tile, partial) -> {k-block: tap}, in-range taps only
     for t in taps:
         part = geo.partial(t.tile, t.partial)

@@ -21,7 +21,7 @@ import torch
 from kernels_ref import reduce as ref_reduce
 from oracle.judging import accumulation_bound, tolerance
 from oracle.judging.compare import combine
-from oracle.judging.differential.context import NOT_RUN_STAGE, Context, Source, StageResult
+from oracle.judging.differential.context import Context, Source, StageResult
 from oracle.judging.differential.judge import Notebook, StageNotes
 from oracle.judging.differential.mma import _partial_reference
 from oracle.judging.evidence import Feed
@@ -82,7 +82,7 @@ def _reduce_stage(ctx: Context, nb: Notebook, finals: dict) -> tuple[StageResult
         tf.append(c_tf)
         ch.append(c_ch)
     if not tf and not ch:
-        return StageResult("reduce", NOT_RUN_STAGE, NOT_RUN_STAGE), sources
+        return StageResult.not_run("reduce"), sources
     return StageResult("reduce", combine(tf), combine(ch)), sources
 
 
