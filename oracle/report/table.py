@@ -141,28 +141,25 @@ def _sentence(an: Analysis, races=None) -> str:
     d = an.diagnosis
     if d.verdict is Verdict.DIVERGED and an.first is not None:
         f = an.first
+        element = None  # the first bad element, in the problem's words
         if f.field is not None:
             where = f": {f.field.describe()}"
         elif _attention(an.recording.spec) and f.tile is not None:
             b, h, qb = an.recording.spec.unit_of(f.tile)
             where = f" at unit {f.tile} (batch {b}, query head {h}, query block {qb})" + \
-                (f", split {f.partial}" if f.partial is not None else "") + \
-                (f", KV block {f.k_block}" if f.k_block is not None else "")
+                _said((", split", f.partial), (", KV block", f.k_block))
             if f.element is not None:
                 from oracle.judging.attention_analysis import describe_element
 
-                got = "never written" if f.unwritten else f"received {_fmt(f.received, 6)}"
-                where += (f", {describe_element(an.recording.spec, f.stage, f.element)}: {got}, expected "
-                          f"{_fmt(f.expected, 6)} (bound {_fmt(f.bound)})")
+                element = describe_element(an.recording.spec, f.stage, f.element)
         else:
-            where = (f" in group {f.group}" if f.group is not None else "") + \
-                (f" at tile {f.tile}" if f.tile is not None else "") + \
-                (f", partial {f.partial}" if f.partial is not None else "") + \
-                (f", k-block {f.k_block}" if f.k_block is not None else "")
+            where = _said((" in group", f.group), (" at tile", f.tile), (", partial", f.partial),
+                          (", k-block", f.k_block))
             if f.element is not None:
-                got = "never written" if f.unwritten else f"received {_fmt(f.received, 6)}"
-                where += (f", element ({f.element[0]}, {f.element[1]}) [in tile {f.element_in_tile}]: {got}, "
-                          f"expected {_fmt(f.expected, 6)} (bound {_fmt(f.bound)})")
+                element = f"element ({f.element[0]}, {f.element[1]}) [in tile {f.element_in_tile}]"
+        if element is not None:
+            got = "never written" if f.unwritten else f"received {_fmt(f.received, 6)}"
+            where += f", {element}: {got}, expected {_fmt(f.expected, 6)} (bound {_fmt(f.bound)})"
         if f.kind.value == "VERDICT":
             why = f"controlled inputs, {_feed_phrase(f)}"
         else:
@@ -197,6 +194,11 @@ def _sentence(an: Analysis, races=None) -> str:
             s += " Not seen: " + "; ".join(an.unobserved) + "."
         return s
     return f"{d.verdict.value}: {d.reason}."
+
+
+def _said(*parts: tuple[str, object]) -> str:
+    """Each "label value" whose value is not None, in order."""
+    return "".join(f"{label} {value}" for label, value in parts if value is not None)
 
 
 def races_section(races=None, sanitizer=None) -> list[str]:
