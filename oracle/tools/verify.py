@@ -416,15 +416,20 @@ def run_verify(op_spec: str, cases: Sequence[VerifyCase], *, shard_text: Optiona
         for j in indices:
             rows.append({"index": j, **run_case(op, cases[j]), **here})
             _progress(len(rows), len(indices), rows[-1], stream)
+    return rows, finish_sweep(rows, jsonl, env, op_spec)
+
+
+def finish_sweep(rows: Sequence[dict], jsonl: Optional[str], env: dict, op_spec: str) -> int:
+    """A sweep's rows written as JSON lines to `jsonl` (when given), each with the environment and
+    the op; and the sweep's exit code: 1 when a case did not match, 2 when one could not run, else 0."""
     if jsonl:
         from harness.output_files import write_text_atomically
 
         write_text_atomically(jsonl, "".join(json.dumps({"environment": env, "op": op_spec, **r}, default=str) + "\n"
                                              for r in rows), "JSON lines")
     verdicts = {r["verdict"] for r in rows}
-    code = 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED", "KERNEL_ERROR"} else \
+    return 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED", "KERNEL_ERROR"} else \
         2 if "ERROR" in verdicts else 0
-    return rows, code
 
 
 def _progress(done: int, total: int, r: dict, stream) -> None:

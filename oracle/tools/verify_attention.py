@@ -34,7 +34,6 @@ divergence, 2 a broken case.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from oracle.run.case import read_toml
 from oracle.run.case_types import CaseError
-from oracle.tools.verify import sweep_entries
+from oracle.tools.verify import finish_sweep, sweep_entries
 
 KIND = "attention"
 CASE_KEYS = ("name", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "dtype", "causal",
@@ -288,16 +287,7 @@ def run_verify(op_spec: str, cases: Sequence[AttentionVerifyCase], *, shard_text
     for j in indices:
         rows.append({"index": j, "kind": KIND, **run_case(op, cases[j]), **here})
         _progress(len(rows), len(indices), rows[-1], stream)
-    if jsonl:
-        from harness.output_files import write_text_atomically
-
-        env = environment()
-        write_text_atomically(jsonl, "".join(json.dumps({"environment": env, "op": op_spec, **r}, default=str) + "\n"
-                                             for r in rows), "JSON lines")
-    verdicts = {r["verdict"] for r in rows}
-    code = 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED", "KERNEL_ERROR"} else \
-        2 if "ERROR" in verdicts else 0
-    return rows, code
+    return rows, finish_sweep(rows, jsonl, environment() if jsonl else {}, op_spec)
 
 
 def table(rows: Sequence[dict]) -> str:
