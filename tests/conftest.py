@@ -9,6 +9,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shared test helpers (compare_checks)
+# the repository root, for what tests share with the benchmarks (benchmarks.numerics.inputs)
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 try:
     import torch

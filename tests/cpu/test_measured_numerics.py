@@ -22,7 +22,7 @@ from kernels_ref import emulate as E
 from oracle.judging import accumulation_bound, accumulation_models, bound_stats, hardware_numerics
 from oracle.problem.spec import ProblemSpec, Tile
 import bench_scripts  # tests/ is on sys.path
-from numerics_inputs import gemm_inputs
+from benchmarks.numerics.inputs import gemm_inputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, hardware_numerics.RESULTS)

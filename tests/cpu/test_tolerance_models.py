@@ -14,7 +14,7 @@ from kernels_ref import mma as X
 from oracle.judging import accumulation_bound, accumulation_models, bound_stats, hardware_numerics, tolerance as T
 from oracle.judging.compare import Status, compare
 from oracle.problem.spec import ACC_MODELS, ProblemSpec, Tile
-from numerics_inputs import gemm_inputs  # tests/ is on sys.path
+from benchmarks.numerics.inputs import gemm_inputs
 
 BK = 64
 
