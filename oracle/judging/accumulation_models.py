@@ -91,7 +91,6 @@ REF_CHAIN = Chain("tc16", align_bits_max=23)
 REF_PROMOTED = Chain("tc16", acc_bits=13, acc_trunc=True, align_bits_max=23)
 REF_FP16 = Chain("tc16", acc_bits=10, acc_trunc=False, align_bits_max=23)
 
-_FLOAT_OPS = ("fp32", "fp16", "bf16", "e4m3", "e5m2")
 ACC_TABLE: dict[tuple[str, str], AccModel] = {}
 
 
