@@ -342,42 +342,32 @@ def _result(entry: Entry, cached: bool, display: str, command: tuple[str, ...]) 
                        sha256=entry.sha256, data=entry.data)
 
 
-def build_cubin(
-    source: Union[str, os.PathLike],
-    *,
-    arch: str = "sm_90a",
-    defines: Optional[Mapping[str, object]] = None,
-    include_dirs: Sequence[Union[str, os.PathLike]] = (),
-    extra_flags: Sequence[str] = (),
-    cache_dir: Optional[Union[str, os.PathLike]] = None,
-    nvcc: Optional[str] = None,
-) -> BuildResult:
+def build_cubin(source: Union[str, os.PathLike], **options) -> BuildResult:
     """Compile `source` (a path, or CUDA source text containing a newline) to a cubin, or return
-    the cached one. Raises BuildError with nvcc's output when the compile fails."""
-    return _build(source, CUBIN_OUTPUT, arch=arch, defines=defines, include_dirs=include_dirs,
-                  extra_flags=extra_flags, cache_dir=cache_dir, nvcc=nvcc)
+    the cached one. Raises BuildError with nvcc's output when the compile fails. The options (the
+    same for build_library): arch ("sm_90a"), defines, include_dirs, extra_flags, cache_dir, nvcc."""
+    return _build(source, CUBIN_OUTPUT, **options)
 
 
-def build_library(
-    source: Union[str, os.PathLike],
-    *,
-    arch: str = "sm_90a",
-    defines: Optional[Mapping[str, object]] = None,
-    include_dirs: Sequence[Union[str, os.PathLike]] = (),
-    extra_flags: Sequence[str] = (),
-    cache_dir: Optional[Union[str, os.PathLike]] = None,
-    nvcc: Optional[str] = None,
-) -> BuildResult:
+def build_library(source: Union[str, os.PathLike], **options) -> BuildResult:
     """Compile `source` to a shared library (a launch library: it exports `oracle_launch`, see
     oracle_trace/launch.hpp), or return the cached one; the same key rules, arch, flags and
     defines as build_cubin. The CUDA runtime is linked statically (LIBRARY_FLAGS): the library
     needs no libcudart at load time and cannot pick up another version of it."""
-    return _build(source, LIBRARY_OUTPUT, arch=arch, defines=defines, include_dirs=include_dirs,
-                  extra_flags=extra_flags, cache_dir=cache_dir, nvcc=nvcc)
+    return _build(source, LIBRARY_OUTPUT, **options)
 
 
-def _build(source, output: tuple[str, tuple[str, ...]], *, arch, defines, include_dirs, extra_flags, cache_dir,
-           nvcc) -> BuildResult:
+def _build(
+    source: Union[str, os.PathLike],
+    output: tuple[str, tuple[str, ...]],
+    *,
+    arch: str = "sm_90a",
+    defines: Optional[Mapping[str, object]] = None,
+    include_dirs: Sequence[Union[str, os.PathLike]] = (),
+    extra_flags: Sequence[str] = (),
+    cache_dir: Optional[Union[str, os.PathLike]] = None,
+    nvcc: Optional[str] = None,
+) -> BuildResult:
     suffix, output_flags = output
     text, source_dir, display = _resolve_source(source)
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()

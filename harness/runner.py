@@ -393,22 +393,15 @@ def run_kernel(
     launch: LaunchSpec,
     tensors: Mapping[str, torch.Tensor],
     *,
-    sink: Optional[SinkRequest] = None,
-    timeout_s: Optional[float] = None,
-    poison_outputs: bool = True,
-    device: int = 0,
-    child_cmd: Optional[Sequence[str]] = None,
-    keep_dir: Optional[bool] = None,
     timing: Optional[Mapping[str, object]] = None,
     then: Sequence[tuple[str, LaunchSpec]] = (),
     smem_poison: Optional[int] = None,
+    **child,
 ) -> KernelRun:
     """Run `entry` from `cubin` once with `launch` in a child process; see the module docstring.
 
-    `timeout_s` (default ORACLE_KERNEL_TIMEOUT_S) bounds the child's whole life, start-up included.
-    `child_cmd` replaces the child's argv prefix (the run directory is appended), e.g. to run it under
-    compute-sanitizer, or a stand-in child in tests. `keep_dir` (default ORACLE_KEEP_RUN_DIR) keeps the
-    run directory and reports it in KernelRun.run_dir. `timing` ({"entry", "min_reps", "max_reps",
+    `child`: how the child runs (sink, timeout_s, poison_outputs, device, child_cmd, keep_dir:
+    _run_child's, the same for run_library). `timing` ({"entry", "min_reps", "max_reps",
     "rse_target", "max_ms", "warmup_ms", "flush_bytes"}, all optional) times the kernel after the
     verified run, with the sink off, and checks the outputs again afterwards (KernelRun.timing).
     `then`: (entry, launch) pairs run after the first launch, in order, on the same tensors (e.g. a
@@ -422,7 +415,6 @@ def run_kernel(
     """
     if not isinstance(entry, str) or not entry:
         raise RunnerError(f"entry {entry!r} must be the kernel's (extern \"C\" or mangled) name")
-    timeout, keep = _child_settings(sink, timeout_s, keep_dir)
     image = _as_cubin_bytes(cubin)
     then = tuple(then)
     for i, item in enumerate(then):
@@ -439,8 +431,7 @@ def run_kernel(
     request = {"entry": entry, "launch": launch.to_dict(), "timing": dict(timing) if timing else None,
                "smem_poison": None if smem_poison is None else {"pattern": smem_poison},
                "then": [{"entry": e, "launch": spec.to_dict()} for e, spec in then]}
-    return _run_child(P.CUBIN, image, request, dense, roles, sink=sink, timeout=timeout, keep=keep,
-                      poison_outputs=poison_outputs, device=device, child_cmd=child_cmd, tag=entry)
+    return _run_child(P.CUBIN, image, request, dense, roles, tag=entry, **child)
 
 
 def run_library(
@@ -448,13 +439,8 @@ def run_library(
     call: LibraryCall,
     tensors: Mapping[str, torch.Tensor],
     *,
-    sink: Optional[SinkRequest] = None,
-    timeout_s: Optional[float] = None,
-    poison_outputs: bool = True,
-    device: int = 0,
-    child_cmd: Optional[Sequence[str]] = None,
-    keep_dir: Optional[bool] = None,
     timing: Optional[Mapping[str, object]] = None,
+    **child,
 ) -> KernelRun:
     """Run a launch library's `oracle_launch` once in a child process: the child loads the shared
     library (built by harness.build.build_library), refuses one of another ABI version, fills
@@ -466,7 +452,6 @@ def run_library(
     null sink. Raises RunnerError for a malformed request."""
     if not isinstance(call, LibraryCall):
         raise RunnerError(f"call must be a LibraryCall, got {type(call).__name__}")
-    timeout, keep = _child_settings(sink, timeout_s, keep_dir)
     path = library.cubin_path if isinstance(library, BuildResult) else library
     try:
         if isinstance(library, BuildResult):
@@ -496,15 +481,19 @@ def run_library(
             raise RunnerError(f"tensor {t.buffer!r} ({t.slot}): shape {list(t.shape)} with strides {list(t.strides)} "
                               f"reaches element {span - 1}, past its {dense[t.buffer].numel()} elements")
     request = {"entry": ENTRY_SYMBOL, "library": call.to_dict(), "timing": dict(timing) if timing else None}
-    return _run_child(P.LIBRARY, image, request, dense, roles, sink=sink, timeout=timeout, keep=keep,
-                      poison_outputs=poison_outputs, device=device, child_cmd=child_cmd, tag=ENTRY_SYMBOL)
+    return _run_child(P.LIBRARY, image, request, dense, roles, tag=ENTRY_SYMBOL, **child)
 
 
 def _run_child(image_name: str, image: bytes, request_core: dict, dense: Mapping[str, torch.Tensor],
-               roles: Mapping[str, str], *, sink: Optional[SinkRequest], timeout: float, keep: bool,
-               poison_outputs: bool, device: int, child_cmd: Optional[Sequence[str]], tag: str) -> KernelRun:
+               roles: Mapping[str, str], *, tag: str, sink: Optional[SinkRequest] = None,
+               timeout_s: Optional[float] = None, poison_outputs: bool = True, device: int = 0,
+               child_cmd: Optional[Sequence[str]] = None, keep_dir: Optional[bool] = None) -> KernelRun:
     """Write the run directory (the image, the inputs, request.json), run the child with the time
-    limit and collect what it left."""
+    limit and collect what it left. `timeout_s` (default ORACLE_KERNEL_TIMEOUT_S) bounds the child's
+    whole life, start-up included. `child_cmd` replaces the child's argv prefix (the run directory is
+    appended), e.g. to run it under compute-sanitizer, or a stand-in child in tests. `keep_dir`
+    (default ORACLE_KEEP_RUN_DIR) keeps the run directory and reports it in KernelRun.run_dir."""
+    timeout, keep = _child_settings(sink, timeout_s, keep_dir)
     run_dir = Path(tempfile.mkdtemp(prefix="oracle-run-"))
     sink_file: Optional[Path] = None
     proc: Optional[subprocess.Popen] = None

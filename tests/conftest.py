@@ -9,6 +9,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # shared test helpers (compare_checks)
+# the repository root, for what tests share with the benchmarks (benchmarks.numerics.inputs)
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 try:
     import torch
@@ -118,16 +120,22 @@ def _every_report_follows_its_schema():
     report.to_json = real
 
 
+@pytest.fixture(scope="module")
+def zoo_builds(request):
+    """The test module's ZOO_SOURCE built traced and plain (cuda_tools.traced_and_plain), once per module."""
+    from cuda_tools import traced_and_plain
+
+    return traced_and_plain(request.module.ZOO_SOURCE)
+
+
 @pytest.fixture(scope="session")
 def hopper_builds():
     """The CuTe Hopper GEMM of the zoo built traced and plain, both at once and once per session (a
     CuTe build takes minutes on two cores): the zoo's build tests and the reproducer's share it."""
-    import shutil
-
+    from cuda_tools import require_nvcc
     from harness.build import cutlass_include_dirs
 
-    if shutil.which("nvcc") is None:
-        pytest.skip("This test needs nvcc on PATH to compile CUDA, and it is not installed here.")
+    require_nvcc()
     if not cutlass_include_dirs():
         pytest.skip("The Hopper GEMM is written with CuTe: install the nvidia-cutlass wheel for its headers.")
     from cuda_tools import HOPPER_SOURCE, traced_and_plain

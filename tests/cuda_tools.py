@@ -5,7 +5,7 @@ import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 HOPPER_SOURCE = ROOT / "zoo" / "hopper_gemm" / "hopper_gemm.cu"
@@ -91,3 +91,73 @@ def zoo_build(source: Path, traced: bool):
     from harness.build import build_cubin
 
     return build_cubin(source, defines={"ORACLE_TRACE": "1"} if traced else {}, extra_flags=("--ptxas-options=-v",))
+
+
+def require_nvcc() -> None:
+    """Skip the calling test or fixture where nvcc is not on PATH."""
+    import pytest
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("This test needs nvcc on PATH to compile CUDA, and it is not installed here.")
+
+
+def traced_entries(builds: dict, folder: str) -> set[str]:
+    """The entry points of the traced build, which hold every one the zoo manifest names in zoo/`folder`/."""
+    from zoo_cases import entries
+
+    want = {e["kernel"].partition(":")[2] for e in entries() if e["kernel"].startswith(f"zoo/{folder}/")}
+    got = entry_symbols(builds["traced"].cubin_path)
+    assert want <= got, f"missing entry points: {sorted(want - got)}"
+    return got
+
+
+def assert_sink_only_traced(builds: dict) -> None:
+    """The traced build declares the trace sink; the plain build has none."""
+    assert "oracle_trace_sink" in all_symbols(builds["traced"].cubin_path)
+    assert "oracle_trace_sink" not in all_symbols(builds["plain"].cubin_path)
+
+
+def assert_no_spills(build, exempt=lambda name: False) -> None:
+    """Every function of `build` (ptxas -v in its log) has no stack frame and no spills, but those `exempt`."""
+    usage = ptxas_usage(build.log)
+    assert set(usage) == entry_symbols(build.cubin_path), f"ptxas -v output not understood:\n{build.log[:2000]}"
+    bad = {f: u for f, u in usage.items() if u != (0, 0, 0) and not exempt(f)}
+    assert not bad, f"(stack frame, spill stores, spill loads) bytes: {bad}"
+
+
+def assert_tracing_compiled_out(builds: dict, same: Sequence[str], traced_differs: Sequence[str]) -> None:
+    """Each of `same` has the same SASS in the traced and the plain build; each of `traced_differs`
+    has a `_traced` twin whose SASS differs from the plain one (its taps are there)."""
+    on, off = sass_by_function(builds["traced"].cubin_path), sass_by_function(builds["plain"].cubin_path)
+    for name in same:
+        assert on[name] == off[name], name
+    for name in traced_differs:
+        assert on[f"{name}_traced"] != off[name], name
+
+
+def traced_example_cubin(example: str, out: Path) -> Path:
+    """harness/examples/`example` built with -DORACLE_TRACE for sm_90a into `out` by nvcc itself
+    (not the oracle's build), for a test that loads it with cuda.bindings; skips without either."""
+    import pytest
+
+    try:
+        import cuda.bindings.driver  # noqa: F401
+    except ImportError:
+        pytest.skip("This test needs cuda-python (cuda.bindings) to load a cubin, and it is not installed.")
+    if shutil.which("nvcc") is None:
+        pytest.skip(f"This test needs nvcc to build {example}, and it is not on PATH.")
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run(["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-DORACLE_TRACE",
+                    f"-I{root / 'harness' / 'include'}", "-o", str(out), str(root / "harness" / "examples" / example)],
+                   check=True, capture_output=True)
+    return out
+
+
+def cuda_driver_works() -> bool:
+    """Whether a CUDA driver initialises here (cuda.bindings installed, a driver and a device present)."""
+    try:
+        import cuda.bindings.driver as drv
+
+        return int(drv.cuInit(0)[0]) == 0
+    except Exception:
+        return False

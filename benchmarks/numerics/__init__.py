@@ -9,7 +9,7 @@ one job a module; what the probes are and what each family measures is in the dr
              `measure_engine`: every datapath that reproduces every probe output
   families   the measurements not fitted to the emulator: split-K, int8, activations, envelope
   summary    what a run concludes and prints: the summary constants, failures, the report, the
-             lines for oracle.judging.tolerance.HW
+             lines for oracle.judging.hardware_numerics.HW
 Imports run one way: probes <- engines <- fits; families reads probes and engines; summary reads
 fits. Nothing here imports the driver.
 """

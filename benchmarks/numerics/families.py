@@ -12,6 +12,7 @@ import torch
 
 from kernels_ref import emulate as E
 from benchmarks.numerics.engines import _flags, _int_mm
+from benchmarks.numerics.inputs import gemm_inputs
 from benchmarks.numerics.probes import OPTYPES, OpType
 
 
@@ -226,17 +227,8 @@ def triton_cdiv(a, b):
 # -- envelope ----------------------------------------------------------------------------------
 
 def _inputs(kind, M, N, K, t: OpType, seed):
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(M, K, generator=g, dtype=torch.float64)
-    b = torch.randn(K, N, generator=g, dtype=torch.float64)
-    if kind == "positive":
-        a, b = a.abs(), b.abs()
-    if kind == "outlier":
-        a[:, torch.randperm(K, generator=g)[:max(1, K // 256)]] *= 1000.0 if t.name != "e4m3" else 8.0
-    if t.name == "e4m3":
-        a, b = a * 4, b * 4
-    return E.to_dtype(a, "fp32").to(torch.float32).to(t.torch).double(), \
-        E.to_dtype(b, "fp32").to(torch.float32).to(t.torch).double()
+    a, b = gemm_inputs(kind, t.name, M, N, K, seed)
+    return a.double(), b.double()
 
 
 def block_stats(a: torch.Tensor, b: torch.Tensor, bk: int = 64) -> dict:

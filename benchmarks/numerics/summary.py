@@ -1,6 +1,6 @@
 """What a numerics run concludes and prints: the summary constants the tolerance models read
 (`summary`, and `resummarise` for a stored result), the failures, the progress lines and the report,
-and the lines to paste into oracle.judging.tolerance.HW (`constants_snippet`).
+and the lines to paste into oracle.judging.hardware_numerics.HW (`constants_snippet`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from benchmarks.numerics.fits import _summarise
 
 
 def summary(res: dict) -> dict:
-    """The constants the tolerance models read (oracle.judging.tolerance.HW measure_key names), loosest
+    """The constants the tolerance models read (oracle.judging.hardware_numerics.HW measure_key names), loosest
     over the engines of each kind; None where nothing was measured. fp8 constants come from the
     engines with a narrow accumulator (acc_bits < 23): max_num_imprecise_acc = 0 fits fp32-wide
     datapaths and is judged with acc_model any."""
@@ -139,13 +139,13 @@ def print_report(res: dict) -> None:
 
 
 def constants_snippet(res: dict) -> str:
-    """The entries of oracle.judging.tolerance.HW that this run measured, as lines to paste there."""
-    from oracle.judging import tolerance as T
+    """The entries of oracle.judging.hardware_numerics.HW that this run measured, as lines to paste there."""
+    from oracle.judging import hardware_numerics
 
     env = res.get("environment", {})
     where = f"{env.get('gpu', '?')}, {env.get('date', '?')[:10]}, benchmarks/measure_numerics.py"
     lines = []
-    for key, c in T.HW.items():
+    for key, c in hardware_numerics.HW.items():
         if not c.measure_key:
             continue
         v = res.get("summary", {}).get(c.measure_key)

@@ -40,6 +40,7 @@ from oracle.judging.differential.judge import with_unit_maps
 from oracle.judging.differential.out_of_bounds import ordered, out_of_bounds_finding
 from oracle.judging.evidence import Evidence, Feed
 from oracle.run.caller import Advice, Option
+from oracle.run.confounds import Confound, ConfoundKind
 
 STAGES = attention_pipeline(split=True)
 __all__ = ["STAGES", "analyze_attention", "describe_element", "params_of"]
@@ -172,8 +173,7 @@ def analyze_attention(rec, device: Optional[torch.device] = None) -> Analysis:
     controlled = rec.provenance.controlled
     open_conf = list(rec.confounds)
     if not controlled:
-        open_conf.append(f"inputs are not controlled ({rec.provenance.describe()}): a localisation on them is a "
-                         f"draft until reproduced on a controlled input")
+        open_conf.append(Confound.of(ConfoundKind.UNCONTROLLED_INPUTS, provenance=rec.provenance.describe()))
     incomplete = tuple(_trace_confounds(rec))
     open_conf.extend(incomplete)
     if judge is not None:
@@ -183,8 +183,7 @@ def analyze_attention(rec, device: Optional[torch.device] = None) -> Analysis:
         pad = {s.name: s.teacher_forced.evidence.masked_count("padding") for s in stages}
         per = ", ".join(f"{n} {c}" for n, c in pad.items() if c)
         if per:
-            handled = (f"padding: query rows past a sequence's length (and the rescale of a split's first KV block, "
-                       f"which multiplies an empty accumulator) feed no output and were not compared ({per})",)
+            handled = (Confound.of(ConfoundKind.PADDED_QUERIES, by_stage=per),)
     first, kind = None, evidence_kind(diag, inputs_controlled=controlled, confounds=open_conf)
     if diag.verdict is Verdict.DIVERGED:
         first, kind = _finding(rec, judge, stages, diag, controlled, open_conf)
@@ -198,7 +197,7 @@ def analyze_attention(rec, device: Optional[torch.device] = None) -> Analysis:
         rec_notes = tuple(dict.fromkeys(tuple(rec.notes) + notes))
         rec = dataclasses.replace(rec, notes=rec_notes)
     return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, first_nonfinite(stages),
-                    str(dev), unobserved, incomplete_trace=incomplete, out_of_bounds=ordered(rec.guard_breaches))
+                    str(dev), unobserved, out_of_bounds=ordered(rec.guard_breaches))
 
 
 def _stages(judge: Optional[StageJudge], names) -> list[StageResult]:
@@ -214,7 +213,7 @@ def _stages(judge: Optional[StageJudge], names) -> list[StageResult]:
     return out
 
 
-def _trace_confounds(rec) -> list[str]:
+def _trace_confounds(rec) -> list[Confound]:
     """An overflowed or torn trace: the stages that lost records (every finding on them is a draft)."""
     acc = rec.trace
     if acc is None or acc.complete:
@@ -222,10 +221,10 @@ def _trace_confounds(rec) -> list[str]:
     out = []
     if acc.dropped:
         by = ", ".join(f"{s} {n}" for s, n in acc.dropped_by_stage) if acc.dropped_by_stage else "not said"
-        out.append(f"incomplete trace: {acc.dropped} tap record(s) were dropped because the {acc.capacity}-byte sink "
-                   f"was full (the kernel needed {acc.needed_bytes} bytes; by stage: {by})")
+        out.append(Confound.of(ConfoundKind.DROPPED_RECORDS, dropped=acc.dropped, capacity=acc.capacity,
+                               needed_bytes=acc.needed_bytes, by_stage=by, lost="", advice=False))
     if acc.torn:
-        out.append(f"incomplete trace: {acc.torn} record(s) were reserved but never completed")
+        out.append(Confound.of(ConfoundKind.TORN_RECORDS, torn=acc.torn))
     return out
 
 

@@ -50,6 +50,7 @@ from oracle.judging.compare import NOT_RUN, Comparison, combine, compare_units
 from oracle.judging.differential.context import StageResult
 from oracle.judging.differential.judge import with_unit_maps
 from oracle.judging.evidence import PADDING, UNRECORDED, Evidence, Feed
+from oracle.run.confounds import Confound, ConfoundKind
 
 SIDES = 2  # kernel and reference each err from the exact value by a stage's bound
 Key = tuple  # (batch, head, query block, KV block or None, split or None)
@@ -268,7 +269,7 @@ class StageJudge:
         self.units = sorted({(k[1], k[2], k[3]) for k in self.taps})
         self.chain = Chain(self.geo, self.units)
         self.notes: list[str] = []
-        self.confounds: list[str] = []
+        self.confounds: list[Confound] = []
         self._check_splits()
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -287,9 +288,9 @@ class StageJudge:
         odd = [k for k in self.taps if k[4] is not None and k[4] not in g.blocks(k[1], k[5])]
         if odd:
             st, b, h, qb, kb, sp = odd[0]
-            self.confounds.append(f"{len(odd)} tap(s) lie outside their split's KV blocks under FlashAttention's rule "
-                                  f"(first: {st} batch {b} head {h} query block {qb} KV block {kb} split {sp}, whose "
-                                  f"split has blocks {list(g.blocks(b, sp))}): they are teacher-forced only")
+            self.confounds.append(Confound.of(ConfoundKind.OUTSIDE_SPLIT, st, count=len(odd),
+                                              first=f"{st} batch {b} head {h} query block {qb} KV block {kb} split {sp}",
+                                              blocks=str(list(g.blocks(b, sp)))))
 
     def _input(self, stage: str, key: Key, stand_ins: list, which: Optional[slice] = None):
         """The kernel's tap of `stage` at `key`, else the chain's value (a stand-in, named)."""

@@ -43,7 +43,7 @@ per side, twice. A fully masked row is exact: O = 0 and LSE = -inf (or the decla
 The statistics are the reference's own fp32 values: STATS_MARGIN covers their rounding.
 
 `TABLE` holds one model per (stage, dtype) (dtype: the operand type of Q, K, V and P); a missing
-key raises ToleranceError (oracle.judging.tolerance), never a default.
+key raises ToleranceError (oracle.judging.hardware_numerics), never a default.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from typing import Callable
 import torch
 
 from kernels_ref.dtypes import DTYPES
-from oracle.judging.tolerance import ToleranceError
+from oracle.judging.hardware_numerics import entry
 
 U = 2.0**-24
 STATS_MARGIN = 1.01
@@ -157,11 +157,8 @@ for _dt in ("bf16", "fp16", "e4m3"):
 
 
 def lookup(stage: str, dtype: str) -> StageModel:
-    try:
-        return TABLE[(stage, dtype)]
-    except KeyError:
-        raise ToleranceError(f"no attention bound model for stage {stage!r} and dtype {dtype!r}; the table has "
-                             f"{sorted({s for s, _ in TABLE})} x {sorted({d for _, d in TABLE})}") from None
+    return entry(TABLE, (stage, dtype), lambda: f"no attention bound model for stage {stage!r} and dtype {dtype!r}; "
+                 f"the table has {sorted({s for s, _ in TABLE})} x {sorted({d for _, d in TABLE})}")
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import AbstractSet, Optional, Sequence
 
 from oracle.judging.compare import Status
+from oracle.run.confounds import Confound
 
 
 class Verdict(str, enum.Enum):
@@ -135,7 +136,7 @@ def first_divergence(outcomes: Sequence[StageOutcome], *, kernel_error: bool = F
     return Diagnosis(Verdict.MATCH, reason="every compared stage is within its bound")
 
 
-def evidence_kind(diagnosis: Diagnosis, *, inputs_controlled: bool, confounds: Sequence[str],
+def evidence_kind(diagnosis: Diagnosis, *, inputs_controlled: bool, confounds: Sequence[Confound],
                   stand_ins: Sequence = ()) -> Kind:
     """VERDICT only for a teacher-forced root cause on controlled inputs with no open confound,
     whose comparison was fed by the kernel's own taps or global memory (no stand-in)."""

@@ -17,6 +17,8 @@ from typing import Optional, Sequence
 
 import torch
 
+from oracle.run.confounds import Confound, ConfoundKind
+
 MAX_ELEMENTS_SHOWN = 8
 
 
@@ -277,8 +279,8 @@ def as_draft(an, result: RepeatResult):
 
     if not result.nondeterministic:
         return an
-    why = "the runs on the same inputs differ, so this stage finding does not repeat (" + \
-        "; ".join(result.reasons()) + ")"
+    why = Confound.of(ConfoundKind.NONDETERMINISTIC, an.first.stage if an.first is not None else "",
+                      reasons="; ".join(result.reasons()))
     if why in an.open_confounds:
         return an
     first = replace(an.first, kind=Kind.DRAFT) if an.first is not None else None

@@ -66,7 +66,7 @@ MAX_GROUPS = 1 << 16  # groups of a grouped problem, entries of a batched one
 MAX_STREAM_K_WORKERS = 1 << 20  # far past any persistent grid; the partition is linear in it
 MAX_SPLITS = 1 << 20  # split-K splits: far past any kernel's; a tile's partition is linear in it
 FP32_MAX = 3.4028234663852886e38  # alpha and beta reach the epilogue as fp32 values
-# What the engine's accumulation does (oracle.judging.tolerance.ACC_TABLE has each model's bound):
+# What the engine's accumulation does (oracle.judging.accumulation_models.ACC_TABLE has each model's bound):
 ACC_MODELS = ("fp32", "tf32", "tf32_rn", "tf32x3", "bf16x3", "fp16", "fp8_fast", "fp8_promoted", "int32", "any")
 _ACC_MODEL_OPERANDS = {"tf32": ("fp32",), "tf32_rn": ("fp32",), "tf32x3": ("fp32",), "bf16x3": ("fp32",),
                        "fp8_fast": FP8, "fp8_promoted": FP8, "int32": ("int8",), "fp16": ("fp16",) + FP8}

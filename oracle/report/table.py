@@ -3,9 +3,10 @@ sentence, and a JSON document. They only print what the judgement holds: the fin
 kind are the judgement's, never recomputed here. An Analysis alone is told as the judgement of
 its recording (`as_judgement`).
 
-The JSON (schema `oracle.report.table/1`) is what machines read: `verdict`, `first_divergence`,
+The JSON (schema `oracle.report.table/2`) is what machines read: `verdict`, `first_divergence`,
 `stages` (name, teacher_forced, chained, worst_tile, details), plus the problem, inputs,
-confounds, the reference cross-check and the environment.
+confounds (each its kind, stage, fields and sentence: oracle.run.confounds), the reference cross-check
+and the environment. Version 2 made confounds objects; version 1 held their sentences.
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ from typing import Any, Optional
 
 from tabulate import tabulate
 
-from oracle.judging import tolerance
+from oracle.judging import accumulation_bound
 from oracle.judging.compare import Comparison, Status, TileMetrics, _num
 from oracle.judging.diagnose import Verdict
 from oracle.judging.differential import Analysis, FirstDivergence, StageResult
 from oracle.judging.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Feed, describe_sites, sites_json
+from oracle.run.confounds import ConfoundKind
 from oracle.judging.judgement import Judgement, judgement_of
 from oracle.run.caller import Caller
 
-SCHEMA = "oracle.report.table/1"
+SCHEMA = "oracle.report.table/2"
 
 
 def _fmt(v: Optional[float], digits: int = 3) -> str:
@@ -182,32 +184,30 @@ def _sentence(an: Analysis, races=None, caller: Caller = Caller.PYTHON) -> str:
     d = an.diagnosis
     if d.verdict is Verdict.DIVERGED and an.first is not None:
         f = an.first
+        element = None  # the first bad element, in the problem's words
         if f.field is not None:
             where = f": {f.field.describe()}"
         elif _attention(an.recording.spec) and f.tile is not None:
             b, h, qb = an.recording.spec.unit_of(f.tile)
             where = f" at unit {f.tile} (batch {b}, query head {h}, query block {qb})" + \
-                (f", split {f.partial}" if f.partial is not None else "") + \
-                (f", KV block {f.k_block}" if f.k_block is not None else "")
+                _said((", split", f.partial), (", KV block", f.k_block))
             if f.element is not None:
                 from oracle.judging.attention_analysis import describe_element
 
-                got = "never written" if f.unwritten else f"received {_fmt(f.received, 6)}"
-                where += (f", {describe_element(an.recording.spec, f.stage, f.element)}: {got}, expected "
-                          f"{_fmt(f.expected, 6)} (bound {_fmt(f.bound)})")
+                element = describe_element(an.recording.spec, f.stage, f.element)
         else:
-            where = (f" in group {f.group}" if f.group is not None else "") + \
-                (f" at tile {f.tile}" if f.tile is not None else "") + \
-                (f", partial {f.partial}" if f.partial is not None else "") + \
-                (f", k-block {f.k_block}" if f.k_block is not None else "")
+            where = _said((" in group", f.group), (" at tile", f.tile), (", partial", f.partial),
+                          (", k-block", f.k_block))
             if f.element is not None:
-                got = "never written" if f.unwritten else f"received {_fmt(f.received, 6)}"
-                where += (f", element ({f.element[0]}, {f.element[1]}) [in tile {f.element_in_tile}]: {got}, "
-                          f"expected {_fmt(f.expected, 6)} (bound {_fmt(f.bound)})")
+                element = f"element ({f.element[0]}, {f.element[1]}) [in tile {f.element_in_tile}]"
+        if element is not None:
+            got = "never written" if f.unwritten else f"received {_fmt(f.received, 6)}"
+            where += f", {element}: {got}, expected {_fmt(f.expected, 6)} (bound {_fmt(f.bound)})"
         if f.kind.value == "VERDICT":
             why = f"controlled inputs, {_feed_phrase(f)}"
         else:
-            why = "; ".join(filter(None, [d.reason if not d.root_cause else "", *an.open_confounds])) or \
+            opened = [c.sentence for c in an.open_confounds]
+            why = "; ".join(filter(None, [d.reason if not d.root_cause else "", *opened])) or \
                 ("teacher-forced through reference stand-ins" if f.stand_ins else d.reason)
         s = f"First divergence: {f.stage}{where}. {f.kind.value} ({why})."
         if f.stand_ins and f.kind.value == "DRAFT" and d.root_cause:
@@ -235,11 +235,16 @@ def _sentence(an: Analysis, races=None, caller: Caller = Caller.PYTHON) -> str:
         s = f"MATCH: {d.reason} ({compared} elements compared)."
         if an.incomplete_trace:
             s += " The trace was incomplete, so a defect in what was lost would not show: " + \
-                "; ".join(an.incomplete_trace) + "."
+                "; ".join(c.sentence for c in an.incomplete_trace) + "."
         if an.unobserved:
             s += " Not seen: " + "; ".join(an.unobserved) + "."
         return s
     return f"{d.verdict.value}: {d.reason}."
+
+
+def _said(*parts: tuple[str, object]) -> str:
+    """Each "label value" whose value is not None, in order."""
+    return "".join(f"{label} {value}" for label, value in parts if value is not None)
 
 
 def races_section(races=None, sanitizer=None) -> list[str]:
@@ -291,7 +296,7 @@ def render(judgement, caller: Caller = Caller.PYTHON) -> str:
     if _attention(spec):
         lines.append(f"numerics: {_numerics(spec)}")
     elif spec.acc_model is not None or spec.reduction != "none" or spec.activation_impl != "accurate":
-        lines.append(f"numerics: {tolerance.describe(spec)}")
+        lines.append(f"numerics: {accumulation_bound.describe(spec)}")
     if an.groups:
         lines.append(f"grouped run ({an.whole.spec.describe()}, {len(an.groups)} groups); the stages below are "
                      f"group {an.group}'s:")
@@ -314,9 +319,10 @@ def findings_lines(an: Analysis) -> list[tuple[str, str]]:
     """The lines below the stage table, as (label, text): confounds handled and open, what was
     assumed, elements not recorded, the first NaN/Inf, and the notes (how the diverging stage was
     fed, and any stage that has something to say)."""
-    lines = [("handled", c) for c in an.handled_confounds]
-    lines += [("confound", c) for c in an.open_confounds]
-    lines += [("assumed, not observed", c) for c in an.assumed if c not in an.open_confounds]
+    lines = [("handled", c.sentence) for c in an.handled_confounds]
+    lines += [("confound", c.sentence) for c in an.open_confounds]
+    opened = {c.field("boundary") for c in an.open_confounds if c.kind is ConfoundKind.ASSUMED_BOUNDARY}
+    lines += [("assumed, not observed", c) for c in an.assumed if c not in opened]
     for st in an.stages:  # elements a comparison could not see because the kernel did not record them
         for label, c in (("teacher-forced", st.teacher_forced), ("chained", st.chained)):
             ev = c.evidence
@@ -339,7 +345,7 @@ def _numerics(spec) -> str:
         from oracle.judging.attention_tolerance import describe
 
         return describe(spec)
-    return tolerance.describe(spec)
+    return accumulation_bound.describe(spec)
 
 
 def _first_json(f: Optional[FirstDivergence], caller: Caller) -> Optional[dict]:
@@ -383,7 +389,8 @@ def to_json(judgement, extra: Optional[dict[str, Any]] = None, caller: Caller = 
         "inputs": {"ladder": rec.provenance.ladder, "seed": rec.provenance.seed, "source": rec.provenance.source,
                    "controlled": rec.provenance.controlled},
         "synthetic": rec.synthetic,
-        "confounds": {"open": list(an.open_confounds), "handled": list(an.handled_confounds)},
+        "confounds": {"open": [c.to_json() for c in an.open_confounds],
+                      "handled": [c.to_json() for c in an.handled_confounds]},
         "notes": list(rec.notes),
         "unobserved": list(an.unobserved),
         "group": an.group,
@@ -435,7 +442,7 @@ def _checked_validator(schema_text: str):
 
 
 def validate(doc: dict) -> None:
-    """Raise jsonschema.ValidationError if `doc` is not an oracle.report.table/1 document (needs jsonschema);
+    """Raise jsonschema.ValidationError if `doc` is not an oracle.report.table/2 document (needs jsonschema);
     the error is the one jsonschema.validate would raise (its best match)."""
     import jsonschema
 

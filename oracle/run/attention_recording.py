@@ -33,6 +33,7 @@ from harness.trace_format import TraceAccount, account_of
 from kernels_ref.dtypes import DTYPES, name_of
 from oracle.problem.attention import AttentionSpec
 from oracle.run.attention_model import AttentionModelRun, PagedKV, run_attention_model
+from oracle.run.confounds import Confound
 from oracle.run.inputs import ATTENTION_LADDER, Provenance
 from oracle.run.recording import RecordingError, _Meta, common_meta, problem_kind
 
@@ -58,7 +59,7 @@ class AttentionRecording:
     kernel: str = "unknown"
     kernel_error: Optional[str] = None
     synthetic: bool = False
-    confounds: tuple[str, ...] = ()
+    confounds: tuple[Confound, ...] = ()  # oracle.run.confounds
     notes: tuple[str, ...] = ()
     environment: Mapping[str, Any] = field(default_factory=dict)
     taps: tuple[Tap, ...] = ()  # the attention stages' taps (module docstring: their sites)

@@ -19,6 +19,7 @@ from harness.taps import ALL_TAP_STAGES, DESCRIPTOR_STAGES, TAP_STAGES, Descript
 from harness.trace_format import TraceAccount
 from kernels_ref.dtypes import ALL_TYPES, DTYPES
 from kernels_ref.scales import groups_of_problem as scale_groups
+from oracle.run.confounds import Confound, ConfoundKind
 from oracle.run.inputs import LADDER, InputError, Operands, Provenance, check_operands
 from oracle.problem.spec import ProblemSpec, SpecError
 
@@ -38,7 +39,7 @@ class Recording:
     kernel: str = "unknown"
     kernel_error: Optional[str] = None
     synthetic: bool = False  # made by a Python model of a kernel, not by a real one
-    confounds: tuple[str, ...] = ()  # declared by the recorder, e.g. runtime-gated taps
+    confounds: tuple[Confound, ...] = ()  # declared by the recorder, e.g. runtime-gated taps (oracle.run.confounds)
     notes: tuple[str, ...] = ()  # what the recorder wants the reader to know (dropped taps, checks)
     environment: Mapping[str, Any] = field(default_factory=dict)
     trace: Optional[TraceAccount] = None  # the trace's selection and what it lost; None: not a live trace
@@ -173,7 +174,7 @@ def common_meta(rec) -> dict:
             "provenance": {"ladder": prov.ladder, "seed": prov.seed, "source": prov.source,
                            "generator": prov.generator},
             "kernel": {"name": rec.kernel, "error": rec.kernel_error}, "synthetic": rec.synthetic,
-            "confounds": list(rec.confounds), "notes": list(rec.notes),
+            "confounds": [c.sentence for c in rec.confounds], "notes": list(rec.notes),
             "environment": dict(rec.environment or environment()),
             "trace": rec.trace.to_json() if rec.trace is not None else None, "command": list(rec.command)}
     if rec.serialised:  # absent from older dumps: nothing declared
@@ -223,7 +224,7 @@ def check_header(path: str, meta, inputs: dict, outputs: dict) -> None:
                             f"{DTYPES[spec.out_dtype].torch} [{spec.total_m}, {spec.n}]")
 
 
-def trace_warnings(trace) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def trace_warnings(trace) -> tuple[tuple[Confound, ...], tuple[str, ...]]:
     """The trace parser's warnings (a harness.trace_format.TraceResult) sorted into the open
     confounds of the recording (what the judgement rests on) and notes (what cannot change it).
 
@@ -246,9 +247,7 @@ def trace_warnings(trace) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if unselected:
         n = dict(trace.warning_counts).get(WARN_UNSELECTED, len(unselected))
         shown = "; ".join(w for w in unselected[:3])
-        confounds.append(f"the kernel wrote {n} tap(s) the sink header did not select ({shown}): the taps check the "
-                         f"selection themselves, so these were written past the trace API or over an altered header; "
-                         f"which tiles and k-blocks were traced, and where the records belong, cannot be trusted")
+        confounds.append(Confound.of(ConfoundKind.UNSELECTED_TAPS, count=n, examples=shown))
     notes = tuple(w for w in trace.warnings if w not in unselected)
     return tuple(confounds), notes
 
@@ -286,7 +285,7 @@ class _Meta:
     provenance: Mapping[str, Any]
     kernel: Mapping[str, Any]
     synthetic: bool
-    confounds: tuple[str, ...]
+    confounds: tuple[Confound, ...]
     notes: tuple[str, ...]
     environment: Mapping[str, Any]
     trace: Optional[TraceAccount]
@@ -347,7 +346,8 @@ class _Meta:
                 raise DumpError(f"{where}: metadata field trace: {e}") from None
         poison = meta.get("output_poison")
         need(is_opt_int(poison, hi=255), "output_poison", poison, "a byte value 0..255 or null")
-        return cls(spec, prov, kernel, synthetic, tuple(lists["confounds"]), tuple(lists["notes"]), env, trace, poison,
+        confounds = tuple(Confound.declared(c) for c in lists["confounds"])  # a dump holds their sentences
+        return cls(spec, prov, kernel, synthetic, confounds, tuple(lists["notes"]), env, trace, poison,
                    tuple(lists["command"]), tuple(lists["serialised"]))
 
 

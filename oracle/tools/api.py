@@ -34,13 +34,18 @@ from oracle.run.recording import Recording
 DUMP_DIR_ENV = "ORACLE_DUMP_DIR"  # where assert_gemm_close saves a dump of every failing check
 
 
+def _of_judgement(name: str, doc: str) -> property:
+    """A read-only attribute of a Report that is its judgement's own `name`."""
+    return property(lambda self: getattr(self.judgement, name), doc=doc)
+
+
 @dataclass(frozen=True)
 class Report:
     """What the oracle found: `verdict` ("MATCH", "DIVERGED", ...: the final one, NONDETERMINISTIC
     when repeated runs differ), `first_divergence` (None or
     oracle.judging.differential.FirstDivergence), `stages` (per stage: teacher-forced and chained
     comparisons), `judgement` (everything: races, sanitizer, timings, phases), `to_json()` (schema
-    oracle.report.table/1), `to_html()` (one self-contained page, oracle.report.html); str() is the
+    oracle.report.table/2), `to_html()` (one self-contained page, oracle.report.html); str() is the
     table and the sentence. Made from a Judgement (or an Analysis alone); `request` is the
     RunRequest that made it, when known (the page's re-run commands come from it)."""
 
@@ -52,33 +57,19 @@ class Report:
 
         object.__setattr__(self, "judgement", as_judgement(self.judgement))
 
-    @property
-    def analysis(self):
-        return self.judgement.analysis
+    analysis = _of_judgement("analysis", "the stage table as told (oracle.judging.differential.Analysis)")
+    ok = _of_judgement("ok", "True when the final verdict is MATCH")
+    first_divergence = _of_judgement("first", "the first divergence as told, or None")
+    recording = _of_judgement("recording", "the recording judged (oracle.run.recording.Recording)")
+    exit_code = _of_judgement("exit_code", "the process exit code of the final verdict")
 
     @property
     def verdict(self) -> str:
         return self.judgement.verdict.value
 
     @property
-    def ok(self) -> bool:
-        return self.judgement.ok
-
-    @property
-    def first_divergence(self):
-        return self.judgement.first
-
-    @property
     def stages(self):
         return self.analysis.stages
-
-    @property
-    def recording(self) -> Recording:
-        return self.judgement.recording
-
-    @property
-    def exit_code(self) -> int:
-        return self.judgement.exit_code
 
     def to_json(self, extra: Optional[dict] = None) -> dict:
         from oracle.report import table as report

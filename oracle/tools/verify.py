@@ -480,6 +480,14 @@ def run_verify(op_spec: str, cases: Sequence[VerifyCase], *, shard_text: Optiona
                       f"{cpu_estimate_s(vc):.0f} s on the CPU", file=stream, flush=True)
             rows.append({"index": j, **run_case(op, cases[j], page(j, cases[j].name), commands), **here})
             _progress(len(rows), len(indices), rows[-1], stream)
+    return rows, finish_sweep(rows, jsonl, env, op_spec, html, f"verify {op_spec}")
+
+
+def finish_sweep(rows: Sequence[dict], jsonl: Optional[str], env: dict, op_spec: str, html: Optional[str] = None,
+                 title: str = "") -> int:
+    """A sweep's rows written as JSON lines to `jsonl` (when given), each with the environment and
+    the op, and an index page of the cases' HTML pages into the folder `html` (when given); and the
+    sweep's exit code: 1 when a case did not match, 2 when one could not run, else 0."""
     if jsonl:
         from harness.output_files import write_text_atomically
 
@@ -488,11 +496,10 @@ def run_verify(op_spec: str, cases: Sequence[VerifyCase], *, shard_text: Optiona
     if html:
         from oracle.tools.bench import write_index
 
-        write_index(html, f"verify {op_spec}", rows)
+        write_index(html, title or f"verify {op_spec}", rows)
     verdicts = {r["verdict"] for r in rows}
-    code = 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED", "KERNEL_ERROR"} else \
+    return 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED", "KERNEL_ERROR"} else \
         2 if "ERROR" in verdicts else 0
-    return rows, code
 
 
 def _gpu_visible() -> bool:

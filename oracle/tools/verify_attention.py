@@ -34,7 +34,6 @@ divergence, 2 a broken case.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from oracle.run.case import read_toml
 from oracle.run.case_types import CaseError
-from oracle.tools.verify import sweep_entries, write_page
+from oracle.tools.verify import finish_sweep, sweep_entries, write_page
 
 KIND = "attention"
 CASE_KEYS = ("name", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "dtype", "causal",
@@ -249,7 +248,7 @@ def run_verify(op_spec: str, cases: Sequence[AttentionVerifyCase], *, shard_text
     """Run the sweep (this shard of it) in this process; returns (rows, exit code: 0 all match,
     1 a divergence, 2 a broken case). `html`: a folder for every case's HTML page and an index.html
     linking them; `sweep_argv` the command line's words that name the sweep (for the pages)."""
-    from oracle.tools.bench import environment, parse_shard, write_index
+    from oracle.tools.bench import environment, parse_shard
     from oracle.tools.verify import _progress, load_op, sweep_pages
     from oracle.tools.workers import device_of_this_process
 
@@ -263,18 +262,8 @@ def run_verify(op_spec: str, cases: Sequence[AttentionVerifyCase], *, shard_text
     for j in indices:
         rows.append({"index": j, "kind": KIND, **run_case(op, cases[j], page(j, cases[j].name), commands), **here})
         _progress(len(rows), len(indices), rows[-1], stream)
-    if jsonl:
-        from harness.output_files import write_text_atomically
-
-        env = environment()
-        write_text_atomically(jsonl, "".join(json.dumps({"environment": env, "op": op_spec, **r}, default=str) + "\n"
-                                             for r in rows), "JSON lines")
-    if html:
-        write_index(html, f"verify --attention {op_spec}", rows)
-    verdicts = {r["verdict"] for r in rows}
-    code = 1 if verdicts & {"DIVERGED", "ORACLE_UNTRUSTED", "MISTRUSTED", "KERNEL_ERROR"} else \
-        2 if "ERROR" in verdicts else 0
-    return rows, code
+    return rows, finish_sweep(rows, jsonl, environment() if jsonl else {}, op_spec, html,
+                              f"verify --attention {op_spec}")
 
 
 def table(rows: Sequence[dict]) -> str:

@@ -10,7 +10,8 @@ import torch
 
 from kernels_ref.attention import combine, forward, mask, normalize, o, p, scores, softmax_state
 from kernels_ref.attention.geometry import AttnParams, allowed_host
-from oracle.judging.attention_tolerance import TABLE, ToleranceError, U, lookup, output_bound, row_terms
+from oracle.judging.attention_tolerance import TABLE, U, lookup, output_bound, row_terms
+from oracle.judging.hardware_numerics import ToleranceError
 from oracle.problem.attention import AttentionSpec
 
 G = torch.Generator().manual_seed(7)

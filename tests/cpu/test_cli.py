@@ -18,7 +18,7 @@ def test_demo_names_the_planted_defect(tmp_path, capsys):
     assert out.startswith("kernel zoo_hopper_bf16_kblock_twice_traced:")  # a real kernel, not a model
     assert "First divergence: mma at tile (0, 0), k-block 1" in out and "VERDICT" in out
     doc = json.loads(j.read_text())
-    assert doc["schema"] == "oracle.report.table/1" and doc["verdict"] == "DIVERGED" and doc["synthetic"] is False
+    assert doc["schema"] == "oracle.report.table/2" and doc["verdict"] == "DIVERGED" and doc["synthetic"] is False
     fd = doc["first_divergence"]
     assert (fd["stage"], fd["tile"], fd["k_block"], fd["kind"]) == ("mma", [0, 0], 1, "VERDICT")
     assert set(fd) >= {"stage", "tile", "k_block", "element", "received", "expected", "kind"}

@@ -80,17 +80,9 @@ def test_malformed_metadata_is_named(tmp_path, edit, message):
         load_dump(p)
 
 
-def test_truncated_file(tmp_path):
-    p = tmp_path / "cut.safetensors"
-    save_dump(str(p), _dump())
-    raw = p.read_bytes()
-    p.write_bytes(raw[:len(raw) // 2])
-    with pytest.raises(DumpError, match="truncated or corrupt"):
-        load_dump(str(p))
-
-
-def test_truncated_gzip_dump(tmp_path):
-    p = tmp_path / "cut.safetensors.gz"
+@pytest.mark.parametrize("name", ["cut.safetensors", "cut.safetensors.gz"])
+def test_a_truncated_dump_plain_or_gzipped_is_refused(tmp_path, name):
+    p = tmp_path / name
     save_dump(str(p), _dump())
     raw = p.read_bytes()
     p.write_bytes(raw[:len(raw) // 2])

@@ -25,6 +25,7 @@ from oracle.run.case_types import CaseError
 from oracle.run.inputs import Provenance, make_operands
 from oracle.run.simulate import Injection, simulate
 from oracle.tools.api import Report
+from oracle.run.confounds import ConfoundKind
 
 BASE = ProblemSpec(m=128, n=128, k=128, tile=Tile(64, 64, 64))
 # CUTLASS LinCombPerColBias: alpha * acc + bias, then + beta * C
@@ -208,7 +209,9 @@ def test_default_declaration_names_the_epilogue(spec, graph, stage):
     for s in an.stages[:[x.name for x in an.stages].index("epilogue_scale")]:  # nothing upstream is blamed
         assert {s.teacher_forced.status.value, s.chained.status.value} <= {"MATCH", "NOT_RUN"}, s.name
     if spec is LINCOMB:  # its taps name stages the default lacks: said, and the finding stays a draft
-        assert any("epilogue_alpha, epilogue_beta_c" in c and "[problem] epilogue" in c for c in an.open_confounds)
+        (undeclared,) = [c for c in an.open_confounds if c.kind is ConfoundKind.UNDECLARED_EPILOGUE]
+        assert undeclared.field("tapped") == "epilogue_alpha, epilogue_beta_c"
+        assert "[problem] epilogue" in undeclared.sentence
         assert an.kind is Kind.DRAFT
 
 

@@ -20,6 +20,7 @@ from oracle.judging.differential import analyze
 from oracle.judging.evidence import UNRECORDED, UPSTREAM_UNRECORDED, Feed
 from oracle.run.recording import Recording
 from oracle.run.caller import Caller
+from oracle.run.confounds import ConfoundKind
 
 pytestmark = pytest.mark.slow
 
@@ -94,8 +95,10 @@ def test_dropped_records_make_a_draft_that_names_what_was_lost():
     an = analyze(_dropped(_with_taps(rec, kept), "epilogue_cast", 96))
     assert an.verdict is Verdict.DIVERGED and an.first.stage == "mma"
     assert an.kind is Kind.DRAFT and an.first.kind is Kind.DRAFT
-    (conf,) = [c for c in an.open_confounds if c.startswith("incomplete trace")]
-    assert "epilogue_cast 96" in conf and "epilogue_cast no tap: epilogue_cast tile (0, 0)" in conf
+    (conf,) = an.incomplete_trace
+    assert conf.kind is ConfoundKind.DROPPED_RECORDS and conf in an.open_confounds
+    assert "epilogue_cast 96" in conf.field("by_stage")
+    assert "epilogue_cast no tap: epilogue_cast tile (0, 0)" in conf.field("lost")
 
 
 def test_a_match_with_dropped_records_says_it_is_incomplete():

@@ -7,6 +7,7 @@ import types
 
 import pytest
 
+from cuda_tools import cuda_driver_works  # tests/ on sys.path
 from harness import cuda_driver as cu
 from harness.launch import (KernelParams, LaunchError, LaunchSpec, ScalarArg, StructArg, TensorArg,
                             TensorMapArg, argument_bytes)
@@ -173,16 +174,7 @@ def test_error_names_and_messages_without_a_driver():
     assert cu.CudaError(719, "CUDA_ERROR_LAUNCH_FAILED", "", "x").sticky
 
 
-def _driver_works() -> bool:
-    try:
-        import cuda.bindings.driver as drv
-
-        return int(drv.cuInit(0)[0]) == 0
-    except Exception:
-        return False
-
-
-@pytest.mark.skipif(_driver_works(), reason="A CUDA driver is present here, so its absence cannot be tested.")
+@pytest.mark.skipif(cuda_driver_works(), reason="A CUDA driver is present here, so its absence cannot be tested.")
 def test_a_missing_driver_is_a_cuda_error(monkeypatch):
     pytest.importorskip("cuda.bindings.driver")
     monkeypatch.setattr(cu, "_initialised", False)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cuda_tools import cuda_driver_works  # tests/ on sys.path
 from harness import _protocol as P
 from harness import _tensorio
 from harness.launch import LaunchSpec, ScalarArg, TensorArg, TensorMapArg
@@ -283,16 +284,7 @@ def test_cubin_and_sink_arguments_are_checked(tmp_path):
 # --------------------------------------------------------------------------- the real child
 
 
-def _driver_works() -> bool:
-    try:
-        import cuda.bindings.driver as drv
-
-        return int(drv.cuInit(0)[0]) == 0
-    except Exception:
-        return False
-
-
-@pytest.mark.skipif(_driver_works(), reason="A CUDA driver is present here; the GPU tier covers the real child.")
+@pytest.mark.skipif(cuda_driver_works(), reason="A CUDA driver is present here; the GPU tier covers the real child.")
 def test_real_child_reports_a_missing_driver_and_stays_torch_free():
     pytest.importorskip("cuda.bindings.driver")
     run = run_kernel(CUBIN, "vadd", VADD, vadd_tensors(), sink=SinkRequest(bytes(64)), timeout_s=60, keep_dir=True)
@@ -309,7 +301,7 @@ def test_real_child_reports_a_missing_driver_and_stays_torch_free():
         shutil.rmtree(run.run_dir, ignore_errors=True)
 
 
-@pytest.mark.skipif(_driver_works(), reason="A CUDA driver is present here; the GPU tier covers the real child.")
+@pytest.mark.skipif(cuda_driver_works(), reason="A CUDA driver is present here; the GPU tier covers the real child.")
 def test_a_real_child_started_ahead_reports_the_same_as_one_started_for_the_run():
     pytest.importorskip("cuda.bindings.driver")
     from harness import child_process

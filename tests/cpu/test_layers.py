@@ -116,6 +116,11 @@ def test_the_check_sees_imports():
     # the walk itself: a known lazy import and a known module-level one are found
     assert "oracle.run.recording" in IMPORTS["oracle.judging.differential.analysis"]
     assert "harness.trace_format" in IMPORTS["oracle.run.live"]
+    # modules cut by job are modules of their layer like any other: the loader's types, the bound's tables
+    assert {"oracle.run.case_types", "oracle.run.case_expressions"} <= IMPORTS["oracle.run.case"]
+    assert {"oracle.judging.accumulation_models", "oracle.judging.bound_stats"} <= \
+        IMPORTS["oracle.judging.accumulation_bound"]
+    assert "oracle.run.confounds" in IMPORTS["oracle.judging.differential.findings"]
 
 
 def test_no_sub_package_hides_a_name_of_the_public_api():

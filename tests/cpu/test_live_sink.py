@@ -15,6 +15,7 @@ from oracle.run.case_types import CaseError, with_trace
 from oracle.run.inputs import Provenance, make_operands
 from oracle.run.live import run_live
 from oracle.run.sink import sink_budget
+from oracle.run.confounds import ConfoundKind
 
 HOPPER = ROOT / "zoo" / "hopper_gemm" / "hopper_gemm.toml"
 BIG = {"m": 4096, "n": 4096, "k": 4096}
@@ -86,5 +87,6 @@ def test_a_live_run_s_parser_warnings_are_sorted_into_confounds_and_notes(monkey
     monkeypatch.setattr(live, "require_gpu", lambda: None)  # the run is faked: so is the GPU
     got = live.run_live(case, ops, Provenance("random", 1)).recording
     (conf,) = got.confounds
-    assert "did not select" in conf and "mma tile (1, 0) k-block 0" in conf
+    assert conf.kind is ConfoundKind.UNSELECTED_TAPS and "did not select" in conf.sentence
+    assert "mma tile (1, 0) k-block 0" in conf.field("examples")
     assert any("several CTAs" in n for n in got.notes) and not any("did not select" in n for n in got.notes)

@@ -1,7 +1,7 @@
 """The tolerance models against what the H200 measurement recorded
 (benchmarks/results/numerics_h200.json, benchmarks/measure_numerics.py):
 
-- every hardware constant of oracle.judging.tolerance.HW that names a measurement is sound against it,
+- every hardware constant of oracle.judging.hardware_numerics.HW that names a measurement is sound against it,
   recomputed from the stored fits by this version's rules;
 - every datapath that reproduced an engine's probes, emulated (kernels_ref.emulate), stays below
   the bound of the model that engine is judged with, and below `any`'s;
@@ -19,13 +19,13 @@ import pytest
 import torch
 
 from kernels_ref import emulate as E
-from oracle.judging import tolerance as T
+from oracle.judging import accumulation_bound, accumulation_models, bound_stats, hardware_numerics
 from oracle.problem.spec import ProblemSpec, Tile
 import bench_scripts  # tests/ is on sys.path
-from numerics_inputs import gemm_inputs
+from benchmarks.numerics.inputs import gemm_inputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RESULTS = os.path.join(ROOT, T.RESULTS)
+RESULTS = os.path.join(ROOT, hardware_numerics.RESULTS)
 # The largest measured error may reach 1 / MARGIN of the bound. The bounds are reached closest
 # where they are deterministic: one product dominating a sum (outlier channels) errs by nearly
 # its whole TF32 rounding (cuBLAS TF32 on outliers, K = 256 and 4096: 0.76 and 0.37 of the
@@ -94,7 +94,7 @@ def _stats(a64: torch.Tensor, b64: torch.Tensor, bk: int):
     hi = torch.cummax(prev.clamp(min=0), 0).values
     m = torch.maximum(prev - lo, hi - prev) + sb
     q = (a64 * a64) @ (b64 * b64)
-    return x[-1], sb.sum(0), T.Stats(m.sum(0), (m * m).sum(0), q)
+    return x[-1], sb.sum(0), bound_stats.Stats(m.sum(0), (m * m).sum(0), q)
 
 
 def _measured_stats(a64: torch.Tensor, b64: torch.Tensor) -> dict:
@@ -107,7 +107,7 @@ def _measured_stats(a64: torch.Tensor, b64: torch.Tensor) -> dict:
 
 def _bound(spec: ProblemSpec, a64, b64) -> tuple[torch.Tensor, torch.Tensor]:
     x, s, st = _stats(a64, b64, spec.tile.bk)
-    return x, T.mma_bound(spec, torch.zeros_like(s), s, spec.k, st, x_abs=x.abs())
+    return x, accumulation_bound.mma_bound(spec, torch.zeros_like(s), s, spec.k, st, x_abs=x.abs())
 
 
 # -- the constants -----------------------------------------------------------------------------
@@ -115,30 +115,31 @@ def _bound(spec: ProblemSpec, a64, b64) -> tuple[torch.Tensor, torch.Tensor]:
 SUMMARY = M.resummarise(DOC)
 
 
-@pytest.mark.parametrize("key", sorted(k for k, c in T.HW.items() if c.measure_key))
+@pytest.mark.parametrize("key", sorted(k for k, c in hardware_numerics.HW.items() if c.measure_key))
 def test_recorded_constant_is_sound_against_the_measurement(key):
-    c = T.HW[key]
+    c = hardware_numerics.HW[key]
+    results = hardware_numerics.RESULTS
     got = SUMMARY.get(c.measure_key)
     if got is None:
-        assert not c.measured, f"{key} claims a measurement, but {c.measure_key} is empty in {T.RESULTS}"
+        assert not c.measured, f"{key} claims a measurement, but {c.measure_key} is empty in {results}"
         return
-    assert c.measured, f"{key} = {c.value} is a placeholder, but {T.RESULTS} measured {c.measure_key} = {got}"
+    assert c.measured, f"{key} = {c.value} is a placeholder, but {results} measured {c.measure_key} = {got}"
     got = float(got)
     if c.sound == "le":
         assert c.value <= got, f"{key}: recorded {c.value}, measured {got} (the bound would assume more)"
     else:
         assert c.value >= got, f"{key}: recorded {c.value}, measured {got}"
-    assert T.MEASURED in c.source
+    assert hardware_numerics.MEASURED in c.source
 
 
 def test_every_measured_engine_has_a_model_and_the_failures_are_the_stand_ins():
     assert set(DOC["engines"]) == set(JUDGED)
     failed = {f.split(":")[0] for f in DOC["failures"]}
     assert failed == {"cublas_tf32", "triton_bf16x3"}
-    stand_in = {k for k, c in T.HW.items() if c.stand_in}
+    stand_in = {k for k, c in hardware_numerics.HW.items() if c.stand_in}
     assert stand_in == {"bf16x3.operand_trunc"}
-    assert "not identified" in T.acc_model("tf32_rn", "fp32").doc and "not identified" in \
-        T.acc_model("bf16x3", "fp32").doc
+    assert "not identified" in accumulation_models.acc_model("tf32_rn", "fp32").doc and "not identified" in \
+        accumulation_models.acc_model("bf16x3", "fp32").doc
 
 
 # -- the fitted datapaths, emulated --------------------------------------------------------------
@@ -215,7 +216,7 @@ def test_measured_envelope_is_well_below_the_bound(row):
     for any_model in (False, True):
         spec = _spec(engine, k, any_model)
         x, s, st = _stats_of_inputs(*_row_inputs(row), spec.tile.bk)
-        bound = T.mma_bound(spec, torch.zeros_like(s), s, spec.k, st, x_abs=x.abs())
+        bound = accumulation_bound.mma_bound(spec, torch.zeros_like(s), s, spec.k, st, x_abs=x.abs())
         ratio = float((err / bound).max())
         assert ratio < 1 / MARGIN, (spec.acc_model, ratio)
 

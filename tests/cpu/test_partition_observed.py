@@ -20,6 +20,7 @@ from oracle.run.inputs import Provenance, make_operands
 from oracle.problem.partition import deal, observed_partition, tile_partials
 from oracle.problem.spec import MAX_STREAM_K_WORKERS, ProblemSpec, SpecError, Tile
 from oracle.run.simulate import Injection, simulate
+from oracle.run.confounds import ConfoundKind
 
 SPLIT = ProblemSpec(m=40, n=24, k=256, tile=Tile(64, 64, 32), splits=3)  # 8 k-blocks: ceil 0-2 3-5 6-7
 # 3 x 2 tiles of 8 k-blocks (48 iterations) over 5 workers: floor shares start at 0 9 19 28 38,
@@ -197,7 +198,8 @@ def test_two_disagreeing_taps_of_one_site_make_the_finding_a_draft_that_names_th
     tap = next(t for t in rec.taps if t.stage == "mma" and t.k_block == 1)
     an = analyze(dataclasses.replace(rec, taps=rec.taps + (dataclasses.replace(tap, values=tap.values * 0.5 + 1),)))
     assert an.verdict is Verdict.DIVERGED and an.first.kind is Kind.DRAFT, an.first
-    assert any("two mma tile (0, 0) k-block 1 partial 0 records disagree" in c for c in an.open_confounds)
+    assert [(c.stage, c.field("site")) for c in an.open_confounds if c.kind is ConfoundKind.DISAGREEING_TAPS] == \
+        [("mma", "mma tile (0, 0) k-block 1 partial 0")]
     assert "records disagree" in report.sentence(an)
 
 
@@ -269,7 +271,8 @@ def test_an_operand_record_outside_the_tapped_partition_is_an_open_confound():
     stray = next(t for t in rec.taps if t.stage == "load_a" and t.partial == 2 and t.k_block == 6)
     an = analyze(dataclasses.replace(rec, taps=rec.taps + (dataclasses.replace(stray, partial=1),)))
     assert an.first.stage == "reduce" and an.first.kind is Kind.DRAFT, an.first
-    assert any("load_a tile (0, 0) k-block 6 partial 1" in c for c in an.open_confounds), an.open_confounds
+    (odd,) = [c for c in an.open_confounds if c.kind is ConfoundKind.UNPLACED_OPERAND_TAPS]
+    assert "load_a tile (0, 0) k-block 6 partial 1" in odd.field("records"), an.open_confounds
 
 
 # -- partitions traced in part: boundaries over untraced k-blocks are assumed ---------------------
@@ -317,7 +320,8 @@ def test_a_correct_kernel_under_a_wrong_rule_whose_boundary_was_not_traced_is_a_
     assert (an.first.partial, an.first.k_block, an.first.kind) == (1, 3, Kind.DRAFT)
     said = ("tile (0, 0): the partition boundary between k-blocks 1 and 3 is assumed from the declared rule "
             "ceil_shares (partial 1 begins at k-block 3): k-block 2 not traced")
-    assert an.first.assumed == (said,) and said in an.open_confounds
+    assert an.first.assumed == (said,)
+    assert [c.field("boundary") for c in an.open_confounds if c.kind is ConfoundKind.ASSUMED_BOUNDARY] == [said]
     assert said in report.sentence(an) and "a trace of k-block 2, where the partition boundary was assumed" \
         in report.sentence(an)
     doc = json.loads(json.dumps(report.to_json(an), default=str))

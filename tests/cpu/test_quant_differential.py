@@ -10,7 +10,7 @@ import torch
 
 import oracle
 from kernels_ref import dequant as dq
-from oracle.judging import tolerance
+from oracle.judging import accumulation_models
 from oracle.judging.diagnose import Kind, Verdict
 from oracle.judging.differential import analyze
 from oracle.problem.spec import ProblemSpec, SpecError, Tile
@@ -75,10 +75,10 @@ def test_w4a16_accumulates_with_the_models_of_its_fp16_operands():
     """The dequantised operands enter an fp16 / bf16 MMA: the accumulation models are those of fp16 /
     bf16 operands (keyed by a_dtype), so a cuBLAS-like bf16 output with split-K partials rounded to
     bf16 passes under acc_model="any", and an fp16-accumulated one is judged by the fp16 model."""
-    assert tolerance.resolved_model(SPEC) is tolerance.acc_model("fp32", "fp16")
+    assert accumulation_models.resolved_model(SPEC) is accumulation_models.acc_model("fp32", "fp16")
     spec = ProblemSpec(8, 32, 512, a_dtype="bf16", b_dtype="int4", out_dtype="bf16", b_packing="k_pairs_low_first",
                        b_group_size=128, b_scales="bf16", acc_model="any")
-    assert tolerance.resolved_model(spec) is tolerance.acc_model("any", "bf16")
+    assert accumulation_models.resolved_model(spec) is accumulation_models.acc_model("any", "bf16")
     o = make_operands(spec, "random", 4)
     w = dq.dequant_operand_host(o.b, o.b_scales, None, spec.dequant_config).float()
     parts = [(o.a.float()[:, i:i + 128] @ w[i:i + 128]).to(torch.bfloat16).float() for i in range(0, 512, 128)]
@@ -89,7 +89,7 @@ def test_w4a16_accumulates_with_the_models_of_its_fp16_operands():
     assert oracle.check(o.a, o.b, d.to(torch.bfloat16), acc_model="any", **kw).verdict == "MATCH"
     spec16 = ProblemSpec(8, 32, 512, a_dtype="fp16", b_dtype="int4", out_dtype="fp16", acc_dtype="fp16",
                          b_packing="k_pairs_low_first", b_group_size=128, b_scales="fp16")
-    assert tolerance.resolved_model(spec16) is tolerance.acc_model("fp16", "fp16")
+    assert accumulation_models.resolved_model(spec16) is accumulation_models.acc_model("fp16", "fp16")
 
 
 def test_verify_runs_a_w4a16_op():

@@ -29,6 +29,7 @@ from oracle.run.inputs import Provenance, make_operands
 from oracle.run.launch import launch_sequence, launch_spec, stale_rows, workspace_buffer
 from oracle.repro.generate import ReproError, sink_bytes, write_repro
 from oracle.repro.readback import load_repro_run
+from oracle.run.confounds import ConfoundKind
 from host_programs import host_from, shared_host_programs  # tests/ is on sys.path
 from repro_files import input_manifest
 
@@ -433,7 +434,8 @@ def test_a_parser_warning_the_judgement_rests_on_is_an_open_confound_and_one_it_
     # a record of tile (1, 0), which the header did not select: the selection cannot be trusted
     _sink_with(out.path, mine, lambda w: w.tap(stray))
     back = load_repro_run(out.path)
-    assert len(back.confounds) == 1 and "did not select" in back.confounds[0] and "tile (1, 0)" in back.confounds[0]
+    assert [c.kind for c in back.confounds] == [ConfoundKind.UNSELECTED_TAPS]
+    assert "tile (1, 0)" in back.confounds[0].field("examples")
     assert not any("did not select" in n for n in back.notes)
     an = analyze(back)
     assert an.first.stage == "mma" and an.first.kind.value == "DRAFT" and back.confounds[0] in an.open_confounds
@@ -454,8 +456,7 @@ def test_a_parser_warning_the_judgement_rests_on_is_an_open_confound_and_one_it_
                                                     k_block=2, commit=False))
     back = load_repro_run(out.path)
     assert back.trace.torn == 1 and any("not committed" in n for n in back.notes) and not back.confounds
-    assert any(c.startswith("incomplete trace: 1 record(s) were reserved but never completed")
-               for c in analyze(back).open_confounds)
+    assert [(c.kind, c.fields) for c in analyze(back).incomplete_trace] == [(ConfoundKind.TORN_RECORDS, (("torn", 1),))]
 
 
 def test_compare_judges_a_grouped_reproducer_run_group_by_group(tmp_path):

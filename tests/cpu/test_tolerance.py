@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from oracle.judging import tolerance
+from oracle.judging import accumulation_bound, bound_stats, hardware_numerics, tolerance
 from oracle.judging.compare import Status, compare
 from oracle.problem.spec import ProblemSpec, Tile
 
@@ -53,12 +53,12 @@ def _bound(spec, a, b):
     a64, b64 = a.double(), b.double()
     exact = a64 @ b64
     s = a64.abs() @ b64.abs()
-    span = tolerance.SpanStats(torch.zeros_like(s))
+    span = bound_stats.SpanStats(torch.zeros_like(s))
     x = torch.zeros_like(s)
     for k0 in range(0, a.shape[1], BK):
         x = x + a64[:, k0:k0 + BK] @ b64[k0:k0 + BK]
         span.add(a64[:, k0:k0 + BK].abs() @ b64[k0:k0 + BK].abs(), x)
-    return exact, tolerance.mma_bound(spec, torch.zeros_like(s), s, spec.k, span)
+    return exact, accumulation_bound.mma_bound(spec, torch.zeros_like(s), s, spec.k, span)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32", "e4m3"])
@@ -97,9 +97,9 @@ def test_fp16_accumulation_where_fp32_is_declared_is_caught():
 
 
 def test_missing_key_is_an_error():
-    with pytest.raises(tolerance.ToleranceError):
+    with pytest.raises(hardware_numerics.ToleranceError):
         tolerance.lookup("mma", "bf16")
-    with pytest.raises(tolerance.ToleranceError):
+    with pytest.raises(hardware_numerics.ToleranceError):
         tolerance.lookup("epilogue_bias", "fp16")
 
 

@@ -11,16 +11,16 @@ import torch
 
 from kernels_ref import emulate as E
 from kernels_ref import mma as X
-from oracle.judging import tolerance as T
+from oracle.judging import accumulation_bound, accumulation_models, bound_stats, hardware_numerics, tolerance as T
 from oracle.judging.compare import Status, compare
 from oracle.problem.spec import ACC_MODELS, ProblemSpec, Tile
-from numerics_inputs import gemm_inputs  # tests/ is on sys.path
+from benchmarks.numerics.inputs import gemm_inputs
 
 BK = 64
 
 
 def _hwv(key):
-    return int(T.hw(key).value)
+    return int(hardware_numerics.hw(key).value)
 
 
 def _tc16(**kw):
@@ -53,7 +53,7 @@ def _stats(a, b, bk=BK, chunk=None):
     a64, b64 = a.double(), b.double()
     k = a.shape[1]
     x = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float64)
-    sp = T.SpanStats(x)
+    sp = bound_stats.SpanStats(x)
     s = torch.zeros_like(x)
     pabs, prun, mark = torch.zeros_like(x), torch.zeros_like(x), torch.zeros_like(x)
     for j, k0 in enumerate(range(0, k, bk)):
@@ -66,7 +66,7 @@ def _stats(a, b, bk=BK, chunk=None):
             prun += x.abs()
             mark = x
     q = (a64 * a64) @ (b64 * b64)
-    return x, s, T.Stats(sp.l, sp.v, q, pabs if chunk else None, prun if chunk else None)
+    return x, s, bound_stats.Stats(sp.l, sp.v, q, pabs if chunk else None, prun if chunk else None)
 
 
 def _spec(dtype, k, **kw):
@@ -79,7 +79,7 @@ def _ratio(spec, got, a, b, chunk=None):
     ref = X.mma_accumulate_host(a, b, 8, 8, spec.tile.bk, acc=spec.acc_dtype,
                                 promotion_interval=spec.promotion_interval)
     _, s, st = _stats(a, b, spec.tile.bk, chunk)
-    bound = T.mma_bound(spec, torch.zeros_like(s), s, spec.k, st, x_abs=ref.abs())
+    bound = accumulation_bound.mma_bound(spec, torch.zeros_like(s), s, spec.k, st, x_abs=ref.abs())
     return float(((got - ref).abs() / bound).max())
 
 
@@ -157,15 +157,17 @@ def test_promotion_bound_is_tighter_than_fast():
     k = 4096
     a, b = gemm_inputs("normal", "e4m3", 8, 8, k, 4)
     _, s, st = _stats(a, b)
-    fast = T.mma_bound(_spec("e4m3", k, acc_model="fp8_fast"), torch.zeros_like(s), s, k, st)
-    prom = T.mma_bound(_spec("e4m3", k, acc_model="fp8_promoted", promotion_interval=64), torch.zeros_like(s), s, k, st)
+    fast = accumulation_bound.mma_bound(_spec("e4m3", k, acc_model="fp8_fast"), torch.zeros_like(s), s, k, st)
+    promoted = _spec("e4m3", k, acc_model="fp8_promoted", promotion_interval=64)
+    prom = accumulation_bound.mma_bound(promoted, torch.zeros_like(s), s, k, st)
     assert torch.all(prom < fast)
 
 
 def test_int32_model_is_exact():
     s = torch.ones(4, 4)
     spec = ProblemSpec(m=4, n=4, k=64, a_dtype="int8", b_dtype="int8", acc_dtype="int32", out_dtype="int32")
-    assert torch.equal(T.mma_bound(spec, torch.zeros_like(s), s, 64), torch.zeros(4, 4, dtype=torch.float64))
+    bound = accumulation_bound.mma_bound(spec, torch.zeros_like(s), s, 64)
+    assert torch.equal(bound, torch.zeros(4, 4, dtype=torch.float64))
     y = torch.tensor([3.0, 2.0**24 + 2, -(2.0**30)])
     assert T.cast_bound(torch.zeros(3, dtype=torch.float64), y, "int32").tolist() == [0.0, 2.0, 128.0]
 
@@ -182,16 +184,16 @@ def test_every_model_the_spec_allows_has_a_table_entry_and_sourced_constants():
                                    out_dtype="int32" if d == "int8" else "bf16", **kw)
             except SpecError:
                 continue
-            model = T.resolved_model(spec)
+            model = accumulation_models.resolved_model(spec)
             for key in model.keys():
-                c = T.hw(key)
+                c = hardware_numerics.hw(key)
                 assert c.measured or c.stand_in or c.measure_key, \
                     f"{key}: an UNMEASURED constant must name its measurement"
-            assert "accumulation model" in T.describe(spec)
-    with pytest.raises(T.ToleranceError):
-        T.acc_model("tf32", "bf16")
-    with pytest.raises(T.ToleranceError):
-        T.hw("tc16.nothing")
+            assert "accumulation model" in accumulation_bound.describe(spec)
+    with pytest.raises(hardware_numerics.ToleranceError):
+        accumulation_models.acc_model("tf32", "bf16")
+    with pytest.raises(hardware_numerics.ToleranceError):
+        hardware_numerics.hw("tc16.nothing")
 
 
 def test_fast_activation_constant():
@@ -200,7 +202,7 @@ def test_fast_activation_constant():
     own, _ = T.activation_step(x, y, "silu", "fast")
     acc, _ = T.activation_step(x, y, "silu")
     assert torch.all(own >= acc)
-    with pytest.raises(T.ToleranceError):
+    with pytest.raises(hardware_numerics.ToleranceError):
         T.activation_ulps("silu", "approx")
 
 
@@ -222,7 +224,7 @@ def _output_case(kind, seed=11, m=256, n=256, k=65536):
         acc = acc + p
     x, s, st = _stats(a, b)
     spec = _spec("bf16", k)
-    bound = T.mma_bound(spec, torch.zeros_like(s), s, k, st)
+    bound = accumulation_bound.mma_bound(spec, torch.zeros_like(s), s, k, st)
     own, gain = T.alpha_beta_step(x, None, 1.0, 0.0)
     bound = gain * bound + own
     y = x.float().to(torch.bfloat16)
@@ -300,11 +302,11 @@ def test_the_old_sqrt_k_bound_would_miss_what_this_one_finds(normal_case):
 
 def test_a_narrow_accumulator_over_a_long_k_is_said_to_catch_only_gross_errors():
     long = _spec("e4m3", 65536, acc_model="fp8_fast")
-    assert "catching only gross errors" in T.describe(long)
-    assert "catching only gross errors" not in T.describe(_spec("e4m3", 65536, acc_model="fp8_promoted",
-                                                               promotion_interval=64))
-    assert "catching only gross errors" not in T.describe(_spec("bf16", 65536))
-    assert T.TC16.growth(65536 / _hwv("tc16.mma_k")) < 1.02
+    assert "catching only gross errors" in accumulation_bound.describe(long)
+    promoted = _spec("e4m3", 65536, acc_model="fp8_promoted", promotion_interval=64)
+    assert "catching only gross errors" not in accumulation_bound.describe(promoted)
+    assert "catching only gross errors" not in accumulation_bound.describe(_spec("bf16", 65536))
+    assert accumulation_models.TC16.growth(65536 / _hwv("tc16.mma_k")) < 1.02
 
 
 def test_operand_rounding_terms():
@@ -317,7 +319,7 @@ def test_operand_rounding_terms():
     z = torch.zeros_like(s)
 
     def bound(model, **kw):
-        return T.mma_bound(_spec("fp32", k, acc_model=model), z, s, k, st, **kw)
+        return accumulation_bound.mma_bound(_spec("fp32", k, acc_model=model), z, s, k, st, **kw)
 
     trunc, trunc_s, rn = bound("tf32", x_abs=x.abs()), bound("tf32"), bound("tf32_rn", x_abs=x.abs())
     assert torch.all(rn < trunc) and torch.all(trunc < trunc_s)

@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
-from cuda_tools import entry_symbols, all_symbols, ptxas_usage, sass_by_function, traced_and_plain  # tests/ is on sys.path
+from cuda_tools import (assert_no_spills, assert_sink_only_traced, assert_tracing_compiled_out, entry_symbols,
+                        require_nvcc, traced_entries)  # tests/ on sys.path
 
 from harness.build import build_slot
 from harness.taps import ALL_STAGES
@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "tests" / "zoo" / "manifest.json"
 SM80_DIR = ROOT / "zoo" / "sm80_gemm"
 SM80_SOURCE = SM80_DIR / "sm80_gemm.cu"
+ZOO_SOURCE = SM80_SOURCE  # what the zoo_builds fixture (tests/conftest.py) builds
 ENTRY_KEYS = {"name", "kernel", "case", "defect", "expected_stage", "problem", "dump"}
 OPTIONAL_KEYS = {"seed", "note", "trace", "record_problem", "expected_group", "expected_partial", "expected_race",
                  "dump_pending", "expected_tile", "expected_k_block", "kind"}
@@ -167,44 +168,31 @@ def test_sm80_case_launch_matches_the_kernel():
 
 
 # -- builds ---------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def sm80_builds():
-    return traced_and_plain(SM80_SOURCE)
-
-
 @pytest.mark.nvcc
-def test_every_manifest_entry_point_is_in_the_traced_cubin(sm80_builds):
-    syms = entry_symbols(sm80_builds["traced"].cubin_path)
-    want = {e["kernel"].partition(":")[2] for e in _manifest() if e["kernel"].startswith("zoo/sm80_gemm/")}
-    assert want <= syms, f"missing entry points: {sorted(want - syms)}"
+def test_every_manifest_entry_point_is_in_the_traced_cubin(zoo_builds):
+    syms = traced_entries(zoo_builds, "sm80_gemm")
     expected = {_entry_name(d, x) + "_traced" for d, x in SM80_VARIANTS} | {"zoo_sm80_bf16", "zoo_sm80_fp16"}
     assert syms == expected, f"unexpected entry points {sorted(syms ^ expected)}"
-    assert "oracle_trace_sink" in all_symbols(sm80_builds["traced"].cubin_path)
+    assert_sink_only_traced(zoo_builds)
 
 
 @pytest.mark.nvcc
-def test_the_untraced_build_has_every_variant_and_no_sink(sm80_builds):
-    syms = entry_symbols(sm80_builds["plain"].cubin_path)
+def test_the_untraced_build_has_every_variant_and_no_sink(zoo_builds):
+    syms = entry_symbols(zoo_builds["plain"].cubin_path)
     assert syms == {_entry_name(d, x) for d, x in SM80_VARIANTS}
-    assert "oracle_trace_sink" not in all_symbols(sm80_builds["plain"].cubin_path)
+    assert_sink_only_traced(zoo_builds)
 
 
 @pytest.mark.nvcc
 @pytest.mark.parametrize("build", ["traced", "plain"])
-def test_no_function_spills_or_uses_a_stack(sm80_builds, build):
-    result = sm80_builds[build]
-    usage = ptxas_usage(result.log)
-    assert set(usage) == entry_symbols(result.cubin_path), f"ptxas -v output not understood:\n{result.log[:2000]}"
-    bad = {f: u for f, u in usage.items() if u != (0, 0, 0)}
-    assert not bad, f"(stack frame, spill stores, spill loads) bytes: {bad}"
+def test_no_function_spills_or_uses_a_stack(zoo_builds, build):
+    assert_no_spills(zoo_builds[build])
 
 
 @pytest.mark.nvcc
-def test_untraced_correct_variants_are_the_same_with_tracing_compiled_in(sm80_builds):
-    on, off = sass_by_function(sm80_builds["traced"].cubin_path), sass_by_function(sm80_builds["plain"].cubin_path)
-    for name in ("zoo_sm80_bf16", "zoo_sm80_fp16"):
-        assert on[name] == off[name], name
-        assert on[f"{name}_traced"] != off[name], name
+def test_untraced_correct_variants_are_the_same_with_tracing_compiled_in(zoo_builds):
+    correct = ("zoo_sm80_bf16", "zoo_sm80_fp16")
+    assert_tracing_compiled_out(zoo_builds, correct, correct)
 
 
 # -- the layouts, through a model of the PTX instructions -------------------------------------------
@@ -261,8 +249,7 @@ int main() {
 
 @pytest.fixture(scope="module")
 def layout(tmp_path_factory) -> dict:
-    if shutil.which("nvcc") is None:
-        pytest.skip("This test needs nvcc on PATH to compile CUDA, and it is not installed here.")
+    require_nvcc()
     tmp = tmp_path_factory.mktemp("sm80_probe")
     src, exe = tmp / "probe.cu", tmp / "probe"
     src.write_text(PROBE)

@@ -16,12 +16,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
-from cuda_tools import HOPPER_SOURCE, all_symbols, entry_symbols, ptxas_usage, sass_by_function  # tests/ on sys.path
+from cuda_tools import (HOPPER_SOURCE, assert_sink_only_traced, assert_tracing_compiled_out, entry_symbols, ptxas_usage,
+                        require_nvcc, traced_entries)  # tests/ on sys.path
 from zoo_cases import ROOT, entries
 
 
@@ -81,12 +81,10 @@ HOPPER_DEFECTIVE = ["zoo_hopper_bf16_stale_slot", "zoo_hopper_bf16_transposed_a"
 
 @pytest.mark.nvcc
 def test_hopper_entry_points_traced_and_plain(hopper_builds):
-    traced = entry_symbols(hopper_builds["traced"].cubin_path)
-    want = {e["kernel"].partition(":")[2] for e in entries() if e["kernel"].startswith("zoo/hopper_gemm/")}
-    assert want <= traced, f"missing entry points: {sorted(want - traced)}"
+    traced = traced_entries(hopper_builds, "hopper_gemm")
     assert traced == {f"{n}_traced" for n in HOPPER_CORRECT + HOPPER_DEFECTIVE} | set(HOPPER_CORRECT)
     assert entry_symbols(hopper_builds["plain"].cubin_path) == set(HOPPER_CORRECT + HOPPER_DEFECTIVE)
-    assert "oracle_trace_sink" not in all_symbols(hopper_builds["plain"].cubin_path)
+    assert_sink_only_traced(hopper_builds)
 
 
 @pytest.mark.nvcc
@@ -100,10 +98,7 @@ def test_hopper_bf16_production_variants_do_not_spill(hopper_builds):
 
 @pytest.mark.nvcc
 def test_hopper_untraced_variants_are_the_same_with_tracing_compiled_in(hopper_builds):
-    on, off = sass_by_function(hopper_builds["traced"].cubin_path), sass_by_function(hopper_builds["plain"].cubin_path)
-    for name in HOPPER_CORRECT:
-        assert on[name] == off[name], name
-        assert on[f"{name}_traced"] != off[name], name
+    assert_tracing_compiled_out(hopper_builds, HOPPER_CORRECT, HOPPER_CORRECT)
 
 
 def test_hopper_cases_launch_what_the_kernel_needs():
@@ -159,8 +154,7 @@ int main() {
 
 @pytest.fixture(scope="module")
 def hopper_offsets(tmp_path_factory) -> dict:
-    if shutil.which("nvcc") is None:
-        pytest.skip("This test needs nvcc on PATH to compile CUDA, and it is not installed here.")
+    require_nvcc()
     from harness.build import build_slot, cutlass_include_dirs
 
     if not cutlass_include_dirs():

@@ -9,11 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cuda_tools import all_symbols, entry_symbols, ptxas_usage, sass_by_function, traced_and_plain  # tests/ on sys.path
-from zoo_cases import entries
+from cuda_tools import (assert_no_spills, assert_sink_only_traced, assert_tracing_compiled_out, entry_symbols,
+                        traced_entries)  # tests/ on sys.path
 
 ROOT = Path(__file__).resolve().parents[2]
 SPLIT_SOURCE = ROOT / "zoo" / "split_gemm" / "split_gemm.cu"
+ZOO_SOURCE = SPLIT_SOURCE  # what the zoo_builds fixture (tests/conftest.py) builds
 SPLIT_CORRECT = ["zoo_splitk_serial", "zoo_splitk_serial_floor", "zoo_splitk_atomic_partials",
                  "zoo_splitk_atomic_reduce", "zoo_streamk", "zoo_streamk_cutlass", "zoo_grouped"]
 SPLIT_DEFECTIVE = ["zoo_splitk_serial_partial_twice", "zoo_splitk_serial_partial_missing", "zoo_splitk_serial_overlap",
@@ -23,37 +24,22 @@ SPLIT_DEFECTIVE = ["zoo_splitk_serial_partial_twice", "zoo_splitk_serial_partial
                    "zoo_grouped_cross_boundary"]
 
 
-@pytest.fixture(scope="module")
-def split_builds():
-    return traced_and_plain(SPLIT_SOURCE)
-
-
 @pytest.mark.nvcc
-def test_split_entry_points_traced_and_plain(split_builds):
-    traced = entry_symbols(split_builds["traced"].cubin_path)
-    want = {e["kernel"].partition(":")[2] for e in entries() if e["kernel"].startswith("zoo/split_gemm/")}
-    assert want <= traced, f"missing entry points: {sorted(want - traced)}"
+def test_split_entry_points_traced_and_plain(zoo_builds):
+    traced = traced_entries(zoo_builds, "split_gemm")
     every = set(SPLIT_CORRECT + SPLIT_DEFECTIVE)
     assert traced == {f"{n}_traced" for n in every} | every, sorted(traced ^ ({f"{n}_traced" for n in every} | every))
-    assert entry_symbols(split_builds["plain"].cubin_path) == every
-    assert "oracle_trace_sink" in all_symbols(split_builds["traced"].cubin_path)
-    assert "oracle_trace_sink" not in all_symbols(split_builds["plain"].cubin_path)
+    assert entry_symbols(zoo_builds["plain"].cubin_path) == every
+    assert_sink_only_traced(zoo_builds)
 
 
 @pytest.mark.nvcc
-def test_split_k_and_stream_k_variants_do_not_spill_or_use_a_stack(split_builds):
+def test_split_k_and_stream_k_variants_do_not_spill_or_use_a_stack(zoo_builds):
     # (the grouped kernels are left out: zoo_grouped_cross_boundary spills 4 bytes and has an 8-byte frame)
     for build in ("traced", "plain"):
-        usage = ptxas_usage(split_builds[build].log)
-        assert set(usage) == entry_symbols(split_builds[build].cubin_path), split_builds[build].log[:2000]
-        bad = {f: u for f, u in usage.items() if u != (0, 0, 0) and not f.startswith("zoo_grouped")}
-        assert not bad, f"{build}: (stack frame, spill stores, spill loads) bytes: {bad}"
+        assert_no_spills(zoo_builds[build], exempt=lambda f: f.startswith("zoo_grouped"))
 
 
 @pytest.mark.nvcc
-def test_split_untraced_variants_are_the_same_with_tracing_compiled_in(split_builds):
-    on, off = sass_by_function(split_builds["traced"].cubin_path), sass_by_function(split_builds["plain"].cubin_path)
-    for name in SPLIT_CORRECT + SPLIT_DEFECTIVE:
-        assert on[name] == off[name], name
-    for name in SPLIT_CORRECT:
-        assert on[f"{name}_traced"] != off[name], name
+def test_split_untraced_variants_are_the_same_with_tracing_compiled_in(zoo_builds):
+    assert_tracing_compiled_out(zoo_builds, SPLIT_CORRECT + SPLIT_DEFECTIVE, SPLIT_CORRECT)

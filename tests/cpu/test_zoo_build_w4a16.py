@@ -15,13 +15,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cuda_tools import all_symbols, entry_symbols, ptxas_usage, sass_by_function, traced_and_plain  # tests/ on sys.path
+from cuda_tools import (assert_no_spills, assert_sink_only_traced, assert_tracing_compiled_out, entry_symbols,
+                        traced_entries)  # tests/ on sys.path
 from zoo_cases import ROOT, entries
 
 from oracle.run.case import load_case
 
 W4A16_DIR = ROOT / "zoo" / "w4a16_sm80"
 W4A16_SOURCE = W4A16_DIR / "w4a16_gemm.cu"
+ZOO_SOURCE = W4A16_SOURCE  # what the zoo_builds fixture (tests/conftest.py) builds
 W4A16_CORRECT = ["zoo_w4a16_uint4"]
 # defect -> the stage the oracle must name
 W4A16_DEFECTS = {"nibble_order": "dequant_b", "group_index": "dequant_b", "zero_twice": "dequant_b",
@@ -67,35 +69,21 @@ def test_w4a16_cases_describe_the_kernel():
 
 
 # -- builds ---------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def w4a16_builds():
-    return traced_and_plain(W4A16_SOURCE)
-
-
 @pytest.mark.nvcc
-def test_w4a16_entry_points_traced_and_plain(w4a16_builds):
+def test_w4a16_entry_points_traced_and_plain(zoo_builds):
     every = set(W4A16_CORRECT) | {f"zoo_w4a16_uint4_{d}" for d in W4A16_DEFECTS}
-    traced = entry_symbols(w4a16_builds["traced"].cubin_path)
-    want = {e["kernel"].partition(":")[2] for e in _mine()}
-    assert want <= traced, f"missing entry points: {sorted(want - traced)}"
+    traced = traced_entries(zoo_builds, "w4a16_sm80")
     assert traced == {f"{n}_traced" for n in every} | set(W4A16_CORRECT), sorted(traced)
-    assert entry_symbols(w4a16_builds["plain"].cubin_path) == every
-    assert "oracle_trace_sink" in all_symbols(w4a16_builds["traced"].cubin_path)
-    assert "oracle_trace_sink" not in all_symbols(w4a16_builds["plain"].cubin_path)
+    assert entry_symbols(zoo_builds["plain"].cubin_path) == every
+    assert_sink_only_traced(zoo_builds)
 
 
 @pytest.mark.nvcc
-def test_w4a16_does_not_spill_or_use_a_stack(w4a16_builds):
+def test_w4a16_does_not_spill_or_use_a_stack(zoo_builds):
     for build in ("traced", "plain"):
-        usage = ptxas_usage(w4a16_builds[build].log)
-        assert set(usage) == entry_symbols(w4a16_builds[build].cubin_path), w4a16_builds[build].log[:2000]
-        bad = {f: u for f, u in usage.items() if u != (0, 0, 0)}
-        assert not bad, f"{build}: (stack frame, spill stores, spill loads) bytes: {bad}"
+        assert_no_spills(zoo_builds[build])
 
 
 @pytest.mark.nvcc
-def test_w4a16_untraced_variant_is_the_same_with_tracing_compiled_in(w4a16_builds):
-    on, off = sass_by_function(w4a16_builds["traced"].cubin_path), sass_by_function(w4a16_builds["plain"].cubin_path)
-    for name in W4A16_CORRECT:
-        assert on[name] == off[name], name
-        assert on[f"{name}_traced"] != off[name], name
+def test_w4a16_untraced_variant_is_the_same_with_tracing_compiled_in(zoo_builds):
+    assert_tracing_compiled_out(zoo_builds, W4A16_CORRECT, W4A16_CORRECT)

@@ -1,7 +1,7 @@
 """GPU tier: a slice of the false-alarm benchmark (benchmarks/false_alarms.py --quick, under a
 minute): correct GEMMs from cuBLAS, cuBLASLt, torch._int_mm and the Triton GEMM are MATCH, and
 planted defects are found at their tile wherever the model can see them (fp8 fast accumulation
-over a long K leaves only gross errors catchable: oracle.judging.tolerance.describe says so)."""
+over a long K leaves only gross errors catchable: oracle.judging.accumulation_bound.describe says so)."""
 
 import json
 import os

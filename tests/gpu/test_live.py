@@ -13,6 +13,7 @@ from oracle.judging.diagnose import Verdict
 from oracle.judging.differential import analyze
 from oracle.run.inputs import Provenance, make_operands
 from oracle.run.live import run_live
+from oracle.run.confounds import ConfoundKind
 
 pytestmark = pytest.mark.gpu
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -137,7 +138,7 @@ def test_a_sink_sized_too_small_is_measured_and_the_kernel_run_again(monkeypatch
     rec = live.recording
     assert rec.trace.relaunched and rec.trace.complete, rec.notes
     assert rec.trace.first_capacity == 64 << 10 and rec.trace.capacity >= rec.trace.needed_bytes
-    assert an.verdict is Verdict.MATCH and not any(c.startswith("incomplete") for c in an.open_confounds)
+    assert an.verdict is Verdict.MATCH and not an.incomplete_trace
     assert any("launched again" in n for n in rec.notes)
 
 
@@ -158,5 +159,5 @@ def test_a_ceiling_below_the_need_leaves_an_incomplete_trace_and_drafts(monkeypa
     rec = live.recording
     assert not rec.trace.complete and not rec.trace.relaunched and rec.trace.dropped > 0
     an = analyze(rec)
-    assert any(c.startswith("incomplete trace") for c in an.open_confounds)
+    assert any(c.kind is ConfoundKind.DROPPED_RECORDS for c in an.open_confounds)
     assert an.verdict is not Verdict.DIVERGED or an.first.kind.value == "DRAFT"

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from oracle.judging import tolerance as T
+from oracle.judging import hardware_numerics
 import bench_scripts  # tests/ is on sys.path
 
 pytestmark = pytest.mark.gpu
@@ -31,9 +31,9 @@ def test_every_probe_is_expressible(measured):
     assert unexpected == [], unexpected
 
 
-@pytest.mark.parametrize("key", sorted(k for k, c in T.HW.items() if c.measure_key))
+@pytest.mark.parametrize("key", sorted(k for k, c in hardware_numerics.HW.items() if c.measure_key))
 def test_recorded_constant_is_measured_and_sound_here(measured, key):
-    c = T.HW[key]
+    c = hardware_numerics.HW[key]
     got = measured["summary"].get(c.measure_key)
     if got is None:
         pytest.skip(f"{c.measure_key} is not measured by the quick slice"

@@ -8,7 +8,6 @@ visible). The parent parses them with partial=True.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,11 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from cuda_tools import traced_example_cubin  # tests/ on sys.path
 from harness.trace_format import parse_trace, sink_init_bytes
 
 pytestmark = pytest.mark.gpu
 
-ROOT = Path(__file__).resolve().parents[2]
 THREADS = 32
 RECORD_BYTES = 56  # one element record of one fp32 value: 40 + 8 + 4 + 4
 
@@ -73,17 +72,7 @@ CHILD = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def faults_cubin(tmp_path_factory) -> Path:
-    try:
-        import cuda.bindings.driver  # noqa: F401
-    except ImportError:
-        pytest.skip("This test needs cuda-python (cuda.bindings) to load a cubin, and it is not installed.")
-    if shutil.which("nvcc") is None:
-        pytest.skip("This test needs nvcc to build the fault kernels, and it is not on PATH.")
-    out = tmp_path_factory.mktemp("faults") / "faults.cubin"
-    subprocess.run(["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-DORACLE_TRACE",
-                    f"-I{ROOT / 'harness' / 'include'}", "-o", str(out), str(ROOT / "harness/examples/faults.cu")],
-                   check=True, capture_output=True)
-    return out
+    return traced_example_cubin("faults.cu", tmp_path_factory.mktemp("faults") / "faults.cubin")
 
 
 @pytest.mark.parametrize("kernel,status", [("fault_illegal_address", "700"), ("fault_trap", "719"),

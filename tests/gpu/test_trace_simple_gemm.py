@@ -8,19 +8,16 @@ launches with cuLaunchKernel, so the test depends only on the trace header and p
 from __future__ import annotations
 
 import ctypes
-import shutil
 import struct
-import subprocess
-from pathlib import Path
 
 import pytest
 import torch
 
+from cuda_tools import traced_example_cubin  # tests/ on sys.path
 from harness.torch_ext import make_sink, read_sink, reset_sink
 
 pytestmark = pytest.mark.gpu
 
-ROOT = Path(__file__).resolve().parents[2]
 BM, BN, BK = 64, 64, 16
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -57,16 +54,7 @@ class _Module:
 
 @pytest.fixture(scope="module")
 def gemm_module(tmp_path_factory) -> _Module:
-    try:
-        import cuda.bindings.driver  # noqa: F401
-    except ImportError:
-        pytest.skip("This test needs cuda-python (cuda.bindings) to load a cubin, and it is not installed.")
-    if shutil.which("nvcc") is None:
-        pytest.skip("This test needs nvcc to build the example kernel, and it is not on PATH.")
-    out = tmp_path_factory.mktemp("gemm") / "simple_gemm.cubin"
-    subprocess.run(["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-DORACLE_TRACE",
-                    f"-I{ROOT / 'harness' / 'include'}", "-o", str(out), str(ROOT / "harness/examples/simple_gemm.cu")],
-                   check=True, capture_output=True)
+    out = traced_example_cubin("simple_gemm.cu", tmp_path_factory.mktemp("gemm") / "simple_gemm.cubin")
     return _Module(out.read_bytes())
 
 

@@ -82,7 +82,7 @@ def _load_kept(r_at, e_at, m_ptr, rows64, cols, row_end, col_end, s_mh, s_mw, HA
     one) and the received and expected bits at `r_at` and `e_at` there (0 elsewhere)."""
     keep = (rows64 < row_end)[:, None] & (cols < col_end)[None, :]
     if HAS_MASK:
-        keep = keep & (tl.load(m_ptr + rows64[:, None] * s_mh + cols[None, :] * s_mw, mask=keep, other=0) != 0)
+        keep = keep & (tl.load(m_ptr + _offsets(rows64, cols, s_mh, s_mw), mask=keep, other=0) != 0)
     return keep, tl.load(r_at, mask=keep, other=0), tl.load(e_at, mask=keep, other=0)
 
 
@@ -191,15 +191,15 @@ def _fast_pass(out_ptr, pid, r_ptr, e_ptr, b_ptr, m_ptr, lut_r_ptr, lut_e_ptr, r
             rows64 = (row0 + rr + ar_m).to(tl.int64)
             for cc in range(0, PN, BN):
                 cols = col0 + cc + ar_n
-                o_r = rows64[:, None] * s_rh + cols[None, :] * s_rw
-                o_e = rows64[:, None] * s_eh + cols[None, :] * s_ew
+                o_r = _offsets(rows64, cols, s_rh, s_rw)
+                o_e = _offsets(rows64, cols, s_eh, s_ew)
                 if PAIRS:
                     keep = None
                     br = _load_pairs(rp_ptr, rows64, s_rph, col0 + cc, BM, BN)
                     be = _load_pairs(ep_ptr, rows64, s_eph, col0 + cc, BM, BN)
                 elif EVEN:
                     if HAS_MASK:
-                        keep = tl.load(m_ptr + rows64[:, None] * s_mh + cols[None, :] * s_mw) != 0
+                        keep = tl.load(m_ptr + _offsets(rows64, cols, s_mh, s_mw)) != 0
                         br = tl.load(r_ptr + o_r, mask=keep, other=0)
                         be = tl.load(e_ptr + o_e, mask=keep, other=0)
                     else:
@@ -231,7 +231,7 @@ def _fast_pass(out_ptr, pid, r_ptr, e_ptr, b_ptr, m_ptr, lut_r_ptr, lut_e_ptr, r
                     if B_MODE == 1:
                         b = _bound32(ae, rtol, atol, ON_GPU)
                     else:
-                        o_b = rows64[:, None] * s_bh + cols[None, :] * s_bw
+                        o_b = _offsets(rows64, cols, s_bh, s_bw)
                         if EVEN and not HAS_MASK:
                             bb = tl.load(b_ptr + o_b)
                         else:
@@ -386,9 +386,9 @@ def _general_pass(out_ptr, pid, r_ptr, e_ptr, b_ptr, m_ptr, lut_r_ptr, lut_e_ptr
             rows64 = (row0 + rr + ar_m).to(tl.int64)
             for cc in range(0, PN, BN):
                 cols = col0 + cc + ar_n
-                o_r = rows64[:, None] * s_rh + cols[None, :] * s_rw
-                o_e = rows64[:, None] * s_eh + cols[None, :] * s_ew
-                o_b = rows64[:, None] * s_bh + cols[None, :] * s_bw
+                o_r = _offsets(rows64, cols, s_rh, s_rw)
+                o_e = _offsets(rows64, cols, s_eh, s_ew)
+                o_b = _offsets(rows64, cols, s_bh, s_bw)
                 if EVEN and not HAS_MASK:
                     keep = tl.full([GBM, BN], 1, tl.int1)
                     br = tl.load(r_ptr + o_r)
@@ -465,6 +465,12 @@ def _program_tile(pid, G, TILES_W):
     k = pid - t * G
     ti = t // TILES_W
     return ti, t - ti * TILES_W, k
+
+
+@triton.jit
+def _offsets(rows64, cols, s_h, s_w):
+    """Element offsets of a [rows, cols] block of a strided 2-D tensor (rows already int64)."""
+    return rows64[:, None] * s_h + cols[None, :] * s_w
 
 
 @triton.jit

@@ -35,6 +35,7 @@ from oracle.judging.differential.reduce import reduce_stage
 from oracle.judging.differential.scales import scale_stage, unmodelled
 from oracle.problem.partition import describe_partitions
 from oracle.run.recording import Recording, RecordingError
+from oracle.run.confounds import Confound, ConfoundKind
 
 
 @dataclass(frozen=True)
@@ -44,8 +45,8 @@ class Analysis:
     cross_check: tuple[str, ...]  # disagreements between Triton references and host specs
     diagnosis: Diagnosis
     kind: Kind
-    open_confounds: tuple[str, ...]
-    handled_confounds: tuple[str, ...]
+    open_confounds: tuple[Confound, ...]  # oracle.run.confounds
+    handled_confounds: tuple[Confound, ...]
     first: Optional[FirstDivergence]
     first_nonfinite: Optional[NonFinite]
     device: str
@@ -56,12 +57,16 @@ class Analysis:
     partition: Optional[str] = None  # a split problem: the rule the taps' partitions follow (oracle.problem.partition)
     assumed: tuple[str, ...] = ()  # partition boundaries the declared rule placed over untraced k-blocks
     phases: tuple[tuple[str, float], ...] = ()  # wall milliseconds per phase of the run (_Clock)
-    incomplete_trace: tuple[str, ...] = ()  # the open confounds of an overflowed or torn trace (trace_confounds)
     out_of_bounds: tuple = ()  # harness.guard_bands.GuardBreach: bytes written outside D or another output
 
     @property
     def verdict(self) -> Verdict:
         return self.diagnosis.verdict
+
+    @property
+    def incomplete_trace(self) -> tuple[Confound, ...]:
+        """The open confounds of an overflowed or torn trace."""
+        return tuple(c for c in self.open_confounds if c.incomplete_trace)
 
 
 def reference_device() -> torch.device:
@@ -146,7 +151,7 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     if rec.kernel_error is not None and rec.output is None and not rec.taps:
         diag = first_divergence([], kernel_error=True)
         incomplete = tuple(trace_confounds(ctx))
-        return Analysis(rec, (), (), diag, Kind.DRAFT, incomplete, (), None, None, str(dev), incomplete_trace=incomplete)
+        return Analysis(rec, (), (), diag, Kind.DRAFT, incomplete, (), None, None, str(dev))
 
     tapped = sorted(ctx.taps.traced_tiles)
     n_check = knobs.CROSS_CHECK_TILES.get()
@@ -165,34 +170,32 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     handled = ()
     if notes.padding:
         per = ", ".join(f"{stage} {n}" for stage, n in notes.padding)
-        handled = (f"padding confound: tap elements past the real extent (rows >= M={spec.m} or columns >= "
-                   f"N={spec.n}) feed no valid output and were excluded ({per})",)
+        handled = (Confound.of(ConfoundKind.PADDING, m=spec.m, n=spec.n, by_stage=per),)
     open_conf = list(rec.confounds)
     if not rec.provenance.controlled:
-        open_conf.append(f"inputs are not controlled ({rec.provenance.describe()}): a localisation on them is a "
-                         f"draft until reproduced on a controlled input")
+        open_conf.append(Confound.of(ConfoundKind.UNCONTROLLED_INPUTS, provenance=rec.provenance.describe()))
     open_conf.extend(mixing_confound(ctx))
     incomplete = tuple(trace_confounds(ctx))
     open_conf.extend(incomplete)
     open_conf.extend(notes.confounds)  # noticed by the tap index and the stages: taps that break an assumption
     partition = describe_partitions(spec, ctx.geo.partitions)
     if partition is not None:
-        handled += (partition,)
+        handled += (Confound.of(ConfoundKind.PARTITION, rule=partition),)
     first, kind = first_finding(ctx, stages, diag, confounds=open_conf)
     breach = out_of_bounds_finding(rec.guard_breaches, diag, inputs_controlled=rec.provenance.controlled,
                                    confounds=open_conf)
     if breach is not None:  # the stage table saw nothing wrong, the guard bands did
         diag, first, kind = breach
     if first is not None:  # the finding's own assumptions are open confounds of the run's report
-        open_conf.extend(a for a in first.assumed if a not in open_conf)
+        assumed = (Confound.of(ConfoundKind.ASSUMED_BOUNDARY, "mma", boundary=a) for a in first.assumed)
+        open_conf.extend(c for c in assumed if c not in open_conf)
     nonfinite, missing = first_nonfinite(stages), tuple(unobserved(ctx, stages))
     if unmodelled(spec):
         missing += (unmodelled(spec),)
     clock.lap("findings")
     return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, nonfinite,
                     str(dev), missing, partition=partition, assumed=ctx.geo.partition_assumptions,
-                    phases=clock.phases(notes.compare_s), incomplete_trace=incomplete,
-                    out_of_bounds=ordered(rec.guard_breaches))
+                    phases=clock.phases(notes.compare_s), out_of_bounds=ordered(rec.guard_breaches))
 
 
 def _stages(ctx: Context, clock: _Clock) -> tuple[list[StageResult], StageNotes]:

@@ -25,6 +25,11 @@ class StageResult:
     teacher_forced: Comparison
     chained: Comparison
 
+    @classmethod
+    def not_run(cls, name: str) -> "StageResult":
+        """A stage with nothing to compare (no taps): not run either way."""
+        return cls(name, NOT_RUN_STAGE, NOT_RUN_STAGE)
+
     @property
     def outcome(self) -> StageOutcome:
         return StageOutcome(self.name, self.teacher_forced.status, self.chained.status,

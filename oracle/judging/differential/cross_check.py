@@ -45,7 +45,7 @@ from kernels_ref import load as ref_load
 from kernels_ref import mma as ref_mma
 from kernels_ref import mma_sample as ref_sample
 from kernels_ref import reduce as ref_reduce
-from oracle.judging import tolerance
+from oracle.judging import accumulation_bound
 from oracle.judging.compare import Status, compare
 from oracle.judging.comparison import exact_equal
 from oracle.judging.differential.context import Context
@@ -277,7 +277,7 @@ def _host_side(ctx: Context, tiles, loads, sampled, steps_of_tiles, copy: HostCo
         specs.append(ref_sample.mma_sample_finish(sp.with_tensors([next(host) for _ in sp.tensors()])))
     flat = (lambda x, y: torch.cat([x.reshape(len(tiles), -1), y.reshape(len(tiles), -1)], 1))  # [T, sampled]
     got, want, s = flat(got_rows, got_cols).double(), flat(specs[0][0], specs[1][0]), flat(specs[0][1], specs[1][1])
-    bound = tolerance.mma_bound(spec, torch.zeros_like(s), s, spec.k).double()
+    bound = accumulation_bound.mma_bound(spec, torch.zeros_like(s), s, spec.k).double()
     in_range = accumulator_in_range(s, spec.acc_dtype)
     for t, tile in enumerate(tiles):
         w = disagreement(got[t], want[t], bound=bound[t], mask=in_range[t])
@@ -319,7 +319,7 @@ def _partials_cross_check(ctx: Context, tile, a_h, b_h, local) -> list[str]:
         s = ref_mma.partial_trajectory_host(abs_operand(a_h), abs_operand(b_h), [local], geo.bm, geo.bn, geo.bk,
                                             p.kb_begin, p.kb_end, acc="fp32")
         n_k = min(p.kb_end * geo.bk, spec.k) - p.kb_begin * geo.bk
-        bound = tolerance.mma_bound(spec, torch.zeros_like(s[0, -1]), s[0, -1], n_k)
+        bound = accumulation_bound.mma_bound(spec, torch.zeros_like(s[0, -1]), s[0, -1], n_k)
         c = compare(got[0, -1].cpu().double(), want[0, -1].double(), bound=bound.double(),
                     mask=accumulator_in_range(s[0, -1], spec.acc_dtype))
         if c.status is Status.MISMATCH:

@@ -22,14 +22,9 @@ import torch
 from kernels_ref import dequant as ref_dequant
 from oracle.judging import tolerance
 from oracle.judging.compare import combine
-from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
-from oracle.judging.differential.judge import Notebook, StageNotes, with_notes
+from oracle.judging.differential.context import Context, StageResult
+from oracle.judging.differential.judge import Notebook, per_operand
 from oracle.judging.evidence import Feed
-
-
-def dequant_stage(ctx: Context, op: str) -> tuple[StageResult, StageNotes]:
-    """The stage of the quantised operand `op`, and what it noted."""
-    return with_notes(ctx.geo.dev, lambda nb: _dequant_stage(ctx, nb, op))
 
 
 def _dequant_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
@@ -37,7 +32,7 @@ def _dequant_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
     stage = f"dequant_{op}"
     taps = tapped.taps_of(stage)
     if not taps:
-        return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
+        return StageResult.not_run(stage)
     cfg, o = geo.quant, geo.orient
     per = 2 if cfg.packed else 1
     tf, ch = [], []
@@ -69,6 +64,10 @@ def _dequant_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
                                stand_ins=((f"load_{op}", tap.tile, tap.k_block),), **where))
     return StageResult(stage, combine(tf), combine(ch))
 
+
+
+dequant_stage = per_operand(_dequant_stage, "dequant_stage(ctx, op): the dequant stage of the quantised operand "
+                            "`op`, and what it noted.")
 
 def _byte_rows(tk: int, packing: str) -> torch.Tensor:
     """The stored row holding each k of a packed tile (k 0..tk-1)."""

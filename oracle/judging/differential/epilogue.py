@@ -25,12 +25,13 @@ import torch
 from kernels_ref import epilogue as ref_epilogue
 from kernels_ref import mma as ref_mma
 from oracle import knobs
-from oracle.judging import tolerance
+from oracle.judging import accumulation_bound, tolerance
 from oracle.judging.compare import combine
 from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
 from oracle.judging.differential.judge import Notebook, StageNotes, unwritten
 from oracle.judging.differential.mma import abs_kwargs, abs_operand, mma_kwargs
 from oracle.judging.evidence import Feed
+from oracle.run.confounds import Confound, ConfoundKind
 
 
 class Vectors:
@@ -149,7 +150,7 @@ def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]
         acc_full, s_full, stats = ref_mma.mma_accumulate(ops.a, ops.b, geo.bm, geo.bn, geo.bk, **mma_kwargs(ctx.ops),
                                                          with_stats=True, stats_chunk=spec.reduction_chunk)
         acc_full, s_full = acc_full.float(), s_full.double()
-    bound0 = tolerance.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k, stats,
+    bound0 = accumulation_bound.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k, stats,
                                  x_abs=acc_full.double().abs()).double()
     if spec.partitioned:  # the partials' reduction, in whatever order the kernel sums them
         bound0 = bound0 + tolerance.reduce_bound(s_full, geo.max_partials())
@@ -196,17 +197,15 @@ def _teacher_forced(ctx: Context, tile, step_index: int, sources: dict):
     return None
 
 
-def undeclared_taps(ctx: Context) -> Optional[str]:
+def undeclared_taps(ctx: Context) -> Optional[Confound]:
     """Taps of epilogue stages the declared epilogue does not have: an open confound (None: none)."""
     geo, tapped = ctx.geo, ctx.taps
     declared = {f"epilogue_{s}" for s in steps_of(geo.spec)}
     extra = sorted({t.stage for t in tapped.records if t.stage.startswith("epilogue_")} - declared)
     if not extra:
         return None
-    return (f"the kernel tapped {', '.join(extra)}, which the declared epilogue "
-            f"({' > '.join(n.token for n in geo.spec.epilogue_nodes)}) does not have: the kernel's epilogue "
-            f"is not the one declared, so its taps were not judged; declare the kernel's steps in their "
-            f"order ([problem] epilogue)")
+    return Confound.of(ConfoundKind.UNDECLARED_EPILOGUE, tapped=", ".join(extra),
+                       declared=" > ".join(n.token for n in geo.spec.epilogue_nodes))
 
 
 def epilogue_stages(ctx: Context, chain, sources: dict) -> tuple[list[StageResult], StageNotes]:
@@ -249,7 +248,7 @@ def store_stage(ctx: Context, nb: Notebook, chain, sources: dict) -> StageResult
     tapped tile against the kernel's last epilogue tap placed at its coordinates."""
     geo, tapped, ops = ctx.geo, ctx.taps, ctx.ops
     if ops.output is None:
-        return StageResult("epilogue_store", NOT_RUN_STAGE, NOT_RUN_STAGE)
+        return StageResult.not_run("epilogue_store")
     out = ops.output
     y_ref, b_ref = chain["cast"]
     exact = bool((b_ref == 0).all())

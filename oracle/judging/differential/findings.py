@@ -27,6 +27,7 @@ from oracle.judging.evidence import FieldCheck, describe_sites
 from oracle.problem.partition import kb_ranges
 from oracle.run.caller import Advice, Option
 from oracle.run.inputs import KTAG_PERIOD, decode_index, decode_ktag
+from oracle.run.confounds import Confound, ConfoundKind
 
 MAX_LISTED_SITES = 2048  # selection sites enumerated when naming what an overflowed sink lost
 CONTROLLED_INPUTS = ("ones", "index", "ktag", "random[:seed]")
@@ -59,7 +60,7 @@ class FirstDivergence:
 
 
 # -- confounds -------------------------------------------------------------------------------
-def trace_confounds(ctx: Context) -> list[str]:
+def trace_confounds(ctx: Context) -> list[Confound]:
     """An overflowed or torn trace: which stages lost records, and which of their selected taps
     are absent or partial. Every finding that could rest on them is a draft."""
     acc = ctx.rec.trace
@@ -74,13 +75,10 @@ def trace_confounds(ctx: Context) -> list[str]:
             stages = sorted({t.stage for t in ctx.taps.records}, key=stage_rank)
             by = "stages not recorded by this sink version"
         lost = "; ".join(filter(None, (_lost_sites(ctx, s) for s in stages)))
-        out.append(f"incomplete trace: {acc.dropped} tap record(s) were dropped because the {acc.capacity}-byte sink "
-                   f"was full (the kernel needed {acc.needed_bytes} bytes; by stage: {by})"
-                   + (f"; {lost}" if lost else "") + ": raise ORACLE_TRACE_MAX_MB or narrow the selection "
-                   "(--trace-tiles, --trace-k-blocks, --trace-stages)")
+        out.append(Confound.of(ConfoundKind.DROPPED_RECORDS, dropped=acc.dropped, capacity=acc.capacity,
+                               needed_bytes=acc.needed_bytes, by_stage=by, lost=lost, advice=True))
     if acc.torn:
-        out.append(f"incomplete trace: {acc.torn} record(s) were reserved but never completed (the kernel stopped "
-                   f"while writing them)")
+        out.append(Confound.of(ConfoundKind.TORN_RECORDS, torn=acc.torn))
     return out
 
 
@@ -104,7 +102,7 @@ def _lost_sites(ctx: Context, stage: str) -> str:
     return f"{stage} {', '.join(parts)}" if parts else ""
 
 
-def mixing_confound(ctx: Context) -> list[str]:
+def mixing_confound(ctx: Context) -> list[Confound]:
     """Operand taps far larger than any input value suggest taps from another layer or config."""
     geo, tapped, ops = ctx.geo, ctx.taps, ctx.ops
     if ctx.rec.provenance.controlled:
@@ -117,8 +115,7 @@ def mixing_confound(ctx: Context) -> list[str]:
         inp = ops.operand(op).float().abs().max().item()
         tap_max = max(float(t.values.float().abs().nan_to_num(0).max()) for t in taps)
         if tap_max > 4 * inp:
-            out.append(f"load_{op} taps reach {tap_max:.4g} but no input value exceeds {inp:.4g}: the taps may come "
-                       f"from another layer or config than the inputs (mixing confound)")
+            out.append(Confound.of(ConfoundKind.MIXED_TAPS, f"load_{op}", tap_max=tap_max, input_max=inp))
     return out
 
 
@@ -141,7 +138,7 @@ def rerun_command(command: Sequence[str], tiles: Sequence[tuple[int, int]]) -> O
     return shlex.join(out + ["--trace-tiles", " ".join(f"{tm},{tn}" for tm, tn in tiles)])
 
 
-def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, *, confounds: Sequence[str]) \
+def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, *, confounds: Sequence[Confound]) \
         -> tuple[Optional[FirstDivergence], Kind]:
     geo = ctx.geo
     controlled = ctx.rec.provenance.controlled
@@ -187,7 +184,8 @@ def first_finding(ctx: Context, stages: Sequence[StageResult], diag: Diagnosis, 
         missing.append(Advice.of(f"a trace of k-block{'s' if len(kbs) > 1 else ''} {kb_ranges(kbs)}, where the "
                                  "partition boundary was assumed (", Option.k_blocks(kbs), " with them): the "
                                  "kernel's taps then place it"))
-    kind = evidence_kind(diag, inputs_controlled=controlled, confounds=tuple(confounds) + tuple(assumed),
+    assumed_confounds = tuple(Confound.of(ConfoundKind.ASSUMED_BOUNDARY, st.name, boundary=a) for a in assumed)
+    kind = evidence_kind(diag, inputs_controlled=controlled, confounds=tuple(confounds) + assumed_confounds,
                          stand_ins=stand_ins)
     if unit is None:
         return FirstDivergence(st.name, None, None, None, None, None, None, None, kind, which, None,

@@ -26,6 +26,7 @@ import torch
 
 from oracle.judging.compare import FAST_MIN_ELEMENTS, Comparison, Status, compare, compare_units
 from oracle.judging.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Evidence, Feed
+from oracle.run.confounds import Confound
 
 _T = TypeVar("_T")
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -52,7 +53,7 @@ class Unit:
 class StageNotes:
     """What one stage (or a run of stages) noticed while it judged."""
 
-    confounds: tuple[str, ...] = ()  # open confounds: what broke an assumption of the judgement, in order
+    confounds: tuple[Confound, ...] = ()  # open confounds: what broke an assumption of the judgement, in order
     padding: tuple[tuple[str, int], ...] = ()  # (stage, recorded elements past the real extent), first noted first
     compare_s: float = 0.0  # wall seconds inside judge() and judge_units()
 
@@ -79,16 +80,16 @@ class Notebook:
 
     def __init__(self, dev: torch.device):
         self.dev = dev
-        self._confounds: list[str] = []
+        self._confounds: list[Confound] = []
         self._padding: dict[str, int] = {}
         self._seconds = 0.0
 
-    def confound(self, text: str) -> None:
+    def confound(self, found: Confound) -> None:
         """Something noticed that breaks an assumption of the judgement (a tap outside its partial,
         a record the judgement cannot place): an open confound, so no finding of the run is more
         than a DRAFT, and the report names it."""
-        if text not in self._confounds:
-            self._confounds.append(text)
+        if found not in self._confounds:
+            self._confounds.append(found)
 
     def count_padding(self, stage: str, n: int) -> None:
         if n:
@@ -128,6 +129,16 @@ def with_notes(dev: torch.device, judged: Callable[[Notebook], _T]) -> tuple[_T,
     """`judged(notebook)` with a notebook of its own: what it returns, and the notes it took."""
     nb = Notebook(dev)
     return judged(nb), nb.notes()
+
+
+def per_operand(judge: Callable[..., _T], doc: str) -> Callable[..., tuple[_T, StageNotes]]:
+    """The stage of one operand, `judge(ctx, notebook, op)`, as its callers run it: stage(ctx, op)
+    with a notebook of its own, giving what it returns and the notes it took."""
+    def stage(ctx, op: str) -> tuple[_T, StageNotes]:
+        return with_notes(ctx.geo.dev, lambda nb: judge(ctx, nb, op))
+
+    stage.__doc__ = doc
+    return stage
 
 
 def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[torch.Tensor]:

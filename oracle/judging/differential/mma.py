@@ -26,15 +26,16 @@ import torch
 from harness.taps import Tap
 from kernels_ref import mma as ref_mma
 from kernels_ref import mma_stats as ref_stats
-from oracle.judging import tolerance
+from oracle.judging import accumulation_bound, bound_stats
 from oracle.judging.compare import Comparison, Status, TileMetrics, combine
-from oracle.judging.differential.context import NOT_RUN_STAGE, StageResult
+from oracle.judging.differential.context import StageResult
 from oracle.judging.differential.device_operands import DeviceOperands
 from oracle.judging.differential.geometry import Geometry
 from oracle.judging.differential.judge import Notebook, StageNotes, Unit
 from oracle.judging.differential.tap_index import TapIndex
 from oracle.judging.evidence import Evidence, Feed
 from oracle.problem.partition import PartitionIssue
+from oracle.run.confounds import Confound, ConfoundKind
 
 
 def abs_operand(x: torch.Tensor) -> torch.Tensor:
@@ -80,14 +81,14 @@ def _mma_stage(geo: Geometry, tapped: TapIndex, ops: DeviceOperands, nb: Noteboo
     taps = tapped.taps_of("mma")
     finals: dict[tuple, Tap] = {}
     if not taps:
-        return StageResult("mma", NOT_RUN_STAGE, NOT_RUN_STAGE), finals
+        return StageResult.not_run("mma"), finals
     runs: dict[tuple, dict[int, Tap]] = {}  # (tile, partial) -> {k-block: tap}, in-range taps only
     for t in taps:
         part = geo.partial(t.tile, t.partial)
         kb = part.kb_end - 1 if t.k_block is None else t.k_block
         if not part.holds(kb):
-            nb.confound(f"mma tile {t.tile} {part.describe()} tapped k-block {kb}, outside its range: the tap is left "
-                        f"out of the judgement")
+            nb.confound(Confound.of(ConfoundKind.MMA_TAP_OUTSIDE_PARTIAL, "mma", tile=str(t.tile),
+                                    partial=part.describe(), k_block=kb))
             continue
         runs.setdefault((t.tile, t.partial), {})[kb] = t
         if kb == part.kb_end - 1:
@@ -181,7 +182,7 @@ def _chained(geo: Geometry, nb: Notebook, refs: _References, units, values, reco
     x, s = refs.traj[at], refs.s[at]
     n_k = [min((kb + 1) * geo.bk, spec.k) - refs.parts[r].kb_begin * geo.bk for r, _, kb, _ in units]
     stats = refs.stats.at(at)
-    bound = tolerance.mma_bound(spec, torch.zeros_like(s), s, n_k, stats, x_abs=x.abs())
+    bound = accumulation_bound.mma_bound(spec, torch.zeros_like(s), s, n_k, stats, x_abs=x.abs())
     valid = geo.valid_units("mma", [t.tile for _, t, _, _ in units], tuple(values.shape[1:]))
     return nb.judge_units([_unit_of(geo, t, kb, feed=Feed.REFERENCE, assumed=_from_begin(geo, t))
                            for _, t, kb, _ in units], values.float(), x.float(), valid=valid, recorded=recorded,
@@ -246,7 +247,7 @@ def _teacher_forced(geo: Geometry, tapped: TapIndex, ops: DeviceOperands, nb: No
     s_before = refs.s[torch.tensor([refs.at(r, f - 1 if f > refs.parts[r].kb_begin else None)
                                     for (r, _, _, _), f in zip(units, firsts)], device=geo.dev)]
     span_s = s_end - s_before
-    span = tolerance.SpanStats(acc.float())
+    span = bound_stats.SpanStats(acc.float())
     acc = acc.to(traj_dtype)
     for rows in plan:
         every = len(rows) == n
@@ -280,7 +281,7 @@ def _teacher_forced(geo: Geometry, tapped: TapIndex, ops: DeviceOperands, nb: No
         acc = new if every else acc.index_put((idx,), new)
         span.add_at(idx, s_blk, new.float())
     n_span = [max(min((kb + 1) * geo.bk, spec.k) - f * geo.bk, 1) for (_, _, kb, _), f in zip(units, firsts)]
-    bound = tolerance.mma_bound(spec, start_abs, span_s, n_span, span)
+    bound = accumulation_bound.mma_bound(spec, start_abs, span_s, n_span, span)
     valid = geo.valid_units("mma", [t.tile for _, t, _, _ in units], tuple(values.shape[1:]))
     labels = [_unit_of(geo, t, kb, feed=Feed.STAND_IN if stand_ins[u] else Feed.KERNEL, stand_ins=stand_ins[u],
                        assumed=_from_begin(geo, t) if j0 is None else

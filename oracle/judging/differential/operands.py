@@ -24,16 +24,12 @@ from harness.tensormap import mn_dim, operand_tensormap
 from kernels_ref import descriptor as ref_descriptor
 from kernels_ref import load as ref_load
 from oracle.judging.compare import Comparison, Status, combine
-from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
-from oracle.judging.differential.judge import Notebook, StageNotes, Unit, with_notes
+from oracle.judging.differential.context import Context, StageResult
+from oracle.judging.differential.judge import Notebook, Unit, per_operand
 from oracle.judging.evidence import Evidence, Feed, FieldCheck
+from oracle.run.confounds import Confound, ConfoundKind
 
 FIELDS = ("dtype", "global_dims", "global_strides", "box_dims", "element_strides", "swizzle", "oob_fill")
-
-
-def descriptor_stage(ctx: Context, op: str) -> tuple[StageResult, StageNotes]:
-    """The stage of operand `op`, and what it noted."""
-    return with_notes(ctx.geo.dev, lambda nb: _descriptor_stage(ctx, nb, op))
 
 
 def _descriptor_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
@@ -42,22 +38,18 @@ def _descriptor_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
     stage = f"descriptor_{op}"
     if op == geo.quant_op:
         if tapped.taps_of(stage) or any(d.operand == op for d in tapped.descriptors):
-            nb.confound(f"{stage} of a quantised {op.upper()} ({getattr(spec, f'{op}_dtype')}) was recorded but is "
-                        f"not judged: the oracle models no TMA image of stored codes")
-        return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
-    sw = getattr(spec, f"swizzle_{op}")
-    major = getattr(spec, f"{op}_major")
-    dname = getattr(spec, f"{op}_dtype")
-    block_mn = geo.bm if op == "a" else geo.bn
+            nb.confound(Confound.of(ConfoundKind.QUANTISED_DESCRIPTOR, stage, operand=op,
+                                    dtype=getattr(spec, f"{op}_dtype")))
+        return StageResult.not_run(stage)
     taps = tapped.taps_of(stage)
     parts = []
     if taps:  # every image at once: the references in one launch, one comparison pass
         idx = [tap.tile[0] if op == "a" else tap.tile[1] for tap in taps]
-        want = ref_descriptor.operand_images(ops.operand(op), op, major, list(zip(idx, [t.k_block for t in taps])),
-                                             block_mn, geo.bk, sw, spec.oob_fill)
-        expected = ref_load.tile_from_image(want, op, major, block_mn, geo.bk, dname, sw)
-        got = torch.stack([t.values for t in taps]).to(geo.dev)
-        received = ref_load.tile_from_image(got, op, major, block_mn, geo.bk, dname, sw)
+        want = ref_descriptor.operand_images(ops.operand(op), op, getattr(spec, f"{op}_major"),
+                                             list(zip(idx, [t.k_block for t in taps])), _block_mn(geo, op), geo.bk,
+                                             getattr(spec, f"swizzle_{op}"), spec.oob_fill)
+        expected = _tile_from_image(geo, op, want)
+        received = _tile_from_image(geo, op, torch.stack([t.values for t in taps]).to(geo.dev))
         valid = geo.valid_units(stage, [t.tile for t in taps], tuple(expected.shape[1:]))
         units = [Unit(Feed.GLOBAL, geo.origin(stage, t.tile, t.k_block), t.tile, t.k_block) for t in taps]
         parts = nb.judge_units(units, received, expected, valid=valid, recorded=tapped.image_elements_units(taps, op),
@@ -67,9 +59,13 @@ def _descriptor_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
         parts.append(fields)
     nb.count_padding(f"descriptor_{op} map rows", map_rows)
     if not parts:
-        return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
+        return StageResult.not_run(stage)
     cmp = combine(parts)
     return StageResult(stage, cmp, cmp)  # the first stage: its input is the kernel's own global memory
+
+
+descriptor_stage = per_operand(_descriptor_stage, "descriptor_stage(ctx, op): the descriptor stage of operand `op`, "
+                               "and what it noted.")
 
 
 def descriptor_fields(ctx: Context, op: str) -> tuple[Optional[Comparison], int]:
@@ -82,7 +78,7 @@ def descriptor_fields(ctx: Context, op: str) -> tuple[Optional[Comparison], int]
     spec = geo.spec
     rows, cols = (spec.m, spec.k) if op == "a" else (spec.k, spec.n)
     want = operand_tensormap(op, getattr(spec, f"{op}_major"), rows, cols, getattr(spec, f"{op}_dtype"),
-                             geo.bm if op == "a" else geo.bn, geo.bk, getattr(spec, f"swizzle_{op}"),
+                             _block_mn(geo, op), geo.bk, getattr(spec, f"swizzle_{op}"),
                              spec.oob_fill).to_descriptor_record(op)
     mn_axis = mn_dim(op, getattr(spec, f"{op}_major"))
     checks, notes, map_rows = [], [], 0
@@ -108,28 +104,30 @@ def descriptor_fields(ctx: Context, op: str) -> tuple[Optional[Comparison], int]
     return Comparison(status, (), tuple(notes), tuple(checks), Evidence((Feed.FIELDS,))), map_rows
 
 
+def _block_mn(geo, op: str) -> int:
+    """The tile's extent along operand `op`'s M or N."""
+    return geo.bm if op == "a" else geo.bn
+
+
+def _tile_from_image(geo, op: str, images: torch.Tensor) -> torch.Tensor:
+    """Shared-memory images of operand `op` read back as its tiles, through the problem's layout and swizzle."""
+    spec = geo.spec
+    return ref_load.tile_from_image(images, op, getattr(spec, f"{op}_major"), _block_mn(geo, op), geo.bk,
+                                    getattr(spec, f"{op}_dtype"), getattr(spec, f"swizzle_{op}"))
+
+
 def _padded_only(got: tuple, want: tuple, mn_axis: int) -> bool:
     return (len(got) == len(want) and got[mn_axis] > want[mn_axis]
             and all(g == w for i, (g, w) in enumerate(zip(got, want)) if i != mn_axis))
 
 
-def load_stage(ctx: Context, op: str) -> tuple[StageResult, StageNotes]:
-    """The stage of operand `op`, and what it noted."""
-    return with_notes(ctx.geo.dev, lambda nb: _load_stage(ctx, nb, op))
-
-
 def _load_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
     geo, tapped, ops = ctx.geo, ctx.taps, ctx.ops
-    spec = geo.spec
     stage = f"load_{op}"
-    sw = getattr(spec, f"swizzle_{op}")
-    major = getattr(spec, f"{op}_major")
-    dname = getattr(spec, f"{op}_dtype")
-    block_mn = geo.bm if op == "a" else geo.bn
     tma = geo.has_tma(op)
     taps = tapped.taps_of(stage)
     if not taps:
-        return StageResult(stage, NOT_RUN_STAGE, NOT_RUN_STAGE)
+        return StageResult.not_run(stage)
     if op == geo.quant_op:
         return _stored_load_stage(ctx, nb, taps, op)
     received, recorded = tapped.stack_taps(taps)
@@ -144,7 +142,7 @@ def _load_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
     if fed:  # the kernel's own images, read back through the swizzle
         rows = torch.tensor(fed, device=geo.dev)
         images = torch.stack([ups[i].values for i in fed]).to(geo.dev)
-        expected = ref.index_put((rows,), ref_load.tile_from_image(images, op, major, block_mn, geo.bk, dname, sw))
+        expected = ref.index_put((rows,), _tile_from_image(geo, op, images))
         upstream = torch.ones_like(recorded).index_put((rows,), tapped.image_elements_units([ups[i] for i in fed], op))
     units = []
     for tap, up, w in zip(taps, ups, where):
@@ -156,6 +154,9 @@ def _load_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
             units.append(Unit(Feed.STAND_IN, *w, stand_ins=((f"descriptor_{op}", tap.tile, tap.k_block),)))
     tf = nb.judge_units(units, received, expected, valid=valid, recorded=recorded, upstream=upstream)
     return StageResult(stage, combine(tf), combine(ch))
+
+
+load_stage = per_operand(_load_stage, "load_stage(ctx, op): the load stage of operand `op`, and what it noted.")
 
 
 def _stored_load_stage(ctx: Context, nb: Notebook, taps, op: str) -> StageResult:

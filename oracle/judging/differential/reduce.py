@@ -19,9 +19,9 @@ from __future__ import annotations
 import torch
 
 from kernels_ref import reduce as ref_reduce
-from oracle.judging import tolerance
+from oracle.judging import accumulation_bound, tolerance
 from oracle.judging.compare import combine
-from oracle.judging.differential.context import NOT_RUN_STAGE, Context, Source, StageResult
+from oracle.judging.differential.context import Context, Source, StageResult
 from oracle.judging.differential.judge import Notebook, StageNotes
 from oracle.judging.differential.mma import _partial_reference
 from oracle.judging.evidence import Feed
@@ -69,7 +69,8 @@ def _reduce_stage(ctx: Context, nb: Notebook, finals: dict) -> tuple[StageResult
                 values.append(traj[-1].float())
                 stand_ins.append(("mma", tile, p.kb_end - 1))
                 n_k = min(p.kb_end * geo.bk, spec.k) - p.kb_begin * geo.bk
-                extra = extra + tolerance.mma_bound(spec, torch.zeros_like(s_traj[-1]), s_traj[-1], n_k).double()
+                zero = torch.zeros_like(s_traj[-1])
+                extra = extra + accumulation_bound.mma_bound(spec, zero, s_traj[-1], n_k).double()
         summed = ref_reduce.reduce_partials(torch.stack(values))
         if tap is None:
             sources[tile] = Source(summed, recorded, "mma partials through the untapped reduce",
@@ -81,7 +82,7 @@ def _reduce_stage(ctx: Context, nb: Notebook, finals: dict) -> tuple[StageResult
         tf.append(c_tf)
         ch.append(c_ch)
     if not tf and not ch:
-        return StageResult("reduce", NOT_RUN_STAGE, NOT_RUN_STAGE), sources
+        return StageResult.not_run("reduce"), sources
     return StageResult("reduce", combine(tf), combine(ch)), sources
 
 
@@ -105,7 +106,7 @@ def _judge(ctx: Context, nb: Notebook, tap, expected, upstream, stand_ins, n_par
     c_tf = nb.judge(received, expected, feed=Feed.STAND_IN if stand_ins else Feed.KERNEL, valid=valid,
                     recorded=recorded, upstream=upstream, bound=bound, stand_ins=stand_ins, assumed=assumed, **where)
     traj, s_traj = _tile_reference(ctx, tap.tile, Partial(0, 0, spec.k_blocks))
-    full = tolerance.mma_bound(spec, torch.zeros_like(s_traj[-1]), s_traj[-1], spec.k).double()
+    full = accumulation_bound.mma_bound(spec, torch.zeros_like(s_traj[-1]), s_traj[-1], spec.k).double()
     c_ch = nb.judge(received, traj[-1].float(), feed=Feed.REFERENCE, valid=valid, recorded=recorded,
                     bound=full + tolerance.reduce_bound(s_traj[-1].double(), n_parts), assumed=assumed, **where)
     return c_tf, c_ch

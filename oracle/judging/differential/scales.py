@@ -18,6 +18,7 @@ from kernels_ref import scales as ref_scales
 from oracle.judging.compare import combine
 from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
 from oracle.judging.differential.judge import Notebook, StageNotes, with_notes
+from oracle.run.confounds import Confound, ConfoundKind
 from oracle.judging.evidence import Feed
 from oracle.judging.scale_hint import ScaleSite, identify
 
@@ -57,8 +58,8 @@ def _scale_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
         row0 = (tap.tile[0] if op == "a" else tap.tile[1]) * width
         received = tap.values.to(geo.dev)
         if tuple(received.shape) != (width, s):
-            nb.confound(f"{tap.describe()} holds shape {tuple(received.shape)}, not the [{width}, {s}] of one k-block's "
-                        f"scales: the tap is left out")
+            nb.confound(Confound.of(ConfoundKind.SCALE_TAP_SHAPE, stage, tap=tap.describe(),
+                                    shape=str(list(received.shape)), want=f"[{width}, {s}]"))
             continue
         want = ref_scales.tile_scales(vals, block_rows, gk, row0, width, tap.k_block, geo.bk, extent)
         valid = (row0 + torch.arange(width, device=geo.dev) < extent)[:, None].expand(width, s)

@@ -17,6 +17,7 @@ from kernels_ref import load as ref_load
 from oracle.judging.differential.geometry import Geometry
 from oracle.judging.differential.judge import bits
 from oracle.run.recording import Recording
+from oracle.run.confounds import Confound, ConfoundKind
 
 
 @dataclass(frozen=True, eq=False)
@@ -26,7 +27,7 @@ class TapIndex:
     descriptors: tuple  # the tensor-map field records (harness.tensormap.DescriptorRecord)
     sites: Mapping[tuple, Tap]  # by (stage, tile, k-block, partial): the later of two taps of one site
     traced_tiles: frozenset
-    confounds: tuple[str, ...]  # what the records break, in the order found (open confounds of the run)
+    confounds: tuple[Confound, ...]  # what the records break, in the order found (open confounds of the run)
 
     @classmethod
     def of(cls, rec: Recording, geo: Geometry) -> "TapIndex":
@@ -34,8 +35,7 @@ class TapIndex:
         for t in rec.taps:
             seen = sites.get(t.site)
             if seen is not None and not _same_tap(seen, t):
-                confounds.append(f"two {t.describe()} records disagree (a site tapped twice with different values: "
-                                 f"a race, or taps of two runs mixed); the later one is judged")
+                confounds.append(Confound.of(ConfoundKind.DISAGREEING_TAPS, t.stage, site=t.describe()))
             sites[t.site] = t
         odd = _unexpected_records(rec.taps, geo)
         if odd is not None:
@@ -98,7 +98,7 @@ def _same_tap(a: Tap, b: Tap) -> bool:
     return bool((bits(a.values) == bits(b.values)).all())
 
 
-def _unexpected_records(taps, geo: Geometry) -> Optional[str]:
+def _unexpected_records(taps, geo: Geometry) -> Optional[Confound]:
     """Operand taps of a split tile that belong to no partial its mma taps show (a partial the mma
     stage never tapped, or a k-block outside the partial): the judgement has no place for them, so
     they are an open confound, named."""
@@ -113,5 +113,4 @@ def _unexpected_records(taps, geo: Geometry) -> Optional[str]:
     if not odd:
         return None
     shown = "; ".join(odd[:4]) + (f" and {len(odd) - 4} more" if len(odd) > 4 else "")
-    return (f"operand records outside the partition the mma taps show: {shown} (no partial of the tile holds them "
-            f"there)")
+    return Confound.of(ConfoundKind.UNPLACED_OPERAND_TAPS, records=shown)

@@ -1,8 +1,10 @@
-"""Seeded operands for the tests that hold the tolerance models to emulated and measured engines."""
+"""Seeded operands: what the envelope measurement (benchmarks.numerics.families) runs, and what the tests
+that hold the tolerance models to emulated and measured engines feed them."""
 
 import torch
 
-TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "e4m3": torch.float8_e4m3fn}
+TORCH = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "tf32": torch.float32,
+         "e4m3": torch.float8_e4m3fn}
 
 
 def gemm_inputs(kind: str, dtype: str, m: int, n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,201 @@
+"""The accumulation bound: per-element |kernel - reference| for an accumulator after a span of
+products, from the accumulation models (oracle.judging.accumulation_models) and the span's
+statistics (oracle.judging.bound_stats).
+
+The accumulation bound (`mma_bound`) follows what the engine's datapath does to the partial sums,
+not sqrt(K) * S. An engine accumulates in steps of g products; a step aligns its terms (the g
+products and the running accumulator) to the largest, keeping f fraction bits, sums them and cuts
+the sum to a fraction bits (kernels_ref.emulate states it exactly). A step's error is therefore at
+most c * m_t with c = (g + 1) 2^-f + 2^-a and m_t = |running accumulator| + the step's sum |a||b|.
+Over a k-block j every step has m_t <= m_j = max_c |X_(j-1) - X_c| + s_j, where X are the
+accumulator values at k-block boundaries (X_c over every earlier boundary and 0, so a partial
+restarted at any boundary, as split-K and stream-K do, is covered) and s_j the block's sum |a||b|.
+The reference accumulates two statistics per element, L = sum_j m_j and V = sum_j m_j^2
+(kernels_ref.mma_stats, `with_stats`), and the bound is
+    det * n_steps * L  +  LAMBDA * sqrt(rnd^2 * n_steps * V)
+with the truncating parts of c in `det` (a truncation errs in one direction, so those errors add
+up: the bias of a truncating tensor core at large K) and the rounding parts in `rnd` (errors of
+rounding to nearest behave like a random walk: Higham and Mary's probabilistic bound, by
+Azuma-Hoeffding; LAMBDA = 8 puts the chance of one correct element exceeding it at 2 exp(-32)).
+Promotion every P (fp8) restarts the narrow chain from 0, so its terms scale with S instead of L.
+Reduced-precision split-K adds the rounding of every partial and of every partial sum
+(statistics pabs = sum_i |partial_i|, prun = sum_i |partial sum after partial i|). TF32 adds the
+operand rounding, the hi/lo three-pass schemes the dropped lo*lo term (`_operand_bound`: random
+for rounding to nearest, a bias following |D| plus a random part for truncation). The reference's
+own accumulation error (REF_CHAIN, a conservative fp32 chain) is added, as the factor 2 did before.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+from kernels_ref.dtypes import DTYPES
+from oracle.judging.accumulation_models import (REF_CHAIN, REF_FP16, REF_PROMOTED, STATS_MARGIN, AccModel, Chain,
+                                                acc_model, resolved_model)
+from oracle.judging.bound_stats import SpanStats, Stats
+from oracle.judging.hardware_numerics import hw
+
+LAMBDA = 8.0
+
+
+def _chain_bound(chain: Chain, st: Stats, s: torch.Tensor, bk: int, passes: int, promotion: Optional[int],
+                 n: int):
+    g, det, rnd2, _ = chain.step_constants()
+    if promotion:
+        steps = passes * promotion / g  # per promotion chunk, each step's m_t <= the chunk's sum |a||b|
+        narrow = det * steps * STATS_MARGIN * s + LAMBDA * torch.sqrt(rnd2 * steps * st.v)
+        master = LAMBDA * torch.sqrt(torch.clamp(st.v, min=0) * (bk / promotion)) * 2.0 ** -24 * STATS_MARGIN
+        return narrow * chain.growth(steps) + master
+    steps = passes * math.ceil(bk / g)
+    x = det * steps * st.l + LAMBDA * torch.sqrt(rnd2 * steps * torch.clamp(st.v, min=0))
+    return x * _per_unit(n, lambda k: chain.growth(passes * math.ceil(max(k, 1) / g)), x)
+
+
+def _operand_bound(model: AccModel, st: Stats, s: torch.Tensor, x_abs: Optional[torch.Tensor],
+                   ref: torch.Tensor) -> torch.Tensor:
+    """Operand rounding: each product k errs by d_k |a_k b_k|, |d_k| <= c. Deterministically the sum
+    errs by at most c S. Rounding to nearest: d_k of mean zero, independent of the data (Higham and
+    Mary's model): LAMBDA c sqrt(q) (Azuma-Hoeffding), q = sum (ab)^2. Truncation: d_k in [0, c]
+    with the sign of a_k b_k, so the mean mu of d_k biases the sum by mu |X| <= c |X| (X the exact
+    sum, within the reference's own bound of |x_abs|), and d_k - mu is a random walk bounded as
+    above. The smaller of the deterministic and the probabilistic bound is taken."""
+    if not model.operand:
+        return torch.zeros_like(s)
+    bits = int(hw(f"{model.operand}.operand_bits").value)
+    trunc = bool(hw(f"{model.operand}.operand_trunc").value)
+    u = 2.0 ** -bits if trunc else 2.0 ** -(bits + 1)
+    c = 4 * u * u if model.passes == 3 else 2 * u + u * u  # three passes: the dropped lo*lo, the lo parts' rounding
+    det = c * STATS_MARGIN * s
+    if st.q is None:
+        return det
+    walk = LAMBDA * c * torch.sqrt(st.q.double() * STATS_MARGIN)
+    if not trunc:
+        return torch.minimum(det, walk)
+    if x_abs is None:
+        return det
+    return torch.minimum(det, c * STATS_MARGIN * (x_abs.double() + ref) + walk)
+
+
+def _engine_bound(spec, model: AccModel, st: Stats, s: torch.Tensor, n: int, x_abs, ref) -> torch.Tensor:
+    if model.union:
+        names = ("fp16",) if spec.acc_dtype == "fp16" else model.union
+        names = [m for m in names if not (acc_model(m, spec.mma_dtype).promoted and not spec.promotion_interval)]
+        parts = [_engine_bound(spec, acc_model(m, spec.mma_dtype), st, s, n, x_abs, ref) for m in names]
+        out = parts[0]
+        for p in parts[1:]:
+            out = torch.maximum(out, p)
+        return out
+    if model.chain is None:
+        return torch.zeros_like(s)
+    promo = spec.promotion_interval if model.promoted else None
+    return _chain_bound(model.chain, st, s, spec.tile.bk, model.passes, promo, n) + \
+        _operand_bound(model, st, s, x_abs, ref)
+
+
+def _reference_bound(spec, st: Stats, s: torch.Tensor, n: int) -> torch.Tensor:
+    """The reference's own accumulation error (kernels_ref.mma semantics)."""
+    if spec.acc_dtype == "int32":
+        return torch.zeros_like(s)
+    if spec.promotion_interval:
+        return _chain_bound(REF_PROMOTED, st, s, spec.tile.bk, 1, spec.promotion_interval, n)
+    if spec.acc_dtype == "fp16":
+        return _chain_bound(REF_FP16, st, s, spec.tile.bk, 1, None, n)
+    return _chain_bound(REF_CHAIN, st, s, spec.tile.bk, 1, spec.tile.bk, n)  # each block's dot, then an RN add
+
+
+def _reduction_bound(spec, model: AccModel, st: Stats, s: torch.Tensor, n: int) -> torch.Tensor:
+    """Split-K partials P_i (their ends at k-block boundaries) rounded, and each partial sum X_i
+    rounded: u (sum |P_i| + sum |X_i|), with sum |P_i| <= S and, as every |X_j| <= m_j,
+    sum |X_i| at most both parts * sqrt(V) and L."""
+    r_max = torch.sqrt(torch.clamp(st.v, min=0))
+
+    def sums(parts) -> torch.Tensor:  # parts(n): the partials of a span of n products
+        return torch.minimum(_per_unit(n, parts, r_max) * r_max, st.l)
+
+    out = torch.zeros_like(s)
+    red = spec.reduction
+    if red == "fp32":
+        out = 2.0 ** -24 * STATS_MARGIN * (s + sums(lambda k: max(1, math.ceil(k / spec.tile.bk))))
+    elif red in ("bf16", "fp16"):
+        u = DTYPES[red].unit_roundoff
+        if st.pabs is None or st.prun is None:
+            out = u * STATS_MARGIN * (s + sums(lambda k: math.ceil(k / spec.reduction_chunk)))
+        else:
+            out = u * STATS_MARGIN * (st.pabs.double() + st.prun.double())
+    if model.name == "any" and spec.mma_dtype in ("bf16", "fp16"):
+        u = DTYPES[spec.out_dtype].unit_roundoff if spec.out_dtype in ("bf16", "fp16") else 2.0 ** -24
+        out = torch.maximum(out, u * STATS_MARGIN * (s + sums(lambda k: math.ceil(k / hw("splitk.chunk_min").value))))
+    return out
+
+
+def _per_unit(n, fn, like: torch.Tensor):
+    """fn(n) for a span of n products; for n a sequence (one span per unit along like's first
+    dim), fn of each as a [U, 1, ...] tensor of like's dtype, or the one value they share."""
+    if not isinstance(n, (list, tuple)):
+        return fn(n)
+    vals = [fn(k) for k in n]
+    if all(v == vals[0] for v in vals):
+        return vals[0]
+    return torch.tensor(vals, dtype=like.dtype, device=like.device).reshape((-1,) + (1,) * (like.dim() - 1))
+
+
+def mma_bound(spec, x0_abs: torch.Tensor, s: torch.Tensor, n, stats=None,
+              x_abs: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Bound on |kernel - reference| for an accumulator after a span of `n` products (a sequence:
+    each unit's span, the units along the tensors' first dim).
+
+    x0_abs: |accumulator| at the start of the span (exactly known: a tap, or 0); s: sum of |a||b|
+    (scaled) over the span; stats: the span's L, V (Stats, kernels_ref.mma_stats.MmaStats or SpanStats);
+    without them the bound uses what |x0| and S alone guarantee (looser). x_abs: |the reference's
+    sum over the span| (a SpanStats carries its own): truncated operands' bias follows it; without
+    it that term falls back to S."""
+    model = resolved_model(spec)
+    if model.chain is None and not model.union:
+        return torch.zeros_like(s, dtype=torch.float64)
+    s64 = s.double()
+    if stats is None:
+        st = Stats.crude(x0_abs, s64, _per_unit(n, lambda k: max(1, math.ceil(k / spec.tile.bk)), s64))
+    elif isinstance(stats, SpanStats):
+        st = stats.stats()
+        x_abs = stats.span_sum_abs() if x_abs is None else x_abs
+    elif isinstance(stats, Stats):
+        st = stats
+    else:
+        st = Stats.of(stats)
+    st = Stats(st.l.double() * STATS_MARGIN, st.v.double() * STATS_MARGIN ** 2,
+               None if st.q is None else st.q.double(), st.pabs, st.prun)
+    ref = _reference_bound(spec, st, s64, n)
+    bound = _engine_bound(spec, model, st, s64, n, x_abs, ref) + ref + _reduction_bound(spec, model, st, s64, n)
+    return bound.to(s.dtype if s.is_floating_point() else torch.float64)
+
+
+def describe(spec) -> str:
+    """The accumulation model a spec is judged with, its constants and where they came from, and
+    what it can and cannot catch (the report prints it)."""
+    model = resolved_model(spec)
+    names = model.union or (model.name,)
+    keys = []
+    for n in names:
+        keys += list(acc_model(n, spec.mma_dtype).keys())
+    if model.name == "any" and spec.mma_dtype in ("bf16", "fp16"):
+        keys.append("splitk.chunk_min")
+    keys = list(dict.fromkeys(keys))
+    consts = "; ".join(f"{k} = {hw(k).describe()}" for k in keys) or "none (exact)"
+    red = f", split-K partials reduced in {spec.reduction}" + \
+        (f" every {spec.reduction_chunk} k" if spec.reduction_chunk else "") if spec.reduction != "none" else ""
+    unmeasured = [k for k in keys if not hw(k).measured and not hw(k).stand_in]
+    stand_ins = [k for k in keys if hw(k).stand_in]
+    warn = f" UNMEASURED constants: {', '.join(unmeasured)}." if unmeasured else ""
+    if stand_ins:
+        warn += f" Datapath not identified, conservative stand-ins: {', '.join(stand_ins)}."
+    chains = [acc_model(m, spec.mma_dtype) for m in names]
+    worst = max((c.chain.growth(c.passes * math.ceil(spec.k / c.chain.values()[0])) for c in chains
+                 if c.chain is not None and not c.promoted), default=1.0)
+    if worst > 2:
+        warn += (f" At K = {spec.k} the accumulator's own drift can reach the size of the sum (growth factor "
+                 f"{worst:.3g}): the bound is loose to the point of catching only gross errors.")
+    return (f"accumulation model {model.name} ({model.doc}){red}; constants: {consts}. Catches: {model.catches}."
+            f"{warn}")
