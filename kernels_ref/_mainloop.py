@@ -47,17 +47,31 @@ def _acc_store_bits(acc, ACC: tl.constexpr):
 
 
 @triton.jit
-def _block_scale_tile(sa, sb, m0, n0, k0, M, N, MC):
-    """fp32(sa[m//GM, k0//GK] * sb[n//GN, k0//GK]) over the tile, [BMP, BNP] (sa, sb: Operand)."""
+def _scale_rows(sa, sb, m0, n0, M, N, MC):
+    """Where the tile's block scales lie, read once before the k-loop (sa, sb: Operand of the scale
+    tensors): (A's pointers of group column 0 per tile row [BMP], their mask, the group stride, and
+    the same of B per tile column [BNP]); `_at_group` moves them to a k-block."""
     sa_ptr, sa_r, sa_c = sa
     sb_ptr, sb_r, sb_c = sb
     rm = m0 + tl.arange(0, MC.BMP)
     rn = n0 + tl.arange(0, MC.BNP)
-    kc = k0 // MC.GK
-    sa = _decode_f32(_unsigned(tl.load(sa_ptr + (rm // MC.GM) * sa_r + kc * sa_c, mask=rm < M, other=0), MC.SA_W),
-                     MC.SA_DT)
-    sb = _decode_f32(_unsigned(tl.load(sb_ptr + (rn // MC.GN) * sb_r + kc * sb_c, mask=rn < N, other=0), MC.SB_W),
-                     MC.SB_DT)
+    return (sa_ptr + (rm // MC.GM) * sa_r, rm < M, sa_c, sb_ptr + (rn // MC.GN) * sb_r, rn < N, sb_c)
+
+
+@triton.jit
+def _at_group(rows, kc):
+    """The scale rows (`_scale_rows`) at group column kc."""
+    pa, ma, ca, pb, mb, cb = rows
+    return (pa + kc * ca, ma, ca, pb + kc * cb, mb, cb)
+
+
+@triton.jit
+def _group_scale(sc, j, MC):
+    """fp32(sa * sb) over the tile, [BMP, BNP], for scale group j of the k-block (sc: `_at_group`'s
+    tuple at the k-block's first group; rows past the operand read 0)."""
+    pa, ma, ca, pb, mb, cb = sc
+    sa = _decode_f32(_unsigned(tl.load(pa + j * ca, mask=ma, other=0), MC.SA_W), MC.SA_DT)
+    sb = _decode_f32(_unsigned(tl.load(pb + j * cb, mask=mb, other=0), MC.SB_W), MC.SB_DT)
     return sa[:, None] * sb[None, :]
 
 
@@ -96,14 +110,23 @@ def _b_bits(b, k0, n0, K, N, KS: tl.constexpr, KSP: tl.constexpr, MC):
 
 
 @triton.jit
-def _mma_kblock(acc, s_acc, scale, a, b, m0, n0, k0, M, N, K, MC, WITH_ABS: tl.constexpr):
+def _mma_kblock(acc, s_acc, sc, a, b, m0, n0, k0, M, N, K, MC, WITH_ABS: tl.constexpr):
     """One k-block update of the accumulator (kernels_ref.mma docstring: semantics).
 
     The k-block is NCHUNK * NSTEP sub-blocks of KS k-elements, each loaded with the descriptor's
-    box helper from a and b (Operand tuples); `scale` is the [BMP, BNP] block-scale tile when
-    SCALED. MC: MmaConsts."""
+    box helper from a and b (Operand tuples); when SCALED, `sc` locates the k-block's block scales
+    (`_group_scale`): chunk c, inside scale group c * NSTEP * KS / (BK / SG), is promoted with that
+    group's scale tile. MC: MmaConsts."""
     F32: tl.constexpr = MC.INTERP or (MC.A_DT == 0)
+    if MC.SCALED:
+        if MC.SG == 1:
+            scale0 = _group_scale(sc, 0, MC)
     for c in tl.static_range(MC.NCHUNK):
+        if MC.SCALED:
+            if MC.SG == 1:
+                scale = scale0
+            else:
+                scale = _group_scale(sc, (c * MC.NSTEP * MC.KS) // (MC.BK // MC.SG), MC)
         if MC.ACC == 2:
             q = tl.zeros([MC.BMP, MC.BNP], tl.int32)
         else:
@@ -176,12 +199,21 @@ def _zero_acc(MC):
 
 
 @triton.jit
-def _kblock_scale(sa, sb, m0, n0, k0, M, N, MC):
-    """The k-block's block-scale tile when SCALED, else 1.0."""
+def _tile_scales(sa, sb, m0, n0, M, N, MC):
+    """The tile's scale rows (`_scale_rows`) when SCALED, else 0: read before the k-loop."""
     if MC.SCALED:
-        return _block_scale_tile(sa, sb, m0, n0, k0, M, N, MC)
+        return _scale_rows(sa, sb, m0, n0, M, N, MC)
     else:
-        return 1.0
+        return 0
+
+
+@triton.jit
+def _kblock_scales(rows, k0, MC):
+    """The k-block's block scales for `_mma_kblock` (its first group's column) when SCALED, else 0."""
+    if MC.SCALED:
+        return _at_group(rows, k0 // MC.GK)
+    else:
+        return 0
 
 
 @triton.jit
@@ -199,10 +231,11 @@ def _mainloop(ml, m0, n0, tr, ts, MC, WITH_ABS: tl.constexpr, TRACE: tl.constexp
     i = tl.arange(0, MC.BMP)[:, None]
     j = tl.arange(0, MC.BNP)[None, :]
     in_tile = (i < MC.BM) & (j < MC.BN)
+    rows = _tile_scales(sa, sb, m0, n0, M, N, MC)
     for kb in range(0, _loop_count(n_kb, MC)):
         k0 = kb * MC.BK
-        scale = _kblock_scale(sa, sb, m0, n0, k0, M, N, MC)
-        acc, s_acc = _mma_kblock(acc, s_acc, scale, a, b, m0, n0, k0, M, N, K, MC, WITH_ABS)
+        sc = _kblock_scales(rows, k0, MC)
+        acc, s_acc = _mma_kblock(acc, s_acc, sc, a, b, m0, n0, k0, M, N, K, MC, WITH_ABS)
         if TRACE:
             tl.store(tr_ptr + kb * tr_kb + i * tr_r + j * tr_c, _acc_store_bits(acc, MC.ACC), mask=in_tile)
             if WITH_ABS:

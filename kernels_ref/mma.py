@@ -20,11 +20,18 @@ Accumulator semantics (the host specs emulate exactly these roundings in float64
                (a mask on the fp32 bit pattern; inf/NaN untouched); at the end of the chunk
                acc = fp32(acc + q).
   block scales (acc "fp32"): scale_a [ceil(M/gm), ceil(K/gk)], scale_b [ceil(N/gn), ceil(K/gk)],
-               block_scale_group (gm, gn, gk), gk a multiple of block_k. For k-block kb,
-               s = fp32(sa[m//gm, kb*BK//gk] * sb[n//gn, kb*BK//gk]) and the update is
-               acc = fp32(acc + fp32(p * s)); with promotion, each chunk's q is scaled instead of p.
-               (`mma_step` takes the already gathered per-row / per-column vectors.)
-  with_abs_sum: S accumulates fp32(|A_kb| @ |B_kb|) (times |s|) per dot, in fp32.
+               block_scale_group (gm, gn, gk), gk a multiple of block_k or a divisor of it. A scale
+               group g of the k-block (one group where gk >= block_k, else block_k / gk of them, in
+               k order) has s_g = fp32(sa[m//gm, g] * sb[n//gn, g]); each group's product is
+               promoted on its own, as DeepGEMM-style and MX kernels do:
+               p_g = fp32(A_g @ B_g), acc = fp32(acc + fp32(p_g * s_g)); with promotion (P a
+               divisor of gk where the groups are narrower than the k-block), each chunk's q is
+               scaled by its group's s instead of p. One group per k-block is the same rule.
+               (`mma_step` takes the already gathered per-row / per-column scales: [..., BM] or
+               [..., BM, G] for G groups.)
+  partials:    a partial of k-blocks b0..b1-1 (split-K, stream-K) starts from zero and applies the
+               scales of its own k-blocks (the scale tensors' columns are cut with the operands).
+  with_abs_sum: S accumulates fp32(|A_kb| @ |B_kb|) (times |s|, per scale group) per dot, in fp32.
   with_stats (mma_accumulate): the statistics the accumulation bounds read, per element
                (oracle.judging.tolerance), from the kernel's own accumulator: `kernels_ref.mma_stats`.
 
@@ -60,9 +67,9 @@ import triton
 import triton.language as tl
 
 from kernels_ref import _common as C
-from kernels_ref._codec import _decode_f32, _unsigned
 from kernels_ref._mainloop import _acc_load, _acc_store_bits, _mainloop, _mma_kblock, _tile_mask, _zero_acc
-from kernels_ref.mma_params import ACC_TORCH, ACCS, MainloopParams, MmaConfig, check_supported, mma_k_of
+from kernels_ref.mma_params import (ACC_TORCH, ACCS, MainloopParams, MmaConfig, check_supported, mma_k_of,
+                                    scale_groups)
 from kernels_ref.mma_stats import MmaStats, accumulate_stats, check_stats_chunk, trajectory_stats
 
 PROMOTION_MANTISSA_BITS = 13
@@ -75,13 +82,13 @@ PROMOTION_MANTISSA_BITS = 13
 
 @triton.jit
 def _mma_step_kernel(prev, a, b, sa, sb, out, absum, MC, HAS_PREV: tl.constexpr, WITH_ABS: tl.constexpr):
-    """Tile t of a stack: prev, a, b, out [T, R, C] and the scales sa [T, BM], sb [T, BN] as
+    """Tile t of a stack: prev, a, b, out [T, R, C] and the scales sa [T, BM, SG], sb [T, BN, SG] as
     (ptr, stride_t, stride_r[, stride_c]); absum (ptr, stride_t), contiguous tiles. MC: MmaConsts."""
     prev_ptr, sp_t, sp_r, sp_c = prev
     a_ptr, sa_t, sa_m, sa_k = a
     b_ptr, sb_t, sb_k, sb_n = b
-    sca_ptr, sca_t, sca_m = sa
-    scb_ptr, scb_t, scb_n = sb
+    sca_ptr, sca_t, sca_m, sca_g = sa
+    scb_ptr, scb_t, scb_n, scb_g = sb
     out_ptr, so_t, so_r, so_c = out
     abs_ptr, sabs_t = absum
     t = tl.program_id(0).to(tl.int64)
@@ -92,18 +99,11 @@ def _mma_step_kernel(prev, a, b, sa, sb, out, absum, MC, HAS_PREV: tl.constexpr,
         acc = _acc_load(prev_ptr + t * sp_t + i * sp_r + j * sp_c, in_tile, MC.ACC)
     else:
         acc = _zero_acc(MC)
-    if MC.SCALED:
-        ri = tl.arange(0, MC.BMP)
-        cj = tl.arange(0, MC.BNP)
-        sa = _decode_f32(_unsigned(tl.load(sca_ptr + t * sca_t + ri * sca_m, mask=ri < MC.BM, other=0), MC.SA_W),
-                         MC.SA_DT)
-        sb = _decode_f32(_unsigned(tl.load(scb_ptr + t * scb_t + cj * scb_n, mask=cj < MC.BN, other=0), MC.SB_W),
-                         MC.SB_DT)
-        scale = sa[:, None] * sb[None, :]
-    else:
-        scale = 1.0
+    ri = tl.arange(0, MC.BMP)
+    cj = tl.arange(0, MC.BNP)
+    sc = (sca_ptr + t * sca_t + ri * sca_m, ri < MC.BM, sca_g, scb_ptr + t * scb_t + cj * scb_n, cj < MC.BN, scb_g)
     s_acc = tl.zeros([MC.BMP, MC.BNP], tl.float32)
-    acc, s_acc = _mma_kblock(acc, s_acc, scale, (a_ptr + t * sa_t, sa_m, sa_k), (b_ptr + t * sb_t, sb_k, sb_n),
+    acc, s_acc = _mma_kblock(acc, s_acc, sc, (a_ptr + t * sa_t, sa_m, sa_k), (b_ptr + t * sb_t, sb_k, sb_n),
                              0, 0, 0, MC.BM, MC.BN, MC.BK, MC, WITH_ABS)
     tl.store(out_ptr + t * so_t + i * so_r + j * so_c, _acc_store_bits(acc, MC.ACC), mask=in_tile)
     if WITH_ABS:
@@ -149,8 +149,9 @@ def mma_step(acc_prev: Optional[torch.Tensor], a_tile: torch.Tensor, b_tile: tor
 
     a_tile [..., BM, BK], b_tile [..., BK, BN], acc_prev [..., BM, BN] in the accumulator dtype
     (fp32, fp16 or int32 tensor) or None for a zero accumulator. scale_a [..., BM] and scale_b
-    [..., BN] are this k-block's block scales per tile row / column. Returns the new accumulator
-    (and S of this k-block, fp32, when with_abs_sum)."""
+    [..., BN] are this k-block's block scales per tile row / column; [..., BM, G] and [..., BN, G]
+    hold G scale groups of BK / G k-elements each, every group promoted with its own scale (module
+    docstring). Returns the new accumulator (and S of this k-block, fp32, when with_abs_sum)."""
     C.require_tensor("a_tile", a_tile)
     C.require_tensor("b_tile", b_tile)
     if a_tile.dim() < 2 or b_tile.dim() != a_tile.dim():
@@ -167,19 +168,14 @@ def mma_step(acc_prev: Optional[torch.Tensor], a_tile: torch.Tensor, b_tile: tor
     scaled = scale_a is not None or scale_b is not None
     if scaled and (scale_a is None or scale_b is None):
         raise ValueError("scale_a and scale_b must be given together or both be None")
-    cfg = MmaConfig(ad, bd, acc, BM, BN, BK, promotion_interval, None, scaled)
+    groups = _step_groups(scale_a, scale_b, lead, BM, BN, BK) if scaled else 1
+    cfg = MmaConfig(ad, bd, acc, BM, BN, BK, promotion_interval, (1, 1, BK // groups) if groups > 1 else None, scaled)
     if acc_prev is not None:
         C.require_tensor("acc_prev", acc_prev)
         if tuple(acc_prev.shape) != lead + (BM, BN):
             raise ValueError(f"acc_prev has shape {tuple(acc_prev.shape)}; expected {lead + (BM, BN)}")
         if acc_prev.dtype != ACC_TORCH[acc]:
             raise ValueError(f"acc_prev has dtype {acc_prev.dtype}; acc={acc!r} needs {ACC_TORCH[acc]}")
-    if scaled:
-        for nm, s, n in (("scale_a", scale_a, BM), ("scale_b", scale_b, BN)):
-            C.require_tensor(nm, s)
-            C.dtype_name(nm, s, C.FLOAT_NAMES[:3])
-            if tuple(s.shape) != lead + (n,):
-                raise ValueError(f"{nm} has shape {tuple(s.shape)}; expected {lead + (n,)}")
     dev = C.check_device(("a_tile", a_tile), ("b_tile", b_tile), ("acc_prev", acc_prev), ("scale_a", scale_a),
                          ("scale_b", scale_b))
     T = 1
@@ -189,12 +185,12 @@ def mma_step(acc_prev: Optional[torch.Tensor], a_tile: torch.Tensor, b_tile: tor
     absum = torch.empty((T, BM, BN), dtype=torch.float32, device=dev) if with_abs_sum else out
     prev = C.strided(acc_prev.reshape(T, BM, BN) if acc_prev is not None else out)
 
-    def per_tile(v):  # a stack [T, n] of per-row or per-column scales: (bits, stride_t, stride)
-        vb = C.bits_view(v)
-        return vb, vb.stride(0), vb.stride(-1)
+    def per_tile(v, n):  # a stack [T, n, G] of per-row or per-column scales: (bits, stride_t, stride, stride_g)
+        vb = C.bits_view(v.reshape(T, n, groups))
+        return vb, vb.stride(0), vb.stride(1), vb.stride(2)
 
-    sa = per_tile(scale_a.reshape(T, BM) if scaled else out)
-    sb = per_tile(scale_b.reshape(T, BN) if scaled else out)
+    sa = per_tile(scale_a, BM) if scaled else (out, 0, 0, 0)
+    sb = per_tile(scale_b, BN) if scaled else (out, 0, 0, 0)
     _mma_step_kernel[(T,)](prev, C.strided(a_tile.reshape(T, BM, BK)), C.strided(b_tile.reshape(T, BK, BN)), sa, sb,
                            C.strided(out), (absum, absum.stride(0)), MC=cfg.consts(scale_a, scale_b),
                            HAS_PREV=acc_prev is not None, WITH_ABS=with_abs_sum, **cfg.launch_options(dev))
@@ -202,6 +198,22 @@ def mma_step(acc_prev: Optional[torch.Tensor], a_tile: torch.Tensor, b_tile: tor
     if with_abs_sum:
         return out, absum.reshape(lead + (BM, BN))
     return out
+
+
+def _step_groups(scale_a: torch.Tensor, scale_b: torch.Tensor, lead: tuple, BM: int, BN: int, BK: int) -> int:
+    """The scale groups of one k-block that mma_step's scales hold (1: [..., BM] and [..., BN])."""
+    for nm, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        C.require_tensor(nm, s)
+        C.dtype_name(nm, s, C.FLOAT_NAMES[:3])
+    tail = tuple(scale_a.shape[len(lead) + 1:len(lead) + 2])
+    for nm, s, n in (("scale_a", scale_a, BM), ("scale_b", scale_b, BN)):
+        if tuple(s.shape) != lead + (n,) + tail:
+            raise ValueError(f"{nm} has shape {tuple(s.shape)}; expected {lead + (n,)} (one scale group per k-block) "
+                             f"or {lead + (n, 'G')} (G scale groups, each BK / G deep)")
+    groups = tail[0] if tail else 1
+    if groups < 1 or BK % groups:
+        raise ValueError(f"scale_a holds {groups} scale groups per k-block: a positive divisor of BK={BK} is allowed")
+    return groups
 
 
 def mma_trajectory(a: torch.Tensor, b: torch.Tensor, tiles, block_m: int, block_n: int, block_k: int,
@@ -274,11 +286,19 @@ def _wrap_i32(t: torch.Tensor) -> torch.Tensor:
 
 
 def _kblock_host(acc, s_acc, a, b, acc_kind, mma_k, promotion_interval, scale, with_abs):
-    """One k-block on float64 operands a [..., R, BK], b [..., BK, Cn] (module docstring)."""
+    """One k-block on float64 operands a [..., R, BK], b [..., BK, Cn] (module docstring); scale None
+    or a tuple of the k-block's G scale groups' fp32(sa * sb) tiles, group g over k g*BK/G .. ."""
     bk = a.shape[-1]
+    width = bk // len(scale) if scale is not None else bk  # k of one scale group
     if with_abs:
-        sabs = torch.abs(a) @ torch.abs(b)
-        s_acc = s_acc + (sabs * torch.abs(scale) if scale is not None else sabs)
+        if scale is None:
+            s_acc = s_acc + torch.abs(a) @ torch.abs(b)
+        elif len(scale) == 1:
+            s_acc = s_acc + (torch.abs(a) @ torch.abs(b)) * torch.abs(scale[0])
+        else:
+            for g, sg in enumerate(scale):
+                k = slice(g * width, (g + 1) * width)
+                s_acc = s_acc + (torch.abs(a[..., k]) @ torch.abs(b[..., k, :])) * torch.abs(sg)
     if acc_kind == "int32":
         return _wrap_i32(acc + a @ b), s_acc
     if acc_kind == "fp16":
@@ -287,7 +307,10 @@ def _kblock_host(acc, s_acc, a, b, acc_kind, mma_k, promotion_interval, scale, w
             acc = _f16(C.f32(acc + s))
         return acc, s_acc
     if promotion_interval is None:
-        parts = [C.f32(a @ b)]
+        if width == bk:
+            parts = [(C.f32(a @ b), 0)]
+        else:  # one dot per scale group
+            parts = [(C.f32(a[..., g0:g0 + width] @ b[..., g0:g0 + width, :]), g0 // width) for g0 in range(0, bk, width)]
     else:
         parts = []
         for c0 in range(0, bk, promotion_interval):
@@ -295,9 +318,9 @@ def _kblock_host(acc, s_acc, a, b, acc_kind, mma_k, promotion_interval, scale, w
             for k0 in range(c0, c0 + promotion_interval, mma_k):
                 s = C.f32(a[..., k0:k0 + mma_k] @ b[..., k0:k0 + mma_k, :])
                 q = truncate_mantissa_host(C.f32(q + s))
-            parts.append(q)
-    for p in parts:
-        acc = C.f32(acc + (C.f32(p * scale) if scale is not None else p))
+            parts.append((q, c0 // width))
+    for p, g in parts:
+        acc = C.f32(acc + (C.f32(p * scale[g]) if scale is not None else p))
     return acc, s_acc
 
 
@@ -317,31 +340,39 @@ def mma_step_host(acc_prev: Optional[torch.Tensor], a_tile: torch.Tensor, b_tile
     BM, BK = a_tile.shape[-2:]
     BN = b_tile.shape[-1]
     scaled = scale_a is not None
-    reasons = check_supported(ad, bd, acc, BM, BN, BK, promotion_interval, None, scaled)
+    lead = tuple(a_tile.shape[:-2])
+    groups = _step_groups(scale_a, scale_b, lead, BM, BN, BK) if scaled else 1
+    reasons = check_supported(ad, bd, acc, BM, BN, BK, promotion_interval, (1, 1, BK // groups) if scaled else None,
+                              scaled)
     if reasons:
         raise C.reasons_error(reasons)
     a = a_tile.detach().cpu().to(torch.float64)
     b = b_tile.detach().cpu().to(torch.float64)
-    lead = tuple(a.shape[:-2])
     prev = torch.zeros(lead + (BM, BN), dtype=torch.float64) if acc_prev is None else \
         acc_prev.detach().cpu().to(torch.float64)
     scale = None
     if scaled:
-        scale = C.f32(scale_a.detach().cpu().double()[..., :, None] * scale_b.detach().cpu().double()[..., None, :])
+        sa = scale_a.detach().cpu().double().reshape(lead + (BM, groups))
+        sb = scale_b.detach().cpu().double().reshape(lead + (BN, groups))
+        scale = tuple(C.f32(sa[..., :, g, None] * sb[..., None, :, g]) for g in range(groups))
     out, s = _kblock_host(prev, torch.zeros_like(prev), a, b, acc, mma_k_of(ad, bd), promotion_interval, scale,
                           with_abs_sum)
     return (out, s) if with_abs_sum else out
 
 
 def _scale_tile_host(scale_a, scale_b, group, kb, block_k, rows: torch.Tensor, cols: torch.Tensor, M: int, N: int):
-    """fp32(sa * sb) for the k-block; rows past M and columns past N get scale 0 (as the kernel)."""
+    """fp32(sa * sb) of each scale group of the k-block, a tuple; rows past M and columns past N get
+    scale 0 (as the kernel)."""
     gm, gn, gk = group
     kc = kb * block_k // gk
     sa = scale_a.detach().cpu().double()
     sb = scale_b.detach().cpu().double()
-    ra = torch.where(rows < M, sa[torch.clamp(rows // gm, max=sa.shape[0] - 1), kc], 0.0)
-    cb = torch.where(cols < N, sb[torch.clamp(cols // gn, max=sb.shape[0] - 1), kc], 0.0)
-    return C.f32(ra[..., :, None] * cb[..., None, :])
+    out = []
+    for g in range(scale_groups(group, block_k)):
+        ra = torch.where(rows < M, sa[torch.clamp(rows // gm, max=sa.shape[0] - 1), kc + g], 0.0)
+        cb = torch.where(cols < N, sb[torch.clamp(cols // gn, max=sb.shape[0] - 1), kc + g], 0.0)
+        out.append(C.f32(ra[..., :, None] * cb[..., None, :]))
+    return tuple(out)
 
 
 def _trajectory_host(a, b, row_idx, col_idx, block_k, acc, promotion_interval, scale_a, scale_b, group, oob_fill,
@@ -438,26 +469,41 @@ def mma_accumulate_host(a: torch.Tensor, b: torch.Tensor, block_m: int, block_n:
 # ----------------------------------------------------------------------------------------------
 
 
-def _k_slice(a: torch.Tensor, b: torch.Tensor, block_k: int, kb_begin: int, kb_end: int, scales) -> tuple:
+def _k_slice(a: torch.Tensor, b: torch.Tensor, block_m: int, block_n: int, block_k: int, kb_begin: int, kb_end: int,
+             kw: dict) -> tuple:
+    """The operands' k-slice of k-blocks kb_begin..kb_end-1 and the keywords for it: block scales
+    sliced with them, so that every k-block of the slice applies the scales it applies in the
+    whole problem (groups at least a k-block wide are taken one column per k-block)."""
     n_kb = C.cdiv(a.shape[1], block_k)
     if not (isinstance(kb_begin, int) and isinstance(kb_end, int) and 0 <= kb_begin < kb_end <= n_kb):
         raise ValueError(f"partial k-blocks {kb_begin}..{kb_end} must satisfy 0 <= begin < end <= {n_kb}")
-    if any(s is not None for s in scales):
-        raise ValueError("a partial with block scales is not modelled: pass no scale_a / scale_b")
     k0, k1 = kb_begin * block_k, min(a.shape[1], kb_end * block_k)
-    return a[:, k0:k1], b[k0:k1]
+    if kw.get("scale_a") is not None or kw.get("scale_b") is not None:
+        MainloopParams(a, b, block_m, block_n, block_k, **{f: kw[f] for f in _PARAM_KEYS if f in kw})  # validates
+        gm, gn, gk = kw["block_scale_group"]
+        if gk < block_k:  # several groups per k-block: the slice starts on a group boundary
+            cols, group = torch.arange(k0 // gk, C.cdiv(k1, gk)), (gm, gn, gk)
+        else:
+            cols, group = torch.arange(kb_begin, kb_end) * block_k // gk, (gm, gn, block_k)
+        kw = dict(kw, block_scale_group=group, scale_a=kw["scale_a"][:, cols.to(kw["scale_a"].device)],
+                  scale_b=kw["scale_b"][:, cols.to(kw["scale_b"].device)])
+    return a[:, k0:k1], b[k0:k1], kw
+
+
+_PARAM_KEYS = ("acc", "promotion_interval", "scale_a", "scale_b", "block_scale_group", "oob_fill")
 
 
 def partial_trajectory(a: torch.Tensor, b: torch.Tensor, tiles, block_m: int, block_n: int, block_k: int,
                        kb_begin: int, kb_end: int, **kw):
     """The accumulator of a partial that sums k-blocks kb_begin..kb_end-1 from zero, after each of
-    them: [T, kb_end - kb_begin, BM, BN] (mma_trajectory of the operands' k-slice; same keywords)."""
-    a_s, b_s = _k_slice(a, b, block_k, kb_begin, kb_end, (kw.get("scale_a"), kw.get("scale_b")))
+    them: [T, kb_end - kb_begin, BM, BN] (mma_trajectory of the operands' k-slice, and of the block
+    scales' columns those k-blocks apply; same keywords)."""
+    a_s, b_s, kw = _k_slice(a, b, block_m, block_n, block_k, kb_begin, kb_end, kw)
     return mma_trajectory(a_s, b_s, tiles, block_m, block_n, block_k, **kw)
 
 
 def partial_trajectory_host(a: torch.Tensor, b: torch.Tensor, tiles, block_m: int, block_n: int, block_k: int,
                             kb_begin: int, kb_end: int, **kw):
     """Host spec of `partial_trajectory` (float64 CPU)."""
-    a_s, b_s = _k_slice(a, b, block_k, kb_begin, kb_end, (kw.get("scale_a"), kw.get("scale_b")))
+    a_s, b_s, kw = _k_slice(a, b, block_m, block_n, block_k, kb_begin, kb_end, kw)
     return mma_trajectory_host(a_s, b_s, tiles, block_m, block_n, block_k, **kw)

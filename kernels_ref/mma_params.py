@@ -44,7 +44,9 @@ def check_supported(a_dtype: str, b_dtype: str, acc: str = "fp32", block_m: int 
                     block_scale_group: Optional[Sequence[int]] = None, scaled: bool = False) -> list[str]:
     """Reasons this accumulation cannot be modelled (empty list: supported).
 
-    `scaled` says block scales are used; `block_scale_group` is checked when given."""
+    `scaled` says block scales are used; `block_scale_group` is checked when given: its k extent a
+    multiple of block_k (one scale per k-block) or a divisor of it (several scale groups per k-block,
+    each promoted into the accumulator with its own scale)."""
     reasons = []
     for nm, d in (("a_dtype", a_dtype), ("b_dtype", b_dtype)):
         if d not in DTYPES:
@@ -87,10 +89,20 @@ def check_supported(a_dtype: str, b_dtype: str, acc: str = "fp32", block_m: int 
         if not isinstance(g, tuple) or len(g) != 3 or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0
                                                            for v in g):
             reasons.append(f"block_scale_group={block_scale_group!r} must be three positive ints (gm, gn, gk)")
-        elif g[2] % block_k:
-            reasons.append(f"block_scale_group gk={g[2]} must be a multiple of block_k={block_k} "
-                           f"(one scale per k-block)")
+        elif g[2] % block_k and block_k % g[2]:
+            reasons.append(f"block_scale_group gk={g[2]} must be a multiple of block_k={block_k} (one scale per "
+                           f"k-block) or divide it (several scale groups per k-block)")
+        elif g[2] < block_k and promotion_interval is not None and g[2] % promotion_interval:
+            reasons.append(f"promotion_interval={promotion_interval!r} must divide the scale group gk={g[2]} where "
+                           f"the groups are narrower than block_k={block_k}: each group is promoted on its own")
     return reasons
+
+
+def scale_groups(block_scale_group: Optional[Sequence[int]], block_k: int) -> int:
+    """Scale groups one k-block holds: block_k / gk for groups narrower than the k-block, else 1."""
+    if block_scale_group is None or block_scale_group[2] >= block_k:
+        return 1
+    return block_k // block_scale_group[2]
 
 
 # Under the interpreter the fp16 accumulator's MMA steps are summed by one scan per step (mode 1);
@@ -135,6 +147,7 @@ class MmaConsts(NamedTuple):
     SA_W: tl.constexpr
     SB_DT: tl.constexpr
     SB_W: tl.constexpr
+    SG: tl.constexpr  # scale groups per k-block (scale_groups): each promoted with its own scale
     INTERP: tl.constexpr  # _interp_mode()
     N_KB_I: tl.constexpr  # the k-block count under the interpreter (0 compiled: _mainloop._loop_count)
 
@@ -174,7 +187,7 @@ def _scale_meta(scale_a: Optional[torch.Tensor], scale_b: Optional[torch.Tensor]
 class MmaConfig:
     """One accumulation configuration, checked once (`check_supported`, and a NaN fill needs float
     operands): the engine's constexprs and how a k-block is cut into MMA steps of KS k-elements,
-    NSTEP steps per promotion chunk, NCHUNK chunks."""
+    NSTEP steps per promotion chunk, NCHUNK chunks (a chunk lies inside one scale group)."""
 
     a_dtype: str
     b_dtype: str
@@ -205,7 +218,12 @@ class MmaConfig:
             return mk, self.promotion_interval // mk, self.block_k // self.promotion_interval
         if self.acc == "fp16":
             return mk, 1, self.block_k // mk
-        return self.block_k, 1, 1
+        width = self.block_k // self.scale_groups  # one dot per scale group
+        return width, 1, self.block_k // width
+
+    @property
+    def scale_groups(self) -> int:
+        return scale_groups(self.block_scale_group, self.block_k) if self.scaled else 1
 
     @property
     def num_warps(self) -> int:
@@ -224,7 +242,7 @@ class MmaConfig:
             B_W=DTYPES[b].itemsize, B_NAN=C.NAN_BITS.get(b, 0), FILL_NAN=self.oob_fill == "nan",
             ACC=_ACC_CODE[self.acc], BM=self.block_m, BN=self.block_n, BK=self.block_k, BMP=C.pad_dim(self.block_m),
             BNP=C.pad_dim(self.block_n), KS=ks, KSP=C.pad_dim(ks, C.dot_k_min((a, b))), NCHUNK=nchunk, NSTEP=nstep,
-            PROMO=self.promotion_interval is not None, GM=gm, GN=gn, GK=gk, INTERP=_interp_mode(),
+            PROMO=self.promotion_interval is not None, GM=gm, GN=gn, GK=gk, SG=self.scale_groups, INTERP=_interp_mode(),
             N_KB_I=n_kb if C.interpreting() else 0, **_scale_meta(scale_a, scale_b))
 
     def launch_options(self, device: torch.device) -> dict:

@@ -29,7 +29,8 @@ class SampleProducts:
     """The device half of `mma_sample_host`: every accumulation step's products of the sampled
     elements, rounded as the accumulator receives them, for `mma_sample_finish` on the CPU.
     p [T, steps, R, C] (int32: already summed and wrapped, [T, R, C]); s the float64 sum |a||b|
-    (times |scales|) [T, R, C]; scale the fp32 block scales per k-block [T, n_kb, R, C] or None."""
+    (times |scales|) [T, R, C]; scale the fp32 block scales of each promotion chunk (or each step
+    without promotion: a k-block, or a scale group where several lie in one) [T, units, R, C] or None."""
 
     p: torch.Tensor
     s: torch.Tensor
@@ -72,23 +73,31 @@ def mma_sample_products(a: torch.Tensor, b: torch.Tensor, rows, cols, block_m: i
     B = torch.full((T, kp, Cn), fill, dtype=torch.float64, device=dev)
     B[:, :K, :] = torch.where((cols < N)[:, None, :], b.detach().to(dev)[:, cols.clamp(max=N - 1)].permute(1, 0, 2)
                               .double(), fill)
-    step = kp if acc == "int32" else (mk if acc == "fp16" or promotion_interval is not None else block_k)
+    step = kp if acc == "int32" else (mk if acc == "fp16" or promotion_interval is not None else
+                                      block_k // cfg.scale_groups)
     n_steps = kp // step
 
     def per_step(x, y, k):  # [T, R, kp] x [T, kp, C] -> [T, kp // k, R, C], one product per k-slice
         n = kp // k
         return torch.matmul(x.view(T, R, n, k).transpose(1, 2), y.view(T, n, k, Cn))
 
-    scale = None
-    if scale_a is not None:  # fp32(sa * sb) per k-block, 0 past M / N: [T, n_kb, R, C]
+    unit = promotion_interval or step  # the products one scale multiplies: a promotion chunk or a step
+    scale = scale_abs = None
+    if scale_a is not None:  # fp32(sa * sb) per unit, 0 past M / N: [T, kp / unit, R, C]
         gm, gn, gk = block_scale_group
-        kc = torch.arange(n_kb, device=dev) * block_k // gk
         sa, sb = scale_a.detach().to(dev).double(), scale_b.detach().to(dev).double()
-        ra = torch.where((rows < M)[..., None], sa[(rows // gm).clamp(max=sa.shape[0] - 1)][..., kc], 0.0)
-        cb = torch.where((cols < N)[..., None], sb[(cols // gn).clamp(max=sb.shape[0] - 1)][..., kc], 0.0)
-        scale = C.f32(ra.transpose(1, 2)[..., :, None] * cb.transpose(1, 2)[..., None, :])
-    sabs = per_step(A.abs(), B.abs(), block_k) if n_kb else A.new_zeros((T, 0, R, Cn))
-    s = (sabs * scale.abs() if scale is not None else sabs).sum(1)
+
+        def per_unit(u):  # the scale of the group each u-wide run of k lies in
+            kc = torch.arange(kp // u, device=dev) * u // gk
+            ra = torch.where((rows < M)[..., None], sa[(rows // gm).clamp(max=sa.shape[0] - 1)][..., kc], 0.0)
+            cb = torch.where((cols < N)[..., None], sb[(cols // gn).clamp(max=sb.shape[0] - 1)][..., kc], 0.0)
+            return C.f32(ra.transpose(1, 2)[..., :, None] * cb.transpose(1, 2)[..., None, :])
+
+        scale = per_unit(unit)
+        scale_abs = per_unit(min(block_k, gk))
+    width = block_k if scale_abs is None else min(block_k, block_scale_group[2])  # one S term per group
+    sabs = per_step(A.abs(), B.abs(), width) if n_kb else A.new_zeros((T, 0, R, Cn))
+    s = (sabs * scale_abs.abs() if scale_abs is not None else sabs).sum(1)
     p = per_step(A, B, step) if n_steps else A.new_zeros((T, 0, R, Cn))
     p = _wrap_i32(p.sum(1)) if acc == "int32" else C.f32(p)
     return SampleProducts(p, s, scale, acc, promotion_interval, mk, block_k)
@@ -115,8 +124,6 @@ def mma_sample_finish(products: SampleProducts):
         for j in range(per):
             q = truncate_mantissa_host(C.f32(q + steps[:, :, j]))
         p = q
-        if scale is not None:
-            scale = scale.repeat_interleave(products.block_k // products.promotion_interval, dim=1)
     if scale is not None:
         p = C.f32(p * scale)
     if p.shape[1] == 0:

@@ -32,7 +32,8 @@ import triton.language as tl
 
 from kernels_ref import _common as C
 from kernels_ref._codec import _decode_f32, _dot
-from kernels_ref._mainloop import _acc_store_bits, _kblock_scale, _loop_count, _mma_kblock, _tile_mask
+from kernels_ref._mainloop import (_acc_store_bits, _kblock_scales, _loop_count, _mma_kblock, _tile_mask,
+                                  _tile_scales)
 from kernels_ref.descriptor import _box_bits
 from kernels_ref.mma_params import ACC_TORCH, MainloopParams
 
@@ -156,12 +157,13 @@ def _mma_stats_kernel(ml, out, abs_ptr, st_ptr, st_s, MC, CHUNK_KB: tl.constexpr
     hi = tl.zeros([MC.BMP, MC.BNP], tl.float32)
     mark = tl.zeros([MC.BMP, MC.BNP], tl.float32)
     n_loop = _loop_count(n_kb, MC)
+    rows = _tile_scales(sa, sb, m0, n0, M, N, MC)
     for kb in range(0, n_loop):
         k0 = kb * MC.BK
-        scale = _kblock_scale(sa, sb, m0, n0, k0, M, N, MC)
+        sc = _kblock_scales(rows, k0, MC)
         x = acc
         s_before = s_acc
-        acc, s_acc = _mma_kblock(acc, s_acc, scale, a, b, m0, n0, k0, M, N, K, MC, True)
+        acc, s_acc = _mma_kblock(acc, s_acc, sc, a, b, m0, n0, k0, M, N, K, MC, True)
         m = tl.maximum(x - lo, hi - x) + (s_acc - s_before)
         l_st = l_st + m
         v_st = v_st + m * m

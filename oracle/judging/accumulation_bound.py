@@ -18,6 +18,8 @@ up: the bias of a truncating tensor core at large K) and the rounding parts in `
 rounding to nearest behave like a random walk: Higham and Mary's probabilistic bound, by
 Azuma-Hoeffding; LAMBDA = 8 puts the chance of one correct element exceeding it at 2 exp(-32)).
 Promotion every P (fp8) restarts the narrow chain from 0, so its terms scale with S instead of L.
+Block scales enter through S (sum |a||b| times |scales|); scale groups narrower than the k-block add
+the scaling and the add of every group into the fp32 accumulator (`_scale_groups_bound`).
 Reduced-precision split-K adds the rounding of every partial and of every partial sum
 (statistics pabs = sum_i |partial_i|, prun = sum_i |partial sum after partial i|). TF32 adds the
 operand rounding, the hi/lo three-pass schemes the dropped lo*lo term (`_operand_bound`: random
@@ -33,6 +35,7 @@ from typing import Optional
 import torch
 
 from kernels_ref.dtypes import DTYPES
+from kernels_ref.scales import groups_per_k_block
 from oracle.judging.accumulation_models import (REF_CHAIN, REF_FP16, REF_PROMOTED, STATS_MARGIN, AccModel, Chain,
                                                 acc_model, resolved_model)
 from oracle.judging.bound_stats import SpanStats, Stats
@@ -131,6 +134,20 @@ def _reduction_bound(spec, model: AccModel, st: Stats, s: torch.Tensor, n: int) 
     return out
 
 
+def _scale_groups_bound(spec, st: Stats):
+    """Scale groups narrower than the k-block (block scales, G = tile.bk / gk groups per k-block):
+    each group's product is scaled and added into the fp32 accumulator on its own, by the kernel and
+    by the reference alike (kernels_ref.mma), so a k-block makes 2G roundings to nearest where the
+    chains above count one add. Each is at most 2^-24 of m_j (a group's scaled product is at most
+    the block's scaled sum s_j, and the running sum inside the block stays within
+    |X_(j-1)| + s_j <= m_j): a random walk of 2G steps per k-block on each side,
+    2 LAMBDA 2^-24 sqrt(2 G V). Zero with one group per k-block."""
+    g = groups_per_k_block(spec.scale_a.block[1], spec.tile.bk) if spec.block_scaled else 1
+    if g <= 1:
+        return 0.0
+    return 2 * LAMBDA * 2.0 ** -24 * STATS_MARGIN * torch.sqrt(torch.clamp(st.v, min=0) * (2 * g))
+
+
 def _per_unit(n, fn, like: torch.Tensor):
     """fn(n) for a span of n products; for n a sequence (one span per unit along like's first
     dim), fn of each as a [U, 1, ...] tensor of like's dtype, or the one value they share."""
@@ -168,7 +185,8 @@ def mma_bound(spec, x0_abs: torch.Tensor, s: torch.Tensor, n, stats=None,
     st = Stats(st.l.double() * STATS_MARGIN, st.v.double() * STATS_MARGIN ** 2,
                None if st.q is None else st.q.double(), st.pabs, st.prun)
     ref = _reference_bound(spec, st, s64, n)
-    bound = _engine_bound(spec, model, st, s64, n, x_abs, ref) + ref + _reduction_bound(spec, model, st, s64, n)
+    bound = _engine_bound(spec, model, st, s64, n, x_abs, ref) + ref + _reduction_bound(spec, model, st, s64, n) + \
+        _scale_groups_bound(spec, st)
     return bound.to(s.dtype if s.is_floating_point() else torch.float64)
 
 

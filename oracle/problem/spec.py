@@ -276,6 +276,10 @@ class ProblemSpec:
             if gk < self.tile.bk:
                 _require(self.k % self.tile.bk == 0, "k", self.k, f"scale groups narrower than tile.bk "
                          f"({gk} < {self.tile.bk}) are modelled for whole k-blocks: K must be a multiple of tile.bk")
+                p = self.promotion_interval
+                _require(p is None or gk % p == 0, "promotion_interval", p,
+                         f"with scale groups narrower than tile.bk each group ({gk} k) is promoted on its own: "
+                         f"the interval must divide {gk}")
         for f in ("alpha", "beta"):
             v = getattr(self, f)
             _require(_finite(v) and abs(v) <= FP32_MAX, f, v,
@@ -304,10 +308,6 @@ class ProblemSpec:
                      "a partition rule needs a split problem (splits > 1 or stream_k_workers)")
             _require(self.partition != "stream_k_dp_remainder" or self.stream_k_workers is not None, "partition",
                      self.partition, "a data-parallel remainder is a stream-K rule: give stream_k_workers")
-        if self.partitioned and self.block_scaled:
-            _require(self.scale_a.block[1] >= self.tile.bk, "splits" if self.splits > 1 else "stream_k_workers",
-                     self.splits if self.splits > 1 else self.stream_k_workers,
-                     "split accumulation with scale groups narrower than tile.bk is not modelled")
         if self.groups is not None:
             g = self.groups
             _require(isinstance(g, tuple) and 0 < len(g) <= MAX_GROUPS, "groups", _count_of(g),

@@ -149,28 +149,36 @@ def simulate_scaled(spec: ProblemSpec, ops: Operands, provenance: Provenance,
                      kernel=name, synthetic=True)
 
 
-def default_problem(defect: Optional[str] = None, scale_dtype: str = "fp32") -> ProblemSpec:
+def default_problem(defect: Optional[str] = None, scale_dtype: str = "fp32", groups: int = 1,
+                    splits: int = 1) -> ProblemSpec:
     """A small block-scaled problem on which `defect` shows: 64 x 64 x 64 e4m3 in 32 x 32 x 32 tiles, A's
     scales 1 x 32 and B's 32 x 32 in fp32 (1 x 16 groups for scale_one_per_k_block; e8m0 or e4m3 scales
     over 1 x 32 / 1 x 16 groups with `scale_dtype`), split-K 2 for scale_split_slice0, M = 128 for
-    scale_map_group_size (rows past the group size)."""
+    scale_map_group_size (rows past the group size). `groups` > 1 deepens the k-block to that many scale
+    groups (K = 4 k-blocks: a 1 x 32 MX group under a 64-deep k-block with groups=2); `splits` > 1
+    splits K."""
     from oracle.problem.spec import Scale, Tile
 
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"groups={groups!r}: a positive number of scale groups per k-block")
     gk = {"fp32": 16 if defect == "scale_one_per_k_block" else 32, "e8m0": 32, "e4m3": 16}[scale_dtype]
     rows_b = 32 if scale_dtype == "fp32" and gk >= 32 else 1
-    return ProblemSpec(m=128 if defect == "scale_map_group_size" else 64, n=64, k=64, a_dtype="e4m3", b_dtype="e4m3", out_dtype="bf16",
-                       tile=Tile(32, 32, 32), scale_a=Scale("block", (1, gk), dtype=scale_dtype),
+    bk = 32 if groups == 1 else gk * groups
+    k = 64 if groups == 1 else 4 * bk
+    return ProblemSpec(m=128 if defect == "scale_map_group_size" else 64, n=64, k=k, a_dtype="e4m3", b_dtype="e4m3",
+                       out_dtype="bf16", tile=Tile(32, 32, bk), scale_a=Scale("block", (1, gk), dtype=scale_dtype),
                        scale_b=Scale("block", (rows_b, gk), dtype=scale_dtype),
-                       splits=2 if defect == "scale_split_slice0" else 1)
+                       splits=2 if defect == "scale_split_slice0" and splits == 1 else splits)
 
 
 def simulate_block_scaled(defect: Optional[str] = None, inputs: str = "scales", seed: int = 0,
-                          scale_dtype: str = "fp32") -> Recording:
-    """The model on its default problem (default_problem), with `defect` planted (None: correct), on the
-    input ladder `inputs` (default: the power-of-two scales that name a misapplied scale)."""
+                          scale_dtype: str = "fp32", groups: int = 1, splits: int = 1) -> Recording:
+    """The model on its default problem (default_problem, with `groups` scale groups per k-block and
+    `splits` splits), with `defect` planted (None: correct), on the input ladder `inputs` (default: the
+    power-of-two scales that name a misapplied scale)."""
     from oracle.run.inputs import make_operands
 
     inj = ScaleInjection(defect) if defect else None
-    spec = default_problem(defect, scale_dtype)
+    spec = default_problem(defect, scale_dtype, groups, splits)
     ops = make_operands(spec, inputs, seed)
     return simulate_scaled(spec, ops, Provenance(inputs, seed), inj)

@@ -133,8 +133,9 @@ def _check_tensor(name: str, t: Any, scale: bool = False) -> None:
         raise SpecError(f"{name} is a meta tensor: it has a shape but no values to judge")
     if t.is_complex() or t.dtype == torch.bool:
         raise SpecError(f"{name} has dtype {t.dtype}; a GEMM's tensors are real numbers")
-    if scale and not t.is_floating_point():
-        raise SpecError(f"{name} has dtype {t.dtype}; a scale is a floating-point tensor")
+    if scale and not t.is_floating_point() and t.dtype != torch.uint8:
+        raise SpecError(f"{name} has dtype {t.dtype}; a scale is a floating-point tensor (or uint8: the e8m0 "
+                        f"exponents of an OCP MX block scale)")
 
 
 def _quant_fields(op: str, a: torch.Tensor, b: torch.Tensor, scales, zeros, fields: dict) -> dict:
@@ -210,12 +211,37 @@ def _tile_note(asked: Tile, used: Tile) -> Optional[str]:
             f"{used.bk}, which covers the same tiles and k-blocks")
 
 
-def _scale_of(t: Optional[torch.Tensor], kind: str) -> Optional[torch.Tensor]:
-    """A scale as the recording holds it: fp32, flat (a block scale keeps its 2-D grid)."""
+_E8M0 = getattr(torch, "float8_e8m0fnu", None)
+
+
+def _block_scale_dtype(t: torch.Tensor) -> Optional[str]:
+    """The stored dtype a scale tensor's torch dtype names when it can only be a block scale (uint8 or
+    float8_e8m0fnu: OCP MX e8m0 exponents; float8_e4m3fn: NVFP4-style e4m3), else None."""
+    if t.dtype in (torch.uint8, _E8M0):
+        return "e8m0"
+    return "e4m3" if t.dtype == torch.float8_e4m3fn else None
+
+
+def _scale_of(t: Optional[torch.Tensor], scale: Scale) -> Optional[torch.Tensor]:
+    """A scale as the recording holds it: fp32, flat; a block scale keeps its logical 2-D grid in its
+    stored dtype (e8m0 as raw bytes), whatever its storage order."""
     if t is None:
         return None
-    t = t.detach().float()
-    return t if kind == "block" else t.reshape(-1)
+    t = t.detach()
+    if scale.kind != "block":
+        return t.float().reshape(-1)
+    if scale.dtype == "e8m0":
+        return (t.view(torch.uint8) if t.dtype == _E8M0 else t).contiguous()
+    return t.contiguous() if scale.dtype == "e4m3" else t.float().contiguous()
+
+
+def _block_scale(s: torch.Tensor, rows: int, k: int) -> Scale:
+    """The Scale a 2-D block scale tensor [ceil(rows / g), ceil(K / gk)] describes: each block extent the
+    power of two that covers it, the dtype its torch dtype names (else fp32 values), and its storage
+    order (`col`: its rows contiguous, as DeepGEMM's MN-major scales)."""
+    block = (_pow2_at_least(-(-rows // s.shape[0])), _pow2_at_least(-(-k // s.shape[1])))
+    col = s.shape[0] > 1 and s.shape[1] > 1 and s.stride(0) == 1 and s.stride(1) != 1
+    return Scale("block", block, "col" if col else "row", _block_scale_dtype(s) or "fp32")
 
 
 def _stored_scales(t: torch.Tensor) -> torch.Tensor:
@@ -270,12 +296,19 @@ def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bia
     if bias is not None:
         kw.update(bias_dtype=_dtype("bias", bias), bias=fields.pop("bias_axis", "row" if bias.numel() == m != n else "col"))
     for op, s, axis in (("a", scale_a, "row"), ("b", scale_b, "col")):
-        if s is not None and s.dim() == 2 and s.shape[1] > 1:  # a block scale [rows / g, K / gk]
-            rows = m if op == "a" else n
-            kw[f"scale_{op}"] = Scale("block", (_pow2_at_least(-(-rows // s.shape[0])),
-                                                _pow2_at_least(-(-k // s.shape[1]))))
-        elif s is not None:
+        if s is None:
+            continue
+        rows = m if op == "a" else n
+        if s.dim() == 2 and (s.shape[1] > 1 or s.shape[0] != rows or _block_scale_dtype(s)):
+            kw[f"scale_{op}"] = _block_scale(s, rows, k)  # a block scale [rows / g, K / gk]
+        elif _block_scale_dtype(s):
+            raise SpecError(f"scale_{op} has dtype {s.dtype}, a block scale's stored type: give it as the 2-D grid "
+                            f"[{'M' if op == 'a' else 'N'} / block rows, K / block k]")
+        else:
             kw[f"scale_{op}"] = Scale("tensor" if s.numel() == 1 else axis)
+    narrow = [sc.block[1] for sc in (kw.get("scale_a"), kw.get("scale_b")) if sc is not None and sc.kind == "block"]
+    if narrow and "tile" not in fields and k % Tile().bk and narrow[0] < Tile().bk:
+        fields["tile"] = Tile(bk=narrow[0])  # groups narrower than the k-block need whole k-blocks: one group deep
     try:
         if isinstance(fields.get("tile"), (list, tuple)):
             fields["tile"] = Tile(*fields["tile"])
@@ -294,7 +327,7 @@ def recording_of(a, b, d, *, c=None, bias=None, scale_a=None, scale_b=None, b_sc
                       a_scales=a_scales, a_zeros=a_zeros, **fields)
     ops = Operands(a=a.detach(), b=b.detach(), c=None if c is None else c.detach(),
                    bias=None if bias is None else bias.detach().reshape(-1),
-                   scale_a=_scale_of(scale_a, spec.scale_a.kind), scale_b=_scale_of(scale_b, spec.scale_b.kind),
+                   scale_a=_scale_of(scale_a, spec.scale_a), scale_b=_scale_of(scale_b, spec.scale_b),
                    b_scales=None if b_scales is None else _stored_scales(b_scales.detach()),
                    b_zeros=None if b_zeros is None else b_zeros.detach(),
                    a_scales=None if a_scales is None else _stored_scales(a_scales.detach()),
@@ -318,7 +351,10 @@ def check(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c: Optional[torc
     A [M, K], B [K, N] (logical; any strides), D [M, N], torch tensors on any device; C [M, N],
     bias [N] (or [M] with bias_axis="row"), scale_a / scale_b per tensor ([1]) or per row / column,
     or block scales of fp8 operands ([M / g, K / gk] and [N / g, K / gk], 2-D: the block is the
-    power of two that covers each extent, 1 x 128 and 128 x 128 for DeepSeek-style scales).
+    power of two that covers each extent, 1 x 128 and 128 x 128 for DeepSeek-style scales; a grid
+    whose rows are contiguous is MN-major; float32 values, uint8 or float8_e8m0fnu OCP MX exponents
+    (1 x 32), float8_e4m3fn NVFP4-style scales (1 x 16); groups narrower than the k-block are judged
+    per group, and where K is no multiple of tile.bk the k-block is one group deep).
     Every other ProblemSpec field may be given as a keyword (acc_model, tile, alpha, beta,
     activation, saturate, ...). The bound is the accumulation model's (acc_model, reduction): the
     default is an fp32 accumulator over the problem's tiles; a D from cuBLAS or another engine

@@ -291,7 +291,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     --heads-kv, --queries, --keys, --head-dim, --causal, --blocks BQ BKV, --splits, --page-size;
     --defect takes its defects' names (e.g. max_not_updated_before_rescale).
     --block-scaled: the block-scaled fp8 model (oracle.run.scale_model) on its small default problem,
-    with --scale-dtype fp32, e8m0 (MX) or e4m3; --defect takes its scale defects (e.g. scale_b_reused)
+    with --scale-dtype fp32, e8m0 (MX) or e4m3, --scale-groups G scale groups per k-block (a k-block G
+    groups deep) and --splits (split-K); --defect takes its scale defects (e.g. scale_b_reused)
     and --inputs defaults to the scales ladder."""
     if args.attention:
         return _simulate_attention(args)
@@ -328,7 +329,8 @@ def _simulate_block_scaled(args: argparse.Namespace) -> int:
         raise UsageError(f"--defect {args.defect!r} is not a block-scaled defect; known: {', '.join(SCALE_DEFECTS)}")
     inputs = "scales" if args.inputs == "random" else args.inputs  # the default ladder: the scales one
     try:
-        rec = simulate_block_scaled(args.defect, inputs, args.seed, args.scale_dtype or "fp32")
+        rec = simulate_block_scaled(args.defect, inputs, args.seed, args.scale_dtype or "fp32", args.scale_groups or 1,
+                                    args.splits or 1)
     except ValueError as e:
         raise UsageError(str(e)) from None
     rec.save(args.out)

@@ -120,6 +120,7 @@ def build_parser(commands: Mapping[str, Callable]) -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--block-scaled", action="store_true", help="the block-scaled fp8 model (scale defects)")
     s.add_argument("--scale-dtype", choices=("fp32", "e8m0", "e4m3"), help="--block-scaled: its scales (default fp32)")
+    s.add_argument("--scale-groups", type=int, help="--block-scaled: scale groups per k-block (default 1)")
     s.add_argument("--attention", action="store_true", help="an attention recording (the flags below)")
     s.add_argument("--batch", type=int, help="attention: sequences (default 1)")
     s.add_argument("--heads", type=int, help="attention: query heads (default 2)")
@@ -129,7 +130,7 @@ def build_parser(commands: Mapping[str, Callable]) -> argparse.ArgumentParser:
     s.add_argument("--head-dim", type=int, help="attention: head dimension (default 32)")
     s.add_argument("--causal", choices=("none", "top_left", "bottom_right"), help="attention (default bottom_right)")
     s.add_argument("--blocks", type=int, nargs=2, metavar=("BQ", "BKV"), help="attention: block sizes (default 32 32)")
-    s.add_argument("--splits", type=int, help="attention: split-KV partials (default 1)")
+    s.add_argument("--splits", type=int, help="attention: split-KV partials; --block-scaled: split-K (default 1)")
     s.add_argument("--page-size", type=int, help="attention: a paged KV cache of this many keys a page")
     s.set_defaults(func=cmd_simulate)
 

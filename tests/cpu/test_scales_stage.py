@@ -210,3 +210,54 @@ def test_simulate_cli_writes_a_block_scaled_dump_and_refuses_other_defects(tmp_p
     assert "simulated_1d2d[scale_trailing_skipped]" in capsys.readouterr().out and out.exists()
     assert main(["simulate", "--block-scaled", "--defect", "mma_no_reset", "--out", str(out)]) == 2
     assert "not a block-scaled defect" in capsys.readouterr().err
+
+
+# -- several scale groups per k-block, and split-K: judged at every stage --------------------------
+@pytest.mark.parametrize("kw", [dict(groups=2), dict(splits=2), dict(scale_dtype="e8m0", groups=2, splits=2)],
+                         ids=["narrow", "split", "mx_narrow_split"])
+def test_the_correct_model_matches_at_mma_and_the_output(kw):
+    from oracle.judging.diagnose import Verdict
+    from oracle.judging.differential import analyze
+    from oracle.run.scale_model import simulate_block_scaled
+
+    an = analyze(simulate_block_scaled(None, **kw))
+    assert an.verdict is Verdict.MATCH
+    judged = {s.name: (s.teacher_forced.status.name, s.chained.status.name) for s in an.stages}
+    for stage in ("scale_a", "scale_b", "mma", "epilogue_store") + (("reduce",) if "splits" in kw else ()):
+        assert judged[stage] == ("MATCH", "MATCH"), (stage, judged)
+    assert not any("scale_a / scale_b" in m for m in an.unobserved), an.unobserved
+    assert not an.cross_check, an.cross_check
+
+
+def test_right_scales_applied_to_the_wrong_groups_diverge_at_mma():
+    """Scale registers that hold the right values, but every group of a k-block promoted with the
+    first group's: the scale stages match, the accumulator does not."""
+    import dataclasses
+
+    from oracle.judging.diagnose import Verdict
+    from oracle.judging.differential import analyze
+    from oracle.run.inputs import Provenance, make_operands
+    from oracle.run.scale_model import ScaleInjection, default_problem, simulate_scaled
+
+    spec = default_problem("scale_one_per_k_block")
+    ops = make_operands(spec, "scales", 0)
+    right = simulate_scaled(spec, ops, Provenance("scales", 0))
+    wrong = simulate_scaled(spec, ops, Provenance("scales", 0), ScaleInjection("scale_one_per_k_block"))
+    scales = [t for t in right.taps if t.stage.startswith("scale_")]
+    rec = dataclasses.replace(wrong, taps=tuple(t for t in wrong.taps if not t.stage.startswith("scale_")) +
+                              tuple(scales))
+    an = analyze(rec)
+    assert an.verdict is Verdict.DIVERGED
+    assert an.first.stage == "mma", an.first
+    judged = {s.name: s.teacher_forced.status.name for s in an.stages}
+    assert judged["scale_a"] == judged["scale_b"] == "MATCH"
+
+
+def test_simulate_cli_takes_scale_groups_and_splits(tmp_path, capsys):
+    from oracle.run.recording import Recording
+    from oracle.tools.cli import main
+
+    out = tmp_path / "g.safetensors"
+    assert main(["simulate", "--block-scaled", "--scale-groups", "2", "--splits", "2", "--out", str(out)]) == 0
+    spec = Recording.load(str(out)).spec
+    assert spec.tile.bk == 2 * spec.scale_a.block[1] and spec.splits == 2

@@ -20,7 +20,7 @@ from harness.taps import pipeline
 from kernels_ref.dtypes import DTYPES
 from oracle import knobs
 from oracle.judging.diagnose import Diagnosis, Kind, Verdict, first_divergence
-from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageResult
+from oracle.judging.differential.context import Context, StageResult
 from oracle.judging.differential.cross_check import start_cross_check
 from oracle.judging.differential.dequant import dequant_stage
 from oracle.judging.differential.epilogue import epilogue_stages, reference_chain, steps_of
@@ -32,7 +32,7 @@ from oracle.judging.differential.mma import mma_stage
 from oracle.judging.differential.out_of_bounds import ordered, out_of_bounds_finding
 from oracle.judging.differential.operands import descriptor_stage, load_stage
 from oracle.judging.differential.reduce import reduce_stage
-from oracle.judging.differential.scales import scale_stage, unmodelled
+from oracle.judging.differential.scales import scale_stage
 from oracle.problem.partition import describe_partitions
 from oracle.run.recording import Recording, RecordingError
 from oracle.run.confounds import Confound, ConfoundKind
@@ -156,7 +156,7 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
     tapped = sorted(ctx.taps.traced_tiles)
     n_check = knobs.CROSS_CHECK_TILES.get()
     sample = tapped[:n_check] or sorted({(0, 0), (spec.tiles_m - 1, spec.tiles_n - 1)})[:n_check]
-    pending = start_cross_check(ctx, [] if unmodelled(spec) else sample)  # its host side overlaps the stages
+    pending = start_cross_check(ctx, sample)  # its host side overlaps the stages
     clock.lap("cross_check")
     try:
         stages, notes = _stages(ctx, clock)
@@ -190,8 +190,6 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analy
         assumed = (Confound.of(ConfoundKind.ASSUMED_BOUNDARY, "mma", boundary=a) for a in first.assumed)
         open_conf.extend(c for c in assumed if c not in open_conf)
     nonfinite, missing = first_nonfinite(stages), tuple(unobserved(ctx, stages))
-    if unmodelled(spec):
-        missing += (unmodelled(spec),)
     clock.lap("findings")
     return Analysis(rec, tuple(stages), cross, diag, kind, tuple(open_conf), handled, first, nonfinite,
                     str(dev), missing, partition=partition, assumed=ctx.geo.partition_assumptions,
@@ -207,10 +205,6 @@ def _stages(ctx: Context, clock: _Clock) -> tuple[list[StageResult], StageNotes]
     done += [dequant_stage(ctx, op) for op in spec.dequant_operands]
     done += [scale_stage(ctx, op) for op in (("a", "b") if spec.block_scaled else ())]
     clock.lap("descriptor_load")
-    if unmodelled(spec):  # no reference past the scales: the later stages are not run
-        later = [st for st in pipeline(steps_of(spec), spec.dequant_operands, True)[len(done):]]
-        stages = [r for r, _ in done] + [StageResult(st, NOT_RUN_STAGE, NOT_RUN_STAGE) for st in later]
-        return stages, fold_notes([StageNotes(ctx.taps.confounds)] + [n for _, n in done])
     mma_result, mma_notes, finals = mma_stage(ctx.geo, ctx.taps, ctx.ops)
     reduce_result, reduce_notes, sources = reduce_stage(ctx, finals)
     done += [(mma_result, mma_notes), (reduce_result, reduce_notes)]

@@ -252,8 +252,8 @@ def start_cross_check(ctx: Context, tiles: Sequence[tuple[int, int]],
     partials = []
     if spec.partitioned:
         for tile in tiles:
-            a_h, b_h, _, _, local = _host_operands(ctx, tile)
-            partials.extend(_partials_cross_check(ctx, tile, a_h, b_h, local))
+            a_h, b_h, sa_h, sb_h, local = _host_operands(ctx, tile)
+            partials.extend(_partials_cross_check(ctx, tile, a_h, b_h, sa_h, sb_h, local))
     meta = [(op, tile, kb) for op, tile, kb, _, _ in loads]
     steps_of_tiles = [[step for step, _, _ in steps] for _, _, steps in epilogues]
     return PendingCrossCheck(lambda: _host_side(ctx, tiles, meta, sampled, steps_of_tiles, copy) + partials,
@@ -306,18 +306,25 @@ class _HostVectors:
         self.row_scale, self.col_scale, self.tensor_scale, self.c, self.bias = row_scale, col_scale, tensor_scale, c, bias
 
 
-def _partials_cross_check(ctx: Context, tile, a_h, b_h, local) -> list[str]:
-    """The partial references (each partial from zero) and the reduction against their host specs."""
+def _partials_cross_check(ctx: Context, tile, a_h, b_h, sa_h, sb_h, local) -> list[str]:
+    """The partial references (each partial from zero, block scales of its own k-blocks) and the
+    reduction against their host specs."""
     geo, ops = ctx.geo, ctx.ops
     spec = geo.spec
     out, finals = [], []
+    scaled = ops.block_a is not None
+    dev_kw = dict(scale_a=ops.block_a, scale_b=ops.block_b, block_scale_group=ops.group) if scaled else {}
+    host_kw = dict(scale_a=sa_h, scale_b=sb_h, block_scale_group=ops.group) if scaled else {}
+    abs_kw = dict(scale_a=sa_h.abs(), scale_b=sb_h.abs(), block_scale_group=ops.group) if scaled else {}
     for p in geo.partials(tile):
         got = ref_mma.partial_trajectory(ops.a, ops.b, [tile], geo.bm, geo.bn, geo.bk, p.kb_begin, p.kb_end,
-                                         oob_fill=spec.oob_fill, acc=spec.acc_dtype)
+                                         oob_fill=spec.oob_fill, acc=spec.acc_dtype,
+                                         promotion_interval=spec.promotion_interval, **dev_kw)
         want = ref_mma.partial_trajectory_host(a_h, b_h, [local], geo.bm, geo.bn, geo.bk, p.kb_begin, p.kb_end,
-                                               oob_fill=spec.oob_fill, acc=spec.acc_dtype)
+                                               oob_fill=spec.oob_fill, acc=spec.acc_dtype,
+                                               promotion_interval=spec.promotion_interval, **host_kw)
         s = ref_mma.partial_trajectory_host(abs_operand(a_h), abs_operand(b_h), [local], geo.bm, geo.bn, geo.bk,
-                                            p.kb_begin, p.kb_end, acc="fp32")
+                                            p.kb_begin, p.kb_end, acc="fp32", **abs_kw)
         n_k = min(p.kb_end * geo.bk, spec.k) - p.kb_begin * geo.bk
         bound = accumulation_bound.mma_bound(spec, torch.zeros_like(s[0, -1]), s[0, -1], n_k)
         c = compare(got[0, -1].cpu().double(), want[0, -1].double(), bound=bound.double(),

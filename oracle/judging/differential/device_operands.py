@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 from kernels_ref import load as ref_load
+from kernels_ref.scales import groups_per_k_block, scale_values
 from oracle.judging.differential.geometry import Geometry
 from oracle.run.recording import Recording
 
@@ -116,22 +117,23 @@ class DeviceOperands:
         return out
 
     def block_scales_units(self, tiles, kbs):
-        """The block scales of many (tile, k-block) sites: [U, BM] of A, [U, BN] of B (None, None
-        unscaled)."""
+        """The block scales of many (tile, k-block) sites: [U, BM] of A, [U, BN] of B, or [U, BM, G] and
+        [U, BN, G] where G > 1 scale groups lie in one k-block (None, None unscaled)."""
         geo = self.geo
         spec, dev = geo.spec, geo.dev
         if not spec.block_scaled:
             return None, None
         gm, gn, gk = self.group
+        s = groups_per_k_block(gk, geo.bk)
         tt = torch.tensor([list(t) for t in tiles], dtype=torch.int64, device=dev).reshape(-1, 2)
-        g = torch.tensor([(kb * geo.bk) // gk for kb in kbs], dtype=torch.int64, device=dev)[:, None]
+        g = torch.tensor([(kb * geo.bk) // gk for kb in kbs], dtype=torch.int64, device=dev)[:, None, None]
+        g = g + torch.arange(s, device=dev)[None, None, :]  # [U, 1, G]
         rows = (tt[:, 0:1] * geo.bm + torch.arange(geo.bm, device=dev)[None, :]).clamp(max=spec.m - 1) // gm
         cols = (tt[:, 1:2] * geo.bn + torch.arange(geo.bn, device=dev)[None, :]).clamp(max=spec.n - 1) // gn
-        return self.block_a[rows, g], self.block_b[cols, g]
+        sa, sb = self.block_a[rows[:, :, None], g], self.block_b[cols[:, :, None], g]
+        return (sa[..., 0], sb[..., 0]) if s == 1 else (sa, sb)
 
 
 def _block_values(t: torch.Tensor, scale, dev) -> torch.Tensor:
     """A block scale tensor's values in fp32 on `dev` (e8m0 bytes decoded: kernels_ref.scales)."""
-    from kernels_ref.scales import scale_values
-
     return scale_values(t, scale.dtype).float().to(dev)

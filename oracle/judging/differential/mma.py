@@ -59,12 +59,21 @@ def abs_kwargs(ops: DeviceOperands) -> dict:
                 scale_b=ops.block_b.abs() if ops.block_b is not None else None)
 
 
-def _block_abs(ops: DeviceOperands, tiles, kbs) -> torch.Tensor:
-    """|block scale a| |block scale b| of each (tile, k-block) site: [U, BM, BN] (1 unscaled)."""
+def _own_abs_sum(ops: DeviceOperands, a: torch.Tensor, b: torch.Tensor, tiles, kbs) -> torch.Tensor:
+    """S of one k-block from the kernel's own operand tiles a [U, BM, BK], b [U, BK, BN]: |a| @ |b|
+    times |block scale a| |block scale b|, per scale group where a k-block holds several."""
     sa, sb = ops.block_scales_units(tiles, kbs)
+    a, b = abs_operand(a).float(), abs_operand(b).float()
     if sa is None:
-        return torch.ones((), device=ops.geo.dev)
-    return sa.abs()[:, :, None] * sb.abs()[:, None, :]
+        return a @ b
+    if sa.dim() == 2:
+        return a @ b * (sa.abs()[:, :, None] * sb.abs()[:, None, :])
+    width = a.shape[-1] // sa.shape[-1]
+    out = torch.zeros(a.shape[0], a.shape[1], b.shape[2], dtype=torch.float32, device=a.device)
+    for g in range(sa.shape[-1]):
+        k = slice(g * width, (g + 1) * width)
+        out = out + a[:, :, k] @ b[:, k, :] * (sa[:, :, g].abs()[:, :, None] * sb[:, :, g].abs()[:, None, :])
+    return out
 
 
 def mma_stage(geo: Geometry, tapped: TapIndex, ops: DeviceOperands) -> tuple[StageResult, StageNotes, dict]:
@@ -270,8 +279,8 @@ def _teacher_forced(geo: Geometry, tapped: TapIndex, ops: DeviceOperands, nb: No
         own = [i for i, (_, _, a_t, b_t) in enumerate(rows) if a_t is not None or b_t is not None]
         if own:  # the kernel's own operands may differ in magnitude
             o = torch.tensor(own, device=geo.dev)
-            s_own = abs_operand(tiles["a"][o]).float() @ abs_operand(tiles["b"][o]).float() * \
-                _block_abs(ops, [units[rows[i][0]][1].tile for i in own], [rows[i][1] for i in own])
+            s_own = _own_abs_sum(ops, tiles["a"][o], tiles["b"][o], [units[rows[i][0]][1].tile for i in own],
+                                 [rows[i][1] for i in own])
             who = torch.tensor([rows[i][0] for i in own], device=geo.dev)
             span_s = span_s.index_put((who,), span_s[who] - s_blk[o] + s_own)
             s_blk = s_blk.index_put((o,), s_own)

@@ -71,21 +71,6 @@ def _scale_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
     return StageResult(stage, combine(out), combine(out))
 
 
-def unmodelled(spec) -> Optional[str]:
-    """Why the mma and later references cannot judge a block-scaled problem (None: they can): scale
-    groups narrower than the k-block, or a split tile, are judged up to the scale stages only."""
-    if not spec.block_scaled:
-        return None
-    gk = spec.scale_a.block[1]
-    if gk < spec.tile.bk:
-        return (f"mma and the stages after it: their references hold one scale per k-block, and scale_a.block's k "
-                f"extent ({gk}) is narrower than tile.bk ({spec.tile.bk}); judged up to scale_a / scale_b")
-    if spec.partitioned:
-        return "mma and the stages after it: split accumulation with block scales has no reference yet; judged up " \
-               "to scale_a / scale_b"
-    return None
-
-
 def origin(spec, stage: str, tile: tuple[int, int], k_block: Optional[int], bm: int, bn: int) -> tuple[int, int]:
     """Where a scale tap's element (0, 0) lies in the stage's space: (its first row of A / column of B,
     k_block x the scale groups of one k-block)."""
