@@ -166,7 +166,8 @@ def attention_entry_case(entry: dict, problem: Optional[dict] = None):
 
 
 def attention_tapped_stages(case) -> set[str]:
-    """The stages the fa2_sm80 kernel taps: every attention stage, combine only when split."""
+    """The stages the zoo's attention kernels (fa2_sm80, fa3_sm90) tap: every attention stage, combine
+    only when split."""
     from harness.taps import ATTENTION_TAP_STAGES
 
     return {s for s in ATTENTION_TAP_STAGES if s != "combine" or case.spec.splits > 1}

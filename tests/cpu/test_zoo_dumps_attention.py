@@ -1,5 +1,5 @@
-"""The bug zoo offline, the FlashAttention-2-style kernel's recorded traces (tests/cpu/test_zoo_dumps.py:
-the rule). Its entries were added without a GPU (`dump_pending`): each is skipped, saying how to
+"""The bug zoo offline, the attention kernels' recorded traces (zoo/fa2_sm80 and zoo/fa3_sm90;
+tests/cpu/test_zoo_dumps.py: the rule). Their entries were added without a GPU (`dump_pending`): each is skipped, saying how to
 record it, until its dump is committed. Meanwhile the judgement each entry expects is held to the
 CPU model of the same kernel (oracle.run.attention_model, whose planted defects carry the zoo's
 defect names) at the entry's recorded shape, blocks and traced site: the manifest asks of the

@@ -1,7 +1,8 @@
-"""The zoo's FlashAttention-2-style kernel on the GPU: every attention entry of tests/zoo/manifest.json
+"""The zoo's attention kernels on the GPU (the FlashAttention-2-style zoo/fa2_sm80, the
+FlashAttention-3-style zoo/fa3_sm90, any other): every attention entry of tests/zoo/manifest.json
 run live and judged.
 
-For each entry: its case (zoo/fa2_sm80) with the entry's problem overrides, traced entry point and
+For each entry: its case with the entry's problem overrides, traced entry point and
 trace selection, controlled random inputs with the entry's seed, one live run through the request
 path (oracle.run.execute: the traced build, the sink, the combine after a split), then the
 attention differential. A correct variant must MATCH with every tapped stage compared,
@@ -27,7 +28,7 @@ from oracle.run.request import RunRequest
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("entry", entries("zoo/fa2_sm80/", kind="attention"), ids=lambda e: e["name"])
+@pytest.mark.parametrize("entry", entries(kind="attention"), ids=lambda e: e["name"])
 def test_attention_zoo_variant_is_judged_as_the_manifest_says(entry):
     runs = [entry["problem"]] + ([entry["record_problem"]] if "record_problem" in entry else [])
     for i, problem in enumerate(runs):

@@ -25,7 +25,7 @@
 //   normalize          O / l (O = 0 for a row with l = 0), LSE = m * ln 2 + log l (-inf for l = 0).
 //   store              O as T into [batch, seqlen_q, heads_q, D], LSE fp32 into [batch, heads_q,
 //                      seqlen_q]; split-KV: O / l fp32 and the split's LSE into the partial
-//                      buffers, merged by the combine kernel.
+//                      buffers, merged by the combine kernel (zoo/common/attention_combine.cuh).
 // The KV blocks a query block needs: all, or causally up to its last row's last key; split s of S
 // takes blocks s * per .. (s + 1) * per - 1 of those, per = cdiv(kv_blocks, S) (FlashAttention's
 // rule; a split with no block writes O = 0 and LSE = -inf).
@@ -82,6 +82,7 @@
 #include <stdint.h>
 
 #include "oracle_trace/attention.cuh"
+#include "../common/attention_combine.cuh"
 
 namespace zoo_fa2 {
 
@@ -534,50 +535,6 @@ __device__ __forceinline__ void forward(const Params<T>& p) {
   }
 }
 
-// -- the split-KV combine: each row's partials merged by their LSE --------------------------------
-// Thread t of the block merges row t / 2 of the query block, head dims (t % 2) * D / 2 .. + D / 2.
-template <class T, int D, bool Trace>
-__device__ __forceinline__ void combine(const float* o_partial, const float* lse_partial, T* o, float* lse, int batch,
-                                        int heads_q, int seqlen_q, int splits) {
-  using At = oracle_trace::AttentionTracer<Trace>;
-  constexpr int kCols = D / 2;
-  const int qb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int r = threadIdx.x / 2, c0 = (threadIdx.x % 2) * kCols, row = qb * kBQ + r;
-  float out[kCols];
-#pragma unroll
-  for (int c = 0; c < kCols; ++c) out[c] = 0.f;
-  float lse_row = -INFINITY;
-  if (row < seqlen_q) {
-    const long long stride = static_cast<long long>(batch) * heads_q * seqlen_q;  // one split's rows
-    const long long at = (static_cast<long long>(b) * heads_q + h) * seqlen_q + row;
-    float mx = -INFINITY;
-    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, lse_partial[s * stride + at]);
-    if (mx != -INFINITY) {  // a row no split saw stays O = 0, LSE = -inf
-      float sum = 0.f;
-      for (int s = 0; s < splits; ++s) sum += expf(lse_partial[s * stride + at] - mx);
-      lse_row = mx + logf(sum);
-      for (int s = 0; s < splits; ++s) {
-        const float w = expf(lse_partial[s * stride + at] - lse_row);
-        const float* src = o_partial + (s * stride + at) * D + c0;
-#pragma unroll
-        for (int c = 0; c < kCols; ++c) out[c] += w * src[c];
-      }
-    }
-    T* dst = o + ((static_cast<long long>(b) * seqlen_q + row) * heads_q + h) * D + c0;
-#pragma unroll
-    for (int c = 0; c < kCols; c += 2) *reinterpret_cast<uint32_t*>(dst + c) = pack2(T(), out[c], out[c + 1]);
-    if (c0 == 0) lse[(static_cast<long long>(b) * heads_q + h) * seqlen_q + row] = lse_row;
-  }
-  if constexpr (At::enabled) {
-    const oracle_trace::AttnSite merged{b, h, qb};
-    At::tap_out(oracle_trace::Stage::Combine, merged, kBQ, D, kCols,
-                [&](int i) { return oracle_trace::Element<float>{r, c0 + i, out[i]}; });
-    if (c0 == 0)
-      At::tap_lse(oracle_trace::Stage::Combine, merged, kBQ, D, 1,
-                  [&](int) { return oracle_trace::RowValue{r, lse_row}; });
-  }
-}
-
 }  // namespace zoo_fa2
 
 // -- entry points ----------------------------------------------------------------------------------
@@ -607,7 +564,8 @@ __device__ __forceinline__ void combine(const float* o_partial, const float* lse
   extern "C" __global__ void __launch_bounds__(zoo_fa2::kThreads) zoo_fa2_combine_##DT##_d##D##SUFFIX(              \
       const float* o_partial, const float* lse_partial, T* o, float* lse, int batch, int heads_q, int seqlen_q,     \
       int splits) {                                                                                                  \
-    zoo_fa2::combine<T, D, TRACE>(o_partial, lse_partial, o, lse, batch, heads_q, seqlen_q, splits);                \
+    zoo_attn::combine<T, zoo_fa2::kBQ, D, TRACE>(o_partial, lse_partial, o, lse, batch, heads_q, seqlen_q,           \
+                                                 splits);                                                            \
   }
 
 #define ZOO_FA2_ALL(SUFFIX, TRACE)                         \

@@ -1,0 +1,195 @@
+"""The zoo's FlashAttention-3-style Hopper kernel (zoo/fa3_sm90) holds together without a GPU: its
+builds, its manifest entries and its case files.
+
+- (nvcc) the build with -DORACLE_TRACE holds every entry point traced and untraced, the build
+  without it the untraced ones only; every untraced entry point's SASS is the same in both, every
+  traced one differs; no untraced function spills or uses a stack;
+- (nvcc) every forward entry point is the kernel its header describes: WGMMA (HGMMA, P V with V
+  transposed), bulk copies (UBLKCP) and mbarriers (SYNCS), no cp.async and no mma.sync;
+- (nvcc) two defect builds (a ZOO_FA3_<DEFECT> define, one in the consumer's second MMA, one in the
+  producer) compile traced and change the forward kernels, not the combine; the V layout defect
+  reads V without the transpose;
+- tests/zoo/manifest.json: one entry per planted defect of the source (by its define), named for
+  the stage the defect changes first, the correct dense, head_dim 128, split-KV and paged variants,
+  every defect case defining exactly its defect's macro;
+- every case file under zoo/fa3_sm90 loads (oracle.run.case.load_case) with a launch that fits the
+  kernel: 256 threads (producer and consumer warpgroups), the shared memory of its head dim, the
+  combine after a split.
+Builds go through the oracle's build cache (tests/cuda_tools.zoo_build), two at a time.
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from cuda_tools import all_symbols, cuobjdump, entry_symbols, ptxas_usage, sass_by_function, zoo_build  # tests/ on sys.path
+from zoo_cases import ROOT, attention_entry_case, entries
+
+FA3_DIR = ROOT / "zoo" / "fa3_sm90"
+FA3_SOURCE = FA3_DIR / "fa3_sm90.cu"
+DEFECTS = ("kv_tail_not_zeroed", "causal_off_by_one", "max_not_updated_before_rescale", "l_summed_before_rescale",
+           "p_wrong_type", "v_read_with_k_layout", "split_merge_without_max", "empty_row_divided_by_zero",
+           "gqa_head_modulo", "page_table_off_by_one")
+BUILT_DEFECTS = ("v_read_with_k_layout", "kv_tail_not_zeroed")  # compiled here; the others only on the GPU
+FORWARD = {f"zoo_fa3_{kind}bf16_d{d}" for kind in ("", "split_", "paged_") for d in (64, 128)}
+ENTRIES = FORWARD | {f"zoo_fa3_combine_bf16_d{d}" for d in (64, 128)}
+
+
+def smem_bytes(head_dim: int) -> int:
+    """The forward kernels' dynamic shared memory: Q and two K and two V slots of 64 x D bf16, the
+    barriers' 64 bytes, 1 KiB to align the tiles."""
+    return 5 * 64 * head_dim * 2 + 64 + 1024
+
+
+def _defect_build(defect: str):
+    from harness.build import build_cubin
+
+    return build_cubin(FA3_SOURCE, defines={"ORACLE_TRACE": "1", f"ZOO_FA3_{defect.upper()}": "1"})
+
+
+@pytest.fixture(scope="module")
+def builds():
+    if cuobjdump() is None:
+        pytest.skip("This test needs cuobjdump (from the CUDA toolkit or the triton package), and neither has it.")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        jobs = {"traced": pool.submit(zoo_build, FA3_SOURCE, True), "plain": pool.submit(zoo_build, FA3_SOURCE, False)}
+        jobs.update({d: pool.submit(_defect_build, d) for d in BUILT_DEFECTS})
+        return {k: j.result() for k, j in jobs.items()}
+
+
+def _fa3_entries() -> list[dict]:
+    return entries("zoo/fa3_sm90/", kind="attention")
+
+
+def _lines(sass, opcode: str) -> list[str]:
+    text = sass if isinstance(sass, str) else "\n".join(sass)
+    return [line for line in text.splitlines() if re.search(rf"\b{opcode}\b", line)]
+
+
+# -- builds ---------------------------------------------------------------------------------------
+@pytest.mark.nvcc
+def test_the_traced_build_holds_every_entry_point_traced_and_untraced(builds):
+    traced, plain = entry_symbols(builds["traced"].cubin_path), entry_symbols(builds["plain"].cubin_path)
+    assert plain == ENTRIES
+    assert traced == ENTRIES | {f"{e}_traced" for e in ENTRIES}
+    assert "oracle_trace_sink" in all_symbols(builds["traced"].cubin_path)
+    assert "oracle_trace_sink" not in all_symbols(builds["plain"].cubin_path)
+    want = {e["kernel"].partition(":")[2] for e in _fa3_entries()}
+    assert want <= traced, sorted(want - traced)
+
+
+@pytest.mark.nvcc
+def test_untraced_sass_is_the_same_with_tracing_compiled_in(builds):
+    on, off = sass_by_function(builds["traced"].cubin_path), sass_by_function(builds["plain"].cubin_path)
+    for name in sorted(ENTRIES):
+        assert on[name] == off[name], f"{name}: the untraced SASS changes when ORACLE_TRACE is on"
+        assert on[f"{name}_traced"] != off[name], f"{name}_traced holds no taps"
+
+
+@pytest.mark.nvcc
+def test_no_untraced_function_spills_or_uses_a_stack(builds):
+    usage = ptxas_usage(builds["plain"].log)
+    assert set(usage) == ENTRIES, f"ptxas -v output not understood:\n{builds['plain'].log[:2000]}"
+    bad = {f: u for f, u in usage.items() if u != (0, 0, 0)}
+    assert not bad, f"(stack frame, spill stores, spill loads) bytes: {bad}"
+
+
+@pytest.mark.nvcc
+def test_the_forward_kernels_are_wgmma_bulk_copies_and_mbarriers(builds):
+    sass = sass_by_function(builds["plain"].cubin_path)
+    for name in sorted(FORWARD):
+        d = int(name.rsplit("_d", 1)[1])
+        # Q K^T: D / 16 k-steps of N = 64 keys, both operands from shared memory; P V: 4 k-steps of
+        # N = D, P from registers, V transposed
+        qk = [g for g in _lines(sass[name], "HGMMA.64x64x16.F32.BF16") if "tnspB" not in g]
+        pv = _lines(sass[name], f"HGMMA.64x{d}x16.F32.BF16")
+        assert len(qk) == d // 16, (name, qk)
+        assert len([g for g in pv if "tnspB" in g]) == 4, (name, pv)
+        assert _lines(sass[name], "UBLKCP.S.G"), f"{name}: no bulk copy"
+        assert _lines(sass[name], "SYNCS.PHASECHK.TRANS64.TRYWAIT"), f"{name}: no mbarrier wait"
+        assert not _lines(sass[name], "LDGSTS") and not _lines(sass[name], "HMMA.16816.F32.BF16"), \
+            f"{name}: cp.async or mma.sync in the Hopper kernel"
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("defect", BUILT_DEFECTS)
+def test_a_defect_define_changes_the_kernel_it_plants_the_defect_in(builds, defect):
+    bad, good = sass_by_function(builds[defect].cubin_path), sass_by_function(builds["traced"].cubin_path)
+    assert set(bad) == set(good)
+    for name in sorted(FORWARD):
+        assert bad[name] != good[name], name
+    for d in (64, 128):
+        assert bad[f"zoo_fa3_combine_bf16_d{d}"] == good[f"zoo_fa3_combine_bf16_d{d}"]  # the combine has neither
+    if defect == "v_read_with_k_layout":  # V's descriptor is K-major: the second MMA loses its transpose
+        assert not [g for g in _lines(bad["zoo_fa3_bf16_d64"], "HGMMA") if "tnspB" in g]
+
+
+# -- the manifest ---------------------------------------------------------------------------------
+def test_the_manifest_holds_every_defect_of_the_source_once_and_the_correct_variants():
+    text = FA3_SOURCE.read_text()
+    macros = set(re.findall(r"#if defined\(ZOO_FA3_([A-Z0-9_]+)\)", text))
+    assert macros == {d.upper() for d in DEFECTS}
+    doc = _fa3_entries()
+    assert sorted(e["defect"] for e in doc if e["defect"]) == sorted(DEFECTS)
+    correct = {e["kernel"].partition(":")[2] for e in doc if e["defect"] is None}
+    assert {"zoo_fa3_bf16_d64_traced", "zoo_fa3_bf16_d128_traced", "zoo_fa3_split_bf16_d64_traced",
+            "zoo_fa3_paged_bf16_d64_traced"} <= correct
+    for e in doc:
+        assert e["dump_pending"] is True, f"{e['name']}: no recording yet; dump_pending says so"
+        case = attention_entry_case(e)
+        defines = dict(case.kernel.defines)
+        if e["defect"] is None:
+            assert e["expected_stage"] is None and not defines, e["name"]
+        else:
+            assert e["case"] == f"zoo/fa3_sm90/defects/{e['defect']}.toml", e["name"]
+            assert defines == {f"ZOO_FA3_{e['defect'].upper()}": "1"}, (e["name"], defines)
+        assert (case.spec.splits > 1) == ("_split_" in case.kernel.entry), e["name"]
+        assert case.spec.paged == ("_paged_" in case.kernel.entry), e["name"]
+
+
+def test_the_manifest_names_the_stage_each_defect_first_changes():
+    from oracle.run.attention_model import INJECTION_STAGE, Injection
+
+    for e in _fa3_entries():
+        if e["defect"] is not None:
+            assert e["expected_stage"] == INJECTION_STAGE[Injection(e["defect"])], e["name"]
+
+
+def test_the_kv_tail_defect_reaches_a_slot_that_held_keys():
+    """With a 2-slot ring, the tail block's slot holds a block of two before only from block 2 on:
+    the entry's tail must sit there, so that the stale rows are keys, not what the slot first held."""
+    (e,) = [e for e in _fa3_entries() if e["defect"] == "kv_tail_not_zeroed"]
+    s = attention_entry_case(e).spec
+    tail_block = (s.seqlen_k - 1) // s.block_kv
+    assert s.seqlen_k % s.block_kv and tail_block >= 2 and e["expected_k_block"] == tail_block, (s.seqlen_k, e)
+
+
+# -- the case files -------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", sorted(FA3_DIR.rglob("*.toml")), ids=lambda p: str(p.relative_to(FA3_DIR)))
+def test_every_case_file_loads_with_a_launch_that_fits_the_kernel(path):
+    from oracle.run.case import load_case
+
+    case = load_case(str(path))
+    s = case.spec
+    m = re.fullmatch(r"zoo_fa3_(split_|paged_)?bf16_d(64|128)_traced", case.kernel.entry)
+    assert m, case.kernel.entry
+    assert case.kernel.untraced_entry == case.kernel.entry.removesuffix("_traced")
+    assert (s.q_dtype, s.k_dtype, s.v_dtype, s.o_dtype) == ("bf16",) * 4
+    assert int(m.group(2)) == s.head_dim == s.head_dim_v
+    assert (s.block_q, s.block_kv) == (64, 64)
+    assert case.launch.block == (256, 1, 1)
+    assert case.launch.shared_mem_bytes == smem_bytes(s.head_dim)
+    if s.splits > 1:
+        (combine,) = case.launch.next
+        assert combine.entry == f"zoo_fa3_combine_bf16_d{m.group(2)}_traced"
+        assert combine.block == (128, 1, 1)
+        assert [a.name for a in combine.args][:2] == ["o_partial", "lse_partial"]
+    else:
+        assert not case.launch.next
+
+
+def test_the_source_pins_the_shared_memory_the_cases_launch_with():
+    text = FA3_SOURCE.read_text()
+    assert f"smem_bytes<64>() == {smem_bytes(64)} && smem_bytes<128>() == {smem_bytes(128)}" in text
