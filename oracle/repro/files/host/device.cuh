@@ -132,7 +132,7 @@ void init_sink(oracle_trace::SinkHeader* h, unsigned long long capacity, const L
     for (Stage s : {Stage::DescriptorA, Stage::DescriptorB, Stage::LoadA, Stage::LoadB, Stage::DequantA,
                     Stage::DequantB, Stage::Mma, Stage::Reduce, Stage::EpilogueScale, Stage::EpilogueAlphaBeta,
                     Stage::EpilogueBias, Stage::EpilogueActivation, Stage::EpilogueCast, Stage::EpilogueAlpha,
-                    Stage::EpilogueBetaC})
+                    Stage::EpilogueBetaC, Stage::ScaleA, Stage::ScaleB})
       h->stage_mask |= 1u << static_cast<uint32_t>(s);
   }
   if (L.tiles.size() > kMaxTiles) fail("launch.txt selects " + std::to_string(L.tiles.size()) + " trace tiles; at most " + std::to_string(kMaxTiles));
