@@ -43,10 +43,10 @@ from oracle.run.caller import Advice, Option
 from oracle.run.confounds import Confound, ConfoundKind
 
 STAGES = attention_pipeline(split=True)
-__all__ = ["STAGES", "analyze_attention", "describe_element", "params_of"]
+__all__ = ["STAGES", "analyze_attention", "cross_check", "describe_element", "params_of", "rows_of"]
 
 
-def _rows(x: torch.Tensor, spec, lay, varlen: bool, lse: bool = False) -> torch.Tensor:
+def rows_of(x: torch.Tensor, spec, lay, varlen: bool, lse: bool = False) -> torch.Tensor:
     """O ([.., heads, C]) or an LSE (lse=True) in FlashAttention's layout -> [batch, heads_q, max_q, C],
     float64, padded with 0."""
     if lse:  # dense [B, H, Lq] -> [B, Lq, H, 1]; varlen [H, total_q] -> [total_q, H, 1]
@@ -77,14 +77,14 @@ def _store(rec, o_ref, lse_ref, stats, dev, judge: Optional[StageJudge] = None) 
                  page_table=rec.page_table)
     v_abs = float(rec.v.detach().float().abs().amax()) if rec.v.numel() else 0.0
     b, hq, maxq = stats.rows_shape
-    e_o = _rows(o_ref, spec, lay, spec.varlen_q)
-    e_l = _rows(lse_ref, spec, lay, spec.varlen_q, True)
+    e_o = rows_of(o_ref, spec, lay, spec.varlen_q)
+    e_l = rows_of(lse_ref, spec, lay, spec.varlen_q, True)
     b_o, b_l = output_bound(spec, stats, e_o.reshape(-1, spec.head_dim_v), e_l.reshape(-1), v_abs)
     if spec.empty_lse == "+inf":
         e_l = torch.where(e_l == float("-inf"), torch.full_like(e_l, float("inf")), e_l)
-    received_o = _rows(rec.output.to(dev), spec, lay, spec.varlen_q)
+    received_o = rows_of(rec.output.to(dev), spec, lay, spec.varlen_q)
     if rec.lse is not None:
-        received_l = _rows(rec.lse.to(dev).float(), spec, lay, spec.varlen_q, True)
+        received_l = rows_of(rec.lse.to(dev).float(), spec, lay, spec.varlen_q, True)
     else:
         received_l = torch.zeros_like(e_l)
     rows_ok = (torch.arange(maxq, device=dev)[None, :] < lay.lq.to(dev)[:, None].long())  # [B, maxq]
@@ -104,9 +104,9 @@ def _store(rec, o_ref, lse_ref, stats, dev, judge: Optional[StageJudge] = None) 
     return StageResult("store", forced, cmp.labelled(Evidence.of(Feed.REFERENCE)))
 
 
-def _cross_check(rec, o_ref, lse_ref, stats, dev) -> list[str]:
-    """The Triton reference against the float64 specification on a few (batch, head) pairs."""
-    spec = rec.spec
+def cross_check(spec, rec, o_ref, lse_ref, stats, dev) -> list[str]:
+    """The Triton reference against the float64 specification on a few (batch, head) pairs; `rec`
+    holds the inputs (q, k, v, cu_seqlens_q, cu_seqlens_k, page_table: a recording or the operands)."""
     n = max(1, knobs.CROSS_CHECK_TILES.get())
     pairs = sorted({(0, 0), (spec.batch - 1, spec.heads_q - 1)})[:n]
     params = params_of(spec)
@@ -117,10 +117,10 @@ def _cross_check(rec, o_ref, lse_ref, stats, dev) -> list[str]:
                  page_table=rec.page_table)
     v_abs = float(rec.v.detach().float().abs().amax()) if rec.v.numel() else 0.0
     terms = row_terms(spec, stats, v_abs)
-    e_o = _rows(o_ref.cpu(), spec, lay, spec.varlen_q)
-    e_l = _rows(lse_ref.cpu(), spec, lay, spec.varlen_q, True)
-    h_o = _rows(o_h, spec, lay, spec.varlen_q)
-    h_l = _rows(l_h, spec, lay, spec.varlen_q, True)
+    e_o = rows_of(o_ref.cpu(), spec, lay, spec.varlen_q)
+    e_l = rows_of(lse_ref.cpu(), spec, lay, spec.varlen_q, True)
+    h_o = rows_of(o_h, spec, lay, spec.varlen_q)
+    h_l = rows_of(l_h, spec, lay, spec.varlen_q, True)
     b, hq, maxq = stats.rows_shape
     a = stats.av.double().cpu().reshape(b, hq, maxq, -1) * STATS_MARGIN
     rel = terms.rel.cpu().reshape(b, hq, maxq, 1)
@@ -162,7 +162,7 @@ def analyze_attention(rec, device: Optional[torch.device] = None) -> Analysis:
     pt = None if rec.page_table is None else rec.page_table.to(dev)
     o_ref, lse_ref, stats = attention_forward(q, k, v, params, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, page_table=pt,
                                               with_stats=True)
-    cross = tuple(_cross_check(rec, o_ref, lse_ref, stats, dev))
+    cross = tuple(cross_check(spec, rec, o_ref, lse_ref, stats, dev))
     if rec.output is not None:
         stages.append(_store(rec, o_ref, lse_ref, stats, dev, judge))
     else:

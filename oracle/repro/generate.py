@@ -65,17 +65,22 @@ from harness.tensormap import TensorMapSpec
 from harness.trace_format import STAGE_CODES, TraceSelection
 from kernels_ref import epilogue_graph
 from kernels_ref.dtypes import name_of
+from oracle.problem.attention import is_attention
+from oracle.repro import attention as attn
+from oracle.run import attention_live
 from oracle.run.case_types import Case, CaseError, LaunchPlan
 from oracle.run.inputs import Operands, Provenance, check_operands, check_problem_size
 from oracle.run.launch import is_library, launch_names, launch_sequence, library_call
-from oracle.run.sink import check_case, default_trace_tiles
+from oracle.run.sink import check_case, default_trace_tiles, trace_selection
 from oracle.repro.errors import ReproError
 from oracle.repro.folder import MANIFEST, KernelFile, ReproFolder, kernel_files, read_kernel_file
-from oracle.repro.makefile import TEMPLATE, TEMPLATE_PARTS, BuildPlan, FirstEntries, build_plan, makefile_text
+from oracle.repro.makefile import (RUN_OUTPUTS, TEMPLATE, TEMPLATE_PARTS, BuildPlan, FirstEntries, build_plan,
+                                   makefile_text)
 
 FORMAT = "oracle-repro"
 VERSION = 3  # 2: every launch of the case, workspaces, grouped problems; 3: a quantised B
-READABLE_VERSIONS = (1, 2, 3)
+ATTENTION_VERSION = 4  # an attention problem (a GEMM's reproducer stays version 3: older readers read it)
+READABLE_VERSIONS = (1, 2, 3, 4)
 BOUND_F64_LIMIT = 1 << 22  # outputs with more elements get a float32 bound.bin (rounded up)
 TIMEOUT_S = 60
 
@@ -252,6 +257,8 @@ def _launch_text(case: Case, sequence: list, build: BuildPlan, selection: TraceS
     kbs = selection.k_blocks
     lines.append("trace_k_blocks " + ("all" if kbs is None else " ".join(map(str, kbs))))
     lines.append(f"trace_capacity_bytes {sink_bytes(case)}")
+    if is_attention(case.spec):  # the sink header's stage mask (a GEMM's is the host program's own list)
+        lines.append(attn.stages_line(selection))
     lines.append(f"launches {len(sequence)}  # run in this order on the same buffers, each to completion")
     for index, ((_, launch), plan) in enumerate(zip(sequence, _plans(case))):
         where = "[launch]" if index == 0 else f"[[launch.next]] #{index - 1}"
@@ -396,6 +403,9 @@ def _readme(case: Case, prov: Provenance, sequence: list, build: BuildPlan, refe
     if workspaces:
         ws_text = ("\nWorkspaces (role inout; uploaded before the first launch, never compared):\n" +
                    "\n".join(f"  {name}: {nbytes} bytes, {how}" for name, nbytes, how in workspaces))
+    if is_attention(s):
+        return _attention_readme(case, prov, build, cubin_note, launch_lines, order + sms, tiles, kbs, ws_text,
+                                 copied)
     groups = ""
     if s.group_sizes is not None:
         what = f"{len(s.groups)} groups" if s.groups is not None else f"a batch of {s.batch}"
@@ -467,6 +477,51 @@ first bad element, NaN/Inf counts and the never-written count.
 """
 
 
+def _attention_readme(case: Case, prov: Provenance, build: BuildPlan, cubin_note: str, launch_lines: list,
+                      order: str, tiles: str, kbs: str, ws_text: str, copied: list) -> str:
+    """README.txt of an attention case: the commands, the launches, the trace selection, the files."""
+    s = case.spec
+    plural = "s, in launch order" if len(build.entries_traced) > 1 else ""
+    kernels = f"Kernel{plural}: {', '.join(build.entries_traced)}" + (
+        "." if build.entries_plain == build.entries_traced else f" (traced), {', '.join(build.entries_plain)} "
+                                                                 f"(untraced).")
+    outputs = "o.bin and lse.bin" if s.lse else "o.bin"
+    return f"""A standalone reproducer of an attention case's kernel launches, written by `python -m oracle repro`.
+
+Problem: {s.describe()}; inputs: {prov.describe()}.{attn.readme_problem(s)}
+{kernels} {cubin_note}
+
+Build and run (the CUDA toolkit is all it needs):
+  make && ./repro                  the production entry point; prints MATCH or DIVERGED
+  make TRACE=1 && ./repro_traced   the traced entry point; writes sink.bin
+  python -m oracle compare --repro-dir .    judges sink.bin stage by stage (needs the oracle)
+  compute-sanitizer --tool memcheck ./repro --timeout 600      (or: make sanitize)
+  cuda-gdb --args ./repro          (add -G to KERNEL_FLAGS in the Makefile for device-side stepping)
+  ncu --clock-control none ./repro
+  make clean && make NVCC=/path/to/other/nvcc && ./repro     bisect compilers
+
+Options of repro: --dir DIR (the files; default: the executable's directory), --cubin FILE,
+--timeout S (default {TIMEOUT_S}, for all launches together; 0: wait forever), --check-only (judge
+{outputs} as they are, without running anything; no GPU needed). Exit codes: 0 MATCH, 1 DIVERGED,
+2 bad usage or input files, 3 kernel error (the CUDA error's name is printed, e.g.
+cudaErrorIllegalAddress; taps written before it are in sink.bin), 5 MISTRUSTED (every reference
+value is zero).
+
+Launches (launch.txt):
+{chr(10).join(launch_lines)}{order}
+Trace selection (repro_traced): units (query block, query head) {tiles}, in every batch entry; KV
+blocks {kbs}; the attention stages (launch.txt's trace_stages); sink {sink_bytes(case)} bytes (sized to
+the selection as a live run sizes it), host-mapped pinned memory.
+
+Inputs (inputs.txt): raw little-endian binaries in FlashAttention's layouts, as the kernel reads
+them (offsets and page table int32).{ws_text}
+
+Copied into this folder (regular files only: the kernel's translation unit, the local headers its
+quoted #include lines reach, the trace header tree; manifest.json lists every file with its sha256):
+{chr(10).join(f"  {rel}  (from {src!r})" for rel, src in copied)}
+"""
+
+
 # -------------------------------------------------------------------------------- the writer
 
 
@@ -482,12 +537,22 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
         raise ReproError("the reproducer does not carry [kernel] include_dirs or nvcc_flags yet: its Makefile would "
                          "build another kernel than the oracle ran; compare the case live instead")
     check_case(case)  # the checks of a live run, before anything is written
-    if case.spec.quantised_a:
+    attention = is_attention(case.spec)
+    if attention and not reference:
+        raise ReproError("an attention reproducer is written with its reference (expected_o.bin, bound_o.bin, "
+                         "expected_lse.bin, bound_lse.bin): the host program has no attention reference of its own; "
+                         "drop --no-reference")
+    if attention:
+        attention_live.check_operands(case.spec, operands)
+        attention_live.check_size(case.spec, extra=attn.reference_bytes(case.spec),
+                                  extra_what="the reference O and LSE and their per-element bounds")
+    elif case.spec.quantised_a:
         raise ReproError(f"a quantised A ({case.spec.a_dtype}, its scales and zero points) has no standalone "
                          f"reproducer yet: its host reference dequantises a quantised B only; judge it with a live "
                          f"compare")
-    check_operands(case.spec, operands)
-    if reference:  # the reference D and its bound, counted with the operands before either is made
+    if not attention:
+        check_operands(case.spec, operands)
+    if reference and not attention:  # the reference D and its bound, counted with the operands before either is made
         check_problem_size(case.spec, extra=reference_bytes(case.spec),
                            extra_what="the reference D and its per-element bound (expected.bin, bound.bin)")
     out = Path(out_dir)
@@ -503,8 +568,11 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
         except RunnerError as e:
             raise ReproError(f"the launch cannot be reproduced: {e}") from None
     build = build_plan(case)
-    tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case.spec)
-    selection = TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks)  # checked by check_case
+    if attention:  # tiles (query block, query head), KV blocks and the attention stages, as a live run selects
+        selection = trace_selection(case)
+    else:
+        tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case.spec)
+        selection = TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks)  # checked by check_case
     # Everything read from the user's files before the folder is touched: a refusal changes nothing.
     if build.prebuilt is not None:
         data, mtime = read_kernel_file(build.prebuilt, ReproError)
@@ -516,14 +584,17 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
         sources = [replace(f, rel=f"kernel/src/{f.rel}") for f in found] + _trace_header_files()
         kernel_main = f"kernel/src/{main}"
     kernel_names = [f.rel for f in sources] if build.prebuilt is None else []
-    makefile = makefile_text(build, kernel_main, kernel_names)
+    makefile = makefile_text(build, kernel_main, kernel_names,
+                             outputs=RUN_OUTPUTS + attn.RUN_OUTPUTS if attention else RUN_OUTPUTS)
     launch_text = (_library_launch_text(case, call, build, selection) if call is not None
                    else _launch_text(case, sequence, build, selection))
     folder = ReproFolder(out, ReproError)  # refuses a folder that is not new, empty or the oracle's own
     cleared = False
     try:
         y = b = None
-        if reference:
+        if attention:  # [(name, role, tensor)]: the expected O and LSE and their bounds
+            y = attn.expected(case.spec, operands, _bound_tensor)
+        elif reference:
             from oracle.judging.differential import expected_output
 
             y, b = expected_output(case.spec, operands)
@@ -562,17 +633,18 @@ def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: R
         write(f.rel, f.data, f.mtime_ns)
 
     s = case.spec
+    attention = is_attention(s)
     if call is not None:
         roles = call.buffers()
     else:
         roles = sequence_roles(sequence[0][1], [spec for _, spec in sequence[1:]])
     declared = {f"ws_{w.name}": w for w in case.workspaces}
     manifest, tensor_meta = ["# inputs.txt: the binary files of repro; shapes in storage order"], {}
-    logical = {"d": (s.total_m, s.n), **{n: tuple(t.shape) for n, t in operands.named().items()}}
+    logical = {} if attention else {"d": (s.total_m, s.n), **{n: tuple(t.shape) for n, t in operands.named().items()}}
     workspaces = []
     for name, t in tensors.items():
         role = roles[name]
-        major = _major_of(s, name)
+        major = None if attention else _major_of(s, name)
         fname = f"{name}.bin"
         dtype = _dtype_name(t)
         nbytes = t.numel() * t.element_size()
@@ -581,7 +653,7 @@ def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: R
                 f" logical={_shape(shape)}" + (f" major={major}" if major else ""))
         tensor_meta[name] = {"file": fname, "role": role, "dtype": dtype, "storage_shape": list(t.shape),
                              "shape": list(shape), "major": major}
-        quant = quant_part(s, name)
+        quant = None if attention else quant_part(s, name)
         if quant is not None:  # a quantised B's stored codes, scales or zero points
             line += f" quant={quant['part']}" + "".join(f" {k}={v}" for k, v in quant.items() if k != "part")
             tensor_meta[name]["quant"] = quant
@@ -595,7 +667,14 @@ def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: R
         manifest.append(line)
         if role != "out":
             write(fname, _raw(t))
-    if reference:
+    if attention:  # four files: the expected O and LSE, each with its bound, in the outputs' layouts
+        for name, role, t in y:
+            manifest.append(f"tensor name={name} role={role} dtype={_dtype_name(t)} shape={_shape(t.shape)} "
+                            f"bytes={t.numel() * t.element_size()} file={name}.bin logical={_shape(t.shape)}")
+            tensor_meta[name] = {"file": f"{name}.bin", "role": role, "dtype": _dtype_name(t),
+                                 "storage_shape": list(t.shape), "shape": list(t.shape), "major": None}
+            write(f"{name}.bin", _raw(t))
+    elif reference:
         for name, t in (("expected", y), ("bound", b)):
             manifest.append(f"tensor name={name} role={name} dtype={_dtype_name(t)} shape={_shape(t.shape)} "
                             f"bytes={t.numel() * t.element_size()} file={name}.bin logical={_shape(t.shape)} "
@@ -603,7 +682,7 @@ def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: R
             write(f"{name}.bin", _raw(t))
     write("inputs.txt", "\n".join(manifest) + "\n")
     write("launch.txt", launch_text)
-    write("problem.txt", _problem_text(case))
+    write("problem.txt", attn.problem_text(s) if attention else _problem_text(case))
     write("repro.cu", read_kernel_file(TEMPLATE, ReproError)[0])
     for part in TEMPLATE_PARTS:  # the host program's headers, one concern each (host/*.cuh)
         write(f"host/{part.name}", read_kernel_file(part, ReproError)[0])
@@ -612,7 +691,7 @@ def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: R
     write("README.txt", _readme(case, provenance, sequence, build, reference, selection, workspaces, copied, call))
     maps = [{"launch": i, "buffer": a.tensor_name, "spec": a.spec.to_dict()}
             for i, (_, launch) in enumerate(sequence) for a in launch.args if isinstance(a, TensorMapArg)]
-    doc = {"format": FORMAT, "version": VERSION, "problem": s.to_json(),
+    doc = {"format": FORMAT, "version": ATTENTION_VERSION if attention else VERSION, "problem": s.to_json(),
            "provenance": {"ladder": provenance.ladder, "seed": provenance.seed, "source": provenance.source,
                           "generator": provenance.generator},
            "kernel": {"entry_traced": build.entry_traced, "entry_plain": build.entry_plain,

@@ -98,7 +98,9 @@ def make_words(field: str, words) -> str:
     return " ".join(words)
 
 
-def makefile_text(build: BuildPlan, kernel_main: Optional[str], kernel_names: list[str]) -> str:
+def makefile_text(build: BuildPlan, kernel_main: Optional[str], kernel_names: list[str],
+                  outputs: tuple[str, ...] = RUN_OUTPUTS) -> str:
+    """The Makefile; `make clean` removes the builds and `outputs`, the files a run writes."""
     cutlass = [str(d) for d in cutlass_include_dirs()]
     cutlass = [d if MAKE_WORD.match(d) else "" for d in cutlass]  # a machine path make cannot take: left to the user
     cutlass_inc = cutlass[0] if cutlass else ""
@@ -176,6 +178,6 @@ def makefile_text(build: BuildPlan, kernel_main: Optional[str], kernel_names: li
         "clean:",
         "\trm -f repro repro_traced" + ("" if build.prebuilt else f" {LIBRARY_PLAIN} {LIBRARY_TRACED}" if build.library
                                    else " kernel.cubin kernel_traced.cubin")
-        + " " + " ".join(RUN_OUTPUTS),
+        + " " + " ".join(outputs),
     ]
     return "\n".join(out) + "\n"

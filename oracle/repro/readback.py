@@ -8,7 +8,10 @@ as its stored codes with its scales and zero points, each file's quant part the 
 after a clean run) + sink.bin (the traced build's sink over every launch, parsed with
 harness.trace_format.parse_trace, partially after a fault: taps with their partial and group)
 -> Recording, as a live run records it: the first launch's encoded maps added as descriptor
-records, the trace's account, D's 0xFF poison.
+records, the trace's account, D's 0xFF poison. An attention problem (problem kind "attention",
+format version 4) reads back as an AttentionRecording instead: q, k, v (and the offsets and page
+table it has) in FlashAttention's layouts, o.bin and lse.bin after a clean run, the sink parsed with
+the problem's blocks as a live attention run parses it (oracle.run.attention_live).
 
 Constraints: nothing here runs a kernel; a missing or malformed file is a ReproError naming it
 (the trace is parse_trace's: TraceFormatError). Every file is a regular file inside the
@@ -40,7 +43,9 @@ from oracle.run.inputs import InputError, Operands, Provenance, check_problem_si
 from oracle.run.live import ones_check
 from oracle.problem.spec import ProblemSpec, SpecError
 from oracle.run.recording import Recording, trace_warnings
-from oracle.repro.generate import FORMAT, READABLE_VERSIONS, ReproError, quant_part
+from oracle.repro.generate import ATTENTION_VERSION, FORMAT, READABLE_VERSIONS, ReproError, quant_part
+
+ATTENTION_VERSIONS = (ATTENTION_VERSION,)
 
 
 MAX_TEXT_BYTES = 16 << 20  # repro.json and result.txt: larger files are not a reproducer's
@@ -59,13 +64,13 @@ def _inside(root: Path, name: Any, where: str) -> Path:
     return root / name
 
 
-def _tensor_meta(meta: Any, where: str) -> dict:
+def _tensor_meta(meta: Any, where: str, most_dims: int = 3) -> dict:
     require(isinstance(meta, dict), ReproError, where, "entry", meta, "an object")
     require(isinstance(meta.get("dtype"), str) and meta["dtype"] in ELEMENT_TYPES, ReproError, where, "dtype",
             meta.get("dtype"), f"one of {', '.join(ELEMENT_TYPES)}")
     for key in ("storage_shape", "shape"):
-        require(is_int_list(meta.get(key)) and 1 <= len(meta[key]) <= 3, ReproError, where, key, meta.get(key),
-                "a list of one to three non-negative integers")
+        require(is_int_list(meta.get(key)) and 1 <= len(meta[key]) <= most_dims, ReproError, where, key,
+                meta.get(key), f"a list of one to {'three' if most_dims == 3 else most_dims} non-negative integers")
     major = meta.get("major")
     require(major is None or isinstance(major, str) and major in ("row", "col"), ReproError, where, "major", major,
             "'row', 'col' or null")
@@ -125,9 +130,19 @@ def _result(path: Path) -> dict:
     return out
 
 
-def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
-    """The run of the reproducer in `directory` as a Recording: its inputs, D (after a clean run),
-    the taps of sink.bin (or `sink`) if there is one, and the kernel error if there was one."""
+def _provenance(doc: dict, where: str) -> Provenance:
+    prov = doc.get("provenance")
+    require(isinstance(prov, dict) and isinstance(prov.get("ladder"), str) and is_opt_int(prov.get("seed"), -2**63)
+            and is_opt_str(prov.get("source")) and prov.get("generator", "cpu") in ("cpu", "cuda"), ReproError,
+            where, "provenance", prov, "an object: ladder (a string), seed (an integer or null), source (a string "
+            "or null), generator ('cpu' or 'cuda')")
+    return Provenance(prov["ladder"], prov.get("seed"), prov.get("source"), prov.get("generator", "cpu"))
+
+
+def load_repro_run(directory, *, sink: Optional[str] = None):
+    """The run of the reproducer in `directory` as a Recording (an AttentionRecording for an attention
+    problem): its inputs, D or O and LSE (after a clean run), the taps of sink.bin (or `sink`) if there
+    is one, and the kernel error if there was one."""
     root = Path(directory)
     where = str(root / "repro.json")
     if root.is_symlink():
@@ -143,6 +158,9 @@ def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
     if doc.get("format") != FORMAT or doc.get("version") not in READABLE_VERSIONS:
         raise ReproError(f"{where}: format {shown(doc.get('format'))} version {shown(doc.get('version'))}; "
                          f"this oracle reads {FORMAT!r} versions {', '.join(map(str, READABLE_VERSIONS))}")
+    problem = doc.get("problem")
+    if isinstance(problem, dict) and problem.get("kind") == "attention":
+        return _attention_run(root, doc, where, sink)
     try:
         spec = ProblemSpec.from_json(doc.get("problem"))
         check_problem_size(spec)
@@ -167,12 +185,7 @@ def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
         ops = Operands(**named)
     except TypeError as e:
         raise ReproError(f"{where}: tensors: {e}") from None
-    prov = doc.get("provenance")
-    require(isinstance(prov, dict) and isinstance(prov.get("ladder"), str) and is_opt_int(prov.get("seed"), -2**63)
-            and is_opt_str(prov.get("source")) and prov.get("generator", "cpu") in ("cpu", "cuda"), ReproError,
-            where, "provenance", prov, "an object: ladder (a string), seed (an integer or null), source (a string "
-            "or null), generator ('cpu' or 'cuda')")
-    provenance = Provenance(prov["ladder"], prov.get("seed"), prov.get("source"), prov.get("generator", "cpu"))
+    provenance = _provenance(doc, where)
     kernel = doc.get("kernel")
     require(isinstance(kernel, dict) and isinstance(kernel.get("entry_traced"), str), ReproError, where, "kernel",
             kernel, "an object with entry_traced (a string)")
@@ -233,4 +246,91 @@ def load_repro_run(directory, *, sink: Optional[str] = None) -> Recording:
         raise ReproError(f"{root}: the run does not fit its problem: {e}") from None
     if provenance.ladder == "ones" and output is not None:  # as a live run checks it
         rec = replace(rec, notes=rec.notes + (ones_check(rec),))
+    return rec
+
+
+def _attention_run(root: Path, doc: dict, where: str, sink: Optional[str]):
+    """The run of an attention reproducer as an AttentionRecording: its problem, q, k, v (and the
+    offsets and page table it has), O and LSE after a clean run, the taps of sink.bin parsed as a
+    live attention run parses them (oracle.run.attention_live), the kernel error if there was one."""
+    from oracle.problem.attention import AttentionSpec
+    from oracle.problem.spec import SpecError
+    from oracle.run import attention_live
+    from oracle.run.attention_recording import AttentionRecording, shapes_of
+    from oracle.run.recording import RecordingError
+
+    try:
+        spec = AttentionSpec.from_json(doc.get("problem"))
+        attention_live.check_size(spec)
+    except (SpecError, InputError) as e:
+        raise ReproError(f"{where}: problem: {e}") from None
+    if doc.get("version") not in ATTENTION_VERSIONS:
+        raise ReproError(f"{where}: version {shown(doc.get('version'))} holds no attention problem; an attention "
+                         f"reproducer is version {', '.join(map(str, ATTENTION_VERSIONS))}")
+    tensors = doc.get("tensors")
+    require(isinstance(tensors, dict) and "o" in tensors, ReproError, where, "tensors", tensors,
+            "an object with an entry per tensor, o among them")
+    shapes = dict(shapes_of(spec))
+    for name, (on, rows) in {"cu_seqlens_q": (spec.varlen_q, (spec.batch + 1,)),
+                             "cu_seqlens_k": (spec.varlen_k, (spec.batch + 1,)),
+                             "page_table": (spec.paged, (spec.batch, spec.max_pages or 0))}.items():
+        if on:
+            shapes[name] = rows
+    dtypes = {"q": spec.q_dtype, "k": spec.k_dtype, "v": spec.v_dtype, "o": spec.o_dtype, "lse": "fp32",
+              "cu_seqlens_q": "int32", "cu_seqlens_k": "int32", "page_table": "int32"}
+
+    def read(name: str) -> torch.Tensor:
+        at = f"{where}: tensors.{name}"
+        meta = _tensor_meta(tensors.get(name), at, most_dims=4)
+        if meta["dtype"] != dtypes[name]:
+            raise ReproError(f"{at}: dtype {meta['dtype']!r} is not the problem's {dtypes[name]!r}")
+        if meta.get("major") is not None:
+            raise ReproError(f"{at}: major {meta['major']!r}: an attention tensor is stored as it is (null)")
+        return _read_tensor(root, meta, at, shapes[name], False).reshape(shapes[name]).clone()
+
+    named = {}
+    for name in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "page_table"):
+        if name in shapes:
+            named[name] = read(name)
+        elif name in tensors:
+            raise ReproError(f"{where}: tensors.{name}: the problem has no {name}")
+    provenance = _provenance(doc, where)
+    kernel = doc.get("kernel")
+    require(isinstance(kernel, dict) and isinstance(kernel.get("entry_traced"), str), ReproError, where, "kernel",
+            kernel, "an object with entry_traced (a string)")
+    result = _result(root / "result.txt")
+    ok = result["status"] == "ok"
+    traced = result.get("traced") == "1"
+    o = lse = None
+    if ok:
+        o = read("o")
+        if spec.lse:
+            lse = read("lse")
+    notes, taps, account, confounds = [], (), None, ()
+    sink_path = Path(sink) if sink else root / "sink.bin"
+    if os.path.lexists(sink_path) or sink:
+        mb = knobs.TRACE_MAX_MB.get()
+        data = _read_bytes(sink_path, mb << 20, f"the {mb} MiB a sink may take (ORACLE_TRACE_MAX_MB)",
+                           follow=bool(sink))
+        trace = trace_format.parse_trace(data, block_m=spec.block_q, block_n=spec.block_kv, block_k=spec.head_dim,
+                                         head_dim_v=spec.head_dim_v, partial=not ok)
+        taps = trace.taps
+        confounds, kept = trace_warnings(trace)  # a warning the judgement rests on is an open confound
+        notes.extend(kept)
+        account = trace_format.account_of(trace)
+        notes.append(f"trace: {len(taps)} taps from {trace.records} records, {trace.used_bytes} of {trace.capacity} "
+                     f"sink bytes (repro's host-mapped sink, {sink_path.name})" +
+                     ("" if trace.complete else f", {trace.dropped} dropped"))
+    elif ok and not traced:
+        notes.append("the untraced build ran: no taps (make TRACE=1 && ./repro_traced records them)")
+    error = None if ok else f"{result.get('error', 'unknown')}: {result.get('message', '')}".strip()
+    rec = AttentionRecording(spec=spec, q=named["q"], k=named["k"], v=named["v"], output=o, provenance=provenance,
+                             lse=lse, cu_seqlens_q=named.get("cu_seqlens_q"), cu_seqlens_k=named.get("cu_seqlens_k"),
+                             page_table=named.get("page_table"), kernel=result.get("entry") or kernel["entry_traced"],
+                             kernel_error=error, confounds=confounds, notes=tuple(notes),
+                             environment={"source": f"standalone reproducer {root}"}, taps=tuple(taps), trace=account)
+    try:
+        rec.validate()
+    except (RecordingError, ValueError) as e:
+        raise ReproError(f"{root}: the run does not fit its problem: {e}") from None
     return rec

@@ -233,12 +233,19 @@ def cmd_repro(args: argparse.Namespace) -> int:
     if rec is not None:
         prov = rec.provenance  # the recording says where its values came from
     out = write_repro(case, ops, prov, args.out, reference=not args.no_reference)
-    inputs = sorted(f for f in out.files if f.endswith(".bin") and f not in ("expected.bin", "bound.bin"))
+    from oracle.repro.attention import REFERENCE_FILES
+
+    reference_files = ("expected.bin", "bound.bin") + tuple(f"{n}.bin" for n in REFERENCE_FILES)
+    inputs = sorted(f for f in out.files if f.endswith(".bin") and f not in reference_files)
     kernel_files = [f for f in out.files if f.startswith("kernel/")]
     print(f"wrote {out.path}: {case.spec.describe()}, inputs {prov.describe()}")
     print(f"  repro.cu, Makefile, README.txt, launch.txt, problem.txt, inputs.txt, {', '.join(inputs)}")
-    print("  expected.bin, bound.bin: the oracle's reference D and per-element bounds" if out.reference else
-          "  no expected.bin/bound.bin: repro computes its own double-precision reference")
+    if getattr(case.spec, "kind", "gemm") == "attention":
+        print("  expected_o.bin, bound_o.bin, expected_lse.bin, bound_lse.bin: the oracle's reference O and LSE and "
+              "their per-element bounds")
+    else:
+        print("  expected.bin, bound.bin: the oracle's reference D and per-element bounds" if out.reference else
+              "  no expected.bin/bound.bin: repro computes its own double-precision reference")
     what = "kernel" if len(out.entries_traced) == 1 else f"{len(out.entries_traced)} launches, in order"
     print(f"  {what}: {', '.join(out.entries_traced)} (traced), {', '.join(out.entries_plain)} (untraced); "
           f"{len(kernel_files)} source file(s) under kernel/")

@@ -29,14 +29,19 @@
 // Exit codes (the oracle's): 0 MATCH, 1 DIVERGED, 2 bad usage or input files, 3 kernel error,
 // 5 MISTRUSTED (every reference value is zero: nothing to discriminate).
 //
+// An attention problem (problem.txt: kind attention) runs the same launches with O and LSE as its
+// outputs (o.bin, lse.bin) and judges them with the oracle's expected O and LSE and their bounds
+// (host/attention.cuh: the first bad element by batch, query, head and column).
+//
 // Its parts are the headers under host/, one concern each (inputs, launches, the dequantised B, the
-// reference, the comparison, the run); this file is the entry point.
+// reference, the comparison, the run, attention); this file is the entry point.
 
-#include "host/run.cuh"
+#include "host/attention.cuh"
 
 int main(int argc, char** argv) {
   using namespace repro;
   const Options o = parse_options(argc, argv);
+  if (problem_kind(o.dir) == "attention") return attention_main(o);
   if (!o.dequant_b_file.empty()) return write_dequantised_b(o.dir, o.dequant_b_file);
   if (!o.check_only) run(o);
   const Problem p = read_problem(o.dir);

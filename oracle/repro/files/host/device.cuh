@@ -126,11 +126,15 @@ void init_sink(oracle_trace::SinkHeader* h, unsigned long long capacity, const L
   h->header_bytes = static_cast<uint16_t>(kHeaderBytes);
   h->capacity = capacity;
   h->flags = L.all_k_blocks ? kFlagAllKBlocks : 0u;
-  for (Stage s : {Stage::DescriptorA, Stage::DescriptorB, Stage::LoadA, Stage::LoadB, Stage::DequantA,
-                  Stage::DequantB, Stage::Mma, Stage::Reduce, Stage::EpilogueScale, Stage::EpilogueAlphaBeta,
-                  Stage::EpilogueBias, Stage::EpilogueActivation, Stage::EpilogueCast, Stage::EpilogueAlpha,
-                  Stage::EpilogueBetaC})
-    h->stage_mask |= 1u << static_cast<uint32_t>(s);
+  if (!L.stages.empty()) {  // launch.txt's trace_stages (an attention kernel's stages)
+    for (unsigned code : L.stages) h->stage_mask |= 1u << code;
+  } else {  // a GEMM's
+    for (Stage s : {Stage::DescriptorA, Stage::DescriptorB, Stage::LoadA, Stage::LoadB, Stage::DequantA,
+                    Stage::DequantB, Stage::Mma, Stage::Reduce, Stage::EpilogueScale, Stage::EpilogueAlphaBeta,
+                    Stage::EpilogueBias, Stage::EpilogueActivation, Stage::EpilogueCast, Stage::EpilogueAlpha,
+                    Stage::EpilogueBetaC, Stage::ScaleA, Stage::ScaleB})
+      h->stage_mask |= 1u << static_cast<uint32_t>(s);
+  }
   if (L.tiles.size() > kMaxTiles) fail("launch.txt selects " + std::to_string(L.tiles.size()) + " trace tiles; at most " + std::to_string(kMaxTiles));
   if (L.tiles.empty()) {
     h->n_tiles = 1;

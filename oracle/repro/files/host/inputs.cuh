@@ -52,6 +52,7 @@ std::vector<long long> parse_shape(const std::string& s, const std::string& at) 
 void check_storage(const TensorFile& t, const std::string& at) {
   if (t.major != "row" && t.major != "col") fail(at + ": major=" + t.major + " is unknown; known: row, col");
   const size_t r = t.shape.size();
+  if (r == 4 && t.major == "row" && t.logical == t.shape) return;  // an attention tensor, stored as it is
   bool ok = t.logical.size() == r && r >= 1 && r <= 3;
   for (size_t i = 0; ok && i + 2 < r; ++i) ok = t.shape[i] == t.logical[i];
   if (ok && r == 1) ok = t.shape[0] >= t.logical[0];

@@ -73,6 +73,7 @@ struct Launch {
   std::vector<int> k_blocks;
   unsigned long long capacity = 0;
   double timeout_s = 60;
+  std::vector<unsigned> stages;  // trace_stages: the stage codes the sink selects; empty: GEMM's stages
 };
 
 template <class T>
@@ -207,6 +208,14 @@ Launch read_launch(const std::string& dir) {
       L.all_k_blocks = arg(1) == "all";
       if (!L.all_k_blocks)
         for (size_t i = 1; i < l.tokens.size(); ++i) L.k_blocks.push_back(int(to_int(l.tokens[i], at)));
+    } else if (key == "trace_stages") {
+      if (!L.stages.empty()) fail(at + ": trace_stages is given twice");
+      for (size_t i = 1; i < l.tokens.size(); ++i) {
+        const unsigned long long code = to_uint(l.tokens[i], at);
+        if (code < 1 || code > 31) fail(at + ": trace stage code " + l.tokens[i] + " must be 1..31 (oracle_trace::Stage)");
+        L.stages.push_back(unsigned(code));
+      }
+      if (L.stages.empty()) fail(at + ": trace_stages needs at least one stage code");
     } else if (key == "tensormap") {
       const auto kv = pairs(l, 1, at);
       MapSpec m;
@@ -259,7 +268,7 @@ Launch read_launch(const std::string& dir) {
     } else {
       fail(at + ": unknown key '" + key + "'; known: launches launch entry_traced entry_plain cubin_traced cubin_plain "
                 "grid block cluster shared_mem_bytes timeout_s trace_capacity_bytes trace_tiles trace_k_blocks "
-                "tensormap arg library_traced library_plain abi call call_tensor call_workspace");
+                "trace_stages tensormap arg library_traced library_plain abi call call_tensor call_workspace");
     }
   }
   if (L.library()) {  // one oracle_launch call instead of kernel launches

@@ -1,4 +1,4 @@
-// host/run.cuh -- the run: buffers, tensor maps, the launches, D and the sink written, the comparison.
+// host/run.cuh -- the run: buffers, tensor maps, the launches, the outputs and the sink written, the comparison.
 // Part of the reproducer's host program (repro.cu); nothing here depends on the case.
 #pragma once
 
@@ -8,12 +8,13 @@
 
 namespace repro {
 
-int run(const Options& o) {
+// The launches of launch.txt on the buffers of inputs.txt (`tensors`, checked against the problem
+// `describe` names), each of `outputs` poisoned before and written to its file after; the sink
+// (traced build) and result.txt. Returns -1 after a clean run (the caller judges the outputs); a
+// dry run exits here, a kernel error too (kernel_error).
+int run_launches(const Options& o, Launch& L, const std::string& describe, std::map<std::string, TensorFile>& tensors,
+                 const std::vector<std::string>& outputs) {
   const bool traced = ORACLE_REPRO_TRACED != 0;
-  const Problem p = read_problem(o.dir);
-  Launch L = read_launch(o.dir);
-  auto tensors = read_inputs_manifest(o.dir);
-  check_problem_tensors(p, tensors);
   const size_t n_launches = L.kernels.size();
   auto entry_of = [&](size_t k) -> const std::string& {
     return traced ? L.kernels[k].entry_traced : L.kernels[k].entry_plain;
@@ -25,9 +26,9 @@ int run(const Options& o) {
   const std::string cubin = o.cubin.empty() ? join_path(o.dir, built) : o.cubin;
   const double timeout = o.timeout_s >= 0 ? o.timeout_s : L.timeout_s;
   if (n_launches == 1)
-    std::printf("repro: %s, %s build, entry %s\n", p.describe.c_str(), traced ? "traced" : "plain", entry_of(0).c_str());
+    std::printf("repro: %s, %s build, entry %s\n", describe.c_str(), traced ? "traced" : "plain", entry_of(0).c_str());
   else
-    std::printf("repro: %s, %s build, %zu launches in order: %s\n", p.describe.c_str(), traced ? "traced" : "plain",
+    std::printf("repro: %s, %s build, %zu launches in order: %s\n", describe.c_str(), traced ? "traced" : "plain",
                 n_launches, entries.c_str());
   std::printf("  %s %s\n", lib ? ("launch library (ABI " + L.abi + ")").c_str() : "cubin", cubin.c_str());
   if (lib) print_call(L.call);
@@ -43,8 +44,11 @@ int run(const Options& o) {
 
   for (auto& kv : tensors)
     if (kv.second.role == "in" || kv.second.role == "inout") load_file(kv.second, join_path(o.dir, kv.second.file));
-  auto dit = tensors.find("d");
-  if (dit == tensors.end() || dit->second.role != "out") fail("inputs.txt must list the output d (role=out)");
+  for (const std::string& name : outputs) {
+    auto it = tensors.find(name);
+    if (it == tensors.end() || it->second.role != "out")
+      fail("inputs.txt must list the output " + name + " (role=out)");
+  }
   if (o.dry_run) {
     if (lib && file_exists(cubin)) {  // loaded and its ABI checked: no CUDA call is made
       require_regular(cubin, "the launch library");
@@ -246,11 +250,14 @@ int run(const Options& o) {
   if (n_launches == 1) std::printf("kernel: finished (%.3f ms wall, launch to completion)\n", ms);
   else std::printf("kernels: all %zu finished (%.3f ms wall, first launch to last completion)\n", n_launches, ms);
 
-  TensorFile& d = dit->second;
-  d.data.resize(size_t(d.bytes));
-  cudaError_t e = cudaMemcpy(d.data.data(), dev["d"], size_t(d.bytes), cudaMemcpyDeviceToHost);
-  if (e != cudaSuccess) kernel_error(std::string("download of d: ") + cudaGetErrorString(e), cudaGetErrorName(e), o.dir, sink);
-  write_file(join_path(o.dir, d.file), d.data.data(), d.data.size());
+  for (const std::string& name : outputs) {
+    TensorFile& d = tensors[name];
+    d.data.resize(size_t(d.bytes));
+    cudaError_t e = cudaMemcpy(d.data.data(), dev[name], size_t(d.bytes), cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess)
+      kernel_error("download of " + name + ": " + cudaGetErrorString(e), cudaGetErrorName(e), o.dir, sink);
+    write_file(join_path(o.dir, d.file), d.data.data(), d.data.size());
+  }
   if (sink != nullptr) {
     const unsigned long long area = sink->capacity - sink->header_bytes;
     const unsigned long long used = std::min<unsigned long long>(sink->cursor, area);
@@ -265,7 +272,16 @@ int run(const Options& o) {
         << "\ntraced " << (traced ? 1 : 0) << "\nwall_ms " << ms << "\n";
     write_file(join_path(o.dir, "result.txt"), res.str());
   }
-  return -1;  // the caller judges D
+  return -1;  // the caller judges the outputs
+}
+
+// The run of a GEMM's reproducer: its problem and tensors checked, then the launches; D is judged by the caller.
+int run(const Options& o) {
+  const Problem p = read_problem(o.dir);
+  Launch L = read_launch(o.dir);
+  auto tensors = read_inputs_manifest(o.dir);
+  check_problem_tensors(p, tensors);
+  return run_launches(o, L, p.describe, tensors, {"d"});
 }
 
 Reference load_reference(const Options& o, std::map<std::string, TensorFile>& tensors, const Problem& p) {
