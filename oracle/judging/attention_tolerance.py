@@ -211,5 +211,5 @@ def describe(spec) -> str:
     """The model's line for a report."""
     return (f"attention output model (oracle.judging.attention_tolerance): fp32 S over head_dim {spec.head_dim}, "
             f"exp E_EXP = 2^-22 ({E_EXP.source}), P in {spec.v_dtype} (u_p {u_of(spec.v_dtype):.3g}), "
-            f"block_kv {spec.block_kv}" + (f", softcap E_TANH = 2^-10.987" if spec.softcap else "") +
+            f"block_kv {spec.block_kv}" + (", softcap E_TANH = 2^-10.987" if spec.softcap else "") +
             (f", {spec.splits} splits merged by LSE" if spec.splits > 1 else "") + ", kernel and reference each")
