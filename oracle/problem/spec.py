@@ -568,6 +568,27 @@ class ProblemSpec:
         return _built(cls, kw, "problem")
 
 
+def check_selection(spec: ProblemSpec, plan) -> None:
+    """A [trace] selection against a GEMM problem: traced tiles inside its tile grid, traced k-blocks
+    inside its K. `plan` is the case's TracePlan; raises ValueError naming the first outside."""
+    check_traced_range(plan, (spec.tiles_m, spec.tiles_n), spec.k_blocks,
+                       f"the {spec.tiles_m} x {spec.tiles_n} tile grid of {spec.describe()}; tiles are "
+                       f"0..{spec.tiles_m - 1}, 0..{spec.tiles_n - 1}",
+                       f"is outside 0..{spec.k_blocks - 1} (K = {spec.k} in k-blocks of {spec.tile.bk})")
+
+
+def check_traced_range(plan, grid: tuple[int, int], depth: int, grid_is: str, depth_is: str) -> None:
+    """Every traced tile of `plan` inside the grid[0] x grid[1] tiles and every traced k-block below
+    `depth`, as GEMM and attention problems number them; else a ValueError naming the first outside,
+    "trace tile (tm, tn) is outside `grid_is`" or "trace k-block kb `depth_is`"."""
+    for tm, tn in plan.tiles or ():
+        if tm >= grid[0] or tn >= grid[1]:
+            raise ValueError(f"trace tile ({tm}, {tn}) is outside {grid_is}")
+    for kb in plan.k_blocks or ():
+        if kb >= depth:
+            raise ValueError(f"trace k-block {kb} {depth_is}")
+
+
 _OP_WHY = {"scale": lambda s: f"scale_a {s.scale_a.kind}, scale_b {s.scale_b.kind}",
            "alpha": lambda s: f"alpha = {s.alpha!r}", "beta_c": lambda s: f"beta = {s.beta!r}",
            "bias": lambda s: f"bias = {s.bias!r}", "activation": lambda s: f"activation = {s.activation!r}"}
