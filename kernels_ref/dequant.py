@@ -47,6 +47,7 @@ import triton.language as tl
 
 from kernels_ref import _common as C
 from kernels_ref._codec import _decode_f32, _encode, _round_to, _to_storage
+from kernels_ref._reasons import refuse
 from kernels_ref.dtypes import ALL_TYPES, PACKED, QUANT_B, SCALE_TYPES
 
 PACKINGS = ("k_pairs_low_first", "k_pairs_high_first", "k8_interleaved")
@@ -76,8 +77,7 @@ class DequantConfig:
     precision: str = "fp32"
 
     def __post_init__(self) -> None:
-        for r in check_supported(self):
-            raise ValueError(r)
+        refuse(check_supported(self))
 
     @property
     def packed(self) -> bool:
@@ -258,8 +258,7 @@ def dequant_host(stored: torch.Tensor, scales: torch.Tensor, zeros: Optional[tor
     """The dequantised tile [TK, TN] in cfg.out_dtype, in float64 on the CPU: `stored` is the stored
     tile (packed [TK/2, TN] or [TK, TN]) whose first element is (k0, n0) of the operand; `scales`
     and `zeros` are the operand's whole [G, N]. A k8_interleaved tile starts on a word (k0 % 8 == 0)."""
-    for r in check_supported(cfg):
-        raise ValueError(r)
+    refuse(check_supported(cfg))
     _check_tile_start(cfg, k0)
     q = values_of_codes(unpack_host(stored.cpu(), cfg), cfg.dtype)
     tk, tn = q.shape

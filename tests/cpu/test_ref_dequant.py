@@ -175,3 +175,14 @@ def test_an_fma_order_stays_within_the_operand_bound(out):
     bound = tolerance.dequant_bound(q, zv, sv, out_dtype=out, precision="operand", zeros="float", scale_dtype="fp16")
     assert bool(((fma - ref).abs() <= bound).all())
     assert bool((fma != ref).any())
+
+
+def test_a_config_is_refused_naming_every_unsupported_field():
+    from kernels_ref.scales import ScaleLayout
+
+    with pytest.raises(ValueError) as e:
+        dq.DequantConfig("int4", "fp64", "fp32", 32, packing="k_pairs_low_first")
+    assert "scale_dtype 'fp64'" in str(e.value) and "out_dtype 'fp32'" in str(e.value), str(e.value)
+    with pytest.raises(ValueError) as e:
+        ScaleLayout((1, 128), dtype="fp64", major="diagonal")
+    assert "dtype='fp64'" in str(e.value) and "major='diagonal'" in str(e.value), str(e.value)
