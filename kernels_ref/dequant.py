@@ -47,6 +47,8 @@ import triton.language as tl
 
 from kernels_ref import _common as C
 from kernels_ref._codec import _decode_f32, _encode, _round_to, _to_storage
+from kernels_ref._reasons import refuse
+from kernels_ref.scales import decode
 from kernels_ref.dtypes import ALL_TYPES, PACKED, QUANT_B, SCALE_TYPES
 
 PACKINGS = ("k_pairs_low_first", "k_pairs_high_first", "k8_interleaved")
@@ -76,8 +78,7 @@ class DequantConfig:
     precision: str = "fp32"
 
     def __post_init__(self) -> None:
-        for r in check_supported(self):
-            raise ValueError(r)
+        refuse(check_supported(self))
 
     @property
     def packed(self) -> bool:
@@ -228,18 +229,8 @@ def codes_of_values(values: torch.Tensor, dtype: str) -> torch.Tensor:
 def scale_values_host(scales: torch.Tensor, scale_dtype: str) -> torch.Tensor:
     """float64 values of stored scales (e8m0: raw bytes, 2^(b - 127), 255 NaN)."""
     if scale_dtype == "e8m0":
-        b = scales.contiguous().view(torch.uint8).to(torch.int64)
-        return torch.where(b == 255, float("nan"), torch.pow(2.0, (b - 127).double()))
+        return decode(scales.contiguous().view(torch.uint8), "e8m0")
     return scales.double()
-
-
-def e8m0_of(values: torch.Tensor) -> torch.Tensor:
-    """Raw e8m0 bytes of powers of two 2^-127..2^127 (ValueError otherwise)."""
-    v = values.double()
-    e = torch.log2(v).round()
-    if not bool(((torch.pow(2.0, e) == v) & (e >= -127) & (e <= 127)).all()):
-        raise ValueError("e8m0 holds powers of two 2^-127 .. 2^127 only")
-    return (e.to(torch.int64) + 127).to(torch.uint8)
 
 
 def _check_tile_start(cfg: DequantConfig, k0: int) -> None:
@@ -258,8 +249,7 @@ def dequant_host(stored: torch.Tensor, scales: torch.Tensor, zeros: Optional[tor
     """The dequantised tile [TK, TN] in cfg.out_dtype, in float64 on the CPU: `stored` is the stored
     tile (packed [TK/2, TN] or [TK, TN]) whose first element is (k0, n0) of the operand; `scales`
     and `zeros` are the operand's whole [G, N]. A k8_interleaved tile starts on a word (k0 % 8 == 0)."""
-    for r in check_supported(cfg):
-        raise ValueError(r)
+    refuse(check_supported(cfg))
     _check_tile_start(cfg, k0)
     q = values_of_codes(unpack_host(stored.cpu(), cfg), cfg.dtype)
     tk, tn = q.shape

@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from kernels_ref._items import named_strings
+
 STEPS = ("scale", "alpha_beta", "alpha", "beta_c", "bias", "activation", "cast")
 DEFAULT = ("scale", "alpha_beta", "bias", "activation", "cast")
 ROUND_DTYPES = ("fp32", "fp16", "bf16")  # what a kernel may hold an intermediate in
@@ -73,16 +75,13 @@ def parse(tokens: Any, field: str = "epilogue") -> tuple[Node, ...]:
     if len(tokens) > MAX_NODES:
         raise GraphError(f"{field} has {len(tokens)} steps; at most {MAX_NODES} (each of {', '.join(STEPS)} once)")
     nodes = []
-    for i, tok in enumerate(tokens):
-        where = f"{field}[{i}]"
-        if not isinstance(tok, str):
-            raise GraphError(f"{where}={tok!r} is not allowed: a step name (a string), one of {', '.join(STEPS)}")
+    for where, tok in named_strings(tokens, field, GraphError, f"a step name, one of {', '.join(STEPS)}"):
         step, sep, rnd = tok.strip().partition(":")
         step, rnd = step.strip(), rnd.strip()
         if step not in STEPS:
-            raise GraphError(f"{where}={tok!r}: step {step!r} is unknown; allowed: {', '.join(STEPS)}")
+            raise GraphError(f"{where}: step {step!r} is unknown; allowed: {', '.join(STEPS)}")
         if sep and rnd not in ROUND_DTYPES:
-            raise GraphError(f"{where}={tok!r}: rounding to {rnd!r} is not allowed; allowed: {', '.join(ROUND_DTYPES)} "
+            raise GraphError(f"{where}: rounding to {rnd!r} is not allowed; allowed: {', '.join(ROUND_DTYPES)} "
                              f"(no suffix: the result stays in fp32)")
         nodes.append(Node(step, rnd if sep else None))
     steps = [n.step for n in nodes]

@@ -27,6 +27,8 @@ from typing import Optional
 
 import torch
 
+from kernels_ref._reasons import refuse
+
 SCALE_DTYPES = ("fp32", "e8m0", "e4m3")  # how a block scale tensor is stored
 # MX / NV element formats: (exponent bits, mantissa bits, bias); no infinities or NaN
 ELEMENT_FORMATS = {"e2m1": (2, 1, 1), "e2m3": (2, 3, 1), "e3m2": (3, 2, 3)}
@@ -44,8 +46,7 @@ class ScaleLayout:
     major: str = "row"
 
     def __post_init__(self) -> None:
-        for r in check_supported(self):
-            raise ValueError(r)
+        refuse(check_supported(self))
 
     @property
     def group_k(self) -> int:

@@ -47,21 +47,29 @@ def dump_entries(shard: str) -> list[dict]:
 
 
 def judge_recorded_dump(entry: dict) -> None:
-    """The entry's recorded trace, judged offline as the manifest says (tests/cpu/test_zoo_dumps.py)."""
+    """The entry's recorded trace, judged offline as the manifest says (tests/cpu/test_zoo_dumps*.py): a
+    GEMM's by the differential, an attention kernel's by the attention analysis."""
     import pytest
 
-    from oracle.judging.differential import analyze
-    from oracle.run.recording import Recording
+    if entry.get("kind") == "attention":
+        from oracle.judging.attention_analysis import analyze_attention as analyze
+        from oracle.run.attention_recording import AttentionRecording as Recording
 
+        make_case, tapped, check = attention_entry_case, attention_tapped_stages, check_attention_judgement
+    else:
+        from oracle.judging.differential import analyze
+        from oracle.run.recording import Recording
+
+        make_case, tapped, check = entry_case, tapped_stages, check_judgement
     path = ROOT / entry["dump"]
     if not path.is_file() and entry.get("dump_pending"):
         pytest.skip(pending_reason(entry))
-    assert path.is_file(), f"{entry['dump']} is missing: record it on the GPU (tests/gpu/test_zoo.py)"
+    assert path.is_file(), f"{entry['dump']} is missing: record it on the GPU ({_gpu_test(entry)})"
     rec = Recording.load(str(path))
-    case = entry_case(entry, entry.get("record_problem") or entry["problem"])
+    case = make_case(entry, entry.get("record_problem") or entry["problem"])
     assert rec.spec == case.spec, "the dump was recorded for another problem than the manifest's"
-    assert tapped_stages(case) <= {t.stage for t in rec.taps}
-    check_judgement(entry["expected_stage"], case, analyze(rec), entry)
+    assert tapped(case) <= {t.stage for t in rec.taps}
+    check(entry["expected_stage"], case, analyze(rec), entry)
 
 
 def entry_case(entry: dict, problem: Optional[dict] = None) -> Case:
@@ -141,11 +149,15 @@ def check_judgement(want: Optional[str], case: Case, an, entry: Optional[dict] =
     assert all(Status.MISMATCH not in (s.teacher_forced.status, s.chained.status) for s in upstream), table
 
 
+def _gpu_test(entry: dict) -> str:
+    """The GPU test that runs the entry's kernel live and records its dump."""
+    return "tests/gpu/test_attention_zoo_gpu.py" if entry.get("kind") == "attention" else "tests/gpu/test_zoo.py"
+
+
 def pending_reason(entry: dict) -> str:
     """Why an entry added without a GPU has no recording yet, and how to make it."""
-    test = "tests/gpu/test_attention_zoo_gpu.py" if entry.get("kind") == "attention" else "tests/gpu/test_zoo.py"
     return (f"{entry['dump']} has not been recorded yet: record it on the H200 with ORACLE_ZOO_RECORD_DIR="
-            f"tests/zoo/dumps python -m pytest {test} -k {entry['name']}")
+            f"tests/zoo/dumps python -m pytest {_gpu_test(entry)} -k {entry['name']}")
 
 
 # -- attention entries (`kind` "attention": a case file with [problem] kind = "attention") -------------
@@ -196,21 +208,3 @@ def check_attention_judgement(want: Optional[str], case, an, entry: Optional[dic
         assert st.teacher_forced.status is Status.MATCH, (st.name, table)
     if entry is not None and "expected_k_block" in entry:
         assert an.first.k_block == entry["expected_k_block"], (an.first.k_block, entry["expected_k_block"], sentence(an))
-
-
-def judge_recorded_attention_dump(entry: dict) -> None:
-    """The attention entry's recorded trace, judged offline as the manifest says."""
-    import pytest
-
-    from oracle.judging.attention_analysis import analyze_attention
-    from oracle.run.attention_recording import AttentionRecording
-
-    path = ROOT / entry["dump"]
-    if not path.is_file() and entry.get("dump_pending"):
-        pytest.skip(pending_reason(entry))
-    assert path.is_file(), f"{entry['dump']} is missing: record it on the GPU (tests/gpu/test_attention_zoo_gpu.py)"
-    rec = AttentionRecording.load(str(path))
-    case = attention_entry_case(entry, entry.get("record_problem") or entry["problem"])
-    assert rec.spec == case.spec, "the dump was recorded for another problem than the manifest's"
-    assert attention_tapped_stages(case) <= {t.stage for t in rec.taps}
-    check_attention_judgement(entry["expected_stage"], case, analyze_attention(rec), entry)

@@ -23,6 +23,8 @@ from typing import Optional
 
 import torch
 
+from kernels_ref._reasons import refuse
+
 CAUSAL = ("none", "top_left", "bottom_right")
 P_DTYPES = ("bf16", "fp16", "e4m3")
 
@@ -46,9 +48,7 @@ class AttnParams:
     splits: int = 1
 
     def __post_init__(self) -> None:
-        reasons = self.reasons()
-        if reasons:
-            raise ValueError("; ".join(reasons))
+        refuse(self.reasons())
 
     def reasons(self) -> list[str]:
         out = []

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
-from oracle.problem.spec import SpecError, _positive_int, _require, _finite
+from oracle.problem.spec import _built, _finite, _known_fields, _positive_int, _require, check_traced_range
 
 CAUSAL = ("none", "top_left", "bottom_right")
 QKV_DTYPES = ("bf16", "fp16", "e4m3")
@@ -251,21 +251,11 @@ class AttentionSpec:
 
     @classmethod
     def from_json(cls, d: Any) -> "AttentionSpec":
-        from dataclasses import fields
-
-        if not isinstance(d, dict):
-            raise SpecError(f"an attention problem is a JSON object, got {type(d).__name__}")
-        d = dict(d)
-        kind = d.pop("kind", "attention")
-        _require(kind == "attention", "kind", kind, "'attention'")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise SpecError(f"unknown attention field(s) {unknown}; known: {', '.join(sorted(known))}")
-        try:
-            return cls(**d)
-        except TypeError as e:
-            raise SpecError(f"attention problem: {e}") from None
+        if isinstance(d, Mapping):
+            d = dict(d)
+            kind = d.pop("kind", "attention")
+            _require(kind == "attention", "kind", kind, "'attention'")
+        return _built(cls, _known_fields(cls, d, "attention"), "attention problem")
 
 
 def tap_stages(spec: AttentionSpec) -> tuple[str, ...]:
@@ -278,13 +268,9 @@ def tap_stages(spec: AttentionSpec) -> tuple[str, ...]:
 def check_selection(spec: AttentionSpec, plan) -> None:
     """A [trace] selection against the problem: query blocks, query heads and KV blocks in range,
     stages of attention's chain. `plan` is the case's TracePlan; raises ValueError naming the field."""
-    for tm, tn in plan.tiles or ():
-        if tm >= spec.q_blocks or tn >= spec.heads_q:
-            raise ValueError(f"trace tile ({tm}, {tn}) is outside the problem's {spec.q_blocks} query block(s) x "
-                             f"{spec.heads_q} query head(s) (an attention tile is (query block, query head))")
-    for kb in plan.k_blocks or ():
-        if kb >= spec.kv_blocks:
-            raise ValueError(f"trace k-block {kb} is past the problem's {spec.kv_blocks} KV block(s)")
+    check_traced_range(plan, (spec.q_blocks, spec.heads_q), spec.kv_blocks,
+                       f"the problem's {spec.q_blocks} query block(s) x {spec.heads_q} query head(s) (an attention "
+                       f"tile is (query block, query head))", f"is past the problem's {spec.kv_blocks} KV block(s)")
     allowed = tap_stages(spec)
     for stage in plan.stages or ():
         if stage not in allowed:

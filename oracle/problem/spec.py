@@ -550,13 +550,7 @@ class ProblemSpec:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "ProblemSpec":
-        if not isinstance(d, Mapping):
-            raise SpecError(f"a problem spec must be a JSON object, got {type(d).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise SpecError(f"unknown problem field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-        kw = dict(d)
+        kw = _known_fields(cls, d, "problem")
         if isinstance(kw.get("groups"), list):
             _require(len(kw["groups"]) <= MAX_GROUPS, "groups", _count_of(kw["groups"]),
                      f"a non-empty list of at most {MAX_GROUPS} group sizes along M")
@@ -567,14 +561,32 @@ class ProblemSpec:
             kw["tile"] = _sub(Tile, kw["tile"], "tile")
         for s in ("scale_a", "scale_b"):
             if s in kw:
-                sd = dict(_as_mapping(kw[s], s))
-                if isinstance(sd.get("block"), list):
-                    sd["block"] = tuple(sd["block"])
+                sd = kw[s]
+                if isinstance(sd, Mapping) and isinstance(sd.get("block"), list):
+                    sd = dict(sd, block=tuple(sd["block"]))
                 kw[s] = _sub(Scale, sd, s)
-        try:
-            return cls(**kw)
-        except TypeError as e:
-            raise SpecError(f"problem spec: {e}") from None
+        return _built(cls, kw, "problem")
+
+
+def check_selection(spec: ProblemSpec, plan) -> None:
+    """A [trace] selection against a GEMM problem: traced tiles inside its tile grid, traced k-blocks
+    inside its K. `plan` is the case's TracePlan; raises ValueError naming the first outside."""
+    check_traced_range(plan, (spec.tiles_m, spec.tiles_n), spec.k_blocks,
+                       f"the {spec.tiles_m} x {spec.tiles_n} tile grid of {spec.describe()}; tiles are "
+                       f"0..{spec.tiles_m - 1}, 0..{spec.tiles_n - 1}",
+                       f"is outside 0..{spec.k_blocks - 1} (K = {spec.k} in k-blocks of {spec.tile.bk})")
+
+
+def check_traced_range(plan, grid: tuple[int, int], depth: int, grid_is: str, depth_is: str) -> None:
+    """Every traced tile of `plan` inside the grid[0] x grid[1] tiles and every traced k-block below
+    `depth`, as GEMM and attention problems number them; else a ValueError naming the first outside,
+    "trace tile (tm, tn) is outside `grid_is`" or "trace k-block kb `depth_is`"."""
+    for tm, tn in plan.tiles or ():
+        if tm >= grid[0] or tn >= grid[1]:
+            raise ValueError(f"trace tile ({tm}, {tn}) is outside {grid_is}")
+    for kb in plan.k_blocks or ():
+        if kb >= depth:
+            raise ValueError(f"trace k-block {kb} {depth_is}")
 
 
 _OP_WHY = {"scale": lambda s: f"scale_a {s.scale_a.kind}, scale_b {s.scale_b.kind}",
@@ -593,12 +605,6 @@ def _layout_unchecked(scale: Scale):
     return lay
 
 
-def _as_mapping(v: Any, field: str) -> Mapping:
-    if isinstance(v, Mapping):
-        return v
-    raise SpecError(f"{field} must be an object, got {v!r}")
-
-
 def _sub(cls, v: Any, field: str):
     if isinstance(v, cls):
         return v
@@ -606,9 +612,24 @@ def _sub(cls, v: Any, field: str):
         if len(v) != 3:
             raise SpecError(f"tile={list(v)!r} is not allowed: give three sizes [bm, bn, bk]")
         return Tile(*v)
-    m = _as_mapping(v, field)
+    return _built(cls, _known_fields(cls, v, field), field)
+
+
+def _known_fields(cls, d: Any, what: str) -> dict:
+    """`d` (read from JSON or TOML) as keyword arguments of the frozen spec `cls`: a SpecError naming
+    `what` unless it is an object whose keys are all fields of `cls`."""
+    if not isinstance(d, Mapping):
+        raise SpecError(f"{what} must be an object, got {type(d).__name__} {shown(d)}")
     known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(m) - known)
+    unknown = sorted(set(d) - known)
     if unknown:
-        raise SpecError(f"unknown {field} field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    return cls(**m)
+        raise SpecError(f"unknown {what} field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return dict(d)
+
+
+def _built(cls, kw: dict, what: str):
+    """cls(**kw); a required field left out is a SpecError naming `what`."""
+    try:
+        return cls(**kw)
+    except TypeError as e:
+        raise SpecError(f"{what}: {e}") from None

@@ -141,19 +141,14 @@ def headline(judgement) -> str:
     if f is None:
         return j.verdict.value
     attention = _attention(j.analysis.recording.spec)
-    where = [f"at {f.stage}"]
-    if f.group is not None:
-        where.append(f"group {f.group}")
-    if f.field is not None:
-        where.append(f"descriptor_{f.field.operand} {f.field.field}")
-    if f.tile is not None:
-        where.append(f"{'unit' if attention else 'tile'} {f.tile}")
-    if f.partial is not None:
-        where.append(f"{'split' if attention else 'partial'} {f.partial}")
-    if f.k_block is not None:
-        where.append(f"{'KV block' if attention else 'k-block'} {f.k_block}")
-    if f.element is not None:
-        where.append(f"element {f.element}")
+    field = f.field
+    coordinates = (("group", f.group),
+                   (f"descriptor_{field.operand}" if field else "", field.field if field else None),
+                   ("unit" if attention else "tile", f.tile),
+                   ("split" if attention else "partial", f.partial),
+                   ("KV block" if attention else "k-block", f.k_block),
+                   ("element", f.element))
+    where = [f"at {f.stage}"] + [f"{name} {value}" for name, value in coordinates if value is not None]
     return f"{j.verdict.value} {', '.join(where)} ({f.kind.value})"
 
 

@@ -88,7 +88,7 @@ from oracle.problem import attention
 from oracle.problem.attention import AttentionSpec, check_selection as check_attention_selection, is_attention
 from oracle.run.case_extends import apply_unset
 from oracle.run.kernel_flags import check_nvcc_flags, resolve_include_dirs
-from oracle.problem.spec import ProblemSpec, SpecError
+from oracle.problem.spec import ProblemSpec, SpecError, check_selection as check_gemm_selection
 
 OPERANDS = ("a", "b", "c", "d", "bias", "scale_a", "scale_b", "group_offsets", "b_scales", "b_zeros", "a_scales",
             "a_zeros")
@@ -601,23 +601,12 @@ def check_trace_selection(case: Case) -> None:
     """The selection against the sink header and the problem: at most 32 tile selectors, every
     traced tile inside the tile grid, every traced k-block inside 0..k_blocks-1 and one 1024-wide
     window (a CaseError before anything is built or launched)."""
-    s, t = case.spec, case.trace
-    if is_attention(s):
-        try:
-            check_attention_selection(s, t)
-        except ValueError as e:
-            raise CaseError(str(e)) from None
-        _selection(t, "trace selection")
-        return
-    for tm, tn in t.tiles or ():
-        if tm >= s.tiles_m or tn >= s.tiles_n:
-            raise CaseError(f"trace tile ({tm}, {tn}) is outside the {s.tiles_m} x {s.tiles_n} tile grid of "
-                            f"{s.describe()}; tiles are 0..{s.tiles_m - 1}, 0..{s.tiles_n - 1}")
-    for kb in t.k_blocks or ():
-        if kb >= s.k_blocks:
-            raise CaseError(f"trace k-block {kb} is outside 0..{s.k_blocks - 1} (K = {s.k} in k-blocks of "
-                            f"{s.tile.bk})")
-    _selection(t, "trace selection")
+    check = check_attention_selection if is_attention(case.spec) else check_gemm_selection
+    try:
+        check(case.spec, case.trace)
+    except ValueError as e:
+        raise CaseError(str(e)) from None
+    _selection(case.trace, "trace selection")
 
 
 def _index(v: Any) -> bool:

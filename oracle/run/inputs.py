@@ -420,6 +420,7 @@ def _quantised(spec: ProblemSpec, op: str, ladder: str, g: torch.Generator, gene
     """The stored quantised operand `op`, its scales and zero points for a ladder (module docstring):
     drawn with K along the rows (n: B's columns, or A's rows), A's then transposed to [M, ...]."""
     from kernels_ref import dequant as dq
+    from kernels_ref.scales import e8m0_codes
 
     cfg = spec.dequant_config
     k, n, groups = spec.k, (spec.n if op == "b" else spec.m), spec.quant_groups
@@ -466,7 +467,7 @@ def _quantised(spec: ProblemSpec, op: str, ladder: str, g: torch.Generator, gene
         if zk == "float_offset":
             z = u - 0.5
     stored = dq.pack_host(dq.codes_of_values(q, qd), cfg)
-    scales = dq.e8m0_of(s) if sd == "e8m0" else s.to(ALL_TYPES[sd].torch)
+    scales = e8m0_codes(s) if sd == "e8m0" else s.to(ALL_TYPES[sd].torch)
     zeros = None if zk == "none" else z.to(cfg.zero_torch())
     if op == "a":
         return tuple(None if x is None else x.t().contiguous() for x in (stored, scales, zeros))

@@ -25,6 +25,7 @@ import re
 from typing import Any, Optional
 
 from harness.fields import shown
+from kernels_ref._items import named_strings
 from oracle.run.case_files import CaseTrust, case_path, shown_path
 
 MAX_FLAGS = 64
@@ -88,10 +89,8 @@ def check_nvcc_flags(raw: Any, error: type) -> tuple[str, ...]:
     if not isinstance(raw, list) or len(raw) > MAX_FLAGS:
         raise error(f"[kernel] nvcc_flags = {shown(raw)} must be a list of at most {MAX_FLAGS} flags")
     out = []
-    for i, flag in enumerate(raw):
-        where = f"[kernel] nvcc_flags[{i}] = {shown(flag)}"
-        if not isinstance(flag, str):
-            raise error(f"{where} must be a string (one flag, its value joined with '=')")
+    for where, flag in named_strings(raw, "[kernel] nvcc_flags", error, "one flag, its value joined with '='",
+                                     shown, " = "):
         name, eq, value = flag.partition("=")
         pattern = ALLOWED_FLAGS.get(name, "") if name in ALLOWED_FLAGS else ""
         ok = name in ALLOWED_FLAGS and ((pattern is None and not eq) or

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import oracle
+from foreign_project import run_foreign_tests  # tests/ is on sys.path
 from oracle.report import table as report
 from oracle.problem.spec import SpecError
 
@@ -81,23 +82,9 @@ def test_reports_follow_the_shipped_schema():
         report.validate(broken)
 
 
-PLUGIN_TEST = '''
-import torch
-
-def test_good(gemm_oracle):
-    a = torch.randn(40, 64).bfloat16(); b = torch.randn(64, 24).bfloat16()
-    gemm_oracle.assert_close(a, b, (a.float() @ b.float()).bfloat16())
-
-def test_bad(gemm_oracle):
-    a = torch.randn(40, 64).bfloat16(); b = torch.randn(64, 24).bfloat16()
-    gemm_oracle.assert_close(a, b, (2 * a.float() @ b.float()).bfloat16())
-'''
-
-
 def test_the_pytest_plugin_reports_and_dumps_in_a_foreign_project(pytester):
-    pytester.makepyfile(test_foreign=PLUGIN_TEST)
     dump_dir = pytester.path / "dumps"
-    result = pytester.runpytest_subprocess("-q", f"--oracle-dump-dir={dump_dir}", "-p", "no:cacheprovider")
+    result = run_foreign_tests(pytester, f"--oracle-dump-dir={dump_dir}")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*First divergence: epilogue_store*", "*saved the recording to*"])
     (dump,) = list(dump_dir.glob("*.safetensors"))

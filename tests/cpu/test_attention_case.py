@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from attention_cases import ENTRY, case_text, write_case  # tests/ is on sys.path
 from harness.launch import ScalarArg, TensorArg
 from oracle.run.attention_inputs import make_attention_operands
 from oracle.run.case import load_case
@@ -26,37 +27,19 @@ def load_attention_case(path, overrides=()):
 ROOT = Path(__file__).resolve().parents[2]
 FA2 = ROOT / "zoo" / "fa2_sm80"
 
-BASE = """
-[problem]
-kind = "attention"
+BASE = case_text("""
 batch = 1
 heads_q = 2
 heads_kv = 1
 seqlen_q = 70
 seqlen_k = 90
 head_dim = 64
-
-[kernel]
-source = "k.cu"
-entry = "fa_traced"
-
-[launch]
-grid = ["q_blocks", "heads_q", "batch"]
-block = [128, 1, 1]
-args = ["q", "k", "v", "o", "lse", "seqlen_k", "softmax_scale"]
-"""
-
-
-def _case(tmp_path, text: str):
-    (tmp_path / "k.cu").write_text("extern \"C\" __global__ void fa_traced() {}\n")
-    p = tmp_path / "case.toml"
-    p.write_text(text)
-    return str(p)
+""", ["q", "k", "v", "o", "lse", "seqlen_k", "softmax_scale"])
 
 
 def test_a_plain_attention_case_loads(tmp_path):
-    case = load_attention_case(_case(tmp_path, BASE))
-    assert case.spec.kind == "attention" and case.spec.q_blocks == 2 and case.kernel.entry == "fa_traced"
+    case = load_attention_case(write_case(tmp_path, BASE))
+    assert case.spec.kind == "attention" and case.spec.q_blocks == 2 and case.kernel.entry == ENTRY
     assert [a.name for a in case.launch.args][:5] == ["q", "k", "v", "o", "lse"]
 
 
@@ -70,7 +53,7 @@ def test_a_plain_attention_case_loads(tmp_path):
 def test_a_bad_attention_case_is_refused_naming_the_key(tmp_path, change, named):
     old, new = change
     with pytest.raises(CaseError) as e:
-        load_attention_case(_case(tmp_path, BASE.replace(old, new)))
+        load_attention_case(write_case(tmp_path, BASE.replace(old, new)))
     if named is not None:
         assert named in str(e.value), str(e.value)
 
@@ -82,7 +65,7 @@ def test_a_bad_attention_case_is_refused_naming_the_key(tmp_path, change, named)
 ])
 def test_a_trace_outside_the_problem_is_refused(tmp_path, trace, named):
     with pytest.raises(CaseError, match=named):
-        load_attention_case(_case(tmp_path, BASE + f"\n[trace]\n{trace}\n"))
+        load_attention_case(write_case(tmp_path, BASE + f"\n[trace]\n{trace}\n"))
 
 
 @pytest.mark.parametrize("name", ["fa2_sm80.toml", "split.toml", "paged.toml"])

@@ -4,11 +4,11 @@ attention model plays the kernel, writing O, LSE and its taps into the sink the 
 the request's judgement names what the model planted, as for a GEMM."""
 
 import math
-import textwrap
 
 import pytest
 import torch
 
+from attention_cases import ENTRY, case_text, write_case  # tests/ is on sys.path
 from harness.launch import ScalarArg, TensorArg
 from harness.runner import KernelRun, RunStatus
 from oracle.judging.diagnose import Kind, Verdict
@@ -22,9 +22,7 @@ from oracle.run.launch import launch_sequence
 from oracle.run.request import RunRequest
 from oracle.run.sink import check_case, sink_budget, trace_selection
 
-CASE = """
-[problem]
-kind = "attention"
+CASE = case_text("""
 batch = 1
 heads_q = 2
 heads_kv = 1
@@ -34,23 +32,11 @@ head_dim = 32
 causal = "bottom_right"
 block_q = 32
 block_kv = 32
-
-[kernel]
-source = "fa.cu"
-entry = "fa_fwd_traced"
-
-[launch]
-grid = ["q_blocks", "heads_q", "batch"]
-block = [128, 1, 1]
-args = ["q", "k", "v", "o", "lse", "seqlen_q", "seqlen_k", "group", "softmax_scale"]
-"""
+""", ["q", "k", "v", "o", "lse", "seqlen_q", "seqlen_k", "group", "softmax_scale"])
 
 
 def _case_file(tmp_path, text=CASE, extra=""):
-    (tmp_path / "fa.cu").write_text('extern "C" __global__ void fa_fwd_traced() {}\n')
-    path = tmp_path / "fa.toml"
-    path.write_text(textwrap.dedent(text) + extra)
-    return str(path)
+    return write_case(tmp_path, text + extra, "fa.toml")
 
 
 def test_an_attention_case_loads_and_launches_with_its_own_names(tmp_path):
@@ -59,7 +45,7 @@ def test_an_attention_case_loads_and_launches_with_its_own_names(tmp_path):
     check_case(case)
     ops = execute.operands_for(RunRequest(case=case, inputs="one_hot"))[0]
     ((entry, launch),), tensors = launch_sequence(case, ops)
-    assert entry == "fa_fwd_traced" and launch.grid == (2, 2, 1)
+    assert entry == ENTRY and launch.grid == (2, 2, 1)
     tensor_args = [a for a in launch.args if isinstance(a, TensorArg)]
     assert [(a.name, a.role) for a in tensor_args] == [("q", "in"), ("k", "in"), ("v", "in"), ("o", "out"),
                                                        ("lse", "out")]
@@ -124,7 +110,7 @@ def test_a_correct_attention_kernel_matches_through_the_request_path(tmp_path, m
     seen["spec"] = case.spec
     outcome = execute.run(RunRequest(case=case, inputs="random:3"))
     j = judge(outcome)
-    assert seen["entry"] == "fa_fwd_traced"
+    assert seen["entry"] == ENTRY
     assert j.verdict is Verdict.MATCH and j.analysis.first is None, j
     assert outcome.recording.taps and {t.stage for t in outcome.recording.taps} >= {"s", "mask", "p", "o"}
 

@@ -107,3 +107,20 @@ def test_varlen_and_paged_layouts():
     assert ops.cu_seqlens_q.tolist() == [0, 8, 11] and ops.provenance.controlled
     with pytest.raises(InputError, match="pages"):
         make_attention_operands(spec(seqlen_k=12, page_size=4, num_pages=5, max_pages=3), "random")
+
+
+@pytest.mark.parametrize("cls, doc, named", [
+    (AttentionSpec, [1], "attention must be an object, got list"),
+    (ProblemSpec, "m=64", "problem must be an object, got str"),
+    (AttentionSpec, {**BASE, "m": 3}, "unknown attention field(s) m; known: "),
+    (ProblemSpec, {"m": 64, "n": 64, "k": 64, "heads_q": 2}, "unknown problem field(s) heads_q; known: "),
+    (AttentionSpec, {"batch": 1}, "attention problem: "),
+    (ProblemSpec, {"m": 64}, "problem: "),
+    (ProblemSpec, {"m": 64, "n": 64, "k": 64, "tile": 5}, "tile must be an object, got int 5"),
+    (ProblemSpec, {"m": 64, "n": 64, "k": 64, "scale_a": {"kind": "tensor", "rows": 1}}, "unknown scale_a field(s) rows"),
+    (AttentionSpec, {**BASE, "kind": "gemm"}, "kind='gemm' is not allowed"),
+])
+def test_a_spec_read_back_from_json_refuses_what_it_lacks_naming_it(cls, doc, named):
+    with pytest.raises(SpecError) as e:
+        cls.from_json(doc)
+    assert named in str(e.value), str(e.value)

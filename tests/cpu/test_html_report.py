@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import oracle
+from foreign_project import BAD, run_foreign_tests  # tests/ is on sys.path
 from oracle.report import html
 from oracle.tools.demo import DEMO_PATH
 
@@ -230,19 +231,9 @@ def test_a_bench_case_that_breaks_is_a_row_of_the_index(tmp_path):
     assert "ERROR" in index and "&lt;script&gt;" in index and "<script>alert" not in index
 
 
-PLUGIN_TEST = '''
-import torch
-
-def test_bad(gemm_oracle):
-    a = torch.randn(40, 64).bfloat16(); b = torch.randn(64, 24).bfloat16()
-    gemm_oracle.assert_close(a, b, (2 * a.float() @ b.float()).bfloat16())
-'''
-
-
 def test_the_pytest_plugin_writes_the_page_of_a_failing_check(pytester):
-    pytester.makepyfile(test_foreign=PLUGIN_TEST)
     pages = pytester.path / "pages"
-    result = pytester.runpytest_subprocess("-q", f"--oracle-html={pages}", "-p", "no:cacheprovider")
+    result = run_foreign_tests(pytester, f"--oracle-html={pages}", tests=(BAD,))
     result.assert_outcomes(failed=1)
     (page,) = list(pages.iterdir())
     assert page.name == "test_foreign.py_test_bad-1.html"

@@ -92,6 +92,11 @@ def test_a_flag_that_runs_loads_or_writes_is_refused_by_name(folder, flag, why):
     assert f"nvcc_flags[0] = {flag!r}" in str(e.value)
 
 
+def test_a_flag_that_is_not_a_string_is_refused_naming_its_place(folder):
+    with pytest.raises(CaseError, match=r"\[kernel\] nvcc_flags\[1\] = 5 is not allowed: one flag, its value joined"):
+        load_case(_case(folder, 'nvcc_flags = ["-lineinfo", 5]'))
+
+
 def test_the_allow_list_holds_nothing_that_runs_or_links():
     refused = {"-ccbin", "--compiler-bindir", "-Xcompiler", "--compiler-options", "-o", "--output-file", "-l", "-L",
                "-I", "-D", "--run", "--options-file", "-optf", "--pre-include", "-include", "-Xlinker", "--keep"}

@@ -8,6 +8,7 @@ import torch
 
 from kernels_ref import dequant as dq
 from kernels_ref.dtypes import ALL_TYPES
+from kernels_ref.scales import e8m0_codes
 from oracle.judging import hardware_numerics, tolerance
 
 CONFIGS = [
@@ -35,7 +36,7 @@ def _inputs(cfg: dq.DequantConfig, k: int, n: int, seed: int):
         codes[(codes & 0x7C) == 0x7C] = 0  # no Inf / NaN codes
     groups = k // cfg.group_size
     if cfg.scale_dtype == "e8m0":
-        s = dq.e8m0_of(torch.pow(2.0, torch.randint(-6, 4, (groups, n), generator=g).double()))
+        s = e8m0_codes(torch.pow(2.0, torch.randint(-6, 4, (groups, n), generator=g).double()))
     else:
         s = ((torch.rand(groups, n, generator=g) + 0.5) / 4).to(ALL_TYPES[cfg.scale_dtype].torch)
     z = None
@@ -175,3 +176,14 @@ def test_an_fma_order_stays_within_the_operand_bound(out):
     bound = tolerance.dequant_bound(q, zv, sv, out_dtype=out, precision="operand", zeros="float", scale_dtype="fp16")
     assert bool(((fma - ref).abs() <= bound).all())
     assert bool((fma != ref).any())
+
+
+def test_a_config_is_refused_naming_every_unsupported_field():
+    from kernels_ref.scales import ScaleLayout
+
+    with pytest.raises(ValueError) as e:
+        dq.DequantConfig("int4", "fp64", "fp32", 32, packing="k_pairs_low_first")
+    assert "scale_dtype 'fp64'" in str(e.value) and "out_dtype 'fp32'" in str(e.value), str(e.value)
+    with pytest.raises(ValueError) as e:
+        ScaleLayout((1, 128), dtype="fp64", major="diagonal")
+    assert "dtype='fp64'" in str(e.value) and "major='diagonal'" in str(e.value), str(e.value)

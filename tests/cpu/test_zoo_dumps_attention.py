@@ -6,14 +6,14 @@ defect names) at the entry's recorded shape, blocks and traced site: the manifes
 kernel what the oracle says of the model."""
 
 import pytest
-from zoo_cases import attention_entry_case, check_attention_judgement, dump_entries, judge_recorded_attention_dump  # tests/ on sys.path
+from zoo_cases import attention_entry_case, check_attention_judgement, dump_entries, judge_recorded_dump  # tests/ on sys.path
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.mark.parametrize("entry", dump_entries("attention"), ids=lambda e: e["name"])
 def test_recorded_zoo_trace_is_judged_as_the_manifest_says(entry):
-    judge_recorded_attention_dump(entry)
+    judge_recorded_dump(entry)
 
 
 def _model_analysis(entry: dict):
