@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from harness.taps import DEQUANT_STAGES, DESCRIPTOR_STAGES, LOAD_STAGES
+from harness.taps import DEQUANT_STAGES, DESCRIPTOR_STAGES, LOAD_STAGES, SCALE_STAGES
 from harness.trace_format import DESCRIPTOR_BODY, HEADER_BYTES, RECORD_HEAD_BYTES, TraceSelection
 
 _ELEMENT_OVERHEAD = 4 + 8  # a coordinate per element, and a record head shared by ~8 elements
@@ -38,8 +38,9 @@ class TraceBudget:
 
 
 def trace_budget(selection: TraceSelection, *, tiles_m: int, tiles_n: int, k_blocks: int, block_m: int,
-                 block_n: int, block_k: int, itemsize: Mapping[str, int]) -> TraceBudget:
-    """`itemsize`: bytes of one tapped element per stage (a missing stage counts 4)."""
+                 block_n: int, block_k: int, itemsize: Mapping[str, int], scale_groups: int = 1) -> TraceBudget:
+    """`itemsize`: bytes of one tapped element per stage (a missing stage counts 4); `scale_groups`:
+    the scale groups of one k-block a scale_a / scale_b tap holds per row or column."""
     n_tiles = _selected_tiles(selection, tiles_m, tiles_n)
     n_kb = _selected_k_blocks(selection, k_blocks)
     least = estimate = HEADER_BYTES
@@ -52,10 +53,12 @@ def trace_budget(selection: TraceSelection, *, tiles_m: int, tiles_n: int, k_blo
             site_est += RECORD_HEAD_BYTES + DESCRIPTOR_BODY.size  # a tapped descriptor
         else:
             shape = {"load_a": (block_m, block_k), "load_b": (block_k, block_n), "dequant_a": (block_m, block_k),
-                     "dequant_b": (block_k, block_n)}.get(stage, (block_m, block_n))
+                     "dequant_b": (block_k, block_n), "scale_a": (block_m, scale_groups),
+                     "scale_b": (block_n, scale_groups)}.get(stage, (block_m, block_n))
             n = shape[0] * shape[1]
             site_least, site_est = n * size + RECORD_HEAD_BYTES + 8, n * (size + _ELEMENT_OVERHEAD)
-        sites = n_tiles * (n_kb if stage in DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES + ("mma",) else 1)
+        sites = n_tiles * (n_kb if stage in DESCRIPTOR_STAGES + LOAD_STAGES + DEQUANT_STAGES + SCALE_STAGES + ("mma",)
+                           else 1)
         least += sites * site_least
         estimate += sites * site_est
     return TraceBudget(n_tiles, n_kb, tuple(selection.stages), least, estimate)

@@ -12,6 +12,7 @@ from harness.build import check_cubin_file, check_source_file
 from harness.taps import pipeline
 from harness.trace_budget import TraceBudget, trace_budget
 from kernels_ref.dtypes import ALL_TYPES, DTYPES
+from kernels_ref.scales import groups_of_problem as scale_groups
 from oracle import knobs
 from oracle.problem.attention import is_attention, tap_stages
 from oracle.run import attention_live
@@ -62,7 +63,8 @@ def _problem_stages(case: Case) -> tuple[str, ...]:
     """The stages a kernel of this problem can tap: its pipeline, epilogue in the declared order."""
     if is_attention(case.spec):
         return tap_stages(case.spec)
-    return pipeline([n.step for n in case.spec.epilogue_nodes], case.spec.dequant_operands)[:-1]
+    return pipeline([n.step for n in case.spec.epilogue_nodes], case.spec.dequant_operands,
+                    block_scaled=case.spec.block_scaled)[:-1]
 
 
 def trace_selection(case: Case) -> trace_format.TraceSelection:
@@ -86,7 +88,8 @@ def sink_budget(case: Case) -> tuple[TraceBudget, int]:
     size.update({f"dequant_{op}": DTYPES[s.mma_dtype].itemsize for op in "ab"})
     size["epilogue_cast"] = DTYPES[s.out_dtype].itemsize
     budget = trace_budget(trace_selection(case), tiles_m=s.tiles_m, tiles_n=s.tiles_n, k_blocks=s.k_blocks,
-                          block_m=s.tile.bm, block_n=s.tile.bn, block_k=s.tile.bk, itemsize=size)
+                          block_m=s.tile.bm, block_n=s.tile.bn, block_k=s.tile.bk, itemsize=size,
+                          scale_groups=scale_groups(s) or 1)
     if s.group_sizes is not None:  # a tile selector matches that tile in every group
         g = len(s.group_sizes)
         budget = replace(budget, least=512 + g * (budget.least - 512), estimate=512 + g * (budget.estimate - 512))

@@ -90,3 +90,17 @@ def test_a_live_run_s_parser_warnings_are_sorted_into_confounds_and_notes(monkey
     assert conf.kind is ConfoundKind.UNSELECTED_TAPS and "did not select" in conf.sentence
     assert "mma tile (1, 0) k-block 0" in conf.field("examples")
     assert any("several CTAs" in n for n in got.notes) and not any("did not select" in n for n in got.notes)
+
+
+def test_a_block_scaled_case_traces_its_scale_stages_per_k_block():
+    """The default selection of a block-scaled case holds scale_a and scale_b (else the kernel's
+    scale taps would be refused by the sink header), and the budget counts them once per k-block,
+    each [rows, scale groups]."""
+    from oracle.run.sink import trace_selection
+
+    case = load_case(str(ROOT / "zoo" / "deepgemm_sm90" / "deepgemm_sm90.toml"))
+    sel = trace_selection(case)
+    assert {"scale_a", "scale_b"} <= set(sel.stages), sel.stages
+    both = sink_budget(with_trace(case, stages=("scale_a", "scale_b")))[0]
+    one_kb = sink_budget(with_trace(case, stages=("scale_a", "scale_b"), k_blocks=(0,)))[0]
+    assert both.estimate - 512 > 2 * (one_kb.estimate - 512)  # every k-block's taps, not one per tile
