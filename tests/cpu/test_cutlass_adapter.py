@@ -118,7 +118,7 @@ def _launch(lib_path: Path, call: L.LibraryCall, **fields) -> tuple[int, str]:
      {}, 1001, "beta = 0.5 needs C"),
     (_call(bias_kind="col"), {}, 1001, "no bias or activation"),
     (_call(), {"scale_a_kind": 1, "scale_b_kind": 1}, 1001,
-     "the epilogue is a LinearCombination (alpha, beta, C): no scales (scale kinds 1 and 1 given"),
+     "the epilogue is a LinearCombination (alpha, beta, C): no scales (scale kinds tensor and tensor given"),
 ])
 def test_oracle_launch_refuses_what_the_kernel_cannot_run(traced_library, call, fields, code, words):
     got, message = _launch(traced_library, call, **fields)

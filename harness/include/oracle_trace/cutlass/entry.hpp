@@ -190,15 +190,15 @@ int check_launch(const LaunchArgs* args) {
   if constexpr (kScaled) {
     if (args->scale_a_kind != uint32_t(ScaleKind::Tensor) || args->scale_b_kind != uint32_t(ScaleKind::Tensor))
       return fail_launch(args, kLaunchUnsupported,
-                         "the epilogue scales A and B per tensor: scale kinds %u and %u given (allowed: %u, tensor, "
-                         "for both)", args->scale_a_kind, args->scale_b_kind, unsigned(ScaleKind::Tensor));
+                         "the epilogue scales A and B per tensor: scale kinds %s and %s given (allowed: tensor for "
+                         "both)", scale_kind_name(args->scale_a_kind), scale_kind_name(args->scale_b_kind));
     if (!is_scalar_f32(tensor(args, kSlotScaleA)) || !is_scalar_f32(tensor(args, kSlotScaleB)))
       return fail_launch(args, kLaunchUnsupported, "scale_a and scale_b must each be one fp32 element in device memory");
   } else if (args->scale_a_kind != uint32_t(ScaleKind::None) || args->scale_b_kind != uint32_t(ScaleKind::None)) {
     return fail_launch(args, kLaunchUnsupported,
-                       "the epilogue is a LinearCombination (alpha, beta, C): no scales (scale kinds %u and %u "
-                       "given; TensorScaledLinearCombination takes per-tensor ones)", args->scale_a_kind,
-                       args->scale_b_kind);
+                       "the epilogue is a LinearCombination (alpha, beta, C): no scales (scale kinds %s and %s "
+                       "given; TensorScaledLinearCombination takes per-tensor ones)", scale_kind_name(args->scale_a_kind),
+                       scale_kind_name(args->scale_b_kind));
   }
   using ElementA = typename T::ElementA;
   using ElementB = typename T::ElementB;
@@ -329,6 +329,18 @@ int launch(const LaunchArgs* args, int (*adjust)(const LaunchArgs*, typename Gem
   return run_gemm<Gemm>(args, g);
 }
 
+inline const char* mode_name(cutlass::gemm::GemmUniversalMode mode) {
+  using Mode = cutlass::gemm::GemmUniversalMode;
+  switch (mode) {
+    case Mode::kGemm: return "kGemm";
+    case Mode::kGemmSplitKParallel: return "kGemmSplitKParallel";
+    case Mode::kBatched: return "kBatched";
+    case Mode::kArray: return "kArray";
+    case Mode::kGrouped: return "kGrouped";
+    default: return "kInvalid";
+  }
+}
+
 // The host route: the user's make(...) returns the arguments, run as returned. The adapter's own
 // filling checks the layouts and gives the leading dimensions and pointers make receives.
 template <class Gemm, class Make>
@@ -345,8 +357,8 @@ int launch_host(const LaunchArgs* args, Make make) {
   using Mode = cutlass::gemm::GemmUniversalMode;
   if (g.mode != Mode::kGemm && g.mode != Mode::kBatched)
     return fail_launch(args, kLaunchUnsupported,
-                       "make_arguments returned GemmUniversalMode %d: the oracle judges one GEMM per call (kGemm, or "
-                       "kBatched with L = 1)", int(g.mode));
+                       "make_arguments returned GemmUniversalMode::%s: the oracle judges one GEMM per call (kGemm, or "
+                       "kBatched with L = 1)", mode_name(g.mode));
   if (const int l = int(cute::get<3>(g.problem_shape)); l != 1)
     return fail_launch(args, kLaunchUnsupported,
                        "make_arguments returned a problem shape with L = %d: the oracle judges one GEMM per call (L = 1)",
