@@ -4,6 +4,9 @@ entry.hpp) refuse, at compile time and in seconds, what the adapter cannot run:
 - the tile scheduler: CUTLASS's StreamKScheduler and GroupScheduler stop the build at a static_assert
   naming the scheduler and what to do; the default persistent one passes (the checks compiled
   alone, with CUTLASS's scheduler header: a few seconds);
+- a case that does not fit its kernel (another tile, element type or major: the -DORACLE_CASE_* defines
+  a live run builds with, oracle.run.adapters.library_defines) stops the kernel's real build the same
+  way, the kernel's and the case's values named; the zoo case's own expectations pass;
 - a kernel written as a user writes it (the zoo's CUTLASS types with a rank-3 problem shape, the
   stream-K scheduler, or a host-route function of another shape than make_arguments') stops its real launch-library build at the entry macro's namespace-scope check,
   with that one error, before the kernel's device code is instantiated: the refusal comes in the
@@ -123,4 +126,49 @@ def test_a_kernel_the_adapter_cannot_run_is_refused_before_the_long_compile(tmp_
     assert words in err, err[-3000:]
     if define != "USER_BAD_MAKE":  # (a call of make that does not fit is also an error where it is made)
         assert "1 error detected" in err, err[-3000:]  # the check's, nothing from the kernel's instantiation
+    assert seconds < EARLY_REFUSAL_S, f"the refusal took {seconds:.0f} s: it came after the kernel was compiled"
+
+
+# The zoo kernel's types, traced, checked against a case's expectations (ORACLE_CASE_*) alone.
+CASE_TU = r'''
+#define ZOO_CUTLASS_PLAIN 1
+#define ZOO_CUTLASS_TYPES_ONLY 1
+#include "cutlass_sm90.cu"
+#include "oracle_trace/cutlass.hpp"
+
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, oracle_trace::cutlass_sm90::TracedMainloop<zoo_cutlass::BuiltMainloop>,
+    oracle_trace::cutlass_sm90::TracedEpilogue<zoo_cutlass::BuiltEpilogue>>>;
+static_assert(oracle_trace::cutlass_sm90::EntryChecks<Gemm>::ok && oracle_trace::cutlass_sm90::CaseChecks<Gemm>::ok, "");
+'''
+
+
+def _zoo_case(over=None):
+    from oracle.run.case import load_case
+
+    return load_case(str(ZOO / "cutlass_sm90.toml"), over, allow_library=True)
+
+
+def test_the_zoo_case_s_expectations_fit_its_kernel():
+    case = _zoo_case({"m": 64})  # C, D row-major, a bf16 C
+    expected = case.kernel.adapter.expected_defines(case.spec)
+    assert {"ORACLE_CASE_TILE_K", "ORACLE_CASE_C", "ORACLE_CASE_C_UNIT_MODE"} <= set(expected), expected
+    build_cubin(CASE_TU, defines=expected, include_dirs=(ZOO,))
+
+
+def test_a_case_that_does_not_fit_the_kernel_stops_its_build_before_the_long_compile(tmp_path):
+    from oracle.run.adapters import library_defines
+
+    case = _zoo_case({"tile": [128, 64, 64], "a_major": "col"})
+    started = time.monotonic()
+    with pytest.raises(BuildError) as e:  # the zoo kernel's real build, as a live run builds it
+        build_library(case.kernel.library, arch=case.kernel.arch,
+                      defines=library_defines(case.kernel, case.spec, traced=True), cache_dir=tmp_path / "cache")
+    seconds = time.monotonic() - started
+    err = e.value.stderr or ""
+    assert "the kernel's CTA tile (TileShape) is not the case's [problem] tile" in err, err[-3000:]
+    assert "KernelBM=128, KernelBN=128, KernelBK=64, CaseBM=128, CaseBN=64, CaseBK=64" in err, err[-3000:]
+    assert "the kernel's layout of an operand is not the case's *_major" in err, err[-3000:]
+    assert "Operand=oracle_trace::cutlass_sm90::OperandA, KernelUnitMode=1, CaseUnitMode=0" in err, err[-3000:]
+    assert "2 errors detected" in err, err[-3000:]
     assert seconds < EARLY_REFUSAL_S, f"the refusal took {seconds:.0f} s: it came after the kernel was compiled"

@@ -23,6 +23,8 @@
 // Each macro first instantiates EntryChecks<Gemm> at namespace scope (cutlass/checks.hpp): a kernel the
 // adapter cannot run (another tile scheduler, a rank-3 problem shape, another fusion, an element type
 // or a stride it cannot pass) stops the build there, in seconds, before the kernel is instantiated.
+// CaseChecks<Gemm> does the same for what the case expects of the kernel (tile, element types, majors)
+// where a live run passes it as -DORACLE_CASE_* defines (oracle/run/adapters.py library_defines).
 //
 // Constraints: one GEMM (batch 1, no groups, no split-K or stream-K request; the kernel's tile scheduler
 // CUTLASS's default persistent one), no bias or activation. The epilogue is CUTLASS's
@@ -139,6 +141,102 @@ struct EntryChecks {
   static_assert(Kernel::SharedStorageSize <= 232448,
                 "ORACLE_CUTLASS_ENTRY: the kernel's shared memory exceeds SM90's 227 KiB (a traced mainloop adds a "
                 "binding per stage): lower the stage count (StageCount<N>) or the tile");
+  static constexpr bool ok = true;
+};
+
+// What the case expects of the kernel, where the oracle says it (-DORACLE_CASE_*: oracle/run/adapters.py
+// expected_defines): its tile, element types and majors, compared on types, so that a case that does
+// not fit the kernel stops the build in seconds rather than oracle_launch after the full build. Each
+// check's template arguments, which nvcc prints with the failure, are the kernel's then the case's.
+template <int Code>
+struct case_element {
+  using type = void;
+};
+template <>
+struct case_element<int(ElementType::F32)> {
+  using type = float;
+};
+template <>
+struct case_element<int(ElementType::F16)> {
+  using type = cutlass::half_t;
+};
+template <>
+struct case_element<int(ElementType::BF16)> {
+  using type = cutlass::bfloat16_t;
+};
+template <>
+struct case_element<int(ElementType::E4M3)> {
+  using type = cutlass::float_e4m3_t;
+};
+template <>
+struct case_element<int(ElementType::E5M2)> {
+  using type = cutlass::float_e5m2_t;
+};
+template <>
+struct case_element<int(ElementType::I8)> {
+  using type = int8_t;
+};
+template <>
+struct case_element<int(ElementType::I32)> {
+  using type = int32_t;
+};
+
+struct OperandA {};
+struct OperandB {};
+struct OperandC {};
+struct OperandD {};
+
+template <int KernelBM, int KernelBN, int KernelBK, int CaseBM, int CaseBN, int CaseBK>
+struct CaseTileCheck {
+  static_assert(KernelBM == CaseBM && KernelBN == CaseBN && KernelBK == CaseBK,
+                "ORACLE_CUTLASS_ENTRY: the kernel's CTA tile (TileShape) is not the case's [problem] tile: "
+                "CaseTileCheck<the kernel's BM, BN, BK, the case's>");
+  static constexpr bool ok = true;
+};
+
+template <class Operand, class KernelElement, class CaseElement>
+struct CaseElementCheck {
+  static_assert(std::is_same_v<KernelElement, CaseElement>,
+                "ORACLE_CUTLASS_ENTRY: the kernel's element type of an operand is not the case's *_dtype: "
+                "CaseElementCheck<the operand, the kernel's type, the case's>");
+  static constexpr bool ok = true;
+};
+
+// A stride's mode of unit stride: 0 or 1 (is_fillable_stride holds).
+template <class Stride>
+constexpr int unit_mode() {
+  return cute::is_static<cute::remove_cvref_t<decltype(cute::get<0>(Stride{}))>>::value ? 0 : 1;
+}
+
+template <class Operand, int KernelUnitMode, int CaseUnitMode>
+struct CaseMajorCheck {
+  static_assert(KernelUnitMode == CaseUnitMode,
+                "ORACLE_CUTLASS_ENTRY: the kernel's layout of an operand is not the case's *_major: CaseMajorCheck<the "
+                "operand, the kernel's mode of unit stride, the case's> in CUTLASS's (m, k), (n, k), (m, n) order: 1 is "
+                "a row-major A, C or D and a column-major (K-contiguous) B");
+  static constexpr bool ok = true;
+};
+
+template <class Gemm>
+struct CaseChecks {
+#if defined(ORACLE_CASE_TILE_M)
+  using T = KernelTypes<Gemm>;
+  using Kernel = typename T::Kernel;
+  using TileShape = typename T::TileShape;
+  static_assert(CaseTileCheck<int(cute::size<0>(TileShape{})), int(cute::size<1>(TileShape{})),
+                              int(cute::size<2>(TileShape{})), ORACLE_CASE_TILE_M, ORACLE_CASE_TILE_N,
+                              ORACLE_CASE_TILE_K>::ok, "");
+  static_assert(CaseElementCheck<OperandA, typename T::ElementA, typename case_element<ORACLE_CASE_A>::type>::ok, "");
+  static_assert(CaseElementCheck<OperandB, typename T::ElementB, typename case_element<ORACLE_CASE_B>::type>::ok, "");
+  static_assert(CaseElementCheck<OperandD, typename T::ElementD, typename case_element<ORACLE_CASE_D>::type>::ok, "");
+  static_assert(CaseMajorCheck<OperandA, unit_mode<typename Kernel::StrideA>(), ORACLE_CASE_A_UNIT_MODE>::ok, "");
+  static_assert(CaseMajorCheck<OperandB, unit_mode<typename Kernel::StrideB>(), ORACLE_CASE_B_UNIT_MODE>::ok, "");
+  static_assert(CaseMajorCheck<OperandD, unit_mode<typename Kernel::StrideD>(), ORACLE_CASE_D_UNIT_MODE>::ok, "");
+#if defined(ORACLE_CASE_C)
+  static_assert(CaseElementCheck<OperandC, typename T::ElementC, typename case_element<ORACLE_CASE_C>::type>::ok, "");
+  static_assert(CaseMajorCheck<OperandC, unit_mode<typename Kernel::StrideC>(), ORACLE_CASE_C_UNIT_MODE>::ok, "");
+#endif
+#endif
   static constexpr bool ok = true;
 };
 
@@ -372,6 +470,7 @@ int launch_host(const LaunchArgs* args, Make make) {
 // adapter cannot run stops the build before its device code is instantiated.
 #define ORACLE_CUTLASS_ENTRY_WITH(GEMM, ADJUST)                                   \
   static_assert(oracle_trace::cutlass_sm90::EntryChecks<GEMM>::ok, "");           \
+  static_assert(oracle_trace::cutlass_sm90::CaseChecks<GEMM>::ok, "");            \
   extern "C" int oracle_launch(const oracle_trace::LaunchArgs* args) {            \
     return oracle_trace::cutlass_sm90::launch<GEMM>(args, ADJUST);                \
   }
@@ -382,6 +481,7 @@ int launch_host(const LaunchArgs* args, Make make) {
 // that an overload set or a template works too.
 #define ORACLE_CUTLASS_HOST_ENTRY(GEMM, MAKE)                                                                   \
   static_assert(oracle_trace::cutlass_sm90::EntryChecks<GEMM>::ok, "");                                         \
+  static_assert(oracle_trace::cutlass_sm90::CaseChecks<GEMM>::ok, "");                                          \
   namespace {                                                                                                   \
   struct OracleCutlassMakeArguments {                                                                           \
     template <class... Ts>                                                                                      \
