@@ -1,5 +1,5 @@
-"""The CUTLASS adapter's type checks (harness/include/oracle_trace/cutlass/checks.hpp, EntryChecks in
-entry.hpp) refuse, at compile time and in seconds, what the adapter cannot run:
+"""The CUTLASS adapter's type checks (harness/include/oracle_trace/cutlass/checks.hpp and
+entry_checks.hpp) refuse, at compile time and in seconds, what the adapter cannot run:
 
 - the tile scheduler: CUTLASS's StreamKScheduler and GroupScheduler stop the build at a static_assert
   naming the scheduler and what to do; the default persistent one passes (the checks compiled

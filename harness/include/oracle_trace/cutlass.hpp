@@ -11,7 +11,7 @@
 //
 // The mainloop builder's StageCountAutoCarveout names BuiltEpilogue (CollectiveEpilogue is the traced
 // type after the rename). A kernel the adapter cannot run (another tile scheduler, a rank-3 problem
-// shape, another fusion, element type or stride) stops the build in seconds (cutlass/checks.hpp).
+// shape, another fusion, element type or stride) stops the build in seconds (cutlass/entry_checks.hpp).
 //
 // fp8 with per-tensor scales: an FP8FastAccum schedule and, as the epilogue's fusion,
 // oracle_trace::cutlass_sm90::TensorScaledLinearCombination<D, float, C, float> (cutlass/sm90_epilogue.hpp).
@@ -23,7 +23,8 @@
 // and the entry is host code. With it: cutlass/sm90_mainloop.hpp (descriptor_a/b, load_a/b, mma
 // taps, bound to their tile through shared memory), cutlass/sm90_epilogue.hpp (epilogue_scale,
 // epilogue_alpha_beta and epilogue_cast tap nodes), cutlass/entry.hpp (oracle_launch: LaunchArgs -> Gemm::Arguments,
-// filled by the adapter or by the user's make_arguments), cutlass/checks.hpp (the type checks).
+// filled by the adapter or by the user's make_arguments), cutlass/entry_checks.hpp and cutlass/checks.hpp
+// (the type checks).
 
 #ifndef ORACLE_TRACE_CUTLASS_HPP_
 #define ORACLE_TRACE_CUTLASS_HPP_
@@ -31,6 +32,7 @@
 #include "oracle_trace/cutlass/version.hpp"
 #include "oracle_trace/cutlass/types.hpp"
 #include "oracle_trace/cutlass/checks.hpp"
+#include "oracle_trace/cutlass/entry_checks.hpp"
 #include "oracle_trace/cutlass/sm90_mainloop.hpp"
 #include "oracle_trace/cutlass/sm90_epilogue.hpp"
 #include "oracle_trace/cutlass/entry.hpp"
