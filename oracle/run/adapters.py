@@ -7,6 +7,12 @@ Adapter.unsupported(spec) lists, field by field, what the problem asks that the 
 into every recording of the case (Recording.serialised), and the judgement lists it under what a
 run did not see.
 
+Adapter.expected_defines(spec) says what the case expects of the kernel (its tile, element types and
+majors) as `-DORACLE_CASE_*` defines; library_defines() adds them to the library's own, and the
+adapter's type checks compare them with the kernel's types at compile time (the build stops in
+seconds, before the kernel is instantiated, where they differ), so a case that does not fit the kernel
+is not found only by oracle_launch after the full build.
+
 Constraints: only an include line in the library's own file counts (`#include
 "oracle_trace/cutlass.hpp"`, angle brackets too); an include through another of the user's headers
 is not followed, and such a library is judged without the adapter's declarations. The C++ side
@@ -24,7 +30,7 @@ from typing import Optional
 from harness import source_files
 from harness.fields import shown
 from harness.files import read_head
-from kernels_ref.dtypes import FP8
+from kernels_ref.dtypes import FP8, dtype
 from oracle.problem.spec import ProblemSpec
 
 MAX_SOURCE_BYTES = 1 << 20  # a library's source is read this far for its include lines
@@ -88,6 +94,32 @@ class Adapter:
                        f"[scale,] alpha_beta, cast in that order; supported: "
                        f"{' or '.join(str(list(g)) for g in _CUTLASS_GRAPHS)} (or leave epilogue out)")
         return why
+
+
+    def expected_defines(self, spec: ProblemSpec) -> dict[str, str]:
+        """The case's tile, element types (launch codes) and majors as the adapter's type checks read them
+        (ORACLE_CASE_*, harness/include/oracle_trace/cutlass/entry.hpp CaseChecks); {} for another adapter.
+        A major is the stride mode of unit stride in CUTLASS's (m, k), (n, k), (m, n) order: 1 for a
+        row-major A, C, D and a column-major (K-contiguous) B."""
+        if self.name != "cutlass_sm90":
+            return {}
+        out = {"ORACLE_CASE_TILE_M": spec.tile.bm, "ORACLE_CASE_TILE_N": spec.tile.bn, "ORACLE_CASE_TILE_K": spec.tile.bk,
+               "ORACLE_CASE_A": dtype(spec.a_dtype).launch_code, "ORACLE_CASE_B": dtype(spec.b_dtype).launch_code,
+               "ORACLE_CASE_D": dtype(spec.out_dtype).launch_code,
+               "ORACLE_CASE_A_UNIT_MODE": int(spec.a_major == "row"), "ORACLE_CASE_B_UNIT_MODE": int(spec.b_major == "col"),
+               "ORACLE_CASE_D_UNIT_MODE": int(spec.d_major == "row")}
+        if spec.c_dtype is not None:
+            out.update(ORACLE_CASE_C=dtype(spec.c_dtype).launch_code, ORACLE_CASE_C_UNIT_MODE=int(spec.c_major == "row"))
+        return {name: str(value) for name, value in out.items()}
+
+
+def library_defines(kernel, spec: ProblemSpec, *, traced: bool) -> dict[str, str]:
+    """The defines a case's launch library is built with: ORACLE_TRACE (traced), the case's own, and what
+    its adapter's type checks compare (Adapter.expected_defines)."""
+    own = dict(kernel.defines)
+    adapter = kernel.adapter
+    expected = adapter.expected_defines(spec) if adapter is not None else {}
+    return {**({"ORACLE_TRACE": "1"} if traced else {}), **own, **expected}
 
 
 CUTLASS_SM90 = Adapter(

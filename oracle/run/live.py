@@ -25,6 +25,7 @@ from kernels_ref.scales import groups_of_problem as scale_groups
 from oracle.problem.attention import is_attention
 from oracle.run import attention_live
 from oracle.run.case_types import Case, CaseError
+from oracle.run.adapters import library_defines
 from oracle.run.kernel_flags import build_options
 from oracle.run.inputs import Operands, Provenance, analytic_ones_value, check_operands
 from oracle.run.recording import Recording, trace_warnings
@@ -110,7 +111,7 @@ def _run_live_library(case: Case, ops: Operands, provenance: Provenance, budget,
                         "library's kernels keep to themselves: not available for [kernel] library cases")
     call, tensors = library_call(case, ops)
     k = case.kernel
-    br = build_library(k.library, arch=k.arch, defines={"ORACLE_TRACE": "1", **k.defines}, **build_options(k))
+    br = build_library(k.library, arch=k.arch, defines=library_defines(k, case.spec, traced=True), **build_options(k))
     sel = trace_selection(case)
     capacity = initial_sink_bytes(budget, ceiling)
     prefix = trace_format.sink_prefix(capacity, tiles=sel.tiles, k_blocks=sel.k_blocks, stages=sel.stages)

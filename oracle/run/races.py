@@ -13,6 +13,7 @@ from harness.build import build_cubin, build_library
 from harness.runner import KernelRun, run_kernel, run_library
 from oracle.problem.attention import is_attention
 from oracle.run.case_types import Case, CaseError
+from oracle.run.adapters import library_defines
 from oracle.run.kernel_flags import build_options
 from oracle.run.inputs import Operands, Provenance
 from oracle.run.recording import Recording
@@ -92,7 +93,7 @@ def _run_untraced_library(case: Case, ops: Operands, timeout_s: Optional[float])
     """One call of the launch library built without -DORACLE_TRACE (no sink)."""
     k = case.kernel
     call, tensors = library_call(case, ops)
-    br = build_library(k.library, arch=k.arch, defines=dict(k.defines), **build_options(k))
+    br = build_library(k.library, arch=k.arch, defines=library_defines(k, case.spec, traced=False), **build_options(k))
     return run_library(br, call, tensors, timeout_s=timeout_s)
 
 

@@ -5,6 +5,9 @@ CUTLASS SM90 GEMM (zoo/cutlass_sm90/cutlass_sm90.cu):
   carries the CUDA runtime statically;
 - oracle_launch refuses, with a sentence and before any CUDA call, what the kernel cannot run (another
   ABI, another tile, another element type or layout, a bias, scales a LinearCombination lacks);
+- the host route (ORACLE_CUTLASS_HOST_ENTRY, zoo/cutlass_sm90/host.toml: the one host-route build)
+  refuses the same before it calls the user's make_arguments, and runs what make_arguments returns
+  through can_implement up to the first CUDA call;
 - tracing off costs nothing: CUTLASS's production instantiation has the same SASS with the adapter
   included (aliases, entry macro) as without it, and the traced kernel (read from the traced
   library, whose device code a traced cubin build would repeat) differs.
@@ -46,7 +49,18 @@ def traced_library() -> Path:
     return build_library(case.kernel.library, arch=case.kernel.arch, defines={"ORACLE_TRACE": "1"}).cubin_path
 
 
-def test_the_traced_library_exports_the_abi(traced_library):
+@pytest.fixture(scope="module")
+def host_library() -> Path:
+    """The host route (ORACLE_CUTLASS_HOST_ENTRY with the zoo's make_arguments), traced: the one
+    correct host-route build (zoo/cutlass_sm90/host.toml)."""
+    case = load_case(str(ZOO / "host.toml"), allow_library=True)
+    return build_library(case.kernel.library, arch=case.kernel.arch,
+                         defines={"ORACLE_TRACE": "1", **case.kernel.defines}).cubin_path
+
+
+@pytest.mark.parametrize("route", ["quick", "host"])
+def test_the_traced_library_exports_the_abi(request, route):
+    traced_library = request.getfixturevalue("traced_library" if route == "quick" else "host_library")
     nm = shutil.which("nm")
     if nm is None:
         pytest.skip("nm (binutils) is not installed: the exported symbols cannot be listed.")
@@ -104,12 +118,51 @@ def _launch(lib_path: Path, call: L.LibraryCall, **fields) -> tuple[int, str]:
      {}, 1001, "beta = 0.5 needs C"),
     (_call(bias_kind="col"), {}, 1001, "no bias or activation"),
     (_call(), {"scale_a_kind": 1, "scale_b_kind": 1}, 1001,
-     "the epilogue is a LinearCombination (alpha, beta, C): no scales (scale kinds 1 and 1 given"),
+     "the epilogue is a LinearCombination (alpha, beta, C): no scales (scale kinds tensor and tensor given"),
 ])
 def test_oracle_launch_refuses_what_the_kernel_cannot_run(traced_library, call, fields, code, words):
     got, message = _launch(traced_library, call, **fields)
     assert got == code, message
     assert words in message, message
+
+
+@pytest.mark.parametrize("call, words", [
+    (_call(tile=(128, 128, 32)), "128 x 128 x 64, the case says 128 x 128 x 32"),
+    (_call(tensors=(L.TensorSlotArg("a", "a", "fp16", (300, 520), (520, 1)),
+                    L.TensorSlotArg("b", "b", "bf16", (520, 392), (1, 520)),
+                    L.TensorSlotArg("d", "d", "bf16", (300, 392), (392, 1), "out")), beta=0.0),
+     "A must be a [M, K] = [300, 520] matrix of element type bf16 (got fp16)"),
+    (_call(tensors=(L.TensorSlotArg("a", "a", "bf16", (300, 520), (520, 1)),
+                    L.TensorSlotArg("b", "b", "bf16", (520, 392), (392, 1)),
+                    L.TensorSlotArg("d", "d", "bf16", (300, 392), (392, 1), "out")), beta=0.0),
+     "B's strides (392, 1) do not fit"),  # a layout the user's code was not written for: refused, not passed
+])
+def test_the_host_route_refuses_what_the_kernel_cannot_run_before_calling_the_user_s_code(host_library, call, words):
+    got, message = _launch(host_library, call)
+    assert got == 1001 and words in message, message
+
+
+# oracle_launch in a child that sees no device: every CUDA call fails there, so fake addresses are safe.
+NO_DEVICE_CALL = r"""
+import ctypes, sys
+sys.path[:0] = sys.argv[2:]
+import test_cutlass_adapter as t
+got, message = t._launch(sys.argv[1], t._call())
+print(got, message)
+"""
+
+
+def test_the_host_route_runs_the_user_s_arguments_up_to_the_launch(host_library):
+    import os
+    import sys
+
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    out = subprocess.run([sys.executable, "-c", NO_DEVICE_CALL, str(host_library), str(Path(__file__).parent),
+                          str(ROOT / "tests"), str(ROOT)], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    # make_arguments ran, its arguments passed the route's checks and CUTLASS's can_implement: the
+    # first CUDA call (installing the sink) is what fails without a device
+    assert out.stdout.startswith("1002 setting the trace sink: "), out.stdout
 
 
 def _cubin(*defines: str) -> dict[str, list[str]]:

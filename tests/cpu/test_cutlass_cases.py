@@ -134,3 +134,22 @@ def test_a_cutlass_reproducer_s_traced_run_carries_the_serialisation(tmp_path):
     assert load_repro_run(out).serialised == CUTLASS_SM90.serialised
     (out / "result.txt").write_text("status ok\nentry oracle_launch\ntraced 0\n")
     assert load_repro_run(out).serialised == ()  # the untraced build is CUTLASS's production kernel
+
+
+def test_a_live_build_carries_what_the_case_expects_of_the_kernel():
+    from oracle.run.adapters import library_defines
+
+    case = load_case(str(ZOO / "pingpong.toml"), {"tile": [128, 64, 64], "b_major": "row", "a_dtype": "fp16",
+                                                  "b_dtype": "fp16"}, allow_library=True)
+    traced = library_defines(case.kernel, case.spec, traced=True)
+    assert traced == {"ORACLE_TRACE": "1", "ZOO_CUTLASS_PINGPONG": "1",
+                      "ORACLE_CASE_TILE_M": "128", "ORACLE_CASE_TILE_N": "64", "ORACLE_CASE_TILE_K": "64",
+                      "ORACLE_CASE_A": "2", "ORACLE_CASE_B": "2", "ORACLE_CASE_D": "3", "ORACLE_CASE_C": "3",
+                      "ORACLE_CASE_A_UNIT_MODE": "1", "ORACLE_CASE_B_UNIT_MODE": "0", "ORACLE_CASE_D_UNIT_MODE": "1",
+                      "ORACLE_CASE_C_UNIT_MODE": "1"}
+    assert library_defines(case.kernel, case.spec, traced=False) == {k: v for k, v in traced.items()
+                                                                      if k != "ORACLE_TRACE"}
+    no_c = load_case(str(ZOO / "cutlass_sm90.toml"), {"beta": 0.0, "c_dtype": None}, allow_library=True)
+    assert not any(k.startswith("ORACLE_CASE_C") for k in library_defines(no_c.kernel, no_c.spec, traced=True))
+    plain = load_case(str(ROOT / "harness" / "examples" / "simple_gemm_lib.toml"), allow_library=True)
+    assert library_defines(plain.kernel, plain.spec, traced=True) == {"ORACLE_TRACE": "1", **plain.kernel.defines}

@@ -94,6 +94,8 @@ def _layout_program() -> str:
     lines.append('  std::printf("abi %llu\\n", (unsigned long long)oracle_launch_abi());')
     for code in range(NAMED_CODES):  # the names messages give element types, past the table too
         lines.append(f'  std::printf("name {code} %s\\n", element_type_name(uint32_t({code})));')
+    for code in range(len(L.SCALE_KINDS) + 1):  # the names messages give scale kinds, one past the table
+        lines.append(f'  std::printf("scale_name {code} %s\\n", scale_kind_name(uint32_t({code})));')
     lines += ["  return 0;", "}"]
     return "\n".join(lines) + "\n"
 
@@ -110,8 +112,8 @@ def header_facts(tmp_path_factory):
             facts[f"{key} {vals[0]}"] = int(vals[1])
         elif key == "abi":
             facts["abi"] = int(vals[0])
-        elif key == "name":
-            facts[f"name {vals[0]}"] = vals[1]
+        elif key in ("name", "scale_name"):
+            facts[f"{key} {vals[0]}"] = vals[1]
         else:
             facts[key] = (int(vals[0]), int(vals[1]))
     return facts
@@ -148,6 +150,11 @@ def test_the_header_names_element_types_as_the_table_does(header_facts):
     want = {code: names.get(code, "none" if code == 0 else "unknown") for code in range(NAMED_CODES)}
     assert {code: header_facts[f"name {code}"] for code in range(NAMED_CODES)} == want
     assert set(names) < set(range(NAMED_CODES))  # every row is asked for, and one code past them
+
+
+def test_the_header_names_scale_kinds_as_a_case_spells_them(header_facts):
+    got = [header_facts[f"scale_name {code}"] for code in range(len(L.SCALE_KINDS) + 1)]
+    assert got == [*L.SCALE_KINDS, "unknown"]
 
 
 def test_fill_places_every_operand_in_its_slot():

@@ -120,6 +120,28 @@ def test_manifest_is_well_formed():
             f"{where}: the case builds {built}, the manifest names {src}"
 
 
+def test_manifest_covers_the_cutlass_host_route():
+    """The host route (ORACLE_CUTLASS_HOST_ENTRY): a correct entry and one per planted host-code defect,
+    each case building the host route with its own define, which the source plants."""
+    from oracle.run.case import load_case
+
+    doc = {e["name"].removeprefix("cutlass_sm90_host_"): e for e in _manifest()
+           if e["name"].startswith("cutlass_sm90_host_")}
+    defects = {"alpha_beta_swapped", "k_rounded_down", "c_as_d", "wrong_ldb"}
+    assert set(doc) == {"correct"} | defects, sorted(doc)
+    text = (ROOT / "zoo" / "cutlass_sm90" / "cutlass_sm90.cu").read_text()
+    assert "ORACLE_CUTLASS_HOST_ENTRY(zoo_cutlass::Gemm, zoo_cutlass::make_arguments)" in text
+    for name, e in doc.items():
+        defines = load_case(str(ROOT / e["case"]), e["problem"], allow_library=True).kernel.defines
+        planted = {d for d in defines if d.startswith("ZOO_CUTLASS_HOST_")}
+        assert "ZOO_CUTLASS_HOST" in defines and "ZOO_CUTLASS_PINGPONG" not in defines, (name, defines)
+        assert planted == (set() if name == "correct" else {f"ZOO_CUTLASS_HOST_{name.upper()}"}), (name, defines)
+        for define in planted:
+            assert f"#if defined({define})" in text, f"{define} is planted nowhere in cutlass_sm90.cu"
+        assert e.get("dump_pending") is True or (ROOT / e["dump"]).is_file(), name
+    assert {e["expected_stage"] for e in doc.values()} == {None, "epilogue_alpha_beta", "mma", "descriptor_b"}
+
+
 def test_manifest_covers_the_cutlass_gemm_in_both_schedules():
     doc = [e for e in _manifest() if e["kernel"].startswith("zoo/cutlass_sm90/")]
     text = (ROOT / "zoo" / "cutlass_sm90" / "cutlass_sm90.cu").read_text()
@@ -144,7 +166,8 @@ def test_manifest_covers_the_cutlass_gemm_in_both_schedules():
                 macro = f"ZOO_CUTLASS_{e['defect'].upper()}"
                 assert set(defines) - {"ZOO_CUTLASS_PINGPONG", "ZOO_CUTLASS_E4M3"} == {macro} and macro in text, \
                     (e["name"], defines)
-    assert {e["expected_stage"] for e in doc} == {None, "descriptor_a", "load_a", "mma", "epilogue_alpha_beta"}
+    quick = [e for e in doc if not e["name"].startswith("cutlass_sm90_host_")]  # the host route: its own test
+    assert {e["expected_stage"] for e in quick} == {None, "descriptor_a", "load_a", "mma", "epilogue_alpha_beta"}
 
 
 def test_manifest_covers_every_sm80_defect_once_and_the_correct_variants():

@@ -22,6 +22,17 @@
 //   ZOO_CUTLASS_SMEM_A=1       A's element (5, 7) of k-block 2's stage overwritten with 64 after the TMA
 //                              wrote it, as the MMAs read it (traced build only, as above): load_a
 //   ZOO_CUTLASS_ALPHA_TWICE=1  alpha applied twice (the epilogue is handed alpha * alpha): epilogue_alpha_beta
+// The host route (ZOO_CUTLASS_HOST=1): Gemm::Arguments come from the user's own make_arguments, written
+// as CUTLASS's example 48 writes args_from_options, entered through ORACLE_CUTLASS_HOST_ENTRY; with one
+// of these planted host-code defects:
+//   ZOO_CUTLASS_HOST_ALPHA_BETA_SWAPPED=1  {beta, alpha} where {alpha, beta} belongs: epilogue_alpha_beta
+//   ZOO_CUTLASS_HOST_K_ROUNDED_DOWN=1      K rounded down to the tile (520 -> 512): the last k-block is never
+//                                          accumulated: mma, k-block 8
+//   ZOO_CUTLASS_HOST_C_AS_D=1              D's address given as C's: the epilogue reads the output buffer
+//                                          (poisoned) as its source: epilogue_alpha_beta
+//   ZOO_CUTLASS_HOST_WRONG_LDB=1           B's leading dimension taken from N, not K: descriptor_b
+
+#include <utility>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -136,9 +147,46 @@ inline int plant(const oracle_trace::LaunchArgs* args, Gemm::Arguments& g) {
 #define ZOO_CUTLASS_ADJUST nullptr
 #endif
 
+#if defined(ZOO_CUTLASS_HOST)
+// The user's own host code: the problem, the pointers and the leading dimensions -> Gemm::Arguments.
+using StrideA = typename Gemm::GemmKernel::StrideA;
+using StrideB = typename Gemm::GemmKernel::StrideB;
+using StrideC = typename Gemm::GemmKernel::StrideC;
+using StrideD = typename Gemm::GemmKernel::StrideD;
+
+typename Gemm::Arguments make_arguments(int m, int n, int k, int l, ElementA const* a, int64_t lda,
+                                        ElementB const* b, int64_t ldb, ElementC const* c, int64_t ldc, ElementD* d,
+                                        int64_t ldd, float alpha, float beta) {
+  StrideA stride_a = make_stride(lda, Int<1>{}, int64_t(0));  // A (m, k, l), row-major
+  StrideB stride_b = make_stride(ldb, Int<1>{}, int64_t(0));  // B (n, k, l): column-major [K, N]
+  StrideC stride_c = make_stride(ldc, Int<1>{}, int64_t(0));
+  StrideD stride_d = make_stride(ldd, Int<1>{}, int64_t(0));
+  int k_run = k;
+  ElementC const* source = c;
+#if defined(ZOO_CUTLASS_HOST_WRONG_LDB)
+  stride_b = make_stride(int64_t(n), Int<1>{}, int64_t(0));  // the defect: ldb from N
+#endif
+#if defined(ZOO_CUTLASS_HOST_K_ROUNDED_DOWN)
+  k_run = k / int(size<2>(TileShape{})) * int(size<2>(TileShape{}));  // the defect: whole tiles of K only
+#endif
+#if defined(ZOO_CUTLASS_HOST_C_AS_D)
+  source = d;  // the defect: D's address as C's
+#endif
+#if defined(ZOO_CUTLASS_HOST_ALPHA_BETA_SWAPPED)
+  std::swap(alpha, beta);  // the defect: {beta, alpha} for {alpha, beta}
+#endif
+  return typename Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGemm,
+                                  {m, n, k_run, l},
+                                  {a, stride_a, b, stride_b},
+                                  {{alpha, beta}, source, stride_c, d, stride_d}};
+}
+#endif
+
 }  // namespace zoo_cutlass
 
-#if !defined(ZOO_CUTLASS_PLAIN)
+#if !defined(ZOO_CUTLASS_PLAIN) && defined(ZOO_CUTLASS_HOST)
+ORACLE_CUTLASS_HOST_ENTRY(zoo_cutlass::Gemm, zoo_cutlass::make_arguments)  // (4) oracle_launch, the user's host code
+#elif !defined(ZOO_CUTLASS_PLAIN)
 ORACLE_CUTLASS_ENTRY_WITH(zoo_cutlass::Gemm, ZOO_CUTLASS_ADJUST)  // (4) oracle_launch
 #elif !defined(ZOO_CUTLASS_TYPES_ONLY)
 // Without the entry nothing launches the kernel: name it, so that the baseline build holds it.

@@ -6,7 +6,12 @@
 //   using CollectiveMainloop = oracle_trace::cutlass_sm90::TracedMainloop<BuiltMainloop>;
 //   using CollectiveEpilogue = oracle_trace::cutlass_sm90::TracedEpilogue<BuiltEpilogue>;
 //   ... GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue> ... Gemm;
-//   ORACLE_CUTLASS_ENTRY(Gemm)
+//   ORACLE_CUTLASS_HOST_ENTRY(Gemm, make_arguments)   the user's own host code fills Gemm::Arguments
+//   (or ORACLE_CUTLASS_ENTRY(Gemm): the adapter fills them; cutlass/entry.hpp has make_arguments' shape)
+//
+// The mainloop builder's StageCountAutoCarveout names BuiltEpilogue (CollectiveEpilogue is the traced
+// type after the rename). A kernel the adapter cannot run (another tile scheduler, a rank-3 problem
+// shape, another fusion, element type or stride) stops the build in seconds (cutlass/entry_checks.hpp).
 //
 // fp8 with per-tensor scales: an FP8FastAccum schedule and, as the epilogue's fusion,
 // oracle_trace::cutlass_sm90::TensorScaledLinearCombination<D, float, C, float> (cutlass/sm90_epilogue.hpp).
@@ -17,13 +22,17 @@
 // Without ORACLE_TRACE both aliases are CUTLASS's own types (the production kernel is unchanged)
 // and the entry is host code. With it: cutlass/sm90_mainloop.hpp (descriptor_a/b, load_a/b, mma
 // taps, bound to their tile through shared memory), cutlass/sm90_epilogue.hpp (epilogue_scale,
-// epilogue_alpha_beta and epilogue_cast tap nodes), cutlass/entry.hpp (oracle_launch: LaunchArgs -> Gemm::Arguments).
+// epilogue_alpha_beta and epilogue_cast tap nodes), cutlass/entry.hpp (oracle_launch: LaunchArgs -> Gemm::Arguments,
+// filled by the adapter or by the user's make_arguments), cutlass/entry_checks.hpp and cutlass/checks.hpp
+// (the type checks).
 
 #ifndef ORACLE_TRACE_CUTLASS_HPP_
 #define ORACLE_TRACE_CUTLASS_HPP_
 
 #include "oracle_trace/cutlass/version.hpp"
 #include "oracle_trace/cutlass/types.hpp"
+#include "oracle_trace/cutlass/checks.hpp"
+#include "oracle_trace/cutlass/entry_checks.hpp"
 #include "oracle_trace/cutlass/sm90_mainloop.hpp"
 #include "oracle_trace/cutlass/sm90_epilogue.hpp"
 #include "oracle_trace/cutlass/entry.hpp"

@@ -89,6 +89,18 @@ enum class Activation : uint32_t { None = 0, Relu = 1, GeluErf = 2, GeluTanh = 3
 enum class BiasKind : uint32_t { None = 0, Row = 1, Col = 2 };  // Row: one per m; Col: one per n
 enum class ScaleKind : uint32_t { None = 0, Tensor = 1, Row = 2, Col = 3, Block = 4 };
 
+// A scale kind's name as a case spells it (scale_a.kind), for messages; "unknown" past the table.
+constexpr const char* scale_kind_name(uint32_t code) {
+  switch (ScaleKind(code)) {
+    case ScaleKind::None: return "none";
+    case ScaleKind::Tensor: return "tensor";
+    case ScaleKind::Row: return "row";
+    case ScaleKind::Col: return "col";
+    case ScaleKind::Block: return "block";
+  }
+  return "unknown";
+}
+
 // Return codes this header's helpers produce; a library may return any other non-zero value.
 constexpr int kLaunchOk = 0;
 constexpr int kLaunchAbiMismatch = 1000;   // args of another ABI version or size

@@ -1,31 +1,53 @@
 // oracle_trace/cutlass/entry.hpp -- oracle_launch for a CUTLASS 3.x GemmUniversalAdapter.
 //
-//   ORACLE_CUTLASS_ENTRY(Gemm)               defines extern "C" oracle_launch for `Gemm`
+//   ORACLE_CUTLASS_HOST_ENTRY(Gemm, make)    defines extern "C" oracle_launch for `Gemm`, whose
+//                                            Gemm::Arguments come from the user's own host code:
+//                                              typename Gemm::Arguments make(int m, int n, int k, int l,
+//                                                  const ElementA* a, int64_t lda, const ElementB* b, int64_t ldb,
+//                                                  const ElementC* c, int64_t ldc, ElementD* d, int64_t ldd,
+//                                                  float alpha, float beta)
+//                                            (any parameter types these convert to; `make` is a name found
+//                                            from the global namespace: qualify it)
+//   ORACLE_CUTLASS_ENTRY(Gemm)               ... the adapter fills Gemm::Arguments itself (the quick route)
 //   ORACLE_CUTLASS_ENTRY_WITH(Gemm, adjust)  ... calling int adjust(const LaunchArgs*, Gemm::Arguments&)
 //                                            after the arguments are filled (0: go on; else the code
 //                                            returned, with the message adjust wrote)
 //
 // Data path: LaunchArgs -> checks (ABI, problem kinds this GEMM has, tile, element types, layouts)
-// -> Gemm::Arguments {kGemm, (M, N, K, 1), {A, dA, B, dB}, {{alpha, beta}, C, dC, D, dD}, hw_info}
-// -> can_implement -> workspace (cudaMallocAsync on args->stream when the kernel asks for one, freed
-// with cudaFreeAsync on the same stream after the launch) -> install_sink -> initialize -> run on
-// args->stream. Every failure returns a code (launch.hpp's kLaunch*) with a sentence in args->message.
+// -> Gemm::Arguments, filled by the adapter {kGemm, (M, N, K, 1), {A, dA, B, dB}, {{alpha, beta}, C,
+// dC, D, dD}, hw_info} or returned by the user's make(M, N, K, 1, A, lda, ...) -> can_implement ->
+// workspace (cudaMallocAsync on args->stream when the kernel asks for one, freed with cudaFreeAsync on
+// the same stream after the launch) -> install_sink -> initialize -> run on args->stream. Every failure
+// returns a code (launch.hpp's kLaunch*) with a sentence in args->message.
 //
-// Constraints: one GEMM (batch 1, no groups, no split-K or stream-K request: the kernel's own tile
-// scheduler decides), no bias or activation. The epilogue is CUTLASS's LinearCombination (alpha, beta, C;
-// no scales) or the adapter's TensorScaledLinearCombination (also scale_a and scale_b of kind "tensor":
-// one fp32 each, handed to the kernel as device pointers); a fusion with anything else stops the
-// build at a static_assert, a problem the fusion lacks is refused with kLaunchUnsupported.
-// C absent only with beta == 0 (D's address then stands in for C's, which the epilogue does not read).
-// The case's tile must be the kernel's CTA tile (BM, BN, BK). Each stride mode CUTLASS fixes at compile
-// time (the unit stride of a row- or column-major operand) must be the tensor's.
+// Each macro first instantiates EntryChecks<Gemm> at namespace scope (cutlass/entry_checks.hpp): a
+// kernel the adapter cannot run (another tile scheduler, a rank-3 problem shape, another fusion, an
+// element type or a stride it cannot pass) stops the build there, in seconds, before the kernel is
+// instantiated.
+// CaseChecks<Gemm> does the same for what the case expects of the kernel (tile, element types, majors)
+// where a live run passes it as -DORACLE_CASE_* defines (oracle/run/adapters.py library_defines).
+//
+// Constraints: one GEMM (batch 1, no groups, no split-K or stream-K request; the kernel's tile scheduler
+// CUTLASS's default persistent one), no bias or activation. The epilogue is CUTLASS's
+// LinearCombination (alpha, beta, C; no scales) or the adapter's TensorScaledLinearCombination (also
+// scale_a and scale_b of kind "tensor": one fp32 each, handed to the kernel as device pointers; the
+// quick route only); a fusion with anything else stops the build at a static_assert, a problem the
+// fusion lacks is refused with kLaunchUnsupported. C absent only with beta == 0 (D's address then
+// stands in for C's, which the epilogue does not read). The case's tile must be the kernel's CTA tile
+// (BM, BN, BK). Each stride mode CUTLASS fixes at compile time (the unit stride of a row- or
+// column-major operand) must be the tensor's. The host route's own arguments are run as returned
+// (their sizes, pointers, strides, alpha and beta are what is judged); only a batch count L other
+// than 1 or a grouped / array mode is refused, as the oracle judges one GEMM per call.
 
 #ifndef ORACLE_TRACE_CUTLASS_ENTRY_HPP_
 #define ORACLE_TRACE_CUTLASS_ENTRY_HPP_
 
+#include <type_traits>
+
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/kernel_hardware_info.h"
+#include "oracle_trace/cutlass/entry_checks.hpp"
 #include "oracle_trace/cutlass/sm90_epilogue.hpp"
 #include "oracle_trace/cutlass/types.hpp"
 #include "oracle_trace/cutlass/version.hpp"
@@ -61,36 +83,19 @@ bool has_type(const TensorRef& t) {
   return launch_code<Element> != ElementType::None && t.dtype == uint32_t(launch_code<Element>);
 }
 
-template <class Operation>
-constexpr bool is_linear_combination = false;
-template <class Out, class Compute, class Source, class Scalar, cutlass::FloatRoundStyle Round>
-constexpr bool is_linear_combination<cutlass::epilogue::fusion::LinearCombination<Out, Compute, Source, Scalar, Round>> =
-    true;
-
 inline bool is_scalar_f32(const TensorRef& t) {
   int64_t count = 1;
   for (uint32_t d = 0; d < t.rank && d < kMaxRank; ++d) count *= t.shape[d];
   return t.data != nullptr && t.dtype == uint32_t(ElementType::F32) && t.rank <= kMaxRank && count == 1;
 }
 
+// The runtime refusals both routes share: the problem kinds, sizes, tile, epilogue and tensors.
 template <class Gemm>
-int launch(const LaunchArgs* args, int (*adjust)(const LaunchArgs*, typename Gemm::Arguments&)) {
-  using Kernel = typename Gemm::GemmKernel;
-  using Mainloop = typename Kernel::CollectiveMainloop;
-  using Epilogue = typename Kernel::CollectiveEpilogue;
-  using TileShape = typename Mainloop::TileShape;
-  using ElementA = typename Mainloop::ElementA;
-  using ElementB = typename Mainloop::ElementB;
-  using ElementC = typename Epilogue::ElementC;
-  using ElementD = typename Epilogue::ElementD;
+int check_launch(const LaunchArgs* args) {
+  using T = KernelTypes<Gemm>;
+  using TileShape = typename T::TileShape;
   constexpr int kBM = cute::size<0>(TileShape{}), kBN = cute::size<1>(TileShape{}), kBK = cute::size<2>(TileShape{});
-  static_assert(cute::rank(typename Kernel::ProblemShape{}) == 4, "ORACLE_CUTLASS_ENTRY: a (M, N, K, L) problem shape");
-  using Operation = typename cutlass::epilogue::fusion::FusionCallbacksTraits<typename Epilogue::FusionCallbacks>::Operation;
-  constexpr bool kScaled = is_tensor_scaled<Operation>;
-  static_assert(kScaled || is_linear_combination<Operation>,
-                "ORACLE_CUTLASS_ENTRY: the epilogue fusion must be cutlass::epilogue::fusion::LinearCombination or "
-                "oracle_trace::cutlass_sm90::TensorScaledLinearCombination (no bias, activation, row/column/block "
-                "scales or auxiliary outputs)");
+  constexpr bool kScaled = T::kScaled;
 
   if (const int bad = check_args(args)) return bad;
   const TensorRef& A = tensor(args, kSlotA);
@@ -116,16 +121,20 @@ int launch(const LaunchArgs* args, int (*adjust)(const LaunchArgs*, typename Gem
   if constexpr (kScaled) {
     if (args->scale_a_kind != uint32_t(ScaleKind::Tensor) || args->scale_b_kind != uint32_t(ScaleKind::Tensor))
       return fail_launch(args, kLaunchUnsupported,
-                         "the epilogue scales A and B per tensor: scale kinds %u and %u given (allowed: %u, tensor, "
-                         "for both)", args->scale_a_kind, args->scale_b_kind, unsigned(ScaleKind::Tensor));
+                         "the epilogue scales A and B per tensor: scale kinds %s and %s given (allowed: tensor for "
+                         "both)", scale_kind_name(args->scale_a_kind), scale_kind_name(args->scale_b_kind));
     if (!is_scalar_f32(tensor(args, kSlotScaleA)) || !is_scalar_f32(tensor(args, kSlotScaleB)))
       return fail_launch(args, kLaunchUnsupported, "scale_a and scale_b must each be one fp32 element in device memory");
   } else if (args->scale_a_kind != uint32_t(ScaleKind::None) || args->scale_b_kind != uint32_t(ScaleKind::None)) {
     return fail_launch(args, kLaunchUnsupported,
-                       "the epilogue is a LinearCombination (alpha, beta, C): no scales (scale kinds %u and %u "
-                       "given; TensorScaledLinearCombination takes per-tensor ones)", args->scale_a_kind,
-                       args->scale_b_kind);
+                       "the epilogue is a LinearCombination (alpha, beta, C): no scales (scale kinds %s and %s "
+                       "given; TensorScaledLinearCombination takes per-tensor ones)", scale_kind_name(args->scale_a_kind),
+                       scale_kind_name(args->scale_b_kind));
   }
+  using ElementA = typename T::ElementA;
+  using ElementB = typename T::ElementB;
+  using ElementC = typename T::ElementC;
+  using ElementD = typename T::ElementD;
   if (!is_matrix(A, M, K) || !has_type<ElementA>(A))
     return fail_launch(args, kLaunchUnsupported, "A must be a [M, K] = [%lld, %lld] matrix of element type %s (got %s)",
                        (long long)M, (long long)K, element_type_name(launch_code<ElementA>), element_type_name(A.dtype));
@@ -143,12 +152,22 @@ int launch(const LaunchArgs* args, int (*adjust)(const LaunchArgs*, typename Gem
     return fail_launch(args, kLaunchUnsupported, "beta = %g needs C, and the harness passed none", double(args->beta));
   if (args->trace_sink != nullptr && !compiled_in)
     return fail_launch(args, kLaunchUnsupported, "a trace sink was given but this build has no ORACLE_TRACE");
+  return kLaunchOk;
+}
 
-  typename Gemm::Arguments g{};
+// The quick route: Gemm::Arguments from LaunchArgs (check_launch passed). The strides are checked
+// against the kernel's layouts here; no CUDA call.
+template <class Gemm>
+int fill_arguments(const LaunchArgs* args, typename Gemm::Arguments& g) {
+  using T = KernelTypes<Gemm>;
+  const TensorRef& A = tensor(args, kSlotA);
+  const TensorRef& B = tensor(args, kSlotB);
+  const TensorRef& C = tensor(args, kSlotC);
+  const TensorRef& D = tensor(args, kSlotD);
   g.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-  g.problem_shape = {int(M), int(N), int(K), 1};
-  g.mainloop.ptr_A = static_cast<const ElementA*>(A.data);
-  g.mainloop.ptr_B = static_cast<const ElementB*>(B.data);
+  g.problem_shape = {int(args->m), int(args->n), int(args->k), 1};
+  g.mainloop.ptr_A = static_cast<const typename T::ElementA*>(A.data);
+  g.mainloop.ptr_B = static_cast<const typename T::ElementB*>(B.data);
   // CUTLASS strides: A (m, k, l), B (n, k, l), C and D (m, n, l)
   if (!put_strides(g.mainloop.dA, A.stride[0], A.stride[1]))
     return fail_launch(args, kLaunchUnsupported, "A's strides (%lld, %lld) do not fit the kernel's layout of A",
@@ -156,30 +175,49 @@ int launch(const LaunchArgs* args, int (*adjust)(const LaunchArgs*, typename Gem
   if (!put_strides(g.mainloop.dB, B.stride[1], B.stride[0]))
     return fail_launch(args, kLaunchUnsupported, "B's strides (%lld, %lld) do not fit the kernel's layout of B",
                        (long long)B.stride[0], (long long)B.stride[1]);
-  const TensorRef& src = with_c ? C : D;
+  const TensorRef& src = C.data != nullptr ? C : D;
   if (!put_strides(g.epilogue.dC, src.stride[0], src.stride[1]))
     return fail_launch(args, kLaunchUnsupported, "C's strides (%lld, %lld) do not fit the kernel's layout of C",
                        (long long)src.stride[0], (long long)src.stride[1]);
   if (!put_strides(g.epilogue.dD, D.stride[0], D.stride[1]))
     return fail_launch(args, kLaunchUnsupported, "D's strides (%lld, %lld) do not fit the kernel's layout of D",
                        (long long)D.stride[0], (long long)D.stride[1]);
-  g.epilogue.ptr_C = static_cast<const ElementC*>(src.data);
-  g.epilogue.ptr_D = static_cast<ElementD*>(D.data);
+  g.epilogue.ptr_C = static_cast<const typename T::ElementC*>(src.data);
+  g.epilogue.ptr_D = static_cast<typename T::ElementD*>(D.data);
   g.epilogue.thread.alpha = args->alpha;
   g.epilogue.thread.beta = args->beta;
-  if constexpr (kScaled) {
+  if constexpr (T::kScaled) {
     g.epilogue.thread.scale_a_ptr = static_cast<const float*>(tensor(args, kSlotScaleA).data);
     g.epilogue.thread.scale_b_ptr = static_cast<const float*>(tensor(args, kSlotScaleB).data);
   }
+  return kLaunchOk;
+}
+
+// The device's id and SM count (the quick route's; the host route's make sets its own, or leaves the
+// SM count 0 for CUTLASS to query).
+template <class Gemm>
+int fill_hw_info(const LaunchArgs* args, typename Gemm::Arguments& g) {
   int device = 0;
   if (const cudaError_t e = cudaGetDevice(&device))
     return fail_launch(args, kLaunchCudaError, "cudaGetDevice: %s", cudaGetErrorString(e));
   g.hw_info.device_id = device;
   g.hw_info.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
-  if (adjust != nullptr) {
-    if (const int code = adjust(args, g)) return code;
-  }
+  return kLaunchOk;
+}
 
+// A row- or column-major stride's leading dimension: its integer mode of the first two.
+template <class Stride>
+int64_t leading_dimension(const Stride& s) {
+  if constexpr (cute::is_static<cute::remove_cvref_t<decltype(cute::get<0>(s))>>::value) {
+    return int64_t(cute::get<1>(s));
+  } else {
+    return int64_t(cute::get<0>(s));
+  }
+}
+
+// can_implement, the workspace, the sink and the launch, on args->stream.
+template <class Gemm>
+int run_gemm(const LaunchArgs* args, const typename Gemm::Arguments& g) {
   Gemm gemm;
   if (const cutlass::Status s = gemm.can_implement(g); s != cutlass::Status::kSuccess)
     return fail_launch(args, kLaunchUnsupported, "CUTLASS cannot run this problem (can_implement: %s)",
@@ -208,17 +246,86 @@ int launch(const LaunchArgs* args, int (*adjust)(const LaunchArgs*, typename Gem
   return release(kLaunchOk);
 }
 
+// The quick route: the adapter fills the arguments, `adjust` (if any) changes them.
+template <class Gemm>
+int launch(const LaunchArgs* args, int (*adjust)(const LaunchArgs*, typename Gemm::Arguments&)) {
+  static_assert(EntryChecks<Gemm>::ok, "");
+  if (const int bad = check_launch<Gemm>(args)) return bad;
+  typename Gemm::Arguments g{};
+  if (const int bad = fill_arguments<Gemm>(args, g)) return bad;
+  if (const int bad = fill_hw_info<Gemm>(args, g)) return bad;
+  if (adjust != nullptr) {
+    if (const int code = adjust(args, g)) return code;
+  }
+  return run_gemm<Gemm>(args, g);
+}
+
+inline const char* mode_name(cutlass::gemm::GemmUniversalMode mode) {
+  using Mode = cutlass::gemm::GemmUniversalMode;
+  switch (mode) {
+    case Mode::kGemm: return "kGemm";
+    case Mode::kGemmSplitKParallel: return "kGemmSplitKParallel";
+    case Mode::kBatched: return "kBatched";
+    case Mode::kArray: return "kArray";
+    case Mode::kGrouped: return "kGrouped";
+    default: return "kInvalid";
+  }
+}
+
+// The host route: the user's make(...) returns the arguments, run as returned. The adapter's own
+// filling checks the layouts and gives the leading dimensions and pointers make receives.
+template <class Gemm, class Make>
+int launch_host(const LaunchArgs* args, Make make) {
+  static_assert(EntryChecks<Gemm>::ok && HostEntryChecks<Gemm, Make>::ok, "");
+  if (const int bad = check_launch<Gemm>(args)) return bad;
+  typename Gemm::Arguments ours{};
+  if (const int bad = fill_arguments<Gemm>(args, ours)) return bad;
+  const typename Gemm::Arguments g =
+      make(int(args->m), int(args->n), int(args->k), 1, ours.mainloop.ptr_A, leading_dimension(ours.mainloop.dA),
+           ours.mainloop.ptr_B, leading_dimension(ours.mainloop.dB), ours.epilogue.ptr_C,
+           leading_dimension(ours.epilogue.dC), static_cast<typename KernelTypes<Gemm>::ElementD*>(tensor(args, kSlotD).data),
+           leading_dimension(ours.epilogue.dD), args->alpha, args->beta);
+  using Mode = cutlass::gemm::GemmUniversalMode;
+  if (g.mode != Mode::kGemm && g.mode != Mode::kBatched)
+    return fail_launch(args, kLaunchUnsupported,
+                       "make_arguments returned GemmUniversalMode::%s: the oracle judges one GEMM per call (kGemm, or "
+                       "kBatched with L = 1)", mode_name(g.mode));
+  if (const int l = int(cute::get<3>(g.problem_shape)); l != 1)
+    return fail_launch(args, kLaunchUnsupported,
+                       "make_arguments returned a problem shape with L = %d: the oracle judges one GEMM per call (L = 1)",
+                       l);
+  return run_gemm<Gemm>(args, g);
+}
+
 }  // namespace oracle_trace::cutlass_sm90
 
-// The traced build's shared memory holds one binding per stage more than CUTLASS's stage count
-// planned for: refuse a kernel that no longer fits (227 KiB per CTA on SM90).
-#define ORACLE_CUTLASS_ENTRY_WITH(GEMM, ADJUST)                                                              \
-  static_assert(GEMM::GemmKernel::SharedStorageSize <= 232448,                                               \
-                "the kernel's shared memory exceeds SM90's 227 KiB (a traced mainloop adds a binding per stage)"); \
-  extern "C" int oracle_launch(const oracle_trace::LaunchArgs* args) {                                       \
-    return oracle_trace::cutlass_sm90::launch<GEMM>(args, ADJUST);                                           \
+// Each entry macro checks the kernel's types first, at namespace scope (EntryChecks): a kernel the
+// adapter cannot run stops the build before its device code is instantiated.
+#define ORACLE_CUTLASS_ENTRY_WITH(GEMM, ADJUST)                                   \
+  static_assert(oracle_trace::cutlass_sm90::EntryChecks<GEMM>::ok, "");           \
+  static_assert(oracle_trace::cutlass_sm90::CaseChecks<GEMM>::ok, "");            \
+  extern "C" int oracle_launch(const oracle_trace::LaunchArgs* args) {            \
+    return oracle_trace::cutlass_sm90::launch<GEMM>(args, ADJUST);                \
   }
 
 #define ORACLE_CUTLASS_ENTRY(GEMM) ORACLE_CUTLASS_ENTRY_WITH(GEMM, nullptr)
+
+// MAKE: the user's function (a name found from the global namespace), called through a wrapper so
+// that an overload set or a template works too.
+#define ORACLE_CUTLASS_HOST_ENTRY(GEMM, MAKE)                                                                   \
+  static_assert(oracle_trace::cutlass_sm90::EntryChecks<GEMM>::ok, "");                                         \
+  static_assert(oracle_trace::cutlass_sm90::CaseChecks<GEMM>::ok, "");                                          \
+  namespace {                                                                                                   \
+  struct OracleCutlassMakeArguments {                                                                           \
+    template <class... Ts>                                                                                      \
+    auto operator()(Ts... values) const -> decltype(MAKE(values...)) {                                         \
+      return MAKE(values...);                                                                                   \
+    }                                                                                                           \
+  };                                                                                                            \
+  }                                                                                                             \
+  static_assert(oracle_trace::cutlass_sm90::HostEntryChecks<GEMM, OracleCutlassMakeArguments>::ok, "");         \
+  extern "C" int oracle_launch(const oracle_trace::LaunchArgs* args) {                                          \
+    return oracle_trace::cutlass_sm90::launch_host<GEMM>(args, OracleCutlassMakeArguments{});                   \
+  }
 
 #endif  // ORACLE_TRACE_CUTLASS_ENTRY_HPP_

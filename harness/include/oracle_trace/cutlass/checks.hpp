@@ -1,0 +1,91 @@
+// oracle_trace/cutlass/checks.hpp -- what the CUTLASS adapter can run, checked on types alone.
+//
+//   SchedulerChecks<TileScheduler>::ok   the kernel's tile scheduler is CUTLASS's default persistent one
+//   ProblemShapeChecks<ProblemShape>::ok a (M, N, K, L) problem shape
+//   is_fillable_stride<Stride>()         a (rows, cols, batch) stride with one static unit mode
+//
+// The two Checks are classes whose static_asserts fire when it is instantiated. The entry macros
+// (cutlass/entry.hpp) instantiate them at namespace scope, before the kernel: a kernel the adapter
+// cannot run stops the build in the seconds the front end takes to read CUTLASS's headers, before
+// the device code is instantiated (a failed namespace-scope static_assert ends the translation unit's
+// pending instantiations), and the message names what to change.
+//
+// Constraints: needs only CUTLASS's tile scheduler header (a test compiles these checks alone).
+
+#ifndef ORACLE_TRACE_CUTLASS_CHECKS_HPP_
+#define ORACLE_TRACE_CUTLASS_CHECKS_HPP_
+
+#include <type_traits>
+
+#include "cute/tensor.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+
+namespace oracle_trace::cutlass_sm90 {
+
+template <class Scheduler>
+constexpr bool is_stream_k_scheduler = false;
+template <class TileShape, class ClusterShape>
+constexpr bool is_stream_k_scheduler<cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamK<TileShape, ClusterShape>> =
+    true;
+
+template <class Scheduler>
+constexpr bool is_group_scheduler = false;
+template <class GroupProblemShape, int Stages>
+constexpr bool is_group_scheduler<cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90Group<GroupProblemShape, Stages>> =
+    true;
+
+// CUTLASS's default SM90 scheduler: GemmUniversal's scheduler argument void (the default),
+// PersistentScheduler or StaticPersistentScheduler.
+template <class Scheduler>
+constexpr bool is_persistent_scheduler = std::is_same_v<Scheduler, cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90>;
+
+template <class TileScheduler>
+struct SchedulerChecks {
+  static_assert(!is_stream_k_scheduler<TileScheduler>,
+                "ORACLE_CUTLASS_ENTRY: the kernel's tile scheduler is cutlass::gemm::StreamKScheduler (stream-K and "
+                "split-K): the adapter does not trace its fixup (a reduction of partial tiles), so a judgement would "
+                "miss it; drop GemmUniversal's fourth template argument (CUTLASS's default persistent scheduler)");
+  static_assert(!is_group_scheduler<TileScheduler>,
+                "ORACLE_CUTLASS_ENTRY: the kernel's tile scheduler is cutlass::gemm::GroupScheduler (a grouped GEMM): "
+                "the adapter runs one GEMM per call; build a plain GemmUniversal with CUTLASS's default scheduler");
+  static_assert(is_stream_k_scheduler<TileScheduler> || is_group_scheduler<TileScheduler> ||
+                    is_persistent_scheduler<TileScheduler>,
+                "ORACLE_CUTLASS_ENTRY: the kernel's tile scheduler is not CUTLASS's default persistent one "
+                "(PersistentTileSchedulerSm90: GemmUniversal's fourth template argument void, PersistentScheduler or "
+                "StaticPersistentScheduler); the adapter traces that scheduler only");
+  static constexpr bool ok = true;
+};
+
+template <class ProblemShape>
+struct ProblemShapeChecks {
+  static_assert(cute::rank(ProblemShape{}) == 4,
+                "ORACLE_CUTLASS_ENTRY: the kernel's problem shape must be (M, N, K, L): write "
+                "GemmUniversal<Shape<int, int, int, int>, ...> (a rank-3 Shape<int, int, int>, as in CUTLASS's example "
+                "48, has no L: add the fourth int)");
+  static constexpr bool ok = true;
+};
+
+// A stride the adapter fills from a row- or column-major matrix: three modes (rows, cols, batch),
+// exactly one of the first two the static unit stride, the other an integer.
+template <class Stride>
+constexpr bool is_fillable_stride() {
+  if constexpr (cute::rank(Stride{}) != 3) {
+    return false;
+  } else {
+    using S0 = cute::remove_cvref_t<decltype(cute::get<0>(Stride{}))>;
+    using S1 = cute::remove_cvref_t<decltype(cute::get<1>(Stride{}))>;
+    constexpr bool unit0 = cute::is_static<S0>::value && cute::is_integral<S0>::value;
+    constexpr bool unit1 = cute::is_static<S1>::value && cute::is_integral<S1>::value;
+    if constexpr (unit0 == unit1) {
+      return false;
+    } else if constexpr (unit0) {
+      return S0::value == 1 && std::is_integral_v<S1>;
+    } else {
+      return S1::value == 1 && std::is_integral_v<S0>;
+    }
+  }
+}
+
+}  // namespace oracle_trace::cutlass_sm90
+
+#endif  // ORACLE_TRACE_CUTLASS_CHECKS_HPP_

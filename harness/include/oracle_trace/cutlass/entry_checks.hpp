@@ -1,0 +1,204 @@
+// oracle_trace/cutlass/entry_checks.hpp -- what the entry macros check on a Gemm's types, at compile time.
+//
+//   KernelTypes<Gemm>            the kernel's collectives, tile, element types and epilogue operation
+//   EntryChecks<Gemm>::ok        what the adapter can run: tile scheduler, (M, N, K, L) problem shape,
+//                                fusion, element types, strides, shared memory (cutlass/checks.hpp's traits)
+//   CaseChecks<Gemm>::ok         what the case expects of the kernel (tile, element types, majors), where
+//                                the oracle passes it as -DORACLE_CASE_* defines (oracle/run/adapters.py
+//                                expected_defines); nothing without them
+//   HostEntryChecks<Gemm, Make>  the host route's make_arguments: callable with the launch's values,
+//                                returning Gemm::Arguments
+//
+// The entry macros (cutlass/entry.hpp) instantiate them at namespace scope, before the kernel: a failed
+// static_assert there ends the build in the seconds the front end takes to read CUTLASS's headers. A
+// check whose message cannot name a value carries it in its template arguments, which nvcc prints with
+// the failure ("[with KernelBM=128, ..., CaseBN=64, ...]").
+
+#ifndef ORACLE_TRACE_CUTLASS_ENTRY_CHECKS_HPP_
+#define ORACLE_TRACE_CUTLASS_ENTRY_CHECKS_HPP_
+
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "cute/tensor.hpp"
+#include "cutlass/epilogue/fusion/callbacks.hpp"
+#include "cutlass/epilogue/fusion/operations.hpp"
+#include "oracle_trace/cutlass/checks.hpp"
+#include "oracle_trace/cutlass/sm90_epilogue.hpp"
+#include "oracle_trace/cutlass/types.hpp"
+#include "oracle_trace/launch.hpp"
+
+namespace oracle_trace::cutlass_sm90 {
+
+template <class Operation>
+constexpr bool is_linear_combination = false;
+template <class Out, class Compute, class Source, class Scalar, cutlass::FloatRoundStyle Round>
+constexpr bool is_linear_combination<cutlass::epilogue::fusion::LinearCombination<Out, Compute, Source, Scalar, Round>> =
+    true;
+
+// The kernel's types, named once for the checks and the routes.
+template <class Gemm>
+struct KernelTypes {
+  using Kernel = typename Gemm::GemmKernel;
+  using Mainloop = typename Kernel::CollectiveMainloop;
+  using Epilogue = typename Kernel::CollectiveEpilogue;
+  using TileShape = typename Mainloop::TileShape;
+  using ElementA = typename Mainloop::ElementA;
+  using ElementB = typename Mainloop::ElementB;
+  using ElementC = typename Epilogue::ElementC;
+  using ElementD = typename Epilogue::ElementD;
+  using Operation = typename cutlass::epilogue::fusion::FusionCallbacksTraits<typename Epilogue::FusionCallbacks>::Operation;
+  static constexpr bool kScaled = is_tensor_scaled<Operation>;
+};
+
+template <class T>
+constexpr bool is_passed_type = launch_code<T> != ElementType::None;
+
+// What the adapter can run, on types alone: instantiated by the entry macros at namespace scope.
+template <class Gemm>
+struct EntryChecks {
+  using T = KernelTypes<Gemm>;
+  using Kernel = typename T::Kernel;
+  static_assert(SchedulerChecks<typename Kernel::TileScheduler>::ok, "");
+  static_assert(ProblemShapeChecks<typename Kernel::ProblemShape>::ok, "");
+  static_assert(T::kScaled || is_linear_combination<typename T::Operation>,
+                "ORACLE_CUTLASS_ENTRY: the epilogue fusion must be cutlass::epilogue::fusion::LinearCombination or "
+                "oracle_trace::cutlass_sm90::TensorScaledLinearCombination (no bias, activation, row/column/block "
+                "scales or auxiliary outputs)");
+  static_assert(is_passed_type<typename T::ElementA> && is_passed_type<typename T::ElementB>,
+                "ORACLE_CUTLASS_ENTRY: the kernel's ElementA or ElementB is not an element type the harness passes "
+                "(float, cutlass::half_t, bfloat16_t, float_e4m3_t, float_e5m2_t, int8_t, int32_t)");
+  static_assert(is_passed_type<typename T::ElementD> &&
+                    (is_passed_type<typename T::ElementC> || std::is_void_v<typename T::ElementC>),
+                "ORACLE_CUTLASS_ENTRY: the kernel's ElementC or ElementD is not an element type the harness passes "
+                "(float, cutlass::half_t, bfloat16_t, float_e4m3_t, float_e5m2_t, int8_t, int32_t; void for C)");
+  static_assert(is_fillable_stride<typename Kernel::StrideA>() && is_fillable_stride<typename Kernel::StrideB>(),
+                "ORACLE_CUTLASS_ENTRY: the kernel's StrideA or StrideB is not a row- or column-major one: the adapter "
+                "passes strides of three modes (rows, cols, batch), one of the first two cute::Int<1>, the other an "
+                "integer (CUTLASS's RowMajor / ColumnMajor layout tags give these)");
+  static_assert(is_fillable_stride<typename Kernel::StrideC>() && is_fillable_stride<typename Kernel::StrideD>(),
+                "ORACLE_CUTLASS_ENTRY: the kernel's StrideC or StrideD is not a row- or column-major one (see StrideA)");
+  // The traced build's shared memory holds one binding per stage more than CUTLASS's stage count
+  // planned for: refuse a kernel that no longer fits (227 KiB per CTA on SM90).
+  static_assert(Kernel::SharedStorageSize <= 232448,
+                "ORACLE_CUTLASS_ENTRY: the kernel's shared memory exceeds SM90's 227 KiB (a traced mainloop adds a "
+                "binding per stage): lower the stage count (StageCount<N>) or the tile");
+  static constexpr bool ok = true;
+};
+
+// What the case expects of the kernel, where the oracle says it (-DORACLE_CASE_*: oracle/run/adapters.py
+// expected_defines): its tile, element types and majors, compared on types, so that a case that does
+// not fit the kernel stops the build in seconds rather than oracle_launch after the full build. Each
+// check's template arguments, which nvcc prints with the failure, are the kernel's then the case's.
+template <int Code>
+struct case_element {
+  using type = void;
+};
+template <>
+struct case_element<int(ElementType::F32)> {
+  using type = float;
+};
+template <>
+struct case_element<int(ElementType::F16)> {
+  using type = cutlass::half_t;
+};
+template <>
+struct case_element<int(ElementType::BF16)> {
+  using type = cutlass::bfloat16_t;
+};
+template <>
+struct case_element<int(ElementType::E4M3)> {
+  using type = cutlass::float_e4m3_t;
+};
+template <>
+struct case_element<int(ElementType::E5M2)> {
+  using type = cutlass::float_e5m2_t;
+};
+template <>
+struct case_element<int(ElementType::I8)> {
+  using type = int8_t;
+};
+template <>
+struct case_element<int(ElementType::I32)> {
+  using type = int32_t;
+};
+
+struct OperandA {};
+struct OperandB {};
+struct OperandC {};
+struct OperandD {};
+
+template <int KernelBM, int KernelBN, int KernelBK, int CaseBM, int CaseBN, int CaseBK>
+struct CaseTileCheck {
+  static_assert(KernelBM == CaseBM && KernelBN == CaseBN && KernelBK == CaseBK,
+                "ORACLE_CUTLASS_ENTRY: the kernel's CTA tile (TileShape) is not the case's [problem] tile: "
+                "CaseTileCheck<the kernel's BM, BN, BK, the case's>");
+  static constexpr bool ok = true;
+};
+
+template <class Operand, class KernelElement, class CaseElement>
+struct CaseElementCheck {
+  static_assert(std::is_same_v<KernelElement, CaseElement>,
+                "ORACLE_CUTLASS_ENTRY: the kernel's element type of an operand is not the case's *_dtype: "
+                "CaseElementCheck<the operand, the kernel's type, the case's>");
+  static constexpr bool ok = true;
+};
+
+// A stride's mode of unit stride: 0 or 1 (is_fillable_stride holds).
+template <class Stride>
+constexpr int unit_mode() {
+  return cute::is_static<cute::remove_cvref_t<decltype(cute::get<0>(Stride{}))>>::value ? 0 : 1;
+}
+
+template <class Operand, int KernelUnitMode, int CaseUnitMode>
+struct CaseMajorCheck {
+  static_assert(KernelUnitMode == CaseUnitMode,
+                "ORACLE_CUTLASS_ENTRY: the kernel's layout of an operand is not the case's *_major: CaseMajorCheck<the "
+                "operand, the kernel's mode of unit stride, the case's> in CUTLASS's (m, k), (n, k), (m, n) order: 1 is "
+                "a row-major A, C or D and a column-major (K-contiguous) B");
+  static constexpr bool ok = true;
+};
+
+template <class Gemm>
+struct CaseChecks {
+#if defined(ORACLE_CASE_TILE_M)
+  using T = KernelTypes<Gemm>;
+  using Kernel = typename T::Kernel;
+  using TileShape = typename T::TileShape;
+  static_assert(CaseTileCheck<int(cute::size<0>(TileShape{})), int(cute::size<1>(TileShape{})),
+                              int(cute::size<2>(TileShape{})), ORACLE_CASE_TILE_M, ORACLE_CASE_TILE_N,
+                              ORACLE_CASE_TILE_K>::ok, "");
+  static_assert(CaseElementCheck<OperandA, typename T::ElementA, typename case_element<ORACLE_CASE_A>::type>::ok, "");
+  static_assert(CaseElementCheck<OperandB, typename T::ElementB, typename case_element<ORACLE_CASE_B>::type>::ok, "");
+  static_assert(CaseElementCheck<OperandD, typename T::ElementD, typename case_element<ORACLE_CASE_D>::type>::ok, "");
+  static_assert(CaseMajorCheck<OperandA, unit_mode<typename Kernel::StrideA>(), ORACLE_CASE_A_UNIT_MODE>::ok, "");
+  static_assert(CaseMajorCheck<OperandB, unit_mode<typename Kernel::StrideB>(), ORACLE_CASE_B_UNIT_MODE>::ok, "");
+  static_assert(CaseMajorCheck<OperandD, unit_mode<typename Kernel::StrideD>(), ORACLE_CASE_D_UNIT_MODE>::ok, "");
+#if defined(ORACLE_CASE_C)
+  static_assert(CaseElementCheck<OperandC, typename T::ElementC, typename case_element<ORACLE_CASE_C>::type>::ok, "");
+  static_assert(CaseMajorCheck<OperandC, unit_mode<typename Kernel::StrideC>(), ORACLE_CASE_C_UNIT_MODE>::ok, "");
+#endif
+#endif
+  static constexpr bool ok = true;
+};
+
+// The host route's function: callable with the launch's values, returning Gemm::Arguments.
+template <class Gemm, class Make>
+struct HostEntryChecks {
+  using T = KernelTypes<Gemm>;
+  static_assert(!T::kScaled,
+                "ORACLE_CUTLASS_HOST_ENTRY: the host route takes a LinearCombination epilogue; a kernel with "
+                "TensorScaledLinearCombination uses ORACLE_CUTLASS_ENTRY_WITH (the adapter passes the scales)");
+  static_assert(std::is_invocable_r_v<typename Gemm::Arguments, Make, int, int, int, int, const typename T::ElementA*,
+                                      int64_t, const typename T::ElementB*, int64_t, const typename T::ElementC*,
+                                      int64_t, typename T::ElementD*, int64_t, float, float>,
+                "ORACLE_CUTLASS_HOST_ENTRY(Gemm, make): make must be callable as make(int m, int n, int k, int l, "
+                "const ElementA* a, int64_t lda, const ElementB* b, int64_t ldb, const ElementC* c, int64_t ldc, "
+                "ElementD* d, int64_t ldd, float alpha, float beta) and return typename Gemm::Arguments");
+  static constexpr bool ok = true;
+};
+
+}  // namespace oracle_trace::cutlass_sm90
+
+#endif  // ORACLE_TRACE_CUTLASS_ENTRY_CHECKS_HPP_

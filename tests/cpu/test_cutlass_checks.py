@@ -1,0 +1,174 @@
+"""The CUTLASS adapter's type checks (harness/include/oracle_trace/cutlass/checks.hpp and
+entry_checks.hpp) refuse, at compile time and in seconds, what the adapter cannot run:
+
+- the tile scheduler: CUTLASS's StreamKScheduler and GroupScheduler stop the build at a static_assert
+  naming the scheduler and what to do; the default persistent one passes (the checks compiled
+  alone, with CUTLASS's scheduler header: a few seconds);
+- a case that does not fit its kernel (another tile, element type or major: the -DORACLE_CASE_* defines
+  a live run builds with, oracle.run.adapters.library_defines) stops the kernel's real build the same
+  way, the kernel's and the case's values named; the zoo case's own expectations pass;
+- a kernel written as a user writes it (the zoo's CUTLASS types with a rank-3 problem shape, the
+  stream-K scheduler, or a host-route function of another shape than make_arguments') stops its real launch-library build at the entry macro's namespace-scope check,
+  with that one error, before the kernel's device code is instantiated: the refusal comes in the
+  seconds the front end takes to read CUTLASS's headers, not after the full build (minutes).
+
+The builds go through the build cache (failed builds are cached too); the timed ones use a private
+cache so that they compile.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.build import BuildError, build_cubin, build_library, cutlass_include_dirs
+
+pytestmark = pytest.mark.nvcc
+
+ROOT = Path(__file__).resolve().parents[2]
+ZOO = ROOT / "zoo" / "cutlass_sm90"
+
+# The failed build of a kernel the adapter refuses: the front end alone, which the zoo's types take
+# about 10 s of one core to get through (the full traced build takes over a minute). A refusal after
+# the device code was instantiated would take the full build's time.
+EARLY_REFUSAL_S = 60.0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _needs_cutlass():
+    if not cutlass_include_dirs():
+        pytest.skip("The nvidia-cutlass wheel (CUTLASS's headers) is not installed.")
+
+
+SCHEDULER_TU = r'''
+#include "oracle_trace/cutlass/checks.hpp"
+namespace sched = cutlass::gemm::kernel::detail;
+using Tile = cute::Shape<cute::_128, cute::_128, cute::_64>;
+using Cluster = cute::Shape<cute::_1, cute::_1, cute::_1>;
+static_assert(oracle_trace::cutlass_sm90::SchedulerChecks<sched::PersistentTileSchedulerSm90>::ok, "");
+#if defined(CHECK_STREAM_K)
+static_assert(oracle_trace::cutlass_sm90::SchedulerChecks<sched::PersistentTileSchedulerSm90StreamK<Tile, Cluster>>::ok, "");
+#endif
+#if defined(CHECK_GROUP)
+#include "cutlass/gemm/group_array_problem_shape.hpp"
+using Group = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
+static_assert(oracle_trace::cutlass_sm90::SchedulerChecks<sched::PersistentTileSchedulerSm90Group<Group, 2>>::ok, "");
+#endif
+'''
+
+
+def _refusal(source: str, **kw) -> str:
+    with pytest.raises(BuildError) as e:
+        build_cubin(source, **kw)
+    return e.value.stderr or ""
+
+
+def test_the_default_persistent_scheduler_passes_the_checks():
+    build_cubin(SCHEDULER_TU)
+
+
+def test_stream_k_and_group_schedulers_are_refused_with_their_names_and_what_to_do():
+    err = _refusal(SCHEDULER_TU, defines={"CHECK_STREAM_K": "1", "CHECK_GROUP": "1"})
+    assert "2 errors detected" in err, err[-3000:]
+    assert ("the kernel's tile scheduler is cutlass::gemm::StreamKScheduler (stream-K and split-K): the adapter does "
+            "not trace its fixup") in err, err[-3000:]
+    assert "drop GemmUniversal's fourth template argument (CUTLASS's default persistent scheduler)" in err
+    assert "the kernel's tile scheduler is cutlass::gemm::GroupScheduler (a grouped GEMM)" in err
+
+
+# A user's kernel: the zoo's CUTLASS collectives (types only), the adapter's traced aliases, and a
+# GemmUniversal the adapter cannot run.
+USER_TU = r'''
+#define ZOO_CUTLASS_PLAIN 1
+#define ZOO_CUTLASS_TYPES_ONLY 1
+#include "cutlass_sm90.cu"
+#include "oracle_trace/cutlass.hpp"
+
+using CollectiveMainloop = oracle_trace::cutlass_sm90::TracedMainloop<zoo_cutlass::BuiltMainloop>;
+using CollectiveEpilogue = oracle_trace::cutlass_sm90::TracedEpilogue<zoo_cutlass::BuiltEpilogue>;
+#if defined(USER_RANK_3)  // CUTLASS's example 48 writes a rank-3 problem shape
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int>, CollectiveMainloop, CollectiveEpilogue>;
+#elif defined(USER_STREAM_K)
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                                        CollectiveEpilogue, cutlass::gemm::StreamKScheduler>;
+#else
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
+                                                        CollectiveEpilogue>;
+#endif
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+
+#if defined(USER_BAD_MAKE)  // the host route with a function of another shape: no l, no leading dimensions
+Gemm::Arguments make_arguments(int m, int n, int k, zoo_cutlass::ElementA const* a, zoo_cutlass::ElementB const* b,
+                               zoo_cutlass::ElementC const* c, zoo_cutlass::ElementD* d, float alpha, float beta);
+ORACLE_CUTLASS_HOST_ENTRY(Gemm, make_arguments)
+#else
+ORACLE_CUTLASS_ENTRY(Gemm)
+#endif
+'''
+
+
+@pytest.mark.parametrize("define, words", [
+    ("USER_RANK_3", "the kernel's problem shape must be (M, N, K, L): write GemmUniversal<Shape<int, int, int, int>, "
+                    "...> (a rank-3 Shape<int, int, int>, as in CUTLASS's example 48, has no L: add the fourth int)"),
+    ("USER_STREAM_K", "the kernel's tile scheduler is cutlass::gemm::StreamKScheduler"),
+    ("USER_BAD_MAKE", "ORACLE_CUTLASS_HOST_ENTRY(Gemm, make): make must be callable as make(int m, int n, int k, "
+                      "int l, const ElementA* a, int64_t lda,"),
+], ids=["rank3", "stream_k", "host_make_signature"])
+def test_a_kernel_the_adapter_cannot_run_is_refused_before_the_long_compile(tmp_path, define, words):
+    started = time.monotonic()
+    with pytest.raises(BuildError) as e:
+        build_library(USER_TU, defines={"ORACLE_TRACE": "1", define: "1"}, include_dirs=(ZOO,),
+                      cache_dir=tmp_path / "cache")  # a private cache: this build compiles
+    seconds = time.monotonic() - started
+    err = e.value.stderr or ""
+    assert words in err, err[-3000:]
+    if define != "USER_BAD_MAKE":  # (a call of make that does not fit is also an error where it is made)
+        assert "1 error detected" in err, err[-3000:]  # the check's, nothing from the kernel's instantiation
+    assert seconds < EARLY_REFUSAL_S, f"the refusal took {seconds:.0f} s: it came after the kernel was compiled"
+
+
+# The zoo kernel's types, traced, checked against a case's expectations (ORACLE_CASE_*) alone.
+CASE_TU = r'''
+#define ZOO_CUTLASS_PLAIN 1
+#define ZOO_CUTLASS_TYPES_ONLY 1
+#include "cutlass_sm90.cu"
+#include "oracle_trace/cutlass.hpp"
+
+using Gemm = cutlass::gemm::device::GemmUniversalAdapter<cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, oracle_trace::cutlass_sm90::TracedMainloop<zoo_cutlass::BuiltMainloop>,
+    oracle_trace::cutlass_sm90::TracedEpilogue<zoo_cutlass::BuiltEpilogue>>>;
+static_assert(oracle_trace::cutlass_sm90::EntryChecks<Gemm>::ok && oracle_trace::cutlass_sm90::CaseChecks<Gemm>::ok, "");
+'''
+
+
+def _zoo_case(over=None):
+    from oracle.run.case import load_case
+
+    return load_case(str(ZOO / "cutlass_sm90.toml"), over, allow_library=True)
+
+
+def test_the_zoo_case_s_expectations_fit_its_kernel():
+    case = _zoo_case({"m": 64})  # C, D row-major, a bf16 C
+    expected = case.kernel.adapter.expected_defines(case.spec)
+    assert {"ORACLE_CASE_TILE_K", "ORACLE_CASE_C", "ORACLE_CASE_C_UNIT_MODE"} <= set(expected), expected
+    build_cubin(CASE_TU, defines=expected, include_dirs=(ZOO,))
+
+
+def test_a_case_that_does_not_fit_the_kernel_stops_its_build_before_the_long_compile(tmp_path):
+    from oracle.run.adapters import library_defines
+
+    case = _zoo_case({"tile": [128, 64, 64], "a_major": "col"})
+    started = time.monotonic()
+    with pytest.raises(BuildError) as e:  # the zoo kernel's real build, as a live run builds it
+        build_library(case.kernel.library, arch=case.kernel.arch,
+                      defines=library_defines(case.kernel, case.spec, traced=True), cache_dir=tmp_path / "cache")
+    seconds = time.monotonic() - started
+    err = e.value.stderr or ""
+    assert "the kernel's CTA tile (TileShape) is not the case's [problem] tile" in err, err[-3000:]
+    assert "KernelBM=128, KernelBN=128, KernelBK=64, CaseBM=128, CaseBN=64, CaseBK=64" in err, err[-3000:]
+    assert "the kernel's layout of an operand is not the case's *_major" in err, err[-3000:]
+    assert "Operand=oracle_trace::cutlass_sm90::OperandA, KernelUnitMode=1, CaseUnitMode=0" in err, err[-3000:]
+    assert "2 errors detected" in err, err[-3000:]
+    assert seconds < EARLY_REFUSAL_S, f"the refusal took {seconds:.0f} s: it came after the kernel was compiled"
