@@ -47,7 +47,7 @@ def test_a_sweep_estimated_past_the_limit_is_refused_before_any_case(cpu, monkey
     assert err.startswith("error: verify: no GPU is visible") and err.count("\n") == 1, err
     need = re.search(r"ORACLE_CPU_MAX_S=(\d+)", err).group(1)
     monkeypatch.setenv("ORACLE_CPU_MAX_S", need)  # the override the message names lets it run
-    monkeypatch.setattr(verify, "run_case", lambda op, vc: {"name": vc.name, "shape": [vc.m, vc.n, vc.k],
+    monkeypatch.setattr(verify, "run_case", lambda op, vc, *_page: {"name": vc.name, "shape": [vc.m, vc.n, vc.k],
                                                           "dtype": vc.dtype, "verdict": "MATCH"})
     rows, code = run_verify("torch:matmul", CASES[:1], workers=1, stream=io.StringIO())
     assert code == 0 and rows[0]["verdict"] == "MATCH"
