@@ -367,6 +367,19 @@ def _quant_readme(s) -> str:
     return "\n" + textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False)
 
 
+def _build_and_run(headers: str) -> str:
+    """The README's commands that build, run, judge and debug the reproducer (`headers`: where the
+    Makefile finds headers beyond the CUDA toolkit's)."""
+    return f"""Build and run (the CUDA toolkit is all it needs{headers}):
+  make && ./repro                  the production entry point; prints MATCH or DIVERGED
+  make TRACE=1 && ./repro_traced   the traced entry point; writes sink.bin
+  python -m oracle compare --repro-dir .    judges sink.bin stage by stage (needs the oracle)
+  compute-sanitizer --tool memcheck ./repro --timeout 600      (or: make sanitize)
+  cuda-gdb --args ./repro          (add -G to KERNEL_FLAGS in the Makefile for device-side stepping)
+  ncu --clock-control none ./repro
+  make clean && make NVCC=/path/to/other/nvcc && ./repro     bisect compilers"""
+
+
 def _readme(case: Case, prov: Provenance, sequence: list, build: BuildPlan, reference: bool,
             selection: TraceSelection, workspaces: list, copied: list, call: Optional[LibraryCall] = None) -> str:
     s = case.spec
@@ -428,14 +441,7 @@ def _readme(case: Case, prov: Provenance, sequence: list, build: BuildPlan, refe
 Problem: {s.describe()}; inputs: {prov.describe()}.{groups}{quant}
 {kernels} {cubin_note}
 
-Build and run (the CUDA toolkit is all it needs; CUTLASS headers: make CUTLASS_INCLUDE=...):
-  make && ./repro                  the production entry point; prints MATCH or DIVERGED
-  make TRACE=1 && ./repro_traced   the traced entry point; writes sink.bin
-  python -m oracle compare --repro-dir .    judges sink.bin stage by stage (needs the oracle)
-  compute-sanitizer --tool memcheck ./repro --timeout 600      (or: make sanitize)
-  cuda-gdb --args ./repro          (add -G to KERNEL_FLAGS in the Makefile for device-side stepping)
-  ncu --clock-control none ./repro
-  make clean && make NVCC=/path/to/other/nvcc && ./repro     bisect compilers
+{_build_and_run("; CUTLASS headers: make CUTLASS_INCLUDE=...")}
 
 Options of repro: --dir DIR (the files; default: the executable's directory), --cubin FILE,
 --timeout S (default {TIMEOUT_S}, for all launches together; 0: wait forever), --host-reference
@@ -491,14 +497,7 @@ def _attention_readme(case: Case, prov: Provenance, build: BuildPlan, cubin_note
 Problem: {s.describe()}; inputs: {prov.describe()}.{attn.readme_problem(s)}
 {kernels} {cubin_note}
 
-Build and run (the CUDA toolkit is all it needs):
-  make && ./repro                  the production entry point; prints MATCH or DIVERGED
-  make TRACE=1 && ./repro_traced   the traced entry point; writes sink.bin
-  python -m oracle compare --repro-dir .    judges sink.bin stage by stage (needs the oracle)
-  compute-sanitizer --tool memcheck ./repro --timeout 600      (or: make sanitize)
-  cuda-gdb --args ./repro          (add -G to KERNEL_FLAGS in the Makefile for device-side stepping)
-  ncu --clock-control none ./repro
-  make clean && make NVCC=/path/to/other/nvcc && ./repro     bisect compilers
+{_build_and_run("")}
 
 Options of repro: --dir DIR (the files; default: the executable's directory), --cubin FILE,
 --timeout S (default {TIMEOUT_S}, for all launches together; 0: wait forever), --check-only (judge

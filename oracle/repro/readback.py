@@ -38,6 +38,7 @@ from harness.fields import is_int_list, is_opt_int, is_opt_str, require, shown
 from harness.taps import TapError
 from harness.tensormap import TensorMapError, TensorMapSpec
 from kernels_ref.dtypes import ELEMENT_TYPES
+from kernels_ref.scales import groups_of_problem as scale_groups
 from oracle import knobs
 from oracle.run.inputs import InputError, Operands, Provenance, check_problem_size, expected_shapes
 from oracle.run.live import ones_check
@@ -203,23 +204,11 @@ def load_repro_run(directory, *, sink: Optional[str] = None):
         d = _tensor_meta(tensors["d"], f"{where}: tensors.d")
         output = _logical(_read_tensor(root, d, f"{where}: tensors.d", (spec.total_m, spec.n), False), d,
                           f"{where}: tensors.d")
-    sink_path = Path(sink) if sink else root / "sink.bin"
-    notes, taps, descriptors, account, confounds = [], (), (), None, ()
-    if os.path.lexists(sink_path) or sink:
-        t = spec.tile
-        mb = knobs.TRACE_MAX_MB.get()
-        data = _read_bytes(sink_path, mb << 20, f"the {mb} MiB a sink may take (ORACLE_TRACE_MAX_MB)",
-                           follow=bool(sink))
-        trace = trace_format.parse_trace(data, block_m=t.bm, block_n=t.bn, block_k=t.bk, partial=not ok)
-        taps, descriptors = trace.taps, trace.descriptors
-        confounds, kept = trace_warnings(trace)  # a warning the judgement rests on is an open confound
-        notes.extend(kept)
-        account = trace_format.account_of(trace)
-        notes.append(f"trace: {len(taps)} taps from {trace.records} records, {trace.used_bytes} of {trace.capacity} "
-                     f"sink bytes (repro's host-mapped sink, {sink_path.name})" +
-                     ("" if trace.complete else f", {trace.dropped} dropped"))
-    elif ok and not traced:
-        notes.append("the untraced build ran: no taps (make TRACE=1 && ./repro_traced records them)")
+    t = spec.tile
+    trace, confounds, notes = _sink_trace(root, sink, ok, traced, lambda data: trace_format.parse_trace(
+        data, block_m=t.bm, block_n=t.bn, block_k=t.bk, partial=not ok, scale_groups=scale_groups(spec)))
+    taps, descriptors = (trace.taps, trace.descriptors) if trace is not None else ((), ())
+    account = trace_format.account_of(trace) if trace is not None else None
     try:
         host_maps = tuple(TensorMapSpec.from_dict({k: tuple(v) if isinstance(v, list) else v
                                                    for k, v in m["spec"].items()}).to_descriptor_record(m["buffer"])
@@ -306,23 +295,10 @@ def _attention_run(root: Path, doc: dict, where: str, sink: Optional[str]):
         o = read("o")
         if spec.lse:
             lse = read("lse")
-    notes, taps, account, confounds = [], (), None, ()
-    sink_path = Path(sink) if sink else root / "sink.bin"
-    if os.path.lexists(sink_path) or sink:
-        mb = knobs.TRACE_MAX_MB.get()
-        data = _read_bytes(sink_path, mb << 20, f"the {mb} MiB a sink may take (ORACLE_TRACE_MAX_MB)",
-                           follow=bool(sink))
-        trace = trace_format.parse_trace(data, block_m=spec.block_q, block_n=spec.block_kv, block_k=spec.head_dim,
-                                         head_dim_v=spec.head_dim_v, partial=not ok)
-        taps = trace.taps
-        confounds, kept = trace_warnings(trace)  # a warning the judgement rests on is an open confound
-        notes.extend(kept)
-        account = trace_format.account_of(trace)
-        notes.append(f"trace: {len(taps)} taps from {trace.records} records, {trace.used_bytes} of {trace.capacity} "
-                     f"sink bytes (repro's host-mapped sink, {sink_path.name})" +
-                     ("" if trace.complete else f", {trace.dropped} dropped"))
-    elif ok and not traced:
-        notes.append("the untraced build ran: no taps (make TRACE=1 && ./repro_traced records them)")
+    trace, confounds, notes = _sink_trace(root, sink, ok, traced, lambda data: trace_format.parse_trace(
+        data, block_m=spec.block_q, block_n=spec.block_kv, block_k=spec.head_dim, head_dim_v=spec.head_dim_v,
+        partial=not ok))
+    taps, account = (trace.taps, trace_format.account_of(trace)) if trace is not None else ((), None)
     error = None if ok else f"{result.get('error', 'unknown')}: {result.get('message', '')}".strip()
     rec = AttentionRecording(spec=spec, q=named["q"], k=named["k"], v=named["v"], output=o, provenance=provenance,
                              lse=lse, cu_seqlens_q=named.get("cu_seqlens_q"), cu_seqlens_k=named.get("cu_seqlens_k"),
@@ -334,3 +310,20 @@ def _attention_run(root: Path, doc: dict, where: str, sink: Optional[str]):
     except (RecordingError, ValueError) as e:
         raise ReproError(f"{root}: the run does not fit its problem: {e}") from None
     return rec
+
+
+def _sink_trace(root: Path, sink, ok: bool, traced: bool, parse):
+    """The reproducer's sink (`sink`, else DIR/sink.bin) parsed by `parse`, with the confounds and
+    notes its warnings give: (trace or None, confounds, notes)."""
+    sink_path = Path(sink) if sink else root / "sink.bin"
+    if not (os.path.lexists(sink_path) or sink):
+        untraced = ["the untraced build ran: no taps (make TRACE=1 && ./repro_traced records them)"]
+        return None, (), untraced if ok and not traced else []
+    mb = knobs.TRACE_MAX_MB.get()
+    trace = parse(_read_bytes(sink_path, mb << 20, f"the {mb} MiB a sink may take (ORACLE_TRACE_MAX_MB)",
+                              follow=bool(sink)))
+    confounds, kept = trace_warnings(trace)  # a warning the judgement rests on is an open confound
+    notes = list(kept) + [f"trace: {len(trace.taps)} taps from {trace.records} records, {trace.used_bytes} of "
+                          f"{trace.capacity} sink bytes (repro's host-mapped sink, {sink_path.name})"
+                          + ("" if trace.complete else f", {trace.dropped} dropped")]
+    return trace, confounds, notes
