@@ -93,6 +93,30 @@ def zoo_build(source: Path, traced: bool):
     return build_cubin(source, defines={"ORACLE_TRACE": "1"} if traced else {}, extra_flags=("--ptxas-options=-v",))
 
 
+def zoo_builds_with_defects(source: Path, defect_build, defects: Sequence[str]) -> dict:
+    """`source` built traced and plain, and `defect_build(d)` for each of `defects`, two at a time
+    (skips without cuobjdump): {"traced", "plain", defect: BuildResult}."""
+    import pytest
+    from concurrent.futures import ThreadPoolExecutor
+
+    if cuobjdump() is None:
+        pytest.skip("This test needs cuobjdump (from the CUDA toolkit or the triton package), and neither has it.")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        jobs = {"traced": pool.submit(zoo_build, source, True), "plain": pool.submit(zoo_build, source, False)}
+        jobs.update({d: pool.submit(defect_build, d) for d in defects})
+        return {k: j.result() for k, j in jobs.items()}
+
+
+def assert_every_entry_traced_and_plain(builds: dict, entries: set, wanted: set) -> None:
+    """The plain build holds `entries`, the traced one each with its `_traced` twin and every entry
+    point in `wanted`; only the traced build declares the sink."""
+    traced, plain = entry_symbols(builds["traced"].cubin_path), entry_symbols(builds["plain"].cubin_path)
+    assert plain == entries
+    assert traced == entries | {f"{e}_traced" for e in entries}
+    assert_sink_only_traced(builds)
+    assert wanted <= traced, sorted(wanted - traced)
+
+
 def require_nvcc() -> None:
     """Skip the calling test or fixture where nvcc is not on PATH."""
     import pytest

@@ -17,11 +17,10 @@ Builds go through the oracle's build cache (tests/cuda_tools.zoo_build), two at 
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
-from cuda_tools import all_symbols, cuobjdump, entry_symbols, ptxas_usage, sass_by_function, zoo_build  # tests/ on sys.path
+from cuda_tools import (assert_every_entry_traced_and_plain, assert_no_spills, assert_tracing_compiled_out,  # tests/ on sys.path
+                        sass_by_function, zoo_builds_with_defects)
 from zoo_cases import ROOT, attention_entry_case, entries
 
 FA2_DIR = ROOT / "zoo" / "fa2_sm80"
@@ -42,12 +41,7 @@ def _defect_build(defect: str):
 
 @pytest.fixture(scope="module")
 def builds():
-    if cuobjdump() is None:
-        pytest.skip("This test needs cuobjdump (from the CUDA toolkit or the triton package), and neither has it.")
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        jobs = {"traced": pool.submit(zoo_build, FA2_SOURCE, True), "plain": pool.submit(zoo_build, FA2_SOURCE, False)}
-        jobs.update({d: pool.submit(_defect_build, d) for d in BUILT_DEFECTS})
-        return {k: j.result() for k, j in jobs.items()}
+    return zoo_builds_with_defects(FA2_SOURCE, _defect_build, BUILT_DEFECTS)
 
 
 def _fa2_entries() -> list[dict]:
@@ -57,29 +51,17 @@ def _fa2_entries() -> list[dict]:
 # -- builds ---------------------------------------------------------------------------------------
 @pytest.mark.nvcc
 def test_the_traced_build_holds_every_entry_point_traced_and_untraced(builds):
-    traced, plain = entry_symbols(builds["traced"].cubin_path), entry_symbols(builds["plain"].cubin_path)
-    assert plain == ENTRIES
-    assert traced == ENTRIES | {f"{e}_traced" for e in ENTRIES}
-    assert "oracle_trace_sink" in all_symbols(builds["traced"].cubin_path)
-    assert "oracle_trace_sink" not in all_symbols(builds["plain"].cubin_path)
-    want = {e["kernel"].partition(":")[2] for e in _fa2_entries()}
-    assert want <= traced, sorted(want - traced)
+    assert_every_entry_traced_and_plain(builds, ENTRIES, {e["kernel"].partition(":")[2] for e in _fa2_entries()})
 
 
 @pytest.mark.nvcc
 def test_untraced_sass_is_the_same_with_tracing_compiled_in(builds):
-    on, off = sass_by_function(builds["traced"].cubin_path), sass_by_function(builds["plain"].cubin_path)
-    for name in sorted(ENTRIES):
-        assert on[name] == off[name], f"{name}: the untraced SASS changes when ORACLE_TRACE is on"
-        assert on[f"{name}_traced"] != off[name], f"{name}_traced holds no taps"
+    assert_tracing_compiled_out(builds, sorted(ENTRIES), sorted(ENTRIES))
 
 
 @pytest.mark.nvcc
 def test_no_untraced_function_spills_or_uses_a_stack(builds):
-    usage = ptxas_usage(builds["plain"].log)
-    assert set(usage) == ENTRIES, f"ptxas -v output not understood:\n{builds['plain'].log[:2000]}"
-    bad = {f: u for f, u in usage.items() if u != (0, 0, 0)}
-    assert not bad, f"(stack frame, spill stores, spill loads) bytes: {bad}"
+    assert_no_spills(builds["plain"])
 
 
 @pytest.mark.nvcc
