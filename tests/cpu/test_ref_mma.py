@@ -11,7 +11,7 @@ from kernels_ref import mma_sample
 from kernels_ref import mma_stats as S
 from kernels_ref.mma_params import MainloopParams
 from kernels_ref.dtypes import DTYPES
-from ref_checks import gen, ints, same  # tests/ is on sys.path
+from ref_checks import block_scaled_operands, gen, ints, same  # tests/ is on sys.path
 
 U32 = 2.0 ** -24
 
@@ -119,19 +119,7 @@ def test_fp8_promotion_matches_host(bk, p):
 
 
 def _scaled_case(seed, pow2=True):
-    M, N, K = 45, 70, 300
-    g = gen(seed)
-    a = ints((M, K), -6, 6, torch.float8_e4m3fn, seed)
-    b = ints((K, N), -6, 6, torch.float8_e4m3fn, seed + 1)
-    gm, gn, gk = 1, 32, 64
-    shape_a, shape_b = (M, -(-K // gk)), (-(-N // gn), -(-K // gk))
-    if pow2:
-        sa = 2.0 ** torch.randint(-3, 4, shape_a, generator=g).float()
-        sb = 2.0 ** torch.randint(-3, 4, shape_b, generator=g).float()
-    else:
-        sa = torch.rand(shape_a, generator=g) + 0.5
-        sb = torch.rand(shape_b, generator=g) + 0.5
-    return a, b, sa, sb, (gm, gn, gk)
+    return block_scaled_operands(45, 70, 300, 32, 64, seed, seed, pow2)
 
 
 def _scaled_exact(a, b, sa, sb, group, bk):

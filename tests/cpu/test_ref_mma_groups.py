@@ -10,23 +10,13 @@ from kernels_ref import load as L
 from kernels_ref import mma as X
 from kernels_ref import mma_sample
 from kernels_ref.epilogue import Epilogue, epilogue
-from ref_checks import gen, ints, same  # tests/ is on sys.path
+from ref_checks import block_scaled_operands, same  # tests/ is on sys.path
 
 M, N, K, BM, BN, BK = 40, 36, 128, 16, 16, 64
 
 
 def _case(seed: int, gk: int, pow2: bool = True, gn: int = 16):
-    a = ints((M, K), -6, 6, torch.float8_e4m3fn, seed)
-    b = ints((K, N), -6, 6, torch.float8_e4m3fn, seed + 1)
-    g = gen(seed + 2)
-    shape_a, shape_b = (M, -(-K // gk)), (-(-N // gn), -(-K // gk))
-    if pow2:
-        sa = 2.0 ** torch.randint(-3, 4, shape_a, generator=g).float()
-        sb = 2.0 ** torch.randint(-3, 4, shape_b, generator=g).float()
-    else:
-        sa = torch.rand(shape_a, generator=g) + 0.5
-        sb = torch.rand(shape_b, generator=g) + 0.5
-    return a, b, sa, sb, (1, gn, gk)
+    return block_scaled_operands(M, N, K, gn, gk, seed, seed + 2, pow2)
 
 
 def _by_hand(a, b, sa, sb, group, k_begin=0, k_end=K, width=None):
