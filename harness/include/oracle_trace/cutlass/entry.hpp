@@ -74,6 +74,17 @@ bool put_strides(Stride& s, int64_t first, int64_t second) {
          put_stride(cute::get<2>(s), 0);
 }
 
+// An operand's two logical strides into CUTLASS's stride (`swapped`: B, whose (n, k, l) stride reads
+// the [K, N] TensorRef's strides the other way round); one the kernel's layout cannot take refuses
+// the launch, naming the operand. kLaunchOk when it fits.
+template <class Stride>
+int put_operand_strides(const LaunchArgs* args, Stride& s, const TensorRef& t, const char* name,
+                        bool swapped = false) {
+  if (put_strides(s, t.stride[swapped ? 1 : 0], t.stride[swapped ? 0 : 1])) return kLaunchOk;
+  return fail_launch(args, kLaunchUnsupported, "%s's strides (%lld, %lld) do not fit the kernel's layout of %s", name,
+                     (long long)t.stride[0], (long long)t.stride[1], name);
+}
+
 inline bool is_matrix(const TensorRef& t, int64_t rows, int64_t cols) {
   return t.data != nullptr && t.rank == 2 && t.shape[0] == rows && t.shape[1] == cols;
 }
@@ -169,19 +180,11 @@ int fill_arguments(const LaunchArgs* args, typename Gemm::Arguments& g) {
   g.mainloop.ptr_A = static_cast<const typename T::ElementA*>(A.data);
   g.mainloop.ptr_B = static_cast<const typename T::ElementB*>(B.data);
   // CUTLASS strides: A (m, k, l), B (n, k, l), C and D (m, n, l)
-  if (!put_strides(g.mainloop.dA, A.stride[0], A.stride[1]))
-    return fail_launch(args, kLaunchUnsupported, "A's strides (%lld, %lld) do not fit the kernel's layout of A",
-                       (long long)A.stride[0], (long long)A.stride[1]);
-  if (!put_strides(g.mainloop.dB, B.stride[1], B.stride[0]))
-    return fail_launch(args, kLaunchUnsupported, "B's strides (%lld, %lld) do not fit the kernel's layout of B",
-                       (long long)B.stride[0], (long long)B.stride[1]);
   const TensorRef& src = C.data != nullptr ? C : D;
-  if (!put_strides(g.epilogue.dC, src.stride[0], src.stride[1]))
-    return fail_launch(args, kLaunchUnsupported, "C's strides (%lld, %lld) do not fit the kernel's layout of C",
-                       (long long)src.stride[0], (long long)src.stride[1]);
-  if (!put_strides(g.epilogue.dD, D.stride[0], D.stride[1]))
-    return fail_launch(args, kLaunchUnsupported, "D's strides (%lld, %lld) do not fit the kernel's layout of D",
-                       (long long)D.stride[0], (long long)D.stride[1]);
+  if (int e = put_operand_strides(args, g.mainloop.dA, A, "A")) return e;
+  if (int e = put_operand_strides(args, g.mainloop.dB, B, "B", true)) return e;
+  if (int e = put_operand_strides(args, g.epilogue.dC, src, "C")) return e;
+  if (int e = put_operand_strides(args, g.epilogue.dD, D, "D")) return e;
   g.epilogue.ptr_C = static_cast<const typename T::ElementC*>(src.data);
   g.epilogue.ptr_D = static_cast<typename T::ElementD*>(D.data);
   g.epilogue.thread.alpha = args->alpha;

@@ -87,43 +87,24 @@ struct EntryChecks {
   static constexpr bool ok = true;
 };
 
+// The CUTLASS element type of a LaunchArgs element code: launch_code (types.hpp) read backwards over
+// the types it names; void for a code none has.
+template <int Code, class... Ts>
+struct element_of_code {
+  using type = void;
+};
+template <int Code, class T, class... Ts>
+struct element_of_code<Code, T, Ts...> {
+  using type = cute::conditional_t<int(launch_code<T>) == Code, T, typename element_of_code<Code, Ts...>::type>;
+};
+template <int Code>
+struct case_element : element_of_code<Code, float, cutlass::half_t, cutlass::bfloat16_t, cutlass::float_e4m3_t,
+                                      cutlass::float_e5m2_t, int8_t, int32_t> {};
+
 // What the case expects of the kernel, where the oracle says it (-DORACLE_CASE_*: oracle/run/adapters.py
 // expected_defines): its tile, element types and majors, compared on types, so that a case that does
 // not fit the kernel stops the build in seconds rather than oracle_launch after the full build. Each
 // check's template arguments, which nvcc prints with the failure, are the kernel's then the case's.
-template <int Code>
-struct case_element {
-  using type = void;
-};
-template <>
-struct case_element<int(ElementType::F32)> {
-  using type = float;
-};
-template <>
-struct case_element<int(ElementType::F16)> {
-  using type = cutlass::half_t;
-};
-template <>
-struct case_element<int(ElementType::BF16)> {
-  using type = cutlass::bfloat16_t;
-};
-template <>
-struct case_element<int(ElementType::E4M3)> {
-  using type = cutlass::float_e4m3_t;
-};
-template <>
-struct case_element<int(ElementType::E5M2)> {
-  using type = cutlass::float_e5m2_t;
-};
-template <>
-struct case_element<int(ElementType::I8)> {
-  using type = int8_t;
-};
-template <>
-struct case_element<int(ElementType::I32)> {
-  using type = int32_t;
-};
-
 struct OperandA {};
 struct OperandB {};
 struct OperandC {};
