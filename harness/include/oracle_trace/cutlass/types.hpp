@@ -14,28 +14,32 @@
 
 namespace oracle_trace::cutlass_sm90 {
 
+// One row per CUTLASS element type the adapter passes: its LaunchArgs code and the CUDA type of the
+// same bits the trace names. Any other type: no code (None), and it is its own trace type.
 template <class T>
-struct trace_value {
-  using type = T;  // float, int8_t, int32_t: already a trace type
+struct element_row {
+  static constexpr ElementType code = ElementType::None;
+  using trace = T;
 };
-template <>
-struct trace_value<cutlass::bfloat16_t> {
-  using type = __nv_bfloat16;
-};
-template <>
-struct trace_value<cutlass::half_t> {
-  using type = __half;
-};
-template <>
-struct trace_value<cutlass::float_e4m3_t> {
-  using type = __nv_fp8_e4m3;
-};
-template <>
-struct trace_value<cutlass::float_e5m2_t> {
-  using type = __nv_fp8_e5m2;
-};
+#define ORACLE_CUTLASS_ELEMENT(T, CODE, TRACE)           \
+  template <>                                            \
+  struct element_row<T> {                                \
+    static constexpr ElementType code = ElementType::CODE; \
+    using trace = TRACE;                                 \
+  };
+ORACLE_CUTLASS_ELEMENT(float, F32, float)
+ORACLE_CUTLASS_ELEMENT(cutlass::half_t, F16, __half)
+ORACLE_CUTLASS_ELEMENT(cutlass::bfloat16_t, BF16, __nv_bfloat16)
+ORACLE_CUTLASS_ELEMENT(cutlass::float_e4m3_t, E4M3, __nv_fp8_e4m3)
+ORACLE_CUTLASS_ELEMENT(cutlass::float_e5m2_t, E5M2, __nv_fp8_e5m2)
+ORACLE_CUTLASS_ELEMENT(int8_t, I8, int8_t)
+ORACLE_CUTLASS_ELEMENT(int32_t, I32, int32_t)
+#undef ORACLE_CUTLASS_ELEMENT
+
 template <class T>
-using trace_value_t = typename trace_value<T>::type;
+using trace_value_t = typename element_row<T>::trace;
+template <class T>
+constexpr ElementType launch_code = element_row<T>::code;
 
 template <class T>
 CUTLASS_HOST_DEVICE trace_value_t<T> to_trace(T const& x) {
@@ -44,23 +48,6 @@ CUTLASS_HOST_DEVICE trace_value_t<T> to_trace(T const& x) {
   memcpy(&y, &x, sizeof(T));
   return y;
 }
-
-template <class T>
-constexpr ElementType launch_code = ElementType::None;
-template <>
-constexpr ElementType launch_code<float> = ElementType::F32;
-template <>
-constexpr ElementType launch_code<cutlass::half_t> = ElementType::F16;
-template <>
-constexpr ElementType launch_code<cutlass::bfloat16_t> = ElementType::BF16;
-template <>
-constexpr ElementType launch_code<cutlass::float_e4m3_t> = ElementType::E4M3;
-template <>
-constexpr ElementType launch_code<cutlass::float_e5m2_t> = ElementType::E5M2;
-template <>
-constexpr ElementType launch_code<int8_t> = ElementType::I8;
-template <>
-constexpr ElementType launch_code<int32_t> = ElementType::I32;
 
 }  // namespace oracle_trace::cutlass_sm90
 
