@@ -213,7 +213,7 @@ def test_a_zoo_entry_without_time_entry_shares_one_cubin(tmp_path):
     assert "kernel.cubin:" not in make and "PLAIN_CUBIN := kernel_traced.cubin" in make
     assert _single(out.path, "trace_tiles") == ["0,0"]
     assert sorted(p.name for p in (out.path / "kernel" / "src").rglob("*") if p.is_file()) == \
-        ["activation.cuh", "hopper_gemm.cu", "hopper_layout.cuh"]
+        ["activation.cuh", "hopper_gemm.cu", "hopper_layout.cuh", "tma_ring.cuh"]
 
 
 def test_a_recording_gives_problem_inputs_and_entry(tmp_path):

@@ -81,6 +81,7 @@
 
 #include "oracle_trace/scales.cuh"
 #include "oracle_trace/trace.cuh"
+#include "../common/tma_ring.cuh"
 #include "../hopper_gemm/hopper_layout.cuh"
 
 #ifndef ZOO_DG_SCALE_B_REUSED
@@ -183,10 +184,7 @@ __device__ __forceinline__ void gemm(const CUtensorMap* tma_a, const CUtensorMap
   using Storage = SharedStorage<S>;
 
   extern __shared__ unsigned char smem_raw[];
-  auto& s = *reinterpret_cast<Storage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint32_t smem_bytes;
-  asm volatile("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(smem_bytes));
-  if (smem_bytes < sizeof(Storage) + 1024) __trap();
+  auto& s = zoo_tma::ring_storage<Storage>(smem_raw);
 
   const int tid = threadIdx.x, pid = blockIdx.x;
   const int tiles_m = (p.M + kBM - 1) / kBM, tiles_n = (p.N + kBN - 1) / kBN;
@@ -200,28 +198,19 @@ __device__ __forceinline__ void gemm(const CUtensorMap* tma_a, const CUtensorMap
   const int partial = Cfg::kSplit ? split : oracle_trace::kNone;
   const int scale_tm = ZOO_DG_SCALE_RAW_BLOCK_INDEX ? pid / tiles_n : tm;  // the tile row of A's scales
 
-  if (tid == 0) {
-    for (int i = 0; i < kStages; ++i) {
-      TxBarrier::init(&s.full[i], 1);
-      Barrier::init(&s.empty[i], 128);
-    }
-    cutlass::arch::fence_barrier_init();
-  }
-  __syncthreads();
+  zoo_tma::init_ring(s.full, s.empty);
 
   if (tid < 128) {
     // -- producer: B's scales into the slot, then the two TMA loads ------------------------------
     if (tid != 0) return;
-    const uint64_t hint = static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_NORMAL);
     for (int kb = kb0; kb < kb1; ++kb) {
       const int it = kb - kb0, slot = it % kStages, phase = (it / kStages) & 1;
       Barrier::wait(&s.empty[slot], phase ^ 1);
 #pragma unroll
       for (int j = 0; j < S; ++j)
         s.sb[slot][j] = p.scale_b[static_cast<size_t>(tn) * G + scale_group<S>(kb, j, kb0, G)];
-      TxBarrier::arrive_and_expect_tx(&s.full[slot], p.tx_bytes);  // releases the scale words
-      SM90_TMA_LOAD_2D::copy(tma_a, &s.full[slot], hint, s.a + slot * kStageA, kb * kBK, tm * kBM);
-      SM90_TMA_LOAD_2D::copy(tma_b, &s.full[slot], hint, s.b + slot * kStageB, kb * kBK, tn * kBN);
+      // arming the slot's barrier releases the scale words
+      zoo_tma::load_k_block<kStageA, kStageB>(tma_a, tma_b, s, slot, p.tx_bytes, kb * kBK, tm * kBM, tn * kBN);
     }
     return;
   }

@@ -83,6 +83,7 @@
 
 #include "oracle_trace/attention.cuh"
 #include "../common/attention_combine.cuh"
+#include "../common/attention_softmax.cuh"
 
 namespace zoo_fa2 {
 
@@ -145,8 +146,6 @@ constexpr int kBKV = 64;  // keys a KV block
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kPad = 8;  // elements each shared-memory row is padded by
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 template <int D>
 constexpr int row_stride() { return D + kPad; }
@@ -163,19 +162,6 @@ struct Other<__nv_bfloat16> { using type = __half; };
 template <>
 struct Other<__half> { using type = __nv_bfloat16; };
 
-__device__ __forceinline__ uint32_t pack2(__nv_bfloat16, float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-__device__ __forceinline__ uint32_t pack2(__half, float lo, float hi) {
-  __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-template <class T>
-__device__ __forceinline__ T half_of(uint32_t bits, int hi) {
-  const unsigned short b = static_cast<unsigned short>(hi ? bits >> 16 : bits & 0xFFFFu);
-  return *reinterpret_cast<const T*>(&b);
-}
 
 // -- PTX ---------------------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -217,51 +203,9 @@ __device__ __forceinline__ void mma16816(__half, float (&d)[4], const uint32_t (
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
-  return v + __shfl_xor_sync(0xFFFFFFFFu, v, 2);
-}
-
 // -- the problem ---------------------------------------------------------------------------------
 template <class T>
-struct Params {
-  const T* q;
-  const T* k;  // dense [batch, seqlen_k, heads_kv, D], or the paged cache [pages, page_size, heads_kv, D]
-  const T* v;
-  const int* page_table;  // [batch, max_pages]; paged only
-  T* o;  // [batch, seqlen_q, heads_q, D]; not split
-  float* lse;  // [batch, heads_q, seqlen_q]; not split
-  float* o_partial;  // [splits, batch, heads_q, seqlen_q, D]; split only
-  float* lse_partial;  // [splits, batch, heads_q, seqlen_q]; split only
-  int batch, heads_q, heads_kv, seqlen_q, seqlen_k;
-  float scale;
-  int causal;  // 0 none, 1 top-left, 2 bottom-right
-  int splits;
-  int page_size, max_pages;
-};
-
-// The KV head query head h reads.
-__device__ __forceinline__ int kv_head(int h, int heads_q, int heads_kv) {
-  if constexpr (kGqaModulo) return h % heads_kv;
-  return h / (heads_q / heads_kv);
-}
-
-// Element offset of key `key`'s row (head hk) in K or V.
-template <bool Paged, class T>
-__device__ __forceinline__ long long key_row(const Params<T>& p, int b, int hk, int key, int D) {
-  if constexpr (Paged) {
-    int page = key / p.page_size;
-    if constexpr (kPageOffByOne) page = min(page + 1, p.max_pages - 1);
-    const long long phys = p.page_table[static_cast<long long>(b) * p.max_pages + page];
-    return ((phys * p.page_size + key % p.page_size) * p.heads_kv + hk) * D;
-  }
-  return ((static_cast<long long>(b) * p.seqlen_k + key) * p.heads_kv + hk) * D;
-}
-
+using Params = zoo_attn::Params<T>;
 
 template <bool B, class X, class Y>
 struct Pick { using type = X; };
@@ -301,7 +245,7 @@ __device__ __forceinline__ void forward(const Params<T>& p) {
   const int b = Split ? blockIdx.z / p.splits : blockIdx.z;
   const int split = Split ? blockIdx.z % p.splits : 0;
   const int site_split = Split ? split : oracle_trace::kNone;
-  const int hk = kv_head(h, p.heads_q, p.heads_kv);
+  const int hk = zoo_attn::kv_head<kGqaModulo>(h, p.heads_q, p.heads_kv);
   const oracle_trace::AttnSite unit{b, h, qb, oracle_trace::kNone, site_split};
 
   // Q, zero past seqlen_q
@@ -317,20 +261,7 @@ __device__ __forceinline__ void forward(const Params<T>& p) {
   if constexpr (At::enabled) At::tap_q(unit, sQ, kBQ, D, oracle_trace::Strided{ST, 1});
 
   // the KV blocks of this query block (and split)
-  const int off = p.causal == 2 ? p.seqlen_k - p.seqlen_q : 0;
-  const int bump = kCausalOffByOne ? 1 : 0;
-  const int n_kv = (p.seqlen_k + kBKV - 1) / kBKV;
-  int n_max = n_kv;
-  if (p.causal != 0) {
-    const int keys = min(p.seqlen_k, (qb + 1) * kBQ + off + bump);  // keys the block's last row may see
-    n_max = keys <= 0 ? 0 : (keys + kBKV - 1) / kBKV;
-  }
-  int kb0 = 0, kb1 = n_max;
-  if constexpr (Split) {
-    const int per = (n_kv + p.splits - 1) / p.splits;
-    kb0 = split * per;
-    kb1 = min(kb0 + per, n_max);
-  }
+  const zoo_attn::KvRange kr = zoo_attn::kv_range<kBQ, kBKV, kCausalOffByOne>(p, qb, split, Split);
 
   float m[2] = {-INFINITY, -INFINITY};  // running row max of x (log2 units)
   float l[2] = {0.f, 0.f};  // running row sum
@@ -340,18 +271,18 @@ __device__ __forceinline__ void forward(const Params<T>& p) {
   for (int dt = 0; dt < kDTiles; ++dt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[dt][e] = 0.f;
-  const float scale_log2 = p.scale * kLog2e;
-  // element e of a 4-element m16n8 fragment, n-tile nt: (row_of(e), col_of(nt, e)) of the block
-  auto row_of = [&](int e) { return row0 + ((e & 2) ? 8 : 0); };
-  auto col_of = [&](int nt, int e) { return nt * 8 + 2 * t4 + (e & 1); };
+  const float scale_log2 = p.scale * zoo_attn::kLog2e;
+  const zoo_attn::Frag f{row0, t4};
+  // element i of the fragments: s[i / 4][i % 4], acc[i / 4][i % 4]
+  auto acc_at = [&](int i) -> float& { return acc[i / 4][i % 4]; };
 
-  for (int kb = kb0; kb < kb1; ++kb) {
+  for (int kb = kr.kb0; kb < kr.kb1; ++kb) {
     __syncthreads();  // every warp is done with the previous block's K and V
     for (int c = tid; c < kChunks; c += kThreads) {
       const int r = c / (D / 8), col = (c % (D / 8)) * 8, key = kb * kBKV + r;
       const bool ok = key < p.seqlen_k;
       if (kKvTailNotZeroed && !ok) continue;  // the defect: these rows keep the previous block's keys
-      const long long at = ok ? key_row<Paged>(p, b, hk, key, D) + col : 0;
+      const long long at = ok ? zoo_attn::key_row<Paged, kPageOffByOne>(p, b, hk, key, D) + col : 0;
       cp_async16(sK + r * ST + col, p.k + at, ok ? 16 : 0);
       cp_async16(sV + r * ST + col, p.v + at, ok ? 16 : 0);
     }
@@ -385,92 +316,19 @@ __device__ __forceinline__ void forward(const Params<T>& p) {
         mma16816(T(), s[2 * np + 1], a, bk[2], bk[3]);
       }
     }
-    auto allowed = [&](int r, int c) {
-      const int key = kb * kBKV + c;
-      return key < p.seqlen_k && (p.causal == 0 || key <= qb * kBQ + r + off + bump);
-    };
-    if constexpr (At::enabled) {
-      At::tap_scores(Stage::S, at, kBQ, kBKV, 32, [&](int i) {
-        return Element<float>{row_of(i % 4), col_of(i / 4, i % 4), s[i / 4][i % 4]};
-      });
-      At::tap_scores(Stage::Mask, at, kBQ, kBKV, 32, [&](int i) {
-        const int r = row_of(i % 4), c = col_of(i / 4, i % 4);
-        return Element<float>{r, c, allowed(r, c) ? s[i / 4][i % 4] * p.scale : -INFINITY};
-      });
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-            if (allowed(row_of(2 * hr), col_of(nt, e))) mx = fmaxf(mx, s[nt][2 * hr + e] * p.scale);
-        mt[hr] = fmaxf(mt[hr], quad_max(mx));
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] = allowed(row_of(e), col_of(nt, e)) ? s[nt][e] * scale_log2 : -INFINITY;
+    auto s_at = [&](int i) -> float& { return s[i / 4][i % 4]; };
+    zoo_attn::mask<At, kBQ, kBKV, 32>(s_at, f, p, kr, qb, kb, scale_log2, mt, at);
 
     // the online softmax: s becomes P in fp32
     float rescale[2];
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * hr], s[nt][2 * hr + 1]));
-      const float m_new = fmaxf(m[hr], quad_max(mx));
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      if (kb == kb0)
-        rescale[hr] = 1.f;
-      else if (kMaxNotUpdated)  // the defect: the factor from the max before its update
-        rescale[hr] = exp2f(m[hr] - (m[hr] == -INFINITY ? 0.f : m[hr]));
-      else
-        rescale[hr] = exp2f(m[hr] - m_use);
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          s[nt][2 * hr + e] = exp2f(s[nt][2 * hr + e] - m_use);
-          sum += s[nt][2 * hr + e];
-        }
-      sum = quad_sum(sum);
-      l[hr] = kLBeforeRescale ? (l[hr] + sum) * rescale[hr] : l[hr] * rescale[hr] + sum;
-      m[hr] = m_new;
-    }
-    if constexpr (At::enabled) {
-      if (t4 == 0)
-        At::tap_softmax_state(at, kBQ, 2, [&](int i) {
-          return oracle_trace::RowState{row0 + 8 * i, mt[i], rescale[i], l[i]};
-        });
-    }
+    zoo_attn::online_softmax<At, kMaxNotUpdated, kLBeforeRescale, kBQ, 32>(s_at, f, kb == kr.kb0, m, l, rescale, mt, at);
 
     // P in the A fragments of the second MMA: k-step ks covers keys 16 ks .. 16 ks + 15
     uint32_t pa[4][4];
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      pa[ks][0] = pack2(PT(), s[2 * ks][0], s[2 * ks][1]);
-      pa[ks][1] = pack2(PT(), s[2 * ks][2], s[2 * ks][3]);
-      pa[ks][2] = pack2(PT(), s[2 * ks + 1][0], s[2 * ks + 1][1]);
-      pa[ks][3] = pack2(PT(), s[2 * ks + 1][2], s[2 * ks + 1][3]);
-    }
-    if constexpr (At::enabled) {
-      At::tap_scores(Stage::P, at, kBQ, kBKV, 32, [&](int i) {
-        const int nt = i / 4, e = i % 4;
-        return Element<PT>{row_of(e), col_of(nt, e), half_of<PT>(pa[nt / 2][(nt % 2) * 2 + e / 2], e & 1)};
-      });
-    }
+    zoo_attn::pack_p<At, PT, kBQ, kBKV, 32>(s_at, pa, f, at);
 
     // O = O * rescale + P V
-#pragma unroll
-    for (int dt = 0; dt < kDTiles; ++dt) {
-      acc[dt][0] *= rescale[0];
-      acc[dt][1] *= rescale[0];
-      acc[dt][2] *= rescale[1];
-      acc[dt][3] *= rescale[1];
-    }
+    zoo_attn::rescale_o<D / 2>(acc_at, rescale);
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks)
 #pragma unroll
@@ -484,55 +342,15 @@ __device__ __forceinline__ void forward(const Params<T>& p) {
         mma16816(T(), acc[2 * dp], pa[ks], bv[0], bv[1]);
         mma16816(T(), acc[2 * dp + 1], pa[ks], bv[2], bv[3]);
       }
-    if constexpr (At::enabled) {
-      At::tap_o(at, kBQ, D, D / 2, [&](int i) {
-        return Element<float>{row_of(i % 4), col_of(i / 4, i % 4), acc[i / 4][i % 4]};
-      });
-    }
+    zoo_attn::tap_o<At, kBQ, D>(acc_at, f, at);
   }
 
   // normalize: O / l and the LSE
   float inv[2], lse[2];
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const bool empty = !(l[hr] > 0.f);
-    inv[hr] = (empty && !kEmptyRowNan) ? 0.f : 1.f / l[hr];
-    lse[hr] = empty ? -INFINITY : m[hr] * kLn2 + logf(l[hr]);
-  }
-  if constexpr (At::enabled) {
-    At::tap_out(Stage::Normalize, unit, kBQ, D, D / 2, [&](int i) {
-      const int e = i % 4;
-      return Element<float>{row_of(e), (i / 4) * 8 + 2 * t4 + (e & 1), acc[i / 4][e] * inv[e / 2]};
-    });
-    if (t4 == 0)
-      At::tap_lse(Stage::Normalize, unit, kBQ, D, 2, [&](int i) { return oracle_trace::RowValue{row0 + 8 * i, lse[i]}; });
-  }
+  zoo_attn::normalize<At, kEmptyRowNan, kBQ, D>(acc_at, f, m, l, inv, lse, unit);
 
   // store
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int row = qb * kBQ + row0 + 8 * hr;
-    if (row >= p.seqlen_q) continue;
-    if constexpr (Split) {
-      const long long at = ((static_cast<long long>(split) * p.batch + b) * p.heads_q + h) * p.seqlen_q + row;
-#pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt)
-        *reinterpret_cast<float2*>(p.o_partial + at * D + dt * 8 + 2 * t4) =
-            make_float2(acc[dt][2 * hr] * inv[hr], acc[dt][2 * hr + 1] * inv[hr]);
-      if (t4 == 0) {
-        // the defect hands the combine log l: the max dropped
-        const float merge_lse = !(l[hr] > 0.f) ? -INFINITY : logf(l[hr]);
-        p.lse_partial[at] = kMergeWithoutMax ? merge_lse : lse[hr];
-      }
-    } else {
-      T* dst = p.o + ((static_cast<long long>(b) * p.seqlen_q + row) * p.heads_q + h) * D;
-#pragma unroll
-      for (int dt = 0; dt < kDTiles; ++dt)
-        *reinterpret_cast<uint32_t*>(dst + dt * 8 + 2 * t4) =
-            pack2(T(), acc[dt][2 * hr] * inv[hr], acc[dt][2 * hr + 1] * inv[hr]);
-      if (t4 == 0) p.lse[(static_cast<long long>(b) * p.heads_q + h) * p.seqlen_q + row] = lse[hr];
-    }
-  }
+  zoo_attn::store<Split, kMergeWithoutMax, kBQ, D>(acc, f, p, inv, lse, l, b, h, qb, split);
 }
 
 }  // namespace zoo_fa2

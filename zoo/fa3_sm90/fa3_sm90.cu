@@ -102,6 +102,7 @@
 
 #include "oracle_trace/attention.cuh"
 #include "../common/attention_combine.cuh"
+#include "../common/attention_softmax.cuh"
 
 namespace zoo_fa3 {
 
@@ -169,8 +170,6 @@ constexpr int kWgThreads = 128;  // one warpgroup
 constexpr int kThreads = 2 * kWgThreads;  // producer, consumer
 constexpr int kAtomBytes = 128;  // a swizzle atom's row: 64 bf16
 constexpr int kHalfBytes = kBQ * kAtomBytes;  // one 64-column half of a 64-row tile
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 static_assert(kBQ == kBKV, "Q, K and V tiles share one shape and one swizzled layout");
 
 template <int D>
@@ -274,85 +273,10 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 
 // -- types -------------------------------------------------------------------------------------
 using PT = typename std::conditional<kPWrongType, __half, __nv_bfloat16>::type;  // P's type as packed
-__device__ __forceinline__ uint32_t pack_p(float lo, float hi) {
-  if constexpr (kPWrongType) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  } else {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-}
-__device__ __forceinline__ PT half_of(uint32_t bits, int hi) {
-  const unsigned short b = static_cast<unsigned short>(hi ? bits >> 16 : bits & 0xFFFFu);
-  return *reinterpret_cast<const PT*>(&b);
-}
 
-__device__ __forceinline__ float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, 2));
-}
-__device__ __forceinline__ float quad_sum(float v) {
-  v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
-  return v + __shfl_xor_sync(0xFFFFFFFFu, v, 2);
-}
 
 // -- the problem ---------------------------------------------------------------------------------
-struct Params {
-  const T* q;
-  const T* k;  // dense [batch, seqlen_k, heads_kv, D], or the paged cache [pages, page_size, heads_kv, D]
-  const T* v;
-  const int* page_table;  // [batch, max_pages]; paged only
-  T* o;  // [batch, seqlen_q, heads_q, D]; not split
-  float* lse;  // [batch, heads_q, seqlen_q]; not split
-  float* o_partial;  // [splits, batch, heads_q, seqlen_q, D]; split only
-  float* lse_partial;  // [splits, batch, heads_q, seqlen_q]; split only
-  int batch, heads_q, heads_kv, seqlen_q, seqlen_k;
-  float scale;
-  int causal;  // 0 none, 1 top-left, 2 bottom-right
-  int splits;
-  int page_size, max_pages;
-};
-
-// The KV head query head h reads.
-__device__ __forceinline__ int kv_head(int h, int heads_q, int heads_kv) {
-  if constexpr (kGqaModulo) return h % heads_kv;
-  return h / (heads_q / heads_kv);
-}
-
-// Element offset of key `key`'s row (head hk) in K or V.
-template <bool Paged>
-__device__ __forceinline__ long long key_row(const Params& p, int b, int hk, int key, int D) {
-  if constexpr (Paged) {
-    int page = key / p.page_size;
-    if constexpr (kPageOffByOne) page = min(page + 1, p.max_pages - 1);
-    const long long phys = p.page_table[static_cast<long long>(b) * p.max_pages + page];
-    return ((phys * p.page_size + key % p.page_size) * p.heads_kv + hk) * D;
-  }
-  return ((static_cast<long long>(b) * p.seqlen_k + key) * p.heads_kv + hk) * D;
-}
-
-// The KV blocks [kb0, kb1) of a query block (and split), shared by producer and consumer.
-struct KvRange {
-  int kb0, kb1, bump, off;
-};
-__device__ __forceinline__ KvRange kv_range(const Params& p, int qb, int split, bool is_split) {
-  const int off = p.causal == 2 ? p.seqlen_k - p.seqlen_q : 0;
-  const int bump = kCausalOffByOne ? 1 : 0;
-  const int n_kv = (p.seqlen_k + kBKV - 1) / kBKV;
-  int n_max = n_kv;
-  if (p.causal != 0) {
-    const int keys = min(p.seqlen_k, (qb + 1) * kBQ + off + bump);  // keys the block's last row may see
-    n_max = keys <= 0 ? 0 : (keys + kBKV - 1) / kBKV;
-  }
-  KvRange r{0, n_max, bump, off};
-  if (is_split) {
-    const int per = (n_kv + p.splits - 1) / p.splits;
-    r.kb0 = split * per;
-    r.kb1 = min(r.kb0 + per, n_max);
-  }
-  return r;
-}
+using Params = zoo_attn::Params<T>;
 
 // 16 zero bytes at shared address `at` (a plain store; `base` is the tiles' generic pointer).
 __device__ __forceinline__ void zero16(unsigned char* base, uint32_t at) {
@@ -363,7 +287,7 @@ __device__ __forceinline__ void zero16(unsigned char* base, uint32_t at) {
 template <int D, bool Paged>
 __device__ __forceinline__ void produce(const Params& p, uint32_t sQ, uint32_t sK0, uint32_t sV0, uint32_t q_full,
                                         uint32_t full0, uint32_t empty0, int b, int h, int hk, int qb,
-                                        const KvRange& kr, unsigned char* base) {
+                                        const zoo_attn::KvRange& kr, unsigned char* base) {
   constexpr int kRowChunks = D / 8;
   constexpr int kChunks = kBQ * kRowChunks;
   const int pt = threadIdx.x;  // 0 .. 127
@@ -405,7 +329,7 @@ __device__ __forceinline__ void produce(const Params& p, uint32_t sQ, uint32_t s
     for (int c = pt; c < kChunks; c += kWgThreads) {
       const int r = c / kRowChunks, j = c % kRowChunks, key = kb * kBKV + r;
       if (key < p.seqlen_k) {
-        const long long at = key_row<Paged>(p, b, hk, key, D) + j * 8;
+        const long long at = zoo_attn::key_row<Paged, kPageOffByOne>(p, b, hk, key, D) + j * 8;
         bulk_copy16(sK + swz_offset(r, j), p.k + at, full);
         bulk_copy16(sV + swz_offset(r, j), p.v + at, full);
       }
@@ -445,8 +369,8 @@ __device__ __forceinline__ void forward(const Params& p) {
   const int qb = blockIdx.x, h = blockIdx.y;
   const int b = Split ? blockIdx.z / p.splits : blockIdx.z;
   const int split = Split ? blockIdx.z % p.splits : 0;
-  const int hk = kv_head(h, p.heads_q, p.heads_kv);
-  const KvRange kr = kv_range(p, qb, split, Split);
+  const int hk = zoo_attn::kv_head<kGqaModulo>(h, p.heads_q, p.heads_kv);
+  const zoo_attn::KvRange kr = zoo_attn::kv_range<kBQ, kBKV, kCausalOffByOne>(p, qb, split, Split);
 
   if (threadIdx.x < kWgThreads) {
     produce<D, Paged>(p, sQ, sK0, sV0, q_full, full0, empty0, b, h, hk, qb, kr, base);
@@ -469,10 +393,9 @@ __device__ __forceinline__ void forward(const Params& p) {
   float acc[kORegs];
 #pragma unroll
   for (int i = 0; i < kORegs; ++i) acc[i] = 0.f;
-  const float scale_log2 = p.scale * kLog2e;
-  // accumulator element i of an m64nN fragment: (row_of(i), col_of(i)) of the block
-  auto row_of = [&](int i) { return row0 + ((i & 2) ? 8 : 0); };
-  auto col_of = [&](int i) { return (i / 4) * 8 + 2 * t4 + (i & 1); };
+  const float scale_log2 = p.scale * zoo_attn::kLog2e;
+  const zoo_attn::Frag f{row0, t4};  // accumulator element i of an m64nN fragment: (f.row(i), f.col(i))
+  auto acc_at = [&](int i) -> float& { return acc[i]; };
 
   for (int kb = kr.kb0, it = 0; kb < kr.kb1; ++kb, ++it) {
     const int slot = it % kStages;
@@ -504,88 +427,20 @@ __device__ __forceinline__ void forward(const Params& p) {
     cute::warpgroup_wait<0>();
     fence_operands(s);
 
-    auto allowed = [&](int r, int c) {
-      const int key = kb * kBKV + c;
-      return key < p.seqlen_k && (p.causal == 0 || key <= qb * kBQ + r + kr.off + kr.bump);
-    };
-    if constexpr (At::enabled) {
-      At::tap_scores(Stage::S, at, kBQ, kBKV, kSRegs,
-                     [&](int i) { return Element<float>{row_of(i), col_of(i), s[i]}; });
-      At::tap_scores(Stage::Mask, at, kBQ, kBKV, kSRegs, [&](int i) {
-        const int r = row_of(i), c = col_of(i);
-        return Element<float>{r, c, allowed(r, c) ? s[i] * p.scale : -INFINITY};
-      });
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < kBKV / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int i = nt * 4 + 2 * hr + e;
-            if (allowed(row_of(i), col_of(i))) mx = fmaxf(mx, s[i] * p.scale);
-          }
-        mt[hr] = fmaxf(mt[hr], quad_max(mx));
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kSRegs; ++i) s[i] = allowed(row_of(i), col_of(i)) ? s[i] * scale_log2 : -INFINITY;
+    auto s_at = [&](int i) -> float& { return s[i]; };
+    zoo_attn::mask<At, kBQ, kBKV, kSRegs>(s_at, f, p, kr, qb, kb, scale_log2, mt, at);
 
     // the online softmax: s becomes P in fp32
     float rescale[2];
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < kBKV / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * hr], s[nt * 4 + 2 * hr + 1]));
-      const float m_new = fmaxf(m[hr], quad_max(mx));
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      if (kb == kr.kb0)
-        rescale[hr] = 1.f;
-      else if (kMaxNotUpdated)  // the defect: the factor from the max before its update
-        rescale[hr] = exp2f(m[hr] - (m[hr] == -INFINITY ? 0.f : m[hr]));
-      else
-        rescale[hr] = exp2f(m[hr] - m_use);
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < kBKV / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[nt * 4 + 2 * hr + e];
-          x = exp2f(x - m_use);
-          sum += x;
-        }
-      sum = quad_sum(sum);
-      l[hr] = kLBeforeRescale ? (l[hr] + sum) * rescale[hr] : l[hr] * rescale[hr] + sum;
-      m[hr] = m_new;
-    }
-    if constexpr (At::enabled) {
-      if (t4 == 0)
-        At::tap_softmax_state(at, kBQ, 2, [&](int i) {
-          return oracle_trace::RowState{row0 + 8 * i, mt[i], rescale[i], l[i]};
-        });
-    }
+    zoo_attn::online_softmax<At, kMaxNotUpdated, kLBeforeRescale, kBQ, kSRegs>(s_at, f, kb == kr.kb0, m, l, rescale,
+                                                                               mt, at);
 
     // P in WGMMA's A registers: k16 step ks covers keys 16 ks .. 16 ks + 15 (accumulator octets 2 ks, 2 ks + 1)
     uint32_t pa[kBKV / 16][4];
-#pragma unroll
-    for (int ks = 0; ks < kBKV / 16; ++ks) {
-      const float* lo = s + 8 * ks;  // octet 2 ks: elements 0..3; octet 2 ks + 1: elements 4..7
-      pa[ks][0] = pack_p(lo[0], lo[1]);
-      pa[ks][1] = pack_p(lo[2], lo[3]);
-      pa[ks][2] = pack_p(lo[4], lo[5]);
-      pa[ks][3] = pack_p(lo[6], lo[7]);
-    }
-    if constexpr (At::enabled) {
-      At::tap_scores(Stage::P, at, kBQ, kBKV, kSRegs, [&](int i) {
-        // element i sits in register (i / 8, (i % 8) / 2) of pa, half i % 2
-        return Element<PT>{row_of(i), col_of(i), half_of(pa[i / 8][(i % 8) / 2], i & 1)};
-      });
-    }
+    zoo_attn::pack_p<At, PT, kBQ, kBKV, kSRegs>(s_at, pa, f, at);
 
     // O = O * rescale + P V
-#pragma unroll
-    for (int i = 0; i < kORegs; ++i) acc[i] *= rescale[(i & 2) ? 1 : 0];
+    zoo_attn::rescale_o<kORegs>(acc_at, rescale);
     fence_operands(acc);
 #pragma unroll
     for (int ks = 0; ks < kBKV / 16; ++ks)
@@ -601,53 +456,15 @@ __device__ __forceinline__ void forward(const Params& p) {
     cute::warpgroup_wait<0>();
     fence_operands(acc);
     mbar_arrive(empty0 + 8 * slot);  // both MMAs are done with the slot
-    if constexpr (At::enabled) {
-      At::tap_o(at, kBQ, D, kORegs, [&](int i) { return Element<float>{row_of(i), col_of(i), acc[i]}; });
-    }
+    zoo_attn::tap_o<At, kBQ, D>(acc_at, f, at);
   }
 
   // normalize: O / l and the LSE
   float inv[2], lse[2];
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const bool empty = !(l[hr] > 0.f);
-    inv[hr] = (empty && !kEmptyRowNan) ? 0.f : 1.f / l[hr];
-    lse[hr] = empty ? -INFINITY : m[hr] * kLn2 + logf(l[hr]);
-  }
-  if constexpr (At::enabled) {
-    At::tap_out(Stage::Normalize, unit, kBQ, D, kORegs, [&](int i) {
-      return Element<float>{row_of(i), col_of(i), acc[i] * inv[(i & 2) ? 1 : 0]};
-    });
-    if (t4 == 0)
-      At::tap_lse(Stage::Normalize, unit, kBQ, D, 2,
-                  [&](int i) { return oracle_trace::RowValue{row0 + 8 * i, lse[i]}; });
-  }
+  zoo_attn::normalize<At, kEmptyRowNan, kBQ, D>(acc_at, f, m, l, inv, lse, unit);
 
   // store
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int row = qb * kBQ + row0 + 8 * hr;
-    if (row >= p.seqlen_q) continue;
-    if constexpr (Split) {
-      const long long at = ((static_cast<long long>(split) * p.batch + b) * p.heads_q + h) * p.seqlen_q + row;
-#pragma unroll
-      for (int nt = 0; nt < D / 8; ++nt)
-        *reinterpret_cast<float2*>(p.o_partial + at * D + nt * 8 + 2 * t4) =
-            make_float2(acc[nt * 4 + 2 * hr] * inv[hr], acc[nt * 4 + 2 * hr + 1] * inv[hr]);
-      if (t4 == 0) {
-        // the defect hands the combine log l: the max dropped
-        const float merge_lse = !(l[hr] > 0.f) ? -INFINITY : logf(l[hr]);
-        p.lse_partial[at] = kMergeWithoutMax ? merge_lse : lse[hr];
-      }
-    } else {
-      T* dst = p.o + ((static_cast<long long>(b) * p.seqlen_q + row) * p.heads_q + h) * D;
-#pragma unroll
-      for (int nt = 0; nt < D / 8; ++nt)
-        *reinterpret_cast<uint32_t*>(dst + nt * 8 + 2 * t4) = zoo_attn::pack_out(
-            T(), acc[nt * 4 + 2 * hr] * inv[hr], acc[nt * 4 + 2 * hr + 1] * inv[hr]);
-      if (t4 == 0) p.lse[(static_cast<long long>(b) * p.heads_q + h) * p.seqlen_q + row] = lse[hr];
-    }
-  }
+  zoo_attn::store<Split, kMergeWithoutMax, kBQ, D>(acc, f, p, inv, lse, l, b, h, qb, split);
 }
 
 }  // namespace zoo_fa3

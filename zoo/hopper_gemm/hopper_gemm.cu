@@ -98,6 +98,7 @@
 
 #include "oracle_trace/trace.cuh"
 #include "../common/activation.cuh"
+#include "../common/tma_ring.cuh"
 #include "hopper_layout.cuh"
 
 namespace zoo_hopper {
@@ -207,39 +208,24 @@ __device__ __forceinline__ void gemm(const CUtensorMap* tma_a, const CUtensorMap
   using TxBarrier = cutlass::arch::ClusterTransactionBarrier;
 
   extern __shared__ unsigned char smem_raw[];
-  // dynamic shared memory is only 16-byte aligned: the swizzled tiles need 1024
-  auto& s = *reinterpret_cast<SharedStorage<Cfg>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-
-  uint32_t smem_bytes;
-  asm volatile("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(smem_bytes));
-  if (smem_bytes < sizeof(SharedStorage<Cfg>) + 1024) __trap();  // launched without room for the ring
+  auto& s = zoo_tma::ring_storage<SharedStorage<Cfg>>(smem_raw);
 
   const int tid = threadIdx.x;
   const int tiles_m = (p.M + BM - 1) / BM, tiles_n = (p.N + BN - 1) / BN, tiles = tiles_m * tiles_n;
   const int k_blocks = (p.K + BK - 1) / BK;
 
-  if (tid == 0) {
-    for (int i = 0; i < S; ++i) {
-      TxBarrier::init(&s.full[i], 1);
-      Barrier::init(&s.empty[i], 128);
-    }
-    cutlass::arch::fence_barrier_init();
-  }
-  __syncthreads();
+  zoo_tma::init_ring(s.full, s.empty);
 
   if (tid < 128) {
     // -- producer: one thread issues every TMA load ----------------------------------------
     if (tid != 0) return;
-    const uint64_t hint = static_cast<uint64_t>(TMA::CacheHintSm90::EVICT_NORMAL);
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       const int tm = tile / tiles_n, tn = tile % tiles_n;
       for (int kb = 0; kb < k_blocks; ++kb, ++it) {
         const int slot = it % S, phase = (it / S) & 1;
         Barrier::wait(&s.empty[slot], phase ^ 1);
-        TxBarrier::arrive_and_expect_tx(&s.full[slot], p.tx_bytes);
-        SM90_TMA_LOAD_2D::copy(tma_a, &s.full[slot], hint, s.a + slot * Cfg::kStageA, kb * BK, tm * BM);
-        SM90_TMA_LOAD_2D::copy(tma_b, &s.full[slot], hint, s.b + slot * Cfg::kStageB, kb * BK, tn * BN);
+        zoo_tma::load_k_block<Cfg::kStageA, Cfg::kStageB>(tma_a, tma_b, s, slot, p.tx_bytes, kb * BK, tm * BM, tn * BN);
       }
     }
     return;

@@ -58,10 +58,7 @@ AttnProblem read_attention_problem(const std::string& dir) {
   for (const Line& l : read_lines(path)) {
     const std::string at = where(path, l);
     const std::string& key = l.tokens[0];
-    auto arg = [&](size_t i) -> const std::string& {
-      if (l.tokens.size() <= i) fail(at + ": " + key + " needs " + std::to_string(i) + " value(s)");
-      return l.tokens[i];
-    };
+    auto arg = [&](size_t i) -> const std::string& { return key_value(l, i, at); };
     if (seen[key]) fail(at + ": " + key + " is given twice");
     seen[key] = true;
     if (ints.count(key)) *ints[key] = to_int(arg(1), at);
@@ -319,16 +316,7 @@ int judge_attention(const AttnProblem& p, const std::map<std::string, TensorFile
                 first.received, first.poison ? " (never written: still the 0xFF poison)" : "", first.expected,
                 first.bound);
   }
-  if (bad_o + bad_l > 0) {
-    std::printf("verdict: DIVERGED\n");
-    return kDiverged;
-  }
-  if (informative == 0) {
-    std::printf("verdict: MISTRUSTED (every reference value is zero: nothing could discriminate)\n");
-    return kMistrusted;
-  }
-  std::printf("verdict: MATCH\n");
-  return kMatch;
+  return verdict(bad_o + bad_l, informative);
 }
 
 // The attention reproducer's program: the launches (unless --check-only), then O and LSE judged.

@@ -6,6 +6,21 @@
 
 namespace repro {
 
+// The verdict line and its exit code: DIVERGED where any value is out of bounds, MISTRUSTED where
+// no reference value could discriminate (all zero), else MATCH.
+int verdict(long long bad, long long informative) {
+  if (bad > 0) {
+    std::printf("verdict: DIVERGED\n");
+    return kDiverged;
+  }
+  if (informative == 0) {
+    std::printf("verdict: MISTRUSTED (every reference value is zero: nothing could discriminate)\n");
+    return kMistrusted;
+  }
+  std::printf("verdict: MATCH\n");
+  return kMatch;
+}
+
 // ------------------------------------------------------------------------------ the comparison
 
 struct TileStats {
@@ -151,16 +166,7 @@ int judge(const TensorFile& d, const Reference& ref, const Problem& p) {
                 i, j, tile_name(first).c_str(), r % p.bm, j % p.bn, in_group.c_str(), decode(d.dtype, bits),
                 all_ones_bits(bits, es) ? " (never written: still the 0xFF poison)" : "", ref.expected[size_t(li)], b);
   }
-  if (bad > 0) {
-    std::printf("verdict: DIVERGED\n");
-    return kDiverged;
-  }
-  if (informative == 0) {
-    std::printf("verdict: MISTRUSTED (every reference value is zero: nothing could discriminate)\n");
-    return kMistrusted;
-  }
-  std::printf("verdict: MATCH\n");
-  return kMatch;
+  return verdict(bad, informative);
 }
 
 }  // namespace repro

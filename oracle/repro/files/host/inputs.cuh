@@ -204,10 +204,7 @@ Problem read_problem(const std::string& dir) {
   for (const Line& l : read_lines(path)) {
     const std::string at = where(path, l);
     const std::string& key = l.tokens[0];
-    auto arg = [&](size_t i) -> const std::string& {
-      if (l.tokens.size() <= i) fail(at + ": " + key + " needs " + std::to_string(i) + " value(s)");
-      return l.tokens[i];
-    };
+    auto arg = [&](size_t i) -> const std::string& { return key_value(l, i, at); };
     if (key == "m") p.m = to_int(arg(1), at);
     else if (key == "total_m") p.total_m = to_int(arg(1), at);
     else if (key == "group_sizes") {

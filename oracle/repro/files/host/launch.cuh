@@ -98,10 +98,7 @@ Launch read_launch(const std::string& dir) {
   for (const Line& l : read_lines(path)) {
     const std::string at = where(path, l);
     const std::string& key = l.tokens[0];
-    auto arg = [&](size_t i) -> const std::string& {
-      if (l.tokens.size() <= i) fail(at + ": " + key + " needs " + std::to_string(i) + " value(s)");
-      return l.tokens[i];
-    };
+    auto arg = [&](size_t i) -> const std::string& { return key_value(l, i, at); };
     // Every key takes exactly its values: a line with more (an entry name that was two words, a
     // value that went on) is refused, as is a key given twice where one value is kept.
     auto exactly = [&](size_t n) {

@@ -52,6 +52,13 @@ std::vector<Line> read_lines(const std::string& path) {
 
 std::string where(const std::string& path, const Line& l) { return path + ":" + std::to_string(l.number); }
 
+// Value i of a key line (its key is token 0; `at` is where the line stands): a line without it is
+// refused, naming the key and how many values it needs.
+const std::string& key_value(const Line& l, size_t i, const std::string& at) {
+  if (l.tokens.size() <= i) fail(at + ": " + l.tokens[0] + " needs " + std::to_string(i) + " value(s)");
+  return l.tokens[i];
+}
+
 // The names the oracle writes (harness/names.py): an entry point or tensor is a C identifier, a
 // file a plain name of letters, digits and _ . + - not starting with '.' or '-' (no folder, no '..').
 bool is_identifier(const std::string& s) {
