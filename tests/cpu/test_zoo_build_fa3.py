@@ -23,15 +23,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from cuda_tools import (assert_every_entry_traced_and_plain, assert_no_spills, assert_tracing_compiled_out,  # tests/ on sys.path
-                        sass_by_function, zoo_builds_with_defects)
-from zoo_cases import ROOT, attention_entry_case, entries
+from cuda_tools import sass_by_function, zoo_builds_with_defects  # tests/ on sys.path
+from attention_zoo_checks import check_builds, check_case_file, check_manifest, check_stages_named, kernel_entries
+from zoo_cases import ROOT, attention_entry_case
 
 FA3_DIR = ROOT / "zoo" / "fa3_sm90"
 FA3_SOURCE = FA3_DIR / "fa3_sm90.cu"
-DEFECTS = ("kv_tail_not_zeroed", "causal_off_by_one", "max_not_updated_before_rescale", "l_summed_before_rescale",
-           "p_wrong_type", "v_read_with_k_layout", "split_merge_without_max", "empty_row_divided_by_zero",
-           "gqa_head_modulo", "page_table_off_by_one")
 BUILT_DEFECTS = ("v_read_with_k_layout", "kv_tail_not_zeroed")  # compiled here; the others only on the GPU
 FORWARD = {f"zoo_fa3_{kind}bf16_d{d}" for kind in ("", "split_", "paged_") for d in (64, 128)}
 ENTRIES = FORWARD | {f"zoo_fa3_combine_bf16_d{d}" for d in (64, 128)}
@@ -54,10 +51,6 @@ def builds():
     return zoo_builds_with_defects(FA3_SOURCE, _defect_build, BUILT_DEFECTS)
 
 
-def _fa3_entries() -> list[dict]:
-    return entries("zoo/fa3_sm90/", kind="attention")
-
-
 def _lines(sass, opcode: str) -> list[str]:
     text = sass if isinstance(sass, str) else "\n".join(sass)
     return [line for line in text.splitlines() if re.search(rf"\b{opcode}\b", line)]
@@ -65,18 +58,8 @@ def _lines(sass, opcode: str) -> list[str]:
 
 # -- builds ---------------------------------------------------------------------------------------
 @pytest.mark.nvcc
-def test_the_traced_build_holds_every_entry_point_traced_and_untraced(builds):
-    assert_every_entry_traced_and_plain(builds, ENTRIES, {e["kernel"].partition(":")[2] for e in _fa3_entries()})
-
-
-@pytest.mark.nvcc
-def test_untraced_sass_is_the_same_with_tracing_compiled_in(builds):
-    assert_tracing_compiled_out(builds, sorted(ENTRIES), sorted(ENTRIES))
-
-
-@pytest.mark.nvcc
-def test_no_untraced_function_spills_or_uses_a_stack(builds):
-    assert_no_spills(builds["plain"])
+def test_every_entry_point_is_built_traced_and_untraced_with_tracing_compiled_out_and_no_spills(builds):
+    check_builds(builds, "fa3_sm90", ENTRIES)
 
 
 @pytest.mark.nvcc
@@ -111,39 +94,18 @@ def test_a_defect_define_changes_the_kernel_it_plants_the_defect_in(builds, defe
 
 # -- the manifest ---------------------------------------------------------------------------------
 def test_the_manifest_holds_every_defect_of_the_source_once_and_the_correct_variants():
-    text = FA3_SOURCE.read_text()
-    macros = set(re.findall(r"#if defined\(ZOO_FA3_([A-Z0-9_]+)\)", text))
-    assert macros == {d.upper() for d in DEFECTS}
-    doc = _fa3_entries()
-    assert sorted(e["defect"] for e in doc if e["defect"]) == sorted(DEFECTS)
-    correct = {e["kernel"].partition(":")[2] for e in doc if e["defect"] is None}
-    assert {"zoo_fa3_bf16_d64_traced", "zoo_fa3_bf16_d128_traced", "zoo_fa3_split_bf16_d64_traced",
-            "zoo_fa3_paged_bf16_d64_traced"} <= correct
-    for e in doc:
-        assert e["dump_pending"] is True, f"{e['name']}: no recording yet; dump_pending says so"
-        case = attention_entry_case(e)
-        defines = dict(case.kernel.defines)
-        if e["defect"] is None:
-            assert e["expected_stage"] is None and not defines, e["name"]
-        else:
-            assert e["case"] == f"zoo/fa3_sm90/defects/{e['defect']}.toml", e["name"]
-            assert defines == {f"ZOO_FA3_{e['defect'].upper()}": "1"}, (e["name"], defines)
-        assert (case.spec.splits > 1) == ("_split_" in case.kernel.entry), e["name"]
-        assert case.spec.paged == ("_paged_" in case.kernel.entry), e["name"]
+    check_manifest("fa3_sm90", FA3_SOURCE, "FA3", {"zoo_fa3_bf16_d64_traced", "zoo_fa3_bf16_d128_traced", "zoo_fa3_split_bf16_d64_traced",
+                                                "zoo_fa3_paged_bf16_d64_traced"})
 
 
 def test_the_manifest_names_the_stage_each_defect_first_changes():
-    from oracle.run.attention_model import INJECTION_STAGE, Injection
-
-    for e in _fa3_entries():
-        if e["defect"] is not None:
-            assert e["expected_stage"] == INJECTION_STAGE[Injection(e["defect"])], e["name"]
+    check_stages_named("fa3_sm90")
 
 
 def test_the_kv_tail_defect_reaches_a_slot_that_held_keys():
     """With a 2-slot ring, the tail block's slot holds a block of two before only from block 2 on:
     the entry's tail must sit there, so that the stale rows are keys, not what the slot first held."""
-    (e,) = [e for e in _fa3_entries() if e["defect"] == "kv_tail_not_zeroed"]
+    (e,) = [e for e in kernel_entries("fa3_sm90") if e["defect"] == "kv_tail_not_zeroed"]
     s = attention_entry_case(e).spec
     tail_block = (s.seqlen_k - 1) // s.block_kv
     assert s.seqlen_k % s.block_kv and tail_block >= 2 and e["expected_k_block"] == tail_block, (s.seqlen_k, e)
@@ -152,25 +114,8 @@ def test_the_kv_tail_defect_reaches_a_slot_that_held_keys():
 # -- the case files -------------------------------------------------------------------------------
 @pytest.mark.parametrize("path", sorted(FA3_DIR.rglob("*.toml")), ids=lambda p: str(p.relative_to(FA3_DIR)))
 def test_every_case_file_loads_with_a_launch_that_fits_the_kernel(path):
-    from oracle.run.case import load_case
-
-    case = load_case(str(path))
-    s = case.spec
-    m = re.fullmatch(r"zoo_fa3_(split_|paged_)?bf16_d(64|128)_traced", case.kernel.entry)
-    assert m, case.kernel.entry
-    assert case.kernel.untraced_entry == case.kernel.entry.removesuffix("_traced")
+    s = check_case_file(path, "fa3", 256, smem_bytes).spec  # producer and consumer warpgroups
     assert (s.q_dtype, s.k_dtype, s.v_dtype, s.o_dtype) == ("bf16",) * 4
-    assert int(m.group(2)) == s.head_dim == s.head_dim_v
-    assert (s.block_q, s.block_kv) == (64, 64)
-    assert case.launch.block == (256, 1, 1)
-    assert case.launch.shared_mem_bytes == smem_bytes(s.head_dim)
-    if s.splits > 1:
-        (combine,) = case.launch.next
-        assert combine.entry == f"zoo_fa3_combine_bf16_d{m.group(2)}_traced"
-        assert combine.block == (128, 1, 1)
-        assert [a.name for a in combine.args][:2] == ["o_partial", "lse_partial"]
-    else:
-        assert not case.launch.next
 
 
 def test_the_source_pins_the_shared_memory_the_cases_launch_with():

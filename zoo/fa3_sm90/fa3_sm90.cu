@@ -102,63 +102,12 @@
 
 #include "oracle_trace/attention.cuh"
 #include "../common/attention_combine.cuh"
+#include "../common/attention_defects.cuh"
 #include "../common/attention_softmax.cuh"
 
 namespace zoo_fa3 {
 
-#if defined(ZOO_FA3_KV_TAIL_NOT_ZEROED)
-constexpr bool kKvTailNotZeroed = true;
-#else
-constexpr bool kKvTailNotZeroed = false;
-#endif
-#if defined(ZOO_FA3_CAUSAL_OFF_BY_ONE)
-constexpr bool kCausalOffByOne = true;
-#else
-constexpr bool kCausalOffByOne = false;
-#endif
-#if defined(ZOO_FA3_MAX_NOT_UPDATED_BEFORE_RESCALE)
-constexpr bool kMaxNotUpdated = true;
-#else
-constexpr bool kMaxNotUpdated = false;
-#endif
-#if defined(ZOO_FA3_L_SUMMED_BEFORE_RESCALE)
-constexpr bool kLBeforeRescale = true;
-#else
-constexpr bool kLBeforeRescale = false;
-#endif
-#if defined(ZOO_FA3_P_WRONG_TYPE)
-constexpr bool kPWrongType = true;
-#else
-constexpr bool kPWrongType = false;
-#endif
-#if defined(ZOO_FA3_V_READ_WITH_K_LAYOUT)
-constexpr bool kVKLayout = true;
-#else
-constexpr bool kVKLayout = false;
-#endif
-#if defined(ZOO_FA3_SPLIT_MERGE_WITHOUT_MAX)
-constexpr bool kMergeWithoutMax = true;
-#else
-constexpr bool kMergeWithoutMax = false;
-#endif
-#if defined(ZOO_FA3_EMPTY_ROW_DIVIDED_BY_ZERO)
-constexpr bool kEmptyRowNan = true;
-#else
-constexpr bool kEmptyRowNan = false;
-#endif
-#if defined(ZOO_FA3_GQA_HEAD_MODULO)
-constexpr bool kGqaModulo = true;
-#else
-constexpr bool kGqaModulo = false;
-#endif
-#if defined(ZOO_FA3_PAGE_TABLE_OFF_BY_ONE)
-constexpr bool kPageOffByOne = true;
-#else
-constexpr bool kPageOffByOne = false;
-#endif
-static_assert(int(kKvTailNotZeroed) + kCausalOffByOne + kMaxNotUpdated + kLBeforeRescale + kPWrongType + kVKLayout +
-                      kMergeWithoutMax + kEmptyRowNan + kGqaModulo + kPageOffByOne <= 1,
-              "define at most one ZOO_FA3_<DEFECT>");
+ZOO_ATTN_DEFECT_FLAGS(ZOO_FA3)  // kKvTailNotZeroed, ... kPageOffByOne (zoo/common/attention_defects.cuh)
 
 using T = __nv_bfloat16;
 namespace GMMA = cute::SM90::GMMA;

@@ -306,40 +306,23 @@ struct Strided {
 
 template <class T>
 struct dtype_of;  // undefined: a type without a trace dtype does not compile
-template <>
-struct dtype_of<float> {
-  static constexpr DType value = DType::F32;
-};
-template <>
-struct dtype_of<int8_t> {
-  static constexpr DType value = DType::I8;
-};
-template <>
-struct dtype_of<uint8_t> {
-  static constexpr DType value = DType::U8;
-};
-template <>
-struct dtype_of<int32_t> {
-  static constexpr DType value = DType::I32;
-};
+// One row per C++ type a tap may hold: its trace dtype.
+#define ORACLE_TRACE_DTYPE_OF(T, D)          \
+  template <>                                \
+  struct dtype_of<T> {                       \
+    static constexpr DType value = DType::D; \
+  };
+ORACLE_TRACE_DTYPE_OF(float, F32)
+ORACLE_TRACE_DTYPE_OF(int8_t, I8)
+ORACLE_TRACE_DTYPE_OF(uint8_t, U8)
+ORACLE_TRACE_DTYPE_OF(int32_t, I32)
 #if defined(__CUDACC__)
-template <>
-struct dtype_of<__half> {
-  static constexpr DType value = DType::F16;
-};
-template <>
-struct dtype_of<__nv_bfloat16> {
-  static constexpr DType value = DType::BF16;
-};
-template <>
-struct dtype_of<__nv_fp8_e4m3> {
-  static constexpr DType value = DType::E4M3;
-};
-template <>
-struct dtype_of<__nv_fp8_e5m2> {
-  static constexpr DType value = DType::E5M2;
-};
+ORACLE_TRACE_DTYPE_OF(__half, F16)
+ORACLE_TRACE_DTYPE_OF(__nv_bfloat16, BF16)
+ORACLE_TRACE_DTYPE_OF(__nv_fp8_e4m3, E4M3)
+ORACLE_TRACE_DTYPE_OF(__nv_fp8_e5m2, E5M2)
 #endif
+#undef ORACLE_TRACE_DTYPE_OF
 
 #if defined(ORACLE_TRACE)
 constexpr bool compiled_in = true;
