@@ -6,9 +6,9 @@ The launch names (a [launch] args string, or a name in a grid or literal express
   (oracle.run.attention_recording.shapes_of): `q`, `k`, `v`, `o` and `lse` (written by the kernel,
   poisoned before the launch), `cu_seqlens_q`, `cu_seqlens_k` and `page_table` (int32; a null
   pointer where the problem has none);
-- sizes (i32): SIZES below; `group` is heads_q / heads_kv, `total_q` / `total_k` the packed
+- sizes (i32): oracle.problem.attention.LAUNCH_SIZES; `group` is heads_q / heads_kv, `total_q` / `total_k` the packed
   lengths of a variable-length problem (batch * seqlen otherwise), `units` batch x heads_q x q_blocks;
-- floats (f32): FLOATS below, the problem's own values (softmax_scale resolved to 1 / sqrt(head_dim)
+- floats (f32): oracle.problem.attention.LAUNCH_FLOATS, the problem's own values (softmax_scale resolved to 1 / sqrt(head_dim)
   when the case leaves it out).
 A split-KV kernel keeps its partials in declared workspaces ([workspace.NAME]) and merges them in a
 second launch ([[launch.next]]); tensor maps over attention operands are not built by the harness.
@@ -23,11 +23,12 @@ import torch
 from harness import trace_format
 from harness.trace_budget import TraceBudget, attention_trace_budget
 from kernels_ref.dtypes import DTYPES
-from oracle.problem.attention import CAUSAL_CODES, AttentionSpec, check_selection, is_attention, tap_stages  # noqa: F401 (for callers)
+from oracle.problem.attention import CAUSAL_CODES, AttentionSpec
 from oracle.run.attention_inputs import AttentionOperands, make_attention_operands
 from oracle.run.attention_recording import AttentionRecording, _check_types, shapes_of
 from oracle.run.inputs import ATTENTION_LADDER, InputError, Provenance, operand_limit_bytes, parse_inputs
 from oracle.run.recording import RecordingError, trace_warnings
+
 
 def launch_names(spec: AttentionSpec, num_sms: int) -> dict[str, int]:
     """The sizes a launch expression of an attention case may name (module docstring)."""
