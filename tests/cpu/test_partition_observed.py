@@ -389,7 +389,8 @@ def test_a_whole_tile_whose_accumulator_stops_short_of_k_is_named_at_mma_with_th
     assert three_short.first.k_block == 5 and any("k-blocks 5 to 7" in n for n in _mma_units(three_short).notes)
 
 
-@pytest.mark.parametrize("why", ["correct", "last k-block not selected", "records dropped", "kernel error"])
+@pytest.mark.parametrize("why", ["correct", "last k-block not selected", "records dropped", "kernel error",
+                                 "only some k-blocks tapped"])
 def test_a_whole_tile_that_stops_short_is_no_finding_where_the_trace_cannot_say(why):
     from harness.trace_format import TraceSelection
     from harness.trace_format.account import TraceAccount
@@ -402,8 +403,12 @@ def test_a_whole_tile_that_stops_short_is_no_finding_where_the_trace_cannot_say(
         rec = dataclasses.replace(rec, trace=TraceAccount(selection=TraceSelection(k_blocks=(0, 1, 2, 3, 4, 5))))
     elif why == "records dropped":
         rec = _stopping_at(rec, 5, dropped=3)
-    else:
+    elif why == "kernel error":
         rec = dataclasses.replace(_stopping_at(rec, 5), kernel_error="an illegal address at k-block 6")
+    else:  # taps at k-blocks 0, 2, 4 only: no trajectory that stops, though the kernel summed all 8
+        rec = _stopping_at(rec, 4)
+        rec = dataclasses.replace(rec, taps=tuple(t for t in rec.taps
+                                                  if not (t.stage == "mma" and t.k_block in (1, 3))))
     an = analyze(rec)
     assert not any("never accumulated" in n for n in _mma_units(an).notes), why
     if why in ("correct", "last k-block not selected"):

@@ -183,21 +183,24 @@ def _stopped_short(rec: Recording) -> tuple[PartitionIssue, ...]:
     """Whole tiles (a problem that is not split) whose mma taps stop before the last k-block while
     the trace would have recorded the k-blocks after it and lost nothing: those k-blocks were never
     accumulated (K rounded down to the tile, a loop bound off by one), a failing unit of mma at the
-    first of them. Gaps elsewhere in a whole tile's taps are not findings: a kernel may tap only
-    some k-blocks; a kernel that stopped (an error) or a trace that lost records says nothing here."""
+    first of them. Only a tile tapped at every k-block from 0 to its last tap says so: a kernel that
+    taps only some k-blocks shows no trajectory that stops, and gaps are no findings; a kernel that
+    stopped (an error) or a trace that lost records says nothing here."""
     spec, acc = rec.spec, rec.trace
     if spec.partitioned or acc is None or acc.dropped or acc.torn or rec.kernel_error:
         return ()
     last = spec.k_blocks - 1
     if not acc.selection.records_k_block(last):
         return ()
-    reached: dict[tuple, int] = {}
+    tapped: dict[tuple, set] = {}
     for t in rec.taps:
         if t.stage == "mma" and t.k_block is not None and t.partial is None:
-            key = (t.group, tuple(t.tile))
-            reached[key] = max(reached.get(key, -1), t.k_block)
+            tapped.setdefault((t.group, tuple(t.tile)), set()).add(t.k_block)
     out = []
-    for (group, tile), kb in sorted(reached.items(), key=lambda kv: (-1 if kv[0][0] is None else kv[0][0], kv[0][1])):
+    for (group, tile), kbs in sorted(tapped.items(), key=lambda kv: (-1 if kv[0][0] is None else kv[0][0], kv[0][1])):
+        kb = max(kbs)
+        if kbs != set(range(kb + 1)):  # the kernel taps only some k-blocks: where it stopped is not seen
+            continue
         if kb < last and acc.selection.records_k_block(kb + 1):
             never = f"k-block {kb + 1}" if kb + 1 == last else f"k-blocks {kb + 1} to {last}"
             where = f" of group {group}" if group is not None else ""
