@@ -115,17 +115,33 @@ def _keep(c: Case, n_q: int, n_k: int) -> torch.Tensor:
 
 
 def _sdpa(c: Case, q, k, v, dev):
-    """O per sequence ([L, H, Dv], FlashAttention's layout) from one SDPA backend."""
+    """O per sequence ([L, H, Dv], FlashAttention's layout) from one SDPA backend. Each mask goes in
+    the form the backend takes: top-left causal as is_causal, bottom-right as torch's
+    causal_lower_right bias (flash and memory-efficient take it natively), anything else as a boolean
+    mask; grouped K/V heads through enable_gqa, or repeated per query head for the memory-efficient
+    backend, which refuses enable_gqa."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
 
     be = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_efficient": SDPBackend.EFFICIENT_ATTENTION,
           "sdpa_math": SDPBackend.MATH}[c.backend]
     outs = []
     for qs, ks, vs in zip(q, k, v):
         qq, kk, vv = (t.transpose(0, 1).unsqueeze(0) for t in (qs, ks, vs))
-        kw = {"enable_gqa": True} if c.heads_q != c.heads_kv else {}
+        kw = {}
+        if c.heads_q != c.heads_kv:
+            if c.backend == "sdpa_efficient":
+                g = c.heads_q // c.heads_kv
+                kk, vv = kk.repeat_interleave(g, dim=1), vv.repeat_interleave(g, dim=1)
+            else:
+                kw["enable_gqa"] = True
         if c.mask == "top_left" and qs.shape[0] <= ks.shape[0]:
             kw["is_causal"] = True
+        elif c.mask == "bottom_right" and c.backend != "sdpa_math" and qs.shape[0] <= ks.shape[0]:
+            kw["attn_mask"] = causal_lower_right(qs.shape[0], ks.shape[0])
+        elif c.mask == "bottom_right" and c.backend == "sdpa_flash":  # rows with no key: a boolean mask only
+            raise Skipped("fully masked rows: torch's causal_lower_right gives NaN rows when seq_len_q > "
+                          "seq_len_kv (its documented behaviour), and the flash backend takes no boolean mask")
         elif c.mask != "none":
             kw["attn_mask"] = _keep(c, qs.shape[0], ks.shape[0]).to(dev)
         try:
@@ -152,6 +168,23 @@ def _flash_attn(c: Case, q, k, v, dev):
     return o, lse
 
 
+def _imports(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def _case_line(r: dict) -> dict:
+    """One case in the results file: its shape, what came of it, and where its time went."""
+    c = r["case"]
+    line = {k: c[k] for k in ("backend", "dtype", "batch", "heads_q", "heads_kv", "head_dim", "mask", "seed")}
+    line.update(lq=sum(c["lq"]), lk_max=max(c["lk"]), status=r["status"])
+    for k in ("engine_s", "judge_s", "ratio"):
+        if r.get(k) is not None:
+            line[k] = round(r[k], 4)
+    return line
+
+
 def machine_name() -> str:
     """The GPU's short name ("h100", "h200", ...) from its device name, as results files are named."""
     import re
@@ -168,10 +201,14 @@ def run_case(c: Case, dev: str) -> dict:
     q = [torch.randn(n, c.heads_q, c.head_dim, generator=g).to(dev, dt) for n in c.lq]
     k = [torch.randn(n, c.heads_kv, c.head_dim, generator=g).to(dev, dt) for n in c.lk]
     v = [torch.randn(n, c.heads_kv, c.head_dim, generator=g).to(dev, dt) for n in c.lk]
+    t_engine = time.perf_counter()
     try:
         o, lse = (_flash_attn if c.backend == "flash_attn" else _sdpa)(c, q, k, v, dev)
     except Skipped as e:
         return {"case": asdict(c), "status": "skipped", "why": str(e)}
+    if dev == "cuda":
+        torch.cuda.synchronize()
+    engine_s = time.perf_counter() - t_engine
     causal = {"top_left": "top_left", "bottom_right": "bottom_right"}.get(c.mask, "none")
     kw = dict(causal=causal, window=c.window if c.mask == "window" else None)
     if c.backend == "flash_attn":
@@ -182,7 +219,7 @@ def run_case(c: Case, dev: str) -> dict:
     rep = oracle.check_attention(torch.cat(q), torch.cat(k), torch.cat(v), o_cat, lse, cu_seqlens_q=cu(c.lq),
                                  cu_seqlens_k=cu(c.lk), **kw)
     worst = rep.stages[-1].chained.worst
-    return {"case": asdict(c), "status": rep.verdict, "judge_s": time.perf_counter() - t0,
+    return {"case": asdict(c), "status": rep.verdict, "engine_s": engine_s, "judge_s": time.perf_counter() - t0,
             "ratio": None if worst is None else float(worst.max_ratio), "summary": rep.to_json()["summary"][:400],
             "_inputs": (q, k, v, o_cat, lse, kw)}
 
@@ -240,10 +277,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "benchmarks"))
     ap.add_argument("--planted", type=int, default=None, help="correct cases to plant defects in (default 6)")
     ap.add_argument("--budget-s", type=float, default=1500.0, help="no new case after this many seconds")
+    ap.add_argument("--verbose", action="store_true", help="print a line per case as it is judged")
     args = ap.parse_args(argv)
     dev = "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"
     machine = args.machine or ("cpu" if dev == "cpu" else machine_name())
     backends = ("sdpa_flash", "sdpa_math") if dev == "cpu" else BACKENDS
+    if "flash_attn" in backends and not _imports("flash_attn"):  # said once, in environment, not per case
+        backends = tuple(b for b in backends if b != "flash_attn")
     cases = make_cases(args.cases or (12 if dev == "cpu" else 360), args.seed, backends, dev == "cpu")
     t0 = time.perf_counter()
     records = []
@@ -251,6 +291,9 @@ def main(argv=None) -> int:
         if time.perf_counter() - t0 > args.budget_s:
             break
         records.append(run_case(c, dev))
+        if args.verbose:
+            line = _case_line(records[-1])
+            print(" ".join(f"{k}={v}" for k, v in line.items()), flush=True)
     per = {be: {"cases": 0, "match": 0, "false_diverged": 0, "other": 0, "skipped": 0} for be in backends}
     for r in records:
         p = per[r["case"]["backend"]]
@@ -270,6 +313,7 @@ def main(argv=None) -> int:
            "worst_ratio": max(ratios) if ratios else None,
            "false_alarms": [{k: v for k, v in r.items() if not k.startswith("_")} for r in false],
            "skipped": [{"case": r["case"], "why": r["why"]} for r in records if r["status"] == "skipped"][:50],
+           "cases": [_case_line(r) for r in records],
            "planted": planted, "planted_detected": sum(p["detected"] for p in planted),
            "planted_right_unit": sum(p["right_unit"] for p in planted), "seconds": time.perf_counter() - t0}
     doc[provenance.KEY] = provenance.stamp(
