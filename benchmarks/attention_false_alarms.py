@@ -267,6 +267,57 @@ def environment(dev: str) -> dict:
             "node": platform.node()}
 
 
+def _part(text: Optional[str]) -> tuple[int, int]:
+    if text is None:
+        return 0, 1
+    k, sep, n = text.partition("/")
+    if not (sep and k.isdigit() and n.isdigit() and 0 <= int(k) < int(n)):
+        raise SystemExit(f"--part wants K/N with 0 <= K < N (got {text!r})")
+    return int(k), int(n)
+
+
+def merge_parts(files: list[str], out_dir: str) -> int:
+    """The parts of one run (the same seed, cases and machine, every part once) summed into its results file."""
+    docs = []
+    for f in files:
+        with open(f) as fh:
+            docs.append(json.load(fh))
+    first = docs[0]
+    for d in docs:
+        for key in ("schema", "machine", "seed", "cases_made"):
+            if d.get(key) != first.get(key):
+                raise SystemExit(f"{key} differs between the parts: {d.get(key)!r} and {first.get(key)!r}")
+    n = first["part"][1]
+    if sorted(d["part"][0] for d in docs) != list(range(n)) or any(d["part"][1] != n for d in docs):
+        raise SystemExit(f"the parts given are {[d['part'] for d in docs]}: every part of {n} is needed once")
+    per: dict = {}
+    for d in docs:
+        for be, p in d["per_backend"].items():
+            acc = per.setdefault(be, dict.fromkeys(p, 0))
+            for k, v in p.items():
+                acc[k] += v
+    ratios = [d["worst_ratio"] for d in docs if d["worst_ratio"] is not None]
+    planted = [p for d in docs for p in d["planted"]]
+    doc = {"schema": first["schema"], "machine": first["machine"], "environment": first["environment"],
+           "seed": first["seed"], "cases_made": first["cases_made"], "part": [0, 1],
+           "cases_in_part": sum(d["cases_in_part"] for d in docs), "cases_run": sum(d["cases_run"] for d in docs),
+           "false_diverged": sum(d["false_diverged"] for d in docs), "per_backend": per,
+           "worst_ratio": max(ratios) if ratios else None,
+           "false_alarms": [a for d in docs for a in d["false_alarms"]],
+           "skipped": [s for d in docs for s in d["skipped"]][:50], "cases": [c for d in docs for c in d["cases"]],
+           "planted": planted, "planted_detected": sum(p["detected"] for p in planted),
+           "planted_right_unit": sum(p["right_unit"] for p in planted),
+           "seconds": sum(d["seconds"] for d in docs), "merged_from": [os.path.basename(f) for f in files],
+           provenance.KEY: first[provenance.KEY]}
+    path = os.path.join(out_dir, "results", f"attention_false_alarms_{first['machine']}.json")
+    from harness.output_files import write_text_atomically
+
+    write_text_atomically(path, json.dumps(doc, indent=2, default=str) + "\n", "attention false-alarm JSON")
+    print(f"{doc['cases_run']} of {doc['cases_made']} cases in {len(docs)} parts; false DIVERGED: "
+          f"{doc['false_diverged']}; wrote {path}")
+    return 0 if doc["false_diverged"] == 0 else 1
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cpu", action="store_true", help="run on the CPU (SDPA math and flash; small shapes)")
@@ -278,13 +329,22 @@ def main(argv=None) -> int:
     ap.add_argument("--planted", type=int, default=None, help="correct cases to plant defects in (default 6)")
     ap.add_argument("--budget-s", type=float, default=1500.0, help="no new case after this many seconds")
     ap.add_argument("--verbose", action="store_true", help="print a line per case as it is judged")
+    ap.add_argument("--part", default=None, help="K/N: only the cases whose index is K modulo N (a run spread over "
+                    "several calls); the file is named ..._partK-of-N.json")
+    ap.add_argument("--merge", nargs="+", default=None, help="part files of one run: write their sum as the run's "
+                    "results file and stop")
     args = ap.parse_args(argv)
+    if args.merge:
+        return merge_parts(args.merge, args.out_dir)
     dev = "cpu" if args.cpu or not torch.cuda.is_available() else "cuda"
     machine = args.machine or ("cpu" if dev == "cpu" else machine_name())
     backends = ("sdpa_flash", "sdpa_math") if dev == "cpu" else BACKENDS
     if "flash_attn" in backends and not _imports("flash_attn"):  # said once, in environment, not per case
         backends = tuple(b for b in backends if b != "flash_attn")
     cases = make_cases(args.cases or (12 if dev == "cpu" else 360), args.seed, backends, dev == "cpu")
+    part, parts = _part(args.part)
+    made = len(cases)
+    cases = cases[part::parts]
     t0 = time.perf_counter()
     records = []
     for c in cases:
@@ -308,7 +368,8 @@ def main(argv=None) -> int:
     false = [r for r in records if r["status"] not in ("MATCH", "skipped")]
     ratios = [r["ratio"] for r in correct if r["ratio"] is not None]
     doc = {"schema": "attention_false_alarms/1", "machine": machine, "environment": environment(dev),
-           "seed": args.seed, "cases_made": len(cases), "cases_run": len(records),
+           "seed": args.seed, "cases_made": made, "part": [part, parts], "cases_in_part": len(cases),
+           "cases_run": len(records),
            "false_diverged": sum(p["false_diverged"] for p in per.values()), "per_backend": per,
            "worst_ratio": max(ratios) if ratios else None,
            "false_alarms": [{k: v for k, v in r.items() if not k.startswith("_")} for r in false],
@@ -321,7 +382,8 @@ def main(argv=None) -> int:
         peer=provenance.NotApplicable("counts of verdicts on correct outputs and planted defects, not a speed "
                                       "comparison"),
         timing=provenance.NotApplicable("nothing is timed: seconds is the run's wall time, for the budget"))
-    path = os.path.join(args.out_dir, "results", f"attention_false_alarms_{machine}.json")
+    suffix = f"_part{part}-of-{parts}" if parts > 1 else ""
+    path = os.path.join(args.out_dir, "results", f"attention_false_alarms_{machine}{suffix}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     from harness.output_files import write_text_atomically
 

@@ -27,3 +27,24 @@ def test_a_wrong_backend_is_a_false_alarm(tmp_path, monkeypatch):
     assert B.main(["--cpu", "--cases", "2", "--planted", "0", "--out-dir", str(tmp_path)]) == 1
     doc = json.loads((tmp_path / "results" / "attention_false_alarms_cpu.json").read_text())
     assert doc["false_diverged"] == 2 and len(doc["false_alarms"]) == 2
+
+
+def test_parts_merge_into_the_whole_run(tmp_path):
+    for k in (0, 1):
+        B.main(["--cpu", "--cases", "4", "--planted", "1", "--out-dir", str(tmp_path), "--part", f"{k}/2"])
+    parts = sorted((tmp_path / "results").glob("attention_false_alarms_cpu_part*-of-2.json"))
+    assert [json.loads(p.read_text())["cases_in_part"] for p in parts] == [2, 2]
+    assert B.main(["--merge", *map(str, parts), "--out-dir", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "results" / "attention_false_alarms_cpu.json").read_text())
+    assert doc["cases_run"] == 4 and len(doc["cases"]) == 4 and len(doc["planted"]) == 6
+    assert sum(p["cases"] + p["skipped"] for p in doc["per_backend"].values()) == 4
+    assert sorted(c["seed"] for c in doc["cases"]) == [0, 1, 2, 3]
+
+
+def test_a_missing_part_is_refused(tmp_path):
+    B.main(["--cpu", "--cases", "2", "--planted", "0", "--out-dir", str(tmp_path), "--part", "0/2"])
+    (part,) = (tmp_path / "results").glob("*part0-of-2.json")
+    import pytest
+
+    with pytest.raises(SystemExit, match="every part of 2 is needed once"):
+        B.main(["--merge", str(part), "--out-dir", str(tmp_path)])
