@@ -29,7 +29,7 @@ from harness.taps import ATTENTION_KV_STAGES, SOFTMAX_STATE_COLUMNS, attention_p
 from kernels_ref.attention.forward import attention_forward, attention_forward_host
 from kernels_ref.attention.geometry import layout
 from oracle import knobs
-from oracle.judging.attention_stages import StageJudge, params_of
+from oracle.judging.attention_stages import StageJudge, params_of, sequence_args
 from oracle.judging.attention_tolerance import STATS_MARGIN, U, output_bound, row_terms
 from oracle.judging.compare import NOT_RUN, Status, combine, compare_units
 from oracle.judging.diagnose import Diagnosis, Kind, Verdict, evidence_kind, first_divergence
@@ -73,8 +73,7 @@ def _units(x: torch.Tensor, bq: int) -> torch.Tensor:
 
 def _store(rec, o_ref, lse_ref, stats, dev, judge: Optional[StageJudge] = None) -> StageResult:
     spec = rec.spec
-    lay = layout(rec.q, rec.k, cu_seqlens_q=rec.cu_seqlens_q, cu_seqlens_k=rec.cu_seqlens_k,
-                 page_table=rec.page_table)
+    lay = layout(rec.q, rec.k, **sequence_args(spec, rec))
     v_abs = float(rec.v.detach().float().abs().amax()) if rec.v.numel() else 0.0
     b, hq, maxq = stats.rows_shape
     e_o = rows_of(o_ref, spec, lay, spec.varlen_q)
@@ -110,11 +109,9 @@ def cross_check(spec, rec, o_ref, lse_ref, stats, dev) -> list[str]:
     n = max(1, knobs.CROSS_CHECK_TILES.get())
     pairs = sorted({(0, 0), (spec.batch - 1, spec.heads_q - 1)})[:n]
     params = params_of(spec)
-    o_h, l_h = attention_forward_host(rec.q, rec.k, rec.v, params, cu_seqlens_q=rec.cu_seqlens_q,
-                                      cu_seqlens_k=rec.cu_seqlens_k, page_table=rec.page_table, heads=pairs,
+    o_h, l_h = attention_forward_host(rec.q, rec.k, rec.v, params, **sequence_args(spec, rec), heads=pairs,
                                       device=dev)
-    lay = layout(rec.q, rec.k, cu_seqlens_q=rec.cu_seqlens_q, cu_seqlens_k=rec.cu_seqlens_k,
-                 page_table=rec.page_table)
+    lay = layout(rec.q, rec.k, **sequence_args(spec, rec))
     v_abs = float(rec.v.detach().float().abs().amax()) if rec.v.numel() else 0.0
     terms = row_terms(spec, stats, v_abs)
     e_o = rows_of(o_ref.cpu(), spec, lay, spec.varlen_q)
@@ -157,11 +154,7 @@ def analyze_attention(rec, device: Optional[torch.device] = None) -> Analysis:
     stages = _stages(judge, names)
     params = params_of(spec)
     q, k, v = (t.detach().to(dev) for t in (rec.q, rec.k, rec.v))
-    cu_q = None if rec.cu_seqlens_q is None else rec.cu_seqlens_q.to(dev)
-    cu_k = None if rec.cu_seqlens_k is None else rec.cu_seqlens_k.to(dev)
-    pt = None if rec.page_table is None else rec.page_table.to(dev)
-    o_ref, lse_ref, stats = attention_forward(q, k, v, params, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, page_table=pt,
-                                              with_stats=True)
+    o_ref, lse_ref, stats = attention_forward(q, k, v, params, **sequence_args(spec, rec, dev), with_stats=True)
     cross = tuple(cross_check(spec, rec, o_ref, lse_ref, stats, dev))
     if rec.output is not None:
         stages.append(_store(rec, o_ref, lse_ref, stats, dev, judge))

@@ -25,6 +25,7 @@ import torch
 from kernels_ref.attention.forward import attention_forward
 from kernels_ref.attention.geometry import layout
 from oracle.judging.attention_analysis import cross_check, params_of, rows_of
+from oracle.judging.attention_stages import sequence_args
 from oracle.judging.attention_tolerance import output_bound
 
 
@@ -68,12 +69,10 @@ def expected_attention(spec, ops, device: Optional[torch.device] = None) -> Atte
 
     dev = device or reference_device()
     q, k, v = (t.detach().to(dev) for t in (ops.q, ops.k, ops.v))
-    cu_q, cu_k, pt = (None if t is None else t.to(dev) for t in (ops.cu_seqlens_q, ops.cu_seqlens_k, ops.page_table))
-    o_ref, lse_ref, stats = attention_forward(q, k, v, params_of(spec), cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
-                                              page_table=pt, with_stats=True)
+    o_ref, lse_ref, stats = attention_forward(q, k, v, params_of(spec), **sequence_args(spec, ops, dev),
+                                              with_stats=True)
     cross = tuple(cross_check(spec, ops, o_ref, lse_ref, stats, dev))
-    lay = layout(ops.q, ops.k, cu_seqlens_q=ops.cu_seqlens_q, cu_seqlens_k=ops.cu_seqlens_k,
-                 page_table=ops.page_table)
+    lay = layout(ops.q, ops.k, **sequence_args(spec, ops))
     v_abs = float(ops.v.detach().float().abs().amax()) if ops.v.numel() else 0.0
     b, hq, maxq = stats.rows_shape
     e_o = rows_of(o_ref.cpu(), spec, lay, spec.varlen_q)

@@ -85,14 +85,24 @@ class _Unit:
     unrecorded: int = 0
 
 
+def sequence_args(spec, holder, dev: Optional[torch.device] = None) -> dict:
+    """The layout keywords of kernels_ref.attention (cu_seqlens_q / _k, page_table, seqlens_k) for the
+    inputs `holder` holds (a recording or operands), moved to `dev` if given. A paged cache's key
+    counts are the problem's (spec.lengths_k), never its pages' capacity."""
+    out = {name: None if (t := getattr(holder, name)) is None else (t.to(dev) if dev is not None else t)
+           for name in ("cu_seqlens_q", "cu_seqlens_k", "page_table")}
+    if spec.paged and holder.cu_seqlens_k is None:
+        out["seqlens_k"] = torch.tensor(spec.lengths_k, dtype=torch.int32)
+    return out
+
+
 class Geometry:
     """Where every query and key of the recording lives, the split rule and the operand tiles."""
 
     def __init__(self, rec, dev: torch.device):
         s = rec.spec
         self.spec, self.dev, self.params = s, dev, params_of(s)
-        self.lay = layout(rec.q, rec.k, cu_seqlens_q=rec.cu_seqlens_q, cu_seqlens_k=rec.cu_seqlens_k,
-                          page_table=rec.page_table)
+        self.lay = layout(rec.q, rec.k, **sequence_args(s, rec))
         self.lq, self.lk = [int(x) for x in self.lay.lq], [int(x) for x in self.lay.lk]
         self.bq, self.bkv, self.splits = s.block_q, s.block_kv, s.splits
         self.q_tok = token_view(rec.q.detach(), s.varlen_q).to(dev)

@@ -20,8 +20,8 @@ causal "top_left" (off = 0):
 Lengths: a dense problem has every sequence seqlen_q x seqlen_k; a variable-length one
 (`seqlens_q` / `seqlens_k`, from cu_seqlens) records each sequence's length and the maxima. A paged
 KV cache (`page_size`, `num_pages`, `max_pages`) holds K and V as [num_pages, page_size, heads_kv,
-dim] reached through a page table [batch, max_pages]; each sequence's key count is seqlens_k or
-max_pages * page_size.
+dim] reached through a page table [batch, max_pages]; each sequence's key count is seqlens_k, else
+seqlen_k (at most max_pages * page_size).
 Types: q, k, v in bf16 / fp16 (all one type) or e4m3 (all three, with descale_q/k/v applied to S
 and O, and P quantised as e4m3(P * p_scale), divided back by p_scale); o in bf16 / fp16 / fp32.
 Every invalid field raises SpecError (oracle.problem.spec) naming the field, the value and what

@@ -16,7 +16,7 @@ Shapes are FlashAttention's (kernels_ref.attention.geometry): dense q [batch, se
 head_dim], k / v [batch, seqlen_k, heads_kv, dim], o like q with head_dim_v, lse [batch, heads_q,
 seqlen_q] fp32; varlen q / o [total_q, heads, dim] with cu_seqlens_q [batch + 1] and lse [heads_q,
 total_q] (k / v likewise with cu_seqlens_k); paged k / v [num_pages, page_size, heads_kv, dim] with
-page_table [batch, max_pages] int32 (key counts from cu_seqlens_k, else every page full).
+page_table [batch, max_pages] int32 (key counts from cu_seqlens_k, else the problem's seqlen_k).
 """
 
 from __future__ import annotations

@@ -135,3 +135,18 @@ def test_uncontrolled_inputs_make_a_draft_and_the_json_validates():
     assert [s["name"] for s in doc["stages"]][:4] == ["load_q", "load_k", "load_v", "s"]
     match = _run(hq=4, hkv=2, splits=3)
     validate(to_json(match))
+
+
+def test_a_paged_cache_holds_seqlen_k_keys_not_what_its_pages_could_hold():
+    """A live paged problem names seqlen_k and no cu_seqlens_k: each sequence has seqlen_k keys (45),
+    not the 48 its six pages of 8 could hold (the last page's 3 spare rows are no keys)."""
+    import dataclasses
+
+    spec = AttentionSpec(batch=2, heads_q=2, heads_kv=2, seqlen_q=40, seqlen_k=45, head_dim=16)
+    ops = make_attention_operands(spec, "random", 3)
+    rec = model_recording(ops.q, None, None, ops.provenance, paged=to_paged(ops.k, ops.v, 8, seed=1),
+                          causal="bottom_right", block_q=16, block_kv=16)
+    assert rec.spec.seqlens_k == (45, 45) and rec.spec.max_pages * rec.spec.page_size == 48
+    live = dataclasses.replace(rec, spec=dataclasses.replace(rec.spec, seqlens_k=None), cu_seqlens_k=None)
+    an = analyze_attention(live)
+    assert an.verdict is Verdict.MATCH and an.first is None, sentence(an)
