@@ -95,7 +95,7 @@ def tapped_stages(case: Case) -> set[str]:
         return stages | ({"epilogue_scale"} if case.spec.epilogue_scaled else set())
     if folder == ROOT / "zoo" / "w4a16_sm80":  # packed B as loaded, then dequantised; alpha, then the cast
         return {"load_a", "load_b", "dequant_b", "mma", "epilogue_alpha_beta", "epilogue_cast"}
-    if folder == ROOT / "zoo" / "deepgemm_sm90":  # the block scales a k-block applied, then alpha and the cast
+    if folder in (ROOT / "zoo" / "deepgemm_sm90", ROOT / "zoo" / "mx_sm80"):  # the block scales a k-block applied
         stages = {"load_a", "load_b", "scale_a", "scale_b", "mma", "epilogue_alpha_beta", "epilogue_cast"}
         return stages | ({"reduce"} if case.spec.partitioned else set())
     if folder == ROOT / "zoo" / "split_gemm":
