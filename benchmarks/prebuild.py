@@ -63,12 +63,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--zoo", nargs="*", default=None, help="also the manifest entries whose name holds one of these")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--no-base", action="store_true", help="only the manifest entries, not the base cases")
     ap.add_argument("--into", default=None, help="also copy each built entry into this cache folder (same layout)")
     args = ap.parse_args()
     from harness.build import build_cubin, build_library, default_cache_dir
     from oracle.run.case import load_case
 
-    cases = [(p, load_case(str(ROOT / p), {"m": 128, "n": 128, "k": 128})) for p in CASES]
+    cases = [] if args.no_base else [(p, load_case(str(ROOT / p), {"m": 128, "n": 128, "k": 128})) for p in CASES]
     if args.zoo is not None:
         cases += list(_zoo_cases(args.zoo or [""]))
     jobs = {}

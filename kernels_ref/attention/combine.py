@@ -42,7 +42,7 @@ def _combine_rows(o_ptr, lse_ptr, s_o, s_l, rows, R, DV, S: tl.constexpr, RP: tl
     return o, lse
 
 
-@triton.jit
+@triton.jit(do_not_specialize=("R", "DV"))
 def _combine_kernel(o_ptr, lse_ptr, out_ptr, lse_out_ptr, R, DV, S: tl.constexpr, RP: tl.constexpr,
                     DVP: tl.constexpr):
     rows = tl.program_id(0) * RP + tl.arange(0, RP)

@@ -65,7 +65,13 @@ def _load_rows(ptr, rows, s_t, head_off, s_d, ok_r, D, DP: tl.constexpr, DT: tl.
     return tl.where(ok, _decode_f32(_unsigned(raw, W), DT), 0.0)
 
 
-@triton.jit
+# Sizes and strides are not specialised on (Triton would compile a kernel for each pattern of sizes
+# that are 1 or multiples of 16): one compile per dtype, mask and paging serves every shape.
+_SIZES = ("sq_t", "sq_h", "sk_t", "sk_h", "sv_t", "sv_h", "s_pt", "PS", "HQ", "GROUP", "NQB", "MAXQ", "D", "DV",
+          "BQ", "BKV", "left", "right", "per_split", "R")
+
+
+@triton.jit(do_not_specialize=_SIZES)
 def _forward_kernel(q_ptr, sq_t, sq_h, sq_d, k_ptr, sk_t, sk_h, sk_d, v_ptr, sv_t, sv_h, sv_d,
                     lq_ptr, lk_ptr, qs_ptr, ks_ptr, pt_ptr, s_pt, PS,
                     o_ptr, lse_ptr, qa_ptr, sa_ptr, nk_ptr, av_ptr,
