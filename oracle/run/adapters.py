@@ -7,11 +7,12 @@ Adapter.unsupported(spec) lists, field by field, what the problem asks that the 
 into every recording of the case (Recording.serialised), and the judgement lists it under what a
 run did not see.
 
-Adapter.expected_defines(spec) says what the case expects of the kernel (its tile, element types and
-majors) as `-DORACLE_CASE_*` defines; library_defines() adds them to the library's own, and the
+Adapter.expected_defines(spec) says what the case expects of the kernel (its tile, element types,
+majors, bias and activation) as `-DORACLE_CASE_*` defines; library_defines() adds them to the library's own, and the
 adapter's type checks compare them with the kernel's types at compile time (the build stops in
 seconds, before the kernel is instantiated, where they differ), so a case that does not fit the kernel
-is not found only by oracle_launch after the full build.
+is not found only by oracle_launch after the full build. The epilogue's order is the kernel's tree's,
+read from the built library (oracle.run.library_epilogue), so it is not limited here.
 
 Constraints: only an include line in the library's own file counts (`#include
 "oracle_trace/cutlass.hpp"`, angle brackets too); an include through another of the user's headers

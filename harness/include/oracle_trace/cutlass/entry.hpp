@@ -28,11 +28,15 @@
 // where a live run passes it as -DORACLE_CASE_* defines (oracle/run/adapters.py library_defines).
 //
 // Constraints: one GEMM (batch 1, no groups, no split-K or stream-K request; the kernel's tile scheduler
-// CUTLASS's default persistent one), no bias or activation. The epilogue is CUTLASS's
-// LinearCombination (alpha, beta, C; no scales) or the adapter's TensorScaledLinearCombination (also
-// scale_a and scale_b of kind "tensor": one fp32 each, handed to the kernel as device pointers; the
-// quick route only); a fusion with anything else stops the build at a static_assert, a problem the
-// fusion lacks is refused with kLaunchUnsupported. C absent only with beta == 0 (D's address then
+// CUTLASS's default persistent one). The epilogue is CUTLASS's LinearCombination (alpha, beta, C; no
+// scales), LinCombEltAct, LinCombPerRowBias, LinCombPerColBias or their EltAct forms (the quick route
+// passes the bias: a contiguous [M] or [N] vector of the fusion's ElementBias), the adapter's
+// TensorScaledLinearCombination (also scale_a and scale_b of kind "tensor": one fp32 each, handed to the
+// kernel as device pointers; the quick route only), or the user's own Sm90EVT tree (its arguments filled
+// by ORACLE_CUTLASS_ENTRY_WITH's function; its bias and activation are not checked here, its order is);
+// a fusion with anything else stops the build at a static_assert, a problem the fusion lacks (or a bias
+// or activation it does not have) is refused with kLaunchUnsupported. The traced build keeps the
+// epilogue tree's order as text (ORACLE_CUTLASS_EPILOGUE_ORDER) for the oracle to read. C absent only with beta == 0 (D's address then
 // stands in for C's, which the epilogue does not read). The case's tile must be the kernel's CTA tile
 // (BM, BN, BK). Each stride mode CUTLASS fixes at compile time (the unit stride of a row- or
 // column-major operand) must be the tensor's. The host route's own arguments are run as returned

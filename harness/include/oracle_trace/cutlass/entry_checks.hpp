@@ -185,6 +185,17 @@ struct CaseActivationCheck {
   static constexpr bool ok = true;
 };
 
+// Both, where the kernel's fusion says them (not a user's own tree: kKnown false).
+template <bool kKnown, int KernelBias, int CaseBias, int KernelActivation, int CaseActivation>
+struct CaseFusionCheck {
+  static constexpr bool ok =
+      CaseBiasCheck<KernelBias, CaseBias>::ok && CaseActivationCheck<KernelActivation, CaseActivation>::ok;
+};
+template <int KernelBias, int CaseBias, int KernelActivation, int CaseActivation>
+struct CaseFusionCheck<false, KernelBias, CaseBias, KernelActivation, CaseActivation> {
+  static constexpr bool ok = true;
+};
+
 struct OperandBias {};
 
 // The bias vector's element type, where the fusion has one the adapter fills.
@@ -228,8 +239,8 @@ struct CaseChecks {
   static_assert(CaseMajorCheck<OperandB, unit_mode<typename Kernel::StrideB>(), ORACLE_CASE_B_UNIT_MODE>::ok, "");
   static_assert(CaseMajorCheck<OperandD, unit_mode<typename Kernel::StrideD>(), ORACLE_CASE_D_UNIT_MODE>::ok, "");
 #if defined(ORACLE_CASE_BIAS)
-  static_assert(T::kUserTree || CaseBiasCheck<T::Facts::bias, ORACLE_CASE_BIAS>::ok, "");
-  static_assert(T::kUserTree || CaseActivationCheck<T::Facts::activation, ORACLE_CASE_ACTIVATION>::ok, "");
+  static_assert(CaseFusionCheck<!T::kUserTree, T::Facts::bias, ORACLE_CASE_BIAS, T::Facts::activation,
+                                ORACLE_CASE_ACTIVATION>::ok, "");
 #endif
 #if defined(ORACLE_CASE_BIAS_DTYPE)
   static_assert(BiasElementCheck<Gemm, T::kUserTree || T::Facts::bias == int(BiasKind::None)>::ok, "");

@@ -20,8 +20,24 @@
 //   scales read from device pointers, the scale its own step as the oracle's default epilogue has it):
 //     TapNode<epilogue_cast, D>( convert<D>( TapNode<epilogue_alpha_beta, fp32>( beta * C + alpha *
 //       TapNode<epilogue_scale, fp32>( (scale_a * scale_b) * acc ) ) ) )
-//   Any other fusion (bias, activation, row / column / block scales, auxiliary outputs): static_assert
-//   naming what is traced.
+//   LinCombEltAct (D = act(alpha * acc + beta * C)): CUTLASS's LinearCombination subtree in fp32 tapped as
+//     epilogue_alpha_beta, the activation in fp32 (epilogue_activation), the cast (epilogue_cast).
+//   LinCombPerRowBias / LinCombPerColBias[EltAct] (D = [act](alpha * acc + bias + beta * C)), CUTLASS's tree
+//   with its two FMAs kept as they are: alpha * acc + bias (epilogue_bias; alpha * acc computed beside it
+//   from the same accumulator and alpha by a ProbeNode, tapped as epilogue_alpha), beta * C + x
+//   (epilogue_beta_c; its tap off where beta is 0 and no beta pointer is given), [the activation,] the
+//   cast. Arguments: CUTLASS's own for the operation (alpha, beta, bias_ptr, dBias, activation, ...).
+//   Activations: ReLu (relu), GELU (gelu_erf), GELU_taylor (gelu_tanh), SiLu (silu); another (Clamp, ...)
+//   has no oracle counterpart: static_assert.
+//   Any other fusion (row / column / block scales, auxiliary outputs): static_assert naming what is traced.
+//
+// A user's own tree (an Sm90EVT given to the epilogue builder as its fusion) is taken as written:
+// Tap<stage, Node> and Fused<stage, Node> (below) mark its steps.
+//
+// The order: StepsOf<Tree>::type lists a tree's steps in the order the visitor computes them (its
+// TapNodes, ProbeNodes, Taps and Fused marks; children left to right, then the node), OrderText
+// spells them as a case's `epilogue` tokens; the entry macros keep that text in the traced library,
+// where the oracle reads it (oracle/run/library_epilogue.py).
 //
 // Constraints: taps carry tile (m, n) from the epilogue's own tile coordinate and the group (batch
 // entry) when L > 1; elements past M or N are tapped as the registers hold them (the oracle excludes
@@ -95,6 +111,11 @@ struct TapNode : cutlass::epilogue::fusion::Sm90Compute<TapPass, T, T, cutlass::
   template <bool ReferenceSrc, class... Args>
   CUTLASS_DEVICE auto get_consumer_store_callbacks(
       cutlass::epilogue::fusion::detail::ConsumerStoreArgs<Args...> const& args) {
+    return make_callbacks<ConsumerStoreCallbacks>(args);
+  }
+
+  template <template <class> class Callbacks, class... Args>
+  CUTLASS_DEVICE auto make_callbacks(cutlass::epilogue::fusion::detail::ConsumerStoreArgs<Args...> const& args) {
     auto [M, N, K, L] = args.problem_shape_mnkl;
     auto [m, n, k, l] = args.tile_coord_mnkl;
     const int bm = int(cute::size<0>(args.tile_shape_mnk)), bn = int(cute::size<1>(args.tile_shape_mnk));
@@ -102,8 +123,36 @@ struct TapNode : cutlass::epilogue::fusion::Sm90Compute<TapPass, T, T, cutlass::
     const int row0 = int(M) - int(cute::get<0>(args.residue_tCcD)) - int(m) * bm;
     const int col0 = int(N) - int(cute::get<1>(args.residue_tCcD)) - int(n) * bn;
     const int group = int(L) > 1 ? int(l) : kNone;
-    return ConsumerStoreCallbacks<decltype(args.tCcD)>(args.tCcD, row0, col0, int(m), int(n), group, bm, bn,
-                                                       this->params.off);
+    return Callbacks<decltype(args.tCcD)>(args.tCcD, row0, col0, int(m), int(n), group, bm, bn, this->params.off);
+  }
+};
+
+// An EVT node of two children: taps the first's value as stage S and returns the second's unchanged.
+// The first is computed for the tap alone: CUTLASS's FMA alpha * acc + bias never holds alpha * acc, so
+// the adapter's trees compute it beside the FMA from the same accumulator and alpha, and the step
+// before the bias is the kernel's own value, not a reference stand-in.
+template <Stage S, class T>
+struct ProbeNode : TapNode<S, T> {
+  using TapNode<S, T>::TapNode;
+
+  template <class CoordTensor>
+  struct ProbeCallbacks : TapNode<S, T>::template ConsumerStoreCallbacks<CoordTensor> {
+    using Tapped = typename TapNode<S, T>::template ConsumerStoreCallbacks<CoordTensor>;
+    using Tapped::Tapped;
+
+    template <class ElementAccumulator, class ElementProbe, class ElementValue, int FragmentSize>
+    CUTLASS_DEVICE cutlass::Array<ElementValue, FragmentSize> visit(
+        cutlass::Array<ElementAccumulator, FragmentSize> const& acc, int epi_v, int epi_m, int epi_n,
+        cutlass::Array<ElementProbe, FragmentSize> const& probe, cutlass::Array<ElementValue, FragmentSize> const& value) {
+      Tapped::visit(acc, epi_v, epi_m, epi_n, probe);
+      return value;
+    }
+  };
+
+  template <bool ReferenceSrc, class... Args>
+  CUTLASS_DEVICE auto get_consumer_store_callbacks(
+      cutlass::epilogue::fusion::detail::ConsumerStoreArgs<Args...> const& args) {
+    return this->template make_callbacks<ProbeCallbacks>(args);
   }
 };
 
@@ -212,6 +261,10 @@ struct StepsOf<FusedNode<S, Node>> {
 template <class NodeOp, class... Children>
 struct StepsOf<cutlass::epilogue::fusion::Sm90TreeVisitor<NodeOp, Children...>> {
   using type = typename JoinSteps<typename StepsOf<Children>::type..., typename StepsOf<NodeOp>::type>::type;
+};
+template <Stage S, class T, class Probe, class Value>
+struct StepsOf<cutlass::epilogue::fusion::Sm90TreeVisitor<ProbeNode<S, T>, Probe, Value>> {  // the probe's step first
+  using type = typename JoinSteps<typename StepsOf<Probe>::type, Steps<S>, typename StepsOf<Value>::type>::type;
 };
 template <class Compute, class Edges, class... Ops>
 struct StepsOf<cutlass::epilogue::fusion::Sm90TopologicalVisitor<Compute, Edges, Ops...>> {
@@ -509,19 +562,23 @@ using CastTree =
     TapTree<Stage::EpilogueCast, fusion::Sm90EVT<fusion::Sm90Compute<Pass, Out, Compute, Round>, X>, Out>;
 
 // CUTLASS's Sm90LinCombPerRowBias / PerColBias subtree in Compute, tapped: alpha * acc + bias as one
-// FMA (alpha fused, bias tapped), then beta * C + x as one FMA (beta_c tapped).
+// FMA (bias tapped; alpha * acc computed beside it for the alpha tap), then beta * C + x as one FMA
+// (beta_c tapped).
+template <class Compute, class Scalar, cutlass::FloatRoundStyle Round>
+using AlphaProbe = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::multiplies, Compute, Compute, Round>,
+                                   fusion::Sm90ScalarBroadcast<Scalar, ScalarStride>, fusion::Sm90AccFetch>;
 template <class Compute, class Source, class Scalar, cutlass::FloatRoundStyle Round, class BiasLeaf>
 using BiasTree = TapTree<
     Stage::EpilogueBetaC,
     fusion::Sm90EVT<fusion::Sm90Compute<cutlass::homogeneous_multiply_add, Compute, Compute, Round>,
                     fusion::Sm90ScalarBroadcast<Scalar, ScalarStride>, fusion::Sm90SrcFetch<Source>,
-                    FusedNode<Stage::EpilogueAlpha,
-                              TapTree<Stage::EpilogueBias,
-                                      fusion::Sm90EVT<fusion::Sm90Compute<cutlass::homogeneous_multiply_add, Compute,
-                                                                          Compute, Round>,
-                                                      fusion::Sm90ScalarBroadcast<Scalar, ScalarStride>,
-                                                      fusion::Sm90AccFetch, BiasLeaf>,
-                                      Compute>>>,
+                    fusion::Sm90EVT<ProbeNode<Stage::EpilogueAlpha, Compute>, AlphaProbe<Compute, Scalar, Round>,
+                                    TapTree<Stage::EpilogueBias,
+                                            fusion::Sm90EVT<fusion::Sm90Compute<cutlass::homogeneous_multiply_add,
+                                                                                Compute, Compute, Round>,
+                                                            fusion::Sm90ScalarBroadcast<Scalar, ScalarStride>,
+                                                            fusion::Sm90AccFetch, BiasLeaf>,
+                                            Compute>>>,
     Compute>;
 
 // The bias leaves CUTLASS's trees use: per row (one per m: CUTLASS's ColBroadcast), per column.
@@ -539,7 +596,9 @@ typename Tree::Arguments bias_tree_arguments(CutlassArguments const& a) {
   auto fill = [&](auto& beta_tree) {
     auto& fma = beta_tree.op_0;
     fma.op_0 = {{a.beta}, {a.beta_ptr}, {a.dBeta}};
-    auto& alpha_bias = fma.op_2.op_0;  // FusedNode -> tap -> FMA
+    auto& probe = fma.op_2;            // probe(alpha * acc, tap(alpha * acc + bias))
+    probe.op_0.op_0 = {{a.alpha}, {a.alpha_ptr}, {a.dAlpha}};
+    auto& alpha_bias = probe.op_1.op_0;
     alpha_bias.op_0 = {{a.alpha}, {a.alpha_ptr}, {a.dAlpha}};
     using Bias = std::remove_cv_t<std::remove_pointer_t<decltype(a.bias_ptr)>>;
     alpha_bias.op_2 = {a.bias_ptr, Bias(0), a.dBias};
