@@ -7,11 +7,12 @@ Adapter.unsupported(spec) lists, field by field, what the problem asks that the 
 into every recording of the case (Recording.serialised), and the judgement lists it under what a
 run did not see.
 
-Adapter.expected_defines(spec) says what the case expects of the kernel (its tile, element types and
-majors) as `-DORACLE_CASE_*` defines; library_defines() adds them to the library's own, and the
+Adapter.expected_defines(spec) says what the case expects of the kernel (its tile, element types,
+majors, bias and activation) as `-DORACLE_CASE_*` defines; library_defines() adds them to the library's own, and the
 adapter's type checks compare them with the kernel's types at compile time (the build stops in
 seconds, before the kernel is instantiated, where they differ), so a case that does not fit the kernel
-is not found only by oracle_launch after the full build.
+is not found only by oracle_launch after the full build. The epilogue's order is the kernel's tree's,
+read from the built library (oracle.run.library_epilogue), so it is not limited here.
 
 Constraints: only an include line in the library's own file counts (`#include
 "oracle_trace/cutlass.hpp"`, angle brackets too); an include through another of the user's headers
@@ -29,16 +30,13 @@ from typing import Optional
 
 from harness import source_files
 from harness.fields import shown
+from harness.launch_abi import BIAS_KINDS
 from harness.files import read_head
 from kernels_ref.dtypes import FP8, dtype
+from kernels_ref.epilogue import ACTIVATIONS
 from oracle.problem.spec import ProblemSpec
 
 MAX_SOURCE_BYTES = 1 << 20  # a library's source is read this far for its include lines
-
-# The epilogue graphs the adapter's traced trees compute (sm90_epilogue.hpp): LinearCombination and
-# TensorScaledLinearCombination, in the default order (docs/epilogue.md).
-_CUTLASS_GRAPHS = (("alpha_beta", "cast"), ("scale", "alpha_beta", "cast"))
-
 
 @dataclass(frozen=True)
 class Adapter:
@@ -71,11 +69,8 @@ class Adapter:
         if spec.stream_k_workers is not None:
             why.append(f"stream_k_workers = {spec.stream_k_workers}: CUTLASS's own tile scheduler decides, the adapter "
                        f"requests no stream-K; supported: none")
-        epilogues = "the adapter's epilogues (LinearCombination, TensorScaledLinearCombination)"
-        if spec.bias != "none":
-            why.append(f"bias = {shown(spec.bias)}: {epilogues} add no bias; supported: none")
-        if spec.activation != "none":
-            why.append(f"activation = {shown(spec.activation)}: {epilogues} apply none; supported: none")
+        # bias, activation and epilogue: the kernel's tree says which it has (checked at the build:
+        # expected_defines, and against the built library's order: oracle.run.library_epilogue)
         kinds = (spec.scale_a.kind, spec.scale_b.kind)
         for op, kind in zip("ab", kinds):
             if kind not in ("none", "tensor"):
@@ -89,25 +84,25 @@ class Adapter:
             why.append(f"acc_model = {shown(spec.resolved_acc_model)}: the adapter traces fp8 through CUTLASS's "
                        f"FP8FastAccum mainloop only (WGMMA's accumulator, no promotion; the promoting FP8 mainloop "
                        f"stops the traced build at a static_assert); supported: fp8_fast")
-        if spec.epilogue is not None and tuple(spec.epilogue) not in _CUTLASS_GRAPHS:
-            why.append(f"epilogue = {shown(list(spec.epilogue))}: the adapter's traced trees compute "
-                       f"[scale,] alpha_beta, cast in that order; supported: "
-                       f"{' or '.join(str(list(g)) for g in _CUTLASS_GRAPHS)} (or leave epilogue out)")
         return why
 
 
     def expected_defines(self, spec: ProblemSpec) -> dict[str, str]:
-        """The case's tile, element types (launch codes) and majors as the adapter's type checks read them
-        (ORACLE_CASE_*, harness/include/oracle_trace/cutlass/entry.hpp CaseChecks); {} for another adapter.
-        A major is the stride mode of unit stride in CUTLASS's (m, k), (n, k), (m, n) order: 1 for a
-        row-major A, C, D and a column-major (K-contiguous) B."""
+        """The case's tile, element types (launch codes), majors, bias and activation as the adapter's type
+        checks read them (ORACLE_CASE_*, harness/include/oracle_trace/cutlass/entry_checks.hpp CaseChecks); {}
+        for another adapter. A major is the stride mode of unit stride in CUTLASS's (m, k), (n, k), (m, n)
+        order: 1 for a row-major A, C, D and a column-major (K-contiguous) B. The bias and activation are
+        launch.hpp's codes (BiasKind: none 0, row 1, col 2; Activation: kernels_ref.epilogue.ACTIVATIONS)."""
         if self.name != "cutlass_sm90":
             return {}
         out = {"ORACLE_CASE_TILE_M": spec.tile.bm, "ORACLE_CASE_TILE_N": spec.tile.bn, "ORACLE_CASE_TILE_K": spec.tile.bk,
                "ORACLE_CASE_A": dtype(spec.a_dtype).launch_code, "ORACLE_CASE_B": dtype(spec.b_dtype).launch_code,
                "ORACLE_CASE_D": dtype(spec.out_dtype).launch_code,
                "ORACLE_CASE_A_UNIT_MODE": int(spec.a_major == "row"), "ORACLE_CASE_B_UNIT_MODE": int(spec.b_major == "col"),
-               "ORACLE_CASE_D_UNIT_MODE": int(spec.d_major == "row")}
+               "ORACLE_CASE_D_UNIT_MODE": int(spec.d_major == "row"),
+               "ORACLE_CASE_BIAS": BIAS_KINDS.index(spec.bias), "ORACLE_CASE_ACTIVATION": ACTIVATIONS.index(spec.activation)}
+        if spec.bias != "none":
+            out["ORACLE_CASE_BIAS_DTYPE"] = dtype(spec.bias_dtype).launch_code
         if spec.c_dtype is not None:
             out.update(ORACLE_CASE_C=dtype(spec.c_dtype).launch_code, ORACLE_CASE_C_UNIT_MODE=int(spec.c_major == "row"))
         return {name: str(value) for name, value in out.items()}

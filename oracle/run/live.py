@@ -27,6 +27,7 @@ from oracle.run import attention_live
 from oracle.run.case_types import Case, CaseError
 from oracle.run.adapters import library_defines
 from oracle.run.kernel_flags import build_options
+from oracle.run.library_epilogue import declared_order, with_library_order
 from oracle.run.inputs import Operands, Provenance, analytic_ones_value, check_operands
 from oracle.run.recording import Recording, trace_warnings
 from oracle.run.launch import from_storage, is_library, launch_sequence, library_call
@@ -112,6 +113,8 @@ def _run_live_library(case: Case, ops: Operands, provenance: Provenance, budget,
     call, tensors = library_call(case, ops)
     k = case.kernel
     br = build_library(k.library, arch=k.arch, defines=library_defines(k, case.spec, traced=True), **build_options(k))
+    # the order the library's epilogue tree declares: the case's when it declares none, else refused if another
+    case, order_note = with_library_order(case, declared_order(br.read()) if k.adapter is not None else None)
     sel = trace_selection(case)
     capacity = initial_sink_bytes(budget, ceiling)
     prefix = trace_format.sink_prefix(capacity, tiles=sel.tiles, k_blocks=sel.k_blocks, stages=sel.stages)
@@ -123,7 +126,11 @@ def _run_live_library(case: Case, ops: Operands, provenance: Provenance, budget,
     finally:
         first_call.wait()
     t2 = time.perf_counter()
-    return _recording(case, ops, provenance, run, budget, ceiling, (), br.cached, (t0, t1, t2), command)
+    live = _recording(case, ops, provenance, run, budget, ceiling, (), br.cached, (t0, t1, t2), command)
+    if order_note is None:
+        return live
+    rec = replace(live.recording, notes=live.recording.notes + (order_note,))
+    return replace(live, recording=rec, trace_notes=live.trace_notes + (order_note,))
 
 
 def library_descriptor_note(descriptors, taps) -> str:

@@ -116,7 +116,8 @@ def _launch(lib_path: Path, call: L.LibraryCall, **fields) -> tuple[int, str]:
                     L.TensorSlotArg("b", "b", "bf16", (520, 392), (1, 520)),
                     L.TensorSlotArg("d", "d", "bf16", (300, 392), (392, 1), "out"))),
      {}, 1001, "beta = 0.5 needs C"),
-    (_call(bias_kind="col"), {}, 1001, "no bias or activation"),
+    (_call(bias_kind="col"), {}, 1001, "the kernel's epilogue adds bias none and activation none; the case asks "
+                                       "for bias col and activation none"),
     (_call(), {"scale_a_kind": 1, "scale_b_kind": 1}, 1001,
      "the epilogue is a LinearCombination (alpha, beta, C): no scales (scale kinds tensor and tensor given"),
 ])

@@ -3,8 +3,9 @@
 - a launch library whose own source includes oracle_trace/cutlass.hpp is known as the cutlass_sm90
   adapter's, and a library that does not include it is not;
 - what the adapter cannot run is refused when the case is loaded, every field named with what is
-  supported (batch, groups, splits, stream-K, bias, activation, scales other than per-tensor on both
-  operands, fp8 without fp8_fast, another epilogue order);
+  supported (batch, groups, splits, stream-K, scales other than per-tensor on both operands, fp8
+  without fp8_fast); a bias, an activation and an epilogue order load (the kernel's tree says which it
+  has: the build checks them), and a live build carries them as -DORACLE_CASE_* defines;
 - the adapter's serialisation travels with a recording (saved and loaded), and the judgement of the
   committed CUTLASS dumps lists it under what was not seen, for a MATCH and for a finding alike,
   without opening a confound or changing the finding's kind; a reproducer's traced run carries it too.
@@ -49,9 +50,6 @@ def test_the_adapter_is_known_from_the_library_s_own_include_line(tmp_path):
     ("cutlass_sm90.toml", {"groups": [100, 200]}, "[problem] groups = [100, 200]"),
     ("cutlass_sm90.toml", {"splits": 2}, "[problem] splits = 2: CUTLASS's own tile scheduler decides"),
     ("cutlass_sm90.toml", {"stream_k_workers": 8}, "[problem] stream_k_workers = 8"),
-    ("cutlass_sm90.toml", {"bias": "col"}, "[problem] bias = 'col': the adapter's epilogues (LinearCombination, "
-                                           "TensorScaledLinearCombination) add no bias; supported: none"),
-    ("cutlass_sm90.toml", {"activation": "relu"}, "[problem] activation = 'relu'"),
     ("cutlass_sm90.toml", {"scale_a": {"kind": "row"}, "scale_b": {"kind": "tensor"}},
      "[problem] scale_a.kind = 'row': supported: none (LinearCombination) or tensor on both A and B"),
     ("cutlass_sm90.toml", {"scale_a": {"kind": "tensor"}},
@@ -59,8 +57,6 @@ def test_the_adapter_is_known_from_the_library_s_own_include_line(tmp_path):
     ("e4m3.toml", {"acc_model": None}, "[problem] acc_model = 'fp32': the adapter traces fp8 through CUTLASS's "
                                        "FP8FastAccum mainloop only"),
     ("e4m3.toml", {"acc_model": "fp8_promoted", "promotion_interval": 128}, "acc_model = 'fp8_promoted'"),
-    ("cutlass_sm90.toml", {"epilogue": ["alpha", "beta_c", "cast"]}, "[problem] epilogue = ['alpha', 'beta_c', "
-                                                                     "'cast']"),
 ])
 def test_what_the_adapter_cannot_run_is_refused_when_the_case_is_loaded(case_file, over, words):
     over = {k: v for k, v in over.items()}
@@ -76,6 +72,11 @@ def test_what_the_adapter_runs_loads_and_a_library_without_it_is_not_limited():
         load_case(str(ZOO / case_file), allow_library=True)
     load_case(str(ZOO / "cutlass_sm90.toml"), {"epilogue": ["alpha_beta", "cast"]}, allow_library=True)
     load_case(str(ZOO / "e4m3.toml"), {"epilogue": ["scale", "alpha_beta", "cast"]}, allow_library=True)
+    # a bias, an activation and another order load: the kernel's tree says which it has (the build's
+    # ORACLE_CASE_* checks, the order read from the built library: tests/cpu/test_cutlass_evt.py)
+    load_case(str(ZOO / "bias_gelu.toml"), {"epilogue": ["alpha", "bias", "beta_c", "activation", "cast"]},
+              allow_library=True)
+    load_case(str(ZOO / "cutlass_sm90.toml"), {"bias": "row", "activation": "relu"}, allow_library=True)
     # the hand-written library example has a bias: no adapter, no limit
     lib = load_case(str(ROOT / "harness" / "examples" / "simple_gemm_lib.toml"), {"bias": "col"}, allow_library=True)
     assert lib.spec.bias == "col"
@@ -146,10 +147,14 @@ def test_a_live_build_carries_what_the_case_expects_of_the_kernel():
                       "ORACLE_CASE_TILE_M": "128", "ORACLE_CASE_TILE_N": "64", "ORACLE_CASE_TILE_K": "64",
                       "ORACLE_CASE_A": "2", "ORACLE_CASE_B": "2", "ORACLE_CASE_D": "3", "ORACLE_CASE_C": "3",
                       "ORACLE_CASE_A_UNIT_MODE": "1", "ORACLE_CASE_B_UNIT_MODE": "0", "ORACLE_CASE_D_UNIT_MODE": "1",
-                      "ORACLE_CASE_C_UNIT_MODE": "1"}
+                      "ORACLE_CASE_C_UNIT_MODE": "1", "ORACLE_CASE_BIAS": "0", "ORACLE_CASE_ACTIVATION": "0"}
     assert library_defines(case.kernel, case.spec, traced=False) == {k: v for k, v in traced.items()
                                                                       if k != "ORACLE_TRACE"}
     no_c = load_case(str(ZOO / "cutlass_sm90.toml"), {"beta": 0.0, "c_dtype": None}, allow_library=True)
     assert not any(k.startswith("ORACLE_CASE_C") for k in library_defines(no_c.kernel, no_c.spec, traced=True))
+    biased = load_case(str(ZOO / "bias_gelu.toml"), {"bias": "row", "activation": "silu"}, allow_library=True)
+    assert {k: v for k, v in library_defines(biased.kernel, biased.spec, traced=True).items()
+            if k in ("ORACLE_CASE_BIAS", "ORACLE_CASE_ACTIVATION", "ORACLE_CASE_BIAS_DTYPE")} == \
+        {"ORACLE_CASE_BIAS": "1", "ORACLE_CASE_ACTIVATION": "4", "ORACLE_CASE_BIAS_DTYPE": "3"}
     plain = load_case(str(ROOT / "harness" / "examples" / "simple_gemm_lib.toml"), allow_library=True)
     assert library_defines(plain.kernel, plain.spec, traced=True) == {"ORACLE_TRACE": "1", **plain.kernel.defines}

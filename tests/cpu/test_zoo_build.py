@@ -142,6 +142,30 @@ def test_manifest_covers_the_cutlass_host_route():
     assert {e["expected_stage"] for e in doc.values()} == {None, "epilogue_alpha_beta", "mma", "descriptor_b"}
 
 
+def test_manifest_covers_the_cutlass_evt_epilogues():
+    """The bias + GELU epilogue: CUTLASS's fusion (correct), the user's own tree (correct) and one entry per
+    defect planted in that tree, each case building its own define, which the source plants, with no
+    `epilogue` declared (the tree's order is read from the built library)."""
+    from oracle.run.case import load_case
+
+    doc = {e["name"].removeprefix("cutlass_sm90_"): e for e in _manifest()
+           if e["name"].startswith(("cutlass_sm90_evt_", "cutlass_sm90_bias_"))}
+    want = {"bias_gelu_correct": None, "evt_correct": None, "evt_bias_row": "epilogue_bias",
+            "evt_gelu_tanh": "epilogue_activation", "evt_beta_first": "epilogue_bias"}
+    assert {n: e["expected_stage"] for n, e in doc.items()} == want, sorted(doc)
+    text = (ROOT / "zoo" / "cutlass_sm90" / "cutlass_sm90.cu").read_text()
+    for name, e in doc.items():
+        case = load_case(str(ROOT / e["case"]), e["problem"], allow_library=True)
+        defines = case.kernel.defines
+        planted = {d for d in defines if d.startswith("ZOO_CUTLASS_EVT_")}
+        assert planted == (set() if e["defect"] is None else {f"ZOO_CUTLASS_{e['defect'].upper()}"}), (name, defines)
+        assert ("ZOO_CUTLASS_EVT" in defines) == name.startswith("evt_"), (name, defines)
+        for define in planted | {"ZOO_CUTLASS_BIAS_GELU"}:
+            assert define in defines and f"defined({define})" in text, (name, define)
+        assert (case.spec.bias, case.spec.activation, case.spec.epilogue) == ("col", "gelu_erf", None), name
+        assert e.get("dump_pending") is True or (ROOT / e["dump"]).is_file(), name
+
+
 def test_manifest_covers_the_cutlass_gemm_in_both_schedules():
     doc = [e for e in _manifest() if e["kernel"].startswith("zoo/cutlass_sm90/")]
     text = (ROOT / "zoo" / "cutlass_sm90" / "cutlass_sm90.cu").read_text()
@@ -166,7 +190,8 @@ def test_manifest_covers_the_cutlass_gemm_in_both_schedules():
                 macro = f"ZOO_CUTLASS_{e['defect'].upper()}"
                 assert set(defines) - {"ZOO_CUTLASS_PINGPONG", "ZOO_CUTLASS_E4M3"} == {macro} and macro in text, \
                     (e["name"], defines)
-    quick = [e for e in doc if not e["name"].startswith("cutlass_sm90_host_")]  # the host route: its own test
+    quick = [e for e in doc if not e["name"].startswith(("cutlass_sm90_host_", "cutlass_sm90_evt_",
+                                                         "cutlass_sm90_bias_"))]  # their own tests
     assert {e["expected_stage"] for e in quick} == {None, "descriptor_a", "load_a", "mma", "epilogue_alpha_beta"}
 
 

@@ -11,6 +11,13 @@
 //                              promotion: acc_model fp8_fast), and per-tensor scales
 //                              D = alpha * (scale_a * scale_b * acc) + beta * C (the adapter's
 //                              TensorScaledLinearCombination; four lines more than the bf16 kernel)
+//   ZOO_CUTLASS_BIAS_GELU=1    D = gelu_erf(alpha * acc + bias + beta * C), a bf16 bias per column: CUTLASS's
+//                              LinCombPerColBiasEltAct<GELU> fusion (the adapter's traced tree taps epilogue_bias,
+//                              epilogue_beta_c, epilogue_activation, epilogue_cast and declares alpha, bias,
+//                              beta_c, activation, cast)
+//   ZOO_CUTLASS_EVT=1          with ZOO_CUTLASS_BIAS_GELU: the same epilogue as the user's own Sm90EVT tree, written
+//                              by hand, its steps marked with oracle_trace::cutlass_sm90::Tap / Fused and its
+//                              arguments filled by the user's fill_epilogue (ORACLE_CUTLASS_ENTRY_WITH)
 //   ZOO_CUTLASS_PLAIN=1        without the adapter (the SASS-identity test's baseline; no oracle_launch)
 //   ZOO_CUTLASS_TYPES_ONLY=1   with ZOO_CUTLASS_PLAIN: the types alone, no kernel instantiated (a host
 //                              program that prints their layouts then compiles no device code)
@@ -22,6 +29,12 @@
 //   ZOO_CUTLASS_SMEM_A=1       A's element (5, 7) of k-block 2's stage overwritten with 64 after the TMA
 //                              wrote it, as the MMAs read it (traced build only, as above): load_a
 //   ZOO_CUTLASS_ALPHA_TWICE=1  alpha applied twice (the epilogue is handed alpha * alpha): epilogue_alpha_beta
+// Planted in the user's own tree (ZOO_CUTLASS_BIAS_GELU with ZOO_CUTLASS_EVT), its steps marked as intended:
+//   ZOO_CUTLASS_EVT_BIAS_ROW=1    the bias read per row (Sm90ColBroadcast: CUTLASS names a broadcast by the shape
+//                                 it fills, a column of the tile) where it is one per column: epilogue_bias
+//   ZOO_CUTLASS_EVT_GELU_TANH=1   GELU_taylor (the tanh approximation) where gelu_erf is meant: epilogue_activation
+//   ZOO_CUTLASS_EVT_BETA_FIRST=1  beta * C added before the bias (CUTLASS's LinearCombination subtree, the bias
+//                                 added after it), the taps marked in the intended order: epilogue_bias
 // The host route (ZOO_CUTLASS_HOST=1): Gemm::Arguments come from the user's own make_arguments, written
 // as CUTLASS's example 48 writes args_from_options, entered through ORACLE_CUTLASS_HOST_ENTRY; with one
 // of these planted host-code defects:
@@ -42,8 +55,8 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #if !defined(ZOO_CUTLASS_PLAIN)
 #include "oracle_trace/cutlass.hpp"  // (1) the adapter
-#elif defined(ZOO_CUTLASS_E4M3)
-#include "oracle_trace/cutlass/sm90_epilogue.hpp"  // TensorScaledLinearCombination, in production too
+#elif defined(ZOO_CUTLASS_E4M3) || defined(ZOO_CUTLASS_EVT)
+#include "oracle_trace/cutlass/sm90_epilogue.hpp"  // TensorScaledLinearCombination, Tap and Fused, in production too
 #endif
 
 namespace zoo_cutlass {
@@ -79,7 +92,52 @@ using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Fast
 #endif
 #else
 using TileShape = Shape<_128, _128, _64>;
+#if defined(ZOO_CUTLASS_BIAS_GELU) && defined(ZOO_CUTLASS_EVT)
+// The user's own tree: cast(gelu(beta * C + (alpha * acc + bias))), each step computed in fp32.
+namespace fusion = cutlass::epilogue::fusion;
+using oracle_trace::Stage;
+using oracle_trace::cutlass_sm90::Fused;
+using oracle_trace::cutlass_sm90::Tap;
+using ElementBias = cutlass::bfloat16_t;
+constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
+using Scalar = fusion::Sm90ScalarBroadcast<float>;
+#if defined(ZOO_CUTLASS_EVT_BIAS_ROW)
+using BiasLeaf = fusion::Sm90ColBroadcast<0, TileShape, ElementBias, float, Stride<_1, _0, int64_t>>;  // the defect
+#else
+using BiasLeaf = fusion::Sm90RowBroadcast<0, TileShape, ElementBias, float, Stride<_0, _1, int64_t>>;  // one per n
+#endif
+#if defined(ZOO_CUTLASS_EVT_GELU_TANH)
+template <class T>
+using Gelu = cutlass::epilogue::thread::GELU_taylor<T>;  // the defect
+#else
+template <class T>
+using Gelu = cutlass::epilogue::thread::GELU<T>;
+#endif
+template <template <class> class Fn>
+using Compute = fusion::Sm90Compute<Fn, float, float, kRound>;
+#if defined(ZOO_CUTLASS_EVT_BETA_FIRST)
+using AlphaBias = Fused<Stage::EpilogueAlpha,  // the defect: beta * C + alpha * acc where alpha * acc + bias belongs
+                        Tap<Stage::EpilogueBias, fusion::Sm90LinearCombination<float, float, ElementC, float>>>;
+using BetaC = Tap<Stage::EpilogueBetaC, fusion::Sm90EVT<Compute<cutlass::plus>, AlphaBias, BiasLeaf>>;
+#else
+using AlphaBias = Fused<Stage::EpilogueAlpha, Tap<Stage::EpilogueBias,  // alpha * acc + bias, one FMA
+                        fusion::Sm90EVT<Compute<cutlass::homogeneous_multiply_add>, Scalar, fusion::Sm90AccFetch, BiasLeaf>>>;
+using BetaC = Tap<Stage::EpilogueBetaC,  // beta * C + x, one FMA
+                  fusion::Sm90EVT<Compute<cutlass::homogeneous_multiply_add>, Scalar, fusion::Sm90SrcFetch<ElementC>, AlphaBias>>;
+#endif
+using Activation = Tap<Stage::EpilogueActivation, fusion::Sm90EVT<Compute<Gelu>, BetaC>>;
+using Fusion = Tap<Stage::EpilogueCast,
+                   fusion::Sm90EVT<fusion::Sm90Compute<cutlass::epilogue::thread::Identity, ElementD, float, kRound>,
+                                   Activation>,
+                   ElementD>;
+#elif defined(ZOO_CUTLASS_BIAS_GELU)
+using ElementBias = cutlass::bfloat16_t;
+using Fusion = cutlass::epilogue::fusion::LinCombPerColBiasEltAct<cutlass::epilogue::thread::GELU, ElementD,
+                                                                  ElementAccumulator, ElementBias, ElementC,
+                                                                  ElementAccumulator>;
+#else
 using Fusion = cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAccumulator, ElementC, ElementAccumulator>;
+#endif
 #if defined(ZOO_CUTLASS_PINGPONG)
 using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
 #else
@@ -130,7 +188,35 @@ using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int
                                                         CollectiveEpilogue>;
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
-#if defined(ZOO_CUTLASS_WRONG_STRIDE) || defined(ZOO_CUTLASS_ALPHA_TWICE)
+#if defined(ZOO_CUTLASS_BIAS_GELU) && defined(ZOO_CUTLASS_EVT)
+// The user's own code filling the tree's arguments, in the tree's nesting (children, then the node).
+inline int fill_epilogue(const oracle_trace::LaunchArgs* args, Gemm::Arguments& g) {
+  auto const* bias = static_cast<ElementBias const*>(args->tensors[oracle_trace::kSlotBias].data);
+#if defined(ZOO_CUTLASS_EVT_BETA_FIRST)
+  g.epilogue.thread = {       // cast
+      {                       // gelu
+          {                   // x + bias
+              {               // beta * C + alpha * acc
+                  {{args->beta}}, {}, {{{args->alpha}}, {}, {}}, {}},
+              {bias},
+              {}},
+          {}},
+      {}};
+#else
+  g.epilogue.thread = {       // cast
+      {                       // gelu
+          {                   // beta * C + x
+              {{args->beta}},
+              {},
+              {{{args->alpha}}, {}, {bias}, {}},  // alpha * acc + bias
+              {}},
+          {}},
+      {}};
+#endif
+  return 0;
+}
+#define ZOO_CUTLASS_ADJUST zoo_cutlass::fill_epilogue
+#elif defined(ZOO_CUTLASS_WRONG_STRIDE) || defined(ZOO_CUTLASS_ALPHA_TWICE)
 // The planted host-side defects, applied to the arguments the adapter filled.
 inline int plant(const oracle_trace::LaunchArgs* args, Gemm::Arguments& g) {
 #if defined(ZOO_CUTLASS_WRONG_STRIDE)

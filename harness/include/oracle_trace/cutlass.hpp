@@ -13,10 +13,15 @@
 // type after the rename). A kernel the adapter cannot run (another tile scheduler, a rank-3 problem
 // shape, another fusion, element type or stride) stops the build in seconds (cutlass/entry_checks.hpp).
 //
+// Bias and activation: CUTLASS's LinCombEltAct, LinCombPerRowBias, LinCombPerColBias and their EltAct forms
+// (cutlass/sm90_epilogue.hpp traces their trees), or the user's own Sm90EVT tree with its steps marked
+// oracle_trace::cutlass_sm90::Tap<Stage::Epilogue..., Node> (its arguments filled by the user's function,
+// ORACLE_CUTLASS_ENTRY_WITH). The traced library keeps the tree's epilogue order as text; the oracle
+// reads it from the built file and judges the case in it.
 // fp8 with per-tensor scales: an FP8FastAccum schedule and, as the epilogue's fusion,
 // oracle_trace::cutlass_sm90::TensorScaledLinearCombination<D, float, C, float> (cutlass/sm90_epilogue.hpp).
-// What the adapter refuses (batch, groups, bias, activation, other scales, the promoting FP8
-// mainloop): static_asserts here, kLaunchUnsupported in oracle_launch, and a CaseError when a case is
+// What the adapter refuses (batch, groups, other scales, the promoting FP8 mainloop, a bias or activation
+// that is not the fusion's): static_asserts here, kLaunchUnsupported in oracle_launch, and a CaseError when a case is
 // loaded (oracle/run/adapters.py); README "Bring a CUTLASS kernel" has the table.
 //
 // Without ORACLE_TRACE both aliases are CUTLASS's own types (the production kernel is unchanged)

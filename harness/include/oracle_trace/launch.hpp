@@ -101,6 +101,26 @@ constexpr const char* scale_kind_name(uint32_t code) {
   return "unknown";
 }
 
+// A bias kind's and an activation's names as a case spells them, for messages; "unknown" past the table.
+constexpr const char* bias_kind_name(uint32_t code) {
+  switch (BiasKind(code)) {
+    case BiasKind::None: return "none";
+    case BiasKind::Row: return "row";
+    case BiasKind::Col: return "col";
+  }
+  return "unknown";
+}
+constexpr const char* activation_name(uint32_t code) {
+  switch (Activation(code)) {
+    case Activation::None: return "none";
+    case Activation::Relu: return "relu";
+    case Activation::GeluErf: return "gelu_erf";
+    case Activation::GeluTanh: return "gelu_tanh";
+    case Activation::Silu: return "silu";
+  }
+  return "unknown";
+}
+
 // Return codes this header's helpers produce; a library may return any other non-zero value.
 constexpr int kLaunchOk = 0;
 constexpr int kLaunchAbiMismatch = 1000;   // args of another ABI version or size

@@ -28,11 +28,15 @@
 // where a live run passes it as -DORACLE_CASE_* defines (oracle/run/adapters.py library_defines).
 //
 // Constraints: one GEMM (batch 1, no groups, no split-K or stream-K request; the kernel's tile scheduler
-// CUTLASS's default persistent one), no bias or activation. The epilogue is CUTLASS's
-// LinearCombination (alpha, beta, C; no scales) or the adapter's TensorScaledLinearCombination (also
-// scale_a and scale_b of kind "tensor": one fp32 each, handed to the kernel as device pointers; the
-// quick route only); a fusion with anything else stops the build at a static_assert, a problem the
-// fusion lacks is refused with kLaunchUnsupported. C absent only with beta == 0 (D's address then
+// CUTLASS's default persistent one). The epilogue is CUTLASS's LinearCombination (alpha, beta, C; no
+// scales), LinCombEltAct, LinCombPerRowBias, LinCombPerColBias or their EltAct forms (the quick route
+// passes the bias: a contiguous [M] or [N] vector of the fusion's ElementBias), the adapter's
+// TensorScaledLinearCombination (also scale_a and scale_b of kind "tensor": one fp32 each, handed to the
+// kernel as device pointers; the quick route only), or the user's own Sm90EVT tree (its arguments filled
+// by ORACLE_CUTLASS_ENTRY_WITH's function; its bias and activation are not checked here, its order is);
+// a fusion with anything else stops the build at a static_assert, a problem the fusion lacks (or a bias
+// or activation it does not have) is refused with kLaunchUnsupported. The traced build keeps the
+// epilogue tree's order as text (ORACLE_CUTLASS_EPILOGUE_ORDER) for the oracle to read. C absent only with beta == 0 (D's address then
 // stands in for C's, which the epilogue does not read). The case's tile must be the kernel's CTA tile
 // (BM, BN, BK). Each stride mode CUTLASS fixes at compile time (the unit stride of a row- or
 // column-major operand) must be the tensor's. The host route's own arguments are run as returned
@@ -125,10 +129,27 @@ int check_launch(const LaunchArgs* args) {
   if (args->tile_m != kBM || args->tile_n != kBN || args->tile_k != kBK)
     return fail_launch(args, kLaunchUnsupported, "the kernel's CTA tile is %d x %d x %d, the case says %d x %d x %d", kBM,
                        kBN, kBK, args->tile_m, args->tile_n, args->tile_k);
-  if (args->bias_kind != uint32_t(BiasKind::None) || tensor(args, kSlotBias).data != nullptr ||
-      args->activation != uint32_t(Activation::None))
-    return fail_launch(args, kLaunchUnsupported,
-                       "the epilogue is a LinearCombination (alpha, beta, C%s): no bias or activation", kScaled ? ", per-tensor scales" : "");
+  if constexpr (!T::kUserTree) {  // a user's own tree: what it adds is its own (the order is judged)
+    using Facts = typename T::Facts;
+    if (args->bias_kind != uint32_t(Facts::bias) || args->activation != uint32_t(Facts::activation))
+      return fail_launch(args, kLaunchUnsupported,
+                         "the kernel's epilogue adds bias %s and activation %s; the case asks for bias %s and "
+                         "activation %s", bias_kind_name(uint32_t(Facts::bias)), activation_name(uint32_t(Facts::activation)),
+                         bias_kind_name(args->bias_kind), activation_name(args->activation));
+    if constexpr (Facts::bias != int(BiasKind::None)) {
+      const TensorRef& bias = tensor(args, kSlotBias);
+      const int64_t length = Facts::bias == int(BiasKind::Row) ? args->m : args->n;
+      using ElementBias = cute::remove_cvref_t<decltype(*std::declval<typename Gemm::Arguments&>().epilogue.thread.bias_ptr)>;
+      if (bias.data == nullptr || bias.rank != 1 || bias.shape[0] != length || bias.stride[0] != 1 ||
+          !has_type<ElementBias>(bias))
+        return fail_launch(args, kLaunchUnsupported,
+                           "the bias must be a contiguous [%s] = [%lld] vector of element type %s (got %s, rank %u)",
+                           Facts::bias == int(BiasKind::Row) ? "M" : "N", (long long)length,
+                           element_type_name(launch_code<ElementBias>), element_type_name(bias.dtype), bias.rank);
+    } else if (tensor(args, kSlotBias).data != nullptr) {
+      return fail_launch(args, kLaunchUnsupported, "a bias tensor was passed to an epilogue without a bias");
+    }
+  }
   if constexpr (kScaled) {
     if (args->scale_a_kind != uint32_t(ScaleKind::Tensor) || args->scale_b_kind != uint32_t(ScaleKind::Tensor))
       return fail_launch(args, kLaunchUnsupported,
@@ -187,8 +208,14 @@ int fill_arguments(const LaunchArgs* args, typename Gemm::Arguments& g) {
   if (int e = put_operand_strides(args, g.epilogue.dD, D, "D")) return e;
   g.epilogue.ptr_C = static_cast<const typename T::ElementC*>(src.data);
   g.epilogue.ptr_D = static_cast<typename T::ElementD*>(D.data);
-  g.epilogue.thread.alpha = args->alpha;
-  g.epilogue.thread.beta = args->beta;
+  if constexpr (!T::kUserTree) {  // a user's own tree: its arguments are filled by the user's function
+    g.epilogue.thread.alpha = args->alpha;
+    g.epilogue.thread.beta = args->beta;
+  }
+  if constexpr (!T::kUserTree && T::Facts::bias != int(BiasKind::None)) {
+    using ElementBias = cute::remove_cvref_t<decltype(*g.epilogue.thread.bias_ptr)>;
+    g.epilogue.thread.bias_ptr = static_cast<const ElementBias*>(tensor(args, kSlotBias).data);
+  }
   if constexpr (T::kScaled) {
     g.epilogue.thread.scale_a_ptr = static_cast<const float*>(tensor(args, kSlotScaleA).data);
     g.epilogue.thread.scale_b_ptr = static_cast<const float*>(tensor(args, kSlotScaleB).data);
@@ -302,11 +329,25 @@ int launch_host(const LaunchArgs* args, Make make) {
 
 }  // namespace oracle_trace::cutlass_sm90
 
+// The traced tree's epilogue order, kept in the library as text that the oracle reads from the built
+// file before it runs it (oracle/run/adapters.py library_epilogue): a case without `epilogue` is judged
+// in this order, one that declares another is refused naming both. Only the traced build has it (the
+// production tree has no taps to read it from).
+#if defined(ORACLE_TRACE)
+#define ORACLE_CUTLASS_EPILOGUE_ORDER(GEMM)                                                    \
+  __attribute__((used)) static constexpr auto oracle_cutlass_epilogue_order =                 \
+      oracle_trace::cutlass_sm90::EpilogueOrder<GEMM>::value;
+#else
+#define ORACLE_CUTLASS_EPILOGUE_ORDER(GEMM)
+#endif
+
 // Each entry macro checks the kernel's types first, at namespace scope (EntryChecks): a kernel the
 // adapter cannot run stops the build before its device code is instantiated.
-#define ORACLE_CUTLASS_ENTRY_WITH(GEMM, ADJUST)                                   \
-  static_assert(oracle_trace::cutlass_sm90::EntryChecks<GEMM>::ok, "");           \
-  static_assert(oracle_trace::cutlass_sm90::CaseChecks<GEMM>::ok, "");            \
+#define ORACLE_CUTLASS_ENTRY_WITH(GEMM, ADJUST)                                                  \
+  static_assert(oracle_trace::cutlass_sm90::EntryChecks<GEMM>::ok, "");                          \
+  static_assert(oracle_trace::cutlass_sm90::CaseChecks<GEMM>::ok, "");                           \
+  static_assert(oracle_trace::cutlass_sm90::AdjustChecks<GEMM, decltype(ADJUST)>::ok, "");       \
+  ORACLE_CUTLASS_EPILOGUE_ORDER(GEMM)                                                            \
   extern "C" int oracle_launch(const oracle_trace::LaunchArgs* args) {            \
     return oracle_trace::cutlass_sm90::launch<GEMM>(args, ADJUST);                \
   }
@@ -327,6 +368,7 @@ int launch_host(const LaunchArgs* args, Make make) {
   };                                                                                                            \
   }                                                                                                             \
   static_assert(oracle_trace::cutlass_sm90::HostEntryChecks<GEMM, OracleCutlassMakeArguments>::ok, "");         \
+  ORACLE_CUTLASS_EPILOGUE_ORDER(GEMM)                                                                           \
   extern "C" int oracle_launch(const oracle_trace::LaunchArgs* args) {                                          \
     return oracle_trace::cutlass_sm90::launch_host<GEMM>(args, OracleCutlassMakeArguments{});                   \
   }

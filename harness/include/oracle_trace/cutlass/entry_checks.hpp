@@ -3,9 +3,12 @@
 //   KernelTypes<Gemm>            the kernel's collectives, tile, element types and epilogue operation
 //   EntryChecks<Gemm>::ok        what the adapter can run: tile scheduler, (M, N, K, L) problem shape,
 //                                fusion, element types, strides, shared memory (cutlass/checks.hpp's traits)
-//   CaseChecks<Gemm>::ok         what the case expects of the kernel (tile, element types, majors), where
+//   CaseChecks<Gemm>::ok         what the case expects of the kernel (tile, element types, majors, bias,
+//                                activation), where
 //                                the oracle passes it as -DORACLE_CASE_* defines (oracle/run/adapters.py
 //                                expected_defines); nothing without them
+//   AdjustChecks<Gemm, Adjust>   a user's own EVT tree comes with the function that fills its arguments
+//   EpilogueOrder<Gemm>::value   the traced tree's order as text (the entry macros keep it in the library)
 //   HostEntryChecks<Gemm, Make>  the host route's make_arguments: callable with the launch's values,
 //                                returning Gemm::Arguments
 //
@@ -20,6 +23,7 @@
 #include <stdint.h>
 
 #include <type_traits>
+#include <utility>
 
 #include "cute/tensor.hpp"
 #include "cutlass/epilogue/fusion/callbacks.hpp"
@@ -30,12 +34,6 @@
 #include "oracle_trace/launch.hpp"
 
 namespace oracle_trace::cutlass_sm90 {
-
-template <class Operation>
-constexpr bool is_linear_combination = false;
-template <class Out, class Compute, class Source, class Scalar, cutlass::FloatRoundStyle Round>
-constexpr bool is_linear_combination<cutlass::epilogue::fusion::LinearCombination<Out, Compute, Source, Scalar, Round>> =
-    true;
 
 // The kernel's types, named once for the checks and the routes.
 template <class Gemm>
@@ -50,6 +48,20 @@ struct KernelTypes {
   using ElementD = typename Epilogue::ElementD;
   using Operation = typename cutlass::epilogue::fusion::FusionCallbacksTraits<typename Epilogue::FusionCallbacks>::Operation;
   static constexpr bool kScaled = is_tensor_scaled<Operation>;
+  // A user's own tree (callbacks that are not FusionCallbacks: CUTLASS's traits say FusionOperation):
+  // its bias and activation are not known from its type, its arguments are the user's to fill.
+  static constexpr bool kUserTree = std::is_same_v<Operation, cutlass::epilogue::fusion::FusionOperation>;
+  using Facts = FusionFacts<Operation>;
+  // The epilogue's steps in the order its traced tree computes them (none without ORACLE_TRACE).
+  using Steps = typename StepsOf<typename Epilogue::FusionCallbacks>::type;
+};
+
+// The text the oracle reads from the built library (oracle/run/adapters.py library_epilogue): the
+// traced tree's order after OrderText's prefix.
+template <class Gemm>
+struct EpilogueOrder {
+  using Text = OrderText<typename KernelTypes<Gemm>::Steps>;
+  static constexpr typename Text::Text value = Text::value;
 };
 
 template <class T>
@@ -62,10 +74,22 @@ struct EntryChecks {
   using Kernel = typename T::Kernel;
   static_assert(SchedulerChecks<typename Kernel::TileScheduler>::ok, "");
   static_assert(ProblemShapeChecks<typename Kernel::ProblemShape>::ok, "");
-  static_assert(T::kScaled || is_linear_combination<typename T::Operation>,
-                "ORACLE_CUTLASS_ENTRY: the epilogue fusion must be cutlass::epilogue::fusion::LinearCombination or "
-                "oracle_trace::cutlass_sm90::TensorScaledLinearCombination (no bias, activation, row/column/block "
-                "scales or auxiliary outputs)");
+  static_assert(T::Facts::traced || T::kUserTree,
+                "ORACLE_CUTLASS_ENTRY: the epilogue fusion must be one the adapter traces: "
+                "cutlass::epilogue::fusion::LinearCombination, LinCombEltAct, LinCombPerRowBias, LinCombPerColBias, "
+                "LinCombPerRowBiasEltAct, LinCombPerColBiasEltAct, oracle_trace::cutlass_sm90::"
+                "TensorScaledLinearCombination, or the user's own Sm90EVT tree with oracle_trace::cutlass_sm90::Tap "
+                "nodes (no row/column/block scales or auxiliary outputs)");
+#if defined(ORACLE_TRACE)
+  static_assert(T::Steps::size > 0,
+                "ORACLE_CUTLASS_ENTRY: the epilogue's tree taps no step: wrap the nodes of your Sm90EVT tree whose "
+                "results are steps in oracle_trace::cutlass_sm90::Tap<Stage::Epilogue..., Node> (the last one "
+                "Tap<Stage::EpilogueCast, Node, ElementD>)");
+  static_assert(OrderText<typename T::Steps>::all_steps,
+                "ORACLE_CUTLASS_ENTRY: a Tap or Fused node of the epilogue's tree names a stage that is not an "
+                "epilogue step (EpilogueScale, EpilogueAlpha, EpilogueAlphaBeta, EpilogueBetaC, EpilogueBias, "
+                "EpilogueActivation, EpilogueCast)");
+#endif
   static_assert(is_passed_type<typename T::ElementA> && is_passed_type<typename T::ElementB>,
                 "ORACLE_CUTLASS_ENTRY: the kernel's ElementA or ElementB is not an element type the harness passes "
                 "(float, cutlass::half_t, bfloat16_t, float_e4m3_t, float_e5m2_t, int8_t, int32_t)");
@@ -141,6 +165,64 @@ struct CaseMajorCheck {
   static constexpr bool ok = true;
 };
 
+// What the epilogue adds, kernel's then case's (launch.hpp's BiasKind: 0 none, 1 row (one per m), 2
+// column (one per n); Activation: 0 none, 1 relu, 2 gelu_erf, 3 gelu_tanh, 4 silu).
+template <int KernelBias, int CaseBias>
+struct CaseBiasCheck {
+  static_assert(KernelBias == CaseBias,
+                "ORACLE_CUTLASS_ENTRY: the kernel's epilogue bias is not the case's [problem] bias: CaseBiasCheck<the "
+                "kernel's, the case's>, 0 none, 1 row (LinCombPerRowBias*: one per m), 2 col (LinCombPerColBias*: one "
+                "per n)");
+  static constexpr bool ok = true;
+};
+
+template <int KernelActivation, int CaseActivation>
+struct CaseActivationCheck {
+  static_assert(KernelActivation == CaseActivation,
+                "ORACLE_CUTLASS_ENTRY: the kernel's epilogue activation is not the case's [problem] activation: "
+                "CaseActivationCheck<the kernel's, the case's>, 0 none, 1 relu (ReLu), 2 gelu_erf (GELU), 3 gelu_tanh "
+                "(GELU_taylor), 4 silu (SiLu)");
+  static constexpr bool ok = true;
+};
+
+// Both, where the kernel's fusion says them (not a user's own tree: kKnown false).
+template <bool kKnown, int KernelBias, int CaseBias, int KernelActivation, int CaseActivation>
+struct CaseFusionCheck {
+  static constexpr bool ok =
+      CaseBiasCheck<KernelBias, CaseBias>::ok && CaseActivationCheck<KernelActivation, CaseActivation>::ok;
+};
+template <int KernelBias, int CaseBias, int KernelActivation, int CaseActivation>
+struct CaseFusionCheck<false, KernelBias, CaseBias, KernelActivation, CaseActivation> {
+  static constexpr bool ok = true;
+};
+
+struct OperandBias {};
+
+// The bias vector's element type, where the fusion has one the adapter fills.
+template <class Gemm, bool kNone>
+struct BiasElementCheck {
+  static constexpr bool ok = true;
+};
+#if defined(ORACLE_CASE_BIAS_DTYPE)
+template <class Gemm>
+struct BiasElementCheck<Gemm, false> {
+  using ElementBias = cute::remove_cvref_t<decltype(*std::declval<typename Gemm::Arguments&>().epilogue.thread.bias_ptr)>;
+  static_assert(CaseElementCheck<OperandBias, ElementBias, typename case_element<ORACLE_CASE_BIAS_DTYPE>::type>::ok, "");
+  static constexpr bool ok = true;
+};
+#endif
+
+// The quick route fills alpha, beta and the bias of the fusions it knows; a user's own tree's
+// arguments are the user's: ORACLE_CUTLASS_ENTRY_WITH(Gemm, fill) fills them.
+template <class Gemm, class Adjust>
+struct AdjustChecks {
+  static_assert(!(KernelTypes<Gemm>::kUserTree && std::is_same_v<Adjust, std::nullptr_t>),
+                "ORACLE_CUTLASS_ENTRY: the epilogue is your own Sm90EVT tree, whose arguments the adapter cannot "
+                "fill: use ORACLE_CUTLASS_ENTRY_WITH(Gemm, fill), fill(const oracle_trace::LaunchArgs*, "
+                "Gemm::Arguments&) setting g.epilogue.thread from args (alpha, beta, the bias tensor)");
+  static constexpr bool ok = true;
+};
+
 template <class Gemm>
 struct CaseChecks {
 #if defined(ORACLE_CASE_TILE_M)
@@ -156,6 +238,13 @@ struct CaseChecks {
   static_assert(CaseMajorCheck<OperandA, unit_mode<typename Kernel::StrideA>(), ORACLE_CASE_A_UNIT_MODE>::ok, "");
   static_assert(CaseMajorCheck<OperandB, unit_mode<typename Kernel::StrideB>(), ORACLE_CASE_B_UNIT_MODE>::ok, "");
   static_assert(CaseMajorCheck<OperandD, unit_mode<typename Kernel::StrideD>(), ORACLE_CASE_D_UNIT_MODE>::ok, "");
+#if defined(ORACLE_CASE_BIAS)
+  static_assert(CaseFusionCheck<!T::kUserTree, T::Facts::bias, ORACLE_CASE_BIAS, T::Facts::activation,
+                                ORACLE_CASE_ACTIVATION>::ok, "");
+#endif
+#if defined(ORACLE_CASE_BIAS_DTYPE)
+  static_assert(BiasElementCheck<Gemm, T::kUserTree || T::Facts::bias == int(BiasKind::None)>::ok, "");
+#endif
 #if defined(ORACLE_CASE_C)
   static_assert(CaseElementCheck<OperandC, typename T::ElementC, typename case_element<ORACLE_CASE_C>::type>::ok, "");
   static_assert(CaseMajorCheck<OperandC, unit_mode<typename Kernel::StrideC>(), ORACLE_CASE_C_UNIT_MODE>::ok, "");
@@ -168,9 +257,10 @@ struct CaseChecks {
 template <class Gemm, class Make>
 struct HostEntryChecks {
   using T = KernelTypes<Gemm>;
-  static_assert(!T::kScaled,
-                "ORACLE_CUTLASS_HOST_ENTRY: the host route takes a LinearCombination epilogue; a kernel with "
-                "TensorScaledLinearCombination uses ORACLE_CUTLASS_ENTRY_WITH (the adapter passes the scales)");
+  static_assert(!T::kScaled && !T::kUserTree && T::Facts::bias == int(BiasKind::None),
+                "ORACLE_CUTLASS_HOST_ENTRY: the host route takes a LinearCombination or LinCombEltAct epilogue "
+                "(make_arguments receives no bias or scale pointers); a kernel with a bias, "
+                "TensorScaledLinearCombination or its own Sm90EVT tree uses ORACLE_CUTLASS_ENTRY_WITH");
   static_assert(std::is_invocable_r_v<typename Gemm::Arguments, Make, int, int, int, int, const typename T::ElementA*,
                                       int64_t, const typename T::ElementB*, int64_t, const typename T::ElementC*,
                                       int64_t, typename T::ElementD*, int64_t, float, float>,
