@@ -66,6 +66,12 @@ def judge_recorded_dump(entry: dict) -> None:
     assert path.is_file(), f"{entry['dump']} is missing: record it on the GPU ({_gpu_test(entry)})"
     rec = Recording.load(str(path))
     case = make_case(entry, entry.get("record_problem") or entry["problem"])
+    if entry.get("kind") != "attention" and case.kernel.library and case.spec.epilogue is None:
+        from oracle.run.library_epilogue import with_library_order
+
+        # the live run read the order from the built library (oracle.run.live), which this test does
+        # not build: the recording keeps that order, and the same rules apply it to the case
+        case, _ = with_library_order(case, rec.spec.epilogue)
     assert rec.spec == case.spec, "the dump was recorded for another problem than the manifest's"
     assert tapped(case) <= {t.stage for t in rec.taps}
     check(entry["expected_stage"], case, analyze(rec), entry)
@@ -89,9 +95,16 @@ def entry_case(entry: dict, problem: Optional[dict] = None) -> Case:
 def tapped_stages(case: Case) -> set[str]:
     """The stages the case's zoo kernel taps."""
     folder = Path(case.kernel.library or case.kernel.source).resolve().parent
-    if folder == ROOT / "zoo" / "cutlass_sm90":  # LinearCombination: alpha_beta, then the cast; scaled: the scale first
-        stages = {"descriptor_a", "descriptor_b", "load_a", "load_b", "mma", "epilogue_alpha_beta", "epilogue_cast"}
-        return stages | ({"epilogue_scale"} if case.spec.epilogue_scaled else set())
+    if folder == ROOT / "zoo" / "cutlass_sm90":
+        stages = {"descriptor_a", "descriptor_b", "load_a", "load_b", "mma", "epilogue_cast"}
+        s = case.spec
+        if s.bias != "none" or s.activation != "none":  # an EVT epilogue: a tap per step of the tree
+            user_tree = "ZOO_CUTLASS_EVT" in case.kernel.defines  # its alpha is fused into the bias: no tap
+            return stages | {"epilogue_bias"} | ({"epilogue_beta_c"} if s.beta else set()) | (
+                {"epilogue_activation"} if s.activation != "none" else set()) | (
+                set() if user_tree else {"epilogue_alpha"})
+        # LinearCombination: alpha_beta, then the cast; scaled: the scale first
+        return stages | {"epilogue_alpha_beta"} | ({"epilogue_scale"} if s.epilogue_scaled else set())
     if folder == ROOT / "zoo" / "w4a16_sm80":  # packed B as loaded, then dequantised; alpha, then the cast
         return {"load_a", "load_b", "dequant_b", "mma", "epilogue_alpha_beta", "epilogue_cast"}
     if folder in (ROOT / "zoo" / "deepgemm_sm90", ROOT / "zoo" / "mx_sm80"):  # the block scales a k-block applied
