@@ -48,3 +48,13 @@ def test_a_missing_part_is_refused(tmp_path):
 
     with pytest.raises(SystemExit, match="every part of 2 is needed once"):
         B.main(["--merge", str(part), "--out-dir", str(tmp_path)])
+
+
+def test_flash_cases_draw_only_the_masks_the_flash_backend_takes():
+    cases = B.make_cases(360, 0, ("sdpa_flash", "sdpa_efficient", "sdpa_math"), False)
+    flash = [c for c in cases if c.backend == "sdpa_flash"]
+    assert len(flash) == 120 and {c.mask for c in flash} <= {"none", "top_left", "bottom_right"}
+    assert all(q <= k for c in flash if c.mask != "none" for q, k in zip(c.lq, c.lk))
+    others = [c for c in cases if c.backend != "sdpa_flash"]
+    assert {"window", "bottom_right"} <= {c.mask for c in others}  # windows and rows with no key stay
+    assert any(q > k for c in others if c.mask == "bottom_right" for q, k in zip(c.lq, c.lk))
