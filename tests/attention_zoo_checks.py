@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from zoo_cases import attention_entry_case, entries
+from zoo_cases import ROOT, attention_entry_case, entries
 
 # every attention zoo kernel plants these, each by a ZOO_<PREFIX>_<DEFECT> define (attention_model's names)
 DEFECTS = ("kv_tail_not_zeroed", "causal_off_by_one", "max_not_updated_before_rescale", "l_summed_before_rescale",
@@ -34,7 +34,7 @@ def check_builds(builds: dict, folder: str, entries_: set[str]) -> None:
 def check_manifest(folder: str, source: Path, prefix: str, correct: set[str]) -> None:
     """The manifest holds each defect the source plants (its ZOO_<prefix>_<DEFECT> flags, declared by
     zoo/common/attention_defects.cuh) once, each in its own case defining exactly its macro, and the
-    `correct` entry points without one; every entry is pending a recording, and a split or paged
+    `correct` entry points without one; every entry's recording is committed, and a split or paged
     entry runs a split or paged problem."""
     assert f"ZOO_ATTN_DEFECT_FLAGS(ZOO_{prefix})" in source.read_text()
     header = (source.parents[1] / "common" / "attention_defects.cuh").read_text()
@@ -44,7 +44,7 @@ def check_manifest(folder: str, source: Path, prefix: str, correct: set[str]) ->
     assert sorted(e["defect"] for e in doc if e["defect"]) == sorted(DEFECTS)
     assert correct <= {e["kernel"].partition(":")[2] for e in doc if e["defect"] is None}
     for e in doc:
-        assert e["dump_pending"] is True, f"{e['name']}: no recording yet; dump_pending says so"
+        assert (ROOT / e["dump"]).is_file() and not e.get("dump_pending"), f"{e['name']}: its recording is committed"
         case = attention_entry_case(e)
         defines = dict(case.kernel.defines)
         if e["defect"] is None:

@@ -192,6 +192,23 @@ def test_each_planted_scale_bug_is_a_verdict_at_its_scale_stage(defect):
     assert words in an.first.hint, an.first.hint
 
 
+def test_a_scale_stage_finding_is_a_report_its_schema_accepts():
+    """The report's JSON of a finding at scale_b validates (the schema's stage names lacked the scale
+    stages, so `--json` of a block-scaled kernel's report failed), and the schema names every stage."""
+    import json
+
+    from harness.taps import ALL_STAGES
+    from oracle.judging.differential import analyze
+    from oracle.report.table import to_json, validate
+    from oracle.run.scale_model import simulate_block_scaled
+
+    schema = json.loads((ROOT / "oracle" / "report" / "schema.json").read_text())
+    assert set(schema["$defs"]["stage_name"]["enum"]) == set(ALL_STAGES)
+    an = analyze(simulate_block_scaled("scale_b_reused"))
+    assert an.first.stage == "scale_b"
+    validate(to_json(an))
+
+
 def test_the_correct_model_matches_with_mx_scales():
     from oracle.judging.diagnose import Verdict
     from oracle.judging.differential import analyze
