@@ -642,7 +642,7 @@ def run_dumps(count: int, seed0: int = 0, analyze_every: int = 0, tally: Optiona
     `analyze_every`-th one that loads is judged too, by `compare --dump` with a JSON report: any
     exit code but 4, no traceback, and an exit 2 with one error line."""
     from harness.dump import DumpError
-    from oracle.run.recording import Recording
+    from oracle.run.dumps import load_recording  # a GEMM's or an attention kernel's, as the dump says
 
     tally = tally or Tally("dumps")
     corpus = dump_corpus()
@@ -655,7 +655,7 @@ def run_dumps(count: int, seed0: int = 0, analyze_every: int = 0, tally: Optiona
             tally.extra["gzip bombs"] += "bomb" in how
             tally.extra["unmutated"] += how.endswith("unmutated")
             count_kinds(tally, how, DUMP_KINDS)
-            rec = _record(tally, seed, lambda: Recording.load(str(path)), (DumpError,))
+            rec = _record(tally, seed, lambda: load_recording(str(path)), (DumpError,))
             if rec is None and how.endswith("unmutated") and path.suffix != ".gz":
                 tally.extra["unmutated refused"] += 1
             if rec is not None:
