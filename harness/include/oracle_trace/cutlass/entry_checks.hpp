@@ -76,7 +76,10 @@ struct EntryChecks {
   // a grouped kernel: the problem shape's check names it, and the checks below stay silent (one error)
   static constexpr bool kGrouped = is_group_problem_shape<typename Kernel::ProblemShape>;
   static_assert(ProblemShapeChecks<typename Kernel::ProblemShape>::ok, "");
-  static_assert(kGrouped || SchedulerChecks<typename Kernel::TileScheduler>::ok, "");
+  struct Skipped {
+    static constexpr bool ok = true;
+  };
+  static_assert(std::conditional_t<kGrouped, Skipped, SchedulerChecks<typename Kernel::TileScheduler>>::ok, "");
   static_assert(T::Facts::traced || T::kUserTree,
                 "ORACLE_CUTLASS_ENTRY: the epilogue fusion must be one the adapter traces: "
                 "cutlass::epilogue::fusion::LinearCombination, LinCombEltAct, LinCombPerRowBias, LinCombPerColBias, "
@@ -84,11 +87,11 @@ struct EntryChecks {
                 "TensorScaledLinearCombination, or the user's own Sm90EVT tree with oracle_trace::cutlass_sm90::Tap "
                 "nodes (no row/column/block scales or auxiliary outputs)");
 #if defined(ORACLE_TRACE)
-  static_assert(T::Steps::size > 0,
+  static_assert(kGrouped || T::Steps::size > 0,
                 "ORACLE_CUTLASS_ENTRY: the epilogue's tree taps no step: wrap the nodes of your Sm90EVT tree whose "
                 "results are steps in oracle_trace::cutlass_sm90::Tap<Stage::Epilogue..., Node> (the last one "
                 "Tap<Stage::EpilogueCast, Node, ElementD>)");
-  static_assert(OrderText<typename T::Steps>::all_steps,
+  static_assert(kGrouped || OrderText<typename T::Steps>::all_steps,
                 "ORACLE_CUTLASS_ENTRY: a Tap or Fused node of the epilogue's tree names a stage that is not an "
                 "epilogue step (EpilogueScale, EpilogueAlpha, EpilogueAlphaBeta, EpilogueBetaC, EpilogueBias, "
                 "EpilogueActivation, EpilogueCast)");
