@@ -58,11 +58,14 @@ class Adapter:
         if self.name != "cutlass_sm90":
             return []
         why = []
-        one = "the CUTLASS adapter's entry (ORACLE_CUTLASS_ENTRY) runs one GEMM"
-        if spec.batch != 1:
-            why.append(f"batch = {spec.batch}: {one}; supported: 1")
         if spec.groups is not None:
-            why.append(f"groups = {shown(list(spec.groups))}: {one}, not a grouped one; supported: none")
+            why.append(f"groups = {shown(list(spec.groups))}: this version of the CUTLASS adapter does not trace "
+                       f"CUTLASS's grouped (pointer-array) kernels (KernelPtrArrayTmaWarpSpecialized*, "
+                       f"GroupProblemShape); supported: none, or `batch` for a strided batched GEMM "
+                       f"(GemmUniversal<Shape<int, int, int, int>, ...>), judged entry by entry")
+        if spec.batch != 1 and spec.bias != "none":
+            why.append(f"bias = {shown(spec.bias)} with batch = {spec.batch}: the adapter passes one bias vector, not "
+                       f"one per batch entry; supported: bias none with batch > 1")
         if spec.splits != 1:
             why.append(f"splits = {spec.splits}: CUTLASS's own tile scheduler decides how k is split, the adapter "
                        f"requests no split-K; supported: 1")
@@ -88,8 +91,8 @@ class Adapter:
 
 
     def expected_defines(self, spec: ProblemSpec) -> dict[str, str]:
-        """The case's tile, element types (launch codes), majors, bias and activation as the adapter's type
-        checks read them (ORACLE_CASE_*, harness/include/oracle_trace/cutlass/entry_checks.hpp CaseChecks); {}
+        """The case's tile, element types (launch codes), majors, bias, activation and (where > 1) batch as
+        the adapter's type checks read them (ORACLE_CASE_*, harness/include/oracle_trace/cutlass/entry_checks.hpp CaseChecks); {}
         for another adapter. A major is the stride mode of unit stride in CUTLASS's (m, k), (n, k), (m, n)
         order: 1 for a row-major A, C, D and a column-major (K-contiguous) B. The bias and activation are
         launch.hpp's codes (BiasKind: none 0, row 1, col 2; Activation: kernels_ref.epilogue.ACTIVATIONS)."""
@@ -105,6 +108,8 @@ class Adapter:
             out["ORACLE_CASE_BIAS_DTYPE"] = dtype(spec.bias_dtype).launch_code
         if spec.c_dtype is not None:
             out.update(ORACLE_CASE_C=dtype(spec.c_dtype).launch_code, ORACLE_CASE_C_UNIT_MODE=int(spec.c_major == "row"))
+        if spec.batch != 1:  # only where batched: one-GEMM cases keep sharing their build
+            out["ORACLE_CASE_BATCH"] = spec.batch
         return {name: str(value) for name, value in out.items()}
 
 

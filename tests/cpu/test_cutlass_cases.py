@@ -3,8 +3,10 @@
 - a launch library whose own source includes oracle_trace/cutlass.hpp is known as the cutlass_sm90
   adapter's, and a library that does not include it is not;
 - what the adapter cannot run is refused when the case is loaded, every field named with what is
-  supported (batch, groups, splits, stream-K, scales other than per-tensor on both operands, fp8
-  without fp8_fast); a bias, an activation and an epilogue order load (the kernel's tree says which it
+  supported (groups: CUTLASS's grouped pointer-array kernels are not traced; a bias with batch > 1,
+  splits, stream-K, scales other than per-tensor on both operands, fp8 without fp8_fast); a strided
+  batched case (batch > 1) loads, and its build carries the batch as ORACLE_CASE_BATCH (a one-GEMM case's
+  defines, hence its build, unchanged); a bias, an activation and an epilogue order load (the kernel's tree says which it
   has: the build checks them), and a live build carries them as -DORACLE_CASE_* defines;
 - the adapter's serialisation travels with a recording (saved and loaded), and the judgement of the
   committed CUTLASS dumps lists it under what was not seen, for a MATCH and for a finding alike,
@@ -45,9 +47,10 @@ def test_the_adapter_is_known_from_the_library_s_own_include_line(tmp_path):
 
 
 @pytest.mark.parametrize("case_file, over, words", [
-    ("cutlass_sm90.toml", {"batch": 2}, "[problem] batch = 2: the CUTLASS adapter's entry (ORACLE_CUTLASS_ENTRY) runs "
-                                        "one GEMM; supported: 1"),
-    ("cutlass_sm90.toml", {"groups": [100, 200]}, "[problem] groups = [100, 200]"),
+    ("cutlass_sm90.toml", {"groups": [100, 200]}, "[problem] groups = [100, 200]: this version of the CUTLASS adapter "
+                                                  "does not trace CUTLASS's grouped (pointer-array) kernels"),
+    ("batched.toml", {"bias": "col", "bias_dtype": "bf16"},
+     "[problem] bias = 'col' with batch = 3: the adapter passes one bias vector, not one per batch entry"),
     ("cutlass_sm90.toml", {"splits": 2}, "[problem] splits = 2: CUTLASS's own tile scheduler decides"),
     ("cutlass_sm90.toml", {"stream_k_workers": 8}, "[problem] stream_k_workers = 8"),
     ("cutlass_sm90.toml", {"scale_a": {"kind": "row"}, "scale_b": {"kind": "tensor"}},
@@ -80,6 +83,17 @@ def test_what_the_adapter_runs_loads_and_a_library_without_it_is_not_limited():
     # the hand-written library example has a bias: no adapter, no limit
     lib = load_case(str(ROOT / "harness" / "examples" / "simple_gemm_lib.toml"), {"bias": "col"}, allow_library=True)
     assert lib.spec.bias == "col"
+
+
+def test_a_batched_case_loads_and_its_build_carries_the_batch():
+    one = load_case(str(ZOO / "cutlass_sm90.toml"), allow_library=True)
+    assert "ORACLE_CASE_BATCH" not in one.kernel.adapter.expected_defines(one.spec)  # its build is shared as before
+    for case_file in ("batched.toml", "batched_host.toml"):
+        case = load_case(str(ZOO / case_file), allow_library=True)
+        assert case.kernel.adapter is CUTLASS_SM90 and case.spec.batch == 3
+        assert case.kernel.adapter.expected_defines(case.spec)["ORACLE_CASE_BATCH"] == "3"
+    moved = load_case(str(ZOO / "cutlass_sm90.toml"), {"batch": 2}, allow_library=True)
+    assert moved.spec.total_m == 2 * moved.spec.m
 
 
 def test_the_serialisation_travels_with_the_recording(tmp_path):

@@ -90,6 +90,23 @@ using CollectiveMainloop = oracle_trace::cutlass_sm90::TracedMainloop<zoo_cutlas
 using CollectiveEpilogue = oracle_trace::cutlass_sm90::TracedEpilogue<zoo_cutlass::BuiltEpilogue>;
 #if defined(USER_RANK_3)  // CUTLASS's example 48 writes a rank-3 problem shape
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int>, CollectiveMainloop, CollectiveEpilogue>;
+#elif defined(USER_STATIC_L)  // L fixed to 1 at compile time: no batch
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, cute::_1>, CollectiveMainloop,
+                                                        CollectiveEpilogue>;
+#elif defined(USER_GROUPED)  // CUTLASS's grouped GEMM as its example 57 writes it: pointer-array collectives
+using namespace cute;
+using GroupedEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, zoo_cutlass::TileShape, zoo_cutlass::ClusterShape,
+    cutlass::epilogue::collective::EpilogueTileAuto, float, float, zoo_cutlass::ElementC, zoo_cutlass::LayoutC*, 8,
+    zoo_cutlass::ElementD, zoo_cutlass::LayoutD*, 8, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
+using GroupedMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, zoo_cutlass::ElementA, zoo_cutlass::LayoutA*, 8,
+    zoo_cutlass::ElementB, zoo_cutlass::LayoutB*, 8, float, zoo_cutlass::TileShape, zoo_cutlass::ClusterShape,
+    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename GroupedEpilogue::SharedStorage))>,
+    cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>,
+                                                        oracle_trace::cutlass_sm90::TracedMainloop<GroupedMainloop>,
+                                                        oracle_trace::cutlass_sm90::TracedEpilogue<GroupedEpilogue>>;
 #elif defined(USER_STREAM_K)
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
                                                         CollectiveEpilogue, cutlass::gemm::StreamKScheduler>;
@@ -115,7 +132,10 @@ ORACLE_CUTLASS_ENTRY(Gemm)
     ("USER_STREAM_K", "the kernel's tile scheduler is cutlass::gemm::StreamKScheduler"),
     ("USER_BAD_MAKE", "ORACLE_CUTLASS_HOST_ENTRY(Gemm, make): make must be callable as make(int m, int n, int k, "
                       "int l, const ElementA* a, int64_t lda,"),
-], ids=["rank3", "stream_k", "host_make_signature"])
+    ("USER_GROUPED", "the kernel is a grouped (pointer-array) GEMM (cutlass::gemm::GroupProblemShape, "
+                     "KernelPtrArrayTmaWarpSpecialized{Cooperative,Pingpong}): this version of the adapter does not "
+                     "trace CUTLASS's pointer-array collectives"),
+], ids=["rank3", "stream_k", "host_make_signature", "grouped"])
 def test_a_kernel_the_adapter_cannot_run_is_refused_before_the_long_compile(tmp_path, define, words):
     started = time.monotonic()
     with pytest.raises(BuildError) as e:
@@ -124,7 +144,10 @@ def test_a_kernel_the_adapter_cannot_run_is_refused_before_the_long_compile(tmp_
     seconds = time.monotonic() - started
     err = e.value.stderr or ""
     assert words in err, err[-3000:]
-    if define != "USER_BAD_MAKE":  # (a call of make that does not fit is also an error where it is made)
+    errors = [line for line in err.splitlines() if ": error:" in line]
+    if define == "USER_GROUPED":  # named by the traced epilogue's and mainloop's aliases and the entry's check
+        assert errors and all(words in line for line in errors), errors
+    elif define != "USER_BAD_MAKE":  # (a call of make that does not fit is also an error where it is made)
         assert "1 error detected" in err, err[-3000:]  # the check's, nothing from the kernel's instantiation
     assert seconds < EARLY_REFUSAL_S, f"the refusal took {seconds:.0f} s: it came after the kernel was compiled"
 
@@ -171,4 +194,23 @@ def test_a_case_that_does_not_fit_the_kernel_stops_its_build_before_the_long_com
     assert "the kernel's layout of an operand is not the case's *_major" in err, err[-3000:]
     assert "Operand=oracle_trace::cutlass_sm90::OperandA, KernelUnitMode=1, CaseUnitMode=0" in err, err[-3000:]
     assert "2 errors detected" in err, err[-3000:]
+    assert seconds < EARLY_REFUSAL_S, f"the refusal took {seconds:.0f} s: it came after the kernel was compiled"
+
+
+def test_a_batched_case_on_a_kernel_whose_l_is_fixed_stops_its_build_before_the_long_compile(tmp_path):
+    """A batched case's ORACLE_CASE_BATCH against a kernel whose problem shape fixes L = 1 (Shape<int, int, int,
+    _1>): CaseBatchCheck names both, in the front end's seconds."""
+    case = _zoo_case({"batch": 3})
+    expected = case.kernel.adapter.expected_defines(case.spec)
+    assert expected["ORACLE_CASE_BATCH"] == "3"
+    started = time.monotonic()
+    with pytest.raises(BuildError) as e:
+        build_library(USER_TU, defines={"ORACLE_TRACE": "1", "USER_STATIC_L": "1", **expected}, include_dirs=(ZOO,),
+                      cache_dir=tmp_path / "cache")
+    seconds = time.monotonic() - started
+    err = e.value.stderr or ""
+    assert "the kernel's problem shape fixes L at compile time to another value than the case's [problem] batch" in err, \
+        err[-3000:]
+    assert "KernelL=1, KernelBatchStrides=true, CaseBatch=3" in err, err[-3000:]
+    assert "1 error detected" in err, err[-3000:]
     assert seconds < EARLY_REFUSAL_S, f"the refusal took {seconds:.0f} s: it came after the kernel was compiled"

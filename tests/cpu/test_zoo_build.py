@@ -191,8 +191,32 @@ def test_manifest_covers_the_cutlass_gemm_in_both_schedules():
                 assert set(defines) - {"ZOO_CUTLASS_PINGPONG", "ZOO_CUTLASS_E4M3"} == {macro} and macro in text, \
                     (e["name"], defines)
     quick = [e for e in doc if not e["name"].startswith(("cutlass_sm90_host_", "cutlass_sm90_evt_",
-                                                         "cutlass_sm90_bias_"))]  # their own tests
+                                                         "cutlass_sm90_bias_", "cutlass_sm90_batched_"))]  # their own tests
     assert {e["expected_stage"] for e in quick} == {None, "descriptor_a", "load_a", "mma", "epilogue_alpha_beta"}
+
+
+def test_manifest_covers_the_cutlass_batched_gemm():
+    """The strided batched GEMM (zoo/cutlass_sm90/batched.cu): correct through both routes, a planted host-code
+    defect and a traced-mainloop one, each case setting the define its source plants, found in entry 1."""
+    from oracle.run.case import load_case
+
+    doc = {e["name"].removeprefix("cutlass_sm90_batched_"): e for e in _manifest()
+           if e["kernel"] == "zoo/cutlass_sm90/batched.cu"}
+    want = {"correct": None, "host_correct": None, "host_b_stride_of_a": "descriptor_b", "entry1_kblock_twice": "mma"}
+    assert {n: e["expected_stage"] for n, e in doc.items()} == want, sorted(doc)
+    text = (ROOT / "zoo" / "cutlass_sm90" / "batched.cu").read_text()
+    for name, e in doc.items():
+        case = load_case(str(ROOT / e["case"]), e["problem"], allow_library=True)
+        assert case.spec.batch > 1 and case.spec.m < case.spec.n, name  # M < N: the wrong stride reads inside B
+        defines = case.kernel.defines
+        assert ("ZOO_BATCHED_HOST" in defines) == name.startswith("host_"), (name, defines)
+        planted = set(defines) - {"ZOO_BATCHED_HOST"}
+        assert planted == (set() if e["defect"] is None else {f"ZOO_{e['defect'].upper()}"}), (name, defines)
+        for define in planted:
+            assert f"defined({define})" in text, f"{define} is planted nowhere in batched.cu"
+        if e["defect"] is not None:
+            assert e["expected_group"] == 1, name
+        assert e.get("dump_pending") is True or (ROOT / e["dump"]).is_file(), name
 
 
 def test_manifest_covers_every_sm80_defect_once_and_the_correct_variants():

@@ -1,7 +1,8 @@
 // oracle_trace/cutlass/checks.hpp -- what the CUTLASS adapter can run, checked on types alone.
 //
 //   SchedulerChecks<TileScheduler>::ok   the kernel's tile scheduler is CUTLASS's default persistent one
-//   ProblemShapeChecks<ProblemShape>::ok a (M, N, K, L) problem shape
+//   ProblemShapeChecks<ProblemShape>::ok a (M, N, K, L) problem shape (L: the batch count of a strided
+//                                        batched GEMM); a grouped one (GroupProblemShape) is refused by name
 //   is_fillable_stride<Stride>()         a (rows, cols, batch) stride with one static unit mode
 //
 // The two Checks are classes whose static_asserts fire when it is instantiated. The entry macros
@@ -18,6 +19,7 @@
 #include <type_traits>
 
 #include "cute/tensor.hpp"
+#include "cutlass/gemm/group_array_problem_shape.hpp"
 #include "cutlass/gemm/kernel/tile_scheduler.hpp"
 
 namespace oracle_trace::cutlass_sm90 {
@@ -47,7 +49,9 @@ struct SchedulerChecks {
                 "miss it; drop GemmUniversal's fourth template argument (CUTLASS's default persistent scheduler)");
   static_assert(!is_group_scheduler<TileScheduler>,
                 "ORACLE_CUTLASS_ENTRY: the kernel's tile scheduler is cutlass::gemm::GroupScheduler (a grouped GEMM): "
-                "the adapter runs one GEMM per call; build a plain GemmUniversal with CUTLASS's default scheduler");
+                "this version of the adapter does not trace CUTLASS's pointer-array collectives; a strided batched "
+                "GemmUniversal<Shape<int, int, int, int>, ...> with CUTLASS's default scheduler runs one GEMM per "
+                "batch entry (L)");
   static_assert(is_stream_k_scheduler<TileScheduler> || is_group_scheduler<TileScheduler> ||
                     is_persistent_scheduler<TileScheduler>,
                 "ORACLE_CUTLASS_ENTRY: the kernel's tile scheduler is not CUTLASS's default persistent one "
@@ -57,8 +61,22 @@ struct SchedulerChecks {
 };
 
 template <class ProblemShape>
+constexpr bool is_group_problem_shape = false;
+template <class Shape>
+constexpr bool is_group_problem_shape<cutlass::gemm::GroupProblemShape<Shape>> = true;
+
+// The grouped refusal's one sentence (the problem shape's check, the traced collectives' static_asserts).
+#define ORACLE_CUTLASS_GROUPED_REFUSAL                                                                          \
+  "ORACLE_CUTLASS_ENTRY: the kernel is a grouped (pointer-array) GEMM (cutlass::gemm::GroupProblemShape, "      \
+  "KernelPtrArrayTmaWarpSpecialized{Cooperative,Pingpong}): this version of the adapter does not trace CUTLASS's " \
+  "pointer-array collectives (MainloopSm90ArrayTmaGmmaWarpSpecialized, Sm90PtrArrayTmaWarpSpecialized), so it "  \
+  "cannot judge one; a strided batched GemmUniversal<Shape<int, int, int, int>, ...> (every entry of one shape) " \
+  "is judged entry by entry"
+
+template <class ProblemShape>
 struct ProblemShapeChecks {
-  static_assert(cute::rank(ProblemShape{}) == 4,
+  static_assert(!is_group_problem_shape<ProblemShape>, ORACLE_CUTLASS_GROUPED_REFUSAL);
+  static_assert(is_group_problem_shape<ProblemShape> || cute::rank(ProblemShape{}) == 4,
                 "ORACLE_CUTLASS_ENTRY: the kernel's problem shape must be (M, N, K, L): write "
                 "GemmUniversal<Shape<int, int, int, int>, ...> (a rank-3 Shape<int, int, int>, as in CUTLASS's example "
                 "48, has no L: add the fourth int)");

@@ -14,8 +14,8 @@
 //                                            returned, with the message adjust wrote)
 //
 // Data path: LaunchArgs -> checks (ABI, problem kinds this GEMM has, tile, element types, layouts)
-// -> Gemm::Arguments, filled by the adapter {kGemm, (M, N, K, 1), {A, dA, B, dB}, {{alpha, beta}, C,
-// dC, D, dD}, hw_info} or returned by the user's make(M, N, K, 1, A, lda, ...) -> can_implement ->
+// -> Gemm::Arguments, filled by the adapter {kGemm, (M, N, K, L), {A, dA, B, dB}, {{alpha, beta}, C,
+// dC, D, dD}, hw_info} or returned by the user's make(M, N, K, L, A, lda, ...) -> can_implement ->
 // workspace (cudaMallocAsync on args->stream when the kernel asks for one, freed with cudaFreeAsync on
 // the same stream after the launch) -> install_sink -> initialize -> run on args->stream. Every failure
 // returns a code (launch.hpp's kLaunch*) with a sentence in args->message.
@@ -27,8 +27,11 @@
 // CaseChecks<Gemm> does the same for what the case expects of the kernel (tile, element types, majors)
 // where a live run passes it as -DORACLE_CASE_* defines (oracle/run/adapters.py library_defines).
 //
-// Constraints: one GEMM (batch 1, no groups, no split-K or stream-K request; the kernel's tile scheduler
-// CUTLASS's default persistent one). The epilogue is CUTLASS's LinearCombination (alpha, beta, C; no
+// Constraints: one GEMM or a strided batched one (L = the case's batch, M each entry's rows, every operand's
+// entries one after the other as the oracle stores them; the taps name the entry as their group, so each
+// entry is judged as its own GEMM); no groups (CUTLASS's pointer-array grouped kernels are not traced: refused
+// at the build by name), no split-K or stream-K request; the kernel's tile scheduler CUTLASS's default
+// persistent one. The epilogue is CUTLASS's LinearCombination (alpha, beta, C; no
 // scales), LinCombEltAct, LinCombPerRowBias, LinCombPerColBias or their EltAct forms (the quick route
 // passes the bias: a contiguous [M] or [N] vector of the fusion's ElementBias), the adapter's
 // TensorScaledLinearCombination (also scale_a and scale_b of kind "tensor": one fp32 each, handed to the
@@ -41,12 +44,14 @@
 // (BM, BN, BK). Each stride mode CUTLASS fixes at compile time (the unit stride of a row- or
 // column-major operand) must be the tensor's. The host route's own arguments are run as returned
 // (their sizes, pointers, strides, alpha and beta are what is judged); only a batch count L other
-// than 1 or a grouped / array mode is refused, as the oracle judges one GEMM per call.
+// than the case's batch or a grouped / array mode is refused. A bias with batch > 1 is refused (one
+// vector is passed).
 
 #ifndef ORACLE_TRACE_CUTLASS_ENTRY_HPP_
 #define ORACLE_TRACE_CUTLASS_ENTRY_HPP_
 
 #include <type_traits>
+#include <utility>
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -71,27 +76,49 @@ bool put_stride(ModeRef&& mode, int64_t value) {
   }
 }
 
-// CUTLASS's (outer, inner, batch) stride from a rank-2 TensorRef's two logical strides.
+// CUTLASS's (outer, inner, batch) stride.
 template <class Stride>
-bool put_strides(Stride& s, int64_t first, int64_t second) {
+bool put_strides(Stride& s, int64_t first, int64_t second, int64_t batch) {
   return put_stride(cute::get<0>(s), first) && put_stride(cute::get<1>(s), second) &&
-         put_stride(cute::get<2>(s), 0);
+         put_stride(cute::get<2>(s), batch);
 }
 
-// An operand's two logical strides into CUTLASS's stride (`swapped`: B, whose (n, k, l) stride reads
-// the [K, N] TensorRef's strides the other way round); one the kernel's layout cannot take refuses
-// the launch, naming the operand. kLaunchOk when it fits.
+// The batch entries of a launch: L = args->batch, each `rows` = M / L of A's, C's and D's rows (the
+// entries are stacked along M, one after the other, as the oracle stores them).
+struct Batch {
+  int64_t count;
+  int64_t rows;
+};
+
+// An operand's logical strides into CUTLASS's stride. A, C, D: a [L * M, cols] TensorRef whose entry l
+// starts M rows after entry l - 1 (batch stride M * the row stride). B (`stacked`): [K, N] when L = 1,
+// else [L, K, N], whose (n, k, l) stride reads the TensorRef's strides the other way round. One the
+// kernel's layout cannot take (a static mode of another value: a static batch stride with L > 1)
+// refuses the launch, naming the operand. kLaunchOk when it fits.
 template <class Stride>
-int put_operand_strides(const LaunchArgs* args, Stride& s, const TensorRef& t, const char* name,
-                        bool swapped = false) {
-  if (put_strides(s, t.stride[swapped ? 1 : 0], t.stride[swapped ? 0 : 1])) return kLaunchOk;
-  return fail_launch(args, kLaunchUnsupported, "%s's strides (%lld, %lld) do not fit the kernel's layout of %s", name,
-                     (long long)t.stride[0], (long long)t.stride[1], name);
+int put_operand_strides(const LaunchArgs* args, Stride& s, const TensorRef& t, const char* name, Batch batch,
+                        bool stacked = false) {
+  const int lead = stacked && t.rank == 3 ? 1 : 0;  // B: the first of (K, N)
+  int64_t first = t.stride[lead], second = t.stride[lead + 1], step = 0;
+  if (batch.count > 1) step = stacked ? t.stride[0] : batch.rows * t.stride[0];
+  if (stacked) std::swap(first, second);
+  if (put_strides(s, first, second, step)) return kLaunchOk;
+  return fail_launch(args, kLaunchUnsupported,
+                     "%s's strides (%lld, %lld, batch %lld) do not fit the kernel's layout of %s", name,
+                     (long long)first, (long long)second, (long long)step, name);
 }
 
 inline bool is_matrix(const TensorRef& t, int64_t rows, int64_t cols) {
   return t.data != nullptr && t.rank == 2 && t.shape[0] == rows && t.shape[1] == cols;
 }
+
+// B of a launch: [K, N], or [L, K, N] for L > 1 batch entries.
+inline bool is_b_operand(const TensorRef& t, int64_t batch, int64_t k, int64_t n) {
+  if (batch == 1) return is_matrix(t, k, n);
+  return t.data != nullptr && t.rank == 3 && t.shape[0] == batch && t.shape[1] == k && t.shape[2] == n;
+}
+
+inline Batch batch_of(const LaunchArgs* args) { return {args->batch, args->m / args->batch}; }
 
 template <class Element>
 bool has_type(const TensorRef& t) {
@@ -117,15 +144,23 @@ int check_launch(const LaunchArgs* args) {
   const TensorRef& B = tensor(args, kSlotB);
   const TensorRef& C = tensor(args, kSlotC);
   const TensorRef& D = tensor(args, kSlotD);
-  const int64_t M = args->m, N = args->n, K = args->k;
-  if (args->batch != 1 || args->groups != 0 || args->splits != 1 || args->stream_k_workers != 0)
+  const int64_t M = args->m, N = args->n, K = args->k, L = args->batch;  // M: every batch entry's rows
+  if (args->groups != 0)
     return fail_launch(args, kLaunchUnsupported,
-                       "this CUTLASS GEMM takes one problem: batch %lld, groups %lld, splits %d, stream_k_workers %d "
-                       "given (allowed: 1, 0, 1, 0)",
-                       (long long)args->batch, (long long)args->groups, args->splits, args->stream_k_workers);
-  if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || M < 1 || N < 1 || K < 1)
+                       "a grouped problem (%lld groups) was passed: this version of the CUTLASS adapter does not trace "
+                       "CUTLASS's grouped (pointer-array) kernels; a strided batched GEMM (batch) is judged entry by "
+                       "entry", (long long)args->groups);
+  if (args->splits != 1 || args->stream_k_workers != 0)
+    return fail_launch(args, kLaunchUnsupported,
+                       "this CUTLASS GEMM takes no split-K or stream-K request: splits %d, stream_k_workers %d given "
+                       "(allowed: 1, 0; CUTLASS's own tile scheduler decides)", args->splits, args->stream_k_workers);
+  if (L < 1 || L > INT32_MAX || M % L != 0)
+    return fail_launch(args, kLaunchUnsupported,
+                       "batch %lld over %lld rows: the batch count must be 1 .. 2^31 - 1 and divide M (every entry "
+                       "has M / batch rows)", (long long)L, (long long)M);
+  if (M / L > INT32_MAX || N > INT32_MAX || K > INT32_MAX || M < 1 || N < 1 || K < 1)
     return fail_launch(args, kLaunchUnsupported, "sizes %lld x %lld x %lld: each must be 1 .. 2^31 - 1",
-                       (long long)M, (long long)N, (long long)K);
+                       (long long)(M / L), (long long)N, (long long)K);
   if (args->tile_m != kBM || args->tile_n != kBN || args->tile_k != kBK)
     return fail_launch(args, kLaunchUnsupported, "the kernel's CTA tile is %d x %d x %d, the case says %d x %d x %d", kBM,
                        kBN, kBK, args->tile_m, args->tile_n, args->tile_k);
@@ -137,6 +172,10 @@ int check_launch(const LaunchArgs* args) {
                          "activation %s", bias_kind_name(uint32_t(Facts::bias)), activation_name(uint32_t(Facts::activation)),
                          bias_kind_name(args->bias_kind), activation_name(args->activation));
     if constexpr (Facts::bias != int(BiasKind::None)) {
+      if (L != 1)
+        return fail_launch(args, kLaunchUnsupported,
+                           "batch %lld with a bias: the adapter passes one bias vector (batch 1); a bias per batch "
+                           "entry is not passed by this version", (long long)L);
       const TensorRef& bias = tensor(args, kSlotBias);
       const int64_t length = Facts::bias == int(BiasKind::Row) ? args->m : args->n;
       using ElementBias = cute::remove_cvref_t<decltype(*std::declval<typename Gemm::Arguments&>().epilogue.thread.bias_ptr)>;
@@ -170,9 +209,15 @@ int check_launch(const LaunchArgs* args) {
   if (!is_matrix(A, M, K) || !has_type<ElementA>(A))
     return fail_launch(args, kLaunchUnsupported, "A must be a [M, K] = [%lld, %lld] matrix of element type %s (got %s)",
                        (long long)M, (long long)K, element_type_name(launch_code<ElementA>), element_type_name(A.dtype));
-  if (!is_matrix(B, K, N) || !has_type<ElementB>(B))
-    return fail_launch(args, kLaunchUnsupported, "B must be a [K, N] = [%lld, %lld] matrix of element type %s (got %s)",
-                       (long long)K, (long long)N, element_type_name(launch_code<ElementB>), element_type_name(B.dtype));
+  if (!is_b_operand(B, L, K, N) || !has_type<ElementB>(B)) {
+    if (L == 1)
+      return fail_launch(args, kLaunchUnsupported, "B must be a [K, N] = [%lld, %lld] matrix of element type %s (got %s)",
+                         (long long)K, (long long)N, element_type_name(launch_code<ElementB>), element_type_name(B.dtype));
+    return fail_launch(args, kLaunchUnsupported,
+                       "B must be [batch, K, N] = [%lld, %lld, %lld] of element type %s (got %s, rank %u)", (long long)L,
+                       (long long)K, (long long)N, element_type_name(launch_code<ElementB>), element_type_name(B.dtype),
+                       B.rank);
+  }
   if (!is_matrix(D, M, N) || !has_type<ElementD>(D))
     return fail_launch(args, kLaunchUnsupported, "D must be a [M, N] = [%lld, %lld] matrix of element type %s (got %s)",
                        (long long)M, (long long)N, element_type_name(launch_code<ElementD>), element_type_name(D.dtype));
@@ -196,16 +241,17 @@ int fill_arguments(const LaunchArgs* args, typename Gemm::Arguments& g) {
   const TensorRef& B = tensor(args, kSlotB);
   const TensorRef& C = tensor(args, kSlotC);
   const TensorRef& D = tensor(args, kSlotD);
-  g.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-  g.problem_shape = {int(args->m), int(args->n), int(args->k), 1};
+  const Batch batch = batch_of(args);
+  g.mode = cutlass::gemm::GemmUniversalMode::kGemm;  // CUTLASS 3.x: (M, N, K, L) with L entries
+  g.problem_shape = {int(batch.rows), int(args->n), int(args->k), int(batch.count)};
   g.mainloop.ptr_A = static_cast<const typename T::ElementA*>(A.data);
   g.mainloop.ptr_B = static_cast<const typename T::ElementB*>(B.data);
   // CUTLASS strides: A (m, k, l), B (n, k, l), C and D (m, n, l)
   const TensorRef& src = C.data != nullptr ? C : D;
-  if (int e = put_operand_strides(args, g.mainloop.dA, A, "A")) return e;
-  if (int e = put_operand_strides(args, g.mainloop.dB, B, "B", true)) return e;
-  if (int e = put_operand_strides(args, g.epilogue.dC, src, "C")) return e;
-  if (int e = put_operand_strides(args, g.epilogue.dD, D, "D")) return e;
+  if (int e = put_operand_strides(args, g.mainloop.dA, A, "A", batch)) return e;
+  if (int e = put_operand_strides(args, g.mainloop.dB, B, "B", batch, true)) return e;
+  if (int e = put_operand_strides(args, g.epilogue.dC, src, "C", batch)) return e;
+  if (int e = put_operand_strides(args, g.epilogue.dD, D, "D", batch)) return e;
   g.epilogue.ptr_C = static_cast<const typename T::ElementC*>(src.data);
   g.epilogue.ptr_D = static_cast<typename T::ElementD*>(D.data);
   if constexpr (!T::kUserTree) {  // a user's own tree: its arguments are filled by the user's function
@@ -303,7 +349,9 @@ inline const char* mode_name(cutlass::gemm::GemmUniversalMode mode) {
 }
 
 // The host route: the user's make(...) returns the arguments, run as returned. The adapter's own
-// filling checks the layouts and gives the leading dimensions and pointers make receives.
+// filling checks the layouts and gives the leading dimensions and pointers make receives, with
+// m = each batch entry's rows and l = the batch count (the entries stacked as the oracle stores them:
+// a packed stride's batch step, CUTLASS's make_cute_packed_stride(S{}, {m, k, l}), is theirs).
 template <class Gemm, class Make>
 int launch_host(const LaunchArgs* args, Make make) {
   static_assert(EntryChecks<Gemm>::ok && HostEntryChecks<Gemm, Make>::ok, "");
@@ -311,19 +359,20 @@ int launch_host(const LaunchArgs* args, Make make) {
   typename Gemm::Arguments ours{};
   if (const int bad = fill_arguments<Gemm>(args, ours)) return bad;
   const typename Gemm::Arguments g =
-      make(int(args->m), int(args->n), int(args->k), 1, ours.mainloop.ptr_A, leading_dimension(ours.mainloop.dA),
+      make(int(batch_of(args).rows), int(args->n), int(args->k), int(args->batch), ours.mainloop.ptr_A,
+           leading_dimension(ours.mainloop.dA),
            ours.mainloop.ptr_B, leading_dimension(ours.mainloop.dB), ours.epilogue.ptr_C,
            leading_dimension(ours.epilogue.dC), static_cast<typename KernelTypes<Gemm>::ElementD*>(tensor(args, kSlotD).data),
            leading_dimension(ours.epilogue.dD), args->alpha, args->beta);
   using Mode = cutlass::gemm::GemmUniversalMode;
   if (g.mode != Mode::kGemm && g.mode != Mode::kBatched)
     return fail_launch(args, kLaunchUnsupported,
-                       "make_arguments returned GemmUniversalMode::%s: the oracle judges one GEMM per call (kGemm, or "
-                       "kBatched with L = 1)", mode_name(g.mode));
-  if (const int l = int(cute::get<3>(g.problem_shape)); l != 1)
+                       "make_arguments returned GemmUniversalMode::%s: the adapter runs a GEMM or a strided batched "
+                       "one (kGemm or kBatched)", mode_name(g.mode));
+  if (const int l = int(cute::get<3>(g.problem_shape)); l != args->batch)
     return fail_launch(args, kLaunchUnsupported,
-                       "make_arguments returned a problem shape with L = %d: the oracle judges one GEMM per call (L = 1)",
-                       l);
+                       "make_arguments returned a problem shape with L = %d where the case has batch = %lld: the "
+                       "oracle judges every batch entry, so L must be the case's batch", l, (long long)args->batch);
   return run_gemm<Gemm>(args, g);
 }
 

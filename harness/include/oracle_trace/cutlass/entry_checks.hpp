@@ -1,10 +1,11 @@
 // oracle_trace/cutlass/entry_checks.hpp -- what the entry macros check on a Gemm's types, at compile time.
 //
 //   KernelTypes<Gemm>            the kernel's collectives, tile, element types and epilogue operation
-//   EntryChecks<Gemm>::ok        what the adapter can run: tile scheduler, (M, N, K, L) problem shape,
+//   EntryChecks<Gemm>::ok        what the adapter can run: tile scheduler, (M, N, K, L) problem shape (a
+//                                grouped GroupProblemShape refused by name),
 //                                fusion, element types, strides, shared memory (cutlass/checks.hpp's traits)
 //   CaseChecks<Gemm>::ok         what the case expects of the kernel (tile, element types, majors, bias,
-//                                activation), where
+//                                activation; a batch > 1 needs a run-time L and batch strides), where
 //                                the oracle passes it as -DORACLE_CASE_* defines (oracle/run/adapters.py
 //                                expected_defines); nothing without them
 //   AdjustChecks<Gemm, Adjust>   a user's own EVT tree comes with the function that fills its arguments
@@ -72,8 +73,13 @@ template <class Gemm>
 struct EntryChecks {
   using T = KernelTypes<Gemm>;
   using Kernel = typename T::Kernel;
-  static_assert(SchedulerChecks<typename Kernel::TileScheduler>::ok, "");
+  // a grouped kernel: the problem shape's check names it, and the checks below stay silent (one error)
+  static constexpr bool kGrouped = is_group_problem_shape<typename Kernel::ProblemShape>;
   static_assert(ProblemShapeChecks<typename Kernel::ProblemShape>::ok, "");
+  struct Skipped {
+    static constexpr bool ok = true;
+  };
+  static_assert(std::conditional_t<kGrouped, Skipped, SchedulerChecks<typename Kernel::TileScheduler>>::ok, "");
   static_assert(T::Facts::traced || T::kUserTree,
                 "ORACLE_CUTLASS_ENTRY: the epilogue fusion must be one the adapter traces: "
                 "cutlass::epilogue::fusion::LinearCombination, LinCombEltAct, LinCombPerRowBias, LinCombPerColBias, "
@@ -81,11 +87,11 @@ struct EntryChecks {
                 "TensorScaledLinearCombination, or the user's own Sm90EVT tree with oracle_trace::cutlass_sm90::Tap "
                 "nodes (no row/column/block scales or auxiliary outputs)");
 #if defined(ORACLE_TRACE)
-  static_assert(T::Steps::size > 0,
+  static_assert(kGrouped || T::Steps::size > 0,
                 "ORACLE_CUTLASS_ENTRY: the epilogue's tree taps no step: wrap the nodes of your Sm90EVT tree whose "
                 "results are steps in oracle_trace::cutlass_sm90::Tap<Stage::Epilogue..., Node> (the last one "
                 "Tap<Stage::EpilogueCast, Node, ElementD>)");
-  static_assert(OrderText<typename T::Steps>::all_steps,
+  static_assert(kGrouped || OrderText<typename T::Steps>::all_steps,
                 "ORACLE_CUTLASS_ENTRY: a Tap or Fused node of the epilogue's tree names a stage that is not an "
                 "epilogue step (EpilogueScale, EpilogueAlpha, EpilogueAlphaBeta, EpilogueBetaC, EpilogueBias, "
                 "EpilogueActivation, EpilogueCast)");
@@ -97,11 +103,11 @@ struct EntryChecks {
                     (is_passed_type<typename T::ElementC> || std::is_void_v<typename T::ElementC>),
                 "ORACLE_CUTLASS_ENTRY: the kernel's ElementC or ElementD is not an element type the harness passes "
                 "(float, cutlass::half_t, bfloat16_t, float_e4m3_t, float_e5m2_t, int8_t, int32_t; void for C)");
-  static_assert(is_fillable_stride<typename Kernel::StrideA>() && is_fillable_stride<typename Kernel::StrideB>(),
+  static_assert(kGrouped || (is_fillable_stride<typename Kernel::StrideA>() && is_fillable_stride<typename Kernel::StrideB>()),
                 "ORACLE_CUTLASS_ENTRY: the kernel's StrideA or StrideB is not a row- or column-major one: the adapter "
                 "passes strides of three modes (rows, cols, batch), one of the first two cute::Int<1>, the other an "
                 "integer (CUTLASS's RowMajor / ColumnMajor layout tags give these)");
-  static_assert(is_fillable_stride<typename Kernel::StrideC>() && is_fillable_stride<typename Kernel::StrideD>(),
+  static_assert(kGrouped || (is_fillable_stride<typename Kernel::StrideC>() && is_fillable_stride<typename Kernel::StrideD>()),
                 "ORACLE_CUTLASS_ENTRY: the kernel's StrideC or StrideD is not a row- or column-major one (see StrideA)");
   // The traced build's shared memory holds one binding per stage more than CUTLASS's stage count
   // planned for: refuse a kernel that no longer fits (227 KiB per CTA on SM90).
@@ -165,6 +171,37 @@ struct CaseMajorCheck {
   static constexpr bool ok = true;
 };
 
+// A batched case (batch > 1) on the kernel: its problem shape's L and every operand's batch stride mode must
+// be run-time values (a static L of another value, or a static batch stride, cannot step between the
+// entries). KernelL: the static L, 0 where it is an int; KernelBatchStrides: the four batch modes dynamic.
+template <int KernelL, bool KernelBatchStrides, int CaseBatch>
+struct CaseBatchCheck {
+  static_assert(KernelL == 0 || KernelL == CaseBatch,
+                "ORACLE_CUTLASS_ENTRY: the kernel's problem shape fixes L at compile time to another value than the "
+                "case's [problem] batch: CaseBatchCheck<the kernel's L, ..., the case's batch>; write "
+                "GemmUniversal<Shape<int, int, int, int>, ...>");
+  static_assert(KernelBatchStrides,
+                "ORACLE_CUTLASS_ENTRY: the case is batched ([problem] batch > 1) and a batch mode of the kernel's "
+                "StrideA, StrideB, StrideC or StrideD is static (cute::Int): it cannot step from one entry to the "
+                "next; CUTLASS's layout tags (cutlass::detail::TagToStrideA_t ...) give an int64_t batch mode");
+  static constexpr bool ok = true;
+};
+
+template <class Shape>
+constexpr int static_l() {
+  using L = cute::remove_cvref_t<decltype(cute::get<3>(Shape{}))>;
+  if constexpr (cute::is_static<L>::value) {
+    return int(L::value);
+  } else {
+    return 0;
+  }
+}
+
+template <class Stride>
+constexpr bool dynamic_batch_mode() {
+  return !cute::is_static<cute::remove_cvref_t<decltype(cute::get<2>(Stride{}))>>::value;
+}
+
 // What the epilogue adds, kernel's then case's (launch.hpp's BiasKind: 0 none, 1 row (one per m), 2
 // column (one per n); Activation: 0 none, 1 relu, 2 gelu_erf, 3 gelu_tanh, 4 silu).
 template <int KernelBias, int CaseBias>
@@ -223,8 +260,13 @@ struct AdjustChecks {
   static constexpr bool ok = true;
 };
 
-template <class Gemm>
+template <class Gemm, bool kGrouped = is_group_problem_shape<typename KernelTypes<Gemm>::Kernel::ProblemShape>>
 struct CaseChecks {
+  static constexpr bool ok = true;  // a grouped kernel: EntryChecks refuses it, naming it
+};
+
+template <class Gemm>
+struct CaseChecks<Gemm, false> {
 #if defined(ORACLE_CASE_TILE_M)
   using T = KernelTypes<Gemm>;
   using Kernel = typename T::Kernel;
@@ -244,6 +286,14 @@ struct CaseChecks {
 #endif
 #if defined(ORACLE_CASE_BIAS_DTYPE)
   static_assert(BiasElementCheck<Gemm, T::kUserTree || T::Facts::bias == int(BiasKind::None)>::ok, "");
+#endif
+#if defined(ORACLE_CASE_BATCH)
+  static_assert(CaseBatchCheck<static_l<typename Kernel::ProblemShape>(),
+                               dynamic_batch_mode<typename Kernel::StrideA>() &&
+                                   dynamic_batch_mode<typename Kernel::StrideB>() &&
+                                   dynamic_batch_mode<typename Kernel::StrideC>() &&
+                                   dynamic_batch_mode<typename Kernel::StrideD>(),
+                               ORACLE_CASE_BATCH>::ok, "");
 #endif
 #if defined(ORACLE_CASE_C)
   static_assert(CaseElementCheck<OperandC, typename T::ElementC, typename case_element<ORACLE_CASE_C>::type>::ok, "");

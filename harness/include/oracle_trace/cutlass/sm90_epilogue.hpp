@@ -39,8 +39,9 @@
 // spells them as a case's `epilogue` tokens; the entry macros keep that text in the traced library,
 // where the oracle reads it (oracle/run/library_epilogue.py).
 //
-// Constraints: taps carry tile (m, n) from the epilogue's own tile coordinate and the group (batch
-// entry) when L > 1; elements past M or N are tapped as the registers hold them (the oracle excludes
+// Constraints: taps carry tile (m, n) from the epilogue's own tile coordinate (counted from the batch
+// entry's first row) and the group (the batch entry l) when L > 1; a grouped GEMM's pointer-array
+// epilogue (Sm90PtrArrayTmaWarpSpecialized) is refused by name; elements past M or N are tapped as the registers hold them (the oracle excludes
 // padding). Each fragment is one record: a traced tile costs about 60 bytes per element per stage.
 
 #ifndef ORACLE_TRACE_CUTLASS_SM90_EPILOGUE_HPP_
@@ -53,6 +54,7 @@
 #include "cutlass/epilogue/fusion/callbacks.hpp"
 #include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
 #include "cutlass/epilogue/thread/activation.h"
+#include "oracle_trace/cutlass/checks.hpp"
 #include "oracle_trace/cutlass/types.hpp"
 #include "oracle_trace/cutlass/version.hpp"
 #include "oracle_trace/trace.cuh"
@@ -752,6 +754,21 @@ template <class Epilogue>
 struct TracedEpilogueOf {
   static_assert(cutlass::detail::dependent_false<Epilogue>,
                 "oracle_trace::cutlass_sm90: TracedEpilogue takes CUTLASS's Sm90TmaWarpSpecialized collective epilogue");
+};
+
+// A grouped GEMM's pointer-array epilogue: not traced by this version, refused by name (the collective
+// is left as it is, so that this is the one error the alias gives).
+template <int StagesC, int StagesD, int FragmentSize, bool ReuseSmemC, bool DelayTmaStore, int WarpGroups,
+          class... Rest>
+struct TracedEpilogueOf<cutlass::epilogue::collective::CollectiveEpilogue<
+    cutlass::epilogue::Sm90PtrArrayTmaWarpSpecialized<StagesC, StagesD, FragmentSize, ReuseSmemC, DelayTmaStore,
+                                                      WarpGroups>,
+    Rest...>> {
+  static_assert(StagesC < 0, ORACLE_CUTLASS_GROUPED_REFUSAL);
+  using type = cutlass::epilogue::collective::CollectiveEpilogue<
+      cutlass::epilogue::Sm90PtrArrayTmaWarpSpecialized<StagesC, StagesD, FragmentSize, ReuseSmemC, DelayTmaStore,
+                                                        WarpGroups>,
+      Rest...>;
 };
 
 template <int StagesC, int StagesD, int FragmentSize, bool ReuseSmemC, bool DelayTmaStore, class CtaTile,

@@ -23,8 +23,11 @@
 // are issued (CUTLASS keeps one batch in flight), so its timing is not the production kernel's;
 // the report declares it. Clusters of one CTA or more both work (the binding is per CTA). Supported:
 // the non-FP8 TMA warp-specialized collective (static_assert otherwise); FP8's promotion mainloop is
-// another collective (use the FP8FastAccum schedules, whose mainloop is this one). `Mutation` plants a
-// defect for the bug zoo: issues(k_block), how often the k-block's MMAs are issued (NoMutation: once);
+// another collective (use the FP8FastAccum schedules, whose mainloop is this one); the pointer-array
+// collective of a grouped GEMM (MainloopSm90ArrayTmaGmmaWarpSpecialized) is refused by name. A batched
+// GEMM (L > 1): the binding's group is the batch entry l, so every tap names its entry. `Mutation` plants a
+// defect for the bug zoo: issues(k_block), or issues(k_block, group) for one batch entry's (group -1 when
+// L = 1), how often the k-block's MMAs are issued (NoMutation: once);
 // optionally load_a_element(k_block), the linear index (row * BK + col) of the A element of the
 // k-block's stage that is overwritten with 64 after the descriptor taps and before the load taps and
 // the MMAs (-1: none), between two named barriers of the consumer group (CUTLASS user barrier id 0;
@@ -37,6 +40,7 @@
 #include "cutlass/gemm/collective/collective_builder.hpp"
 #include "cutlass/arch/barrier.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
+#include "oracle_trace/cutlass/checks.hpp"
 #include "oracle_trace/cutlass/types.hpp"
 #include "oracle_trace/cutlass/version.hpp"
 #include "oracle_trace/trace.cuh"
@@ -54,6 +58,27 @@ struct corrupts_load : cute::false_type {};
 template <class M>
 struct corrupts_load<M, cute::void_t<decltype(M::load_a_element(0))>> : cute::true_type {};
 
+// How often k-block `k_block` of batch entry `group` (-1: not batched) is issued: the mutation's
+// issues(k_block, group) where it has one (a defect planted in one batch entry), else issues(k_block).
+template <class M, class = void>
+struct issues_per_group : cute::false_type {};
+template <class M>
+struct issues_per_group<M, cute::void_t<decltype(M::issues(0, 0))>> : cute::true_type {};
+
+template <class M>
+CUTLASS_DEVICE constexpr int issue_count(int k_block, int group) {
+  if constexpr (issues_per_group<M>::value) {
+    return M::issues(k_block, group);
+  } else {
+    return M::issues(k_block);
+  }
+}
+
+template <class Policy>
+constexpr bool is_array_policy = false;
+template <int Stages, class Cluster, class Schedule>
+constexpr bool is_array_policy<cutlass::gemm::MainloopSm90ArrayTmaGmmaWarpSpecialized<Stages, Cluster, Schedule>> = true;
+
 template <class Policy>
 constexpr bool is_tma_ws_policy = false;
 template <int Stages, class Cluster, class Schedule>
@@ -61,7 +86,8 @@ constexpr bool is_tma_ws_policy<cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialize
 
 template <class Base, class Mutation = NoMutation>
 struct Sm90TracedMainloop : Base {
-  static_assert(is_tma_ws_policy<typename Base::DispatchPolicy>,
+  static_assert(!is_array_policy<typename Base::DispatchPolicy>, ORACLE_CUTLASS_GROUPED_REFUSAL);
+  static_assert(is_array_policy<typename Base::DispatchPolicy> || is_tma_ws_policy<typename Base::DispatchPolicy>,
                 "Sm90TracedMainloop traces CUTLASS's MainloopSm90TmaGmmaWarpSpecialized collective only (fp8: "
                 "the FP8FastAccum schedules; the promoting MainloopSm90TmaGmmaWarpSpecializedFP8 is not traced)");
 
@@ -214,7 +240,7 @@ struct Sm90TracedMainloop : Base {
                           [&](int r, int c) { return offset_b(storage.smem_B.data(), r, c, stage); }, group_thread,
                           kThreads);
       }
-      const int reps = Mutation::issues(site.k_block);
+      const int reps = issue_count<Mutation>(site.k_block, site.group);
       for (int rep = 0; rep < reps; ++rep) {
         warpgroup_fence_operand(accum);
         warpgroup_arrive();
