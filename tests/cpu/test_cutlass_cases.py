@@ -3,8 +3,10 @@
 - a launch library whose own source includes oracle_trace/cutlass.hpp is known as the cutlass_sm90
   adapter's, and a library that does not include it is not;
 - what the adapter cannot run is refused when the case is loaded, every field named with what is
-  supported (batch, groups, splits, stream-K, scales other than per-tensor on both operands, fp8
-  without fp8_fast); a bias, an activation and an epilogue order load (the kernel's tree says which it
+  supported (batch, groups, scales other than per-tensor on both operands, fp8 without fp8_fast);
+  a split of k (splits, stream_k_workers) loads, and its build carries ORACLE_CASE_SPLIT, so that a
+  kernel without CUTLASS's stream-K scheduler stops its build (CaseSplitCheck) while an unsplit case's
+  defines stay as they were; a bias, an activation and an epilogue order load (the kernel's tree says which it
   has: the build checks them), and a live build carries them as -DORACLE_CASE_* defines;
 - the adapter's serialisation travels with a recording (saved and loaded), and the judgement of the
   committed CUTLASS dumps lists it under what was not seen, for a MATCH and for a finding alike,
@@ -48,8 +50,6 @@ def test_the_adapter_is_known_from_the_library_s_own_include_line(tmp_path):
     ("cutlass_sm90.toml", {"batch": 2}, "[problem] batch = 2: the CUTLASS adapter's entry (ORACLE_CUTLASS_ENTRY) runs "
                                         "one GEMM; supported: 1"),
     ("cutlass_sm90.toml", {"groups": [100, 200]}, "[problem] groups = [100, 200]"),
-    ("cutlass_sm90.toml", {"splits": 2}, "[problem] splits = 2: CUTLASS's own tile scheduler decides"),
-    ("cutlass_sm90.toml", {"stream_k_workers": 8}, "[problem] stream_k_workers = 8"),
     ("cutlass_sm90.toml", {"scale_a": {"kind": "row"}, "scale_b": {"kind": "tensor"}},
      "[problem] scale_a.kind = 'row': supported: none (LinearCombination) or tensor on both A and B"),
     ("cutlass_sm90.toml", {"scale_a": {"kind": "tensor"}},
@@ -80,6 +80,20 @@ def test_what_the_adapter_runs_loads_and_a_library_without_it_is_not_limited():
     # the hand-written library example has a bias: no adapter, no limit
     lib = load_case(str(ROOT / "harness" / "examples" / "simple_gemm_lib.toml"), {"bias": "col"}, allow_library=True)
     assert lib.spec.bias == "col"
+
+
+def test_a_split_case_loads_and_its_build_says_it_splits():
+    from oracle.run.adapters import library_defines
+
+    plain = load_case(str(ZOO / "cutlass_sm90.toml"), allow_library=True)
+    assert "ORACLE_CASE_SPLIT" not in library_defines(plain.kernel, plain.spec, traced=True)
+    for case_file, over in (("splitk.toml", {}), ("streamk.toml", {}), ("cutlass_sm90.toml", {"splits": 2}),
+                            ("cutlass_sm90.toml", {"stream_k_workers": 8})):
+        case = load_case(str(ZOO / case_file), over, allow_library=True)
+        assert case.spec.partitioned, (case_file, over)
+        assert library_defines(case.kernel, case.spec, traced=True)["ORACLE_CASE_SPLIT"] == "1", (case_file, over)
+    dp = load_case(str(ZOO / "streamk_dp.toml"), allow_library=True)
+    assert dp.kernel.defines == {"ZOO_CUTLASS_STREAMK": "1"} and not dp.spec.partitioned
 
 
 def test_the_serialisation_travels_with_the_recording(tmp_path):
