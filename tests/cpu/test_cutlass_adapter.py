@@ -165,6 +165,18 @@ def test_the_stream_k_library_refuses_a_split_it_cannot_run(stream_k_library, fi
     assert got == 1001 and words in message, message
 
 
+@pytest.mark.slow
+def test_the_host_route_s_stream_k_arguments_may_not_split_an_unsplit_case():
+    # the zoo's make_arguments leaves the scheduler's arguments at CUTLASS's defaults: the Heuristic
+    # decomposition, which may split tiles that the unsplit case would judge whole
+    lib = build_library(SOURCE, defines={"ORACLE_TRACE": "1", "ZOO_CUTLASS_HOST": "1",
+                                         "ZOO_CUTLASS_STREAMK": "1"}).cubin_path
+    got, message = _launch(lib, _call())
+    assert got == 1001, message
+    assert ("make_arguments asks CUTLASS's stream-K scheduler for decomposition Heuristic with splits 1, and the "
+            "case declares no split") in message, message
+
+
 def test_the_persistent_scheduler_s_library_refuses_a_split(traced_library):
     got, message = _launch(traced_library, _call(), splits=2)
     assert got == 1001, message
