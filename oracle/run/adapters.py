@@ -8,7 +8,7 @@ into every recording of the case (Recording.serialised), and the judgement lists
 run did not see.
 
 Adapter.expected_defines(spec) says what the case expects of the kernel (its tile, element types,
-majors, bias and activation) as `-DORACLE_CASE_*` defines; library_defines() adds them to the library's own, and the
+majors, bias and activation, and whether it splits k) as `-DORACLE_CASE_*` defines; library_defines() adds them to the library's own, and the
 adapter's type checks compare them with the kernel's types at compile time (the build stops in
 seconds, before the kernel is instantiated, where they differ), so a case that does not fit the kernel
 is not found only by oracle_launch after the full build. The epilogue's order is the kernel's tree's,
@@ -66,12 +66,12 @@ class Adapter:
         if spec.batch != 1 and spec.bias != "none":
             why.append(f"bias = {shown(spec.bias)} with batch = {spec.batch}: the adapter passes one bias vector, not "
                        f"one per batch entry; supported: bias none with batch > 1")
-        if spec.splits != 1:
-            why.append(f"splits = {spec.splits}: CUTLASS's own tile scheduler decides how k is split, the adapter "
-                       f"requests no split-K; supported: 1")
-        if spec.stream_k_workers is not None:
-            why.append(f"stream_k_workers = {spec.stream_k_workers}: CUTLASS's own tile scheduler decides, the adapter "
-                       f"requests no stream-K; supported: none")
+        if spec.batch != 1 and (spec.splits != 1 or spec.stream_k_workers is not None):
+            why.append(f"batch = {spec.batch} with a split of k: a split (CUTLASS's stream-K scheduler) is traced for "
+                       f"one GEMM per call; supported: batch 1 with splits or stream_k_workers")
+        # splits and stream_k_workers: a kernel built with CUTLASS's stream-K scheduler (TracedScheduler) takes
+        # them (the build checks that it is one: ORACLE_CASE_SPLIT, CaseSplitCheck); its partition is read
+        # from the taps
         # bias, activation and epilogue: the kernel's tree says which it has (checked at the build:
         # expected_defines, and against the built library's order: oracle.run.library_epilogue)
         kinds = (spec.scale_a.kind, spec.scale_b.kind)
@@ -106,6 +106,8 @@ class Adapter:
                "ORACLE_CASE_BIAS": BIAS_KINDS.index(spec.bias), "ORACLE_CASE_ACTIVATION": ACTIVATIONS.index(spec.activation)}
         if spec.bias != "none":
             out["ORACLE_CASE_BIAS_DTYPE"] = dtype(spec.bias_dtype).launch_code
+        if spec.partitioned:  # only then: the unsplit cases' defines (and builds) stay as they were
+            out["ORACLE_CASE_SPLIT"] = 1
         if spec.c_dtype is not None:
             out.update(ORACLE_CASE_C=dtype(spec.c_dtype).launch_code, ORACLE_CASE_C_UNIT_MODE=int(spec.c_major == "row"))
         if spec.batch != 1:  # only where batched: one-GEMM cases keep sharing their build

@@ -4,7 +4,9 @@ CUTLASS SM90 GEMM (zoo/cutlass_sm90/cutlass_sm90.cu):
 - the traced launch library builds with nvcc, exports oracle_launch and oracle_launch_abi and
   carries the CUDA runtime statically;
 - oracle_launch refuses, with a sentence and before any CUDA call, what the kernel cannot run (another
-  ABI, another tile, another element type or layout, a bias, scales a LinearCombination lacks);
+  ABI, another tile, another element type or layout, a bias, scales a LinearCombination lacks, a split
+  of k on the persistent scheduler); the stream-K build (ZOO_CUTLASS_STREAMK: TracedScheduler, slow)
+  takes a split-K or stream-K case up to its first CUDA call and refuses splits it cannot run;
 - the host route (ORACLE_CUTLASS_HOST_ENTRY, zoo/cutlass_sm90/host.toml: the one host-route build)
   refuses the same before it calls the user's make_arguments, and runs what make_arguments returns
   through can_implement up to the first CUDA call;
@@ -54,6 +56,15 @@ def host_library() -> Path:
     """The host route (ORACLE_CUTLASS_HOST_ENTRY with the zoo's make_arguments), traced: the one
     correct host-route build (zoo/cutlass_sm90/host.toml)."""
     case = load_case(str(ZOO / "host.toml"), allow_library=True)
+    return build_library(case.kernel.library, arch=case.kernel.arch,
+                         defines={"ORACLE_TRACE": "1", **case.kernel.defines}).cubin_path
+
+
+@pytest.fixture(scope="module")
+def stream_k_library() -> Path:
+    """The kernel with CUTLASS's stream-K scheduler through TracedScheduler (zoo/cutlass_sm90/splitk.toml's
+    build, which streamk.toml and streamk_dp.toml share), traced."""
+    case = load_case(str(ZOO / "splitk.toml"), allow_library=True)
     return build_library(case.kernel.library, arch=case.kernel.arch,
                          defines={"ORACLE_TRACE": "1", **case.kernel.defines}).cubin_path
 
@@ -143,6 +154,36 @@ def test_the_host_route_refuses_what_the_kernel_cannot_run_before_calling_the_us
     assert got == 1001 and words in message, message
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("fields, words", [
+    ({"splits": 2, "stream_k_workers": 8}, "splits 2, stream_k_workers 8: splits >= 1, stream_k_workers >= 0, not both"),
+    ({"splits": 0}, "splits 0, stream_k_workers 0: splits >= 1"),
+    ({"stream_k_workers": -1}, "stream_k_workers -1"),
+])
+def test_the_stream_k_library_refuses_a_split_it_cannot_run(stream_k_library, fields, words):
+    got, message = _launch(stream_k_library, _call(), **fields)
+    assert got == 1001 and words in message, message
+
+
+@pytest.mark.slow
+def test_the_host_route_s_stream_k_arguments_may_not_split_an_unsplit_case():
+    # the zoo's make_arguments leaves the scheduler's arguments at CUTLASS's defaults: the Heuristic
+    # decomposition, which may split tiles that the unsplit case would judge whole
+    lib = build_library(SOURCE, defines={"ORACLE_TRACE": "1", "ZOO_CUTLASS_HOST": "1",
+                                         "ZOO_CUTLASS_STREAMK": "1"}).cubin_path
+    got, message = _launch(lib, _call())
+    assert got == 1001, message
+    assert ("make_arguments asks CUTLASS's stream-K scheduler for decomposition Heuristic with splits 1, and the "
+            "case declares no split") in message, message
+
+
+def test_the_persistent_scheduler_s_library_refuses_a_split(traced_library):
+    got, message = _launch(traced_library, _call(), splits=2)
+    assert got == 1001, message
+    assert ("splits 2, stream_k_workers 0 given: the kernel's tile scheduler (CUTLASS's persistent one) never splits "
+            "a tile") in message, message
+
+
 # oracle_launch in a child that sees no device: every CUDA call fails there, so fake addresses are safe.
 NO_DEVICE_CALL = r"""
 import ctypes, sys
@@ -164,6 +205,32 @@ def test_the_host_route_runs_the_user_s_arguments_up_to_the_launch(host_library)
     # make_arguments ran, its arguments passed the route's checks and CUTLASS's can_implement: the
     # first CUDA call (installing the sink) is what fails without a device
     assert out.stdout.startswith("1002 setting the trace sink: "), out.stdout
+
+
+STREAM_K_CALL = r"""
+import ctypes, sys
+sys.path[:0] = sys.argv[3:]
+import test_cutlass_adapter as t
+got, message = t._launch(sys.argv[1], t._call(), **{sys.argv[2]: 3 if sys.argv[2] == "splits" else 16})
+print(got, message)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("field", ["splits", "stream_k_workers"])
+def test_the_stream_k_library_takes_a_split_case_up_to_the_first_cuda_call(stream_k_library, field):
+    import os
+    import sys
+
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    out = subprocess.run([sys.executable, "-c", STREAM_K_CALL, str(stream_k_library), field, str(Path(__file__).parent),
+                          str(ROOT / "tests"), str(ROOT)], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    # the split passed every check before the device is asked for its SM count (the quick route's first
+    # CUDA call), which fails without a device
+    assert out.stdout.startswith("1002 cudaGetDevice: "), out.stdout
+    traced = sass_by_function(stream_k_library) if cuobjdump() is not None else {}
+    assert all("TracedStreamKTag" in name for name in traced), sorted(traced)  # the kernel's scheduler tag
 
 
 def _cubin(*defines: str) -> dict[str, list[str]]:

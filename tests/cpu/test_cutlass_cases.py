@@ -4,9 +4,11 @@
   adapter's, and a library that does not include it is not;
 - what the adapter cannot run is refused when the case is loaded, every field named with what is
   supported (groups: CUTLASS's grouped pointer-array kernels are not traced; a bias with batch > 1,
-  splits, stream-K, scales other than per-tensor on both operands, fp8 without fp8_fast); a strided
-  batched case (batch > 1) loads, and its build carries the batch as ORACLE_CASE_BATCH (a one-GEMM case's
-  defines, hence its build, unchanged); a bias, an activation and an epilogue order load (the kernel's tree says which it
+  scales other than per-tensor on both operands, fp8 without fp8_fast); a strided batched case (batch > 1)
+  loads, and its build carries the batch as ORACLE_CASE_BATCH (a one-GEMM case's defines, hence its build,
+  unchanged); a split of k (splits, stream_k_workers) loads, and its build carries ORACLE_CASE_SPLIT, so that a
+  kernel without CUTLASS's stream-K scheduler stops its build (CaseSplitCheck) while an unsplit case's
+  defines stay as they were; a bias, an activation and an epilogue order load (the kernel's tree says which it
   has: the build checks them), and a live build carries them as -DORACLE_CASE_* defines;
 - the adapter's serialisation travels with a recording (saved and loaded), and the judgement of the
   committed CUTLASS dumps lists it under what was not seen, for a MATCH and for a finding alike,
@@ -51,8 +53,6 @@ def test_the_adapter_is_known_from_the_library_s_own_include_line(tmp_path):
                                                   "does not trace CUTLASS's grouped (pointer-array) kernels"),
     ("batched.toml", {"bias": "col", "bias_dtype": "bf16"},
      "[problem] bias = 'col' with batch = 3: the adapter passes one bias vector, not one per batch entry"),
-    ("cutlass_sm90.toml", {"splits": 2}, "[problem] splits = 2: CUTLASS's own tile scheduler decides"),
-    ("cutlass_sm90.toml", {"stream_k_workers": 8}, "[problem] stream_k_workers = 8"),
     ("cutlass_sm90.toml", {"scale_a": {"kind": "row"}, "scale_b": {"kind": "tensor"}},
      "[problem] scale_a.kind = 'row': supported: none (LinearCombination) or tensor on both A and B"),
     ("cutlass_sm90.toml", {"scale_a": {"kind": "tensor"}},
@@ -94,6 +94,20 @@ def test_a_batched_case_loads_and_its_build_carries_the_batch():
         assert case.kernel.adapter.expected_defines(case.spec)["ORACLE_CASE_BATCH"] == "3"
     moved = load_case(str(ZOO / "cutlass_sm90.toml"), {"batch": 2}, allow_library=True)
     assert moved.spec.total_m == 2 * moved.spec.m
+
+
+def test_a_split_case_loads_and_its_build_says_it_splits():
+    from oracle.run.adapters import library_defines
+
+    plain = load_case(str(ZOO / "cutlass_sm90.toml"), allow_library=True)
+    assert "ORACLE_CASE_SPLIT" not in library_defines(plain.kernel, plain.spec, traced=True)
+    for case_file, over in (("splitk.toml", {}), ("streamk.toml", {}), ("cutlass_sm90.toml", {"splits": 2}),
+                            ("cutlass_sm90.toml", {"stream_k_workers": 8})):
+        case = load_case(str(ZOO / case_file), over, allow_library=True)
+        assert case.spec.partitioned, (case_file, over)
+        assert library_defines(case.kernel, case.spec, traced=True)["ORACLE_CASE_SPLIT"] == "1", (case_file, over)
+    dp = load_case(str(ZOO / "streamk_dp.toml"), allow_library=True)
+    assert dp.kernel.defines == {"ZOO_CUTLASS_STREAMK": "1"} and not dp.spec.partitioned
 
 
 def test_the_serialisation_travels_with_the_recording(tmp_path):

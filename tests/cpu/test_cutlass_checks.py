@@ -1,9 +1,12 @@
 """The CUTLASS adapter's type checks (harness/include/oracle_trace/cutlass/checks.hpp and
 entry_checks.hpp) refuse, at compile time and in seconds, what the adapter cannot run:
 
-- the tile scheduler: CUTLASS's StreamKScheduler and GroupScheduler stop the build at a static_assert
-  naming the scheduler and what to do; the default persistent one passes (the checks compiled
-  alone, with CUTLASS's scheduler header: a few seconds);
+- the tile scheduler: GroupScheduler, and in a traced build CUTLASS's StreamKScheduler untraced, stop the
+  build at a static_assert naming the scheduler and what to do (for stream-K: TracedScheduler); the
+  default persistent one passes, and so does the stream-K one in a production build (the checks
+  compiled alone, with CUTLASS's scheduler header: a few seconds); a traced stream-K scheduler in
+  the ping-pong kernel, or naming another mainloop than the kernel's, stops the build, and so does a
+  split case (ORACLE_CASE_SPLIT) on the persistent scheduler;
 - a case that does not fit its kernel (another tile, element type or major: the -DORACLE_CASE_* defines
   a live run builds with, oracle.run.adapters.library_defines) stops the kernel's real build the same
   way, the kernel's and the case's values named; the zoo case's own expectations pass;
@@ -69,13 +72,18 @@ def test_the_default_persistent_scheduler_passes_the_checks():
     build_cubin(SCHEDULER_TU)
 
 
-def test_stream_k_and_group_schedulers_are_refused_with_their_names_and_what_to_do():
-    err = _refusal(SCHEDULER_TU, defines={"CHECK_STREAM_K": "1", "CHECK_GROUP": "1"})
+def test_stream_k_untraced_and_group_schedulers_are_refused_with_their_names_and_what_to_do():
+    err = _refusal(SCHEDULER_TU, defines={"ORACLE_TRACE": "1", "CHECK_STREAM_K": "1", "CHECK_GROUP": "1"})
     assert "2 errors detected" in err, err[-3000:]
-    assert ("the kernel's tile scheduler is cutlass::gemm::StreamKScheduler (stream-K and split-K): the adapter does "
-            "not trace its fixup") in err, err[-3000:]
-    assert "drop GemmUniversal's fourth template argument (CUTLASS's default persistent scheduler)" in err
+    assert ("the kernel's tile scheduler is cutlass::gemm::StreamKScheduler (stream-K and split-K) untraced: its "
+            "fixup (a reduction of partial tiles) and each work unit's partial would be missed") in err, err[-3000:]
+    assert ("write GemmUniversal's fourth template argument as oracle_trace::cutlass_sm90::TracedScheduler<"
+            "cutlass::gemm::StreamKScheduler, CollectiveMainloop>") in err
     assert "the kernel's tile scheduler is cutlass::gemm::GroupScheduler (a grouped GEMM)" in err
+
+
+def test_the_stream_k_scheduler_passes_in_a_production_build():
+    build_cubin(SCHEDULER_TU, defines={"CHECK_STREAM_K": "1"})  # without ORACLE_TRACE: CUTLASS's own kernel
 
 
 # A user's kernel: the zoo's CUTLASS collectives (types only), the adapter's traced aliases, and a
@@ -110,6 +118,15 @@ using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cutlass::gemm::GroupProb
 #elif defined(USER_STREAM_K)
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
                                                         CollectiveEpilogue, cutlass::gemm::StreamKScheduler>;
+#elif defined(USER_TRACED_STREAM_K)  // with ZOO_CUTLASS_PINGPONG, or naming CUTLASS's own mainloop
+#if defined(USER_OTHER_MAINLOOP)
+using Named = zoo_cutlass::BuiltMainloop;
+#else
+using Named = CollectiveMainloop;
+#endif
+using GemmKernel = cutlass::gemm::kernel::GemmUniversal<
+    cute::Shape<int, int, int, int>, CollectiveMainloop, CollectiveEpilogue,
+    oracle_trace::cutlass_sm90::TracedScheduler<cutlass::gemm::StreamKScheduler, Named>>;
 #else
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, CollectiveMainloop,
                                                         CollectiveEpilogue>;
@@ -126,28 +143,33 @@ ORACLE_CUTLASS_ENTRY(Gemm)
 '''
 
 
-@pytest.mark.parametrize("define, words", [
-    ("USER_RANK_3", "the kernel's problem shape must be (M, N, K, L): write GemmUniversal<Shape<int, int, int, int>, "
+@pytest.mark.parametrize("defines, words", [
+    ({"USER_RANK_3": "1"}, "the kernel's problem shape must be (M, N, K, L): write GemmUniversal<Shape<int, int, int, int>, "
                     "...> (a rank-3 Shape<int, int, int>, as in CUTLASS's example 48, has no L: add the fourth int)"),
-    ("USER_STREAM_K", "the kernel's tile scheduler is cutlass::gemm::StreamKScheduler"),
-    ("USER_BAD_MAKE", "ORACLE_CUTLASS_HOST_ENTRY(Gemm, make): make must be callable as make(int m, int n, int k, "
-                      "int l, const ElementA* a, int64_t lda,"),
-    ("USER_GROUPED", "the kernel is a grouped (pointer-array) GEMM (cutlass::gemm::GroupProblemShape, "
-                     "KernelPtrArrayTmaWarpSpecialized{Cooperative,Pingpong}): this version of the adapter does not "
-                     "trace CUTLASS's pointer-array collectives"),
-], ids=["rank3", "stream_k", "host_make_signature", "grouped"])
-def test_a_kernel_the_adapter_cannot_run_is_refused_before_the_long_compile(tmp_path, define, words):
+    ({"USER_STREAM_K": "1"}, "the kernel's tile scheduler is cutlass::gemm::StreamKScheduler (stream-K and "
+                             "split-K) untraced"),
+    ({"USER_TRACED_STREAM_K": "1", "ZOO_CUTLASS_PINGPONG": "1"},
+     "the stream-K scheduler runs in CUTLASS's cooperative kernel only"),
+    ({"USER_TRACED_STREAM_K": "1", "USER_OTHER_MAINLOOP": "1"},
+     "TracedScheduler<cutlass::gemm::StreamKScheduler, Mainloop> must name the kernel's CollectiveMainloop"),
+    ({"USER_BAD_MAKE": "1"}, "ORACLE_CUTLASS_HOST_ENTRY(Gemm, make): make must be callable as make(int m, int n, "
+                             "int k, int l, const ElementA* a, int64_t lda,"),
+    ({"USER_GROUPED": "1"}, "the kernel is a grouped (pointer-array) GEMM (cutlass::gemm::GroupProblemShape, "
+                            "KernelPtrArrayTmaWarpSpecialized{Cooperative,Pingpong}): this version of the adapter does "
+                            "not trace CUTLASS's pointer-array collectives"),
+], ids=["rank3", "stream_k", "stream_k_pingpong", "stream_k_other_mainloop", "host_make_signature", "grouped"])
+def test_a_kernel_the_adapter_cannot_run_is_refused_before_the_long_compile(tmp_path, defines, words):
     started = time.monotonic()
     with pytest.raises(BuildError) as e:
-        build_library(USER_TU, defines={"ORACLE_TRACE": "1", define: "1"}, include_dirs=(ZOO,),
+        build_library(USER_TU, defines={"ORACLE_TRACE": "1", **defines}, include_dirs=(ZOO,),
                       cache_dir=tmp_path / "cache")  # a private cache: this build compiles
     seconds = time.monotonic() - started
     err = e.value.stderr or ""
     assert words in err, err[-3000:]
     errors = [line for line in err.splitlines() if ": error:" in line]
-    if define == "USER_GROUPED":  # named by the traced epilogue's and mainloop's aliases and the entry's check
+    if "USER_GROUPED" in defines:  # named by the traced epilogue's and mainloop's aliases and the entry's check
         assert errors and all(words in line for line in errors), errors
-    elif define != "USER_BAD_MAKE":  # (a call of make that does not fit is also an error where it is made)
+    elif "USER_BAD_MAKE" not in defines:  # (a call of make that does not fit is also an error where it is made)
         assert "1 error detected" in err, err[-3000:]  # the check's, nothing from the kernel's instantiation
     assert seconds < EARLY_REFUSAL_S, f"the refusal took {seconds:.0f} s: it came after the kernel was compiled"
 
@@ -214,3 +236,32 @@ def test_a_batched_case_on_a_kernel_whose_l_is_fixed_stops_its_build_before_the_
     assert "KernelL=1, KernelBatchStrides=true, CaseBatch=3" in err, err[-3000:]
     assert "1 error detected" in err, err[-3000:]
     assert seconds < EARLY_REFUSAL_S, f"the refusal took {seconds:.0f} s: it came after the kernel was compiled"
+
+
+def test_a_split_case_on_the_persistent_scheduler_stops_its_build_before_the_long_compile(tmp_path):
+    from oracle.run.adapters import library_defines
+
+    case = _zoo_case({"splits": 3})  # the zoo's kernel without ZOO_CUTLASS_STREAMK: CUTLASS's persistent scheduler
+    started = time.monotonic()
+    with pytest.raises(BuildError) as e:
+        build_library(case.kernel.library, arch=case.kernel.arch,
+                      defines=library_defines(case.kernel, case.spec, traced=True), cache_dir=tmp_path / "cache")
+    seconds = time.monotonic() - started
+    err = e.value.stderr or ""
+    assert ("the case splits k (splits > 1 or stream_k_workers) but the kernel's tile scheduler is CUTLASS's "
+            "persistent one, which never splits a tile") in err, err[-3000:]
+    assert "1 error detected" in err, err[-3000:]
+    assert seconds < EARLY_REFUSAL_S, f"the refusal took {seconds:.0f} s: it came after the kernel was compiled"
+
+
+def test_the_stream_k_case_s_expectations_fit_its_kernel():
+    from oracle.run.case import load_case
+
+    case = load_case(str(ZOO / "splitk.toml"), allow_library=True)
+    expected = case.kernel.adapter.expected_defines(case.spec)
+    assert expected["ORACLE_CASE_SPLIT"] == "1", expected
+    source = CASE_TU.replace("oracle_trace::cutlass_sm90::TracedEpilogue<zoo_cutlass::BuiltEpilogue>>>;",
+                             "oracle_trace::cutlass_sm90::TracedEpilogue<zoo_cutlass::BuiltEpilogue>, "
+                             "cutlass::gemm::StreamKScheduler>>;")
+    assert source != CASE_TU
+    build_cubin(source, defines=expected, include_dirs=(ZOO,))

@@ -191,7 +191,7 @@ def test_manifest_covers_the_cutlass_gemm_in_both_schedules():
                 assert set(defines) - {"ZOO_CUTLASS_PINGPONG", "ZOO_CUTLASS_E4M3"} == {macro} and macro in text, \
                     (e["name"], defines)
     quick = [e for e in doc if not e["name"].startswith(("cutlass_sm90_host_", "cutlass_sm90_evt_",
-                                                         "cutlass_sm90_bias_", "cutlass_sm90_batched_"))]  # their own tests
+                                                         "cutlass_sm90_bias_", "cutlass_sm90_batched_", "cutlass_sm90_streamk_"))]  # their own tests
     assert {e["expected_stage"] for e in quick} == {None, "descriptor_a", "load_a", "mma", "epilogue_alpha_beta"}
 
 
@@ -216,6 +216,29 @@ def test_manifest_covers_the_cutlass_batched_gemm():
             assert f"defined({define})" in text, f"{define} is planted nowhere in batched.cu"
         if e["defect"] is not None:
             assert e["expected_group"] == 1, name
+
+
+
+def test_manifest_covers_cutlass_s_stream_k_scheduler():
+    """CUTLASS's stream-K scheduler (ZOO_CUTLASS_STREAMK): split-K, stream-K and data-parallel correct entries
+    and the planted fixup defect, each case building the stream-K kernel, split where the entry says."""
+    from oracle.run.case import load_case
+
+    doc = {e["name"].removeprefix("cutlass_sm90_streamk_"): e for e in _manifest()
+           if e["name"].startswith("cutlass_sm90_streamk_")}
+    want = {"splitk_correct": None, "correct": None, "dp_correct": None, "partial_twice": "reduce"}
+    assert {n: e["expected_stage"] for n, e in doc.items()} == want, sorted(doc)
+    text = (ROOT / "zoo" / "cutlass_sm90" / "cutlass_sm90.cu").read_text()
+    for name, e in doc.items():
+        case = load_case(str(ROOT / e["case"]), e["problem"], allow_library=True)
+        defines = case.kernel.defines
+        planted = set(defines) - {"ZOO_CUTLASS_STREAMK"}
+        assert "ZOO_CUTLASS_STREAMK" in defines and "ZOO_CUTLASS_PINGPONG" not in defines, (name, defines)
+        assert planted == (set() if e["defect"] is None else {"ZOO_CUTLASS_FIXUP_PARTIAL_TWICE"}), (name, defines)
+        for define in planted | {"ZOO_CUTLASS_STREAMK"}:
+            assert f"defined({define})" in text, (name, define)
+        split = {"splitk_correct": (3, None), "dp_correct": (1, None)}.get(name, (1, 16))
+        assert (case.spec.splits, case.spec.stream_k_workers) == split, name
         assert e.get("dump_pending") is True or (ROOT / e["dump"]).is_file(), name
 
 

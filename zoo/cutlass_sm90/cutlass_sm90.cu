@@ -18,6 +18,10 @@
 //   ZOO_CUTLASS_EVT=1          with ZOO_CUTLASS_BIAS_GELU: the same epilogue as the user's own Sm90EVT tree, written
 //                              by hand, its steps marked with oracle_trace::cutlass_sm90::Tap / Fused and its
 //                              arguments filled by the user's fill_epilogue (ORACLE_CUTLASS_ENTRY_WITH)
+//   ZOO_CUTLASS_STREAMK=1      CUTLASS's stream-K tile scheduler (cutlass::gemm::StreamKScheduler: split-K and
+//                              stream-K, the partials reduced by its fixup through the workspace), traced through
+//                              oracle_trace::cutlass_sm90::TracedScheduler (a fourth marked line); the case's
+//                              splits or stream_k_workers choose the decomposition
 //   ZOO_CUTLASS_PLAIN=1        without the adapter (the SASS-identity test's baseline; no oracle_launch)
 //   ZOO_CUTLASS_TYPES_ONLY=1   with ZOO_CUTLASS_PLAIN: the types alone, no kernel instantiated (a host
 //                              program that prints their layouts then compiles no device code)
@@ -29,6 +33,9 @@
 //   ZOO_CUTLASS_SMEM_A=1       A's element (5, 7) of k-block 2's stage overwritten with 64 after the TMA
 //                              wrote it, as the MMAs read it (traced build only, as above): load_a
 //   ZOO_CUTLASS_ALPHA_TWICE=1  alpha applied twice (the epilogue is handed alpha * alpha): epilogue_alpha_beta
+//   ZOO_CUTLASS_FIXUP_PARTIAL_TWICE=1  with ZOO_CUTLASS_STREAMK: the unit that reduces a split tile adds its own
+//                              partial once more after CUTLASS's fixup (a partial accumulated twice; traced build
+//                              only: the defect lives in the traced scheduler's fixup): reduce
 // Planted in the user's own tree (ZOO_CUTLASS_BIAS_GELU with ZOO_CUTLASS_EVT), its steps marked as intended:
 //   ZOO_CUTLASS_EVT_BIAS_ROW=1    the bias read per row (Sm90ColBroadcast: CUTLASS names a broadcast by the shape
 //                                 it fills, a column of the tile) where it is one per column: epilogue_bias
@@ -184,8 +191,25 @@ using CollectiveMainloop = oracle_trace::cutlass_sm90::TracedMainloop<BuiltMainl
 using CollectiveEpilogue = oracle_trace::cutlass_sm90::TracedEpilogue<BuiltEpilogue>;           // (3)
 #endif
 
+#if defined(ZOO_CUTLASS_STREAMK) && defined(ZOO_CUTLASS_PLAIN)
+using Scheduler = cutlass::gemm::StreamKScheduler;
+#elif defined(ZOO_CUTLASS_STREAMK)
+#if defined(ZOO_CUTLASS_FIXUP_PARTIAL_TWICE)
+struct FixupPartialTwice {  // the defect: the unit that reduces a split tile adds its own partial once more
+  static constexpr bool add_own_partial_again = true;
+};
+using FixupMutation = FixupPartialTwice;
+#else
+using FixupMutation = oracle_trace::cutlass_sm90::NoFixupMutation;
+#endif
+using Scheduler = oracle_trace::cutlass_sm90::TracedScheduler<cutlass::gemm::StreamKScheduler,  // (4)
+                                                              CollectiveMainloop, FixupMutation>;
+#else
+using Scheduler = void;  // CUTLASS's default persistent scheduler
+#endif
+
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
-                                                        CollectiveEpilogue>;
+                                                        CollectiveEpilogue, Scheduler>;
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
 #if defined(ZOO_CUTLASS_BIAS_GELU) && defined(ZOO_CUTLASS_EVT)

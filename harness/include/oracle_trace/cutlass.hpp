@@ -18,6 +18,10 @@
 // oracle_trace::cutlass_sm90::Tap<Stage::Epilogue..., Node> (its arguments filled by the user's function,
 // ORACLE_CUTLASS_ENTRY_WITH). The traced library keeps the tree's epilogue order as text; the oracle
 // reads it from the built file and judges the case in it.
+// Split-K and stream-K: CUTLASS's StreamKScheduler as GemmUniversal's fourth argument, written
+// oracle_trace::cutlass_sm90::TracedScheduler<cutlass::gemm::StreamKScheduler, CollectiveMainloop>
+// (cutlass/sm90_stream_k.hpp: each work unit's taps name its partial, the fixup's sum is tapped as
+// reduce); the case's splits or stream_k_workers choose CUTLASS's decomposition.
 // fp8 with per-tensor scales: an FP8FastAccum schedule and, as the epilogue's fusion,
 // oracle_trace::cutlass_sm90::TensorScaledLinearCombination<D, float, C, float> (cutlass/sm90_epilogue.hpp).
 // What the adapter refuses (batch, groups, other scales, the promoting FP8 mainloop, a bias or activation
@@ -27,7 +31,8 @@
 // Without ORACLE_TRACE both aliases are CUTLASS's own types (the production kernel is unchanged)
 // and the entry is host code. With it: cutlass/sm90_mainloop.hpp (descriptor_a/b, load_a/b, mma
 // taps, bound to their tile through shared memory), cutlass/sm90_epilogue.hpp (epilogue_scale,
-// epilogue_alpha_beta and epilogue_cast tap nodes), cutlass/entry.hpp (oracle_launch: LaunchArgs -> Gemm::Arguments,
+// epilogue_alpha_beta and epilogue_cast tap nodes), cutlass/sm90_stream_k.hpp (the stream-K scheduler's
+// partials and reduce), cutlass/entry.hpp (oracle_launch: LaunchArgs -> Gemm::Arguments,
 // filled by the adapter or by the user's make_arguments), cutlass/entry_checks.hpp and cutlass/checks.hpp
 // (the type checks).
 
@@ -38,6 +43,7 @@
 #include "oracle_trace/cutlass/types.hpp"
 #include "oracle_trace/cutlass/checks.hpp"
 #include "oracle_trace/cutlass/entry_checks.hpp"
+#include "oracle_trace/cutlass/sm90_stream_k.hpp"
 #include "oracle_trace/cutlass/sm90_mainloop.hpp"
 #include "oracle_trace/cutlass/sm90_epilogue.hpp"
 #include "oracle_trace/cutlass/entry.hpp"

@@ -1,6 +1,8 @@
 // oracle_trace/cutlass/checks.hpp -- what the CUTLASS adapter can run, checked on types alone.
 //
-//   SchedulerChecks<TileScheduler>::ok   the kernel's tile scheduler is CUTLASS's default persistent one
+//   SchedulerChecks<TileScheduler>::ok   the kernel's tile scheduler is CUTLASS's default persistent one,
+//                                        or (stream-K, split-K) CUTLASS's stream-K one, traced in a traced
+//                                        build (TracedScheduler, cutlass/sm90_stream_k.hpp)
 //   ProblemShapeChecks<ProblemShape>::ok a (M, N, K, L) problem shape (L: the batch count of a strided
 //                                        batched GEMM); a grouped one (GroupProblemShape) is refused by name
 //   is_fillable_stride<Stride>()         a (rows, cols, batch) stride with one static unit mode
@@ -30,6 +32,21 @@ template <class TileShape, class ClusterShape>
 constexpr bool is_stream_k_scheduler<cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamK<TileShape, ClusterShape>> =
     true;
 
+template <class Base, class Mainloop, class Mutation>
+struct Sm90TracedStreamK;  // cutlass/sm90_stream_k.hpp
+
+template <class Scheduler>
+constexpr bool is_traced_stream_k_scheduler = false;
+template <class Base, class Mainloop, class Mutation>
+constexpr bool is_traced_stream_k_scheduler<Sm90TracedStreamK<Base, Mainloop, Mutation>> = true;
+
+// A build whose taps would miss a stream-K kernel's fixup: CUTLASS's own stream-K scheduler, traced.
+#if defined(ORACLE_TRACE)
+constexpr bool kTracedBuild = true;
+#else
+constexpr bool kTracedBuild = false;
+#endif
+
 template <class Scheduler>
 constexpr bool is_group_scheduler = false;
 template <class GroupProblemShape, int Stages>
@@ -43,20 +60,22 @@ constexpr bool is_persistent_scheduler = std::is_same_v<Scheduler, cutlass::gemm
 
 template <class TileScheduler>
 struct SchedulerChecks {
-  static_assert(!is_stream_k_scheduler<TileScheduler>,
+  static_assert(!(kTracedBuild && is_stream_k_scheduler<TileScheduler>),
                 "ORACLE_CUTLASS_ENTRY: the kernel's tile scheduler is cutlass::gemm::StreamKScheduler (stream-K and "
-                "split-K): the adapter does not trace its fixup (a reduction of partial tiles), so a judgement would "
-                "miss it; drop GemmUniversal's fourth template argument (CUTLASS's default persistent scheduler)");
+                "split-K) untraced: its fixup (a reduction of partial tiles) and each work unit's partial would be "
+                "missed; write GemmUniversal's fourth template argument as oracle_trace::cutlass_sm90::TracedScheduler<"
+                "cutlass::gemm::StreamKScheduler, CollectiveMainloop> (CUTLASS's own scheduler without ORACLE_TRACE)");
   static_assert(!is_group_scheduler<TileScheduler>,
                 "ORACLE_CUTLASS_ENTRY: the kernel's tile scheduler is cutlass::gemm::GroupScheduler (a grouped GEMM): "
                 "this version of the adapter does not trace CUTLASS's pointer-array collectives; a strided batched "
                 "GemmUniversal<Shape<int, int, int, int>, ...> with CUTLASS's default scheduler runs one GEMM per "
                 "batch entry (L)");
   static_assert(is_stream_k_scheduler<TileScheduler> || is_group_scheduler<TileScheduler> ||
-                    is_persistent_scheduler<TileScheduler>,
-                "ORACLE_CUTLASS_ENTRY: the kernel's tile scheduler is not CUTLASS's default persistent one "
+                    is_persistent_scheduler<TileScheduler> || is_traced_stream_k_scheduler<TileScheduler>,
+                "ORACLE_CUTLASS_ENTRY: the kernel's tile scheduler is neither CUTLASS's default persistent one "
                 "(PersistentTileSchedulerSm90: GemmUniversal's fourth template argument void, PersistentScheduler or "
-                "StaticPersistentScheduler); the adapter traces that scheduler only");
+                "StaticPersistentScheduler) nor its stream-K one (StreamKScheduler, through TracedScheduler); the "
+                "adapter traces those only");
   static constexpr bool ok = true;
 };
 

@@ -30,8 +30,11 @@
 // Constraints: one GEMM or a strided batched one (L = the case's batch, M each entry's rows, every operand's
 // entries one after the other as the oracle stores them; the taps name the entry as their group, so each
 // entry is judged as its own GEMM); no groups (CUTLASS's pointer-array grouped kernels are not traced: refused
-// at the build by name), no split-K or stream-K request; the kernel's tile scheduler CUTLASS's default
-// persistent one. The epilogue is CUTLASS's LinearCombination (alpha, beta, C; no
+// at the build by name). A split of k (splits > 1, or stream_k_workers; batch 1) needs CUTLASS's stream-K
+// scheduler, traced (TracedScheduler, cutlass/sm90_stream_k.hpp); the quick route asks it for
+// DecompositionMode::SplitK with the case's splits, StreamK with the SM count stream_k_workers (at most the
+// device's), or DataParallel where the case splits nothing; the host route's own scheduler arguments run as
+// returned, but may not split where the case declares no split. The epilogue is CUTLASS's LinearCombination (alpha, beta, C; no
 // scales), LinCombEltAct, LinCombPerRowBias, LinCombPerColBias or their EltAct forms (the quick route
 // passes the bias: a contiguous [M] or [N] vector of the fusion's ElementBias), the adapter's
 // TensorScaledLinearCombination (also scale_a and scale_b of kind "tensor": one fp32 each, handed to the
@@ -150,10 +153,18 @@ int check_launch(const LaunchArgs* args) {
                        "a grouped problem (%lld groups) was passed: this version of the CUTLASS adapter does not trace "
                        "CUTLASS's grouped (pointer-array) kernels; a strided batched GEMM (batch) is judged entry by "
                        "entry", (long long)args->groups);
-  if (args->splits != 1 || args->stream_k_workers != 0)
+  if (args->splits < 1 || args->stream_k_workers < 0 || (args->splits > 1 && args->stream_k_workers > 0))
+    return fail_launch(args, kLaunchUnsupported, "splits %d, stream_k_workers %d: splits >= 1, stream_k_workers >= 0, "
+                       "not both a split", args->splits, args->stream_k_workers);
+  if (!T::kStreamK && (args->splits != 1 || args->stream_k_workers != 0))
     return fail_launch(args, kLaunchUnsupported,
-                       "this CUTLASS GEMM takes no split-K or stream-K request: splits %d, stream_k_workers %d given "
-                       "(allowed: 1, 0; CUTLASS's own tile scheduler decides)", args->splits, args->stream_k_workers);
+                       "splits %d, stream_k_workers %d given: the kernel's tile scheduler (CUTLASS's persistent one) "
+                       "never splits a tile (allowed: 1, 0; a split needs StreamKScheduler through TracedScheduler)",
+                       args->splits, args->stream_k_workers);
+  if (L != 1 && (args->splits != 1 || args->stream_k_workers != 0))
+    return fail_launch(args, kLaunchUnsupported,
+                       "batch %lld with splits %d, stream_k_workers %d: a split of k is traced for one GEMM per call "
+                       "(batch 1)", (long long)L, args->splits, args->stream_k_workers);
   if (L < 1 || L > INT32_MAX || M % L != 0)
     return fail_launch(args, kLaunchUnsupported,
                        "batch %lld over %lld rows: the batch count must be 1 .. 2^31 - 1 and divide M (every entry "
@@ -262,6 +273,12 @@ int fill_arguments(const LaunchArgs* args, typename Gemm::Arguments& g) {
     using ElementBias = cute::remove_cvref_t<decltype(*g.epilogue.thread.bias_ptr)>;
     g.epilogue.thread.bias_ptr = static_cast<const ElementBias*>(tensor(args, kSlotBias).data);
   }
+  if constexpr (T::kStreamK) {  // the case's split: split-K, stream-K, or none (data-parallel: whole tiles)
+    using Mode = cute::remove_cvref_t<decltype(g.scheduler.decomposition_mode)>;
+    g.scheduler.splits = args->splits;
+    g.scheduler.decomposition_mode =
+        args->splits > 1 ? Mode::SplitK : args->stream_k_workers > 0 ? Mode::StreamK : Mode::DataParallel;
+  }
   if constexpr (T::kScaled) {
     g.epilogue.thread.scale_a_ptr = static_cast<const float*>(tensor(args, kSlotScaleA).data);
     g.epilogue.thread.scale_b_ptr = static_cast<const float*>(tensor(args, kSlotScaleB).data);
@@ -278,6 +295,13 @@ int fill_hw_info(const LaunchArgs* args, typename Gemm::Arguments& g) {
     return fail_launch(args, kLaunchCudaError, "cudaGetDevice: %s", cudaGetErrorString(e));
   g.hw_info.device_id = device;
   g.hw_info.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(device);
+  if constexpr (KernelTypes<Gemm>::kStreamK) {  // CUTLASS sizes its stream-K units by the SM count it is given
+    if (args->stream_k_workers > g.hw_info.sm_count)
+      return fail_launch(args, kLaunchUnsupported,
+                         "stream_k_workers = %d: CUTLASS's stream-K takes at most the device's %d SMs (its units wait "
+                         "on each other: all must be resident)", args->stream_k_workers, g.hw_info.sm_count);
+    if (args->stream_k_workers > 0) g.hw_info.sm_count = args->stream_k_workers;
+  }
   return kLaunchOk;
 }
 
@@ -348,6 +372,31 @@ inline const char* mode_name(cutlass::gemm::GemmUniversalMode mode) {
   }
 }
 
+inline const char* decomposition_name(int mode) {
+  switch (mode) {  // PersistentTileSchedulerSm90StreamKParams::DecompositionMode
+    case 0: return "Heuristic";
+    case 1: return "DataParallel";
+    case 2: return "SplitK";
+    case 3: return "StreamK";
+    default: return "(unknown)";
+  }
+}
+
+// The host route's stream-K scheduler arguments against the case: a case that declares no split
+// (splits 1, no stream_k_workers) is judged as whole tiles, so the arguments may not split.
+template <class Gemm>
+int check_host_split(const LaunchArgs* args, const typename Gemm::Arguments& g) {
+  using Mode = cute::remove_cvref_t<decltype(g.scheduler.decomposition_mode)>;
+  if (args->splits > 1 || args->stream_k_workers > 0) return kLaunchOk;  // the partition is read from the taps
+  if (g.scheduler.splits > 1 || g.scheduler.decomposition_mode != Mode::DataParallel)
+    return fail_launch(args, kLaunchUnsupported,
+                       "make_arguments asks CUTLASS's stream-K scheduler for decomposition %s with splits %d, and the "
+                       "case declares no split: give the case splits or stream_k_workers (the partition is read from "
+                       "the taps), or pass DecompositionMode::DataParallel",
+                       decomposition_name(int(g.scheduler.decomposition_mode)), g.scheduler.splits);
+  return kLaunchOk;
+}
+
 // The host route: the user's make(...) returns the arguments, run as returned. The adapter's own
 // filling checks the layouts and gives the leading dimensions and pointers make receives, with
 // m = each batch entry's rows and l = the batch count (the entries stacked as the oracle stores them:
@@ -373,6 +422,9 @@ int launch_host(const LaunchArgs* args, Make make) {
     return fail_launch(args, kLaunchUnsupported,
                        "make_arguments returned a problem shape with L = %d where the case has batch = %lld: the "
                        "oracle judges every batch entry, so L must be the case's batch", l, (long long)args->batch);
+  if constexpr (KernelTypes<Gemm>::kStreamK) {
+    if (const int bad = check_host_split<Gemm>(args, g)) return bad;
+  }
   return run_gemm<Gemm>(args, g);
 }
 

@@ -1,11 +1,13 @@
 // oracle_trace/cutlass/entry_checks.hpp -- what the entry macros check on a Gemm's types, at compile time.
 //
 //   KernelTypes<Gemm>            the kernel's collectives, tile, element types and epilogue operation
-//   EntryChecks<Gemm>::ok        what the adapter can run: tile scheduler, (M, N, K, L) problem shape (a
-//                                grouped GroupProblemShape refused by name),
-//                                fusion, element types, strides, shared memory (cutlass/checks.hpp's traits)
+//   EntryChecks<Gemm>::ok        what the adapter can run: tile scheduler (StreamKChecks for a traced
+//                                stream-K one), (M, N, K, L) problem shape (a grouped GroupProblemShape
+//                                refused by name), fusion, element types, strides, shared memory
+//                                (cutlass/checks.hpp's traits)
 //   CaseChecks<Gemm>::ok         what the case expects of the kernel (tile, element types, majors, bias,
-//                                activation; a batch > 1 needs a run-time L and batch strides), where
+//                                activation, a split of k; a batch > 1 needs a run-time L and batch
+//                                strides), where
 //                                the oracle passes it as -DORACLE_CASE_* defines (oracle/run/adapters.py
 //                                expected_defines); nothing without them
 //   AdjustChecks<Gemm, Adjust>   a user's own EVT tree comes with the function that fills its arguments
@@ -29,6 +31,7 @@
 #include "cute/tensor.hpp"
 #include "cutlass/epilogue/fusion/callbacks.hpp"
 #include "cutlass/epilogue/fusion/operations.hpp"
+#include "cutlass/gemm/dispatch_policy.hpp"
 #include "oracle_trace/cutlass/checks.hpp"
 #include "oracle_trace/cutlass/sm90_epilogue.hpp"
 #include "oracle_trace/cutlass/types.hpp"
@@ -55,6 +58,29 @@ struct KernelTypes {
   using Facts = FusionFacts<Operation>;
   // The epilogue's steps in the order its traced tree computes them (none without ORACLE_TRACE).
   using Steps = typename StepsOf<typename Epilogue::FusionCallbacks>::type;
+  // CUTLASS's stream-K scheduler (split-K and stream-K), traced or not.
+  using Scheduler = typename Kernel::TileScheduler;
+  static constexpr bool kStreamK = is_stream_k_scheduler<Scheduler> || is_traced_stream_k_scheduler<Scheduler>;
+};
+
+// The traced stream-K scheduler's conditions (cutlass/sm90_stream_k.hpp); nothing for another scheduler.
+template <class Kernel, class Scheduler = typename Kernel::TileScheduler>
+struct StreamKChecks {
+  static constexpr bool ok = true;
+};
+template <class Kernel, class Base, class Mainloop, class Mutation>
+struct StreamKChecks<Kernel, Sm90TracedStreamK<Base, Mainloop, Mutation>> {
+  using Policy = typename Kernel::CollectiveMainloop::DispatchPolicy;
+  static_assert(std::is_same_v<Mainloop, typename Kernel::CollectiveMainloop>,
+                "ORACLE_CUTLASS_ENTRY: TracedScheduler<cutlass::gemm::StreamKScheduler, Mainloop> must name the "
+                "kernel's CollectiveMainloop (the traced one: its accumulator layout places the reduce tap)");
+  static_assert(std::is_base_of_v<cutlass::gemm::KernelTmaWarpSpecializedCooperative, typename Policy::Schedule>,
+                "ORACLE_CUTLASS_ENTRY: the stream-K scheduler runs in CUTLASS's cooperative kernel only "
+                "(KernelTmaWarpSpecializedCooperative; the ping-pong kernel takes no stream-K scheduler)");
+  static_assert(cute::size(typename Policy::ClusterShape{}) == 1,
+                "ORACLE_CUTLASS_ENTRY: the traced stream-K scheduler reads each work unit's partial for a cluster of "
+                "one CTA: use ClusterShape Shape<_1, _1, _1> with StreamKScheduler");
+  static constexpr bool ok = true;
 };
 
 // The text the oracle reads from the built library (oracle/run/adapters.py library_epilogue): the
@@ -80,6 +106,7 @@ struct EntryChecks {
     static constexpr bool ok = true;
   };
   static_assert(std::conditional_t<kGrouped, Skipped, SchedulerChecks<typename Kernel::TileScheduler>>::ok, "");
+  static_assert(std::conditional_t<kGrouped, Skipped, StreamKChecks<Kernel>>::ok, "");
   static_assert(T::Facts::traced || T::kUserTree,
                 "ORACLE_CUTLASS_ENTRY: the epilogue fusion must be one the adapter traces: "
                 "cutlass::epilogue::fusion::LinearCombination, LinCombEltAct, LinCombPerRowBias, LinCombPerColBias, "
@@ -235,6 +262,17 @@ struct CaseFusionCheck<false, KernelBias, CaseBias, KernelActivation, CaseActiva
 
 struct OperandBias {};
 
+// A case that splits k (splits > 1 or stream_k_workers: ORACLE_CASE_SPLIT) needs a kernel that does.
+template <bool KernelIsStreamK>
+struct CaseSplitCheck {
+  static_assert(KernelIsStreamK,
+                "ORACLE_CUTLASS_ENTRY: the case splits k (splits > 1 or stream_k_workers) but the kernel's tile "
+                "scheduler is CUTLASS's persistent one, which never splits a tile: build the kernel with "
+                "oracle_trace::cutlass_sm90::TracedScheduler<cutlass::gemm::StreamKScheduler, CollectiveMainloop>, or "
+                "drop splits / stream_k_workers from the case");
+  static constexpr bool ok = true;
+};
+
 // The bias vector's element type, where the fusion has one the adapter fills.
 template <class Gemm, bool kNone>
 struct BiasElementCheck {
@@ -294,6 +332,9 @@ struct CaseChecks<Gemm, false> {
                                    dynamic_batch_mode<typename Kernel::StrideC>() &&
                                    dynamic_batch_mode<typename Kernel::StrideD>(),
                                ORACLE_CASE_BATCH>::ok, "");
+#endif
+#if defined(ORACLE_CASE_SPLIT)
+  static_assert(CaseSplitCheck<T::kStreamK>::ok, "");
 #endif
 #if defined(ORACLE_CASE_C)
   static_assert(CaseElementCheck<OperandC, typename T::ElementC, typename case_element<ORACLE_CASE_C>::type>::ok, "");

@@ -9,15 +9,16 @@
 // producer's load(), the consumer's mma() and mma_tail() (everything else is inherited):
 //
 // Data path, per k-block:
-//   producer: waits for a free stage, writes (tile_m, tile_n, k_block, group) into the stage's
-//     binding word in shared memory, then arrives on the stage's full barrier and issues the TMA
+//   producer: waits for a free stage, writes (tile_m, tile_n, k_block, group, partial) into the
+//     stage's binding in shared memory (partial: the work unit's partial of a split tile, from the
+//     traced stream-K scheduler's k-block count, cutlass/sm90_stream_k.hpp; -1 otherwise), then arrives on the stage's full barrier and issues the TMA
 //     loads (the arrive releases the binding to whoever waits on that barrier);
 //   consumer: waits for the stage, reads the binding (so every tap names its output tile and
 //     k-block, also in persistent and ping-pong schedules where the consumer never learns its tile),
 //     taps the stage's raw images (descriptor_a/b; only when an image starts on a 1024-byte
 //     swizzle boundary) and logical tiles (load_a [BM, BK], load_b [BK, BN], read through CuTe's
 //     swizzled tensors), issues the k-block's WGMMAs, waits for them, taps the accumulator (mma), then
-//     releases the stage.
+//     releases the stage. Every tap of a split tile's stage carries the unit's partial.
 //
 // Constraints: the traced build is serialised: each k-block's WGMMAs are waited for before the next
 // are issued (CUTLASS keeps one batch in flight), so its timing is not the production kernel's;
@@ -41,6 +42,7 @@
 #include "cutlass/arch/barrier.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "oracle_trace/cutlass/checks.hpp"
+#include "oracle_trace/cutlass/sm90_stream_k.hpp"
 #include "oracle_trace/cutlass/types.hpp"
 #include "oracle_trace/cutlass/version.hpp"
 #include "oracle_trace/trace.cuh"
@@ -108,9 +110,9 @@ struct Sm90TracedMainloop : Base {
   static constexpr DType kDTypeA = dtype_of<ValueA>::value;
   static constexpr DType kDTypeB = dtype_of<ValueB>::value;
 
-  // The base's operand stages plus one binding per stage: {tile_m, tile_n, k_block, group}.
+  // The base's operand stages plus one binding per stage: {tile_m, tile_n, k_block, group, partial}.
   struct TensorStorage : Base::TensorStorage {
-    alignas(16) int32_t binding[Stages][4];
+    alignas(16) int32_t binding[Stages][5];
   };
 
   // Element offset of logical A (row, k) / B (k, n) of `stage` from the operand's base, through
@@ -132,10 +134,12 @@ struct Sm90TracedMainloop : Base {
         cute::make_identity_tensor(cute::select<0, 1>(TileShape{})));
   }
 
-  template <class TensorA, class TensorB, class KTileIterator, class BlockCoord>
+  // KTiles: the work unit's k-block count, an integer or (the traced stream-K scheduler's UnitKTiles)
+  // with the unit's partial of its tile.
+  template <class TensorA, class TensorB, class KTileIterator, class BlockCoord, class KTiles>
   CUTLASS_DEVICE void load(Params const& params, MainloopPipeline pipeline, PipelineState write,
                            cute::tuple<TensorA, TensorB> const& load_inputs, BlockCoord const& blk_coord,
-                           KTileIterator k_tile_iter, int k_tile_count, int /*thread_idx*/,
+                           KTileIterator k_tile_iter, KTiles k_tiles, int /*thread_idx*/,
                            uint32_t block_rank_in_cluster, TensorStorage& storage) {
     using namespace cute;
     if (!elect_one_sync()) return;
@@ -160,6 +164,8 @@ struct Sm90TracedMainloop : Base {
     if constexpr (is_same_v<typename Base::GmemTiledCopyB, SM90_TMA_LOAD_MULTICAST>)
       for (int i = 0; i < size<0>(cluster); ++i) mask_b |= uint16_t(1) << cluster(i, cta_y, Int<0>{});
     const int32_t group = size<4>(gA_mkl) > 1 ? int32_t(l) : int32_t(kNone);
+    const int32_t partial = partial_of(k_tiles);
+    int k_tile_count = count_of(k_tiles);
 
     CUTLASS_PRAGMA_NO_UNROLL
     for (; k_tile_count > 0; --k_tile_count, ++k_tile_iter, ++write) {
@@ -172,6 +178,7 @@ struct Sm90TracedMainloop : Base {
       b[1] = int32_t(n);
       b[2] = int32_t(*k_tile_iter);
       b[3] = group;
+      b[4] = partial;
       __threadfence_block();
       pipeline.producer_acquire(write, token);  // arrive and expect the stage's bytes
       auto* barrier = pipeline.producer_get_barrier(write);
@@ -180,8 +187,8 @@ struct Sm90TracedMainloop : Base {
     }
   }
 
-  template <class FrgTensorC>
-  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum, int k_tile_count,
+  template <class FrgTensorC, class KTiles>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum, KTiles k_tiles,
                           int thread_idx, TensorStorage& storage, Params const& /*params*/) {
     using namespace cute;
     using Tr = Tracer<true>;
@@ -201,12 +208,13 @@ struct Sm90TracedMainloop : Base {
     const auto* base_b = reinterpret_cast<const ValueB*>(storage.smem_B.data());
 
     bool first = true;
+    int k_tile_count = count_of(k_tiles);
     CUTLASS_PRAGMA_NO_UNROLL
     for (; k_tile_count > 0; --k_tile_count, ++read) {
       pipeline.consumer_wait(read, pipeline.consumer_try_wait(read));
       const int stage = read.index();
       const int32_t* b = storage.binding[stage];
-      const Site site{b[0], b[1], b[2], stage, kNone, b[3]};
+      const Site site{b[0], b[1], b[2], stage, b[4], b[3]};  // partial: the producer's unit's
       if constexpr (Tr::enabled) {
         // the raw images, read through the swizzle from their start: only when that start is where
         // the swizzle pattern starts (1024 bytes), else the stages stay unobserved
@@ -255,7 +263,7 @@ struct Sm90TracedMainloop : Base {
         warpgroup_fence_operand(accum);
       }
       if constexpr (Tr::enabled) {
-        Tr::tap_elements(Stage::Mma, Site{site.tile_m, site.tile_n, site.k_block, kNone, kNone, site.group}, kBM, kBN,
+        Tr::tap_elements(Stage::Mma, Site{site.tile_m, site.tile_n, site.k_block, kNone, site.partial, site.group}, kBM, kBN,
                          int(size(accum)), [&](int i) {
                            return Element<float>{int(get<0>(tCcC(i))), int(get<1>(tCcC(i))), float(accum(i))};
                          });
@@ -265,7 +273,8 @@ struct Sm90TracedMainloop : Base {
   }
 
   // mma() has released every stage and waited for every MMA: nothing is left in flight.
-  CUTLASS_DEVICE void mma_tail(MainloopPipeline, PipelineState, int) {}
+  template <class KTiles>
+  CUTLASS_DEVICE void mma_tail(MainloopPipeline, PipelineState, KTiles) {}
 };
 
 #if defined(ORACLE_TRACE)
