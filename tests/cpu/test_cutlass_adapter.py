@@ -114,7 +114,7 @@ def _launch(lib_path: Path, call: L.LibraryCall, **fields) -> tuple[int, str]:
 @pytest.mark.parametrize("call, fields, code, words", [
     (_call(), {"abi_version": 2}, 1000, "ABI version 2"),
     (_call(tile=(128, 128, 32)), {}, 1001, "128 x 128 x 64, the case says 128 x 128 x 32"),
-    (_call(batch=2), {}, 1001, "batch 2"),
+    (_call(batch=2), {}, 1001, "B must be [batch, K, N] = [2, 520, 392]"),
     (_call(tensors=(L.TensorSlotArg("a", "a", "fp16", (300, 520), (520, 1)),
                     L.TensorSlotArg("b", "b", "bf16", (520, 392), (1, 520)),
                     L.TensorSlotArg("d", "d", "bf16", (300, 392), (392, 1), "out")), beta=0.0),
@@ -122,7 +122,7 @@ def _launch(lib_path: Path, call: L.LibraryCall, **fields) -> tuple[int, str]:
     (_call(tensors=(L.TensorSlotArg("a", "a", "bf16", (300, 520), (1, 300)),
                     L.TensorSlotArg("b", "b", "bf16", (520, 392), (1, 520)),
                     L.TensorSlotArg("d", "d", "bf16", (300, 392), (392, 1), "out")), beta=0.0),
-     {}, 1001, "A's strides (1, 300) do not fit"),
+     {}, 1001, "A's strides (1, 300; batch step 0) do not fit"),
     (_call(tensors=(L.TensorSlotArg("a", "a", "bf16", (300, 520), (520, 1)),
                     L.TensorSlotArg("b", "b", "bf16", (520, 392), (1, 520)),
                     L.TensorSlotArg("d", "d", "bf16", (300, 392), (392, 1), "out"))),
@@ -147,7 +147,7 @@ def test_oracle_launch_refuses_what_the_kernel_cannot_run(traced_library, call, 
     (_call(tensors=(L.TensorSlotArg("a", "a", "bf16", (300, 520), (520, 1)),
                     L.TensorSlotArg("b", "b", "bf16", (520, 392), (392, 1)),
                     L.TensorSlotArg("d", "d", "bf16", (300, 392), (392, 1), "out")), beta=0.0),
-     "B's strides (392, 1) do not fit"),  # a layout the user's code was not written for: refused, not passed
+     "B's strides (392, 1; batch step 0) do not fit"),  # a layout the user's code was not written for: refused, not passed
 ])
 def test_the_host_route_refuses_what_the_kernel_cannot_run_before_calling_the_user_s_code(host_library, call, words):
     got, message = _launch(host_library, call)

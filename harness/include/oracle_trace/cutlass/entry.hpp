@@ -107,8 +107,8 @@ int put_operand_strides(const LaunchArgs* args, Stride& s, const TensorRef& t, c
   if (stacked) std::swap(first, second);
   if (put_strides(s, first, second, step)) return kLaunchOk;
   return fail_launch(args, kLaunchUnsupported,
-                     "%s's strides (%lld, %lld, batch %lld) do not fit the kernel's layout of %s", name,
-                     (long long)first, (long long)second, (long long)step, name);
+                     "%s's strides (%lld, %lld; batch step %lld) do not fit the kernel's layout of %s", name,
+                     (long long)t.stride[lead], (long long)t.stride[lead + 1], (long long)step, name);
 }
 
 inline bool is_matrix(const TensorRef& t, int64_t rows, int64_t cols) {
