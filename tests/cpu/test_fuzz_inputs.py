@@ -96,9 +96,9 @@ def test_an_untyped_exception_a_hang_and_an_allocation_past_the_limits_are_caugh
 
 
 def test_a_dump_reader_failing_untyped_is_caught(monkeypatch):
-    from oracle.run.recording import Recording
+    import oracle.run.dumps
 
-    monkeypatch.setattr(Recording, "load", classmethod(lambda cls, path: {}["missing"]))
+    monkeypatch.setattr(oracle.run.dumps, "load_recording", lambda path: {}["missing"])
     t = F.run_dumps(3)
     assert [u[1] for u in t.untyped] == ["KeyError"] * 3
 
