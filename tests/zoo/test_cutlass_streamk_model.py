@@ -41,7 +41,7 @@ from oracle.run.recording import Recording
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "tests" / "zoo" / "manifest.json"
 TREE_ORDER = ("alpha_beta", "cast")  # what the traced library declares for LinearCombination
-DATA_PARALLEL_TILES = 4  # the modelled stream-K hybrid: tiles 0..3 whole, the rest split
+DATA_PARALLEL_TILES = 1  # the modelled stream-K hybrid: tile 0 whole, the rest split
 
 
 def _entries() -> list[dict]:
@@ -68,10 +68,10 @@ def cutlass_partition(spec: ProblemSpec, tile: tuple[int, int]) -> Optional[list
     t = tile[0] * spec.tiles_n + tile[1]
     if t < DATA_PARALLEL_TILES:
         return None
-    # the stream-K tiles' iterations over 10 units, each unit's share ending 3 k-blocks after an even deal
+    # the stream-K tiles' iterations over 4 units, each unit's share ending 3 k-blocks after an even deal
     # would end it (no declared rule cuts there)
     sk_tiles = spec.tiles_m * spec.tiles_n - DATA_PARALLEL_TILES
-    total, units = sk_tiles * kb, 10
+    total, units = sk_tiles * kb, 4
     ends = sorted({min(total, (u + 1) * total // units + 3) for u in range(units - 1)} | {total})
     lo, hi = (t - DATA_PARALLEL_TILES) * kb, (t - DATA_PARALLEL_TILES + 1) * kb
     cuts = [lo] + [e for e in ends if lo < e < hi] + [hi]
