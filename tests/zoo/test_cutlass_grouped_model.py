@@ -102,11 +102,15 @@ def test_grouped_entry_on_a_model(entry):
     assert {t.group for t in rec.taps} == set(live)  # every tap names its group; the empty one has none
     an = analyze(rec)
     check_judgement(entry["expected_stage"], case, an, entry)
-    # each group judged as its own GEMM: one outcome per group with rows, the defect's group named, the others clean
-    assert [o.group for o in an.groups] == live, an.groups
+    # each group judged as its own GEMM: one outcome per group (the empty one without rows), the defect's group
+    # named, the others clean
+    assert [o.group for o in an.groups] == list(range(len(spec.groups))), an.groups
+    assert [o.rows for o in an.groups] == list(spec.groups), an.groups
     bad = DEFECT_GROUP.get(entry["defect"])
     for o in an.groups:
-        if o.group == bad:
+        if o.rows == 0:
+            assert o.verdict is None, o.describe()  # the empty group: nothing to judge
+        elif o.group == bad:
             assert (o.verdict, o.stage) == (Verdict.DIVERGED, entry["expected_stage"]), o.describe()
         else:
             assert o.verdict is Verdict.MATCH, o.describe()
