@@ -58,11 +58,18 @@ class Adapter:
         if self.name != "cutlass_sm90":
             return []
         why = []
-        if spec.groups is not None:
-            why.append(f"groups = {shown(list(spec.groups))}: this version of the CUTLASS adapter does not trace "
-                       f"CUTLASS's grouped (pointer-array) kernels (KernelPtrArrayTmaWarpSpecialized*, "
-                       f"GroupProblemShape); supported: none, or `batch` for a strided batched GEMM "
-                       f"(GemmUniversal<Shape<int, int, int, int>, ...>), judged entry by entry")
+        if spec.groups is not None:  # CUTLASS's grouped (pointer-array) GEMM: LinearCombination, whole tiles
+            if spec.bias != "none" or spec.activation != "none":
+                why.append(f"groups with bias = {shown(spec.bias)}, activation = {shown(spec.activation)}: the adapter "
+                           f"traces a grouped kernel's LinearCombination epilogue only; supported: bias none, "
+                           f"activation none with groups")
+            if spec.splits != 1 or spec.stream_k_workers is not None:
+                why.append("groups with a split of k: CUTLASS's grouped kernel runs every tile whole; supported: "
+                           "splits 1, no stream_k_workers with groups")
+            if spec.scale_a.kind != "none" or spec.scale_b.kind != "none":
+                why.append(f"groups with scale_a.kind = {shown(spec.scale_a.kind)}, scale_b.kind = "
+                           f"{shown(spec.scale_b.kind)}: a grouped kernel's epilogue is a LinearCombination; "
+                           f"supported: none")
         if spec.batch != 1 and spec.bias != "none":
             why.append(f"bias = {shown(spec.bias)} with batch = {spec.batch}: the adapter passes one bias vector, not "
                        f"one per batch entry; supported: bias none with batch > 1")
@@ -91,7 +98,8 @@ class Adapter:
 
 
     def expected_defines(self, spec: ProblemSpec) -> dict[str, str]:
-        """The case's tile, element types (launch codes), majors, bias, activation and (where > 1) batch as
+        """The case's tile, element types (launch codes), majors, bias, activation, (where > 1) batch and (where
+        grouped) the group count as
         the adapter's type checks read them (ORACLE_CASE_*, harness/include/oracle_trace/cutlass/entry_checks.hpp CaseChecks); {}
         for another adapter. A major is the stride mode of unit stride in CUTLASS's (m, k), (n, k), (m, n)
         order: 1 for a row-major A, C, D and a column-major (K-contiguous) B. The bias and activation are
@@ -112,6 +120,8 @@ class Adapter:
             out.update(ORACLE_CASE_C=dtype(spec.c_dtype).launch_code, ORACLE_CASE_C_UNIT_MODE=int(spec.c_major == "row"))
         if spec.batch != 1:  # only where batched: one-GEMM cases keep sharing their build
             out["ORACLE_CASE_BATCH"] = spec.batch
+        if spec.groups is not None:  # a grouped case needs a grouped kernel (CaseGroupsCheck)
+            out["ORACLE_CASE_GROUPS"] = len(spec.groups)
         return {name: str(value) for name, value in out.items()}
 
 

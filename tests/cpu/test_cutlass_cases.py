@@ -3,7 +3,7 @@
 - a launch library whose own source includes oracle_trace/cutlass.hpp is known as the cutlass_sm90
   adapter's, and a library that does not include it is not;
 - what the adapter cannot run is refused when the case is loaded, every field named with what is
-  supported (groups: CUTLASS's grouped pointer-array kernels are not traced; a bias with batch > 1,
+  supported (a bias, an activation, a split or scales with groups; a bias with batch > 1,
   scales other than per-tensor on both operands, fp8 without fp8_fast); a strided batched case (batch > 1)
   loads, and its build carries the batch as ORACLE_CASE_BATCH (a one-GEMM case's defines, hence its build,
   unchanged); a split of k (splits, stream_k_workers) loads, and its build carries ORACLE_CASE_SPLIT, so that a
@@ -49,8 +49,9 @@ def test_the_adapter_is_known_from_the_library_s_own_include_line(tmp_path):
 
 
 @pytest.mark.parametrize("case_file, over, words", [
-    ("cutlass_sm90.toml", {"groups": [100, 200]}, "[problem] groups = [100, 200]: this version of the CUTLASS adapter "
-                                                  "does not trace CUTLASS's grouped (pointer-array) kernels"),
+    ("grouped.toml", {"bias": "col", "bias_dtype": "bf16"},
+     "[problem] groups with bias = 'col', activation = 'none': the adapter traces a grouped kernel's LinearCombination "
+     "epilogue only"),
     ("batched.toml", {"bias": "col", "bias_dtype": "bf16"},
      "[problem] bias = 'col' with batch = 3: the adapter passes one bias vector, not one per batch entry"),
     ("cutlass_sm90.toml", {"scale_a": {"kind": "row"}, "scale_b": {"kind": "tensor"}},
@@ -94,6 +95,15 @@ def test_a_batched_case_loads_and_its_build_carries_the_batch():
         assert case.kernel.adapter.expected_defines(case.spec)["ORACLE_CASE_BATCH"] == "3"
     moved = load_case(str(ZOO / "cutlass_sm90.toml"), {"batch": 2}, allow_library=True)
     assert moved.spec.total_m == 2 * moved.spec.m
+
+
+def test_a_grouped_case_loads_and_its_build_carries_the_group_count():
+    one = load_case(str(ZOO / "cutlass_sm90.toml"), allow_library=True)
+    assert "ORACLE_CASE_GROUPS" not in one.kernel.adapter.expected_defines(one.spec)  # its build is shared as before
+    for case_file in ("grouped.toml", "grouped_host.toml"):
+        case = load_case(str(ZOO / case_file), allow_library=True)
+        assert case.kernel.adapter is CUTLASS_SM90 and case.spec.groups == (130, 72, 0, 200)
+        assert case.kernel.adapter.expected_defines(case.spec)["ORACLE_CASE_GROUPS"] == "4"
 
 
 def test_a_split_case_loads_and_its_build_says_it_splits():

@@ -1,7 +1,7 @@
 """The CUTLASS adapter's type checks (harness/include/oracle_trace/cutlass/checks.hpp and
 entry_checks.hpp) refuse, at compile time and in seconds, what the adapter cannot run:
 
-- the tile scheduler: GroupScheduler, and in a traced build CUTLASS's StreamKScheduler untraced, stop the
+- the tile scheduler: GroupScheduler with a problem shape that is not grouped, and in a traced build CUTLASS's StreamKScheduler untraced, stop the
   build at a static_assert naming the scheduler and what to do (for stream-K: TracedScheduler); the
   default persistent one passes, and so does the stream-K one in a production build (the checks
   compiled alone, with CUTLASS's scheduler header: a few seconds); a traced stream-K scheduler in
@@ -74,7 +74,8 @@ def test_stream_k_untraced_and_group_schedulers_are_refused_with_their_names_and
             "fixup (a reduction of partial tiles) and each work unit's partial would be missed") in err, err[-3000:]
     assert ("write GemmUniversal's fourth template argument as oracle_trace::cutlass_sm90::TracedScheduler<"
             "cutlass::gemm::StreamKScheduler, CollectiveMainloop>") in err
-    assert "the kernel's tile scheduler is cutlass::gemm::GroupScheduler (a grouped GEMM)" in err
+    assert ("the kernel's tile scheduler is cutlass::gemm::GroupScheduler, which deals a grouped GEMM's tiles, and "
+            "its problem shape is not grouped") in err
 
 
 def test_the_stream_k_scheduler_passes_in_a_production_build():
@@ -96,17 +97,17 @@ using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, in
 #elif defined(USER_STATIC_L)  // L fixed to 1 at compile time: no batch
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, cute::_1>, CollectiveMainloop,
                                                         CollectiveEpilogue>;
-#elif defined(USER_GROUPED)  // CUTLASS's grouped GEMM as its example 57 writes it: pointer-array collectives
+#elif defined(USER_GROUPED_PINGPONG)  // CUTLASS's grouped GEMM as its example 57 writes it, ping-pong schedule
 using namespace cute;
 using GroupedEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, zoo_cutlass::TileShape, zoo_cutlass::ClusterShape,
     cutlass::epilogue::collective::EpilogueTileAuto, float, float, zoo_cutlass::ElementC, zoo_cutlass::LayoutC*, 8,
-    zoo_cutlass::ElementD, zoo_cutlass::LayoutD*, 8, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
+    zoo_cutlass::ElementD, zoo_cutlass::LayoutD*, 8, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong>::CollectiveOp;
 using GroupedMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, zoo_cutlass::ElementA, zoo_cutlass::LayoutA*, 8,
     zoo_cutlass::ElementB, zoo_cutlass::LayoutB*, 8, float, zoo_cutlass::TileShape, zoo_cutlass::ClusterShape,
     cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename GroupedEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
+    cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong>::CollectiveOp;
 using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>,
                                                         oracle_trace::cutlass_sm90::TracedMainloop<GroupedMainloop>,
                                                         oracle_trace::cutlass_sm90::TracedEpilogue<GroupedEpilogue>>;
@@ -149,17 +150,15 @@ ORACLE_CUTLASS_ENTRY(Gemm)
      "TracedScheduler<cutlass::gemm::StreamKScheduler, Mainloop> must name the kernel's CollectiveMainloop"),
     ({"USER_BAD_MAKE": "1"}, "ORACLE_CUTLASS_HOST_ENTRY(Gemm, make): make must be callable as make(int m, int n, "
                              "int k, int l, const ElementA* a, int64_t lda,"),
-    ({"USER_GROUPED": "1"}, "the kernel is a grouped (pointer-array) GEMM (cutlass::gemm::GroupProblemShape, "
-                            "KernelPtrArrayTmaWarpSpecialized{Cooperative,Pingpong}): this version of the adapter does "
-                            "not trace CUTLASS's pointer-array collectives"),
-], ids=["rank3", "stream_k", "stream_k_pingpong", "stream_k_other_mainloop", "host_make_signature", "grouped"])
+    ({"USER_GROUPED_PINGPONG": "1"}, "the grouped kernel's schedule is KernelPtrArrayTmaWarpSpecializedPingpong: this "
+                                     "version of the adapter traces CUTLASS's grouped GEMM in the cooperative schedule "
+                                     "only"),
+], ids=["rank3", "stream_k", "stream_k_pingpong", "stream_k_other_mainloop", "host_make_signature", "grouped_pingpong"])
 def test_a_kernel_the_adapter_cannot_run_is_refused_before_the_long_compile(tmp_path, defines, words):
     err = refused_early(USER_TU, tmp_path / "cache", defines={"ORACLE_TRACE": "1", **defines}, include_dirs=(ZOO,))
     assert words in err, err[-3000:]
     errors = [line for line in err.splitlines() if ": error:" in line]
-    if "USER_GROUPED" in defines:  # named by the traced epilogue's and mainloop's aliases and the entry's check
-        assert errors and all(words in line for line in errors), errors
-    elif "USER_BAD_MAKE" not in defines:  # (a call of make that does not fit is also an error where it is made)
+    if "USER_BAD_MAKE" not in defines:  # (a call of make that does not fit is also an error where it is made)
         assert "1 error detected" in err, err[-3000:]  # the check's, nothing from the kernel's instantiation
 
 
@@ -214,6 +213,20 @@ def test_a_batched_case_on_a_kernel_whose_l_is_fixed_stops_its_build_before_the_
     assert "the kernel's problem shape fixes L at compile time to another value than the case's [problem] batch" in err, \
         err[-3000:]
     assert "KernelL=1, KernelBatchStrides=true, CaseBatch=3" in err, err[-3000:]
+    assert "1 error detected" in err, err[-3000:]
+
+
+def test_a_grouped_case_on_a_kernel_that_is_not_grouped_stops_its_build_before_the_long_compile(tmp_path):
+    """A grouped case's ORACLE_CASE_GROUPS against the zoo's plain (M, N, K, L) kernel: CaseGroupsCheck names
+    both, in the front end's seconds."""
+    from oracle.run.adapters import library_defines
+
+    case = _zoo_case({"groups": [100, 0, 200]})
+    defines = library_defines(case.kernel, case.spec, traced=True)  # as a live run builds it
+    assert defines["ORACLE_CASE_GROUPS"] == "3"
+    err = refused_early(case.kernel.library, tmp_path / "cache", arch=case.kernel.arch, defines=defines)
+    assert "the case is grouped ([problem] groups) but the kernel is not" in err, err[-3000:]
+    assert "KernelGrouped=false, CaseGroups=3" in err, err[-3000:]
     assert "1 error detected" in err, err[-3000:]
 
 

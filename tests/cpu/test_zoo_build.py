@@ -191,7 +191,8 @@ def test_manifest_covers_the_cutlass_gemm_in_both_schedules():
                 assert set(defines) - {"ZOO_CUTLASS_PINGPONG", "ZOO_CUTLASS_E4M3"} == {macro} and macro in text, \
                     (e["name"], defines)
     quick = [e for e in doc if not e["name"].startswith(("cutlass_sm90_host_", "cutlass_sm90_evt_",
-                                                         "cutlass_sm90_bias_", "cutlass_sm90_batched_", "cutlass_sm90_streamk_"))]  # their own tests
+                                                         "cutlass_sm90_bias_", "cutlass_sm90_batched_", "cutlass_sm90_streamk_",
+                                                         "cutlass_sm90_grouped_"))]  # their own tests
     assert {e["expected_stage"] for e in quick} == {None, "descriptor_a", "load_a", "mma", "epilogue_alpha_beta"}
 
 
@@ -217,6 +218,29 @@ def test_manifest_covers_the_cutlass_batched_gemm():
         if e["defect"] is not None:
             assert e["expected_group"] == 1, name
 
+
+
+def test_manifest_covers_the_cutlass_grouped_gemm():
+    """The grouped GEMM (zoo/cutlass_sm90/grouped.cu): correct through both routes, three planted host-code
+    defects, each case setting the define its source plants, found in the group the manifest names."""
+    from oracle.run.case import load_case
+
+    doc = {e["name"].removeprefix("cutlass_sm90_grouped_"): e for e in _manifest()
+           if e["kernel"] == "zoo/cutlass_sm90/grouped.cu"}
+    want = {"correct": None, "host_correct": None, "host_b_of_group0": "descriptor_b",
+            "host_a_of_group0": "descriptor_a", "host_alpha_twice_group1": "epilogue_alpha_beta"}
+    assert {n: e["expected_stage"] for n, e in doc.items()} == want, sorted(doc)
+    text = (ROOT / "zoo" / "cutlass_sm90" / "grouped.cu").read_text()
+    for name, e in doc.items():
+        case = load_case(str(ROOT / e["case"]), e["problem"], allow_library=True)
+        assert case.spec.groups is not None and 0 in case.spec.groups, name
+        defines = case.kernel.defines
+        assert ("ZOO_GROUPED_HOST" in defines) == name.startswith("host_"), (name, defines)
+        planted = set(defines) - {"ZOO_GROUPED_HOST"}
+        assert planted == (set() if e["defect"] is None else {f"ZOO_{e['defect'].upper()}"}), (name, defines)
+        for define in planted:
+            assert f"defined({define})" in text, f"{define} is planted nowhere in grouped.cu"
+        assert e.get("dump_pending") is True, name
 
 
 def test_manifest_covers_cutlass_s_stream_k_scheduler():

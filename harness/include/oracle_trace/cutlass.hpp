@@ -22,9 +22,13 @@
 // oracle_trace::cutlass_sm90::TracedScheduler<cutlass::gemm::StreamKScheduler, CollectiveMainloop>
 // (cutlass/sm90_stream_k.hpp: each work unit's taps name its partial, the fixup's sum is tapped as
 // reduce); the case's splits or stream_k_workers choose CUTLASS's decomposition.
+// Grouped (pointer-array) GEMMs, CUTLASS's example 57 (GroupProblemShape, KernelPtrArrayTmaWarpSpecializedCooperative):
+// the same two aliases give the traced array collectives (cutlass/sm90_grouped.hpp: every tap names its group)
+// and the entry macros the grouped launch (cutlass/grouped_entry.hpp: the host route's make_arguments takes
+// the groups' sizes, make(int groups, const int* group_m, int n, int k, a, lda, b, ldb, c, ldc, d, ldd, alpha, beta)).
 // fp8 with per-tensor scales: an FP8FastAccum schedule and, as the epilogue's fusion,
 // oracle_trace::cutlass_sm90::TensorScaledLinearCombination<D, float, C, float> (cutlass/sm90_epilogue.hpp).
-// What the adapter refuses (batch, groups, other scales, the promoting FP8 mainloop, a bias or activation
+// What the adapter refuses (a bias with batch or groups, other scales, the promoting FP8 mainloop, a bias or activation
 // that is not the fusion's): static_asserts here, kLaunchUnsupported in oracle_launch, and a CaseError when a case is
 // loaded (oracle/run/adapters.py); README "Bring a CUTLASS kernel" has the table.
 //
@@ -46,6 +50,8 @@
 #include "oracle_trace/cutlass/sm90_stream_k.hpp"
 #include "oracle_trace/cutlass/sm90_mainloop.hpp"
 #include "oracle_trace/cutlass/sm90_epilogue.hpp"
+#include "oracle_trace/cutlass/sm90_grouped.hpp"
 #include "oracle_trace/cutlass/entry.hpp"
+#include "oracle_trace/cutlass/grouped_entry.hpp"
 
 #endif  // ORACLE_TRACE_CUTLASS_HPP_

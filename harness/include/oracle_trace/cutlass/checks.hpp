@@ -4,7 +4,7 @@
 //                                        or (stream-K, split-K) CUTLASS's stream-K one, traced in a traced
 //                                        build (TracedScheduler, cutlass/sm90_stream_k.hpp)
 //   ProblemShapeChecks<ProblemShape>::ok a (M, N, K, L) problem shape (L: the batch count of a strided
-//                                        batched GEMM); a grouped one (GroupProblemShape) is refused by name
+//                                        batched GEMM) or a grouped one (GroupProblemShape: cutlass/sm90_grouped.hpp)
 //   is_fillable_stride<Stride>()         a (rows, cols, batch) stride with one static unit mode
 //
 // The two Checks are classes whose static_asserts fire when it is instantiated. The entry macros
@@ -66,10 +66,10 @@ struct SchedulerChecks {
                 "missed; write GemmUniversal's fourth template argument as oracle_trace::cutlass_sm90::TracedScheduler<"
                 "cutlass::gemm::StreamKScheduler, CollectiveMainloop> (CUTLASS's own scheduler without ORACLE_TRACE)");
   static_assert(!is_group_scheduler<TileScheduler>,
-                "ORACLE_CUTLASS_ENTRY: the kernel's tile scheduler is cutlass::gemm::GroupScheduler (a grouped GEMM): "
-                "this version of the adapter does not trace CUTLASS's pointer-array collectives; a strided batched "
-                "GemmUniversal<Shape<int, int, int, int>, ...> with CUTLASS's default scheduler runs one GEMM per "
-                "batch entry (L)");
+                "ORACLE_CUTLASS_ENTRY: the kernel's tile scheduler is cutlass::gemm::GroupScheduler, which deals a "
+                "grouped GEMM's tiles, and its problem shape is not grouped: write GemmUniversal<cutlass::gemm::"
+                "GroupProblemShape<Shape<int, int, int>>, ...> with the pointer-array schedules (CUTLASS's example 57), "
+                "or CUTLASS's default scheduler for a (M, N, K, L) problem");
   static_assert(is_stream_k_scheduler<TileScheduler> || is_group_scheduler<TileScheduler> ||
                     is_persistent_scheduler<TileScheduler> || is_traced_stream_k_scheduler<TileScheduler>,
                 "ORACLE_CUTLASS_ENTRY: the kernel's tile scheduler is neither CUTLASS's default persistent one "
@@ -84,21 +84,12 @@ constexpr bool is_group_problem_shape = false;
 template <class Shape>
 constexpr bool is_group_problem_shape<cutlass::gemm::GroupProblemShape<Shape>> = true;
 
-// The grouped refusal's one sentence (the problem shape's check, the traced collectives' static_asserts).
-#define ORACLE_CUTLASS_GROUPED_REFUSAL                                                                          \
-  "ORACLE_CUTLASS_ENTRY: the kernel is a grouped (pointer-array) GEMM (cutlass::gemm::GroupProblemShape, "      \
-  "KernelPtrArrayTmaWarpSpecialized{Cooperative,Pingpong}): this version of the adapter does not trace CUTLASS's " \
-  "pointer-array collectives (MainloopSm90ArrayTmaGmmaWarpSpecialized, Sm90PtrArrayTmaWarpSpecialized), so it "  \
-  "cannot judge one; a strided batched GemmUniversal<Shape<int, int, int, int>, ...> (every entry of one shape) " \
-  "is judged entry by entry"
-
 template <class ProblemShape>
 struct ProblemShapeChecks {
-  static_assert(!is_group_problem_shape<ProblemShape>, ORACLE_CUTLASS_GROUPED_REFUSAL);
   static_assert(is_group_problem_shape<ProblemShape> || cute::rank(ProblemShape{}) == 4,
                 "ORACLE_CUTLASS_ENTRY: the kernel's problem shape must be (M, N, K, L): write "
                 "GemmUniversal<Shape<int, int, int, int>, ...> (a rank-3 Shape<int, int, int>, as in CUTLASS's example "
-                "48, has no L: add the fourth int)");
+                "48, has no L: add the fourth int), or a grouped GEMM's GroupProblemShape<Shape<int, int, int>>");
   static constexpr bool ok = true;
 };
 

@@ -29,8 +29,8 @@
 //
 // Constraints: one GEMM or a strided batched one (L = the case's batch, M each entry's rows, every operand's
 // entries one after the other as the oracle stores them; the taps name the entry as their group, so each
-// entry is judged as its own GEMM); no groups (CUTLASS's pointer-array grouped kernels are not traced: refused
-// at the build by name). A split of k (splits > 1, or stream_k_workers; batch 1) needs CUTLASS's stream-K
+// entry is judged as its own GEMM); a grouped kernel (GroupProblemShape) goes through cutlass/grouped_entry.hpp,
+// whose launch_entry / launch_host_entry the macros call (they pick this file's launch / launch_host otherwise). A split of k (splits > 1, or stream_k_workers; batch 1) needs CUTLASS's stream-K
 // scheduler, traced (TracedScheduler, cutlass/sm90_stream_k.hpp); the quick route asks it for
 // DecompositionMode::SplitK with the case's splits, StreamK with the SM count stream_k_workers (at most the
 // device's), or DataParallel where the case splits nothing; the host route's own scheduler arguments run as
@@ -150,9 +150,9 @@ int check_launch(const LaunchArgs* args) {
   const int64_t M = args->m, N = args->n, K = args->k, L = args->batch;  // M: every batch entry's rows
   if (args->groups != 0)
     return fail_launch(args, kLaunchUnsupported,
-                       "a grouped problem (%lld groups) was passed: this version of the CUTLASS adapter does not trace "
-                       "CUTLASS's grouped (pointer-array) kernels; a strided batched GEMM (batch) is judged entry by "
-                       "entry", (long long)args->groups);
+                       "a grouped problem (%lld groups) was passed to a kernel that is not grouped: a grouped case "
+                       "runs on CUTLASS's grouped GEMM (GroupProblemShape, cutlass/grouped_entry.hpp)",
+                       (long long)args->groups);
   if (args->splits < 1 || args->stream_k_workers < 0 || (args->splits > 1 && args->stream_k_workers > 0))
     return fail_launch(args, kLaunchUnsupported, "splits %d, stream_k_workers %d: splits >= 1, stream_k_workers >= 0, "
                        "not both a split", args->splits, args->stream_k_workers);
@@ -450,7 +450,7 @@ int launch_host(const LaunchArgs* args, Make make) {
   static_assert(oracle_trace::cutlass_sm90::AdjustChecks<GEMM, decltype(ADJUST)>::ok, "");       \
   ORACLE_CUTLASS_EPILOGUE_ORDER(GEMM)                                                            \
   extern "C" int oracle_launch(const oracle_trace::LaunchArgs* args) {            \
-    return oracle_trace::cutlass_sm90::launch<GEMM>(args, ADJUST);                \
+    return oracle_trace::cutlass_sm90::launch_entry<GEMM>(args, ADJUST);          \
   }
 
 #define ORACLE_CUTLASS_ENTRY(GEMM) ORACLE_CUTLASS_ENTRY_WITH(GEMM, nullptr)
@@ -471,7 +471,7 @@ int launch_host(const LaunchArgs* args, Make make) {
   static_assert(oracle_trace::cutlass_sm90::HostEntryChecks<GEMM, OracleCutlassMakeArguments>::ok, "");         \
   ORACLE_CUTLASS_EPILOGUE_ORDER(GEMM)                                                                           \
   extern "C" int oracle_launch(const oracle_trace::LaunchArgs* args) {                                          \
-    return oracle_trace::cutlass_sm90::launch_host<GEMM>(args, OracleCutlassMakeArguments{});                   \
+    return oracle_trace::cutlass_sm90::launch_host_entry<GEMM>(args, OracleCutlassMakeArguments{});             \
   }
 
 #endif  // ORACLE_TRACE_CUTLASS_ENTRY_HPP_

@@ -34,6 +34,7 @@
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "oracle_trace/cutlass/checks.hpp"
 #include "oracle_trace/cutlass/sm90_epilogue.hpp"
+#include "oracle_trace/cutlass/sm90_grouped.hpp"
 #include "oracle_trace/cutlass/types.hpp"
 #include "oracle_trace/launch.hpp"
 
@@ -99,12 +100,13 @@ template <class Gemm>
 struct EntryChecks {
   using T = KernelTypes<Gemm>;
   using Kernel = typename T::Kernel;
-  // a grouped kernel: the problem shape's check names it, and the checks below stay silent (one error)
+  // a grouped kernel: GroupedChecks (cutlass/sm90_grouped.hpp) in place of the scheduler's and strides' checks
   static constexpr bool kGrouped = is_group_problem_shape<typename Kernel::ProblemShape>;
   static_assert(ProblemShapeChecks<typename Kernel::ProblemShape>::ok, "");
   struct Skipped {
     static constexpr bool ok = true;
   };
+  static_assert(std::conditional_t<kGrouped, GroupedChecks<Gemm>, Skipped>::ok, "");
   static_assert(std::conditional_t<kGrouped, Skipped, SchedulerChecks<typename Kernel::TileScheduler>>::ok, "");
   static_assert(std::conditional_t<kGrouped, Skipped, StreamKChecks<Kernel>>::ok, "");
   static_assert(T::Facts::traced || T::kUserTree,
@@ -298,13 +300,56 @@ struct AdjustChecks {
   static constexpr bool ok = true;
 };
 
+// A grouped case (groups: ORACLE_CASE_GROUPS, the group count) needs a grouped kernel, and a grouped kernel a
+// grouped case (KernelGrouped, the case's groups; 0: not grouped).
+template <bool KernelGrouped, int CaseGroups>
+struct CaseGroupsCheck {
+  static_assert(KernelGrouped || CaseGroups == 0,
+                "ORACLE_CUTLASS_ENTRY: the case is grouped ([problem] groups) but the kernel is not: a grouped case runs "
+                "on CUTLASS's grouped GEMM (GroupProblemShape<Shape<int, int, int>>, KernelPtrArrayTmaWarpSpecialized"
+                "Cooperative, example 57): CaseGroupsCheck<the kernel's, the case's group count>");
+  static_assert(!KernelGrouped || CaseGroups > 0,
+                "ORACLE_CUTLASS_ENTRY: the kernel is a grouped GEMM (GroupProblemShape) and the case has no groups: "
+                "give the case [problem] groups = [M of each group] (their sum is m)");
+  static constexpr bool ok = true;
+};
+
+#if defined(ORACLE_CASE_GROUPS)
+constexpr int kCaseGroups = ORACLE_CASE_GROUPS;
+#else
+constexpr int kCaseGroups = 0;
+#endif
+
 template <class Gemm, bool kGrouped = is_group_problem_shape<typename KernelTypes<Gemm>::Kernel::ProblemShape>>
 struct CaseChecks {
-  static constexpr bool ok = true;  // a grouped kernel: EntryChecks refuses it, naming it
+#if defined(ORACLE_CASE_TILE_M)
+  // a grouped kernel: its tile, element types, majors (of the per-group strides) and the case's groups
+  using T = KernelTypes<Gemm>;
+  using Kernel = typename T::Kernel;
+  using TileShape = typename T::TileShape;
+  static_assert(CaseGroupsCheck<kGrouped, kCaseGroups>::ok, "");  // kGrouped: dependent, checked at instantiation
+  static_assert(CaseTileCheck<int(cute::size<0>(TileShape{})), int(cute::size<1>(TileShape{})),
+                              int(cute::size<2>(TileShape{})), ORACLE_CASE_TILE_M, ORACLE_CASE_TILE_N,
+                              ORACLE_CASE_TILE_K>::ok, "");
+  static_assert(CaseElementCheck<OperandA, typename T::ElementA, typename case_element<ORACLE_CASE_A>::type>::ok, "");
+  static_assert(CaseElementCheck<OperandB, typename T::ElementB, typename case_element<ORACLE_CASE_B>::type>::ok, "");
+  static_assert(CaseElementCheck<OperandD, typename T::ElementD, typename case_element<ORACLE_CASE_D>::type>::ok, "");
+  static_assert(CaseMajorCheck<OperandA, unit_mode<cute::remove_pointer_t<typename Kernel::StrideA>>(),
+                               ORACLE_CASE_A_UNIT_MODE>::ok, "");
+  static_assert(CaseMajorCheck<OperandB, unit_mode<cute::remove_pointer_t<typename Kernel::StrideB>>(),
+                               ORACLE_CASE_B_UNIT_MODE>::ok, "");
+  static_assert(CaseMajorCheck<OperandD, unit_mode<cute::remove_pointer_t<typename Kernel::StrideD>>(),
+                               ORACLE_CASE_D_UNIT_MODE>::ok, "");
+#endif
+  static constexpr bool ok = true;
 };
 
 template <class Gemm>
 struct CaseChecks<Gemm, false> {
+#if defined(ORACLE_CASE_GROUPS)
+  static_assert(CaseGroupsCheck<is_group_problem_shape<typename KernelTypes<Gemm>::Kernel::ProblemShape>,
+                                ORACLE_CASE_GROUPS>::ok, "");
+#endif
 #if defined(ORACLE_CASE_TILE_M)
   using T = KernelTypes<Gemm>;
   using Kernel = typename T::Kernel;
@@ -352,12 +397,22 @@ struct HostEntryChecks {
                 "ORACLE_CUTLASS_HOST_ENTRY: the host route takes a LinearCombination or LinCombEltAct epilogue "
                 "(make_arguments receives no bias or scale pointers); a kernel with a bias, "
                 "TensorScaledLinearCombination or its own Sm90EVT tree uses ORACLE_CUTLASS_ENTRY_WITH");
-  static_assert(std::is_invocable_r_v<typename Gemm::Arguments, Make, int, int, int, int, const typename T::ElementA*,
+  static constexpr bool kGrouped = is_group_problem_shape<typename T::Kernel::ProblemShape>;
+  static_assert(kGrouped || std::is_invocable_r_v<typename Gemm::Arguments, Make, int, int, int, int, const typename T::ElementA*,
                                       int64_t, const typename T::ElementB*, int64_t, const typename T::ElementC*,
                                       int64_t, typename T::ElementD*, int64_t, float, float>,
                 "ORACLE_CUTLASS_HOST_ENTRY(Gemm, make): make must be callable as make(int m, int n, int k, int l, "
                 "const ElementA* a, int64_t lda, const ElementB* b, int64_t ldb, const ElementC* c, int64_t ldc, "
                 "ElementD* d, int64_t ldd, float alpha, float beta) and return typename Gemm::Arguments");
+  static_assert(!kGrouped || std::is_invocable_r_v<typename Gemm::Arguments, Make, int, const int*, int, int,
+                                                   const typename T::ElementA*, int64_t, const typename T::ElementB*,
+                                                   int64_t, const typename T::ElementC*, int64_t, typename T::ElementD*,
+                                                   int64_t, float, float>,
+                "ORACLE_CUTLASS_HOST_ENTRY(Gemm, make) of a grouped GEMM: make must be callable as make(int groups, "
+                "const int* group_m (host: M of each group), int n, int k, const ElementA* a, int64_t lda, const "
+                "ElementB* b, int64_t ldb, const ElementC* c, int64_t ldc, ElementD* d, int64_t ldd, float alpha, float "
+                "beta) and return typename Gemm::Arguments (a: every group's rows one after the other; b: [groups] "
+                "matrices of K x N, each ldb * (N or K) elements after the last)");
   static constexpr bool ok = true;
 };
 

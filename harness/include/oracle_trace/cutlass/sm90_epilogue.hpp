@@ -41,7 +41,8 @@
 //
 // Constraints: taps carry tile (m, n) from the epilogue's own tile coordinate (counted from the batch
 // entry's first row) and the group (the batch entry l) when L > 1; a grouped GEMM's pointer-array
-// epilogue (Sm90PtrArrayTmaWarpSpecialized) is refused by name; elements past M or N are tapped as the registers hold them (the oracle excludes
+// epilogue (Sm90PtrArrayTmaWarpSpecialized) gets its LinearCombination traced by cutlass/sm90_grouped.hpp,
+// whose taps name the group; elements past M or N are tapped as the registers hold them (the oracle excludes
 // padding). Each fragment is one record: a traced tile costs about 60 bytes per element per stage.
 
 #ifndef ORACLE_TRACE_CUTLASS_SM90_EPILOGUE_HPP_
@@ -756,19 +757,19 @@ struct TracedEpilogueOf {
                 "oracle_trace::cutlass_sm90: TracedEpilogue takes CUTLASS's Sm90TmaWarpSpecialized collective epilogue");
 };
 
-// A grouped GEMM's pointer-array epilogue: not traced by this version, refused by name (the collective
-// is left as it is, so that this is the one error the alias gives).
+// A grouped GEMM's pointer-array epilogue: its callbacks traced (the pointer-array LinearCombination's
+// tree: cutlass/sm90_grouped.hpp).
 template <int StagesC, int StagesD, int FragmentSize, bool ReuseSmemC, bool DelayTmaStore, int WarpGroups,
-          class... Rest>
+          class CtaTile, class EpilogueTile, class ElementC, class StrideC, class ElementD, class StrideD,
+          class Callbacks, class... Rest>
 struct TracedEpilogueOf<cutlass::epilogue::collective::CollectiveEpilogue<
     cutlass::epilogue::Sm90PtrArrayTmaWarpSpecialized<StagesC, StagesD, FragmentSize, ReuseSmemC, DelayTmaStore,
                                                       WarpGroups>,
-    Rest...>> {
-  static_assert(StagesC < 0, ORACLE_CUTLASS_GROUPED_REFUSAL);
+    CtaTile, EpilogueTile, ElementC, StrideC, ElementD, StrideD, Callbacks, Rest...>> {
   using type = cutlass::epilogue::collective::CollectiveEpilogue<
       cutlass::epilogue::Sm90PtrArrayTmaWarpSpecialized<StagesC, StagesD, FragmentSize, ReuseSmemC, DelayTmaStore,
                                                         WarpGroups>,
-      Rest...>;
+      CtaTile, EpilogueTile, ElementC, StrideC, ElementD, StrideD, typename TracedCallbacks<Callbacks>::type, Rest...>;
 };
 
 template <int StagesC, int StagesD, int FragmentSize, bool ReuseSmemC, bool DelayTmaStore, class CtaTile,

@@ -25,7 +25,8 @@
 // the report declares it. Clusters of one CTA or more both work (the binding is per CTA). Supported:
 // the non-FP8 TMA warp-specialized collective (static_assert otherwise); FP8's promotion mainloop is
 // another collective (use the FP8FastAccum schedules, whose mainloop is this one); the pointer-array
-// collective of a grouped GEMM (MainloopSm90ArrayTmaGmmaWarpSpecialized) is refused by name. A batched
+// collective of a grouped GEMM (MainloopSm90ArrayTmaGmmaWarpSpecialized) gets Sm90TracedArrayMainloop
+// (cutlass/sm90_grouped.hpp: its own producer, this consumer; the binding's group is the group). A batched
 // GEMM (L > 1): the binding's group is the batch entry l, so every tap names its entry. `Mutation` plants a
 // defect for the bug zoo: issues(k_block), or issues(k_block, group) for one batch entry's (group -1 when
 // L = 1), how often the k-block's MMAs are issued (NoMutation: once);
@@ -88,7 +89,8 @@ constexpr bool is_tma_ws_policy<cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialize
 
 template <class Base, class Mutation = NoMutation>
 struct Sm90TracedMainloop : Base {
-  static_assert(!is_array_policy<typename Base::DispatchPolicy>, ORACLE_CUTLASS_GROUPED_REFUSAL);
+  // the pointer-array collective comes through Sm90TracedArrayMainloop (cutlass/sm90_grouped.hpp), whose
+  // producer is its own and whose consumer is this one
   static_assert(is_array_policy<typename Base::DispatchPolicy> || is_tma_ws_policy<typename Base::DispatchPolicy>,
                 "Sm90TracedMainloop traces CUTLASS's MainloopSm90TmaGmmaWarpSpecialized collective only (fp8: "
                 "the FP8FastAccum schedules; the promoting MainloopSm90TmaGmmaWarpSpecializedFP8 is not traced)");
@@ -277,9 +279,13 @@ struct Sm90TracedMainloop : Base {
   CUTLASS_DEVICE void mma_tail(MainloopPipeline, PipelineState, KTiles) {}
 };
 
+template <class Base, class Mutation>
+struct Sm90TracedArrayMainloop;  // cutlass/sm90_grouped.hpp: a grouped GEMM's pointer-array collective
+
 #if defined(ORACLE_TRACE)
 template <class Base, class Mutation = NoMutation>
-using TracedMainloop = Sm90TracedMainloop<Base, Mutation>;
+using TracedMainloop = cute::conditional_t<is_array_policy<typename Base::DispatchPolicy>,
+                                           Sm90TracedArrayMainloop<Base, Mutation>, Sm90TracedMainloop<Base, Mutation>>;
 #else
 template <class Base, class Mutation = NoMutation>
 using TracedMainloop = Base;

@@ -1,0 +1,116 @@
+"""The zoo manifest's verdicts for CUTLASS's grouped (pointer-array) GEMM (zoo/cutlass_sm90/grouped.cu), on a
+model of the traced kernel (no GPU).
+
+The correct run is oracle.run.simulate's model of a grouped problem: every group its own tiled GEMM (rows
+[offset_g, offset_g + M_g) of A, C and D, B[g]) whose taps name the group, the tile within it and the
+k-block, as the adapter's traced array collectives tap them (the binding's group is the one CUTLASS's kernel
+tells the collective, the epilogue's the tile coordinate's l); the empty group has no tile and no tap. The
+planted defects change what the kernel reads or computes in one group: the user's make_arguments gives
+group 1 group 0's B pointer (grouped_host_b_of_group0: the TMA writes group 0's image of B for group 1),
+group 3 A's base pointer (grouped_host_a_of_group0: its rows are read from the first rows of A), or group 1
+the alpha squared through the epilogue's per-group alpha array (grouped_host_alpha_twice_group1). Each group
+must be judged as the manifest says: the correct ones MATCH in every group, each defect is found at its
+stage in its group, the other groups judged clean. What this cannot show, that the CUDA code does what the
+model does, the GPU tier (tests/gpu/test_zoo.py) does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from zoo_cases import check_judgement, entries, entry_case  # tests/ is on sys.path
+
+from oracle.judging.diagnose import Verdict
+from oracle.judging.differential import analyze
+from oracle.problem.partition import group_offsets
+from oracle.run.inputs import Provenance, make_operands
+from oracle.run.library_epilogue import with_library_order
+from oracle.run.recording import Recording
+from oracle.run.simulate import simulate
+
+LIBRARY_ORDER = ("alpha_beta", "cast")  # what the traced pointer-array LinearCombination tree declares
+DEFECT_GROUP = {"grouped_host_b_of_group0": 1, "grouped_host_a_of_group0": 3, "grouped_host_alpha_twice_group1": 1}
+
+
+def _grouped_entries() -> list[dict]:
+    return entries("zoo/cutlass_sm90/grouped.cu")
+
+
+def a_with_group3_at_base(spec, a: torch.Tensor) -> torch.Tensor:
+    """A as the kernel reads it when group 3's pointer is A's base: group 3's rows are A's first M_3 rows."""
+    offs, m3 = group_offsets(spec), spec.groups[3]
+    assert m3 <= offs[3], "the defect's reads stay inside A's buffer"
+    seen = a.clone()
+    seen[offs[3]:offs[3] + m3] = a[:m3]
+    return seen
+
+
+def _spliced(correct: Recording, wrong: Recording, spec, group: int) -> Recording:
+    """`correct` with group `group`'s taps and D rows taken from `wrong` (each group its own GEMM)."""
+    offs = group_offsets(spec)
+    out = correct.output.clone()
+    out[offs[group]:offs[group + 1]] = wrong.output[offs[group]:offs[group + 1]]
+    taps = tuple(t for t in correct.taps if t.group != group) + tuple(t for t in wrong.taps if t.group == group)
+    return replace(correct, output=out, taps=taps)
+
+
+def model(case, ops, provenance, defect) -> Recording:
+    """The recording the traced grouped kernel makes with `defect` (None: correct)."""
+    spec, tiles = case.spec, case.trace.tiles
+    correct = simulate(spec, ops, provenance, tap_tiles=tiles)
+    if defect is None:
+        return correct
+    if defect == "grouped_host_b_of_group0":
+        b = ops.b.clone()
+        b[1] = ops.b[0]
+        return replace(simulate(spec, replace(ops, b=b), provenance, tap_tiles=tiles), operands=ops)
+    if defect == "grouped_host_a_of_group0":
+        seen = replace(ops, a=a_with_group3_at_base(spec, ops.a))
+        return replace(simulate(spec, seen, provenance, tap_tiles=tiles), operands=ops)
+    assert defect == "grouped_host_alpha_twice_group1", defect
+    squared = simulate(replace(spec, alpha=spec.alpha * spec.alpha), ops, provenance, tap_tiles=tiles)
+    return _spliced(correct, replace(squared, spec=spec), spec, 1)
+
+
+def test_the_manifest_has_the_grouped_entries():
+    names = {e["name"] for e in _grouped_entries()}
+    assert names == {"cutlass_sm90_grouped_correct", "cutlass_sm90_grouped_host_correct",
+                     "cutlass_sm90_grouped_host_b_of_group0", "cutlass_sm90_grouped_host_a_of_group0",
+                     "cutlass_sm90_grouped_host_alpha_twice_group1"}, names
+    for e in _grouped_entries():
+        if e["defect"] is not None:
+            assert e["expected_group"] == DEFECT_GROUP[e["defect"]], e["name"]
+
+
+def test_the_group_sizes_are_ragged_with_an_empty_group():
+    spec = entry_case(_grouped_entries()[0]).spec
+    assert 0 in spec.groups and len(set(spec.groups)) == len(spec.groups)
+    assert any(m % spec.tile.bm for m in spec.groups if m)  # a group ends inside a tile
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", _grouped_entries(), ids=lambda e: e["name"])
+def test_grouped_entry_on_a_model(entry):
+    case, _ = with_library_order(entry_case(entry), LIBRARY_ORDER)  # as a live run resolves it
+    spec = case.spec
+    live = [g for g, m in enumerate(spec.groups) if m > 0]
+    seed = entry.get("seed", 0)
+    ops = make_operands(spec, "random", seed)
+    rec = model(case, ops, Provenance("random", seed), entry["defect"])
+    assert {t.group for t in rec.taps} == set(live)  # every tap names its group; the empty one has none
+    an = analyze(rec)
+    check_judgement(entry["expected_stage"], case, an, entry)
+    # each group judged as its own GEMM: one outcome per group (the empty one without rows), the defect's group
+    # named, the others clean
+    assert [o.group for o in an.groups] == list(range(len(spec.groups))), an.groups
+    assert [o.rows for o in an.groups] == list(spec.groups), an.groups
+    bad = DEFECT_GROUP.get(entry["defect"])
+    for o in an.groups:
+        if o.rows == 0:
+            assert o.verdict is None, o.describe()  # the empty group: nothing to judge
+        elif o.group == bad:
+            assert (o.verdict, o.stage) == (Verdict.DIVERGED, entry["expected_stage"]), o.describe()
+        else:
+            assert o.verdict is Verdict.MATCH, o.describe()
