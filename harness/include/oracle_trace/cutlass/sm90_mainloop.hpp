@@ -24,7 +24,8 @@
 // are issued (CUTLASS keeps one batch in flight), so its timing is not the production kernel's;
 // the report declares it. Clusters of one CTA or more both work (the binding is per CTA). Supported:
 // the non-FP8 TMA warp-specialized collective (static_assert otherwise); FP8's promotion mainloop is
-// another collective (use the FP8FastAccum schedules, whose mainloop is this one); the pointer-array
+// another collective (use the FP8FastAccum schedules, whose mainloop is this one); the blockwise-scaled
+// fp8 collective is traced by cutlass/sm90_blockwise.hpp (TracedMainloop picks it); the pointer-array
 // collective of a grouped GEMM (MainloopSm90ArrayTmaGmmaWarpSpecialized) is refused by name. A batched
 // GEMM (L > 1): the binding's group is the batch entry l, so every tap names its entry. `Mutation` plants a
 // defect for the bug zoo: issues(k_block), or issues(k_block, group) for one batch entry's (group -1 when
@@ -277,9 +278,16 @@ struct Sm90TracedMainloop : Base {
   CUTLASS_DEVICE void mma_tail(MainloopPipeline, PipelineState, KTiles) {}
 };
 
+// The traced collective for CUTLASS's collective `Base`: this file's, or (a specialisation in
+// cutlass/sm90_blockwise.hpp) the blockwise-scaled fp8 one's.
+template <class Base, class Mutation, class = void>
+struct TracedMainloopOf {
+  using type = Sm90TracedMainloop<Base, Mutation>;
+};
+
 #if defined(ORACLE_TRACE)
 template <class Base, class Mutation = NoMutation>
-using TracedMainloop = Sm90TracedMainloop<Base, Mutation>;
+using TracedMainloop = typename TracedMainloopOf<Base, Mutation>::type;
 #else
 template <class Base, class Mutation = NoMutation>
 using TracedMainloop = Base;
