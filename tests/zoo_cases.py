@@ -98,7 +98,8 @@ def tapped_stages(case: Case) -> set[str]:
     if folder == ROOT / "zoo" / "cutlass_sm90":
         s = case.spec  # a split case: the stream-K scheduler's fixup, tapped as reduce
         stages = {"descriptor_a", "descriptor_b", "load_a", "load_b", "mma", "epilogue_cast"} | (
-            {"reduce"} if s.partitioned else set())
+            {"reduce"} if s.partitioned else set()) | (
+            {"scale_a", "scale_b"} if s.block_scaled else set())  # the blockwise-scaled mainloop's scales
         if s.bias != "none" or s.activation != "none":  # an EVT epilogue: a tap per step of the tree
             user_tree = "ZOO_CUTLASS_EVT" in case.kernel.defines  # its alpha is fused into the bias: no tap
             return stages | {"epilogue_bias"} | ({"epilogue_beta_c"} if s.beta else set()) | (

@@ -82,10 +82,14 @@ class Adapter:
         # bias, activation and epilogue: the kernel's tree says which it has (checked at the build:
         # expected_defines, and against the built library's order: oracle.run.library_epilogue)
         kinds = (spec.scale_a.kind, spec.scale_b.kind)
+        if kinds == ("block", "block"):
+            why.extend(_blockwise_unsupported(spec))
+            return why
         for op, kind in zip("ab", kinds):
             if kind not in ("none", "tensor"):
                 why.append(f"scale_{op}.kind = {shown(kind)}: supported: none (LinearCombination) or tensor on both "
-                           f"A and B (TensorScaledLinearCombination)")
+                           f"A and B (TensorScaledLinearCombination), or block on both (CUTLASS's blockwise-scaled "
+                           f"fp8 mainloop)")
         if set(kinds) == {"none", "tensor"}:
             op = "b" if kinds[0] == "tensor" else "a"
             why.append(f"scale_{op}.kind = 'none' beside a per-tensor scale of the other operand: "
@@ -93,7 +97,8 @@ class Adapter:
         if spec.a_dtype in FP8 and spec.resolved_acc_model != "fp8_fast":
             why.append(f"acc_model = {shown(spec.resolved_acc_model)}: the adapter traces fp8 through CUTLASS's "
                        f"FP8FastAccum mainloop only (WGMMA's accumulator, no promotion; the promoting FP8 mainloop "
-                       f"stops the traced build at a static_assert); supported: fp8_fast")
+                       f"stops the traced build at a static_assert), or with block scales through the blockwise-scaled "
+                       f"one; supported: fp8_fast")
         return why
 
 
@@ -123,6 +128,28 @@ class Adapter:
         if spec.groups is not None:  # a grouped case needs a grouped kernel (CaseGroupsCheck)
             out["ORACLE_CASE_GROUPS"] = len(spec.groups)
         return {name: str(value) for name, value in out.items()}
+
+
+def _blockwise_unsupported(spec: ProblemSpec) -> list[str]:
+    """What a block-scaled problem asks that the traced blockwise-scaled fp8 mainloop
+    (harness/include/oracle_trace/cutlass/sm90_blockwise.hpp) cannot do: one scale group per k-block, each
+    k-block's WGMMA sum promoted, one GEMM of whole tiles."""
+    why = []
+    gk = spec.scale_a.block[1]
+    if gk != spec.tile.bk:
+        why.append(f"scale_a.block = {shown(list(spec.scale_a.block))}: CUTLASS's blockwise-scaled mainloop is traced "
+                   f"with one scale group per k-block (ScaleGranularityK = tile.bk = {spec.tile.bk}); supported: "
+                   f"[rows, {spec.tile.bk}] and [cols, {spec.tile.bk}]")
+    if spec.resolved_acc_model != "fp8_promoted" or spec.promotion_interval != gk:
+        why.append(f"acc_model = {shown(spec.resolved_acc_model)} with promotion_interval = "
+                   f"{shown(spec.promotion_interval)}: the blockwise-scaled mainloop promotes each k-block's WGMMA sum "
+                   f"(its tensor-core accumulation over the k group); supported: fp8_promoted with promotion_interval "
+                   f"= the scale group's k ({gk})")
+    if spec.batch != 1 or spec.partitioned:
+        why.append(f"batch = {spec.batch}, splits = {spec.splits}, stream_k_workers = {shown(spec.stream_k_workers)} "
+                   f"with block scales: the traced blockwise-scaled mainloop runs one GEMM of whole tiles per call; "
+                   f"supported: batch 1, no split")
+    return why
 
 
 def library_defines(kernel, spec: ProblemSpec, *, traced: bool) -> dict[str, str]:

@@ -192,7 +192,7 @@ def test_manifest_covers_the_cutlass_gemm_in_both_schedules():
                     (e["name"], defines)
     quick = [e for e in doc if not e["name"].startswith(("cutlass_sm90_host_", "cutlass_sm90_evt_",
                                                          "cutlass_sm90_bias_", "cutlass_sm90_batched_", "cutlass_sm90_streamk_",
-                                                         "cutlass_sm90_grouped_"))]  # their own tests
+                                                         "cutlass_sm90_grouped_", "cutlass_sm90_blockwise_"))]  # their own tests
     assert {e["expected_stage"] for e in quick} == {None, "descriptor_a", "load_a", "mma", "epilogue_alpha_beta"}
 
 
@@ -264,6 +264,35 @@ def test_manifest_covers_cutlass_s_stream_k_scheduler():
         split = {"splitk_correct": (3, None), "dp_correct": (1, None)}.get(name, (1, 16))
         assert (case.spec.splits, case.spec.stream_k_workers) == split, name
         assert e.get("dump_pending") is True or (ROOT / e["dump"]).is_file(), name
+
+
+def test_manifest_covers_cutlass_s_blockwise_scaled_gemm():
+    """CUTLASS's blockwise-scaled fp8 GEMM (zoo/cutlass_sm90/blockwise.cu): a ragged correct entry and the two
+    planted scale defects, each case setting the define its source plants, block-scaled as CUTLASS's example 67
+    (A 1 x 128 M-major, B 128 x 128 K-major), promoted every k-block, pending its recording."""
+    from oracle.run.case import load_case
+
+    doc = {e["name"].removeprefix("cutlass_sm90_blockwise_"): e for e in _manifest()
+           if e["kernel"] == "zoo/cutlass_sm90/blockwise.cu"}
+    want = {"correct_ragged": None, "scale_b_hoisted": "scale_b", "scale_a_group_rows": "scale_a"}
+    assert {n: e["expected_stage"] for n, e in doc.items()} == want, sorted(doc)
+    text = (ROOT / "zoo" / "cutlass_sm90" / "blockwise.cu").read_text()
+    assert "cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise" in text
+    assert "ScaleConfig::deduce_layoutSFA()" in text and "ORACLE_CUTLASS_ENTRY(zoo_blockwise::Gemm)" in text
+    for name, e in doc.items():
+        case = load_case(str(ROOT / e["case"]), e["problem"], allow_library=True)
+        s = case.spec
+        assert (s.scale_a.block, s.scale_a.major, s.scale_b.block, s.scale_b.major) == ((1, 128), "col", (128, 128), "row")
+        assert (s.resolved_acc_model, s.promotion_interval, s.tile.bk) == ("fp8_promoted", 128, 128), name
+        planted = set(case.kernel.defines)
+        assert planted == (set() if e["defect"] is None else {f"ZOO_{e['defect'].upper()}"}), (name, planted)
+        for define in planted:
+            assert f"defined({define})" in text, f"{define} is planted nowhere in blockwise.cu"
+        if e["defect"] is not None:
+            assert "expected_tile" in e and "expected_k_block" in e, name
+        assert e.get("dump_pending") is True or (ROOT / e["dump"]).is_file(), name
+    ragged = doc["correct_ragged"]["problem"]
+    assert all(ragged[d] % 128 for d in ("m", "n", "k")), ragged
 
 
 def test_manifest_covers_every_sm80_defect_once_and_the_correct_variants():

@@ -49,6 +49,7 @@
 #include "oracle_trace/cutlass/entry_checks.hpp"
 #include "oracle_trace/cutlass/sm90_stream_k.hpp"
 #include "oracle_trace/cutlass/sm90_mainloop.hpp"
+#include "oracle_trace/cutlass/sm90_blockwise.hpp"
 #include "oracle_trace/cutlass/sm90_epilogue.hpp"
 #include "oracle_trace/cutlass/sm90_grouped.hpp"
 #include "oracle_trace/cutlass/entry.hpp"

@@ -207,6 +207,8 @@ int check_launch(const LaunchArgs* args) {
                          "both)", scale_kind_name(args->scale_a_kind), scale_kind_name(args->scale_b_kind));
     if (!is_scalar_f32(tensor(args, kSlotScaleA)) || !is_scalar_f32(tensor(args, kSlotScaleB)))
       return fail_launch(args, kLaunchUnsupported, "scale_a and scale_b must each be one fp32 element in device memory");
+  } else if constexpr (T::kBlockScaled) {  // the mainloop applies them (cutlass/sm90_blockwise.hpp)
+    if (const int bad = check_block_scales<typename T::Mainloop>(args)) return bad;
   } else if (args->scale_a_kind != uint32_t(ScaleKind::None) || args->scale_b_kind != uint32_t(ScaleKind::None)) {
     return fail_launch(args, kLaunchUnsupported,
                        "the epilogue is a LinearCombination (alpha, beta, C): no scales (scale kinds %s and %s "
@@ -279,6 +281,7 @@ int fill_arguments(const LaunchArgs* args, typename Gemm::Arguments& g) {
     g.scheduler.decomposition_mode =
         args->splits > 1 ? Mode::SplitK : args->stream_k_workers > 0 ? Mode::StreamK : Mode::DataParallel;
   }
+  if constexpr (T::kBlockScaled) fill_block_scales<typename T::Mainloop>(args, g.mainloop);
   if constexpr (T::kScaled) {
     g.epilogue.thread.scale_a_ptr = static_cast<const float*>(tensor(args, kSlotScaleA).data);
     g.epilogue.thread.scale_b_ptr = static_cast<const float*>(tensor(args, kSlotScaleB).data);

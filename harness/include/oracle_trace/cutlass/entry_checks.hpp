@@ -33,6 +33,7 @@
 #include "cutlass/epilogue/fusion/operations.hpp"
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "oracle_trace/cutlass/checks.hpp"
+#include "oracle_trace/cutlass/sm90_blockwise.hpp"
 #include "oracle_trace/cutlass/sm90_epilogue.hpp"
 #include "oracle_trace/cutlass/sm90_grouped.hpp"
 #include "oracle_trace/cutlass/types.hpp"
@@ -62,6 +63,8 @@ struct KernelTypes {
   // CUTLASS's stream-K scheduler (split-K and stream-K), traced or not.
   using Scheduler = typename Kernel::TileScheduler;
   static constexpr bool kStreamK = is_stream_k_scheduler<Scheduler> || is_traced_stream_k_scheduler<Scheduler>;
+  // CUTLASS's blockwise-scaled fp8 mainloop (cutlass/sm90_blockwise.hpp): block scales in the mainloop.
+  static constexpr bool kBlockScaled = is_blockwise_mainloop<Mainloop>;
 };
 
 // The traced stream-K scheduler's conditions (cutlass/sm90_stream_k.hpp); nothing for another scheduler.
@@ -136,6 +139,7 @@ struct EntryChecks {
                 "ORACLE_CUTLASS_ENTRY: the kernel's StrideA or StrideB is not a row- or column-major one: the adapter "
                 "passes strides of three modes (rows, cols, batch), one of the first two cute::Int<1>, the other an "
                 "integer (CUTLASS's RowMajor / ColumnMajor layout tags give these)");
+  static_assert(BlockwiseChecks<typename T::Mainloop>::ok, "");
   static_assert(kGrouped || (is_fillable_stride<typename Kernel::StrideC>() && is_fillable_stride<typename Kernel::StrideD>()),
                 "ORACLE_CUTLASS_ENTRY: the kernel's StrideC or StrideD is not a row- or column-major one (see StrideA)");
   // The traced build's shared memory holds one binding per stage more than CUTLASS's stage count
@@ -397,8 +401,16 @@ struct HostEntryChecks {
                 "ORACLE_CUTLASS_HOST_ENTRY: the host route takes a LinearCombination or LinCombEltAct epilogue "
                 "(make_arguments receives no bias or scale pointers); a kernel with a bias, "
                 "TensorScaledLinearCombination or its own Sm90EVT tree uses ORACLE_CUTLASS_ENTRY_WITH");
+<<<<<<< HEAD
   static constexpr bool kGrouped = is_group_problem_shape<typename T::Kernel::ProblemShape>;
   static_assert(kGrouped || std::is_invocable_r_v<typename Gemm::Arguments, Make, int, int, int, int, const typename T::ElementA*,
+=======
+  static_assert(!T::kBlockScaled,
+                "ORACLE_CUTLASS_HOST_ENTRY: the kernel's mainloop is CUTLASS's blockwise-scaled fp8 one, and "
+                "make_arguments receives no scale pointers or layouts: use ORACLE_CUTLASS_ENTRY (the adapter fills "
+                "ptr_SFA, layout_SFA, ptr_SFB, layout_SFB from the case's block scales)");
+  static_assert(std::is_invocable_r_v<typename Gemm::Arguments, Make, int, int, int, int, const typename T::ElementA*,
+>>>>>>> blockscale
                                       int64_t, const typename T::ElementB*, int64_t, const typename T::ElementC*,
                                       int64_t, typename T::ElementD*, int64_t, float, float>,
                 "ORACLE_CUTLASS_HOST_ENTRY(Gemm, make): make must be callable as make(int m, int n, int k, int l, "

@@ -24,7 +24,8 @@
 // are issued (CUTLASS keeps one batch in flight), so its timing is not the production kernel's;
 // the report declares it. Clusters of one CTA or more both work (the binding is per CTA). Supported:
 // the non-FP8 TMA warp-specialized collective (static_assert otherwise); FP8's promotion mainloop is
-// another collective (use the FP8FastAccum schedules, whose mainloop is this one); the pointer-array
+// another collective (use the FP8FastAccum schedules, whose mainloop is this one); the blockwise-scaled
+// fp8 collective is traced by cutlass/sm90_blockwise.hpp (TracedMainloop picks it); the pointer-array
 // collective of a grouped GEMM (MainloopSm90ArrayTmaGmmaWarpSpecialized) gets Sm90TracedArrayMainloop
 // (cutlass/sm90_grouped.hpp: its own producer, this consumer; the binding's group is the group). A batched
 // GEMM (L > 1): the binding's group is the batch entry l, so every tap names its entry. `Mutation` plants a
@@ -282,10 +283,17 @@ struct Sm90TracedMainloop : Base {
 template <class Base, class Mutation>
 struct Sm90TracedArrayMainloop;  // cutlass/sm90_grouped.hpp: a grouped GEMM's pointer-array collective
 
+// The traced collective for CUTLASS's collective `Base`: this file's, the pointer-array one's, or (a
+// specialisation in cutlass/sm90_blockwise.hpp) the blockwise-scaled fp8 one's.
+template <class Base, class Mutation, class = void>
+struct TracedMainloopOf {
+  using type = cute::conditional_t<is_array_policy<typename Base::DispatchPolicy>,
+                                   Sm90TracedArrayMainloop<Base, Mutation>, Sm90TracedMainloop<Base, Mutation>>;
+};
+
 #if defined(ORACLE_TRACE)
 template <class Base, class Mutation = NoMutation>
-using TracedMainloop = cute::conditional_t<is_array_policy<typename Base::DispatchPolicy>,
-                                           Sm90TracedArrayMainloop<Base, Mutation>, Sm90TracedMainloop<Base, Mutation>>;
+using TracedMainloop = typename TracedMainloopOf<Base, Mutation>::type;
 #else
 template <class Base, class Mutation = NoMutation>
 using TracedMainloop = Base;
