@@ -401,16 +401,12 @@ struct HostEntryChecks {
                 "ORACLE_CUTLASS_HOST_ENTRY: the host route takes a LinearCombination or LinCombEltAct epilogue "
                 "(make_arguments receives no bias or scale pointers); a kernel with a bias, "
                 "TensorScaledLinearCombination or its own Sm90EVT tree uses ORACLE_CUTLASS_ENTRY_WITH");
-<<<<<<< HEAD
-  static constexpr bool kGrouped = is_group_problem_shape<typename T::Kernel::ProblemShape>;
-  static_assert(kGrouped || std::is_invocable_r_v<typename Gemm::Arguments, Make, int, int, int, int, const typename T::ElementA*,
-=======
   static_assert(!T::kBlockScaled,
                 "ORACLE_CUTLASS_HOST_ENTRY: the kernel's mainloop is CUTLASS's blockwise-scaled fp8 one, and "
                 "make_arguments receives no scale pointers or layouts: use ORACLE_CUTLASS_ENTRY (the adapter fills "
                 "ptr_SFA, layout_SFA, ptr_SFB, layout_SFB from the case's block scales)");
-  static_assert(std::is_invocable_r_v<typename Gemm::Arguments, Make, int, int, int, int, const typename T::ElementA*,
->>>>>>> blockscale
+  static constexpr bool kGrouped = is_group_problem_shape<typename T::Kernel::ProblemShape>;
+  static_assert(kGrouped || std::is_invocable_r_v<typename Gemm::Arguments, Make, int, int, int, int, const typename T::ElementA*,
                                       int64_t, const typename T::ElementB*, int64_t, const typename T::ElementC*,
                                       int64_t, typename T::ElementD*, int64_t, float, float>,
                 "ORACLE_CUTLASS_HOST_ENTRY(Gemm, make): make must be callable as make(int m, int n, int k, int l, "
