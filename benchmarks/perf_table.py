@@ -121,8 +121,9 @@ def _compare(doc) -> list[Measure]:
 
 
 def _warm_path(doc) -> list[Measure]:
+    cli = f" (its own part <= {doc['goal_cli_own_s']:g} s)" if doc.get("goal_cli_own_s") is not None else ""
     goal = None if doc.get("goal_s") is None else (
-        f"<= {doc['goal_s']:g} s: plain command{_met(doc.get('goal_met_cli'))}, served"
+        f"<= {doc['goal_s']:g} s: plain command{cli}{_met(doc.get('goal_met_cli'))}, served"
         f"{_met(doc.get('goal_met_served'))}, in-process{_met(doc.get('goal_met_in_process'))}")
     own = doc.get("cli_own_s_median")
     measured = (f"plain command {_n(doc.get('warm_wall_s_median'), '.1f')} s"
