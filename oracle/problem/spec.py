@@ -131,7 +131,10 @@ class Scale:
     rows contiguous: DeepGEMM's MN-major activation scales). `dtype` is how a block scale is stored
     (kernels_ref.scales): fp32 values, e8m0 exponents (OCP MX: 1 x 32 blocks) or e4m3 values
     (NVFP4-style 1 x 16 blocks; NVFP4's per-tensor fp32 scale is the epilogue's alpha). A block's k
-    extent may be narrower than tile.bk (several scale groups per k-block) if it divides it.
+    extent may be narrower than tile.bk (several scale groups per k-block) if it divides it. K need
+    be no multiple of either: the tensor holds ceil(K / block k) groups (the last one possibly
+    partial), and under a ragged K the last k-block's groups that start at or past K do not exist
+    (a kernel may apply anything there; they are not judged).
     """
 
     kind: str = "none"
@@ -274,8 +277,6 @@ class ProblemSpec:
                      f"the k extent must be a multiple of tile.bk ({self.tile.bk}) or divide it (several scale "
                      f"groups per k-block)")
             if gk < self.tile.bk:
-                _require(self.k % self.tile.bk == 0, "k", self.k, f"scale groups narrower than tile.bk "
-                         f"({gk} < {self.tile.bk}) are modelled for whole k-blocks: K must be a multiple of tile.bk")
                 p = self.promotion_interval
                 _require(p is None or gk % p == 0, "promotion_interval", p,
                          f"with scale groups narrower than tile.bk each group ({gk} k) is promoted on its own: "

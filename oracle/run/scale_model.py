@@ -115,11 +115,11 @@ def simulate_scaled(spec: ProblemSpec, ops: Operands, provenance: Provenance,
                 sb = ref_scales.tile_scales(vb, spec.scale_b.block[0], gk, tn * bn, bn, skb, bk, spec.n)
                 if d == "scale_trailing_skipped":  # the last group never loaded: the register keeps the one before
                     for j in range(s):
-                        if ref_scales.group_of(skb, j, gk, bk) == n_groups - 1:
+                        if ref_scales.group_of(skb, j, gk, bk) == n_groups - 1:  # group n - 2's column, alone
                             sa[:, j] = ref_scales.tile_scales(va, spec.scale_a.block[0], gk, scale_tm * bm, bm,
-                                                              (n_groups - 2) * gk // bk, bk, spec.m)[:, 0]
+                                                              n_groups - 2, gk, spec.m)[:, 0]
                             sb[:, j] = ref_scales.tile_scales(vb, spec.scale_b.block[0], gk, tn * bn, bn,
-                                                              (n_groups - 2) * gk // bk, bk, spec.n)[:, 0]
+                                                              n_groups - 2, gk, spec.n)[:, 0]
                 if d == "scale_one_per_k_block":
                     sa, sb = sa[:, :1].expand(bm, s).clone(), sb[:, :1].expand(bn, s).clone()
                 if d == "scale_b_reused" and tm >= 1:
@@ -150,13 +150,13 @@ def simulate_scaled(spec: ProblemSpec, ops: Operands, provenance: Provenance,
 
 
 def default_problem(defect: Optional[str] = None, scale_dtype: str = "fp32", groups: int = 1,
-                    splits: int = 1) -> ProblemSpec:
+                    splits: int = 1, k: Optional[int] = None) -> ProblemSpec:
     """A small block-scaled problem on which `defect` shows: 64 x 64 x 64 e4m3 in 32 x 32 x 32 tiles, A's
     scales 1 x 32 and B's 32 x 32 in fp32 (1 x 16 groups for scale_one_per_k_block; e8m0 or e4m3 scales
     over 1 x 32 / 1 x 16 groups with `scale_dtype`), split-K 2 for scale_split_slice0, M = 128 for
     scale_map_group_size (rows past the group size). `groups` > 1 deepens the k-block to that many scale
     groups (K = 4 k-blocks: a 1 x 32 MX group under a 64-deep k-block with groups=2); `splits` > 1
-    splits K."""
+    splits K; `k` sets K (a ragged K: the last k-block holds fewer groups, the last one partial)."""
     from oracle.problem.spec import Scale, Tile
 
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
@@ -164,7 +164,7 @@ def default_problem(defect: Optional[str] = None, scale_dtype: str = "fp32", gro
     gk = {"fp32": 16 if defect == "scale_one_per_k_block" else 32, "e8m0": 32, "e4m3": 16}[scale_dtype]
     rows_b = 32 if scale_dtype == "fp32" and gk >= 32 else 1
     bk = 32 if groups == 1 else gk * groups
-    k = 64 if groups == 1 else 4 * bk
+    k = k if k is not None else 64 if groups == 1 else 4 * bk
     return ProblemSpec(m=128 if defect == "scale_map_group_size" else 64, n=64, k=k, a_dtype="e4m3", b_dtype="e4m3",
                        out_dtype="bf16", tile=Tile(32, 32, bk), scale_a=Scale("block", (1, gk), dtype=scale_dtype),
                        scale_b=Scale("block", (rows_b, gk), dtype=scale_dtype),
@@ -172,13 +172,14 @@ def default_problem(defect: Optional[str] = None, scale_dtype: str = "fp32", gro
 
 
 def simulate_block_scaled(defect: Optional[str] = None, inputs: str = "scales", seed: int = 0,
-                          scale_dtype: str = "fp32", groups: int = 1, splits: int = 1) -> Recording:
-    """The model on its default problem (default_problem, with `groups` scale groups per k-block and
-    `splits` splits), with `defect` planted (None: correct), on the input ladder `inputs` (default: the
-    power-of-two scales that name a misapplied scale)."""
+                          scale_dtype: str = "fp32", groups: int = 1, splits: int = 1,
+                          k: Optional[int] = None) -> Recording:
+    """The model on its default problem (default_problem, with `groups` scale groups per k-block,
+    `splits` splits and K = `k`), with `defect` planted (None: correct), on the input ladder `inputs`
+    (default: the power-of-two scales that name a misapplied scale)."""
     from oracle.run.inputs import make_operands
 
     inj = ScaleInjection(defect) if defect else None
-    spec = default_problem(defect, scale_dtype, groups, splits)
+    spec = default_problem(defect, scale_dtype, groups, splits, k)
     ops = make_operands(spec, inputs, seed)
     return simulate_scaled(spec, ops, Provenance(inputs, seed), inj)

@@ -4,7 +4,8 @@ against the scales the problem implies for that tile and k-block (kernels_ref.sc
 
 The stage's input is the problem's scale tensor in global memory, so its teacher-forced and chained
 comparisons are the same comparison (fed by global memory). An element is compared where its row
-(column) lies inside the operand and the kernel recorded it. `hint` names which scale of the problem
+(column) lies inside the operand, its scale group starts before K (under a ragged K the last
+k-block's groups past K do not exist: kernels_ref.scales.live_groups) and the kernel recorded it. `hint` names which scale of the problem
 a wrong value is (oracle.judging.scale_hint).
 """
 
@@ -62,7 +63,8 @@ def _scale_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
                                     shape=str(list(received.shape)), want=f"[{width}, {s}]"))
             continue
         want = ref_scales.tile_scales(vals, block_rows, gk, row0, width, tap.k_block, geo.bk, extent)
-        valid = (row0 + torch.arange(width, device=geo.dev) < extent)[:, None].expand(width, s)
+        live = ref_scales.live_groups(tap.k_block, gk, geo.bk, spec.k).to(geo.dev)
+        valid = (row0 + torch.arange(width, device=geo.dev) < extent)[:, None] & live[None, :]
         recorded = tapped.recorded(tap)
         nb.note_padding(stage, valid, recorded)
         out.append(nb.judge(received.float(), want.float().to(geo.dev), feed=Feed.GLOBAL, valid=valid,
