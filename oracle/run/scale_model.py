@@ -2,6 +2,10 @@
 each k-block's product as it is promoted into the fp32 accumulator) that taps load_a / load_b,
 scale_a / scale_b and mma, with the scale-indexing bugs of public kernels planted on demand.
 
+A grouped (MoE) or batched problem runs group by group, each with its rows of A's scales and B's
+scales [g] (oracle.problem.spec), its taps naming the group; `scale_group_b_not_advanced` plants a
+grouped launch's bug (every group applies group 0's B scales).
+
 Per tile (in a grouped launch order: block index -> tile coordinate, GROUP_M tiles along M a group),
 per partial of a split tile, per k-block: p = fp32(A_kb @ B_kb) per scale group of the k-block and
 acc = fp32(acc + fp32(p * fp32(sa * sb))). Written in plain torch, independently of the references;
@@ -36,19 +40,32 @@ SCALE_DEFECTS = {
                             "rows past it read as zero",
 }
 
+# a grouped (MoE) or batched launch's defects: not planted in the zoo's single-GEMM kernels
+GROUPED_SCALE_DEFECTS = {
+    "scale_group_b_not_advanced": "B's scale pointer is not advanced per group: every group applies group 0's "
+                                  "B scales",
+}
+
 
 @dataclass(frozen=True)
 class ScaleInjection:
     defect: str
 
     def __post_init__(self):
-        if self.defect not in SCALE_DEFECTS:
-            raise ValueError(f"scale defect {self.defect!r} is unknown; known: {', '.join(SCALE_DEFECTS)}")
+        if self.defect not in SCALE_DEFECTS and self.defect not in GROUPED_SCALE_DEFECTS:
+            raise ValueError(f"scale defect {self.defect!r} is unknown; known: "
+                             f"{', '.join(list(SCALE_DEFECTS) + list(GROUPED_SCALE_DEFECTS))}")
 
     def problems(self, spec: ProblemSpec) -> list[str]:
         """Why the defect would change nothing on `spec` (empty: it shows)."""
         if not spec.block_scaled:
             return [f"{self.defect} needs block scales (scale_a.kind and scale_b.kind block)"]
+        if self.defect in GROUPED_SCALE_DEFECTS:
+            sizes = spec.group_sizes or ()
+            return [] if any(sizes[1:]) else [f"{self.defect} needs a grouped or batched problem with rows in a "
+                                              f"group after group 0"]
+        if spec.group_sizes is not None:
+            return [f"{self.defect} is planted in a single GEMM, not in a grouped or batched one"]
         gk = spec.scale_a.block[1]
         groups = -(-spec.k // gk)
         need = {"scale_b_reused": (spec.tiles_m >= 2, "two or more tiles along M (a second M wave)"),
@@ -84,8 +101,10 @@ def simulate_scaled(spec: ProblemSpec, ops: Operands, provenance: Provenance,
     if injection is not None and injection.problems(spec):
         raise ValueError(f"defect {injection.defect} cannot show on {spec.describe()}: "
                          f"{'; '.join(injection.problems(spec))}")
-    if not spec.block_scaled or spec.stream_k_workers is not None or spec.group_sizes is not None:
-        raise ValueError("the block-scaled model runs a single GEMM with block scales (split-K allowed, no stream-K)")
+    if not spec.block_scaled or spec.stream_k_workers is not None:
+        raise ValueError("the block-scaled model runs a GEMM with block scales (split-K allowed, no stream-K)")
+    if spec.group_sizes is not None:
+        return _simulate_groups(spec, ops, provenance, injection, kernel)
     d = injection.defect if injection is not None else None
     t = spec.tile
     bm, bn, bk = t.bm, t.bn, t.bk
@@ -144,6 +163,37 @@ def simulate_scaled(spec: ProblemSpec, ops: Operands, provenance: Provenance,
             taps.append(Tap("reduce", (tm, tn), acc.clone()))
         out[tm * bm:(tm + 1) * bm, tn * bn:(tn + 1) * bn] = acc
     y = out[:spec.m, :spec.n].to(DTYPES[spec.out_dtype].torch)
+    name = kernel if d is None else f"{kernel}[{d}]"
+    return Recording(spec=spec, operands=ops, output=y.contiguous(), provenance=provenance, taps=tuple(taps),
+                     kernel=name, synthetic=True)
+
+
+def _simulate_groups(spec: ProblemSpec, ops: Operands, provenance: Provenance, injection: Optional[ScaleInjection],
+                     kernel: str) -> Recording:
+    """A grouped or batched launch: each group run as its own GEMM on its rows of A (and of A's
+    scales), B[g] and B's scales [g], its taps naming the group; an empty group runs no tile."""
+    import dataclasses
+
+    from oracle.problem.partition import group_offsets
+    from oracle.run.inputs import group_scales
+
+    offs = group_offsets(spec)
+    d = injection.defect if injection is not None else None
+    taps: list[Tap] = []
+    outs = []
+    for g, m_g in enumerate(spec.group_sizes):
+        if m_g == 0:
+            continue
+        sub = dataclasses.replace(spec, m=m_g, groups=None, batch=1)
+        sa, sb = group_scales(spec, ops, g)
+        if d == "scale_group_b_not_advanced":
+            sb = group_scales(spec, ops, 0)[1]
+        o = offs[g]
+        one = simulate_scaled(sub, Operands(a=ops.a[o:o + m_g], b=ops.b[g], scale_a=sa, scale_b=sb), provenance,
+                              None, kernel)
+        taps += [dataclasses.replace(t, group=g) for t in one.taps]
+        outs.append(one.output)
+    y = torch.cat(outs) if outs else torch.zeros(0, spec.n, dtype=DTYPES[spec.out_dtype].torch)
     name = kernel if d is None else f"{kernel}[{d}]"
     return Recording(spec=spec, operands=ops, output=y.contiguous(), provenance=provenance, taps=tuple(taps),
                      kernel=name, synthetic=True)
