@@ -57,8 +57,9 @@ class InputError(BadInput, ValueError):
 class Operands:
     """Logical operands: A [M, K], B [K, N] (a quantised B: its stored values, see the module
     docstring), C [M, N]; bias [M] or [N]; scales by kind (tensor [1], row [M], col [N], block
-    [ceil(rows/g), ceil(K/gk)]); a quantised B's group scales and zero points [K / group, N], a
-    quantised A's [M, K / group]."""
+    [ceil(rows/g), ceil(K/gk)]; a grouped or batched problem's B block scales [groups, ceil(N/g),
+    ceil(K/gk)]); a quantised B's group scales and zero points [K / group, N], a quantised A's
+    [M, K / group]."""
 
     a: torch.Tensor
     b: torch.Tensor
