@@ -66,12 +66,16 @@ def _at_group(rows, kc):
 
 
 @triton.jit
-def _group_scale(sc, j, MC):
+def _group_scale(sc, j, k_first, K, MC):
     """fp32(sa * sb) over the tile, [BMP, BNP], for scale group j of the k-block (sc: `_at_group`'s
-    tuple at the k-block's first group; rows past the operand read 0)."""
+    tuple at the k-block's first group; rows past the operand read 0). A group whose first k,
+    `k_first`, is at or past a ragged K is not in the scale tensors and reads 0 (its products are
+    the out-of-bounds fill's)."""
     pa, ma, ca, pb, mb, cb = sc
-    sa = _decode_f32(_unsigned(tl.load(pa + j * ca, mask=ma, other=0), MC.SA_W), MC.SA_DT)
-    sb = _decode_f32(_unsigned(tl.load(pb + j * cb, mask=mb, other=0), MC.SB_W), MC.SB_DT)
+    live_a = (tl.arange(0, MC.BMP) * 0 + k_first) < K  # elementwise: a scalar mask is not taken everywhere
+    live_b = (tl.arange(0, MC.BNP) * 0 + k_first) < K
+    sa = _decode_f32(_unsigned(tl.load(pa + j * ca, mask=ma & live_a, other=0), MC.SA_W), MC.SA_DT)
+    sb = _decode_f32(_unsigned(tl.load(pb + j * cb, mask=mb & live_b, other=0), MC.SB_W), MC.SB_DT)
     return sa[:, None] * sb[None, :]
 
 
@@ -120,13 +124,14 @@ def _mma_kblock(acc, s_acc, sc, a, b, m0, n0, k0, M, N, K, MC, WITH_ABS: tl.cons
     F32: tl.constexpr = MC.INTERP or (MC.A_DT == 0)
     if MC.SCALED:
         if MC.SG == 1:
-            scale0 = _group_scale(sc, 0, MC)
+            scale0 = _group_scale(sc, 0, k0, K, MC)
     for c in tl.static_range(MC.NCHUNK):
         if MC.SCALED:
             if MC.SG == 1:
                 scale = scale0
             else:
-                scale = _group_scale(sc, (c * MC.NSTEP * MC.KS) // (MC.BK // MC.SG), MC)
+                g = (c * MC.NSTEP * MC.KS) // (MC.BK // MC.SG)
+                scale = _group_scale(sc, g, k0 + g * (MC.BK // MC.SG), K, MC)
         if MC.ACC == 2:
             q = tl.zeros([MC.BMP, MC.BNP], tl.int32)
         else:

@@ -27,6 +27,8 @@ Accumulator semantics (the host specs emulate exactly these roundings in float64
                p_g = fp32(A_g @ B_g), acc = fp32(acc + fp32(p_g * s_g)); with promotion (P a
                divisor of gk where the groups are narrower than the k-block), each chunk's q is
                scaled by its group's s instead of p. One group per k-block is the same rule.
+               Under a ragged K the last k-block's groups that start at or past K are not in the
+               scale tensors: their scale is 0 (their products are the out-of-bounds fill's).
                (`mma_step` takes the already gathered per-row / per-column scales: [..., BM] or
                [..., BM, G] for G groups.)
   partials:    a partial of k-blocks b0..b1-1 (split-K, stream-K) starts from zero and applies the
@@ -362,15 +364,17 @@ def mma_step_host(acc_prev: Optional[torch.Tensor], a_tile: torch.Tensor, b_tile
 
 def _scale_tile_host(scale_a, scale_b, group, kb, block_k, rows: torch.Tensor, cols: torch.Tensor, M: int, N: int):
     """fp32(sa * sb) of each scale group of the k-block, a tuple; rows past M and columns past N get
-    scale 0 (as the kernel)."""
+    scale 0 (as the kernel), and so does a group wholly past a ragged K (not in the scale tensors)."""
     gm, gn, gk = group
     kc = kb * block_k // gk
     sa = scale_a.detach().cpu().double()
     sb = scale_b.detach().cpu().double()
     out = []
     for g in range(scale_groups(group, block_k)):
-        ra = torch.where(rows < M, sa[torch.clamp(rows // gm, max=sa.shape[0] - 1), kc + g], 0.0)
-        cb = torch.where(cols < N, sb[torch.clamp(cols // gn, max=sb.shape[0] - 1), kc + g], 0.0)
+        live = kc + g < sa.shape[1]
+        col = min(kc + g, sa.shape[1] - 1)
+        ra = torch.where((rows < M) & live, sa[torch.clamp(rows // gm, max=sa.shape[0] - 1), col], 0.0)
+        cb = torch.where((cols < N) & live, sb[torch.clamp(cols // gn, max=sb.shape[0] - 1), col], 0.0)
         out.append(C.f32(ra[..., :, None] * cb[..., None, :]))
     return tuple(out)
 

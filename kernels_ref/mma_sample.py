@@ -87,10 +87,12 @@ def mma_sample_products(a: torch.Tensor, b: torch.Tensor, rows, cols, block_m: i
         gm, gn, gk = block_scale_group
         sa, sb = scale_a.detach().to(dev).double(), scale_b.detach().to(dev).double()
 
-        def per_unit(u):  # the scale of the group each u-wide run of k lies in
+        def per_unit(u):  # the scale of the group each u-wide run of k lies in (0 for a group wholly past K)
             kc = torch.arange(kp // u, device=dev) * u // gk
-            ra = torch.where((rows < M)[..., None], sa[(rows // gm).clamp(max=sa.shape[0] - 1)][..., kc], 0.0)
-            cb = torch.where((cols < N)[..., None], sb[(cols // gn).clamp(max=sb.shape[0] - 1)][..., kc], 0.0)
+            live = kc < sa.shape[1]
+            kc = kc.clamp(max=sa.shape[1] - 1)
+            ra = torch.where((rows < M)[..., None] & live, sa[(rows // gm).clamp(max=sa.shape[0] - 1)][..., kc], 0.0)
+            cb = torch.where((cols < N)[..., None] & live, sb[(cols // gn).clamp(max=sb.shape[0] - 1)][..., kc], 0.0)
             return C.f32(ra.transpose(1, 2)[..., :, None] * cb.transpose(1, 2)[..., None, :])
 
         scale = per_unit(unit)

@@ -6,7 +6,10 @@ values (`scale_values`) -> for k-block kb of a tile, the value each row of A's t
 B's) gets for each scale group the k-block holds (`tile_scales`): [BM, S] / [BN, S], S = BK / gk
 scale groups per k-block when the groups are narrower than the k-block (an OCP MX 1 x 32 block
 under a 64-deep k-block: S = 2), else S = 1 (the group of the k-block's first k). Rows past the
-operand's extent get 0, as a kernel that predicates its scale loads holds them.
+operand's extent get 0, as a kernel that predicates its scale loads holds them. K need not be a
+multiple of the k-block or of gk: the tensors hold ceil(K / gk) groups, the last one possibly
+partial, and the groups of the last k-block that start at or past K do not exist (`live_groups`:
+a kernel may apply anything there, its products being zero; they are not judged).
 
 Formats (`LAYOUTS` names the common ones, `layout_of` reads them from a problem): per tensor, per
 row / column (epilogue scales: no stage), 1 x 128 and 128 x 128 blocks in fp32 (DeepSeek-style fp8,
@@ -153,13 +156,21 @@ def tile_scales(values: torch.Tensor, block_rows: int, group_k: int, tile_row0: 
                 k_block: int, block_k: int, extent: int) -> torch.Tensor:
     """float64 [tile_rows, S]: the scale of each row of a tile (rows tile_row0 .. + tile_rows of A, or
     columns of B) for each scale group of k-block `k_block`, read from the operand's scale values
-    `values` [ceil(extent / block_rows), G]; rows at or past `extent` get 0."""
+    `values` [ceil(extent / block_rows), G]; rows at or past `extent` get 0, and so do the groups of
+    a ragged K's last k-block that lie wholly past K (G = ceil(K / gk): they are not in the tensor)."""
     s = groups_per_k_block(group_k, block_k)
     rows = tile_row0 + torch.arange(tile_rows)
-    g0 = k_block * block_k // group_k
-    gs = (g0 + torch.arange(s)).clamp(max=values.shape[1] - 1)
-    picked = values.double()[(rows.clamp(max=extent - 1) // block_rows)[:, None], gs[None, :]]
-    return torch.where((rows < extent)[:, None], picked, 0.0)
+    gs = k_block * block_k // group_k + torch.arange(s)
+    picked = values.double()[(rows.clamp(max=extent - 1) // block_rows)[:, None],
+                             gs.clamp(max=values.shape[1] - 1)[None, :]]
+    return torch.where((rows < extent)[:, None] & (gs < values.shape[1])[None, :], picked, 0.0)
+
+
+def live_groups(k_block: int, group_k: int, block_k: int, k: int) -> torch.Tensor:
+    """bool [S]: which scale groups of k-block `k_block` exist, those that start before K (a ragged
+    K's last k-block holds fewer; a group partly past K exists and is judged)."""
+    s = groups_per_k_block(group_k, block_k)
+    return (k_block * block_k // group_k + torch.arange(s)) * group_k < k
 
 
 def groups_of_problem(spec) -> int:

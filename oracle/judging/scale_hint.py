@@ -5,6 +5,8 @@ value sits (ScaleSite): no recording, no device. The mistakes it names, in this 
 that fits is named, the others beside it):
 - a zero scale where the problem's is not: read past the scale tensor (a tensor map or bound built
   with the group size where the scale count belonged);
+- on a grouped or batched problem, the scale another group holds at the same place (PeerScales):
+  "the scale of group 0", a scale pointer not advanced to the group;
 - the expected scale squared: the operand's scale applied twice;
 - the other operand's scale (for B: A's scale of some row, so A's scale is applied twice);
 - split s > 0 of a split tile holding the scale slice 0 has at the same place: slice 0's scales;
@@ -56,15 +58,27 @@ class ScaleSite:
                 f"scale group {self.group}")
 
 
+@dataclass(frozen=True, eq=False)
+class PeerScales:
+    """The other groups of a grouped (or batched) problem beside the one a site lies in: `word` names
+    them ("group" or "batch entry"), `group` is the site's, `others` (group, the operand's scale
+    values [row blocks, k groups] float64) each, A's rows counted from that group's first row."""
+
+    word: str
+    group: int
+    others: tuple[tuple[int, torch.Tensor], ...] = ()
+
+
 def _same(x: float, y: float) -> bool:
     return x == y or (x != x and y != y)
 
 
 def identify(site: ScaleSite, applied: float, own: torch.Tensor, other: Optional[torch.Tensor] = None,
-             other_block_rows: int = 1) -> Optional[str]:
+             other_block_rows: int = 1, peers: Optional[PeerScales] = None) -> Optional[str]:
     """What the applied scale at `site` is, read from the scales the problem holds: `own` the operand's
-    scale values [row blocks, groups] (float64), `other` the other operand's. None when the applied
-    value is the expected one; a sentence naming the mistake (or saying it matches none) otherwise."""
+    scale values [row blocks, groups] (float64), `other` the other operand's, `peers` the same
+    operand's scales of the other groups of a grouped problem. None when the applied value is the
+    expected one; a sentence naming the mistake (or saying it matches none) otherwise."""
     rb, g = site.row // site.block_rows, site.group
     if not (0 <= rb < own.shape[0] and 0 <= g < own.shape[1]):
         return None
@@ -76,6 +90,13 @@ def identify(site: ScaleSite, applied: float, own: torch.Tensor, other: Optional
     if applied == 0.0 and want != 0.0:
         found.append("a zero scale: read past the scale tensor (its tensor map or bound holds fewer scales than the "
                      "problem: the group size where the scale count belonged)")
+    if peers is not None:
+        for e, vals in peers.others:
+            if rb < vals.shape[0] and g < vals.shape[1] and _same(applied, float(vals[rb, g])):
+                found.append(f"the scale of {peers.word} {e}: {X}'s scales of {peers.word} {e} applied to "
+                             f"{peers.word} {peers.group} (the same {line} and k group of {peers.word} {e}'s "
+                             f"scales: a scale pointer not advanced to its {peers.word})")
+                break
     if want not in (0.0, 1.0, -1.0) and _same(applied, want * want):
         found.append(f"{X}'s scale applied twice (the applied value is {X}'s scale squared)")
     if other is not None and g < other.shape[1]:

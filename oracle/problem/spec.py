@@ -32,6 +32,11 @@ split a share of the k-blocks; `stream_k_workers`: stream-K, the tiles' k-blocks
 many workers; `partition` names the dealing rule, oracle.problem.partition). A problem may be grouped (`groups`: MoE-style
 contiguous groups along M of the given sizes, each with its own B; A [M, K] and D [M, N] hold the
 groups one after the other) or batched (`batch` entries of one shape, stored the same way).
+A grouped or batched problem's block scales follow its operands (DeepGEMM's grouped contiguous and
+masked layouts, CUTLASS's grouped blockwise GEMMs): A's are per row (1 x gk), [total M, ceil(K / gk)]
+logically, stacked with A's rows over the groups; B's are one [ceil(N / gn), ceil(K / gk)] per group
+(or batch entry), [groups, ceil(N / gn), ceil(K / gk)], each matrix in scale_b.major. Group g is
+judged with its rows of A's scales and B's scales [g].
 """
 
 from __future__ import annotations
@@ -130,8 +135,13 @@ class Scale:
     [rows / block rows, K / block k], lies in memory: row (k contiguous, the default) or col (its
     rows contiguous: DeepGEMM's MN-major activation scales). `dtype` is how a block scale is stored
     (kernels_ref.scales): fp32 values, e8m0 exponents (OCP MX: 1 x 32 blocks) or e4m3 values
-    (NVFP4-style 1 x 16 blocks; NVFP4's per-tensor fp32 scale is the epilogue's alpha). A block's k
-    extent may be narrower than tile.bk (several scale groups per k-block) if it divides it.
+    (NVFP4-style 1 x 16 blocks; NVFP4's per-tensor fp32 scale is the epilogue's alpha). On a grouped
+    or batched problem A's block scales are per row, stacked with A's rows ([total M, K / block k]),
+    and B's are one tensor per group ([groups, N / block rows, K / block k]). A block's k
+    extent may be narrower than tile.bk (several scale groups per k-block) if it divides it. K need
+    be no multiple of either: the tensor holds ceil(K / block k) groups (the last one possibly
+    partial), and under a ragged K the last k-block's groups that start at or past K do not exist
+    (a kernel may apply anything there; they are not judged).
     """
 
     kind: str = "none"
@@ -274,8 +284,6 @@ class ProblemSpec:
                      f"the k extent must be a multiple of tile.bk ({self.tile.bk}) or divide it (several scale "
                      f"groups per k-block)")
             if gk < self.tile.bk:
-                _require(self.k % self.tile.bk == 0, "k", self.k, f"scale groups narrower than tile.bk "
-                         f"({gk} < {self.tile.bk}) are modelled for whole k-blocks: K must be a multiple of tile.bk")
                 p = self.promotion_interval
                 _require(p is None or gk % p == 0, "promotion_interval", p,
                          f"with scale groups narrower than tile.bk each group ({gk} k) is promoted on its own: "
@@ -316,10 +324,15 @@ class ProblemSpec:
                      "groups", g, f"a non-empty list of group sizes along M (integers 0..{MAX_DIM})")
             _require(sum(g) == self.m, "groups", g, f"the group sizes must add up to m = {self.m}")
             _require(self.batch == 1, "batch", self.batch, "a grouped problem has no batch (give groups or batch)")
-            _require(self.scale_a.kind in ("none", "tensor") and self.scale_b.kind in ("none", "tensor"),
-                     "scale_a.kind" if self.scale_a.kind not in ("none", "tensor") else "scale_b.kind",
-                     self.scale_a.kind if self.scale_a.kind not in ("none", "tensor") else self.scale_b.kind,
-                     "a grouped or batched problem takes per-tensor scales only")
+        if self.group_sizes is not None:
+            for op in ("a", "b"):
+                kind = getattr(self, f"scale_{op}").kind
+                _require(kind in ("none", "tensor", "block"), f"scale_{op}.kind", kind,
+                         "a grouped or batched problem takes per-tensor or block scales")
+            if self.scale_a.kind == "block":
+                _require(self.scale_a.block[0] == 1, "scale_a.block", self.scale_a.block,
+                         "a grouped or batched problem's A scales are per row (1 x gk): they stack with A's rows "
+                         "over the groups")
         self._validate_numerics()
         self._validate_epilogue()
 

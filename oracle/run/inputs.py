@@ -8,9 +8,9 @@ Inputs are designed so that a bug points at itself:
 - ktag: A = 1 and every row of B in k-block j holds 2^(j mod T): the accumulator, divided by BK,
   is a binary record of which k-blocks were summed;
 - scales: a block-scaled problem's A = B = 1 and every scale block a distinct power of two (A's
-  2^-(1 + (i + 7g) mod P), B's 2^((j + 7g + 3) mod P) for scale block row i / column j and k group g;
-  P = 23, or 8 for e4m3 scales): a misapplied scale is exact and names itself (kernels_ref.scales,
-  oracle.judging.scale_hint);
+  2^-(1 + (i + 7g) mod P), B's 2^((j + 7g + 3 + 9e) mod P) for scale block row i / column j, k group
+  g and the group e of a grouped or batched problem's B (0 otherwise); P = 23, or 8 for e4m3 scales):
+  a misapplied scale is exact and names itself (kernels_ref.scales, oracle.judging.scale_hint);
 - random[:seed]: seeded normal values (the default seed is 0);
 - dump:PATH: tensors from a dump file (captured, so not controlled).
 
@@ -57,8 +57,9 @@ class InputError(BadInput, ValueError):
 class Operands:
     """Logical operands: A [M, K], B [K, N] (a quantised B: its stored values, see the module
     docstring), C [M, N]; bias [M] or [N]; scales by kind (tensor [1], row [M], col [N], block
-    [ceil(rows/g), ceil(K/gk)]); a quantised B's group scales and zero points [K / group, N], a
-    quantised A's [M, K / group]."""
+    [ceil(rows/g), ceil(K/gk)]; a grouped or batched problem's B block scales [groups, ceil(N/g),
+    ceil(K/gk)]); a quantised B's group scales and zero points [K / group, N], a quantised A's
+    [M, K / group]."""
 
     a: torch.Tensor
     b: torch.Tensor
@@ -131,7 +132,8 @@ def parse_inputs(text: str, ladders: tuple[str, ...] = LADDER) -> tuple[str, Opt
 
 def expected_shapes(spec: ProblemSpec) -> dict[str, Optional[tuple[int, ...]]]:
     """Logical shapes. A grouped or batched problem: A [total M, K], B [groups, K, N], C [total M, N],
-    a column bias per group [groups, N]."""
+    a column bias per group [groups, N], A's block scales [total M, K / gk] (per row, stacked with A)
+    and B's one per group [groups, N / gn, K / gk]."""
     m, n, k = spec.total_m, spec.n, spec.k
     groups = spec.group_sizes
     shapes: dict[str, Optional[tuple[int, ...]]] = {"a": (m, k), "b": (k, n) if groups is None else (len(groups), k, n),
@@ -157,7 +159,20 @@ def expected_shapes(spec: ProblemSpec) -> dict[str, Optional[tuple[int, ...]]]:
             shapes[f"scale_{op}"] = (rows,)
         elif s.kind == "block":
             shapes[f"scale_{op}"] = (-(-rows // s.block[0]), -(-k // s.block[1]))
+            if op == "b" and groups is not None:  # one B per group, one scale tensor per B
+                shapes["scale_b"] = (len(groups),) + shapes["scale_b"]
     return shapes
+
+
+def group_scales(spec: ProblemSpec, ops: Operands, g: int):
+    """(scale_a, scale_b) of group g of a grouped or batched problem: per-tensor scales as they are;
+    block scales A's rows of the group ([M_g, K / gk], stacked with A) and B's tensor of the group
+    ([N / gn, K / gk])."""
+    sizes = spec.group_sizes
+    o, m_g = sum(sizes[:g]), sizes[g]
+    sa = ops.scale_a[o:o + m_g] if spec.scale_a.kind == "block" else ops.scale_a
+    sb = ops.scale_b[g] if spec.scale_b.kind == "block" else ops.scale_b
+    return sa, sb
 
 
 def check_operands(spec: ProblemSpec, ops: Operands) -> None:
@@ -198,15 +213,19 @@ def _block_scale_dtype(spec: ProblemSpec, name: str) -> torch.dtype:
 
 
 def pow2_scales(spec: ProblemSpec, name: str) -> torch.Tensor:
-    """The `scales` ladder's values of block scale `name` (float32): a distinct power of two per block."""
+    """The `scales` ladder's values of block scale `name` (float32): a distinct power of two per block
+    (module docstring); a grouped problem's B scales also step by 9 per group e, so B[e]'s scale
+    differs from B[e']'s at the same place and names its group."""
     s = getattr(spec, name)
-    rows, groups = expected_shapes(spec)[name]
+    shape = expected_shapes(spec)[name]
+    rows, groups = shape[-2:]
     period = 8 if s.dtype == "e4m3" else 23
     i = torch.arange(rows)[:, None]
     g = torch.arange(groups)[None, :]
     if name == "scale_a":
         return torch.pow(2.0, -(1 + (i + 7 * g) % period).double()).float()
-    return torch.pow(2.0, ((i + 7 * g + 3) % period).double()).float()
+    e = torch.arange(shape[0])[:, None, None] if len(shape) == 3 else 0
+    return torch.pow(2.0, ((i + 7 * g + 3 + 9 * e) % period).double()).float()
 
 
 def _store_block_scales(spec: ProblemSpec, ops: "Operands") -> "Operands":

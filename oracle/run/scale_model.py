@@ -2,6 +2,10 @@
 each k-block's product as it is promoted into the fp32 accumulator) that taps load_a / load_b,
 scale_a / scale_b and mma, with the scale-indexing bugs of public kernels planted on demand.
 
+A grouped (MoE) or batched problem runs group by group, each with its rows of A's scales and B's
+scales [g] (oracle.problem.spec), its taps naming the group; `scale_group_b_not_advanced` plants a
+grouped launch's bug (every group applies group 0's B scales).
+
 Per tile (in a grouped launch order: block index -> tile coordinate, GROUP_M tiles along M a group),
 per partial of a split tile, per k-block: p = fp32(A_kb @ B_kb) per scale group of the k-block and
 acc = fp32(acc + fp32(p * fp32(sa * sb))). Written in plain torch, independently of the references;
@@ -36,19 +40,32 @@ SCALE_DEFECTS = {
                             "rows past it read as zero",
 }
 
+# a grouped (MoE) or batched launch's defects: not planted in the zoo's single-GEMM kernels
+GROUPED_SCALE_DEFECTS = {
+    "scale_group_b_not_advanced": "B's scale pointer is not advanced per group: every group applies group 0's "
+                                  "B scales",
+}
+
 
 @dataclass(frozen=True)
 class ScaleInjection:
     defect: str
 
     def __post_init__(self):
-        if self.defect not in SCALE_DEFECTS:
-            raise ValueError(f"scale defect {self.defect!r} is unknown; known: {', '.join(SCALE_DEFECTS)}")
+        if self.defect not in SCALE_DEFECTS and self.defect not in GROUPED_SCALE_DEFECTS:
+            raise ValueError(f"scale defect {self.defect!r} is unknown; known: "
+                             f"{', '.join(list(SCALE_DEFECTS) + list(GROUPED_SCALE_DEFECTS))}")
 
     def problems(self, spec: ProblemSpec) -> list[str]:
         """Why the defect would change nothing on `spec` (empty: it shows)."""
         if not spec.block_scaled:
             return [f"{self.defect} needs block scales (scale_a.kind and scale_b.kind block)"]
+        if self.defect in GROUPED_SCALE_DEFECTS:
+            sizes = spec.group_sizes or ()
+            return [] if any(sizes[1:]) else [f"{self.defect} needs a grouped or batched problem with rows in a "
+                                              f"group after group 0"]
+        if spec.group_sizes is not None:
+            return [f"{self.defect} is planted in a single GEMM, not in a grouped or batched one"]
         gk = spec.scale_a.block[1]
         groups = -(-spec.k // gk)
         need = {"scale_b_reused": (spec.tiles_m >= 2, "two or more tiles along M (a second M wave)"),
@@ -84,8 +101,10 @@ def simulate_scaled(spec: ProblemSpec, ops: Operands, provenance: Provenance,
     if injection is not None and injection.problems(spec):
         raise ValueError(f"defect {injection.defect} cannot show on {spec.describe()}: "
                          f"{'; '.join(injection.problems(spec))}")
-    if not spec.block_scaled or spec.stream_k_workers is not None or spec.group_sizes is not None:
-        raise ValueError("the block-scaled model runs a single GEMM with block scales (split-K allowed, no stream-K)")
+    if not spec.block_scaled or spec.stream_k_workers is not None:
+        raise ValueError("the block-scaled model runs a GEMM with block scales (split-K allowed, no stream-K)")
+    if spec.group_sizes is not None:
+        return _simulate_groups(spec, ops, provenance, injection, kernel)
     d = injection.defect if injection is not None else None
     t = spec.tile
     bm, bn, bk = t.bm, t.bn, t.bk
@@ -115,11 +134,11 @@ def simulate_scaled(spec: ProblemSpec, ops: Operands, provenance: Provenance,
                 sb = ref_scales.tile_scales(vb, spec.scale_b.block[0], gk, tn * bn, bn, skb, bk, spec.n)
                 if d == "scale_trailing_skipped":  # the last group never loaded: the register keeps the one before
                     for j in range(s):
-                        if ref_scales.group_of(skb, j, gk, bk) == n_groups - 1:
+                        if ref_scales.group_of(skb, j, gk, bk) == n_groups - 1:  # group n - 2's column, alone
                             sa[:, j] = ref_scales.tile_scales(va, spec.scale_a.block[0], gk, scale_tm * bm, bm,
-                                                              (n_groups - 2) * gk // bk, bk, spec.m)[:, 0]
+                                                              n_groups - 2, gk, spec.m)[:, 0]
                             sb[:, j] = ref_scales.tile_scales(vb, spec.scale_b.block[0], gk, tn * bn, bn,
-                                                              (n_groups - 2) * gk // bk, bk, spec.n)[:, 0]
+                                                              n_groups - 2, gk, spec.n)[:, 0]
                 if d == "scale_one_per_k_block":
                     sa, sb = sa[:, :1].expand(bm, s).clone(), sb[:, :1].expand(bn, s).clone()
                 if d == "scale_b_reused" and tm >= 1:
@@ -149,14 +168,45 @@ def simulate_scaled(spec: ProblemSpec, ops: Operands, provenance: Provenance,
                      kernel=name, synthetic=True)
 
 
+def _simulate_groups(spec: ProblemSpec, ops: Operands, provenance: Provenance, injection: Optional[ScaleInjection],
+                     kernel: str) -> Recording:
+    """A grouped or batched launch: each group run as its own GEMM on its rows of A (and of A's
+    scales), B[g] and B's scales [g], its taps naming the group; an empty group runs no tile."""
+    import dataclasses
+
+    from oracle.problem.partition import group_offsets
+    from oracle.run.inputs import group_scales
+
+    offs = group_offsets(spec)
+    d = injection.defect if injection is not None else None
+    taps: list[Tap] = []
+    outs = []
+    for g, m_g in enumerate(spec.group_sizes):
+        if m_g == 0:
+            continue
+        sub = dataclasses.replace(spec, m=m_g, groups=None, batch=1)
+        sa, sb = group_scales(spec, ops, g)
+        if d == "scale_group_b_not_advanced":
+            sb = group_scales(spec, ops, 0)[1]
+        o = offs[g]
+        one = simulate_scaled(sub, Operands(a=ops.a[o:o + m_g], b=ops.b[g], scale_a=sa, scale_b=sb), provenance,
+                              None, kernel)
+        taps += [dataclasses.replace(t, group=g) for t in one.taps]
+        outs.append(one.output)
+    y = torch.cat(outs) if outs else torch.zeros(0, spec.n, dtype=DTYPES[spec.out_dtype].torch)
+    name = kernel if d is None else f"{kernel}[{d}]"
+    return Recording(spec=spec, operands=ops, output=y.contiguous(), provenance=provenance, taps=tuple(taps),
+                     kernel=name, synthetic=True)
+
+
 def default_problem(defect: Optional[str] = None, scale_dtype: str = "fp32", groups: int = 1,
-                    splits: int = 1) -> ProblemSpec:
+                    splits: int = 1, k: Optional[int] = None) -> ProblemSpec:
     """A small block-scaled problem on which `defect` shows: 64 x 64 x 64 e4m3 in 32 x 32 x 32 tiles, A's
     scales 1 x 32 and B's 32 x 32 in fp32 (1 x 16 groups for scale_one_per_k_block; e8m0 or e4m3 scales
     over 1 x 32 / 1 x 16 groups with `scale_dtype`), split-K 2 for scale_split_slice0, M = 128 for
     scale_map_group_size (rows past the group size). `groups` > 1 deepens the k-block to that many scale
     groups (K = 4 k-blocks: a 1 x 32 MX group under a 64-deep k-block with groups=2); `splits` > 1
-    splits K."""
+    splits K; `k` sets K (a ragged K: the last k-block holds fewer groups, the last one partial)."""
     from oracle.problem.spec import Scale, Tile
 
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
@@ -164,7 +214,7 @@ def default_problem(defect: Optional[str] = None, scale_dtype: str = "fp32", gro
     gk = {"fp32": 16 if defect == "scale_one_per_k_block" else 32, "e8m0": 32, "e4m3": 16}[scale_dtype]
     rows_b = 32 if scale_dtype == "fp32" and gk >= 32 else 1
     bk = 32 if groups == 1 else gk * groups
-    k = 64 if groups == 1 else 4 * bk
+    k = k if k is not None else 64 if groups == 1 else 4 * bk
     return ProblemSpec(m=128 if defect == "scale_map_group_size" else 64, n=64, k=k, a_dtype="e4m3", b_dtype="e4m3",
                        out_dtype="bf16", tile=Tile(32, 32, bk), scale_a=Scale("block", (1, gk), dtype=scale_dtype),
                        scale_b=Scale("block", (rows_b, gk), dtype=scale_dtype),
@@ -172,13 +222,14 @@ def default_problem(defect: Optional[str] = None, scale_dtype: str = "fp32", gro
 
 
 def simulate_block_scaled(defect: Optional[str] = None, inputs: str = "scales", seed: int = 0,
-                          scale_dtype: str = "fp32", groups: int = 1, splits: int = 1) -> Recording:
-    """The model on its default problem (default_problem, with `groups` scale groups per k-block and
-    `splits` splits), with `defect` planted (None: correct), on the input ladder `inputs` (default: the
-    power-of-two scales that name a misapplied scale)."""
+                          scale_dtype: str = "fp32", groups: int = 1, splits: int = 1,
+                          k: Optional[int] = None) -> Recording:
+    """The model on its default problem (default_problem, with `groups` scale groups per k-block,
+    `splits` splits and K = `k`), with `defect` planted (None: correct), on the input ladder `inputs`
+    (default: the power-of-two scales that name a misapplied scale)."""
     from oracle.run.inputs import make_operands
 
     inj = ScaleInjection(defect) if defect else None
-    spec = default_problem(defect, scale_dtype, groups, splits)
+    spec = default_problem(defect, scale_dtype, groups, splits, k)
     ops = make_operands(spec, inputs, seed)
     return simulate_scaled(spec, ops, Provenance(inputs, seed), inj)

@@ -306,9 +306,6 @@ def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bia
                             f"[{'M' if op == 'a' else 'N'} / block rows, K / block k]")
         else:
             kw[f"scale_{op}"] = Scale("tensor" if s.numel() == 1 else axis)
-    narrow = [sc.block[1] for sc in (kw.get("scale_a"), kw.get("scale_b")) if sc is not None and sc.kind == "block"]
-    if narrow and "tile" not in fields and k % Tile().bk and narrow[0] < Tile().bk:
-        fields["tile"] = Tile(bk=narrow[0])  # groups narrower than the k-block need whole k-blocks: one group deep
     try:
         if isinstance(fields.get("tile"), (list, tuple)):
             fields["tile"] = Tile(*fields["tile"])
@@ -354,7 +351,7 @@ def check(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c: Optional[torc
     power of two that covers each extent, 1 x 128 and 128 x 128 for DeepSeek-style scales; a grid
     whose rows are contiguous is MN-major; float32 values, uint8 or float8_e8m0fnu OCP MX exponents
     (1 x 32), float8_e4m3fn NVFP4-style scales (1 x 16); groups narrower than the k-block are judged
-    per group, and where K is no multiple of tile.bk the k-block is one group deep).
+    per group, K any size: ceil(K / gk) groups, the last one possibly partial).
     Every other ProblemSpec field may be given as a keyword (acc_model, tile, alpha, beta,
     activation, saturate, ...). The bound is the accumulation model's (acc_model, reduction): the
     default is an fp32 accumulator over the problem's tiles; a D from cuBLAS or another engine

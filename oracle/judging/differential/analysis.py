@@ -24,7 +24,7 @@ from oracle.judging.differential.context import Context, StageResult
 from oracle.judging.differential.cross_check import start_cross_check
 from oracle.judging.differential.dequant import dequant_stage
 from oracle.judging.differential.epilogue import epilogue_stages, reference_chain, steps_of
-from oracle.judging.differential.groups import GroupOutcome, deciding, group_recordings
+from oracle.judging.differential.groups import GroupOutcome, deciding, group_recordings, scale_peers
 from oracle.judging.differential.findings import (FirstDivergence, NonFinite, first_finding, first_nonfinite, mixing_confound,
                                               trace_confounds, unobserved)
 from oracle.judging.differential.judge import StageNotes, fold_notes
@@ -85,7 +85,7 @@ def analyze(rec: Recording, device: Optional[torch.device] = None) -> Analysis:
 
 def _analyze_groups(rec: Recording, device) -> Analysis:
     parts = group_recordings(rec)
-    judged = [(g, o, _analyze_one(sub, device)) for g, o, sub in parts if sub is not None]
+    judged = [(g, o, _analyze_one(sub, device, scale_peers(rec, g))) for g, o, sub in parts if sub is not None]
     if not judged:
         raise RecordingError(f"every group of {rec.spec.describe()} is empty: there is nothing to judge")
     outcomes = []
@@ -142,11 +142,11 @@ class _Clock:
         return tuple(out) + (("compare", compare_s * 1e3),)
 
 
-def _analyze_one(rec: Recording, device: Optional[torch.device] = None) -> Analysis:
+def _analyze_one(rec: Recording, device: Optional[torch.device] = None, peers=None) -> Analysis:
     spec = rec.spec
     dev = device or reference_device()
     clock = _Clock(dev)
-    ctx = Context.of(rec, dev)
+    ctx = Context.of(rec, dev, peers)
     clock.lap("context")
     if rec.kernel_error is not None and rec.output is None and not rec.taps:
         diag = first_divergence([], kernel_error=True)

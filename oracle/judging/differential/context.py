@@ -2,12 +2,14 @@
 its taps indexed (tap_index.TapIndex) and its tensors on the reference device
 (device_operands.DeviceOperands), each built once and read-only; and the values a stage hands on
 (StageResult, Source). A stage writes nothing here: it returns its result and its notes
-(judge.StageNotes).
+(judge.StageNotes). One group of a grouped or batched problem carries the other groups' block
+scales beside it (`peers`), for naming a scale of another group.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Optional
 
 import torch
 
@@ -57,8 +59,9 @@ class Context:
     geo: Geometry
     taps: TapIndex
     ops: DeviceOperands
+    peers: Optional[Any] = None  # one group of a grouped problem: the other groups' scales (groups.ScalePeers)
 
     @classmethod
-    def of(cls, rec: Recording, device: torch.device) -> "Context":
+    def of(cls, rec: Recording, device: torch.device, peers=None) -> "Context":
         geo = Geometry.of(rec, device)
-        return cls(rec, geo, TapIndex.of(rec, geo), DeviceOperands.of(rec, geo))
+        return cls(rec, geo, TapIndex.of(rec, geo), DeviceOperands.of(rec, geo), peers)

@@ -118,7 +118,8 @@ class DeviceOperands:
 
     def block_scales_units(self, tiles, kbs):
         """The block scales of many (tile, k-block) sites: [U, BM] of A, [U, BN] of B, or [U, BM, G] and
-        [U, BN, G] where G > 1 scale groups lie in one k-block (None, None unscaled)."""
+        [U, BN, G] where G > 1 scale groups lie in one k-block (None, None unscaled); 0 for a group
+        wholly past a ragged K, as the reference mainloop holds it (kernels_ref.mma)."""
         geo = self.geo
         spec, dev = geo.spec, geo.dev
         if not spec.block_scaled:
@@ -130,7 +131,10 @@ class DeviceOperands:
         g = g + torch.arange(s, device=dev)[None, None, :]  # [U, 1, G]
         rows = (tt[:, 0:1] * geo.bm + torch.arange(geo.bm, device=dev)[None, :]).clamp(max=spec.m - 1) // gm
         cols = (tt[:, 1:2] * geo.bn + torch.arange(geo.bn, device=dev)[None, :]).clamp(max=spec.n - 1) // gn
-        sa, sb = self.block_a[rows[:, :, None], g], self.block_b[cols[:, :, None], g]
+        live = g < self.block_a.shape[1]  # a ragged K's last k-block: its groups past K are not in the tensor
+        g = g.clamp(max=self.block_a.shape[1] - 1)
+        sa = torch.where(live, self.block_a[rows[:, :, None], g], 0.0)
+        sb = torch.where(live, self.block_b[cols[:, :, None], g], 0.0)
         return (sa[..., 0], sb[..., 0]) if s == 1 else (sa, sb)
 
 

@@ -4,8 +4,10 @@ against the scales the problem implies for that tile and k-block (kernels_ref.sc
 
 The stage's input is the problem's scale tensor in global memory, so its teacher-forced and chained
 comparisons are the same comparison (fed by global memory). An element is compared where its row
-(column) lies inside the operand and the kernel recorded it. `hint` names which scale of the problem
-a wrong value is (oracle.judging.scale_hint).
+(column) lies inside the operand, its scale group starts before K (under a ragged K the last
+k-block's groups past K do not exist: kernels_ref.scales.live_groups) and the kernel recorded it. `hint` names which scale of the problem
+a wrong value is (oracle.judging.scale_hint); one group of a grouped problem is judged with its own
+scales, and a wrong one that another group holds at the same place is named by that group.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from oracle.judging.differential.context import NOT_RUN_STAGE, Context, StageRes
 from oracle.judging.differential.judge import Notebook, StageNotes, with_notes
 from oracle.run.confounds import Confound, ConfoundKind
 from oracle.judging.evidence import Feed
-from oracle.judging.scale_hint import ScaleSite, identify
+from oracle.judging.scale_hint import PeerScales, ScaleSite, identify
 
 
 def scale_stage(ctx: Context, op: str) -> tuple[StageResult, StageNotes]:
@@ -62,7 +64,8 @@ def _scale_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
                                     shape=str(list(received.shape)), want=f"[{width}, {s}]"))
             continue
         want = ref_scales.tile_scales(vals, block_rows, gk, row0, width, tap.k_block, geo.bk, extent)
-        valid = (row0 + torch.arange(width, device=geo.dev) < extent)[:, None].expand(width, s)
+        live = ref_scales.live_groups(tap.k_block, gk, geo.bk, spec.k).to(geo.dev)
+        valid = (row0 + torch.arange(width, device=geo.dev) < extent)[:, None] & live[None, :]
         recorded = tapped.recorded(tap)
         nb.note_padding(stage, valid, recorded)
         out.append(nb.judge(received.float(), want.float().to(geo.dev), feed=Feed.GLOBAL, valid=valid,
@@ -96,4 +99,14 @@ def hint(ctx: Context, stage: str, row: int, col: int, received: float, tile, pa
     other = "b" if op == "a" else "a"
     other_row0 = tile[1] * geo.bn if op == "a" else tile[0] * geo.bm
     site = ScaleSite(op, tuple(tile), kb, row, g, block_rows, width, partial, slice0, other_row0)
-    return identify(site, received, values(ctx, op), values(ctx, other), _axis(ctx, other)[2])
+    return identify(site, received, values(ctx, op), values(ctx, other), _axis(ctx, other)[2], _peers(ctx, op))
+
+
+def _peers(ctx: Context, op: str) -> Optional[PeerScales]:
+    """Operand `op`'s scale values of the other groups, for one group of a grouped problem."""
+    p = ctx.peers
+    if p is None:
+        return None
+    dtype = getattr(ctx.geo.spec, f"scale_{op}").dtype
+    return PeerScales(p.word, p.group, tuple((e, ref_scales.scale_values(sa if op == "a" else sb, dtype))
+                                             for e, sa, sb in p.others))
