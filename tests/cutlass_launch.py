@@ -1,9 +1,9 @@
 """The zoo's CUTLASS SM90 GEMM (zoo/cutlass_sm90/cutlass_sm90.cu) as the adapter's tests build and call it
 without a GPU: its launch libraries built through the build cache as the zoo's cases build them, and
 oracle_launch called on fake device addresses (only calls refused before any CUDA call are safe, or in a
-child that sees no device). Shared by tests/cpu/test_cutlass_adapter.py, test_cutlass_stream_k_library.py
-and test_cutlass_sass_identity.py, each file holding its own builds so that --dist loadfile runs them side
-by side."""
+child that sees no device); the batched GEMM (batched.cu) built as a live run builds it. Shared by
+tests/cpu/test_cutlass_adapter.py, test_cutlass_stream_k_library.py, test_cutlass_sass_identity.py and
+test_cutlass_batched*.py, each file holding its own builds so that --dist loadfile runs them side by side."""
 
 from __future__ import annotations
 
@@ -35,6 +35,22 @@ def zoo_library(case_file: str) -> Path:
     case = load_case(str(ZOO / case_file), allow_library=True)
     return build_library(case.kernel.library, arch=case.kernel.arch,
                          defines={"ORACLE_TRACE": "1", **case.kernel.defines}).cubin_path
+
+
+def check_batched_build(case_file: str) -> None:
+    """The zoo's batched CUTLASS case `case_file` (zoo/cutlass_sm90/batched.cu) builds traced as a live run
+    builds it (oracle.run.adapters.library_defines: ORACLE_CASE_BATCH included), exports oracle_launch and
+    keeps the LinearCombination tree's epilogue order."""
+    from oracle.run.adapters import library_defines
+    from oracle.run.library_epilogue import declared_order
+
+    case = load_case(str(ZOO / case_file), allow_library=True)
+    defines = library_defines(case.kernel, case.spec, traced=True)
+    assert defines["ORACLE_CASE_BATCH"] == str(case.spec.batch) == "3"
+    built = build_library(case.kernel.library, arch=case.kernel.arch, defines=defines)
+    blob = Path(built.cubin_path).read_bytes()
+    assert b"oracle_launch" in blob, case_file
+    assert declared_order(blob) == ("alpha_beta", "cast"), case_file  # the LinearCombination tree's
 
 
 def library_call(**over) -> L.LibraryCall:
