@@ -2,11 +2,12 @@
 
 Data path: source (a file or text) -> its local includes, resolved and hashed -> a cache key over
 source, local headers, the whole `harness/include` tree, the trace header version, flags, defines,
-the CUTLASS wheel version and `nvcc --version` -> `<cache>/cubin/<kk>/<key>.cubin` (a library:
+the CUTLASS wheel's version and its headers' content (not their folder: two venvs with the same headers
+share builds) and `nvcc --version` -> `<cache>/cubin/<kk>/<key>.cubin` (a library:
 `<cache>/so/<kk>/<key>.so`) (+ `.json`: the built file's sha256 and the build log, or the exit code
 and output of a failed build, which then fails again at once). A hit never runs nvcc, not even
-`nvcc --version` (that answer is cached too, keyed by the nvcc binary's path, size and mtime); it
-hands out the bytes it hashed (BuildResult.read), not the path to open again.
+`nvcc --version` (that answer is cached too, keyed by the nvcc binary's path, size and mtime; so is
+the CUTLASS headers' digest, keyed by their folders' paths, sizes and mtimes); it hands out the bytes it hashed (BuildResult.read), not the path to open again.
 
 Constraints: needs nvcc (no GPU); the cache is private to its user and every entry is checked before
 use (harness.build_cache: a cache another user could write is refused); writes are atomic (temp file
@@ -43,7 +44,7 @@ from harness.source_files import MAX_SOURCE_BYTES, check_source_file as _check_s
 from harness.names import check_macro_name, check_macro_value
 
 # Bump when the meaning of a cache entry changes (flags added by default, layout of the key...).
-BUILD_KEY_VERSION = 2  # 2: entries record their sha256, failed builds are cached
+BUILD_KEY_VERSION = 3  # 2: entries record their sha256, failed builds are cached; 3: CUTLASS headers hashed
 
 HARNESS_INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 TRACE_HEADER = HARNESS_INCLUDE_DIR / "oracle_trace" / "trace.cuh"
@@ -56,6 +57,7 @@ CUBIN_OUTPUT = ("cubin", ("-cubin",))
 LIBRARY_OUTPUT = ("so", LIBRARY_FLAGS)
 
 _ARCH_RE = re.compile(r"^sm_(\d{2,3})([af]?)$")
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 _INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.MULTILINE)
 _TRACE_VERSION_RES = (
     re.compile(r"^[ \t]*#[ \t]*define[ \t]+ORACLE_TRACE_VERSION[ \t]+(\S+)", re.MULTILINE),
@@ -291,6 +293,38 @@ def nvcc_version(nvcc_path: str, cache_dir: Union[CacheDir, str, os.PathLike]) -
         return proc.stdout
 
 
+def _tree_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
+def cutlass_headers_digest(dirs: Sequence[Path], cache_dir: CacheDir) -> str:
+    """The content of the CUTLASS include folders `dirs` (each file's relative path and bytes, folder by
+    folder), "" for none. Hashing ~25 MB of headers takes a while, so the digest is kept in the build
+    cache (a checked private file, as nvcc's version is) under the folders' real paths and each file's
+    relative path, size and mtime: a header changed, added or removed is hashed again."""
+    if not dirs:
+        return ""
+    listing = [(Path(d), _tree_files(Path(d))) for d in dirs]
+    stamp = hashlib.sha256()
+    for d, files in listing:
+        stamp.update(f"{os.path.realpath(d)}\0".encode())
+        for p in files:
+            st = p.stat()
+            stamp.update(f"{p.relative_to(d)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    name = f"{stamp.hexdigest()[:32]}.txt"
+    with cache_dir.sub("cutlass-headers") as memo:
+        known = (memo.read_private(name, 64) or b"").decode(errors="replace")
+        if _SHA256_HEX.match(known):
+            return known
+        h = hashlib.sha256()
+        for i, (d, files) in enumerate(listing):
+            for p in files:
+                h.update(f"{i}\0{p.relative_to(d)}\0".encode() + _sha256(p.read_bytes()).encode() + b"\n")
+        digest = h.hexdigest()
+        memo.write_private(name, digest.encode())
+        return digest
+
+
 # --------------------------------------------------------------------------- build
 
 
@@ -393,6 +427,8 @@ def _build(
             # order matter because they decide which header wins.
             "include_dirs": [str(d) for d in user_dirs],
             "cutlass": cutlass_version() if cutlass_dirs else "absent",
+            # the headers themselves: another install of the same version may differ (patched, edited)
+            "cutlass_headers": cutlass_headers_digest(cutlass_dirs, root),
             "nvcc": nvcc_version(nvcc_path, root),
         }
         key = _sha256(json.dumps(key_parts, sort_keys=True).encode())

@@ -57,24 +57,41 @@ def pytest_configure(config):
 
 
 # The CPU tier's longest files (nvcc builds, reproducers, interpreter-heavy references), started
-# first so that no worker is left with one of them at the end; the two workers take them in turns.
+# first, longest first, so that no worker is left with one of them at the end; the two workers take them
+# in turns. A file's builds run one after another on its worker, so a file of many builds is cut in
+# files of a few (the CUTLASS ones: about 45 s of one core each, cold); files that share a build
+# through the cache (the traced CUTLASS library: the adapter's, the SASS identity's, the EVT file's)
+# are kept apart in this order so that one seldom waits on the other's build lock.
 LONG_FIRST = (
     "cpu/test_zoo_build_hopper.py",  # the CuTe Hopper GEMM built traced and plain
-    "cpu/test_cutlass_adapter.py",  # CUTLASS SM90 builds
+    "cpu/test_zoo_build.py",  # the sm80 GEMM traced and plain, its layout program
+    "cpu/test_cutlass_evt_defects.py",  # three CUTLASS EVT builds
+    "cpu/test_cutlass_stream_k_library.py",  # two CUTLASS stream-K builds (quick and host routes)
+    "cpu/test_cutlass_evt.py",  # two CUTLASS EVT builds (and the traced LinearCombination library), refusals
+    "cpu/test_cutlass_adapter.py",  # two CUTLASS builds (quick and host routes)
+    "cpu/test_cutlass_batched.py",  # two CUTLASS batched builds
+    "cpu/test_cutlass_batched_host.py",  # two CUTLASS batched builds
     "cpu/test_repro.py",  # make builds the cubins; the host programs, Hopper and split builds are shared
-    "cpu/test_zoo_build.py",
+    "cpu/test_cutlass_sass_identity.py",  # two CUTLASS cubins
+    "cpu/test_cutlass_checks.py",  # the checks' front-end builds and refusals
+    "cpu/test_cutlass_tap_maps.py",  # two CUTLASS host programs
     "cpu/test_repro_security.py",
     "cpu/test_repro_quant.py",  # the session's host program and its own wrong-nibble twin
     "cpu/test_launch_library.py",
     "cpu/test_zoo_build_split.py",
+    "cpu/test_zoo_build_attention.py",
+    "zoo/test_cutlass_streamk_model.py",  # the stream-K entries judged on a model, under the interpreter
+    "zoo/test_cutlass_batched_model.py",
     "cpu/test_sass_identity.py",
     "cpu/test_ref_mma_fp16.py",
     "cpu/test_fuzz_inputs.py",
     "cpu/test_fuzz_commands.py",
+    "cpu/test_docs_commands.py",
+    "cpu/test_api.py",
+    "cpu/test_zoo_dumps_attention.py",
     "cpu/test_zoo_dumps_cutlass_coop.py",  # the largest recordings, replayed under the interpreter
     "cpu/test_zoo_dumps_cutlass_pingpong.py",
 )
-
 
 def pytest_collection_modifyitems(config, items):
     import shutil

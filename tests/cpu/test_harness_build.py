@@ -99,20 +99,71 @@ def test_the_command_line(fake):
         assert f"-I{d}" in cmd
 
 
+def _cutlass_tree(root: Path, gemm: str = "// the GEMM\n") -> tuple[Path, Path]:
+    """A stand-in for a venv's nvidia-cutlass headers: (include, tools/util/include)."""
+    inc, util = root / "cutlass" / "include", root / "cutlass" / "tools" / "util" / "include"
+    (inc / "cute").mkdir(parents=True)
+    (inc / "cute" / "tensor.hpp").write_text("// CuTe\n")
+    (inc / "gemm.h").write_text(gemm)
+    util.mkdir(parents=True)
+    (util / "helper.h").write_text("// a helper\n")
+    return inc, util
+
+
 def test_a_hit_names_this_environment_s_folders(fake, tmp_path, monkeypatch):
     """The key is content, not paths: an entry built from another environment (another venv's CUTLASS
-    wheel, another checkout) is a hit, and its command is the one this environment runs, naming this
-    environment's include folders, never the other's."""
+    wheel with the same headers, another checkout) is a hit, and its command is the one this environment
+    runs, naming this environment's include folders, never the other's."""
     monkeypatch.setattr(build, "cutlass_version", lambda: "4.2.0")
-    monkeypatch.setattr(build, "cutlass_include_dirs", lambda: (tmp_path / "venv_a" / "cutlass" / "include",))
+    venv_a, venv_b = _cutlass_tree(tmp_path / "venv_a"), _cutlass_tree(tmp_path / "venv_b")
+    monkeypatch.setattr(build, "cutlass_include_dirs", lambda: venv_a)
     first = build_cubin(fake.source)
-    assert f"-I{tmp_path / 'venv_a' / 'cutlass' / 'include'}" in first.command
-    monkeypatch.setattr(build, "cutlass_include_dirs", lambda: (tmp_path / "venv_b" / "cutlass" / "include",))
+    assert f"-I{venv_a[0]}" in first.command
+    monkeypatch.setattr(build, "cutlass_include_dirs", lambda: venv_b)
     second = build_cubin(fake.source)
     assert second.cached and second.key == first.key
-    assert f"-I{tmp_path / 'venv_b' / 'cutlass' / 'include'}" in second.command
+    assert f"-I{venv_b[0]}" in second.command and f"-I{venv_b[1]}" in second.command
     assert not any("venv_a" in word for word in second.command)
     assert second.command[second.command.index("-o") + 1] == str(second.cubin_path)
+
+
+@pytest.mark.parametrize("change", ["edited", "added", "removed", "moved"])
+def test_other_cutlass_headers_of_the_same_version_are_another_build(fake, tmp_path, monkeypatch, change):
+    """The same wheel version with other headers (patched, edited in place, another layout) is not the
+    same build; the digest kept in the cache is found again by the folders' sizes and mtimes."""
+    monkeypatch.setattr(build, "cutlass_version", lambda: "4.2.0")
+    ours = _cutlass_tree(tmp_path / "venv_a")
+    monkeypatch.setattr(build, "cutlass_include_dirs", lambda: ours)
+    first = build_cubin(fake.source)
+    assert build_cubin(fake.source).cached
+    gemm = ours[0] / "gemm.h"
+    if change == "edited":  # the same size, so only the mtime tells
+        st = gemm.stat()
+        gemm.write_text("// the GEMX\n")
+        os.utime(gemm, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    elif change == "added":
+        (ours[0] / "cute" / "new.hpp").write_text("// new\n")
+    elif change == "removed":
+        (ours[1] / "helper.h").unlink()
+    else:  # the same files, one of them in the other folder
+        (ours[1] / "helper.h").rename(ours[0] / "helper.h")
+    second = build_cubin(fake.source)
+    assert not second.cached and second.key != first.key
+    assert fake.calls().count("compile") == 2
+
+
+def test_the_cutlass_headers_digest_is_kept_between_processes(fake, tmp_path, monkeypatch):
+    """Reading the headers again is what the kept digest saves: a second process (the memo read from the
+    cache, nothing cached in memory) finds it without opening a header."""
+    monkeypatch.setattr(build, "cutlass_version", lambda: "4.2.0")
+    ours = _cutlass_tree(tmp_path / "venv_a")
+    monkeypatch.setattr(build, "cutlass_include_dirs", lambda: ours)
+    first = build_cubin(fake.source)
+    opened = []
+    real = Path.read_bytes
+    monkeypatch.setattr(Path, "read_bytes", lambda self: opened.append(self) or real(self))
+    assert build_cubin(fake.source).key == first.key
+    assert not [p for p in opened if "venv_a" in str(p)], opened
 
 
 @pytest.mark.parametrize("change", ["define", "flag", "arch", "source", "local_header", "include_tree",
