@@ -66,6 +66,7 @@ LONG_FIRST = (
     "cpu/test_zoo_build_hopper.py",  # the CuTe Hopper GEMM built traced and plain
     "cpu/test_zoo_build.py",  # the sm80 GEMM traced and plain, its layout program
     "cpu/test_cutlass_evt_defects.py",  # three CUTLASS EVT builds
+    "cpu/test_cutlass_grouped.py",  # two CUTLASS grouped (pointer-array) builds
     "cpu/test_cutlass_stream_k_library.py",  # two CUTLASS stream-K builds (quick and host routes)
     "cpu/test_cutlass_evt.py",  # two CUTLASS EVT builds (and the traced LinearCombination library), refusals
     "cpu/test_cutlass_adapter.py",  # two CUTLASS builds (quick and host routes)
@@ -74,6 +75,7 @@ LONG_FIRST = (
     "cpu/test_repro.py",  # make builds the cubins; the host programs, Hopper and split builds are shared
     "cpu/test_cutlass_sass_identity.py",  # two CUTLASS cubins
     "cpu/test_cutlass_checks.py",  # the checks' front-end builds and refusals
+    "cpu/test_cutlass_blockwise.py",  # the blockwise-scaled kernel's front-end refusals
     "cpu/test_cutlass_tap_maps.py",  # two CUTLASS host programs
     "cpu/test_repro_security.py",
     "cpu/test_repro_quant.py",  # the session's host program and its own wrong-nibble twin
@@ -81,7 +83,9 @@ LONG_FIRST = (
     "cpu/test_zoo_build_split.py",
     "cpu/test_zoo_build_attention.py",
     "zoo/test_cutlass_streamk_model.py",  # the stream-K entries judged on a model, under the interpreter
+    "zoo/test_cutlass_grouped_model.py",
     "zoo/test_cutlass_batched_model.py",
+    "zoo/test_cutlass_blockwise_model.py",
     "cpu/test_sass_identity.py",
     "cpu/test_ref_mma_fp16.py",
     "cpu/test_fuzz_inputs.py",
