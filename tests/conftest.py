@@ -95,6 +95,7 @@ LONG_FIRST = (
     "cpu/test_zoo_dumps_attention.py",
     "cpu/test_zoo_dumps_cutlass_coop.py",  # the largest recordings, replayed under the interpreter
     "cpu/test_zoo_dumps_cutlass_pingpong.py",
+    "cpu/test_zoo_dumps_cutlass_more.py",
 )
 
 def pytest_collection_modifyitems(config, items):

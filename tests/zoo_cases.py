@@ -28,7 +28,7 @@ def entries(kernel_dir: Optional[str] = None, kind: Optional[str] = "gemm") -> l
 
 # The offline dump test is spread over files (tests/cpu/test_zoo_dumps*.py), one per shard, so that
 # `--dist loadfile` runs them side by side; every entry falls in exactly one shard, "rest" included.
-DUMP_SHARDS = ("cutlass_coop", "cutlass_pingpong", "hopper", "split", "attention", "rest")
+DUMP_SHARDS = ("cutlass_coop", "cutlass_pingpong", "cutlass_more", "hopper", "split", "attention", "rest")
 
 
 def dump_shard(entry: dict) -> str:
@@ -36,6 +36,8 @@ def dump_shard(entry: dict) -> str:
         return "attention"
     family = entry["kernel"].split("/")[1]
     if family == "cutlass_sm90":
+        if any(w in entry["name"] for w in ("batched", "grouped", "blockwise", "streamk")):
+            return "cutlass_more"
         return "cutlass_pingpong" if "pingpong" in entry["name"] else "cutlass_coop"
     return {"hopper_gemm": "hopper", "split_gemm": "split"}.get(family, "rest")
 
