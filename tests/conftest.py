@@ -79,6 +79,7 @@ LONG_FIRST = (
     "cpu/test_cutlass_tap_maps.py",  # two CUTLASS host programs
     "cpu/test_repro_security.py",
     "cpu/test_repro_quant.py",  # the session's host program and its own wrong-nibble twin
+    "cpu/test_repro_grouped_scales.py",  # the session's host program on grouped block-scaled reproducers
     "cpu/test_launch_library.py",
     "cpu/test_zoo_build_split.py",
     "cpu/test_zoo_build_attention.py",

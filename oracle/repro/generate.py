@@ -18,7 +18,8 @@ directory:
                  files also say which part they are: quant=stored, scales or zeros)
   <name>.bin     the inputs as the kernel reads them: raw little-endian, the operand's storage order
                  (a map over padding rows reads a buffer that holds them; B of a grouped problem is
-                 its stack of matrices, each in B's major; a quantised B is its stored codes, b.bin,
+                 its stack of matrices, each in B's major, and its block scales one matrix per group,
+                 [G, N / gn, K / gk] in scale_b's major; a quantised B is its stored codes, b.bin,
                  with b_scales.bin and b_zeros.bin, [K / group, N] row-major, which the host
                  reference dequantises as kernels_ref.dequant does); the group offsets; every workspace
                  (ws_NAME.bin, role inout) with the bytes the harness fills it with before the first
@@ -262,8 +263,8 @@ def _readme(case: Case, prov: Provenance, sequence: list, build: BuildPlan, refe
         what = f"{len(s.groups)} groups" if s.groups is not None else f"a batch of {s.batch}"
         groups = (f"\nThe problem is {what} of {', '.join(map(str, s.group_sizes))} rows along M: A [{s.total_m}, "
                   f"{s.k}], B [{len(s.group_sizes)}, {s.k}, {s.n}] (each matrix in B's major), D [{s.total_m}, "
-                  f"{s.n}];\nevery group is its own GEMM (B[g], its bias), tiled from its first row, and D is "
-                  f"judged group by group.")
+                  f"{s.n}];\nevery group is its own GEMM (B[g], its bias, B's block scales of the group), tiled from "
+                  f"its first row, and D is judged group by group.")
     quant = _quant_readme(s)
     tiling = ", counted from each group's first row" if groups else ""
     plural = "s, in launch order" if many else ""
@@ -305,9 +306,10 @@ quoted #include lines reach, the trace header tree; manifest.json lists every fi
 
 Reference: {ref}
 Without them (or with --host-reference) repro computes D in double precision from the inputs
-(GEMM with block scales per k-group, a quantised B dequantised first, scale, alpha/beta, bias,
-activation, cast; a grouped problem group by group with B[g]) and uses a conservative worst-case
-bound, looser than the oracle's:
+(GEMM with block scales per k-group, each group's sum times fp32(sa * sb), a quantised B
+dequantised first, scale, alpha/beta, bias, activation, cast; a grouped problem group by group
+with B[g] and B's block scales of group g) and uses a conservative worst-case bound, looser than
+the oracle's:
 1.25 (eps |alpha| S + |alpha| Q + 2^-20 (|alpha v| + |beta c| + |bias|)) + 2^-14 (|x| + |y|) for
 gelu/silu + one ulp of the output type at |y|, with S = sum_k |a||b| (times |scales|) and eps =
 K 2^-23 for fp32 accumulation (+ 2^-10 P/32 for fp8 partial sums over P), 2 ceil(K/16) 2^-11 for

@@ -176,5 +176,7 @@ def _problem_text(case: Case) -> str:
     lines.append(f"promotion_interval {s.promotion_interval or 'none'}")
     for op in ("a", "b"):
         sc = getattr(s, f"scale_{op}")
-        lines.append(f"scale_{op} {sc.kind}" + (f" {sc.block[0]} {sc.block[1]}" if sc.block else ""))
+        # a block scale's rows, k and stored dtype (e8m0: raw bytes, 2^(b - 127)); a grouped problem's B
+        # scales are one [N / gn, K / gk] matrix per group, A's per row stacked with A's rows
+        lines.append(f"scale_{op} {sc.kind}" + (f" {sc.block[0]} {sc.block[1]} {sc.dtype}" if sc.block else ""))
     return "\n".join(lines) + "\n"

@@ -155,6 +155,7 @@ struct Problem {
   bool saturate = false;
   bool declared_epilogue = false;     // an epilogue order other than scale, alpha/beta, bias, activation, cast
   long long sa_rows = 0, sa_k = 0, sb_rows = 0, sb_k = 0;
+  std::string sa_dtype = "fp32", sb_dtype = "fp32";  // a block scale's stored dtype (e8m0: raw bytes)
   long long promotion = 0;
   // a quantised B (b_scales not none): its stored dtype, packing, k per scale group, the scales'
   // dtype, the zero points' form and the dequant arithmetic (host/dequant.cuh checks them together)
@@ -244,12 +245,15 @@ Problem read_problem(const std::string& dir) {
     else if (key == "dequant_precision")
       p.dequant_precision = arg(1) == "none" ? "fp32" : one_of(arg(1), "fp32 operand", at, key);
     else if (key == "promotion_interval") p.promotion = arg(1) == "none" ? 0 : to_int(arg(1), at);
-    else if (key == "scale_a") {
-      p.scale_a = arg(1);
-      if (p.scale_a == "block") { p.sa_rows = to_int(arg(2), at); p.sa_k = to_int(arg(3), at); }
-    } else if (key == "scale_b") {
-      p.scale_b = arg(1);
-      if (p.scale_b == "block") { p.sb_rows = to_int(arg(2), at); p.sb_k = to_int(arg(3), at); }
+    else if (key == "scale_a" || key == "scale_b") {  // scale_X KIND [ROWS K [DTYPE]] (a block's, fp32 if absent)
+      const bool a = key == "scale_a";
+      std::string& kind = a ? p.scale_a : p.scale_b;
+      kind = one_of(arg(1), "none tensor row col block", at, key);
+      if (kind == "block") {
+        (a ? p.sa_rows : p.sb_rows) = to_int(arg(2), at);
+        (a ? p.sa_k : p.sb_k) = to_int(arg(3), at);
+        if (l.tokens.size() > 4) (a ? p.sa_dtype : p.sb_dtype) = one_of(arg(4), "fp32 e8m0 e4m3", at, key + " dtype");
+      }
     } else if (key == "describe") {
       for (size_t i = 1; i < l.tokens.size(); ++i) p.describe += (i > 1 ? " " : "") + l.tokens[i];
     }
@@ -289,7 +293,9 @@ void check_problem_tensors(const Problem& p, const std::map<std::string, TensorF
   if (p.scale_a == "block") want["scale_a"] = {ceil_div(p.total_m, p.sa_rows), ceil_div(p.k, p.sa_k)};
   if (p.scale_b == "tensor") want["scale_b"] = {1};
   if (p.scale_b == "col") want["scale_b"] = {p.n};
-  if (p.scale_b == "block") want["scale_b"] = {ceil_div(p.n, p.sb_rows), ceil_div(p.k, p.sb_k)};
+  if (p.scale_b == "block")  // a grouped or batched problem: one tensor per group, [G, N / gn, K / gk]
+    want["scale_b"] = p.grouped ? std::vector<long long>{groups, ceil_div(p.n, p.sb_rows), ceil_div(p.k, p.sb_k)}
+                                : std::vector<long long>{ceil_div(p.n, p.sb_rows), ceil_div(p.k, p.sb_k)};
   for (const auto& kv : want) {
     auto it = tensors.find(kv.first);
     if (it == tensors.end() || it->second.logical == kv.second) continue;
@@ -298,6 +304,16 @@ void check_problem_tensors(const Problem& p, const std::map<std::string, TensorF
     for (long long e : it->second.logical) has += (has.empty() ? "" : "x") + std::to_string(e);
     fail("inputs.txt: " + kv.first + " is " + has + " (logical) but problem.txt's " + p.describe + " needs " + shape +
          ": the two files disagree");
+  }
+  // a block scale is stored in its dtype: fp32 and e4m3 as themselves, e8m0 as its raw bytes
+  for (const auto& sc : {std::make_pair("scale_a", p.scale_a == "block" ? p.sa_dtype : ""),
+                         std::make_pair("scale_b", p.scale_b == "block" ? p.sb_dtype : "")}) {
+    auto it = tensors.find(sc.first);
+    if (sc.second.empty() || it == tensors.end()) continue;
+    const DT want_dt = sc.second == "e8m0" ? DT::U8 : sc.second == "e4m3" ? DT::E4M3 : DT::F32;
+    if (it->second.dtype != want_dt)
+      fail(std::string("inputs.txt: ") + sc.first + " has dtype " + dt_name(it->second.dtype) + " but problem.txt's " +
+           sc.first + " block scales are " + sc.second + " (stored as " + dt_name(want_dt) + "): the two files disagree");
   }
 }
 

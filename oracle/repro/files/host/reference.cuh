@@ -41,6 +41,17 @@ Reference reference_from_files(const std::string& exp_path, const std::string& b
   return r;
 }
 
+// The value of block scale (r, c) of matrix g of a scale tensor (g = 0 for A's, stacked over the
+// groups; B's of a grouped or batched problem are one matrix per group): e8m0 raw bytes are
+// 2^(b - 127), 255 NaN; fp32 and e4m3 are their own values.
+double block_scale(const TensorFile& t, const std::string& dtype, long long g, long long r, long long c) {
+  if (dtype == "e8m0") {
+    const int b = *t.bits_in(g, r, c);
+    return b == 255 ? NAN : std::ldexp(1.0, b - 127);
+  }
+  return t.at_in(g, r, c);
+}
+
 double activate(const std::string& act, double x) {
   if (act == "relu") return x < 0 ? 0.0 : x;
   if (act == "gelu_erf") return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
@@ -51,7 +62,9 @@ double activate(const std::string& act, double x) {
 
 // The whole problem in double precision: acc = A @ B (block scales per k-group; a quantised B
 // dequantised first, host/dequant.cuh), then scale, alpha/beta, bias, activation, cast; row i of a
-// grouped problem is its group g's, with B[g] and the column bias bias[g]. The bound is a
+// grouped problem is its group g's, with B[g], the column bias bias[g] and B's block scales of
+// group g (A's are per row, stacked with A's rows; a ragged K's last scale group is partial). Each
+// scale group's partial sum is multiplied by fp32(sa * sb), as kernels_ref/mma.py. The bound is a
 // worst-case model, deliberately looser than the oracle's (README.txt): eps * |alpha| * S + |alpha| Q
 // + 2^-20 (|alpha v| + |beta c| + |bias|), times 1.25 for the activation's slope, plus 2^-14 (|x| + |y|)
 // for a transcendental activation, plus one unit in the last place of the output type at |y|;
@@ -97,8 +110,15 @@ Reference host_reference(const std::string& dir, std::map<std::string, TensorFil
   if (p.acc == "fp32") eps = p.k * std::ldexp(1.0, -23) + (fp8 ? std::ldexp(1.0, -10) * (p.promotion ? p.promotion : p.bk) / 32.0 : 0.0);
   else if (p.acc == "fp16") eps = 2.0 * double((p.k + 15) / 16) * std::ldexp(1.0, -11);
   const bool block = p.scale_a == "block";
-  if (p.grouped && (block || p.scale_a == "row" || p.scale_b == "col"))
-    fail("the host reference of a grouped problem takes per-tensor scales only");
+  if (block != (p.scale_b == "block") || (block && p.sa_k != p.sb_k))
+    fail("problem.txt: block scales need both scale_a and scale_b block with the same k per group (scale_a " +
+         p.scale_a + " k " + std::to_string(p.sa_k) + ", scale_b " + p.scale_b + " k " + std::to_string(p.sb_k) + ")");
+  if (block && (!SA || !SB)) fail("the problem has block scales but inputs.txt lists no scale_a or no scale_b");
+  if (p.grouped && (p.scale_a == "row" || p.scale_b == "col"))
+    fail("the host reference of a grouped problem takes per-tensor or block scales, not per-row or per-column ones");
+  if (p.grouped && block && p.sa_rows != 1)  // a block of several rows would straddle two groups
+    fail("problem.txt: scale_a block " + std::to_string(p.sa_rows) + " " + std::to_string(p.sa_k) +
+         ": A's block scales of a grouped problem are per row (1 x k), stacked with A's rows");
   const long long gk = block ? p.sa_k : p.k;
   const long long groups = (p.k + gk - 1) / gk;
   Reference r;
@@ -128,7 +148,11 @@ Reference host_reference(const std::string& dir, std::map<std::string, TensorFil
         }
         for (long long j = 0; j < p.n; ++j) {
           double s = 1.0;
-          if (block) s = SA->at(i / p.sa_rows, g) * SB->at(j / p.sb_rows, g);
+          // each scale group promoted on its own with fp32(sa * sb), as kernels_ref/mma.py's host spec;
+          // B's scales are group grp's (one matrix per group of a grouped or batched problem)
+          if (block)
+            s = double(float(block_scale(*SA, p.sa_dtype, 0, i / p.sa_rows, g) *
+                             block_scale(*SB, p.sb_dtype, p.grouped ? grp : 0, j / p.sb_rows, g)));
           acc[j] += part[j] * s;
           sabs[j] += pabs[j] * std::fabs(s);
         }
