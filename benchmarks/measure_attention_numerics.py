@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -40,7 +41,7 @@ def print_report(res: dict) -> None:
     for name, row in res["primitives"].items():
         if isinstance(row, dict):
             print(f"{name:22s} max {row['error']} error 2^{row['max_log2']:.2f} (constant 2^"
-                  f"{__import__('math').log2(row['constant']):.2f}) over {row['inputs']} inputs: "
+                  f"{math.log2(row['constant']):.2f}) over {row['inputs']} inputs: "
                   f"{'within' if row['within'] else 'EXCEEDS'}")
     for name, row in res["p_form"].items():
         if isinstance(row, dict):
