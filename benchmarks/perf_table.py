@@ -135,6 +135,15 @@ def _warm_path(doc) -> list[Measure]:
     return [Measure("warm `oracle compare`", goal, measured, None, peer)]
 
 
+def _ci_time(doc) -> list[Measure]:
+    met = "" if doc.get("wall_s") is None else _met(doc["wall_s"] <= doc.get("goal_s", 0))
+    top = ", ".join(f"{k} {v:.0f} s" for k, v in list((doc.get("compile_s_by_source") or {}).items())[:3])
+    measured = (f"{_n(doc.get('wall_s'), '.0f')} s in all, pytest {_n(doc.get('pytest_s'), '.0f')} s on "
+                f"{doc.get('cores')} cores; {doc.get('compiles')} compiles, {_n(doc.get('compile_s'), '.0f')} s of nvcc"
+                f"{f' ({top})' if top else ''}")
+    return [Measure("the README's test command, cold", f"<= {doc.get('goal_s', 600):g} s{met}", measured, None, None)]
+
+
 def _analyze(doc) -> list[Measure]:
     counts = doc.get("counts") or {}
     extra = f", {counts['launches']} launches, {counts['host_reads']} host reads" if "launches" in counts else ""
@@ -218,7 +227,7 @@ READERS: dict[str, Callable] = {
     "gemm_bench": _gemm, "check_bench": _check, "compare_bench": _compare, "warm_path": _warm_path,
     "analyze_bench": _analyze, "parse_bench": _parse, "false_alarms": _false_alarms,
     "attention_false_alarms": _attention, "measure_numerics": _numerics, "probe_w4a16": _w4a16,
-    "fuzz_inputs": _fuzz,
+    "fuzz_inputs": _fuzz, "ci_time": _ci_time,
 }
 LEGACY: tuple[tuple[str, Callable[[dict], bool]], ...] = (
     ("gemm_bench", lambda d: isinstance(d.get("rows"), list) and any("triton_TFLOPs" in r for r in d["rows"])),

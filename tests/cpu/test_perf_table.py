@@ -152,3 +152,31 @@ def test_a_script_run_on_the_cpu_writes_a_stamp_the_table_reads(tmp_path):
     (row,) = perf_table.rows_of(out)
     assert row.benchmark == "oracle.check, bf16 64^3" and row.ratio.endswith("vs the GEMM timed beside it (`gemm_ms`)")
     assert row.when.startswith(s["date"][:10])
+
+
+def test_the_test_command_profile_sums_the_cache_s_compiles_and_the_table_reads_it(tmp_path):
+    cache = tmp_path / "cache"
+    entries = (("so", "aa", "/x/zoo/cutlass_sm90/cutlass_sm90.cu", ["-DORACLE_TRACE=1", "-DORACLE_CASE_A=3"], 40.5),
+               ("so", "bb", "/x/zoo/cutlass_sm90/cutlass_sm90.cu", ["-DZOO_CUTLASS_HOST=1"], 30.0),
+               ("cubin", "cc", "/x/zoo/hopper_gemm/hopper_gemm.cu", [], 90.0))
+    for kind, key, source, defines, secs in entries:
+        folder = cache / kind / key[:2]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"{key}.json").write_text(json.dumps({"command": ["nvcc", *defines, "-o", "x", source],
+                                                        "source": source, "seconds": secs, "ok": True}))
+    (cache / "so" / "aa" / "not-an-entry.json").write_text("[1, 2]")
+    durations = tmp_path / "dur.txt"
+    durations.write_text("12.50s call     tests/cpu/test_a.py::test_one\n2.00s setup    tests/cpu/test_a.py::test_two[x]\n"
+                         "5.00s call     tests/cpu/test_b.py::test_three\n")
+    out = tmp_path / "ci_time_cpu.json"
+    done = subprocess.run([sys.executable, "benchmarks/ci_time.py", "--cache", str(cache), "--wall-s", "700",
+                           "--pytest-s", "650", "--cores", "2", "--durations", str(durations), "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert doc["compiles"] == 3 and doc["compile_s"] == 160.5
+    assert doc["compile_s_by_source"] == {"hopper_gemm.cu": 90.0, "cutlass_sm90.cu": 70.5}
+    assert doc["longest_compiles"][1]["defines"] == ["ORACLE_TRACE=1"]  # the case's checks are left out
+    assert doc["warm_test_s_by_file"] == {"tests/cpu/test_a.py": 14.5, "tests/cpu/test_b.py": 5.0}
+    (row,) = perf_table.rows_of(out)
+    assert row.goal == "<= 600 s: NOT met" and "3 compiles, 160 s of nvcc (hopper_gemm.cu 90 s" in row.measured
