@@ -83,9 +83,10 @@ def attention_trace_budget(selection: TraceSelection, *, batch: int, q_blocks: i
                            splits: int, block_q: int, block_kv: int, head_dim: int, head_dim_v: int,
                            itemsize: Mapping[str, int]) -> TraceBudget:
     """The budget of an attention trace: a tile is (query block, query head), matched in every batch
-    entry; the KV stages are tapped once per KV block, normalize once per split and combine once
+    entry the selection's groups name (all without); the KV stages are tapped once per KV block, normalize once per split and combine once
     (docs/trace-format.md, "Attention sites"). `itemsize` as for trace_budget."""
-    n_tiles = batch * _selected_tiles(selection, q_blocks, heads_q)
+    entries = batch if selection.groups is None else sum(1 for g in selection.groups if g < batch)
+    n_tiles = entries * _selected_tiles(selection, q_blocks, heads_q)
     n_kb = _selected_k_blocks(selection, kv_blocks)
     shapes = {"load_q": (block_q, head_dim), "load_k": (block_kv, head_dim), "load_v": (block_kv, head_dim_v),
               "s": (block_q, block_kv), "mask": (block_q, block_kv), "p": (block_q, block_kv),

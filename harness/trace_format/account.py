@@ -49,7 +49,7 @@ class TraceAccount:
         sel = self.selection
         return {"tiles": None if sel.tiles is None else [list(t) for t in sel.tiles],
                 "k_blocks": None if sel.k_blocks is None else list(sel.k_blocks), "stages": list(sel.stages),
-                "dropped": self.dropped,
+                "groups": None if sel.groups is None else list(sel.groups), "dropped": self.dropped,
                 "dropped_by_stage": None if self.dropped_by_stage is None else dict(self.dropped_by_stage),
                 "needed_bytes": self.needed_bytes, "capacity": self.capacity, "torn": self.torn,
                 "relaunched": self.relaunched, "first_capacity": self.first_capacity}
@@ -59,13 +59,14 @@ class TraceAccount:
         """Raises ValueError naming the field for anything malformed."""
         if not isinstance(d, dict):
             raise ValueError(f"a trace account must be a JSON object, got {type(d).__name__}")
-        known = {"tiles", "k_blocks", "stages", "dropped", "dropped_by_stage", "needed_bytes", "capacity", "torn",
+        known = {"tiles", "k_blocks", "stages", "groups", "dropped", "dropped_by_stage", "needed_bytes", "capacity", "torn",
                  "relaunched", "first_capacity"}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"trace account has unknown field(s) {', '.join(unknown)}")
         tiles, kbs, stages = d.get("tiles"), d.get("k_blocks"), d.get("stages", list(TAP_STAGES))
-        for name, v in (("tiles", tiles), ("k_blocks", kbs)):
+        groups = d.get("groups")
+        for name, v in (("tiles", tiles), ("k_blocks", kbs), ("groups", groups)):
             if v is not None and not isinstance(v, list):
                 raise ValueError(f"trace account {name} must be a list or null, got {v!r}")
         if not isinstance(stages, list) or not all(isinstance(s, str) for s in stages):
@@ -81,7 +82,8 @@ class TraceAccount:
             raise ValueError(f"trace account relaunched={relaunched!r} must be true or false")
         selection = TraceSelection(tiles=None if tiles is None else tuple(tuple(t) if isinstance(t, list) else t
                                                                           for t in tiles),
-                                   k_blocks=None if kbs is None else tuple(kbs), stages=tuple(stages))
+                                   k_blocks=None if kbs is None else tuple(kbs), stages=tuple(stages),
+                                   groups=None if groups is None else tuple(groups))
         return cls(selection=selection, dropped=d.get("dropped", 0),
                    dropped_by_stage=None if by_stage is None else tuple(by_stage.items()),
                    needed_bytes=d.get("needed_bytes", 0), capacity=d.get("capacity", 0), torn=d.get("torn", 0),

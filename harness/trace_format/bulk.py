@@ -165,7 +165,7 @@ def read_bulk(mv: memoryview, header: SinkHeader, *, block_m: int, block_n: int,
     ok = (tm >= 0) & (tn >= 0) & (kb >= NONE) & (slot >= NONE) & (part >= NONE) & (group >= NONE)
     ok &= ~_NEEDS_KB[stage] | (kb >= 0)
     ok &= image == (kind == _BYTES)
-    if not ok.all() or not _selected(header, stage, tm, tn, kb).all():
+    if not ok.all() or not _selected(header, stage, tm, tn, kb, group).all():
         return None
 
     # each record's tap shape, and its body against its size
@@ -301,7 +301,8 @@ def read_bulk(mv: memoryview, header: SinkHeader, *, block_m: int, block_n: int,
     return tuple(taps), descriptors, n_records
 
 
-def _selected(header: SinkHeader, stage: np.ndarray, tm: np.ndarray, tn: np.ndarray, kb: np.ndarray) -> np.ndarray:
+def _selected(header: SinkHeader, stage: np.ndarray, tm: np.ndarray, tn: np.ndarray, kb: np.ndarray,
+              group: np.ndarray) -> np.ndarray:
     """TraceSelection.records for every record at once."""
     sel = header.selection
     ok = _table(((c, STAGE_NAMES[c] in sel.stages) for c in STAGE_NAMES), False, bool)[stage]
@@ -312,4 +313,6 @@ def _selected(header: SinkHeader, stage: np.ndarray, tm: np.ndarray, tn: np.ndar
         ok &= tile_ok
     if sel.k_blocks is not None:
         ok &= (kb < 0) | np.isin(kb, np.asarray(sel.k_blocks, np.int64))
+    if sel.groups is not None:
+        ok &= (group < 0) | np.isin(group, np.asarray(sel.groups, np.int64))
     return ok

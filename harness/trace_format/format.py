@@ -23,6 +23,7 @@ READABLE_VERSIONS = (1, 2, 3)
 HEADER_BYTES = 576  # version 3's; versions 1 and 2 had 512 (HEADER_BYTES_OF_VERSION)
 HEADER_BYTES_OF_VERSION = {1: 512, 2: 512, 3: HEADER_BYTES}
 MAX_TILES = 32
+MAX_GROUPS = 4  # group (batch entry) selectors in the header
 KBLOCK_WINDOW = 1024
 FLAG_ALL_K_BLOCKS = 1
 KNOWN_FLAGS = FLAG_ALL_K_BLOCKS
@@ -104,10 +105,11 @@ SWIZZLE_BYTES = (0, 32, 64, 128)
 HEADER_FIXED = struct.Struct("<IHHQQIIIIiI")  # first 48 bytes of the sink header
 HEADER_OFFSETS = {
     "magic": 0, "version": 4, "header_bytes": 6, "capacity": 8, "cursor": 16, "dropped": 24,
-    "flags": 28, "stage_mask": 32, "n_tiles": 36, "kb_base": 40, "tiles": 64, "kb_bits": 320,
+    "flags": 28, "stage_mask": 32, "n_tiles": 36, "kb_base": 40, "n_groups": 44, "groups": 48, "tiles": 64, "kb_bits": 320,
     "dropped_by_stage": 448,
 }
 TILE_SELECTOR = struct.Struct("<ii")
+GROUP_SELECTORS = struct.Struct(f"<{MAX_GROUPS}i")
 RECORD_HEAD = struct.Struct("<IHHBBHIIiiiiHHii")
 RECORD_HEAD_V1 = struct.Struct("<IHHBBHIIiiiiHH")  # version 1: no partial, no group
 RECORD_HEAD_OFFSETS = {

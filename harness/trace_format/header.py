@@ -11,8 +11,8 @@ import torch
 
 from harness.taps import ALL_TAP_STAGES, TAP_STAGES, DescriptorRecord
 from harness.trace_format.format import (
-    FLAG_ALL_K_BLOCKS, HEADER_BYTES, HEADER_BYTES_OF_VERSION, HEADER_FIXED, HEADER_OFFSETS,
-    HEAD_BYTES_OF_VERSION, INT32_MAX, KBLOCK_WINDOW, KNOWN_FLAGS, MAGIC, MAX_STAGE_CODE_OF_VERSION, MAX_TILES, NONE,
+    FLAG_ALL_K_BLOCKS, GROUP_SELECTORS, HEADER_BYTES, HEADER_BYTES_OF_VERSION, HEADER_FIXED, HEADER_OFFSETS,
+    HEAD_BYTES_OF_VERSION, INT32_MAX, KBLOCK_WINDOW, KNOWN_FLAGS, MAGIC, MAX_GROUPS, MAX_STAGE_CODE_OF_VERSION, MAX_TILES, NONE,
     READABLE_VERSIONS, RECORD_ALIGN, STAGE_CODES, STAGE_COUNTERS_OF_VERSION, STAGE_NAMES, STAGES_MASK_OF_VERSION,
     TILE_SELECTOR, TraceHeaderError, TraceTruncatedError, VERSION, _DROPPED_BY_STAGE_OF_VERSION, _KB_BITS_OFFSET,
     _TILES_OFFSET)
@@ -21,19 +21,22 @@ from harness.trace_format.records import encode_descriptor
 
 @dataclass(frozen=True)
 class TraceSelection:
-    """What the kernel records: stages, output tiles and k-blocks.
+    """What the kernel records: stages, output tiles, k-blocks and groups.
 
     tiles: None records every tile; else up to 32 (tile_m, tile_n) selectors where -1 (or None)
     matches any index, so (3, -1) is a whole row of tiles. k_blocks: None records every
     k-block; else k-blocks inside one 1024-wide window. Stages without a k-block (epilogue)
     ignore the k-block selection. `stages` may name any stage the format has a code for
     (harness.taps.ALL_TAP_STAGES: GEMM's and attention's); the default is GEMM's. For attention a
-    tile is (query block, query head) and a k-block a KV block.
+    tile is (query block, query head) and a k-block a KV block. groups: None records every group
+    (of a grouped GEMM), batch entry (of a batched GEMM or an attention batch); else up to 4 of
+    them; a tap that names no group is always recorded.
     """
 
     tiles: Optional[tuple[tuple[int, int], ...]] = None
     k_blocks: Optional[tuple[int, ...]] = None
     stages: tuple[str, ...] = TAP_STAGES
+    groups: Optional[tuple[int, ...]] = None
 
     def __post_init__(self) -> None:
         if self.tiles is not None:
@@ -58,6 +61,15 @@ class TraceSelection:
                 raise ValueError(f"selection k-blocks span {kbs[0]}..{kbs[-1]}; they must fit in a window of "
                                  f"{KBLOCK_WINDOW} (select fewer, or all with k_blocks=None)")
             object.__setattr__(self, "k_blocks", kbs)
+        if self.groups is not None:
+            groups = tuple(self.groups) if isinstance(self.groups, (tuple, list)) else None
+            if not groups or any(isinstance(g, bool) or not isinstance(g, int) or g < 0 or g > INT32_MAX
+                                 for g in groups):
+                raise ValueError(f"selection groups {self.groups!r} must be a non-empty list of ints >= 0")
+            groups = tuple(sorted(set(groups)))
+            if len(groups) > MAX_GROUPS:
+                raise ValueError(f"selection has {len(groups)} groups; at most {MAX_GROUPS} fit in the header")
+            object.__setattr__(self, "groups", groups)
         for s in self.stages:
             if not isinstance(s, str) or s not in STAGE_CODES:
                 raise ValueError(f"selection stage {s!r} is unknown; allowed: {', '.join(ALL_TAP_STAGES)}")
@@ -71,8 +83,12 @@ class TraceSelection:
     def records_k_block(self, k_block: Optional[int]) -> bool:
         return k_block is None or k_block < 0 or self.k_blocks is None or k_block in self.k_blocks
 
-    def records(self, stage: str, tile: tuple[int, int], k_block: Optional[int]) -> bool:
-        return stage in self.stages and self.records_tile(tile) and self.records_k_block(k_block)
+    def records_group(self, group: Optional[int]) -> bool:
+        return group is None or group < 0 or self.groups is None or group in self.groups
+
+    def records(self, stage: str, tile: tuple[int, int], k_block: Optional[int], group: Optional[int] = None) -> bool:
+        return (stage in self.stages and self.records_tile(tile) and self.records_k_block(k_block)
+                and self.records_group(group))
 
 
 @dataclass(frozen=True)
@@ -129,8 +145,10 @@ def _encode_header(capacity: int, selection: TraceSelection, cursor: int = 0, dr
     tiles = ((NONE, NONE),) if selection.tiles is None else selection.tiles
     stage_mask = sum(1 << STAGE_CODES[s] for s in selection.stages)
     head = bytearray(HEADER_BYTES_OF_VERSION.get(version, HEADER_BYTES))
+    groups = selection.groups or ()
     HEADER_FIXED.pack_into(head, 0, magic, version, len(head), capacity, cursor, dropped, flags, stage_mask,
-                           len(tiles), kb_base, 0)
+                           len(tiles), kb_base, len(groups))
+    GROUP_SELECTORS.pack_into(head, HEADER_OFFSETS["groups"], *groups, *[0] * (MAX_GROUPS - len(groups)))
     for i, (tm, tn) in enumerate(tiles):
         TILE_SELECTOR.pack_into(head, _TILES_OFFSET + 8 * i, tm, tn)
     struct.pack_into(f"<{len(bits)}I", head, _KB_BITS_OFFSET, *bits)
@@ -153,7 +171,8 @@ def _check_capacity(capacity: int, version: int = VERSION) -> None:
 
 
 def sink_prefix(capacity: int, tiles: Optional[Iterable] = None, k_blocks: Optional[Iterable[int]] = None, *,
-                stages: Optional[Iterable[str]] = None, descriptors: Sequence[DescriptorRecord] = ()) -> bytes:
+                stages: Optional[Iterable[str]] = None, descriptors: Sequence[DescriptorRecord] = (),
+                groups: Optional[Iterable[int]] = None) -> bytes:
     """The start of an initial sink of `capacity` bytes: the header with the selection, then the
     pre-written records. Every byte after it must be zero (harness.runner.SinkRequest zero-fills).
     `descriptors` are TMA descriptor fields known to the host; they are pre-written as records."""
@@ -162,6 +181,7 @@ def sink_prefix(capacity: int, tiles: Optional[Iterable] = None, k_blocks: Optio
         tiles=None if tiles is None else tuple(tuple(t) for t in tiles),
         k_blocks=None if k_blocks is None else tuple(k_blocks),
         stages=TAP_STAGES if stages is None else tuple(stages),
+        groups=None if groups is None else tuple(groups),
     )
     records = b"".join(encode_descriptor(d) for d in descriptors)
     if len(records) > capacity - HEADER_BYTES:
@@ -171,12 +191,12 @@ def sink_prefix(capacity: int, tiles: Optional[Iterable] = None, k_blocks: Optio
 
 
 def sink_init_bytes(capacity: int, tiles: Optional[Iterable] = None, k_blocks: Optional[Iterable[int]] = None, *,
-                    stages: Optional[Iterable[str]] = None,
-                    descriptors: Sequence[DescriptorRecord] = ()) -> bytes:
+                    stages: Optional[Iterable[str]] = None, descriptors: Sequence[DescriptorRecord] = (),
+                    groups: Optional[Iterable[int]] = None) -> bytes:
     """The whole initial sink, `capacity` bytes: `sink_prefix`, then a zeroed record area.
 
     Copy all of it to the sink memory before the launch (the record area must be zero)."""
-    head = sink_prefix(capacity, tiles, k_blocks, stages=stages, descriptors=descriptors)
+    head = sink_prefix(capacity, tiles, k_blocks, stages=stages, descriptors=descriptors, groups=groups)
     return head + bytes(capacity - len(head))
 
 
@@ -199,7 +219,7 @@ def parse_header(buf) -> SinkHeader:
         raise TraceTruncatedError(f"trace buffer has {len(mv)} bytes, fewer than the {HEADER_FIXED.size}-byte "
                                   f"fixed header", 0)
     (magic, version, header_bytes, capacity, cursor, dropped, flags, stage_mask, n_tiles, kb_base,
-     _) = HEADER_FIXED.unpack_from(mv, 0)
+     n_groups) = HEADER_FIXED.unpack_from(mv, 0)
     if magic != MAGIC:
         raise TraceHeaderError(f"trace magic is 0x{magic:08x}, expected 0x{MAGIC:08x} ('OTRC'): not a trace "
                                f"sink, or the sink was never initialised", 0)
@@ -228,6 +248,11 @@ def parse_header(buf) -> SinkHeader:
                                f"(known mask 0x{known_mask:x})", HEADER_OFFSETS["stage_mask"])
     if n_tiles > MAX_TILES:
         raise TraceHeaderError(f"trace n_tiles {n_tiles} exceeds {MAX_TILES}", HEADER_OFFSETS["n_tiles"])
+    if n_groups > MAX_GROUPS:
+        raise TraceHeaderError(f"trace n_groups {n_groups} exceeds {MAX_GROUPS}", HEADER_OFFSETS["n_groups"])
+    groups = GROUP_SELECTORS.unpack_from(mv, HEADER_OFFSETS["groups"])[:n_groups]
+    if any(g < 0 for g in groups):
+        raise TraceHeaderError(f"trace group selectors {list(groups)}: each must be >= 0", HEADER_OFFSETS["groups"])
     if cursor % RECORD_ALIGN:
         raise TraceHeaderError(f"trace cursor {cursor} is not a multiple of {RECORD_ALIGN}", HEADER_OFFSETS["cursor"])
     if cursor > capacity - want_header and dropped == 0:
@@ -254,7 +279,8 @@ def parse_header(buf) -> SinkHeader:
     stages = tuple(s for s in ALL_TAP_STAGES if stage_mask >> STAGE_CODES[s] & 1)
     all_tiles = any(tm < 0 and tn < 0 for tm, tn in tiles)
     try:
-        selection = TraceSelection(tiles=None if all_tiles else tuple(tiles), k_blocks=k_blocks, stages=stages)
+        selection = TraceSelection(tiles=None if all_tiles else tuple(tiles), k_blocks=k_blocks, stages=stages,
+                                   groups=tuple(groups) or None)
     except ValueError as e:  # every field was checked above; this names anything still amiss
         raise TraceHeaderError(f"trace header selection is not valid: {e}", HEADER_OFFSETS["tiles"]) from None
     by_stage = None

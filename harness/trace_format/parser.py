@@ -319,10 +319,11 @@ def _parse(buf, *, block_m: int, block_n: int, block_k: int, partial: bool = Fal
                                        off + 28)
         kb = None if k_block < 0 else k_block
         key = (stage, (tile_m, tile_n), kb, None if part < 0 else part, None if group < 0 else group)
-        if not header.selection.records(stage, (tile_m, tile_n), kb) and key not in unselected:
+        if not header.selection.records(stage, (tile_m, tile_n), kb, key[4]) and key not in unselected:
             unselected.add(key)
             warnings.add(WARN_UNSELECTED,
-                         f"record at byte {off}: {stage} tile ({tile_m}, {tile_n}) k-block {kb} was not selected "
+                         f"record at byte {off}: {stage} tile ({tile_m}, {tile_n}) k-block {kb}"
+                         f"{'' if group < 0 else f' group {group}'} was not selected "
                          f"by the sink header (the kernel ignored the selection)")
         if kind is RecordKind.BYTES:
             if stage not in DESCRIPTOR_STAGES:

@@ -28,7 +28,7 @@ class TraceWriter:
 
     def __init__(self, capacity: int = 1 << 20, *, tiles: Optional[Iterable] = None,
                  k_blocks: Optional[Iterable[int]] = None, stages: Optional[Iterable[str]] = None,
-                 version: int = VERSION) -> None:
+                 version: int = VERSION, groups: Optional[Iterable[int]] = None) -> None:
         if version not in READABLE_VERSIONS:
             raise ValueError(f"version {version} is not a trace format version ({READABLE_VERSIONS})")
         _check_capacity(capacity, version)
@@ -39,7 +39,8 @@ class TraceWriter:
             tiles=None if tiles is None else tuple(tuple(t) for t in tiles),
             k_blocks=None if k_blocks is None else tuple(k_blocks),
             stages=tuple(s for s in TAP_STAGES if STAGE_CODES[s] <= MAX_STAGE_CODE_OF_VERSION[version])
-            if stages is None else tuple(stages))  # default: every GEMM stage the version has a code for
+            if stages is None else tuple(stages),  # default: every GEMM stage the version has a code for
+            groups=None if groups is None else tuple(groups))
         newer = [s for s in self.selection.stages if STAGE_CODES[s] > MAX_STAGE_CODE_OF_VERSION[version]]
         if newer:
             raise ValueError(f"a version-{version} trace cannot hold the stages {', '.join(newer)}")

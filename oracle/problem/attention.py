@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from oracle.problem.spec import _built, _finite, _known_fields, _positive_int, _require, check_traced_range
+from oracle.problem.spec import _built, _finite, _known_fields, _positive_int, _require, check_traced_groups, check_traced_range
 
 CAUSAL = ("none", "top_left", "bottom_right")
 QKV_DTYPES = ("bf16", "fp16", "e4m3")
@@ -271,6 +271,7 @@ def check_selection(spec: AttentionSpec, plan) -> None:
     check_traced_range(plan, (spec.q_blocks, spec.heads_q), spec.kv_blocks,
                        f"the problem's {spec.q_blocks} query block(s) x {spec.heads_q} query head(s) (an attention "
                        f"tile is (query block, query head))", f"is past the problem's {spec.kv_blocks} KV block(s)")
+    check_traced_groups(plan, spec.batch, "batch entries")
     allowed = tap_stages(spec)
     for stage in plan.stages or ():
         if stage not in allowed:

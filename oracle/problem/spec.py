@@ -588,6 +588,20 @@ def check_selection(spec: ProblemSpec, plan) -> None:
                        f"the {spec.tiles_m} x {spec.tiles_n} tile grid of {spec.describe()}; tiles are "
                        f"0..{spec.tiles_m - 1}, 0..{spec.tiles_n - 1}",
                        f"is outside 0..{spec.k_blocks - 1} (K = {spec.k} in k-blocks of {spec.tile.bk})")
+    sizes = spec.group_sizes
+    check_traced_groups(plan, None if sizes is None else len(sizes),
+                        "groups" if spec.groups is not None else "batch entries")
+
+
+def check_traced_groups(plan, count: Optional[int], what: str) -> None:
+    """Every traced group of `plan` (a grouped GEMM's group, a batch entry) below `count`; else a
+    ValueError naming it (count None: a problem of one GEMM, none to select)."""
+    for g in getattr(plan, "groups", None) or ():
+        if count is None:
+            raise ValueError(f"trace groups = {list(plan.groups)}: the problem has no {what} to select "
+                             f"(one GEMM); leave groups out")
+        if g >= count:
+            raise ValueError(f"trace group {g} is outside the problem's {count} {what} (0..{count - 1})")
 
 
 def check_traced_range(plan, grid: tuple[int, int], depth: int, grid_is: str, depth_is: str) -> None:

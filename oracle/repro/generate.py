@@ -411,7 +411,8 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
         selection = trace_selection(case)
     else:
         tiles = case.trace.tiles if case.trace.tiles is not None else default_trace_tiles(case.spec)
-        selection = TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks)  # checked by check_case
+        selection = TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks,
+                                   groups=case.trace.groups)  # checked by check_case
     # Everything read from the user's files before the folder is touched: a refusal changes nothing.
     if build.prebuilt is not None:
         data, mtime = read_kernel_file(build.prebuilt, ReproError)
@@ -543,6 +544,7 @@ def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: R
            "tensormaps": maps, "tensors": tensor_meta,
            "trace": {"tiles": None if selection.tiles is None else [list(t) for t in selection.tiles],
                      "k_blocks": None if selection.k_blocks is None else list(selection.k_blocks),
+                     "groups": None if selection.groups is None else list(selection.groups),
                      "capacity_bytes": sink_bytes(case), "stages": list(STAGE_CODES)},
            "reference": reference}
     if call is not None:

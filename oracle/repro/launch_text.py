@@ -31,6 +31,8 @@ def _library_launch_text(case: Case, call: LibraryCall, build: BuildPlan, select
     lines.append("trace_tiles" + ("" if tiles is None else " " + " ".join(f"{tm},{tn}" for tm, tn in tiles)))
     kbs = selection.k_blocks
     lines.append("trace_k_blocks " + ("all" if kbs is None else " ".join(map(str, kbs))))
+    if selection.groups is not None:
+        lines.append("trace_groups " + " ".join(map(str, selection.groups)))
     lines.append(f"trace_capacity_bytes {sink_bytes(case)}")
     fields = {"m": call.m, "n": call.n, "k": call.k, "batch": call.batch, "groups": call.groups,
               "group_offsets": call.group_offsets or "-", "alpha": _hex_bits(call.alpha, "f32"),
@@ -114,6 +116,8 @@ def _launch_text(case: Case, sequence: list, build: BuildPlan, selection: TraceS
     lines.append("trace_tiles" + ("" if tiles is None else " " + " ".join(f"{tm},{tn}" for tm, tn in tiles)))
     kbs = selection.k_blocks
     lines.append("trace_k_blocks " + ("all" if kbs is None else " ".join(map(str, kbs))))
+    if selection.groups is not None:
+        lines.append("trace_groups " + " ".join(map(str, selection.groups)))
     lines.append(f"trace_capacity_bytes {sink_bytes(case)}")
     if is_attention(case.spec):  # the sink header's stage mask (a GEMM's is the host program's own list)
         lines.append(attn.stages_line(selection))

@@ -547,8 +547,8 @@ def _arg(a, i: int, names: ArgNames = GEMM_ARGS) -> Arg:
 
 
 def trace_plan(sec: Mapping[str, Any], where: str = "[trace]") -> TracePlan:
-    """A trace selection (tiles, k_blocks, stages, capacity_mb), checked; `where` names it in errors."""
-    unknown = sorted(set(sec) - {"tiles", "k_blocks", "stages", "capacity_mb"})
+    """A trace selection (tiles, k_blocks, stages, groups, capacity_mb), checked; `where` names it in errors."""
+    unknown = sorted(set(sec) - {"tiles", "k_blocks", "stages", "groups", "capacity_mb"})
     if unknown:
         raise CaseError(f"{where}: unknown key(s) {', '.join(unknown)}")
     tiles = sec.get("tiles")
@@ -568,18 +568,27 @@ def trace_plan(sec: Mapping[str, Any], where: str = "[trace]") -> TracePlan:
     cap = sec.get("capacity_mb")
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_CAPACITY_MB):
         raise CaseError(f"{where} capacity_mb must be an integer 1..{MAX_CAPACITY_MB}, got {shown(cap)}")
-    plan = TracePlan(tiles, kbs, stages, cap)
+    groups = sec.get("groups", "all")
+    if groups == "all":
+        groups = None
+    elif isinstance(groups, list) and groups and all(_index(x) for x in groups):
+        groups = tuple(groups)
+    else:
+        raise CaseError(f"{where} groups must be \"all\" or a non-empty list of group (batch entry) indices, "
+                        f"got {shown(groups)}")
+    plan = TracePlan(tiles, kbs, stages, cap, groups)
     _selection(plan, where)
     return plan
 
 
 def _selection(plan: TracePlan, where: str):
     """The selection as the sink header holds it (at most 32 tile selectors, k-blocks in one
-    1024-wide window, int32 indices), or a CaseError naming `where`."""
+    1024-wide window, at most 4 groups, int32 indices), or a CaseError naming `where`."""
     from harness.trace_format import TraceSelection
 
     try:
-        return TraceSelection(tiles=plan.tiles, k_blocks=plan.k_blocks, stages=plan.stages or TraceSelection().stages)
+        return TraceSelection(tiles=plan.tiles, k_blocks=plan.k_blocks, stages=plan.stages or TraceSelection().stages,
+                              groups=plan.groups)
     except ValueError as e:
         raise CaseError(f"{where}: {e}") from None
 

@@ -73,6 +73,7 @@ class TracePlan:
     k_blocks: Optional[tuple[int, ...]] = None  # None: all
     stages: Optional[tuple[str, ...]] = None  # None: every tap stage
     capacity_mb: Optional[int] = None  # the sink's ceiling; None: the ORACLE_TRACE_MAX_MB knob
+    groups: Optional[tuple[int, ...]] = None  # groups / batch entries traced (at most 4); None: all
 
 
 @dataclass(frozen=True)
@@ -105,8 +106,9 @@ class Case:
     run: RunPlan = RunPlan()
 
 
-def with_trace(case: Case, tiles=None, k_blocks=None, stages=None) -> Case:
+def with_trace(case: Case, tiles=None, k_blocks=None, stages=None, groups=None) -> Case:
     t = case.trace
     return replace(case, trace=replace(t, tiles=tiles if tiles is not None else t.tiles,
                                        k_blocks=k_blocks if k_blocks is not None else t.k_blocks,
-                                       stages=stages if stages is not None else t.stages))
+                                       stages=stages if stages is not None else t.stages,
+                                       groups=groups if groups is not None else t.groups))

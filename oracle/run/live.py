@@ -89,7 +89,8 @@ def run_live(case: Case, ops: Operands, provenance: Provenance, *, timeout_s: Op
         cubin, cached = br.read(), br.cached  # the verified bytes
     sel = trace_selection(case)
     capacity = initial_sink_bytes(budget, ceiling)
-    prefix = trace_format.sink_prefix(capacity, tiles=sel.tiles, k_blocks=sel.k_blocks, stages=sel.stages)
+    prefix = trace_format.sink_prefix(capacity, tiles=sel.tiles, k_blocks=sel.k_blocks, stages=sel.stages,
+                                      groups=sel.groups)
     if timing is not None and k.time_entry:
         timing = {**timing, "entry": k.time_entry}
     t1 = time.perf_counter()
@@ -117,7 +118,8 @@ def _run_live_library(case: Case, ops: Operands, provenance: Provenance, budget,
     case, order_note = with_library_order(case, declared_order(br.read()) if k.adapter is not None else None)
     sel = trace_selection(case)
     capacity = initial_sink_bytes(budget, ceiling)
-    prefix = trace_format.sink_prefix(capacity, tiles=sel.tiles, k_blocks=sel.k_blocks, stages=sel.stages)
+    prefix = trace_format.sink_prefix(capacity, tiles=sel.tiles, k_blocks=sel.k_blocks, stages=sel.stages,
+                                      groups=sel.groups)
     t1 = time.perf_counter()
     first_call.start(while_running)
     try:

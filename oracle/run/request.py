@@ -90,6 +90,7 @@ def resolve_case(path: Optional[str] = None, overrides: Optional[dict] = None, *
                  kernel: Optional[str] = None, entry: Optional[str] = None, untraced_entry: Optional[str] = None,
                  trace_tiles: Optional[Sequence[tuple[int, int]]] = None,
                  trace_k_blocks: Optional[Sequence[int]] = None, trace_stages_text: Optional[str] = None,
+                 trace_groups: Optional[Sequence[int]] = None,
                  trace_stages_where: str = "trace_stages", untraced_entry_where: str = "untraced_entry",
                  allow_library: bool = False,
                  allow_outside_case_dir: bool = False) -> Case:
@@ -110,8 +111,9 @@ def resolve_case(path: Optional[str] = None, overrides: Optional[dict] = None, *
                                "library) is entered only through oracle_launch (its untraced build is the source "
                                "without ORACLE_TRACE)")
         case = replace(case, kernel=replace(case.kernel, untraced_entry=untraced_entry))
-    if trace_tiles or trace_k_blocks or trace_stages_text:
+    if trace_tiles or trace_k_blocks or trace_stages_text or trace_groups:
         stages = trace_stages(trace_stages_text, trace_stages_where) if trace_stages_text else None
         case = with_trace(case, tuple(trace_tiles) if trace_tiles else None,
-                          tuple(trace_k_blocks) if trace_k_blocks else None, stages)
+                          tuple(trace_k_blocks) if trace_k_blocks else None, stages,
+                          tuple(trace_groups) if trace_groups else None)
     return case

@@ -72,7 +72,7 @@ def trace_selection(case: Case) -> trace_format.TraceSelection:
     tiles = case.trace.tiles if case.trace.tiles is not None else default(case.spec)
     try:
         return trace_format.TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks,
-                                           stages=case.trace.stages or _problem_stages(case))
+                                           stages=case.trace.stages or _problem_stages(case), groups=case.trace.groups)
     except ValueError as e:
         raise CaseError(f"trace selection: {e}") from None
 
@@ -90,8 +90,8 @@ def sink_budget(case: Case) -> tuple[TraceBudget, int]:
     budget = trace_budget(trace_selection(case), tiles_m=s.tiles_m, tiles_n=s.tiles_n, k_blocks=s.k_blocks,
                           block_m=s.tile.bm, block_n=s.tile.bn, block_k=s.tile.bk, itemsize=size,
                           scale_groups=scale_groups(s) or 1)
-    if s.group_sizes is not None:  # a tile selector matches that tile in every group
-        g = len(s.group_sizes)
+    if s.group_sizes is not None:  # a tile selector matches that tile in every selected group
+        g = len(case.trace.groups or s.group_sizes)
         budget = replace(budget, least=512 + g * (budget.least - 512), estimate=512 + g * (budget.estimate - 512))
     return _ceiling(case, budget)
 

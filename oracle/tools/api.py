@@ -471,7 +471,8 @@ def load(path: str):
 def run_live(case, inputs: str = "random:0", *, timeout_s: Optional[float] = None, repeat: Optional[int] = None,
              smem_poison: Optional[int] = None, sanitize: bool = False, time: bool = False,
              kernel: Optional[str] = None, entry: Optional[str] = None, untraced_entry: Optional[str] = None,
-             trace_tiles=None, trace_k_blocks=None, trace_stages: Optional[str] = None, allow_library: bool = False,
+             trace_tiles=None, trace_k_blocks=None, trace_stages: Optional[str] = None, trace_groups=None,
+             allow_library: bool = False,
              allow_outside_case_dir: bool = False, **overrides):
     """Build, run and trace a live case (a case TOML path, or an oracle.run.case_types.Case) and judge it;
     returns the Report (its `judgement` holds the races, the sanitizer's findings and the timings).
@@ -479,7 +480,7 @@ def run_live(case, inputs: str = "random:0", *, timeout_s: Optional[float] = Non
     random[:seed] | dump:PATH; `repeat` N traced and untraced runs compared bit for bit;
     `smem_poison` a 32-bit pattern; `sanitize` compute-sanitizer on the untraced build; `time` the
     kernel and its peers timed; the kernel's source, entry and untraced entry; the traced tiles
-    ((tm, tn), ...), k-blocks and stages ("mma,epilogue_store"); problem fields as keywords (a
+    ((tm, tn), ...), k-blocks, stages ("mma,epilogue_store") and groups (batch entries, at most 4); problem fields as keywords (a
     case file path only). A case file that names a launch library (host code) needs
     `allow_library=True`, one that names files outside its folder `allow_outside_case_dir=True`
     (oracle.run.case_files)."""
@@ -487,12 +488,14 @@ def run_live(case, inputs: str = "random:0", *, timeout_s: Optional[float] = Non
     from oracle.run.request import RunRequest, resolve_case
 
     if isinstance(case, Case):
-        if overrides or kernel or entry or untraced_entry or trace_tiles or trace_k_blocks or trace_stages:
+        if (overrides or kernel or entry or untraced_entry or trace_tiles or trace_k_blocks or trace_stages
+                or trace_groups):
             raise SpecError("problem fields, the kernel and the trace selection apply to a case file path; a Case "
                             "object is run as it is")
     else:
         case = resolve_case(str(case), overrides, kernel=kernel, entry=entry, untraced_entry=untraced_entry,
                             trace_tiles=trace_tiles, trace_k_blocks=trace_k_blocks, trace_stages_text=trace_stages,
+                            trace_groups=trace_groups,
                             allow_library=allow_library, allow_outside_case_dir=allow_outside_case_dir)
     return compare(RunRequest(case=case, inputs=inputs, repeat=repeat, smem_poison=smem_poison, sanitize=sanitize,
                               time=time, timeout_s=timeout_s))

@@ -155,6 +155,8 @@ def _case(args: argparse.Namespace, base: Optional[dict] = None, entry: Optional
                         trace_tiles=_tiles_flag(args.trace_tiles) if args.trace_tiles else None,
                         trace_k_blocks=_indices_flag("--trace-k-blocks", args.trace_k_blocks)
                         if args.trace_k_blocks else None,
+                        trace_groups=_indices_flag("--trace-groups", args.trace_groups)
+                        if getattr(args, "trace_groups", None) else None,
                         trace_stages_text=getattr(args, "trace_stages", None),
                         trace_stages_where=Caller.COMMAND_LINE.option("trace_stages"),
                         untraced_entry_where=Caller.COMMAND_LINE.option("untraced_entry"),
@@ -194,7 +196,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     files and the oracle's reference D and bounds, that builds with nvcc alone and runs without
     Python (oracle.repro.generate; README.txt in the directory says everything).
         --problem CASE.toml [--set k=v] [--kernel FILE.cu --entry NAME]
-        --inputs ones|index|ktag|random[:seed]|dump:PATH   --trace-tiles, --trace-k-blocks
+        --inputs ones|index|ktag|random[:seed]|dump:PATH   --trace-tiles, --trace-k-blocks, --trace-groups
         --dump FILE     the problem and inputs of a recording (the case TOML still gives the
                         kernel and its launch; the entry point is the recording's)
         --out DIR       the directory (new, or a reproducer written before)

@@ -80,6 +80,8 @@ def build_parser(commands: Mapping[str, Callable]) -> argparse.ArgumentParser:
     c.add_argument("--trace-tiles", metavar="\"TM,TN ...\"", help="live: output tiles to trace (default: first, "
                    "middle, last)")
     c.add_argument("--trace-k-blocks", metavar="KB,KB,...", help="live: k-blocks to trace (default: all)")
+    c.add_argument("--trace-groups", metavar="G,G,...", help="live: groups or batch entries to trace, at most 4 "
+                   "(default: all)")
     c.add_argument("--trace-stages", metavar="STAGE,...", help="live: stages to trace (default: all; name only "
                    "those the kernel taps to size the sink tighter)")
     c.add_argument("--time", action="store_true",
@@ -157,6 +159,7 @@ def build_parser(commands: Mapping[str, Callable]) -> argparse.ArgumentParser:
     r.add_argument("--dump", metavar="FILE", help="take the problem and the inputs from a recording")
     r.add_argument("--trace-tiles", metavar="\"TM,TN ...\"", help="output tiles the traced build records")
     r.add_argument("--trace-k-blocks", metavar="KB,KB,...", help="k-blocks the traced build records")
+    r.add_argument("--trace-groups", metavar="G,G,...", help="groups or batch entries the traced build records")
     r.add_argument("--no-reference", action="store_true",
                    help="write no expected.bin/bound.bin: repro computes its own host reference")
     r.add_argument("--out", required=True, metavar="DIR", help="the directory to write")

@@ -18,7 +18,7 @@ from oracle.report.html import Command
 ORACLE = ("python", "-m", "oracle")
 # compare's flags that repro takes too, with whether each takes a value
 REPRO_FLAGS = {"--problem": True, "--set": True, "--kernel": True, "--entry": True, "--inputs": True,
-               "--trace-tiles": True, "--trace-k-blocks": True, "--allow-library": False,
+               "--trace-tiles": True, "--trace-k-blocks": True, "--trace-groups": True, "--allow-library": False,
                "--allow-outside-case-dir": False}
 # compare's flags repro does not take, with whether each takes a value (tests hold both tables to the parser)
 COMPARE_ONLY_FLAGS = {"--dump": True, "--demo": False, "--repro-dir": True, "--sink": True, "--trace-stages": True,

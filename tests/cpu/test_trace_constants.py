@@ -57,7 +57,7 @@ def test_scalar_constants_agree():
         "kMagic": tf.MAGIC, "kVersion": tf.VERSION, "kHeaderBytes": tf.HEADER_BYTES, "kMaxTiles": tf.MAX_TILES,
         "kKBlockWindow": tf.KBLOCK_WINDOW, "kFlagAllKBlocks": tf.FLAG_ALL_K_BLOCKS, "kCommitTag": tf.COMMIT_TAG,
         "kRecordHeadBytes": tf.RECORD_HEAD_BYTES, "kRecordAlign": tf.RECORD_ALIGN, "kMaxTileDim": tf.MAX_TILE_DIM,
-        "kNone": tf.NONE, "kStageCounters": tf.STAGE_COUNTERS,
+        "kNone": tf.NONE, "kStageCounters": tf.STAGE_COUNTERS, "kMaxGroups": tf.MAX_GROUPS,
     }
     assert c == expected
 
@@ -115,7 +115,7 @@ def test_header_offsets_agree():
     header = {f: o for (s, f), o in offsets.items() if s == "SinkHeader"}
     assert header == tf.HEADER_OFFSETS
     fixed = ["magic", "version", "header_bytes", "capacity", "cursor", "dropped", "flags", "stage_mask", "n_tiles",
-             "kb_base"]
+             "kb_base", "n_groups"]
     assert _struct_offsets(tf.HEADER_FIXED.format)[:len(fixed)] == [tf.HEADER_OFFSETS[f] for f in fixed]
 
 

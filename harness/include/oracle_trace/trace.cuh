@@ -81,6 +81,7 @@ constexpr uint32_t kMagic = 0x4352544Fu;  // bytes "OTRC" in little-endian order
 constexpr uint32_t kVersion = 3u;  // 1: 40-byte heads, no drop counts; 2: 512-byte header, 16 drop counts
 constexpr uint32_t kHeaderBytes = 576u;
 constexpr uint32_t kMaxTiles = 32u;         // tile selectors in the header
+constexpr uint32_t kMaxGroups = 4u;         // group (batch entry) selectors in the header
 constexpr uint32_t kKBlockWindow = 1024u;   // k-blocks the bitmap covers, from kb_base
 constexpr uint32_t kFlagAllKBlocks = 1u;    // header flags bit: every k-block is selected
 constexpr uint32_t kCommitTag = 0xC0DEu;    // high half of a committed record's kind word
@@ -175,8 +176,8 @@ struct SinkHeader {
   uint32_t stage_mask;                   // bit (1 << stage code) set: stage recorded
   uint32_t n_tiles;                      // valid entries in tiles[]
   int32_t kb_base;                       // k-block of bit 0 of kb_bits
-  uint32_t reserved0;
-  uint32_t reserved1[4];
+  uint32_t n_groups;                     // valid entries in groups[]; 0: every group (and batch entry)
+  int32_t groups[kMaxGroups];            // a tap of a group is recorded if its group is one of these
   TileSelector tiles[kMaxTiles];         // a tile is recorded if any selector matches
   uint32_t kb_bits[kKBlockWindow / 32];  // bit i: k-block kb_base + i is recorded
   uint32_t dropped_by_stage[kStageCounters];  // records that did not fit, by stage code
@@ -244,6 +245,8 @@ static_assert(offsetof(SinkHeader, flags) == 28, "SinkHeader.flags");
 static_assert(offsetof(SinkHeader, stage_mask) == 32, "SinkHeader.stage_mask");
 static_assert(offsetof(SinkHeader, n_tiles) == 36, "SinkHeader.n_tiles");
 static_assert(offsetof(SinkHeader, kb_base) == 40, "SinkHeader.kb_base");
+static_assert(offsetof(SinkHeader, n_groups) == 44, "SinkHeader.n_groups");
+static_assert(offsetof(SinkHeader, groups) == 48, "SinkHeader.groups");
 static_assert(offsetof(SinkHeader, tiles) == 64, "SinkHeader.tiles");
 static_assert(offsetof(SinkHeader, kb_bits) == 320, "SinkHeader.kb_bits");
 static_assert(offsetof(SinkHeader, dropped_by_stage) == 448, "SinkHeader.dropped_by_stage");
@@ -420,8 +423,18 @@ ORACLE_TRACE_DEVICE bool stage_selected(const SinkHeader* h, Stage s) {
   return (h->stage_mask >> static_cast<uint32_t>(s)) & 1u;
 }
 
+ORACLE_TRACE_DEVICE bool group_selected(const SinkHeader* h, int group) {
+  const uint32_t n = h->n_groups < kMaxGroups ? h->n_groups : kMaxGroups;
+  if (n == 0 || group < 0) return true;  // no selection, or a site of no group
+  for (uint32_t i = 0; i < n; ++i) {
+    if (h->groups[i] == group) return true;
+  }
+  return false;
+}
+
 ORACLE_TRACE_DEVICE bool site_selected(const SinkHeader* h, Stage s, const Site& site) {
-  return stage_selected(h, s) && tile_selected(h, site.tile_m, site.tile_n) && kblock_selected(h, site.k_block);
+  return stage_selected(h, s) && group_selected(h, site.group) && tile_selected(h, site.tile_m, site.tile_n) &&
+         kblock_selected(h, site.k_block);
 }
 
 ORACLE_TRACE_DEVICE void store_commit(unsigned char* rec, RecordKind kind) {

@@ -143,6 +143,13 @@ void init_sink(oracle_trace::SinkHeader* h, unsigned long long capacity, const L
     h->n_tiles = static_cast<uint32_t>(L.tiles.size());
     for (size_t i = 0; i < L.tiles.size(); ++i) h->tiles[i] = TileSelector{L.tiles[i].first, L.tiles[i].second};
   }
+  if (L.groups.size() > kMaxGroups)
+    fail("launch.txt selects " + std::to_string(L.groups.size()) + " trace groups; at most " + std::to_string(kMaxGroups));
+  h->n_groups = static_cast<uint32_t>(L.groups.size());
+  for (size_t i = 0; i < L.groups.size(); ++i) {
+    if (L.groups[i] < 0) fail("launch.txt: trace group " + std::to_string(L.groups[i]) + " must be >= 0");
+    h->groups[i] = L.groups[i];
+  }
   if (!L.all_k_blocks && !L.k_blocks.empty()) {
     const int base = *std::min_element(L.k_blocks.begin(), L.k_blocks.end());
     h->kb_base = base;

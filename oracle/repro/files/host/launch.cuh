@@ -74,6 +74,7 @@ struct Launch {
   unsigned long long capacity = 0;
   double timeout_s = 60;
   std::vector<unsigned> stages;  // trace_stages: the stage codes the sink selects; empty: GEMM's stages
+  std::vector<int> groups;       // trace_groups: the groups (batch entries) the sink selects; empty: all
 };
 
 template <class T>
@@ -205,6 +206,10 @@ Launch read_launch(const std::string& dir) {
       L.all_k_blocks = arg(1) == "all";
       if (!L.all_k_blocks)
         for (size_t i = 1; i < l.tokens.size(); ++i) L.k_blocks.push_back(int(to_int(l.tokens[i], at)));
+    } else if (key == "trace_groups") {
+      if (!L.groups.empty()) fail(at + ": trace_groups is given twice");
+      for (size_t i = 1; i < l.tokens.size(); ++i) L.groups.push_back(int(to_int(l.tokens[i], at)));
+      if (L.groups.empty()) fail(at + ": trace_groups needs at least one group");
     } else if (key == "trace_stages") {
       if (!L.stages.empty()) fail(at + ": trace_stages is given twice");
       for (size_t i = 1; i < l.tokens.size(); ++i) {
@@ -265,7 +270,7 @@ Launch read_launch(const std::string& dir) {
     } else {
       fail(at + ": unknown key '" + key + "'; known: launches launch entry_traced entry_plain cubin_traced cubin_plain "
                 "grid block cluster shared_mem_bytes timeout_s trace_capacity_bytes trace_tiles trace_k_blocks "
-                "trace_stages tensormap arg library_traced library_plain abi call call_tensor call_workspace");
+                "trace_groups trace_stages tensormap arg library_traced library_plain abi call call_tensor call_workspace");
     }
   }
   if (L.library()) {  // one oracle_launch call instead of kernel launches
