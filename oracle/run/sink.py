@@ -102,10 +102,15 @@ def _ceiling(case: Case, budget: TraceBudget) -> tuple[TraceBudget, int]:
     ceiling = mb << 20
     if budget.least > ceiling:
         per_tile = max(1, (budget.least - 512) // max(budget.tiles, 1))
+        spec = case.spec
+        entries = spec.batch if is_attention(spec) else len(spec.group_sizes or ())
+        entries = entries if entries > 1 and case.trace.groups is None else 0
+        word = "batch entries" if is_attention(spec) or spec.groups is None else "groups"
         raise CaseError(f"the trace selection ({budget.describe()}) cannot fit in the {mb} MiB ceiling of the sink: "
                         f"raise it (ORACLE_TRACE_MAX_MB, or [trace] capacity_mb) or narrow the selection: "
                         f"--trace-tiles with at most {max(1, ceiling // per_tile)} tile(s), fewer --trace-k-blocks, "
-                        f"or --trace-stages naming only the stages the kernel taps")
+                        f"or --trace-stages naming only the stages the kernel taps"
+                        + (f", or --trace-groups naming at most 4 of its {entries} {word}" if entries else ""))
     return budget, ceiling
 
 

@@ -122,3 +122,15 @@ def test_an_attention_run_that_traced_one_batch_entry_judges_it_by_stage_and_the
         if defect:  # batch entry 1 is traced: the stage is named there; the other entries' outputs diverge too
             assert rep.first_divergence.stage == "softmax_state" and rep.first_divergence.kind.value == "VERDICT"
             assert "(batch 1, query head 0, query block 0)" in str(rep) and "(not traced there)" in str(rep)
+
+
+def test_a_decode_batch_too_large_to_trace_whole_names_trace_groups_and_two_entries_fit():
+    from oracle.run.request import resolve_case
+    from oracle.run.sink import check_case
+
+    sizes = ["batch=64", "seqlen_k=32768"]
+    with pytest.raises(CaseError, match="or --trace-groups naming at most 4 of its 64 batch entries"):
+        check_case(resolve_case(str(ROOT / "zoo/fa3_sm90/split.toml"), assignments=sizes))
+    budget, ceiling = check_case(resolve_case(str(ROOT / "zoo/fa3_sm90/split.toml"), assignments=sizes,
+                                              trace_groups=(0, 63)))
+    assert budget.estimate < ceiling // 4
