@@ -291,3 +291,81 @@ def test_the_expected_output_stacks_every_group_the_empty_one_included():
     want = _k_grouped_gemm(ops.a, ops.b, ops.c, K_GROUPS, 0.5)
     assert bool(((y.double() - want.double()).abs() <= bound + 1e-2 * want.double().abs()).all())
     assert torch.equal(y[80:120].double(), (0.5 * ops.c[80:120].double()).to(torch.bfloat16).double())
+
+
+# -- the command line, a live case's launch, the reproducer ---------------------------------------
+CASE = '''[problem]
+m = 40
+n = 24
+k = 96
+k_groups = [32, 48, 0, 16]
+tile = [16, 16, 16]
+a_major = "col"
+beta = 0.5
+c_dtype = "bf16"
+
+[kernel]
+source = "k.cu"
+entry = "kg_traced"
+
+[launch]
+grid = ["tiles_n", "tiles_m", "groups"]
+block = [128, 1, 1]
+args = ["a", "b", "c", "d", "group_offsets", "groups", "m", "n", "k", "lda", "ldb", "ldd"]
+'''
+
+
+def _case_dir(tmp_path):
+    (tmp_path / "k.cu").write_text('extern "C" __global__ void kg_traced() {}\n')
+    (tmp_path / "case.toml").write_text(CASE)
+    return tmp_path / "case.toml"
+
+
+def test_a_live_case_passes_a_k_grouped_kernel_its_groups_offsets_along_k(tmp_path):
+    from oracle.run.case import load_case
+    from oracle.run.inputs import make_operands
+    from oracle.run.launch import launch_names, launch_sequence
+    from oracle.run.sink import check_case
+
+    case = load_case(str(_case_dir(tmp_path)))
+    check_case(case)  # every check of a live run that needs no GPU
+    names = launch_names(case)
+    assert (names["groups"], names["lda"], names["total_m"]) == (4, 40, 160)  # A [M, K] col-major: ld M
+    _, used = launch_sequence(case, make_operands(case.spec, "ones"))
+    assert used["group_offsets"].tolist() == [0, 32, 80, 80, 96]
+    assert tuple(used["a"].shape) == (96, 40) and tuple(used["d"].shape) == (160, 24)
+
+
+@pytest.mark.parametrize("defect, code", [(None, 0), ("k_group_empty_skipped", 1)])
+def test_compare_judges_a_dump_of_a_k_grouped_run(tmp_path, capsys, defect, code):
+    import json
+
+    from oracle.run.inputs import Provenance, make_operands
+    from oracle.run.simulate import Injection, simulate
+    from oracle.tools import cli
+
+    spec = _spec(beta=0.5, c_dtype="bf16")
+    inj = Injection(defect, group=2) if defect else None
+    rec = simulate(spec, make_operands(spec, "random", 4), Provenance("random", 4), injection=inj, tap_tiles=[(0, 0)])
+    dump, out = tmp_path / "kg.safetensors", tmp_path / "r.json"
+    rec.save(str(dump))
+    assert cli.main(["compare", "--dump", str(dump), "--json", str(out)]) == code
+    said = capsys.readouterr().out
+    assert "K groups [32, 48, 0, 16]" in said and "group 2 (K = 0; rows 80..119 of D)" in said
+    report = json.loads(out.read_text())
+    assert [g["verdict"] for g in report["groups"]] == ["MATCH", "MATCH", "DIVERGED" if defect else "MATCH", "MATCH"]
+    if defect:
+        assert "group 2 has K = 0: D must be beta * C" in report["first_divergence"]["hint"]
+
+
+def test_the_reproducer_refuses_a_k_grouped_problem_by_name(tmp_path):
+    from oracle.repro.errors import ReproError
+    from oracle.repro.generate import write_repro
+    from oracle.run.case import load_case
+    from oracle.run.inputs import Provenance, make_operands
+
+    case = load_case(str(_case_dir(tmp_path)))
+    with pytest.raises(ReproError, match=r"K-grouped problem \(k_groups = \[32, 48, 0, 16\]\) has no standalone "
+                                         r"reproducer"):
+        write_repro(case, make_operands(case.spec, "ones"), Provenance("ones"), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
