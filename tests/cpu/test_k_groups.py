@@ -369,3 +369,11 @@ def test_the_reproducer_refuses_a_k_grouped_problem_by_name(tmp_path):
                                          r"reproducer"):
         write_repro(case, make_operands(case.spec, "ones"), Provenance("ones"), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_cutlass_adapter_names_k_groups_among_what_it_cannot_run():
+    from oracle.run.adapters import CUTLASS_SM90
+
+    why = CUTLASS_SM90.unsupported(_spec())
+    assert any(w.startswith("k_groups = [32, 48, 0, 16]: the adapter traces no K-grouped GEMM") for w in why), why
+    assert not any("k_groups" in w for w in CUTLASS_SM90.unsupported(ProblemSpec(m=40, n=24, k=96)))
