@@ -100,6 +100,11 @@ def test_the_controlled_inputs_encode_each_group_from_its_own_first_k():
     sc = make_operands(fp8, "scales")
     assert tuple(sc.scale_a.shape) == (40, 3) and tuple(sc.scale_b.shape) == (1, 3)
     assert bool((sc.scale_a[:, 0] != sc.scale_a[:, 1]).all())  # group 1's first column is not group 0's
+    from oracle.run.inputs import group_scales
+
+    sa, sb = group_scales(fp8, sc, 1)  # group 1 (k 32..95): the scale columns 1 and 2
+    assert torch.equal(sa, sc.scale_a[:, 1:3]) and torch.equal(sb, sc.scale_b[:, 1:3])
+    assert tuple(group_scales(fp8, sc, 2)[0].shape) == (40, 0)  # the empty group has none
 
 
 def test_the_ones_check_of_a_live_run_holds_each_group_to_its_own_k():
