@@ -359,6 +359,13 @@ def test_compare_judges_a_dump_of_a_k_grouped_run(tmp_path, capsys, defect, code
     assert "K groups [32, 48, 0, 16]" in said and "group 2 (K = 0; rows 80..119 of D)" in said
     report = json.loads(out.read_text())
     assert [g["verdict"] for g in report["groups"]] == ["MATCH", "MATCH", "DIVERGED" if defect else "MATCH", "MATCH"]
+    assert [(g["k0"], g["k"], g["row0"]) for g in report["groups"]] == [(0, 32, 0), (32, 48, 40), (80, 0, 80),
+                                                                         (80, 16, 120)]
+    jsonschema = pytest.importorskip("jsonschema")
+    from pathlib import Path
+
+    schema = json.loads((Path(__file__).resolve().parents[2] / "oracle/report/schema.json").read_text())
+    jsonschema.validate(report, schema)
     if defect:
         assert "group 2 has K = 0: D must be beta * C" in report["first_divergence"]["hint"]
 
