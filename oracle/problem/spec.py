@@ -32,6 +32,13 @@ split a share of the k-blocks; `stream_k_workers`: stream-K, the tiles' k-blocks
 many workers; `partition` names the dealing rule, oracle.problem.partition). A problem may be grouped (`groups`: MoE-style
 contiguous groups along M of the given sizes, each with its own B; A [M, K] and D [M, N] hold the
 groups one after the other) or batched (`batch` entries of one shape, stored the same way).
+A problem may instead be grouped along K (`k_groups`: the K of each group, 0 allowed, adding up to k;
+a K-grouped GEMM as in an MoE weight gradient): group g owns K_g consecutive columns of A [M, K] and
+the same rows of B [K, N] (stored as a plain problem's), and writes its own D_g [M, N]; C and D hold
+the groups' outputs one after the other ([G * M, N], as a batched problem's), a column bias is one
+per group, a row bias per row of D. Its block scales are the plain problem's ([ceil(M / gm), K / gk]
+and [ceil(N / gn), K / gk]), each group's K a multiple of gk so that they split at the groups'
+boundaries; it is not split (no split-K or stream-K) and has no quantised operand.
 A grouped or batched problem's block scales follow its operands (DeepGEMM's grouped contiguous and
 masked layouts, CUTLASS's grouped blockwise GEMMs): A's are per row (1 x gk), [total M, ceil(K / gk)]
 logically, stacked with A's rows over the groups; B's are one [ceil(N / gn), ceil(K / gk)] per group
@@ -220,6 +227,7 @@ class ProblemSpec:
     b_scales: Optional[str] = None  # a quantised B: the scales' dtype (SCALE_TYPES), shape [K / group, N]
     b_zeros: str = "none"  # a quantised B: oracle.problem.quant.ZEROS
     dequant_precision: Optional[str] = None  # a quantised operand: oracle.problem.quant.DEQUANT_PRECISIONS (None: fp32)
+    k_groups: Optional[tuple[int, ...]] = None  # K of each group along K (0 allowed); k is their sum
 
     kind = "gemm"  # the problem's kind (oracle.problem.attention.AttentionSpec is "attention"); not a field
 
@@ -324,17 +332,45 @@ class ProblemSpec:
                      "groups", g, f"a non-empty list of group sizes along M (integers 0..{MAX_DIM})")
             _require(sum(g) == self.m, "groups", g, f"the group sizes must add up to m = {self.m}")
             _require(self.batch == 1, "batch", self.batch, "a grouped problem has no batch (give groups or batch)")
+        if self.k_groups is not None:
+            self._validate_k_groups()
         if self.group_sizes is not None:
             for op in ("a", "b"):
                 kind = getattr(self, f"scale_{op}").kind
                 _require(kind in ("none", "tensor", "block"), f"scale_{op}.kind", kind,
                          "a grouped or batched problem takes per-tensor or block scales")
-            if self.scale_a.kind == "block":
+            if self.scale_a.kind == "block" and self.k_groups is None:  # A of a K-grouped problem is not stacked
                 _require(self.scale_a.block[0] == 1, "scale_a.block", self.scale_a.block,
                          "a grouped or batched problem's A scales are per row (1 x gk): they stack with A's rows "
                          "over the groups")
         self._validate_numerics()
         self._validate_epilogue()
+
+    def _validate_k_groups(self) -> None:
+        """A K-grouped problem: the sizes, what it may not be combined with, and its block scales split at
+        the groups' boundaries."""
+        g = self.k_groups
+        _require(isinstance(g, tuple) and 0 < len(g) <= MAX_GROUPS, "k_groups", _count_of(g),
+                 f"a non-empty list of at most {MAX_GROUPS} group sizes along K")
+        for i, v in enumerate(g):
+            _require(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_DIM, f"k_groups[{i}]", v,
+                     f"a group's K: an integer 0..{MAX_DIM} (0: an empty group)")
+        _require(sum(g) == self.k, "k_groups", _count_of(g), f"the group sizes must add up to k = {self.k} "
+                                                              f"(they add up to {sum(g)})")
+        _require(self.groups is None, "k_groups", _count_of(g),
+                 "a problem is grouped along M (groups) or along K (k_groups), not both")
+        _require(self.batch == 1, "k_groups", _count_of(g), f"a K-grouped problem has no batch (batch is {self.batch})")
+        _require(not self.partitioned, "k_groups", _count_of(g),
+                 "a K-grouped problem is modelled without split-K or stream-K (splits 1, no stream_k_workers): each "
+                 "group's k-blocks are one tile's")
+        _require(self.quant_op is None, "k_groups", _count_of(g),
+                 "a quantised operand is modelled for a single GEMM (no k_groups)")
+        if self.scale_a.kind == "block":
+            gk = self.scale_a.block[1]
+            for i, v in enumerate(g):
+                _require(v % gk == 0, f"k_groups[{i}]", v,
+                         f"with block scales every group's K must be a multiple of the scale group's k extent ({gk}), "
+                         f"so the scale tensors split at the groups' boundaries")
 
     def _validate_numerics(self) -> None:
         """acc_model, reduction, reduction_chunk, activation_impl (the engine's numerics)."""
@@ -482,16 +518,36 @@ class ProblemSpec:
 
     @property
     def group_sizes(self) -> Optional[tuple[int, ...]]:
-        """M of every group of a grouped or batched problem, None for a single GEMM."""
+        """Rows of D of every group of a grouped, batched or K-grouped problem (M_g; M each for a
+        batch or K groups), None for a single GEMM."""
         if self.groups is not None:
             return self.groups
+        if self.k_groups is not None:
+            return (self.m,) * len(self.k_groups)
         return (self.m,) * self.batch if self.batch > 1 else None
 
     @property
     def total_m(self) -> int:
-        """Rows of A and D: every group's or batch entry's rows one after the other."""
+        """Rows of D and C: every group's or batch entry's rows one after the other (A has them too, but
+        a K-grouped problem's A, which is [M, K]: a_rows)."""
         sizes = self.group_sizes
         return sum(sizes) if sizes is not None else self.m
+
+    @property
+    def a_rows(self) -> int:
+        """Rows of A: total_m, but M for a K-grouped problem (its groups share A's rows)."""
+        return self.m if self.k_groups is not None else self.total_m
+
+    @property
+    def k_offsets(self) -> Optional[tuple[int, ...]]:
+        """Where each group of a K-grouped problem begins along K, with K at the end (G + 1 entries);
+        None: not K-grouped."""
+        if self.k_groups is None:
+            return None
+        out = [0]
+        for v in self.k_groups:
+            out.append(out[-1] + v)
+        return tuple(out)
 
     @property
     def tiles_m(self) -> int:
@@ -533,6 +589,9 @@ class ProblemSpec:
         extra += _quant.describe(self)
         if self.epilogue is not None:
             extra += f", epilogue {' > '.join(self.epilogue)}"
+        if self.k_groups is not None:
+            shown_k = ", ".join(map(str, self.k_groups)) if len(self.k_groups) <= 8 else f"{len(self.k_groups)} groups"
+            extra += f", K groups [{shown_k}]"
         return (f"{self.m}x{self.n}x{self.k} {self.a_dtype}x{self.b_dtype}->{self.out_dtype} "
                 f"(acc {self.acc_dtype}{extra}, tile {t.bm}x{t.bn}x{t.bk})")
 
@@ -548,6 +607,10 @@ class ProblemSpec:
                 del d[s]["dtype"]
         if d["groups"] is not None:
             d["groups"] = list(d["groups"])
+        if d["k_groups"] is None:
+            del d["k_groups"]  # absent: not K-grouped (a recording made before the field reads the same)
+        else:
+            d["k_groups"] = list(d["k_groups"])
         if d["epilogue"] is None:
             del d["epilogue"]  # absent: the default graph (a recording made before the field reads the same)
         else:
@@ -568,6 +631,10 @@ class ProblemSpec:
             _require(len(kw["groups"]) <= MAX_GROUPS, "groups", _count_of(kw["groups"]),
                      f"a non-empty list of at most {MAX_GROUPS} group sizes along M")
             kw["groups"] = tuple(kw["groups"])
+        if isinstance(kw.get("k_groups"), list):
+            _require(len(kw["k_groups"]) <= MAX_GROUPS, "k_groups", _count_of(kw["k_groups"]),
+                     f"a non-empty list of at most {MAX_GROUPS} group sizes along K")
+            kw["k_groups"] = tuple(kw["k_groups"])
         if isinstance(kw.get("epilogue"), list):
             kw["epilogue"] = tuple(kw["epilogue"])
         if "tile" in kw:

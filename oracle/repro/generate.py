@@ -375,6 +375,10 @@ def write_repro(case: Case, operands: Operands, provenance: Provenance, out_dir,
     if case.kernel.include_dirs or case.kernel.nvcc_flags:  # the Makefile and kernel/ would lack them
         raise ReproError("the reproducer does not carry [kernel] include_dirs or nvcc_flags yet: its Makefile would "
                          "build another kernel than the oracle ran; compare the case live instead")
+    if getattr(case.spec, "k_groups", None) is not None:
+        raise ReproError(f"a K-grouped problem (k_groups = {list(case.spec.k_groups)}) has no standalone reproducer "
+                         f"yet: its host reference multiplies each group over all of K, not over its own K slice; "
+                         f"judge it with a live compare")
     check_case(case)  # the checks of a live run, before anything is written
     attention = is_attention(case.spec)
     if attention and not reference:

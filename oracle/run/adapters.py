@@ -58,6 +58,9 @@ class Adapter:
         if self.name != "cutlass_sm90":
             return []
         why = []
+        if spec.k_groups is not None:
+            why.append(f"k_groups = {shown(list(spec.k_groups))}: the adapter traces no K-grouped GEMM; supported: no "
+                       f"k_groups")
         if spec.groups is not None:  # CUTLASS's grouped (pointer-array) GEMM: LinearCombination, whole tiles
             if spec.bias != "none" or spec.activation != "none":
                 why.append(f"groups with bias = {shown(spec.bias)}, activation = {shown(spec.activation)}: the adapter "

@@ -14,6 +14,13 @@ Inputs are designed so that a bug points at itself:
 - random[:seed]: seeded normal values (the default seed is 0);
 - dump:PATH: tensors from a dump file (captured, so not controlled).
 
+A K-grouped problem (oracle.problem.spec: k_groups) draws A [M, K] and B [K, N] whole, and each
+group's slice is a controlled problem by itself: under ones its accumulator is K_g (an empty group's
+0), index encodes each group's columns of A and rows of B from the group's first k, ktag counts the
+k-blocks from it, and the scales ladder's k group g is the problem's global one (so a scale column
+of another group is another power of two). A kernel that reads another group's K slice shows under
+random inputs always, under ones where the two groups' K differ.
+
 A quantised B (oracle.problem.spec: b_scales given) is stored as the problem says: B holds the
 stored values (a packed 4-bit B: uint8 [K / 2, N], two k per byte in b_packing's order, or for
 k8_interleaved four bytes a word of 8 k; int8 / e4m3 / e5m2: [K, N] in that dtype), b_scales
@@ -133,10 +140,12 @@ def parse_inputs(text: str, ladders: tuple[str, ...] = LADDER) -> tuple[str, Opt
 def expected_shapes(spec: ProblemSpec) -> dict[str, Optional[tuple[int, ...]]]:
     """Logical shapes. A grouped or batched problem: A [total M, K], B [groups, K, N], C [total M, N],
     a column bias per group [groups, N], A's block scales [total M, K / gk] (per row, stacked with A)
-    and B's one per group [groups, N / gn, K / gk]."""
+    and B's one per group [groups, N / gn, K / gk]. A K-grouped problem: A [M, K] and B [K, N] and
+    their block scales as a plain problem's, C [G * M, N] and a column bias per group [G, N]."""
     m, n, k = spec.total_m, spec.n, spec.k
     groups = spec.group_sizes
-    shapes: dict[str, Optional[tuple[int, ...]]] = {"a": (m, k), "b": (k, n) if groups is None else (len(groups), k, n),
+    per_group_b = groups is not None and spec.k_groups is None  # one B per group (not a K-grouped problem's)
+    shapes: dict[str, Optional[tuple[int, ...]]] = {"a": (spec.a_rows, k), "b": (len(groups), k, n) if per_group_b else (k, n),
                                                     "c": None, "bias": None, "scale_a": None, "scale_b": None,
                                                     "b_scales": None, "b_zeros": None, "a_scales": None,
                                                     "a_zeros": None}
@@ -151,7 +160,7 @@ def expected_shapes(spec: ProblemSpec) -> dict[str, Optional[tuple[int, ...]]]:
         shapes["c"] = (m, n)
     if spec.bias != "none":
         shapes["bias"] = (m,) if spec.bias == "row" else (n,) if groups is None else (len(groups), n)
-    for op, rows in (("a", m), ("b", n)):
+    for op, rows in (("a", spec.a_rows), ("b", n)):
         s = getattr(spec, f"scale_{op}")
         if s.kind == "tensor":
             shapes[f"scale_{op}"] = (1,)
@@ -159,7 +168,7 @@ def expected_shapes(spec: ProblemSpec) -> dict[str, Optional[tuple[int, ...]]]:
             shapes[f"scale_{op}"] = (rows,)
         elif s.kind == "block":
             shapes[f"scale_{op}"] = (-(-rows // s.block[0]), -(-k // s.block[1]))
-            if op == "b" and groups is not None:  # one B per group, one scale tensor per B
+            if op == "b" and per_group_b:  # one B per group, one scale tensor per B
                 shapes["scale_b"] = (len(groups),) + shapes["scale_b"]
     return shapes
 
@@ -167,7 +176,14 @@ def expected_shapes(spec: ProblemSpec) -> dict[str, Optional[tuple[int, ...]]]:
 def group_scales(spec: ProblemSpec, ops: Operands, g: int):
     """(scale_a, scale_b) of group g of a grouped or batched problem: per-tensor scales as they are;
     block scales A's rows of the group ([M_g, K / gk], stacked with A) and B's tensor of the group
-    ([N / gn, K / gk])."""
+    ([N / gn, K / gk]). A K-grouped problem's: both tensors' k-group columns of the group
+    ([..., K_g / gk]: every K_g is a multiple of gk)."""
+    if spec.k_groups is not None:
+        if not spec.block_scaled:
+            return ops.scale_a, ops.scale_b
+        gk = spec.scale_a.block[1]
+        c0, c1 = spec.k_offsets[g] // gk, spec.k_offsets[g + 1] // gk
+        return ops.scale_a[:, c0:c1], ops.scale_b[:, c0:c1]
     sizes = spec.group_sizes
     o, m_g = sum(sizes[:g]), sizes[g]
     sa = ops.scale_a[o:o + m_g] if spec.scale_a.kind == "block" else ops.scale_a
@@ -284,10 +300,10 @@ def draw_bytes(spec: ProblemSpec, generator: str = "cpu") -> int:
     its stack); a quantised operand's values are drawn in float64 with their int64 codes (16 bytes
     an element) and its scales and zero points in float64, whichever generator draws them."""
     each = 8 if generator == "cpu" else 4
-    groups = len(spec.group_sizes or (1,))
+    groups = len(spec.group_sizes or (1,)) if spec.k_groups is None else 1  # the Bs drawn
     op = spec.quant_op
     if op is None:
-        return each * (spec.total_m * spec.k + spec.k * spec.n * groups * (2 if groups > 1 else 1))
+        return each * (spec.a_rows * spec.k + spec.k * spec.n * groups * (2 if groups > 1 else 1))
     lines = spec.n if op == "b" else spec.total_m  # the quantised operand's lines along K
     other = spec.total_m * spec.k if op == "b" else spec.k * spec.n  # the float operand, drawn plainly
     return 16 * spec.k * lines + 16 * spec.quant_groups * lines + 8 * other
@@ -357,8 +373,8 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
     if generator not in ("cpu", "cuda"):
         raise InputError(f"generator {generator!r} must be 'cpu' or 'cuda'")
     check_problem_size(spec, generator=generator)
-    m, n, k = spec.total_m, spec.n, spec.k
-    n_groups = len(spec.group_sizes) if spec.group_sizes is not None else None
+    m, n, k = spec.a_rows, spec.n, spec.k
+    n_groups = len(spec.group_sizes) if spec.group_sizes is not None and spec.k_groups is None else None
     g = torch.Generator(device=generator).manual_seed(seed)
     draw = torch.float64 if generator == "cpu" else torch.float32
     shapes = expected_shapes(spec)
@@ -390,11 +406,12 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
                         scale_b=ones.get("scale_b"))
     if ladder in ("ones", "scales"):
         a, b = torch.ones(m, k), torch.ones(k, n)
-    elif ladder == "index":
-        a, b = index_values(m, k, spec.a_dtype), index_values(k, n, spec.b_dtype)
-    elif ladder == "ktag":
+    elif ladder == "index":  # a K-grouped problem's groups each encoded from the group's first k
+        a = torch.cat([index_values(m, kg, spec.a_dtype) for kg in _k_pieces(spec)], 1)
+        b = torch.cat([index_values(kg, n, spec.b_dtype) for kg in _k_pieces(spec)], 0)
+    elif ladder == "ktag":  # a K-grouped problem's k-blocks counted from each group's first k
         a = torch.ones(m, k)
-        kb = torch.arange(k) // spec.tile.bk
+        kb = torch.cat([torch.arange(kg) // spec.tile.bk for kg in _k_pieces(spec)])
         b = (2.0 ** (kb % KTAG_PERIOD)).to(torch.float64)[:, None].expand(k, n).clone()
     else:
         if spec.a_dtype == "int8":
@@ -433,6 +450,12 @@ def make_operands(spec: ProblemSpec, ladder: str = "random", seed: int = 0, gene
         bias = _cast(bias, spec.bias_dtype)
     return _store_block_scales(spec, Operands(a=a, b=b, c=c, bias=bias, scale_a=aux("scale_a"),
                                               scale_b=aux("scale_b")))
+
+
+def _k_pieces(spec: ProblemSpec) -> tuple[int, ...]:
+    """The extents along K that the controlled ladders encode on their own: each group's of a
+    K-grouped problem (so each group is a controlled problem by itself), else all of K."""
+    return spec.k_groups if spec.k_groups is not None else (spec.k,)
 
 
 def _quantised(spec: ProblemSpec, op: str, ladder: str, g: torch.Generator, generator: str):
@@ -493,9 +516,10 @@ def _quantised(spec: ProblemSpec, op: str, ladder: str, g: torch.Generator, gene
     return stored, scales, zeros
 
 
-def analytic_ones_value(spec: ProblemSpec) -> Optional[float]:
-    """With the 'ones' ladder every output element is this value (before the output cast)."""
-    x = float(spec.k)
+def analytic_ones_value(spec: ProblemSpec, k: Optional[int] = None) -> Optional[float]:
+    """With the 'ones' ladder every output element is this value (before the output cast); `k`: the
+    K summed (a K-grouped problem's group's; default the problem's)."""
+    x = float(spec.k if k is None else k)
     for node in spec.epilogue_nodes:  # in the declared order, with its roundings
         step = node.step
         if step in ("alpha_beta", "alpha"):

@@ -58,8 +58,8 @@ def launch_names(case: Case) -> dict[str, int]:
                  groups=len(sizes) if sizes else 0,
                  group_tiles_m=sum(-(-g // s.tile.bm) for g in sizes) if sizes else s.tiles_m,
                  max_partials=max_partials(s))
-    if sizes:  # leading dimensions of the stacked operands
-        names["lda"] = s.k if s.a_major == "row" else s.total_m
+    if sizes:  # leading dimensions of the stacked operands (a K-grouped problem's A is not stacked)
+        names["lda"] = s.k if s.a_major == "row" else s.a_rows
         names["ldc"] = s.n if s.c_major == "row" else s.total_m
         names["ldd"] = s.n if s.d_major == "row" else s.total_m
     names["num_sms"] = device_sms()
@@ -107,7 +107,9 @@ def _buffers(case: Case, ops: Optional[Operands], names: dict) -> tuple[set, dic
         present = attention_live.present(s)
     else:
         present = {n for n, shape in expected_shapes(s).items() if shape is not None} | {"d"}
-    offsets = None if is_attention(s) else group_offsets(s)
+    # a K-grouped problem's kernel reads where each group begins along K (G + 1 entries, K last); a
+    # grouped one's, along M
+    offsets = None if is_attention(s) else s.k_offsets if s.k_groups is not None else group_offsets(s)
     if offsets is not None:
         present.add("group_offsets")
     sizes = {}
@@ -169,6 +171,10 @@ def library_call(case: Case, ops: Optional[Operands]) -> tuple[LibraryCall, dict
     if q is not None:
         raise CaseError(f"a launch library takes no quantised {q.upper()} ({q}_dtype {getattr(s, f'{q}_dtype')!r}; the "
                         f"oracle/1 ABI has no slot for {q}_scales or {q}_zeros): launch the kernel from [launch] args")
+    if s.k_groups is not None:
+        raise CaseError("a launch library takes no K-grouped problem (k_groups: the oracle/1 ABI passes groups along "
+                        "M only): launch the kernel from [launch] args, which may pass group_offsets (the groups' "
+                        "offsets along K)")
     names = launch_names(case)
     present, storage = _buffers(case, ops, names)
     shapes = expected_shapes(s)

@@ -218,11 +218,25 @@ def _environment(run: KernelRun) -> dict:
 
 
 def ones_check(rec: Recording) -> str:
-    """With all-ones inputs every output element has one analytic value."""
+    """With all-ones inputs every output element has one analytic value (a K-grouped problem's: one
+    per group, from its K_g)."""
     s = rec.spec
+    if s.k_groups is not None:
+        return _ones_check_k_groups(rec)
     want = analytic_ones_value(s)
     exp = torch.tensor(want, dtype=torch.float32).to(DTYPES[s.out_dtype].torch).float()
     got = rec.output.float()
     bad = int((got != exp).sum())
     status = "holds everywhere" if bad == 0 else f"FAILS at {bad} of {got.numel()} elements"
     return f"analytic check (ones): every output element must equal {float(exp):g} (K = {s.k}); it {status}"
+
+
+def _ones_check_k_groups(rec: Recording) -> str:
+    s = rec.spec
+    bad, said = 0, []
+    for g, kg in enumerate(s.k_groups):
+        exp = torch.tensor(analytic_ones_value(s, kg), dtype=torch.float32).to(DTYPES[s.out_dtype].torch).float()
+        bad += int((rec.output[g * s.m:(g + 1) * s.m].float() != exp).sum())
+        said.append(f"{float(exp):g} in group {g} (K = {kg})")
+    status = "holds everywhere" if bad == 0 else f"FAILS at {bad} of {rec.output.numel()} elements"
+    return f"analytic check (ones): every output element must equal {', '.join(said)}; it {status}"

@@ -97,8 +97,12 @@ class Recording:
                                      f"but the tap names a partial")
             if not (tm < tiles_m and tn < spec.tiles_n):
                 raise RecordingError(f"{tap.describe()}: tile is outside the {tiles_m}x{spec.tiles_n} tile grid")
-            if tap.k_block is not None and tap.k_block >= spec.k_blocks:
-                raise RecordingError(f"{tap.describe()}: k-block is outside 0..{spec.k_blocks - 1}")
+            k_blocks = spec.k_blocks
+            if spec.k_groups is not None and tap.group is not None:  # counted from the group's start
+                k_blocks = -(-spec.k_groups[tap.group] // t.bk)
+            if tap.k_block is not None and tap.k_block >= k_blocks:
+                raise RecordingError(f"{tap.describe()}: k-block is outside 0..{k_blocks - 1}" if k_blocks else
+                                     f"{tap.describe()}: group {tap.group} has K = 0: it has no k-block")
             shape = tuple(tap.values.shape)
             if tap.stage in DESCRIPTOR_STAGES:
                 op = tap.stage[-1]

@@ -4,7 +4,9 @@ scale_a / scale_b and mma, with the scale-indexing bugs of public kernels plante
 
 A grouped (MoE) or batched problem runs group by group, each with its rows of A's scales and B's
 scales [g] (oracle.problem.spec), its taps naming the group; `scale_group_b_not_advanced` plants a
-grouped launch's bug (every group applies group 0's B scales).
+grouped launch's bug (every group applies group 0's B scales). A K-grouped problem runs group by
+group on its K slice and its scale columns; `scale_k_group_not_advanced` plants its launch's bug
+(every group applies the scale columns from group 0's first on).
 
 Per tile (in a grouped launch order: block index -> tile coordinate, GROUP_M tiles along M a group),
 per partial of a split tile, per k-block: p = fp32(A_kb @ B_kb) per scale group of the k-block and
@@ -45,6 +47,11 @@ GROUPED_SCALE_DEFECTS = {
     "scale_group_b_not_advanced": "B's scale pointer is not advanced per group: every group applies group 0's "
                                   "B scales",
 }
+# a K-grouped launch's (oracle.problem.spec: k_groups)
+K_GROUPED_SCALE_DEFECTS = {
+    "scale_k_group_not_advanced": "the scale pointers are not advanced along K per group: every group applies the "
+                                  "scale columns from group 0's first on",
+}
 
 
 @dataclass(frozen=True)
@@ -52,14 +59,20 @@ class ScaleInjection:
     defect: str
 
     def __post_init__(self):
-        if self.defect not in SCALE_DEFECTS and self.defect not in GROUPED_SCALE_DEFECTS:
-            raise ValueError(f"scale defect {self.defect!r} is unknown; known: "
-                             f"{', '.join(list(SCALE_DEFECTS) + list(GROUPED_SCALE_DEFECTS))}")
+        known = list(SCALE_DEFECTS) + list(GROUPED_SCALE_DEFECTS) + list(K_GROUPED_SCALE_DEFECTS)
+        if self.defect not in known:
+            raise ValueError(f"scale defect {self.defect!r} is unknown; known: {', '.join(known)}")
 
     def problems(self, spec: ProblemSpec) -> list[str]:
         """Why the defect would change nothing on `spec` (empty: it shows)."""
         if not spec.block_scaled:
             return [f"{self.defect} needs block scales (scale_a.kind and scale_b.kind block)"]
+        if self.defect in K_GROUPED_SCALE_DEFECTS:
+            kg = spec.k_groups or ()
+            return [] if any(kg[g] and spec.k_offsets[g] for g in range(len(kg))) else \
+                [f"{self.defect} needs a K-grouped problem with a non-empty group past k 0"]
+        if spec.k_groups is not None:
+            return [f"{self.defect} is planted in a single GEMM or an M-grouped one, not in a K-grouped one"]
         if self.defect in GROUPED_SCALE_DEFECTS:
             sizes = spec.group_sizes or ()
             return [] if any(sizes[1:]) else [f"{self.defect} needs a grouped or batched problem with rows in a "
@@ -103,6 +116,8 @@ def simulate_scaled(spec: ProblemSpec, ops: Operands, provenance: Provenance,
                          f"{'; '.join(injection.problems(spec))}")
     if not spec.block_scaled or spec.stream_k_workers is not None:
         raise ValueError("the block-scaled model runs a GEMM with block scales (split-K allowed, no stream-K)")
+    if spec.k_groups is not None:
+        return _simulate_k_groups(spec, ops, provenance, injection, kernel)
     if spec.group_sizes is not None:
         return _simulate_groups(spec, ops, provenance, injection, kernel)
     d = injection.defect if injection is not None else None
@@ -197,6 +212,38 @@ def _simulate_groups(spec: ProblemSpec, ops: Operands, provenance: Provenance, i
     name = kernel if d is None else f"{kernel}[{d}]"
     return Recording(spec=spec, operands=ops, output=y.contiguous(), provenance=provenance, taps=tuple(taps),
                      kernel=name, synthetic=True)
+
+
+def _simulate_k_groups(spec: ProblemSpec, ops: Operands, provenance: Provenance,
+                       injection: Optional[ScaleInjection], kernel: str) -> Recording:
+    """A K-grouped launch: each group run as its own GEMM on its columns of A and rows of B and the
+    scale columns of its K slice, its taps naming the group; an empty group's D is its zero
+    accumulator's (zeros: the model has no epilogue). `scale_k_group_not_advanced` gives every group
+    the scale columns from 0 on."""
+    import dataclasses
+
+    from oracle.run.inputs import group_scales
+
+    d = injection.defect if injection is not None else None
+    gk, koffs = spec.scale_a.block[1], spec.k_offsets
+    taps: list[Tap] = []
+    outs = []
+    for g, kg in enumerate(spec.k_groups):
+        if kg == 0:
+            outs.append(torch.zeros(spec.m, spec.n, dtype=DTYPES[spec.out_dtype].torch))
+            continue
+        sa, sb = group_scales(spec, ops, g)
+        if d == "scale_k_group_not_advanced":
+            sa, sb = ops.scale_a[:, :kg // gk], ops.scale_b[:, :kg // gk]
+        k0 = koffs[g]
+        sub = dataclasses.replace(spec, k=kg, k_groups=None)
+        one = simulate_scaled(sub, Operands(a=ops.a[:, k0:k0 + kg], b=ops.b[k0:k0 + kg], scale_a=sa, scale_b=sb),
+                              provenance, None, kernel)
+        taps += [dataclasses.replace(t, group=g) for t in one.taps]
+        outs.append(one.output)
+    name = kernel if d is None else f"{kernel}[{d}]"
+    return Recording(spec=spec, operands=ops, output=torch.cat(outs).contiguous(), provenance=provenance,
+                     taps=tuple(taps), kernel=name, synthetic=True)
 
 
 def default_problem(defect: Optional[str] = None, scale_dtype: str = "fp32", groups: int = 1,

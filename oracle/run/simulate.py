@@ -43,6 +43,10 @@ DEFECTS = {
     "reduce_wrong_partial": "the reduction reads partial 0 in place of the defect tile's last partial",
     "group_wrong_b": "the defect group is multiplied by the next group's B",
     "group_offset": "the defect group reads A from one row past its first row",
+    "k_group_offset": "the defect group of a K-grouped problem reads A's columns and B's rows from group 0's first k "
+                      "(its K offset not advanced)",
+    "k_group_empty_skipped": "an empty group of a K-grouped problem (K = 0) is skipped: its D is left unwritten "
+                             "(zeros)",
     "dequant_nibble_order": "at the defect k-block the packed operand's nibbles are read in the other order",
     "dequant_plain_pairs": "at the defect k-block a k8_interleaved operand's words are read in plain pair order "
                            "(k_pairs_low_first)",
@@ -57,6 +61,7 @@ DEQUANT_DEFECTS = ("dequant_nibble_order", "dequant_plain_pairs", "dequant_group
 SPLIT_DEFECTS = ("reduce_partial_twice", "reduce_partial_missing", "partial_overlap", "partial_gap",
                  "reduce_wrong_partial")
 GROUP_DEFECTS = ("group_wrong_b", "group_offset")
+K_GROUP_DEFECTS = ("k_group_offset", "k_group_empty_skipped")
 
 
 @dataclass(frozen=True)
@@ -76,8 +81,17 @@ class Injection:
         out = []
         if d in SPLIT_DEFECTS and not spec.partitioned:
             out.append(f"{d} needs a split problem (splits > 1 or stream_k_workers)")
-        if d in GROUP_DEFECTS and (spec.group_sizes is None or len(spec.group_sizes) < 2):
+        if d in GROUP_DEFECTS and (spec.groups is None and spec.batch == 1 or len(spec.group_sizes) < 2):
             out.append(f"{d} needs a grouped problem with at least two groups")
+        if d in K_GROUP_DEFECTS:
+            kg, g = spec.k_groups, self.group or 0
+            if kg is None:
+                out.append(f"{d} needs a K-grouped problem (k_groups)")
+            elif d == "k_group_offset" and not (0 < g < len(kg) and kg[g] and spec.k_offsets[g]):
+                out.append(f"{d} needs its group (group={self.group}) a non-empty group after group 0 that begins "
+                           f"past k 0")
+            elif d == "k_group_empty_skipped" and not (g < len(kg) and kg[g] == 0):
+                out.append(f"{d} needs its group (group={self.group}) an empty group (K = 0)")
         if d in DEQUANT_DEFECTS:
             cfg = spec.dequant_config
             packing, zeros = (cfg.packing, cfg.zeros) if cfg is not None else (None, "none")
@@ -164,6 +178,8 @@ def simulate(spec: ProblemSpec, ops: Operands, provenance: Provenance, *, inject
     recording can be made of a kernel whose epilogue is not the declared one."""
     graph = spec.epilogue_nodes if kernel_epilogue is None else epilogue_graph.parse(kernel_epilogue,
                                                                                       "kernel_epilogue")
+    if spec.k_groups is not None:
+        return _simulate_k_groups(spec, ops, provenance, injection, tap_tiles, kernel)
     if spec.group_sizes is not None:
         return _simulate_groups(spec, ops, provenance, injection, tap_tiles, kernel)
     t = spec.tile
@@ -507,6 +523,45 @@ def _simulate_groups(spec: ProblemSpec, ops: Operands, provenance: Provenance, i
         sub_ops = Operands(a=a, b=b, c=None if ops.c is None else ops.c[o:o + m_g], bias=bias,
                            scale_a=ops.scale_a, scale_b=ops.scale_b)
         inner = inj if g == bad_group and inj.defect not in GROUP_DEFECTS else None
+        rec = simulate(sub, sub_ops, provenance, injection=inner, tap_tiles=tap_tiles, kernel=kernel)
+        taps.extend(dataclasses.replace(t, group=g) for t in rec.taps)
+        rows.append(rec.output)
+    name = kernel if inj is None else f"{kernel}[{inj.defect}]"
+    return Recording(spec=spec, operands=ops, output=torch.cat(rows), provenance=provenance, taps=tuple(taps),
+                     kernel=name, synthetic=True)
+
+
+def _simulate_k_groups(spec: ProblemSpec, ops: Operands, provenance: Provenance, inj: Optional[Injection],
+                       tap_tiles, kernel: str) -> Recording:
+    """A K-grouped launch: every group as its own GEMM on its columns of A and rows of B, its taps naming
+    the group, D's rows [g M, (g + 1) M) its output; an empty group runs the epilogue of a zero
+    accumulator (a one-k-block GEMM of zeros, untapped)."""
+    import dataclasses
+
+    if inj is not None and inj.problems(spec):
+        raise ValueError(f"defect {inj.defect} cannot show on {spec.describe()}: {'; '.join(inj.problems(spec))}")
+    m, koffs = spec.m, spec.k_offsets
+    bad_group = None if inj is None else (inj.group or 0)
+    taps, rows = [], []
+    for g, kg in enumerate(spec.k_groups):
+        o, k0 = g * m, koffs[g]
+        bias = None if ops.bias is None else (ops.bias[o:o + m] if spec.bias == "row" else ops.bias[g])
+        c = None if ops.c is None else ops.c[o:o + m]
+        if kg == 0:
+            if g == bad_group and inj.defect == "k_group_empty_skipped":
+                rows.append(torch.zeros(m, spec.n, dtype=DTYPES[spec.out_dtype].torch))
+                continue
+            sub = dataclasses.replace(spec, k=spec.tile.bk, k_groups=None)
+            zero = Operands(a=torch.zeros(m, sub.k, dtype=ops.a.dtype), b=torch.zeros(sub.k, spec.n, dtype=ops.b.dtype),
+                            c=c, bias=bias, scale_a=ops.scale_a, scale_b=ops.scale_b)
+            rows.append(simulate(sub, zero, provenance, tap_tiles=(), kernel=kernel).output)
+            continue
+        if g == bad_group and inj.defect == "k_group_offset":
+            k0 = 0
+        sub = dataclasses.replace(spec, k=kg, k_groups=None)
+        sub_ops = Operands(a=ops.a[:, k0:k0 + kg], b=ops.b[k0:k0 + kg], c=c, bias=bias, scale_a=ops.scale_a,
+                           scale_b=ops.scale_b)
+        inner = inj if g == bad_group and inj.defect not in K_GROUP_DEFECTS else None
         rec = simulate(sub, sub_ops, provenance, injection=inner, tap_tiles=tap_tiles, kernel=kernel)
         taps.extend(dataclasses.replace(t, group=g) for t in rec.taps)
         rows.append(rec.output)

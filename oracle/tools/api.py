@@ -284,7 +284,14 @@ def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bia
         k = k2
     if k2 != k:
         raise SpecError(f"b has {k2} rows but a has {k} columns: A is [M, K] and B is [K, N]")
-    if tuple(d.shape) != (m, n):
+    kg = fields.get("k_groups")
+    if isinstance(kg, list):
+        kg = fields["k_groups"] = tuple(kg)
+    groups_k = len(kg) if isinstance(kg, tuple) else None  # a K-grouped check: D holds G outputs [M, N]
+    if groups_k is not None and tuple(d.shape) != (groups_k * m, n):
+        raise SpecError(f"d has shape {list(d.shape)}: a K-grouped problem of {groups_k} groups writes one [{m}, {n}] "
+                        f"output per group, D [{groups_k * m}, {n}]")
+    if groups_k is None and tuple(d.shape) != (m, n):
         raise SpecError(f"d has shape {list(d.shape)}, A @ B is [{m}, {n}]")
     kw: dict[str, Any] = dict(m=m, n=n, k=k, a_dtype=fields.pop("a_dtype") if qop == "a" else _dtype("a", a),
                               b_dtype=fields.pop("b_dtype") if qop == "b" else _dtype("b", b), out_dtype=_dtype("d", d),
@@ -294,7 +301,9 @@ def problem_of(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c=None, bia
     if c is not None:
         kw.update(c_dtype=_dtype("c", c), beta=fields.pop("beta", 1.0))
     if bias is not None:
-        kw.update(bias_dtype=_dtype("bias", bias), bias=fields.pop("bias_axis", "row" if bias.numel() == m != n else "col"))
+        rows = d.shape[0]  # D's rows: a K-grouped problem's column bias is one per group, [G, N]
+        kw.update(bias_dtype=_dtype("bias", bias),
+                  bias=fields.pop("bias_axis", "row" if bias.dim() == 1 and bias.numel() == rows != n else "col"))
     for op, s, axis in (("a", scale_a, "row"), ("b", scale_b, "col")):
         if s is None:
             continue
@@ -322,8 +331,10 @@ def recording_of(a, b, d, *, c=None, bias=None, scale_a=None, scale_b=None, b_sc
     """An output-only recording of D = f(A, B, ...) for the differential (no taps)."""
     spec = problem_of(a, b, d, c=c, bias=bias, scale_a=scale_a, scale_b=scale_b, b_scales=b_scales, b_zeros=b_zeros,
                       a_scales=a_scales, a_zeros=a_zeros, **fields)
+    col_per_group = spec.k_groups is not None and spec.bias == "col"  # [G, N]
     ops = Operands(a=a.detach(), b=b.detach(), c=None if c is None else c.detach(),
-                   bias=None if bias is None else bias.detach().reshape(-1),
+                   bias=None if bias is None else bias.detach().reshape((len(spec.k_groups), -1) if col_per_group
+                                                                        else (-1,)),
                    scale_a=_scale_of(scale_a, spec.scale_a), scale_b=_scale_of(scale_b, spec.scale_b),
                    b_scales=None if b_scales is None else _stored_scales(b_scales.detach()),
                    b_zeros=None if b_zeros is None else b_zeros.detach(),
@@ -362,7 +373,12 @@ def check(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor, *, c: Optional[torc
     b_dtype and b_packing (module docstring). A quantised A (the swapped problem of a mixed-input
     kernel) is the same with A as stored [M, K / per], `a_scales` / `a_zeros` [M, K / group],
     `a_zeros_kind`, a_dtype and a_packing, beside an fp16 / bf16 B. Raises SpecError /
-    RecordingError for tensors that do not make a problem."""
+    RecordingError for tensors that do not make a problem.
+
+    A K-grouped GEMM (an MoE weight gradient): `k_groups` = [K_0, K_1, ...] (0 allowed, adding up
+    to K); group g multiplies A's columns and B's rows [k0_g, k0_g + K_g) into its own output, D
+    [G * M, N] holding them one after the other (C alike; a column bias [G, N], one per group).
+    Each group is judged as its own GEMM, an empty one against the epilogue of a zero accumulator."""
     from oracle.run.request import RunRequest
 
     rec = recording_of(a, b, d, c=c, bias=bias, scale_a=scale_a, scale_b=scale_b, b_scales=b_scales,

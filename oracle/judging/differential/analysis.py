@@ -24,7 +24,8 @@ from oracle.judging.differential.context import Context, StageResult
 from oracle.judging.differential.cross_check import start_cross_check
 from oracle.judging.differential.dequant import dequant_stage
 from oracle.judging.differential.epilogue import epilogue_stages, reference_chain, steps_of
-from oracle.judging.differential.groups import GroupOutcome, deciding, group_recordings, scale_peers
+from oracle.judging.differential.groups import (GroupOutcome, deciding, empty_k_group_hint, group_recordings,
+                                               scale_peers)
 from oracle.judging.differential.findings import (FirstDivergence, NonFinite, first_finding, first_nonfinite, mixing_confound,
                                               trace_confounds, unobserved)
 from oracle.judging.differential.judge import StageNotes, fold_notes
@@ -34,6 +35,7 @@ from oracle.judging.differential.operands import descriptor_stage, load_stage
 from oracle.judging.differential.reduce import reduce_stage
 from oracle.judging.differential.scales import scale_stage
 from oracle.problem.partition import describe_partitions
+from oracle.run.caller import Option
 from oracle.run.recording import Recording, RecordingError
 from oracle.run.confounds import Confound, ConfoundKind
 
@@ -85,15 +87,18 @@ def analyze(rec: Recording, device: Optional[torch.device] = None) -> Analysis:
 
 def _analyze_groups(rec: Recording, device) -> Analysis:
     parts = group_recordings(rec)
-    judged = [(g, o, _analyze_one(sub, device, scale_peers(rec, g))) for g, o, sub in parts if sub is not None]
+    judged = [(g, o, _empty_k_group(rec, g, _analyze_one(sub, device, scale_peers(rec, g))))
+              for g, o, sub in parts if sub is not None]
     if not judged:
         raise RecordingError(f"every group of {rec.spec.describe()} is empty: there is nothing to judge")
     outcomes = []
+    koffs = rec.spec.k_offsets
     for g, o, sub in parts:
         an = next((a for gg, _, a in judged if gg == g), None)
         outcomes.append(GroupOutcome(g, o, rec.spec.group_sizes[g], None if an is None else an.verdict,
                                      an.first.stage if an is not None and an.first else None,
-                                     an.first.kind.value if an is not None and an.first else None))
+                                     an.first.kind.value if an is not None and an.first else None,
+                                     None if koffs is None else (koffs[g], rec.spec.k_groups[g])))
     g, _, an = judged[deciding([a for _, _, a in judged])]
     first = dataclasses.replace(an.first, group=g) if an.first is not None else None
     phases: dict[str, float] = {}
@@ -102,6 +107,26 @@ def _analyze_groups(rec: Recording, device) -> Analysis:
             phases[name] = phases.get(name, 0.0) + ms
     return dataclasses.replace(an, group=g, groups=tuple(outcomes), whole=rec, first=first,
                                phases=tuple(phases.items()))
+
+
+def _empty_k_group(rec: Recording, g: int, an: Analysis) -> Analysis:
+    """An empty group of a K-grouped problem: its divergence says what D must be (groups.empty_k_group_hint)."""
+    spec = rec.spec
+    if spec.k_groups is None or spec.k_groups[g] != 0:
+        return an
+    if an.verdict is Verdict.MISTRUSTED and an.first is None:  # a zero reference is what an empty group must give
+        return dataclasses.replace(an, diagnosis=dataclasses.replace(
+            an.diagnosis, verdict=Verdict.MATCH, reason=f"group {g} has K = 0 and its D is zero, the epilogue of a "
+                                                        f"zero accumulator without C or bias"))
+    if an.first is None:
+        return an
+    hint = empty_k_group_hint(spec, g, an.first.element)
+    if an.first.hint:
+        hint += f"; {an.first.hint}"
+    # the group runs no k-block: a trace would show nothing the stored D does not (no trace advice)
+    missing = tuple(m for m in an.first.missing
+                    if not any(isinstance(p, Option) and p.name.startswith("trace") for p in m.parts))
+    return dataclasses.replace(an, first=dataclasses.replace(an.first, hint=hint, missing=missing, rerun=None))
 
 
 class _Clock:

@@ -1,4 +1,4 @@
-"""A grouped or batched problem judged one GEMM at a time.
+"""A grouped, batched or K-grouped problem judged one GEMM at a time.
 
 Group g (oracle.problem.partition) is its own problem: M = M_g, A's rows [offset_g, offset_g + M_g), B[g],
 C's and D's same rows, its column bias, its block scales (A's rows of the group, B's tensor [g]); its
@@ -7,6 +7,14 @@ groups' block scales go beside it (`scale_peers`), so a scale of another group i
 group's: a kernel error, an untrusted reference, a divergence (the one earliest in pipeline order,
 then the lowest group), nothing to discriminate, or a match; the report shows that group's stages
 and one line for every group.
+
+A K-grouped problem's group g (oracle.problem.spec: k_groups) is the GEMM M x N x K_g on A's columns
+[k0_g, k0_g + K_g) and B's same rows, writing D's rows [g M, (g + 1) M) (and reading C's), with its
+column bias and the k-group columns of the block scales of its K slice; its taps are the ones that
+name group g, tiles and k-blocks counted from the group's start. An empty group (K_g = 0) is judged
+too: its D must be the epilogue of a zero accumulator (alpha * 0 + beta * C_g, ...), so it is judged
+output-only (its taps dropped) as a stand-in problem whose A and B are zeros, and a kernel that
+left it unwritten diverges at epilogue_store with a hint that says so (`empty_k_group_hint`).
 """
 
 from __future__ import annotations
@@ -14,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from typing import Optional
+
+import torch
 
 from harness.taps import ALL_STAGES
 from oracle.judging.diagnose import Verdict
@@ -33,10 +43,15 @@ class GroupOutcome:
     verdict: Optional[Verdict]  # None: an empty group, nothing to judge
     stage: Optional[str] = None
     kind: Optional[str] = None
+    k_range: Optional[tuple[int, int]] = None  # a K-grouped problem's group: (its first k, K_g)
 
     def describe(self) -> str:
         where = f"group {self.group} (rows {self.row0}..{self.row0 + self.rows - 1})" if self.rows else \
             f"group {self.group} (empty)"
+        if self.k_range is not None:
+            k0, kg = self.k_range
+            ks = f"k {k0}..{k0 + kg - 1}" if kg else "K = 0"
+            where = f"group {self.group} ({ks}; rows {self.row0}..{self.row0 + self.rows - 1} of D)"
         if self.verdict is None:
             return f"{where}: nothing to judge"
         tail = f" at {self.stage}, {self.kind}" if self.stage else ""
@@ -44,8 +59,11 @@ class GroupOutcome:
 
 
 def group_recordings(rec: Recording) -> list[tuple[int, int, Optional[Recording]]]:
-    """(group, first row, its recording or None for an empty group), for every group."""
+    """(group, first row, its recording or None for an empty group), for every group (a K-grouped
+    problem's: k_group_recordings)."""
     spec = rec.spec
+    if spec.k_groups is not None:
+        return k_group_recordings(rec)
     offs = group_offsets(spec)
     ops = rec.operands
     out = []
@@ -71,6 +89,68 @@ def group_recordings(rec: Recording) -> list[tuple[int, int, Optional[Recording]
     return out
 
 
+def k_group_recordings(rec: Recording) -> list[tuple[int, int, Recording]]:
+    """(group, first row of D, its recording) for every group of a K-grouped problem: an empty
+    group's is the output-only stand-in of the module docstring."""
+    spec = rec.spec
+    ops, m, koffs = rec.operands, spec.m, spec.k_offsets
+    out = []
+    for g, kg in enumerate(spec.k_groups):
+        o, k0 = g * m, koffs[g]
+        bias = None
+        if ops.bias is not None:
+            bias = ops.bias[o:o + m] if spec.bias == "row" else ops.bias[g]
+        c = None if ops.c is None else ops.c[o:o + m]
+        output = None if rec.output is None else rec.output[o:o + m]
+        where = f"rows {o}..{o + m - 1} of C and D"
+        if kg == 0:
+            sub, sub_ops = _zero_accumulator_problem(spec, c, bias)
+            dropped = sum(1 for t in rec.taps if t.group == g)
+            notes = rec.notes + ((f"group {g} of {len(spec.k_groups)} has K = 0 ({where}): judged output-only against "
+                                  f"the epilogue of a zero accumulator (a stand-in problem of K = {sub.k} whose A and B "
+                                  f"are zeros)" + (f"; its {dropped} tap(s) not judged" if dropped else "")),)
+            out.append((g, o, dataclasses.replace(rec, spec=sub, operands=sub_ops, output=output, taps=(),
+                                                  descriptors=(), notes=notes, kernel=f"{rec.kernel} [group {g}]")))
+            continue
+        sub = dataclasses.replace(spec, k=kg, k_groups=None)
+        scale_a, scale_b = group_scales(spec, ops, g)
+        sub_ops = Operands(a=ops.a[:, k0:k0 + kg], b=ops.b[k0:k0 + kg], c=c, bias=bias, scale_a=scale_a,
+                           scale_b=scale_b)
+        taps = tuple(dataclasses.replace(t, group=None) for t in rec.taps if t.group == g)
+        notes = rec.notes + ((f"group {g} of {len(spec.k_groups)}: columns {k0}..{k0 + kg - 1} of A and rows of B, "
+                              f"{where}; tiles and k-blocks counted from the group's start; descriptor fields of a "
+                              f"grouped run are not judged"),)
+        out.append((g, o, dataclasses.replace(rec, spec=sub, operands=sub_ops, output=output, taps=taps,
+                                              descriptors=(), notes=notes, kernel=f"{rec.kernel} [group {g}]")))
+    return out
+
+
+def _zero_accumulator_problem(spec, c, bias):
+    """The stand-in of an empty group of a K-grouped problem: K = one k-block, A and B zeros (the
+    accumulator is exactly 0), unit block scales, the group's C and bias."""
+    from oracle.run.inputs import make_operands
+
+    sub = dataclasses.replace(spec, k=spec.tile.bk if not spec.block_scaled else spec.scale_a.block[1],
+                              k_groups=None)
+    ones = make_operands(sub, "ones")
+    return sub, dataclasses.replace(ones, a=torch.zeros_like(ones.a), b=torch.zeros_like(ones.b), c=c, bias=bias)
+
+
+def empty_k_group_hint(spec, g: int, element: Optional[tuple[int, int]]) -> str:
+    """The sentence of an empty group's divergence: what D must be, where the kernel's differs
+    (`element`: the group's (row, col) of D_g)."""
+    terms = (["beta * C"] if spec.beta != 0 else []) + (["bias"] if spec.bias != "none" else [])
+    must = " + ".join(terms) or "0"
+    if spec.activation != "none":
+        must = f"{spec.activation}({must})"
+    at = ""
+    if element is not None:
+        r, c = element
+        at = f" at ({r}, {c}) (row {g * spec.m + r} of D)"
+    return (f"group {g} has K = 0: D must be {must} (the epilogue of a zero accumulator), the kernel's D differs{at}: "
+            f"a kernel that skips an empty group leaves its D unwritten")
+
+
 @dataclass(frozen=True, eq=False)
 class ScalePeers:
     """The block scales of the other groups of a grouped (or batched) problem, beside the group being
@@ -87,9 +167,8 @@ def scale_peers(rec: Recording, g: int) -> Optional[ScalePeers]:
     spec = rec.spec
     if not spec.block_scaled:
         return None
-    others = tuple((e, *group_scales(spec, rec.operands, e)) for e, m_e in enumerate(spec.group_sizes)
-                   if e != g)
-    return ScalePeers(g, "group" if spec.groups is not None else "batch entry", others)
+    others = tuple((e, *group_scales(spec, rec.operands, e)) for e in range(len(spec.group_sizes)) if e != g)
+    return ScalePeers(g, "batch entry" if spec.batch > 1 else "group", others)
 
 
 def deciding(analyses) -> int:
