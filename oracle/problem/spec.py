@@ -657,7 +657,7 @@ def check_selection(spec: ProblemSpec, plan) -> None:
                        f"is outside 0..{spec.k_blocks - 1} (K = {spec.k} in k-blocks of {spec.tile.bk})")
     sizes = spec.group_sizes
     check_traced_groups(plan, None if sizes is None else len(sizes),
-                        "groups" if spec.groups is not None else "batch entries")
+                        "batch entries" if spec.batch > 1 else "groups")
 
 
 def check_traced_groups(plan, count: Optional[int], what: str) -> None:
@@ -665,8 +665,8 @@ def check_traced_groups(plan, count: Optional[int], what: str) -> None:
     ValueError naming it (count None: a problem of one GEMM, none to select)."""
     for g in getattr(plan, "groups", None) or ():
         if count is None:
-            raise ValueError(f"trace groups = {list(plan.groups)}: the problem has no {what} to select "
-                             f"(one GEMM); leave groups out")
+            raise ValueError(f"trace groups = {list(plan.groups)}: the problem is one GEMM, with no groups or batch "
+                             f"entries to select; leave groups out")
         if g >= count:
             raise ValueError(f"trace group {g} is outside the problem's {count} {what} (0..{count - 1})")
 

@@ -105,7 +105,7 @@ def _ceiling(case: Case, budget: TraceBudget) -> tuple[TraceBudget, int]:
         spec = case.spec
         entries = spec.batch if is_attention(spec) else len(spec.group_sizes or ())
         entries = entries if entries > 1 and case.trace.groups is None else 0
-        word = "batch entries" if is_attention(spec) or spec.groups is None else "groups"
+        word = "batch entries" if spec.batch > 1 else "groups"
         raise CaseError(f"the trace selection ({budget.describe()}) cannot fit in the {mb} MiB ceiling of the sink: "
                         f"raise it (ORACLE_TRACE_MAX_MB, or [trace] capacity_mb) or narrow the selection: "
                         f"--trace-tiles with at most {max(1, ceiling // per_tile)} tile(s), fewer --trace-k-blocks, "

@@ -72,7 +72,7 @@ def test_a_case_selects_groups_and_a_selection_outside_the_problem_is_refused(tm
     with pytest.raises(CaseError, match="trace group 3 is outside the problem's 3 batch entries"):
         check_trace_selection(load_case(str(case), {"batch": 3}).__class__(
             **{**loaded.__dict__, "trace": dataclasses.replace(loaded.trace, groups=(3,))}))
-    with pytest.raises(CaseError, match="no batch entries to select"):
+    with pytest.raises(CaseError, match="one GEMM, with no groups or batch entries to select"):
         check_trace_selection(load_case(str(case), {"batch": 1}))
 
 
