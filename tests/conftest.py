@@ -67,6 +67,7 @@ LONG_FIRST = (
     "cpu/test_zoo_build.py",  # the sm80 GEMM traced and plain, its layout program
     "cpu/test_cutlass_evt_defects.py",  # three CUTLASS EVT builds
     "cpu/test_cutlass_grouped.py",  # two CUTLASS grouped (pointer-array) builds
+    "cpu/test_cutlass_grouped_pingpong.py",  # two CUTLASS grouped builds in the ping-pong schedule
     "cpu/test_cutlass_stream_k_library.py",  # two CUTLASS stream-K builds (quick and host routes)
     "cpu/test_cutlass_evt.py",  # two CUTLASS EVT builds (and the traced LinearCombination library), refusals
     "cpu/test_cutlass_adapter.py",  # two CUTLASS builds (quick and host routes)

@@ -13,7 +13,8 @@ entry_checks.hpp) refuse, at compile time and in seconds, what the adapter canno
 - a kernel written as a user writes it (the zoo's CUTLASS types with a rank-3 problem shape, the
   stream-K scheduler, or a host-route function of another shape than make_arguments') stops its real launch-library build at the entry macro's namespace-scope check,
   with that one error, before the kernel's device code is instantiated: the refusal comes in the
-  seconds the front end takes to read CUTLASS's headers, not after the full build (minutes).
+  seconds the front end takes to read CUTLASS's headers, not after the full build (minutes); CUTLASS's grouped
+  GEMM in the ping-pong schedule (example 57's) passes the same checks.
 
 The builds go through the build cache (failed builds are cached too); the timed ones use a private
 cache so that they compile.
@@ -129,7 +130,9 @@ using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, in
 #endif
 using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
 
-#if defined(USER_BAD_MAKE)  // the host route with a function of another shape: no l, no leading dimensions
+#if defined(USER_CHECKS_ONLY)  // the entry macros' checks alone, no kernel instantiated
+static_assert(oracle_trace::cutlass_sm90::EntryChecks<Gemm>::ok && oracle_trace::cutlass_sm90::CaseChecks<Gemm>::ok, "");
+#elif defined(USER_BAD_MAKE)  // the host route with a function of another shape: no l, no leading dimensions
 Gemm::Arguments make_arguments(int m, int n, int k, zoo_cutlass::ElementA const* a, zoo_cutlass::ElementB const* b,
                                zoo_cutlass::ElementC const* c, zoo_cutlass::ElementD* d, float alpha, float beta);
 ORACLE_CUTLASS_HOST_ENTRY(Gemm, make_arguments)
@@ -150,16 +153,21 @@ ORACLE_CUTLASS_ENTRY(Gemm)
      "TracedScheduler<cutlass::gemm::StreamKScheduler, Mainloop> must name the kernel's CollectiveMainloop"),
     ({"USER_BAD_MAKE": "1"}, "ORACLE_CUTLASS_HOST_ENTRY(Gemm, make): make must be callable as make(int m, int n, "
                              "int k, int l, const ElementA* a, int64_t lda,"),
-    ({"USER_GROUPED_PINGPONG": "1"}, "the grouped kernel's schedule is KernelPtrArrayTmaWarpSpecializedPingpong: this "
-                                     "version of the adapter traces CUTLASS's grouped GEMM in the cooperative schedule "
-                                     "only"),
-], ids=["rank3", "stream_k", "stream_k_pingpong", "stream_k_other_mainloop", "host_make_signature", "grouped_pingpong"])
+], ids=["rank3", "stream_k", "stream_k_pingpong", "stream_k_other_mainloop", "host_make_signature"])
 def test_a_kernel_the_adapter_cannot_run_is_refused_before_the_long_compile(tmp_path, defines, words):
     err = refused_early(USER_TU, tmp_path / "cache", defines={"ORACLE_TRACE": "1", **defines}, include_dirs=(ZOO,))
     assert words in err, err[-3000:]
     errors = [line for line in err.splitlines() if ": error:" in line]
     if "USER_BAD_MAKE" not in defines:  # (a call of make that does not fit is also an error where it is made)
         assert "1 error detected" in err, err[-3000:]  # the check's, nothing from the kernel's instantiation
+
+
+def test_the_grouped_kernel_in_the_ping_pong_schedule_passes_the_checks():
+    """CUTLASS's grouped GEMM as example 57 writes it in the ping-pong schedule (KernelPtrArrayTmaWarpSpecialized
+    Pingpong with PtrArrayTmaWarpSpecializedPingpong), traced: the entry macros' checks pass (its full build:
+    tests/cpu/test_cutlass_grouped_pingpong.py)."""
+    build_cubin(USER_TU, defines={"ORACLE_TRACE": "1", "USER_GROUPED_PINGPONG": "1", "USER_CHECKS_ONLY": "1"},
+                include_dirs=(ZOO,))
 
 
 # The zoo kernel's types, traced, checked against a case's expectations (ORACLE_CASE_*) alone.

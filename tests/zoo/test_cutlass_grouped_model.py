@@ -10,13 +10,19 @@ group 1 group 0's B pointer (grouped_host_b_of_group0: the TMA writes group 0's 
 group 3 A's base pointer (grouped_host_a_of_group0: its rows are read from the first rows of A), or group 1
 the alpha squared through the epilogue's per-group alpha array (grouped_host_alpha_twice_group1). Each group
 must be judged as the manifest says: the correct ones MATCH in every group, each defect is found at its
-stage in its group, the other groups judged clean. What this cannot show, that the CUDA code does what the
-model does, the GPU tier (tests/gpu/test_zoo.py) does.
+stage in its group, the other groups judged clean. The ping-pong entries (ZOO_GROUPED_PINGPONG) make the same
+taps: which consumer warp group computes a tile changes no tap, each stage naming the group of the tile it was
+loaded for; `pingpong_deal` models how CUTLASS's group scheduler deals the tiles to the CTAs and their two warp
+groups, to hold those entries to what they are for (a CTA's warp groups on different groups at once, the
+defect's tile on the second). What this cannot show, that the CUDA code does what the model does, the GPU tier
+(tests/gpu/test_zoo.py) does.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -32,6 +38,7 @@ from oracle.run.simulate import simulate
 
 LIBRARY_ORDER = ("alpha_beta", "cast")  # what the traced pointer-array LinearCombination tree declares
 DEFECT_GROUP = {"grouped_host_b_of_group0": 1, "grouped_host_a_of_group0": 3, "grouped_host_alpha_twice_group1": 1}
+GROUPED_CU = Path(__file__).resolve().parents[2] / "zoo" / "cutlass_sm90" / "grouped.cu"
 
 
 def _grouped_entries() -> list[dict]:
@@ -74,14 +81,58 @@ def model(case, ops, provenance, defect) -> Recording:
     return _spliced(correct, replace(squared, spec=spec), spec, 1)
 
 
+def _pingpong_entries() -> list[dict]:
+    return [e for e in _grouped_entries() if "ZOO_GROUPED_PINGPONG" in entry_case(e).kernel.defines]
+
+
+def pingpong_sm_count() -> int:
+    """The SM count grouped.cu gives its ping-pong variant (kSmCount under ZOO_GROUPED_PINGPONG)."""
+    found = re.search(r"#if defined\(ZOO_GROUPED_PINGPONG\)\n(?:.*\n)*?constexpr int kSmCount = (\d+);",
+                      GROUPED_CU.read_text())
+    assert found, "grouped.cu sets no kSmCount for ZOO_GROUPED_PINGPONG"
+    return int(found.group(1))
+
+
+def pingpong_deal(spec, sm_count: int) -> list[list[tuple[int, int, int]]]:
+    """Each CTA's tiles in the order its consumer warp groups take them, as (warp group, group, index of the
+    tile in its group): CUTLASS's group scheduler numbers the groups' tiles one group after the other (an
+    empty group has none) and launches min(SMs, tiles) CTAs (cluster 1), CTA c taking tiles c, c + CTAs, ...;
+    the ping-pong kernel's two warp groups take a CTA's tiles in turn, the first warp group first."""
+    tiles = [(g, i) for g, m in enumerate(spec.groups)
+             for i in range(-(-m // spec.tile.bm) * -(-spec.n // spec.tile.bn))]
+    ctas = min(sm_count, len(tiles))
+    return [[(j % 2, *tiles[t]) for j, t in enumerate(range(c, len(tiles), ctas))] for c in range(ctas)]
+
+
 def test_the_manifest_has_the_grouped_entries():
     names = {e["name"] for e in _grouped_entries()}
     assert names == {"cutlass_sm90_grouped_correct", "cutlass_sm90_grouped_host_correct",
                      "cutlass_sm90_grouped_host_b_of_group0", "cutlass_sm90_grouped_host_a_of_group0",
-                     "cutlass_sm90_grouped_host_alpha_twice_group1"}, names
+                     "cutlass_sm90_grouped_host_alpha_twice_group1", "cutlass_sm90_grouped_pingpong_correct",
+                     "cutlass_sm90_grouped_pingpong_host_a_of_group0"}, names
+    assert {e["name"] for e in _pingpong_entries()} == {"cutlass_sm90_grouped_pingpong_correct",
+                                                        "cutlass_sm90_grouped_pingpong_host_a_of_group0"}
     for e in _grouped_entries():
         if e["defect"] is not None:
             assert e["expected_group"] == DEFECT_GROUP[e["defect"]], e["name"]
+
+
+@pytest.mark.parametrize("entry", _pingpong_entries(), ids=lambda e: e["name"])
+def test_the_ping_pong_entries_run_a_cta_s_two_warp_groups_on_different_groups(entry):
+    """With grouped.cu's SM count, every CTA runs several tiles, its second warp group has work, and in some CTA
+    the two warp groups take tiles of different groups one after the other (one in its epilogue while the other
+    runs its mainloop); a defect entry's tile (its group's first) runs on a second warp group right after the
+    first warp group's tile of another group."""
+    spec = entry_case(entry).spec
+    deal = pingpong_deal(spec, pingpong_sm_count())
+    assert all(len(cta) >= 2 for cta in deal), deal
+    assert any(a[1] != b[1] for cta in deal for a, b in zip(cta, cta[1:])), deal
+    if entry["defect"] is not None:
+        assert entry["expected_tile"] == [0, 0]
+        where = [(cta, j) for cta in deal for j, t in enumerate(cta) if t[1:] == (entry["expected_group"], 0)]
+        assert len(where) == 1, where
+        cta, j = where[0]
+        assert cta[j][0] == 1 and j > 0 and cta[j - 1][1] != entry["expected_group"], cta
 
 
 def test_the_group_sizes_are_ragged_with_an_empty_group():

@@ -2,9 +2,10 @@
 // its own M, as a mixture of experts runs its experts), brought to the oracle as a launch library (ABI
 // "oracle/1"): bf16 A [M_g, K] row-major x bf16 B [K, N] column-major per group, fp32 accumulate, D = alpha *
 // acc + beta * C in bf16 (row-major), 128 x 128 x 64 CTA tile, cluster 1 x 1, KernelPtrArrayTmaWarpSpecialized
-// Cooperative with CUTLASS's group tile scheduler. Everything but the four marked lines is what a CUTLASS
-// user writes with the CollectiveBuilder (example 57's types: LayoutA * ..., GroupProblemShape); the host
-// code is example 57's args_from_options: per-group problem sizes, pointers and strides in device memory.
+// Cooperative (or ...Pingpong: ZOO_GROUPED_PINGPONG) with CUTLASS's group tile scheduler. Everything but the
+// four marked lines is what a CUTLASS user writes with the CollectiveBuilder (example 57's types: LayoutA *
+// ..., GroupProblemShape); the host code is example 57's args_from_options: per-group problem sizes, pointers
+// and strides in device memory.
 //
 // The oracle stores the groups one after the other (A [sum M_g, K], C and D [sum M_g, N], B [G, N, K] as a
 // column-major B is stored), packed. The taps name the group, the tile within it and the k-block, so each
@@ -14,6 +15,14 @@
 //   ZOO_GROUPED_HOST=1   the host route: Gemm::Arguments come from the user's own make_arguments, entered
 //                        through ORACLE_CUTLASS_HOST_ENTRY (default: ORACLE_CUTLASS_ENTRY, the adapter fills
 //                        the group arrays itself)
+//   ZOO_GROUPED_PINGPONG=1  example 57's ping-pong schedule (KernelPtrArrayTmaWarpSpecializedPingpong with
+//                        PtrArrayTmaWarpSpecializedPingpong; its 128 x 128 tile, K of 128 bytes: 64 bf16; cluster
+//                        1 x 1 as the cooperative variant's, where the example's ping-pong one is 2 x 1), the
+//                        two consumer warp groups taking a CTA's tiles in turn; the kernel is given 2 SMs
+//                        (hw_info.sm_count, by both routes) so that each of the 2 CTAs runs 5 of the case's 10
+//                        tiles: in each CTA one warp group runs group 1's tile (0, 0) or (0, 1) while the other
+//                        runs group 3's first tiles (on all SMs every CTA would get one tile, and the second warp
+//                        group none)
 // Planted defects in the user's host code (tests/zoo/manifest.json names the stage the oracle must name):
 //   ZOO_GROUPED_HOST_B_OF_GROUP0=1       group 1 given group 0's B pointer (an expert's weights taken from
 //                                        the wrong expert): descriptor_b, group 1
@@ -53,18 +62,27 @@ constexpr int kAlign = 128 / cutlass::sizeof_bits<ElementA>::value;  // 16-byte 
 
 using TileShape = Shape<_128, _128, _64>;
 using ClusterShape = Shape<_1, _1, _1>;
+#if defined(ZOO_GROUPED_PINGPONG)
+using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+constexpr int kSmCount = 2;  // each CTA runs several tiles, its two consumer warp groups in turn
+#else
+using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+constexpr int kSmCount = 0;  // 0: the device's
+#endif
 
 using BuiltEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
     cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementAccumulator, ElementC, LayoutC*,
-    kAlign, ElementD, LayoutC*, kAlign, cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+    kAlign, ElementD, LayoutC*, kAlign, EpilogueSchedule,
     cutlass::epilogue::fusion::LinearCombination<ElementD, ElementAccumulator>>::CollectiveOp;
 
 using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
     cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA*, kAlign, ElementB, LayoutB*, kAlign,
     ElementAccumulator, TileShape, ClusterShape,
     cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename BuiltEpilogue::SharedStorage))>,
-    cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative>::CollectiveOp;
+    KernelSchedule>::CollectiveOp;
 
 using CollectiveMainloop = oracle_trace::cutlass_sm90::TracedMainloop<BuiltMainloop>;  // (2)
 using CollectiveEpilogue = oracle_trace::cutlass_sm90::TracedEpilogue<BuiltEpilogue>;  // (3)
@@ -165,6 +183,7 @@ typename Gemm::Arguments make_arguments(int groups, const int* group_m, int n, i
   hw_info.device_id = 0;
   cudaGetDevice(&hw_info.device_id);
   hw_info.sm_count = cutlass::KernelHardwareInfo::query_device_multiprocessor_count(hw_info.device_id);
+  if (kSmCount > 0) hw_info.sm_count = kSmCount;
   arguments = typename Gemm::Arguments{cutlass::gemm::GemmUniversalMode::kGrouped,
                                        {groups, problem_sizes.get(), problem_sizes_host.data()},
                                        {ptr_A.get(), stride_A.get(), ptr_B.get(), stride_B.get()},
@@ -172,12 +191,20 @@ typename Gemm::Arguments make_arguments(int groups, const int* group_m, int n, i
                                        hw_info};
   return arguments;
 }
+#elif defined(ZOO_GROUPED_PINGPONG)
+// The quick route's arguments given the ping-pong variant's SM count.
+int set_sm_count(const oracle_trace::LaunchArgs*, typename Gemm::Arguments& arguments) {
+  arguments.hw_info.sm_count = kSmCount;
+  return 0;
+}
 #endif
 
 }  // namespace zoo_grouped
 
 #if defined(ZOO_GROUPED_HOST)
 ORACLE_CUTLASS_HOST_ENTRY(zoo_grouped::Gemm, zoo_grouped::make_arguments)  // (4) oracle_launch, the user's host code
+#elif defined(ZOO_GROUPED_PINGPONG)
+ORACLE_CUTLASS_ENTRY_WITH(zoo_grouped::Gemm, zoo_grouped::set_sm_count)  // (4) oracle_launch, 2 SMs
 #else
 ORACLE_CUTLASS_ENTRY(zoo_grouped::Gemm)  // (4) oracle_launch
 #endif

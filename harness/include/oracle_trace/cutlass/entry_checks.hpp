@@ -311,7 +311,7 @@ struct CaseGroupsCheck {
   static_assert(KernelGrouped || CaseGroups == 0,
                 "ORACLE_CUTLASS_ENTRY: the case is grouped ([problem] groups) but the kernel is not: a grouped case runs "
                 "on CUTLASS's grouped GEMM (GroupProblemShape<Shape<int, int, int>>, KernelPtrArrayTmaWarpSpecialized"
-                "Cooperative, example 57): CaseGroupsCheck<the kernel's, the case's group count>");
+                "Cooperative or ...Pingpong, example 57): CaseGroupsCheck<the kernel's, the case's group count>");
   static_assert(!KernelGrouped || CaseGroups > 0,
                 "ORACLE_CUTLASS_ENTRY: the kernel is a grouped GEMM (GroupProblemShape) and the case has no groups: "
                 "give the case [problem] groups = [M of each group] (their sum is m)");

@@ -1,9 +1,9 @@
 // oracle_trace/cutlass/sm90_grouped.hpp -- CUTLASS's grouped (pointer-array) SM90 GEMM, traced.
 //
 // A grouped GEMM (CUTLASS's examples 56 and 57, the MoE layout: GemmUniversal<GroupProblemShape<Shape<int,
-// int, int>>, ...> built with KernelPtrArrayTmaWarpSpecializedCooperative and PtrArrayTmaWarpSpecialized
-// Cooperative, arrays of per-group pointers and strides, per-group problem sizes in device memory) comes
-// through the same two aliases as a plain one:
+// int, int>>, ...> built with KernelPtrArrayTmaWarpSpecialized{Cooperative,Pingpong} and PtrArrayTmaWarp
+// Specialized{Cooperative,Pingpong}, arrays of per-group pointers and strides, per-group problem sizes in
+// device memory) comes through the same two aliases as a plain one:
 //
 //   using CollectiveMainloop = oracle_trace::cutlass_sm90::TracedMainloop<BuiltMainloop>;  // -> Sm90TracedArrayMainloop
 //   using CollectiveEpilogue = oracle_trace::cutlass_sm90::TracedEpilogue<BuiltEpilogue>;  // -> the traced tree below
@@ -19,11 +19,19 @@
 // the plain tree's taps name a batch entry. Each group is then judged as its own GEMM: group g covers
 // rows [offset_g, offset_g + M_g) of A, C and D and reads B[g] (oracle/problem/partition.py).
 //
-// Constraints: the cooperative schedule (KernelPtrArrayTmaWarpSpecializedCooperative[FP8FastAccum]); the
-// ping-pong one is refused by name (GroupedChecks: not built or tested by this version). The epilogue is
-// CUTLASS's LinearCombination (no bias, activation, scales or user tree: GroupedChecks). Every group's N
-// and K are the case's (the oracle's grouped problems vary M only); a kernel given another size for a
-// group (the host route runs what the user's code returns) computes what it computes, and that is judged.
+// Ping-pong (CUTLASS 4.2's sm90_gemm_array_tma_warpspecialized_pingpong.hpp): the two consumer warp groups
+// take a CTA's tiles in turn, each a whole tile (TiledMma of 128 threads), so one may be in group g's
+// epilogue while the other runs group h's mainloop. Nothing the traced collectives read is per warp group:
+// the one producer warp loads the tiles in the order the warp groups take them, calling
+// tensors_perform_update between two groups, so each stage's binding names the group of the tile it was
+// loaded for, whichever warp group consumes it; each warp group's epilogue is given its own tile's
+// coordinate (l: its group) and problem shape, and stores through its own tensormap. The kernel's ordered
+// barriers keep the warp groups' mainloops apart; the serialised traced mainloop changes no order.
+//
+// Constraints: the epilogue is CUTLASS's LinearCombination (no bias, activation, scales or user tree:
+// GroupedChecks). Every group's N and K are the case's (the oracle's grouped problems vary M only); a kernel
+// given another size for a group (the host route runs what the user's code returns) computes what it
+// computes, and that is judged.
 
 #ifndef ORACLE_TRACE_CUTLASS_SM90_GROUPED_HPP_
 #define ORACLE_TRACE_CUTLASS_SM90_GROUPED_HPP_
@@ -209,14 +217,10 @@ struct GroupedChecks {
   using Schedule = typename Mainloop::DispatchPolicy::Schedule;
   using Operation = typename cutlass::epilogue::fusion::FusionCallbacksTraits<
       typename Kernel::CollectiveEpilogue::FusionCallbacks>::Operation;
-  static_assert(!is_ptr_array_pingpong<Schedule>,
-                "ORACLE_CUTLASS_ENTRY: the grouped kernel's schedule is KernelPtrArrayTmaWarpSpecializedPingpong: this "
-                "version of the adapter traces CUTLASS's grouped GEMM in the cooperative schedule only "
-                "(KernelPtrArrayTmaWarpSpecializedCooperative with PtrArrayTmaWarpSpecializedCooperative); the "
-                "ping-pong grouped kernel is not built or tested with the traced collectives");
   static_assert(is_ptr_array_pingpong<Schedule> || is_ptr_array_cooperative<Schedule>,
                 "ORACLE_CUTLASS_ENTRY: a grouped problem shape (GroupProblemShape) with a mainloop that is not "
-                "CUTLASS's pointer-array one (KernelPtrArrayTmaWarpSpecializedCooperative)");
+                "CUTLASS's pointer-array one (KernelPtrArrayTmaWarpSpecializedCooperative or "
+                "KernelPtrArrayTmaWarpSpecializedPingpong)");
   static_assert(is_linear_combination<Operation>,
                 "ORACLE_CUTLASS_ENTRY: a grouped kernel's epilogue fusion must be CUTLASS's LinearCombination (alpha, "
                 "beta, C; per-group alpha and beta arrays allowed): the adapter traces no bias, activation, scales or "
