@@ -21,7 +21,8 @@ Derivation (exact values unstarred are the computed ones):
   _state   m_new| (the subtraction and the log2(e) multiply of the base-2 form); l: each p_j within
            E_EXP + 2u|x_j - m| relative, summed in fp32 over B keys and n_b blocks: (B + n_b) 2u.
   p        P = round(exp(x - m) * p_scale): relative E_EXP + 2u|x - m| + u_p, and below the type's
-           normal range half a subnormal step (over p_scale) absolute.
+           normal range half a subnormal step (over p_scale) absolute; plus EXP_FLUSH absolute:
+           ex2.approx.ftz returns 0 for a result below fp32's normal range (a bf16 P can hold it).
   o        acc' = alpha acc + P V: (B + 2) 2u (alpha |acc| + sum_j |P_j| |V_j|).
   normalize O = acc / l: 2u|O| (a reciprocal and a multiply); LSE = m + log l: E_LOG + 4u(|LSE| + |m|).
   combine  w_s = exp(LSE_s - M): relative E_EXP + 2u|LSE_s - M| each, one normalisation, S additions;
@@ -34,7 +35,7 @@ a relative error of at most eta + u_p + rho and every denominator term eta + rho
         (S, scale, exp and its argument; max over the row's seen keys),
   rho = n_b (E_EXP + 4u) + (B + n_b) 2u   (the rescales and the fp32 additions of acc and l).
 Then |O - O*| <= (|N - N*| + |O*| |L - L*|) / L <= (2 eta + u_p + 2 rho) A / (1 - eta - rho), since
-|O*| <= A. P's subnormal steps add at most keys * step/2 * max|V| (L >= 1: the row maximum's own
+|O*| <= A. P's subnormal steps and exp's flush add at most keys * (step/2 + EXP_FLUSH) * max|V| (L >= 1: the row maximum's own
 term is exp(0)). Split-KV adds sigma = 2(eta + rho) + E_EXP + 4u(|LSE| + max|x|) + 2u splits times A
 (each partial's weight carries its LSE's error). The kernel and the reference each err by that
 much from the exact O, so the bound is twice it, plus the kernel's rounding of O to its output type
@@ -69,6 +70,9 @@ class HW:
 E_EXP = HW(2.0**-22, "PTX ISA, ex2.approx.ftz.f32: maximum relative error 2^-22 (sm_80, sm_90)")
 E_TANH = HW(2.0**-10.987, "PTX ISA, tanh.approx.f32: maximum relative error 2^-10.987")
 E_LOG = HW(2.0**-22, "PTX ISA, lg2.approx.f32: maximum absolute error 2^-22.6 over the mantissa")
+# ex2.approx.ftz.f32 flushes a result below fp32's smallest normal to 0 (H100: exp2 of -130 is 0,
+# where a bf16 P could hold 2^-130): an absolute error of up to 2^-126 per weight.
+EXP_FLUSH = HW(2.0**-126, "PTX ISA, ex2.approx.ftz.f32: subnormal results flushed to sign-preserving zero")
 
 
 def u_of(dtype: str) -> float:
@@ -110,7 +114,7 @@ def _row_sum(l, x_abs_max, block_kv: int, n_blocks: int):
 
 def _p(p_dtype: str):
     def bound(p, xm_abs, p_scale: float = 1.0):
-        return p * (E_EXP.value + 2 * U * xm_abs + u_of(p_dtype)) + sub_step(p_dtype) / 2 / p_scale
+        return p * (E_EXP.value + 2 * U * xm_abs + u_of(p_dtype)) + sub_step(p_dtype) / 2 / p_scale + EXP_FLUSH.value
     return bound
 
 
@@ -146,7 +150,7 @@ for _dt in ("bf16", "fp16", "e4m3"):
             ("softmax_state.m", _max, "0: a max of the given masked scores"),
             ("softmax_state.alpha", _alpha, "alpha (E_EXP + 2u|m_old - m_new|)"),
             ("softmax_state.l", _row_sum, "l ((B + n_b) 2u + E_EXP + 2u max|x|)"),
-            ("p", _p(_dt), "p (E_EXP + 2u|x - m| + u_p) + step/2"),
+            ("p", _p(_dt), "p (E_EXP + 2u|x - m| + u_p) + step/2 + EXP_FLUSH"),
             ("o", _o, "(B + 2) 2u (|acc| + sum|P||V|)"),
             ("normalize.o", _normalize_o, "2u|O|"),
             ("normalize.lse", _normalize_lse, "E_LOG + 4u(|LSE| + |m|)"),
@@ -189,8 +193,9 @@ def row_terms(spec, stats, v_abs_max: float) -> RowTerms:
         sigma = 2 * (eta + rho) + E_EXP.value + 2 * U * spec.splits
         rel, lse = rel + sigma, lse + sigma
     rel = rel / (1 - eta - rho).clamp(min=0.5)
-    # P's subnormal half-step (in P's units once p_scale is divided out) times |V| descaled, per key
-    absolute = keys * (sub_step(spec.v_dtype) / 2 / (spec.p_scale or 1.0)) * v_abs_max * (spec.descale_v or 1.0)
+    # P's subnormal half-step (in P's units once p_scale is divided out) and exp's flush, times |V| descaled, per key
+    absolute = keys * (sub_step(spec.v_dtype) / 2 / (spec.p_scale or 1.0) + EXP_FLUSH.value) * v_abs_max \
+        * (spec.descale_v or 1.0)
     return RowTerms(rel, absolute, lse + 4 * U * xa)
 
 

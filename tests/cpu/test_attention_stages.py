@@ -185,3 +185,17 @@ def test_forward_gqa_head_map():
     o2, _ = forward.attention_forward(q, k, v2, prm)
     changed = (o1 != o2).flatten(0, 1).any(0).any(-1).tolist()
     assert changed == [False, False, True, True]
+
+
+def test_p_s_bound_holds_a_weight_that_exp2_flushed_to_zero():
+    """ex2.approx.ftz.f32 returns 0 below fp32's normal range (measured on the H100: benchmarks/results/
+    attention_numerics_quick_h100.json); a bf16 P can hold 2^-130, so a correct kernel's 0 there must
+    be within the p stage's bound, and an error of a normal-sized weight must not be."""
+    from oracle.judging.attention_tolerance import EXP_FLUSH
+
+    exact = torch.tensor([2.0**-130, 2.0**-127, 0.25], dtype=torch.float64)
+    xm = torch.tensor([90.0, 88.5, 1.0], dtype=torch.float64)
+    b = lookup("p", "bf16").bound(exact, xm, 1.0)
+    kernel = torch.tensor([0.0, 0.0, 0.25 * (1 + 2.0**-6)], dtype=torch.float64)  # flushed, flushed, off by 2^-6
+    assert ((kernel - exact).abs() <= b).tolist() == [True, True, False]
+    assert EXP_FLUSH.value == 2.0**-126
