@@ -182,6 +182,21 @@ def _numerics(doc) -> list[Measure]:
     return [Measure("accumulation numerics", None, measured, None, None)]
 
 
+def _attention_numerics(doc) -> list[Measure]:
+    prims = {k: v for k, v in (doc.get("primitives") or {}).items() if isinstance(v, dict)}
+    within = [k.split(".")[0] for k, v in prims.items() if v.get("within")]
+    beyond = [k.split(".")[0] for k, v in prims.items() if not v.get("within")]
+    p_form = {k: v for k, v in (doc.get("p_form") or {}).items() if isinstance(v, dict)}
+    worst_p = max((v.get("max_err_over_bound", 0) for v in p_form.values()), default=None)
+    chains = (doc.get("chain") or {}).get("cases") or []
+    worst_o = max((c.get("o_err_over_one_side_bound", 0) for c in chains), default=None)
+    measured = (f"primitives within their constants: {', '.join(within) or 'none'}"
+                f"{'; beyond: ' + ', '.join(beyond) if beyond else ''}; P's worst err/bound "
+                f"{_n(worst_p, '.3g')} over {len(p_form)} cases; {len(chains)} online-softmax chain(s), worst O err / one "
+                f"side of its bound {_n(worst_o, '.2f')}")
+    return [Measure("attention numerics", f"every error within its bound{_met(doc.get('ok'))}", measured, None, None)]
+
+
 def _w4a16(doc) -> list[Measure]:
     return [Measure("tinygemm W4A16 dequantisation", None,
                     f"{len(doc.get('rows', []))} probes; dequant_precision chosen: {doc.get('choice')}", None, None)]
@@ -227,7 +242,7 @@ READERS: dict[str, Callable] = {
     "gemm_bench": _gemm, "check_bench": _check, "compare_bench": _compare, "warm_path": _warm_path,
     "analyze_bench": _analyze, "parse_bench": _parse, "false_alarms": _false_alarms,
     "attention_false_alarms": _attention, "measure_numerics": _numerics, "probe_w4a16": _w4a16,
-    "fuzz_inputs": _fuzz, "ci_time": _ci_time,
+    "fuzz_inputs": _fuzz, "ci_time": _ci_time, "measure_attention_numerics": _attention_numerics,
 }
 LEGACY: tuple[tuple[str, Callable[[dict], bool]], ...] = (
     ("gemm_bench", lambda d: isinstance(d.get("rows"), list) and any("triton_TFLOPs" in r for r in d["rows"])),
