@@ -114,30 +114,35 @@ def cross_check(spec, rec, o_ref, lse_ref, stats, dev) -> list[str]:
     lay = layout(rec.q, rec.k, **sequence_args(spec, rec))
     v_abs = float(rec.v.detach().float().abs().amax()) if rec.v.numel() else 0.0
     terms = row_terms(spec, stats, v_abs)
-    e_o = rows_of(o_ref.cpu(), spec, lay, spec.varlen_q)
-    e_l = rows_of(lse_ref.cpu(), spec, lay, spec.varlen_q, True)
-    h_o = rows_of(o_h, spec, lay, spec.varlen_q)
-    h_l = rows_of(l_h, spec, lay, spec.varlen_q, True)
     b, hq, maxq = stats.rows_shape
-    a = stats.av.double().cpu().reshape(b, hq, maxq, -1) * STATS_MARGIN
-    rel = terms.rel.cpu().reshape(b, hq, maxq, 1)
-    absolute = terms.absolute.cpu().reshape(b, hq, maxq, 1)
-    bound_o = rel * a + absolute
-    bound_l = terms.lse.cpu().reshape(b, hq, maxq) + 4 * U * h_l[..., 0].abs().nan_to_num(0, 0, 0)
     out = []
-    for bb, h in pairs:
+    for bb, h in pairs:  # only these rows leave their device, never the whole output
         n_q = int(lay.lq[bb])
-        do = (e_o[bb, h, :n_q] - h_o[bb, h, :n_q]).abs()
-        bad = ~(do <= bound_o[bb, h, :n_q])
-        ll, lh = e_l[bb, h, :n_q, 0], h_l[bb, h, :n_q, 0]
+        e_o, h_o = (_pair_rows(x, lay, spec.varlen_q, bb, h, n_q).to(dev) for x in (o_ref, o_h))
+        ll, lh = (_pair_rows(x, lay, spec.varlen_q, bb, h, n_q, lse=True).to(dev) for x in (lse_ref, l_h))
+        a = stats.av.reshape(b, hq, maxq, -1)[bb, h, :n_q].double().to(dev) * STATS_MARGIN
+        rel, absolute, lse_t = (t.reshape(b, hq, maxq)[bb, h, :n_q].double().to(dev)
+                                for t in (terms.rel, terms.absolute, terms.lse))
+        bad = ~((e_o - h_o).abs() <= rel[:, None] * a + absolute[:, None])
         both_inf = torch.isinf(ll) & torch.isinf(lh) & (torch.sign(ll) == torch.sign(lh))
-        bad_l = ~(both_inf | ((ll - lh).abs() <= bound_l[bb, h, :n_q]))
+        bad_l = ~(both_inf | ((ll - lh).abs() <= lse_t + 4 * U * lh.abs().nan_to_num(0, 0, 0)))
         if bool(bad.any()) or bool(bad_l.any()):
             i = int((bad.any(-1) | bad_l).nonzero()[0, 0])
             out.append(f"attention_forward disagrees with attention_forward_host at batch {bb}, head {h}, query {i}: "
-                       f"O {e_o[bb, h, i, :4].tolist()} vs {h_o[bb, h, i, :4].tolist()}, LSE {float(ll[i])} vs "
-                       f"{float(lh[i])}")
+                       f"O {e_o[i, :4].tolist()} vs {h_o[i, :4].tolist()}, LSE {float(ll[i])} vs {float(lh[i])}")
     return out
+
+
+def _pair_rows(x: torch.Tensor, lay, varlen: bool, b: int, h: int, n_q: int, lse: bool = False) -> torch.Tensor:
+    """The n_q query rows of (batch b, query head h), float64: of O ([n_q, C]) or of an LSE ([n_q]),
+    in FlashAttention's layout (as rows_of reads them)."""
+    if lse:  # dense [B, H, Lq]; varlen [H, total_q]
+        q0 = int(lay.q_start[b]) if varlen else 0
+        return (x[h, q0:q0 + n_q] if varlen else x[b, h, :n_q]).double()
+    if varlen:  # [total_q, H, C]
+        q0 = int(lay.q_start[b])
+        return x[q0:q0 + n_q, h].double()
+    return x[b, :n_q, h].double()  # [B, Lq, H, C]
 
 
 def analyze_attention(rec, device: Optional[torch.device] = None) -> Analysis:

@@ -150,3 +150,30 @@ def test_a_paged_cache_holds_seqlen_k_keys_not_what_its_pages_could_hold():
     live = dataclasses.replace(rec, spec=dataclasses.replace(rec.spec, seqlens_k=None), cu_seqlens_k=None)
     an = analyze_attention(live)
     assert an.verdict is Verdict.MATCH and an.first is None, sentence(an)
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_the_cross_check_reads_only_its_sampled_rows_and_finds_a_reference_off_there(varlen):
+    """The reference is checked against the float64 specification at (batch 0, head 0) and the last
+    (batch, head): a reference off there, by more than its own share of the bound, is named with its
+    batch, head and query; one off elsewhere is not the cross-check's to see."""
+    from kernels_ref.attention.forward import attention_forward
+    from oracle.judging.attention_analysis import cross_check
+    from oracle.judging.attention_stages import params_of, sequence_args
+
+    kw = dict(seqlens_q=[9, 5], seqlens_k=[12, 7]) if varlen else {}
+    spec = AttentionSpec(batch=2, heads_q=2, heads_kv=1, seqlen_q=9, seqlen_k=12, head_dim=16, block_q=8, block_kv=8,
+                         **kw)
+    ops = make_attention_operands(spec, "random", 3)
+    o_ref, lse_ref, stats = attention_forward(ops.q, ops.k, ops.v, params_of(spec), **sequence_args(spec, ops),
+                                              with_stats=True)
+    dev = torch.device("cpu")
+    assert cross_check(spec, ops, o_ref, lse_ref, stats, dev) == []
+    last = (9 + 4, 1) if varlen else (1, 4, 1)  # query 4 of batch 1, head 1 ([total_q, H, C] or [B, Lq, H, C])
+    off = o_ref.clone()
+    off[last] += 1.0 + off[last].abs()
+    (msg,) = cross_check(spec, ops, off, lse_ref, stats, dev)
+    assert "at batch 1, head 1, query 4" in msg, msg
+    elsewhere = o_ref.clone()
+    elsewhere[(3, 1) if varlen else (0, 3, 1)] += 1.0  # batch 0, head 1: not sampled
+    assert cross_check(spec, ops, elsewhere, lse_ref, stats, dev) == []
