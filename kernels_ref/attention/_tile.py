@@ -81,6 +81,22 @@ def _dot32(a, b, INTERP: tl.constexpr):
         return tl.dot(a, b, input_precision="ieee")
 
 
+@triton.jit
+def _dot_carried(a, b, DT: tl.constexpr, INTERP: tl.constexpr):
+    """a @ b of fp32 tiles whose every value is one of DT's: on the GPU through the tensor cores in a
+    16-bit carrier that holds DT exactly (fp16 for fp16; bf16 for bf16, e4m3 and e5m2), the products
+    exact and the sums in fp32, as the kernel's own MMA sums them (within the 2u an addition the
+    output model allows each side); fp32 and other types, and the interpreter, as _dot32."""
+    if INTERP:
+        return tl.dot(a, b)
+    elif DT == 1:
+        return tl.dot(a.to(tl.float16), b.to(tl.float16), out_dtype=tl.float32)
+    elif DT == 2 or DT == 3 or DT == 4:
+        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), out_dtype=tl.float32)
+    else:
+        return tl.dot(a, b, input_precision="ieee")
+
+
 def row_state_reasons(name: str, tiles, m, l) -> list[str]:
     """Reasons `tiles` ([U, BQ, C] fp32) and its rows' running max m and sum l ([U, BQ] fp32 each)
     do not go together."""

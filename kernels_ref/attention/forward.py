@@ -2,10 +2,13 @@
 
 Data path, one program per (unit = (batch, query head, query block), split): the query tile is
 loaded once; for every KV block of the split: keys found through the layout (dense, varlen
-offsets, or the page table: geometry), KV head h // (heads_q // heads_kv) -> scores._scores_tile ->
-mask._mask_tile -> softmax_state._softmax_step -> p._p_operand -> o._o_step; then
+offsets, or the page table: geometry), KV head h // (heads_q // heads_kv) -> S = Q K^T ->
+mask._mask_tile -> softmax_state._softmax_step -> p._p_operand -> O = alpha O + P V; then
 normalize._normalize_tile gives the split's O and LSE, and with splits > 1 combine._combine_rows
-merges them. So attention_forward equals the stages composed, block after block.
+merges them. So attention_forward is the stages composed, block after block, except that its two
+MMAs (and the statistics' |Q||K|^T and P |V|) run on the tensor cores (_tile._dot_carried: exact
+products, fp32 sums in the MMA's order), where the stage references sum in IEEE fp32: a full-size
+problem is about 10^13 multiply-adds.
 
 Beside O and LSE it can return, per query row, the statistics the bound model reads
 (oracle.judging.attention_tolerance): `qk_abs` = max over seen keys of sum_d |q||k| (descaled),
@@ -33,14 +36,12 @@ import triton.language as tl
 
 from kernels_ref import _common as C
 from kernels_ref._codec import _decode_f32, _unsigned
-from kernels_ref.attention._tile import _dot32, code, dtype_of, pad
+from kernels_ref.attention._tile import _dot_carried, code, dtype_of, pad
 from kernels_ref.attention.combine import combine
 from kernels_ref.attention.geometry import AttnParams, Layout, allowed_host, key_rows, layout, token_view
 from kernels_ref.attention.mask import CAUSAL_CODES, _keep, _mask_tile
 from kernels_ref.attention.normalize import _normalize_tile
-from kernels_ref.attention.o import _o_step
 from kernels_ref.attention.p import _p_operand
-from kernels_ref.attention.scores import _scores_tile
 from kernels_ref.attention.softmax_state import _softmax_step
 
 DTYPES = ("bf16", "fp16", "e4m3")
@@ -121,18 +122,18 @@ def _forward_kernel(q_ptr, sq_t, sq_h, sq_d, k_ptr, sk_t, sk_h, sk_d, v_ptr, sv_
             tok = k0 + j
         k = _load_rows(k_ptr, tok, sk_t, hk.to(tl.int64) * sk_h, sk_d, ok_j, D, DP, DT, W)
         v = _load_rows(v_ptr, tok, sv_t, hk.to(tl.int64) * sv_h, sv_d, ok_j, DV, DVP, DT, W)
-        s = _scores_tile(q, k, descale_qk, INTERP)
+        s = _dot_carried(q, tl.trans(k), DT, INTERP) * descale_qk
         keep = _keep(i[:, None], j[None, :], lq, lk, left, right, CAUSAL) & ok_j[None, :] & ok_i[:, None]
         x = _mask_tile(s, keep, scale, softcap, SOFTCAP)
         m, alpha, p32, l = _softmax_step(x, m, l)
         p = _p_operand(p32, p_scale, DT)
-        acc = _o_step(acc, alpha, p, v, INTERP)
+        acc = acc * alpha[:, None] + _dot_carried(p, v, DT, INTERP)
         if STATS:
-            qk = _dot32(tl.abs(q), tl.trans(tl.abs(k)), INTERP) * descale_qk
+            qk = _dot_carried(tl.abs(q), tl.trans(tl.abs(k)), DT, INTERP) * descale_qk
             qa = tl.maximum(qa, tl.max(tl.where(keep, qk, 0.0), axis=1))
             sa = tl.maximum(sa, tl.max(tl.where(keep, tl.abs(x), 0.0), axis=1))
             nk = nk + tl.sum(keep.to(tl.float32), axis=1)
-            av = _o_step(av, alpha, p, tl.abs(v), INTERP)
+            av = av * alpha[:, None] + _dot_carried(p, tl.abs(v), DT, INTERP)
     o, lse = _normalize_tile(acc, m, l, 1.0)
     row = (b * HQ + h).to(tl.int64) * MAXQ + i
     c = tl.arange(0, DVP)[None, :]
