@@ -100,6 +100,9 @@ def _check(doc) -> list[Measure]:
     for r in doc.get("sizes", []):
         w = r.get("warm_ms") or {}
         goal = None if r.get("goal_ms") is None else f"warm <= {r['goal_ms']:g} ms{_met(r.get('meets_goal'))}"
+        if r.get("goal_ratio") is not None:
+            goal = f"{goal}; " if goal else ""
+            goal += f"<= {r['goal_ratio']:g}x the GEMM{_met(r.get('meets_goal_ratio'))}"
         measured = (f"warm {_n(w.get('median'), '.1f')} ms (median of {len(w.get('all', []))}, "
                     f"{_n(w.get('min'), '.1f')}-{_n(w.get('max'), '.1f')}), first call "
                     f"{_n(r.get('first_ms'), '.0f')} ms, {r.get('verdict')}")
