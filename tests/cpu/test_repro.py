@@ -898,3 +898,13 @@ def test_a_hopper_descriptor_defect_builds_traced(hopper_builds, simple_build, t
     assert "tensormap 0 over a (operand a, bf16): data type BFLOAT16 (9), rank 2, dims [96, 40], strides [64] bytes" \
         in proc.stdout  # (k - 64) * 2 bytes: the planted stride
     assert "dynamic shared memory 133120 bytes" in proc.stdout
+
+
+def test_a_group_selection_reaches_launch_txt_and_a_single_gemm_refuses_one(tmp_path):
+    grouped = ROOT / "zoo" / "split_gemm" / "grouped.toml"
+    out = tmp_path / "g"
+    assert cli.main(["repro", "--problem", str(grouped), "--inputs", "ones", "--trace-groups", "3,1",
+                     "--out", str(out)]) == 0
+    assert _single(out, "trace_groups") == ["1", "3"]
+    assert json.loads((out / "repro.json").read_text())["trace"]["groups"] == [1, 3]
+    assert cli.main(["repro", "--problem", str(SIMPLE), "--trace-groups", "0", "--out", str(tmp_path / "s")]) == 2
