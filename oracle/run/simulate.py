@@ -523,12 +523,8 @@ def _simulate_groups(spec: ProblemSpec, ops: Operands, provenance: Provenance, i
         sub_ops = Operands(a=a, b=b, c=None if ops.c is None else ops.c[o:o + m_g], bias=bias,
                            scale_a=ops.scale_a, scale_b=ops.scale_b)
         inner = inj if g == bad_group and inj.defect not in GROUP_DEFECTS else None
-        rec = simulate(sub, sub_ops, provenance, injection=inner, tap_tiles=tap_tiles, kernel=kernel)
-        taps.extend(dataclasses.replace(t, group=g) for t in rec.taps)
-        rows.append(rec.output)
-    name = kernel if inj is None else f"{kernel}[{inj.defect}]"
-    return Recording(spec=spec, operands=ops, output=torch.cat(rows), provenance=provenance, taps=tuple(taps),
-                     kernel=name, synthetic=True)
+        _run_group(g, sub, sub_ops, provenance, inner, tap_tiles, kernel, taps, rows)
+    return _stacked(spec, ops, provenance, inj, kernel, taps, rows)
 
 
 def _simulate_k_groups(spec: ProblemSpec, ops: Operands, provenance: Provenance, inj: Optional[Injection],
@@ -562,9 +558,23 @@ def _simulate_k_groups(spec: ProblemSpec, ops: Operands, provenance: Provenance,
         sub_ops = Operands(a=ops.a[:, k0:k0 + kg], b=ops.b[k0:k0 + kg], c=c, bias=bias, scale_a=ops.scale_a,
                            scale_b=ops.scale_b)
         inner = inj if g == bad_group and inj.defect not in K_GROUP_DEFECTS else None
-        rec = simulate(sub, sub_ops, provenance, injection=inner, tap_tiles=tap_tiles, kernel=kernel)
-        taps.extend(dataclasses.replace(t, group=g) for t in rec.taps)
-        rows.append(rec.output)
+        _run_group(g, sub, sub_ops, provenance, inner, tap_tiles, kernel, taps, rows)
+    return _stacked(spec, ops, provenance, inj, kernel, taps, rows)
+
+
+def _run_group(g: int, sub: ProblemSpec, sub_ops: Operands, provenance: Provenance, inner: Optional[Injection],
+               tap_tiles, kernel: str, taps: list, rows: list) -> None:
+    """Group g of a grouped launch run as its own GEMM: its taps name the group, its D rows follow."""
+    import dataclasses
+
+    rec = simulate(sub, sub_ops, provenance, injection=inner, tap_tiles=tap_tiles, kernel=kernel)
+    taps.extend(dataclasses.replace(t, group=g) for t in rec.taps)
+    rows.append(rec.output)
+
+
+def _stacked(spec: ProblemSpec, ops: Operands, provenance: Provenance, inj: Optional[Injection], kernel: str,
+             taps: list, rows: list) -> Recording:
+    """The recording of a grouped launch: every group's D rows one after the other, every group's taps."""
     name = kernel if inj is None else f"{kernel}[{inj.defect}]"
     return Recording(spec=spec, operands=ops, output=torch.cat(rows), provenance=provenance, taps=tuple(taps),
                      kernel=name, synthetic=True)
