@@ -117,19 +117,14 @@ struct Sm90TracedBlockwiseMainloop : Base {
 
   template <class T>
   CUTE_HOST_DEVICE static int offset_a(const T* base, int r, int c, int stage) {
-    auto s = cute::make_tensor(cute::make_smem_ptr(base), SmemLayoutA{});
-    return int(cute::raw_pointer_cast(&s(r, c, stage)) - base);
+    return smem_offset<SmemLayoutA>(base, r, c, stage);
   }
   template <class T>
   CUTE_HOST_DEVICE static int offset_b(const T* base, int r, int c, int stage) {
-    auto s = cute::make_tensor(cute::make_smem_ptr(base), SmemLayoutB{});
-    return int(cute::raw_pointer_cast(&s(c, r, stage)) - base);
+    return smem_offset<SmemLayoutB>(base, c, r, stage);
   }
-
-  // (row, col) in the tile of each accumulator element of consumer thread `group_thread`.
   CUTE_HOST_DEVICE static auto accumulator_coords(int group_thread) {
-    return TiledMma{}.get_thread_slice(group_thread).partition_C(
-        cute::make_identity_tensor(cute::select<0, 1>(TileShape{})));
+    return tile_accumulator_coords<TiledMma, TileShape>(group_thread);
   }
 
   template <class TensorA, class TensorB, class TensorSFA, class TensorSFB, class KTileIterator, class BlockCoord>
@@ -157,12 +152,8 @@ struct Sm90TracedBlockwiseMainloop : Base {
     // the scales CUTLASS loads by TMA: one box of the tile's scale rows (columns) per k-block
     Tensor gSFA = local_tile(get<2>(load_inputs), make_tile(Int<kMsPerTile>{}, Int<1>{}), make_coord(m, _, l));
     Tensor gSFB = local_tile(get<3>(load_inputs), make_tile(Int<kNsPerTile>{}, Int<1>{}), make_coord(n, _, l));
-    uint16_t mask_a = 0, mask_b = 0;
-    auto cluster = Layout<typename DispatchPolicy::ClusterShape>{};
-    if constexpr (is_same_v<typename Base::GmemTiledCopyA, SM90_TMA_LOAD_MULTICAST>)
-      for (int j = 0; j < size<1>(cluster); ++j) mask_a |= uint16_t(1) << cluster(cta_x, j, Int<0>{});
-    if constexpr (is_same_v<typename Base::GmemTiledCopyB, SM90_TMA_LOAD_MULTICAST>)
-      for (int i = 0; i < size<0>(cluster); ++i) mask_b |= uint16_t(1) << cluster(i, cta_y, Int<0>{});
+    const auto [mask_a, mask_b] = multicast_masks<typename DispatchPolicy::ClusterShape, typename Base::GmemTiledCopyA,
+                                                  typename Base::GmemTiledCopyB>(cta_x, cta_y);
     const int32_t group = size<4>(gA_mkl) > 1 ? int32_t(l) : int32_t(kNone);
 
     CUTLASS_PRAGMA_NO_UNROLL

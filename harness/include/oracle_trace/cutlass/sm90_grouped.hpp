@@ -95,12 +95,8 @@ struct Sm90TracedArrayMainloop : Sm90TracedMainloop<Base, Mutation> {
     Tensor tAsA = tma_a.partition_D(sA);
     Tensor tBgB = tma_b.partition_S(get<1>(load_inputs)(_, _, n, _, l));
     Tensor tBsB = tma_b.partition_D(sB);
-    uint16_t mask_a = 0, mask_b = 0;
-    auto cluster = Layout<typename DispatchPolicy::ClusterShape>{};
-    if constexpr (is_same_v<typename Base::GmemTiledCopyA, SM90_TMA_LOAD_MULTICAST>)
-      for (int j = 0; j < size<1>(cluster); ++j) mask_a |= uint16_t(1) << cluster(cta_x, j, Int<0>{});
-    if constexpr (is_same_v<typename Base::GmemTiledCopyB, SM90_TMA_LOAD_MULTICAST>)
-      for (int i = 0; i < size<0>(cluster); ++i) mask_b |= uint16_t(1) << cluster(i, cta_y, Int<0>{});
+    const auto [mask_a, mask_b] = multicast_masks<typename DispatchPolicy::ClusterShape, typename Base::GmemTiledCopyA,
+                                                  typename Base::GmemTiledCopyB>(cta_x, cta_y);
 
     CUTLASS_PRAGMA_NO_UNROLL
     for (; k_tile_count > 0; --k_tile_count, ++k_tile_iter, ++write) {

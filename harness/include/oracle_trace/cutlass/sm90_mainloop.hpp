@@ -88,6 +88,41 @@ constexpr bool is_tma_ws_policy = false;
 template <int Stages, class Cluster, class Schedule>
 constexpr bool is_tma_ws_policy<cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized<Stages, Cluster, Schedule>> = true;
 
+// ---- What every traced mainloop computes alike (the plain, blockwise-scaled and pointer-array ones) ----
+
+// Element offset of logical (row, col) of `stage` in a CuTe shared-memory layout of (rows, cols, stages),
+// from the operand's base, through CuTe's swizzled tensor (the swizzle acts on the address: `base` as the
+// kernel has it).
+template <class SmemLayout, class T>
+CUTE_HOST_DEVICE int smem_offset(const T* base, int row, int col, int stage) {
+  auto s = cute::make_tensor(cute::make_smem_ptr(base), SmemLayout{});
+  return int(cute::raw_pointer_cast(&s(row, col, stage)) - base);
+}
+
+// (row, col) in the tile of each accumulator element of consumer thread `group_thread`.
+template <class TiledMma, class TileShape>
+CUTE_HOST_DEVICE auto tile_accumulator_coords(int group_thread) {
+  return TiledMma{}.get_thread_slice(group_thread).partition_C(
+      cute::make_identity_tensor(cute::select<0, 1>(TileShape{})));
+}
+
+// The TMA multicast masks of the producer of CTA (cta_x, cta_y) in its cluster: A goes to the cluster's
+// CTAs of one row, B to those of one column (0 where the copy is not a multicast).
+struct MulticastMasks {
+  uint16_t a = 0, b = 0;
+};
+template <class ClusterShape, class GmemTiledCopyA, class GmemTiledCopyB>
+CUTE_HOST_DEVICE MulticastMasks multicast_masks(uint32_t cta_x, uint32_t cta_y) {
+  using namespace cute;
+  MulticastMasks m;
+  auto cluster = Layout<ClusterShape>{};
+  if constexpr (is_same_v<GmemTiledCopyA, SM90_TMA_LOAD_MULTICAST>)
+    for (int j = 0; j < size<1>(cluster); ++j) m.a |= uint16_t(1) << cluster(cta_x, j, Int<0>{});
+  if constexpr (is_same_v<GmemTiledCopyB, SM90_TMA_LOAD_MULTICAST>)
+    for (int i = 0; i < size<0>(cluster); ++i) m.b |= uint16_t(1) << cluster(i, cta_y, Int<0>{});
+  return m;
+}
+
 template <class Base, class Mutation = NoMutation>
 struct Sm90TracedMainloop : Base {
   // the pointer-array collective comes through Sm90TracedArrayMainloop (cutlass/sm90_grouped.hpp), whose
@@ -118,23 +153,17 @@ struct Sm90TracedMainloop : Base {
     alignas(16) int32_t binding[Stages][5];
   };
 
-  // Element offset of logical A (row, k) / B (k, n) of `stage` from the operand's base, through
-  // CuTe's swizzled tensor (the swizzle acts on the address: `base` as the kernel has it).
+  // Element offset of logical A (row, k) / B (k, n) of `stage` from the operand's base (smem_offset).
   template <class T>
   CUTE_HOST_DEVICE static int offset_a(const T* base, int r, int c, int stage) {
-    auto s = cute::make_tensor(cute::make_smem_ptr(base), SmemLayoutA{});
-    return int(cute::raw_pointer_cast(&s(r, c, stage)) - base);
+    return smem_offset<SmemLayoutA>(base, r, c, stage);
   }
   template <class T>
   CUTE_HOST_DEVICE static int offset_b(const T* base, int r, int c, int stage) {
-    auto s = cute::make_tensor(cute::make_smem_ptr(base), SmemLayoutB{});
-    return int(cute::raw_pointer_cast(&s(c, r, stage)) - base);
+    return smem_offset<SmemLayoutB>(base, c, r, stage);
   }
-
-  // (row, col) in the tile of each accumulator element of consumer thread `group_thread`.
   CUTE_HOST_DEVICE static auto accumulator_coords(int group_thread) {
-    return TiledMma{}.get_thread_slice(group_thread).partition_C(
-        cute::make_identity_tensor(cute::select<0, 1>(TileShape{})));
+    return tile_accumulator_coords<TiledMma, TileShape>(group_thread);
   }
 
   // KTiles: the work unit's k-block count, an integer or (the traced stream-K scheduler's UnitKTiles)
@@ -159,13 +188,8 @@ struct Sm90TracedMainloop : Base {
     Tensor tAsA = tma_a.partition_D(sA);
     Tensor tBgB = tma_b.partition_S(gB_nkl(_, _, n, _, l));
     Tensor tBsB = tma_b.partition_D(sB);
-    // Multicast: A goes to the cluster's CTAs of one row, B to those of one column.
-    uint16_t mask_a = 0, mask_b = 0;
-    auto cluster = Layout<typename DispatchPolicy::ClusterShape>{};
-    if constexpr (is_same_v<typename Base::GmemTiledCopyA, SM90_TMA_LOAD_MULTICAST>)
-      for (int j = 0; j < size<1>(cluster); ++j) mask_a |= uint16_t(1) << cluster(cta_x, j, Int<0>{});
-    if constexpr (is_same_v<typename Base::GmemTiledCopyB, SM90_TMA_LOAD_MULTICAST>)
-      for (int i = 0; i < size<0>(cluster); ++i) mask_b |= uint16_t(1) << cluster(i, cta_y, Int<0>{});
+    const auto [mask_a, mask_b] = multicast_masks<typename DispatchPolicy::ClusterShape, typename Base::GmemTiledCopyA,
+                                                  typename Base::GmemTiledCopyB>(cta_x, cta_y);
     const int32_t group = size<4>(gA_mkl) > 1 ? int32_t(l) : int32_t(kNone);
     const int32_t partial = partial_of(k_tiles);
     int k_tile_count = count_of(k_tiles);
