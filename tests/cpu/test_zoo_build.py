@@ -265,7 +265,7 @@ def test_manifest_covers_cutlass_s_stream_k_scheduler():
         assert planted == (set() if e["defect"] is None else {"ZOO_CUTLASS_FIXUP_PARTIAL_TWICE"}), (name, defines)
         for define in planted | {"ZOO_CUTLASS_STREAMK"}:
             assert f"defined({define})" in text, (name, define)
-        split = {"splitk_correct": (3, None), "dp_correct": (1, None)}.get(name, (1, 4))
+        split = {"splitk_correct": (3, None), "dp_correct": (1, None)}.get(name, (1, 2))
         assert (case.spec.splits, case.spec.stream_k_workers) == split, name
         assert e.get("dump_pending") is True or (ROOT / e["dump"]).is_file(), name
 
