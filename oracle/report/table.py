@@ -194,7 +194,7 @@ def _sentence(an: Analysis, races=None, caller: Caller = Caller.PYTHON) -> str:
             where = _said((" in group", f.group), (" at tile", f.tile), (", partial", f.partial),
                           (", k-block", f.k_block))
             if f.element is not None:
-                element = f"element ({f.element[0]}, {f.element[1]}) [in tile {f.element_in_tile}]"
+                element = f"element ({f.element[0]}, {f.element[1]}) [{f.element_in_tile} in the tile]"
         if element is not None:
             got = "never written" if f.unwritten else f"received {_fmt(f.received, 6)}"
             where += f", {element}: {got}, expected {_fmt(f.expected, 6)} (bound {_fmt(f.bound)})"
