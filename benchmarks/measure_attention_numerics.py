@@ -31,7 +31,11 @@ def measure(quick: bool = False) -> dict:
     from benchmarks.numerics.attention import measure_chain, measure_p_form, measure_primitives
 
     t0 = time.time()
-    res = {"primitives": measure_primitives(quick), "p_form": measure_p_form(quick), "chain": measure_chain(quick)}
+    res = {}
+    for name, family in (("primitives", measure_primitives), ("p_form", measure_p_form), ("chain", measure_chain)):
+        t = time.time()
+        res[name] = family(quick)
+        print(f"{name}: {time.time() - t:.1f} s", file=sys.stderr, flush=True)  # where a long run spends its time
     res["ok"] = all(res[k]["ok"] for k in ("primitives", "p_form", "chain"))
     res["seconds"] = round(time.time() - t0, 1)
     return res
