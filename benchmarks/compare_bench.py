@@ -33,7 +33,7 @@ extra_memory_bytes, and details (every config, every timing, the goals). Goals, 
 enforced): effective >= 3.4 TB/s, >= 0.8 of the read ceiling, >= 20x assert_close (reported with the
 ceiling any comparator reading both inputs has: assert_close time / read-floor time), extra memory
 independent of the size (the same bytes per tile, and for one tile, at both sizes), the whole call
-<= 1.5x the device pass (compare_fast_total / oracle_ms, CUDA events). Exit code 0
+<= 1.3x the device pass in every round (compare_fast_total / oracle_ms, CUDA events). Exit code 0
 when everything was measured and verified, 1 otherwise.
 """
 
@@ -63,7 +63,7 @@ from oracle.judging.compare_fast import (CANDIDATE_CONFIGS, DEFAULT_CONFIG, S_GE
                                  compare_fast, inline_bound, tile_stats)
 
 GOALS = {"effective_TBps": 3.4, "fraction_of_read_bw": 0.8, "speedup_vs_assert_close": 20.0,
-         "whole_call_over_pass": 1.5}
+         "whole_call_over_pass": 1.3}
 TILE = (128, 128)
 ROUNDS = 5  # alternating rounds of the pass and the whole call (their ratio: the median round's)
 SLEEP_CYCLES = 1_000_000  # about 0.5 ms: the host queues a rep while the GPU sleeps
@@ -295,8 +295,8 @@ def main(argv=None) -> int:
             "extra memory independent of size": {
                 "value": {"one_tile_bytes": mem_one, "bytes_per_128x128_tile": mem_per_tile},
                 "met": max(one_vals) == min(one_vals) and max(tile_vals) == min(tile_vals)},
-            "whole_call_over_pass <= 1.5": {"value": statistics.median(ratios),
-                                            "met": statistics.median(ratios) <= GOALS["whole_call_over_pass"],
+            "whole_call_over_pass <= 1.3 in every round": {"value": max(ratios),
+                                                           "met": max(ratios) <= GOALS["whole_call_over_pass"],
                                             "per_round": ratios, "host_wall_median_ms": statistics.median(wall)},
         }
         props = torch.cuda.get_device_properties(0)
@@ -359,8 +359,8 @@ def main(argv=None) -> int:
         whole = f"compare_fast, whole call ({d['tiles']} tiles on the device)"
         print(f"{whole:58s} "
               f"{d['compare_fast_total']['median_ms']:10.3f}")
-        print(f"{'whole call / pass, by round (the median round counts)':58s} "
-              f"{' '.join(f'{x:.2f}' for x in d['goals']['whole_call_over_pass <= 1.5']['per_round'])}")
+        print(f"{'whole call / pass, by round (every round counts)':58s} "
+              f"{' '.join(f'{x:.2f}' for x in d['goals']['whole_call_over_pass <= 1.3 in every round']['per_round'])}")
         print(f"{'compare_fast, whole call, host clock (median of 20)':58s} "
               f"{statistics.median(d['compare_fast_total']['host_wall_ms']):10.3f}")
         print(f"{'float64 pass only (every tile failing)':58s} {d['float64_pass_only']['median_ms']:10.3f} "
