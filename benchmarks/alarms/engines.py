@@ -127,6 +127,34 @@ def _scaled_block(rows_a, rows_b):
     return run
 
 
+# Blackwell's block-scaled formats as Hopper runs them, emulated: each operand dequantised with its
+# block's scale in fp32 before the MMA (exact: an e4m3 element times a power of two, or times an e4m3
+# scale, keeps at most 8 significant bits), one fp32 GEMM with TF32 off (the products of two such
+# values are exact too; the sum is cuBLAS's fp32), then NVFP4's per-tensor scale (alpha, in fp32) and
+# the rounding to bf16. MXFP8: OCP MX e8m0 exponents over 1 x 32 blocks; NVFP4-style: e4m3 scales
+# over 1 x 16 blocks and a per-tensor fp32 scale. The scale grids are [rows, ceil(K / group)], stored
+# as the format stores them (oracle.run.inputs.Operands).
+EMULATED = {"emu_mxfp8": (32, "e8m0", 1.0), "emu_nvfp4_scales": (16, "e4m3", 0.5)}  # group, scale dtype, alpha
+
+
+def _dequantised(x: torch.Tensor, scales: torch.Tensor, scale_dtype: str, group: int) -> torch.Tensor:
+    """x [rows, K] in fp32, each element times its block's scale."""
+    from kernels_ref.scales import scale_values
+
+    per_k = scale_values(scales, scale_dtype).to(x.device).float().repeat_interleave(group, dim=1)
+    return x.float() * per_k[:, :x.shape[1]]
+
+
+def _emulated_block(group: int, scale_dtype: str, alpha: float):
+    def run(c, ops):
+        a = _dequantised(ops.a, ops.scale_a, scale_dtype, group)
+        b = _dequantised(ops.b.t(), ops.scale_b, scale_dtype, group).t()
+        with _Flags(tf32=False):
+            acc = torch.mm(_store(a, c.a_major), _store(b, c.b_major))
+        return (acc * alpha).to(TORCH[c.out])
+    return run
+
+
 # torch's tinygemm W4A16 (bf16 A, uint4 B with bf16 group scales and offsets, w = (q - 8) * s + z):
 # its packer reads B as [N, K / 2] bytes, the even k in the high nibble (the oracle's [K / 2, N]
 # k_pairs_high_first, transposed), into tiles of 8 columns by 8 inner 16-deep k-tiles (K a multiple
@@ -209,6 +237,10 @@ ENGINES = [
            note="_scaled_mm BlockWise128x128 x BlockWise1x128", mmult=128),
     *(Engine(f"tinygemm_w4_g{g}", "bf16", "bf16", _tinygemm(g), (("row", "col"),), 16 * W4_INNER_K_TILES, 8,
              note=f"torch._weight_int4pack_mm, uint4 B, group {g}") for g in (32, 64, 128)),
+    Engine("emu_mxfp8", "e4m3", "bf16", _emulated_block(*EMULATED["emu_mxfp8"]), kmult=32, nmult=8,
+           note="MXFP8 emulated: e4m3 dequantised by 1x32 e8m0 scales, an fp32 GEMM"),
+    Engine("emu_nvfp4_scales", "e4m3", "bf16", _emulated_block(*EMULATED["emu_nvfp4_scales"]), kmult=16, nmult=8,
+           note="NVFP4-style emulated: e4m3 dequantised by 1x16 e4m3 scales, an fp32 GEMM, a per-tensor scale 0.5"),
 ]
 ENGINE = {e.name: e for e in ENGINES}
 W4_GROUP = {"tinygemm_w4_g32": 32, "tinygemm_w4_g64": 64, "tinygemm_w4_g128": 128}  # k per scale group

@@ -11,6 +11,7 @@ import torch
 
 from oracle.judging.compare import compare
 from oracle.judging.differential import expected_output
+from kernels_ref.scales import scale_values
 from oracle.run.inputs import Operands
 
 # the last only where the problem has block scales: one 128-deep k-block of the tile scaled with the
@@ -82,9 +83,10 @@ def plant(defect: str, out: torch.Tensor, y: torch.Tensor, spec, ops: Operands, 
         part = ops.a[rs, j * gk:(j + 1) * gk].double() @ ops.b[j * gk:(j + 1) * gk, cs].double()
         rows = torch.arange(spec.m, device=part.device)[rs] // spec.scale_a.block[0]
         cols = torch.arange(spec.n, device=part.device)[cs] // spec.scale_b.block[0]
-        sa, sb = ops.scale_a.double(), ops.scale_b.double()
+        sa, sb = (scale_values(t, s.dtype).to(part.device) for t, s in ((ops.scale_a, spec.scale_a),
+                                                                          (ops.scale_b, spec.scale_b)))
         change = sa[rows, j2][:, None] * sb[cols, j2][None, :] - sa[rows, j][:, None] * sb[cols, j][None, :]
-        sub.copy_(_cast_like(sub.double() + part * change, sub))
+        sub.copy_(_cast_like(sub.double() + spec.alpha * part * change, sub))
     return bad
 
 

@@ -10,7 +10,7 @@ from typing import Optional
 import torch
 
 from alarms import engines as E
-from alarms.engines import BLOCK_ROWS, ENGINE, TORCH, W4_GROUP, Case
+from alarms.engines import BLOCK_ROWS, EMULATED, ENGINE, TORCH, W4_GROUP, Case
 from oracle.problem.spec import ProblemSpec, Scale, Tile
 from oracle.run.inputs import Operands
 
@@ -57,7 +57,9 @@ def make_operands(c: Case) -> Operands:
     e = ENGINE.get(c.engine)
     if c.engine in ("cublas_addmm", "cublaslt_relu", "cublaslt_gelu"):
         ops["bias"] = torch.randn(c.n, generator=g, device=E.DEV).to(torch.bfloat16)
-    if c.a_dtype == "e4m3":
+    if c.engine in EMULATED:  # one scale per 1 x group block, in the format's own values
+        ops["scale_a"], ops["scale_b"] = (_format_scales(r, c.k, *EMULATED[c.engine][:2], g) for r in (c.m, c.n))
+    elif c.a_dtype == "e4m3":
         rows = BLOCK_ROWS.get(c.engine)
         if rows is not None:  # one scale per block, spread over 2^-2 .. 2^2 so a wrong block's shows
             ga, gb = -(-c.m // rows[0]), -(-c.n // rows[1])
@@ -71,6 +73,18 @@ def make_operands(c: Case) -> Operands:
             ops["scale_a"] = torch.rand(1, generator=g, device=E.DEV) + 0.5
             ops["scale_b"] = torch.rand(1, generator=g, device=E.DEV) + 0.5
     return Operands(**ops)
+
+
+def _format_scales(rows: int, k: int, group: int, scale_dtype: str, g: torch.Generator) -> torch.Tensor:
+    """[rows, ceil(k / group)] block scales stored as `scale_dtype` holds them: e8m0 powers of two over
+    2^-3 .. 2^3, e4m3 values over 2^-2 .. 2^3 (so a wrong block's scale shows)."""
+    from kernels_ref.scales import stored
+
+    shape = (rows, -(-k // group))
+    power = torch.exp2(torch.randint(-3, 4, shape, generator=g, device=E.DEV).float())
+    values = power if scale_dtype == "e8m0" else \
+        ((torch.rand(shape, generator=g, device=E.DEV) + 0.5) * power).clamp(2.0 ** -2, 8.0).to(torch.float8_e4m3fn)
+    return stored(values.double().cpu(), scale_dtype).to(E.DEV)
 
 
 _SPLITK: dict = {}
@@ -177,6 +191,12 @@ def spec_for(c: Case, numerics: dict) -> tuple[ProblemSpec, str]:
         # the storage order is how torch reads them (alarms.engines._block_scale); the values do not depend on it
         kw.update(scale_a=Scale("block", (ra, 128), "col" if ra == 1 else "row"),
                   scale_b=Scale("block", (rb, 128), "col" if rb == 1 else "row"))
+    elif e in EMULATED:
+        group, scale_dtype, alpha = EMULATED[e]
+        kw.update(scale_a=Scale("block", (1, group), "row", scale_dtype),
+                  scale_b=Scale("block", (1, group), "row", scale_dtype), reduction="fp32", alpha=alpha,
+                  tile=Tile(128, 128, 64))
+        why += f"; {64 // group} scale groups a 64-deep k-block, products exact, fp32 sums in cuBLAS's order"
     elif c.a_dtype == "e4m3":
         rowwise = e.endswith("rowwise")
         kw.update(scale_a=Scale("row" if rowwise else "tensor"), scale_b=Scale("col" if rowwise else "tensor"))

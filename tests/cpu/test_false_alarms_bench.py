@@ -335,3 +335,31 @@ def test_w4a16_engine_cases_specs_and_planted_defects(monkeypatch, engine):
     # measured fp32 (the dequant bit-exact), an engine that dequantises so is held tighter
     r = F.run_case(c, measured, run=_tinygemm_engine_fp32)
     assert r.verdict == "MATCH" and all(right for _, right in r.planted.values()), r.planted
+
+
+@pytest.mark.parametrize("engine", ["emu_mxfp8", "emu_nvfp4_scales"])
+def test_emulated_block_scaled_engines_match_and_their_planted_defects_are_found(monkeypatch, engine):
+    """Blackwell's MXFP8 and NVFP4-style scales as Hopper runs them (dequantised, one fp32 GEMM), the
+    engine itself run here on the CPU: the spec it gets (1 x 32 e8m0 or 1 x 16 e4m3 block scales, NVFP4's
+    per-tensor scale as alpha) MATCHes, and every gross planted defect, a wrong block scale among them,
+    is found in its tile alone."""
+    from kernels_ref.scales import scale_values
+
+    monkeypatch.setattr(F.engines, "DEV", "cpu")
+    group, scale_dtype, alpha = F.engines.EMULATED[engine]
+    cases = [c for c in F.make_cases() if c.engine == engine]
+    assert cases and all(c.k % group == 0 for c in cases)
+    c = F.Case(engine, "e4m3", "bf16", 40, 144, 256, "row", "col", "normal", 5)
+    spec = F.spec_for(c, {})[0]
+    assert (spec.scale_a.block, spec.scale_a.dtype, spec.scale_b.block, spec.alpha) == \
+        ((1, group), scale_dtype, (1, group), alpha)
+    ops = F.make_operands(c)
+    sa = scale_values(ops.scale_a, scale_dtype)
+    assert tuple(ops.scale_a.shape) == (40, 256 // group) and tuple(ops.scale_b.shape) == (144, 256 // group)
+    assert len(set(sa.flatten().tolist())) > 4  # scales differ from block to block: a wrong one shows
+    r = F.run_case(c, {})  # the engine's own arithmetic, on the CPU
+    assert r.judged, r.error
+    assert r.verdict == "MATCH" and r.ratio < 1, (r.verdict, r.ratio)
+    gross = {d: r.planted[d] for d in ("zeroed tile", "one sign flip", "one NaN", "missing k-block",
+                                       "wrong block scale")}
+    assert all(right for _, right in gross.values()), r.planted
