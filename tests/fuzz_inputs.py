@@ -684,8 +684,16 @@ BASE_CASES = ("harness/examples/simple_gemm.toml", "zoo/hopper_gemm/hopper_gemm.
               # the newer surfaces: launch libraries (the example and CUTLASS through the adapter), a
               # quantised operand
               "harness/examples/simple_gemm_lib.toml", "zoo/cutlass_sm90/cutlass_sm90.toml",
-              "zoo/w4a16_sm80/w4a16_gemm.toml")
-LIBRARY_CASES = ("harness/examples/simple_gemm_lib.toml", "zoo/cutlass_sm90/cutlass_sm90.toml")
+              "zoo/w4a16_sm80/w4a16_gemm.toml",
+              # attention (split-KV, paged KV), block scales (fp32 1x128 / 128x128, MX e8m0), and CUTLASS's
+              # user routes: host code, EVT, stream-K, batched, grouped
+              "zoo/fa3_sm90/d128.toml", "zoo/fa3_sm90/split.toml", "zoo/fa2_sm80/paged.toml",
+              "zoo/deepgemm_sm90/deepgemm_sm90_splitk.toml", "zoo/mx_sm80/mx_sm80.toml",
+              "zoo/cutlass_sm90/host.toml", "zoo/cutlass_sm90/evt.toml", "zoo/cutlass_sm90/streamk.toml",
+              "zoo/cutlass_sm90/batched_host.toml", "zoo/cutlass_sm90/grouped.toml")
+LIBRARY_CASES = ("harness/examples/simple_gemm_lib.toml", "zoo/cutlass_sm90/cutlass_sm90.toml",
+                 "zoo/cutlass_sm90/host.toml", "zoo/cutlass_sm90/evt.toml", "zoo/cutlass_sm90/streamk.toml",
+                 "zoo/cutlass_sm90/batched_host.toml", "zoo/cutlass_sm90/grouped.toml")
 BENCH_LISTS = ("benchmarks/cases_simple_gemm.toml", "benchmarks/cases_zoo.toml")
 SMALL = {"m": 40, "n": 24, "k": 96}
 
@@ -854,20 +862,21 @@ def make_case(seed: int, directory: Path, dumps: dict[str, Path]) -> tuple[list[
 
 @contextlib.contextmanager
 def no_build() -> Iterator[None]:
-    """Building or launching is where the checks must already be done: both stop with BUILD_STUB."""
+    """Building (a cubin or a launch library) or launching is where the checks must already be done:
+    each stops with BUILD_STUB."""
     from harness.build import BuildError
     from oracle.run import live
 
     def stub(*args, **kwargs):
         raise BuildError(BUILD_STUB)
 
-    saved = live.build_cubin, live.load_cubin, live.run_kernel, live.require_gpu
-    live.build_cubin = live.load_cubin = live.run_kernel = stub
+    saved = live.build_cubin, live.build_library, live.load_cubin, live.run_kernel, live.require_gpu
+    live.build_cubin = live.build_library = live.load_cubin = live.run_kernel = stub
     live.require_gpu = lambda: None  # the GPU check comes after every check of the case, just before the build
     try:
         yield
     finally:
-        live.build_cubin, live.load_cubin, live.run_kernel, live.require_gpu = saved
+        live.build_cubin, live.build_library, live.load_cubin, live.run_kernel, live.require_gpu = saved
 
 
 class Untyped(Exception):
