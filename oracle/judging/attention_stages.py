@@ -69,6 +69,12 @@ def _fin(x: torch.Tensor) -> torch.Tensor:
     return x.double().abs().nan_to_num(0.0, 0.0, 0.0).masked_fill(~torch.isfinite(x), 0.0)
 
 
+def _stack(ts: list[torch.Tensor]) -> torch.Tensor:
+    """The sites' tensors stacked; in fp32 where they differ in type (P may be tapped in more than one
+    type: fp32 holds each 16- and 8-bit value exactly)."""
+    return torch.stack(ts) if len({t.dtype for t in ts}) == 1 else torch.stack([t.float() for t in ts])
+
+
 @dataclass(frozen=True)
 class _Unit:
     """One comparison of a stage: where it lies, what it compares and what fed it."""
@@ -517,12 +523,13 @@ class StageJudge:
                 rows.append((key, p, a, acc, v, st))
         units = []
         if rows:
-            p, a, acc, v = (torch.stack([r[i] for r in rows]) for i in (1, 2, 3, 4))
+            p_types = ", ".join(sorted({str(r[1].dtype) for r in rows}))
+            p, a, acc, v = (_stack([r[i] for r in rows]) for i in (1, 2, 3, 4))
             if p.dtype == v.dtype:
                 e = o_step(acc.float().contiguous(), a.float().contiguous(), p, v)
             else:  # the reference takes P in V's type: the float64 specification takes the kernel's P as it is
                 e = acc.double() * a.double()[..., None] + p.double() @ v.double()
-                notes.append(f"o: fed the kernel's P in {p.dtype} beside V in {v.dtype}: computed by the float64 "
+                notes.append(f"o: fed the kernel's P in {p_types} beside V in {v.dtype}: computed by the float64 "
                              f"specification (kernels_ref.attention.o's reference takes one operand type)")
             pv = torch.einsum("urc,ucd->urd", _fin(p), _fin(v))
             b = SIDES * lookup("o", s.v_dtype).bound(_fin(a)[..., None] * _fin(acc) * STATS_MARGIN,

@@ -160,3 +160,21 @@ def test_compare_saves_a_judged_attention_recording(tmp_path, capsys):
 ])
 def test_simulate_refuses_what_it_cannot_make(tmp_path, capsys, argv, says):
     assert says in one_error_line(capsys, ["simulate", *argv, "--out", tmp_path / "x.safetensors"])
+
+
+def test_p_tapped_in_two_types_is_judged_not_a_crash(rec, tmp_path, capsys):
+    """One KV block's P tapped in e4m3 beside the others' bf16 (a kernel that casts one block
+    differently, or a hand-edited dump): the o stage stacks the sites' P in fp32 and computes with the
+    float64 specification, and the p stage names the block whose P is not V's type."""
+    import dataclasses
+
+    taps = list(rec.taps)
+    i = next(n for n, t in enumerate(taps) if t.stage == "p")
+    taps[i] = dataclasses.replace(taps[i], values=taps[i].values.to(torch.float8_e4m3fn))
+    path = tmp_path / "mixed_p.safetensors"
+    dataclasses.replace(rec, taps=tuple(taps) if isinstance(rec.taps, tuple) else taps).save(str(path))
+    code = cli.main(["compare", "--dump", str(path)])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "torch.bfloat16, torch.float8_e4m3fn beside V in torch.bfloat16" in out, out
+    assert out.strip().splitlines()[-1].startswith("First divergence: p "), out
