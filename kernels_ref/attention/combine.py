@@ -36,7 +36,7 @@ def _combine_rows(o_ptr, lse_ptr, s_o, s_l, rows, R, DV, S: tl.constexpr, RP: tl
         w = tl.exp(tl.load(lse_ptr + s * s_l + rows, mask=ok_r, other=float("-inf")) - m_use)
         sw = sw + w
         acc = acc + w[:, None] * tl.load(o_ptr + s * s_o + rows[:, None] * DV + c[None, :], mask=ok, other=0.0)
-    seen = sw > 0.0
+    seen = sw != 0.0  # no partial saw a key; a NaN partial stays NaN
     o = acc * tl.where(seen, 1.0 / tl.where(seen, sw, 1.0), 0.0)[:, None]
     lse = tl.where(seen, m_use + tl.log(tl.where(seen, sw, 1.0)), float("-inf"))
     return o, lse
@@ -89,7 +89,7 @@ def combine_host(o_parts, lse_parts):
     m_use = torch.where(mx == float("-inf"), torch.zeros_like(mx), mx)
     w = torch.exp(lse - m_use)
     sw = w.sum(dim=0)
-    seen = sw > 0
+    seen = sw != 0
     safe = torch.where(seen, sw, torch.ones_like(sw))
     out = torch.where(seen[:, None], (w[..., None] * o).sum(dim=0) / safe[:, None], torch.zeros_like(o[0]))
     return out, torch.where(seen, m_use + torch.log(safe), torch.full_like(mx, float("-inf")))

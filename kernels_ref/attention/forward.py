@@ -283,10 +283,10 @@ def attention_forward_host(q, k, v, params: AttnParams, *, cu_seqlens_q=None, cu
         x = torch.where(keep, x, torch.tensor(float("-inf"), dtype=torch.float64, device=dev))
         mx = x.amax(dim=1, keepdim=True) if x.shape[1] else \
             torch.full((lq, 1), float("-inf"), dtype=torch.float64, device=dev)
-        mx = torch.where(torch.isinf(mx), torch.zeros_like(mx), mx)
+        mx = torch.where(mx == -math.inf, torch.zeros_like(mx), mx)  # a +inf score's inf - inf stays NaN
         e = torch.exp(x - mx)
         lsum = e.sum(dim=1)
-        seen = lsum > 0
+        seen = lsum != 0  # a row that saw no key; a NaN score's NaN stays NaN, as in the kernel
         safe = torch.where(seen, lsum, torch.ones_like(lsum))
         o[b, h, :lq] = torch.where(seen[:, None], (e @ vv) / safe[:, None],
                                    torch.zeros(lq, dv, dtype=torch.float64, device=dev))

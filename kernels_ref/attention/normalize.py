@@ -23,10 +23,10 @@ from kernels_ref.attention._tile import _unit_rows, pad, row_state_inputs, row_s
 
 @triton.jit
 def _normalize_tile(acc, m, l, factor):
-    """(O [BQP, DVP], LSE [BQP]) of an accumulator; rows with l = 0 give 0 and -inf."""
-    seen = l > 0.0
+    """(O [BQP, DVP], LSE [BQP]) of an accumulator; rows with l = 0 give 0 and -inf (a NaN l stays NaN)."""
+    seen = l != 0.0
     inv = tl.where(seen, factor / tl.where(seen, l, 1.0), 0.0)
-    o = acc * inv[:, None]
+    o = tl.where(seen[:, None], acc * inv[:, None], 0.0)  # 0 even where 0 * an infinite V made the accumulator NaN
     lse = tl.where(seen, m + tl.log(tl.where(seen, l, 1.0)), float("-inf"))
     return o, lse
 
@@ -61,7 +61,7 @@ def normalize_host(acc, m, l, factor: float = 1.0):
     if reasons:
         raise C.reasons_error(reasons)
     acc, m, l = (t.detach().cpu().double() for t in (acc, m, l))
-    seen = l > 0
+    seen = l != 0  # a row that saw no key; a NaN l (a NaN score) stays NaN, as in the kernel
     safe = torch.where(seen, l, torch.ones_like(l))
     o = torch.where(seen[..., None], acc * (factor / safe)[..., None], torch.zeros_like(acc))
     lse = torch.where(seen, m + torch.log(safe), torch.full_like(m, float("-inf")))
