@@ -1252,6 +1252,120 @@ def run_check_calls(count: int, seed0: int = 0, judge_every: int = 1, tally: Opt
     return tally
 
 
+def _attention_answer(q, k, v, causal: bool):
+    """O and LSE of plain FlashAttention-layout tensors in float64 (the right answer), or None."""
+    import torch
+
+    b, sq, hq, d = q.shape
+    hk = k.shape[2]
+    if hk == 0 or hq % hk:
+        return None
+    qq = q.double().permute(0, 2, 1, 3)
+    kk = k.double().permute(0, 2, 1, 3).repeat_interleave(hq // hk, 1)
+    vv = v.double().permute(0, 2, 1, 3).repeat_interleave(hq // hk, 1)
+    s = qq @ kk.transpose(-1, -2) / math.sqrt(d)
+    if causal:  # bottom-right, as check_attention's causal=True
+        sk = k.shape[1]
+        i, j = torch.arange(sq)[:, None], torch.arange(sk)[None, :]
+        s = s.masked_fill(j > i + (sk - sq), -math.inf)
+    lse = torch.logsumexp(s, -1)
+    o = torch.softmax(s, -1).nan_to_num(0.0) @ vv
+    return o.permute(0, 2, 1, 3), lse.float()
+
+
+def make_attention_check_call(seed: int) -> tuple[tuple, dict, str]:
+    """Arguments for oracle.check_attention: FlashAttention-layout tensors of random shapes and dtypes
+    (sometimes the right O and LSE), hostile masks, windows, scales, soft-caps, variable lengths, page
+    tables and keyword fields; (args, kwargs, how)."""
+    import torch
+
+    rng = random.Random(seed)
+    b, hk = rng.choice((1, 2)), rng.choice((1, 2))
+    hq = hk * rng.choice((1, 2)) if rng.random() < 0.85 else rng.choice((1, 3, 5))
+    sq, sk, d = rng.choice((1, 5, 17, 40)), rng.choice((1, 7, 33, 64)), rng.choice((8, 16, 16, 24))
+    dt = rng.choice(("bfloat16", "bfloat16", "float16", "float32", "float8_e4m3fn", "int8"))
+    q, k, v = (_check_tensor(rng, shape, dt) for shape in ((b, sq, hq, d), (b, sk, hk, d), (b, sk, hk, d)))
+    o = _check_tensor(rng, (b, sq, hq, d), rng.choice((dt, "bfloat16", "float32")))
+    lse = _check_tensor(rng, (b, hq, sq), "float32") if rng.random() < 0.5 else None
+    how = [f"{b}x{hq}/{hk}x{sq}x{sk}x{d} {dt}"]
+    causal = rng.choice((False, False, True, "top_left", "bottom_right", "diagonal", 1, None, hostile_value(rng)))
+    plain = all(isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.layout is torch.strided
+                and t.is_floating_point() for t in (q, k, v, o))
+    if plain and rng.random() < 0.6 and causal in (False, True) and q.shape[3] == k.shape[3] == v.shape[3]:
+        right = _attention_answer(q, k, v, causal)
+        if right is not None and tuple(o.shape) == tuple(right[0].shape):
+            o = right[0].to(o.dtype)
+            lse = right[1] if lse is not None and rng.random() < 0.8 else lse
+            how.append("the right O")
+    kw: dict[str, Any] = {"block_q": 16, "block_kv": 16}  # small blocks: the interpreter's time grows with them
+    if causal is not False:
+        kw["causal"] = causal
+        how.append(f"causal={shown(causal)}")
+    extras = {"window": ((-1, -1), (4, 0), (0, -1), (-5, 2), (2**40, 1), "x", (1, 2, 3), None),
+              "softmax_scale": (0.1, 0.0, -1.0, float("nan"), float("inf"), 1e30, "2", None),
+              "softcap": (30.0, 0.0, -1.0, float("nan"), float("inf"), 1e-30),
+              "cu_seqlens_q": ("valid", (0, 3, 2), (0, 2**40), "not a tensor"),
+              "cu_seqlens_k": ("valid", (0, 9, 1), (1, 2), "not a tensor"),
+              "page_table": ((0, 1), (-1, 0), (2**31, 0), "not a tensor"),
+              "splits": (2, 0, -1, 2**31, "2"), "block_q": (0, 3, 64, 2**20, "16"), "block_kv": (0, 5, 128, -16),
+              "descale_q": (0.5, float("nan"), -1.0, 0.0), "p_scale": (2.0, 0.0, float("inf")),
+              "empty_lse": ("+inf", "-inf", "zero", 0), "head_dim_v": (8, 0), "bogus": (1, "x")}
+    for name in rng.sample(sorted(extras), rng.choice((0, 0, 1, 1, 2, 3))):
+        value = rng.choice(extras[name])
+        if name.startswith("cu_seqlens") and value == "valid":
+            lens = [rng.choice((1, 3, 5)) for _ in range(b)]
+            value = torch.tensor([0] + [sum(lens[:i + 1]) for i in range(b)], dtype=torch.int32)
+        elif isinstance(value, tuple) and name in ("cu_seqlens_q", "cu_seqlens_k", "page_table"):
+            value = torch.tensor([value] if name == "page_table" else value, dtype=torch.int64)
+        kw[name] = value
+        how.append(f"{name}={shown(value)[:40]}")
+    return (q, k, v, o, lse), kw, "; ".join(how)
+
+
+ATTENTION_CHECK_KINDS = dict({f"{dt} operands": f"^\\d+x\\d+/\\d+x\\d+x\\d+x\\d+ {dt}$" for dt in
+                              ("bfloat16", "float16", "float32", "float8_e4m3fn", "int8")},
+                             **{"the right O": "^the right O$", "causal": "^causal=",
+                                "a keyword field": r"^(window|softmax_scale|softcap|cu_seqlens_q|cu_seqlens_k|"
+                                                   r"page_table|splits|block_q|block_kv|descale_q|p_scale|"
+                                                   r"empty_lse|head_dim_v|bogus)="})
+
+
+def run_attention_check_calls(count: int, seed0: int = 0, judge_every: int = 1,
+                              tally: Optional[Tally] = None) -> Tally:
+    """Call oracle.check_attention `count` times with generated arguments: a documented error or a
+    report. With judge_every n > 1, every call's arguments are checked (attention_recording_of: every
+    refusal check_attention makes before judging) and every n-th call that passes is judged in full;
+    a valid input judged ORACLE_UNTRUSTED is a defect."""
+    import oracle
+    from oracle.errors import input_errors
+    from oracle.tools.api import attention_recording_of
+
+    tally = tally or Tally("oracle.check_attention calls")
+    typed = input_errors()
+    t0 = time.perf_counter()
+    valid = 0
+    with knobs():
+        for seed in range(seed0, seed0 + count):
+            args, kw, how = make_attention_check_call(seed)
+            count_kinds(tally, how, ATTENTION_CHECK_KINDS)
+            rec = _record(tally, seed, lambda: attention_recording_of(*args, **kw), typed)
+            if rec is None:
+                continue
+            valid += 1
+            if valid % judge_every:
+                tally.extra["valid, not judged"] += 1
+                continue
+            tally.accepted -= 1  # counted again by the full call
+            tally.inputs -= 1
+            rep = _record(tally, seed, lambda: oracle.check_attention(*args, **kw), typed)
+            if rep is not None:
+                tally.extra[f"verdict {rep.verdict}"] += 1
+                if rep.verdict == "ORACLE_UNTRUSTED":
+                    tally.untyped.append((seed, "ORACLE_UNTRUSTED", how, "; ".join(rep.analysis.cross_check)[:600]))
+    tally.seconds += time.perf_counter() - t0
+    return tally
+
+
 # ---------------------------------------------------------------------------------------------
 # Reproducer folders
 # ---------------------------------------------------------------------------------------------
@@ -1526,6 +1640,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--case-fields", type=int, default=600)
     p.add_argument("--check-calls", type=int, default=1000)
     p.add_argument("--judge-every", type=int, default=1, help="judge every n-th oracle.check call that is valid")
+    p.add_argument("--attention-calls", type=int, default=0, help="oracle.check_attention calls (judged as --judge-every)")
     p.add_argument("--repro-dirs", type=int, default=300)
     p.add_argument("--server-requests", type=int, default=20000)
     p.add_argument("--seed", type=int, default=1_000_000, help="the first seed (the CPU tier starts at 0)")
@@ -1543,7 +1658,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     campaigns = ((run_traces, args.traces, {}), (run_dumps, args.dumps, {"analyze_every": args.analyze_every}),
                  (run_cases, args.cases, {}), (run_case_fields, args.case_fields, {}),
                  (run_check_calls, args.check_calls, {"judge_every": args.judge_every}),
-                 (run_repro_dirs, args.repro_dirs, {}), (run_server_requests, args.server_requests, {}))
+                 (run_repro_dirs, args.repro_dirs, {}), (run_server_requests, args.server_requests, {}),
+                 (run_attention_check_calls, args.attention_calls, {"judge_every": args.judge_every}))
     tallies = []
     for run, count, kw in campaigns:
         tallies.append(run(count, args.seed, **kw))

@@ -85,3 +85,17 @@ def test_a_check_call_failing_untyped_or_judged_untrusted_is_caught(monkeypatch)
     monkeypatch.setattr(oracle, "check", planted)
     t = F.run_check_calls(2)
     assert [u[1] for u in t.untyped] == ["KeyError", "ORACLE_UNTRUSTED"] and not t.clean
+
+
+ATTENTION_CALLS = 600
+
+
+def test_oracle_check_attention_refuses_bad_arguments_with_documented_errors_and_judges_the_rest():
+    """NaN and infinite inputs, scores past fp32's range, fully masked rows among them: a documented
+    error or a judgement, and never the oracle's own references disagreeing (ORACLE_UNTRUSTED)."""
+    t = F.run_attention_check_calls(ATTENTION_CALLS)
+    assert t.clean, t.failures()
+    assert t.inputs == ATTENTION_CALLS and t.refused["SpecError"] > ATTENTION_CALLS // 2
+    judged = sum(n for k, n in t.extra.items() if k.startswith("verdict "))
+    assert judged >= 10 and t.extra["verdict MATCH"] >= 2, dict(t.extra)
+    assert not F.kinds_missing(t, F.ATTENTION_CHECK_KINDS), F.kinds_missing(t, F.ATTENTION_CHECK_KINDS)
