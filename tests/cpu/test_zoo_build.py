@@ -192,8 +192,30 @@ def test_manifest_covers_the_cutlass_gemm_in_both_schedules():
                     (e["name"], defines)
     quick = [e for e in doc if not e["name"].startswith(("cutlass_sm90_host_", "cutlass_sm90_evt_",
                                                          "cutlass_sm90_bias_", "cutlass_sm90_batched_", "cutlass_sm90_streamk_",
-                                                         "cutlass_sm90_grouped_", "cutlass_sm90_blockwise_"))]  # their own tests
+                                                         "cutlass_sm90_grouped_", "cutlass_sm90_blockwise_",
+                                                         "cutlass_sm90_cluster_"))]  # their own tests
     assert {e["expected_stage"] for e in quick} == {None, "descriptor_a", "load_a", "mma", "epilogue_alpha_beta"}
+
+
+def test_manifest_covers_cutlass_s_gemm_in_a_2x1_cluster():
+    """The cooperative GEMM in a 2 x 1 cluster (ZOO_CUTLASS_CLUSTER_2X1, B multicast), as CUTLASS's examples
+    48 and 49 write it: a correct entry recorded where the cluster pads an odd count of M tiles, and the
+    planted k-block defect traced in the cluster whose second CTA lies past M."""
+    from oracle.run.case import load_case
+
+    doc = {e["name"].removeprefix("cutlass_sm90_cluster_"): e for e in _manifest()
+           if e["name"].startswith("cutlass_sm90_cluster_")}
+    assert {n: e["expected_stage"] for n, e in doc.items()} == {"correct": None, "kblock_twice": "mma"}
+    text = (ROOT / "zoo" / "cutlass_sm90" / "cutlass_sm90.cu").read_text()
+    assert "defined(ZOO_CUTLASS_CLUSTER_2X1)" in text and "Shape<_2, _1, _1>" in text
+    for name, e in doc.items():
+        problem = e.get("record_problem") or e["problem"]
+        case = load_case(str(ROOT / e["case"]), problem, allow_library=True)
+        planted = {"ZOO_CUTLASS_KBLOCK_TWICE"} if e["defect"] else set()
+        assert set(case.kernel.defines) == {"ZOO_CUTLASS_CLUSTER_2X1"} | planted, (name, case.kernel.defines)
+        assert case.spec.tiles_m % 2 == 1, name  # the cluster pads M's tiles: its last CTA has no tile of the problem
+        assert all(tm < case.spec.tiles_m and tn < case.spec.tiles_n for tm, tn in e["trace"]["tiles"]), name
+        assert e.get("dump_pending") is True or (ROOT / e["dump"]).is_file(), name
 
 
 def test_manifest_covers_the_cutlass_batched_gemm():

@@ -22,6 +22,9 @@
 //                              stream-K, the partials reduced by its fixup through the workspace), traced through
 //                              oracle_trace::cutlass_sm90::TracedScheduler (a fourth marked line); the case's
 //                              splits or stream_k_workers choose the decomposition
+//   ZOO_CUTLASS_CLUSTER_2X1=1  a 2 x 1 cluster, as CUTLASS's examples 48 and 49 write it: the two CTAs of a
+//                              cluster share B's tile through TMA multicast; an odd count of M tiles leaves the
+//                              last cluster's second CTA a tile past M (never traced: no selection names it)
 //   ZOO_CUTLASS_PLAIN=1        without the adapter (the SASS-identity test's baseline; no oracle_launch)
 //   ZOO_CUTLASS_TYPES_ONLY=1   with ZOO_CUTLASS_PLAIN: the types alone, no kernel instantiated (a host
 //                              program that prints their layouts then compiles no device code)
@@ -87,7 +90,11 @@ using LayoutD = cutlass::layout::RowMajor;
 constexpr int kAlign = 128 / cutlass::sizeof_bits<ElementA>::value;   // 16-byte TMA alignment
 constexpr int kAlignC = 128 / cutlass::sizeof_bits<ElementC>::value;  // ... of C and D
 
+#if defined(ZOO_CUTLASS_CLUSTER_2X1)
+using ClusterShape = Shape<_2, _1, _1>;
+#else
 using ClusterShape = Shape<_1, _1, _1>;
+#endif
 #if defined(ZOO_CUTLASS_E4M3)
 using TileShape = Shape<_128, _128, _128>;
 using Fusion = oracle_trace::cutlass_sm90::TensorScaledLinearCombination<ElementD, ElementAccumulator, ElementC,
