@@ -70,6 +70,12 @@ def _problem_stages(case: Case) -> tuple[str, ...]:
 def trace_selection(case: Case) -> trace_format.TraceSelection:
     default = attention_live.default_tiles if is_attention(case.spec) else default_trace_tiles
     tiles = case.trace.tiles if case.trace.tiles is not None else default(case.spec)
+    s = case.spec
+    if not is_attention(s) and s.group_sizes is None:  # a grouped problem's tile is matched in each group
+        outside = [t for t in tiles if not (0 <= t[0] < s.tiles_m and 0 <= t[1] < s.tiles_n)]
+        if outside:  # a CTA a cluster pads the grid with has such a tile: its taps would not be the problem's
+            raise CaseError(f"trace selection: tile {tuple(outside[0])} is outside the problem's "
+                            f"{s.tiles_m} x {s.tiles_n} tile grid")
     try:
         return trace_format.TraceSelection(tiles=tiles, k_blocks=case.trace.k_blocks,
                                            stages=case.trace.stages or _problem_stages(case), groups=case.trace.groups)

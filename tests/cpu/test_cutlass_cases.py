@@ -196,3 +196,17 @@ def test_a_live_build_carries_what_the_case_expects_of_the_kernel():
         {"ORACLE_CASE_BIAS": "1", "ORACLE_CASE_ACTIVATION": "4", "ORACLE_CASE_BIAS_DTYPE": "3"}
     plain = load_case(str(ROOT / "harness" / "examples" / "simple_gemm_lib.toml"), allow_library=True)
     assert library_defines(plain.kernel, plain.spec, traced=True) == {"ORACLE_TRACE": "1", **plain.kernel.defines}
+
+
+def test_a_trace_tile_outside_the_problem_is_refused_before_the_build():
+    """A 2 x 1 cluster pads 3 M tiles to 4: the fourth CTA's tile exists on the device but not in the
+    problem, so a selection naming it is refused with the grid, before anything is built; the
+    problem's own tiles are traced."""
+    from oracle.run.case_types import with_trace
+    from oracle.run.sink import sink_budget
+
+    case = load_case(str(ZOO / "cluster.toml"), {"m": 300, "n": 392, "k": 520}, allow_library=True)
+    assert case.kernel.defines == {"ZOO_CUTLASS_CLUSTER_2X1": "1"} and case.spec.tiles_m == 3
+    with pytest.raises(CaseError, match=r"tile \(3, 0\) is outside the problem's 3 x 4 tile grid"):
+        sink_budget(with_trace(case, tiles=((0, 0), (3, 0))))
+    assert sink_budget(with_trace(case, tiles=((2, 3),)))[0].tiles == 1
