@@ -1,6 +1,9 @@
 """Test tiers. The CPU tier runs everywhere with Triton under its interpreter (selected here, as
 the package selects it, when no GPU is visible); the GPU tier (marker `gpu`) needs a CUDA device
-and is skipped with a reason elsewhere."""
+and is skipped with a reason elsewhere. The build tier (marker `every_build`, option --every-build)
+compiles what the CPU tier leaves out to stay within ten minutes on two cores: the CuTe Hopper GEMM,
+CUTLASS's other routes, schedules and fusions, and the planted defects' variants (about a minute of
+nvcc each); the GPU tier's machine builds the same variants to run them."""
 
 import json
 import os
@@ -46,8 +49,15 @@ def _share_the_cores(config) -> None:
         os.environ.setdefault(name, str(max(1, cores // workers)))
 
 
+def pytest_addoption(parser):
+    parser.addoption("--every-build", action="store_true",
+                     help="also compile every zoo variant (marker every_build: about 10 minutes on two cores)")
+
+
 def pytest_configure(config):
     _share_the_cores(config)
+    config.addinivalue_line("markers", "every_build: compiles a zoo variant the CPU tier leaves out "
+                                       "(run with --every-build)")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (run on the H200)")
     config.addinivalue_line("markers", "nvcc: needs the CUDA compiler nvcc on PATH (no GPU needed)")
     config.addinivalue_line("markers", "slow: takes more than a few seconds on the CPU tier")
@@ -61,7 +71,8 @@ def pytest_configure(config):
 # in turns. A file's builds run one after another on its worker, so a file of many builds is cut in
 # files of a few (the CUTLASS ones: about 45 s of one core each, cold); files that share a build
 # through the cache (the traced CUTLASS library: the adapter's, the SASS identity's, the EVT file's)
-# are kept apart in this order so that one seldom waits on the other's build lock.
+# are kept apart in this order so that one seldom waits on the other's build lock. Most of these builds
+# are the build tier's (--every-build); without it their tests are skipped and the order costs nothing.
 LONG_FIRST = (
     "cpu/test_zoo_build_hopper.py",  # the CuTe Hopper GEMM built traced and plain
     "cpu/test_zoo_build.py",  # the sm80 GEMM traced and plain, its layout program
@@ -105,7 +116,12 @@ def pytest_collection_modifyitems(config, items):
 
     skip_gpu = pytest.mark.skip(reason="This test needs a CUDA GPU, and none is visible on this machine.")
     skip_nvcc = pytest.mark.skip(reason="This test needs nvcc on PATH to compile CUDA, and it is not installed here.")
+    skip_build = pytest.mark.skip(reason="The build tier: this test compiles a zoo variant (about a minute of nvcc) "
+                                         "that the CPU tier leaves out; run it with --every-build.")
+    every_build = config.getoption("--every-build")
     for item in items:
+        if "every_build" in item.keywords and not every_build:
+            item.add_marker(skip_build)
         if "gpu" in item.keywords and not _HAS_CUDA:
             item.add_marker(skip_gpu)
         if "nvcc" in item.keywords and shutil.which("nvcc") is None:

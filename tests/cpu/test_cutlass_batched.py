@@ -5,7 +5,7 @@ the host code, one through the traced mainloop's per-entry mutation). Each expor
 traced tree's epilogue order for the oracle to read. The builds go through the build cache (shared with the
 live runs of the same cases); without a GPU nothing is launched (tests/gpu/test_zoo.py runs them). This file
 holds the quick route's builds, test_cutlass_batched_host.py the host route's (four CUTLASS compiles: two
-files, so that --dist loadfile builds them side by side).
+files, so that --dist loadfile builds them side by side). All four are the build tier's (--every-build).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from cutlass_launch import check_batched_build  # tests/ is on sys.path
 
 from harness.build import cutlass_include_dirs
 
-pytestmark = [pytest.mark.nvcc, pytest.mark.slow]
+pytestmark = [pytest.mark.nvcc, pytest.mark.slow, pytest.mark.every_build]
 
 CASES = ("batched.toml", "defects/batched_entry1_kblock_twice.toml")  # the quick route's (host: test_cutlass_batched_host.py)
 

@@ -12,7 +12,7 @@ from cutlass_launch import check_batched_build  # tests/ is on sys.path
 
 from harness.build import cutlass_include_dirs
 
-pytestmark = [pytest.mark.nvcc, pytest.mark.slow]
+pytestmark = [pytest.mark.nvcc, pytest.mark.slow, pytest.mark.every_build]
 
 HOST_CASES = ("batched_host.toml", "defects/batched_host_b_stride_of_a.toml")
 

@@ -13,7 +13,9 @@
   -DORACLE_CASE_* checks), and oracle_launch refuses one before any CUDA call.
 
 The builds are the ones a live run makes (oracle.run.adapters.library_defines of the zoo's cases),
-through the oracle's build cache, so a later run of the same case reuses them.
+through the oracle's build cache, so a later run of the same case reuses them. The two EVT libraries are
+the build tier's (marker every_build); the CPU tier builds the LinearCombination library, which the
+adapter's tests share, and judges the order the EVT libraries declare without building them.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def _built(name: str):
                          defines=library_defines(case.kernel, case.spec, traced=True))
 
 
+@pytest.mark.every_build
 @pytest.mark.parametrize("name", ["bias_gelu.toml", "evt.toml"], ids=["cutlass_fusion", "user_tree"])
 def test_the_traced_library_keeps_its_tree_s_order(name):
     assert declared_order(_built(name).read()) == TREE_ORDER
@@ -70,7 +73,7 @@ def test_the_linear_combination_tree_keeps_alpha_beta_then_cast():
 
 
 def test_a_case_without_epilogue_is_judged_in_the_tree_s_order():
-    order = declared_order(_built("bias_gelu.toml").read())
+    order = TREE_ORDER  # what the library declares (test_the_traced_library_keeps_its_tree_s_order)
     case = _case("bias_gelu.toml")
     assert case.spec.epilogue is None
     judged, note = with_library_order(case, order)
@@ -86,7 +89,7 @@ def test_a_case_without_epilogue_is_judged_in_the_tree_s_order():
 
 
 def test_a_case_that_declares_another_order_is_refused_naming_both():
-    order = declared_order(_built("bias_gelu.toml").read())
+    order = TREE_ORDER
     other = ["alpha_beta", "bias", "activation", "cast"]  # the order of a kernel that adds beta * C first
     with pytest.raises(CaseError) as e:
         with_library_order(_case("bias_gelu.toml", {"epilogue": other}), order)
@@ -134,6 +137,7 @@ def _launch(path: Path, call: L.LibraryCall) -> tuple[int, str]:
     ({"bias_kind": "row"}, "the kernel's epilogue adds bias col and activation gelu_erf; the case asks for bias row"),
     ({}, "the bias must be a contiguous [N] = [392] vector of element type bf16 (got none, rank 0)"),
 ])
+@pytest.mark.every_build
 def test_oracle_launch_refuses_a_bias_or_activation_the_fusion_lacks(over, words):
     got, message = _launch(_built("bias_gelu.toml").cubin_path, _call(**over))
     assert got == 1001 and words in message, message

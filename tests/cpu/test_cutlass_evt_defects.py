@@ -2,7 +2,7 @@
 (zoo/cutlass_sm90/cutlass_sm90.cu with ZOO_CUTLASS_EVT and a ZOO_CUTLASS_EVT_* defect) builds traced as a
 live run builds it (oracle.run.adapters.library_defines of the defect's zoo case), its declared order the
 intended one: three CUTLASS compiles, in a file of their own so that --dist loadfile builds them beside
-test_cutlass_evt.py's.
+test_cutlass_evt.py's; the build tier's (--every-build).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from oracle.run.adapters import library_defines
 from oracle.run.case import load_case
 from oracle.run.library_epilogue import declared_order
 
-pytestmark = [pytest.mark.nvcc, pytest.mark.slow]
+pytestmark = [pytest.mark.nvcc, pytest.mark.slow, pytest.mark.every_build]
 
 ZOO = Path(__file__).resolve().parents[2] / "zoo" / "cutlass_sm90"
 TREE_ORDER = ("alpha", "bias", "beta_c", "activation", "cast")  # CUTLASS's LinCombPerColBiasEltAct

@@ -4,7 +4,7 @@ through the quick route (the adapter fills the group arrays) and the host route 
 with the groups' sizes; its planted per-group alpha defect, the variant that also fills alpha_ptr_array). Each
 exports oracle_launch and keeps the traced pointer-array tree's epilogue order for the oracle to read. The
 builds go through the build cache (shared with the live runs of the same cases); without a GPU nothing is
-launched (tests/gpu/test_zoo.py runs them).
+launched (tests/gpu/test_zoo.py runs them). Both builds are the build tier's (--every-build).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from oracle.run.adapters import library_defines
 from oracle.run.case import load_case
 from oracle.run.library_epilogue import declared_order
 
-pytestmark = [pytest.mark.nvcc, pytest.mark.slow]
+pytestmark = [pytest.mark.nvcc, pytest.mark.slow, pytest.mark.every_build]
 
 ROOT = Path(__file__).resolve().parents[2]
 ZOO = ROOT / "zoo" / "cutlass_sm90"

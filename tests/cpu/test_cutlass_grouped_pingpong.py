@@ -18,7 +18,7 @@ from oracle.run.adapters import library_defines
 from oracle.run.case import load_case
 from oracle.run.library_epilogue import declared_order
 
-pytestmark = [pytest.mark.nvcc, pytest.mark.slow]
+pytestmark = [pytest.mark.nvcc, pytest.mark.slow, pytest.mark.every_build]
 
 ROOT = Path(__file__).resolve().parents[2]
 ZOO = ROOT / "zoo" / "cutlass_sm90"

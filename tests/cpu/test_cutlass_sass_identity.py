@@ -2,7 +2,8 @@
 production instantiation has the same SASS with the adapter included (aliases, entry macro) as without it,
 and the traced kernel (read from the traced library, whose device code a traced cubin build would repeat)
 differs. Two CUTLASS cubin builds (and the traced library test_cutlass_adapter.py builds, shared through the
-build cache), in a file of their own so that --dist loadfile builds them beside the adapter's.
+build cache), in a file of their own so that --dist loadfile builds them beside the adapter's. The build
+tier's (--every-build).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from cutlass_launch import SOURCE, require_cutlass, zoo_library
 
 from harness.build import build_cubin
 
-pytestmark = pytest.mark.nvcc
+pytestmark = [pytest.mark.nvcc, pytest.mark.every_build]
 
 
 @pytest.fixture(scope="module", autouse=True)

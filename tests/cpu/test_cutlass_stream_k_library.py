@@ -3,7 +3,8 @@ sm90_stream_k.hpp) on the zoo's CUTLASS SM90 GEMM without a GPU: the stream-K bu
 zoo/cutlass_sm90/splitk.toml's, which streamk.toml and streamk_dp.toml share) takes a split-K or stream-K
 case up to its first CUDA call and refuses splits it cannot run; the host route's stream-K build refuses
 the arguments the zoo's make_arguments leave at CUTLASS's defaults for an unsplit case. Two CUTLASS
-builds, in a file of their own so that --dist loadfile builds them beside test_cutlass_adapter.py's.
+builds, in a file of their own so that --dist loadfile builds them beside test_cutlass_adapter.py's; the
+build tier's (--every-build).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from cutlass_launch import SOURCE, launch, launch_without_a_device, library_call
 
 from harness.build import build_library
 
-pytestmark = pytest.mark.nvcc
+pytestmark = [pytest.mark.nvcc, pytest.mark.every_build]
 
 
 @pytest.fixture(scope="module", autouse=True)

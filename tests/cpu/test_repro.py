@@ -875,6 +875,7 @@ def test_dry_run_packs_the_harness_s_argument_bytes_and_sink_header(simple_build
 
 @pytest.mark.nvcc
 @pytest.mark.slow
+@pytest.mark.every_build
 def test_a_hopper_descriptor_defect_builds_traced(hopper_builds, simple_build, tmp_path):
     """The CuTe Hopper GEMM: the Makefile's nvcc line is the oracle's own build (checked with make -n);
     the cubin is the session's traced build of the same source (tests/conftest.py: shared with

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 
 import pytest
-from cuda_tools import sass_by_function, zoo_builds_with_defects  # tests/ on sys.path
+from cuda_tools import sass_by_function, traced_and_plain  # tests/ on sys.path
 from attention_zoo_checks import check_builds, check_case_file, check_manifest, check_stages_named
 from zoo_cases import ROOT
 
 FA2_DIR = ROOT / "zoo" / "fa2_sm80"
 FA2_SOURCE = FA2_DIR / "fa2_sm80.cu"
-BUILT_DEFECTS = ("p_wrong_type", "v_read_with_k_layout")  # compiled here; the others only on the GPU
+BUILT_DEFECTS = ("p_wrong_type", "v_read_with_k_layout")  # compiled by the build tier (--every-build); the others only on the GPU
 ENTRIES = {f"zoo_fa2_{kind}{dt}_d{d}" for kind in ("", "split_", "paged_", "combine_") for dt in ("bf16", "fp16")
            for d in (64, 128)}
 
@@ -37,7 +37,7 @@ def _defect_build(defect: str):
 
 @pytest.fixture(scope="module")
 def builds():
-    return zoo_builds_with_defects(FA2_SOURCE, _defect_build, BUILT_DEFECTS)
+    return traced_and_plain(FA2_SOURCE)
 
 
 # -- builds ---------------------------------------------------------------------------------------
@@ -47,9 +47,10 @@ def test_every_entry_point_is_built_traced_and_untraced_with_tracing_compiled_ou
 
 
 @pytest.mark.nvcc
+@pytest.mark.every_build
 @pytest.mark.parametrize("defect", BUILT_DEFECTS)
 def test_a_defect_define_changes_the_kernel_it_plants_the_defect_in(builds, defect):
-    bad, good = sass_by_function(builds[defect].cubin_path), sass_by_function(builds["traced"].cubin_path)
+    bad, good = sass_by_function(_defect_build(defect).cubin_path), sass_by_function(builds["traced"].cubin_path)
     assert set(bad) == set(good)
     assert bad["zoo_fa2_bf16_d64"] != good["zoo_fa2_bf16_d64"]
     assert bad["zoo_fa2_combine_bf16_d64"] == good["zoo_fa2_combine_bf16_d64"]  # the combine has neither defect

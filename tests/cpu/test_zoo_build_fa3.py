@@ -23,13 +23,13 @@ from __future__ import annotations
 import re
 
 import pytest
-from cuda_tools import sass_by_function, zoo_builds_with_defects  # tests/ on sys.path
+from cuda_tools import sass_by_function, traced_and_plain  # tests/ on sys.path
 from attention_zoo_checks import check_builds, check_case_file, check_manifest, check_stages_named, kernel_entries
 from zoo_cases import ROOT, attention_entry_case
 
 FA3_DIR = ROOT / "zoo" / "fa3_sm90"
 FA3_SOURCE = FA3_DIR / "fa3_sm90.cu"
-BUILT_DEFECTS = ("v_read_with_k_layout", "kv_tail_not_zeroed")  # compiled here; the others only on the GPU
+BUILT_DEFECTS = ("v_read_with_k_layout", "kv_tail_not_zeroed")  # compiled by the build tier (--every-build); the others only on the GPU
 FORWARD = {f"zoo_fa3_{kind}bf16_d{d}" for kind in ("", "split_", "paged_") for d in (64, 128)}
 ENTRIES = FORWARD | {f"zoo_fa3_combine_bf16_d{d}" for d in (64, 128)}
 
@@ -48,7 +48,7 @@ def _defect_build(defect: str):
 
 @pytest.fixture(scope="module")
 def builds():
-    return zoo_builds_with_defects(FA3_SOURCE, _defect_build, BUILT_DEFECTS)
+    return traced_and_plain(FA3_SOURCE)
 
 
 def _lines(sass, opcode: str) -> list[str]:
@@ -80,9 +80,10 @@ def test_the_forward_kernels_are_wgmma_bulk_copies_and_mbarriers(builds):
 
 
 @pytest.mark.nvcc
+@pytest.mark.every_build
 @pytest.mark.parametrize("defect", BUILT_DEFECTS)
 def test_a_defect_define_changes_the_kernel_it_plants_the_defect_in(builds, defect):
-    bad, good = sass_by_function(builds[defect].cubin_path), sass_by_function(builds["traced"].cubin_path)
+    bad, good = sass_by_function(_defect_build(defect).cubin_path), sass_by_function(builds["traced"].cubin_path)
     assert set(bad) == set(good)
     for name in sorted(FORWARD):
         assert bad[name] != good[name], name

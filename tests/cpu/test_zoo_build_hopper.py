@@ -2,8 +2,8 @@
 
 - the manifest plants each of its defects once, over the stages the oracle must name, with the
   padding confound among the correct runs;
-- (nvcc) every manifest entry point is in the cubin built with -DORACLE_TRACE (the session's
-  build, tests/conftest.py, shared with the reproducer's test), every variant in the build without
+- (nvcc, the build tier's: --every-build) every manifest entry point is in the cubin built with
+  -DORACLE_TRACE (the session's build, tests/conftest.py, shared with the reproducer's test), every variant in the build without
   it, the bf16 production variants do not spill, and the correct variants' untraced SASS does not
   change when ORACLE_TRACE is on; its case files launch the shared memory and transaction bytes the
   kernel needs;
@@ -80,6 +80,7 @@ HOPPER_DEFECTIVE = ["zoo_hopper_bf16_stale_slot", "zoo_hopper_bf16_transposed_a"
 
 
 @pytest.mark.nvcc
+@pytest.mark.every_build
 def test_hopper_entry_points_traced_and_plain(hopper_builds):
     traced = traced_entries(hopper_builds, "hopper_gemm")
     assert traced == {f"{n}_traced" for n in HOPPER_CORRECT + HOPPER_DEFECTIVE} | set(HOPPER_CORRECT)
@@ -88,6 +89,7 @@ def test_hopper_entry_points_traced_and_plain(hopper_builds):
 
 
 @pytest.mark.nvcc
+@pytest.mark.every_build
 def test_hopper_bf16_production_variants_do_not_spill(hopper_builds):
     # The fp8 variants hold two fragments (the k-block's partial sum beside the accumulator) and do
     # spill a little; the bf16 ones, timed in the warm-path benchmark, must not.
@@ -97,6 +99,7 @@ def test_hopper_bf16_production_variants_do_not_spill(hopper_builds):
 
 
 @pytest.mark.nvcc
+@pytest.mark.every_build
 def test_hopper_untraced_variants_are_the_same_with_tracing_compiled_in(hopper_builds):
     assert_tracing_compiled_out(hopper_builds, HOPPER_CORRECT, HOPPER_CORRECT)
 

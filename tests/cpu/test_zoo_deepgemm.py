@@ -137,6 +137,7 @@ def test_untraced_sass_is_the_same_with_tracing_compiled_in(dg_builds):
 
 
 @pytest.mark.nvcc
+@pytest.mark.every_build
 def test_a_defect_define_changes_the_code_it_is_planted_in(dg_builds):
     from harness.build import build_cubin
 
