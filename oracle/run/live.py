@@ -29,7 +29,7 @@ from oracle.run.adapters import library_defines
 from oracle.run.kernel_flags import build_options
 from oracle.run.library_epilogue import declared_order, with_library_order
 from oracle.run.inputs import Operands, Provenance, analytic_ones_value, check_operands
-from oracle.run.recording import Recording, trace_warnings
+from oracle.run.recording import Recording, trace_warnings, without_padding_tiles
 from oracle.run.launch import from_storage, is_library, launch_sequence, library_call
 from oracle.run.sink import check_case, initial_sink_bytes, trace_selection
 
@@ -176,7 +176,9 @@ def _recording(case: Case, ops: Operands, provenance: Provenance, run: KernelRun
     if run.sink is not None:
         trace = trace_format.parse_trace(run.sink, block_m=s.tile.bm, block_n=s.tile.bn, block_k=s.tile.bk,
                                          partial=not run.ok, scale_groups=scale_groups(s))
-        taps, descriptors = trace.taps, trace.descriptors
+        taps, padding = without_padding_tiles(s, trace.taps)
+        descriptors = trace.descriptors
+        notes.extend(padding)
         account = trace_format.account_of(trace, relaunched=bool(over.get("relaunched")),
                                           first_capacity=over.get("first_capacity"))
         confounds, kept = trace_warnings(trace)  # a warning the judgement rests on is an open confound

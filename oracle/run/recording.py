@@ -256,6 +256,34 @@ def trace_warnings(trace) -> tuple[tuple[Confound, ...], tuple[str, ...]]:
     return tuple(confounds), notes
 
 
+def without_padding_tiles(spec, taps) -> tuple[tuple, tuple[str, ...]]:
+    """A grouped problem's taps less those of tiles outside their group's tile grid, and a note per
+    group that had some. A tile selector matches its tile in every group, and a scheduler may run
+    more tiles than a group has: CUTLASS's grouped scheduler rounds each group's tile count up to
+    the cluster (and its swizzle), so a padding CTA runs tile (3, n) of a 3-tile group on TMA's
+    zero fill and stores nothing. Such taps hold nothing of the problem; D, compared whole, still
+    shows a tile of the group that no CTA computed. Taps that name no valid group are kept (the
+    recording refuses them)."""
+    sizes = spec.group_sizes
+    if sizes is None:
+        return tuple(taps), ()
+    kept, padding = [], {}
+    for tap in taps:
+        g = tap.group
+        if g is not None and 0 <= g < len(sizes):
+            tiles_m = -(-sizes[g] // spec.tile.bm)
+            tm, tn = tap.tile
+            if tm >= tiles_m or tn >= spec.tiles_n:
+                padding.setdefault(g, (tiles_m, set()))[1].add((tm, tn))
+                continue
+        kept.append(tap)
+    notes = tuple(f"group {g}: the taps of tile{'s' if len(tiles) > 1 else ''} "
+                  f"{', '.join(str(t) for t in sorted(tiles))}, outside the group's {tiles_m} x {spec.tiles_n} "
+                  f"tile grid, are left out (a CTA that pads the group's grid, as a cluster does, runs such a tile "
+                  f"on no data of the problem)" for g, (tiles_m, tiles) in sorted(padding.items()))
+    return tuple(kept), notes
+
+
 def _check_whole_tiles(taps) -> None:
     """A split problem's tile is whole when its mma taps name no partial (-1 in the trace), as the
     trace format documents; a tile whose mma taps do both is refused (it says two things)."""

@@ -104,3 +104,46 @@ def test_a_block_scaled_case_traces_its_scale_stages_per_k_block():
     both = sink_budget(with_trace(case, stages=("scale_a", "scale_b")))[0]
     one_kb = sink_budget(with_trace(case, stages=("scale_a", "scale_b"), k_blocks=(0,)))[0]
     assert both.estimate - 512 > 2 * (one_kb.estimate - 512)  # every k-block's taps, not one per tile
+
+
+def test_a_grouped_run_s_taps_of_a_padding_tile_are_left_out_with_a_note(monkeypatch):
+    """A scheduler that rounds each group's tile count up (CUTLASS's grouped one, to the cluster) runs
+    tile (1, 0) of a one-tile group: the selection names that tile for the groups that have it, so the
+    padding CTA taps it too. The run is judged without those taps and says so; a tap naming a group the
+    problem does not have is still refused when it is judged."""
+    from harness.runner import KernelRun, RunStatus
+    from harness.trace_format import TraceWriter
+    from oracle.run import live
+    from oracle.run.recording import RecordingError
+    from oracle.run.simulate import simulate
+    from oracle.tools.api import judge
+
+    case = with_trace(load_case(str(ROOT / "zoo" / "split_gemm" / "grouped.toml")), tiles=((0, 0), (1, 0)))
+    assert case.spec.group_sizes[0] <= case.spec.tile.bm < case.spec.group_sizes[2]  # group 0: one tile, group 2: two
+    ops = make_operands(case.spec, "random", 1)
+    rec = simulate(case.spec, ops, Provenance("random", 1), tap_tiles=[(0, 0), (1, 0)])
+    padding = [dataclasses.replace(t, group=0) for t in rec.taps if t.group == 2 and t.tile == (1, 0)]
+    assert padding
+    extra = {"taps": padding}
+
+    def fake_run(cubin, entry, launch, tensors, *, sink, **_):
+        w = TraceWriter(sink.capacity, tiles=[(0, 0), (1, 0)])
+        for t in list(rec.taps) + extra["taps"]:
+            w.tap(t)
+        return KernelRun(RunStatus.OK, outputs={"d": rec.output.clone()}, sink=w.to_bytes(), sink_source="test")
+
+    monkeypatch.setattr(live, "build_cubin", lambda *a, **k: type("B", (), {"cubin_path": "x", "cached": True,
+                                                                          "read": lambda self: b"cubin"})())
+    monkeypatch.setattr(live, "run_kernel", fake_run)
+    monkeypatch.setattr(live, "require_gpu", lambda: None)  # the run is faked: so is the GPU
+    got = live.run_live(case, ops, Provenance("random", 1)).recording
+    assert not [t for t in got.taps if t.group == 0 and t.tile == (1, 0)]
+    assert len(got.taps) == len(rec.taps)
+    (note,) = [n for n in got.notes if "outside the group's" in n]
+    assert note.startswith("group 0: the taps of tile (1, 0), outside the group's 1 x 3 tile grid, are left out")
+    assert judge(got).verdict == "MATCH"
+
+    extra["taps"] = [dataclasses.replace(t, group=len(case.spec.group_sizes)) for t in padding]
+    bad = live.run_live(case, ops, Provenance("random", 1)).recording
+    with pytest.raises(RecordingError, match="must name their group"):
+        judge(bad)
