@@ -1,9 +1,9 @@
 """Test tiers. The CPU tier runs everywhere with Triton under its interpreter (selected here, as
 the package selects it, when no GPU is visible); the GPU tier (marker `gpu`) needs a CUDA device
 and is skipped with a reason elsewhere. The build tier (marker `every_build`, option --every-build)
-compiles what the CPU tier leaves out to stay within ten minutes on two cores: the CuTe Hopper GEMM,
-CUTLASS's other routes, schedules and fusions, and the planted defects' variants (about a minute of
-nvcc each); the GPU tier's machine builds the same variants to run them."""
+compiles what the CPU tier leaves out to stay within ten minutes on two cores: the CuTe Hopper, the
+DeepGEMM-style and the attention kernels, every CUTLASS library and the planted defects' variants
+(up to two minutes of nvcc each); the GPU tier's machine builds the same variants to run them."""
 
 import json
 import os
@@ -51,7 +51,7 @@ def _share_the_cores(config) -> None:
 
 def pytest_addoption(parser):
     parser.addoption("--every-build", action="store_true",
-                     help="also compile every zoo variant (marker every_build: about 10 minutes on two cores)")
+                     help="also compile every zoo variant (marker every_build: about 12 minutes on two cores)")
 
 
 def pytest_configure(config):
@@ -116,7 +116,7 @@ def pytest_collection_modifyitems(config, items):
 
     skip_gpu = pytest.mark.skip(reason="This test needs a CUDA GPU, and none is visible on this machine.")
     skip_nvcc = pytest.mark.skip(reason="This test needs nvcc on PATH to compile CUDA, and it is not installed here.")
-    skip_build = pytest.mark.skip(reason="The build tier: this test compiles a zoo variant (about a minute of nvcc) "
+    skip_build = pytest.mark.skip(reason="The build tier: this test compiles a zoo variant (a minute or two of nvcc) "
                                          "that the CPU tier leaves out; run it with --every-build.")
     every_build = config.getoption("--every-build")
     for item in items:

@@ -6,8 +6,7 @@ CUTLASS SM90 GEMM (zoo/cutlass_sm90/cutlass_sm90.cu), through the quick route an
 - oracle_launch refuses, with a sentence and before any CUDA call, what the kernel cannot run (another
   ABI, another tile, another element type or layout, a bias, scales a LinearCombination lacks, a split
   of k on the persistent scheduler);
-- the host route (ORACLE_CUTLASS_HOST_ENTRY, zoo/cutlass_sm90/host.toml: the one host-route build, the
-  build tier's: --every-build)
+- the host route (ORACLE_CUTLASS_HOST_ENTRY, zoo/cutlass_sm90/host.toml: the one host-route build)
   refuses the same before it calls the user's make_arguments, and runs what make_arguments returns
   through can_implement up to the first CUDA call.
 
@@ -15,7 +14,7 @@ The stream-K scheduler's libraries, the SASS identity of the production kernel a
 tap maps are tested in test_cutlass_stream_k_library.py, test_cutlass_sass_identity.py and
 test_cutlass_tap_maps.py: each CUTLASS build takes about a minute of one core and 2-3 GB, so the builds are
 cut into files that --dist loadfile runs side by side; they go through the oracle's build cache
-(ORACLE_CACHE_DIR).
+(ORACLE_CACHE_DIR). Both builds are the build tier's (--every-build).
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from cutlass_launch import launch, launch_without_a_device, library_call, requir
 
 from harness import launch_abi as L
 
-pytestmark = pytest.mark.nvcc
+pytestmark = [pytest.mark.nvcc, pytest.mark.every_build]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -50,7 +49,7 @@ def host_library() -> Path:
     return zoo_library("host.toml")
 
 
-@pytest.mark.parametrize("route", ["quick", pytest.param("host", marks=pytest.mark.every_build)])
+@pytest.mark.parametrize("route", ["quick", "host"])
 def test_the_traced_library_exports_the_abi(request, route):
     traced_library = request.getfixturevalue("traced_library" if route == "quick" else "host_library")
     nm = shutil.which("nm")
@@ -105,7 +104,6 @@ def test_oracle_launch_refuses_what_the_kernel_cannot_run(traced_library, call, 
                     L.TensorSlotArg("d", "d", "bf16", (300, 392), (392, 1), "out")), beta=0.0),
      "B's strides (392, 1; batch step 0) do not fit"),  # a layout the user's code was not written for: refused, not passed
 ])
-@pytest.mark.every_build
 def test_the_host_route_refuses_what_the_kernel_cannot_run_before_calling_the_user_s_code(host_library, call, words):
     got, message = launch(host_library, call)
     assert got == 1001 and words in message, message
@@ -118,7 +116,6 @@ def test_the_persistent_scheduler_s_library_refuses_a_split(traced_library):
             "a tile") in message, message
 
 
-@pytest.mark.every_build
 def test_the_host_route_runs_the_user_s_arguments_up_to_the_launch(host_library):
     out = launch_without_a_device(host_library)
     # make_arguments ran, its arguments passed the route's checks and CUTLASS's can_implement: the

@@ -14,8 +14,8 @@
 
 The builds are the ones a live run makes (oracle.run.adapters.library_defines of the zoo's cases),
 through the oracle's build cache, so a later run of the same case reuses them. The two EVT libraries are
-the build tier's (marker every_build); the CPU tier builds the LinearCombination library, which the
-adapter's tests share, and judges the order the EVT libraries declare without building them.
+the build tier's (marker every_build), with the LinearCombination library the adapter's tests share; the
+CPU tier judges the order the EVT libraries declare without building them, and the refusals in seconds.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ def test_the_traced_library_keeps_its_tree_s_order(name):
     assert declared_order(_built(name).read()) == TREE_ORDER
 
 
+@pytest.mark.every_build
 def test_the_linear_combination_tree_keeps_alpha_beta_then_cast():
     case = _case("cutlass_sm90.toml")  # the build tests/cpu/test_cutlass_adapter.py makes
     lib = build_library(case.kernel.library, arch=case.kernel.arch, defines={"ORACLE_TRACE": "1"})

@@ -42,6 +42,7 @@ def builds():
 
 # -- builds ---------------------------------------------------------------------------------------
 @pytest.mark.nvcc
+@pytest.mark.every_build
 def test_every_entry_point_is_built_traced_and_untraced_with_tracing_compiled_out_and_no_spills(builds):
     check_builds(builds, "fa2_sm80", ENTRIES)
 

@@ -58,11 +58,13 @@ def _lines(sass, opcode: str) -> list[str]:
 
 # -- builds ---------------------------------------------------------------------------------------
 @pytest.mark.nvcc
+@pytest.mark.every_build
 def test_every_entry_point_is_built_traced_and_untraced_with_tracing_compiled_out_and_no_spills(builds):
     check_builds(builds, "fa3_sm90", ENTRIES)
 
 
 @pytest.mark.nvcc
+@pytest.mark.every_build
 def test_the_forward_kernels_are_wgmma_bulk_copies_and_mbarriers(builds):
     sass = sass_by_function(builds["plain"].cubin_path)
     for name in sorted(FORWARD):

@@ -119,6 +119,7 @@ def dg_builds():
 
 
 @pytest.mark.nvcc
+@pytest.mark.every_build
 def test_entry_points_traced_and_plain(dg_builds):
     traced = traced_entries(dg_builds, "deepgemm_sm90")
     assert traced == {f"{n}_traced" for n in PRODUCTION} | set(PRODUCTION)
@@ -127,11 +128,13 @@ def test_entry_points_traced_and_plain(dg_builds):
 
 
 @pytest.mark.nvcc
+@pytest.mark.every_build
 def test_production_entries_do_not_spill(dg_builds):
     assert_no_spills(dg_builds["plain"])
 
 
 @pytest.mark.nvcc
+@pytest.mark.every_build
 def test_untraced_sass_is_the_same_with_tracing_compiled_in(dg_builds):
     assert_tracing_compiled_out(dg_builds, PRODUCTION, PRODUCTION)
 
