@@ -2,8 +2,9 @@
 the package selects it, when no GPU is visible); the GPU tier (marker `gpu`) needs a CUDA device
 and is skipped with a reason elsewhere. The build tier (marker `every_build`, option --every-build)
 compiles what the CPU tier leaves out to stay within ten minutes on two cores: the CuTe Hopper, the
-DeepGEMM-style and the attention kernels, every CUTLASS library and the planted defects' variants
-(up to two minutes of nvcc each); the GPU tier's machine builds the same variants to run them."""
+DeepGEMM-style and the attention kernels, every CUTLASS library, program and front-end check but one,
+and the planted defects' variants (seconds to two minutes of nvcc each); the GPU tier's machine builds
+the same variants to run them."""
 
 import json
 import os
@@ -56,7 +57,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     _share_the_cores(config)
-    config.addinivalue_line("markers", "every_build: compiles a zoo variant the CPU tier leaves out "
+    config.addinivalue_line("markers", "every_build: compiles CUTLASS, CuTe or a zoo variant, which the CPU tier leaves out "
                                        "(run with --every-build)")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (run on the H200)")
     config.addinivalue_line("markers", "nvcc: needs the CUDA compiler nvcc on PATH (no GPU needed)")
@@ -116,8 +117,8 @@ def pytest_collection_modifyitems(config, items):
 
     skip_gpu = pytest.mark.skip(reason="This test needs a CUDA GPU, and none is visible on this machine.")
     skip_nvcc = pytest.mark.skip(reason="This test needs nvcc on PATH to compile CUDA, and it is not installed here.")
-    skip_build = pytest.mark.skip(reason="The build tier: this test compiles a zoo variant (a minute or two of nvcc) "
-                                         "that the CPU tier leaves out; run it with --every-build.")
+    skip_build = pytest.mark.skip(reason="The build tier: this test compiles CUTLASS, CuTe or a zoo variant, which the "
+                                         "CPU tier leaves out; run it with --every-build.")
     every_build = config.getoption("--every-build")
     for item in items:
         if "every_build" in item.keywords and not every_build:

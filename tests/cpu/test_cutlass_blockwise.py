@@ -75,6 +75,7 @@ def test_block_scales_on_the_other_cutlass_kernels_name_the_blockwise_mainloop()
       "ORACLE_CUTLASS_HOST_ENTRY(zoo_blockwise::Gemm, zoo_blockwise::make)"),
      "ORACLE_CUTLASS_HOST_ENTRY: the kernel's mainloop is CUTLASS's blockwise-scaled fp8 one"),
 ])
+@pytest.mark.every_build
 def test_a_blockwise_kernel_the_adapter_cannot_trace_stops_its_build_in_the_front_end(tmp_path, edit, words):
     require_nvcc()
     text = (ZOO / "blockwise.cu").read_text()

@@ -64,10 +64,12 @@ def _refusal(source: str, **kw) -> str:
     return e.value.stderr or ""
 
 
+@pytest.mark.every_build
 def test_the_default_persistent_scheduler_passes_the_checks():
     build_cubin(SCHEDULER_TU)
 
 
+@pytest.mark.every_build
 def test_stream_k_untraced_and_group_schedulers_are_refused_with_their_names_and_what_to_do():
     err = _refusal(SCHEDULER_TU, defines={"ORACLE_TRACE": "1", "CHECK_STREAM_K": "1", "CHECK_GROUP": "1"})
     assert "2 errors detected" in err, err[-3000:]
@@ -79,6 +81,7 @@ def test_stream_k_untraced_and_group_schedulers_are_refused_with_their_names_and
             "its problem shape is not grouped") in err
 
 
+@pytest.mark.every_build
 def test_the_stream_k_scheduler_passes_in_a_production_build():
     build_cubin(SCHEDULER_TU, defines={"CHECK_STREAM_K": "1"})  # without ORACLE_TRACE: CUTLASS's own kernel
 
@@ -154,6 +157,7 @@ ORACLE_CUTLASS_ENTRY(Gemm)
     ({"USER_BAD_MAKE": "1"}, "ORACLE_CUTLASS_HOST_ENTRY(Gemm, make): make must be callable as make(int m, int n, "
                              "int k, int l, const ElementA* a, int64_t lda,"),
 ], ids=["rank3", "stream_k", "stream_k_pingpong", "stream_k_other_mainloop", "host_make_signature"])
+@pytest.mark.every_build
 def test_a_kernel_the_adapter_cannot_run_is_refused_before_the_long_compile(tmp_path, defines, words):
     err = refused_early(USER_TU, tmp_path / "cache", defines={"ORACLE_TRACE": "1", **defines}, include_dirs=(ZOO,))
     assert words in err, err[-3000:]
@@ -162,6 +166,7 @@ def test_a_kernel_the_adapter_cannot_run_is_refused_before_the_long_compile(tmp_
         assert "1 error detected" in err, err[-3000:]  # the check's, nothing from the kernel's instantiation
 
 
+@pytest.mark.every_build
 def test_the_grouped_kernel_in_the_ping_pong_schedule_passes_the_checks():
     """CUTLASS's grouped GEMM as example 57 writes it in the ping-pong schedule (KernelPtrArrayTmaWarpSpecialized
     Pingpong with PtrArrayTmaWarpSpecializedPingpong), traced: the entry macros' checks pass (its full build:
@@ -190,6 +195,7 @@ def _zoo_case(over=None):
     return load_case(str(ZOO / "cutlass_sm90.toml"), over, allow_library=True)
 
 
+@pytest.mark.every_build
 def test_the_zoo_case_s_expectations_fit_its_kernel():
     case = _zoo_case({"m": 64})  # C, D row-major, a bf16 C
     expected = case.kernel.adapter.expected_defines(case.spec)
@@ -210,6 +216,7 @@ def test_a_case_that_does_not_fit_the_kernel_stops_its_build_before_the_long_com
     assert "2 errors detected" in err, err[-3000:]
 
 
+@pytest.mark.every_build
 def test_a_batched_case_on_a_kernel_whose_l_is_fixed_stops_its_build_before_the_long_compile(tmp_path):
     """A batched case's ORACLE_CASE_BATCH against a kernel whose problem shape fixes L = 1 (Shape<int, int, int,
     _1>): CaseBatchCheck names both, in the front end's seconds."""
@@ -224,6 +231,7 @@ def test_a_batched_case_on_a_kernel_whose_l_is_fixed_stops_its_build_before_the_
     assert "1 error detected" in err, err[-3000:]
 
 
+@pytest.mark.every_build
 def test_a_grouped_case_on_a_kernel_that_is_not_grouped_stops_its_build_before_the_long_compile(tmp_path):
     """A grouped case's ORACLE_CASE_GROUPS against the zoo's plain (M, N, K, L) kernel: CaseGroupsCheck names
     both, in the front end's seconds."""
@@ -238,6 +246,7 @@ def test_a_grouped_case_on_a_kernel_that_is_not_grouped_stops_its_build_before_t
     assert "1 error detected" in err, err[-3000:]
 
 
+@pytest.mark.every_build
 def test_a_split_case_on_the_persistent_scheduler_stops_its_build_before_the_long_compile(tmp_path):
     from oracle.run.adapters import library_defines
 
@@ -249,6 +258,7 @@ def test_a_split_case_on_the_persistent_scheduler_stops_its_build_before_the_lon
     assert "1 error detected" in err, err[-3000:]
 
 
+@pytest.mark.every_build
 def test_the_stream_k_case_s_expectations_fit_its_kernel():
     from oracle.run.case import load_case
 

@@ -99,6 +99,7 @@ def test_a_case_that_declares_another_order_is_refused_naming_both():
            "epilogue tree computes, ['alpha', 'bias', 'beta_c', 'activation', 'cast']" in msg, msg
 
 
+@pytest.mark.every_build
 def test_a_bias_or_activation_the_fusion_lacks_stops_the_build_in_seconds(tmp_path):
     case = _case("bias_gelu.toml", {"bias": "row", "activation": "gelu_tanh"})
     err = refused_early(case.kernel.library, tmp_path / "cache", arch=case.kernel.arch,
@@ -174,6 +175,7 @@ ORACLE_CUTLASS_ENTRY(Gemm)
 '''
 
 
+@pytest.mark.every_build
 def test_a_user_s_tree_without_its_fill_function_is_refused_in_seconds(tmp_path):
     err = refused_early(NO_FILL_TU, tmp_path / "cache", defines={"ORACLE_TRACE": "1"}, include_dirs=(ZOO,))
     assert "the epilogue is your own Sm90EVT tree, whose arguments the adapter cannot fill: use " \

@@ -1,9 +1,9 @@
 """The CUTLASS adapter's traced collective taps where the TMA and the MMA put each element: its tap maps and
 the traced epilogue's arguments, printed by a host program built from the zoo's CUTLASS SM90 GEMM
 (zoo/cutlass_sm90/cutlass_sm90.cu) through the same types the kernel uses, checked against the 128-byte
-swizzle and the accumulator's ownership, for the cooperative and the ping-pong kernel (the second host
-program is the build tier's, --every-build), in a file of its own so that --dist loadfile builds it beside
-the adapter's library.
+swizzle and the accumulator's ownership, for the cooperative and the ping-pong kernel: two host programs,
+the build tier's (--every-build), in a file of their own so that --dist loadfile builds them beside the
+adapter's libraries.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from cutlass_launch import ROOT, ZOO, require_cutlass
 
 from harness.build import build_slot, cutlass_include_dirs
 
-pytestmark = pytest.mark.nvcc
+pytestmark = [pytest.mark.nvcc, pytest.mark.every_build]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -66,7 +66,7 @@ def _swizzled(byte: int) -> int:
     return byte ^ (((byte >> 7) & 7) << 4)  # 128-byte swizzle: 16-byte chunk ^= row within 8
 
 
-@pytest.mark.parametrize("pingpong", [False, pytest.param(True, marks=pytest.mark.every_build)], ids=["cooperative", "pingpong"])
+@pytest.mark.parametrize("pingpong", [False, True], ids=["cooperative", "pingpong"])
 def test_the_traced_collective_taps_where_the_tma_and_the_mma_put_each_element(tmp_path, pingpong):
     nvcc = shutil.which("nvcc")
     if nvcc is None:

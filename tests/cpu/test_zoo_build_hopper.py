@@ -187,6 +187,7 @@ def _tma_offsets(rows: int, cols: int, itemsize: int) -> np.ndarray:
 
 
 @pytest.mark.nvcc
+@pytest.mark.every_build
 @pytest.mark.parametrize("name, rows, cols, itemsize", [("bf16_a", 128, 64, 2), ("bf16_b", 16, 64, 2),
                                                         ("e4m3_a", 128, 128, 1)])
 def test_hopper_slot_layouts_are_what_the_tma_writes(hopper_offsets, name, rows, cols, itemsize):
@@ -195,6 +196,7 @@ def test_hopper_slot_layouts_are_what_the_tma_writes(hopper_offsets, name, rows,
 
 
 @pytest.mark.nvcc
+@pytest.mark.every_build
 def test_hopper_transposed_a_view_reads_the_same_bytes_elsewhere(hopper_offsets):
     mn, k = hopper_offsets["bf16_a_mn"], hopper_offsets["bf16_a"]
     assert np.array_equal(np.sort(mn), np.sort(k))  # a permutation of the slot ring
