@@ -1224,17 +1224,25 @@ def run_check_calls(count: int, seed0: int = 0, judge_every: int = 1, tally: Opt
     valid input judged ORACLE_UNTRUSTED is a defect (kept with its seed, like an untyped error)."""
     import oracle
     from oracle.tools.api import recording_of
+
+    return _run_calls(tally or Tally("oracle.check calls"), count, seed0, judge_every, make_check_call, CHECK_KINDS,
+                      recording_of, oracle.check)
+
+
+def _run_calls(tally: Tally, count: int, seed0: int, judge_every: int, make_call, kinds, checked, judged) -> Tally:
+    """`count` generated calls from seed0 on: `checked(*args, **kw)` (the refusals made before judging) for
+    each, `judged(*args, **kw)` (the full call) for every judge_every-th that passes; untyped errors and
+    ORACLE_UNTRUSTED verdicts are kept with their seeds."""
     from oracle.errors import input_errors
 
-    tally = tally or Tally("oracle.check calls")
     typed = input_errors()
     t0 = time.perf_counter()
     valid = 0
     with knobs():
         for seed in range(seed0, seed0 + count):
-            args, kw, how = make_check_call(seed)
-            count_kinds(tally, how, CHECK_KINDS)
-            rec = _record(tally, seed, lambda: recording_of(*args, **kw), typed)
+            args, kw, how = make_call(seed)
+            count_kinds(tally, how, kinds)
+            rec = _record(tally, seed, lambda: checked(*args, **kw), typed)
             if rec is None:
                 continue
             valid += 1
@@ -1243,7 +1251,7 @@ def run_check_calls(count: int, seed0: int = 0, judge_every: int = 1, tally: Opt
                 continue
             tally.accepted -= 1  # counted again by the full call
             tally.inputs -= 1
-            rep = _record(tally, seed, lambda: oracle.check(*args, **kw), typed)
+            rep = _record(tally, seed, lambda: judged(*args, **kw), typed)
             if rep is not None:
                 tally.extra[f"verdict {rep.verdict}"] += 1
                 if rep.verdict == "ORACLE_UNTRUSTED":
@@ -1337,33 +1345,10 @@ def run_attention_check_calls(count: int, seed0: int = 0, judge_every: int = 1,
     refusal check_attention makes before judging) and every n-th call that passes is judged in full;
     a valid input judged ORACLE_UNTRUSTED is a defect."""
     import oracle
-    from oracle.errors import input_errors
     from oracle.tools.api import attention_recording_of
 
-    tally = tally or Tally("oracle.check_attention calls")
-    typed = input_errors()
-    t0 = time.perf_counter()
-    valid = 0
-    with knobs():
-        for seed in range(seed0, seed0 + count):
-            args, kw, how = make_attention_check_call(seed)
-            count_kinds(tally, how, ATTENTION_CHECK_KINDS)
-            rec = _record(tally, seed, lambda: attention_recording_of(*args, **kw), typed)
-            if rec is None:
-                continue
-            valid += 1
-            if valid % judge_every:
-                tally.extra["valid, not judged"] += 1
-                continue
-            tally.accepted -= 1  # counted again by the full call
-            tally.inputs -= 1
-            rep = _record(tally, seed, lambda: oracle.check_attention(*args, **kw), typed)
-            if rep is not None:
-                tally.extra[f"verdict {rep.verdict}"] += 1
-                if rep.verdict == "ORACLE_UNTRUSTED":
-                    tally.untyped.append((seed, "ORACLE_UNTRUSTED", how, "; ".join(rep.analysis.cross_check)[:600]))
-    tally.seconds += time.perf_counter() - t0
-    return tally
+    return _run_calls(tally or Tally("oracle.check_attention calls"), count, seed0, judge_every,
+                      make_attention_check_call, ATTENTION_CHECK_KINDS, attention_recording_of, oracle.check_attention)
 
 
 # ---------------------------------------------------------------------------------------------
