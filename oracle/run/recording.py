@@ -256,32 +256,41 @@ def trace_warnings(trace) -> tuple[tuple[Confound, ...], tuple[str, ...]]:
     return tuple(confounds), notes
 
 
+PADDING_EVIDENCE = ("descriptor_a", "load_a", "mma")  # what a CTA past a group's M reads and sums: zeros
+
+
 def without_padding_tiles(spec, taps) -> tuple[tuple, tuple[str, ...]]:
-    """A grouped problem's taps less those of tiles outside their group's tile grid, and a note per
-    group that had some. A tile selector matches its tile in every group, and a scheduler may run
-    more tiles than a group has: CUTLASS's grouped scheduler rounds each group's tile count up to
-    the cluster (and its swizzle), so a padding CTA runs tile (3, n) of a 3-tile group on TMA's
-    zero fill and stores nothing. Such taps hold nothing of the problem; D, compared whole, still
-    shows a tile of the group that no CTA computed. Taps that name no valid group are kept (the
-    recording refuses them)."""
+    """A grouped problem's taps less those of padding tiles, and a note per group that had some. A tile
+    selector matches its tile in every group, and a scheduler may run more tiles than a group has:
+    CUTLASS's grouped scheduler rounds each group's tile count up to the cluster (and its swizzle), so a
+    padding CTA runs tile (3, n) of a 3-tile group on TMA's zero fill and stores nothing. A tile outside
+    its group's grid is left out only where its taps show that: A's image or tile, or its accumulator,
+    tapped and all zero. Any other tap outside the grid (a real tile tapped under a wrong index, or one
+    whose A-side was not traced) is kept, and the recording refuses it, as it refuses a tap that names
+    no valid group."""
     sizes = spec.group_sizes
     if sizes is None:
         return tuple(taps), ()
-    kept, padding = [], {}
+    outside: dict = {}
     for tap in taps:
         g = tap.group
         if g is not None and 0 <= g < len(sizes):
             tiles_m = -(-sizes[g] // spec.tile.bm)
-            tm, tn = tap.tile
-            if tm >= tiles_m or tn >= spec.tiles_n:
-                padding.setdefault(g, (tiles_m, set()))[1].add((tm, tn))
-                continue
-        kept.append(tap)
+            if tap.tile[0] >= tiles_m or tap.tile[1] >= spec.tiles_n:
+                outside.setdefault((g, tap.tile), []).append(tap)
+    padding: dict = {}
+    for (g, tile), site in outside.items():
+        evidence = [t for t in site if t.stage in PADDING_EVIDENCE]
+        if evidence and all(int(torch.count_nonzero(t.values)) == 0 for t in evidence):
+            padding.setdefault(g, set()).add(tile)
+    if not padding:
+        return tuple(taps), ()
+    kept = tuple(t for t in taps if t.group not in padding or t.tile not in padding[t.group])
     notes = tuple(f"group {g}: the taps of tile{'s' if len(tiles) > 1 else ''} "
-                  f"{', '.join(str(t) for t in sorted(tiles))}, outside the group's {tiles_m} x {spec.tiles_n} "
-                  f"tile grid, are left out (a CTA that pads the group's grid, as a cluster does, runs such a tile "
-                  f"on no data of the problem)" for g, (tiles_m, tiles) in sorted(padding.items()))
-    return tuple(kept), notes
+                  f"{', '.join(str(t) for t in sorted(tiles))}, outside the group's {-(-sizes[g] // spec.tile.bm)} "
+                  f"x {spec.tiles_n} tile grid, are left out: a CTA that pads the group's grid, as a cluster does, "
+                  f"read zeros for A there and summed nothing" for g, tiles in sorted(padding.items()))
+    return kept, notes
 
 
 def _check_whole_tiles(taps) -> None:

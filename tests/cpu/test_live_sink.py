@@ -59,6 +59,16 @@ def test_wildcard_selectors_count_each_tile_once():
     assert b.tiles == 5 + 4 - 1 + 1
 
 
+def _fake_child(monkeypatch, fake_run) -> None:
+    """The live run without a GPU: no build, `fake_run` stands in for the child that launches the kernel."""
+    from oracle.run import live
+
+    monkeypatch.setattr(live, "build_cubin", lambda *a, **k: type("B", (), {"cubin_path": "x", "cached": True,
+                                                                          "read": lambda self: b"cubin"})())
+    monkeypatch.setattr(live, "run_kernel", fake_run)
+    monkeypatch.setattr(live, "require_gpu", lambda: None)  # the run is faked: so is the GPU
+
+
 def test_a_live_run_s_parser_warnings_are_sorted_into_confounds_and_notes(monkeypatch):
     """The child is stood in for (no GPU): it hands back D and a sink holding one record of a tile
     the header did not select and one tap written by two CTAs."""
@@ -81,10 +91,7 @@ def test_a_live_run_s_parser_warnings_are_sorted_into_confounds_and_notes(monkey
         w.elements("epilogue_cast", (0, 0), [0], [0], cast.values[0, :1], shape=(64, 64), cta=5)
         return KernelRun(RunStatus.OK, outputs={"d": rec.output.clone()}, sink=w.to_bytes(), sink_source="test")
 
-    monkeypatch.setattr(live, "build_cubin", lambda *a, **k: type("B", (), {"cubin_path": "x", "cached": True,
-                                                                          "read": lambda self: b"cubin"})())
-    monkeypatch.setattr(live, "run_kernel", fake_run)
-    monkeypatch.setattr(live, "require_gpu", lambda: None)  # the run is faked: so is the GPU
+    _fake_child(monkeypatch, fake_run)
     got = live.run_live(case, ops, Provenance("random", 1)).recording
     (conf,) = got.confounds
     assert conf.kind is ConfoundKind.UNSELECTED_TAPS and "did not select" in conf.sentence
@@ -109,8 +116,9 @@ def test_a_block_scaled_case_traces_its_scale_stages_per_k_block():
 def test_a_grouped_run_s_taps_of_a_padding_tile_are_left_out_with_a_note(monkeypatch):
     """A scheduler that rounds each group's tile count up (CUTLASS's grouped one, to the cluster) runs
     tile (1, 0) of a one-tile group: the selection names that tile for the groups that have it, so the
-    padding CTA taps it too. The run is judged without those taps and says so; a tap naming a group the
-    problem does not have is still refused when it is judged."""
+    padding CTA taps it too, on TMA's zero fill of A. The run is judged without those taps and says so.
+    Still refused when judged: a real tile tapped under an index past its group's grid (A's tile not
+    zero), and a tap naming a group the problem does not have."""
     from harness.runner import KernelRun, RunStatus
     from harness.trace_format import TraceWriter
     from oracle.run import live
@@ -122,8 +130,10 @@ def test_a_grouped_run_s_taps_of_a_padding_tile_are_left_out_with_a_note(monkeyp
     assert case.spec.group_sizes[0] <= case.spec.tile.bm < case.spec.group_sizes[2]  # group 0: one tile, group 2: two
     ops = make_operands(case.spec, "random", 1)
     rec = simulate(case.spec, ops, Provenance("random", 1), tap_tiles=[(0, 0), (1, 0)])
-    padding = [dataclasses.replace(t, group=0) for t in rec.taps if t.group == 2 and t.tile == (1, 0)]
-    assert padding
+    site = [t for t in rec.taps if t.group == 2 and t.tile == (1, 0)]
+    zero_a = {"descriptor_a", "load_a", "mma"}  # A past the group's M is TMA's zero fill, so is its sum
+    padding = [dataclasses.replace(t, group=0, values=t.values * 0 if t.stage in zero_a else t.values) for t in site]
+    assert {t.stage for t in padding} >= zero_a
     extra = {"taps": padding}
 
     def fake_run(cubin, entry, launch, tensors, *, sink, **_):
@@ -132,16 +142,19 @@ def test_a_grouped_run_s_taps_of_a_padding_tile_are_left_out_with_a_note(monkeyp
             w.tap(t)
         return KernelRun(RunStatus.OK, outputs={"d": rec.output.clone()}, sink=w.to_bytes(), sink_source="test")
 
-    monkeypatch.setattr(live, "build_cubin", lambda *a, **k: type("B", (), {"cubin_path": "x", "cached": True,
-                                                                          "read": lambda self: b"cubin"})())
-    monkeypatch.setattr(live, "run_kernel", fake_run)
-    monkeypatch.setattr(live, "require_gpu", lambda: None)  # the run is faked: so is the GPU
+    _fake_child(monkeypatch, fake_run)
     got = live.run_live(case, ops, Provenance("random", 1)).recording
     assert not [t for t in got.taps if t.group == 0 and t.tile == (1, 0)]
     assert len(got.taps) == len(rec.taps)
     (note,) = [n for n in got.notes if "outside the group's" in n]
     assert note.startswith("group 0: the taps of tile (1, 0), outside the group's 1 x 3 tile grid, are left out")
     assert judge(got).verdict == "MATCH"
+
+    extra["taps"] = [dataclasses.replace(t, group=0) for t in site]  # group 2's real tile under group 0's index
+    mislabelled = live.run_live(case, ops, Provenance("random", 1)).recording
+    assert not [n for n in mislabelled.notes if "outside the group's" in n]
+    with pytest.raises(RecordingError, match=r"tile is outside the 1x3 tile grid"):
+        judge(mislabelled)
 
     extra["taps"] = [dataclasses.replace(t, group=len(case.spec.group_sizes)) for t in padding]
     bad = live.run_live(case, ops, Provenance("random", 1)).recording
