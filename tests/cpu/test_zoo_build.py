@@ -244,25 +244,29 @@ def test_manifest_covers_the_cutlass_batched_gemm():
 
 def test_manifest_covers_the_cutlass_grouped_gemm():
     """The grouped GEMM (zoo/cutlass_sm90/grouped.cu): correct through both routes, three planted host-code
-    defects, and in the ping-pong schedule (ZOO_GROUPED_PINGPONG) a correct entry and one of those defects,
-    each case setting the define its source plants, found in the group the manifest names."""
+    defects, and in the ping-pong schedule (ZOO_GROUPED_PINGPONG) and the 2 x 1 cluster
+    (ZOO_GROUPED_CLUSTER_2X1) a correct entry and one of those defects each, each case setting the define its
+    source plants, found in the group the manifest names."""
     from oracle.run.case import load_case
 
     doc = {e["name"].removeprefix("cutlass_sm90_grouped_"): e for e in _manifest()
            if e["kernel"] == "zoo/cutlass_sm90/grouped.cu"}
     want = {"correct": None, "host_correct": None, "host_b_of_group0": "descriptor_b",
             "host_a_of_group0": "descriptor_a", "host_alpha_twice_group1": "epilogue_alpha_beta",
-            "pingpong_correct": None, "pingpong_host_a_of_group0": "descriptor_a"}
+            "pingpong_correct": None, "pingpong_host_a_of_group0": "descriptor_a",
+            "cluster_correct": None, "cluster_host_a_of_group0": "descriptor_a"}
     assert {n: e["expected_stage"] for n, e in doc.items()} == want, sorted(doc)
     text = (ROOT / "zoo" / "cutlass_sm90" / "grouped.cu").read_text()
+    schedules = {"pingpong_": "ZOO_GROUPED_PINGPONG", "cluster_": "ZOO_GROUPED_CLUSTER_2X1"}
     for name, e in doc.items():
         case = load_case(str(ROOT / e["case"]), e["problem"], allow_library=True)
         assert case.spec.groups is not None and 0 in case.spec.groups, name
         defines = case.kernel.defines
-        pingpong = name.startswith("pingpong_")
-        assert ("ZOO_GROUPED_PINGPONG" in defines) == pingpong, (name, defines)
-        assert ("ZOO_GROUPED_HOST" in defines) == name.removeprefix("pingpong_").startswith("host_"), (name, defines)
-        planted = set(defines) - {"ZOO_GROUPED_HOST", "ZOO_GROUPED_PINGPONG"}
+        for prefix, define in schedules.items():
+            assert (define in defines) == name.startswith(prefix), (name, defines)
+        route = name.removeprefix("pingpong_").removeprefix("cluster_")
+        assert ("ZOO_GROUPED_HOST" in defines) == route.startswith("host_"), (name, defines)
+        planted = set(defines) - {"ZOO_GROUPED_HOST", *schedules.values()}
         assert planted == (set() if e["defect"] is None else {f"ZOO_{e['defect'].upper()}"}), (name, defines)
         for define in planted:
             assert f"defined({define})" in text, f"{define} is planted nowhere in grouped.cu"

@@ -14,7 +14,11 @@ stage in its group, the other groups judged clean. The ping-pong entries (ZOO_GR
 taps: which consumer warp group computes a tile changes no tap, each stage naming the group of the tile it was
 loaded for; `pingpong_deal` models how CUTLASS's group scheduler deals the tiles to the CTAs and their two warp
 groups, to hold those entries to what they are for (a CTA's warp groups on different groups at once, the
-defect's tile on the second). What this cannot show, that the CUDA code does what the model does, the GPU tier
+defect's tile on the second). The cluster entries (ZOO_GROUPED_CLUSTER_2X1) add what a 2 x 1 cluster adds: CUTLASS's
+group scheduler hands out whole clusters, so a group of an odd count of M tiles gets a padding CTA whose tile
+lies past its rows, tapped where the selection names it, with a zero A (TMA's fill past the group's rows), a zero
+accumulator and epilogue, and B's real tile (multicast); `with_padding_ctas` adds those taps, and the live
+run's rule (oracle.run.recording.without_padding_tiles) must leave them out with a note. What this cannot show, that the CUDA code does what the model does, the GPU tier
 (tests/gpu/test_zoo.py) does.
 """
 
@@ -33,7 +37,7 @@ from oracle.judging.differential import analyze
 from oracle.problem.partition import group_offsets
 from oracle.run.inputs import Provenance, make_operands
 from oracle.run.library_epilogue import with_library_order
-from oracle.run.recording import Recording
+from oracle.run.recording import Recording, RecordingError, without_padding_tiles
 from oracle.run.simulate import simulate
 
 LIBRARY_ORDER = ("alpha_beta", "cast")  # what the traced pointer-array LinearCombination tree declares
@@ -81,6 +85,30 @@ def model(case, ops, provenance, defect) -> Recording:
     return _spliced(correct, replace(squared, spec=spec), spec, 1)
 
 
+def with_padding_ctas(rec: Recording, spec, selected) -> Recording:
+    """`rec` with the taps a 2 x 1 cluster's padding CTAs add: in a group of an odd count of M tiles, the CTA
+    beside its last M tile runs tile (tiles_m, n); where the selection names it, it taps what that CTA sees,
+    the taps of tile (tiles_m - 1, n) with every value but B's zero."""
+    extra = []
+    for g, m in enumerate(spec.groups):
+        tiles_m = -(-m // spec.tile.bm)
+        if m == 0 or tiles_m % 2 == 0:
+            continue
+        for tm, tn in selected:
+            if tm != tiles_m or tn >= spec.tiles_n:
+                continue
+            beside = simulate(spec, rec.operands, rec.provenance, tap_tiles=((tiles_m - 1, tn),))
+            for t in beside.taps:
+                if t.group == g:
+                    real = t.stage in ("descriptor_b", "load_b")
+                    extra.append(replace(t, tile=(tm, tn), values=t.values if real else torch.zeros_like(t.values)))
+    return replace(rec, taps=rec.taps + tuple(extra))
+
+
+def _cluster_entries() -> list[dict]:
+    return [e for e in _grouped_entries() if "ZOO_GROUPED_CLUSTER_2X1" in entry_case(e).kernel.defines]
+
+
 def _pingpong_entries() -> list[dict]:
     return [e for e in _grouped_entries() if "ZOO_GROUPED_PINGPONG" in entry_case(e).kernel.defines]
 
@@ -109,7 +137,8 @@ def test_the_manifest_has_the_grouped_entries():
     assert names == {"cutlass_sm90_grouped_correct", "cutlass_sm90_grouped_host_correct",
                      "cutlass_sm90_grouped_host_b_of_group0", "cutlass_sm90_grouped_host_a_of_group0",
                      "cutlass_sm90_grouped_host_alpha_twice_group1", "cutlass_sm90_grouped_pingpong_correct",
-                     "cutlass_sm90_grouped_pingpong_host_a_of_group0"}, names
+                     "cutlass_sm90_grouped_pingpong_host_a_of_group0", "cutlass_sm90_grouped_cluster_correct",
+                     "cutlass_sm90_grouped_cluster_host_a_of_group0"}, names
     assert {e["name"] for e in _pingpong_entries()} == {"cutlass_sm90_grouped_pingpong_correct",
                                                         "cutlass_sm90_grouped_pingpong_host_a_of_group0"}
     for e in _grouped_entries():
@@ -151,6 +180,8 @@ def test_grouped_entry_on_a_model(entry):
     ops = make_operands(spec, "random", seed)
     rec = model(case, ops, Provenance("random", seed), entry["defect"])
     assert {t.group for t in rec.taps} == set(live)  # every tap names its group; the empty one has none
+    if entry in _cluster_entries():
+        rec = _padding_left_out(rec, spec, case.trace.tiles)
     an = analyze(rec)
     check_judgement(entry["expected_stage"], case, an, entry)
     # each group judged as its own GEMM: one outcome per group (the empty one without rows), the defect's group
@@ -165,3 +196,36 @@ def test_grouped_entry_on_a_model(entry):
             assert (o.verdict, o.stage) == (Verdict.DIVERGED, entry["expected_stage"]), o.describe()
         else:
             assert o.verdict is Verdict.MATCH, o.describe()
+
+
+def _padding_left_out(rec: Recording, spec, selected) -> Recording:
+    """The cluster model's recording as the live run keeps it: its padding CTAs' taps (which the recording
+    alone refuses) left out with a note per group that had one."""
+    padded = with_padding_ctas(rec, spec, selected)
+    taps, notes = without_padding_tiles(spec, padded.taps)
+    added = len(padded.taps) - len(rec.taps)
+    assert len(taps) == len(rec.taps), (len(taps), len(rec.taps))
+    if added:
+        with pytest.raises(RecordingError, match="outside the 1x2 tile grid"):
+            padded.validate()
+        assert len(notes) == 1 and notes[0].startswith("group 1: the taps of tile (1, 1)"), notes
+    else:
+        assert notes == ()
+    return replace(padded, taps=taps, notes=padded.notes + notes)
+
+
+def test_the_cluster_entries_select_a_padding_cta_s_tile_where_a_group_has_one_m_tile():
+    """The correct cluster entry selects tile (1, 1), which group 1 (one M tile) runs only as its padding CTA's;
+    a padding tap that is not all zero on A's side is kept, so the recording refuses it."""
+    correct = next(e for e in _cluster_entries() if e["defect"] is None)
+    case = entry_case(correct)
+    spec = case.spec
+    assert -(-spec.groups[1] // spec.tile.bm) == 1 and (1, 1) in case.trace.tiles
+    ops = make_operands(spec, "random", correct["seed"])
+    rec = with_padding_ctas(model(case, ops, Provenance("random", correct["seed"]), None), spec, case.trace.tiles)
+    forged = tuple(replace(t, values=torch.ones_like(t.values)) if (t.group, t.tile, t.stage) == (1, (1, 1), "mma")
+                   else t for t in rec.taps)
+    taps, notes = without_padding_tiles(spec, forged)
+    assert notes == () and len(taps) == len(forged)
+    with pytest.raises(RecordingError, match="outside the 1x2 tile grid"):
+        replace(rec, taps=taps).validate()

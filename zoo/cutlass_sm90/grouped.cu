@@ -23,6 +23,10 @@
 //                        tiles: in each CTA one warp group runs group 1's tile (0, 0) or (0, 1) while the other
 //                        runs group 3's first tiles (on all SMs every CTA would get one tile, and the second warp
 //                        group none)
+//   ZOO_GROUPED_CLUSTER_2X1=1  a 2 x 1 cluster (B's tile multicast to both CTAs of a cluster), as example 57's
+//                        cooperative kernel runs its groups: CUTLASS's group scheduler hands out whole clusters,
+//                        so a group of one M tile (group 1, 72 rows) gets a second CTA past its rows, which
+//                        loads a zero A tile and stores nothing (its taps are a padding CTA's)
 // Planted defects in the user's host code (tests/zoo/manifest.json names the stage the oracle must name):
 //   ZOO_GROUPED_HOST_B_OF_GROUP0=1       group 1 given group 0's B pointer (an expert's weights taken from
 //                                        the wrong expert): descriptor_b, group 1
@@ -61,7 +65,11 @@ using LayoutC = cutlass::layout::RowMajor;
 constexpr int kAlign = 128 / cutlass::sizeof_bits<ElementA>::value;  // 16-byte TMA alignment
 
 using TileShape = Shape<_128, _128, _64>;
+#if defined(ZOO_GROUPED_CLUSTER_2X1)
+using ClusterShape = Shape<_2, _1, _1>;
+#else
 using ClusterShape = Shape<_1, _1, _1>;
+#endif
 #if defined(ZOO_GROUPED_PINGPONG)
 using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
 using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
