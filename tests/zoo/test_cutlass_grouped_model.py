@@ -229,3 +229,20 @@ def test_the_cluster_entries_select_a_padding_cta_s_tile_where_a_group_has_one_m
     assert notes == () and len(taps) == len(forged)
     with pytest.raises(RecordingError, match="outside the 1x2 tile grid"):
         replace(rec, taps=taps).validate()
+
+
+def test_the_cluster_recording_shows_the_padding_cta_left_out():
+    """On the GPU, group 1's padding CTA ran the selected tile (1, 1): the recorded run says its taps were left
+    out (the dump keeps the recorder's notes), and no tap of the dump lies outside its group's grid."""
+    from oracle.run.dumps import load_dump
+
+    entry = next(e for e in _cluster_entries() if e["defect"] is None)
+    path = Path(__file__).resolve().parents[2] / entry["dump"]
+    if not path.exists():
+        pytest.skip(f"{entry['dump']} has not been recorded yet")
+    dump = load_dump(str(path))
+    notes = [n for n in dump.meta["notes"] if n.startswith("group 1: the taps of tile (1, 1)")]
+    assert len(notes) == 1, dump.meta["notes"]
+    spec = entry_case(entry).spec
+    rec = model(entry_case(entry), make_operands(spec, "random", entry["seed"]), Provenance("random", 0), None)
+    assert {(t.group, t.tile) for t in rec.taps} == {(t.group, t.tile) for t in dump.taps}
