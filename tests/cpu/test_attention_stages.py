@@ -188,8 +188,8 @@ def test_forward_gqa_head_map():
 
 
 def test_p_s_bound_holds_a_weight_that_exp2_flushed_to_zero():
-    """ex2.approx.ftz.f32 returns 0 below fp32's normal range (measured on the H100: benchmarks/results/
-    attention_numerics_quick_h100.json); a bf16 P can hold 2^-130, so a correct kernel's 0 there must
+    """ex2.approx.ftz.f32 returns 0 below fp32's normal range (measured on the H100 by
+    benchmarks/measure_attention_numerics.py, docs/benchmarks.md); a bf16 P can hold 2^-130, so a correct kernel's 0 there must
     be within the p stage's bound, and an error of a normal-sized weight must not be."""
     from oracle.judging.attention_tolerance import EXP_FLUSH
 
