@@ -391,6 +391,7 @@ def to_json(judgement, extra: Optional[dict[str, Any]] = None, caller: Caller = 
         "group": an.group,
         "groups": [{"group": o.group, "row0": o.row0, "rows": o.rows,
                     "verdict": o.verdict.value if o.verdict else None, "stage": o.stage, "kind": o.kind,
+                    "untapped": o.untapped,
                     **({} if o.k_range is None else {"k0": o.k_range[0], "k": o.k_range[1]})}  # K-grouped: its K slice
                    for o in an.groups],
         "trace": rec.trace.to_json() if rec.trace is not None else None,

@@ -14,6 +14,7 @@ from harness import trace_format
 from harness.taps import Tap
 from harness.trace_budget import attention_trace_budget
 from harness.trace_format import TraceHeaderError, TraceSelection, TraceWriter, parse_header, parse_trace
+from harness.trace_format.account import TraceAccount
 from oracle.judging.diagnose import Verdict
 from oracle.judging.differential import analyze
 from oracle.problem.spec import ProblemSpec, Tile
@@ -99,6 +100,31 @@ def test_groups_left_out_of_the_trace_are_judged_from_their_output():
     assert traced.verdict is Verdict.DIVERGED and traced.first.group == 2 and traced.first.stage == "descriptor_b"
     untraced = _grouped_run({2}, "group_wrong_b", group=4)  # not traced: its D says it, no stage can
     assert untraced.verdict is Verdict.DIVERGED and untraced.first.group == 4, untraced.first
+
+
+def test_a_selected_group_that_no_tap_came_from_is_named_in_what_the_run_did_not_see():
+    """A complete trace that selected every group, where one group's taps never arrived (a kernel tapping it under
+    another index, or skipping it): its MATCH from D alone is said, in its group's line and in what the run did
+    not see. Not for a group the selection left out, one with no selected tile in its grid, or a trace that lost
+    records (which names its lost sites itself)."""
+    ops = make_operands(GROUPED, "random", 3)
+    rec = simulate(GROUPED, ops, Provenance("random", 3), tap_tiles=[(0, 0), (1, 0)])
+    quiet = dataclasses.replace(rec, taps=tuple(t for t in rec.taps if t.group != 4))
+
+    def judged(selection, **lost):
+        return analyze(dataclasses.replace(quiet, trace=TraceAccount(selection=selection, **lost)))
+
+    both = ((0, 0), (1, 0))
+    an = judged(TraceSelection(tiles=both))
+    assert an.verdict is Verdict.MATCH
+    assert [o.untapped for o in an.groups] == [False, False, False, False, True]
+    assert an.groups[4].describe() == "group 4 (rows 148..217): MATCH (from its output alone: no tap of it arrived)"
+    said = [u for u in an.unobserved if u.startswith("group 4: the trace selected its tiles (0, 0), (1, 0)")]
+    assert len(said) == 1, an.unobserved
+    for other in (judged(TraceSelection(tiles=both, groups=(0, 2, 3))), judged(TraceSelection(tiles=((2, 0),))),
+                  judged(TraceSelection(tiles=both), dropped=3, capacity=4096, needed_bytes=8192)):
+        assert not any(o.untapped for o in other.groups)
+        assert not any(u.startswith("group 4:") for u in other.unobserved), other.unobserved
 
 
 def test_the_command_line_takes_trace_groups_and_names_a_bad_one():

@@ -25,7 +25,7 @@ from oracle.judging.differential.cross_check import start_cross_check
 from oracle.judging.differential.dequant import dequant_stage
 from oracle.judging.differential.epilogue import epilogue_stages, reference_chain, steps_of
 from oracle.judging.differential.groups import (GroupOutcome, deciding, empty_k_group_hint, group_recordings,
-                                               scale_peers)
+                                               scale_peers, untapped_groups)
 from oracle.judging.differential.findings import (FirstDivergence, NonFinite, first_finding, first_nonfinite, mixing_confound,
                                               trace_confounds, unobserved)
 from oracle.judging.differential.judge import StageNotes, fold_notes
@@ -93,12 +93,13 @@ def _analyze_groups(rec: Recording, device) -> Analysis:
         raise RecordingError(f"every group of {rec.spec.describe()} is empty: there is nothing to judge")
     outcomes = []
     koffs = rec.spec.k_offsets
+    silent = untapped_groups(rec)
     for g, o, sub in parts:
         an = next((a for gg, _, a in judged if gg == g), None)
         outcomes.append(GroupOutcome(g, o, rec.spec.group_sizes[g], None if an is None else an.verdict,
                                      an.first.stage if an is not None and an.first else None,
                                      an.first.kind.value if an is not None and an.first else None,
-                                     None if koffs is None else (koffs[g], rec.spec.k_groups[g])))
+                                     None if koffs is None else (koffs[g], rec.spec.k_groups[g]), g in silent))
     g, _, an = judged[deciding([a for _, _, a in judged])]
     first = dataclasses.replace(an.first, group=g) if an.first is not None else None
     phases: dict[str, float] = {}
@@ -106,7 +107,7 @@ def _analyze_groups(rec: Recording, device) -> Analysis:
         for name, ms in a.phases:
             phases[name] = phases.get(name, 0.0) + ms
     return dataclasses.replace(an, group=g, groups=tuple(outcomes), whole=rec, first=first,
-                               phases=tuple(phases.items()))
+                               phases=tuple(phases.items()), unobserved=an.unobserved + tuple(silent.values()))
 
 
 def _empty_k_group(rec: Recording, g: int, an: Analysis) -> Analysis:

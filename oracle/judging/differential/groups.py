@@ -44,6 +44,7 @@ class GroupOutcome:
     stage: Optional[str] = None
     kind: Optional[str] = None
     k_range: Optional[tuple[int, int]] = None  # a K-grouped problem's group: (its first k, K_g)
+    untapped: bool = False  # the trace selected tiles of this group and no tap of it arrived: judged at D only
 
     def describe(self) -> str:
         where = f"group {self.group} (rows {self.row0}..{self.row0 + self.rows - 1})" if self.rows else \
@@ -55,6 +56,8 @@ class GroupOutcome:
         if self.verdict is None:
             return f"{where}: nothing to judge"
         tail = f" at {self.stage}, {self.kind}" if self.stage else ""
+        if self.untapped:
+            tail += " (from its output alone: no tap of it arrived)"
         return f"{where}: {self.verdict.value}{tail}"
 
 
@@ -86,6 +89,30 @@ def group_recordings(rec: Recording) -> list[tuple[int, int, Optional[Recording]
                                               output=None if rec.output is None else rec.output[o:o + m_g],
                                               taps=taps, descriptors=(), notes=notes,
                                               kernel=f"{rec.kernel} [group {g}]")))
+    return out
+
+
+def untapped_groups(rec: Recording) -> dict[int, str]:
+    """Groups a complete live trace selected, with selected tiles inside their grid, that no tap came
+    from, each with the sentence that says so: such a group is judged from its output alone, which a
+    MATCH must say (a kernel that taps under the wrong group index, or skips the group, looks like
+    this). A trace that lost records says where already (findings.trace_confounds)."""
+    acc, spec = rec.trace, rec.spec
+    if acc is None or acc.dropped or acc.torn:
+        return {}
+    sel = acc.selection
+    tapped = {t.group for t in rec.taps}
+    out = {}
+    for g, rows in enumerate(spec.group_sizes):
+        if g in tapped or not sel.records_group(g) or rows == 0 or (spec.k_groups is not None and spec.k_groups[g] == 0):
+            continue
+        tiles_m = -(-rows // spec.tile.bm)
+        chosen = [(tm, tn) for tm in range(tiles_m) for tn in range(spec.tiles_n) if sel.records_tile((tm, tn))]
+        if chosen:
+            listed = ", ".join(str(t) for t in chosen[:4]) + (f" and {len(chosen) - 4} more" if len(chosen) > 4 else "")
+            out[g] = (f"group {g}: the trace selected its tile{'s' if len(chosen) > 1 else ''} {listed} and no tap of "
+                      f"the group arrived, so it is judged from its output alone (does the kernel tap it under "
+                      f"another group index?)")
     return out
 
 
