@@ -200,6 +200,16 @@ def _attention_numerics(doc) -> list[Measure]:
     return [Measure("attention numerics", f"every error within its bound{_met(doc.get('ok'))}", measured, None, None)]
 
 
+def _zoo_at_size(doc) -> list[Measure]:
+    runs = doc.get("runs") or []
+    other = [f"{r.get('name')} {r.get('verdict') or 'no report'}" for r in runs
+             if r.get("wall_s") is not None and r.get("verdict") != "MATCH"]
+    left = sum(1 for r in runs if r.get("wall_s") is None)
+    measured = (f"{doc.get('matched')} of {doc.get('started')} correct zoo kernels MATCH at realistic sizes"
+                + (f"; not MATCH: {', '.join(other)}" if other else "") + (f"; {left} not started" if left else ""))
+    return [Measure("zoo at size", f"every run MATCHes{_met(doc.get('all_match'))}", measured, None, None)]
+
+
 def _w4a16(doc) -> list[Measure]:
     return [Measure("tinygemm W4A16 dequantisation", None,
                     f"{len(doc.get('rows', []))} probes; dequant_precision chosen: {doc.get('choice')}", None, None)]
@@ -246,6 +256,7 @@ READERS: dict[str, Callable] = {
     "analyze_bench": _analyze, "parse_bench": _parse, "false_alarms": _false_alarms,
     "attention_false_alarms": _attention, "measure_numerics": _numerics, "probe_w4a16": _w4a16,
     "fuzz_inputs": _fuzz, "ci_time": _ci_time, "measure_attention_numerics": _attention_numerics,
+    "zoo_at_size": _zoo_at_size,
 }
 LEGACY: tuple[tuple[str, Callable[[dict], bool]], ...] = (
     ("gemm_bench", lambda d: isinstance(d.get("rows"), list) and any("triton_TFLOPs" in r for r in d["rows"])),

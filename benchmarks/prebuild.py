@@ -1,12 +1,13 @@
 """Build the cubins the GPU runs need, here (nvcc, no GPU), into a cache that can be carried.
 
-    ORACLE_CACHE_DIR=.carry/cache python benchmarks/prebuild.py [--zoo NAME_PART ...] [--jobs N] [--into DIR]
+    ORACLE_CACHE_DIR=.carry/cache python benchmarks/prebuild.py [--zoo NAME_PART ...] [--at-size] [--jobs N] [--into DIR]
 
 Each live case builds its kernel source with `-DORACLE_TRACE` and the case's defines for its arch
 (oracle.run.live.run_live); the cache key covers source, headers, flags and nvcc's version text, so a
 cubin built here is a hit on a machine with the same nvcc. Builds the zoo's kernels and the
 harness examples once each, in parallel; with `--zoo`, also every manifest entry
-(tests/zoo/manifest.json) whose name contains one of the given parts ("" for all); with `--into`,
+(tests/zoo/manifest.json) whose name contains one of the given parts ("" for all); with `--at-size`, every
+run of benchmarks/zoo_at_size.py (its command line resolved as the command resolves it); with `--into`,
 each entry is also copied into another cache folder (built in the user's cache, carried from the
 copy). Prints what it built and how long it took.
 """
@@ -63,6 +64,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--zoo", nargs="*", default=None, help="also the manifest entries whose name holds one of these")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--at-size", action="store_true", help="also the runs of benchmarks/zoo_at_size.py")
     ap.add_argument("--no-base", action="store_true", help="only the manifest entries, not the base cases")
     ap.add_argument("--into", default=None, help="also copy each built entry into this cache folder (same layout)")
     args = ap.parse_args()
@@ -72,6 +74,10 @@ def main() -> int:
     cases = [] if args.no_base else [(p, load_case(str(ROOT / p), {"m": 128, "n": 128, "k": 128})) for p in CASES]
     if args.zoo is not None:
         cases += list(_zoo_cases(args.zoo or [""]))
+    if args.at_size:
+        from benchmarks.zoo_at_size import RUNS, case_of
+
+        cases += [(name, case_of(run)) for name, run in RUNS]
     jobs = {}
     for label, case in cases:
         kind, path, defines, options = _job(case)
