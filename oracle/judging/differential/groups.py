@@ -104,7 +104,8 @@ def untapped_groups(rec: Recording) -> dict[int, str]:
     tapped = {t.group for t in rec.taps}
     out = {}
     for g, rows in enumerate(spec.group_sizes):
-        if g in tapped or not sel.records_group(g) or rows == 0 or (spec.k_groups is not None and spec.k_groups[g] == 0):
+        empty = rows == 0 or (spec.k_groups is not None and spec.k_groups[g] == 0)
+        if g in tapped or empty or not sel.records_group(g):
             continue
         tiles_m = -(-rows // spec.tile.bm)
         chosen = [(tm, tn) for tm in range(tiles_m) for tn in range(spec.tiles_n) if sel.records_tile((tm, tn))]
