@@ -125,6 +125,27 @@ def test_a_selected_group_that_no_tap_came_from_is_named_in_what_the_run_did_not
                   judged(TraceSelection(tiles=both), dropped=3, capacity=4096, needed_bytes=8192)):
         assert not any(o.untapped for o in other.groups)
         assert not any(u.startswith("group 4:") for u in other.unobserved), other.unobserved
+    # one selected tile of a group that has taps of another: named as a tile, the group not called untapped
+    partial = dataclasses.replace(rec, taps=tuple(t for t in rec.taps if (t.group, t.tile) != (2, (1, 0))),
+                                  trace=TraceAccount(selection=TraceSelection(tiles=both)))
+    an = analyze(partial)
+    assert an.verdict is Verdict.MATCH and not any(o.untapped for o in an.groups)
+    said = [u for u in an.unobserved if u.startswith("group 2: selected tile (1, 0) had no tap")]
+    assert len(said) == 1, an.unobserved
+
+
+def test_a_selected_tile_of_a_single_gemm_that_no_tap_came_from_is_named():
+    spec = ProblemSpec(m=128, n=128, k=64, tile=Tile(64, 64, 32))
+    rec = simulate(spec, make_operands(spec, "random", 5), Provenance("random", 5), tap_tiles=[(0, 0), (1, 1)])
+    sel = TraceSelection(tiles=((0, 0), (1, 1)))
+    whole = analyze(dataclasses.replace(rec, trace=TraceAccount(selection=sel)))
+    assert not any("had no tap" in u for u in whole.unobserved), whole.unobserved
+    quiet = dataclasses.replace(rec, taps=tuple(t for t in rec.taps if t.tile != (1, 1)),
+                                trace=TraceAccount(selection=sel))
+    an = analyze(quiet)
+    assert an.verdict is Verdict.MATCH
+    said = [u for u in an.unobserved if u.startswith("selected tile (1, 1) had no tap: judged at the output only")]
+    assert len(said) == 1, an.unobserved
 
 
 def test_the_command_line_takes_trace_groups_and_names_a_bad_one():

@@ -30,6 +30,7 @@ from oracle.run.inputs import KTAG_PERIOD, decode_index, decode_ktag
 from oracle.run.confounds import Confound, ConfoundKind
 
 MAX_LISTED_SITES = 2048  # selection sites enumerated when naming what an overflowed sink lost
+MAX_CHECKED_TILES = 1 << 20  # a larger grid cannot be traced whole: its untapped selected tiles are not looked for
 CONTROLLED_INPUTS = ("ones", "index", "ktag", "random[:seed]")
 NO_OPEN_CONFOUND = Advice.of("no open confound")
 
@@ -100,6 +101,45 @@ def _lost_sites(ctx: Context, stage: str) -> str:
     if partial:
         parts.append(f"partly recorded: {describe_sites(partial)}")
     return f"{stage} {', '.join(parts)}" if parts else ""
+
+
+def untapped_tiles(rec) -> dict[Optional[int], tuple[tuple[int, int], ...]]:
+    """Per group (None: a single GEMM), the tiles inside its grid that a complete live trace selected and
+    no tap came from: each is judged at the output only, which a MATCH must say (a kernel that taps under
+    another tile or group index, or skips a tile, looks like this). Empty for a trace that lost records,
+    which names what it lost itself (trace_confounds), and for a grid too large to be traced whole."""
+    acc, spec = rec.trace, rec.spec
+    if acc is None or acc.dropped or acc.torn:
+        return {}
+    sel, sizes = acc.selection, spec.group_sizes
+    tapped = {(t.group, tuple(t.tile)) for t in rec.taps}
+    out = {}
+    for g, rows in ([(None, spec.m)] if sizes is None else enumerate(sizes)):
+        empty = rows == 0 or (spec.k_groups is not None and spec.k_groups[g] == 0)
+        tiles_m = -(-rows // spec.tile.bm)
+        if empty or not sel.records_group(g) or tiles_m * spec.tiles_n > MAX_CHECKED_TILES:
+            continue
+        missing = tuple((tm, tn) for tm in range(tiles_m) for tn in range(spec.tiles_n)
+                        if sel.records_tile((tm, tn)) and (g, (tm, tn)) not in tapped)
+        if missing:
+            out[g] = missing
+    return out
+
+
+def untapped_notes(rec, missing: dict) -> dict[Optional[int], str]:
+    """The sentence for each group (or the single GEMM) of untapped_tiles."""
+    out = {}
+    tapped_groups = {t.group for t in rec.taps}
+    for g, tiles in missing.items():
+        listed = ", ".join(str(t) for t in tiles[:4]) + (f" and {len(tiles) - 4} more" if len(tiles) > 4 else "")
+        s = "s" if len(tiles) > 1 else ""
+        if g is not None and g not in tapped_groups:
+            out[g] = (f"group {g}: the trace selected its tile{s} {listed} and no tap of the group arrived, so it is "
+                      f"judged from its output alone (does the kernel tap it under another group index?)")
+        else:
+            out[g] = ((f"group {g}: " if g is not None else "") + f"selected tile{s} {listed} had no tap: judged at the "
+                      f"output only (does the kernel tap {'them' if s else 'it'} under another tile index?)")
+    return out
 
 
 def mixing_confound(ctx: Context) -> list[Confound]:

@@ -92,31 +92,6 @@ def group_recordings(rec: Recording) -> list[tuple[int, int, Optional[Recording]
     return out
 
 
-def untapped_groups(rec: Recording) -> dict[int, str]:
-    """Groups a complete live trace selected, with selected tiles inside their grid, that no tap came
-    from, each with the sentence that says so: such a group is judged from its output alone, which a
-    MATCH must say (a kernel that taps under the wrong group index, or skips the group, looks like
-    this). A trace that lost records says where already (findings.trace_confounds)."""
-    acc, spec = rec.trace, rec.spec
-    if acc is None or acc.dropped or acc.torn:
-        return {}
-    sel = acc.selection
-    tapped = {t.group for t in rec.taps}
-    out = {}
-    for g, rows in enumerate(spec.group_sizes):
-        empty = rows == 0 or (spec.k_groups is not None and spec.k_groups[g] == 0)
-        if g in tapped or empty or not sel.records_group(g):
-            continue
-        tiles_m = -(-rows // spec.tile.bm)
-        chosen = [(tm, tn) for tm in range(tiles_m) for tn in range(spec.tiles_n) if sel.records_tile((tm, tn))]
-        if chosen:
-            listed = ", ".join(str(t) for t in chosen[:4]) + (f" and {len(chosen) - 4} more" if len(chosen) > 4 else "")
-            out[g] = (f"group {g}: the trace selected its tile{'s' if len(chosen) > 1 else ''} {listed} and no tap of "
-                      f"the group arrived, so it is judged from its output alone (does the kernel tap it under "
-                      f"another group index?)")
-    return out
-
-
 def k_group_recordings(rec: Recording) -> list[tuple[int, int, Recording]]:
     """(group, first row of D, its recording) for every group of a K-grouped problem: an empty
     group's is the output-only stand-in of the module docstring."""
