@@ -210,6 +210,14 @@ def _zoo_at_size(doc) -> list[Measure]:
     return [Measure("zoo at size", f"every run MATCHes{_met(doc.get('all_match'))}", measured, None, None)]
 
 
+def _chain_traffic(doc) -> list[Measure]:
+    measured = (f"{doc.get('operations')} torch operations on D-sized tensors, "
+                f"{_n(doc.get('bytes_per_element'), '.0f')} bytes per element of D ({doc.get('verdict')} at "
+                f"{doc.get('size')}^3 on {doc.get('device')}); at 4096^2 over {doc.get('bandwidth_tbps')} TB/s: "
+                f"{_n(doc.get('estimate_ms_4096'), '.2f')} ms")
+    return [Measure("oracle.check's reference chain, traffic", None, measured, None, None)]
+
+
 def _w4a16(doc) -> list[Measure]:
     return [Measure("tinygemm W4A16 dequantisation", None,
                     f"{len(doc.get('rows', []))} probes; dequant_precision chosen: {doc.get('choice')}", None, None)]
@@ -256,7 +264,7 @@ READERS: dict[str, Callable] = {
     "analyze_bench": _analyze, "parse_bench": _parse, "false_alarms": _false_alarms,
     "attention_false_alarms": _attention, "measure_numerics": _numerics, "probe_w4a16": _w4a16,
     "fuzz_inputs": _fuzz, "ci_time": _ci_time, "measure_attention_numerics": _attention_numerics,
-    "zoo_at_size": _zoo_at_size,
+    "zoo_at_size": _zoo_at_size, "chain_traffic": _chain_traffic,
 }
 LEGACY: tuple[tuple[str, Callable[[dict], bool]], ...] = (
     ("gemm_bench", lambda d: isinstance(d.get("rows"), list) and any("triton_TFLOPs" in r for r in d["rows"])),

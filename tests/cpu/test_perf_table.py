@@ -180,3 +180,20 @@ def test_the_test_command_profile_sums_the_cache_s_compiles_and_the_table_reads_
     assert doc["warm_test_s_by_file"] == {"tests/cpu/test_a.py": 14.5, "tests/cpu/test_b.py": 5.0}
     (row,) = perf_table.rows_of(out)
     assert row.goal == "<= 600 s: NOT met" and "3 compiles, 160 s of nvcc (hopper_gemm.cu 90 s" in row.measured
+
+
+def test_the_chain_traffic_count_is_size_independent_and_the_table_reads_it(tmp_path):
+    """benchmarks/chain_traffic.py counts the same operations and bytes per element of D at two sizes (what
+    lets a CPU run speak for 4096^3), and its results file gets a row."""
+    chain_traffic = bench_scripts.load("chain_traffic")
+    small, large = chain_traffic.traffic(128, "cpu"), chain_traffic.traffic(256, "cpu")
+    assert small["verdict"] == large["verdict"] == "MATCH"
+    assert small["operations"] == large["operations"] > 10
+    assert small["bytes_per_element"] == large["bytes_per_element"] > 100
+    out = tmp_path / "chain.json"
+    done = subprocess.run([sys.executable, "benchmarks/chain_traffic.py", "--size", "128", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = perf_table.rows_of(out)
+    assert row.benchmark == "oracle.check's reference chain, traffic"
+    assert f"{small['operations']} torch operations" in row.measured
