@@ -83,6 +83,56 @@ def steps_of(spec) -> tuple[str, ...]:
     return tuple(n.step for n in spec.epilogue_nodes)
 
 
+def passes_through(spec, step: str, vec: Vectors) -> bool:
+    """Does this step leave both the value and its bound as they are for this problem? Its bound step
+    would be an own error of 0 and a gain of 1 (tolerance's *_step functions say so for these cases),
+    and its value x itself, so the chain carries both on without a pass over them."""
+    if step == "scale":
+        return vec.row_scale is None and vec.col_scale is None and vec.tensor_scale is None
+    if step == "alpha_beta":
+        return spec.alpha == 1.0 and (vec.c is None or spec.beta == 0.0)
+    if step == "alpha":
+        return spec.alpha == 1.0
+    if step == "beta_c":
+        return vec.c is None or spec.beta == 0.0
+    if step == "bias":
+        return vec.bias is None
+    if step == "activation":
+        return spec.activation == "none"
+    return False  # the cast
+
+
+def _step_values(spec, step: str, x: torch.Tensor, vec: Vectors):
+    """One epilogue step (not the cast): its value, own error and gain."""
+    if (step == "scale" and vec.row_scale is None and vec.col_scale is None and vec.tensor_scale is None) or \
+            (step == "bias" and vec.bias is None):  # no operand: nothing to apply
+        return x, torch.zeros_like(x), torch.ones_like(x)
+    if step == "scale":
+        y = ref_epilogue.apply_scale(x, row_scale=vec.row_scale, col_scale=vec.col_scale, tensor_scale=vec.tensor_scale)
+        factor = torch.ones_like(x)
+        if vec.row_scale is not None:
+            factor = factor * vec.row_scale[:, None]
+        if vec.col_scale is not None:
+            factor = factor * vec.col_scale[None, :]
+        if vec.tensor_scale is not None:
+            factor = factor * vec.tensor_scale
+        return (y, *tolerance.scale_step(y, factor))
+    if step == "alpha_beta":
+        y = ref_epilogue.apply_alpha_beta(x, spec.alpha, spec.beta, vec.c)
+        return (y, *tolerance.alpha_beta_step(x, vec.c.float() if vec.c is not None else None, spec.alpha, spec.beta))
+    if step == "alpha":
+        return ref_epilogue.apply_alpha(x, spec.alpha), *tolerance.alpha_step(x, spec.alpha)
+    if step == "beta_c":
+        y = ref_epilogue.apply_beta_c(x, spec.beta, vec.c)
+        return (y, *tolerance.beta_c_step(x, vec.c.float() if vec.c is not None else None, spec.beta))
+    if step == "bias":
+        y = ref_epilogue.apply_bias(x, vec.bias, spec.bias)
+        bb = vec.bias[:, None] if spec.bias == "row" else vec.bias[None, :]
+        return (y, *tolerance.bias_step(x, bb.expand_as(x)))
+    y = ref_epilogue.apply_activation(x, spec.activation)  # activation
+    return (y, *tolerance.activation_step(x, y, spec.activation, spec.activation_impl))
+
+
 def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step: int, vec: Vectors):
     """Run the declared epilogue's nodes from index `first_step` on, carrying the bound. Yields
     (step, y, bound); a node that rounds yields its rounded value."""
@@ -90,46 +140,16 @@ def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step:
     x = x.float()
     for node in spec.epilogue_nodes[first_step:]:
         step = node.step
-        if step == "scale":
-            if vec.row_scale is None and vec.col_scale is None and vec.tensor_scale is None:
-                y, own, gain = x, torch.zeros_like(x), torch.ones_like(x)
-            else:
-                y = ref_epilogue.apply_scale(x, row_scale=vec.row_scale, col_scale=vec.col_scale,
-                                             tensor_scale=vec.tensor_scale)
-                factor = torch.ones_like(x)
-                if vec.row_scale is not None:
-                    factor = factor * vec.row_scale[:, None]
-                if vec.col_scale is not None:
-                    factor = factor * vec.col_scale[None, :]
-                if vec.tensor_scale is not None:
-                    factor = factor * vec.tensor_scale
-                own, gain = tolerance.scale_step(y, factor)
-        elif step == "alpha_beta":
-            y = ref_epilogue.apply_alpha_beta(x, spec.alpha, spec.beta, vec.c)
-            own, gain = tolerance.alpha_beta_step(x, vec.c.float() if vec.c is not None else None, spec.alpha,
-                                                  spec.beta)
-        elif step == "alpha":
-            y = ref_epilogue.apply_alpha(x, spec.alpha)
-            own, gain = tolerance.alpha_step(x, spec.alpha)
-        elif step == "beta_c":
-            y = ref_epilogue.apply_beta_c(x, spec.beta, vec.c)
-            own, gain = tolerance.beta_c_step(x, vec.c.float() if vec.c is not None else None, spec.beta)
-        elif step == "bias":
-            if vec.bias is None:
-                y, own, gain = x, torch.zeros_like(x), torch.ones_like(x)
-            else:
-                y = ref_epilogue.apply_bias(x, vec.bias, spec.bias)
-                bb = vec.bias[:, None] if spec.bias == "row" else vec.bias[None, :]
-                own, gain = tolerance.bias_step(x, bb.expand_as(x))
-        elif step == "activation":
-            y = ref_epilogue.apply_activation(x, spec.activation)
-            own, gain = tolerance.activation_step(x, y, spec.activation, spec.activation_impl)
-        else:  # cast
+        if step == "cast":
             y = ref_epilogue.apply_cast(x, spec.out_dtype, spec.saturate)
             bound = tolerance.cast_bound(bound, y.double(), spec.out_dtype)
             yield step, y, bound
             return
-        bound = gain.double() * bound + own.double()
+        if passes_through(spec, step, vec):
+            y = x
+        else:
+            y, own, gain = _step_values(spec, step, x, vec)
+            bound = gain.double() * bound + own.double()
         if node.rounds:
             y = ref_epilogue.apply_round(y, node.round)
             bound = tolerance.round_bound(bound, y.double(), node.round)
@@ -150,8 +170,8 @@ def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]
         acc_full, s_full, stats = ref_mma.mma_accumulate(ops.a, ops.b, geo.bm, geo.bn, geo.bk, **mma_kwargs(ctx.ops),
                                                          with_stats=True, stats_chunk=spec.reduction_chunk)
         acc_full, s_full = acc_full.float(), s_full.double()
-    bound0 = accumulation_bound.mma_bound(spec, torch.zeros_like(s_full), s_full, spec.k, stats,
-                                 x_abs=acc_full.double().abs()).double()
+    zero = torch.zeros((), dtype=torch.float64, device=s_full.device)  # |x0|: the accumulator starts at 0
+    bound0 = accumulation_bound.mma_bound(spec, zero, s_full, spec.k, stats, x_abs=acc_full.abs().double()).double()
     if spec.partitioned:  # the partials' reduction, in whatever order the kernel sums them
         bound0 = bound0 + tolerance.reduce_bound(s_full, geo.max_partials())
     if geo.quant is not None:  # the kernel's dequantised operand may differ from the reference's within its bound
