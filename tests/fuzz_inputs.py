@@ -1418,7 +1418,10 @@ def _mutate_repro(rng: random.Random, d: Path, outside: Path) -> tuple[list[str]
             extra = d / rng.choice(["notes.txt", "kernel/src/extra.cuh", "x.bin", ".hidden", "kernel/new/y"])
             inside = os.path.realpath(extra.parent).startswith(os.path.realpath(d))  # never through a link of its own
             if inside and not os.path.lexists(extra.parent):
-                extra.parent.mkdir(parents=True)
+                try:
+                    extra.parent.mkdir(parents=True)
+                except (NotADirectoryError, FileExistsError):  # an earlier mutation left a file where a folder was
+                    pass
             if inside and extra.parent.is_dir() and not os.path.lexists(extra):
                 extra.write_bytes(rng.randbytes(rng.randrange(64)))
                 how.append(f"extra {extra.relative_to(d)}")

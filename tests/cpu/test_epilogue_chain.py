@@ -65,3 +65,24 @@ def test_the_chain_equals_the_chain_that_runs_every_step(name, monkeypatch):
     assert [s for s, _, _ in tf] == [s for s, _, _ in rerun]
     for (s, y0, b0), (_, y1, b1) in zip(tf, rerun):
         assert torch.equal(y0, y1) and torch.equal(b0, b1), s
+
+
+def test_scales_whose_product_overflows_leave_an_exact_zero_exact():
+    """Per-tensor and per-column scales of fp32's largest value: their product is inf, and a zero accumulator
+    (a zero row of A, the tile's padding) times it must keep a bound of 0, not inf * 0 = NaN (which made the
+    references look untrustworthy: found by tests/fuzz_inputs.py, seed 8000490)."""
+    import oracle
+
+    big = torch.finfo(torch.float32).max
+    a = torch.zeros(2, 4)
+    a[0] = torch.tensor([1.0, -2.0, 0.5, 4.0])
+    b = torch.tensor([[1.0, -1.0, 0.5, 2.0, 0.0, 1.0, -0.5, 0.25]] * 4)
+    a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+    acc = a8.float() @ b8.float()
+    d = torch.where(acc == 0, torch.zeros_like(acc), torch.sign(acc) * float("inf")).to(torch.float16)
+    rep = oracle.check(a8, b8, d, tile=(16, 16, 16), scale_a=torch.tensor([big]), scale_b=torch.full((8,), big))
+    assert rep.verdict == "MATCH" and rep.analysis.cross_check == (), (rep.verdict, rep.analysis.cross_check)
+    wrong = d.clone()
+    wrong[1, 3] = 1.0  # a zero row's element: its bound is 0, so any other value is named
+    assert oracle.check(a8, b8, wrong, tile=(16, 16, 16), scale_a=torch.tensor([big]),
+                        scale_b=torch.full((8,), big)).verdict == "DIVERGED"

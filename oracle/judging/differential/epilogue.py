@@ -149,7 +149,10 @@ def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step:
             y = x
         else:
             y, own, gain = _step_values(spec, step, x, vec)
-            bound = gain.double() * bound + own.double()
+            carried = gain.double() * bound
+            if step == "scale":  # scales whose product overflows: an exact input stays exact (not inf * 0)
+                carried = torch.where(bound == 0, bound, carried)
+            bound = carried + own.double()
         if node.rounds:
             y = ref_epilogue.apply_round(y, node.round)
             bound = tolerance.round_bound(bound, y.double(), node.round)
