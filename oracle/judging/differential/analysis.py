@@ -27,7 +27,7 @@ from oracle.judging.differential.epilogue import epilogue_stages, reference_chai
 from oracle.judging.differential.groups import (GroupOutcome, deciding, empty_k_group_hint, group_recordings,
                                                scale_peers)
 from oracle.judging.differential.findings import (FirstDivergence, NonFinite, first_finding, first_nonfinite, mixing_confound,
-                                              trace_confounds, unobserved, untapped_notes, untapped_tiles)
+                                              trace_confounds, unobserved, untapped_tiles)
 from oracle.judging.differential.judge import StageNotes, fold_notes
 from oracle.judging.differential.mma import mma_stage
 from oracle.judging.differential.out_of_bounds import ordered, out_of_bounds_finding
@@ -83,8 +83,9 @@ def analyze(rec: Recording, device: Optional[torch.device] = None) -> Analysis:
     if rec.spec.group_sizes is not None:
         return _analyze_groups(rec, device)
     an = _analyze_one(rec, device)
-    silent = untapped_notes(rec, untapped_tiles(rec))
-    return dataclasses.replace(an, unobserved=an.unobserved + tuple(silent.values())) if silent else an
+    silent = untapped_tiles(rec)
+    return dataclasses.replace(an, unobserved=an.unobserved + tuple(u.note(g) for g, u in silent.items())) \
+        if silent else an
 
 
 def _analyze_groups(rec: Recording, device) -> Analysis:
@@ -95,16 +96,14 @@ def _analyze_groups(rec: Recording, device) -> Analysis:
         raise RecordingError(f"every group of {rec.spec.describe()} is empty: there is nothing to judge")
     outcomes = []
     koffs = rec.spec.k_offsets
-    missing = untapped_tiles(rec)
-    silent = untapped_notes(rec, missing)
-    tapped_groups = {t.group for t in rec.taps}
-    whole = {g for g in missing if g not in tapped_groups}  # judged at D alone
+    silent = untapped_tiles(rec)
     for g, o, sub in parts:
         an = next((a for gg, _, a in judged if gg == g), None)
         outcomes.append(GroupOutcome(g, o, rec.spec.group_sizes[g], None if an is None else an.verdict,
                                      an.first.stage if an is not None and an.first else None,
                                      an.first.kind.value if an is not None and an.first else None,
-                                     None if koffs is None else (koffs[g], rec.spec.k_groups[g]), g in whole))
+                                     None if koffs is None else (koffs[g], rec.spec.k_groups[g]),
+                                     g in silent and silent[g].group_silent))
     g, _, an = judged[deciding([a for _, _, a in judged])]
     first = dataclasses.replace(an.first, group=g) if an.first is not None else None
     phases: dict[str, float] = {}
@@ -112,7 +111,8 @@ def _analyze_groups(rec: Recording, device) -> Analysis:
         for name, ms in a.phases:
             phases[name] = phases.get(name, 0.0) + ms
     return dataclasses.replace(an, group=g, groups=tuple(outcomes), whole=rec, first=first,
-                               phases=tuple(phases.items()), unobserved=an.unobserved + tuple(silent.values()))
+                               phases=tuple(phases.items()),
+                               unobserved=an.unobserved + tuple(u.note(g) for g, u in silent.items()))
 
 
 def _empty_k_group(rec: Recording, g: int, an: Analysis) -> Analysis:

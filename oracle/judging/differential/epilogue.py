@@ -83,25 +83,6 @@ def steps_of(spec) -> tuple[str, ...]:
     return tuple(n.step for n in spec.epilogue_nodes)
 
 
-def passes_through(spec, step: str, vec: Vectors) -> bool:
-    """Does this step leave both the value and its bound as they are for this problem? Its bound step
-    would be an own error of 0 and a gain of 1 (tolerance's *_step functions say so for these cases),
-    and its value x itself, so the chain carries both on without a pass over them."""
-    if step == "scale":
-        return vec.row_scale is None and vec.col_scale is None and vec.tensor_scale is None
-    if step == "alpha_beta":
-        return spec.alpha == 1.0 and (vec.c is None or spec.beta == 0.0)
-    if step == "alpha":
-        return spec.alpha == 1.0
-    if step == "beta_c":
-        return vec.c is None or spec.beta == 0.0
-    if step == "bias":
-        return vec.bias is None
-    if step == "activation":
-        return spec.activation == "none"
-    return False  # the cast
-
-
 def _step_values(spec, step: str, x: torch.Tensor, vec: Vectors):
     """One epilogue step (not the cast): its value, own error and gain."""
     if (step == "scale" and vec.row_scale is None and vec.col_scale is None and vec.tensor_scale is None) or \
@@ -145,7 +126,7 @@ def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step:
             bound = tolerance.cast_bound(bound, y.double(), spec.out_dtype)
             yield step, y, bound
             return
-        if passes_through(spec, step, vec):
+        if not step_acts(spec, step):  # its value is x and its bound step 0 own, gain 1: no pass over them
             y = x
         else:
             y, own, gain = _step_values(spec, step, x, vec)

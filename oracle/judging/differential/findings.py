@@ -103,7 +103,25 @@ def _lost_sites(ctx: Context, stage: str) -> str:
     return f"{stage} {', '.join(parts)}" if parts else ""
 
 
-def untapped_tiles(rec) -> dict[Optional[int], tuple[tuple[int, int], ...]]:
+@dataclass(frozen=True)
+class Untapped:
+    """Selected tiles inside a group's grid (or the single GEMM's) that no tap came from."""
+
+    tiles: tuple[tuple[int, int], ...]
+    group_silent: bool  # no tap of the group arrived at all: the group is judged from its output alone
+
+    def note(self, group: Optional[int]) -> str:
+        listed = ", ".join(str(t) for t in self.tiles[:4]) + (f" and {len(self.tiles) - 4} more"
+                                                              if len(self.tiles) > 4 else "")
+        s = "s" if len(self.tiles) > 1 else ""
+        if self.group_silent:
+            return (f"group {group}: the trace selected its tile{s} {listed} and no tap of the group arrived, so it is "
+                    f"judged from its output alone (does the kernel tap it under another group index?)")
+        return ((f"group {group}: " if group is not None else "") + f"selected tile{s} {listed} had no tap: judged at "
+                f"the output only (does the kernel tap {'them' if s else 'it'} under another tile index?)")
+
+
+def untapped_tiles(rec) -> dict[Optional[int], Untapped]:
     """Per group (None: a single GEMM), the tiles inside its grid that a complete live trace selected and
     no tap came from: each is judged at the output only, which a MATCH must say (a kernel that taps under
     another tile or group index, or skips a tile, looks like this). Empty for a trace that lost records,
@@ -113,6 +131,7 @@ def untapped_tiles(rec) -> dict[Optional[int], tuple[tuple[int, int], ...]]:
         return {}
     sel, sizes = acc.selection, spec.group_sizes
     tapped = {(t.group, tuple(t.tile)) for t in rec.taps}
+    tapped_groups = {g for g, _ in tapped}
     out = {}
     for g, rows in ([(None, spec.m)] if sizes is None else enumerate(sizes)):
         empty = rows == 0 or (spec.k_groups is not None and spec.k_groups[g] == 0)
@@ -122,23 +141,7 @@ def untapped_tiles(rec) -> dict[Optional[int], tuple[tuple[int, int], ...]]:
         missing = tuple((tm, tn) for tm in range(tiles_m) for tn in range(spec.tiles_n)
                         if sel.records_tile((tm, tn)) and (g, (tm, tn)) not in tapped)
         if missing:
-            out[g] = missing
-    return out
-
-
-def untapped_notes(rec, missing: dict) -> dict[Optional[int], str]:
-    """The sentence for each group (or the single GEMM) of untapped_tiles."""
-    out = {}
-    tapped_groups = {t.group for t in rec.taps}
-    for g, tiles in missing.items():
-        listed = ", ".join(str(t) for t in tiles[:4]) + (f" and {len(tiles) - 4} more" if len(tiles) > 4 else "")
-        s = "s" if len(tiles) > 1 else ""
-        if g is not None and g not in tapped_groups:
-            out[g] = (f"group {g}: the trace selected its tile{s} {listed} and no tap of the group arrived, so it is "
-                      f"judged from its output alone (does the kernel tap it under another group index?)")
-        else:
-            out[g] = ((f"group {g}: " if g is not None else "") + f"selected tile{s} {listed} had no tap: judged at the "
-                      f"output only (does the kernel tap {'them' if s else 'it'} under another tile index?)")
+            out[g] = Untapped(missing, g is not None and g not in tapped_groups)
     return out
 
 
