@@ -155,7 +155,8 @@ def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]
                                                          with_stats=True, stats_chunk=spec.reduction_chunk)
         acc_full, s_full = acc_full.float(), s_full.double()
     zero = torch.zeros((), dtype=torch.float64, device=s_full.device)  # |x0|: the accumulator starts at 0
-    bound0 = accumulation_bound.mma_bound(spec, zero, s_full, spec.k, stats, x_abs=acc_full.abs().double()).double()
+    bound0 = accumulation_bound.mma_bound(spec, zero, s_full, spec.k, stats,
+                                          x_abs=lambda: acc_full.abs().double()).double()  # read by tf32 only
     if spec.partitioned:  # the partials' reduction, in whatever order the kernel sums them
         bound0 = bound0 + tolerance.reduce_bound(s_full, geo.max_partials())
     if geo.quant is not None:  # the kernel's dequantised operand may differ from the reference's within its bound

@@ -1,0 +1,109 @@
+"""The accumulation bound of the whole output in one pass over its statistics, where the bound is
+linear in them (oracle.judging.accumulation_bound.BoundForm.fused): one Triton program per block of
+elements reads L, V (float32, as the reference wrote them) and S, and writes the float64 bound,
+with the operations of `BoundForm.evaluate` in its order and no fused multiply-add, so the values
+are the same bits. The float64 passes it replaces moved about 30 times the bytes.
+"""
+
+from __future__ import annotations
+
+from kernels_ref._interpret import choose_backend
+
+choose_backend()  # before triton loads: its kernels are interpreted or compiled from then on
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 1024
+MAX_MEMBERS = 8
+
+
+@triton.jit
+def _linear(coef_ptr, at: tl.constexpr, mask: tl.constexpr, l, r, s):
+    """a l + b r + c s, the terms in mask (bit 0 a, 1 b, 2 c) added in that order."""
+    out = tl.zeros_like(l)
+    first = True
+    if mask & 1:
+        out = tl.load(coef_ptr + at) * l
+        first = False
+    if mask & 2:
+        if first:
+            out = tl.load(coef_ptr + at + 1) * r
+        else:
+            out = out + tl.load(coef_ptr + at + 1) * r
+        first = False
+    if mask & 4:
+        if first:
+            out = tl.load(coef_ptr + at + 2) * s
+        else:
+            out = out + tl.load(coef_ptr + at + 2) * s
+    return out
+
+
+@triton.jit
+def _bound_kernel(l_ptr, v_ptr, s_ptr, out_ptr, coef_ptr, n, N_MEMBERS: tl.constexpr, MASKS: tl.constexpr,
+                  REF_MASK: tl.constexpr, N_COVERS: tl.constexpr, GROUPS: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    keep = offs < n
+    margin, margin2 = tl.load(coef_ptr), tl.load(coef_ptr + 1)
+    l = tl.load(l_ptr + offs, mask=keep).to(tl.float64) * margin
+    v = tl.load(v_ptr + offs, mask=keep).to(tl.float64) * margin2
+    s = tl.load(s_ptr + offs, mask=keep).to(tl.float64)
+    r = tl.sqrt(tl.where(v < 0, 0.0, v))  # float64: IEEE, rounded to nearest
+    at: tl.constexpr = 2 + 3 * N_MEMBERS
+    ref = _linear(coef_ptr, at, REF_MASK, l, r, s)
+    engine = _linear(coef_ptr, 2, MASKS & 7, l, r, s)
+    for i in tl.static_range(1, N_MEMBERS):
+        engine = tl.maximum(engine, _linear(coef_ptr, 2 + 3 * i, (MASKS >> (3 * i)) & 7, l, r, s), propagate_nan=tl.PropagateNan.ALL)
+    bound = engine + ref
+    if N_COVERS > 0:
+        red = tl.load(coef_ptr + at + 3) * (s + tl.minimum(tl.load(coef_ptr + at + 4) * r, l, propagate_nan=tl.PropagateNan.ALL))
+        for j in tl.static_range(1, N_COVERS):
+            cover = tl.load(coef_ptr + at + 3 + 2 * j) * \
+                (s + tl.minimum(tl.load(coef_ptr + at + 4 + 2 * j) * r, l, propagate_nan=tl.PropagateNan.ALL))
+            red = tl.maximum(red, cover, propagate_nan=tl.PropagateNan.ALL)
+        bound = bound + red
+    if GROUPS:
+        bound = bound + tl.load(coef_ptr + at + 3 + 2 * N_COVERS) * r
+    tl.store(out_ptr + offs, bound, mask=keep)
+
+
+def applies(l: torch.Tensor, v: torch.Tensor, s: torch.Tensor) -> bool:
+    """Statistics the pass reads: on a GPU, contiguous, of one shape, float."""
+    return (s.device.type == "cuda" and l.device == s.device and v.device == s.device
+            and l.shape == s.shape and v.shape == s.shape
+            and all(t.is_contiguous() and t.dtype in (torch.float32, torch.float64) for t in (l, v, s)))
+
+
+def _mask(lin) -> int:
+    return (lin.a is not None) | (lin.b is not None) << 1 | (lin.c is not None) << 2
+
+
+def evaluate(form, l: torch.Tensor, v: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """BoundForm.evaluate of a fused form (`form.fused()`) on statistics that `applies` (or any, under
+    the interpreter): l, v as the reference wrote them (STATS_MARGIN is applied here, as mma_bound
+    applies it), float64 out."""
+    from oracle.judging.accumulation_models import STATS_MARGIN
+
+    members = [lin for lin, _ in form.members]
+    if not form.fused() or not 1 <= len(members) <= MAX_MEMBERS:
+        raise ValueError("bound_pass evaluates a fused BoundForm of 1 to 8 members")
+    coef = [STATS_MARGIN, STATS_MARGIN ** 2]
+    for lin in members + [form.reference]:
+        coef += [0.0 if x is None else x for x in (lin.a, lin.b, lin.c)]
+    for cover in form.reduction:
+        coef += [cover.e, cover.k]
+    if form.groups is not None:
+        coef.append(form.groups.b)
+    coef_t = torch.tensor(coef, dtype=torch.float64, device=s.device)
+    out = torch.empty(s.shape, dtype=torch.float64, device=s.device)
+    n = s.numel()
+    if n:
+        masks = 0
+        for i, lin in enumerate(members):
+            masks |= _mask(lin) << (3 * i)
+        _bound_kernel[(triton.cdiv(n, BLOCK),)](
+            l, v, s, out, coef_t, n, N_MEMBERS=len(members), MASKS=masks, REF_MASK=_mask(form.reference),
+            N_COVERS=len(form.reduction), GROUPS=form.groups is not None, BLOCK=BLOCK, enable_fp_fusion=False)
+    return out
