@@ -107,8 +107,8 @@ def mma_sample_products(a: torch.Tensor, b: torch.Tensor, rows, cols, block_m: i
 
 def mma_sample_finish(products: SampleProducts):
     """The roundings the accumulator makes, in order, on the products of `mma_sample_products`
-    (CPU tensors): fp32 sums by numpy's sequential accumulate in float32 (each addition rounded to
-    nearest, as acc = fp32(acc + p)), the fp16 and promotion chains step by step on [T, R, C].
+    (CPU tensors): fp32 sums in k order in numpy float32, a slice of every sampled element per step (each
+    addition rounded to nearest, as acc = fp32(acc + p)), the fp16 and promotion chains step by step on [T, R, C].
     Returns CPU float64 (acc, S) [T, R, C]."""
     p, s, scale = products.p, products.s, products.scale
     if products.acc == "int32":
@@ -130,7 +130,10 @@ def mma_sample_finish(products: SampleProducts):
         p = C.f32(p * scale)
     if p.shape[1] == 0:
         return torch.zeros((T, R, Cn), dtype=torch.float64), s
-    summed = np.add.accumulate(p.float().numpy(), axis=1, dtype=np.float32)[:, -1]  # sequential, rounded each step
+    steps32 = p.float().numpy()
+    summed = np.zeros(steps32[:, 0].shape, dtype=np.float32)
+    for j in range(steps32.shape[1]):  # in k order, each addition rounded to float32 (a whole [T, R, C] slice)
+        summed = summed + steps32[:, j]
     return torch.from_numpy(summed.astype(np.float64)) + 0.0, s
 
 

@@ -9,8 +9,9 @@ On each sampled tile (knobs.CROSS_CHECK_TILES: the first tapped tiles, else the 
             middle lines. The spec is kernels_ref.mma_sample.mma_sample_host: each k-block's product in one
             batched float64 torch matmul on the references' device (not Triton), the accumulator's
             roundings in order on the CPU; judged with the accumulation bound of the spec;
-  epilogue  every epilogue step of the whole tile (fed with the Triton accumulator and each
-            previous Triton step) against its float64 host spec;
+  epilogue  every epilogue step that acts (epilogue.step_acts: one that changes nothing is its input
+            on both sides) of the whole tile, fed with the Triton accumulator and each previous
+            Triton step, against its float64 host spec;
   partials  split problems: each partial and the reduction against their host specs.
 The Triton side and the spec's products run first, with no host round trip; what the host
 compares crosses to the CPU in one copy, without blocking (HostCopy). The host side (the specs'
@@ -49,7 +50,7 @@ from oracle.judging import accumulation_bound
 from oracle.judging.compare import Status, compare
 from oracle.judging.comparison import exact_equal
 from oracle.judging.differential.context import Context
-from oracle.judging.differential.epilogue import Vectors, run_epilogue
+from oracle.judging.differential.epilogue import Vectors, run_epilogue, step_acts
 from oracle.judging.differential.mma import abs_operand
 
 SAMPLE_LINES = 8  # rows and columns of each sampled tile on which the accumulator is checked
@@ -231,7 +232,8 @@ def start_cross_check(ctx: Context, tiles: Sequence[tuple[int, int]],
     for t, tile in enumerate(tiles):
         vec = Vectors(ctx, tile)
         x = final[t].float()
-        steps = list(run_epilogue(ctx, x, torch.zeros(x.shape, dtype=torch.float64, device=geo.dev), 0, vec))
+        steps = [st for st in run_epilogue(ctx, x, torch.zeros(x.shape, dtype=torch.float64, device=geo.dev), 0, vec)
+                 if step_acts(spec, st[0])]  # a step that changes nothing is x on both sides: nothing to check
         epilogues.append((vec, x, steps))
     # the float64 spec of the accumulator on the sampled lines: its products on the device
     base_r = torch.tensor([tm * geo.bm for tm, _ in tiles])[:, None]
