@@ -16,7 +16,9 @@ by torch.matmul (cuBLAS) with reduced-precision bf16 reductions off. Measured:
             .mma_accumulate with_stats, as reference_chain runs it), timed alone the same way.
 Every warm check must give the first one's verdict and worst tile (else exit 1). With --profile DIR,
 two more warm checks per size run under cProfile and DIR/check_<n>.txt holds the statistics sorted
-by cumulative and by own time. Goals (reported, not enforced): 4096^3 <= 25 ms, 8192^3 <= 60 ms, and
+by cumulative and by own time; with --device-profile DIR, DIR/check_device_<n>.txt holds torch.profiler's
+device time per kernel (and host time per operator) of two more; with --stats-tiles 64x32 64x64 ..., the
+reference GEMM with statistics on each launch tile, and whether each gives the first one's bits. Goals (reported, not enforced): 4096^3 <= 25 ms, 8192^3 <= 60 ms, and
 (the next ones) the warm check within 10x the GEMM at 4096^3, 5x at 8192^3.
 
 --device cpu runs the same plumbing without a GPU (Triton interpreted; for the tests, tiny sizes).
@@ -115,6 +117,29 @@ def reference_gemm(a, b, d):
                                           **mma_kwargs(ctx.ops), with_stats=True, stats_chunk=spec.reduction_chunk)
 
 
+def stats_tiles(a, b, d, dev, tiles, reps: int) -> dict:
+    """The reference GEMM with statistics timed on each launch tile (kernels_ref.mma_stats.STATS_LAUNCH_TILE:
+    each element's arithmetic depends on the k-blocks only, so every tile must give the same bits, which
+    is checked here). {"BMxBN": {"median", "min", "max", "same_bits"}}."""
+    from kernels_ref import mma_stats
+
+    run = reference_gemm(a, b, d)
+    keep = mma_stats.STATS_LAUNCH_TILE
+    out, first = {}, None
+    try:
+        for bm, bn in tiles:
+            mma_stats.STATS_LAUNCH_TILE = (bm, bn)
+            acc, s, st = run()
+            got = torch.cat([acc.reshape(-1), s.reshape(-1), st.l.reshape(-1), st.v.reshape(-1)])
+            first = got if first is None else first
+            row = time_ms(run, dev, reps, warmup=1)
+            row["same_bits"] = bool(torch.equal(got.view(torch.int32), first.view(torch.int32)))
+            out[f"{bm}x{bn}"] = row
+    finally:
+        mma_stats.STATS_LAUNCH_TILE = keep
+    return out
+
+
 def profile_text(fn, calls: int = 2) -> str:
     pr = cProfile.Profile()
     pr.enable()
@@ -126,6 +151,20 @@ def profile_text(fn, calls: int = 2) -> str:
     out.write("\n\n==== tottime ====\n")
     pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(40)
     return out.getvalue()
+
+
+def device_profile_text(fn, calls: int = 2) -> str:
+    """torch.profiler over `calls` warm checks: the device's own time per kernel and the host's per
+    operator, sorted by device time (what the phases' wall clock is made of on the GPU)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+    avg = prof.key_averages()
+    device_us = sum(e.self_device_time_total for e in avg) / calls
+    head = f"per check: device busy {device_us / 1e3:.2f} ms (sum of kernel times), {calls} checks profiled\n\n"
+    return head + avg.table(sort_by="self_device_time_total", row_limit=60, max_name_column_width=70)
 
 
 def bench_size(n: int, seed: int, dev: torch.device, args) -> dict:
@@ -158,6 +197,15 @@ def bench_size(n: int, seed: int, dev: torch.device, args) -> dict:
         with open(path, "w") as f:
             f.write(profile_text(lambda: _check(a, b, d)))
         row["profile"] = path
+    if args.stats_tiles:
+        tiles = [tuple(int(x) for x in t.lower().split("x")) for t in args.stats_tiles]
+        row["reference_gemm_by_launch_tile_ms"] = stats_tiles(a, b, d, dev, tiles, max(1, min(args.gemm_reps, 10)))
+    if args.device_profile:
+        os.makedirs(args.device_profile, exist_ok=True)
+        path = os.path.join(args.device_profile, f"check_device_{n}.txt")
+        with open(path, "w") as f:
+            f.write(device_profile_text(lambda: _check(a, b, d)))
+        row["device_profile"] = path
     return row
 
 
@@ -196,6 +244,10 @@ def main(argv=None) -> int:
     p.add_argument("--gemm-reps", type=int, default=50)
     p.add_argument("--seed", type=int, default=None, help="default: from the clock (recorded in the JSON)")
     p.add_argument("--profile", default=None, metavar="DIR", help="write cProfile statistics of two warm checks")
+    p.add_argument("--device-profile", default=None, metavar="DIR",
+                   help="write torch.profiler's device time per kernel of two warm checks")
+    p.add_argument("--stats-tiles", nargs="+", default=None, metavar="BMxBN",
+                   help="also time the reference GEMM with statistics on these launch tiles (the first: the one compared)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
