@@ -243,7 +243,8 @@ def bound_form(spec, st: Stats, n, like: torch.Tensor) -> BoundForm:
                      _reduction_terms(spec, model, st, n, like), _scale_groups_linear(spec))
 
 
-def mma_bound(spec, x0_abs: torch.Tensor, s: torch.Tensor, n, stats=None, x_abs=None) -> torch.Tensor:
+def mma_bound(spec, x0_abs: torch.Tensor, s: torch.Tensor, n, stats=None, x_abs=None,
+              dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """Bound on |kernel - reference| for an accumulator after a span of `n` products (a sequence:
     each unit's span, the units along the tensors' first dim).
 
@@ -252,10 +253,16 @@ def mma_bound(spec, x0_abs: torch.Tensor, s: torch.Tensor, n, stats=None, x_abs=
     without them the bound uses what |x0| and S alone guarantee (looser). x_abs: |the reference's
     sum over the span|, or a callable that makes it (a SpanStats carries its own): truncated operands'
     bias follows it; without it that term falls back to S. Statistics of the whole output on a GPU,
-    with a bound linear in them, are read in one pass (oracle.judging.bound_pass)."""
+    with a bound linear in them, are read in one pass (oracle.judging.bound_pass). The bound is of
+    `dtype` (default: s's float type, float64 for an integer s)."""
     model = resolved_model(spec)
+    dtype = dtype or (s.dtype if s.is_floating_point() else torch.float64)
     if model.chain is None and not model.union:
         return torch.zeros_like(s, dtype=torch.float64)
+    if stats is not None and not isinstance(stats, SpanStats) and bound_pass.applies(stats.l, stats.v, s):
+        form = bound_form(spec, Stats.of(stats), n, s)
+        if form.fused():  # S as it is: the pass reads it in float64
+            return bound_pass.evaluate(form, stats.l, stats.v, s).to(dtype)
     s64 = s.double()
     if stats is None:
         st = Stats.crude(x0_abs, s64, _per_unit(n, lambda k: max(1, math.ceil(k / spec.tile.bk)), s64))
@@ -267,12 +274,9 @@ def mma_bound(spec, x0_abs: torch.Tensor, s: torch.Tensor, n, stats=None, x_abs=
     else:
         st = Stats.of(stats)
     form = bound_form(spec, st, n, s64)
-    if form.fused() and bound_pass.applies(st.l, st.v, s64):
-        return bound_pass.evaluate(form, st.l, st.v, s64).to(s.dtype if s.is_floating_point() else torch.float64)
     st = Stats(st.l.double() * STATS_MARGIN, st.v.double() * STATS_MARGIN ** 2,
                None if st.q is None else st.q.double(), st.pabs, st.prun)
-    bound = form.evaluate(st, s64, x_abs)
-    return bound.to(s.dtype if s.is_floating_point() else torch.float64)
+    return form.evaluate(st, s64, x_abs).to(dtype)
 
 
 def describe(spec) -> str:

@@ -106,13 +106,21 @@ ACTIVATION_IMPLS = ("accurate", "fast")
 _ACCURATE_ULPS = 2.0**8
 
 
+_F32_EXPONENT, _F32_HALF = 0x7F800000, 0x3F000000  # float32's exponent bits; 0.5's bits
+
+
 def ulp(y: torch.Tensor, dtype_name: str) -> torch.Tensor:
-    """Spacing of dtype `dtype_name` at |y| (float64), subnormals included."""
+    """Spacing of dtype `dtype_name` at |y| (float64), subnormals included: 2^(e - 1 - mantissa bits)
+    for |y| = m 2^e, m in [0.5, 1) (frexp; inf and NaN have e = 0)."""
     d = DTYPES[dtype_name]
     if not d.is_float:
         return torch.ones_like(y, dtype=torch.float64)
     fi = torch.finfo(d.torch)
     mant = round(-math.log2(d.unit_roundoff)) - 1
+    if y.is_floating_point() and y.element_size() <= 4:  # float32 holds y: 2^(e - 1) is |y|'s exponent bits
+        top = y.float().abs().clamp_(min=fi.tiny).view(torch.int32) & _F32_EXPONENT
+        top = torch.where(top == _F32_EXPONENT, _F32_HALF, top)  # inf, NaN: 2^-1, as frexp's e = 0 gives
+        return (top.view(torch.float32) * 2.0 ** -mant).double()  # a power of two >= 2^-149: exact
     a = y.abs().to(torch.float64).clamp(min=fi.tiny)
     _, e = torch.frexp(a)  # exact, where log2 on a GPU can land just under an integer at a power of two
     return torch.pow(2.0, (e - 1 - mant).to(torch.float64))
@@ -181,7 +189,7 @@ def cast_bound(bound_in: torch.Tensor, y: torch.Tensor, out_dtype: str) -> torch
     """A cast is exact on an exact input; otherwise the input bound plus one output ulp. An int32
     output above 2^24 in magnitude went through fp32 in the reference: one fp32 ulp there."""
     lookup("epilogue_cast", out_dtype)
-    out = torch.where(bound_in > 0, bound_in + ulp(y, out_dtype), torch.zeros_like(bound_in))
+    out = torch.where(bound_in > 0, bound_in + ulp(y, out_dtype), 0.0)
     if out_dtype == "int32":
         yy = y.double()
         out = torch.where(yy.abs() >= INT32_EXACT_LIMIT, out + ulp(yy, "fp32"), out)

@@ -78,19 +78,21 @@ def test_one_pass_is_the_definition_bit_for_bit(dtype, model, kw):
     assert bool(want[2].isnan().any()) and bool((want[0, :4] == 0).all())  # NaN and exact zeros went through
 
 
-def test_mma_bound_on_a_gpu_reads_the_statistics_in_one_pass(monkeypatch):
+@pytest.mark.parametrize("s_dtype", [torch.float64, torch.float32])
+def test_mma_bound_on_a_gpu_reads_the_statistics_in_one_pass(monkeypatch, s_dtype):
     """mma_bound takes the pass where it applies (a GPU; here the interpreter stands in) and gives what
-    the torch path gives."""
+    the torch path gives, S in float64 or float32 as the reference wrote it."""
     spec = _spec("bf16")
     l, v, s = _stats(1)
+    s = s.to(s_dtype)
     stats = MmaStats(l, v, torch.zeros_like(l), torch.zeros_like(l), torch.zeros_like(l))
     zero = torch.zeros((), dtype=torch.float64)
-    plain = AB.mma_bound(spec, zero, s, spec.k, stats)
+    plain = AB.mma_bound(spec, zero, s, spec.k, stats, dtype=torch.float64)
     calls = []
     real = bound_pass.evaluate
     monkeypatch.setattr(bound_pass, "applies", lambda *t: True)
     monkeypatch.setattr(bound_pass, "evaluate", lambda *a: calls.append(1) or real(*a))
-    fused = AB.mma_bound(spec, zero, s, spec.k, stats)
+    fused = AB.mma_bound(spec, zero, s, spec.k, stats, dtype=torch.float64)
     assert calls == [1]
     assert same_values(fused, plain, ulps=4)
 

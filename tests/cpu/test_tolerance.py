@@ -112,3 +112,23 @@ def test_ulp_of_formats():
     assert tolerance.ulp(powers, "bf16").tolist() == [2.0**(e - 7) for e in range(-6, 15)]
     assert tolerance.ulp(torch.nextafter(powers, torch.zeros_like(powers)), "bf16").tolist() == \
         [2.0**(e - 8) for e in range(-6, 15)]
+
+
+@pytest.mark.parametrize("held,name", [(torch.bfloat16, "bf16"), (torch.float16, "fp16"),
+                                       (torch.float8_e4m3fn, "e4m3"), (torch.float8_e5m2, "e5m2"),
+                                       (torch.float32, "fp32"), (torch.float32, "bf16")])
+def test_ulp_from_exponent_bits_is_frexps_for_every_value(held, name):
+    """ulp of a tensor float32 holds (the cast's output) reads |y|'s exponent bits; it gives what the
+    float64 frexp path gives for every value of 1- and 2-byte types (zeros, subnormals, inf and NaN
+    included) and for float32's subnormals, powers of two, their neighbours, inf and NaN."""
+    if held.itemsize <= 2:
+        bits = torch.arange(2 ** (8 * held.itemsize), dtype=torch.int32)
+        y = bits.to(torch.int16 if held.itemsize == 2 else torch.uint8).view(held)
+    else:
+        p = torch.tensor([2.0 ** e for e in range(-149, 128)], dtype=torch.float32)
+        y = torch.cat([p, torch.nextafter(p, torch.zeros_like(p)), torch.nextafter(p, torch.full_like(p, 1e38)),
+                       -p, torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan")]),
+                       torch.randn(4096) * 1e10])
+    got = tolerance.ulp(y, name)
+    want = tolerance.ulp(y.double(), name)
+    assert got.dtype == torch.float64 and torch.equal(got, want)

@@ -36,3 +36,11 @@ def test_check_is_the_same_with_and_without_the_pass(monkeypatch):
     assert fused.verdict == plain.verdict == "MATCH"
     wf, wp = fused.stages[-1].chained.worst, plain.stages[-1].chained.worst
     assert (wf.tile, wf.max_ratio) == (wp.tile, wp.max_ratio)
+
+
+def test_ulp_on_the_gpu_is_the_cpus():
+    """The cast bound's ulp from exponent bits on the GPU gives the CPU's float64 frexp values, for every bf16."""
+    from oracle.judging import tolerance
+
+    y = torch.arange(2 ** 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    assert torch.equal(tolerance.ulp(y.cuda(), "bf16").cpu(), tolerance.ulp(y.double(), "bf16"))

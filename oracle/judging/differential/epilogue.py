@@ -123,7 +123,7 @@ def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step:
         step = node.step
         if step == "cast":
             y = ref_epilogue.apply_cast(x, spec.out_dtype, spec.saturate)
-            bound = tolerance.cast_bound(bound, y.double(), spec.out_dtype)
+            bound = tolerance.cast_bound(bound, y, spec.out_dtype)
             yield step, y, bound
             return
         if not step_acts(spec, step):  # its value is x and its bound step 0 own, gain 1: no pass over them
@@ -136,7 +136,7 @@ def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step:
             bound = carried + own.double()
         if node.rounds:
             y = ref_epilogue.apply_round(y, node.round)
-            bound = tolerance.round_bound(bound, y.double(), node.round)
+            bound = tolerance.round_bound(bound, y, node.round)
         yield step, y, bound
         x = y
 
@@ -153,12 +153,12 @@ def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]
     else:  # the accumulator, S and the partial-sum statistics the accumulation bound reads, in one pass
         acc_full, s_full, stats = ref_mma.mma_accumulate(ops.a, ops.b, geo.bm, geo.bn, geo.bk, **mma_kwargs(ctx.ops),
                                                          with_stats=True, stats_chunk=spec.reduction_chunk)
-        acc_full, s_full = acc_full.float(), s_full.double()
+        acc_full = acc_full.float()
     zero = torch.zeros((), dtype=torch.float64, device=s_full.device)  # |x0|: the accumulator starts at 0
-    bound0 = accumulation_bound.mma_bound(spec, zero, s_full, spec.k, stats,
-                                          x_abs=lambda: acc_full.abs().double()).double()  # read by tf32 only
+    bound0 = accumulation_bound.mma_bound(spec, zero, s_full, spec.k, stats, x_abs=lambda: acc_full.abs().double(),
+                                          dtype=torch.float64)  # |X|: read by the truncated-operand bound only
     if spec.partitioned:  # the partials' reduction, in whatever order the kernel sums them
-        bound0 = bound0 + tolerance.reduce_bound(s_full, geo.max_partials())
+        bound0 = bound0 + tolerance.reduce_bound(s_full.double(), geo.max_partials())
     if geo.quant is not None:  # the kernel's dequantised operand may differ from the reference's within its bound
         from oracle.judging.differential.dequant import operand_bound
 
