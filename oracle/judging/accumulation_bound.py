@@ -30,6 +30,7 @@ own accumulation error (REF_CHAIN, a conservative fp32 chain) is added, as the f
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -262,7 +263,11 @@ def mma_bound(spec, x0_abs: torch.Tensor, s: torch.Tensor, n, stats=None, x_abs=
     if stats is not None and not isinstance(stats, SpanStats) and bound_pass.applies(stats.l, stats.v, s):
         form = bound_form(spec, Stats.of(stats), n, s)
         if form.fused():  # S as it is: the pass reads it in float64
-            return bound_pass.evaluate(form, stats.l, stats.v, s).to(dtype)
+            try:
+                return bound_pass.evaluate(form, stats.l, stats.v, s).to(dtype)
+            except bound_pass.PassUnavailable as e:  # the definition below gives the same values
+                warnings.warn(f"the accumulation bound's one pass could not be built ({e}); its torch definition "
+                              f"is used instead", RuntimeWarning, stacklevel=2)
     s64 = s.double()
     if stats is None:
         st = Stats.crude(x0_abs, s64, _per_unit(n, lambda k: max(1, math.ceil(k / spec.tile.bk)), s64))

@@ -14,9 +14,15 @@ choose_backend()  # before triton loads: its kernels are interpreted or compiled
 import torch
 import triton
 import triton.language as tl
+from triton.compiler.errors import CompilationError
 
 BLOCK = 1024
 MAX_MEMBERS = 8
+
+
+class PassUnavailable(Exception):
+    """Triton could not build the pass for this form (its compiler's error inside): the caller evaluates
+    the form's torch definition instead, and says so."""
 
 
 @triton.jit
@@ -42,6 +48,13 @@ def _linear(coef_ptr, at: tl.constexpr, mask: tl.constexpr, l, r, s):
 
 
 @triton.jit
+def _cover(coef_ptr, at: tl.constexpr, l, r, s):
+    """e (s + min(k r, l)), torch.minimum's NaN kept."""
+    least = tl.minimum(tl.load(coef_ptr + at + 1) * r, l, propagate_nan=tl.PropagateNan.ALL)
+    return tl.load(coef_ptr + at) * (s + least)
+
+
+@triton.jit
 def _bound_kernel(l_ptr, v_ptr, s_ptr, out_ptr, coef_ptr, n, N_MEMBERS: tl.constexpr, MASKS: tl.constexpr,
                   REF_MASK: tl.constexpr, N_COVERS: tl.constexpr, GROUPS: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -54,15 +67,14 @@ def _bound_kernel(l_ptr, v_ptr, s_ptr, out_ptr, coef_ptr, n, N_MEMBERS: tl.const
     at: tl.constexpr = 2 + 3 * N_MEMBERS
     ref = _linear(coef_ptr, at, REF_MASK, l, r, s)
     engine = _linear(coef_ptr, 2, MASKS & 7, l, r, s)
-    for i in tl.static_range(1, N_MEMBERS):
-        engine = tl.maximum(engine, _linear(coef_ptr, 2 + 3 * i, (MASKS >> (3 * i)) & 7, l, r, s), propagate_nan=tl.PropagateNan.ALL)
+    for i in tl.static_range(1, N_MEMBERS):  # torch.maximum: NaN wins
+        member = _linear(coef_ptr, 2 + 3 * i, (MASKS >> (3 * i)) & 7, l, r, s)
+        engine = tl.maximum(engine, member, propagate_nan=tl.PropagateNan.ALL)
     bound = engine + ref
     if N_COVERS > 0:
-        red = tl.load(coef_ptr + at + 3) * (s + tl.minimum(tl.load(coef_ptr + at + 4) * r, l, propagate_nan=tl.PropagateNan.ALL))
+        red = _cover(coef_ptr, at + 3, l, r, s)
         for j in tl.static_range(1, N_COVERS):
-            cover = tl.load(coef_ptr + at + 3 + 2 * j) * \
-                (s + tl.minimum(tl.load(coef_ptr + at + 4 + 2 * j) * r, l, propagate_nan=tl.PropagateNan.ALL))
-            red = tl.maximum(red, cover, propagate_nan=tl.PropagateNan.ALL)
+            red = tl.maximum(red, _cover(coef_ptr, at + 3 + 2 * j, l, r, s), propagate_nan=tl.PropagateNan.ALL)
         bound = bound + red
     if GROUPS:
         bound = bound + tl.load(coef_ptr + at + 3 + 2 * N_COVERS) * r
@@ -103,7 +115,11 @@ def evaluate(form, l: torch.Tensor, v: torch.Tensor, s: torch.Tensor) -> torch.T
         masks = 0
         for i, lin in enumerate(members):
             masks |= _mask(lin) << (3 * i)
-        _bound_kernel[(triton.cdiv(n, BLOCK),)](
-            l, v, s, out, coef_t, n, N_MEMBERS=len(members), MASKS=masks, REF_MASK=_mask(form.reference),
-            N_COVERS=len(form.reduction), GROUPS=form.groups is not None, BLOCK=BLOCK, enable_fp_fusion=False)
+        try:
+            _bound_kernel[(triton.cdiv(n, BLOCK),)](
+                l, v, s, out, coef_t, n, N_MEMBERS=len(members), MASKS=masks, REF_MASK=_mask(form.reference),
+                N_COVERS=len(form.reduction), GROUPS=form.groups is not None, BLOCK=BLOCK, enable_fp_fusion=False)
+        except CompilationError as e:  # the compiler's refusal, before anything ran
+            said = str(e).strip().splitlines()
+            raise PassUnavailable(f"{type(e).__name__}: {said[-1] if said else ''}") from e
     return out

@@ -49,7 +49,8 @@ def same_values(got, want, ulps: int = 0) -> bool:
     fin = want.isfinite()
     if ulps == 0:
         return bool((got[fin] == want[fin]).all())
-    return bool(((got[fin] - want[fin]).abs() <= ulps * torch.finfo(torch.float64).eps * want[fin].abs()).all())
+    eps = torch.finfo(torch.float64).eps
+    return bool(((got[fin] - want[fin]).abs() <= ulps * eps * want[fin].abs()).all())
 
 
 def _definition(spec, l, v, s):
@@ -59,9 +60,10 @@ def _definition(spec, l, v, s):
 
 FUSED = [
     ("bf16", None, {}), ("fp16", None, {}), ("fp32", "fp32", {}), ("bf16", "any", {}), ("fp16", "any", {}),
-    ("fp16", "fp16", {"acc_dtype": "fp16"}), ("e4m3", "fp8_fast", {}), ("e4m3", "fp8_promoted", {"promotion_interval": 64}),
-    ("e4m3", "any", {"promotion_interval": 64}), ("e4m3", "any", {}), ("bf16", None, {"reduction": "fp32"}),
-    ("bf16", "any", {"reduction": "fp32"}), ("bf16", None, {"k": 100}),
+    ("fp16", "fp16", {"acc_dtype": "fp16"}), ("e4m3", "fp8_fast", {}),
+    ("e4m3", "fp8_promoted", {"promotion_interval": 64}), ("e4m3", "any", {"promotion_interval": 64}),
+    ("e4m3", "any", {}), ("bf16", None, {"reduction": "fp32"}), ("bf16", "any", {"reduction": "fp32"}),
+    ("bf16", None, {"k": 100}),
 ]
 
 
@@ -123,3 +125,30 @@ def test_per_unit_spans_stay_with_torch():
 def test_the_pass_is_only_taken_on_a_gpu():
     l, v, s = _stats()
     assert not bound_pass.applies(l, v, s)
+
+
+def test_a_pass_triton_cannot_build_leaves_the_bound_to_its_definition(monkeypatch):
+    """The compiler's refusal becomes PassUnavailable, and mma_bound evaluates the torch definition with a
+    warning that names it: the same values, no failed check."""
+    import ast
+
+    from triton.compiler.errors import CompilationError
+
+    class Refusing:
+        def __getitem__(self, grid):
+            def launch(*a, **k):
+                raise CompilationError("src", ast.parse("x"), "what the compiler said")
+            return launch
+
+    spec = _spec("bf16", "any")
+    l, v, s = _stats(2)
+    form = AB.bound_form(spec, Stats(l, v), spec.k, s)
+    monkeypatch.setattr(bound_pass, "_bound_kernel", Refusing())
+    with pytest.raises(bound_pass.PassUnavailable, match="CompilationError"):
+        bound_pass.evaluate(form, l, v, s)
+    stats = MmaStats(l, v, torch.zeros_like(l), torch.zeros_like(l), torch.zeros_like(l))
+    zero = torch.zeros((), dtype=torch.float64)
+    monkeypatch.setattr(bound_pass, "applies", lambda *t: True)
+    with pytest.warns(RuntimeWarning, match="one pass could not be built"):
+        got = AB.mma_bound(spec, zero, s, spec.k, stats)
+    assert same_values(got, _definition(spec, l, v, s))

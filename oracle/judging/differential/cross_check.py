@@ -9,9 +9,9 @@ On each sampled tile (knobs.CROSS_CHECK_TILES: the first tapped tiles, else the 
             middle lines. The spec is kernels_ref.mma_sample.mma_sample_host: each k-block's product in one
             batched float64 torch matmul on the references' device (not Triton), the accumulator's
             roundings in order on the CPU; judged with the accumulation bound of the spec;
-  epilogue  every epilogue step that acts (epilogue.step_acts: one that changes nothing is its input
-            on both sides) of the whole tile, fed with the Triton accumulator and each previous
-            Triton step, against its float64 host spec;
+  epilogue  the cast and every epilogue step that acts (epilogue.step_acts: run_epilogue passes one
+            that changes nothing through, its input on both sides) of the whole tile, fed with the
+            Triton accumulator and each previous Triton step, against its float64 host spec;
   partials  split problems: each partial and the reduction against their host specs.
 The Triton side and the spec's products run first, with no host round trip; what the host
 compares crosses to the CPU in one copy, without blocking (HostCopy). The host side (the specs'
@@ -233,7 +233,7 @@ def start_cross_check(ctx: Context, tiles: Sequence[tuple[int, int]],
         vec = Vectors(ctx, tile)
         x = final[t].float()
         steps = [st for st in run_epilogue(ctx, x, torch.zeros(x.shape, dtype=torch.float64, device=geo.dev), 0, vec)
-                 if step_acts(spec, st[0])]  # a step that changes nothing is x on both sides: nothing to check
+                 if st[0] == "cast" or step_acts(spec, st[0])]  # the others are x on both sides (run_epilogue)
         epilogues.append((vec, x, steps))
     # the float64 spec of the accumulator on the sampled lines: its products on the device
     base_r = torch.tensor([tm * geo.bm for tm, _ in tiles])[:, None]
