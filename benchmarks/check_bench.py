@@ -24,7 +24,8 @@ reference GEMM with statistics on each launch tile, and whether each gives the f
 --device cpu runs the same plumbing without a GPU (Triton interpreted; for the tests, tiny sizes).
 JSON keys: machine, device, seed, sizes (one entry per size: n, verdict, worst_tile, first_ms,
 warm_ms {median, min, max, all}, phases_ms (medians), gemm_ms, ratio_to_gemm, reference_gemm_ms,
-goal_ms, meets_goal, goal_ratio, meets_goal_ratio),
+goal_ms, meets_goal, goal_ratio, meets_goal_ratio; with the options, profile, device_profile (paths) and
+reference_gemm_by_launch_tile_ms {"BMxBN": {median, min, max, same_bits}}),
 versions, host (CPUs, those this process may use, torch's intra-op threads), date, elapsed_s.
 Exit code 0 when every size was measured and its verdicts agree.
 """
