@@ -152,3 +152,29 @@ def test_a_pass_triton_cannot_build_leaves_the_bound_to_its_definition(monkeypat
     with pytest.warns(RuntimeWarning, match="one pass could not be built"):
         got = AB.mma_bound(spec, zero, s, spec.k, stats)
     assert same_values(got, _definition(spec, l, v, s))
+
+
+def test_check_with_the_pass_is_check_without_it_on_hostile_calls(monkeypatch):
+    """The fuzzer's oracle.check calls (huge and non-finite alpha, beta, scales and operands, every
+    operand type) judged with the bound's torch definition and with its one pass (the interpreter in
+    the GPU's place): the same verdict, worst tile, mismatches and ratio (to 12 digits: torch's CPU sqrt),
+    or the same refusal."""
+    import fuzz_inputs as F  # tests/ is on sys.path
+    import oracle
+
+    def outcome(args, kw):
+        try:
+            rep = oracle.check(*args, **kw)
+        except Exception as e:  # a documented refusal: the same one both ways
+            return ("refused", type(e).__name__)
+        w = rep.stages[-1].chained.worst
+        return str(rep.verdict), None if w is None else (w.tile, w.mismatches, f"{w.max_ratio:.12g}")  # CPU sqrt
+
+    used = []
+    for seed in range(120):
+        args, kw, how = F.make_check_call(seed)
+        monkeypatch.setattr(bound_pass, "applies", lambda *t: False)
+        plain = outcome(args, kw)
+        monkeypatch.setattr(bound_pass, "applies", lambda *t: used.append(seed) or True)
+        assert outcome(args, kw) == plain, (seed, how)
+    assert len(set(used)) >= 15  # the pass judged a good share of them
