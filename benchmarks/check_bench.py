@@ -193,21 +193,22 @@ def bench_size(n: int, seed: int, dev: torch.device, args) -> dict:
     row["meets_goal"] = None if row["goal_ms"] is None else row["warm_ms"]["median"] <= row["goal_ms"]
     row["meets_goal_ratio"] = None if row["goal_ratio"] is None else row["ratio_to_gemm"] <= row["goal_ratio"]
     if args.profile:
-        os.makedirs(args.profile, exist_ok=True)
-        path = os.path.join(args.profile, f"check_{n}.txt")
-        with open(path, "w") as f:
-            f.write(profile_text(lambda: _check(a, b, d)))
-        row["profile"] = path
+        row["profile"] = _write(args.profile, f"check_{n}.txt", profile_text(lambda: _check(a, b, d)))
     if args.stats_tiles:
         tiles = [tuple(int(x) for x in t.lower().split("x")) for t in args.stats_tiles]
         row["reference_gemm_by_launch_tile_ms"] = stats_tiles(a, b, d, dev, tiles, max(1, min(args.gemm_reps, 10)))
     if args.device_profile:
-        os.makedirs(args.device_profile, exist_ok=True)
-        path = os.path.join(args.device_profile, f"check_device_{n}.txt")
-        with open(path, "w") as f:
-            f.write(device_profile_text(lambda: _check(a, b, d)))
-        row["device_profile"] = path
+        row["device_profile"] = _write(args.device_profile, f"check_device_{n}.txt",
+                                       device_profile_text(lambda: _check(a, b, d)))
     return row
+
+
+def _write(folder: str, name: str, text: str) -> str:
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
 
 
 def _provenance(argv, args, seed: int, dev: torch.device) -> dict:

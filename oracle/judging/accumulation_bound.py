@@ -228,13 +228,13 @@ def _scale_groups_linear(spec) -> Optional[Linear]:
 
 def _per_unit(n, fn, like: torch.Tensor):
     """fn(n) for a span of n products; for n a sequence (one span per unit along like's first
-    dim), fn of each as a [U, 1, ...] tensor of like's dtype, or the one value they share."""
+    dim), fn of each as a float64 [U, 1, ...] tensor on like's device, or the one value they share."""
     if not isinstance(n, (list, tuple)):
         return float(fn(n))
     vals = [fn(k) for k in n]
     if all(v == vals[0] for v in vals):
         return float(vals[0])
-    return torch.tensor(vals, dtype=like.dtype, device=like.device).reshape((-1,) + (1,) * (like.dim() - 1))
+    return torch.tensor(vals, dtype=torch.float64, device=like.device).reshape((-1,) + (1,) * (like.dim() - 1))
 
 
 def bound_form(spec, st: Stats, n, like: torch.Tensor) -> BoundForm:
@@ -260,17 +260,8 @@ def mma_bound(spec, x0_abs: torch.Tensor, s: torch.Tensor, n, stats=None, x_abs=
     dtype = dtype or (s.dtype if s.is_floating_point() else torch.float64)
     if model.chain is None and not model.union:
         return torch.zeros_like(s, dtype=torch.float64)
-    if stats is not None and not isinstance(stats, SpanStats) and bound_pass.applies(stats.l, stats.v, s):
-        form = bound_form(spec, Stats.of(stats), n, s)
-        if form.fused():  # S as it is: the pass reads it in float64
-            try:
-                return bound_pass.evaluate(form, stats.l, stats.v, s).to(dtype)
-            except bound_pass.PassUnavailable as e:  # the definition below gives the same values
-                warnings.warn(f"the accumulation bound's one pass could not be built ({e}); its torch definition "
-                              f"is used instead", RuntimeWarning, stacklevel=2)
-    s64 = s.double()
     if stats is None:
-        st = Stats.crude(x0_abs, s64, _per_unit(n, lambda k: max(1, math.ceil(k / spec.tile.bk)), s64))
+        st = Stats.crude(x0_abs, s.double(), _per_unit(n, lambda k: max(1, math.ceil(k / spec.tile.bk)), s))
     elif isinstance(stats, SpanStats):
         st = stats.stats()
         x_abs = stats.span_sum_abs() if x_abs is None else x_abs
@@ -278,10 +269,16 @@ def mma_bound(spec, x0_abs: torch.Tensor, s: torch.Tensor, n, stats=None, x_abs=
         st = stats
     else:
         st = Stats.of(stats)
-    form = bound_form(spec, st, n, s64)
+    form = bound_form(spec, st, n, s)
+    if form.fused() and bound_pass.applies(st.l, st.v, s):  # S as it is: the pass reads it in float64
+        try:
+            return bound_pass.evaluate(form, st.l, st.v, s).to(dtype)
+        except bound_pass.PassUnavailable as e:  # the definition below gives the same values
+            warnings.warn(f"the accumulation bound's one pass could not be built ({e}); its torch definition "
+                          f"is used instead", RuntimeWarning, stacklevel=2)
     st = Stats(st.l.double() * STATS_MARGIN, st.v.double() * STATS_MARGIN ** 2,
                None if st.q is None else st.q.double(), st.pabs, st.prun)
-    return form.evaluate(st, s64, x_abs).to(dtype)
+    return form.evaluate(st, s.double(), x_abs).to(dtype)
 
 
 def describe(spec) -> str:

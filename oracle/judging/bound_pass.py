@@ -26,24 +26,25 @@ class PassUnavailable(Exception):
 
 
 @triton.jit
+def _term(out, started: tl.constexpr, k, x):
+    """out + k x, or k x where no term came before (as torch adds a Linear's terms)."""
+    if started:
+        out = out + k * x
+    else:
+        out = k * x
+    return out
+
+
+@triton.jit
 def _linear(coef_ptr, at: tl.constexpr, mask: tl.constexpr, l, r, s):
     """a l + b r + c s, the terms in mask (bit 0 a, 1 b, 2 c) added in that order."""
     out = tl.zeros_like(l)
-    first = True
     if mask & 1:
-        out = tl.load(coef_ptr + at) * l
-        first = False
+        out = _term(out, False, tl.load(coef_ptr + at), l)
     if mask & 2:
-        if first:
-            out = tl.load(coef_ptr + at + 1) * r
-        else:
-            out = out + tl.load(coef_ptr + at + 1) * r
-        first = False
+        out = _term(out, mask & 1, tl.load(coef_ptr + at + 1), r)
     if mask & 4:
-        if first:
-            out = tl.load(coef_ptr + at + 2) * s
-        else:
-            out = out + tl.load(coef_ptr + at + 2) * s
+        out = _term(out, mask & 3, tl.load(coef_ptr + at + 2), s)
     return out
 
 

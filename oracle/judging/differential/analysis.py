@@ -83,9 +83,12 @@ def analyze(rec: Recording, device: Optional[torch.device] = None) -> Analysis:
     if rec.spec.group_sizes is not None:
         return _analyze_groups(rec, device)
     an = _analyze_one(rec, device)
-    silent = untapped_tiles(rec)
-    return dataclasses.replace(an, unobserved=an.unobserved + tuple(u.note(g) for g, u in silent.items())) \
-        if silent else an
+    return dataclasses.replace(an, unobserved=an.unobserved + _untapped_notes(untapped_tiles(rec)))
+
+
+def _untapped_notes(silent: dict) -> tuple[str, ...]:
+    """What the unobserved list says of selected tiles no tap came from (findings.untapped_tiles)."""
+    return tuple(u.note(g) for g, u in silent.items())
 
 
 def _analyze_groups(rec: Recording, device) -> Analysis:
@@ -112,7 +115,7 @@ def _analyze_groups(rec: Recording, device) -> Analysis:
             phases[name] = phases.get(name, 0.0) + ms
     return dataclasses.replace(an, group=g, groups=tuple(outcomes), whole=rec, first=first,
                                phases=tuple(phases.items()),
-                               unobserved=an.unobserved + tuple(u.note(g) for g, u in silent.items()))
+                               unobserved=an.unobserved + _untapped_notes(silent))
 
 
 def _empty_k_group(rec: Recording, g: int, an: Analysis) -> Analysis:
