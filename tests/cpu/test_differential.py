@@ -4,6 +4,7 @@ to its stage, correct kernels MATCH, and confounds make drafts."""
 import dataclasses
 
 import pytest
+import torch
 
 from oracle.judging.diagnose import Kind, Verdict
 from oracle.judging.differential import analyze
@@ -110,6 +111,25 @@ def test_broken_reference_makes_the_oracle_untrusted(monkeypatch):
     monkeypatch.setattr(mma_sample, "mma_sample_finish", lambda *a, **k: (lambda acc, s: (acc * 1.5, s))(*real(*a, **k)))
     an = run(BASE, "mma_kblock_twice")
     assert an.verdict is Verdict.ORACLE_UNTRUSTED and an.cross_check
+
+
+def test_a_whole_output_accumulator_off_the_checked_trajectory_makes_the_oracle_untrusted(monkeypatch):
+    """The verdict reads the statistics kernel's accumulator (its own kernel on the GPU); the cross-check
+    holds it to the trajectory it checks against the host spec, bit for bit on the sampled tiles."""
+    from kernels_ref import mma_stats
+
+    real = mma_stats.accumulate_stats
+
+    def off_by_an_ulp(*a, **k):
+        acc, s, st = real(*a, **k)
+        acc[64, 0] = torch.nextafter(acc[64, 0], torch.tensor(float("inf")))  # in tile (1, 0), the one sampled
+        return acc, s, st
+
+    monkeypatch.setattr(mma_stats, "accumulate_stats", off_by_an_ulp)
+    monkeypatch.setattr("kernels_ref.mma.accumulate_stats", off_by_an_ulp)
+    an = run(BASE, "mma_kblock_twice")
+    assert an.verdict is Verdict.ORACLE_UNTRUSTED
+    assert any("whole-output reference accumulator" in c for c in an.cross_check)
 
 
 @pytest.mark.parametrize("broken", [None, "load", "mma"])

@@ -21,7 +21,7 @@ from kernels_ref.dtypes import DTYPES
 from oracle import knobs
 from oracle.judging.diagnose import Diagnosis, Kind, Verdict, first_divergence
 from oracle.judging.differential.context import Context, StageResult
-from oracle.judging.differential.cross_check import start_cross_check
+from oracle.judging.differential.cross_check import PendingCrossCheck, start_cross_check
 from oracle.judging.differential.dequant import dequant_stage
 from oracle.judging.differential.epilogue import epilogue_stages, reference_chain, steps_of
 from oracle.judging.differential.groups import (GroupOutcome, deciding, empty_k_group_hint, group_recordings,
@@ -193,7 +193,7 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None, peers=No
     pending = start_cross_check(ctx, sample)  # its host side overlaps the stages
     clock.lap("cross_check")
     try:
-        stages, notes = _stages(ctx, clock)
+        stages, notes = _stages(ctx, clock, pending)
         cross = tuple(pending.result())
         clock.lap("cross_check_host")
     finally:
@@ -230,9 +230,10 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None, peers=No
                     phases=clock.phases(notes.compare_s), out_of_bounds=ordered(rec.guard_breaches))
 
 
-def _stages(ctx: Context, clock: _Clock) -> tuple[list[StageResult], StageNotes]:
+def _stages(ctx: Context, clock: _Clock, pending: PendingCrossCheck) -> tuple[list[StageResult], StageNotes]:
     """Every stage's result, in the pipeline's order, and their notes folded in that order (after
-    what the tap index found in the records)."""
+    what the tap index found in the records); the cross-check watches the reference chain's
+    accumulator."""
     spec = ctx.geo.spec
     done = [descriptor_stage(ctx, op) for op in ("a", "b")]
     done += [load_stage(ctx, op) for op in ("a", "b")]
@@ -243,7 +244,7 @@ def _stages(ctx: Context, clock: _Clock) -> tuple[list[StageResult], StageNotes]
     reduce_result, reduce_notes, sources = reduce_stage(ctx, finals)
     done += [(mma_result, mma_notes), (reduce_result, reduce_notes)]
     clock.lap("mma_reduce")
-    chain = reference_chain(ctx)
+    chain = reference_chain(ctx, watch=pending.watch_accumulator)
     clock.lap("reference_chain")
     epilogue, epilogue_notes = epilogue_stages(ctx, chain, sources)
     clock.lap("epilogue_store")

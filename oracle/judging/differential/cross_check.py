@@ -8,7 +8,10 @@ On each sampled tile (knobs.CROSS_CHECK_TILES: the first tapped tiles, else the 
             SAMPLE_LINES columns (every row) of the tile: both edges, the corners, the quarter and
             middle lines. The spec is kernels_ref.mma_sample.mma_sample_host: each k-block's product in one
             batched float64 torch matmul on the references' device (not Triton), the accumulator's
-            roundings in order on the CPU; judged with the accumulation bound of the spec;
+            roundings in order on the CPU; judged with the accumulation bound of the spec; and the
+            whole-output accumulator the verdict reads (the statistics kernel's, a kernel of its
+            own on the GPU) bit for bit against that trajectory on the sampled tiles
+            (PendingCrossCheck.watch_accumulator, handed it by the reference chain);
   epilogue  the cast and every epilogue step that acts (epilogue.step_acts: run_epilogue passes one
             that changes nothing through, its input on both sides) of the whole tile, fed with the
             Triton accumulator and each previous Triton step, against its float64 host spec;
@@ -162,17 +165,36 @@ def one_host_thread():
 class PendingCrossCheck:
     """A cross-check whose device work is launched and whose host side (the float64 specs and the
     comparisons, on the CPU only) runs on the worker thread, or, without it, on one host thread
-    when `result` is asked."""
+    when `result` is asked. `watch_accumulator` adds the whole-output reference accumulator's
+    agreement with the checked trajectory on the sampled tiles."""
 
-    def __init__(self, host_side: Callable[[], list[str]], background: bool):
+    def __init__(self, host_side: Callable[[], list[str]], background: bool, sample=None):
         self._host_side = host_side
         self._future = _executor().submit(host_side) if background else None
+        self._sample = sample  # (tiles, their checked accumulators [T, BM, BN], bm, bn) or None
+        self._watched: list[tuple[str, torch.Tensor]] = []
+
+    def watch_accumulator(self, acc_full: torch.Tensor) -> None:
+        """The whole output's reference accumulator [M, N] (the statistics kernel's, which the verdict
+        reads) against the trajectory the cross-check holds to its spec, bit for bit on the sampled
+        tiles (inside M x N). The comparison is launched here; `result` reads it."""
+        if self._sample is None:
+            return
+        tiles, final, bm, bn = self._sample
+        M, N = acc_full.shape
+        for t, (tm, tn) in enumerate(tiles):
+            got = acc_full[tm * bm:(tm + 1) * bm, tn * bn:(tn + 1) * bn]
+            want = final[t, :got.shape[0], :got.shape[1]].to(got.dtype)
+            self._watched.append((f"mma tile {(tm, tn)}: the whole-output reference accumulator != the checked "
+                                  f"trajectory", exact_equal(got, want).all()))
 
     def result(self) -> list[str]:
         if self._future is not None:
-            return self._future.result()
-        with one_host_thread():
-            return self._host_side()
+            problems = self._future.result()
+        else:
+            with one_host_thread():
+                problems = self._host_side()
+        return problems + [label for label, ok in self._watched if not bool(ok)]
 
     def close(self) -> None:
         """Wait for the worker, its outcome dropped (the analysis failed before it asked)."""
@@ -259,7 +281,7 @@ def start_cross_check(ctx: Context, tiles: Sequence[tuple[int, int]],
     meta = [(op, tile, kb) for op, tile, kb, _, _ in loads]
     steps_of_tiles = [[step for step, _, _ in steps] for _, _, steps in epilogues]
     return PendingCrossCheck(lambda: _host_side(ctx, tiles, meta, sampled, steps_of_tiles, copy) + partials,
-                             background=background)
+                             background=background, sample=(tiles, final, geo.bm, geo.bn))
 
 
 def _host_side(ctx: Context, tiles, loads, sampled, steps_of_tiles, copy: HostCopy) -> list[str]:

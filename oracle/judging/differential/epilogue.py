@@ -18,7 +18,7 @@ the kernel's epilogue is not the declared one.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -141,8 +141,10 @@ def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step:
         x = y
 
 
-def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """The reference pipeline over the whole output: each epilogue step's values and bound."""
+def reference_chain(ctx: Context, watch: Optional[Callable[[torch.Tensor], None]] = None
+                    ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The reference pipeline over the whole output: each epilogue step's values and bound. `watch`
+    is handed the whole-output accumulator (the cross-check's `watch_accumulator`)."""
     geo, ops = ctx.geo, ctx.ops
     spec = geo.spec
     stats = None
@@ -154,6 +156,8 @@ def reference_chain(ctx: Context) -> dict[str, tuple[torch.Tensor, torch.Tensor]
         acc_full, s_full, stats = ref_mma.mma_accumulate(ops.a, ops.b, geo.bm, geo.bn, geo.bk, **mma_kwargs(ctx.ops),
                                                          with_stats=True, stats_chunk=spec.reduction_chunk)
         acc_full = acc_full.float()
+    if watch is not None:
+        watch(acc_full)
     zero = torch.zeros((), dtype=torch.float64, device=s_full.device)  # |x0|: the accumulator starts at 0
     bound0 = accumulation_bound.mma_bound(spec, zero, s_full, spec.k, stats, x_abs=lambda: acc_full.abs().double(),
                                           dtype=torch.float64)  # |X|: read by the truncated-operand bound only
