@@ -13,7 +13,8 @@ report) comes from its --json report.
 The same command is then timed through a warm server (`python -m oracle serve`, ORACLE_SERVER
 set: the command's own process imports no torch and hands the command line to the server), and
 inside one Python process (`oracle.tools.cli.main`, as from a notebook or a script that imports the
-oracle): one warming call, then `--runs` timed calls each. And, as the peer measured in the same
+oracle): one warming call, then `--runs` timed calls each (with --profile FILE, one more in-process
+call under cProfile, its statistics in FILE and the path under "profile"). And, as the peer measured in the same
 run, right before each warm run of the plain command, the wall time of a bare
 `python -c "import torch"`: every process that uses torch pays it before the oracle does anything
 (the plain command's own part: each warm run less the import before it). The oracle's bytecode is
@@ -81,6 +82,23 @@ def _provenance(argv, args, others: int) -> dict:
             statistic="median (every run kept)"))
 
 
+def _profiled(fn) -> str:
+    """cProfile of one more warm in-process call, by cumulative and by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    pr = cProfile.Profile()
+    pr.enable()
+    fn()
+    pr.disable()
+    out = io.StringIO()
+    pstats.Stats(pr, stream=out).sort_stats("cumulative").print_stats(80)
+    out.write("\n\n==== tottime ====\n")
+    pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(50)
+    return out.getvalue()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=4096)
@@ -91,6 +109,8 @@ def main(argv=None) -> int:
     ap.add_argument("--attention", action="store_true",
                     help="the FlashAttention-3-style zoo kernel (4 x 32 heads (8 KV) x 8192 x d128) instead of the GEMM")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--profile", default=None, metavar="FILE",
+                    help="write cProfile statistics of one more warm in-process call to FILE")
     args = ap.parse_args(argv)
 
     from harness.build import default_cache_dir
@@ -160,6 +180,8 @@ def main(argv=None) -> int:
                 if i:
                     in_process.append(round(time.perf_counter() - t0, 3))
                 ok = ok and code == 0
+            if args.profile:
+                profiled = _profiled(lambda: oracle_main(argv))
         finally:
             os.chdir(cwd)
 
@@ -217,6 +239,9 @@ def main(argv=None) -> int:
         "runs": runs,
         provenance.KEY: _provenance(argv, args, others),
     }
+    if args.profile:
+        Path(args.profile).write_text(profiled)
+        result["profile"] = args.profile
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=1))
     if args.out:
         with open(args.out, "w") as f:
