@@ -231,7 +231,8 @@ def test_the_cross_checks_one_copy_keeps_every_tensor_whole_whatever_its_dtype()
     g = torch.Generator().manual_seed(5)
     ts = [torch.randn(3, 5, generator=g).to(torch.float8_e4m3fn), None,
           torch.randn(7, 3, generator=g, dtype=torch.float64), torch.randn(5, generator=g).bfloat16(),
-          torch.arange(3, dtype=torch.int32), torch.randn(1, generator=g).half()]
+          torch.arange(3, dtype=torch.int32), torch.randn(1, generator=g).half(),
+          torch.randn(6, 4, generator=g)[1:5:2, 1:3], torch.zeros(0, 3), torch.tensor([True, False, True])]
     packed, offsets = pack_bytes(ts, "cpu")
     assert all(o % 8 == 0 for o in offsets if o >= 0)
     back = unpack_bytes(packed.clone(), ts, offsets)

@@ -100,19 +100,22 @@ _ALIGN = 16  # every tensor starts at a multiple of this many bytes, so any dtyp
 
 
 def pack_bytes(tensors: Sequence[Optional[torch.Tensor]], device) -> tuple[torch.Tensor, list[int]]:
-    """The tensors' bytes in one uint8 tensor on `device`, each padded to _ALIGN bytes, and where
-    each begins (-1 for None)."""
-    chunks, offsets, at = [], [], 0
+    """The tensors' bytes in one uint8 tensor on `device`, each starting at a multiple of _ALIGN
+    bytes, and where each begins (-1 for None): one buffer, each tensor copied into its slice (strided
+    ones too, by that one copy)."""
+    offsets, at = [], 0
     for t in tensors:
         if t is None:
             offsets.append(-1)
             continue
-        b = t.detach().to(device).contiguous().reshape(-1).view(torch.uint8)
-        pad = -b.numel() % _ALIGN
-        chunks.append(b if not pad else torch.cat([b, b.new_zeros(pad)]))
         offsets.append(at)
-        at += b.numel() + pad
-    return (torch.cat(chunks) if chunks else torch.empty(0, dtype=torch.uint8, device=device)), offsets
+        n = t.numel() * t.element_size()
+        at += n + (-n % _ALIGN)
+    packed = torch.empty(at, dtype=torch.uint8, device=device)
+    for t, o in zip(tensors, offsets):
+        if t is not None and t.numel():
+            packed[o:o + t.numel() * t.element_size()].view(t.dtype).view(t.shape).copy_(t.detach())
+    return packed, offsets
 
 
 def unpack_bytes(packed: torch.Tensor, tensors: Sequence[Optional[torch.Tensor]], offsets: list[int]):
