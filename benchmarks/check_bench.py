@@ -17,15 +17,16 @@ by torch.matmul (cuBLAS) with reduced-precision bf16 reductions off. Measured:
 Every warm check must give the first one's verdict and worst tile (else exit 1). With --profile DIR,
 two more warm checks per size run under cProfile and DIR/check_<n>.txt holds the statistics sorted
 by cumulative and by own time; with --device-profile DIR, DIR/check_device_<n>.txt holds torch.profiler's
-device time per kernel (and host time per operator) of two more; with --stats-tiles 64x32 64x64 ..., the
-reference GEMM with statistics on each launch tile, and whether each gives the first one's bits. Goals (reported, not enforced): 4096^3 <= 25 ms, 8192^3 <= 60 ms, and
+device time per kernel (and host time per operator) of two more; with --stats-tiles 64x32 64x64x4x3 ...
+and --stats-fast 64x32x4x3 128x32x8x4 ..., the reference GEMM with statistics on each launch of its general
+and of its fast kernel, and whether each gives the default path's bits. Goals (reported, not enforced): 4096^3 <= 25 ms, 8192^3 <= 60 ms, and
 (the next ones) the warm check within 10x the GEMM at 4096^3, 5x at 8192^3.
 
 --device cpu runs the same plumbing without a GPU (Triton interpreted; for the tests, tiny sizes).
 JSON keys: machine, device, seed, sizes (one entry per size: n, verdict, worst_tile, first_ms,
 warm_ms {median, min, max, all}, phases_ms (medians), gemm_ms, ratio_to_gemm, reference_gemm_ms,
 goal_ms, meets_goal, goal_ratio, meets_goal_ratio; with the options, profile, device_profile (paths) and
-reference_gemm_by_launch_tile_ms {"BMxBN": {median, min, max, same_bits}}),
+reference_gemm_by_launch_ms {"general|fast BMxBNxWxS": {median, min, max, same_bits}}),
 versions, host (CPUs, those this process may use, torch's intra-op threads), date, elapsed_s.
 Exit code 0 when every size was measured and its verdicts agree.
 """
@@ -105,39 +106,52 @@ def time_ms(fn, dev: torch.device, reps: int, warmup: int = 3) -> dict:
     return {"median": statistics.median(times), "min": min(times), "max": max(times)}
 
 
-def reference_gemm(a, b, d):
-    """The reference chain's GEMM with statistics for this check's problem, as a callable."""
-    from kernels_ref import mma as ref_mma
+def stats_params(a, b, d):
+    """The reference chain's GEMM with statistics for this check's problem: its validated parameters
+    and split-K chunk (kernels_ref.mma_stats.accumulate_stats's first two arguments)."""
+    from kernels_ref.mma_params import MainloopParams
     from oracle.judging.differential.context import Context
     from oracle.judging.differential.mma import mma_kwargs
     from oracle.tools.api import recording_of
 
     ctx = Context.of(recording_of(a, b, d), d.device)
-    spec = ctx.geo.spec
-    return lambda: ref_mma.mma_accumulate(ctx.ops.a, ctx.ops.b, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk,
-                                          **mma_kwargs(ctx.ops), with_stats=True, stats_chunk=spec.reduction_chunk)
+    p = MainloopParams(ctx.ops.a, ctx.ops.b, ctx.geo.bm, ctx.geo.bn, ctx.geo.bk, **mma_kwargs(ctx.ops))
+    return p, ctx.geo.spec.reduction_chunk
 
 
-def stats_tiles(a, b, d, dev, tiles, reps: int) -> dict:
-    """The reference GEMM with statistics timed on each launch tile (kernels_ref.mma_stats.STATS_LAUNCH_TILE:
-    each element's arithmetic depends on the k-blocks only, so every tile must give the same bits, which
-    is checked here). {"BMxBN": {"median", "min", "max", "same_bits"}}."""
+def reference_gemm(a, b, d, **launch):
+    """That GEMM as a callable (`launch`: accumulate_stats's launch and fast)."""
     from kernels_ref import mma_stats
 
-    run = reference_gemm(a, b, d)
-    keep = mma_stats.STATS_LAUNCH_TILE
-    out, first = {}, None
-    try:
-        for bm, bn in tiles:
-            mma_stats.STATS_LAUNCH_TILE = (bm, bn)
-            acc, s, st = run()
-            got = torch.cat([acc.reshape(-1), s.reshape(-1), st.l.reshape(-1), st.v.reshape(-1)])
-            first = got if first is None else first
+    p, chunk = stats_params(a, b, d)
+    return lambda: mma_stats.accumulate_stats(p, chunk, d.device, **launch)
+
+
+def stats_launches(a, b, d, dev, general, fast, reps: int) -> dict:
+    """The reference GEMM with statistics timed on each launch of the general kernel (`general`) and of
+    the fast one (`fast`), kernels_ref.mma_stats.StatsLaunch labels. Each element's arithmetic depends on
+    the k-blocks only, so every launch must give the default path's bits, which is checked here.
+    {"general BMxBNxWxS" | "fast BMxBNxWxS": {"median", "min", "max", "same_bits"} or {"skipped": why}}."""
+    from kernels_ref import mma_stats
+
+    def bits(run):
+        acc, s, st = run()
+        return torch.cat([x.reshape(-1).view(torch.int32) for x in (acc, s, st.l, st.v, st.pabs, st.prun)])
+
+    want = bits(reference_gemm(a, b, d))
+    applies = mma_stats.fast_path_applies(stats_params(a, b, d)[0])
+    out = {}
+    for kind, labels in (("general", general), ("fast", fast)):
+        for label in labels:
+            launch = mma_stats.StatsLaunch.parse(label)
+            if kind == "fast" and not applies:
+                out[f"{kind} {launch.label()}"] = {"skipped": "the fast kernel does not apply here (fast_path_applies)"}
+                continue
+            run = reference_gemm(a, b, d, launch=launch, fast=kind == "fast")
+            same = bool(torch.equal(bits(run), want))
             row = time_ms(run, dev, reps, warmup=1)
-            row["same_bits"] = bool(torch.equal(got.view(torch.int32), first.view(torch.int32)))
-            out[f"{bm}x{bn}"] = row
-    finally:
-        mma_stats.STATS_LAUNCH_TILE = keep
+            row["same_bits"] = same
+            out[f"{kind} {launch.label()}"] = row
     return out
 
 
@@ -194,9 +208,9 @@ def bench_size(n: int, seed: int, dev: torch.device, args) -> dict:
     row["meets_goal_ratio"] = None if row["goal_ratio"] is None else row["ratio_to_gemm"] <= row["goal_ratio"]
     if args.profile:
         row["profile"] = _write(args.profile, f"check_{n}.txt", profile_text(lambda: _check(a, b, d)))
-    if args.stats_tiles:
-        tiles = [tuple(int(x) for x in t.lower().split("x")) for t in args.stats_tiles]
-        row["reference_gemm_by_launch_tile_ms"] = stats_tiles(a, b, d, dev, tiles, max(1, min(args.gemm_reps, 10)))
+    if args.stats_tiles or args.stats_fast:
+        row["reference_gemm_by_launch_ms"] = stats_launches(a, b, d, dev, args.stats_tiles or [], args.stats_fast or [],
+                                                            max(1, min(args.gemm_reps, 10)))
     if args.device_profile:
         row["device_profile"] = _write(args.device_profile, f"check_device_{n}.txt",
                                        device_profile_text(lambda: _check(a, b, d)))
@@ -248,8 +262,10 @@ def main(argv=None) -> int:
     p.add_argument("--profile", default=None, metavar="DIR", help="write cProfile statistics of two warm checks")
     p.add_argument("--device-profile", default=None, metavar="DIR",
                    help="write torch.profiler's device time per kernel of two warm checks")
-    p.add_argument("--stats-tiles", nargs="+", default=None, metavar="BMxBN",
-                   help="also time the reference GEMM with statistics on these launch tiles (the first: the one compared)")
+    p.add_argument("--stats-tiles", nargs="+", default=None, metavar="BMxBN[xWxS]",
+                   help="also time the general kernel of the reference GEMM with statistics on these launches")
+    p.add_argument("--stats-fast", nargs="+", default=None, metavar="BMxBN[xWxS]",
+                   help="also time its fast kernel (bf16 / fp16 operands) on these launches")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():

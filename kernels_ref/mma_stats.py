@@ -9,6 +9,9 @@ mma_accumulate) -> per element, from the kernel's own accumulator, in fp32:
   with stats_chunk c k elements (a multiple of block_k), the partials
   P_i = X(end of chunk i) - X(end of chunk i-1) give pabs = sum_i |P_i| and
   prun = sum_i |X(end of chunk i)| (else 0).
+On the GPU, bf16 and fp16 problems of the plain kind (`fast_path_applies`) take `_stats_fast_kernel`:
+the same arithmetic on operands loaded as values and streamed by the software pipeline, the
+accumulation's bits held to the general kernel's by tests/gpu/test_stats_fast_gpu.py.
 `trajectory_stats` computes the same from a trajectory (the accumulator and S after each k-block),
 and the host spec (`kernels_ref.mma.mma_accumulate_host(with_stats=True)`) is that applied to the
 host trajectory.
@@ -19,8 +22,9 @@ Constraints: float accumulators only (int32 is exact and needs none); reached th
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from kernels_ref._interpret import choose_backend
 
@@ -29,10 +33,11 @@ choose_backend()  # before triton loads: its kernels are interpreted or compiled
 import torch
 import triton
 import triton.language as tl
+from triton.compiler.errors import CompilationError
 
 from kernels_ref import _common as C
 from kernels_ref._codec import _decode_f32, _dot
-from kernels_ref._mainloop import (_acc_store_bits, _kblock_scales, _loop_count, _mma_kblock, _tile_mask,
+from kernels_ref._mainloop import (_acc_store_bits, _add_rn, _kblock_scales, _loop_count, _mma_kblock, _tile_mask,
                                   _tile_scales)
 from kernels_ref.descriptor import _box_bits
 from kernels_ref.mma_params import ACC_TORCH, MainloopParams
@@ -187,31 +192,159 @@ def _mma_stats_kernel(ml, out, abs_ptr, st_ptr, st_s, MC, CHUNK_KB: tl.constexpr
     tl.store(st_ptr + 4 * st_s + off, prun, mask=mask)
 
 
-# The statistics kernel's launch tile on the GPU. Each element's arithmetic depends on the k-blocks
-# only, not on the output tile, so any launch tile gives the same bits; ten [BM, BN] fp32 tiles
-# live in registers, and at 128 x 128 they spill (H200, 4096^3 bf16: 16.5 ms at 128 x 128, 2.1 ms
-# at 64 x 32, every output bit the same). The interpreter keeps the problem's tile: it pays per step.
-STATS_LAUNCH_TILE = (64, 32)
+@triton.jit
+def _stats_fast_kernel(a_ptr, sa_m, sa_k, b_ptr, sb_k, sb_n, M, N, K, n_kb, out_ptr, abs_ptr, st_ptr, st_s,
+                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+                       CHUNK_KB: tl.constexpr):
+    """`_mma_stats_kernel` for bf16 or fp16 operands (both the same), an fp32 accumulator, zero
+    fill, no promotion and no block scales (`fast_path_applies`), on the GPU: the operands are
+    loaded as the values tl.dot consumes (no decoding; the software pipeline streams them), each
+    k-block is one BK-deep dot added with one rounding (`_add_rn`), as `_mma_kblock` does for
+    that case, and the statistics are updated in the same operations and order. Tiles in grouped
+    order (GROUP_M tile rows share a B panel in L2); out, S and the statistics [5, M, N]
+    contiguous fp32 (q is 0: the operands are not fp32)."""
+    pid = tl.program_id(0)
+    tiles_m = tl.cdiv(M, BM)
+    tiles_n = tl.cdiv(N, BN)
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    rows_here = tl.minimum(tiles_m - first_m, GROUP_M)
+    tm = first_m + (pid % per_group) % rows_here
+    tn = (pid % per_group) // rows_here
+    rm = tm * BM + tl.arange(0, BM)
+    rn = tn * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    rm64 = rm.to(tl.int64)  # offsets past 2^31 elements at large sizes
+    rn64 = rn.to(tl.int64)
+    a_ptrs = a_ptr + rm64[:, None] * sa_m + rk[None, :] * sa_k
+    b_ptrs = b_ptr + rk[:, None] * sb_k + rn64[None, :] * sb_n
+    acc = tl.zeros([BM, BN], tl.float32)
+    s_acc = tl.zeros([BM, BN], tl.float32)
+    l_st = tl.zeros([BM, BN], tl.float32)
+    v_st = tl.zeros([BM, BN], tl.float32)
+    pabs = tl.zeros([BM, BN], tl.float32)
+    prun = tl.zeros([BM, BN], tl.float32)
+    lo = tl.zeros([BM, BN], tl.float32)
+    hi = tl.zeros([BM, BN], tl.float32)
+    mark = tl.zeros([BM, BN], tl.float32)
+    for kb in range(0, n_kb):
+        k_in = (kb * BK + rk) < K
+        a = tl.load(a_ptrs, mask=(rm < M)[:, None] & k_in[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=k_in[:, None] & (rn < N)[None, :], other=0.0)
+        x = acc
+        s_before = s_acc
+        s = tl.dot(a, b)
+        s_acc = s_acc + tl.dot(tl.abs(a), tl.abs(b))
+        acc = _add_rn(acc, s, 0)
+        m = tl.maximum(x - lo, hi - x) + (s_acc - s_before)
+        l_st = l_st + m
+        v_st = v_st + m * m
+        lo = tl.minimum(lo, acc)
+        hi = tl.maximum(hi, acc)
+        if CHUNK_KB > 0:
+            edge = ((kb + 1) % CHUNK_KB == 0) | (kb + 1 == n_kb)
+            pabs = tl.where(edge, pabs + tl.abs(acc - mark), pabs)
+            prun = tl.where(edge, prun + tl.abs(acc), prun)
+            mark = tl.where(edge, acc, mark)
+        a_ptrs += BK * sa_k
+        b_ptrs += BK * sb_k
+    mask = (rm < M)[:, None] & (rn < N)[None, :]
+    off = rm64[:, None] * N + rn64[None, :]
+    tl.store(out_ptr + off, acc, mask=mask)
+    tl.store(abs_ptr + off, s_acc, mask=mask)
+    tl.store(st_ptr + off, l_st, mask=mask)
+    off += st_s  # the next field, in int64
+    tl.store(st_ptr + off, v_st, mask=mask)
+    off += st_s
+    tl.store(st_ptr + off, tl.zeros([BM, BN], tl.float32), mask=mask)
+    off += st_s
+    tl.store(st_ptr + off, pabs, mask=mask)
+    off += st_s
+    tl.store(st_ptr + off, prun, mask=mask)
 
 
-def accumulate_stats(p: MainloopParams, stats_chunk: Optional[int], dev: torch.device, launch_tile=None):
-    """mma_accumulate(with_stats=True) of validated parameters: (acc, S, MmaStats), on `launch_tile`
-    (default: STATS_LAUNCH_TILE on the GPU, the problem's tile under the interpreter)."""
-    if launch_tile is None and not C.interpreting():
-        launch_tile = STATS_LAUNCH_TILE
-    if launch_tile is not None:
-        p = p.with_tile(*launch_tile)
+class StatsLaunch(NamedTuple):
+    """How the statistics kernel is launched on the GPU: its output tile, warps and pipeline stages
+    (stages: the fast kernel's only). Each element's arithmetic depends on the k-blocks only, not
+    on the output tile, so any launch gives the same bits."""
+
+    block_m: int
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 3
+
+    @classmethod
+    def parse(cls, text: str) -> "StatsLaunch":
+        """'BMxBN' or 'BMxBNxWARPSxSTAGES' (64x32, 128x32x8x4)."""
+        parts = [int(x) for x in text.lower().split("x")]
+        if len(parts) not in (2, 4) or any(v <= 0 for v in parts):
+            raise ValueError(f"launch {text!r}: expected BMxBN or BMxBNxWARPSxSTAGES, positive ints")
+        return cls(*parts)
+
+    def label(self) -> str:
+        return "x".join(str(v) for v in self)
+
+
+# The general kernel's launch on the GPU: ten [BM, BN] fp32 tiles live in registers, and at
+# 128 x 128 they spill (H200, 4096^3 bf16: 16.5 ms at 128 x 128, 2.1 ms at 64 x 32, every output
+# bit the same). The interpreter keeps the problem's tile: it pays per step.
+STATS_LAUNCH = StatsLaunch(64, 32)
+# The fast kernel's: nine tiles in registers as well, a wgmma of 64 x BN per warp group.
+STATS_FAST_LAUNCH = StatsLaunch(64, 32, 4, 3)
+_FAST_GROUP_M = 8
+# Whether the statistics take the fast kernel where it applies when the caller does not say.
+FAST_BY_DEFAULT = False  # on once tests/gpu/test_stats_fast_gpu.py has passed on a GPU
+
+
+def fast_path_applies(p: MainloopParams) -> bool:
+    """Whether `_stats_fast_kernel` computes this accumulation (compiled, bf16 or fp16 operands of
+    one type, an fp32 accumulator, zero fill, no promotion, no block scales, a power-of-two
+    block_k a dot takes)."""
+    cfg = p.config
+    bk = p.block_k
+    return (not C.interpreting() and cfg.a_dtype == cfg.b_dtype and cfg.a_dtype in ("bf16", "fp16")
+            and cfg.acc == "fp32" and cfg.promotion_interval is None and not cfg.scaled and cfg.oob_fill == "zero"
+            and bk >= 16 and bk & (bk - 1) == 0)
+
+
+def accumulate_stats(p: MainloopParams, stats_chunk: Optional[int], dev: torch.device,
+                     launch: Optional[StatsLaunch] = None, fast: Optional[bool] = None):
+    """mma_accumulate(with_stats=True) of validated parameters: (acc, S, MmaStats). The fast kernel
+    where it applies and `fast` asks for it (None: FAST_BY_DEFAULT), else the general one, launched
+    as `launch` (default: STATS_FAST_LAUNCH or STATS_LAUNCH; under the interpreter the general
+    kernel keeps the problem's tile)."""
     if p.acc == "int32":
         raise ValueError("with_stats describes float accumulation; acc='int32' is exact and needs no statistics")
     chunk_kb = check_stats_chunk(stats_chunk, p.block_k)
+    fast = (FAST_BY_DEFAULT if fast is None else fast) and fast_path_applies(p)
+    if launch is None and (fast or not C.interpreting()):
+        launch = STATS_FAST_LAUNCH if fast else STATS_LAUNCH
     M, N = p.a.shape[0], p.b.shape[1]
     out = torch.empty((M, N), dtype=ACC_TORCH[p.acc], device=dev)
     s = torch.empty((M, N), dtype=torch.float32, device=dev)
-    st = torch.zeros((5, M, N), dtype=torch.float32, device=dev)
+    st = torch.empty((5, M, N), dtype=torch.float32, device=dev)
+    if M and N and fast:
+        a, b = p.a, p.b
+        grid = (C.cdiv(M, launch.block_m) * C.cdiv(N, launch.block_n),)
+        try:
+            _stats_fast_kernel[grid](a, a.stride(0), a.stride(1), b, b.stride(0), b.stride(1), M, N, a.shape[1],
+                                     p.n_kb, out, s, st, M * N, BM=launch.block_m, BN=launch.block_n, BK=p.block_k,
+                                     GROUP_M=_FAST_GROUP_M, CHUNK_KB=chunk_kb, num_warps=launch.num_warps,
+                                     num_stages=launch.num_stages, **C.launch_options(dev))
+            return out, s, MmaStats(st[0], st[1], st[2], st[3], st[4])
+        except CompilationError as e:  # the compiler's refusal, before anything ran: the general kernel's bits
+            said = str(e).strip().splitlines()
+            warnings.warn(f"the statistics kernel's fast path could not be built ({type(e).__name__}: "
+                          f"{said[-1] if said else ''}); the general kernel is used", RuntimeWarning, stacklevel=2)
+            launch = None if C.interpreting() else STATS_LAUNCH
     if M and N:
-        cfg = p.config
-        _mma_stats_kernel[(C.cdiv(M, p.block_m), C.cdiv(N, p.block_n))](
+        q = p if launch is None else p.with_tile(launch.block_m, launch.block_n)
+        cfg = q.config
+        opts = q.launch_options(dev)
+        if launch is not None:
+            opts["num_warps"] = launch.num_warps
+        _mma_stats_kernel[(C.cdiv(M, q.block_m), C.cdiv(N, q.block_n))](
             out=C.strided(out), abs_ptr=s, st_ptr=st, st_s=M * N, CHUNK_KB=chunk_kb,
-            WITH_Q=cfg.a_dtype == "fp32" and cfg.b_dtype == "fp32", BKP=C.pad_dim(p.block_k), **p.kernel_args(),
-            **p.launch_options(dev))
+            WITH_Q=cfg.a_dtype == "fp32" and cfg.b_dtype == "fp32", BKP=C.pad_dim(q.block_k), **q.kernel_args(),
+            **opts)
     return out, s, MmaStats(st[0], st[1], st[2], st[3], st[4])

@@ -272,17 +272,48 @@ def test_bound_statistics_triton_against_host_spec(ad, acc, promo, chunk):
 
 @pytest.mark.parametrize("ad,promo", [("bf16", None), ("e4m3", 64)])
 def test_bound_statistics_do_not_depend_on_the_launch_tile(ad, promo):
-    """The GPU launches the statistics kernel on its own tile (STATS_LAUNCH_TILE): every output bit
+    """The GPU launches the statistics kernel on its own tile (STATS_LAUNCH): every output bit
     is the problem tile's, ragged edges included."""
     M, N, K = 70, 40, 200
     a = torch.randn(M, K, generator=gen(15)).to(DTYPES[ad].torch)
     b = torch.randn(K, N, generator=gen(16)).to(DTYPES[ad].torch)
     p = MainloopParams(a, b, 32, 32, 64, "fp32", promo)
-    runs = [S.accumulate_stats(p, 128, a.device, launch_tile=t) for t in (None, S.STATS_LAUNCH_TILE, (16, 64))]
+    runs = [S.accumulate_stats(p, 128, a.device, launch=t) for t in (None, S.STATS_LAUNCH, S.StatsLaunch(16, 64))]
     for got in runs[1:]:
         for x, y in zip(runs[0][:2] + (runs[0][2].l, runs[0][2].v, runs[0][2].pabs, runs[0][2].prun),
                         got[:2] + (got[2].l, got[2].v, got[2].pabs, got[2].prun)):
             assert same(x, y)
+
+
+def test_stats_launch_is_named_and_parsed_and_the_fast_path_is_the_gpus_only():
+    assert S.StatsLaunch.parse("64x32") == S.StatsLaunch(64, 32, 4, 3)
+    assert S.StatsLaunch.parse("128x32x8x4").label() == "128x32x8x4"
+    for bad in ("64", "64x0", "64x32x4", "ax32"):
+        with pytest.raises(ValueError):
+            S.StatsLaunch.parse(bad)
+    a = torch.randn(16, 64, generator=gen(3)).to(torch.bfloat16)
+    p = MainloopParams(a, a.t().contiguous(), 16, 16, 64)
+    assert not S.fast_path_applies(p)  # interpreted: the general kernel, whose bits the GPU's fast one must give
+    assert same(S.accumulate_stats(p, None, a.device)[0], S.accumulate_stats(p, None, a.device, fast=False)[0])
+
+
+def test_a_fast_kernel_the_compiler_refuses_gives_way_to_the_general_one(monkeypatch):
+    from triton.compiler.errors import CompilationError
+
+    class Refused:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise CompilationError("src", None, "planted refusal")
+            return launch
+
+    a = torch.randn(16, 64, generator=gen(4)).to(torch.bfloat16)
+    p = MainloopParams(a, a.t().contiguous(), 16, 16, 64)
+    want = S.accumulate_stats(p, None, a.device)
+    monkeypatch.setattr(S, "fast_path_applies", lambda p: True)
+    monkeypatch.setattr(S, "_stats_fast_kernel", Refused())
+    with pytest.warns(RuntimeWarning, match="fast path could not be built.*general kernel is used"):
+        got = S.accumulate_stats(p, None, a.device, fast=True)
+    assert all(same(x, y) for x, y in zip(got[:2] + (got[2].l, got[2].v), want[:2] + (want[2].l, want[2].v)))
 
 
 def test_trajectory_stats_of_a_trajectory_end_where_the_whole_accumulation_does():
