@@ -42,9 +42,9 @@ def _both(p, chunk, launch):
 
 @pytest.mark.parametrize("launch", LAUNCHES, ids=lambda l: l.label())
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("shape,bk,chunk", [((256, 192, 512), 64, None), ((200, 72, 300), 64, 128),
-                                            ((130, 97, 1000), 32, None), ((64, 64, 64), 128, 128),
-                                            ((1, 1, 64), 64, None), ((5, 3, 20), 16, 32)])
+@pytest.mark.parametrize("shape,bk,chunk", [((256, 192, 512), 64, None), ((200, 72, 320), 64, 128),
+                                            ((130, 97, 992), 32, None), ((64, 64, 256), 128, 128),
+                                            ((1, 1, 64), 64, None), ((5, 3, 32), 16, 32)])
 def test_fast_kernel_gives_the_general_kernels_bits(launch, dtype, shape, bk, chunk):
     a, b = _operands(*shape, dtype, seed=sum(shape) + bk)
     p = MainloopParams(a, b, 128, 128, bk)
@@ -55,9 +55,9 @@ def test_fast_kernel_gives_the_general_kernels_bits(launch, dtype, shape, bk, ch
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_fast_kernel_on_strided_and_non_finite_operands(dtype):
-    a, b = _operands(96, 80, 640, dtype, seed=3, b_transposed=True, poison=True)
-    a = a[:, :600]  # a row stride that is not K
-    b = b[:600]
+    a, b = _operands(96, 80, 704, dtype, seed=3, b_transposed=True, poison=True)
+    a = a[:, :640]  # a row stride that is not K
+    b = b[:640]
     p = MainloopParams(a, b, 64, 64, 64)
     assert S.fast_path_applies(p)
     for launch in LAUNCHES[:2]:
@@ -77,6 +77,7 @@ def test_the_fast_path_is_taken_only_where_it_computes_the_same_accumulation():
     assert S.fast_path_applies(MainloopParams(a, b, 64, 64, 64))
     assert not S.fast_path_applies(MainloopParams(a, b, 64, 64, 64, oob_fill="nan"))
     assert not S.fast_path_applies(MainloopParams(a, b, 64, 64, 48))  # a dot of 48 is padded
+    assert not S.fast_path_applies(MainloopParams(a[:, :100], b[:100], 64, 64, 64))  # a ragged last k-block
     assert not S.fast_path_applies(MainloopParams(a.float(), b.float(), 64, 64, 64))
     e4 = torch.float8_e4m3fn
     assert not S.fast_path_applies(MainloopParams(a.to(e4), b.to(e4), 64, 64, 64))
