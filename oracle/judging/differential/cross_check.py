@@ -184,7 +184,6 @@ class PendingCrossCheck:
         if self._sample is None:
             return
         tiles, final, bm, bn = self._sample
-        M, N = acc_full.shape
         for t, (tm, tn) in enumerate(tiles):
             got = acc_full[tm * bm:(tm + 1) * bm, tn * bn:(tn + 1) * bn]
             want = final[t, :got.shape[0], :got.shape[1]].to(got.dtype)
