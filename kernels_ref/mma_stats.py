@@ -297,15 +297,20 @@ _FAST_GROUP_M = 8
 
 
 def fast_path_applies(p: MainloopParams) -> bool:
-    """Whether `_stats_fast_kernel` computes this accumulation (compiled, bf16 or fp16 operands of
-    one type, an fp32 accumulator, zero fill, no promotion, no block scales, a power-of-two
-    block_k a dot takes, K a multiple of it: with a ragged last k-block its S was off the general
-    kernel's on an H200, every element, and one such launch failed with an illegal memory access)."""
+    """Whether `_stats_fast_kernel` computes this accumulation: compiled, bf16 or fp16 operands of
+    one type, an fp32 accumulator, zero fill, no promotion, no block scales, a power-of-two block_k
+    a dot takes and K a multiple of it, A row-major with a row stride of a multiple of 16 elements,
+    B row-major or column-major (a column stride of a multiple of 16). That is the envelope its GPU
+    test holds to the general kernel's bits. Outside it, on an H200: a problem with K = 300 (a
+    ragged last k-block, and A's row stride 300) gave an S off the general kernel's at every
+    element, the accumulator the same, and one such launch failed with an illegal memory access."""
     cfg = p.config
     bk = p.block_k
+    (am, ak), (bk_s, bn_s) = p.a.stride(), p.b.stride()
+    layout = ak == 1 and am % 16 == 0 and (bn_s == 1 or (bk_s == 1 and bn_s % 16 == 0))
     return (not C.interpreting() and cfg.a_dtype == cfg.b_dtype and cfg.a_dtype in ("bf16", "fp16")
             and cfg.acc == "fp32" and cfg.promotion_interval is None and not cfg.scaled and cfg.oob_fill == "zero"
-            and bk >= 16 and bk & (bk - 1) == 0 and p.a.shape[1] % bk == 0)
+            and bk >= 16 and bk & (bk - 1) == 0 and p.a.shape[1] % bk == 0 and layout)
 
 
 def accumulate_stats(p: MainloopParams, stats_chunk: Optional[int], dev: torch.device,

@@ -316,6 +316,28 @@ def test_a_fast_kernel_the_compiler_refuses_gives_way_to_the_general_one(monkeyp
     assert all(same(x, y) for x, y in zip(got[:2] + (got[2].l, got[2].v), want[:2] + (want[2].l, want[2].v)))
 
 
+def test_the_fast_path_is_taken_only_in_the_envelope_its_gpu_test_holds(monkeypatch):
+    """fast_path_applies as it answers when compiled (tests/gpu/test_stats_fast_gpu.py holds the bits
+    inside it): bf16 / fp16, fp32 accumulator, zero fill, K a multiple of block_k, A row-major with a
+    row stride of a multiple of 16, B row- or column-major."""
+    monkeypatch.setattr(S.C, "interpreting", lambda: False)
+    a = torch.randn(64, 128, generator=gen(5)).to(torch.bfloat16)
+    b = torch.randn(128, 64, generator=gen(6)).to(torch.bfloat16)
+    assert S.fast_path_applies(MainloopParams(a, b, 64, 64, 64))
+    assert S.fast_path_applies(MainloopParams(a.half(), b.half(), 64, 64, 64))
+    assert S.fast_path_applies(MainloopParams(a, b.t().contiguous().t(), 64, 64, 64))  # B column-major
+    assert not S.fast_path_applies(MainloopParams(a, b, 64, 64, 64, oob_fill="nan"))
+    assert not S.fast_path_applies(MainloopParams(a, b, 64, 64, 48))  # a dot of 48 is padded
+    assert not S.fast_path_applies(MainloopParams(a[:, :100], b[:100], 64, 64, 64))  # a ragged last k-block
+    wide = torch.zeros(64, 136, dtype=a.dtype)
+    assert not S.fast_path_applies(MainloopParams(wide[:, :128], b, 64, 64, 64))  # A's row stride 136
+    assert not S.fast_path_applies(MainloopParams(a.t().contiguous().t(), b, 64, 64, 64))  # A column-major
+    assert not S.fast_path_applies(MainloopParams(a.float(), b.float(), 64, 64, 64))
+    e4 = torch.float8_e4m3fn
+    assert not S.fast_path_applies(MainloopParams(a.to(e4), b.to(e4), 64, 64, 64))
+    assert not S.fast_path_applies(MainloopParams(a.to(e4), b.to(e4), 64, 64, 64, promotion_interval=64))
+
+
 def test_trajectory_stats_of_a_trajectory_end_where_the_whole_accumulation_does():
     a = torch.randn(16, 256, generator=gen(13)).to(torch.bfloat16)
     b = torch.randn(256, 16, generator=gen(14)).to(torch.bfloat16)

@@ -70,14 +70,3 @@ def test_fast_kernel_at_size_is_the_general_kernels_bits():
     p = MainloopParams(a, b, 128, 128, 64)
     for got, want in zip(*_both(p, None, None)):
         assert same(got, want)
-
-
-def test_the_fast_path_is_taken_only_where_it_computes_the_same_accumulation():
-    a, b = _operands(64, 64, 128, torch.bfloat16, seed=1)
-    assert S.fast_path_applies(MainloopParams(a, b, 64, 64, 64))
-    assert not S.fast_path_applies(MainloopParams(a, b, 64, 64, 64, oob_fill="nan"))
-    assert not S.fast_path_applies(MainloopParams(a, b, 64, 64, 48))  # a dot of 48 is padded
-    assert not S.fast_path_applies(MainloopParams(a[:, :100], b[:100], 64, 64, 64))  # a ragged last k-block
-    assert not S.fast_path_applies(MainloopParams(a.float(), b.float(), 64, 64, 64))
-    e4 = torch.float8_e4m3fn
-    assert not S.fast_path_applies(MainloopParams(a.to(e4), b.to(e4), 64, 64, 64))
