@@ -134,12 +134,17 @@ def stats_launches(a, b, d, dev, general, fast, reps: int) -> dict:
     {"general BMxBNxWxS" | "fast BMxBNxWxS": {"median", "min", "max", "same_bits"} or {"skipped": why}}."""
     from kernels_ref import mma_stats
 
+    p, chunk = stats_params(a, b, d)
+
+    def run_of(**launch):
+        return lambda: mma_stats.accumulate_stats(p, chunk, d.device, **launch)
+
     def bits(run):
         acc, s, st = run()
         return torch.cat([x.reshape(-1).view(torch.int32) for x in (acc, s, st.l, st.v, st.pabs, st.prun)])
 
-    want = bits(reference_gemm(a, b, d))
-    applies = mma_stats.fast_path_applies(stats_params(a, b, d)[0])
+    want = bits(run_of())
+    applies = mma_stats.fast_path_applies(p)
     out = {}
     for kind, labels in (("general", general), ("fast", fast)):
         for label in labels:
@@ -147,7 +152,7 @@ def stats_launches(a, b, d, dev, general, fast, reps: int) -> dict:
             if kind == "fast" and not applies:
                 out[f"{kind} {launch.label()}"] = {"skipped": "the fast kernel does not apply here (fast_path_applies)"}
                 continue
-            run = reference_gemm(a, b, d, launch=launch, fast=kind == "fast")
+            run = run_of(launch=launch, fast=kind == "fast")
             same = bool(torch.equal(bits(run), want))
             row = time_ms(run, dev, reps, warmup=1)
             row["same_bits"] = same
@@ -156,6 +161,7 @@ def stats_launches(a, b, d, dev, general, fast, reps: int) -> dict:
 
 
 def profile_text(fn, calls: int = 2) -> str:
+    """cProfile of `calls` calls of fn, by cumulative and by own time (warm_path's --profile too)."""
     pr = cProfile.Profile()
     pr.enable()
     for _ in range(calls):

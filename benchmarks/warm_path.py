@@ -82,23 +82,6 @@ def _provenance(argv, args, others: int) -> dict:
             statistic="median (every run kept)"))
 
 
-def _profiled(fn) -> str:
-    """cProfile of one more warm in-process call, by cumulative and by own time."""
-    import cProfile
-    import io
-    import pstats
-
-    pr = cProfile.Profile()
-    pr.enable()
-    fn()
-    pr.disable()
-    out = io.StringIO()
-    pstats.Stats(pr, stream=out).sort_stats("cumulative").print_stats(80)
-    out.write("\n\n==== tottime ====\n")
-    pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(50)
-    return out.getvalue()
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=4096)
@@ -181,7 +164,9 @@ def main(argv=None) -> int:
                     in_process.append(round(time.perf_counter() - t0, 3))
                 ok = ok and code == 0
             if args.profile:
-                profiled = _profiled(lambda: oracle_main(argv))
+                from benchmarks.check_bench import profile_text
+
+                profiled = profile_text(lambda: oracle_main(argv), calls=1)
         finally:
             os.chdir(cwd)
 

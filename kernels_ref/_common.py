@@ -57,6 +57,12 @@ def launch_options(device: torch.device, num_warps: Optional[int] = None) -> dic
     return opts
 
 
+def refusal(e: Exception) -> str:
+    """A compiler error in one line: its type and the last line it said."""
+    said = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {said[-1] if said else ''}"
+
+
 def check_device(*named: tuple[str, Optional[torch.Tensor]]) -> torch.device:
     """All given tensors on one device, and one that can run the kernels here."""
     dev = None

@@ -339,9 +339,8 @@ def accumulate_stats(p: MainloopParams, stats_chunk: Optional[int], dev: torch.d
                                      num_stages=launch.num_stages, **C.launch_options(dev))
             return out, s, MmaStats(st[0], st[1], st[2], st[3], st[4])
         except CompilationError as e:  # the compiler's refusal, before anything ran: the general kernel's bits
-            said = str(e).strip().splitlines()
-            warnings.warn(f"the statistics kernel's fast path could not be built ({type(e).__name__}: "
-                          f"{said[-1] if said else ''}); the general kernel is used", RuntimeWarning, stacklevel=2)
+            warnings.warn(f"the statistics kernel's fast path could not be built ({C.refusal(e)}); the general "
+                          f"kernel is used", RuntimeWarning, stacklevel=2)
             launch = None if C.interpreting() else STATS_LAUNCH
     if M and N:
         q = p if launch is None else p.with_tile(launch.block_m, launch.block_n)

@@ -16,6 +16,8 @@ import triton
 import triton.language as tl
 from triton.compiler.errors import CompilationError
 
+from kernels_ref._common import refusal
+
 BLOCK = 1024
 MAX_MEMBERS = 8
 
@@ -121,6 +123,5 @@ def evaluate(form, l: torch.Tensor, v: torch.Tensor, s: torch.Tensor) -> torch.T
                 l, v, s, out, coef_t, n, N_MEMBERS=len(members), MASKS=masks, REF_MASK=_mask(form.reference),
                 N_COVERS=len(form.reduction), GROUPS=form.groups is not None, BLOCK=BLOCK, enable_fp_fusion=False)
         except CompilationError as e:  # the compiler's refusal, before anything ran
-            said = str(e).strip().splitlines()
-            raise PassUnavailable(f"{type(e).__name__}: {said[-1] if said else ''}") from e
+            raise PassUnavailable(refusal(e)) from e
     return out

@@ -294,7 +294,6 @@ def test_stats_launch_is_named_and_parsed_and_the_fast_path_is_the_gpus_only():
     a = torch.randn(16, 64, generator=gen(3)).to(torch.bfloat16)
     p = MainloopParams(a, a.t().contiguous(), 16, 16, 64)
     assert not S.fast_path_applies(p)  # interpreted: the general kernel, whose bits the GPU's fast one must give
-    assert same(S.accumulate_stats(p, None, a.device)[0], S.accumulate_stats(p, None, a.device, fast=False)[0])
 
 
 def test_a_fast_kernel_the_compiler_refuses_gives_way_to_the_general_one(monkeypatch):
