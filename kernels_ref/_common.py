@@ -161,6 +161,21 @@ def reasons_error(reasons: list[str]) -> ValueError:
     return ValueError("; ".join(reasons))
 
 
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """`t` on `device`. A CPU tensor bound for a GPU is copied from pinned memory without blocking:
+    a plain copy from pageable memory waits for every kernel queued before it (the stream is
+    synchronised), which would keep the host from queueing more work while the GPU runs. The
+    caching host allocator keeps the pinned block until the copy has read it."""
+    if device.type != "cuda" or t.device.type != "cpu":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
+def device_tensor(data, device: torch.device, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """torch.tensor(data, dtype) on `device`, copied there without blocking (`to_device`)."""
+    return to_device(torch.tensor(data, dtype=dtype), device)
+
+
 def as_index_tensor(name: str, pairs, device: torch.device) -> torch.Tensor:
     """[T, 2] int32 tensor from a list of index pairs."""
     try:
@@ -169,5 +184,5 @@ def as_index_tensor(name: str, pairs, device: torch.device) -> torch.Tensor:
         raise ValueError(f"{name} must be a list of (int, int) pairs: {e}") from None
     if t.dim() != 2 or t.shape[1] != 2 or t.shape[0] == 0:
         raise ValueError(f"{name} must be a non-empty list of (int, int) pairs, got shape {tuple(t.shape)}")
-    return t.to(torch.int32).to(device).contiguous()
+    return to_device(t.to(torch.int32).contiguous(), device)
 

@@ -58,8 +58,8 @@ def mma_sample_products(a: torch.Tensor, b: torch.Tensor, rows, cols, block_m: i
     cfg = MainloopParams(a, b, block_m, block_n, block_k, acc, promotion_interval, scale_a, scale_b,
                          block_scale_group, oob_fill).config
     dev = a.device
-    rows = torch.as_tensor(rows, dtype=torch.int64).to(dev)
-    cols = torch.as_tensor(cols, dtype=torch.int64).to(dev)
+    rows = C.to_device(torch.as_tensor(rows, dtype=torch.int64), dev)
+    cols = C.to_device(torch.as_tensor(cols, dtype=torch.int64), dev)
     M, K = a.shape
     N = b.shape[1]
     T, R = rows.shape
@@ -107,7 +107,7 @@ def mma_sample_products(a: torch.Tensor, b: torch.Tensor, rows, cols, block_m: i
 
 def mma_sample_finish(products: SampleProducts):
     """The roundings the accumulator makes, in order, on the products of `mma_sample_products`
-    (CPU tensors): fp32 sums in k order in numpy float32, a slice of every sampled element per step (each
+    (CPU tensors): fp32 sums in k order in numpy float32, every sampled element at once (each
     addition rounded to nearest, as acc = fp32(acc + p)), the fp16 and promotion chains step by step on [T, R, C].
     Returns CPU float64 (acc, S) [T, R, C]."""
     p, s, scale = products.p, products.s, products.scale
@@ -130,10 +130,9 @@ def mma_sample_finish(products: SampleProducts):
         p = C.f32(p * scale)
     if p.shape[1] == 0:
         return torch.zeros((T, R, Cn), dtype=torch.float64), s
-    steps32 = p.float().numpy()
-    summed = np.zeros(steps32[:, 0].shape, dtype=np.float32)
-    for j in range(steps32.shape[1]):  # in k order, each addition rounded to float32 (a whole [T, R, C] slice)
-        summed = summed + steps32[:, j]
+    # in k order, each addition rounded to float32 (accumulate is sequential, never pairwise); + 0.0
+    # makes a zero sum +0, as a sum started from +0 would end
+    summed = np.add.accumulate(p.float().numpy(), axis=1, dtype=np.float32)[:, -1]
     return torch.from_numpy(summed.astype(np.float64)) + 0.0, s
 
 
