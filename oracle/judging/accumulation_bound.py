@@ -36,6 +36,7 @@ from typing import Any, Optional
 
 import torch
 
+from kernels_ref._common import device_tensor
 from kernels_ref.dtypes import DTYPES
 from kernels_ref.scales import groups_per_k_block
 from oracle.judging import bound_pass
@@ -234,7 +235,7 @@ def _per_unit(n, fn, like: torch.Tensor):
     vals = [fn(k) for k in n]
     if all(v == vals[0] for v in vals):
         return float(vals[0])
-    return torch.tensor(vals, dtype=torch.float64, device=like.device).reshape((-1,) + (1,) * (like.dim() - 1))
+    return device_tensor(vals, like.device, torch.float64).reshape((-1,) + (1,) * (like.dim() - 1))
 
 
 def bound_form(spec, st: Stats, n, like: torch.Tensor) -> BoundForm:

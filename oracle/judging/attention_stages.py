@@ -36,6 +36,7 @@ from typing import Optional
 
 import torch
 
+from kernels_ref._common import device_tensor
 from kernels_ref.attention.combine import combine as ref_combine
 from kernels_ref.attention.geometry import AttnParams, allowed_host, key_rows, layout, token_view
 from kernels_ref.attention.mask import mask as ref_mask
@@ -144,11 +145,11 @@ class Geometry:
 
     def q_tiles(self, keys) -> torch.Tensor:
         """[U, BQ, D] Q tiles in q's type, zero past the sequence."""
-        b = torch.tensor([k[0] for k in keys], device=self.dev)
-        h = torch.tensor([k[1] for k in keys], device=self.dev)
-        i = torch.tensor([k[2] * self.bq for k in keys], device=self.dev)[:, None] + \
+        b = device_tensor([k[0] for k in keys], self.dev)
+        h = device_tensor([k[1] for k in keys], self.dev)
+        i = device_tensor([k[2] * self.bq for k in keys], self.dev)[:, None] + \
             torch.arange(self.bq, device=self.dev)[None, :]
-        lq = torch.tensor(self.lq, device=self.dev)[b]
+        lq = device_tensor(self.lq, self.dev)[b]
         ok = i < lq[:, None]
         tok = (self.lay.q_start.to(self.dev).long()[b][:, None] + i).clamp(0, max(self.q_tok.shape[0] - 1, 0))
         t = self.q_tok[tok, h[:, None]].clone()
@@ -158,11 +159,11 @@ class Geometry:
     def kv_tiles(self, which: str, keys) -> torch.Tensor:
         """[U, BKV, dim] K or V tiles (through the GQA head map and the page table), zero past the keys."""
         src = self.k_tok if which == "k" else self.v_tok
-        b = torch.tensor([k[0] for k in keys], device=self.dev)
-        hk = torch.tensor([k[1] // self.spec.group for k in keys], device=self.dev)
-        j = torch.tensor([k[3] * self.bkv for k in keys], device=self.dev)[:, None] + \
+        b = device_tensor([k[0] for k in keys], self.dev)
+        hk = device_tensor([k[1] // self.spec.group for k in keys], self.dev)
+        j = device_tensor([k[3] * self.bkv for k in keys], self.dev)[:, None] + \
             torch.arange(self.bkv, device=self.dev)[None, :]
-        ok = j < torch.tensor(self.lk, device=self.dev)[b][:, None]
+        ok = j < device_tensor(self.lk, self.dev)[b][:, None]
         tok = self.key_tab[b[:, None], j.clamp(max=self.key_tab.shape[1] - 1)]
         t = src[tok, hk[:, None]].clone()
         t[~ok] = 0
@@ -206,7 +207,7 @@ class Chain:
                 if not act:
                     continue
                 keys = [units[i] + (g.blocks(units[i][0], sp)[t], sp) for i in act]
-                ia = torch.tensor(act, device=dev)
+                ia = device_tensor(act, dev)
                 st = self._step(keys, m[ia], l[ia], acc[ia], bm[ia], bl[ia], xa[ia], bacc[ia])
                 m[ia], l[ia], acc[ia], bm[ia], bl[ia], xa[ia], bacc[ia] = st
             o, lse = ref_normalize(acc, m, l, (s.descale_v or 1.0) / ps)
@@ -242,7 +243,7 @@ class Chain:
         descale = (s.descale_q or 1.0) * (s.descale_k or 1.0)
         sc, qk = ref_scores(qt, kt, descale, with_abs=True)
         b_s = SIDES * lookup("s", s.q_dtype).bound(qk.double() * descale * M, s.head_dim)
-        coords = torch.tensor([(k[2] * g.bq, k[3] * bkv, g.lq[k[0]], g.lk[k[0]]) for k in keys], device=g.dev)
+        coords = device_tensor([(k[2] * g.bq, k[3] * bkv, g.lq[k[0]], g.lk[k[0]]) for k in keys], g.dev)
         x = ref_mask(sc, coords, g.params)
         fin = torch.isfinite(x)
         b_x = torch.where(fin, s.softmax_scale * b_s + SIDES * lookup("mask", pd).bound(_fin(x) * M, s.softcap),
@@ -421,8 +422,7 @@ class StageJudge:
             s_in = [self._input("s", key, st[i]) for i, key in enumerate(keys)]
             ok = [i for i, x in enumerate(s_in) if x is not None]
             g = self.geo
-            coords = torch.tensor([(keys[i][2] * g.bq, keys[i][3] * g.bkv, g.lq[keys[i][0]], g.lk[keys[i][0]])
-                                   for i in ok], device=self.dev).reshape(-1, 4)
+            coords = device_tensor([(keys[i][2] * g.bq, keys[i][3] * g.bkv, g.lq[keys[i][0]], g.lk[keys[i][0]])                                    for i in ok], self.dev).reshape(-1, 4)
             if ok:
                 e = ref_mask(torch.stack([s_in[i] for i in ok]), coords, g.params)
                 b = SIDES * lookup("mask", self.spec.v_dtype).bound(_fin(e) * STATS_MARGIN, self.spec.softcap)

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 from triton.compiler.errors import CompilationError
 
-from kernels_ref._common import refusal
+from kernels_ref._common import device_tensor, refusal
 
 BLOCK = 1024
 MAX_MEMBERS = 8
@@ -111,7 +111,7 @@ def evaluate(form, l: torch.Tensor, v: torch.Tensor, s: torch.Tensor) -> torch.T
         coef += [cover.e, cover.k]
     if form.groups is not None:
         coef.append(form.groups.b)
-    coef_t = torch.tensor(coef, dtype=torch.float64, device=s.device)
+    coef_t = device_tensor(coef, s.device, torch.float64)
     out = torch.empty(s.shape, dtype=torch.float64, device=s.device)
     n = s.numel()
     if n:

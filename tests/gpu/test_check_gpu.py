@@ -69,4 +69,29 @@ def test_the_phases_are_dated_by_the_device_and_add_up_to_the_check():
     phases = dict(rep.analysis.phases)
     total = sum(ms for name, ms in phases.items() if name != "compare")
     assert all(ms >= 0 for ms in phases.values()) and 0 < total <= wall, (phases, wall)
-    assert phases["reference_chain"] > 0.1, phases  # the reference GEMM at 2048^3 runs in it
+    assert phases["reference_gemm"] > 0.1, phases  # the reference GEMM at 2048^3 runs in it
+
+
+def test_queueing_the_references_and_the_cross_check_never_waits_for_the_gpu():
+    """The analysis queues the whole output's references first (the GEMM, the epilogue and their
+    bounds) and the cross-check's work behind them: the host goes on queueing while the GPU runs them
+    only if nothing in between reads the device or copies from pageable memory (each of which waits
+    for everything queued). Any wait raises here."""
+    from oracle.judging.differential.context import Context
+    from oracle.judging.differential.cross_check import start_cross_check
+    from oracle.judging.differential.epilogue import reference_accumulation, reference_chain
+    from oracle.tools.api import recording_of
+
+    a, b, d = _problem(9)
+    oracle.check(a, b, d)  # compiled and warm
+    ctx = Context.of(recording_of(a, b, d), torch.device(DEV))
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        accumulation = reference_accumulation(ctx)
+        reference_chain(ctx, accumulation)
+        pending = start_cross_check(ctx, [(0, 0), (N // 128 - 1, N // 128 - 1)])
+        pending.watch_accumulator(accumulation[0])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert pending.result() == []

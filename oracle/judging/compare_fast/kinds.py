@@ -92,8 +92,8 @@ def inline_bound(expected: torch.Tensor, rtol: float, atol: float) -> torch.Tens
     (expected rounded to float32, a product and a sum, each rounded once), exactly as the kernel
     computes it inline."""
     e = expected.to(torch.float32).abs()
-    r = torch.tensor(float(rtol), dtype=torch.float32, device=e.device)
-    a = torch.tensor(float(atol), dtype=torch.float32, device=e.device)
+    r = torch.full((), float(rtol), dtype=torch.float32, device=e.device)
+    a = torch.full((), float(atol), dtype=torch.float32, device=e.device)
     return e.mul(r).add(a)
 
 

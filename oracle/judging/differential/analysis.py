@@ -21,9 +21,9 @@ from kernels_ref.dtypes import DTYPES
 from oracle import knobs
 from oracle.judging.diagnose import Diagnosis, Kind, Verdict, first_divergence
 from oracle.judging.differential.context import Context, StageResult
-from oracle.judging.differential.cross_check import PendingCrossCheck, start_cross_check
+from oracle.judging.differential.cross_check import start_cross_check
 from oracle.judging.differential.dequant import dequant_stage
-from oracle.judging.differential.epilogue import epilogue_stages, reference_chain, steps_of
+from oracle.judging.differential.epilogue import epilogue_stages, reference_accumulation, reference_chain, steps_of
 from oracle.judging.differential.groups import (GroupOutcome, deciding, empty_k_group_hint, group_recordings,
                                                scale_peers)
 from oracle.judging.differential.findings import (FirstDivergence, NonFinite, first_finding, first_nonfinite, mixing_confound,
@@ -190,10 +190,16 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None, peers=No
     tapped = sorted(ctx.taps.traced_tiles)
     n_check = knobs.CROSS_CHECK_TILES.get()
     sample = tapped[:n_check] or sorted({(0, 0), (spec.tiles_m - 1, spec.tiles_n - 1)})[:n_check]
+    # The whole-output references are queued first: the GPU runs them while the host queues the rest.
+    accumulation = reference_accumulation(ctx)
+    clock.lap("reference_gemm")
+    chain = reference_chain(ctx, accumulation)
+    clock.lap("reference_chain")
     pending = start_cross_check(ctx, sample)  # its host side overlaps the stages
-    clock.lap("cross_check")
     try:
-        stages, notes = _stages(ctx, clock, pending)
+        pending.watch_accumulator(accumulation[0])  # the accumulator the verdict reads, on the checked tiles
+        clock.lap("cross_check")
+        stages, notes = _stages(ctx, clock, chain)
         cross = tuple(pending.result())
         clock.lap("cross_check_host")
     finally:
@@ -230,10 +236,10 @@ def _analyze_one(rec: Recording, device: Optional[torch.device] = None, peers=No
                     phases=clock.phases(notes.compare_s), out_of_bounds=ordered(rec.guard_breaches))
 
 
-def _stages(ctx: Context, clock: _Clock, pending: PendingCrossCheck) -> tuple[list[StageResult], StageNotes]:
+def _stages(ctx: Context, clock: _Clock, chain: dict) -> tuple[list[StageResult], StageNotes]:
     """Every stage's result, in the pipeline's order, and their notes folded in that order (after
-    what the tap index found in the records); the cross-check watches the reference chain's
-    accumulator."""
+    what the tap index found in the records); `chain` is the whole output's reference pipeline
+    (reference_chain's)."""
     spec = ctx.geo.spec
     done = [descriptor_stage(ctx, op) for op in ("a", "b")]
     done += [load_stage(ctx, op) for op in ("a", "b")]
@@ -244,8 +250,6 @@ def _stages(ctx: Context, clock: _Clock, pending: PendingCrossCheck) -> tuple[li
     reduce_result, reduce_notes, sources = reduce_stage(ctx, finals)
     done += [(mma_result, mma_notes), (reduce_result, reduce_notes)]
     clock.lap("mma_reduce")
-    chain = reference_chain(ctx, watch=pending.watch_accumulator)
-    clock.lap("reference_chain")
     epilogue, epilogue_notes = epilogue_stages(ctx, chain, sources)
     clock.lap("epilogue_store")
     stages = [result for result, _ in done] + epilogue

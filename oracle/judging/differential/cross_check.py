@@ -11,7 +11,7 @@ On each sampled tile (knobs.CROSS_CHECK_TILES: the first tapped tiles, else the 
             roundings in order on the CPU; judged with the accumulation bound of the spec; and the
             whole-output accumulator the verdict reads (the statistics kernel's, a kernel of its
             own on the GPU) bit for bit against that trajectory on the sampled tiles
-            (PendingCrossCheck.watch_accumulator, handed it by the reference chain);
+            (PendingCrossCheck.watch_accumulator, handed it by the analysis);
   epilogue  the cast and every epilogue step that acts (epilogue.step_acts: run_epilogue passes one
             that changes nothing through, its input on both sides) of the whole tile, fed with the
             Triton accumulator and each previous Triton step, against its float64 host spec;
@@ -42,8 +42,10 @@ import os
 from contextlib import contextmanager
 from typing import Callable, Optional, Sequence
 
+import numpy as np
 import torch
 
+from kernels_ref import _common as C
 from kernels_ref import epilogue as ref_epilogue
 from kernels_ref import load as ref_load
 from kernels_ref import mma as ref_mma
@@ -133,21 +135,32 @@ def unpack_bytes(packed: torch.Tensor, tensors: Sequence[Optional[torch.Tensor]]
 def disagreement(got: torch.Tensor, want: torch.Tensor, bound: Optional[torch.Tensor] = None,
                  mask: Optional[torch.Tensor] = None) -> Optional[float]:
     """None when `got` agrees with `want` (bit for bit without a bound; else within it, NaN with
-    NaN, an infinity with the same infinity, as oracle.judging.compare), else the worst error/bound."""
+    NaN, an infinity with the same infinity, as oracle.judging.compare), else the worst error/bound.
+    CPU tensors, compared in numpy: a small array's operation costs a fraction of a torch one's."""
+    keep = None if mask is None else mask.numpy()
     if bound is None:
-        ok = exact_equal(got, want.to(got.dtype))
-        bad = ~ok if mask is None else ~ok & mask
-        return float("inf") if bool(bad.any()) else None
-    r, e, b = got.double(), want.double(), bound.double()
-    err = (r - e).abs()
-    finite = torch.isfinite(r) & torch.isfinite(e)
-    ok = (torch.isnan(r) & torch.isnan(e)) | (torch.isinf(r) & torch.isinf(e) & (torch.sign(r) == torch.sign(e))) | \
-        (finite & (err <= b))
-    bad = ~ok if mask is None else ~ok & mask
-    if not bool(bad.any()):
-        return None
-    ratio = torch.where(finite, err / b.clamp(min=1e-300), torch.full_like(err, float("inf")))
+        w = want.to(got.dtype)
+        ok = _bits(got) == _bits(w)
+        if got.is_floating_point():
+            ok |= np.isnan(got.float().numpy()) & np.isnan(w.float().numpy())
+        bad = ~ok if keep is None else ~ok & keep
+        return float("inf") if bad.any() else None
+    r, e, b = got.double().numpy(), want.double().numpy(), bound.double().numpy()
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        err = np.abs(r - e)
+        finite = np.isfinite(r) & np.isfinite(e)
+        ok = (np.isnan(r) & np.isnan(e)) | (np.isinf(r) & np.isinf(e) & (np.sign(r) == np.sign(e))) | \
+            (finite & (err <= b))
+        bad = ~ok if keep is None else ~ok & keep
+        if not bad.any():
+            return None
+        ratio = np.where(finite, err / np.maximum(b, 1e-300), np.inf)
     return float(ratio[bad].max())
+
+
+def _bits(x: torch.Tensor) -> np.ndarray:
+    """x's bit patterns as a numpy integer array of its width."""
+    return x.contiguous().view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]).numpy()
 
 
 @contextmanager
@@ -256,7 +269,8 @@ def start_cross_check(ctx: Context, tiles: Sequence[tuple[int, int]],
     for t, tile in enumerate(tiles):
         vec = Vectors(ctx, tile)
         x = final[t].float()
-        steps = [st for st in run_epilogue(ctx, x, torch.zeros(x.shape, dtype=torch.float64, device=geo.dev), 0, vec)
+        zero = torch.zeros(x.shape, dtype=torch.float64, device=geo.dev)
+        steps = [st for st in run_epilogue(ctx, x, zero, 0, vec, cast_bound=False)  # the cast is held bit for bit
                  if st[0] == "cast" or step_acts(spec, st[0])]  # the others are x on both sides (run_epilogue)
         epilogues.append((vec, x, steps))
     # the float64 spec of the accumulator on the sampled lines: its products on the device
@@ -268,7 +282,8 @@ def start_cross_check(ctx: Context, tiles: Sequence[tuple[int, int]],
                for rows, cols in ((base_r + lines_r, base_c + every_c), (base_r + every_r, base_c + lines_c))]
     # one copy to the host
     dev_side = [f for *_, got, box in loads for f in (got, box)]
-    dev_side += [final[:, rows_at, :], final[:, :, cols_at]]
+    dev_side += [final.index_select(1, C.device_tensor(rows_at, geo.dev)),
+                 final.index_select(2, C.device_tensor(cols_at, geo.dev))]
     for sp in sampled:
         dev_side += sp.tensors()
     for vec, x, steps in epilogues:

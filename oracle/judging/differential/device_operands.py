@@ -17,6 +17,7 @@ from typing import Optional
 
 import torch
 
+from kernels_ref._common import device_tensor
 from kernels_ref import load as ref_load
 from kernels_ref.scales import groups_per_k_block, scale_values
 from oracle.judging.differential.geometry import Geometry
@@ -126,8 +127,8 @@ class DeviceOperands:
             return None, None
         gm, gn, gk = self.group
         s = groups_per_k_block(gk, geo.bk)
-        tt = torch.tensor([list(t) for t in tiles], dtype=torch.int64, device=dev).reshape(-1, 2)
-        g = torch.tensor([(kb * geo.bk) // gk for kb in kbs], dtype=torch.int64, device=dev)[:, None, None]
+        tt = device_tensor([list(t) for t in tiles], dev, torch.int64).reshape(-1, 2)
+        g = device_tensor([(kb * geo.bk) // gk for kb in kbs], dev, torch.int64)[:, None, None]
         g = g + torch.arange(s, device=dev)[None, None, :]  # [U, 1, G]
         rows = (tt[:, 0:1] * geo.bm + torch.arange(geo.bm, device=dev)[None, :]).clamp(max=spec.m - 1) // gm
         cols = (tt[:, 1:2] * geo.bn + torch.arange(geo.bn, device=dev)[None, :]).clamp(max=spec.n - 1) // gn

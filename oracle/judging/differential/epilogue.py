@@ -18,7 +18,7 @@ the kernel's epilogue is not the declared one.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
@@ -114,17 +114,18 @@ def _step_values(spec, step: str, x: torch.Tensor, vec: Vectors):
     return (y, *tolerance.activation_step(x, y, spec.activation, spec.activation_impl))
 
 
-def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step: int, vec: Vectors):
+def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step: int, vec: Vectors,
+                 cast_bound: bool = True):
     """Run the declared epilogue's nodes from index `first_step` on, carrying the bound. Yields
-    (step, y, bound); a node that rounds yields its rounded value."""
+    (step, y, bound); a node that rounds yields its rounded value. `cast_bound=False`: the cast's
+    bound is not computed (None), for a caller that holds the cast to its value bit for bit."""
     spec = ctx.geo.spec
     x = x.float()
     for node in spec.epilogue_nodes[first_step:]:
         step = node.step
         if step == "cast":
             y = ref_epilogue.apply_cast(x, spec.out_dtype, spec.saturate)
-            bound = tolerance.cast_bound(bound, y, spec.out_dtype)
-            yield step, y, bound
+            yield step, y, tolerance.cast_bound(bound, y, spec.out_dtype) if cast_bound else None
             return
         if not step_acts(spec, step):  # its value is x and its bound step 0 own, gain 1: no pass over them
             y = x
@@ -141,23 +142,29 @@ def run_epilogue(ctx: Context, x: torch.Tensor, bound: torch.Tensor, first_step:
         x = y
 
 
-def reference_chain(ctx: Context, watch: Optional[Callable[[torch.Tensor], None]] = None
-                    ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """The reference pipeline over the whole output: each epilogue step's values and bound. `watch`
-    is handed the whole-output accumulator (the cross-check's `watch_accumulator`)."""
+def reference_accumulation(ctx: Context) -> tuple:
+    """The whole output's reference accumulation: the accumulator (float32), S and the partial-sum
+    statistics the accumulation bound reads (None for an int32 accumulator): reference_chain's input,
+    which the analysis queues first, so that the GPU runs it while the host queues the rest."""
     geo, ops = ctx.geo, ctx.ops
     spec = geo.spec
-    stats = None
     if spec.acc_dtype == "int32":
         acc_full = ref_mma.mma_accumulate(ops.a, ops.b, geo.bm, geo.bn, geo.bk, **mma_kwargs(ctx.ops)).float()
         s_full = ref_mma.mma_accumulate(abs_operand(ops.a), abs_operand(ops.b), geo.bm, geo.bn, geo.bk,
                                         **abs_kwargs(ctx.ops)).double()
-    else:  # the accumulator, S and the partial-sum statistics the accumulation bound reads, in one pass
-        acc_full, s_full, stats = ref_mma.mma_accumulate(ops.a, ops.b, geo.bm, geo.bn, geo.bk, **mma_kwargs(ctx.ops),
-                                                         with_stats=True, stats_chunk=spec.reduction_chunk)
-        acc_full = acc_full.float()
-    if watch is not None:
-        watch(acc_full)
+        return acc_full, s_full, None
+    # the accumulator, S and the partial-sum statistics the accumulation bound reads, in one pass
+    acc_full, s_full, stats = ref_mma.mma_accumulate(ops.a, ops.b, geo.bm, geo.bn, geo.bk, **mma_kwargs(ctx.ops),
+                                                     with_stats=True, stats_chunk=spec.reduction_chunk)
+    return acc_full.float(), s_full, stats
+
+
+def reference_chain(ctx: Context, accumulation: Optional[tuple] = None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The reference pipeline over the whole output: each epilogue step's values and bound, from
+    `accumulation` (reference_accumulation's, run here if not given)."""
+    geo, ops = ctx.geo, ctx.ops
+    spec = geo.spec
+    acc_full, s_full, stats = accumulation if accumulation is not None else reference_accumulation(ctx)
     zero = torch.zeros((), dtype=torch.float64, device=s_full.device)  # |x0|: the accumulator starts at 0
     bound0 = accumulation_bound.mma_bound(spec, zero, s_full, spec.k, stats, x_abs=lambda: acc_full.abs().double(),
                                           dtype=torch.float64)  # |X|: read by the truncated-operand bound only
@@ -262,7 +269,7 @@ def store_stage(ctx: Context, nb: Notebook, chain, sources: dict) -> StageResult
     y_ref, b_ref = chain["cast"]
     exact = bool((b_ref == 0).all())
     want = y_ref.to(out.dtype) if exact else y_ref
-    ch = nb.judge(out, want, feed=Feed.REFERENCE, valid=torch.ones(out.shape, dtype=torch.bool, device=geo.dev),
+    ch = nb.judge(out, want, feed=Feed.REFERENCE, valid=None,
                   bound=None if exact else b_ref, unwritten=unwritten(ops.poison, out, y_ref),
                   tile_shape=(geo.bm, geo.bn), max_detail_tiles=knobs.MAX_DETAIL_TILES.get())
     tiles = sorted({t.tile for t in tapped.records if t.stage.startswith("epilogue")} | set(sources))
@@ -278,7 +285,7 @@ def store_stage(ctx: Context, nb: Notebook, chain, sources: dict) -> StageResult
         y, b, upstream = y[:h, :w], b[:h, :w], upstream[:h, :w]
         is_exact = bool((b == 0).all()) and y.dtype == got.dtype
         c = nb.judge(got, y if is_exact else y.float(), feed=Feed.STAND_IN if stand_ins else Feed.KERNEL,
-                     valid=torch.ones(got.shape, dtype=torch.bool, device=geo.dev), upstream=upstream,
+                     valid=None, upstream=upstream,
                      bound=None if is_exact else b, stand_ins=stand_ins, unwritten=unwritten(ops.poison, got, y),
                      origin=(r0, c0), tile_index=tile, assumed=assumed)
         tf.append(c.fed(note))

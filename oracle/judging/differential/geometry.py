@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional
 
 import torch
 
+from kernels_ref._common import device_tensor
 from oracle.problem.partition import (Partial, PartitionIssue, TilePartition, observed_partition, partial_of,
                                       tile_partials)
 from oracle.problem.partition import max_partials as declared_max_partials
@@ -122,7 +123,7 @@ class Geometry:
     def valid_units(self, stage: str, tiles, shape) -> torch.Tensor:
         """valid_mask() of many tiles at once: [len(tiles), *shape]."""
         spec = self.spec
-        tt = torch.tensor([list(t) for t in tiles], dtype=torch.int64, device=self.dev).reshape(-1, 2)
+        tt = device_tensor([list(t) for t in tiles], self.dev, torch.int64).reshape(-1, 2)
         rows = torch.arange(shape[0], device=self.dev)
         cols = torch.arange(shape[1], device=self.dev)
         r_ok = (tt[:, 0:1] * self.bm + rows[None, :] < spec.m)[:, :, None]

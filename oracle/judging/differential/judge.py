@@ -24,6 +24,7 @@ from typing import Callable, Optional, Sequence, TypeVar
 
 import torch
 
+from kernels_ref._common import device_tensor
 from oracle.judging.compare import FAST_MIN_ELEMENTS, Comparison, Status, compare, compare_units
 from oracle.judging.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Evidence, Feed
 from oracle.run.confounds import Confound
@@ -152,7 +153,7 @@ def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[
         r0, c0 = unit.tile[0] * shape[0] - origin[0], unit.tile[1] * shape[1] - origin[1]
         cut = (lambda t: None if t is None else t[r0:r0 + shape[0], c0:c0 + shape[1]])
         full = received.shape
-        received, expected, mask = cut(received), cut(expected), cut(mask.expand(full))
+        received, expected, mask = cut(received), cut(expected), cut(None if mask is None else mask.expand(full))
         bound, unwritten = cut(None if bound is None else bound.expand(full)), cut(unwritten)
     r, e = received.double(), expected.to(received.device).double()
     if bound is None:
@@ -165,7 +166,8 @@ def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[
         out = torch.where(same, 0.0, out)
     if unwritten is not None:
         out = torch.where(unwritten.to(out.device), float("inf"), out)
-    out = torch.where(mask.to(out.device), out, float("nan"))
+    if mask is not None:
+        out = torch.where(mask.to(out.device), out, float("nan"))
     return out.float().cpu()
 
 
@@ -177,7 +179,7 @@ def with_unit_maps(cmps: list[Comparison], received: torch.Tensor, expected: tor
     if not failing:
         return list(cmps)
     shape = tuple(received.shape)
-    sel = torch.tensor(failing, device=received.device)
+    sel = device_tensor(failing, received.device)
     pick = (lambda t: None if t is None else t.expand(shape)[sel.to(t.device)])
     whole = ratio_map(pick(received), pick(expected), pick(bound), pick(mask), None, None, {})
     out = list(cmps)
@@ -207,21 +209,22 @@ def unwritten(poison: Optional[int], got: torch.Tensor, expected: torch.Tensor) 
     return held & ~(want == poison).all(-1)
 
 
-def judge(received: torch.Tensor, expected: torch.Tensor, *, feed: Feed, valid: torch.Tensor,
+def judge(received: torch.Tensor, expected: torch.Tensor, *, feed: Feed, valid: Optional[torch.Tensor],
           recorded: Optional[torch.Tensor] = None, upstream: Optional[torch.Tensor] = None,
           bound: Optional[torch.Tensor] = None, stand_ins=(), unwritten: Optional[torch.Tensor] = None,
           partial: Optional[int] = None, assumed: tuple[str, ...] = (), **kw) -> Comparison:
     """compare() over the elements that were observed on both sides, labelled with what fed the
     expected side, what was masked and why, and what its expected side assumed (`assumed`:
-    Geometry.assumed, carried by every unit)."""
+    Geometry.assumed, carried by every unit). `valid` None: every element lies inside the problem
+    (no padding), and no mask is read for it."""
     mask = valid
-    masked = {PADDING: int((~valid).sum())}
+    masked = {PADDING: 0 if valid is None else int((~valid).sum())}
     if recorded is not None:
-        masked[UNRECORDED] = int((valid & ~recorded).sum())
-        mask = mask & recorded
+        masked[UNRECORDED] = int((~recorded if mask is None else mask & ~recorded).sum())
+        mask = recorded if mask is None else mask & recorded
     if upstream is not None:
-        masked[UPSTREAM_UNRECORDED] = int((mask & ~upstream).sum())
-        mask = mask & upstream
+        masked[UPSTREAM_UNRECORDED] = int((~upstream if mask is None else mask & ~upstream).sum())
+        mask = upstream if mask is None else mask & upstream
     cmp = compare(received, expected, bound=bound, mask=mask, unwritten=unwritten, **kw)
     if cmp.status is Status.MISMATCH:
         cmp = dataclasses.replace(cmp, tiles=tuple(

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from harness.taps import Tap
+from kernels_ref._common import device_tensor
 from kernels_ref import mma as ref_mma
 from kernels_ref import mma_stats as ref_stats
 from oracle.judging import accumulation_bound, bound_stats
@@ -187,7 +188,7 @@ def _from_begin(geo: Geometry, t: Tap) -> tuple[str, ...]:
 def _chained(geo: Geometry, nb: Notebook, refs: _References, units, values, recorded) -> list:
     """Each accumulator tap against the reference trajectory of its partial."""
     spec = geo.spec
-    at = torch.tensor([refs.at(r, kb) for r, _, kb, _ in units], device=geo.dev)
+    at = device_tensor([refs.at(r, kb) for r, _, kb, _ in units], geo.dev)
     x, s = refs.traj[at], refs.s[at]
     n_k = [min((kb + 1) * geo.bk, spec.k) - refs.parts[r].kb_begin * geo.bk for r, _, kb, _ in units]
     stats = refs.stats.at(at)
@@ -244,7 +245,7 @@ def _teacher_forced(geo: Geometry, tapped: TapIndex, ops: DeviceOperands, nb: No
         pools[op] = (pool, ok, index)
 
     has_start = [j0 is not None for _, _, _, j0 in units]
-    start = torch.tensor([row_of[(r, j0)] if j0 is not None else n for r, _, _, j0 in units], device=geo.dev)
+    start = device_tensor([row_of[(r, j0)] if j0 is not None else n for r, _, _, j0 in units], geo.dev)
     zero_row = (lambda x: torch.cat([x, torch.zeros_like(x[:1])]))
     acc = zero_row(values)[start]
     upstream = torch.ones_like(recorded)
@@ -252,36 +253,36 @@ def _teacher_forced(geo: Geometry, tapped: TapIndex, ops: DeviceOperands, nb: No
         upstream = upstream & torch.cat([recorded, torch.ones_like(recorded[:1])])[start]
     start_abs = acc.float().abs()
     traj_dtype = refs.traj.dtype
-    s_end = refs.s[torch.tensor([refs.at(r, kb) for r, _, kb, _ in units], device=geo.dev)]
-    s_before = refs.s[torch.tensor([refs.at(r, f - 1 if f > refs.parts[r].kb_begin else None)
-                                    for (r, _, _, _), f in zip(units, firsts)], device=geo.dev)]
+    s_end = refs.s[device_tensor([refs.at(r, kb) for r, _, kb, _ in units], geo.dev)]
+    s_before = refs.s[device_tensor([refs.at(r, f - 1 if f > refs.parts[r].kb_begin else None)
+                                     for (r, _, _, _), f in zip(units, firsts)], geo.dev)]
     span_s = s_end - s_before
     span = bound_stats.SpanStats(acc.float())
     acc = acc.to(traj_dtype)
     for rows in plan:
         every = len(rows) == n
-        idx = None if every else torch.tensor([u for u, *_ in rows], device=geo.dev)
+        idx = None if every else device_tensor([u for u, *_ in rows], geo.dev)
         sel = (lambda x: x if idx is None else x[idx])
         tiles = {}
         for op, k in (("a", 2), ("b", 3)):
             pool, ok, index = pools[op]
             keys = [id(row[k]) if row[k] is not None else ("ref", units[row[0]][1].tile, row[1]) for row in rows]
-            tiles[op] = pool[torch.tensor([index[key] for key in keys], device=geo.dev)]
+            tiles[op] = pool[device_tensor([index[key] for key in keys], geo.dev)]
             own = [i for i, row in enumerate(rows) if row[k] is not None]
             if own:
-                who = torch.tensor([rows[i][0] for i in own], device=geo.dev)
-                got = ok[torch.tensor([index[id(rows[i][k])] for i in own], device=geo.dev)]
+                who = device_tensor([rows[i][0] for i in own], geo.dev)
+                got = ok[device_tensor([index[id(rows[i][k])] for i in own], geo.dev)]
                 got = got[:, :, None] if op == "a" else got[:, None, :]
                 upstream = upstream.index_put((who,), upstream[who] & got)
         j_now = [refs.at(units[u][0], j) for u, j, _, _ in rows]
         j_prev = [refs.at(units[u][0], j - 1 if j > refs.parts[units[u][0]].kb_begin else None) for u, j, _, _ in rows]
-        s_blk = refs.s[torch.tensor(j_now, device=geo.dev)] - refs.s[torch.tensor(j_prev, device=geo.dev)]
+        s_blk = refs.s[device_tensor(j_now, geo.dev)] - refs.s[device_tensor(j_prev, geo.dev)]
         own = [i for i, (_, _, a_t, b_t) in enumerate(rows) if a_t is not None or b_t is not None]
         if own:  # the kernel's own operands may differ in magnitude
-            o = torch.tensor(own, device=geo.dev)
+            o = device_tensor(own, geo.dev)
             s_own = _own_abs_sum(ops, tiles["a"][o], tiles["b"][o], [units[rows[i][0]][1].tile for i in own],
                                  [rows[i][1] for i in own])
-            who = torch.tensor([rows[i][0] for i in own], device=geo.dev)
+            who = device_tensor([rows[i][0] for i in own], geo.dev)
             span_s = span_s.index_put((who,), span_s[who] - s_blk[o] + s_own)
             s_blk = s_blk.index_put((o,), s_own)
         sa, sb = ops.block_scales_units([units[u][1].tile for u, *_ in rows], [j for _, j, _, _ in rows])

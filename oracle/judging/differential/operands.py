@@ -21,6 +21,7 @@ from typing import Optional
 import torch
 
 from harness.tensormap import mn_dim, operand_tensormap
+from kernels_ref._common import device_tensor
 from kernels_ref import descriptor as ref_descriptor
 from kernels_ref import load as ref_load
 from oracle.judging.compare import Comparison, Status, combine
@@ -140,7 +141,7 @@ def _load_stage(ctx: Context, nb: Notebook, op: str) -> StageResult:
     fed = [i for i, up in enumerate(ups) if up is not None]
     expected, upstream = ref, None
     if fed:  # the kernel's own images, read back through the swizzle
-        rows = torch.tensor(fed, device=geo.dev)
+        rows = device_tensor(fed, geo.dev)
         images = torch.stack([ups[i].values for i in fed]).to(geo.dev)
         expected = ref.index_put((rows,), _tile_from_image(geo, op, images))
         upstream = torch.ones_like(recorded).index_put((rows,), tapped.image_elements_units([ups[i] for i in fed], op))

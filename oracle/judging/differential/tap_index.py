@@ -13,6 +13,7 @@ from typing import Mapping, Optional
 import torch
 
 from harness.taps import Tap
+from kernels_ref._common import device_tensor
 from kernels_ref import load as ref_load
 from oracle.judging.differential.geometry import Geometry
 from oracle.judging.differential.judge import bits
@@ -86,7 +87,7 @@ class TapIndex:
             tile = ref_load.tile_from_image(marks, op, getattr(spec, f"{op}_major"),
                                             geo.bm if op == "a" else geo.bn, geo.bk, getattr(spec, f"{op}_dtype"),
                                             getattr(spec, f"swizzle_{op}"))
-            out[torch.tensor(masked, device=dev)] = bits(tile) == (0xFF if tile.element_size() == 1 else -1)
+            out[device_tensor(masked, dev)] = bits(tile) == (0xFF if tile.element_size() == 1 else -1)
         return out
 
 
