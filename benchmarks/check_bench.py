@@ -7,26 +7,29 @@ by torch.matmul (cuBLAS) with reduced-precision bf16 reductions off. Measured:
   first     the first oracle.check at this size (the first size's is the first in the process:
             Triton compiles or loads its disk cache);
   warm      --warm more checks, each synchronised and timed by the wall clock: median, min, max,
-            and the median of every phase the report carries (Analysis.phases: context,
-            cross_check, descriptor_load, mma_reduce, reference_chain, epilogue_store, cross_check_host, findings,
+            and the median of every phase the report carries (Analysis.phases: context, reference_gemm,
+            reference_chain, cross_check, descriptor_load, mma_reduce, epilogue_store, cross_check_host, findings,
             and the comparisons inside them);
   gemm      the torch.matmul that made D, timed in the same run with device events (median of
             --gemm-reps after warm-up), and the ratio warm median / GEMM median;
   reference the differential's reference GEMM with its bound statistics (kernels_ref.mma
-            .mma_accumulate with_stats, as reference_chain runs it), timed alone the same way.
+            .mma_accumulate with_stats, as reference_accumulation runs it), timed alone the same way.
 Every warm check must give the first one's verdict and worst tile (else exit 1). With --profile DIR,
 two more warm checks per size run under cProfile and DIR/check_<n>.txt holds the statistics sorted
 by cumulative and by own time; with --device-profile DIR, DIR/check_device_<n>.txt holds torch.profiler's
 device time per kernel (and host time per operator) of two more; with --stats-tiles 64x32 64x64x4x3 ...
 and --stats-fast 64x32x4x3 128x32x8x4 ..., the reference GEMM with statistics on each launch of its general
-and of its fast kernel, and whether each gives the default path's bits. Goals (reported, not enforced): 4096^3 <= 25 ms, 8192^3 <= 60 ms, and
+and of its fast kernel, and whether each gives the default path's bits. With --timeline DIR,
+DIR/check_timeline_<n>.json is a Chrome trace of one more (host and device on one clock). With --syncs, one more check runs under
+torch.cuda.set_sync_debug_mode and the size's `syncs` lists where it made the host wait for the GPU. Goals (reported, not enforced): 4096^3 <= 25 ms, 8192^3 <= 60 ms, and
 (the next ones) the warm check within 10x the GEMM at 4096^3, 5x at 8192^3.
 
 --device cpu runs the same plumbing without a GPU (Triton interpreted; for the tests, tiny sizes).
 JSON keys: machine, device, seed, sizes (one entry per size: n, verdict, worst_tile, first_ms,
 warm_ms {median, min, max, all}, phases_ms (medians), gemm_ms, ratio_to_gemm, reference_gemm_ms,
 goal_ms, meets_goal, goal_ratio, meets_goal_ratio; with the options, profile, device_profile (paths) and
-reference_gemm_by_launch_ms {"general|fast BMxBNxWxS": {median, min, max, same_bits}}),
+reference_gemm_by_launch_ms {"general|fast BMxBNxWxS": {median, min, max, same_bits}}, timeline, syncs
+[{where, count}]),
 versions, host (CPUs, those this process may use, torch's intra-op threads), date, elapsed_s.
 Exit code 0 when every size was measured and its verdicts agree.
 """
@@ -188,6 +191,46 @@ def device_profile_text(fn, calls: int = 2) -> str:
     return head + avg.table(sort_by="self_device_time_total", row_limit=60, max_name_column_width=70)
 
 
+def sync_sites(fn) -> list[dict]:
+    """Where one call of fn makes the host wait for the GPU (torch.cuda.set_sync_debug_mode: a
+    scalar read, a copy to the host, a copy from pageable memory): each place as the innermost
+    frames of this project that led there, with how many times, in the order first met."""
+    import traceback
+    import warnings
+
+    seen: dict[str, int] = {}
+
+    def note(message, category, filename, lineno, file=None, line=None):
+        if "synchroniz" not in str(message):
+            return
+        ours = [f for f in traceback.extract_stack()[:-1]
+                if f.filename.startswith(ROOT) and not f.filename.endswith("check_bench.py")]
+        where = " < ".join(f"{os.path.relpath(f.filename, ROOT)}:{f.lineno}" for f in reversed(ours[-5:]))
+        seen[where] = seen.get(where, 0) + 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = note
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    return [{"where": w, "count": c} for w, c in seen.items()]
+
+
+def timeline(fn, path: str) -> str:
+    """A Chrome trace (chrome://tracing, Perfetto) of one call of fn: every host operator on its
+    thread and every kernel on the device, on one clock, so what the host waits on is visible."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    prof.export_chrome_trace(path)
+    return path
+
+
 def bench_size(n: int, seed: int, dev: torch.device, args) -> dict:
     a, b = _inputs(n, seed, dev)
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
@@ -217,6 +260,10 @@ def bench_size(n: int, seed: int, dev: torch.device, args) -> dict:
     if args.stats_tiles or args.stats_fast:
         row["reference_gemm_by_launch_ms"] = stats_launches(a, b, d, dev, args.stats_tiles or [], args.stats_fast or [],
                                                             max(1, min(args.gemm_reps, 10)))
+    if args.syncs and dev.type == "cuda":
+        row["syncs"] = sync_sites(lambda: oracle.check(a, b, d))
+    if args.timeline and dev.type == "cuda":
+        row["timeline"] = timeline(lambda: _check(a, b, d), os.path.join(args.timeline, f"check_timeline_{n}.json"))
     if args.device_profile:
         row["device_profile"] = _write(args.device_profile, f"check_device_{n}.txt",
                                        device_profile_text(lambda: _check(a, b, d)))
@@ -272,6 +319,10 @@ def main(argv=None) -> int:
                    help="also time the general kernel of the reference GEMM with statistics on these launches")
     p.add_argument("--stats-fast", nargs="+", default=None, metavar="BMxBN[xWxS]",
                    help="also time its fast kernel (bf16 / fp16 operands) on these launches")
+    p.add_argument("--timeline", default=None, metavar="DIR",
+                   help="write a Chrome trace of one more warm check (host operators and device kernels)")
+    p.add_argument("--syncs", action="store_true",
+                   help="list where one more warm check makes the host wait for the GPU (key syncs)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
