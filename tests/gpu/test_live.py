@@ -129,11 +129,11 @@ def test_a_sink_sized_too_small_is_measured_and_the_kernel_run_again(monkeypatch
     # needs, and the second launch with a sink of that size records everything
     import dataclasses
 
-    from oracle.run import live as live_mod
+    from oracle.run import sink
 
-    real = live_mod.trace_budget
-    monkeypatch.setattr(live_mod, "trace_budget", lambda *a, **k: dataclasses.replace(real(*a, **k), estimate=1))
-    monkeypatch.setattr(live_mod, "MIN_SINK_BYTES", 64 << 10)
+    real = sink.trace_budget
+    monkeypatch.setattr(sink, "trace_budget", lambda *a, **k: dataclasses.replace(real(*a, **k), estimate=1))
+    monkeypatch.setattr(sink, "MIN_SINK_BYTES", 64 << 10)
     live, an = _live("bf16", 200, 136, 720)
     rec = live.recording
     assert rec.trace.relaunched and rec.trace.complete, rec.notes
@@ -145,12 +145,12 @@ def test_a_sink_sized_too_small_is_measured_and_the_kernel_run_again(monkeypatch
 def test_a_ceiling_below_the_need_leaves_an_incomplete_trace_and_drafts(monkeypatch):
     import dataclasses
 
-    from oracle.run import live as live_mod
+    from oracle.run import sink
 
-    real = live_mod.trace_budget
-    monkeypatch.setattr(live_mod, "trace_budget",
+    real = sink.trace_budget
+    monkeypatch.setattr(sink, "trace_budget",
                         lambda *a, **k: dataclasses.replace(real(*a, **k), estimate=1, least=1))
-    monkeypatch.setattr(live_mod, "MIN_SINK_BYTES", 64 << 10)
+    monkeypatch.setattr(sink, "MIN_SINK_BYTES", 64 << 10)
     over = dict(m=200, n=136, k=720, a_dtype="bf16", b_dtype="bf16", out_dtype="bf16", bias_dtype="bf16")
     case = load_case(CASE, over, entry="simple_gemm_bf16_traced")
     case = dataclasses.replace(case, trace=dataclasses.replace(case.trace, capacity_mb=1))
