@@ -309,7 +309,8 @@ def _num(v):
     return v
 
 
-def _bits(x: torch.Tensor) -> torch.Tensor:
+def bit_patterns(x: torch.Tensor) -> torch.Tensor:
+    """x's bit patterns, as the signed integer type of its width."""
     size = x.element_size()
     as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[size]
     return x.contiguous().view(as_int)
@@ -317,7 +318,7 @@ def _bits(x: torch.Tensor) -> torch.Tensor:
 
 def exact_equal(r: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
     """Element by element: the same bit pattern, or both NaN (a bit-exact comparison's `ok`)."""
-    same = _bits(r) == _bits(e)
+    same = bit_patterns(r) == bit_patterns(e)
     if r.is_floating_point():
         same |= torch.isnan(r) & torch.isnan(e)
     return same

@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from oracle.judging.comparison import bit_patterns
 from oracle.run.confounds import Confound, ConfoundKind
 
 MAX_ELEMENTS_SHOWN = 8
@@ -125,10 +126,7 @@ class RepeatResult:
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
     """The tensor's bit patterns as integers (so NaN == NaN of the same bits, -0 != +0)."""
-    t = t.detach().cpu().contiguous()
-    size = t.element_size()
-    as_int = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[size]
-    return t.view(as_int)
+    return bit_patterns(t.detach().cpu())
 
 
 def diff_output(a: Optional[torch.Tensor], b: Optional[torch.Tensor], block: tuple[int, int],

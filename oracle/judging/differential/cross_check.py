@@ -53,7 +53,7 @@ from kernels_ref import mma_sample as ref_sample
 from kernels_ref import reduce as ref_reduce
 from oracle.judging import accumulation_bound
 from oracle.judging.compare import Status, compare
-from oracle.judging.comparison import exact_equal
+from oracle.judging.comparison import bit_patterns, exact_equal
 from oracle.judging.differential.context import Context
 from oracle.judging.differential.epilogue import Vectors, run_epilogue, step_acts
 from oracle.judging.differential.mma import abs_operand
@@ -140,7 +140,7 @@ def disagreement(got: torch.Tensor, want: torch.Tensor, bound: Optional[torch.Te
     keep = None if mask is None else mask.numpy()
     if bound is None:
         w = want.to(got.dtype)
-        ok = _bits(got) == _bits(w)
+        ok = bit_patterns(got).numpy() == bit_patterns(w).numpy()
         if got.is_floating_point():
             ok |= np.isnan(got.float().numpy()) & np.isnan(w.float().numpy())
         bad = ~ok if keep is None else ~ok & keep
@@ -156,11 +156,6 @@ def disagreement(got: torch.Tensor, want: torch.Tensor, bound: Optional[torch.Te
             return None
         ratio = np.where(finite, err / np.maximum(b, 1e-300), np.inf)
     return float(ratio[bad].max())
-
-
-def _bits(x: torch.Tensor) -> np.ndarray:
-    """x's bit patterns as a numpy integer array of its width."""
-    return x.contiguous().view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]).numpy()
 
 
 @contextmanager

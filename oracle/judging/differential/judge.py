@@ -26,17 +26,11 @@ import torch
 
 from kernels_ref._common import device_tensor
 from oracle.judging.compare import FAST_MIN_ELEMENTS, Comparison, Status, compare, compare_units
+from oracle.judging.comparison import bit_patterns
 from oracle.judging.evidence import PADDING, UNRECORDED, UPSTREAM_UNRECORDED, Evidence, Feed
 from oracle.run.confounds import Confound
 
 _T = TypeVar("_T")
-_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def bits(x: torch.Tensor) -> torch.Tensor:
-    return x.contiguous().view(_INT_OF_SIZE[x.element_size()])
-
-
 @dataclass(frozen=True)
 class Unit:
     """One comparison of a stack (judge_units): where it lies and what labels it."""
@@ -157,7 +151,7 @@ def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[
         bound, unwritten = cut(None if bound is None else bound.expand(full)), cut(unwritten)
     r, e = received.double(), expected.to(received.device).double()
     if bound is None:
-        same = bits(received) == bits(expected.to(received.dtype)) if received.dtype == expected.dtype else r == e
+        same = bit_patterns(received) == bit_patterns(expected.to(received.dtype)) if received.dtype == expected.dtype else r == e
         out = torch.where(same | (torch.isnan(r) & torch.isnan(e)), 0.0, float("inf"))
     else:
         out = (r - e).abs() / bound.to(r.device).double().clamp(min=1e-300)

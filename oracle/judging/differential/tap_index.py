@@ -15,8 +15,8 @@ import torch
 from harness.taps import Tap
 from kernels_ref._common import device_tensor
 from kernels_ref import load as ref_load
+from oracle.judging.comparison import bit_patterns
 from oracle.judging.differential.geometry import Geometry
-from oracle.judging.differential.judge import bits
 from oracle.run.recording import Recording
 from oracle.run.confounds import Confound, ConfoundKind
 
@@ -87,7 +87,7 @@ class TapIndex:
             tile = ref_load.tile_from_image(marks, op, getattr(spec, f"{op}_major"),
                                             geo.bm if op == "a" else geo.bn, geo.bk, getattr(spec, f"{op}_dtype"),
                                             getattr(spec, f"swizzle_{op}"))
-            out[device_tensor(masked, dev)] = bits(tile) == (0xFF if tile.element_size() == 1 else -1)
+            out[device_tensor(masked, dev)] = bit_patterns(tile) == (0xFF if tile.element_size() == 1 else -1)
         return out
 
 
@@ -96,7 +96,7 @@ def _same_tap(a: Tap, b: Tap) -> bool:
         return False
     if (a.mask is None) != (b.mask is None) or (a.mask is not None and not torch.equal(a.mask, b.mask)):
         return False
-    return bool((bits(a.values) == bits(b.values)).all())
+    return bool((bit_patterns(a.values) == bit_patterns(b.values)).all())
 
 
 def _unexpected_records(taps, geo: Geometry) -> Optional[Confound]:
