@@ -68,7 +68,7 @@ def fragment_coords(bm: int, bn: int) -> np.ndarray:
 
 def synth_sink(case, capacity: int, seed: int = 0) -> bytes:
     """The sink a traced run of `case` leaves behind (see the module docstring)."""
-    from harness.trace_format import (BLOCK_BODY, BYTES_BODY, ELEMENTS_BODY, HEADER_OFFSETS, RecordKind,
+    from harness.trace_format import (BLOCK_BODY, BYTES_BODY, ELEMENTS_BODY, HEADER_BYTES, HEADER_OFFSETS, RecordKind,
                                       encode_record, sink_prefix)
 
     s = case.spec
@@ -128,9 +128,9 @@ def synth_sink(case, capacity: int, seed: int = 0) -> bytes:
     body = b"".join(records)
     sink = bytearray(capacity)
     sink[:len(prefix)] = prefix
-    used = len(prefix) - 512 + len(body)
-    if 512 + used > capacity:  # the live path launches again with a sink of the size the kernel needed
-        return synth_sink(case, 512 + used + 4096, seed)
+    used = len(prefix) - HEADER_BYTES + len(body)
+    if HEADER_BYTES + used > capacity:  # the live path launches again with a sink of the size the kernel needed
+        return synth_sink(case, HEADER_BYTES + used + 4096, seed)
     sink[len(prefix):len(prefix) + len(body)] = body
     struct.pack_into("<Q", sink, HEADER_OFFSETS["cursor"], used)
     return bytes(sink)
