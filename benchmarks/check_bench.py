@@ -20,9 +20,10 @@ by cumulative and by own time; with --device-profile DIR, DIR/check_device_<n>.t
 device time per kernel (and host time per operator) of two more; with --stats-tiles 64x32 64x64x4x3 ...
 and --stats-fast 64x32x4x3 128x32x8x4 ..., the reference GEMM with statistics on each launch of its general
 and of its fast kernel, and whether each gives the default path's bits. With --timeline DIR,
-DIR/check_timeline_<n>.json is a Chrome trace of one more (host and device on one clock). With --syncs, one more check runs under
-torch.cuda.set_sync_debug_mode and the size's `syncs` lists where it made the host wait for the GPU. Goals (reported, not enforced): 4096^3 <= 25 ms, 8192^3 <= 60 ms, and
-(the next ones) the warm check within 10x the GEMM at 4096^3, 5x at 8192^3.
+DIR/check_timeline_<n>.json is a Chrome trace of one more (host and device on one clock). With
+--syncs, one more check runs under torch.cuda.set_sync_debug_mode and the size's `syncs` lists
+where it made the host wait for the GPU. Goals (reported, not enforced): 4096^3 <= 25 ms,
+8192^3 <= 60 ms, and (the next ones) the warm check within 10x the GEMM at 4096^3, 5x at 8192^3.
 
 --device cpu runs the same plumbing without a GPU (Triton interpreted; for the tests, tiny sizes).
 JSON keys: machine, device, seed, sizes (one entry per size: n, verdict, worst_tile, first_ms,

@@ -155,8 +155,8 @@ def box_args(x: torch.Tensor, operand: str, pairs, block_mn: int, block_k: int, 
     dev = C.check_device(("x", x))
     pairs_t = C.as_index_tensor("pairs", pairs, torch.device("cpu"))
     _check_pairs(x, operand, pairs_t, block_mn, block_k)
-    origins = C.device_tensor([tile_origin(operand, int(ti), int(kb), block_mn, block_k) for ti, kb in pairs_t.tolist()],
-                              dev, torch.int32)
+    origins = C.device_tensor([tile_origin(operand, int(ti), int(kb), block_mn, block_k)
+                               for ti, kb in pairs_t.tolist()], dev, torch.int32)
     tr, tc = tile_shape(operand, block_mn, block_k)
     box = C.constexprs(Box, TR=tr, TC=tc, RP=C.pad_dim(tr, 1), CP=C.pad_dim(tc, 1), WIDTH=DTYPES[dtype_name].itemsize,
                        FILL_NAN=oob_fill == "nan", NAN_BITS=C.NAN_BITS.get(dtype_name, 0))

@@ -240,8 +240,8 @@ def mma_trajectory(a: torch.Tensor, b: torch.Tensor, tiles, block_m: int, block_
     T = tiles_t.shape[0]
     out = torch.empty((T, p.n_kb, block_m, block_n), dtype=ACC_TORCH[acc], device=dev)
     ts = torch.empty((T, p.n_kb, block_m, block_n), dtype=torch.float32, device=dev) if with_abs_sum else out
-    _mma_tiles_kernel[(T,)](tiles_ptr=C.to_device(tiles_t, dev), tr=C.strided(out), ts=(ts, *ts.stride()), WITH_ABS=with_abs_sum,
-                            **p.kernel_args(), **p.launch_options(dev))
+    _mma_tiles_kernel[(T,)](tiles_ptr=C.to_device(tiles_t, dev), tr=C.strided(out), ts=(ts, *ts.stride()),
+                            WITH_ABS=with_abs_sum, **p.kernel_args(), **p.launch_options(dev))
     return (out, ts) if with_abs_sum else out
 
 def mma_accumulate(a: torch.Tensor, b: torch.Tensor, block_m: int, block_n: int, block_k: int, acc: str = "fp32",

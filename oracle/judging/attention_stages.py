@@ -422,7 +422,8 @@ class StageJudge:
             s_in = [self._input("s", key, st[i]) for i, key in enumerate(keys)]
             ok = [i for i, x in enumerate(s_in) if x is not None]
             g = self.geo
-            coords = device_tensor([(keys[i][2] * g.bq, keys[i][3] * g.bkv, g.lq[keys[i][0]], g.lk[keys[i][0]])                                    for i in ok], self.dev).reshape(-1, 4)
+            coords = device_tensor([(keys[i][2] * g.bq, keys[i][3] * g.bkv, g.lq[keys[i][0]], g.lk[keys[i][0]])
+                                    for i in ok], self.dev).reshape(-1, 4)
             if ok:
                 e = ref_mask(torch.stack([s_in[i] for i in ok]), coords, g.params)
                 b = SIDES * lookup("mask", self.spec.v_dtype).bound(_fin(e) * STATS_MARGIN, self.spec.softcap)
