@@ -7,8 +7,8 @@ Runs `oracle.check` on a correct bf16 GEMM of size^3 (CPU or GPU) and logs, thro
 mode around oracle.judging.differential.epilogue.reference_chain, each aten operation whose inputs or
 output have D's element count (views and storage plumbing are free and left out, and so is everything inside
 the reference GEMM, kernels_ref.mma.mma_accumulate: on a GPU one Triton kernel that writes the accumulator,
-S and the statistics once, where the CPU's interpreter copies them about; and the cross-check's look at its
-accumulator, PendingCrossCheck.watch_accumulator, a few tiles). The accumulation bound is counted
+S and the statistics once, where the CPU's interpreter copies them about; the analysis runs it before the
+chain, reference_accumulation, and hands the chain its result). The accumulation bound is counted
 as a GPU evaluates it, in one pass (oracle.judging.bound_pass: one operation, what it reads and writes; the
 interpreter runs it here), or with --torch-bound as its torch definition, which the CPU runs. The count and
 the bytes per element do not depend on the size, so a small run on the CPU says what the chain moves at 4096^3 on a GPU: the JSON gives that
@@ -74,15 +74,12 @@ def traffic(size: int, device: str, one_pass: bool = True) -> dict:
         finally:
             log.inside = False
 
-    def unlogged(fn, *a, **kw):  # the reference GEMM
+    def gemm_unlogged(*a, **kw):  # the reference GEMM, where the chain runs it itself
         log.paused = True
         try:
-            return fn(*a, **kw)
+            return gemm(*a, **kw)
         finally:
             log.paused = False
-
-    def gemm_unlogged(*a, **kw):
-        return unlogged(gemm, *a, **kw)
 
     def pass_logged(form, l, v, s):  # one kernel: what it reads and writes, counted as one operation
         log.paused = True

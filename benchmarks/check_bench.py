@@ -123,12 +123,16 @@ def stats_params(a, b, d):
     return p, ctx.geo.spec.reduction_chunk
 
 
-def reference_gemm(a, b, d, **launch):
+def stats_call(p, chunk, dev, **launch):
     """That GEMM as a callable (`launch`: accumulate_stats's launch and fast)."""
     from kernels_ref import mma_stats
 
-    p, chunk = stats_params(a, b, d)
-    return lambda: mma_stats.accumulate_stats(p, chunk, d.device, **launch)
+    return lambda: mma_stats.accumulate_stats(p, chunk, dev, **launch)
+
+
+def reference_gemm(a, b, d):
+    """The reference GEMM with statistics of this check, on its default path, as a callable."""
+    return stats_call(*stats_params(a, b, d), d.device)
 
 
 def stats_launches(a, b, d, dev, general, fast, reps: int) -> dict:
@@ -141,7 +145,7 @@ def stats_launches(a, b, d, dev, general, fast, reps: int) -> dict:
     p, chunk = stats_params(a, b, d)
 
     def run_of(**launch):
-        return lambda: mma_stats.accumulate_stats(p, chunk, d.device, **launch)
+        return stats_call(p, chunk, d.device, **launch)
 
     def bits(run):
         acc, s, st = run()
