@@ -186,3 +186,10 @@ def as_index_tensor(name: str, pairs, device: torch.device) -> torch.Tensor:
         raise ValueError(f"{name} must be a non-empty list of (int, int) pairs, got shape {tuple(t.shape)}")
     return to_device(t.to(torch.int32).contiguous(), device)
 
+
+def pair_bounds(pairs: torch.Tensor) -> tuple[list[int], list[int]]:
+    """The smallest and the largest of each column of a CPU [T, 2] index tensor, in numpy: a torch
+    reduction of a few elements costs the host far more (its dispatch, its intra-op threads)."""
+    v = pairs.numpy()
+    return v.min(axis=0).tolist(), v.max(axis=0).tolist()
+

@@ -252,8 +252,7 @@ def _validate_operand(x, operand, major, block_mn, block_k, swizzle, oob_fill) -
 
 def _check_pairs(x, operand, pairs_t: torch.Tensor, block_mn: int, block_k: int) -> None:
     n_mn, n_kb = tile_counts(operand, x.shape, block_mn, block_k)
-    lo = pairs_t.min(dim=0).values.tolist()
-    hi = pairs_t.max(dim=0).values.tolist()
+    lo, hi = C.pair_bounds(pairs_t)
     if lo[0] < 0 or hi[0] >= n_mn:
         raise ValueError(f"tile index out of range in {pairs_t.tolist() if pairs_t.numel() <= 16 else 'pairs'}; "
                          f"allowed: 0..{n_mn - 1} for operand {operand!r} of shape {tuple(x.shape)}")

@@ -234,7 +234,8 @@ def mma_trajectory(a: torch.Tensor, b: torch.Tensor, tiles, block_m: int, block_
     M, N = a.shape[0], b.shape[1]
     tiles_t = C.as_index_tensor("tiles", tiles, torch.device("cpu"))
     n_tm, n_tn = C.cdiv(M, block_m), C.cdiv(N, block_n)
-    if tiles_t[:, 0].min() < 0 or tiles_t[:, 0].max() >= n_tm or tiles_t[:, 1].min() < 0 or tiles_t[:, 1].max() >= n_tn:
+    lo, hi = C.pair_bounds(tiles_t)
+    if lo[0] < 0 or hi[0] >= n_tm or lo[1] < 0 or hi[1] >= n_tn:
         raise ValueError(f"tiles {tiles_t.tolist() if tiles_t.shape[0] <= 8 else '(list)'} out of range; allowed: "
                          f"tm in 0..{n_tm - 1}, tn in 0..{n_tn - 1}")
     T = tiles_t.shape[0]

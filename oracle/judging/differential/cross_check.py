@@ -98,25 +98,19 @@ class HostCopy:
         return unpack_bytes(self.host, self.tensors, self.offsets)
 
 
-_ALIGN = 16  # every tensor starts at a multiple of this many bytes, so any dtype can view its slice
-
-
 def pack_bytes(tensors: Sequence[Optional[torch.Tensor]], device) -> tuple[torch.Tensor, list[int]]:
-    """The tensors' bytes in one uint8 tensor on `device`, each starting at a multiple of _ALIGN
-    bytes, and where each begins (-1 for None): one buffer, each tensor copied into its slice (strided
-    ones too, by that one copy)."""
-    offsets, at = [], 0
-    for t in tensors:
-        if t is None:
-            offsets.append(-1)
-            continue
-        offsets.append(at)
-        n = t.numel() * t.element_size()
-        at += n + (-n % _ALIGN)
-    packed = torch.empty(at, dtype=torch.uint8, device=device)
-    for t, o in zip(tensors, offsets):
-        if t is not None and t.numel():
-            packed[o:o + t.numel() * t.element_size()].view(t.dtype).view(t.shape).copy_(t.detach())
+    """The tensors' bytes in one uint8 tensor on `device` (one concatenation; a strided tensor is made
+    contiguous first), and where each begins (-1 for None). The widest dtypes come first, so every
+    tensor starts at a multiple of its own element size and its slice can be viewed as that dtype."""
+    order = sorted((i for i, t in enumerate(tensors) if t is not None), key=lambda i: -tensors[i].element_size())
+    offsets, at, parts = [-1] * len(tensors), 0, []
+    for i in order:
+        t = tensors[i].detach()
+        offsets[i] = at
+        at += t.numel() * t.element_size()
+        if t.numel():
+            parts.append(t.to(device).contiguous().view(-1).view(torch.uint8))
+    packed = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8, device=device)
     return packed, offsets
 
 
