@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
                                              ("fp32", torch.float32)])
 def test_the_gpu_pass_is_the_cpu_definition(out_dtype, dtype):
     g = torch.Generator().manual_seed(11)
-    y = _values(dtype, 1 << 20, g).reshape(1024, -1)
+    y = _values(dtype, 1 << 20, g)[:1 << 20].reshape(1024, -1)
     bound = torch.rand(y.shape, generator=g, dtype=torch.float64)
     bound[::5] = 0.0
     bound[1::9] = float("nan")
