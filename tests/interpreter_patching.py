@@ -15,6 +15,10 @@ computed its operands again in int64, compared them with the bounds and dropped 
 half of the interpreter's time on the references' index arithmetic). With debug off the check is
 turned off too: nothing is checked either way.
 
+And: the interpreter maps a Triton type to its numpy dtype (_get_np_dtype) by building a dict of
+every type at each call, some 90,000 calls in one recorded attention trace's judgement; the map is
+kept per scalar type here (a block's is its element's, as there; pointers are left to it).
+
 Constraints: only for the triton minor versions whose interpreter was read for this (the
 functions it wraps exist and are looked up by name at call time); any other version is left as
 it is. One launch at a time per thread, as the interpreter itself requires.
@@ -81,9 +85,21 @@ def install() -> bool:
         finally:
             _state.runs, _state.patched = before
 
-    _saved.update(patch_lang=patch_lang, run=run)
+    np_dtype, np_dtypes = interp._get_np_dtype, {}
+
+    def _get_np_dtype(tt_dtype):
+        scalar = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype  # a block: its element's
+        got = np_dtypes.get(scalar) if not isinstance(scalar, tl.pointer_type) else None
+        if got is None:
+            got = np_dtype(tt_dtype)
+            if not isinstance(scalar, tl.pointer_type):  # pointers (uint64) cannot be hashed
+                np_dtypes[scalar] = got
+        return got
+
+    _saved.update(patch_lang=patch_lang, run=run, np_dtype=np_dtype)
     interp._patch_lang = _patch_lang
     interp.GridExecutor.__call__ = __call__
+    interp._get_np_dtype = _get_np_dtype
     options = interp.interpreter_builder.options
     if options.sanitize_overflow and not options.debug:
         _saved["options"] = options
@@ -98,6 +114,7 @@ def uninstall() -> None:
     from triton.runtime import interpreter as interp
 
     interp._patch_lang = _saved.pop("patch_lang")
+    interp._get_np_dtype = _saved.pop("np_dtype")
     interp.GridExecutor.__call__ = _saved.pop("run")
     if "options" in _saved:
         interp.interpreter_builder.options = _saved.pop("options")

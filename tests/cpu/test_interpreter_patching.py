@@ -35,6 +35,7 @@ def test_the_patched_once_launch_gives_the_interpreters_bits():
     assert not patched_options.sanitize_overflow and not patched_options.debug
     P.uninstall()
     assert interpreter.interpreter_builder.options.sanitize_overflow  # the interpreter's own again
+    assert interpreter._get_np_dtype.__module__ == "triton.runtime.interpreter"  # its own type map again
     try:
         plain = _runs()
     finally:

@@ -102,6 +102,7 @@ def pack_bytes(tensors: Sequence[Optional[torch.Tensor]], device) -> tuple[torch
     """The tensors' bytes in one uint8 tensor on `device` (one concatenation; a strided tensor is made
     contiguous first), and where each begins (-1 for None). The widest dtypes come first, so every
     tensor starts at a multiple of its own element size and its slice can be viewed as that dtype."""
+    device = torch.device(device)
     order = sorted((i for i, t in enumerate(tensors) if t is not None), key=lambda i: -tensors[i].element_size())
     offsets, at, parts = [-1] * len(tensors), 0, []
     for i in order:
@@ -109,7 +110,7 @@ def pack_bytes(tensors: Sequence[Optional[torch.Tensor]], device) -> tuple[torch
         offsets[i] = at
         at += t.numel() * t.element_size()
         if t.numel():
-            parts.append(t.to(device).contiguous().view(-1).view(torch.uint8))
+            parts.append((t if t.device == device else t.to(device)).reshape(-1).view(torch.uint8))
     packed = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8, device=device)
     return packed, offsets
 
