@@ -1,8 +1,9 @@
-"""The cast's bound over the whole output in one pass (oracle.judging.tolerance.cast_bound for a float
-output type, its value held in float32, float16 or bfloat16): one Triton program per block of elements reads the input
-bound (float64) and the cast's value y, and writes bound + ulp(y) where the bound is positive, else
-0, with ulp(y) from the exponent bits of |y| in float32 as tolerance.ulp takes it, so the values are
-the same bits. The torch definition ran a dozen elementwise passes over D-sized tensors.
+"""The cast's bound over the whole output in one pass (oracle.judging.tolerance.cast_bound for a
+float output type, its value held in float32, float16 or bfloat16): one Triton program per block
+of elements reads the input bound (float64) and the cast's value y, and writes bound + ulp(y) where
+the bound is positive, else 0, with ulp(y) from the exponent bits of |y| in float32 as
+tolerance.ulp takes it, so the values are the same bits. The torch definition ran a dozen
+elementwise passes over D-sized tensors.
 """
 
 from __future__ import annotations
