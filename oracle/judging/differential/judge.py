@@ -151,7 +151,8 @@ def ratio_map(received, expected, bound, mask, unwritten, unit, kw) -> Optional[
         bound, unwritten = cut(None if bound is None else bound.expand(full)), cut(unwritten)
     r, e = received.double(), expected.to(received.device).double()
     if bound is None:
-        same = bit_patterns(received) == bit_patterns(expected.to(received.dtype)) if received.dtype == expected.dtype else r == e
+        same = (bit_patterns(received) == bit_patterns(expected.to(received.dtype))
+                if received.dtype == expected.dtype else r == e)
         out = torch.where(same | (torch.isnan(r) & torch.isnan(e)), 0.0, float("inf"))
     else:
         out = (r - e).abs() / bound.to(r.device).double().clamp(min=1e-300)
