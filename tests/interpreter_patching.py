@@ -19,6 +19,12 @@ And: the interpreter maps a Triton type to its numpy dtype (_get_np_dtype) by bu
 every type at each call, some 90,000 calls in one recorded attention trace's judgement; the map is
 kept per scalar type here (a block's is its element's, as there; pointers are left to it).
 
+And: every operation builds its result's types anew: a block type unwraps and validates its shape
+and formats its name, a tensor makes a constexpr of each dimension and a tuple type of them, some
+200,000 of each in one recorded attention trace's judgement. Both are made here from what was
+computed for the same shape before (a shape of plain ints; any other is built as there): the same
+attribute values, fresh tuple objects each time, as there.
+
 Constraints: only for the triton minor versions whose interpreter was read for this (the
 functions it wraps exist and are looked up by name at call time); any other version is left as
 it is. One launch at a time per thread, as the interpreter itself requires.
@@ -96,7 +102,9 @@ def install() -> bool:
                 np_dtypes[scalar] = got
         return got
 
-    _saved.update(patch_lang=patch_lang, run=run, np_dtype=np_dtype)
+    _saved.update(patch_lang=patch_lang, run=run, np_dtype=np_dtype, block_init=tl.core.block_type.__init__,
+                  tensor_init=tl.core.tensor.__init__)
+    _cache_shapes(tl.core)
     interp._patch_lang = _patch_lang
     interp.GridExecutor.__call__ = __call__
     interp._get_np_dtype = _get_np_dtype
@@ -105,6 +113,50 @@ def install() -> bool:
         _saved["options"] = options
         interp.interpreter_builder.options = dataclasses.replace(options, sanitize_overflow=False)
     return True
+
+
+def _cache_shapes(core) -> None:
+    """block_type and tensor built from what was computed for the same shape (module docstring)."""
+    import math
+
+    block_init = core.block_type.__init__
+    blocks: dict = {}  # dims -> (dims, the shape's tuple type, numel, str(shape))
+    tensors: dict = {}  # dims -> (constexpr per dim, their tuple type, constexpr numel)
+
+    def dims_of(shape):
+        values = shape.values if type(shape) is core.tuple else shape if type(shape) is list else None  # as there
+        if values is None:
+            return None
+        out = tuple(v.value if type(v) is core.constexpr else v for v in values)
+        return out if all(type(d) is int for d in out) else None
+
+    def block_type_init(self, element_ty, shape):
+        key = dims_of(shape)
+        got = blocks.get(key) if key is not None else None
+        if got is None:
+            block_init(self, element_ty, shape)
+            if key is not None:
+                blocks[key] = (list(self.shape.values), self.shape.type, self.numel, str(self.shape))
+            return
+        self.element_ty = element_ty
+        self.shape = core.tuple(list(got[0]), got[1])
+        self.numel = got[2]
+        self.name = f"<{got[3]}, {element_ty}>"
+
+    def tensor_init(self, handle, type):
+        self.handle = handle
+        self.type = type
+        self.dtype = type.scalar
+        key = tuple(type.shape) if type.is_block() else ()
+        got = tensors.get(key)
+        if got is None:
+            values = [core.constexpr(s) for s in key]
+            got = tensors[key] = (values, core.tuple(values).type, core.constexpr(math.prod(key)))
+        self.shape = core.tuple(list(got[0]), got[1])
+        self.numel = got[2]
+
+    core.block_type.__init__ = block_type_init
+    core.tensor.__init__ = tensor_init
 
 
 def uninstall() -> None:
@@ -116,5 +168,9 @@ def uninstall() -> None:
     interp._patch_lang = _saved.pop("patch_lang")
     interp._get_np_dtype = _saved.pop("np_dtype")
     interp.GridExecutor.__call__ = _saved.pop("run")
+    import triton.language as tl
+
+    tl.core.block_type.__init__ = _saved.pop("block_init")
+    tl.core.tensor.__init__ = _saved.pop("tensor_init")
     if "options" in _saved:
         interp.interpreter_builder.options = _saved.pop("options")

@@ -36,6 +36,10 @@ def test_the_patched_once_launch_gives_the_interpreters_bits():
     P.uninstall()
     assert interpreter.interpreter_builder.options.sanitize_overflow  # the interpreter's own again
     assert interpreter._get_np_dtype.__module__ == "triton.runtime.interpreter"  # its own type map again
+    import triton.language as tl
+
+    for cls in (tl.core.block_type, tl.core.tensor):  # its own type and tensor construction again
+        assert cls.__init__.__module__ == "triton.language.core", cls
     try:
         plain = _runs()
     finally:
@@ -43,3 +47,37 @@ def test_the_patched_once_launch_gives_the_interpreters_bits():
     assert (plain[-1] < 0).all()  # the int32 accumulator wrapped, with the overflow checks on and off
     for got, want in zip(patched, plain):
         assert got.dtype == want.dtype and torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+def test_a_cached_shape_builds_the_types_and_tensors_triton_builds():
+    if not P.install():
+        pytest.skip("The patching applies only under the interpreter of the triton versions it was read for.")
+    import triton.language as tl
+
+    core = tl.core
+
+    def built(make):
+        values = []
+        for shape in ([16, 32], core.tuple([16, 32]), [core.constexpr(16), 32], [8]):
+            t = make(shape)
+            values.append((t.name, list(t.shape), type(t.shape), t.numel, t.element_ty, t.shape.type.types))
+            x = core.tensor(None, t)
+            values.append((x.dtype, x.type, [s.value for s in x.shape], type(x.shape), x.numel.value))
+        x = core.tensor(None, tl.float32)
+        values.append((x.dtype, list(x.shape), x.numel.value))
+        return values
+
+    patched = built(lambda s: core.block_type(tl.float16, s)) + built(lambda s: core.block_type(tl.int32, s))
+    first, again = core.block_type(tl.float32, [4, 4]), core.block_type(tl.float32, [4, 4])
+    assert first.shape is not again.shape and first.shape.values is not again.shape.values  # fresh tuples
+    P.uninstall()
+    try:
+        plain = built(lambda s: core.block_type(tl.float16, s)) + built(lambda s: core.block_type(tl.int32, s))
+    finally:
+        assert P.install()
+    assert [repr(v) for v in patched] == [repr(v) for v in plain]
+    with pytest.raises(ValueError, match="power of 2"):  # a shape never cached is validated as before
+        core.block_type(tl.float32, [3, 4])
+    core.block_type(tl.float32, [16, 32])
+    with pytest.raises(AssertionError):  # a plain tuple is refused, as there, once its dims are cached too
+        core.block_type(tl.float32, (16, 32))
