@@ -28,7 +28,7 @@ from kernels_ref.mma_params import MainloopParams, mma_k_of
 class SampleProducts:
     """The device half of `mma_sample_host`: every accumulation step's products of the sampled
     elements, rounded as the accumulator receives them, for `mma_sample_finish` on the CPU.
-    p [T, steps, R, C] (int32: already summed and wrapped, [T, R, C]); s the float64 sum |a||b|
+    p float32 [T, steps, R, C] (int32: already summed and wrapped, [T, R, C]); s the float64 sum |a||b|
     (times |scales|) [T, R, C]; scale the fp32 block scales of each promotion chunk (or each step
     without promotion: a k-block, or a scale group where several lie in one) [T, units, R, C] or None."""
 
@@ -58,8 +58,7 @@ def mma_sample_products(a: torch.Tensor, b: torch.Tensor, rows, cols, block_m: i
     cfg = MainloopParams(a, b, block_m, block_n, block_k, acc, promotion_interval, scale_a, scale_b,
                          block_scale_group, oob_fill).config
     dev = a.device
-    rows = C.to_device(torch.as_tensor(rows, dtype=torch.int64), dev)
-    cols = C.to_device(torch.as_tensor(cols, dtype=torch.int64), dev)
+    rows, cols = torch.as_tensor(rows, dtype=torch.int64), torch.as_tensor(cols, dtype=torch.int64)
     M, K = a.shape
     N = b.shape[1]
     T, R = rows.shape
@@ -67,12 +66,14 @@ def mma_sample_products(a: torch.Tensor, b: torch.Tensor, rows, cols, block_m: i
     n_kb = C.cdiv(K, block_k)
     kp = n_kb * block_k
     mk = mma_k_of(cfg.a_dtype, cfg.b_dtype)
-    fill = float("nan") if oob_fill == "nan" else 0.0
-    A = torch.full((T, R, kp), fill, dtype=torch.float64, device=dev)
-    A[:, :, :K] = torch.where((rows < M)[..., None], a.detach().to(dev)[rows.clamp(max=M - 1)].double(), fill)
-    B = torch.full((T, kp, Cn), fill, dtype=torch.float64, device=dev)
-    B[:, :K, :] = torch.where((cols < N)[:, None, :], b.detach().to(dev)[:, cols.clamp(max=N - 1)].permute(1, 0, 2)
-                              .double(), fill)
+    if kp == K and _all_below(rows, M) and _all_below(cols, N):  # no fill: the elements' rows and columns, as read
+        both = C.to_device(torch.cat([rows.reshape(-1), cols.reshape(-1)]), dev)  # one copy of the indices
+        rows, cols = both[:T * R].view(T, R), both[T * R:].view(T, Cn)
+        A = a.detach()[rows].double()  # [T, R, K]
+        B = b.detach().to(dev)[:, cols].permute(1, 0, 2).double()  # [T, K, C]
+    else:
+        rows, cols = C.to_device(rows, dev), C.to_device(cols, dev)
+        A, B = _filled_operands(a, b, rows, cols, kp, oob_fill)
     step = kp if acc == "int32" else (mk if acc == "fp16" or promotion_interval is not None else
                                       block_k // cfg.scale_groups)
     n_steps = kp // step
@@ -97,12 +98,34 @@ def mma_sample_products(a: torch.Tensor, b: torch.Tensor, rows, cols, block_m: i
 
         scale = per_unit(unit)
         scale_abs = per_unit(min(block_k, gk))
-    width = block_k if scale_abs is None else min(block_k, block_scale_group[2])  # one S term per group
-    sabs = per_step(A.abs(), B.abs(), width) if n_kb else A.new_zeros((T, 0, R, Cn))
-    s = (sabs * scale_abs.abs() if scale_abs is not None else sabs).sum(1)
+    if scale_abs is None:
+        s = torch.matmul(A.abs(), B.abs())
+    else:  # one S term per scale group
+        s = (per_step(A.abs(), B.abs(), min(block_k, block_scale_group[2])) * scale_abs.abs()).sum(1)
     p = per_step(A, B, step) if n_steps else A.new_zeros((T, 0, R, Cn))
-    p = _wrap_i32(p.sum(1)) if acc == "int32" else C.f32(p)
+    p = _wrap_i32(p.sum(1)) if acc == "int32" else p.float()  # as the accumulator receives it
     return SampleProducts(p, s, scale, acc, promotion_interval, mk, block_k)
+
+
+def _all_below(index: torch.Tensor, extent: int) -> bool:
+    """Every index of a CPU tensor is below `extent` (read in numpy: no device round trip); False for
+    indices on a GPU, which the caller then treats as possibly past it."""
+    return index.device.type == "cpu" and (index.numel() == 0 or int(index.numpy().max()) < extent)
+
+
+def _filled_operands(a, b, rows, cols, kp: int, oob_fill: str):
+    """The sampled rows of A [T, R, kp] and columns of B [T, kp, C] in float64, the out-of-bounds
+    fill past M, N and K (indices on the operands' device)."""
+    dev = a.device
+    M, K = a.shape
+    N = b.shape[1]
+    fill = float("nan") if oob_fill == "nan" else 0.0
+    A = torch.full((*rows.shape, kp), fill, dtype=torch.float64, device=dev)
+    A[:, :, :K] = torch.where((rows < M)[..., None], a.detach()[rows.clamp(max=M - 1)].double(), fill)
+    B = torch.full((cols.shape[0], kp, cols.shape[1]), fill, dtype=torch.float64, device=dev)
+    B[:, :K, :] = torch.where((cols < N)[:, None, :], b.detach().to(dev)[:, cols.clamp(max=N - 1)].permute(1, 0, 2)
+                              .double(), fill)
+    return A, B
 
 
 def mma_sample_finish(products: SampleProducts):
@@ -122,7 +145,7 @@ def mma_sample_finish(products: SampleProducts):
     if products.promotion_interval is not None:  # q = trunc13(fp32(q + s)) inside each chunk, from zero
         per = products.promotion_interval // products.mma_k
         steps = p.view(T, n_steps // per, per, R, Cn)
-        q = torch.zeros_like(steps[:, :, 0])
+        q = torch.zeros_like(steps[:, :, 0], dtype=torch.float64)
         for j in range(per):
             q = truncate_mantissa_host(C.f32(q + steps[:, :, j]))
         p = q

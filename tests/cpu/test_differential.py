@@ -132,13 +132,14 @@ def test_a_whole_output_accumulator_off_the_checked_trajectory_makes_the_oracle_
     assert any("whole-output reference accumulator" in c for c in an.cross_check)
 
 
-@pytest.mark.parametrize("broken", [None, "load", "mma"])
+@pytest.mark.parametrize("broken", [None, "load", "mma", "epilogue"])
 def test_the_cross_checks_host_side_on_a_worker_thread_finds_what_it_finds_inline(monkeypatch, broken):
     """start_cross_check(background=True), the GPU's path (its host side on a worker thread while
     the stages run): the same problems as run inline, the worker's torch on one thread and the
     caller's threads untouched, and an error on the worker raised by `result`."""
     import torch
 
+    from kernels_ref import epilogue as ref_epilogue
     from kernels_ref import load as ref_load
     from kernels_ref import mma_sample
     from oracle.judging.differential import cross_check as cc
@@ -150,6 +151,9 @@ def test_the_cross_checks_host_side_on_a_worker_thread_finds_what_it_finds_inlin
     if broken == "mma":
         real = mma_sample.mma_sample_finish
         monkeypatch.setattr(mma_sample, "mma_sample_finish", lambda *a, **k: (lambda acc, s: (acc * 1.5, s))(*real(*a, **k)))
+    if broken == "epilogue":  # the cast's spec off by a factor: its input is read from the copied accumulator
+        real_cast = ref_epilogue.apply_cast_host
+        monkeypatch.setattr(ref_epilogue, "apply_cast_host", lambda x, *a, **k: real_cast(x * 2, *a, **k))
     seen = []
     real_dis = cc.disagreement
     monkeypatch.setattr(cc, "disagreement",
@@ -176,6 +180,8 @@ def test_the_cross_checks_host_side_on_a_worker_thread_finds_what_it_finds_inlin
         assert any(p.startswith("load_a tile") for p in inline), inline
     if broken == "mma":
         assert any(p.startswith("mma tile") for p in inline), inline
+    if broken == "epilogue":
+        assert inline == [f"epilogue_cast tile {t}: Triton != host spec" for t in tiles], inline
 
     def fails(*a, **k):
         raise RuntimeError("planted")

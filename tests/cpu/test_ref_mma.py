@@ -383,3 +383,35 @@ def test_the_sampled_spec_is_the_loop_spec_at_its_elements(ad, acc, promo, scale
     assert same(got, loop[:, -1][:, lines])
     want_s = loop_s[:, -1][:, lines]
     assert torch.allclose(s, want_s, rtol=1e-12, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("ad, acc, promo, scaled", [
+    ("bf16", "fp32", None, False), ("fp16", "fp16", None, False), ("e4m3", "fp32", 64, True),
+    ("int8", "int32", None, False)])
+def test_the_sampled_spec_inside_the_problem_reads_the_operands_without_a_fill(ad, acc, promo, scaled, monkeypatch):
+    """Sampled elements inside M x N with K a whole number of k-blocks: their rows and columns are
+    read as they are (no fill to place), and the spec is still the loop spec's at those elements."""
+    g = gen(4)
+    m, n, k, bm, bn, bk = 64, 64, 256, 32, 32, (128 if promo else 64)
+    dt = DTYPES[ad].torch
+    if ad == "int8":
+        a, b = ints((m, k), -128, 127, dt, 6), ints((k, n), -128, 127, dt, 7)
+    else:
+        a, b = (torch.randn(m, k, generator=g) * 3).to(dt), (torch.randn(k, n, generator=g) * 3).to(dt)
+    kw = dict(acc=acc, promotion_interval=promo)
+    if scaled:
+        kw.update(scale_a=torch.rand(m // 32, k // bk, generator=g) + 0.5,
+                  scale_b=torch.rand(n // 32, k // bk, generator=g) + 0.5, block_scale_group=(32, 32, bk))
+    tiles = [(0, 1), (1, 0)]
+    loop, loop_s = X.mma_trajectory_host(a, b, tiles, bm, bn, bk, with_abs_sum=True, **kw)
+    lines = [0, 7, bm - 1]
+    rows = torch.tensor([[tm * bm + r for r in lines] for tm, _ in tiles])
+    cols = torch.tensor([[tn * bn + c for c in range(bn)] for _, tn in tiles])
+
+    def no_fill(*args):
+        raise AssertionError("the operands were filled")
+
+    monkeypatch.setattr(mma_sample, "_filled_operands", no_fill)
+    got, s = mma_sample.mma_sample_host(a, b, rows, cols, bm, bn, bk, **kw)
+    assert same(got, loop[:, -1][:, lines])
+    assert torch.allclose(s, loop_s[:, -1][:, lines], rtol=1e-12, atol=0)

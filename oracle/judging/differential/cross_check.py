@@ -27,8 +27,9 @@ What it costs, bounded by the tile shape and K whatever M and N: T = knobs.CROSS
 (default 2), each with 2 k-blocks of both operand tiles, 8 (BM + BN) accumulator elements
 (SAMPLE_LINES rows and columns) over the whole K, and BM x BN elements per epilogue step. On the
 device: one Triton trajectory of the T tiles (K / BK steps each, every step's accumulator kept:
-T K / BK BM BN float32) and 16 T (BM + BN) K float64 products (batched matmuls); to the host: two
-copy of the Triton side and the spec's products, 8 T (BM + BN) K / BK float64 of them (2 MiB at
+T K / BK BM BN float32) and 16 T (BM + BN) K float64 products (batched matmuls); to the host: one
+copy of the Triton side (the tiles' last accumulators whole: the sampled lines and each epilogue's
+input are read from them) and the spec's products, 8 T (BM + BN) K / BK float64 of them (2 MiB at
 4096^3 with 128 x 128 x 64 tiles); on the host: the float32 roundings of those products in numpy
 and a few hundred small torch operations (a tile at most each), on one thread (`one_host_thread`).
 benchmarks/check_bench.py prints the phases: cross_check (the launches) and cross_check_host (what
@@ -256,13 +257,12 @@ def start_cross_check(ctx: Context, tiles: Sequence[tuple[int, int]],
     final = ref_mma.mma_trajectory(ops.a, ops.b, tiles, geo.bm, geo.bn, geo.bk, **kw)[:, -1]  # [T, BM, BN]
     rows_at, cols_at = sample_lines(geo.bm), sample_lines(geo.bn)
     epilogues = []
+    zero = torch.zeros(final.shape[1:], dtype=torch.float64, device=geo.dev)  # no step writes to its bound
     for t, tile in enumerate(tiles):
         vec = Vectors(ctx, tile)
-        x = final[t].float()
-        zero = torch.zeros(x.shape, dtype=torch.float64, device=geo.dev)
-        steps = [st for st in run_epilogue(ctx, x, zero, 0, vec, cast_bound=False)  # the cast is held bit for bit
-                 if st[0] == "cast" or step_acts(spec, st[0])]  # the others are x on both sides (run_epilogue)
-        epilogues.append((vec, x, steps))
+        steps = [st for st in run_epilogue(ctx, final[t].float(), zero, 0, vec, cast_bound=False)  # the cast: bit
+                 if st[0] == "cast" or step_acts(spec, st[0])]  # for bit; the others are x on both sides (run_epilogue)
+        epilogues.append((vec, steps))
     # the float64 spec of the accumulator on the sampled lines: its products on the device
     base_r = torch.tensor([tm * geo.bm for tm, _ in tiles])[:, None]
     base_c = torch.tensor([tn * geo.bn for _, tn in tiles])[:, None]
@@ -272,12 +272,11 @@ def start_cross_check(ctx: Context, tiles: Sequence[tuple[int, int]],
                for rows, cols in ((base_r + lines_r, base_c + every_c), (base_r + every_r, base_c + lines_c))]
     # one copy to the host
     dev_side = [f for *_, got, box in loads for f in (got, box)]
-    dev_side += [final.index_select(1, C.device_tensor(rows_at, geo.dev)),
-                 final.index_select(2, C.device_tensor(cols_at, geo.dev))]
+    dev_side.append(final)  # the sampled lines and each tile's epilogue input are read from it on the host
     for sp in sampled:
         dev_side += sp.tensors()
-    for vec, x, steps in epilogues:
-        dev_side += [x, vec.row_scale, vec.col_scale, vec.tensor_scale, vec.c, vec.bias]
+    for vec, steps in epilogues:
+        dev_side += [vec.row_scale, vec.col_scale, vec.tensor_scale, vec.c, vec.bias]
         dev_side += [f for _, y, b in steps for f in (y, b)]
     copy = HostCopy(dev_side)
     partials = []
@@ -286,7 +285,7 @@ def start_cross_check(ctx: Context, tiles: Sequence[tuple[int, int]],
             a_h, b_h, sa_h, sb_h, local = _host_operands(ctx, tile)
             partials.extend(_partials_cross_check(ctx, tile, a_h, b_h, sa_h, sb_h, local))
     meta = [(op, tile, kb) for op, tile, kb, _, _ in loads]
-    steps_of_tiles = [[step for step, _, _ in steps] for _, _, steps in epilogues]
+    steps_of_tiles = [[step for step, _, _ in steps] for _, steps in epilogues]
     return PendingCrossCheck(lambda: _host_side(ctx, tiles, meta, sampled, steps_of_tiles, copy) + partials,
                              background=background, sample=(tiles, final, geo.bm, geo.bn))
 
@@ -302,7 +301,8 @@ def _host_side(ctx: Context, tiles, loads, sampled, steps_of_tiles, copy: HostCo
         want = ref_load.load_tile_host(box, op, 0, 0, geo.bm if op == "a" else geo.bn, geo.bk, spec.oob_fill)
         if disagreement(got, want) is not None:
             problems.append(f"load_{op} tile {tile} k-block {kb}: Triton != host spec")
-    got_rows, got_cols = next(host), next(host)
+    final = next(host)
+    got_rows, got_cols = final[:, sample_lines(geo.bm)], final[:, :, sample_lines(geo.bn)]
     specs = []
     for sp in sampled:
         specs.append(ref_sample.mma_sample_finish(sp.with_tensors([next(host) for _ in sp.tensors()])))
@@ -314,8 +314,8 @@ def _host_side(ctx: Context, tiles, loads, sampled, steps_of_tiles, copy: HostCo
         w = disagreement(got[t], want[t], bound=bound[t], mask=in_range[t])
         if w is not None:
             problems.append(f"mma tile {tile}: Triton trajectory != host spec (error/bound {w:.3g})")
-    for tile, steps in zip(tiles, steps_of_tiles):
-        host_x = next(host).double()
+    for t, (tile, steps) in enumerate(zip(tiles, steps_of_tiles)):
+        host_x = final[t].float().double()  # the epilogue's input, as the device side made it
         vec = _HostVectors(*(next(host) for _ in range(5)))
         for step in steps:
             got, b = next(host), next(host)
