@@ -293,8 +293,19 @@ def nvcc_version(nvcc_path: str, cache_dir: Union[CacheDir, str, os.PathLike]) -
         return proc.stdout
 
 
-def _tree_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+def _tree_files(root: Path) -> list[tuple[str, str]]:
+    """(path relative to `root`, full path) of every file under it, in pathlib's order of their parts;
+    symlinked folders are not entered and __pycache__ is left out (as rglob would list them). One
+    os.walk: pathlib's rglob and relative_to took a quarter of a second over CUTLASS's ~900 headers."""
+    out = []
+    for here, folders, files in os.walk(root):
+        folders[:] = [f for f in folders if f != "__pycache__"]
+        rel = os.path.relpath(here, root)
+        for f in files:
+            full = os.path.join(here, f)
+            if os.path.isfile(full):
+                out.append((f if rel == "." else os.path.join(rel, f), full))
+    return sorted(out, key=lambda x: x[0].split(os.sep))
 
 
 def cutlass_headers_digest(dirs: Sequence[Path], cache_dir: CacheDir) -> str:
@@ -308,9 +319,9 @@ def cutlass_headers_digest(dirs: Sequence[Path], cache_dir: CacheDir) -> str:
     stamp = hashlib.sha256()
     for d, files in listing:
         stamp.update(f"{os.path.realpath(d)}\0".encode())
-        for p in files:
-            st = p.stat()
-            stamp.update(f"{p.relative_to(d)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        for rel, full in files:
+            st = os.stat(full)
+            stamp.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     name = f"{stamp.hexdigest()[:32]}.txt"
     with cache_dir.sub("cutlass-headers") as memo:
         known = (memo.read_private(name, 64) or b"").decode(errors="replace")
@@ -318,8 +329,8 @@ def cutlass_headers_digest(dirs: Sequence[Path], cache_dir: CacheDir) -> str:
             return known
         h = hashlib.sha256()
         for i, (d, files) in enumerate(listing):
-            for p in files:
-                h.update(f"{i}\0{p.relative_to(d)}\0".encode() + _sha256(p.read_bytes()).encode() + b"\n")
+            for rel, full in files:
+                h.update(f"{i}\0{rel}\0".encode() + _sha256(Path(full).read_bytes()).encode() + b"\n")
         digest = h.hexdigest()
         memo.write_private(name, digest.encode())
         return digest
