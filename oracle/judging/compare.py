@@ -14,14 +14,14 @@ sends large CUDA tensors to oracle.judging.compare_fast; the types they return a
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
 # The evidence types live below both comparators (oracle.judging.comparison); they are re-exported here,
 # where callers have always imported them from.
 from oracle.judging.comparison import (FIRST_BAD, NOT_RUN, TRIVIAL, BadElement, Comparison, Status,  # noqa: F401
-                               TileMetrics, _num, combine, exact_equal)
+                               TileMetrics, _num, combine, exact_equal, status_of)
 
 
 def _tiles(x: torch.Tensor, th: int, tw: int, fill) -> torch.Tensor:
@@ -80,6 +80,7 @@ def compare_reference(received: torch.Tensor, expected: torch.Tensor, *, bound: 
     th, tw = max(th, 1), max(tw, 1)
     exact = bound is None
     stats, fstats, (bad, r, e, b, never) = _tile_stats(received, expected, bound, mask, unwritten, th, tw)
+    stats, fstats = stats.cpu().tolist(), fstats.cpu().tolist()
     tiles_h, tiles_w = len(stats[0]), len(stats[0][0]) if stats[0] else 0
     grid_single = tile_shape is None
     base_ti = tile_index if (grid_single and tile_index is not None) else (origin[0] // th, origin[1] // tw)
@@ -101,10 +102,10 @@ def compare_reference(received: torch.Tensor, expected: torch.Tensor, *, bound: 
     return combine([Comparison(Status.MATCH, tuple(out))]) if out else Comparison(Status.NOT_RUN)
 
 
-def _metrics(tile, k_block, exact, first, counts, floats) -> TileMetrics:
+def _metrics(tile, k_block, exact, first, counts, floats, labels=None) -> TileMetrics:
     cmp_, exc, nbad, nr, ne, ir, ie, info, nvr = counts
     mabs, mrel, mrat, dsq, esq, rsq, dt, sr, se = floats
-    return TileMetrics(
+    return TileMetrics(**(labels or {}),
         tile=tile, k_block=k_block, compared=cmp_, excluded=exc,
         mismatches=nbad, max_abs_err=mabs, max_rel_err=mrel, max_ratio=mrat,
         rel_l2=math.sqrt(dsq / esq) if esq > 0 else (0.0 if dsq == 0 else math.inf),
@@ -115,12 +116,14 @@ def _metrics(tile, k_block, exact, first, counts, floats) -> TileMetrics:
 
 
 def compare_units(received: torch.Tensor, expected: torch.Tensor, *, origins, tiles, k_blocks,
-                  bound: Optional[torch.Tensor] = None, mask: Optional[torch.Tensor] = None) -> list[Comparison]:
+                  bound: Optional[torch.Tensor] = None, mask: Optional[torch.Tensor] = None,
+                  labels: Optional[Sequence[dict]] = None) -> list[Comparison]:
     """Many whole-tensor comparisons of one shape in one pass: received, expected (and bound, mask)
     [U, R, C], unit u at global `origins[u]`, named `tiles[u]` and `k_blocks[u]`. Returns, in unit
     order, what compare_reference(received[u], expected[u], bound=bound[u], mask=mask[u],
     origin=origins[u], tile_index=tiles[u], k_block=k_blocks[u]) returns, with two host reads for
-    the metrics of every unit and two for the first bad elements of every failing one."""
+    the metrics of every unit and two for the first bad elements of every failing one. `labels[u]`:
+    TileMetrics fields unit u is made with (comparison.unit_labels)."""
     if received.shape != expected.shape:
         raise ValueError(f"received shape {tuple(received.shape)} != expected shape {tuple(expected.shape)}")
     if received.dim() != 3:
@@ -135,16 +138,17 @@ def compare_units(received: torch.Tensor, expected: torch.Tensor, *, origins, ti
     exact = bound is None
     stats, fstats, (bad, r, e, b, never) = _tile_stats(flat(received), flat(expected), flat(bound), flat(mask), None,
                                                        h, w)
-    firsts = _first_bad_units(bad, r, e, b, never, h, origins,
-                              [u for u in range(n) if stats[0][u][0] and stats[2][u][0]])
+    stats, fstats = stats.reshape(-1, n).t().cpu().tolist(), fstats.reshape(-1, n).t().cpu().tolist()  # per unit
+    firsts = _first_bad_units(bad, r, e, b, never, h, origins, [u for u in range(n) if stats[u][0] and stats[u][2]])
     out = []
     for u in range(n):
-        counts = tuple(s[u][0] for s in stats)
+        counts = stats[u]
         if counts[0] == 0:
             out.append(Comparison(Status.NOT_RUN))
             continue
-        tm = _metrics(tuple(tiles[u]), k_blocks[u], exact, firsts.get(u, ()), counts, tuple(s[u][0] for s in fstats))
-        out.append(combine([Comparison(Status.MATCH, (tm,))]))
+        tm = _metrics(tuple(tiles[u]), k_blocks[u], exact, firsts.get(u, ()), counts, fstats[u],
+                      labels[u] if labels is not None else None)
+        out.append(Comparison(status_of((tm,)), (tm,)))  # combine's answer for the one unit
     return out
 
 
@@ -166,8 +170,8 @@ def _first_bad_units(bad, r, e, b, never, h, origins, failing) -> dict[int, tupl
 
 
 def _tile_stats(received, expected, bound, mask, unwritten, th: int, tw: int):
-    """Every metric's per-tile sums and maxima of a 2-D comparison split into th x tw tiles, on the
-    host as nested lists (counts, floats: see compare_reference), and the element maps the first
+    """Every metric's per-tile sums and maxima of a 2-D comparison split into th x tw tiles, stacked
+    [9, tiles_h, tiles_w] on its device (counts, floats: see compare_reference), and the element maps the first
     bad elements are read from (bad, received, expected, bound, never written), float64."""
     h, w = received.shape
     exact = bound is None
@@ -226,8 +230,8 @@ def _tile_stats(received, expected, bound, mask, unwritten, th: int, tw: int):
     informative = T((e.abs() > TRIVIAL) & keep).sum(-1)
     n_never = T(never).sum(-1)
 
-    stats = torch.stack([n_cmp, n_exc, n_bad, nan_r, nan_e, inf_r, inf_e, informative, n_never]).cpu().tolist()
-    fstats = torch.stack([max_abs, max_rel, max_ratio, diff_sq, e_sq, r_sq, dot, sum_r, sum_e]).cpu().tolist()
+    stats = torch.stack([n_cmp, n_exc, n_bad, nan_r, nan_e, inf_r, inf_e, informative, n_never])
+    fstats = torch.stack([max_abs, max_rel, max_ratio, diff_sq, e_sq, r_sq, dot, sum_r, sum_e])
     return stats, fstats, (bad, r, e, b, never)
 
 

@@ -240,13 +240,17 @@ class Comparison:
         """What fed it ("fed from ..."), then the notes."""
         return tuple(f"fed from {f}" for f in self.fed_from) + self.notes
 
-    def labelled(self, evidence: Evidence) -> "Comparison":
-        """The same comparison, its units and its evidence saying what fed it."""
-        feed = evidence.feeds[0].value if len(evidence.feeds) == 1 else \
-            " + ".join(f.value for f in evidence.feeds)
-        tiles = tuple(dataclasses.replace(t, fed_by=feed, stand_ins=evidence.stand_ins) for t in self.tiles)
-        tables = tuple(tb.labelled(fed_by=feed, stand_ins=evidence.stand_ins) for tb in self.tables)
+    def labelled(self, evidence: Evidence, partial: Optional[int] = None, assumed: tuple[str, ...] = ()) -> "Comparison":
+        """The same comparison, its units and its evidence saying what fed it; with `partial` or
+        `assumed`, also what of_partial and assuming say, in the same pass over the units."""
+        labels = unit_labels(evidence, partial, assumed)
+        tiles = tuple(dataclasses.replace(t, **labels) for t in self.tiles)
+        tables = tuple(tb.labelled(**labels) for tb in self.tables)
         return dataclasses.replace(self, tiles=tiles, evidence=self.evidence.merge(evidence), tables=tables)
+
+    def with_evidence(self, evidence: Evidence) -> "Comparison":
+        """`labelled(evidence, ...)` of a comparison whose units already carry unit_labels(evidence, ...)."""
+        return dataclasses.replace(self, evidence=self.evidence.merge(evidence))
 
     def of_partial(self, partial: Optional[int]) -> "Comparison":
         """The same comparison, its units saying which partial of a split tile they belong to."""
@@ -268,6 +272,18 @@ class Comparison:
 
 
 NOT_RUN = Comparison(Status.NOT_RUN)
+
+
+def unit_labels(evidence: Evidence, partial: Optional[int] = None, assumed: tuple[str, ...] = ()) -> dict:
+    """The TileMetrics fields Comparison.labelled gives each unit: what fed it (and the stand-ins),
+    and, where given, its partial and what it assumed."""
+    feed = evidence.feeds[0].value if len(evidence.feeds) == 1 else " + ".join(f.value for f in evidence.feeds)
+    labels = dict(fed_by=feed, stand_ins=evidence.stand_ins)
+    if partial is not None:
+        labels["partial"] = partial
+    if assumed:
+        labels["assumed"] = tuple(assumed)
+    return labels
 
 
 def combine(parts: Sequence[Comparison], *notes: str) -> Comparison:
