@@ -23,7 +23,9 @@ And: every operation builds its result's types anew: a block type unwraps and va
 and formats its name, a tensor makes a constexpr of each dimension and a tuple type of them, some
 200,000 of each in one recorded attention trace's judgement. Both are made here from what was
 computed for the same shape before (a shape of plain ints; any other is built as there): the same
-attribute values, fresh tuple objects each time, as there.
+attribute values, fresh tuple objects each time, as there. And the implicit broadcast of two blocks of
+one shape (a third of the binary operations' broadcasts) returns them as they are, as it does there,
+without the comparisons of Triton tuples it makes to find that out.
 
 Constraints: only for the triton minor versions whose interpreter was read for this (the
 functions it wraps exist and are looked up by name at call time); any other version is left as
@@ -105,6 +107,17 @@ def install() -> bool:
     _saved.update(patch_lang=patch_lang, run=run, np_dtype=np_dtype, block_init=tl.core.block_type.__init__,
                   tensor_init=tl.core.tensor.__init__)
     _cache_shapes(tl.core)
+    from triton.language import semantic
+
+    broadcast = _saved["broadcast"] = semantic.TritonSemantic.broadcast_impl_value
+
+    def broadcast_impl_value(self, lhs, rhs):
+        lt, rt = lhs.type, rhs.type
+        if lt.is_block() and rt.is_block() and list(lt.shape) == list(rt.shape):
+            return lhs, rhs  # what the general case returns for equal shapes
+        return broadcast(self, lhs, rhs)
+
+    semantic.TritonSemantic.broadcast_impl_value = broadcast_impl_value
     interp._patch_lang = _patch_lang
     interp.GridExecutor.__call__ = __call__
     interp._get_np_dtype = _get_np_dtype
@@ -172,5 +185,8 @@ def uninstall() -> None:
 
     tl.core.block_type.__init__ = _saved.pop("block_init")
     tl.core.tensor.__init__ = _saved.pop("tensor_init")
+    from triton.language import semantic
+
+    semantic.TritonSemantic.broadcast_impl_value = _saved.pop("broadcast")
     if "options" in _saved:
         interp.interpreter_builder.options = _saved.pop("options")

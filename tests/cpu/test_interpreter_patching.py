@@ -40,6 +40,9 @@ def test_the_patched_once_launch_gives_the_interpreters_bits():
 
     for cls in (tl.core.block_type, tl.core.tensor):  # its own type and tensor construction again
         assert cls.__init__.__module__ == "triton.language.core", cls
+    from triton.language import semantic
+
+    assert semantic.TritonSemantic.broadcast_impl_value.__module__ == "triton.language.semantic"  # its broadcast
     try:
         plain = _runs()
     finally:
