@@ -209,7 +209,7 @@ def test_a_sink_with_a_bad_header_is_not_read_whole(tmp_path):
 
 # -- dumps: header first ---------------------------------------------------------------------
 def _gzip(path: Path, head: bytes, zeros: int) -> None:
-    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    c = zlib.compressobj(1, zlib.DEFLATED, 31)  # level 1: the same bytes inflated, made in a quarter of the time
     chunk = bytes(1 << 20)
     with open(path, "wb") as f:
         f.write(c.compress(head))
@@ -518,7 +518,7 @@ def _dump_claiming(tmp_path: Path, edit) -> Path:
     head, laid = _tensorio.layout(((k, d, s) for k, (d, s) in entries.items()), {META_KEY: meta[META_KEY]})
     size = sum(e.nbytes for e in laid)
     p = tmp_path / "claim.safetensors.gz"
-    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    c = zlib.compressobj(1, zlib.DEFLATED, 31)  # level 1, as _gzip
     chunk = bytes(1 << 20)
     with open(p, "wb") as out:
         out.write(c.compress(head))
