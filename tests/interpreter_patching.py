@@ -140,8 +140,11 @@ def _cache_shapes(core) -> None:
         values = shape.values if type(shape) is core.tuple else shape if type(shape) is list else None  # as there
         if values is None:
             return None
-        out = tuple(v.value if type(v) is core.constexpr else v for v in values)
-        return out if all(type(d) is int for d in out) else None
+        for v in values:
+            if type(v) is not int:
+                out = tuple(v.value if type(v) is core.constexpr else v for v in values)
+                return out if all(type(d) is int for d in out) else None
+        return tuple(values)
 
     def block_type_init(self, element_ty, shape):
         key = dims_of(shape)
@@ -152,7 +155,7 @@ def _cache_shapes(core) -> None:
                 blocks[key] = (list(self.shape.values), self.shape.type, self.numel, str(self.shape))
             return
         self.element_ty = element_ty
-        self.shape = core.tuple(list(got[0]), got[1])
+        self.shape = core.tuple(got[0], got[1])  # a fresh list of the values, as tuple() makes
         self.numel = got[2]
         self.name = f"<{got[3]}, {element_ty}>"
 
@@ -160,12 +163,12 @@ def _cache_shapes(core) -> None:
         self.handle = handle
         self.type = type
         self.dtype = type.scalar
-        key = tuple(type.shape) if type.is_block() else ()
+        key = tuple(getattr(type.shape, "values", type.shape)) if type.is_block() else ()
         got = tensors.get(key)
         if got is None:
             values = [core.constexpr(s) for s in key]
             got = tensors[key] = (values, core.tuple(values).type, core.constexpr(math.prod(key)))
-        self.shape = core.tuple(list(got[0]), got[1])
+        self.shape = core.tuple(got[0], got[1])
         self.numel = got[2]
 
     core.block_type.__init__ = block_type_init
