@@ -240,7 +240,8 @@ class Comparison:
         """What fed it ("fed from ..."), then the notes."""
         return tuple(f"fed from {f}" for f in self.fed_from) + self.notes
 
-    def labelled(self, evidence: Evidence, partial: Optional[int] = None, assumed: tuple[str, ...] = ()) -> "Comparison":
+    def labelled(self, evidence: Evidence, partial: Optional[int] = None,
+                 assumed: tuple[str, ...] = ()) -> "Comparison":
         """The same comparison, its units and its evidence saying what fed it; with `partial` or
         `assumed`, also what of_partial and assuming say, in the same pass over the units."""
         labels = unit_labels(evidence, partial, assumed)
