@@ -7,7 +7,8 @@ share builds) and `nvcc --version` -> `<cache>/cubin/<kk>/<key>.cubin` (a librar
 `<cache>/so/<kk>/<key>.so`) (+ `.json`: the built file's sha256 and the build log, or the exit code
 and output of a failed build, which then fails again at once). A hit never runs nvcc, not even
 `nvcc --version` (that answer is cached too, keyed by the nvcc binary's path, size and mtime; so is
-the CUTLASS headers' digest, keyed by their folders' paths, sizes and mtimes); it hands out the bytes it hashed (BuildResult.read), not the path to open again.
+the CUTLASS headers' digest, keyed by their folders' paths, sizes and mtimes); it hands out the bytes
+it hashed (BuildResult.read), not the path to open again.
 
 Constraints: needs nvcc (no GPU); the cache is private to its user and every entry is checked before
 use (harness.build_cache: a cache another user could write is refused); writes are atomic (temp file

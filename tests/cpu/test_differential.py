@@ -104,11 +104,19 @@ def test_ktag_input_names_the_k_block_counted_twice():
     assert "j mod 16 = 2 was summed once too often" in an.first.hint
 
 
+def _scaled_by(factor, finish):
+    """mma_sample_finish with its accumulator multiplied by `factor` (a broken spec), S as it is."""
+    def broken(*a, **k):
+        acc, s = finish(*a, **k)
+        return acc * factor, s
+    return broken
+
+
 def test_broken_reference_makes_the_oracle_untrusted(monkeypatch):
     from kernels_ref import mma_sample
 
     real = mma_sample.mma_sample_finish
-    monkeypatch.setattr(mma_sample, "mma_sample_finish", lambda *a, **k: (lambda acc, s: (acc * 1.5, s))(*real(*a, **k)))
+    monkeypatch.setattr(mma_sample, "mma_sample_finish", _scaled_by(1.5, real))
     an = run(BASE, "mma_kblock_twice")
     assert an.verdict is Verdict.ORACLE_UNTRUSTED and an.cross_check
 
@@ -150,7 +158,7 @@ def test_the_cross_checks_host_side_on_a_worker_thread_finds_what_it_finds_inlin
         monkeypatch.setattr(ref_load, "load_tile_host", lambda *a, **k: real_load(*a, **k) + 1)
     if broken == "mma":
         real = mma_sample.mma_sample_finish
-        monkeypatch.setattr(mma_sample, "mma_sample_finish", lambda *a, **k: (lambda acc, s: (acc * 1.5, s))(*real(*a, **k)))
+        monkeypatch.setattr(mma_sample, "mma_sample_finish", _scaled_by(1.5, real))
     if broken == "epilogue":  # the cast's spec off by a factor: its input is read from the copied accumulator
         real_cast = ref_epilogue.apply_cast_host
         monkeypatch.setattr(ref_epilogue, "apply_cast_host", lambda x, *a, **k: real_cast(x * 2, *a, **k))

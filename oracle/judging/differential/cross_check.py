@@ -334,7 +334,8 @@ class _HostVectors:
     """A tile's epilogue vectors on the CPU (what `Vectors` holds on the device)."""
 
     def __init__(self, row_scale, col_scale, tensor_scale, c, bias):
-        self.row_scale, self.col_scale, self.tensor_scale, self.c, self.bias = row_scale, col_scale, tensor_scale, c, bias
+        self.row_scale, self.col_scale, self.tensor_scale = row_scale, col_scale, tensor_scale
+        self.c, self.bias = c, bias
 
 
 def _partials_cross_check(ctx: Context, tile, a_h, b_h, sa_h, sb_h, local) -> list[str]:
