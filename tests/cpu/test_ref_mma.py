@@ -354,6 +354,28 @@ def test_trajectory_stats_of_a_trajectory_end_where_the_whole_accumulation_does(
                               acc="int32", with_stats=True)
 
 
+def _sampled_and_loop(seed: int, shape, ad, acc, promo, scaled, tiles, lines, **kw):
+    """mma_sample_host's accumulator and S at the rows `lines` (every column) of `tiles`, and the loop
+    spec's at the same elements, on random operands of `ad` ([m, k] x [k, n], 32 x 32 tiles)."""
+    g = gen(seed)
+    m, n, k = shape
+    bm, bn, bk = 32, 32, (128 if promo else 64)
+    dt = DTYPES[ad].torch
+    if ad == "int8":
+        a, b = ints((m, k), -128, 127, dt, seed + 1), ints((k, n), -128, 127, dt, seed + 2)
+    else:
+        a, b = (torch.randn(m, k, generator=g) * 3).to(dt), (torch.randn(k, n, generator=g) * 3).to(dt)
+    kw.update(acc=acc, promotion_interval=promo)
+    if scaled:
+        kw.update(scale_a=torch.rand(-(-m // 32), -(-k // bk), generator=g) + 0.5,
+                  scale_b=torch.rand(-(-n // 32), -(-k // bk), generator=g) + 0.5, block_scale_group=(32, 32, bk))
+    loop, loop_s = X.mma_trajectory_host(a, b, tiles, bm, bn, bk, with_abs_sum=True, **kw)
+    rows = torch.tensor([[tm * bm + r for r in lines] for tm, _ in tiles])
+    cols = torch.tensor([[tn * bn + c for c in range(bn)] for _, tn in tiles])
+    got, s = mma_sample.mma_sample_host(a, b, rows, cols, bm, bn, bk, **kw)
+    return got, s, loop[:, -1][:, lines], loop_s[:, -1][:, lines]
+
+
 @pytest.mark.parametrize("ad, acc, promo, scaled, oob", [
     ("bf16", "fp32", None, False, "zero"), ("bf16", "fp32", None, False, "nan"), ("fp32", "fp32", None, False, "zero"),
     ("fp16", "fp16", None, False, "zero"), ("e4m3", "fp32", 64, False, "zero"), ("e4m3", "fp32", None, True, "zero"),
@@ -362,26 +384,11 @@ def test_the_sampled_spec_is_the_loop_spec_at_its_elements(ad, acc, promo, scale
     """mma_sample_host (every k-block's product at once, the roundings in order) gives the loop
     spec's final accumulator bit for bit at the sampled rows and columns, ragged tiles included,
     and S up to float64 summation order."""
-    g = gen(3)
-    m, n, k, bm, bn, bk = 70, 50, 200, 32, 32, (128 if promo else 64)
-    dt = DTYPES[ad].torch
-    if ad == "int8":
-        a, b = ints((m, k), -128, 127, dt, 4), ints((k, n), -128, 127, dt, 5)
-    else:
-        a, b = (torch.randn(m, k, generator=g) * 3).to(dt), (torch.randn(k, n, generator=g) * 3).to(dt)
-    kw = dict(acc=acc, promotion_interval=promo, oob_fill=oob)
-    if scaled:
-        kw.update(scale_a=torch.rand(-(-m // 32), -(-k // bk), generator=g) + 0.5,
-                  scale_b=torch.rand(-(-n // 32), -(-k // bk), generator=g) + 0.5, block_scale_group=(32, 32, bk))
-    tiles = [(0, 0), (2, 1)]  # (2, 1): rows past M
-    loop, loop_s = X.mma_trajectory_host(a, b, tiles, bm, bn, bk, with_abs_sum=True, **kw)
-    lines = [0, 1, 5, bm - 1]
-    rows = torch.tensor([[tm * bm + r for r in lines] for tm, _ in tiles])
-    cols = torch.tensor([[tn * bn + c for c in range(bn)] for _, tn in tiles])
-    got, s = mma_sample.mma_sample_host(a, b, rows, cols, bm, bn, bk, **kw)
-    assert got.shape == s.shape == (2, len(lines), bn) and got.dtype == torch.float64
-    assert same(got, loop[:, -1][:, lines])
-    want_s = loop_s[:, -1][:, lines]
+    lines = [0, 1, 5, 31]
+    got, s, want, want_s = _sampled_and_loop(3, (70, 50, 200), ad, acc, promo, scaled, [(0, 0), (2, 1)], lines,
+                                             oob_fill=oob)  # tile (2, 1): rows past M; K = 200: a ragged k-block
+    assert got.shape == s.shape == (2, len(lines), 32) and got.dtype == torch.float64
+    assert same(got, want)
     assert torch.allclose(s, want_s, rtol=1e-12, atol=0, equal_nan=True)
 
 
@@ -391,27 +398,11 @@ def test_the_sampled_spec_is_the_loop_spec_at_its_elements(ad, acc, promo, scale
 def test_the_sampled_spec_inside_the_problem_reads_the_operands_without_a_fill(ad, acc, promo, scaled, monkeypatch):
     """Sampled elements inside M x N with K a whole number of k-blocks: their rows and columns are
     read as they are (no fill to place), and the spec is still the loop spec's at those elements."""
-    g = gen(4)
-    m, n, k, bm, bn, bk = 64, 64, 256, 32, 32, (128 if promo else 64)
-    dt = DTYPES[ad].torch
-    if ad == "int8":
-        a, b = ints((m, k), -128, 127, dt, 6), ints((k, n), -128, 127, dt, 7)
-    else:
-        a, b = (torch.randn(m, k, generator=g) * 3).to(dt), (torch.randn(k, n, generator=g) * 3).to(dt)
-    kw = dict(acc=acc, promotion_interval=promo)
-    if scaled:
-        kw.update(scale_a=torch.rand(m // 32, k // bk, generator=g) + 0.5,
-                  scale_b=torch.rand(n // 32, k // bk, generator=g) + 0.5, block_scale_group=(32, 32, bk))
-    tiles = [(0, 1), (1, 0)]
-    loop, loop_s = X.mma_trajectory_host(a, b, tiles, bm, bn, bk, with_abs_sum=True, **kw)
-    lines = [0, 7, bm - 1]
-    rows = torch.tensor([[tm * bm + r for r in lines] for tm, _ in tiles])
-    cols = torch.tensor([[tn * bn + c for c in range(bn)] for _, tn in tiles])
 
     def no_fill(*args):
         raise AssertionError("the operands were filled")
 
     monkeypatch.setattr(mma_sample, "_filled_operands", no_fill)
-    got, s = mma_sample.mma_sample_host(a, b, rows, cols, bm, bn, bk, **kw)
-    assert same(got, loop[:, -1][:, lines])
-    assert torch.allclose(s, loop_s[:, -1][:, lines], rtol=1e-12, atol=0)
+    got, s, want, want_s = _sampled_and_loop(4, (64, 64, 256), ad, acc, promo, scaled, [(0, 1), (1, 0)], [0, 7, 31])
+    assert same(got, want)
+    assert torch.allclose(s, want_s, rtol=1e-12, atol=0)
