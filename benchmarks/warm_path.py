@@ -94,6 +94,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--profile", default=None, metavar="FILE",
                     help="write cProfile statistics of one more warm in-process call to FILE")
+    ap.add_argument("--device-profile", default=None, metavar="FILE",
+                    help="write torch.profiler's device and host time per operator of one more in-process call")
     args = ap.parse_args(argv)
 
     from harness.build import default_cache_dir
@@ -132,7 +134,8 @@ def main(argv=None) -> int:
                    "verdict": doc.get("verdict"), "build_cached": doc.get("run", {}).get("build_cached"),
                    "dropped": trace.get("dropped"), "sink_bytes": trace.get("capacity"),
                    "needed_bytes": trace.get("needed_bytes"), "relaunched": trace.get("relaunched"),
-                   "phases_s": {k: round(v, 3) for k, v in doc.get("phases_s", {}).items()}}
+                   "phases_s": {k: round(v, 3) for k, v in doc.get("phases_s", {}).items()},
+                   "child_phases_s": {k: round(v, 3) for k, v in doc.get("run", {}).get("phases_s", {}).items()}}
             if proc.returncode != 0 or doc.get("verdict") != "MATCH" or trace.get("dropped") != 0:
                 ok = False
                 row["stderr"] = proc.stderr[-2000:]
@@ -150,7 +153,7 @@ def main(argv=None) -> int:
     from oracle.tools.cli import main as oracle_main
 
     others = args.runs if args.other_runs is None else args.other_runs
-    in_process = []
+    in_process, in_process_phases = [], []
     with tempfile.TemporaryDirectory() as tmp:
         argv = cmd[3:]  # without "python -m oracle"
         argv[argv.index("--json") + 1] = str(Path(tmp) / "r.json")
@@ -162,11 +165,19 @@ def main(argv=None) -> int:
                 code = oracle_main(argv)
                 if i:
                     in_process.append(round(time.perf_counter() - t0, 3))
+                    doc = json.loads(Path(argv[argv.index("--json") + 1]).read_text())
+                    in_process_phases.append({"phases_s": {k: round(v, 3) for k, v in doc["phases_s"].items()},
+                                              "child_phases_s": {k: round(v, 3) for k, v in
+                                                                 doc["run"]["phases_s"].items()}})
                 ok = ok and code == 0
             if args.profile:
                 from benchmarks.check_bench import profile_text
 
                 profiled = profile_text(lambda: oracle_main(argv), calls=1)
+            if args.device_profile:
+                from benchmarks.check_bench import device_profile_text
+
+                Path(args.device_profile).write_text(device_profile_text(lambda: oracle_main(argv), calls=1))
         finally:
             os.chdir(cwd)
 
@@ -212,6 +223,7 @@ def main(argv=None) -> int:
         "environment": {k: os.environ[k] for k in ("PYTHONDONTWRITEBYTECODE",) if k in os.environ},
         "in_process_warm_s_median": statistics.median(in_process),
         "in_process_warm_s": in_process,
+        "in_process_phases": in_process_phases,
         "served_warm_s_median": statistics.median(served),
         "served_warm_s": served,
         "goal_s": GOAL_S,

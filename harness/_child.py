@@ -36,7 +36,7 @@ from harness import _tensorio
 from harness import launch_abi
 from harness import cuda_driver as cu
 from harness import guard_bands as G
-from harness.child_process import WAIT_FLAG
+from harness.child_process import DONE_FD_VARIABLE, WAIT_FLAG
 from harness.launch import KernelParams, LaunchSpec, TensorMapArg, argument_bytes
 from harness.stats import Policy, percentile, relative_standard_error, stop_reason
 from harness.tensormap import TensorMapError, encode
@@ -643,9 +643,19 @@ def main(argv: list[str]) -> int:
     progress.close()
     sys.stdout.flush()
     sys.stderr.flush()
+    _say_done()
     # Skip interpreter teardown: after a sticky error, driver clean-up at exit can take long or crash;
     # everything that matters is on disk.
     os._exit(0)
+
+
+def _say_done() -> None:
+    """One byte on the done pipe (harness.child_process), if the parent gave one: everything this
+    child reports is on disk, and what is left is the process's teardown."""
+    try:
+        os.write(int(os.environ[DONE_FD_VARIABLE]), b"\n")
+    except (KeyError, ValueError, OSError):
+        pass
 
 
 if __name__ == "__main__":

@@ -10,6 +10,11 @@ and from then on it is that run's child, exactly as a
 freshly started one (same request, same files, same time limit from the hand-over on). A child
 never taken sees end-of-file when its parent exits, or is killed at exit, and leaves. Standard
 library only: this module is imported before torch.
+
+Every child `start` makes has a done pipe (`ChildProcess.done`; the child finds its end in
+DONE_FD_VARIABLE): the child writes one byte there once everything it reports is on disk, right
+before it exits, so that its parent reads the results while the driver tears the child's CUDA
+context down.
 """
 
 from __future__ import annotations
@@ -22,22 +27,56 @@ import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 from harness.python_start import python_command, python_env
 
 DEFAULT_CHILD = python_command("harness._child", ("-X", "faulthandler"))
 WAIT_FLAG = "--wait"
+DONE_FD_VARIABLE = "ORACLE_CHILD_DONE_FD"
+
+
+class ChildProcess(NamedTuple):
+    """A started child and the read end of its done pipe (None: it has none, its exit is the end)."""
+
+    proc: subprocess.Popen
+    done: Optional[int] = None
+
 
 _lock = threading.Lock()
-# (device, command, process, its private working folder)
-_waiting: Optional[tuple[int, tuple, subprocess.Popen, Path]] = None
+# (device, command, the child, its private working folder)
+_waiting: Optional[tuple[int, tuple, ChildProcess, Path]] = None
 
 
 def child_env() -> dict[str, str]:
     env = python_env()
     env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    env.pop(DONE_FD_VARIABLE, None)  # only `start` names one: the pipe it made
     return env
+
+
+def start(argv: Sequence[str], **popen) -> ChildProcess:
+    """Popen(argv, **popen) in its own session, with the child's environment and a done pipe;
+    raises OSError when it cannot be started."""
+    done, theirs = os.pipe()
+    try:
+        env = {**child_env(), DONE_FD_VARIABLE: str(theirs)}
+        proc = subprocess.Popen(list(argv), env=env, pass_fds=(theirs,), start_new_session=True, **popen)
+    except BaseException:
+        os.close(done)
+        raise
+    finally:
+        os.close(theirs)
+    return ChildProcess(proc, done)
+
+
+def close_done(child: ChildProcess) -> None:
+    """Close the parent's end of the child's done pipe (once it has been waited on)."""
+    if child.done is not None:
+        try:
+            os.close(child.done)
+        except OSError:
+            pass
 
 
 def prestart(device: int = 0, command: Sequence[str] = DEFAULT_CHILD) -> bool:
@@ -52,43 +91,52 @@ def prestart(device: int = 0, command: Sequence[str] = DEFAULT_CHILD) -> bool:
         except OSError:
             return False
         try:
-            proc = subprocess.Popen(list(command) + [WAIT_FLAG, str(int(device))], stdin=subprocess.PIPE,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env(),
-                                    cwd=str(home), start_new_session=True)
+            child = start(list(command) + [WAIT_FLAG, str(int(device))], stdin=subprocess.PIPE,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(home))
         except OSError:
             shutil.rmtree(home, ignore_errors=True)
             return False
-        _waiting = (int(device), tuple(command), proc, home)
+        _waiting = (int(device), tuple(command), child, home)
         return True
 
 
-def take(device: int, command: Sequence[str] = DEFAULT_CHILD) -> Optional[subprocess.Popen]:
+def take(device: int, command: Sequence[str] = DEFAULT_CHILD) -> Optional[ChildProcess]:
     """The waiting child, when it was started for `device` with `command` and is still alive; it is
     then the caller's (give it its run directory with `hand_over`). None otherwise."""
     global _waiting
     with _lock:
         if _waiting is None or _waiting[:2] != (int(device), tuple(command)):
             return None
-        proc, home, _waiting = _waiting[2], _waiting[3], None
+        child, home, _waiting = _waiting[2], _waiting[3], None
     shutil.rmtree(home, ignore_errors=True)  # the child moves to its run directory, made by then
-    if proc.poll() is not None:
-        _stop(proc)
+    if child.proc.poll() is not None:
+        _stop(child)
         return None
-    return proc
+    return child
 
 
-def hand_over(proc: subprocess.Popen, run_dir: Path) -> bool:
-    """Give `proc` its run directory; False when it is gone (the caller starts a child instead)."""
+def hand_over(child: ChildProcess, run_dir: Path) -> bool:
+    """Give `child` its run directory; False when it is gone (the caller starts a child instead)."""
     try:
-        proc.stdin.write(os.fsencode(str(run_dir)) + b"\n")
-        proc.stdin.close()
+        child.proc.stdin.write(os.fsencode(str(run_dir)) + b"\n")
+        child.proc.stdin.close()
     except (OSError, ValueError):
-        _stop(proc)
+        _stop(child)
         return False
     return True
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def discard(device: int = 0, command: Sequence[str] = DEFAULT_CHILD) -> None:
+    """Stop the waiting child started for `device` with `command`, if it was not taken (a command
+    that started it ahead and then ran no kernel)."""
+    child = take(device, command)
+    if child is not None:
+        _stop(child)
+
+
+def _stop(child: ChildProcess) -> None:
+    close_done(child)
+    proc = child.proc
     try:
         proc.stdin.close()
     except (OSError, ValueError, AttributeError):

@@ -4,7 +4,9 @@ Data path: run_kernel(cubin, entry, launch, tensors, sink) -> a temporary run di
 (request.json, kernel.cubin, inputs.safetensors) and a sink file -> `python -m harness._child RUN_DIR`
 in a new process group (a fresh interpreter, CUDA through cuda-python only; or the child that
 harness.child_process started ahead for this command, handed the run directory) -> the parent waits
-with the time limit -> status.json, outputs.safetensors, progress.jsonl and the sink file -> KernelRun.
+with the time limit, until the child exits or says on its done pipe that its files are written (its
+CUDA context's teardown is then reaped on a thread) -> status.json, outputs.safetensors,
+progress.jsonl and the sink file -> KernelRun.
 run_library(library .so, LibraryCall, tensors, sink) takes the same path with kernel.so and the call
 in the request: the child calls the library's oracle_launch (harness.launch_abi) instead of launching.
 
@@ -26,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +40,7 @@ from harness.errors import BadInput
 from harness import knobs as _knobs
 from harness import _protocol as P
 from harness import _tensorio
-from harness.child_process import DEFAULT_CHILD, child_env, hand_over, take
+from harness.child_process import DEFAULT_CHILD, ChildProcess, child_env, close_done, hand_over, start, take
 from harness.build import CUBIN_MAGICS, MAX_LIBRARY_BYTES, BuildError, BuildResult, build_cubin, load_cubin
 from harness.files import read_bounded
 from harness.guard_bands import GuardBreach, GuardError, breaches_of
@@ -128,7 +131,7 @@ class KernelRun:
     outputs: Mapping[str, torch.Tensor] = field(default_factory=dict)  # only when OK
     sink: Optional[bytes] = None  # the raw sink after the run, when it could be recovered
     sink_source: Optional[str] = None  # host_mapped_file | host_pinned_copy | device_copy
-    elapsed_s: float = 0.0  # the child's whole life, start-up included
+    elapsed_s: float = 0.0  # the child's life until it exited or said it was done, start-up included
     kernel_s: Optional[float] = None  # launch to end of synchronize, host clock
     returncode: Optional[int] = None
     stderr_tail: str = ""
@@ -146,6 +149,9 @@ class KernelRun:
     launch_message: str = ""
     # bytes written outside an output's allocation, read from its guard bands (harness.guard_bands)
     guard_breaches: tuple[GuardBreach, ...] = ()
+    # seconds of each of the child's phases, in order (its progress marks; "exit": from its last mark
+    # until it said it was done, or until the parent saw it gone)
+    phases_s: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -307,7 +313,10 @@ def _read_sink(path: Path) -> bytes:
             extent = trace_extent(head)
         except TraceFormatError:
             return head  # never the whole file: the parser names what is wrong with the header
-        return head + f.read(max(0, extent - len(head)))
+        if extent <= len(head):
+            return head
+        f.seek(0)
+        return f.read(extent)  # the header again with the records, in one buffer (no concatenation)
 
 
 def _tail(path: Path) -> str:
@@ -342,22 +351,47 @@ def _kill_and_reap(proc: subprocess.Popen) -> Optional[int]:
         return None
 
 
-def _wait(proc: subprocess.Popen, timeout: float) -> int:
-    """proc.wait(timeout), woken the moment the child exits (a pidfd) rather than by polling."""
+def _wait(child: ChildProcess, timeout: float) -> tuple[Optional[int], bool]:
+    """Wait for the child to exit or to say it is done (its done pipe, harness.child_process),
+    woken the moment either happens (a pidfd and the pipe) rather than by polling: (its exit status,
+    None when it said done and is still exiting; whether it said done). Raises
+    subprocess.TimeoutExpired when neither came within `timeout` seconds."""
+    proc = child.proc
     try:
         fd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):  # not Linux 5.3+, or the child is already reaped
-        return proc.wait(timeout=timeout)
+        return proc.wait(timeout=timeout), False
     try:
         poller = select.poll()
         poller.register(fd, select.POLLIN)
+        if child.done is not None:
+            poller.register(child.done, select.POLLIN)
         deadline = time.monotonic() + timeout
-        while not poller.poll(min(1 << 30, max(0, math.ceil((deadline - time.monotonic()) * 1000)))):
-            if time.monotonic() >= deadline:
+        while True:
+            ready = dict(poller.poll(min(1 << 30, max(0, math.ceil((deadline - time.monotonic()) * 1000)))))
+            if fd in ready:
+                break
+            if child.done in ready:
+                if os.read(child.done, 1):
+                    return None, True
+                poller.unregister(child.done)  # closed without a word: its exit tells
+            if not ready and time.monotonic() >= deadline:
                 raise subprocess.TimeoutExpired(proc.args, timeout)
     finally:
         os.close(fd)
-    return proc.wait(timeout=KILL_GRACE_S)
+    return proc.wait(timeout=KILL_GRACE_S), False
+
+
+def _reap_later(proc: subprocess.Popen) -> None:
+    """Reap a child that said it is done on a thread of its own: its CUDA context's teardown, in the
+    driver, takes a while and the results are already read."""
+    def reap():
+        try:
+            proc.wait(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+
+    threading.Thread(target=reap, name=f"oracle-reap-{proc.pid}", daemon=True).start()
 
 
 def _read_outputs(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -496,7 +530,9 @@ def _run_child(image_name: str, image: bytes, request_core: dict, dense: Mapping
     timeout, keep = _child_settings(sink, timeout_s, keep_dir)
     run_dir = Path(tempfile.mkdtemp(prefix="oracle-run-"))
     sink_file: Optional[Path] = None
+    child: Optional[ChildProcess] = None
     proc: Optional[subprocess.Popen] = None
+    reported = False  # the child said it is done and is reaped on a thread of its own
     try:
         (run_dir / image_name).write_bytes(image)
         records = {}
@@ -519,27 +555,33 @@ def _run_child(image_name: str, image: bytes, request_core: dict, dense: Mapping
         argv = list(child_cmd if child_cmd is not None else DEFAULT_CHILD) + [str(run_dir)]
         timed_out = False
         with open(run_dir / P.STDOUT, "wb") as out, open(run_dir / P.STDERR, "wb") as err:
-            proc = take(device, argv[:-1])  # one started ahead for this command (harness.child_process)
+            child = take(device, argv[:-1])  # one started ahead for this command (harness.child_process)
             started = time.monotonic()
-            if proc is not None and not hand_over(proc, run_dir):
-                proc = None
-            if proc is None:
-                try:
-                    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                            cwd=str(run_dir), env=child_env(), start_new_session=True)
+            if child is not None and not hand_over(child, run_dir):
+                child = None
+            if child is None:
+                popen = dict(stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=str(run_dir))
+                try:  # the oracle's own child says when it is done; another command is waited on to its exit
+                    child = start(argv, **popen) if child_cmd is None else \
+                        ChildProcess(subprocess.Popen(argv, env=child_env(), start_new_session=True, **popen))
                 except OSError as exc:
                     return KernelRun(status=RunStatus.HARNESS_ERROR,
                                      message=f"could not start the child {argv}: {exc}", phase=None)
+            proc = child.proc
             try:
-                rc = _wait(proc, timeout)
+                rc, reported = _wait(child, timeout)
             except subprocess.TimeoutExpired:
                 timed_out = True
                 rc = _kill_and_reap(proc)
         elapsed = time.monotonic() - started
-        _kill_group(proc)  # stray grandchildren
+        _kill_group(proc)  # stray grandchildren (and a child that said it is done, in its teardown)
+        if reported:
+            _reap_later(proc)
         return _collect(run_dir, rc, timed_out, timeout, elapsed, sink_file, sink, keep)
     finally:
-        if proc is not None and proc.poll() is None:
+        if child is not None:
+            close_done(child)
+        if proc is not None and not reported and proc.poll() is None:
             _kill_and_reap(proc)
         if sink_file is not None:
             _remove_sink(sink_file)
@@ -566,6 +608,16 @@ def _signal_name(rc: int) -> str:
         return f"signal {-rc}"
 
 
+def _phase_seconds(progress: list[dict], elapsed: float) -> dict[str, float]:
+    """Seconds from each progress mark to the next, summed by phase name (a relaunch's phases add
+    up); the last mark's phase runs until `elapsed`, the end of the parent's wait."""
+    out: dict[str, float] = {}
+    marks = [(r["phase"], r.get("t")) for r in progress if isinstance(r.get("t"), (int, float))]
+    for (phase, t), (_, t_next) in zip(marks, marks[1:] + [(None, elapsed)]):
+        out[phase] = out.get(phase, 0.0) + max(0.0, t_next - t)
+    return out
+
+
 def _collect(run_dir: Path, rc: Optional[int], timed_out: bool, timeout: float, elapsed: float,
              sink_file: Optional[Path], sink: Optional[SinkRequest], keep: bool) -> KernelRun:
     progress = P.read_progress(run_dir)
@@ -590,7 +642,7 @@ def _collect(run_dir: Path, rc: Optional[int], timed_out: bool, timeout: float, 
 
     common = dict(phase=last_phase, sink=sink_bytes, sink_source=sink_source, elapsed_s=elapsed,
                   returncode=rc, stderr_tail=stderr_tail, stdout_tail=stdout_tail,
-                  run_dir=str(run_dir) if keep else None)
+                  run_dir=str(run_dir) if keep else None, phases_s=_phase_seconds(progress, elapsed))
     if doc is not None:
         status = RunStatus(doc["status"])
         outputs: dict = {}

@@ -30,10 +30,12 @@ class KernelRunInfo:
     elapsed_s: Optional[float]
     kernel_s: Optional[float]
     build_cached: Optional[bool]
+    phases_s: dict = field(default_factory=dict)  # the child's own phases (harness KernelRun.phases_s)
 
     def to_json(self) -> dict:
         return {"status": self.status, "message": self.message, "elapsed_s": self.elapsed_s,
-                "kernel_s": self.kernel_s, "build_cached": self.build_cached}
+                "kernel_s": self.kernel_s, "build_cached": self.build_cached,
+                "phases_s": {k: round(v, 6) for k, v in self.phases_s.items()}}
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,6 @@ def _run_live(request: RunRequest, t0: float, while_running) -> RunOutcome:
         refs, notes = reference_paths(case.spec, ops)
         performance = Performance(tuple(([k] if k else []) + refs), tuple(notes))
     info = KernelRunInfo(live.run.status.value, live.run.message, live.run.elapsed_s, live.run.kernel_s,
-                         live.build_cached)
+                         live.build_cached, dict(live.run.phases_s))
     phases = dict(live.phases_s or {}, inputs=inputs_s, recording=time.perf_counter() - t0)
     return RunOutcome(request, live.recording, live.recording.kernel, info, races, performance, phases, notices)

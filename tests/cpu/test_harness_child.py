@@ -103,7 +103,10 @@ def overrun(params):
         z[i] = 1.0
     ctypes.memset(q(a[2]) - 3, 0, 1)
 
-KERNELS = {"vadd": vadd, "fault": fault, "tma": tma, "overflow": overflow, "overrun": overrun}
+def die(params):
+    os._exit(3)  # the process gone mid-launch, with no word on its done pipe
+
+KERNELS = {"vadd": vadd, "fault": fault, "tma": tma, "overflow": overflow, "overrun": overrun, "die": die}
 
 def launch(function, grid, block, smem, params, cluster=None, stream=0):
     KERNELS[function.name](params)
@@ -115,6 +118,11 @@ def synchronize():
 
 def encode(spec, address):
     return struct.pack("<Q", address) + spec.dtype.encode().ljust(120, b"\0")
+
+if os.environ.get("EMULATED_TEARDOWN_S"):  # a context whose teardown takes this long at exit
+    import time
+    real_exit = os._exit
+    os._exit = lambda code: (time.sleep(float(os.environ["EMULATED_TEARDOWN_S"])), real_exit(code))
 
 cu.Module = Module
 cu.host_register_mapped = register
@@ -256,16 +264,49 @@ def test_a_prestarted_child_runs_the_next_run_of_its_command():
     from harness import child_process
 
     assert child_process.prestart(0, CHILD)
-    waiting = child_process._waiting[2]
+    waiting = child_process._waiting[2].proc
     try:
         run = vadd_run(sink=SinkRequest(bytes(32)), keep_dir=True)
         assert run.ok, run.describe() + run.stderr_tail
         assert _status_pid(run) == waiting.pid, "the run went to the child started ahead"
         assert torch.equal(run.outputs["z"][:N], 11 * torch.arange(N, dtype=torch.float32))
         assert torch.isnan(run.outputs["z"][N]) and struct.unpack("<I", run.sink[:4])[0] == 0xC0FFEE04
-        assert child_process._waiting is None and waiting.poll() is not None
+        assert child_process._waiting is None and waiting.wait(timeout=60) == 0, "it was the run's, and left"
         again = vadd_run(keep_dir=True)  # none waits now: a fresh child, as before
         assert again.ok and _status_pid(again) != waiting.pid
+    finally:
+        child_process._stop_waiting()
+
+
+def test_a_run_ends_when_its_child_says_done_not_when_its_teardown_ends(monkeypatch):
+    import time
+
+    from harness import child_process
+
+    monkeypatch.setenv("EMULATED_TEARDOWN_S", "30")
+    assert child_process.prestart(0, CHILD)
+    waiting = child_process._waiting[2].proc
+    try:
+        t0 = time.monotonic()
+        run = vadd_run(sink=SinkRequest(bytes(32)))
+        took = time.monotonic() - t0
+        assert run.ok, run.describe() + run.stderr_tail
+        assert torch.equal(run.outputs["z"][:N], 11 * torch.arange(N, dtype=torch.float32))
+        assert struct.unpack("<I", run.sink[:4])[0] == 0xC0FFEE04
+        assert took < 20 and run.returncode is None, "the run waited for the child's teardown"
+        assert run.phases_s["exit"] < 20
+        assert waiting.wait(timeout=30) is not None, "the child is reaped (killed with its group) all the same"
+    finally:
+        child_process._stop_waiting()
+
+
+def test_a_child_gone_without_a_word_on_its_done_pipe_is_a_crash():
+    from harness import child_process
+
+    assert child_process.prestart(0, CHILD)
+    try:
+        run = vadd_run(entry="die", sink=SinkRequest(bytes(32)))
+        assert run.status is RunStatus.CRASHED and run.returncode == 3 and run.phase == "launch", run.describe()
     finally:
         child_process._stop_waiting()
 
@@ -286,7 +327,7 @@ def test_a_prestarted_child_is_kept_from_runs_of_another_command_or_device_and_s
     from harness import child_process
 
     assert child_process.prestart(1, CHILD)
-    waiting = child_process._waiting[2]
+    waiting = child_process._waiting[2].proc
     try:
         assert not child_process.prestart(1, CHILD), "one waits at a time"
         run = vadd_run(keep_dir=True)  # device 0: not the waiting child's
@@ -304,8 +345,9 @@ def test_a_waiting_child_leaves_when_its_parent_closes_the_pipe():
     assert child_process.prestart(0, CHILD)
     waiting = child_process._waiting[2]
     child_process._waiting = None
-    waiting.stdin.close()  # what the parent's exit does
-    assert waiting.wait(timeout=60) == 0
+    waiting.proc.stdin.close()  # what the parent's exit does
+    assert waiting.proc.wait(timeout=60) == 0
+    child_process.close_done(waiting)
 
 
 def _bare_sink(tmp_path, monkeypatch):

@@ -68,6 +68,26 @@ def test_ok_run_brings_outputs_back():
     assert run.sink is None and run.run_dir is None
 
 
+PHASES_WITH_PAUSES = r'''
+prog.mark("upload"); time.sleep(0.3)
+prog.mark("launch"); prog.mark("sync"); time.sleep(0.2)
+prog.mark("download")
+P.write_json_atomic(run / P.STATUS, {"status": "OK", "phase": "done"})
+prog.mark("done"); time.sleep(0.4)
+'''
+
+
+def test_the_childs_phases_are_timed_from_its_progress_marks():
+    run = run_kernel(CUBIN, "vadd", VADD, vadd_tensors(), child_cmd=py_child(PHASES_WITH_PAUSES), timeout_s=30)
+    assert run.ok, run.describe()
+    s = run.phases_s
+    assert list(s) == ["upload", "launch", "sync", "download", "done"]
+    assert 0.3 <= s["upload"] < 1.3 and 0.2 <= s["sync"] < 1.2 and s["launch"] < 0.2
+    # the last mark's phase lasts until the parent saw the child gone: its pause after "done"
+    assert 0.4 <= s["done"] <= run.elapsed_s
+    assert sum(s.values()) <= run.elapsed_s + 0.05
+
+
 ECHO_REQUEST = r'''
 P.write_json_atomic(run / P.STATUS, {"status": "OK", "message": json.dumps(req)})
 '''
@@ -307,7 +327,7 @@ def test_a_real_child_started_ahead_reports_the_same_as_one_started_for_the_run(
     from harness import child_process
 
     assert child_process.prestart(0)
-    waiting = child_process._waiting[2]
+    waiting = child_process._waiting[2].proc
     try:
         run = run_kernel(CUBIN, "vadd", VADD, vadd_tensors(), sink=SinkRequest(bytes(64)), timeout_s=60,
                          keep_dir=True)

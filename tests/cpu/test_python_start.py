@@ -82,19 +82,20 @@ def test_the_bootstrap_drops_the_current_folder_on_other_pythons(planted, versio
 
 def test_the_child_started_ahead_never_imports_from_the_current_folder(planted):
     assert child_process.prestart(0)
-    waiting = child_process._waiting[2]
+    waiting = child_process._waiting[2].proc
     try:
         home = Path(os.readlink(f"/proc/{waiting.pid}/cwd"))
         home_stat = os.stat(home)
         taken = child_process.take(0, child_process.DEFAULT_CHILD)
         home_left = home.exists()
-        taken.stdin.close()  # no run comes: end-of-file, and it leaves (having imported all it needs)
-        assert taken.wait(timeout=120) == 0
+        taken.proc.stdin.close()  # no run comes: end-of-file, and it leaves (having imported all it needs)
+        assert taken.proc.wait(timeout=120) == 0
+        child_process.close_done(taken)
     finally:
         child_process._stop_waiting()
         if waiting.poll() is None:
             waiting.kill()
-    assert taken is waiting and home != Path.cwd(), "it waits in a folder of its own"
+    assert taken.proc is waiting and home != Path.cwd(), "it waits in a folder of its own"
     assert stat.S_IMODE(home_stat.st_mode) == 0o700 and home_stat.st_uid == os.getuid()
     assert not home_left, "its private folder goes once it is taken"
 
