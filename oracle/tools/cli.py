@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 from oracle.judging.diagnose import EXIT_NO_GPU, EXIT_USAGE
 
 from oracle.tools.cli_args import ATTENTION_CALLS
+from oracle.tools.startup import discard_prestarted, prestart_for
 from oracle.tools.demo import DEMO_PATH as DEMO_DUMP
 
 
@@ -511,6 +512,12 @@ def _choose_triton_backend() -> None:
             os.environ["TRITON_INTERPRET"] = "1"
 
 
+def _gpu_visible() -> bool:
+    """A CUDA device is visible to torch (imported by then): a kernel's child started ahead can run."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.cuda.is_available()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     _choose_triton_backend()
     from harness.errors import NoGpuError
@@ -523,6 +530,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as e:
         return EXIT_USAGE if e.code else 0
     args.argv = tuple(argv)
+    started_child = _gpu_visible() and prestart_for(argv)  # in a process already up (a script, the server)
     try:
         return args.func(args)
     except (UsageError, *input_errors()) as e:
@@ -543,6 +551,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         traceback.print_exc()
         print("error: the oracle itself failed (above); its verdict cannot be trusted", file=sys.stderr)
         return EXIT_CODES_INTERNAL
+    finally:
+        if started_child:
+            discard_prestarted()
 
 
 EXIT_CODES_INTERNAL = 4

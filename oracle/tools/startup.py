@@ -3,7 +3,9 @@ not slowed by costs that do not depend on the case.
 
 - `prestart_for(argv)`: a live compare starts its kernel's child process before this process
   imports torch (harness.child_process), so the child's interpreter, imports and CUDA context come
-  up meanwhile. Standard library only: `python -m oracle` calls it before anything heavy loads.
+  up meanwhile. Standard library only: `python -m oracle` calls it before anything heavy loads,
+  and `oracle.tools.cli.main` for a command run in a process already up (a script, the server),
+  where the child comes up while the command builds its inputs and looks up its build.
 - `import_judgement()`: the judgement's modules (the differential, whose Triton kernels are parsed
   as they load, and the report), imported on the thread that waits for the kernel's child
   (kernels_ref.first_call, through oracle.run.execute.run's `while_running`).
@@ -25,12 +27,22 @@ def runs_a_kernel(argv: Sequence[str]) -> bool:
         any(a.endswith(".toml") and not a.startswith("-") for a in words)
 
 
-def prestart_for(argv: Sequence[str]) -> None:
-    """Start the kernel's child ahead when `argv` runs a kernel."""
+def prestart_for(argv: Sequence[str]) -> bool:
+    """Start the kernel's child ahead when `argv` runs a kernel; whether this call started one
+    (False: none needed, one already waits, or it could not start)."""
     if runs_a_kernel(argv):
         from harness.child_process import prestart
 
-        prestart()
+        return prestart()
+    return False
+
+
+def discard_prestarted() -> None:
+    """Stop the child `prestart_for` started if the command ran no kernel after all (it failed
+    first): an idle child would hold its CUDA context until the process ends."""
+    from harness.child_process import discard
+
+    discard()
 
 
 def import_judgement() -> None:

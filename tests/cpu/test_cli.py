@@ -104,6 +104,24 @@ def test_a_child_is_started_ahead_only_for_a_live_compare(argv, live):
     assert _runs_a_kernel(argv) is live
 
 
+def test_a_command_run_in_process_starts_its_child_ahead_and_stops_it_if_no_kernel_ran(monkeypatch, tmp_path):
+    """cli.main in a process already up (a script, the server), with a GPU: a live compare starts
+    the kernel's child ahead; one that fails before its run stops it again, and a command that
+    runs no kernel starts none."""
+    from harness import child_process
+    from oracle.tools import cli
+
+    calls = []
+    monkeypatch.setattr(cli, "_gpu_visible", lambda: True)
+    monkeypatch.setattr(child_process, "prestart", lambda *a: calls.append("prestart") or True)
+    monkeypatch.setattr(child_process, "discard", lambda *a: calls.append("discard"))
+    assert cli.main(["compare", "--problem", str(tmp_path / "missing.toml")]) == 2
+    assert calls == ["prestart", "discard"]
+    calls.clear()
+    assert cli.main(["knobs"]) == 0
+    assert calls == []
+
+
 def test_module_entry_point_runs_without_a_gpu():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = ROOT
