@@ -154,7 +154,7 @@ def test_a_child_started_ahead_runs_the_kernel_as_a_fresh_one_does(cubin):
                                                         ScalarArg(n)])
     fresh = run_kernel(cubin, "vadd", launch, {"x": x, "y": y, "z": torch.zeros(n)}, timeout_s=60)
     assert child_process.prestart(0)
-    waiting = child_process._waiting[2]
+    waiting = child_process._waiting[2].proc
     time.sleep(1.0)  # let it come up: its CUDA context is made before the run
     run = None
     try:
