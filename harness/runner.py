@@ -382,6 +382,10 @@ def _wait(child: ChildProcess, timeout: float) -> tuple[Optional[int], bool]:
     return proc.wait(timeout=KILL_GRACE_S), False
 
 
+_reapers: list[threading.Thread] = []
+_reapers_lock = threading.Lock()
+
+
 def _reap_later(proc: subprocess.Popen) -> None:
     """Reap a child that said it is done on a thread of its own: its CUDA context's teardown, in the
     driver, takes a while and the results are already read."""
@@ -391,7 +395,19 @@ def _reap_later(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             pass
 
-    threading.Thread(target=reap, name=f"oracle-reap-{proc.pid}", daemon=True).start()
+    thread = threading.Thread(target=reap, name=f"oracle-reap-{proc.pid}", daemon=True)
+    with _reapers_lock:
+        _reapers.append(thread)
+    thread.start()
+
+
+def _join_reapers() -> None:
+    """Wait until the children that said they were done are gone (each at most KILL_GRACE_S), so
+    that the next run's child never shares the GPU's memory with the last one's teardown."""
+    with _reapers_lock:
+        waiting, _reapers[:] = list(_reapers), []
+    for thread in waiting:
+        thread.join()
 
 
 def _read_outputs(run_dir: Path) -> dict[str, torch.Tensor]:
@@ -528,6 +544,7 @@ def _run_child(image_name: str, image: bytes, request_core: dict, dense: Mapping
     appended), e.g. to run it under compute-sanitizer, or a stand-in child in tests. `keep_dir`
     (default ORACLE_KEEP_RUN_DIR) keeps the run directory and reports it in KernelRun.run_dir."""
     timeout, keep = _child_settings(sink, timeout_s, keep_dir)
+    _join_reapers()
     run_dir = Path(tempfile.mkdtemp(prefix="oracle-run-"))
     sink_file: Optional[Path] = None
     child: Optional[ChildProcess] = None

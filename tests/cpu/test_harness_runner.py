@@ -88,6 +88,21 @@ def test_the_childs_phases_are_timed_from_its_progress_marks():
     assert sum(s.values()) <= run.elapsed_s + 0.05
 
 
+def test_a_run_starts_its_child_only_once_the_last_child_that_said_done_is_gone():
+    """A child that said it was done may still be tearing its CUDA context down; the next run waits
+    for it, so that two runs' GPU memory is never held at once."""
+    import subprocess
+
+    from harness import runner
+
+    lingering = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    runner._reap_later(lingering)  # as a run leaves a child that said it was done
+    body = ('P.write_json_atomic(run / P.STATUS, {"status": "OK", '
+            f'"message": "alive" if os.path.exists("/proc/{lingering.pid}") else "gone"}})\n')
+    run = run_kernel(CUBIN, "k", VADD, vadd_tensors(), child_cmd=py_child(body), timeout_s=30)
+    assert run.ok and run.message == "gone", run.describe()
+
+
 ECHO_REQUEST = r'''
 P.write_json_atomic(run / P.STATUS, {"status": "OK", "message": json.dumps(req)})
 '''
