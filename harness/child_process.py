@@ -55,9 +55,11 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def start(argv: Sequence[str], **popen) -> ChildProcess:
-    """Popen(argv, **popen) in its own session, with the child's environment and a done pipe;
-    raises OSError when it cannot be started."""
+def start(argv: Sequence[str], *, done_pipe: bool = True, **popen) -> ChildProcess:
+    """Popen(argv, **popen) in its own session, with the child's environment and (`done_pipe`) a
+    done pipe; raises OSError when it cannot be started."""
+    if not done_pipe:
+        return ChildProcess(subprocess.Popen(list(argv), env=child_env(), start_new_session=True, **popen))
     done, theirs = os.pipe()
     try:
         env = {**child_env(), DONE_FD_VARIABLE: str(theirs)}

@@ -40,7 +40,7 @@ from harness.errors import BadInput
 from harness import knobs as _knobs
 from harness import _protocol as P
 from harness import _tensorio
-from harness.child_process import DEFAULT_CHILD, ChildProcess, child_env, close_done, hand_over, start, take
+from harness.child_process import DEFAULT_CHILD, ChildProcess, close_done, hand_over, start, take
 from harness.build import CUBIN_MAGICS, MAX_LIBRARY_BYTES, BuildError, BuildResult, build_cubin, load_cubin
 from harness.files import read_bounded
 from harness.guard_bands import GuardBreach, GuardError, breaches_of
@@ -577,10 +577,9 @@ def _run_child(image_name: str, image: bytes, request_core: dict, dense: Mapping
             if child is not None and not hand_over(child, run_dir):
                 child = None
             if child is None:
-                popen = dict(stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=str(run_dir))
                 try:  # the oracle's own child says when it is done; another command is waited on to its exit
-                    child = start(argv, **popen) if child_cmd is None else \
-                        ChildProcess(subprocess.Popen(argv, env=child_env(), start_new_session=True, **popen))
+                    child = start(argv, done_pipe=child_cmd is None, stdin=subprocess.DEVNULL, stdout=out,
+                                  stderr=err, cwd=str(run_dir))
                 except OSError as exc:
                     return KernelRun(status=RunStatus.HARNESS_ERROR,
                                      message=f"could not start the child {argv}: {exc}", phase=None)

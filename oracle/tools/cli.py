@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 from oracle.judging.diagnose import EXIT_NO_GPU, EXIT_USAGE
 
 from oracle.tools.cli_args import ATTENTION_CALLS
-from oracle.tools.startup import discard_prestarted, prestart_for
+from oracle.tools.startup import prestart_for
 from oracle.tools.demo import DEMO_PATH as DEMO_DUMP
 
 
@@ -552,8 +552,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print("error: the oracle itself failed (above); its verdict cannot be trusted", file=sys.stderr)
         return EXIT_CODES_INTERNAL
     finally:
-        if started_child:
-            discard_prestarted()
+        if started_child:  # a command that ran no kernel after all: an idle child would hold its context
+            from harness.child_process import discard
+
+            discard()
 
 
 EXIT_CODES_INTERNAL = 4

@@ -37,14 +37,6 @@ def prestart_for(argv: Sequence[str]) -> bool:
     return False
 
 
-def discard_prestarted() -> None:
-    """Stop the child `prestart_for` started if the command ran no kernel after all (it failed
-    first): an idle child would hold its CUDA context until the process ends."""
-    from harness.child_process import discard
-
-    discard()
-
-
 def import_judgement() -> None:
     """Import what judging a recording loads (run while a live kernel runs)."""
     import oracle.judging.differential  # noqa: F401

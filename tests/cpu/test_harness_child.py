@@ -300,27 +300,26 @@ def test_a_run_ends_when_its_child_says_done_not_when_its_teardown_ends(monkeypa
         child_process._stop_waiting()
 
 
-def test_a_child_gone_without_a_word_on_its_done_pipe_is_a_crash():
+def _prestarted_vadd_run(**kw):
+    """vadd_run(**kw) on a child started ahead (stopped afterwards if the run did not take it)."""
     from harness import child_process
 
     assert child_process.prestart(0, CHILD)
     try:
-        run = vadd_run(entry="die", sink=SinkRequest(bytes(32)))
-        assert run.status is RunStatus.CRASHED and run.returncode == 3 and run.phase == "launch", run.describe()
+        return vadd_run(**kw)
     finally:
         child_process._stop_waiting()
+
+
+def test_a_child_gone_without_a_word_on_its_done_pipe_is_a_crash():
+    run = _prestarted_vadd_run(entry="die", sink=SinkRequest(bytes(32)))
+    assert run.status is RunStatus.CRASHED and run.returncode == 3 and run.phase == "launch", run.describe()
 
 
 def test_a_prestarted_child_reports_a_fault_in_its_run_directory():
-    from harness import child_process
-
-    assert child_process.prestart(0, CHILD)
-    try:
-        run = vadd_run(entry="fault", sink=SinkRequest(bytes(32)))
-        assert run.status is RunStatus.CUDA_ERROR and run.phase == "sync"
-        assert struct.unpack("<I", run.sink[:4])[0] == 0xC0FFEE01
-    finally:
-        child_process._stop_waiting()
+    run = _prestarted_vadd_run(entry="fault", sink=SinkRequest(bytes(32)))
+    assert run.status is RunStatus.CUDA_ERROR and run.phase == "sync"
+    assert struct.unpack("<I", run.sink[:4])[0] == 0xC0FFEE01
 
 
 def test_a_prestarted_child_is_kept_from_runs_of_another_command_or_device_and_stopped_at_exit():
