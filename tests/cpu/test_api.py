@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -13,6 +12,7 @@ import torch
 
 import oracle
 from foreign_project import run_foreign_tests  # tests/ is on sys.path
+import warm_python  # tests/ is on sys.path: the commands run from a warm interpreter
 from oracle.report import table as report
 from oracle.problem.spec import SpecError
 
@@ -88,13 +88,13 @@ def test_the_pytest_plugin_reports_and_dumps_in_a_foreign_project(pytester):
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*First divergence: epilogue_store*", "*saved the recording to*"])
     (dump,) = list(dump_dir.glob("*.safetensors"))
-    proc = subprocess.run([sys.executable, "-m", "oracle", "compare", "--dump", str(dump), "--quiet"], cwd=ROOT,
+    proc = warm_python.run([sys.executable, "-m", "oracle", "compare", "--dump", str(dump), "--quiet"], cwd=ROOT,
                           env=dict(os.environ, TRITON_INTERPRET="1"))
     assert proc.returncode == 1  # DIVERGED, replayed offline
 
 
 def test_env_says_what_a_bug_report_needs():
-    proc = subprocess.run([sys.executable, "-m", "oracle", "env", "--json"], cwd=ROOT, capture_output=True,
+    proc = warm_python.run([sys.executable, "-m", "oracle", "env", "--json"], cwd=ROOT, capture_output=True,
                           text=True, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert proc.returncode == 0, proc.stderr
     env = json.loads(proc.stdout)
@@ -104,7 +104,7 @@ def test_env_says_what_a_bug_report_needs():
 
 def test_verify_judges_an_op_over_shapes(tmp_path):
     out = tmp_path / "v.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "oracle", "verify", "--op", "torch:matmul", "--shape", "40x24x64",
+    proc = warm_python.run([sys.executable, "-m", "oracle", "verify", "--op", "torch:matmul", "--shape", "40x24x64",
                            "--shape", "1x130x300", "--dtype", "fp32", "--jsonl", str(out)], cwd=ROOT,
                           capture_output=True, text=True, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -116,18 +116,18 @@ def test_verify_judges_an_op_over_shapes(tmp_path):
 def test_verify_finds_a_wrong_op(tmp_path):
     mod = tmp_path / "badops.py"
     mod.write_text("import torch\ndef gemm(a, b):\n    d = a @ b\n    d[:1] = 0\n    return d\n")
-    proc = subprocess.run([sys.executable, "-m", "oracle", "verify", "--op", "badops:gemm", "--shape", "40x24x64",
+    proc = warm_python.run([sys.executable, "-m", "oracle", "verify", "--op", "badops:gemm", "--shape", "40x24x64",
                            "--dtype", "fp32"], cwd=ROOT, capture_output=True, text=True,
                           env=dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(tmp_path)))
     assert proc.returncode == 1 and "DIVERGED" in proc.stdout, proc.stdout + proc.stderr
-    bad = subprocess.run([sys.executable, "-m", "oracle", "verify", "--op", "nosuchmodule:f", "--shape", "4x4x4"],
+    bad = warm_python.run([sys.executable, "-m", "oracle", "verify", "--op", "nosuchmodule:f", "--shape", "4x4x4"],
                          cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert bad.returncode == 2 and bad.stderr.startswith("error:")
 
 
 def test_plots_of_a_zoo_defect(tmp_path):
     pytest.importorskip("matplotlib")
-    proc = subprocess.run([sys.executable, "-m", "oracle", "compare", "--demo", "--quiet", "--plots", str(tmp_path)],
+    proc = warm_python.run([sys.executable, "-m", "oracle", "compare", "--demo", "--quiet", "--plots", str(tmp_path)],
                           cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert proc.returncode == 1, proc.stderr
     names = {p.name for p in tmp_path.iterdir()}

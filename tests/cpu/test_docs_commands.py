@@ -20,6 +20,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import warm_python  # tests/ is on sys.path: the commands run from a warm interpreter
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -142,7 +143,7 @@ def run(words: list[str], session: Session) -> subprocess.CompletedProcess:
     if key not in _RAN:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         try:
-            _RAN[key] = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+            _RAN[key] = warm_python.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
             _RAN[key] = subprocess.CompletedProcess(argv, -9, "", f"timed out after {TIMEOUT_S} s")
     return _RAN[key]
@@ -353,7 +354,7 @@ def test_every_relative_link_resolves():
 def test_knobs_page_matches_the_knobs_command():
     from oracle import knobs
 
-    done = subprocess.run([sys.executable, "-m", "oracle", "knobs"], cwd=ROOT, capture_output=True, text=True,
+    done = warm_python.run([sys.executable, "-m", "oracle", "knobs"], cwd=ROOT, capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=TIMEOUT_S)
     assert done.returncode == 0, done.stderr
     printed = [ln.split()[0] for ln in done.stdout.splitlines()[2:] if ln.startswith("ORACLE_")]

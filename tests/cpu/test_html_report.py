@@ -10,7 +10,6 @@ import base64
 import math
 import os
 import re
-import subprocess
 import sys
 import zlib
 from html.parser import HTMLParser
@@ -21,6 +20,7 @@ import torch
 
 import oracle
 from foreign_project import BAD, run_foreign_tests  # tests/ is on sys.path
+import warm_python  # tests/ is on sys.path: the commands run from a warm interpreter
 from oracle.report import html
 from oracle.tools.demo import DEMO_PATH
 
@@ -192,7 +192,7 @@ def test_the_flag_tables_of_the_rerun_commands_cover_compare_and_repro():
 def test_compare_writes_the_page_whole_and_never_through_a_link(tmp_path):
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
     page = tmp_path / "demo.html"
-    proc = subprocess.run([sys.executable, "-m", "oracle", "compare", "--demo", "--quiet", "--html", str(page)],
+    proc = warm_python.run([sys.executable, "-m", "oracle", "compare", "--demo", "--quiet", "--html", str(page)],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 1, proc.stderr  # DIVERGED
     assert page.read_text().startswith("<!DOCTYPE html>") and 'id="heatmap-mma"' in page.read_text()
@@ -201,7 +201,7 @@ def test_compare_writes_the_page_whole_and_never_through_a_link(tmp_path):
     target.write_text("mine")
     link = tmp_path / "link.html"
     link.symlink_to(target)
-    proc = subprocess.run([sys.executable, "-m", "oracle", "compare", "--demo", "--quiet", "--html", str(link)],
+    proc = warm_python.run([sys.executable, "-m", "oracle", "compare", "--demo", "--quiet", "--html", str(link)],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 2 and "symbolic link" in proc.stderr and target.read_text() == "mine"
 
@@ -210,7 +210,7 @@ def test_verify_writes_a_page_per_case_and_an_index(tmp_path):
     mod = tmp_path / "badops.py"
     mod.write_text("import torch\ndef gemm(a, b):\n    d = a @ b\n    d[:1] = 0\n    return d\n")
     out = tmp_path / "pages"
-    proc = subprocess.run([sys.executable, "-m", "oracle", "verify", "--op", "badops:gemm", "--shape", "40x24x64",
+    proc = warm_python.run([sys.executable, "-m", "oracle", "verify", "--op", "badops:gemm", "--shape", "40x24x64",
                            "--dtype", "fp32", "--html", str(out)], cwd=ROOT, capture_output=True, text=True,
                           env=dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=f"{ROOT}:{tmp_path}"))
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -6,7 +6,6 @@ file lacks reads "not recorded"; every script that writes results stamps them.""
 import json
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 import torch
 
 import bench_scripts  # tests/ is on sys.path
+import warm_python  # tests/ is on sys.path: the commands run from a warm interpreter
 
 ROOT = Path(bench_scripts.ROOT)
 sys.path.insert(0, str(ROOT))
@@ -140,7 +140,7 @@ def test_every_script_that_writes_results_stamps_them():
 
 def test_a_script_run_on_the_cpu_writes_a_stamp_the_table_reads(tmp_path):
     out = tmp_path / "check_cpu.json"
-    done = subprocess.run([sys.executable, "benchmarks/check_bench.py", "--device", "cpu", "--sizes", "64", "--warm",
+    done = warm_python.run([sys.executable, "benchmarks/check_bench.py", "--device", "cpu", "--sizes", "64", "--warm",
                            "1", "--gemm-reps", "1", "--seed", "11", "--out", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -169,7 +169,7 @@ def test_the_test_command_profile_sums_the_cache_s_compiles_and_the_table_reads_
     durations.write_text("12.50s call     tests/cpu/test_a.py::test_one\n2.00s setup    tests/cpu/test_a.py::test_two[x]\n"
                          "5.00s call     tests/cpu/test_b.py::test_three\n")
     out = tmp_path / "ci_time_cpu.json"
-    done = subprocess.run([sys.executable, "benchmarks/ci_time.py", "--cache", str(cache), "--wall-s", "700",
+    done = warm_python.run([sys.executable, "benchmarks/ci_time.py", "--cache", str(cache), "--wall-s", "700",
                            "--pytest-s", "650", "--cores", "2", "--durations", str(durations), "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -191,7 +191,7 @@ def test_the_chain_traffic_count_is_size_independent_and_the_table_reads_it(tmp_
     assert small["operations"] == large["operations"] > 10
     assert small["bytes_per_element"] == large["bytes_per_element"] > 100
     out = tmp_path / "chain.json"
-    done = subprocess.run([sys.executable, "benchmarks/chain_traffic.py", "--size", "128", "--out", str(out)],
+    done = warm_python.run([sys.executable, "benchmarks/chain_traffic.py", "--size", "128", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     (row,) = perf_table.rows_of(out)

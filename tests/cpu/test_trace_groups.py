@@ -4,11 +4,11 @@ when a kernel recorded another group, a case file and the command line select th
 sized for them, and a run that traced some groups judges the others from their output alone."""
 
 import dataclasses
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import warm_python  # tests/ is on sys.path: the commands run from a warm interpreter
 
 from harness import trace_format
 from harness.taps import Tap
@@ -149,7 +149,7 @@ def test_a_selected_tile_of_a_single_gemm_that_no_tap_came_from_is_named():
 
 
 def test_the_command_line_takes_trace_groups_and_names_a_bad_one():
-    done = subprocess.run([sys.executable, "-m", "oracle", "compare", "--problem", "m=64,n=64,k=64,batch=2",
+    done = warm_python.run([sys.executable, "-m", "oracle", "compare", "--problem", "m=64,n=64,k=64,batch=2",
                            "--trace-groups", "0,x"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--trace-groups '0,x': 'x' is not a non-negative integer" in done.stderr
 

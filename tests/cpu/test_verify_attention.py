@@ -5,11 +5,11 @@ it is skipped with a note in the row."""
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import warm_python  # tests/ is on sys.path: the commands run from a warm interpreter
 
 from oracle.tools.cli import main
 from oracle.tools.verify_attention import AttentionVerifyCase, load_sweep
@@ -84,7 +84,7 @@ def test_sweep_file_round_trip(capsys, tmp_path):
 def test_a_gemm_sweep_is_still_a_gemm_sweep(tmp_path):
     sweep, out = tmp_path / "gemm.toml", tmp_path / "rows.jsonl"
     sweep.write_text('[[case]]\nm = 8\nn = 8\nk = 8\ndtype = "fp32"\n')
-    proc = subprocess.run([sys.executable, "-m", "oracle", "verify", "--op", "torch:matmul", "--sweep", str(sweep),
+    proc = warm_python.run([sys.executable, "-m", "oracle", "verify", "--op", "torch:matmul", "--sweep", str(sweep),
                            "--jsonl", str(out)], cwd=ROOT, capture_output=True, text=True,
                           env=dict(os.environ, TRITON_INTERPRET="1"))
     rows = [json.loads(x) for x in out.read_text().splitlines()]

@@ -3,7 +3,6 @@ case and size it is listed for (so a GPU run cannot fail on a mistyped field), -
 script refuses to run without a GPU, and the results table reads what it writes."""
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 import torch
 
 import bench_scripts  # tests/ is on sys.path
+import warm_python  # tests/ is on sys.path: the commands run from a warm interpreter
 
 zoo_at_size = bench_scripts.load("zoo_at_size")
 perf_table = bench_scripts.load("perf_table")
@@ -43,7 +43,7 @@ def test_every_run_resolves_to_its_case_at_its_size():
 
 
 def test_list_prints_every_run_and_only_selects():
-    done = subprocess.run([sys.executable, "benchmarks/zoo_at_size.py", "--list", "--only", "streamk", "fa3_d128"],
+    done = warm_python.run([sys.executable, "benchmarks/zoo_at_size.py", "--list", "--only", "streamk", "fa3_d128"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -53,7 +53,7 @@ def test_list_prints_every_run_and_only_selects():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without a GPU")
 def test_without_a_gpu_it_says_so_and_exits_2():
-    done = subprocess.run([sys.executable, "benchmarks/zoo_at_size.py", "--only", "hopper"], cwd=ROOT,
+    done = warm_python.run([sys.executable, "benchmarks/zoo_at_size.py", "--only", "hopper"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "no CUDA GPU" in done.stderr, (done.returncode, done.stderr[-500:])
 
