@@ -90,9 +90,6 @@ LONG_FIRST = (
     "cpu/test_cutlass_checks.py",  # the checks' front-end builds and refusals
     "cpu/test_cutlass_blockwise.py",  # the blockwise-scaled kernel's front-end refusals
     "cpu/test_cutlass_tap_maps.py",  # two CUTLASS host programs
-    "cpu/test_repro_security.py",
-    "cpu/test_repro_quant.py",  # the session's host program and its own wrong-nibble twin
-    "cpu/test_repro_grouped_scales.py",  # the session's host program on grouped block-scaled reproducers
     "cpu/test_launch_library.py",
     "cpu/test_zoo_build_split.py",
     "cpu/test_zoo_build_attention.py",
@@ -110,6 +107,11 @@ LONG_FIRST = (
     "cpu/test_zoo_dumps_cutlass_coop.py",  # the largest recordings, replayed under the interpreter
     "cpu/test_zoo_dumps_cutlass_pingpong.py",
     "cpu/test_zoo_dumps_cutlass_more.py",
+    # The session's host programs, built once by test_repro's worker (about a minute of nvcc, cold):
+    # these take them after the long files above, so that the other worker does not sit on the lock.
+    "cpu/test_repro_security.py",
+    "cpu/test_repro_quant.py",  # and its own wrong-nibble twin
+    "cpu/test_repro_grouped_scales.py",  # on grouped block-scaled reproducers
 )
 
 def pytest_collection_modifyitems(config, items):
