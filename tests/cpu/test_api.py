@@ -89,13 +89,13 @@ def test_the_pytest_plugin_reports_and_dumps_in_a_foreign_project(pytester):
     result.stdout.fnmatch_lines(["*First divergence: epilogue_store*", "*saved the recording to*"])
     (dump,) = list(dump_dir.glob("*.safetensors"))
     proc = warm_python.run([sys.executable, "-m", "oracle", "compare", "--dump", str(dump), "--quiet"], cwd=ROOT,
-                          env=dict(os.environ, TRITON_INTERPRET="1"))
+                           env=dict(os.environ, TRITON_INTERPRET="1"))
     assert proc.returncode == 1  # DIVERGED, replayed offline
 
 
 def test_env_says_what_a_bug_report_needs():
     proc = warm_python.run([sys.executable, "-m", "oracle", "env", "--json"], cwd=ROOT, capture_output=True,
-                          text=True, env=dict(os.environ, TRITON_INTERPRET="1"))
+                           text=True, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert proc.returncode == 0, proc.stderr
     env = json.loads(proc.stdout)
     assert {"oracle", "torch", "triton", "cuda_bindings", "nvidia_cutlass", "nvcc", "gpus", "knobs"} <= set(env)
@@ -105,8 +105,8 @@ def test_env_says_what_a_bug_report_needs():
 def test_verify_judges_an_op_over_shapes(tmp_path):
     out = tmp_path / "v.jsonl"
     proc = warm_python.run([sys.executable, "-m", "oracle", "verify", "--op", "torch:matmul", "--shape", "40x24x64",
-                           "--shape", "1x130x300", "--dtype", "fp32", "--jsonl", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, env=dict(os.environ, TRITON_INTERPRET="1"))
+                            "--shape", "1x130x300", "--dtype", "fp32", "--jsonl", str(out)], cwd=ROOT,
+                           capture_output=True, text=True, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["verdict"] for r in rows] == ["MATCH", "MATCH"] and [r["index"] for r in rows] == [0, 1]
@@ -117,18 +117,18 @@ def test_verify_finds_a_wrong_op(tmp_path):
     mod = tmp_path / "badops.py"
     mod.write_text("import torch\ndef gemm(a, b):\n    d = a @ b\n    d[:1] = 0\n    return d\n")
     proc = warm_python.run([sys.executable, "-m", "oracle", "verify", "--op", "badops:gemm", "--shape", "40x24x64",
-                           "--dtype", "fp32"], cwd=ROOT, capture_output=True, text=True,
-                          env=dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(tmp_path)))
+                            "--dtype", "fp32"], cwd=ROOT, capture_output=True, text=True,
+                           env=dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(tmp_path)))
     assert proc.returncode == 1 and "DIVERGED" in proc.stdout, proc.stdout + proc.stderr
     bad = warm_python.run([sys.executable, "-m", "oracle", "verify", "--op", "nosuchmodule:f", "--shape", "4x4x4"],
-                         cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, TRITON_INTERPRET="1"))
+                          cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert bad.returncode == 2 and bad.stderr.startswith("error:")
 
 
 def test_plots_of_a_zoo_defect(tmp_path):
     pytest.importorskip("matplotlib")
     proc = warm_python.run([sys.executable, "-m", "oracle", "compare", "--demo", "--quiet", "--plots", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, TRITON_INTERPRET="1"))
+                           cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, TRITON_INTERPRET="1"))
     assert proc.returncode == 1, proc.stderr
     names = {p.name for p in tmp_path.iterdir()}
     assert {"mma_tiles.png", "mma_worst_tile.png", "mma_k_blocks.png", "epilogue_store_tiles.png"} <= names

@@ -355,7 +355,7 @@ def test_knobs_page_matches_the_knobs_command():
     from oracle import knobs
 
     done = warm_python.run([sys.executable, "-m", "oracle", "knobs"], cwd=ROOT, capture_output=True, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=TIMEOUT_S)
+                           env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=TIMEOUT_S)
     assert done.returncode == 0, done.stderr
     printed = [ln.split()[0] for ln in done.stdout.splitlines()[2:] if ln.startswith("ORACLE_")]
     rows = [r for r in re.findall(r"^\| `(ORACLE_\w+)` \| (.*?) \|", (ROOT / "docs/knobs.md").read_text(), re.M)]

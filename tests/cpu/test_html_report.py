@@ -193,7 +193,7 @@ def test_compare_writes_the_page_whole_and_never_through_a_link(tmp_path):
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
     page = tmp_path / "demo.html"
     proc = warm_python.run([sys.executable, "-m", "oracle", "compare", "--demo", "--quiet", "--html", str(page)],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
+                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 1, proc.stderr  # DIVERGED
     assert page.read_text().startswith("<!DOCTYPE html>") and 'id="heatmap-mma"' in page.read_text()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left
@@ -202,7 +202,7 @@ def test_compare_writes_the_page_whole_and_never_through_a_link(tmp_path):
     link = tmp_path / "link.html"
     link.symlink_to(target)
     proc = warm_python.run([sys.executable, "-m", "oracle", "compare", "--demo", "--quiet", "--html", str(link)],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
+                           cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 2 and "symbolic link" in proc.stderr and target.read_text() == "mine"
 
 
@@ -211,8 +211,8 @@ def test_verify_writes_a_page_per_case_and_an_index(tmp_path):
     mod.write_text("import torch\ndef gemm(a, b):\n    d = a @ b\n    d[:1] = 0\n    return d\n")
     out = tmp_path / "pages"
     proc = warm_python.run([sys.executable, "-m", "oracle", "verify", "--op", "badops:gemm", "--shape", "40x24x64",
-                           "--dtype", "fp32", "--html", str(out)], cwd=ROOT, capture_output=True, text=True,
-                          env=dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=f"{ROOT}:{tmp_path}"))
+                            "--dtype", "fp32", "--html", str(out)], cwd=ROOT, capture_output=True, text=True,
+                           env=dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=f"{ROOT}:{tmp_path}"))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     index = (out / "index.html").read_text()
     assert sorted(p.name for p in out.iterdir()) == ["0000-40x24x64-fp32.html", "index.html"]

@@ -141,8 +141,8 @@ def test_every_script_that_writes_results_stamps_them():
 def test_a_script_run_on_the_cpu_writes_a_stamp_the_table_reads(tmp_path):
     out = tmp_path / "check_cpu.json"
     done = warm_python.run([sys.executable, "benchmarks/check_bench.py", "--device", "cpu", "--sizes", "64", "--warm",
-                           "1", "--gemm-reps", "1", "--seed", "11", "--out", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+                            "1", "--gemm-reps", "1", "--seed", "11", "--out", str(out)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     doc = json.loads(out.read_text())
     s = doc[provenance.KEY]
@@ -170,8 +170,8 @@ def test_the_test_command_profile_sums_the_cache_s_compiles_and_the_table_reads_
                          "5.00s call     tests/cpu/test_b.py::test_three\n")
     out = tmp_path / "ci_time_cpu.json"
     done = warm_python.run([sys.executable, "benchmarks/ci_time.py", "--cache", str(cache), "--wall-s", "700",
-                           "--pytest-s", "650", "--cores", "2", "--durations", str(durations), "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+                            "--pytest-s", "650", "--cores", "2", "--durations", str(durations), "--out", str(out)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     doc = json.loads(out.read_text())
     assert doc["compiles"] == 3 and doc["compile_s"] == 160.5
@@ -192,7 +192,7 @@ def test_the_chain_traffic_count_is_size_independent_and_the_table_reads_it(tmp_
     assert small["bytes_per_element"] == large["bytes_per_element"] > 100
     out = tmp_path / "chain.json"
     done = warm_python.run([sys.executable, "benchmarks/chain_traffic.py", "--size", "128", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     (row,) = perf_table.rows_of(out)
     assert row.benchmark == "oracle.check's reference chain, traffic"

@@ -150,7 +150,7 @@ def test_a_selected_tile_of_a_single_gemm_that_no_tap_came_from_is_named():
 
 def test_the_command_line_takes_trace_groups_and_names_a_bad_one():
     done = warm_python.run([sys.executable, "-m", "oracle", "compare", "--problem", "m=64,n=64,k=64,batch=2",
-                           "--trace-groups", "0,x"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                            "--trace-groups", "0,x"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--trace-groups '0,x': 'x' is not a non-negative integer" in done.stderr
 
 

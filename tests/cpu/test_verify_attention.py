@@ -85,8 +85,8 @@ def test_a_gemm_sweep_is_still_a_gemm_sweep(tmp_path):
     sweep, out = tmp_path / "gemm.toml", tmp_path / "rows.jsonl"
     sweep.write_text('[[case]]\nm = 8\nn = 8\nk = 8\ndtype = "fp32"\n')
     proc = warm_python.run([sys.executable, "-m", "oracle", "verify", "--op", "torch:matmul", "--sweep", str(sweep),
-                           "--jsonl", str(out)], cwd=ROOT, capture_output=True, text=True,
-                          env=dict(os.environ, TRITON_INTERPRET="1"))
+                            "--jsonl", str(out)], cwd=ROOT, capture_output=True, text=True,
+                           env=dict(os.environ, TRITON_INTERPRET="1"))
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     assert proc.returncode == 0 and rows[0]["shape"] == [8, 8, 8] and "kind" not in rows[0], proc.stdout + proc.stderr
 

@@ -44,7 +44,7 @@ def test_every_run_resolves_to_its_case_at_its_size():
 
 def test_list_prints_every_run_and_only_selects():
     done = warm_python.run([sys.executable, "benchmarks/zoo_at_size.py", "--list", "--only", "streamk", "fa3_d128"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert [ln.split(":")[0] for ln in lines] == ["cutlass_streamk", "cutlass_streamk_dp", "fa3_d128"]
@@ -54,7 +54,7 @@ def test_list_prints_every_run_and_only_selects():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without a GPU")
 def test_without_a_gpu_it_says_so_and_exits_2():
     done = warm_python.run([sys.executable, "benchmarks/zoo_at_size.py", "--only", "hopper"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 2 and "no CUDA GPU" in done.stderr, (done.returncode, done.stderr[-500:])
 
 
