@@ -111,7 +111,12 @@ def run(argv: list, *, cwd=None, env: Optional[dict] = None, timeout: Optional[f
         paths = {name: os.path.join(d, name) for name in ("stdin", "stdout", "stderr")}
         with open(paths["stdin"], "w") as f:
             f.write(input or "")
-        answer = warm.ask({"argv": command, "cwd": cwd, "env": env, "timeout": timeout, **paths})
+        try:
+            answer = warm.ask({"argv": command, "cwd": cwd, "env": env, "timeout": timeout, **paths})
+        except OSError as e:  # the warm process is gone mid-command: said, not run again; the next run fresh
+            warm.close()
+            _warm[_key(env, cwd)] = None
+            raise OSError(f"the warm process running {' '.join(argv)} is gone") from e
         out, err = (Path(paths[k]).read_bytes() for k in ("stdout", "stderr"))
     if text:
         out, err = out.decode(errors="replace"), err.decode(errors="replace")
