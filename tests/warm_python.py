@@ -206,8 +206,8 @@ def _wait(pid: int, timeout: Optional[float]) -> dict:
 
 
 def _child(request: dict) -> None:
-    """Become the command: its streams, folder, argv and sys.path[0], then run it as __main__ and
-    leave as the interpreter would."""
+    """Become the command: its streams, folder, environment, argv and sys.path, then run it as
+    __main__ and leave as the interpreter would."""
     import runpy
     import threading
     import traceback
