@@ -18,6 +18,10 @@ started, runs as a fresh process through subprocess.run. Only the call sites tha
 through it: the tests whose subject is a process's own start (the backend choice, the module entry
 point, an import from the current folder) keep fresh processes. The socket is an anonymous pair and
 the output's folder is private (tempfile), so no other user can reach either.
+
+Not the oracle's own warm server (oracle.tools.server): it runs `oracle` commands only (no scripts),
+with only the caller's ORACLE_* variables (no PYTHONPATH), all in one long-lived process whose state
+one command leaves to the next; a fork per command starts each from the same imported state.
 """
 
 from __future__ import annotations

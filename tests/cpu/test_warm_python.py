@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = r'''
 import atexit, json, os, sys, threading, time
+with open(os.path.join(os.path.dirname(__file__), "ran.txt"), "a") as f:  # torch loaded: a warm process
+    print("torch" in sys.modules, file=f)
 atexit.register(lambda: print("exit handler ran"))
 def late():
     time.sleep(0.2)
@@ -45,7 +47,7 @@ def test_a_script_runs_as_it_does_in_a_fresh_process(tmp_path):
     assert fresh.returncode == 3 and '"stdin": "given on stdin"' in fresh.stdout
     assert f'"path": ["{tmp_path}", "{extra}"' in fresh.stdout
     assert fresh.stdout.endswith("thread joined\nexit handler ran\n") and fresh.stderr == "to stderr\n"
-    assert any(w is not None for w in warm_python._warm.values()), "it ran in the warm process"
+    assert (tmp_path / "ran.txt").read_text().split() == ["False", "True"], "fresh, then in the warm process"
 
 
 def test_a_module_runs_as_it_does_in_a_fresh_process():
@@ -83,4 +85,6 @@ def test_each_environment_has_its_own_warm_process_and_what_it_cannot_serve_runs
     other = "0" if '"interpret": "1"' in chosen.stdout else "1"
     fresh, warm = _both([sys.executable, str(script), "0"], cwd=ROOT, env=dict(base, TRITON_INTERPRET=other))
     assert f'"interpret": "{other}"' in warm.stdout and warm.stdout == fresh.stdout
-    assert warm_python.run([sys.executable, "-c", "import sys; print(sys.argv)"], text=True).stdout == "['-c']\n"
+    assert (tmp_path / "ran.txt").read_text().split() == ["True", "False", "False"], "the other value ran fresh"
+    code = "import sys; print(sys.argv, 'torch' in sys.modules)"
+    assert warm_python.run([sys.executable, "-c", code], text=True).stdout == "['-c'] False\n", "-c ran fresh"
