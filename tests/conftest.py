@@ -29,8 +29,10 @@ else:
 
     choose_backend()
     import interpreter_patching  # tests/ is on sys.path: the interpreter's nested calls, patched once per launch
+    import launch_memo  # and a launch seen before, with the same bytes in, served from memory
 
     interpreter_patching.install()
+    launch_memo.install()
 
 
 # Math libraries' thread pools, per xdist worker: each takes its share of the cores. Left at their

@@ -6,8 +6,21 @@ import pytest
 import torch
 
 import interpreter_patching as P  # tests/ is on sys.path
+import launch_memo
 from kernels_ref import epilogue as E
 from kernels_ref import mma as X
+
+
+@pytest.fixture(autouse=True)
+def _every_launch_interpreted():
+    """The subject is the interpreter's own execution: no launch is served from memory, and the
+    memo's wrapper is taken off while the patching is taken off and put back."""
+    was = launch_memo.uninstall()
+    try:
+        yield
+    finally:
+        if was:
+            assert launch_memo.install()
 
 
 def _runs():
