@@ -18,9 +18,9 @@ launch, part of its key, are the same each time.
 Not kept: a launch that raised (it runs again, and raises again), one with an argument of a kind not
 listed above or a tensor off the CPU, and one whose changed spans hold more than ENTRY_BYTES; what is
 kept is bounded (MEMO_BYTES, oldest out first). Tests whose subject is the interpreter's own
-execution (tests/cpu/test_interpreter_patching.py) take the memo off. Spans are hashed and written
+execution (tests/cpu/test_interpreter_patching.py) take the memo off. The memo reads and writes spans
 through their addresses, not torch's dispatcher, so a dispatch mode counting a test's host reads and
-aten ops sees none of it.
+aten ops sees none of its own work (a served launch makes none of the interpreter's copies either).
 """
 
 from __future__ import annotations
@@ -165,8 +165,10 @@ def install() -> bool:
     """Serve repeated interpreter launches from memory; False where the interpreter is not in use."""
     import os
 
-    if _state["on"] or os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
-        return _state["on"]
+    if _state["run"] is not None:
+        return True
+    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        return False
     import torch
     from triton.runtime import interpreter
 
@@ -183,7 +185,7 @@ def install() -> bool:
             before = [_digest(v) for v in views]
             key = (key, tuple(before))
             hash(key)
-        except (_NoKey, TypeError, ValueError):
+        except Exception:  # _NoKey, an unhashable part, a grid function that wants the launch's own arguments
             stats["unkept"] += 1
             return run(self, *args, **kwargs)
         entry = _memo.get(key)

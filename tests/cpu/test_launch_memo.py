@@ -122,3 +122,18 @@ def test_paused_launches_run_in_the_interpreter(memo):
     with launch_memo.paused():
         got = _launch(x, torch.zeros(16))
     assert _counts(memo) == before and torch.equal(got, x * 3)
+
+
+def test_a_launch_whose_key_cannot_be_made_runs(memo):
+    def grid(meta):  # the interpreter hands a grid its own values, not the torch tensors the key reads
+        if isinstance(meta["x_ptr"], torch.Tensor):
+            raise ZeroDivisionError("a grid written for the interpreter's arguments")
+        return (1,)
+
+    x = torch.arange(16, dtype=torch.float32)
+    unkept = memo["unkept"]
+    for _ in range(2):
+        y = torch.zeros(16)
+        _scaled[grid](x, y, 16, BLOCK=16)
+        assert torch.equal(y, x * 3)
+    assert memo["unkept"] == unkept + 2
