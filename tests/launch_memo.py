@@ -62,7 +62,7 @@ class _Key:
 
     def __init__(self, torch):
         self.torch = torch
-        self.bases: dict = {}  # storage address -> the first offset (elements x size) seen in it
+        self.storages: dict = {}  # storage address -> (its index, the first byte offset seen in it)
         self.spans: list = []  # (storage address, first byte, end byte), distinct
 
     def arg(self, a):
@@ -79,9 +79,8 @@ class _Key:
             span = (address, first, end)
             if span not in self.spans:
                 self.spans.append(span)
-            base = self.bases.setdefault(address, first)
-            storage = list(self.bases).index(address)
-            return ("T", a.dtype, tuple(a.shape), a.stride(), storage, first - base)
+            index, base = self.storages.setdefault(address, (len(self.storages), first))
+            return ("T", a.dtype, tuple(a.shape), a.stride(), index, first - base)
         if isinstance(a, tuple):  # tuples and NamedTuples (the references' constant bundles)
             return (kind, tuple(self.arg(v) for v in a))
         if kind is self.torch.dtype:
@@ -162,12 +161,13 @@ def _launch_key(executor, args, kwargs, torch):
 
 
 def install() -> bool:
-    """Serve repeated interpreter launches from memory; False where the interpreter is not in use."""
-    import os
-
+    """Serve repeated interpreter launches from memory; False where the package's kernels are not
+    interpreted."""
     if _state["run"] is not None:
         return True
-    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+    from kernels_ref._common import interpreting
+
+    if not interpreting():
         return False
     import torch
     from triton.runtime import interpreter
