@@ -40,8 +40,8 @@ MAX_MANIFEST_BYTES = 16 << 20
 MAX_KERNEL_FILE_BYTES = 64 << 20  # a source or header larger than this is not one (harness.build's limit)
 MAX_KERNEL_FILES = 4096
 # What `make`, ./repro and ./repro_traced create in the folder: removed when a reproducer is written again.
-BUILD_OUTPUTS = ("repro", "repro_traced", "kernel.cubin", "kernel_traced.cubin", "libkernel.so", "libkernel_traced.so",
-                 "d.bin", "sink.bin", "result.txt", "o.bin", "lse.bin")
+BUILD_OUTPUTS = ("repro", "repro_traced", "repro.o", "kernel.cubin", "kernel_traced.cubin", "libkernel.so",
+                 "libkernel_traced.so", "d.bin", "sink.bin", "result.txt", "o.bin", "lse.bin")
 # How far above the source's folder a quoted #include may reach ("../common/x.cuh" beside the kernel's folder).
 INCLUDE_LEVELS_UP = 1
 

@@ -528,7 +528,7 @@ def _write_all(case: Case, operands: Operands, provenance: Provenance, folder: R
     write("launch.txt", launch_text)
     write("problem.txt", attn.problem_text(s) if attention else _problem_text(case))
     write("repro.cu", read_kernel_file(TEMPLATE, ReproError)[0])
-    for part in TEMPLATE_PARTS:  # the host program's headers, one concern each (host/*.cuh)
+    for part in TEMPLATE_PARTS:  # the host program's headers, one concern each, and its kind (host/)
         write(f"host/{part.name}", read_kernel_file(part, ReproError)[0])
     write("Makefile", makefile)
     copied = [(f.rel, str(f.path)) for f in sources]

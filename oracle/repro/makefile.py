@@ -17,7 +17,8 @@ from oracle.repro.errors import ReproError
 from oracle.run.case_types import Case
 
 TEMPLATE = Path(__file__).resolve().parent / "files" / "repro.cu"
-TEMPLATE_PARTS = tuple(sorted((TEMPLATE.parent / "host").glob("*.cuh")))
+# the host program's parts: its headers (host/*.cuh) and the build's kind (host/kind.cpp, linked twice)
+TEMPLATE_PARTS = tuple(sorted(p for p in (TEMPLATE.parent / "host").iterdir() if p.suffix in (".cuh", ".cpp")))
 LIBRARY_TRACED, LIBRARY_PLAIN = "libkernel_traced.so", "libkernel.so"  # a launch library's two builds
 # Files a run of the reproducer writes (make clean removes them with the builds).
 RUN_OUTPUTS = ("d.bin", "sink.bin", "result.txt")
@@ -162,12 +163,17 @@ def makefile_text(build: BuildPlan, kernel_main: Optional[str], kernel_names: li
                     "\t$(NVCC) $(KERNEL_FLAGS) $(PLAIN_DEFINES) $(INCLUDES) -o $@ $(KERNEL_SOURCE)",
                     "endif", ""]
     out += [
-        "# the host programs: repro.cu and its headers (host/), no kernel code (it loads the cubin at run time)",
+        "# the host programs: repro.cu and its headers (host/), no kernel code (it loads the cubin at run time),",
+        "# compiled once and linked twice with host/kind.cpp, which says which entry points the program launches",
         "HOST_SOURCES := repro.cu " + " ".join(f"host/{p.name}" for p in TEMPLATE_PARTS),
-        "repro: $(HOST_SOURCES) | $(REPRO_NEEDS)",
-        "\t$(NVCC) $(HOST_FLAGS) -Ikernel/include -DORACLE_REPRO_TRACED=0 -o $@ repro.cu -ldl",
-        "repro_traced: $(HOST_SOURCES) | $(TRACED_NEEDS)",
-        "\t$(NVCC) $(HOST_FLAGS) -Ikernel/include -DORACLE_REPRO_TRACED=1 -o $@ repro.cu -ldl",
+        "repro.o: $(HOST_SOURCES)",
+        "\t$(NVCC) $(HOST_FLAGS) -Ikernel/include -DORACLE_REPRO_KIND_LINKED -c -o $@ repro.cu",
+        "# a program newer than its sources is up to date without the object (copied in, or the object removed)",
+        ".SECONDARY: repro.o",
+        "repro: repro.o host/kind.cpp | $(REPRO_NEEDS)",
+        "\t$(NVCC) $(HOST_FLAGS) -DORACLE_REPRO_TRACED=0 -o $@ repro.o host/kind.cpp -ldl",
+        "repro_traced: repro.o host/kind.cpp | $(TRACED_NEEDS)",
+        "\t$(NVCC) $(HOST_FLAGS) -DORACLE_REPRO_TRACED=1 -o $@ repro.o host/kind.cpp -ldl",
         "",
         "run: repro",
         "\t./repro",
@@ -176,7 +182,7 @@ def makefile_text(build: BuildPlan, kernel_main: Optional[str], kernel_names: li
         "sanitize: repro",
         "\tcompute-sanitizer --tool memcheck --error-exitcode 99 ./repro --timeout 600",
         "clean:",
-        "\trm -f repro repro_traced" + ("" if build.prebuilt else f" {LIBRARY_PLAIN} {LIBRARY_TRACED}" if build.library
+        "\trm -f repro repro_traced repro.o" + ("" if build.prebuilt else f" {LIBRARY_PLAIN} {LIBRARY_TRACED}" if build.library
                                    else " kernel.cubin kernel_traced.cubin")
         + " " + " ".join(outputs),
     ]

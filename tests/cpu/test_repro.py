@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from harness.build import build_slot
 from harness.launch import ScalarArg, TensorArg, TensorMapArg
 from harness.trace_format import HEADER_BYTES, TraceWriter, parse_header, sink_init_bytes
 from oracle.tools import cli
@@ -577,8 +578,6 @@ def _run(cmd, **kw) -> subprocess.CompletedProcess:
 
 
 def _make(d: Path, *targets: str) -> None:
-    from harness.build import build_slot
-
     with build_slot():  # make's nvcc takes a compile slot as the oracle's builds do
         proc = _run(["make", "-C", d, *targets], timeout=1800)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -628,7 +627,7 @@ def _make_line_is_the_oracle_s_build(d: Path, target: str, source: Path, oracle_
 
 def _data_copy(src: Path, dst: Path) -> Path:
     """The data files of a reproducer (not its binaries): the host program runs on them with --dir."""
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("repro", "repro_traced", "*.cubin", "kernel"))
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("repro", "repro_traced", "repro.o", "*.cubin", "kernel"))
     return dst
 
 
@@ -656,6 +655,41 @@ def test_make_builds_the_oracle_s_cubins(simple_build):
         assert ours == oracle, cubin  # the same machine code the oracle's live run launches
     syms = _run([cuobjdump(), "-symbols", simple_build / "kernel_traced.cubin"]).stdout
     assert "simple_gemm_bf16_traced" in syms and "oracle_trace_sink" in syms
+
+
+def test_make_compiles_the_host_program_once_for_both_builds(tmp_path):
+    """`make host` compiles repro.cu once and links the object twice, with host/kind.cpp saying which
+    entry points each program launches; a program copied in newer than its sources needs no object."""
+    if shutil.which("make") is None:
+        pytest.skip("This test needs make on PATH to read the Makefile, and it is not installed here.")
+    d = tmp_path / "simple"
+    assert cli.main(["repro", "--problem", str(SIMPLE), "--inputs", "ones", "--out", str(d)]) == 0
+    dry = _run(["make", "-C", d, "-n", "repro", "repro_traced", "REPRO_NEEDS=", "TRACED_NEEDS=", "NVCC=nvcc"])
+    assert dry.returncode == 0, dry.stderr
+    lines = [x for x in dry.stdout.splitlines() if x.startswith("nvcc ")]
+    assert [x for x in lines if "repro.cu" in x] == [
+        "nvcc -std=c++17 -O2 -g -Ikernel/include -DORACLE_REPRO_KIND_LINKED -c -o repro.o repro.cu"]
+    assert [x for x in lines if "repro.cu" not in x] == [
+        f"nvcc -std=c++17 -O2 -g -DORACLE_REPRO_TRACED={t} -o {p} repro.o host/kind.cpp -ldl"
+        for t, p in ((0, "repro"), (1, "repro_traced"))]
+    for p in ("repro", "repro_traced"):
+        (d / p).write_bytes(b"")  # newer than the sources, as host_from copies them in
+    up_to_date = _run(["make", "-C", d, "-q", "repro", "repro_traced", "REPRO_NEEDS=", "TRACED_NEEDS="])
+    assert up_to_date.returncode == 0, up_to_date.stdout + up_to_date.stderr
+
+
+@pytest.mark.nvcc
+def test_each_host_program_launches_its_own_entry_points(simple_build, tmp_path):
+    """The two links of the one object (make host) announce their build and entry point, and only the
+    traced one writes the sink's header (repro.cu compiled alone, as tests/gpu/test_repro_gpu.py's
+    prebuilt programs are, takes its kind from ORACLE_REPRO_TRACED)."""
+    for program, kind, entry in (("repro", "plain", "simple_gemm_bf16"),
+                                 ("repro_traced", "traced", "simple_gemm_bf16_traced")):
+        d = _data_copy(simple_build, tmp_path / program)
+        proc = _run([simple_build / program, "--dir", d, "--dry-run"])
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f", {kind} build, entry {entry}\n" in proc.stdout, proc.stdout
+        assert (d / "sink_init.bin").is_file() == (kind == "traced"), program
 
 
 @pytest.mark.nvcc

@@ -11,7 +11,7 @@
 // reference D and per-element bounds (expected.bin, bound.bin) or, when those files are absent,
 // with a double-precision host reference of the whole problem and a conservative bound (README.txt
 // gives its model).
-// Built with -DORACLE_REPRO_TRACED=1 (make TRACE=1) it launches the traced entry points with a
+// Built with -DORACLE_REPRO_TRACED=1 (make TRACE=1; host/kind.cpp) it launches the traced entry points with a
 // host-mapped pinned sink, set once for all of them, and writes the sink's bytes to sink.bin, also
 // after a kernel fault.
 //
@@ -57,3 +57,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   return code;
 }
+
+#ifndef ORACLE_REPRO_KIND_LINKED  // built alone (nvcc [-DORACLE_REPRO_TRACED=1] repro.cu): the kind is this file's
+#include "host/kind.cpp"
+#endif

@@ -28,11 +28,9 @@
 #include "oracle_trace/launch.hpp"
 #include "oracle_trace/trace.cuh"
 
-#ifndef ORACLE_REPRO_TRACED
-#define ORACLE_REPRO_TRACED 0
-#endif
-
 namespace repro {
+
+extern const bool kTracedBuild;  // the traced build (host/kind.cpp)
 
 enum ExitCode { kMatch = 0, kDiverged = 1, kBadInput = 2, kKernelError = 3, kMistrusted = 5 };
 

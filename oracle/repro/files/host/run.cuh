@@ -14,7 +14,7 @@ namespace repro {
 // dry run exits here, a kernel error too (kernel_error).
 int run_launches(const Options& o, Launch& L, const std::string& describe, std::map<std::string, TensorFile>& tensors,
                  const std::vector<std::string>& outputs) {
-  const bool traced = ORACLE_REPRO_TRACED != 0;
+  const bool traced = kTracedBuild;
   const size_t n_launches = L.kernels.size();
   auto entry_of = [&](size_t k) -> const std::string& {
     return traced ? L.kernels[k].entry_traced : L.kernels[k].entry_plain;
