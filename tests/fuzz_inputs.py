@@ -102,16 +102,22 @@ class Tally:
 
 
 @contextlib.contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """Raise Hang past `seconds` of this process's CPU time or HANG_WALL times that of wall time."""
+def time_limit(seconds: float) -> Iterator[list]:
+    """Raise Hang past `seconds` of this process's CPU time or HANG_WALL times that of wall time. Yields
+    a list that holds True once the limit fired: the code under test may catch the Hang or wrap it (Triton's
+    interpreter raises it again as InterpreterError, and a command reports it as its own failure, exit 4),
+    and the input is a hang all the same."""
+    fired: list = []
+
     def fire(signum, frame):
+        fired.append(True)
         raise Hang()
 
     old = {sig: signal.signal(sig, fire) for sig in (signal.SIGALRM, signal.SIGPROF)}
     signal.setitimer(signal.ITIMER_PROF, seconds)
     signal.setitimer(signal.ITIMER_REAL, seconds * HANG_WALL)
     try:
-        yield
+        yield fired
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.setitimer(signal.ITIMER_PROF, 0)
@@ -136,18 +142,21 @@ def knobs(values: dict[str, str] = KNOBS) -> Iterator[None]:
 def _record(tally: Tally, seed: int, fn: Callable[[], Any], typed: tuple[type, ...]) -> Any:
     """Run one input and sort its outcome into `tally`; the result when it was accepted."""
     tally.inputs += 1
+    fired: list = []
     try:
-        with time_limit(HANG_S):
+        with time_limit(HANG_S) as fired:
             out = fn()
-    except Hang:
+    except Exception as e:
+        if fired or isinstance(e, Hang):  # the limit, however the code under test passed it on
+            tally.hangs.append(seed)
+        elif isinstance(e, typed):
+            tally.refused[type(e).__name__] += 1
+        else:  # the defect this campaign looks for
+            tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-4:])
+            tally.untyped.append((seed, type(e).__name__, str(e)[:300], tb))
+        return None
+    if fired:  # the code under test caught the Hang and went on
         tally.hangs.append(seed)
-        return None
-    except typed as e:
-        tally.refused[type(e).__name__] += 1
-        return None
-    except Exception as e:  # the defect this campaign looks for
-        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-4:])
-        tally.untyped.append((seed, type(e).__name__, str(e)[:300], tb))
         return None
     tally.accepted += 1
     return out
@@ -914,17 +923,23 @@ def run_command(argv: list[str]) -> tuple[int, str]:
 def _run_guarded(tally: Tally, seed: int, argv: list[str], how: str) -> Optional[tuple[int, str]]:
     """run_command under the hang limit: (exit code, output), or None with the hang or the untyped
     error kept in the tally."""
+    fired: list = []
     try:
-        with time_limit(HANG_S):
-            return run_command(argv)
-    except Hang:
-        tally.hangs.append(seed)
-    except Untyped as e:
-        tally.untyped.append((seed, "Untyped", f"{' '.join(argv)[:300]} ({how})", str(e)))
+        with time_limit(HANG_S) as fired:
+            out = run_command(argv)
     except Exception as e:
-        tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-4:])
-        tally.untyped.append((seed, type(e).__name__, f"{' '.join(argv)[:300]} ({how})", tb))
-    return None
+        if fired or isinstance(e, Hang):  # the limit, however the command passed it on (exit 4 included)
+            tally.hangs.append(seed)
+        elif isinstance(e, Untyped):
+            tally.untyped.append((seed, "Untyped", f"{' '.join(argv)[:300]} ({how})", str(e)))
+        else:
+            tb = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-4:])
+            tally.untyped.append((seed, type(e).__name__, f"{' '.join(argv)[:300]} ({how})", tb))
+        return None
+    if fired:
+        tally.hangs.append(seed)
+        return None
+    return out
 
 
 def _count_outcome(tally: Tally, code: int, text: str) -> None:

@@ -95,6 +95,33 @@ def test_an_untyped_exception_a_hang_and_an_allocation_past_the_limits_are_caugh
     assert not t.clean
 
 
+def test_a_hang_the_code_under_test_wraps_or_swallows_is_a_hang(monkeypatch):
+    """Triton's interpreter raises the Hang again as InterpreterError and a command reports it as its
+    own failure (exit 4): the input is still a hang, not an untyped exception."""
+    def spin():
+        while True:  # CPU time, which the limit counts
+            pass
+
+    def wrapped():
+        try:
+            spin()
+        except F.Hang as e:
+            raise RuntimeError("Hang()") from e
+
+    def swallowed():
+        try:
+            spin()
+        except F.Hang:
+            return 4
+
+    monkeypatch.setattr(F, "HANG_S", 0.2)
+    t = F.Tally("planted")
+    for seed, fn in ((1, wrapped), (2, swallowed), (3, spin)):
+        assert F._record(t, seed, fn, ()) is None
+    assert t.hangs == [1, 2, 3] and not t.untyped and t.accepted == 0
+    assert F._record(t, 4, lambda: 5, ()) == 5 and t.accepted == 1  # no limit fired: accepted
+
+
 def test_a_dump_reader_failing_untyped_is_caught(monkeypatch):
     import oracle.run.dumps
 
