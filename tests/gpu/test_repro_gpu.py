@@ -75,7 +75,11 @@ def _cubin_entries() -> list[dict]:
 
 
 def _source_key(entry: dict) -> str:
-    return Path(entry["kernel"].partition(":")[0]).stem
+    """The prebuilt cubin an entry runs: its source, and the defines its case adds (the zoo's variants of
+    one source built with a defect's define), one build each."""
+    defines = entry_case(entry).kernel.defines
+    source = Path(entry["kernel"].partition(":")[0]).stem
+    return "+".join([source] + [f"{k}-{v}" for k, v in sorted(defines.items())])
 
 
 def _tree_digest(kernel_dir: Path) -> str:
