@@ -182,8 +182,9 @@ def makefile_text(build: BuildPlan, kernel_main: Optional[str], kernel_names: li
         "sanitize: repro",
         "\tcompute-sanitizer --tool memcheck --error-exitcode 99 ./repro --timeout 600",
         "clean:",
-        "\trm -f repro repro_traced repro.o" + ("" if build.prebuilt else f" {LIBRARY_PLAIN} {LIBRARY_TRACED}" if build.library
-                                   else " kernel.cubin kernel_traced.cubin")
+        "\trm -f repro repro_traced repro.o"
+        + ("" if build.prebuilt else f" {LIBRARY_PLAIN} {LIBRARY_TRACED}" if build.library
+           else " kernel.cubin kernel_traced.cubin")
         + " " + " ".join(outputs),
     ]
     return "\n".join(out) + "\n"
