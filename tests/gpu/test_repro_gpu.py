@@ -74,10 +74,10 @@ def _cubin_entries() -> list[dict]:
     return [e for e in entries() if ":" in e["kernel"] and (not only or e["name"].startswith(only))]
 
 
-def _source_key(entry: dict) -> str:
-    """The prebuilt cubin an entry runs: its source, and the defines its case adds (the zoo's variants of
-    one source built with a defect's define), one build each."""
-    defines = entry_case(entry).kernel.defines
+def _source_key(entry: dict, case) -> str:
+    """The prebuilt cubin an entry (its case: entry_case's) runs: its source, and the defines the case adds
+    (the zoo's variants of one source built with a defect's define), one build each."""
+    defines = case.kernel.defines
     source = Path(entry["kernel"].partition(":")[0]).stem
     return "+".join([source] + [f"{k}-{v}" for k, v in sorted(defines.items())])
 
@@ -114,7 +114,7 @@ def prebuild(out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     first = {}
     for e in _cubin_entries():
-        first.setdefault(_source_key(e), e)
+        first.setdefault(_source_key(e, entry_case(e)), e)
     info = {"sources": {}}
 
     def build(key_entry):
@@ -213,8 +213,8 @@ def runs(tmp_path_factory) -> dict:
     work = tmp_path_factory.mktemp("repro_gpu")
     jobs = []
     for e in _cubin_entries():
-        meta = info["sources"][_source_key(e)]
         case = entry_case(e)
+        meta = info["sources"][_source_key(e, case)]
         for text in LADDERS:
             name, seed, prov = _ladder(text)
             ops = make_operands(case.spec, name, seed)
