@@ -82,6 +82,15 @@ def _provenance(argv, args, others: int) -> dict:
             statistic="median (every run kept)"))
 
 
+def _phases(doc: dict) -> dict:
+    """A report's phases: the command's, its kernel child's, and whether that child was started
+    ahead (ready before the run: waited_s > 0)."""
+    run = doc.get("run") or {}
+    return {"phases_s": {k: round(v, 3) for k, v in doc.get("phases_s", {}).items()},
+            "child_phases_s": {k: round(v, 3) for k, v in (run.get("phases_s") or {}).items()},
+            "started_ahead": run.get("started_ahead")}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=4096)
@@ -135,7 +144,8 @@ def main(argv=None) -> int:
                    "dropped": trace.get("dropped"), "sink_bytes": trace.get("capacity"),
                    "needed_bytes": trace.get("needed_bytes"), "relaunched": trace.get("relaunched"),
                    "phases_s": {k: round(v, 3) for k, v in doc.get("phases_s", {}).items()},
-                   "child_phases_s": {k: round(v, 3) for k, v in doc.get("run", {}).get("phases_s", {}).items()}}
+                   "child_phases_s": {k: round(v, 3) for k, v in doc.get("run", {}).get("phases_s", {}).items()},
+                   "started_ahead": doc.get("run", {}).get("started_ahead")}
             if proc.returncode != 0 or doc.get("verdict") != "MATCH" or trace.get("dropped") != 0:
                 ok = False
                 row["stderr"] = proc.stderr[-2000:]
@@ -166,9 +176,7 @@ def main(argv=None) -> int:
                 if i:
                     in_process.append(round(time.perf_counter() - t0, 3))
                     doc = json.loads(Path(argv[argv.index("--json") + 1]).read_text())
-                    in_process_phases.append({"phases_s": {k: round(v, 3) for k, v in doc["phases_s"].items()},
-                                              "child_phases_s": {k: round(v, 3) for k, v in
-                                                                 doc["run"]["phases_s"].items()}})
+                    in_process_phases.append(_phases(doc))
                 ok = ok and code == 0
             if args.profile:
                 from benchmarks.check_bench import profile_text
@@ -182,7 +190,7 @@ def main(argv=None) -> int:
             os.chdir(cwd)
 
     # the same command through a warm server (oracle.tools.server): the client process imports no torch
-    served = []
+    served, served_phases = [], []
     with tempfile.TemporaryDirectory() as tmp:
         sock = str(Path(tmp) / "oracle.sock")
         srv = subprocess.Popen([sys.executable, "-m", "oracle", "serve", "--socket", sock], cwd=ROOT,
@@ -199,6 +207,9 @@ def main(argv=None) -> int:
                 ok = ok and proc.returncode == 0 and "no oracle server" not in proc.stderr
                 if i:
                     served.append(round(wall, 3))
+                    report_s = Path(cmd_s[cmd_s.index("--json") + 1])
+                    if report_s.is_file():
+                        served_phases.append(_phases(json.loads(report_s.read_text())))
         finally:
             srv.terminate()
             srv.wait(30)
@@ -220,12 +231,14 @@ def main(argv=None) -> int:
         "cli_own_s": own,
         "cli_own_s_median": statistics.median(own) if own else None,
         "bytecode_compiled_ahead": bool(compiled),
-        "environment": {k: os.environ[k] for k in ("PYTHONDONTWRITEBYTECODE",) if k in os.environ},
+        "environment": {k: os.environ[k] for k in ("PYTHONDONTWRITEBYTECODE", "ORACLE_CHILD_AHEAD_S")
+                        if k in os.environ},
         "in_process_warm_s_median": statistics.median(in_process),
         "in_process_warm_s": in_process,
         "in_process_phases": in_process_phases,
         "served_warm_s_median": statistics.median(served),
         "served_warm_s": served,
+        "served_phases": served_phases,
         "goal_s": GOAL_S,
         "goal_cli_own_s": GOAL_CLI_OWN_S,
         "goal_met_cli": bool(own) and statistics.median(own) <= GOAL_CLI_OWN_S,

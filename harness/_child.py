@@ -584,15 +584,19 @@ def _wait_for_run(device: str) -> Path:
     """A pre-started child (harness.child_process): CUDA up and the device's primary context
     retained (kept for the run, which retains it again), then the run directory from stdin; its
     stdout and stderr files become this process's. Exits at end-of-file (no run came)."""
-    global _held_context
+    global _held_context, _ahead
+    t0 = time.monotonic()
     try:
         cu.init()
         _held_context = cu.Context(int(device))
     except Exception:  # the run meets the same failure and reports it in its own files
         pass
+    ready = time.monotonic()
     line = sys.stdin.buffer.readline().rstrip(b"\n")
     if not line:
         os._exit(0)
+    _ahead = {"context_s": round(ready - t0, 6), "waited_s": round(time.monotonic() - ready, 6),
+              "context_held": _held_context is not None}
     run_dir = Path(os.fsdecode(line))
     for fd, name in ((1, P.STDOUT), (2, P.STDERR)):
         f = os.open(run_dir / name, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
@@ -603,6 +607,7 @@ def _wait_for_run(device: str) -> Path:
 
 
 _held_context = None
+_ahead = None  # a child started ahead: its CUDA set-up's seconds and how long it then waited for its run
 
 
 def main(argv: list[str]) -> int:
@@ -615,7 +620,7 @@ def main(argv: list[str]) -> int:
         return 2
     progress = P.Progress(run_dir)
     progress.mark("start", pid=os.getpid())
-    status: dict = {"status": "HARNESS_ERROR", "phase": "start", "pid": os.getpid()}
+    status: dict = {"status": "HARNESS_ERROR", "phase": "start", "pid": os.getpid(), "started_ahead": _ahead}
     t0 = time.monotonic()
     try:
         _run(run_dir, progress, status)

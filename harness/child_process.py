@@ -11,6 +11,11 @@ freshly started one (same request, same files, same time limit from the hand-ove
 never taken sees end-of-file when its parent exits, or is killed at exit, and leaves. Standard
 library only: this module is imported before torch.
 
+A process that runs on after a live run (the server, a script or notebook calling the oracle) can
+keep one child started ahead for its next run (`keep_ahead`): when a run's child has said done and
+is gone, `after_run` starts the next one, which is stopped if no run takes it within
+ORACLE_CHILD_AHEAD_S seconds. The plain command, which exits after its run, keeps none.
+
 Every child `start` makes has a done pipe (`ChildProcess.done`; the child finds its end in
 DONE_FD_VARIABLE): the child writes one byte there once everything it reports is on disk, right
 before it exits, so that its parent reads the results while the driver tears the child's CUDA
@@ -43,9 +48,22 @@ class ChildProcess(NamedTuple):
     done: Optional[int] = None
 
 
+class _Waiting(NamedTuple):
+    """The child started ahead: for which device and command, its private working folder, the
+    process that started it (a forked copy of that process does not own it) and its idle timer."""
+
+    device: int
+    command: tuple
+    child: ChildProcess
+    home: Path
+    owner: int
+    timer: Optional[threading.Timer]
+
+
 _lock = threading.Lock()
-# (device, command, the child, its private working folder)
-_waiting: Optional[tuple[int, tuple, ChildProcess, Path]] = None
+_waiting: Optional[_Waiting] = None
+_exiting = False  # the exit handler has run: no child is started any more
+_ahead = "unsaid"  # after a run, start the next run's child: "on" (keep_ahead), "never" (one_run_only)
 
 
 def child_env() -> dict[str, str]:
@@ -81,12 +99,13 @@ def close_done(child: ChildProcess) -> None:
             pass
 
 
-def prestart(device: int = 0, command: Sequence[str] = DEFAULT_CHILD) -> bool:
+def prestart(device: int = 0, command: Sequence[str] = DEFAULT_CHILD, idle_s: Optional[float] = None) -> bool:
     """Start one child (`command` + --wait DEVICE) that waits for its run, at most one per process;
-    False when one already waits or it could not be started (a run then starts its own)."""
+    False when one already waits or it could not be started (a run then starts its own). With
+    `idle_s`, it is stopped if no run has taken it that many seconds later."""
     global _waiting
     with _lock:
-        if _waiting is not None:
+        if _exiting or (_waiting is not None and _waiting.owner == os.getpid()):
             return False
         try:
             home = Path(tempfile.mkdtemp(prefix="oracle-child-"))  # 0700, this user's own
@@ -98,23 +117,74 @@ def prestart(device: int = 0, command: Sequence[str] = DEFAULT_CHILD) -> bool:
         except OSError:
             shutil.rmtree(home, ignore_errors=True)
             return False
-        _waiting = (int(device), tuple(command), child, home)
+        timer = None
+        if idle_s is not None:
+            timer = threading.Timer(idle_s, _expire, args=(child,))
+            timer.daemon = True
+        _waiting = _Waiting(int(device), tuple(command), child, home, os.getpid(), timer)
+        if timer is not None:
+            timer.start()
         return True
 
 
-def take(device: int, command: Sequence[str] = DEFAULT_CHILD) -> Optional[ChildProcess]:
-    """The waiting child, when it was started for `device` with `command` and is still alive; it is
-    then the caller's (give it its run directory with `hand_over`). None otherwise."""
+def _expire(child: ChildProcess) -> None:
+    """The idle timer of a child started ahead: stop it unless a run took it meanwhile."""
     global _waiting
     with _lock:
-        if _waiting is None or _waiting[:2] != (int(device), tuple(command)):
+        if _waiting is None or _waiting.child is not child:
+            return
+        waiting, _waiting = _waiting, None
+    _stop(child)
+    shutil.rmtree(waiting.home, ignore_errors=True)
+
+
+def take(device: int, command: Sequence[str] = DEFAULT_CHILD) -> Optional[ChildProcess]:
+    """The waiting child, when this process started it for `device` with `command` and it is still
+    alive; it is then the caller's (give it its run directory with `hand_over`). None otherwise."""
+    global _waiting
+    with _lock:
+        if (_waiting is None or _waiting.owner != os.getpid()
+                or (_waiting.device, _waiting.command) != (int(device), tuple(command))):
             return None
-        child, home, _waiting = _waiting[2], _waiting[3], None
-    shutil.rmtree(home, ignore_errors=True)  # the child moves to its run directory, made by then
+        waiting, _waiting = _waiting, None
+    if waiting.timer is not None:
+        waiting.timer.cancel()
+    child = waiting.child
+    shutil.rmtree(waiting.home, ignore_errors=True)  # the child moves to its run directory, made by then
     if child.proc.poll() is not None:
         _stop(child)
         return None
     return child
+
+
+def keep_ahead() -> None:
+    """From now on, keep a child started ahead for this process's next run (`after_run`), unless
+    the process said it runs one only."""
+    global _ahead
+    with _lock:
+        if _ahead != "never":
+            _ahead = "on"
+
+
+def one_run_only() -> None:
+    """This process exits after its run (the plain command): it never keeps a child ahead."""
+    global _ahead
+    with _lock:
+        _ahead = "never"
+
+
+def after_run(device: int, command: Sequence[str]) -> bool:
+    """A run's child said done and is gone: start the next run's child ahead when this process
+    keeps one (`keep_ahead`) and ORACLE_CHILD_AHEAD_S is not 0; whether one was started."""
+    if _ahead != "on":
+        return False
+    from harness import knobs
+
+    try:
+        idle = knobs.get("ORACLE_CHILD_AHEAD_S")
+    except knobs.KnobError:  # the next run reports the malformed knob, if it reads it
+        return False
+    return idle > 0 and prestart(device, command, idle_s=idle)
 
 
 def hand_over(child: ChildProcess, run_dir: Path) -> bool:
@@ -153,11 +223,23 @@ def _stop(child: ChildProcess) -> None:
         pass
 
 
-@atexit.register
 def _stop_waiting() -> None:
+    """Stop the child waiting for a run, if this process started one."""
     global _waiting
     with _lock:
         waiting, _waiting = _waiting, None
-    if waiting is not None:
-        _stop(waiting[2])
-        shutil.rmtree(waiting[3], ignore_errors=True)
+    if waiting is not None and waiting.owner == os.getpid():
+        if waiting.timer is not None:
+            waiting.timer.cancel()
+        _stop(waiting.child)
+        shutil.rmtree(waiting.home, ignore_errors=True)
+
+
+@atexit.register
+def _at_exit() -> None:
+    """No child is started from now on (a run's reaper thread may still finish), and the waiting
+    one is stopped."""
+    global _exiting
+    with _lock:
+        _exiting = True
+    _stop_waiting()

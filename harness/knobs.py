@@ -43,6 +43,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError("must be a finite number >= 0")
+    return value
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
@@ -86,6 +93,9 @@ KNOBS: dict[str, Knob] = {
              "slot, then compile)."),
         Knob("ORACLE_KERNEL_TIMEOUT_S", _positive_float, lambda: 60.0,
              "Default wall-clock limit in seconds for one kernel run's child process (start-up included)."),
+        Knob("ORACLE_CHILD_AHEAD_S", _non_negative_float, lambda: 60.0,
+             "Seconds a kernel child started ahead for a process's next run waits to be taken before it is "
+             "stopped (a process that runs on after a live run: the server, a script); 0: none is started."),
         Knob("ORACLE_KEEP_RUN_DIR", _bool, lambda: False,
              "Keep each run's temporary directory (request, inputs, outputs, logs) for inspection."),
         Knob("ORACLE_SINK_DIR", _optional_path, lambda: None,

@@ -40,7 +40,7 @@ from harness.errors import BadInput
 from harness import knobs as _knobs
 from harness import _protocol as P
 from harness import _tensorio
-from harness.child_process import DEFAULT_CHILD, ChildProcess, close_done, hand_over, start, take
+from harness.child_process import DEFAULT_CHILD, ChildProcess, after_run, close_done, hand_over, start, take
 from harness.build import CUBIN_MAGICS, MAX_LIBRARY_BYTES, BuildError, BuildResult, build_cubin, load_cubin
 from harness.files import read_bounded
 from harness.guard_bands import GuardBreach, GuardError, breaches_of
@@ -152,6 +152,9 @@ class KernelRun:
     # seconds of each of the child's phases, in order (its progress marks; "exit": from its last mark
     # until it said it was done, or until the parent saw it gone)
     phases_s: Mapping[str, float] = field(default_factory=dict)
+    # a child started ahead (harness.child_process): {"context_s": its CUDA set-up, "waited_s": how
+    # long it then waited for this run (0: the run waited for it), "context_held"}; None: started fresh
+    started_ahead: Optional[Mapping[str, object]] = None
 
     @property
     def ok(self) -> bool:
@@ -386,14 +389,16 @@ _reapers: list[threading.Thread] = []
 _reapers_lock = threading.Lock()
 
 
-def _reap_later(proc: subprocess.Popen) -> None:
+def _reap_later(proc: subprocess.Popen, device: int, command: Sequence[str]) -> None:
     """Reap a child that said it is done on a thread of its own: its CUDA context's teardown, in the
-    driver, takes a while and the results are already read."""
+    driver, takes a while and the results are already read. Once it is gone, the next run's child
+    is started ahead where this process keeps one (harness.child_process.after_run)."""
     def reap():
         try:
             proc.wait(timeout=KILL_GRACE_S)
         except subprocess.TimeoutExpired:
-            pass
+            return
+        after_run(device, command)
 
     thread = threading.Thread(target=reap, name=f"oracle-reap-{proc.pid}", daemon=True)
     with _reapers_lock:
@@ -592,7 +597,7 @@ def _run_child(image_name: str, image: bytes, request_core: dict, dense: Mapping
         elapsed = time.monotonic() - started
         _kill_group(proc)  # stray grandchildren (and a child that said it is done, in its teardown)
         if reported:
-            _reap_later(proc)
+            _reap_later(proc, device, argv[:-1])
         return _collect(run_dir, rc, timed_out, timeout, elapsed, sink_file, sink, keep)
     finally:
         if child is not None:
@@ -632,6 +637,16 @@ def _phase_seconds(progress: list[dict], elapsed: float) -> dict[str, float]:
     for (phase, t), (_, t_next) in zip(marks, marks[1:] + [(None, elapsed)]):
         out[phase] = out.get(phase, 0.0) + max(0.0, t_next - t)
     return out
+
+
+def _ahead_record(doc) -> Optional[dict]:
+    """The child's record of being started ahead, its fields checked (None when absent or malformed)."""
+    if not isinstance(doc, dict):
+        return None
+    times = {k: doc.get(k) for k in ("context_s", "waited_s")}
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 for v in times.values()):
+        return None
+    return {**times, "context_held": doc.get("context_held") is True}
 
 
 def _collect(run_dir: Path, rc: Optional[int], timed_out: bool, timeout: float, elapsed: float,
@@ -684,7 +699,7 @@ def _collect(run_dir: Path, rc: Optional[int], timed_out: bool, timeout: float, 
                          function=doc.get("function") or {}, timing=doc.get("timing"),
                          sink_overflow=doc.get("sink_overflow"), smem_poison=doc.get("smem_poison"),
                          launch_return=doc.get("launch_return"), launch_message=str(doc.get("launch_message") or ""),
-                         guard_breaches=breaches, **common)
+                         guard_breaches=breaches, started_ahead=_ahead_record(doc.get("started_ahead")), **common)
     if timed_out:
         where = {"sync": "the kernel was still running", "launch": "the launch call did not return"}.get(
             last_phase or "", f"the child was in phase {last_phase}")

@@ -59,6 +59,9 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     _share_the_cores(config)
+    # A child started ahead after one test's live run would be taken by the next test's run, or keep
+    # a test's own prestart from starting one: tests that want one set the knob themselves.
+    os.environ.setdefault("ORACLE_CHILD_AHEAD_S", "0")
     config.addinivalue_line("markers", "every_build: compiles CUTLASS, CuTe or a zoo variant, which the CPU tier leaves out "
                                        "(run with --every-build)")
     config.addinivalue_line("markers", "gpu: needs a CUDA GPU (run on the H200)")

@@ -31,11 +31,12 @@ class KernelRunInfo:
     kernel_s: Optional[float]
     build_cached: Optional[bool]
     phases_s: dict = field(default_factory=dict)  # the child's own phases (harness KernelRun.phases_s)
+    started_ahead: Optional[dict] = None  # harness KernelRun.started_ahead
 
     def to_json(self) -> dict:
         return {"status": self.status, "message": self.message, "elapsed_s": self.elapsed_s,
                 "kernel_s": self.kernel_s, "build_cached": self.build_cached,
-                "phases_s": {k: round(v, 6) for k, v in self.phases_s.items()}}
+                "phases_s": {k: round(v, 6) for k, v in self.phases_s.items()}, "started_ahead": self.started_ahead}
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,17 @@ def run(request: RunRequest, *, while_running: Optional[Callable[[], None]] = No
     return _run_live(request, t0, while_running)
 
 
+def _keep_a_child_ahead() -> None:
+    """A process that runs a live kernel on a GPU keeps the next run's child started ahead (unless
+    it is the plain command, which runs one: harness.child_process.one_run_only)."""
+    import torch
+
+    if torch.cuda.is_available():
+        from harness.child_process import keep_ahead
+
+        keep_ahead()
+
+
 def _run_live(request: RunRequest, t0: float, while_running) -> RunOutcome:
     from oracle.run.live import run_live
     from oracle.run.races import run_races
@@ -100,6 +112,7 @@ def _run_live(request: RunRequest, t0: float, while_running) -> RunOutcome:
 
     case = request.case
     check_case(case)  # every check that needs no inputs, no build and no GPU, before any of them
+    _keep_a_child_ahead()
     t_in = time.perf_counter()
     ops, prov = operands_for(request)
     inputs_s = time.perf_counter() - t_in
@@ -126,6 +139,6 @@ def _run_live(request: RunRequest, t0: float, while_running) -> RunOutcome:
         refs, notes = reference_paths(case.spec, ops)
         performance = Performance(tuple(([k] if k else []) + refs), tuple(notes))
     info = KernelRunInfo(live.run.status.value, live.run.message, live.run.elapsed_s, live.run.kernel_s,
-                         live.build_cached, dict(live.run.phases_s))
+                         live.build_cached, dict(live.run.phases_s), live.run.started_ahead)
     phases = dict(live.phases_s or {}, inputs=inputs_s, recording=time.perf_counter() - t0)
     return RunOutcome(request, live.recording, live.recording.kernel, info, races, performance, phases, notices)

@@ -3,7 +3,8 @@ not slowed by costs that do not depend on the case.
 
 - `prestart_for(argv)`: a live compare starts its kernel's child process before this process
   imports torch (harness.child_process), so the child's interpreter, imports and CUDA context come
-  up meanwhile. Standard library only: `python -m oracle` calls it before anything heavy loads,
+  up meanwhile. A process that runs on after its live runs (the server, a script) also keeps the
+  next run's child started ahead (oracle.run.execute); the plain command says it runs one only. Standard library only: `python -m oracle` calls it before anything heavy loads,
   and `oracle.tools.cli.main` for a command run in a process already up (a script, the server),
   where the child comes up while the command builds its inputs and looks up its build.
 - `import_judgement()`: the judgement's modules (the differential, whose Triton kernels are parsed
@@ -27,12 +28,15 @@ def runs_a_kernel(argv: Sequence[str]) -> bool:
         any(a.endswith(".toml") and not a.startswith("-") for a in words)
 
 
-def prestart_for(argv: Sequence[str]) -> bool:
+def prestart_for(argv: Sequence[str], *, last: bool = False) -> bool:
     """Start the kernel's child ahead when `argv` runs a kernel; whether this call started one
-    (False: none needed, one already waits, or it could not start)."""
+    (False: none needed, one already waits, or it could not start). `last`: the process exits
+    after this command (the plain command), so it keeps no child ahead for a next run."""
     if runs_a_kernel(argv):
-        from harness.child_process import prestart
+        from harness.child_process import one_run_only, prestart
 
+        if last:
+            one_run_only()
         return prestart()
     return False
 

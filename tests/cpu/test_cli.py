@@ -122,6 +122,30 @@ def test_a_command_run_in_process_starts_its_child_ahead_and_stops_it_if_no_kern
     assert calls == []
 
 
+def test_a_process_that_runs_on_keeps_a_child_ahead_and_the_plain_command_does_not(monkeypatch):
+    """A live run's request path, with a GPU, keeps the next run's child started ahead
+    (harness.child_process.keep_ahead); the plain command (`python -m oracle compare`) said first
+    that it runs one, so it keeps none; without a GPU nothing changes."""
+    import torch
+
+    from harness import child_process
+    from oracle.run import execute
+    from oracle.tools import startup
+
+    monkeypatch.setattr(child_process, "_ahead", "unsaid")
+    monkeypatch.setattr(child_process, "prestart", lambda *a, **kw: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    execute._keep_a_child_ahead()
+    assert child_process._ahead == "unsaid", "no GPU: no child to keep"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    execute._keep_a_child_ahead()
+    assert child_process._ahead == "on", "a script or the server"
+    monkeypatch.setattr(child_process, "_ahead", "unsaid")
+    assert startup.prestart_for(["compare", "--problem", "case.toml"], last=True)
+    execute._keep_a_child_ahead()
+    assert child_process._ahead == "never", "the plain command"
+
+
 def test_module_entry_point_runs_without_a_gpu():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = ROOT

@@ -352,6 +352,106 @@ def test_a_waiting_child_leaves_when_its_parent_closes_the_pipe():
     child_process.close_done(waiting)
 
 
+def _keeping_a_child_ahead(monkeypatch, seconds: str):
+    from harness import child_process
+
+    monkeypatch.setenv("ORACLE_CHILD_AHEAD_S", seconds)
+    monkeypatch.setattr(child_process, "_ahead", "unsaid")
+    child_process.keep_ahead()
+    return child_process
+
+
+def _run_on_a_child_started_ahead(**kw):
+    """vadd_run on a prestarted child (which says done, as the oracle's own child does), its
+    reaping and what that starts ahead awaited."""
+    from harness import child_process, runner
+
+    assert child_process.prestart(0, CHILD)
+    run = vadd_run(**kw)
+    runner._join_reapers()
+    return run
+
+
+def _settle():
+    from harness import child_process, runner
+
+    runner._join_reapers()
+    child_process._stop_waiting()
+
+
+def test_a_process_that_keeps_a_child_ahead_starts_the_next_runs_child_once_the_last_is_gone(monkeypatch):
+    child_process = _keeping_a_child_ahead(monkeypatch, "60")
+    try:
+        run = _run_on_a_child_started_ahead(sink=SinkRequest(bytes(32)), keep_dir=True)
+        assert run.ok, run.describe() + run.stderr_tail
+        assert set(run.started_ahead) == {"context_s", "waited_s", "context_held"}, run.started_ahead
+        ahead = child_process._waiting
+        assert ahead is not None and ahead.command == tuple(CHILD) and ahead.device == 0 and ahead.timer is not None
+        assert ahead.child.proc.pid != _status_pid(run), "a new child, started once the run's was gone"
+        again = vadd_run(keep_dir=True)
+        assert again.ok and _status_pid(again) == ahead.child.proc.pid, "the next run went to the child ahead"
+        assert again.started_ahead is not None and again.started_ahead["context_held"]
+    finally:
+        _settle()
+
+
+def test_a_child_ahead_that_no_run_takes_is_stopped_after_its_idle_time(monkeypatch):
+    import time
+
+    child_process = _keeping_a_child_ahead(monkeypatch, "1.5")
+    try:
+        assert _run_on_a_child_started_ahead().ok
+        ahead = child_process._waiting
+        assert ahead is not None, "a child was started ahead after the run"
+        assert ahead.child.proc.wait(timeout=30) is not None, "stopped once idle"
+        deadline = time.monotonic() + 10
+        while child_process._waiting is not None and time.monotonic() < deadline:
+            time.sleep(0.05)  # _expire clears the record right after the stop
+        assert child_process._waiting is None and not ahead.home.exists()
+    finally:
+        _settle()
+
+
+def test_the_plain_command_and_a_zero_knob_keep_no_child_ahead(monkeypatch):
+    child_process = _keeping_a_child_ahead(monkeypatch, "0")
+    started = []
+    prestart = child_process.prestart
+    monkeypatch.setattr(child_process, "prestart", lambda *a, **kw: started.append(kw) or prestart(*a, **kw))
+    try:
+        assert _run_on_a_child_started_ahead().ok
+        assert child_process._waiting is None and started == [{}], "ORACLE_CHILD_AHEAD_S=0: none after the run"
+        monkeypatch.setenv("ORACLE_CHILD_AHEAD_S", "60")
+        child_process.one_run_only()
+        child_process.keep_ahead()  # a run's request path asks; the plain command said no first
+        assert _run_on_a_child_started_ahead().ok
+        assert child_process._waiting is None and started == [{}, {}], "the plain command: none after the run"
+    finally:
+        _settle()
+
+
+def test_a_forked_copy_of_the_process_does_not_take_its_parents_child_ahead():
+    import os
+
+    from harness import child_process
+
+    assert child_process.prestart(0, CHILD)
+    try:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the copy: not its child to take, nor to stop
+            took = child_process.take(0, CHILD)
+            child_process._stop_waiting()
+            os.write(w, b"1" if took is None else b"0")
+            os._exit(0)
+        os.close(w)
+        answer = os.read(r, 1)
+        os.waitpid(pid, 0)
+        assert answer == b"1", "the forked copy took its parent's child"
+        assert child_process._waiting is not None and child_process._waiting.child.proc.poll() is None
+    finally:
+        child_process._stop_waiting()
+
+
 def _bare_sink(tmp_path, monkeypatch):
     """A _Sink over a real file without CUDA: mapping and registration are left out, regrow's file
     handling is what runs."""

@@ -96,7 +96,7 @@ def test_a_run_starts_its_child_only_once_the_last_child_that_said_done_is_gone(
     from harness import runner
 
     lingering = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
-    runner._reap_later(lingering)  # as a run leaves a child that said it was done
+    runner._reap_later(lingering, 0, [sys.executable])  # as a run leaves a child that said it was done
     body = ('P.write_json_atomic(run / P.STATUS, {"status": "OK", '
             f'"message": "alive" if os.path.exists("/proc/{lingering.pid}") else "gone"}})\n')
     run = run_kernel(CUBIN, "k", VADD, vadd_tensors(), child_cmd=py_child(body), timeout_s=30)

@@ -170,6 +170,33 @@ def test_a_child_started_ahead_runs_the_kernel_as_a_fresh_one_does(cubin):
             shutil.rmtree(run.run_dir, ignore_errors=True)
 
 
+def test_a_process_that_keeps_a_child_ahead_hands_the_next_run_a_child_with_its_context_up(cubin, monkeypatch):
+    from harness import child_process, runner
+
+    n = 4096
+    x, y = torch.randn(n), torch.randn(n)
+    launch = LaunchSpec(grid=n // 128, block=128, args=[TensorArg("x"), TensorArg("y"), TensorArg("z", "out"),
+                                                        ScalarArg(n)])
+    monkeypatch.setenv("ORACLE_CHILD_AHEAD_S", "60")
+    monkeypatch.setattr(child_process, "_ahead", "unsaid")
+    child_process.keep_ahead()
+    try:
+        first = run_kernel(cubin, "vadd", launch, {"x": x, "y": y, "z": torch.zeros(n)}, timeout_s=60)
+        assert first.ok and first.started_ahead is None, first.describe()
+        runner._join_reapers()
+        ahead = child_process._waiting
+        assert ahead is not None and ahead.command == tuple(runner.DEFAULT_CHILD), "the next run's child is started"
+        time.sleep(2.0)  # a script's pause between runs: its CUDA context comes up meanwhile
+        run = run_kernel(cubin, "vadd", launch, {"x": x, "y": y, "z": torch.zeros(n)}, timeout_s=60)
+        assert run.ok and torch.equal(run.outputs["z"], x + y), run.describe() + run.stderr_tail
+        took = run.started_ahead
+        assert took is not None and took["context_held"] and took["waited_s"] > 0.5, took
+        assert run.phases_s["context"] < first.phases_s["context"], (run.phases_s, first.phases_s)
+    finally:
+        runner._join_reapers()
+        child_process._stop_waiting()
+
+
 def test_taps_reach_host_mapped_and_device_sinks(cubin):
     launch = LaunchSpec(grid=1, block=32)
     for host_mapped, sources in ((True, (P.SINK_FILE, P.SINK_PINNED_COPY)), (False, (P.SINK_DEVICE_COPY,))):
