@@ -598,6 +598,8 @@ def _run_child(image_name: str, image: bytes, request_core: dict, dense: Mapping
         _kill_group(proc)  # stray grandchildren (and a child that said it is done, in its teardown)
         if reported:
             _reap_later(proc, device, argv[:-1])
+        elif child.done is not None and rc is not None:  # the oracle's own child, gone already
+            after_run(device, argv[:-1])
         return _collect(run_dir, rc, timed_out, timeout, elapsed, sink_file, sink, keep)
     finally:
         if child is not None:

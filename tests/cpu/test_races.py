@@ -408,7 +408,7 @@ class _Run:
     """What the CLI reads of a KernelRun."""
 
     status = type("S", (), {"value": "OK"})()
-    message, elapsed_s, kernel_s, ok, timing, phases_s = "", 0.0, 0.0, True, None, {}
+    message, elapsed_s, kernel_s, ok, timing, phases_s, started_ahead = "", 0.0, 0.0, True, None, {}, None
 
 
 def _fake_race_runs(monkeypatch, untraced_flip: bool, seen: dict):
