@@ -1,9 +1,10 @@
 """`python -m oracle` and the `oracle` command: forwarded to a warm server when ORACLE_SERVER names
 one (oracle.tools.server), else run here (oracle.tools.cli). A live compare starts its kernel's
 child process first (oracle.tools.startup), so that the child comes up while this one imports
-torch; it keeps none ahead for a next run, as the process exits after this one. The process leaves without tearing the interpreter down (`run`): the exit handlers run and
-the output is flushed, but torch's and CUDA's teardown (0.3-0.6 s on the H200's host) is skipped,
-as the operating system frees all of it anyway."""
+torch; it keeps none ahead for a next run, as the process exits after this one. The process
+leaves without tearing the interpreter down (`run`): the exit handlers run and the output is
+flushed, but torch's and CUDA's teardown (0.3-0.6 s on the H200's host) is skipped, as the
+operating system frees all of it anyway."""
 
 import atexit
 import os

@@ -36,7 +36,8 @@ class KernelRunInfo:
     def to_json(self) -> dict:
         return {"status": self.status, "message": self.message, "elapsed_s": self.elapsed_s,
                 "kernel_s": self.kernel_s, "build_cached": self.build_cached,
-                "phases_s": {k: round(v, 6) for k, v in self.phases_s.items()}, "started_ahead": self.started_ahead}
+                "phases_s": {k: round(v, 6) for k, v in self.phases_s.items()},
+                "started_ahead": self.started_ahead}
 
 
 @dataclass(frozen=True)

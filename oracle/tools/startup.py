@@ -4,9 +4,10 @@ not slowed by costs that do not depend on the case.
 - `prestart_for(argv)`: a live compare starts its kernel's child process before this process
   imports torch (harness.child_process), so the child's interpreter, imports and CUDA context come
   up meanwhile. A process that runs on after its live runs (the server, a script) also keeps the
-  next run's child started ahead (oracle.run.execute); the plain command says it runs one only. Standard library only: `python -m oracle` calls it before anything heavy loads,
-  and `oracle.tools.cli.main` for a command run in a process already up (a script, the server),
-  where the child comes up while the command builds its inputs and looks up its build.
+  next run's child started ahead (oracle.run.execute); the plain command says it runs one only.
+  Standard library only: `python -m oracle` calls it before anything heavy loads, and
+  `oracle.tools.cli.main` for a command run in a process already up (a script, the server), where
+  the child comes up while the command builds its inputs and looks up its build.
 - `import_judgement()`: the judgement's modules (the differential, whose Triton kernels are parsed
   as they load, and the report), imported on the thread that waits for the kernel's child
   (kernels_ref.first_call, through oracle.run.execute.run's `while_running`).
