@@ -143,9 +143,7 @@ def main(argv=None) -> int:
                    "verdict": doc.get("verdict"), "build_cached": doc.get("run", {}).get("build_cached"),
                    "dropped": trace.get("dropped"), "sink_bytes": trace.get("capacity"),
                    "needed_bytes": trace.get("needed_bytes"), "relaunched": trace.get("relaunched"),
-                   "phases_s": {k: round(v, 3) for k, v in doc.get("phases_s", {}).items()},
-                   "child_phases_s": {k: round(v, 3) for k, v in doc.get("run", {}).get("phases_s", {}).items()},
-                   "started_ahead": doc.get("run", {}).get("started_ahead")}
+                   **_phases(doc)}
             if proc.returncode != 0 or doc.get("verdict") != "MATCH" or trace.get("dropped") != 0:
                 ok = False
                 row["stderr"] = proc.stderr[-2000:]

@@ -134,8 +134,7 @@ def _expire(child: ChildProcess) -> None:
         if _waiting is None or _waiting.child is not child:
             return
         waiting, _waiting = _waiting, None
-    _stop(child)
-    shutil.rmtree(waiting.home, ignore_errors=True)
+    _drop(waiting)
 
 
 def take(device: int, command: Sequence[str] = DEFAULT_CHILD) -> Optional[ChildProcess]:
@@ -229,10 +228,15 @@ def _stop_waiting() -> None:
     with _lock:
         waiting, _waiting = _waiting, None
     if waiting is not None and waiting.owner == os.getpid():
-        if waiting.timer is not None:
-            waiting.timer.cancel()
-        _stop(waiting.child)
-        shutil.rmtree(waiting.home, ignore_errors=True)
+        _drop(waiting)
+
+
+def _drop(waiting: _Waiting) -> None:
+    """A child that no run took: its timer cancelled, the child stopped, its folder removed."""
+    if waiting.timer is not None:
+        waiting.timer.cancel()
+    _stop(waiting.child)
+    shutil.rmtree(waiting.home, ignore_errors=True)
 
 
 @atexit.register

@@ -390,9 +390,9 @@ _reapers_lock = threading.Lock()
 
 
 def _reap_later(proc: subprocess.Popen, device: int, command: Sequence[str]) -> None:
-    """Reap a child that said it is done on a thread of its own: its CUDA context's teardown, in the
-    driver, takes a while and the results are already read. Once it is gone, the next run's child
-    is started ahead where this process keeps one (harness.child_process.after_run)."""
+    """Reap the oracle's own child on a thread of its own (one that said it is done may still be in
+    its CUDA context's teardown, in the driver, and the results are already read). Once it is gone,
+    the next run's child is started ahead where this process keeps one (child_process.after_run)."""
     def reap():
         try:
             proc.wait(timeout=KILL_GRACE_S)
@@ -407,8 +407,8 @@ def _reap_later(proc: subprocess.Popen, device: int, command: Sequence[str]) -> 
 
 
 def _join_reapers() -> None:
-    """Wait until the children that said they were done are gone (each at most KILL_GRACE_S), so
-    that the next run's child never shares the GPU's memory with the last one's teardown."""
+    """Wait until the earlier runs' own children are gone (each at most KILL_GRACE_S), so that the
+    next run's child never shares the GPU's memory with the last one's teardown."""
     with _reapers_lock:
         waiting, _reapers[:] = list(_reapers), []
     for thread in waiting:
@@ -596,10 +596,8 @@ def _run_child(image_name: str, image: bytes, request_core: dict, dense: Mapping
                 rc = _kill_and_reap(proc)
         elapsed = time.monotonic() - started
         _kill_group(proc)  # stray grandchildren (and a child that said it is done, in its teardown)
-        if reported:
+        if reported or (child.done is not None and rc is not None):  # the oracle's own child
             _reap_later(proc, device, argv[:-1])
-        elif child.done is not None and rc is not None:  # the oracle's own child, gone already
-            after_run(device, argv[:-1])
         return _collect(run_dir, rc, timed_out, timeout, elapsed, sink_file, sink, keep)
     finally:
         if child is not None:
